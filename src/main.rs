@@ -1,1 +1,15 @@
-fn main() {}
+//! berth's entry point: parse the command line and run it.
+
+use clap::Parser;
+
+use berth::cli::{offline, Cli, Command};
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let out = match &cli.command {
+        Command::Explain(a) => offline::explain(a)?,
+        Command::Simulate(a) => offline::simulate(a)?,
+    };
+    println!("{out}");
+    Ok(())
+}

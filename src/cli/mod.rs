@@ -1,0 +1,33 @@
+//! The command line: `berth explain`, `berth simulate`, and the other front doors.
+
+pub mod offline;
+
+use clap::{Parser, Subcommand};
+
+/// berth: a Kubernetes scheduler that decides as kube-scheduler does, faster, and explains why.
+#[derive(Debug, Parser)]
+#[command(name = "berth", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Explain why a pending pod goes where it goes, or stays pending: every node, every plugin.
+    Explain(offline::ExplainArgs),
+    /// Show where berth would place every pending pod of a cluster dump.
+    Simulate(offline::SimulateArgs),
+}
+
+/// Output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// A table for people.
+    #[default]
+    Table,
+    /// JSON as in the conformance format.
+    Json,
+}

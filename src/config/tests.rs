@@ -1,0 +1,86 @@
+use super::*;
+
+fn names_at(c: &Config, pt: Points) -> Vec<&'static str> {
+    c.frameworks(1)[0].plugins_at(pt)
+}
+
+#[test]
+fn defaults_match_upstream() {
+    let c = Config::default_config();
+    assert_eq!(c.profile_names(), vec!["default-scheduler"]);
+    let fw = &c.frameworks(1)[0];
+    assert_eq!(fw.weight("TaintToleration"), Some(3));
+    assert_eq!(fw.weight("NodeAffinity"), Some(2));
+    assert_eq!(fw.weight("NodeResourcesFit"), Some(1));
+    assert_eq!(names_at(&c, Points::QUEUE_SORT), vec!["PrioritySort"]);
+    let filters = names_at(&c, Points::FILTER);
+    assert_eq!(&filters[..4], &["NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity"]);
+    assert_eq!(c.pod_initial_backoff, Duration::from_secs(1));
+    assert_eq!(c.pod_max_backoff, Duration::from_secs(10));
+}
+
+#[test]
+fn plugin_under_test_only() {
+    let c = Config::parse(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n  plugins:\n    multiPoint:\n      enabled:\n      - name: NodeResourcesFit\n      - name: PrioritySort\n      - name: DefaultBinder\n      disabled:\n      - name: '*'\n",
+    )
+    .expect("valid");
+    assert_eq!(names_at(&c, Points::FILTER), vec!["NodeResourcesFit"]);
+    assert_eq!(names_at(&c, Points::SCORE), vec!["NodeResourcesFit"]);
+    assert_eq!(c.frameworks(1)[0].weight("NodeResourcesFit"), Some(1));
+}
+
+#[test]
+fn score_weight_override_and_disable() {
+    let c = Config::parse(
+        "profiles:\n- plugins:\n    score:\n      enabled:\n      - name: NodeResourcesFit\n        weight: 5\n      disabled:\n      - name: ImageLocality\n",
+    )
+    .expect("valid");
+    let fw = &c.frameworks(1)[0];
+    assert_eq!(fw.weight("NodeResourcesFit"), Some(5));
+    assert_eq!(fw.weight("ImageLocality"), None);
+    assert_eq!(fw.weight("TaintToleration"), Some(3));
+}
+
+#[test]
+fn bad_configs_name_the_field() {
+    let cases = [
+        ("profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: NoSuchPlugin\n", "profiles[0].plugins.filter.enabled[0].name"),
+        ("profiles:\n- schedulerName: a\n- schedulerName: a\n", "profiles[1].schedulerName"),
+        ("profiles:\n- plugins:\n    score:\n      enabled:\n      - name: ImageLocality\n        weight: -1\n", "profiles[0].plugins.score.enabled[0].weight"),
+        ("percentageOfNodesToScore: 101\n", "percentageOfNodesToScore"),
+        ("profiles:\n- pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      scoringStrategy:\n        type: Fancy\n", "profiles[0].pluginConfig[0].args"),
+        ("podInitialBackoffSeconds: 5\npodMaxBackoffSeconds: 2\n", "podMaxBackoffSeconds"),
+    ];
+    for (text, field) in cases {
+        match Config::parse(text) {
+            Err(Error::Invalid { field: f, message }) => assert_eq!(f, field, "{text}: {message}"),
+            other => panic!("{text}: expected Invalid at {field}, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn unknown_field_and_wrong_type_name_the_line() {
+    for text in ["profiles:\n- schedulerName: a\n  bogus: 1\n", "percentageOfNodesToScore: lots\n"] {
+        match Config::parse(text) {
+            Err(Error::Parse(m)) => assert!(m.contains("line") || m.contains(':'), "{m}"),
+            other => panic!("{text}: expected a parse error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn durations() {
+    assert_eq!(parse_duration("15s"), Some(Duration::from_secs(15)));
+    assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
+    assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+    assert_eq!(parse_duration("abc"), None);
+}
+
+#[test]
+fn every_default_plugin_is_registered() {
+    for d in crate::plugins::default_plugins() {
+        assert!(crate::plugins::known(d.name), "{} is not registered", d.name);
+    }
+}

@@ -1,0 +1,450 @@
+//! The offline engine: a cluster loaded from a YAML dump, the profiles'
+//! frameworks, and the `explain` and `simulate` operations over them. The
+//! daemon and the benchmark drive the same frameworks over the same snapshot.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1 as policy;
+use serde::Serialize;
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::cache::{Pdb, Snapshot};
+use crate::config::Config;
+use crate::framework::{CycleOptions, CycleOutcome, Framework, QueuedPod};
+use crate::model::pod::SpecError;
+use crate::model::selector::Selector;
+use crate::model::{NodeSpec, PodInfo};
+
+/// Why a cluster dump could not be used.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid YAML.
+    #[error("{path}: {message}")]
+    Yaml {
+        /// The file.
+        path: String,
+        /// The parser's message, with the line.
+        message: String,
+    },
+    /// An object that cannot be read.
+    #[error("{path}: document {doc} ({what}): {message}")]
+    Object {
+        /// The file.
+        path: String,
+        /// 1-based document number.
+        doc: usize,
+        /// Kind and name.
+        what: String,
+        /// The field at fault and why.
+        message: String,
+    },
+    /// The pod named on the command line is not a pending pod of the dump.
+    #[error("pod {0} is not a pending pod of the cluster (known pending pods: {1})")]
+    NoSuchPod(String, String),
+}
+
+/// Result alias for this module.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A cluster read from a dump: bound pods in the snapshot, pending pods aside.
+#[derive(Debug, Default)]
+pub struct Cluster {
+    /// Nodes, bound pods, namespaces, PDBs.
+    pub snapshot: Snapshot,
+    /// Pods without spec.nodeName, in file order.
+    pub pending: Vec<Arc<PodInfo>>,
+    /// Warnings about objects that were skipped.
+    pub warnings: Vec<String>,
+}
+
+/// Quantities may be written as YAML numbers; the API types want strings.
+fn quantities_to_strings(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m.iter_mut() {
+                if matches!(k.as_str(), "requests" | "limits" | "capacity" | "allocatable" | "overhead") {
+                    if let Value::Object(q) = child {
+                        for qv in q.values_mut() {
+                            if let Value::Number(n) = qv {
+                                *qv = Value::String(n.to_string());
+                            }
+                        }
+                    }
+                }
+                quantities_to_strings(child);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(quantities_to_strings),
+        _ => {}
+    }
+}
+
+fn typed<T: serde::de::DeserializeOwned>(v: Value) -> std::result::Result<T, String> {
+    serde_path_to_error::deserialize(v).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+}
+
+fn meta_name(v: &Value) -> (String, String) {
+    let m = v.get("metadata");
+    let s = |k: &str| m.and_then(|m| m.get(k)).and_then(Value::as_str).unwrap_or("").to_string();
+    let ns = s("namespace");
+    (if ns.is_empty() { "default".into() } else { ns }, s("name"))
+}
+
+impl Cluster {
+    /// Loads a multi-document YAML dump (Nodes, Pods, PriorityClasses,
+    /// PodDisruptionBudgets, Namespaces, or `List`s of them).
+    pub fn load(path: &str) -> Result<Cluster> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses dump text; `path` is used in messages.
+    pub fn parse(text: &str, path: &str) -> Result<Cluster> {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| Error::Yaml { path: path.into(), message: e.to_string() })?;
+        let mut objects = Vec::new();
+        for (i, d) in docs.into_iter().enumerate() {
+            match d {
+                Value::Null => {}
+                Value::Object(ref m) if m.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List")) => {
+                    for item in m.get("items").and_then(Value::as_array).cloned().unwrap_or_default() {
+                        objects.push((i + 1, item));
+                    }
+                }
+                other => objects.push((i + 1, other)),
+            }
+        }
+        let mut c = Cluster::default();
+        let mut classes: HashMap<String, (i32, Option<String>)> = HashMap::new();
+        let mut global_default: Option<(i32, Option<String>)> = None;
+        let mut pods = Vec::new();
+        for (doc, mut v) in objects {
+            quantities_to_strings(&mut v);
+            let kind = v.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+            let (ns, name) = meta_name(&v);
+            let err = |message: String| Error::Object { path: path.into(), doc, what: format!("{kind} {name}"), message };
+            match kind.as_str() {
+                "Node" => {
+                    let n: core::Node = typed(v).map_err(err)?;
+                    let spec = NodeSpec::from_node(&n);
+                    for e in &spec.errors {
+                        c.warnings.push(format!("node {}: {e}", spec.name));
+                    }
+                    c.snapshot.upsert_node(spec);
+                }
+                "Pod" => pods.push((doc, ns, name, v)),
+                "Namespace" => {
+                    let n: core::Namespace = typed(v).map_err(err)?;
+                    c.snapshot.namespaces.insert(name, n.metadata.labels.unwrap_or_default());
+                }
+                "PriorityClass" => {
+                    let value = v.get("value").and_then(Value::as_i64).unwrap_or(0);
+                    let value = i32::try_from(value).map_err(|_| err(format!("value: {value} does not fit in 32 bits")))?;
+                    let policy = v.get("preemptionPolicy").and_then(Value::as_str).map(String::from);
+                    if v.get("globalDefault").and_then(Value::as_bool).unwrap_or(false) {
+                        global_default = Some((value, policy.clone()));
+                    }
+                    classes.insert(name, (value, policy));
+                }
+                "PodDisruptionBudget" => {
+                    let p: policy::PodDisruptionBudget = typed(v).map_err(err)?;
+                    let sel = p.spec.as_ref().and_then(|s| s.selector.as_ref());
+                    let selector = match sel {
+                        Some(s) if s.match_labels.as_ref().is_some_and(|m| !m.is_empty()) || s.match_expressions.as_ref().is_some_and(|m| !m.is_empty()) => {
+                            Selector::from_label_selector(Some(s), "spec.selector").map_err(err)?
+                        }
+                        _ => Selector::nothing(),
+                    };
+                    c.snapshot.pdbs.push(Pdb {
+                        namespace: ns,
+                        name,
+                        selector,
+                        disruptions_allowed: i64::from(p.status.as_ref().and_then(|s| s.disruptions_allowed).unwrap_or(0)),
+                    });
+                }
+                "" => return Err(err("kind: required field is missing".into())),
+                other => c.warnings.push(format!("document {doc}: kind {other} ignored")),
+            }
+        }
+        for (doc, ns, name, v) in pods {
+            let mut pod: core::Pod = match typed(v) {
+                Ok(p) => p,
+                Err(m) => {
+                    // A pod that cannot be read stays pending with the reason; it must not stop the others.
+                    let info = PodInfo {
+                        uid: format!("{ns}/{name}"),
+                        namespace: ns,
+                        name,
+                        scheduler_name: crate::config::DEFAULT_SCHEDULER_NAME.into(),
+                        errors: vec![SpecError { plugin: "PodSpec", message: format!("document {doc}: {m}") }],
+                        ..Default::default()
+                    };
+                    c.pending.push(Arc::new(info));
+                    continue;
+                }
+            };
+            if let Some(spec) = pod.spec.as_mut() {
+                if spec.priority.is_none() {
+                    let class = spec.priority_class_name.as_ref().and_then(|n| classes.get(n)).or(global_default.as_ref());
+                    if let Some((value, policy)) = class {
+                        spec.priority = Some(*value);
+                        if spec.preemption_policy.is_none() {
+                            spec.preemption_policy = policy.clone();
+                        }
+                    }
+                }
+            }
+            let info = PodInfo::from_pod(&pod);
+            if info.node_name.is_some() {
+                c.snapshot.add_pod(info);
+            } else {
+                c.pending.push(info);
+            }
+        }
+        // Pending pods that carry a nomination count on their node, as upstream's nominator does.
+        for p in &c.pending {
+            if let Some(n) = p.nominated_node.clone() {
+                c.snapshot.nominate(p.clone(), &n);
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// One plugin's rejection of a node.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Rejection {
+    /// The plugin.
+    pub plugin: String,
+    /// Its reason.
+    pub reason: String,
+}
+
+/// One node in explain's output.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeExplain {
+    /// Node name.
+    pub name: String,
+    /// Passed every Filter.
+    pub feasible: bool,
+    /// Why not.
+    pub reasons: Vec<Rejection>,
+    /// Normalized score per Score plugin (feasible nodes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scores: Option<serde_json::Map<String, Value>>,
+    /// Weighted total (feasible nodes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<i64>,
+}
+
+/// What preemption would do.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct PreemptionExplain {
+    /// The node the pod would be nominated to.
+    pub nominated_node: String,
+    /// The pods that would be evicted ("ns/name").
+    pub victims: Vec<String>,
+}
+
+/// explain's output.
+#[derive(Clone, Debug, Serialize)]
+pub struct Explain {
+    /// "ns/name".
+    pub pod: String,
+    /// The profile used.
+    pub profile: String,
+    /// Every node.
+    pub nodes: Vec<NodeExplain>,
+    /// The chosen node.
+    pub selected: Option<String>,
+    /// The failure message.
+    pub message: Option<String>,
+    /// Preemption, when the pod fits nowhere and preemption finds a node.
+    pub preemption: Option<PreemptionExplain>,
+    /// Score weights per plugin.
+    pub weights: serde_json::Map<String, Value>,
+}
+
+/// One pod's outcome in simulate.
+#[derive(Clone, Debug, Serialize)]
+pub struct Placement {
+    /// "ns/name".
+    pub pod: String,
+    /// Where it was bound.
+    pub node: Option<String>,
+    /// Where it was nominated by preemption.
+    pub nominated_node: Option<String>,
+    /// Pods evicted for it.
+    pub victims: Vec<String>,
+    /// Why it stays pending.
+    pub message: Option<String>,
+}
+
+/// simulate's output.
+#[derive(Clone, Debug, Serialize)]
+pub struct Simulation {
+    /// Every pending pod, in the order it was decided.
+    pub placements: Vec<Placement>,
+}
+
+/// Frameworks plus a cluster.
+pub struct Engine {
+    /// One framework per profile, in configuration order.
+    pub frameworks: Vec<Framework>,
+    /// The cluster.
+    pub cluster: Cluster,
+}
+
+impl Engine {
+    /// Builds the engine.
+    pub fn new(config: &Config, cluster: Cluster, seed: u64) -> Engine {
+        Engine { frameworks: config.frameworks(seed), cluster }
+    }
+
+    /// The profile for a pod: the one its schedulerName names, else the first.
+    pub fn framework_for(&self, pod: &PodInfo) -> Option<&Framework> {
+        self.frameworks.iter().find(|f| f.profile == pod.scheduler_name).or_else(|| self.frameworks.first())
+    }
+
+    /// Explains one scheduling cycle for a pending pod.
+    pub fn explain(&self, key: &str) -> Result<Explain> {
+        let pod = self.cluster.pending.iter().find(|p| p.key() == key).cloned().ok_or_else(|| {
+            let known: Vec<String> = self.cluster.pending.iter().map(|p| p.key()).collect();
+            Error::NoSuchPod(key.into(), if known.is_empty() { "none".into() } else { known.join(", ") })
+        })?;
+        let snap = &self.cluster.snapshot;
+        let mut out = Explain {
+            pod: key.into(),
+            profile: String::new(),
+            nodes: Vec::new(),
+            selected: None,
+            message: None,
+            preemption: None,
+            weights: serde_json::Map::new(),
+        };
+        let Some(fw) = self.framework_for(&pod) else {
+            out.message = Some("no scheduling profile is configured".into());
+            return Ok(out);
+        };
+        out.profile = fw.profile.clone();
+        let gate = fw.run_pre_enqueue(&pod);
+        if !gate.is_success() {
+            out.message = Some(format!("not scheduled: {} ({})", gate.message(), gate.plugin));
+            out.nodes = snap.nodes.iter().map(|n| NodeExplain { name: n.name().into(), feasible: false, reasons: vec![Rejection { plugin: gate.plugin.into(), reason: gate.message() }], scores: None, total: None }).collect();
+            return Ok(out);
+        }
+        let (o, _) = fw.schedule(&pod, snap, CycleOptions { explain: true, skip_post_filter: false });
+        for name in &o.score_plugins {
+            out.weights.insert((*name).into(), Value::from(fw.weight(name).unwrap_or(1)));
+        }
+        out.nodes = node_explains(&o, snap);
+        out.selected = o.selected.map(|i| snap.nodes[i].name().to_string());
+        out.message = o.message.clone();
+        if let Some(pf) = &o.post_filter {
+            if let Some(n) = &pf.nominated_node {
+                out.preemption = Some(PreemptionExplain { nominated_node: n.clone(), victims: pf.victims.iter().map(|v| v.key()).collect() });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Schedules every pending pod in queue order, updating the cluster after
+    /// each decision. Victims of preemption are removed at once and the
+    /// preemptor retried.
+    pub fn simulate(&mut self) -> Simulation {
+        let mut queue: Vec<QueuedPod> = self.cluster.pending.iter().map(|p| QueuedPod { pod: p.clone(), timestamp_ms: p.created_ms, attempts: 0 }).collect();
+        let mut placements: Vec<Placement> = Vec::new();
+        let mut by_key: HashMap<String, usize> = HashMap::new();
+        while !queue.is_empty() {
+            // Pop the first pod in QueueSort order (stable: file order breaks full ties).
+            let mut best = 0;
+            for i in 1..queue.len() {
+                let fw = self.framework_for(&queue[i].pod);
+                if fw.is_some_and(|f| f.less(&queue[i], &queue[best])) {
+                    best = i;
+                }
+            }
+            let mut q = queue.remove(best);
+            let key = q.pod.key();
+            let idx = *by_key.entry(key.clone()).or_insert_with(|| {
+                placements.push(Placement { pod: key.clone(), node: None, nominated_node: None, victims: vec![], message: None });
+                placements.len() - 1
+            });
+            let Some(fw) = self.framework_for(&q.pod) else {
+                placements[idx].message = Some("no scheduling profile is configured".into());
+                continue;
+            };
+            let gate = fw.run_pre_enqueue(&q.pod);
+            if !gate.is_success() {
+                placements[idx].message = Some(gate.message());
+                continue;
+            }
+            let snap = &self.cluster.snapshot;
+            let (o, _) = fw.schedule(&q.pod, snap, CycleOptions::default());
+            if let Some(i) = o.selected {
+                let node = snap.nodes[i].name().to_string();
+                let mut bound = (*q.pod).clone();
+                bound.node_name = Some(node.clone());
+                bound.nominated_node = None;
+                self.cluster.snapshot.clear_nomination(&bound.uid);
+                self.cluster.snapshot.add_pod(Arc::new(bound));
+                placements[idx].node = Some(node);
+                placements[idx].message = None;
+                continue;
+            }
+            placements[idx].message = o.message.clone();
+            let Some(pf) = o.post_filter.filter(|pf| pf.nominated_node.is_some()) else { continue };
+            let Some(nominated) = pf.nominated_node.clone() else { continue };
+            for v in &pf.victims {
+                self.cluster.snapshot.remove_pod(&v.uid);
+                placements[idx].victims.push(v.key());
+            }
+            placements[idx].nominated_node = Some(nominated.clone());
+            // Lower-priority pods nominated to the same node lose their nomination.
+            let mut p2 = (*q.pod).clone();
+            p2.nominated_node = Some(nominated.clone());
+            let p2 = Arc::new(p2);
+            self.cluster.snapshot.nominate(p2.clone(), &nominated);
+            q.pod = p2;
+            q.attempts += 1;
+            if q.attempts <= 3 {
+                queue.push(q);
+            }
+        }
+        Simulation { placements }
+    }
+}
+
+fn node_explains(o: &CycleOutcome, snap: &Snapshot) -> Vec<NodeExplain> {
+    let pos: HashMap<usize, usize> = o.feasible.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+    snap.nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            if let Some(&k) = pos.get(&i) {
+                let mut scores = serde_json::Map::new();
+                for (pi, name) in o.score_plugins.iter().enumerate() {
+                    scores.insert((*name).into(), Value::from(o.scores.get(pi).and_then(|s| s.get(k)).copied().unwrap_or(0)));
+                }
+                NodeExplain { name: n.name().into(), feasible: true, reasons: vec![], scores: Some(scores), total: o.totals.get(k).copied() }
+            } else {
+                let reasons = match o.statuses.get(i) {
+                    Some(s) => s.reasons.iter().map(|r| Rejection { plugin: s.plugin.into(), reason: r.clone() }).collect(),
+                    None => vec![],
+                };
+                NodeExplain { name: n.name().into(), feasible: false, reasons, scores: None, total: None }
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,629 @@
+//! The framework runner: one scheduling cycle for one pod, as upstream's
+//! `schedulePod` runs it (PreFilter, Filter over a rotating window of nodes,
+//! PostFilter when nothing fits, PreScore, Score, NormalizeScore, weights,
+//! random choice among the best).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use super::{Code, CycleState, NodeScore, Plugin, Points, PostFilterResult, QueuedPod, Status, MAX_NODE_SCORE};
+use crate::cache::Snapshot;
+use crate::model::{NodeInfo, PodInfo};
+
+/// A plugin enabled in a profile, with its score weight.
+#[derive(Clone)]
+pub struct PluginEntry {
+    /// The plugin.
+    pub plugin: Arc<dyn Plugin>,
+    /// Score weight (1 when not a score plugin or unset).
+    pub weight: i64,
+}
+
+/// Per-node Filter statuses of a cycle, by node index (Success: feasible or not evaluated).
+#[derive(Clone, Debug, Default)]
+pub struct NodeStatuses {
+    /// Status per node index; None when the node was not evaluated.
+    pub statuses: Vec<Option<Status>>,
+}
+
+impl NodeStatuses {
+    /// The status of a node (None: not evaluated).
+    pub fn get(&self, i: usize) -> Option<&Status> {
+        self.statuses.get(i).and_then(Option::as_ref)
+    }
+}
+
+/// How to run a cycle.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CycleOptions {
+    /// Evaluate every node and record every plugin's scores (explain).
+    pub explain: bool,
+    /// Do not run PostFilter when nothing fits.
+    pub skip_post_filter: bool,
+}
+
+/// Everything a cycle decided and, with `explain`, how.
+#[derive(Clone, Debug, Default)]
+pub struct CycleOutcome {
+    /// The chosen node's index.
+    pub selected: Option<usize>,
+    /// Filter statuses per node.
+    pub statuses: NodeStatuses,
+    /// Indexes of feasible nodes found.
+    pub feasible: Vec<usize>,
+    /// Score plugin names, in order (explain only).
+    pub score_plugins: Vec<&'static str>,
+    /// Per score plugin, per feasible node (same order as `feasible`), the normalized score (explain only).
+    pub scores: Vec<Vec<i64>>,
+    /// Weighted total per feasible node (same order as `feasible`).
+    pub totals: Vec<i64>,
+    /// The failure message when nothing fits ("0/N nodes are available: ...").
+    pub message: Option<String>,
+    /// Plugins that rejected the pod (for requeueing on events).
+    pub unschedulable_plugins: Vec<&'static str>,
+    /// A PreFilter rejection applied to every node.
+    pub pre_filter_rejection: Option<Status>,
+    /// PostFilter (preemption) result when nothing fits.
+    pub post_filter: Option<PostFilterResult>,
+    /// An internal error that failed the cycle.
+    pub error: Option<Status>,
+    /// Nodes evaluated by Filter.
+    pub evaluated: usize,
+}
+
+/// A profile's plugins, ready to run.
+pub struct Framework {
+    /// The profile's schedulerName.
+    pub profile: String,
+    entries: Vec<PluginEntry>,
+    queue_sort: Option<usize>,
+    pre_enqueue: Vec<usize>,
+    pre_filter: Vec<usize>,
+    filter: Vec<usize>,
+    post_filter: Vec<usize>,
+    pre_score: Vec<usize>,
+    score: Vec<usize>,
+    reserve: Vec<usize>,
+    permit: Vec<usize>,
+    pre_bind: Vec<usize>,
+    bind: Vec<usize>,
+    post_bind: Vec<usize>,
+    /// percentageOfNodesToScore (None or 0: upstream's adaptive default).
+    pub percentage_of_nodes_to_score: Option<i32>,
+    next_start: AtomicUsize,
+    rng: AtomicU64,
+}
+
+/// Upstream's floor on the number of feasible nodes to look for.
+pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// Upstream's floor on the adaptive percentage.
+pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: i64 = 5;
+
+/// How many feasible nodes to find before scoring (upstream `numFeasibleNodesToFind`).
+pub fn num_feasible_nodes_to_find(percentage: Option<i32>, num_all: usize) -> usize {
+    if num_all < MIN_FEASIBLE_NODES_TO_FIND {
+        return num_all;
+    }
+    let mut pct = i64::from(percentage.unwrap_or(0));
+    if pct >= 100 {
+        return num_all;
+    }
+    if pct <= 0 {
+        pct = 50 - (num_all as i64) / 125;
+        if pct < MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND {
+            pct = MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND;
+        }
+    }
+    let n = (num_all as i64 * pct / 100) as usize;
+    n.max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+impl Framework {
+    /// Builds a framework from plugins in configuration order, each listed
+    /// with the extension points it is enabled at.
+    pub fn new(profile: String, plugins: Vec<(PluginEntry, Points)>, percentage_of_nodes_to_score: Option<i32>, seed: u64) -> Self {
+        let mut fw = Framework {
+            profile,
+            entries: Vec::new(),
+            queue_sort: None,
+            pre_enqueue: vec![],
+            pre_filter: vec![],
+            filter: vec![],
+            post_filter: vec![],
+            pre_score: vec![],
+            score: vec![],
+            reserve: vec![],
+            permit: vec![],
+            pre_bind: vec![],
+            bind: vec![],
+            post_bind: vec![],
+            percentage_of_nodes_to_score,
+            next_start: AtomicUsize::new(0),
+            rng: AtomicU64::new(seed | 1),
+        };
+        for (e, pts) in plugins {
+            let i = match fw.entries.iter().position(|x| x.plugin.name() == e.plugin.name()) {
+                Some(i) => {
+                    if pts.has(Points::SCORE) {
+                        fw.entries[i].weight = e.weight;
+                    }
+                    i
+                }
+                None => {
+                    fw.entries.push(e);
+                    fw.entries.len() - 1
+                }
+            };
+            let lists: [(Points, &mut Vec<usize>); 11] = [
+                (Points::PRE_ENQUEUE, &mut fw.pre_enqueue),
+                (Points::PRE_FILTER, &mut fw.pre_filter),
+                (Points::FILTER, &mut fw.filter),
+                (Points::POST_FILTER, &mut fw.post_filter),
+                (Points::PRE_SCORE, &mut fw.pre_score),
+                (Points::SCORE, &mut fw.score),
+                (Points::RESERVE, &mut fw.reserve),
+                (Points::PERMIT, &mut fw.permit),
+                (Points::PRE_BIND, &mut fw.pre_bind),
+                (Points::BIND, &mut fw.bind),
+                (Points::POST_BIND, &mut fw.post_bind),
+            ];
+            for (p, list) in lists {
+                if pts.has(p) && !list.contains(&i) {
+                    list.push(i);
+                }
+            }
+            if pts.has(Points::QUEUE_SORT) && fw.queue_sort.is_none() {
+                fw.queue_sort = Some(i);
+            }
+        }
+        fw
+    }
+
+    fn p(&self, i: usize) -> &dyn Plugin {
+        &*self.entries[i].plugin
+    }
+
+    /// Names of the plugins enabled at an extension point.
+    pub fn plugins_at(&self, point: Points) -> Vec<&'static str> {
+        let list = match point {
+            Points::QUEUE_SORT => return self.queue_sort.map(|i| vec![self.p(i).name()]).unwrap_or_default(),
+            Points::PRE_ENQUEUE => &self.pre_enqueue,
+            Points::PRE_FILTER => &self.pre_filter,
+            Points::FILTER => &self.filter,
+            Points::POST_FILTER => &self.post_filter,
+            Points::PRE_SCORE => &self.pre_score,
+            Points::SCORE => &self.score,
+            Points::RESERVE => &self.reserve,
+            Points::PERMIT => &self.permit,
+            Points::PRE_BIND => &self.pre_bind,
+            Points::BIND => &self.bind,
+            Points::POST_BIND => &self.post_bind,
+            _ => return vec![],
+        };
+        list.iter().map(|&i| self.p(i).name()).collect()
+    }
+
+    /// The score weight of a plugin.
+    pub fn weight(&self, name: &str) -> Option<i64> {
+        self.score.iter().map(|&i| &self.entries[i]).find(|e| e.plugin.name() == name).map(|e| e.weight)
+    }
+
+    /// All plugins of the profile.
+    pub fn plugins(&self) -> impl Iterator<Item = &Arc<dyn Plugin>> {
+        self.entries.iter().map(|e| &e.plugin)
+    }
+
+    /// QueueSort: does `a` go before `b`? (priority, then age, when no plugin is enabled).
+    pub fn less(&self, a: &QueuedPod, b: &QueuedPod) -> bool {
+        match self.queue_sort {
+            Some(i) => self.p(i).less(a, b),
+            None => (b.pod.priority, a.timestamp_ms) < (a.pod.priority, b.timestamp_ms),
+        }
+    }
+
+    /// PreEnqueue: the first non-success status.
+    pub fn run_pre_enqueue(&self, pod: &PodInfo) -> Status {
+        for &i in &self.pre_enqueue {
+            let s = self.p(i).pre_enqueue(pod);
+            if !s.is_success() {
+                return s.with_plugin(self.p(i).name());
+            }
+        }
+        Status::success()
+    }
+
+    /// PreFilter: runs every plugin; returns the merged node subset or the first rejection.
+    pub fn run_pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Result<(Option<HashSet<String>>, Vec<&'static str>), Status> {
+        // Fields of the pod that cannot be evaluated reject it outright, naming them.
+        if let Some(e) = pod.errors.first() {
+            let plugin = self
+                .entries
+                .iter()
+                .map(|e| e.plugin.name())
+                .find(|n| *n == e.plugin)
+                .unwrap_or("PodSpec");
+            return Err(Status::unresolvable(format!("invalid pod spec: {}", e.message)).with_plugin(plugin));
+        }
+        let mut nodes: Option<HashSet<String>> = None;
+        let mut narrowing = Vec::new();
+        for &i in &self.pre_filter {
+            let name = self.p(i).name();
+            let (s, r) = self.p(i).pre_filter(state, pod, snap);
+            match s.code {
+                Code::Success => {}
+                Code::Skip => {
+                    state.skip_filter.push(name);
+                    continue;
+                }
+                _ => return Err(s.with_plugin(name)),
+            }
+            if let Some(r) = r {
+                narrowing.push(name);
+                nodes = Some(match nodes {
+                    None => r,
+                    Some(prev) => prev.intersection(&r).cloned().collect(),
+                });
+                if nodes.as_ref().is_some_and(HashSet::is_empty) {
+                    let msg = if narrowing.len() == 1 {
+                        format!("node(s) didn't satisfy plugin {}", narrowing[0])
+                    } else {
+                        format!("node(s) didn't satisfy plugin(s) [{}] simultaneously", narrowing.join(", "))
+                    };
+                    return Err(Status::unresolvable(msg).with_plugin(name));
+                }
+            }
+        }
+        Ok((nodes, narrowing))
+    }
+
+    /// PreFilter extensions: `added` now sits on `node`.
+    pub fn run_add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
+        for &i in &self.pre_filter {
+            let p = self.p(i);
+            if state.filter_skipped(p.name()) {
+                continue;
+            }
+            let s = p.add_pod(state, pod, added, node, snap);
+            if !s.is_success() {
+                return s.with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    /// PreFilter extensions: `removed` no longer sits on `node`.
+    pub fn run_remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
+        for &i in &self.pre_filter {
+            let p = self.p(i);
+            if state.filter_skipped(p.name()) {
+                continue;
+            }
+            let s = p.remove_pod(state, pod, removed, node, snap);
+            if !s.is_success() {
+                return s.with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    /// Filter: the first plugin that does not pass.
+    pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        for &i in &self.filter {
+            let p = self.p(i);
+            if state.filter_skipped(p.name()) {
+                continue;
+            }
+            let s = p.filter(state, pod, node);
+            if !s.is_success() {
+                let mut s = s.with_plugin(p.name());
+                if s.code != Code::Error && !s.is_rejected() {
+                    s.code = Code::Error;
+                }
+                return s;
+            }
+        }
+        Status::success()
+    }
+
+    /// Filter with the nominated pods of equal or higher priority on the node
+    /// counted as if already there (upstream `RunFilterPluginsWithNominatedPods`).
+    pub fn run_filter_with_nominated(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo, snap: &Snapshot) -> Status {
+        let nominated: Vec<&Arc<PodInfo>> = match snap.nominated.get(node.name()) {
+            Some(v) => v.iter().filter(|p| p.uid != pod.uid && p.priority >= pod.priority).collect(),
+            None => Vec::new(),
+        };
+        if nominated.is_empty() {
+            return self.run_filter(state, pod, node);
+        }
+        let mut st = state.clone();
+        let mut ni = node.clone();
+        for np in nominated {
+            let mut np2 = (**np).clone();
+            np2.node_name = Some(node.name().to_string());
+            let np2 = Arc::new(np2);
+            ni.add_pod(np2.clone());
+            let s = self.run_add_pod(&mut st, pod, &np2, &ni, snap);
+            if !s.is_success() {
+                return s;
+            }
+        }
+        let s = self.run_filter(&st, pod, &ni);
+        if !s.is_success() {
+            return s;
+        }
+        self.run_filter(state, pod, node)
+    }
+
+    /// Is there any Filter plugin?
+    pub fn has_filter(&self) -> bool {
+        !self.filter.is_empty()
+    }
+
+    fn random(&self) -> u64 {
+        // splitmix64 on an atomic counter: cheap, lock-free, good enough for tie-breaks.
+        let mut z = self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Runs one scheduling cycle for `pod` (schedulePod plus PostFilter).
+    pub fn schedule(&self, pod: &Arc<PodInfo>, snap: &Snapshot, opts: CycleOptions) -> (CycleOutcome, CycleState) {
+        let mut out = CycleOutcome::default();
+        let mut state = CycleState::new();
+        let n = snap.nodes.len();
+        out.statuses.statuses = vec![None; n];
+        if n == 0 {
+            out.message = Some("0/0 nodes are available: no nodes available to schedule pods.".into());
+            return (out, state);
+        }
+        // PreFilter.
+        let (subset, narrowing) = match self.run_pre_filter(&mut state, pod, snap) {
+            Ok(r) => r,
+            Err(s) => {
+                if s.code == Code::Error {
+                    out.message = Some(format!("running PreFilter plugin {:?}: {}", s.plugin, s.message()));
+                    out.error = Some(s);
+                    return (out, state);
+                }
+                for st in out.statuses.statuses.iter_mut() {
+                    *st = Some(s.clone());
+                }
+                out.unschedulable_plugins.push(s.plugin);
+                out.pre_filter_rejection = Some(s);
+                self.fail(&mut out, &state, pod, snap, opts);
+                return (out, state);
+            }
+        };
+        // Nodes PreFilter excluded.
+        if let Some(sub) = &subset {
+            let reason = if narrowing.len() == 1 {
+                format!("node(s) didn't satisfy plugin {}", narrowing[0])
+            } else {
+                format!("node(s) didn't satisfy plugin(s) [{}]", narrowing.join(", "))
+            };
+            for (i, ni) in snap.nodes.iter().enumerate() {
+                if !sub.contains(ni.name()) {
+                    out.statuses.statuses[i] = Some(Status::unresolvable(reason.clone()).with_plugin(narrowing.first().copied().unwrap_or("")));
+                }
+            }
+        }
+        let candidate = |i: usize| subset.as_ref().is_none_or(|s| s.contains(snap.nodes[i].name()));
+        // The nominated node first, as upstream evaluates it before the others.
+        if !opts.explain {
+            if let Some(idx) = pod.nominated_node.as_deref().and_then(|nn| snap.node_index(nn)).filter(|&i| candidate(i)) {
+                let s = self.run_filter_with_nominated(&state, pod, &snap.nodes[idx], snap);
+                if s.code == Code::Error {
+                    out.message = Some(s.message());
+                    out.error = Some(s);
+                    return (out, state);
+                }
+                if s.is_success() {
+                    out.feasible.push(idx);
+                    out.statuses.statuses[idx] = Some(Status::success());
+                    out.evaluated = 1;
+                    out.selected = Some(idx);
+                    out.totals = vec![0];
+                    return (out, state);
+                }
+            }
+        }
+        // Filter over a window rotating across cycles.
+        let to_find = if opts.explain { n } else { num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, n) };
+        let start = if opts.explain { 0 } else { self.next_start.load(Ordering::Relaxed) % n };
+        let mut processed = 0;
+        for k in 0..n {
+            if out.feasible.len() >= to_find {
+                break;
+            }
+            let i = (start + k) % n;
+            if !candidate(i) {
+                continue;
+            }
+            processed += 1;
+            let s = if self.filter.is_empty() {
+                Status::success()
+            } else {
+                self.run_filter_with_nominated(&state, pod, &snap.nodes[i], snap)
+            };
+            match s.code {
+                Code::Success => out.feasible.push(i),
+                Code::Error => {
+                    out.message = Some(format!("running Filter plugin {:?}: {}", s.plugin, s.message()));
+                    out.error = Some(s);
+                    return (out, state);
+                }
+                _ => {
+                    if !out.unschedulable_plugins.contains(&s.plugin) {
+                        out.unschedulable_plugins.push(s.plugin);
+                    }
+                }
+            }
+            out.statuses.statuses[i] = Some(s);
+        }
+        out.evaluated = processed;
+        if !opts.explain {
+            self.next_start.store((start + processed) % n, Ordering::Relaxed);
+        }
+        if out.feasible.is_empty() {
+            self.fail(&mut out, &state, pod, snap, opts);
+            return (out, state);
+        }
+        if out.feasible.len() == 1 && !opts.explain {
+            out.selected = Some(out.feasible[0]);
+            out.totals = vec![0];
+            return (out, state);
+        }
+        // Score.
+        if let Err(s) = self.prioritize(&mut out, &mut state, pod, snap, opts.explain) {
+            out.message = Some(format!("running Score plugins: {}", s));
+            out.error = Some(s);
+            out.feasible.clear();
+            return (out, state);
+        }
+        out.selected = self.select_host(&out.feasible, &out.totals);
+        (out, state)
+    }
+
+    fn prioritize(&self, out: &mut CycleOutcome, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot, record: bool) -> Result<(), Status> {
+        let feasible = out.feasible.clone();
+        for &i in &self.pre_score {
+            let p = self.p(i);
+            let s = p.pre_score(state, pod, &feasible, snap);
+            match s.code {
+                Code::Success => {}
+                Code::Skip => state.skip_score.push(p.name()),
+                _ => return Err(s.with_plugin(p.name())),
+            }
+        }
+        let mut totals = vec![0i64; feasible.len()];
+        let mut buf: Vec<NodeScore> = Vec::with_capacity(feasible.len());
+        for &i in &self.score {
+            let e = &self.entries[i];
+            let p = &*e.plugin;
+            if record {
+                out.score_plugins.push(p.name());
+            }
+            if state.score_skipped(p.name()) {
+                if record {
+                    out.scores.push(vec![0; feasible.len()]);
+                }
+                continue;
+            }
+            buf.clear();
+            for &ni in &feasible {
+                let sc = p.score(state, pod, &snap.nodes[ni]).map_err(|s| s.with_plugin(p.name()))?;
+                buf.push(NodeScore { node: ni, score: sc });
+            }
+            if p.has_normalize() {
+                let s = p.normalize_score(state, pod, &mut buf, snap);
+                if !s.is_success() {
+                    return Err(s.with_plugin(p.name()));
+                }
+            }
+            for (k, ns) in buf.iter().enumerate() {
+                if !(0..=MAX_NODE_SCORE).contains(&ns.score) {
+                    return Err(Status::error(format!(
+                        "plugin {:?} returns an invalid score {}, it should in the range of [0, 100] after normalizing",
+                        p.name(),
+                        ns.score
+                    ))
+                    .with_plugin(p.name()));
+                }
+                totals[k] += ns.score * e.weight;
+            }
+            if record {
+                out.scores.push(buf.iter().map(|s| s.score).collect());
+            }
+        }
+        out.totals = totals;
+        Ok(())
+    }
+
+    fn select_host(&self, feasible: &[usize], totals: &[i64]) -> Option<usize> {
+        let mut best: Option<(usize, i64)> = None;
+        let mut ties = 0u64;
+        for (k, &ni) in feasible.iter().enumerate() {
+            let t = totals.get(k).copied().unwrap_or(0);
+            match best {
+                None => {
+                    best = Some((ni, t));
+                    ties = 1;
+                }
+                Some((_, bt)) if t > bt => {
+                    best = Some((ni, t));
+                    ties = 1;
+                }
+                Some((_, bt)) if t == bt => {
+                    ties += 1;
+                    if self.random() % ties == 0 {
+                        best = Some((ni, t));
+                    }
+                }
+                _ => {}
+            }
+        }
+        best.map(|b| b.0)
+    }
+
+    fn fail(&self, out: &mut CycleOutcome, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot, opts: CycleOptions) {
+        let n = snap.nodes.len();
+        let mut msg = format!("0/{n} nodes are available:");
+        if let Some(s) = &out.pre_filter_rejection {
+            msg.push_str(&format!(" {}.", s.message()));
+        } else {
+            let mut hist: BTreeMap<&str, usize> = BTreeMap::new();
+            for s in out.statuses.statuses.iter().flatten() {
+                if s.is_success() {
+                    continue;
+                }
+                for r in &s.reasons {
+                    *hist.entry(r.as_str()).or_default() += 1;
+                }
+            }
+            let mut parts: Vec<String> = hist.iter().map(|(r, c)| format!("{c} {r}")).collect();
+            parts.sort();
+            if !parts.is_empty() {
+                msg.push_str(&format!(" {}.", parts.join(", ")));
+            }
+        }
+        if !opts.skip_post_filter && !self.post_filter.is_empty() {
+            for &i in &self.post_filter {
+                let p = self.p(i);
+                let (s, r) = p.post_filter(self, state, pod, snap, &out.statuses);
+                if s.is_success() {
+                    out.post_filter = Some(r);
+                    break;
+                }
+                if let Some(m) = &r.message {
+                    msg.push_str(&format!(" {m}"));
+                } else if !s.reasons.is_empty() {
+                    msg.push_str(&format!(" {}.", s.message()));
+                }
+                if s.code == Code::UnschedulableAndUnresolvable || s.code == Code::Error {
+                    break;
+                }
+            }
+        }
+        out.message = Some(msg);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feasible_nodes_to_find_matches_upstream() {
+        assert_eq!(num_feasible_nodes_to_find(None, 10), 10);
+        assert_eq!(num_feasible_nodes_to_find(None, 99), 99);
+        assert_eq!(num_feasible_nodes_to_find(None, 100), 100);
+        assert_eq!(num_feasible_nodes_to_find(None, 1000), 420);
+        assert_eq!(num_feasible_nodes_to_find(None, 5000), 500);
+        assert_eq!(num_feasible_nodes_to_find(None, 6000), 300);
+        assert_eq!(num_feasible_nodes_to_find(Some(100), 6000), 6000);
+        assert_eq!(num_feasible_nodes_to_find(Some(1), 6000), 100);
+        assert_eq!(num_feasible_nodes_to_find(Some(50), 6000), 3000);
+    }
+}

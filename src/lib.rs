@@ -1,0 +1,19 @@
+//! berth: a Kubernetes scheduler that makes upstream kube-scheduler's
+//! decisions, faster, and explains them.
+//!
+//! Data flows one way: cluster objects (from a watch or a YAML dump) are
+//! compiled into [`model`] views and kept in the [`cache`]; a scheduling cycle
+//! runs the [`framework`] with the configured [`plugins`] over a snapshot and
+//! yields a decision; the front door (daemon, `explain`, `simulate`, `bench`)
+//! acts on it.
+
+pub mod cache;
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod framework;
+pub mod model;
+pub mod plugins;
+
+#[cfg(test)]
+pub mod testing;

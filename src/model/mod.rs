@@ -1,0 +1,13 @@
+//! Compact views of pods and nodes, computed once per object version.
+
+pub mod node;
+pub mod pod;
+pub mod quantity;
+pub mod resources;
+pub mod selector;
+pub mod taints;
+
+pub use node::{NodeInfo, NodeSpec};
+pub use pod::PodInfo;
+pub use resources::Resources;
+pub use selector::{Labels, Selector};

@@ -1,0 +1,140 @@
+//! `NodeInfo`: a node and the aggregates of the pods bound to it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+
+use super::pod::{HostPort, PodInfo};
+use super::resources::Resources;
+use super::selector::Labels;
+use super::taints::Taint;
+
+/// Node fields the scheduler reads, compiled once per node version.
+#[derive(Clone, Debug, Default)]
+pub struct NodeSpec {
+    /// metadata.name.
+    pub name: String,
+    /// metadata.labels.
+    pub labels: Labels,
+    /// spec.taints.
+    pub taints: Vec<Taint>,
+    /// spec.unschedulable.
+    pub unschedulable: bool,
+    /// status.allocatable.
+    pub allocatable: Resources,
+    /// Image name → size in bytes, from status.images (every name of an image).
+    pub images: HashMap<String, i64>,
+    /// Problems reading the node (bad quantities); such a node's bad fields count as 0.
+    pub errors: Vec<String>,
+}
+
+impl NodeSpec {
+    /// Compiles a node.
+    pub fn from_node(node: &core::Node) -> NodeSpec {
+        let mut n = NodeSpec {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        if let Some(spec) = &node.spec {
+            n.unschedulable = spec.unschedulable.unwrap_or(false);
+            n.taints = spec.taints.iter().flatten().map(Taint::from_api).collect();
+        }
+        if let Some(st) = &node.status {
+            match Resources::from_list(st.allocatable.as_ref(), "status.allocatable") {
+                Ok(r) => n.allocatable = r,
+                Err(e) => n.errors.push(e),
+            }
+            for img in st.images.iter().flatten() {
+                let size = img.size_bytes.unwrap_or(0);
+                for name in img.names.iter().flatten() {
+                    n.images.insert(name.clone(), size);
+                }
+            }
+        }
+        n
+    }
+}
+
+/// A node with the pods bound to it and their aggregates, updated incrementally.
+#[derive(Clone, Debug, Default)]
+pub struct NodeInfo {
+    /// The node.
+    pub node: Arc<NodeSpec>,
+    /// Pods on the node (including assumed and terminating ones).
+    pub pods: Vec<Arc<PodInfo>>,
+    /// Sum of the requests of pods that hold resources.
+    pub requested: Resources,
+    /// Sum of non-zero CPU requests (scoring defaults applied).
+    pub non_zero_cpu: i64,
+    /// Sum of non-zero memory requests.
+    pub non_zero_memory: i64,
+    /// Host ports in use.
+    pub used_ports: Vec<HostPort>,
+    /// Number of pods with any pod (anti-)affinity term.
+    pub pods_with_affinity: usize,
+    /// Number of pods with required anti-affinity terms.
+    pub pods_with_required_anti_affinity: usize,
+    /// Bumped on every change.
+    pub generation: u64,
+}
+
+impl NodeInfo {
+    /// A node with no pods.
+    pub fn new(node: Arc<NodeSpec>) -> Self {
+        NodeInfo { node, ..Default::default() }
+    }
+
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        &self.node.name
+    }
+
+    /// Number of pods counted against the node's pod capacity.
+    pub fn pod_count(&self) -> i64 {
+        self.pods.iter().filter(|p| p.holds_resources()).count() as i64
+    }
+
+    /// Adds a pod and its aggregates.
+    pub fn add_pod(&mut self, p: Arc<PodInfo>) {
+        if p.holds_resources() {
+            self.requested.add(&p.requests);
+            self.non_zero_cpu = self.non_zero_cpu.saturating_add(p.non_zero_cpu);
+            self.non_zero_memory = self.non_zero_memory.saturating_add(p.non_zero_memory);
+            self.used_ports.extend(p.host_ports.iter().cloned());
+        }
+        if p.has_affinity() {
+            self.pods_with_affinity += 1;
+        }
+        if !p.required_anti_affinity.is_empty() {
+            self.pods_with_required_anti_affinity += 1;
+        }
+        self.pods.push(p);
+        self.generation += 1;
+    }
+
+    /// Removes the pod with this uid; returns it when it was there.
+    pub fn remove_pod(&mut self, uid: &str) -> Option<Arc<PodInfo>> {
+        let i = self.pods.iter().position(|p| p.uid == uid)?;
+        let p = self.pods.swap_remove(i);
+        if p.holds_resources() {
+            self.requested.sub(&p.requests);
+            self.non_zero_cpu = self.non_zero_cpu.saturating_sub(p.non_zero_cpu);
+            self.non_zero_memory = self.non_zero_memory.saturating_sub(p.non_zero_memory);
+            for hp in &p.host_ports {
+                if let Some(j) = self.used_ports.iter().position(|u| u == hp) {
+                    self.used_ports.swap_remove(j);
+                }
+            }
+        }
+        if p.has_affinity() {
+            self.pods_with_affinity -= 1;
+        }
+        if !p.required_anti_affinity.is_empty() {
+            self.pods_with_required_anti_affinity -= 1;
+        }
+        self.generation += 1;
+        Some(p)
+    }
+}

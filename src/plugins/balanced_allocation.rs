@@ -1,0 +1,135 @@
+//! NodeResourcesBalancedAllocation: prefers nodes whose resource fractions
+//! (requested/allocatable, after placing the pod) are close to each other.
+
+use serde::Deserialize;
+
+use crate::cache::Snapshot;
+use crate::framework::{CycleState, Events, Plugin, Points, Status, MAX_NODE_SCORE};
+use crate::model::{NodeInfo, PodInfo};
+
+use super::resource_allocation::{allocatable_and_requested, default_resources, pod_request, validate_resources, ResourceSpec};
+
+/// Plugin name.
+pub const NAME: &str = "NodeResourcesBalancedAllocation";
+
+/// NodeResourcesBalancedAllocationArgs.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Args {
+    /// Resources considered (cpu and memory by default).
+    #[serde(default = "default_resources")]
+    pub resources: Vec<ResourceSpec>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args { resources: default_resources(), api_version: None, kind: None }
+    }
+}
+
+/// Balanced resource allocation.
+#[derive(Debug)]
+pub struct BalancedAllocation {
+    resources: Vec<ResourceSpec>,
+}
+
+impl Default for BalancedAllocation {
+    fn default() -> Self {
+        BalancedAllocation { resources: default_resources() }
+    }
+}
+
+impl BalancedAllocation {
+    /// Builds the plugin, validating its args.
+    pub fn new(args: Args) -> Result<Self, String> {
+        validate_resources(&args.resources, "resources")?;
+        Ok(BalancedAllocation { resources: args.resources })
+    }
+}
+
+#[derive(Clone)]
+struct PreScoreState {
+    requests: Vec<i64>,
+}
+
+/// One minus the standard deviation of the fractions, times 100.
+pub fn balanced_score(fractions: &[f64]) -> i64 {
+    let std = match fractions.len() {
+        0 | 1 => 0.0,
+        2 => ((fractions[0] - fractions[1]) / 2.0).abs(),
+        n => {
+            let mean = fractions.iter().sum::<f64>() / n as f64;
+            (fractions.iter().map(|f| (f - mean) * (f - mean)).sum::<f64>() / n as f64).sqrt()
+        }
+    };
+    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+}
+
+impl Plugin for BalancedAllocation {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn points(&self) -> Points {
+        Points::PRE_SCORE.or(Points::SCORE)
+    }
+    fn events(&self) -> Events {
+        Events::NODE_ADD.or(Events::NODE_ALLOCATABLE).or(Events::POD_DELETE)
+    }
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
+        let requests: Vec<i64> = self.resources.iter().map(|r| pod_request(pod, &r.name, true)).collect();
+        // Best-effort pods would all pile onto one node; upstream skips them.
+        if requests.iter().all(|r| *r == 0) {
+            return Status::skip();
+        }
+        state.insert(PreScoreState { requests });
+        Status::success()
+    }
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let mut fractions = Vec::with_capacity(self.resources.len());
+        for (i, r) in self.resources.iter().enumerate() {
+            let req = state.get::<PreScoreState>().map(|s| s.requests[i]).unwrap_or_else(|| pod_request(pod, &r.name, true));
+            let (alloc, requested) = allocatable_and_requested(node, &r.name, req, true);
+            if alloc == 0 {
+                continue;
+            }
+            fractions.push((requested as f64 / alloc as f64).min(1.0));
+        }
+        Ok(balanced_score(&fractions))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{node, pod, snapshot};
+
+    #[test]
+    fn scores() {
+        // cpu 3000/10000 = 0.3, memory 5000/20000 = 0.25: std 0.025 → 97.
+        let snap = snapshot(&[node("n").alloc("10000", "20000", 32)], &[]);
+        let p = pod("p").req("3000", "5000").info();
+        let mut st = CycleState::new();
+        let pl = BalancedAllocation::default();
+        assert!(pl.pre_score(&mut st, &p, &[0], &snap).is_success());
+        assert_eq!(pl.score(&st, &p, &snap.nodes[0]), Ok(97));
+    }
+
+    #[test]
+    fn best_effort_skipped() {
+        let snap = snapshot(&[node("n")], &[]);
+        assert!(BalancedAllocation::default().pre_score(&mut CycleState::new(), &pod("p").info(), &[0], &snap).is_skip());
+    }
+
+    #[test]
+    fn std_formula() {
+        assert_eq!(balanced_score(&[0.5, 0.5]), 100);
+        assert_eq!(balanced_score(&[0.0, 1.0]), 50);
+        assert_eq!(balanced_score(&[0.2]), 100);
+    }
+}

@@ -1,0 +1,20 @@
+//! The in-tree plugins, one module each with its tests beside it, and the
+//! registry that builds them from configuration.
+
+pub mod balanced_allocation;
+pub mod default_binder;
+pub mod helper;
+pub mod image_locality;
+pub mod node_affinity;
+pub mod node_name;
+pub mod node_ports;
+pub mod node_resources_fit;
+pub mod node_unschedulable;
+pub mod priority_sort;
+pub mod resource_allocation;
+pub mod scheduling_gates;
+pub mod taint_toleration;
+
+mod registry;
+
+pub use registry::{build, default_plugins, known, DefaultPlugin};

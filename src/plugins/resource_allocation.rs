@@ -1,0 +1,68 @@
+//! Shared scoring of resource allocation, used by NodeResourcesFit's scoring
+//! strategies and by NodeResourcesBalancedAllocation.
+
+use serde::Deserialize;
+
+use crate::model::resources::{is_scalar, CPU, EPHEMERAL_STORAGE, MEMORY};
+use crate::model::{NodeInfo, PodInfo};
+
+/// A resource and its weight in a score.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceSpec {
+    /// Resource name.
+    pub name: String,
+    /// Weight (1..=100).
+    #[serde(default)]
+    pub weight: i64,
+}
+
+/// cpu:1, memory:1 (upstream's default for both plugins).
+pub fn default_resources() -> Vec<ResourceSpec> {
+    vec![ResourceSpec { name: CPU.into(), weight: 1 }, ResourceSpec { name: MEMORY.into(), weight: 1 }]
+}
+
+/// Checks resource specs, naming the field.
+pub fn validate_resources(rs: &[ResourceSpec], path: &str) -> Result<(), String> {
+    for (i, r) in rs.iter().enumerate() {
+        if r.name.is_empty() {
+            return Err(format!("{path}[{i}].name: must be non-empty"));
+        }
+        if !(1..=100).contains(&r.weight) {
+            return Err(format!("{path}[{i}].weight: resource weight of {} should be in a range of 1-100, got {}", r.name, r.weight));
+        }
+    }
+    Ok(())
+}
+
+/// The pod's request of `name` for scoring: with upstream's non-zero defaults
+/// for cpu and memory unless `use_requested`.
+pub fn pod_request(pod: &PodInfo, name: &str, use_requested: bool) -> i64 {
+    match name {
+        CPU if !use_requested => pod.non_zero_cpu,
+        MEMORY if !use_requested => pod.non_zero_memory,
+        _ => pod.requests.get(name),
+    }
+}
+
+/// (allocatable, requested including the pod) of one resource on a node;
+/// (0, 0) for a scalar resource the pod does not request, so it is left out.
+pub fn allocatable_and_requested(node: &NodeInfo, name: &str, pod_req: i64, use_requested: bool) -> (i64, i64) {
+    if pod_req == 0 && is_scalar(name) {
+        return (0, 0);
+    }
+    let alloc = &node.node.allocatable;
+    match name {
+        CPU => (alloc.milli_cpu, if use_requested { node.requested.milli_cpu } else { node.non_zero_cpu } + pod_req),
+        MEMORY => (alloc.memory, if use_requested { node.requested.memory } else { node.non_zero_memory } + pod_req),
+        EPHEMERAL_STORAGE => (alloc.ephemeral_storage, node.requested.ephemeral_storage + pod_req),
+        _ => {
+            let a = alloc.scalar(name);
+            if a == 0 && !alloc.scalar.iter().any(|(n, _)| n == name) {
+                (0, 0)
+            } else {
+                (a, node.requested.scalar(name) + pod_req)
+            }
+        }
+    }
+}
