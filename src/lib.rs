@@ -7,6 +7,7 @@
 //! yields a decision; the front door (daemon, `explain`, `simulate`, `bench`)
 //! acts on it.
 
+pub mod bench;
 pub mod cache;
 pub mod cli;
 pub mod config;

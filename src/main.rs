@@ -9,6 +9,10 @@ fn main() -> anyhow::Result<()> {
     let out = match &cli.command {
         Command::Explain(a) => offline::explain(a)?,
         Command::Simulate(a) => offline::simulate(a)?,
+        Command::Bench(a) => {
+            berth::cli::bench::run(a)?;
+            return Ok(());
+        }
     };
     println!("{out}");
     Ok(())

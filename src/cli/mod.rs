@@ -1,5 +1,6 @@
 //! The command line: `berth explain`, `berth simulate`, and the other front doors.
 
+pub mod bench;
 pub mod offline;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +21,8 @@ pub enum Command {
     Explain(offline::ExplainArgs),
     /// Show where berth would place every pending pod of a cluster dump.
     Simulate(offline::SimulateArgs),
+    /// Run the in-process scheduling benchmarks (upstream scheduler_perf workloads) and print figures.
+    Bench(bench::BenchArgs),
 }
 
 /// Output format.

@@ -1,0 +1,98 @@
+//! The offline commands from the outside: clear errors for bad input, and
+//! explain agreeing with simulate.
+
+use std::io::Write;
+use std::process::Command;
+
+fn berth(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_berth")).args(args).output().expect("berth runs");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn temp(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("berth-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let p = dir.join(name);
+    std::fs::File::create(&p).and_then(|mut f| f.write_all(text.as_bytes())).expect("write temp file");
+    p.to_string_lossy().into_owned()
+}
+
+const CLUSTER: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {kubernetes.io/hostname: n1}}
+status: {allocatable: {cpu: "2", memory: 4Gi, pods: "10"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ok, namespace: default}
+spec:
+  containers: [{name: c, image: nginx, resources: {requests: {cpu: 500m}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bad-selector, namespace: default}
+spec:
+  topologySpreadConstraints:
+  - maxSkew: 0
+    topologyKey: kubernetes.io/hostname
+    whenUnsatisfiable: DoNotSchedule
+    labelSelector: {matchLabels: {app: x}}
+  containers: [{name: c, image: nginx}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bad-quantity, namespace: default}
+spec:
+  containers: [{name: c, image: nginx, resources: {requests: {cpu: lots}}}]
+"#;
+
+#[test]
+fn bad_config_is_refused_naming_the_field() {
+    let cluster = temp("c1.yaml", CLUSTER);
+    let cfg = temp("bad.yaml", "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: x\n  plugins:\n    filter:\n      enabled:\n      - name: NoSuchPlugin\n");
+    let (ok, _, err) = berth(&["simulate", "--cluster", &cluster, "--config", &cfg]);
+    assert!(!ok);
+    assert!(err.contains("profiles[0].plugins.filter.enabled[0].name") && err.contains("NoSuchPlugin"), "{err}");
+    let cfg = temp("bad2.yaml", "profiles:\n- schedulerName: x\n  bogusField: 1\n");
+    let (ok, _, err) = berth(&["simulate", "--cluster", &cluster, "--config", &cfg]);
+    assert!(!ok);
+    assert!(err.contains("bogusField") && err.contains("line"), "{err}");
+}
+
+#[test]
+fn bad_pods_are_unschedulable_with_the_field_and_others_are_placed() {
+    let cluster = temp("c2.yaml", CLUSTER);
+    let (ok, out, err) = berth(&["simulate", "--cluster", &cluster, "--output", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let placements = v["placements"].as_array().expect("placements");
+    let get = |n: &str| placements.iter().find(|p| p["pod"] == format!("default/{n}")).cloned().expect("pod reported");
+    assert_eq!(get("ok")["node"], "n1");
+    let bad = get("bad-selector");
+    assert!(bad["node"].is_null());
+    assert!(bad["message"].as_str().unwrap_or("").contains("spec.topologySpreadConstraints[0].maxSkew"), "{bad}");
+    let bad = get("bad-quantity");
+    assert!(bad["node"].is_null());
+    assert!(bad["message"].as_str().unwrap_or("").contains("spec.containers[0].resources.requests[cpu]"), "{bad}");
+}
+
+#[test]
+fn missing_files_and_pods_give_clear_errors() {
+    let (ok, _, err) = berth(&["simulate", "--cluster", "/nonexistent/cluster.yaml"]);
+    assert!(!ok && err.contains("/nonexistent/cluster.yaml"), "{err}");
+    let cluster = temp("c3.yaml", CLUSTER);
+    let (ok, _, err) = berth(&["explain", "--cluster", &cluster, "--pod", "default/nope"]);
+    assert!(!ok && err.contains("default/nope") && err.contains("default/ok"), "{err}");
+    let broken = temp("broken.yaml", "kind: Node\nmetadata: {name: [oops\n");
+    let (ok, _, err) = berth(&["simulate", "--cluster", &broken]);
+    assert!(!ok && err.contains("broken.yaml"), "{err}");
+}
+
+#[test]
+fn explain_table_is_readable() {
+    let cluster = temp("c4.yaml", CLUSTER);
+    let (ok, out, err) = berth(&["explain", "--cluster", &cluster, "--pod", "ok"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("NODE") && out.contains("n1") && out.contains("Selected: n1"), "{out}");
+}
