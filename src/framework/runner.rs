@@ -355,6 +355,67 @@ impl Framework {
         self.run_filter(state, pod, node)
     }
 
+    /// Reserve: every plugin in order; on failure the ones already run are unreserved in reverse.
+    pub fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        for (k, &i) in self.reserve.iter().enumerate() {
+            let s = self.p(i).reserve(state, pod, node);
+            if !s.is_success() {
+                for &j in self.reserve[..=k].iter().rev() {
+                    self.p(j).unreserve(state, pod, node);
+                }
+                return s.with_plugin(self.p(i).name());
+            }
+        }
+        Status::success()
+    }
+
+    /// Unreserve: every Reserve plugin, in reverse order.
+    pub fn run_unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
+        for &i in self.reserve.iter().rev() {
+            self.p(i).unreserve(state, pod, node);
+        }
+    }
+
+    /// Permit: the first status that is not Success (Wait included).
+    pub fn run_permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        for &i in &self.permit {
+            let s = self.p(i).permit(state, pod, node);
+            if !s.is_success() {
+                return s.with_plugin(self.p(i).name());
+            }
+        }
+        Status::success()
+    }
+
+    /// PreBind: the first failure.
+    pub fn run_pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        for &i in &self.pre_bind {
+            let s = self.p(i).pre_bind(state, pod, node);
+            if !s.is_success() {
+                return s.with_plugin(self.p(i).name());
+            }
+        }
+        Status::success()
+    }
+
+    /// Bind: the first plugin that does not Skip decides.
+    pub fn run_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        for &i in &self.bind {
+            let s = self.p(i).bind(state, pod, node);
+            if !s.is_skip() {
+                return s.with_plugin(self.p(i).name());
+            }
+        }
+        Status::skip()
+    }
+
+    /// PostBind: every plugin.
+    pub fn run_post_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
+        for &i in &self.post_bind {
+            self.p(i).post_bind(state, pod, node);
+        }
+    }
+
     /// Is there any Filter plugin?
     pub fn has_filter(&self) -> bool {
         !self.filter.is_empty()
