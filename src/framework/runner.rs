@@ -329,6 +329,9 @@ impl Framework {
     /// Filter with the nominated pods of equal or higher priority on the node
     /// counted as if already there (upstream `RunFilterPluginsWithNominatedPods`).
     pub fn run_filter_with_nominated(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo, snap: &Snapshot) -> Status {
+        if snap.nominated.is_empty() {
+            return self.run_filter(state, pod, node);
+        }
         let nominated: Vec<&Arc<PodInfo>> = match snap.nominated.get(node.name()) {
             Some(v) => v.iter().filter(|p| p.uid != pod.uid && p.priority >= pod.priority).collect(),
             None => Vec::new(),

@@ -91,16 +91,28 @@ impl Plugin for BalancedAllocation {
         Status::success()
     }
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let mut fractions = Vec::with_capacity(self.resources.len());
+        // A small fixed buffer: no allocation per node for the usual few resources.
+        let mut buf = [0f64; 8];
+        let mut spill = Vec::new();
+        let mut len = 0;
         for (i, r) in self.resources.iter().enumerate() {
             let req = state.get::<PreScoreState>().map(|s| s.requests[i]).unwrap_or_else(|| pod_request(pod, &r.name, true));
             let (alloc, requested) = allocatable_and_requested(node, &r.name, req, true);
             if alloc == 0 {
                 continue;
             }
-            fractions.push((requested as f64 / alloc as f64).min(1.0));
+            let f = (requested as f64 / alloc as f64).min(1.0);
+            if len < buf.len() {
+                buf[len] = f;
+            } else {
+                if spill.is_empty() {
+                    spill.extend_from_slice(&buf);
+                }
+                spill.push(f);
+            }
+            len += 1;
         }
-        Ok(balanced_score(&fractions))
+        Ok(if spill.is_empty() { balanced_score(&buf[..len]) } else { balanced_score(&spill) })
     }
 }
 
