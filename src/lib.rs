@@ -15,6 +15,7 @@ pub mod engine;
 pub mod framework;
 pub mod model;
 pub mod plugins;
+pub mod queue;
 
 #[cfg(test)]
 pub mod testing;

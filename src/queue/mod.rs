@@ -1,0 +1,345 @@
+//! The scheduling queue, as upstream's PriorityQueue runs it. Three structures:
+//!
+//! - **activeQ**: pods ready to be tried, ordered by priority (higher first),
+//!   then by the time they entered the queue (earlier first).
+//! - **backoffQ**: pods that failed and wait out their backoff
+//!   (`podInitialBackoffSeconds` doubling per attempt up to `podMaxBackoffSeconds`)
+//!   before going back to activeQ.
+//! - **unschedulable pool**: pods no node could take. A cluster event that could
+//!   make one schedulable (one of the events its rejecting plugins declared)
+//!   moves it to backoffQ (or activeQ when its backoff is over); none stays
+//!   longer than five minutes. Gated pods (PreEnqueue failed) wait here too,
+//!   and only an update of the pod itself can release them.
+//!
+//! A pod that fails while a move request happened during its cycle goes to
+//! backoffQ rather than the pool, so that no event is lost. Time is passed in,
+//! so the queue is tested without sleeping.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::framework::{Events, QueuedPod};
+use crate::model::PodInfo;
+
+/// Upstream's `podMaxInUnschedulablePodsDuration`.
+pub const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(300);
+
+/// Where a pod waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// activeQ.
+    Active,
+    /// backoffQ.
+    Backoff,
+    /// The unschedulable pool.
+    Unschedulable,
+    /// Gated by PreEnqueue.
+    Gated,
+    /// Popped and being scheduled.
+    InFlight,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    qp: QueuedPod,
+    place: Place,
+    seq: u64,
+    /// activeQ key when active.
+    active_key: (Reverse<i32>, i64, u64),
+    /// backoff expiry.
+    backoff_until: Option<Instant>,
+    /// When it entered the pool.
+    since: Instant,
+    /// Events that could make it schedulable.
+    events: Events,
+}
+
+/// Counts per structure, for the `scheduler_pending_pods{queue}` gauge.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sizes {
+    /// activeQ.
+    pub active: usize,
+    /// backoffQ.
+    pub backoff: usize,
+    /// The unschedulable pool.
+    pub unschedulable: usize,
+    /// Gated pods.
+    pub gated: usize,
+}
+
+/// The scheduling queue.
+#[derive(Debug)]
+pub struct SchedulingQueue {
+    entries: HashMap<String, Entry>,
+    active: BTreeSet<(Reverse<i32>, i64, u64, String)>,
+    backoff: BTreeSet<(Instant, u64, String)>,
+    seq: u64,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    /// Bumped on every move request; a pod popped before it goes to backoffQ on failure.
+    move_cycle: u64,
+    popped_at: HashMap<String, u64>,
+    epoch: Instant,
+}
+
+impl SchedulingQueue {
+    /// An empty queue with these backoff bounds.
+    pub fn new(initial_backoff: Duration, max_backoff: Duration, now: Instant) -> Self {
+        SchedulingQueue {
+            entries: HashMap::new(),
+            active: BTreeSet::new(),
+            backoff: BTreeSet::new(),
+            seq: 0,
+            initial_backoff,
+            max_backoff,
+            move_cycle: 0,
+            popped_at: HashMap::new(),
+            epoch: now,
+        }
+    }
+
+    fn ms(&self, t: Instant) -> i64 {
+        t.saturating_duration_since(self.epoch).as_millis() as i64
+    }
+
+    /// Backoff after `attempts` failed attempts.
+    pub fn backoff_for(&self, attempts: u32) -> Duration {
+        let mut d = self.initial_backoff;
+        for _ in 1..attempts.max(1) {
+            d = d.saturating_mul(2);
+            if d >= self.max_backoff {
+                return self.max_backoff;
+            }
+        }
+        d.min(self.max_backoff)
+    }
+
+    fn unlink(&mut self, uid: &str) -> Option<Entry> {
+        let e = self.entries.remove(uid)?;
+        match e.place {
+            Place::Active => {
+                let k = e.active_key;
+                self.active.remove(&(k.0, k.1, k.2, uid.to_string()));
+            }
+            Place::Backoff => {
+                if let Some(t) = e.backoff_until {
+                    self.backoff.remove(&(t, e.seq, uid.to_string()));
+                }
+            }
+            _ => {}
+        }
+        Some(e)
+    }
+
+    fn put(&mut self, mut e: Entry, place: Place, now: Instant) {
+        let uid = e.qp.pod.uid.clone();
+        e.place = place;
+        match place {
+            Place::Active => {
+                e.active_key = (Reverse(e.qp.pod.priority), e.qp.timestamp_ms, e.seq);
+                self.active.insert((e.active_key.0, e.active_key.1, e.active_key.2, uid.clone()));
+            }
+            Place::Backoff => {
+                let t = e.backoff_until.unwrap_or(now);
+                self.backoff.insert((t, e.seq, uid.clone()));
+            }
+            Place::Unschedulable | Place::Gated => e.since = now,
+            Place::InFlight => {}
+        }
+        self.entries.insert(uid, e);
+    }
+
+    /// A new pending pod. `gated`: PreEnqueue refused it.
+    pub fn add(&mut self, pod: Arc<PodInfo>, gated: bool, now: Instant) {
+        if let Some(e) = self.entries.get(&pod.uid) {
+            if e.place == Place::InFlight {
+                // Updated while being scheduled: keep the newer object for the retry.
+                let mut e = e.clone();
+                e.qp.pod = pod;
+                self.entries.insert(e.qp.pod.uid.clone(), e);
+                return;
+            }
+            return self.update(pod, gated, now);
+        }
+        self.seq += 1;
+        let e = Entry {
+            qp: QueuedPod { pod, timestamp_ms: self.ms(now), attempts: 0 },
+            place: Place::Active,
+            seq: self.seq,
+            active_key: (Reverse(0), 0, 0),
+            backoff_until: None,
+            since: now,
+            events: Events::ALL,
+        };
+        self.put(e, if gated { Place::Gated } else { Place::Active }, now);
+    }
+
+    /// An update of a pending pod: it replaces the queued one; a pod waiting
+    /// in the pool (or gated) is moved, since the change may make it schedulable.
+    pub fn update(&mut self, pod: Arc<PodInfo>, gated: bool, now: Instant) {
+        let Some(mut e) = self.unlink(&pod.uid) else {
+            return self.add(pod, gated, now);
+        };
+        let place = e.place;
+        e.qp.pod = pod;
+        let to = match place {
+            Place::InFlight => Place::InFlight,
+            _ if gated => Place::Gated,
+            Place::Active | Place::Gated => Place::Active,
+            Place::Backoff | Place::Unschedulable => self.after_backoff(&mut e, now),
+        };
+        self.put(e, to, now);
+    }
+
+    fn after_backoff(&self, e: &mut Entry, now: Instant) -> Place {
+        let until = e.backoff_until.unwrap_or(now);
+        if until > now {
+            Place::Backoff
+        } else {
+            Place::Active
+        }
+    }
+
+    /// A pod left (deleted, or bound by someone else).
+    pub fn delete(&mut self, uid: &str) {
+        self.unlink(uid);
+        self.popped_at.remove(uid);
+    }
+
+    /// The next pod to schedule (after moving expired backoffs in).
+    pub fn pop(&mut self, now: Instant) -> Option<QueuedPod> {
+        self.flush_backoff(now);
+        let first = self.active.iter().next().cloned()?;
+        self.active.remove(&first);
+        let uid = first.3;
+        let e = self.entries.get_mut(&uid)?;
+        e.place = Place::InFlight;
+        e.qp.attempts += 1;
+        self.popped_at.insert(uid, self.move_cycle);
+        Some(e.qp.clone())
+    }
+
+    /// The popped pod was bound (or given up): it leaves the queue.
+    pub fn done(&mut self, uid: &str) {
+        self.delete(uid);
+    }
+
+    /// The popped pod did not fit: it waits for one of `events` (or five
+    /// minutes) in the pool, or in backoffQ if a move request came meanwhile.
+    pub fn unschedulable(&mut self, uid: &str, events: Events, now: Instant) {
+        let popped = self.popped_at.remove(uid);
+        let Some(mut e) = self.unlink(uid) else { return };
+        e.events = events;
+        e.backoff_until = Some(now + self.backoff_for(e.qp.attempts));
+        let moved_meanwhile = popped.is_some_and(|c| c < self.move_cycle);
+        let to = if moved_meanwhile { Place::Backoff } else { Place::Unschedulable };
+        self.put(e, to, now);
+    }
+
+    /// The popped pod failed with an error (or its bind failed): backoffQ.
+    pub fn error(&mut self, uid: &str, now: Instant) {
+        self.popped_at.remove(uid);
+        let Some(mut e) = self.unlink(uid) else { return };
+        e.backoff_until = Some(now + self.backoff_for(e.qp.attempts));
+        self.put(e, Place::Backoff, now);
+    }
+
+    /// A cluster event: pool pods whose rejectors care about it move on.
+    pub fn on_event(&mut self, event: Events, now: Instant) {
+        self.move_cycle += 1;
+        let uids: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.place == Place::Unschedulable && e.events.intersects(event))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for u in uids {
+            if let Some(mut e) = self.unlink(&u) {
+                let to = self.after_backoff(&mut e, now);
+                self.put(e, to, now);
+            }
+        }
+    }
+
+    fn flush_backoff(&mut self, now: Instant) {
+        while let Some(first) = self.backoff.iter().next().cloned() {
+            if first.0 > now {
+                break;
+            }
+            self.backoff.remove(&first);
+            if let Some(e) = self.entries.remove(&first.2) {
+                let mut e = e;
+                e.place = Place::Backoff; // already unlinked from the set above
+                self.put(e, Place::Active, now);
+            }
+        }
+    }
+
+    /// Periodic work: backoffs that expired go active; pool pods older than
+    /// five minutes are retried.
+    pub fn tick(&mut self, now: Instant) {
+        self.flush_backoff(now);
+        let stale: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.place == Place::Unschedulable && now.saturating_duration_since(e.since) >= MAX_IN_UNSCHEDULABLE)
+            .map(|(u, _)| u.clone())
+            .collect();
+        for u in stale {
+            if let Some(mut e) = self.unlink(&u) {
+                let to = self.after_backoff(&mut e, now);
+                self.put(e, to, now);
+            }
+        }
+    }
+
+    /// When the queue next needs a tick (earliest backoff expiry or pool deadline).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let b = self.backoff.iter().next().map(|x| x.0);
+        let u = self.entries.values().filter(|e| e.place == Place::Unschedulable).map(|e| e.since + MAX_IN_UNSCHEDULABLE).min();
+        match (b, u) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Where a pod is.
+    pub fn place(&self, uid: &str) -> Option<Place> {
+        self.entries.get(uid).map(|e| e.place)
+    }
+
+    /// The queued pod, wherever it waits.
+    pub fn get(&self, uid: &str) -> Option<&QueuedPod> {
+        self.entries.get(uid).map(|e| &e.qp)
+    }
+
+    /// Sizes per structure.
+    pub fn sizes(&self) -> Sizes {
+        let mut s = Sizes::default();
+        for e in self.entries.values() {
+            match e.place {
+                Place::Active => s.active += 1,
+                Place::Backoff => s.backoff += 1,
+                Place::Unschedulable => s.unschedulable += 1,
+                Place::Gated => s.gated += 1,
+                Place::InFlight => {}
+            }
+        }
+        s
+    }
+
+    /// Number of pods held, in flight included.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Is the queue empty?
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;
