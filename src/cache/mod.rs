@@ -4,11 +4,15 @@
 //! One owner (the scheduling loop, or an offline command) mutates it between
 //! cycles; a cycle reads it through `&Snapshot`, so no copy is taken per cycle.
 
+mod state;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::model::selector::{Labels, Selector};
 use crate::model::{NodeInfo, NodeSpec, PodInfo};
+
+pub use state::{Cache, PodState};
 
 /// A PodDisruptionBudget, compiled.
 #[derive(Clone, Debug)]
