@@ -323,40 +323,8 @@ impl Engine {
             let known: Vec<String> = self.cluster.pending.iter().map(|p| p.key()).collect();
             Error::NoSuchPod(key.into(), if known.is_empty() { "none".into() } else { known.join(", ") })
         })?;
-        let snap = &self.cluster.snapshot;
-        let mut out = Explain {
-            pod: key.into(),
-            profile: String::new(),
-            nodes: Vec::new(),
-            selected: None,
-            message: None,
-            preemption: None,
-            weights: serde_json::Map::new(),
-        };
-        let Some(fw) = self.framework_for(&pod) else {
-            out.message = Some("no scheduling profile is configured".into());
-            return Ok(out);
-        };
-        out.profile = fw.profile.clone();
-        let gate = fw.run_pre_enqueue(&pod);
-        if !gate.is_success() {
-            out.message = Some(format!("not scheduled: {} ({})", gate.message(), gate.plugin));
-            out.nodes = snap.nodes.iter().map(|n| NodeExplain { name: n.name().into(), feasible: false, reasons: vec![Rejection { plugin: gate.plugin.into(), reason: gate.message() }], scores: None, total: None }).collect();
-            return Ok(out);
-        }
-        let (o, _) = fw.schedule(&pod, snap, CycleOptions { explain: true, skip_post_filter: false });
-        for name in &o.score_plugins {
-            out.weights.insert((*name).into(), Value::from(fw.weight(name).unwrap_or(1)));
-        }
-        out.nodes = node_explains(&o, snap);
-        out.selected = o.selected.map(|i| snap.nodes[i].name().to_string());
-        out.message = o.message.clone();
-        if let Some(pf) = &o.post_filter {
-            if let Some(n) = &pf.nominated_node {
-                out.preemption = Some(PreemptionExplain { nominated_node: n.clone(), victims: pf.victims.iter().map(|v| v.key()).collect() });
-            }
-        }
-        Ok(out)
+        let fw = self.framework_for(&pod);
+        Ok(explain_pod(fw, &self.cluster.snapshot, &pod))
     }
 
     /// Schedules every pending pod in queue order, updating the cluster after
@@ -424,6 +392,47 @@ impl Engine {
         }
         Simulation { placements }
     }
+}
+
+/// Explains one scheduling cycle of `pod` with `fw` over `snap` (nothing is changed).
+pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) -> Explain {
+    let mut out = Explain {
+        pod: pod.key(),
+        profile: String::new(),
+        nodes: Vec::new(),
+        selected: None,
+        message: None,
+        preemption: None,
+        weights: serde_json::Map::new(),
+    };
+    let Some(fw) = fw else {
+        out.message = Some("no scheduling profile is configured".into());
+        return out;
+    };
+    out.profile = fw.profile.clone();
+    let gate = fw.run_pre_enqueue(pod);
+    if !gate.is_success() {
+        out.message = Some(format!("not scheduled: {} ({})", gate.message(), gate.plugin));
+        out.nodes = snap
+            .nodes
+            .iter()
+            .map(|n| NodeExplain { name: n.name().into(), feasible: false, reasons: vec![Rejection { plugin: gate.plugin.into(), reason: gate.message() }], scores: None, total: None })
+            .collect();
+        return out;
+    }
+    let (o, _) = fw.schedule(pod, snap, CycleOptions { explain: true, skip_post_filter: false });
+    for name in &o.score_plugins {
+        out.weights.insert((*name).into(), Value::from(fw.weight(name).unwrap_or(1)));
+    }
+    out.nodes = node_explains(&o, snap);
+    out.selected = o.selected.map(|i| snap.nodes[i].name().to_string());
+    out.message = o.message.clone();
+    if let Some(pf) = &o.post_filter {
+        if let Some(n) = &pf.nominated_node {
+            out.preemption = Some(PreemptionExplain { nominated_node: n.clone(), victims: pf.victims.iter().map(|v| v.key()).collect() });
+        }
+    }
+    out
 }
 
 fn node_explains(o: &CycleOutcome, snap: &Snapshot) -> Vec<NodeExplain> {

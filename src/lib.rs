@@ -11,6 +11,7 @@ pub mod bench;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod engine;
 pub mod framework;
 pub mod model;

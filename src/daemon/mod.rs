@@ -1,0 +1,596 @@
+//! `berth run`: the in-cluster scheduler. Watchers feed one scheduling loop
+//! that owns the cache and the queue; it schedules one pod at a time and hands
+//! API writes (binds, status, events, preemption) to the writer, whose results
+//! come back as messages. Only the lease holder schedules and writes.
+
+pub mod admin;
+pub mod leader;
+pub mod metrics;
+pub mod watch;
+pub mod writer;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1 as policy;
+use thiserror::Error;
+use tokio::sync::{mpsc, watch as signal};
+use tokio::time::Instant;
+
+use crate::cache::{Cache, Pdb};
+use crate::config::Config;
+use crate::engine::explain_pod;
+use crate::framework::{CycleOptions, Events, Framework};
+use crate::model::selector::Selector;
+use crate::model::{NodeSpec, PodInfo};
+use crate::queue::SchedulingQueue;
+
+use self::admin::ExplainRequest;
+use self::metrics::Metrics;
+use self::watch::{Change, WatchEvent};
+use self::writer::{BindOutcome, BindResult, Writer};
+
+/// Why the daemon could not start.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// Metrics could not be registered.
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// The admin listener could not bind.
+    #[error("binding the admin listener on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Options of a running daemon beyond the configuration file.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Admin listener (/metrics, /healthz, /livez, /readyz, /debug/explain).
+    pub bind_address: SocketAddr,
+    /// This replica's identity in the Lease.
+    pub identity: String,
+    /// Concurrent API writes.
+    pub write_concurrency: usize,
+    /// Seed for tie-breaking.
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            bind_address: SocketAddr::from(([0, 0, 0, 0], 10259)),
+            identity: format!("berth-{}", std::process::id()),
+            write_concurrency: 16,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// A running daemon.
+pub struct Handle {
+    /// The admin listener's address.
+    pub admin_addr: SocketAddr,
+    stop: signal::Sender<bool>,
+    /// True while this replica leads.
+    pub leading: signal::Receiver<bool>,
+    /// True once every watcher has synced.
+    pub ready: signal::Receiver<bool>,
+    tasks: tokio::task::JoinSet<()>,
+    /// The metrics.
+    pub metrics: Metrics,
+}
+
+impl Handle {
+    /// Stops taking pods, finishes or abandons in-flight writes, releases the lease.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        let deadline = tokio::time::sleep(Duration::from_secs(15));
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                r = self.tasks.join_next() => if r.is_none() { break },
+                _ = &mut deadline => {
+                    self.tasks.abort_all();
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Stops without releasing anything, as a crash would (tests of failover).
+    pub fn abort(mut self) {
+        self.tasks.abort_all();
+    }
+}
+
+/// Starts the daemon with `client`: watchers, leader election, the admin
+/// listener and the scheduling loop.
+pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Result<Handle, Error> {
+    let metrics = Metrics::new()?;
+    let (stop_tx, stop_rx) = signal::channel(false);
+    let le = &config.raw.leader_election;
+    let (leading_tx, leading_rx) = signal::channel(!le.leader_elect);
+    let (ready_tx, ready_rx) = signal::channel(false);
+    let (watch_tx, watch_rx) = mpsc::channel(4096);
+    let (bind_tx, bind_rx) = mpsc::unbounded_channel();
+    let (explain_tx, explain_rx) = mpsc::channel(16);
+    let mut tasks = tokio::task::JoinSet::new();
+
+    let listener = admin::bind(opts.bind_address).await.map_err(|source| Error::Listen { addr: opts.bind_address, source })?;
+    let admin_addr = listener.local_addr().map_err(|source| Error::Listen { addr: opts.bind_address, source })?;
+    let app = admin::router(metrics.clone(), ready_rx.clone(), explain_tx);
+    let stop = stop_rx.clone();
+    tasks.spawn(async move {
+        if let Err(e) = admin::serve(listener, app, stop).await {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+    });
+
+    watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &mut tasks);
+
+    if le.leader_elect {
+        let cfg = leader::LeaderConfig {
+            namespace: le.resource_namespace.clone(),
+            name: le.resource_name.clone(),
+            identity: opts.identity.clone(),
+            lease_duration: config.lease_duration,
+            renew_deadline: config.renew_deadline,
+            retry_period: config.retry_period,
+        };
+        tasks.spawn(leader::run(client.clone(), cfg, leading_tx, stop_rx.clone()));
+    } else {
+        // Keep the sender alive for the daemon's lifetime.
+        let mut stop = stop_rx.clone();
+        tasks.spawn(async move {
+            let _ = stop.changed().await;
+            let _ = leading_tx.send(false);
+        });
+    }
+
+    let cc = &config.raw.client_connection;
+    let writer = Writer::new(client, leading_rx.clone(), cc.qps, cc.burst, opts.write_concurrency, bind_tx);
+    let frameworks = config.frameworks(opts.seed);
+    let now = Instant::now().into_std();
+    let lp = Loop {
+        profiles: frameworks.iter().map(|f| f.profile.clone()).collect(),
+        frameworks,
+        cache: Cache::new(),
+        queue: SchedulingQueue::new(config.pod_initial_backoff, config.pod_max_backoff, now),
+        pending: HashMap::new(),
+        pdbs: HashMap::new(),
+        first_seen: HashMap::new(),
+        synced: [false; 4],
+        ready: ready_tx,
+        writer: writer.clone(),
+        metrics: metrics.clone(),
+        leading: leading_rx.clone(),
+    };
+    tasks.spawn(lp.run(watch_rx, bind_rx, explain_rx, stop_rx, writer));
+    Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics })
+}
+
+struct Loop {
+    frameworks: Vec<Framework>,
+    profiles: HashSet<String>,
+    cache: Cache,
+    queue: SchedulingQueue,
+    /// Pending pods of our profiles, by uid.
+    pending: HashMap<String, Arc<PodInfo>>,
+    pdbs: HashMap<String, Pdb>,
+    first_seen: HashMap<String, Instant>,
+    synced: [bool; 4],
+    ready: signal::Sender<bool>,
+    writer: Writer,
+    metrics: Metrics,
+    leading: signal::Receiver<bool>,
+}
+
+fn node_events(old: Option<&NodeSpec>, new: &NodeSpec) -> Events {
+    let Some(old) = old else { return Events::NODE_ADD };
+    let mut e = Events::default();
+    if old.allocatable != new.allocatable {
+        e = e.or(Events::NODE_ALLOCATABLE);
+    }
+    if old.labels != new.labels {
+        e = e.or(Events::NODE_LABEL);
+    }
+    if old.taints != new.taints {
+        e = e.or(Events::NODE_TAINT);
+    }
+    if old.unschedulable != new.unschedulable {
+        e = e.or(Events::NODE_UNSCHEDULABLE);
+    }
+    if old.images.len() != new.images.len() {
+        e = e.or(Events::NODE_IMAGES);
+    }
+    e
+}
+
+impl Loop {
+    fn framework(&self, pod: &PodInfo) -> Option<&Framework> {
+        self.frameworks.iter().find(|f| f.profile == pod.scheduler_name)
+    }
+
+    fn now() -> std::time::Instant {
+        Instant::now().into_std()
+    }
+
+    fn event(&mut self, e: Events) {
+        if e != Events::default() {
+            self.queue.on_event(e, Self::now());
+        }
+    }
+
+    fn apply_pod(&mut self, pod: &core::Pod) {
+        let info = PodInfo::from_pod(pod);
+        let uid = info.uid.clone();
+        if info.node_name.is_some() {
+            self.queue.delete(&uid);
+            self.pending.remove(&uid);
+            let old = self.cache.snapshot().pod_node(&uid).is_some();
+            let old_labels = if old {
+                self.cache.snapshot().pod_node(&uid).and_then(|n| self.cache.snapshot().node(n)).and_then(|n| n.pods.iter().find(|p| p.uid == uid).map(|p| p.labels.clone()))
+            } else {
+                None
+            };
+            let terminated = info.terminated;
+            let labels = info.labels.clone();
+            self.cache.upsert_bound_pod(info);
+            if terminated {
+                self.event(Events::POD_DELETE);
+            } else if !old {
+                self.event(Events::POD_ADD);
+            } else if old_labels.is_some_and(|l| l != labels) {
+                self.event(Events::POD_LABEL);
+            }
+            return;
+        }
+        // Pending.
+        let snap = self.cache.snapshot_mut();
+        match &info.nominated_node {
+            Some(n) => snap.nominate(info.clone(), &n.clone()),
+            None => snap.clear_nomination(&uid),
+        }
+        if !self.profiles.contains(&info.scheduler_name) {
+            return;
+        }
+        if info.terminating || info.terminated {
+            self.queue.delete(&uid);
+            self.pending.remove(&uid);
+            return;
+        }
+        let gated = self.framework(&info).is_some_and(|f| !f.run_pre_enqueue(&info).is_success());
+        let is_new = !self.pending.contains_key(&uid);
+        self.first_seen.entry(uid.clone()).or_insert_with(Instant::now);
+        self.pending.insert(uid.clone(), info.clone());
+        if is_new {
+            self.metrics.incoming_pods.with_label_values(&[if gated { "gated" } else { "active" }, "PodAdd"]).inc();
+            self.queue.add(info, gated, Self::now());
+        } else {
+            self.queue.update(info, gated, Self::now());
+        }
+    }
+
+    fn delete_pod(&mut self, uid: &str) {
+        let was_bound = self.cache.pod_state(uid).is_some();
+        self.cache.remove_pod(uid);
+        self.queue.delete(uid);
+        self.pending.remove(uid);
+        self.first_seen.remove(uid);
+        if was_bound {
+            self.event(Events::POD_DELETE);
+        }
+    }
+
+    fn apply(&mut self, ev: WatchEvent) {
+        match ev {
+            WatchEvent::Pod(c) => match c {
+                Change::Apply(p) => self.apply_pod(&p),
+                Change::Delete(p) => {
+                    let uid = PodInfo::from_pod(&p).uid.clone();
+                    self.delete_pod(&uid);
+                }
+                Change::Relist(all) => {
+                    let live: HashSet<String> = all.iter().map(|p| PodInfo::from_pod(p).uid.clone()).collect();
+                    let gone: Vec<String> = self.cache.pod_uids().chain(self.pending.keys()).filter(|u| !live.contains(*u)).cloned().collect();
+                    for u in gone {
+                        // Assumed pods are kept: their bind is still in flight.
+                        if self.cache.pod_state(&u) != Some(crate::cache::PodState::Assumed) {
+                            self.delete_pod(&u);
+                        }
+                    }
+                    for p in &all {
+                        self.apply_pod(p);
+                    }
+                    self.mark_synced(0);
+                }
+            },
+            WatchEvent::Node(c) => match c {
+                Change::Apply(n) => self.apply_node(&n),
+                Change::Delete(n) => {
+                    self.cache.remove_node(n.metadata.name.as_deref().unwrap_or_default());
+                }
+                Change::Relist(all) => {
+                    let live: HashSet<&str> = all.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
+                    let gone: Vec<String> = self.cache.snapshot().nodes.iter().map(|n| n.name().to_string()).filter(|n| !live.contains(n.as_str())).collect();
+                    for n in gone {
+                        self.cache.remove_node(&n);
+                    }
+                    for n in &all {
+                        self.apply_node(n);
+                    }
+                    self.mark_synced(1);
+                }
+            },
+            WatchEvent::Pdb(c) => {
+                match c {
+                    Change::Apply(p) => self.apply_pdb(&p),
+                    Change::Delete(p) => {
+                        self.pdbs.remove(&key(&p.metadata));
+                    }
+                    Change::Relist(all) => {
+                        self.pdbs.clear();
+                        for p in &all {
+                            self.apply_pdb(p);
+                        }
+                        self.mark_synced(2);
+                    }
+                }
+                self.cache.snapshot_mut().pdbs = self.pdbs.values().cloned().collect();
+                self.event(Events::PDB);
+            }
+            WatchEvent::Namespace(c) => {
+                let snap = self.cache.snapshot_mut();
+                match c {
+                    Change::Apply(n) => {
+                        snap.namespaces.insert(n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default());
+                    }
+                    Change::Delete(n) => {
+                        snap.namespaces.remove(n.metadata.name.as_deref().unwrap_or_default());
+                    }
+                    Change::Relist(all) => {
+                        snap.namespaces = all.iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default())).collect();
+                        self.mark_synced(3);
+                    }
+                }
+                self.event(Events::NAMESPACE);
+            }
+        }
+    }
+
+    fn apply_node(&mut self, n: &core::Node) {
+        let spec = NodeSpec::from_node(n);
+        for e in &spec.errors {
+            tracing::warn!(node = %spec.name, error = %e, "node field ignored");
+        }
+        let ev = node_events(self.cache.snapshot().node(&spec.name).map(|ni| &*ni.node), &spec);
+        self.cache.upsert_node(spec);
+        self.event(ev);
+    }
+
+    fn apply_pdb(&mut self, p: &policy::PodDisruptionBudget) {
+        let sel = p.spec.as_ref().and_then(|s| s.selector.as_ref());
+        let selector = match sel {
+            Some(s) if s.match_labels.as_ref().is_some_and(|m| !m.is_empty()) || s.match_expressions.as_ref().is_some_and(|m| !m.is_empty()) => {
+                Selector::from_label_selector(Some(s), "spec.selector").unwrap_or_else(|e| {
+                    tracing::warn!(pdb = %key(&p.metadata), error = %e, "PodDisruptionBudget selector ignored");
+                    Selector::nothing()
+                })
+            }
+            _ => Selector::nothing(),
+        };
+        let pdb = Pdb {
+            namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: p.metadata.name.clone().unwrap_or_default(),
+            selector,
+            disruptions_allowed: i64::from(p.status.as_ref().and_then(|s| s.disruptions_allowed).unwrap_or(0)),
+        };
+        self.pdbs.insert(key(&p.metadata), pdb);
+    }
+
+    fn mark_synced(&mut self, i: usize) {
+        if !self.synced[i] {
+            self.synced[i] = true;
+            if self.synced.iter().all(|s| *s) {
+                tracing::info!(nodes = self.cache.snapshot().nodes.len(), pods = self.cache.pod_count(), pending = self.pending.len(), "caches synced");
+                let _ = self.ready.send(true);
+            }
+        }
+    }
+
+    async fn schedule_one(&mut self) -> bool {
+        let now = Self::now();
+        let Some(qp) = self.queue.pop(now) else { return false };
+        let pod = qp.pod.clone();
+        if self.cache.pod_state(&pod.uid).is_some() {
+            self.queue.done(&pod.uid);
+            return true;
+        }
+        let Some(fi) = self.frameworks.iter().position(|f| f.profile == pod.scheduler_name) else {
+            self.queue.done(&pod.uid);
+            return true;
+        };
+        let start = Instant::now();
+        let fw = &self.frameworks[fi];
+        let profile = fw.profile.clone();
+        let (o, mut state) = fw.schedule(&pod, self.cache.snapshot(), CycleOptions::default());
+        let elapsed = start.elapsed().as_secs_f64();
+        if let Some(i) = o.selected {
+            let node = self.cache.snapshot().nodes[i].name().to_string();
+            let s = fw.run_reserve(&mut state, &pod, &node);
+            let s = if s.is_success() { fw.run_permit(&mut state, &pod, &node) } else { s };
+            if !s.is_success() {
+                fw.run_unreserve(&mut state, &pod, &node);
+                self.metrics.schedule_attempts.with_label_values(&["error", &profile]).inc();
+                self.queue.error(&pod.uid, now);
+                return true;
+            }
+            let mut bound = (*pod).clone();
+            bound.node_name = Some(node.clone());
+            bound.nominated_node = None;
+            self.cache.assume(Arc::new(bound));
+            self.metrics.schedule_attempts.with_label_values(&["scheduled", &profile]).inc();
+            self.metrics.attempt_duration.with_label_values(&["scheduled", &profile]).observe(elapsed);
+            self.writer.bind(pod, node, start.into_std()).await;
+            return true;
+        }
+        if let Some(err) = &o.error {
+            tracing::warn!(pod = %pod.key(), error = %err, "scheduling error");
+            self.metrics.schedule_attempts.with_label_values(&["error", &profile]).inc();
+            self.metrics.attempt_duration.with_label_values(&["error", &profile]).observe(elapsed);
+            self.writer.report_failure(pod.clone(), "SchedulerError", o.message.clone().unwrap_or_else(|| err.message()), None).await;
+            self.queue.error(&pod.uid, now);
+            return true;
+        }
+        self.metrics.schedule_attempts.with_label_values(&["unschedulable", &profile]).inc();
+        self.metrics.attempt_duration.with_label_values(&["unschedulable", &profile]).observe(elapsed);
+        let mut nominated = None;
+        if let Some(pf) = &o.post_filter {
+            self.metrics.preemption_attempts.inc();
+            if let Some(n) = &pf.nominated_node {
+                self.metrics.preemption_victims.observe(pf.victims.len() as f64);
+                nominated = Some(n.clone());
+                for v in &pf.victims {
+                    self.writer.preempt(v.clone(), pod.clone(), n.clone(), profile.clone()).await;
+                }
+                // Lower-priority pods nominated to the same node lose their nomination.
+                let lower: Vec<Arc<PodInfo>> = self.cache.snapshot().nominated.get(n).map(|v| v.iter().filter(|p| p.priority < pod.priority && p.uid != pod.uid).cloned().collect()).unwrap_or_default();
+                for p in lower {
+                    self.cache.snapshot_mut().clear_nomination(&p.uid);
+                    self.writer.clear_nomination(p).await;
+                }
+                let mut np = (*pod).clone();
+                np.nominated_node = Some(n.clone());
+                self.cache.snapshot_mut().nominate(Arc::new(np), n);
+            }
+        }
+        let message = o.message.clone().unwrap_or_default();
+        tracing::info!(pod = %pod.key(), %message, "unschedulable");
+        let was_nominated = nominated.is_some();
+        self.writer.report_failure(pod.clone(), "Unschedulable", message, nominated).await;
+        let mut mask = Events::default();
+        for name in &o.unschedulable_plugins {
+            match fw.plugins().find(|p| p.name() == *name) {
+                Some(p) => mask = mask.or(p.events()),
+                None => mask = Events::ALL,
+            }
+        }
+        if mask == Events::default() {
+            mask = Events::ALL;
+        }
+        // A nominated preemptor waits for its victims to go.
+        if was_nominated {
+            mask = mask.or(Events::POD_DELETE);
+        }
+        self.queue.unschedulable(&pod.uid, mask, now);
+        true
+    }
+
+    fn bind_result(&mut self, r: BindResult) {
+        let uid = r.pod.uid.clone();
+        match r.outcome {
+            BindOutcome::Bound => {
+                self.queue.done(&uid);
+                if let Some(t) = self.first_seen.remove(&uid) {
+                    let attempts = self.queue.get(&uid).map(|q| q.attempts).unwrap_or(1).to_string();
+                    self.metrics.sli_duration.with_label_values(&[&attempts]).observe(t.elapsed().as_secs_f64());
+                }
+                tracing::debug!(pod = %r.pod.key(), node = %r.node, "bound");
+            }
+            BindOutcome::AlreadyBound => {
+                self.cache.forget(&uid);
+                self.queue.done(&uid);
+            }
+            BindOutcome::Gone => {
+                self.cache.forget(&uid);
+                self.delete_pod(&uid);
+            }
+            BindOutcome::NotLeader => {
+                self.cache.forget(&uid);
+                self.queue.error(&uid, Self::now());
+            }
+            BindOutcome::Failed(m) => {
+                tracing::warn!(pod = %r.pod.key(), node = %r.node, error = %m, "bind failed; retrying with backoff");
+                self.cache.forget(&uid);
+                self.queue.error(&uid, Self::now());
+            }
+        }
+    }
+
+    fn explain(&self, req: ExplainRequest) {
+        let pod = self.pending.values().find(|p| p.key() == req.pod).cloned();
+        let answer = match pod {
+            None => Err(format!("pod {} is not a pending pod of this scheduler", req.pod)),
+            Some(p) => {
+                let x = explain_pod(self.framework(&p), self.cache.snapshot(), &p);
+                serde_json::to_value(&x).map_err(|e| e.to_string())
+            }
+        };
+        let _ = req.reply.send(answer);
+    }
+
+    fn gauges(&self) {
+        let s = self.queue.sizes();
+        for (q, v) in [("active", s.active), ("backoff", s.backoff), ("unschedulable", s.unschedulable), ("gated", s.gated)] {
+            self.metrics.pending_pods.with_label_values(&[q]).set(v as i64);
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut watch_rx: mpsc::Receiver<WatchEvent>,
+        mut bind_rx: mpsc::UnboundedReceiver<BindResult>,
+        mut explain_rx: mpsc::Receiver<ExplainRequest>,
+        mut stop: signal::Receiver<bool>,
+        writer: Writer,
+    ) {
+        let mut last_tick = Instant::now();
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            // Take in everything that has arrived before deciding anything.
+            while let Ok(ev) = watch_rx.try_recv() {
+                self.apply(ev);
+            }
+            while let Ok(r) = bind_rx.try_recv() {
+                self.bind_result(r);
+            }
+            while let Ok(req) = explain_rx.try_recv() {
+                self.explain(req);
+            }
+            if last_tick.elapsed() >= Duration::from_millis(500) {
+                self.queue.tick(Self::now());
+                self.gauges();
+                last_tick = Instant::now();
+            }
+            let ready = self.synced.iter().all(|s| *s);
+            if ready && *self.leading.borrow() && self.schedule_one().await {
+                continue;
+            }
+            let wait = self.queue.next_deadline().map(|d| d.saturating_duration_since(Self::now())).unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));
+            tokio::select! {
+                Some(ev) = watch_rx.recv() => self.apply(ev),
+                Some(r) = bind_rx.recv() => self.bind_result(r),
+                Some(req) = explain_rx.recv() => self.explain(req),
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.leading.changed() => {}
+                _ = stop.changed() => break,
+            }
+        }
+        tracing::info!("scheduling loop stopping; finishing in-flight writes");
+        writer.drain(Duration::from_secs(10)).await;
+    }
+}
+
+fn key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!("{}/{}", m.namespace.as_deref().unwrap_or("default"), m.name.as_deref().unwrap_or_default())
+}

@@ -1,0 +1,85 @@
+//! Watchers on Pods, Nodes, PodDisruptionBudgets and Namespaces. Each runs
+//! kube-rs's watcher (which resumes from the last resourceVersion, relists on
+//! 410 Gone and backs off on errors) and sends changes to the scheduling loop.
+//! A relist arrives as one `Relist` with every object, so the loop can drop
+//! what disappeared while the watch was down: nothing is lost or counted twice.
+
+use std::fmt::Debug;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1 as policy;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Api;
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch as signal};
+
+/// A change to one kind of object.
+#[derive(Debug)]
+pub enum Change<K> {
+    /// Added or modified.
+    Apply(K),
+    /// Deleted.
+    Delete(K),
+    /// The complete current set after a (re)list.
+    Relist(Vec<K>),
+}
+
+/// A change from one of the watchers.
+#[derive(Debug)]
+pub enum WatchEvent {
+    /// Pods.
+    Pod(Change<core::Pod>),
+    /// Nodes.
+    Node(Change<core::Node>),
+    /// PodDisruptionBudgets.
+    Pdb(Change<policy::PodDisruptionBudget>),
+    /// Namespaces.
+    Namespace(Change<core::Namespace>),
+}
+
+async fn run_one<K, F>(api: Api<K>, wrap: F, tx: mpsc::Sender<WatchEvent>, mut stop: signal::Receiver<bool>, what: &'static str)
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: Fn(Change<K>) -> WatchEvent,
+{
+    let cfg = watcher::Config::default().any_semantic();
+    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut buffer: Vec<K> = Vec::new();
+    loop {
+        let next = tokio::select! {
+            n = stream.next() => n,
+            _ = stop.changed() => return,
+        };
+        let Some(item) = next else { return };
+        let change = match item {
+            Ok(Event::Apply(o)) => Change::Apply(o),
+            Ok(Event::Delete(o)) => Change::Delete(o),
+            Ok(Event::Init) => {
+                buffer.clear();
+                continue;
+            }
+            Ok(Event::InitApply(o)) => {
+                buffer.push(o);
+                continue;
+            }
+            Ok(Event::InitDone) => Change::Relist(std::mem::take(&mut buffer)),
+            Err(e) => {
+                tracing::warn!(kind = what, error = %e, "watch error; retrying with backoff");
+                continue;
+            }
+        };
+        if tx.send(wrap(change)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Starts the four watchers; they stop when `stop` changes.
+pub fn spawn(client: kube::Client, tx: mpsc::Sender<WatchEvent>, stop: signal::Receiver<bool>, tasks: &mut tokio::task::JoinSet<()>) {
+    tasks.spawn(run_one(Api::<core::Pod>::all(client.clone()), WatchEvent::Pod, tx.clone(), stop.clone(), "pods"));
+    tasks.spawn(run_one(Api::<core::Node>::all(client.clone()), WatchEvent::Node, tx.clone(), stop.clone(), "nodes"));
+    tasks.spawn(run_one(Api::<policy::PodDisruptionBudget>::all(client.clone()), WatchEvent::Pdb, tx.clone(), stop.clone(), "poddisruptionbudgets"));
+    tasks.spawn(run_one(Api::<core::Namespace>::all(client), WatchEvent::Namespace, tx, stop, "namespaces"));
+}
