@@ -611,7 +611,8 @@ mod tests {
         };
         let mut disrupted = pdb("web", ("app", "web"), 0);
         disrupted.disrupted_pods = vec!["w0".into()];
-        let rows: Vec<(&str, Vec<Arc<PodInfo>>, Vec<Pdb>, Vec<&str>)> = vec![
+        type PdbRow = (&'static str, Vec<Arc<PodInfo>>, Vec<Pdb>, Vec<&'static str>);
+        let rows: Vec<PdbRow> = vec![
             ("no pdb", vec![p("a", "db")], vec![], vec![]),
             ("budget 1: second pod violates", vec![p("a", "db"), p("b", "db")], vec![pdb("db", ("app", "db"), 1)], vec!["b"]),
             ("no labels never matches", vec![p("a", "")], vec![pdb("db", ("app", "db"), 0)], vec![]),
@@ -626,7 +627,8 @@ mod tests {
 
     #[test]
     fn args_table() {
-        let rows: Vec<(&str, serde_json::Value, Result<(i64, i64), &str>)> = vec![
+        type ArgsRow = (&'static str, serde_json::Value, Result<(i64, i64), &'static str>);
+        let rows: Vec<ArgsRow> = vec![
             ("defaults", serde_json::json!({}), Ok((10, 100))),
             ("apiVersion and kind", serde_json::json!({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "DefaultPreemptionArgs"}), Ok((10, 100))),
             ("zero percentage alone", serde_json::json!({"minCandidateNodesPercentage": 0}), Ok((0, 100))),
@@ -676,7 +678,10 @@ mod tests {
         use super::*;
         use proptest::prelude::*;
 
-        fn cluster() -> impl Strategy<Value = (Vec<u32>, Vec<(usize, i32, u32)>, i32, u32)> {
+        /// Node cpus (cores); pods as (node, priority, cpu in 100m); preemptor priority and cpu (100m).
+        type Cluster = (Vec<u32>, Vec<(usize, i32, u32)>, i32, u32);
+
+        fn cluster() -> impl Strategy<Value = Cluster> {
             (
                 prop::collection::vec(2u32..=8, 3..=6),
                 prop::collection::vec((0usize..6, 0i32..6, 1u32..=20), 0..30),
