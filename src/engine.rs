@@ -171,6 +171,7 @@ impl Cluster {
                         name,
                         selector,
                         disruptions_allowed: i64::from(p.status.as_ref().and_then(|s| s.disruptions_allowed).unwrap_or(0)),
+                        disrupted_pods: p.status.as_ref().and_then(|s| s.disrupted_pods.as_ref()).map(|m| m.keys().cloned().collect()).unwrap_or_default(),
                     });
                 }
                 "" => return Err(err("kind: required field is missing".into())),

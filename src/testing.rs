@@ -166,6 +166,33 @@ impl PodBuilder {
         self
     }
 
+    /// Marks the pod terminating because the scheduler preempted it
+    /// (DisruptionTarget condition with reason PreemptionByScheduler).
+    pub fn preempted(self) -> Self {
+        let mut b = self.terminating();
+        b.pod.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new).push(core::PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("PreemptionByScheduler".into()),
+            ..Default::default()
+        });
+        b
+    }
+
+    /// Sets status.startTime (ms since epoch).
+    pub fn started(mut self, ms: i64) -> Self {
+        if let Ok(t) = k8s_openapi::jiff::Timestamp::from_millisecond(ms) {
+            self.pod.status.get_or_insert_with(Default::default).start_time = Some(meta::Time(t));
+        }
+        self
+    }
+
+    /// Sets status.nominatedNodeName.
+    pub fn nominated(mut self, node: &str) -> Self {
+        self.pod.status.get_or_insert_with(Default::default).nominated_node_name = Some(node.into());
+        self
+    }
+
     /// Sets preemptionPolicy Never.
     pub fn preempt_never(mut self) -> Self {
         self.spec().preemption_policy = Some("Never".into());

@@ -25,6 +25,8 @@ pub struct Pdb {
     pub selector: Selector,
     /// status.disruptionsAllowed.
     pub disruptions_allowed: i64,
+    /// Names of the pods in status.disruptedPods (already being evicted: not counted again).
+    pub disrupted_pods: Vec<String>,
 }
 
 /// The cluster state read by scheduling cycles.

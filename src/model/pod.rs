@@ -121,6 +121,9 @@ pub struct PodInfo {
     pub created_ms: i64,
     /// metadata.deletionTimestamp is set.
     pub terminating: bool,
+    /// Terminating because the scheduler preempted it: deletionTimestamp set and the
+    /// first DisruptionTarget condition is True with reason PreemptionByScheduler.
+    pub preempted_by_scheduler: bool,
     /// status.phase is Succeeded or Failed.
     pub terminated: bool,
     /// spec.priority (0 when unset).
@@ -206,6 +209,11 @@ impl PodInfo {
         };
         p.uid = meta.uid.clone().unwrap_or_else(|| p.key());
         let status = pod.status.as_ref();
+        p.preempted_by_scheduler = p.terminating
+            && status
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+                .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler"));
         p.terminated = matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
         p.nominated_node = status.and_then(|s| s.nominated_node_name.clone()).filter(|s| !s.is_empty());
         p.start_ms = status

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use crate::framework::{Plugin, Points};
 
 use super::{
-    balanced_allocation, default_binder, image_locality, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
+    balanced_allocation, default_binder, default_preemption, image_locality, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
     priority_sort, scheduling_gates, taint_toleration,
 };
 
@@ -92,6 +92,7 @@ pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin
         balanced_allocation::NAME => Arc::new(balanced_allocation::BalancedAllocation::new(args(a)?)?),
         image_locality::NAME => Arc::new(image_locality::ImageLocality),
         default_binder::NAME => Arc::new(default_binder::DefaultBinder),
+        default_preemption::NAME => Arc::new(default_preemption::DefaultPreemption::new(args(a)?)?),
         n => match NO_OPS.iter().find(|x| **x == n) {
             Some(x) => Arc::new(NoOp(x)),
             None => return Err(format!("unknown plugin {n:?}")),
