@@ -15,7 +15,6 @@ use crate::cache::{Pdb, Snapshot};
 use crate::config::Config;
 use crate::framework::{CycleOptions, CycleOutcome, Framework, QueuedPod};
 use crate::model::pod::SpecError;
-use crate::model::selector::Selector;
 use crate::model::{NodeSpec, PodInfo};
 
 /// Why a cluster dump could not be used.
@@ -159,20 +158,9 @@ impl Cluster {
                 }
                 "PodDisruptionBudget" => {
                     let p: policy::PodDisruptionBudget = typed(v).map_err(err)?;
-                    let sel = p.spec.as_ref().and_then(|s| s.selector.as_ref());
-                    let selector = match sel {
-                        Some(s) if s.match_labels.as_ref().is_some_and(|m| !m.is_empty()) || s.match_expressions.as_ref().is_some_and(|m| !m.is_empty()) => {
-                            Selector::from_label_selector(Some(s), "spec.selector").map_err(err)?
-                        }
-                        _ => Selector::nothing(),
-                    };
-                    c.snapshot.pdbs.push(Pdb {
-                        namespace: ns,
-                        name,
-                        selector,
-                        disruptions_allowed: i64::from(p.status.as_ref().and_then(|s| s.disruptions_allowed).unwrap_or(0)),
-                        disrupted_pods: p.status.as_ref().and_then(|s| s.disrupted_pods.as_ref()).map(|m| m.keys().cloned().collect()).unwrap_or_default(),
-                    });
+                    let mut pdb = Pdb::from_api(&p).map_err(err)?;
+                    pdb.namespace = ns;
+                    c.snapshot.pdbs.push(pdb);
                 }
                 "" => return Err(err("kind: required field is missing".into())),
                 other => c.warnings.push(format!("document {doc}: kind {other} ignored")),

@@ -29,6 +29,24 @@ pub struct Pdb {
     pub disrupted_pods: Vec<String>,
 }
 
+impl Pdb {
+    /// Compiles a PodDisruptionBudget. A missing or empty selector selects
+    /// nothing (as preemption reads it); an invalid one is an error naming the field.
+    pub fn from_api(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> Result<Pdb, String> {
+        let sel = p.spec.as_ref().and_then(|s| s.selector.as_ref());
+        let non_empty = sel.is_some_and(|s| s.match_labels.as_ref().is_some_and(|m| !m.is_empty()) || s.match_expressions.as_ref().is_some_and(|m| !m.is_empty()));
+        let selector = if non_empty { Selector::from_label_selector(sel, "spec.selector")? } else { Selector::nothing() };
+        let status = p.status.as_ref();
+        Ok(Pdb {
+            namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: p.metadata.name.clone().unwrap_or_default(),
+            selector,
+            disruptions_allowed: i64::from(status.and_then(|s| s.disruptions_allowed).unwrap_or(0)),
+            disrupted_pods: status.and_then(|s| s.disrupted_pods.as_ref()).map(|m| m.keys().cloned().collect()).unwrap_or_default(),
+        })
+    }
+}
+
 /// The cluster state read by scheduling cycles.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {

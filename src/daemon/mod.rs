@@ -24,7 +24,6 @@ use crate::cache::{Cache, Pdb};
 use crate::config::Config;
 use crate::engine::explain_pod;
 use crate::framework::{CycleOptions, Events, Framework};
-use crate::model::selector::Selector;
 use crate::model::{NodeSpec, PodInfo};
 use crate::queue::SchedulingQueue;
 
@@ -377,23 +376,16 @@ impl Loop {
     }
 
     fn apply_pdb(&mut self, p: &policy::PodDisruptionBudget) {
-        let sel = p.spec.as_ref().and_then(|s| s.selector.as_ref());
-        let selector = match sel {
-            Some(s) if s.match_labels.as_ref().is_some_and(|m| !m.is_empty()) || s.match_expressions.as_ref().is_some_and(|m| !m.is_empty()) => {
-                Selector::from_label_selector(Some(s), "spec.selector").unwrap_or_else(|e| {
-                    tracing::warn!(pdb = %key(&p.metadata), error = %e, "PodDisruptionBudget selector ignored");
-                    Selector::nothing()
-                })
+        match Pdb::from_api(p) {
+            Ok(pdb) => {
+                self.pdbs.insert(key(&p.metadata), pdb);
             }
-            _ => Selector::nothing(),
-        };
-        let pdb = Pdb {
-            namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-            name: p.metadata.name.clone().unwrap_or_default(),
-            selector,
-            disruptions_allowed: i64::from(p.status.as_ref().and_then(|s| s.disruptions_allowed).unwrap_or(0)),
-        };
-        self.pdbs.insert(key(&p.metadata), pdb);
+            Err(e) => {
+                // Upstream skips such a budget during preemption; so do we.
+                tracing::warn!(pdb = %key(&p.metadata), error = %e, "PodDisruptionBudget ignored");
+                self.pdbs.remove(&key(&p.metadata));
+            }
+        }
     }
 
     fn mark_synced(&mut self, i: usize) {
