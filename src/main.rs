@@ -2,17 +2,15 @@
 
 use clap::Parser;
 
-use berth::cli::{offline, Cli, Command};
+use berth::cli::{bench, offline, run, Cli, Command};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let out = match &cli.command {
         Command::Explain(a) => offline::explain(a)?,
         Command::Simulate(a) => offline::simulate(a)?,
-        Command::Bench(a) => {
-            berth::cli::bench::run(a)?;
-            return Ok(());
-        }
+        Command::Bench(a) => return bench::run(a),
+        Command::Run(a) => return tokio::runtime::Runtime::new()?.block_on(run::run(a)),
     };
     println!("{out}");
     Ok(())

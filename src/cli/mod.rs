@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod offline;
+pub mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +22,8 @@ pub enum Command {
     Explain(offline::ExplainArgs),
     /// Show where berth would place every pending pod of a cluster dump.
     Simulate(offline::SimulateArgs),
+    /// Run the scheduler against a Kubernetes API server (in-cluster by default).
+    Run(run::RunArgs),
     /// Run the in-process scheduling benchmarks (upstream scheduler_perf workloads) and print figures.
     Bench(bench::BenchArgs),
 }
