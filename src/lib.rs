@@ -1,0 +1,3 @@
+//! berth: a Kubernetes scheduler.
+
+pub mod cluster;
