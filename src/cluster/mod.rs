@@ -330,12 +330,25 @@ impl LocalCluster {
         format!("http://{}", self.addr)
     }
 
-    /// A kube client for this cluster (default namespace "default").
-    pub fn client(&self) -> Result<kube::Client, Error> {
+    /// A kube client config for this cluster (default namespace
+    /// "default"; kube's default retry of 429/503/504 stays on).
+    pub fn client_config(&self) -> Result<kube::Config, Error> {
         let uri: axum::http::Uri = self.url().parse().map_err(|e| Error::Client(format!("{e}")))?;
         let mut cfg = kube::Config::new(uri);
         cfg.default_namespace = "default".into();
         cfg.read_timeout = Some(Duration::from_secs(60));
+        Ok(cfg)
+    }
+
+    /// A kube client for this cluster, from [`LocalCluster::client_config`].
+    pub fn client(&self) -> Result<kube::Client, Error> {
+        kube::Client::try_from(self.client_config()?).map_err(|e| Error::Client(e.to_string()))
+    }
+
+    /// A kube client that does not retry 429s, to observe raw answers.
+    pub fn client_without_retry(&self) -> Result<kube::Client, Error> {
+        let mut cfg = self.client_config()?;
+        cfg.default_retry = false;
         kube::Client::try_from(cfg).map_err(|e| Error::Client(e.to_string()))
     }
 
