@@ -97,11 +97,10 @@ impl IntoResponse for Error {
         let (code, _, _, _) = self.parts();
         let body = self.status();
         let mut resp = json_response(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body.to_string().into());
-        if let Error::Injected(FaultKind::TooManyRequests { retry_after_seconds }) = &self {
-            if let Ok(v) = HeaderValue::from_str(&retry_after_seconds.to_string()) {
+        if let Error::Injected(FaultKind::TooManyRequests { retry_after_seconds }) = &self
+            && let Ok(v) = HeaderValue::from_str(&retry_after_seconds.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
             }
-        }
         resp
     }
 }
@@ -385,7 +384,7 @@ async fn resource_request(
                     Ok(list_response(r, &lr))
                 }
                 "create" => {
-                    let ns = ns.ok_or_else(|| {
+                    let ns = ns.ok_or({
                         if info.namespaced { Error::MethodNotAllowed } else { Error::NotFound }
                     });
                     let ns = match (info.namespaced, ns) {
@@ -414,11 +413,10 @@ async fn resource_request(
         Target::Item { r, ns, name, sub } => {
             let info = &RESOURCES[r];
             let sub = sub.as_deref();
-            if let Some(s) = sub {
-                if !info.subresources.iter().any(|(n, _, _)| *n == s) {
+            if let Some(s) = sub
+                && !info.subresources.iter().any(|(n, _, _)| *n == s) {
                     return Err(Error::NotFound);
                 }
-            }
             let verb = match (method.clone(), sub) {
                 (Method::GET, _) => "get",
                 (Method::PUT, None | Some("status")) => "update",

@@ -398,11 +398,10 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
         self.server.watch_gen.send_modify(|g| *g += 1);
-        if let Ok(mut g) = self.server.running.try_lock() {
-            if let Some(r) = g.take() {
+        if let Ok(mut g) = self.server.running.try_lock()
+            && let Some(r) = g.take() {
                 let _ = r.stop.send(true);
             }
-        }
     }
 }
 

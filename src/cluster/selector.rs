@@ -277,11 +277,10 @@ pub struct Filter {
 impl Filter {
     /// Does the object pass?
     pub fn matches(&self, obj: &Value) -> bool {
-        if let Some(ns) = &self.namespace {
-            if obj.pointer("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str()) {
+        if let Some(ns) = &self.namespace
+            && obj.pointer("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str()) {
                 return false;
             }
-        }
         self.labels.matches_object(obj) && self.fields.matches(obj)
     }
 }

@@ -711,11 +711,10 @@ impl Store {
         if name.is_empty() && gen_name.is_empty() {
             return Err(invalid(r, "", "metadata.name: Required value: name or generateName is required"));
         }
-        if !name.is_empty() {
-            if let Some(msg) = res::validate_name(&name) {
+        if !name.is_empty()
+            && let Some(msg) = res::validate_name(&name) {
                 return Err(invalid(r, &name, msg));
             }
-        }
         for f in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
             meta.remove(f);
         }
@@ -801,8 +800,8 @@ impl Store {
                     }
                     None => (0, "PreemptLowerPriority".to_string()),
                 };
-                if let Some(p) = spec.get("priority").and_then(Value::as_i64) {
-                    if p != prio {
+                if let Some(p) = spec.get("priority").and_then(Value::as_i64)
+                    && p != prio {
                         return Err(Error::Forbidden {
                             resource: "pods".into(),
                             name: name.to_string(),
@@ -811,7 +810,6 @@ impl Store {
                             ),
                         });
                     }
-                }
                 spec.insert("priority".into(), json!(prio));
                 spec.entry("preemptionPolicy").or_insert_with(|| json!(policy));
                 let qos = res::qos_class(v);
@@ -835,8 +833,8 @@ impl Store {
                         message: "priority class names with 'system-' prefix are reserved".into(),
                     });
                 }
-                if v.get("globalDefault").and_then(Value::as_bool) == Some(true) {
-                    if let Some(other) = inner.kinds[PRIORITY_CLASSES]
+                if v.get("globalDefault").and_then(Value::as_bool) == Some(true)
+                    && let Some(other) = inner.kinds[PRIORITY_CLASSES]
                         .objects
                         .values()
                         .find(|pc| pc.value.get("globalDefault").and_then(Value::as_bool) == Some(true))
@@ -847,7 +845,6 @@ impl Store {
                             format!("globalDefault: Invalid value: true: PriorityClass {} is already marked as default. Only one default can exist", other.name()),
                         ));
                     }
-                }
                 if let Some(m) = v.as_object_mut() {
                     m.entry("preemptionPolicy").or_insert_with(|| json!("PreemptLowerPriority"));
                 }
@@ -948,14 +945,13 @@ impl Store {
             n
         } else {
             let mut n = v;
-            if let (Some(nm), Some(om)) = (n.as_object_mut(), old.value.as_object()) {
-                if info.has_status {
+            if let (Some(nm), Some(om)) = (n.as_object_mut(), old.value.as_object())
+                && info.has_status {
                     match om.get("status") {
                         Some(s) => nm.insert("status".into(), s.clone()),
                         None => nm.remove("status"),
                     };
                 }
-            }
             let om = old.value.get("metadata").cloned().unwrap_or_else(|| json!({}));
             let meta = meta_mut(&mut n)?;
             for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace", "generation"] {
@@ -978,11 +974,10 @@ impl Store {
                         set_path(&mut new, &["spec", "priority"], p);
                     }
                 }
-                PRIORITY_CLASSES => {
-                    if old.value.get("value") != new.get("value") {
+                PRIORITY_CLASSES
+                    if old.value.get("value") != new.get("value") => {
                         return Err(invalid(r, &name, "value: Forbidden: may not be changed in an update."));
                     }
-                }
                 _ => {}
             }
             if old.value.get("spec") != new.get("spec") {
@@ -1030,24 +1025,22 @@ impl Store {
         let mut inner = self.lock();
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
         let old = inner.kinds[r].objects.get(&key).cloned().ok_or_else(|| not_found(r, name))?;
-        if let Some(uid) = &opts.uid {
-            if uid != old.uid() {
+        if let Some(uid) = &opts.uid
+            && uid != old.uid() {
                 return Err(conflict(
                     r,
                     name,
                     format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", old.uid()),
                 ));
             }
-        }
-        if let Some(rv) = &opts.rv {
-            if *rv != old.rv.to_string() {
+        if let Some(rv) = &opts.rv
+            && *rv != old.rv.to_string() {
                 return Err(conflict(
                     r,
                     name,
                     format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", old.rv),
                 ));
             }
-        }
         if r == PODS {
             let bound = !get_str(&old.value, "/spec/nodeName").is_empty();
             let terminal = matches!(get_str(&old.value, "/status/phase"), "Succeeded" | "Failed");
@@ -1088,8 +1081,8 @@ impl Store {
             return self.commit(&mut inner, r, EventType::Modified, v, Some(old));
         }
         if r == res::NAMESPACES {
-            for kr in 0..RESOURCES.len() {
-                if !RESOURCES[kr].namespaced {
+            for (kr, info) in RESOURCES.iter().enumerate() {
+                if !info.namespaced {
                     continue;
                 }
                 let victims: Vec<Arc<Obj>> = inner.kinds[kr].range_ns(Some(name)).map(|(_, o)| o.clone()).collect();
@@ -1115,28 +1108,25 @@ impl Store {
         if target.is_empty() {
             return Err(Error::Invalid { kind: "Binding".into(), name: name.into(), message: "target.name: Required value".into() });
         }
-        if let Some(bn) = b.metadata.name.as_deref() {
-            if !bn.is_empty() && bn != name {
+        if let Some(bn) = b.metadata.name.as_deref()
+            && !bn.is_empty() && bn != name {
                 return Err(Error::BadRequest("the name of the binding does not match the pod name on the URL".into()));
             }
-        }
-        if let Some(bns) = b.metadata.namespace.as_deref() {
-            if !bns.is_empty() && bns != ns {
+        if let Some(bns) = b.metadata.namespace.as_deref()
+            && !bns.is_empty() && bns != ns {
                 return Err(Error::BadRequest(
                     "the namespace of the provided object does not match the namespace sent on the request".into(),
                 ));
             }
-        }
         let mut inner = self.lock();
         let key = (ns.to_string(), name.to_string());
         let old = inner.kinds[PODS].objects.get(&key).cloned().ok_or_else(|| not_found(PODS, name))?;
         let res_name = "pods/binding";
         let bconflict = |m: String| Error::Conflict { resource: res_name.into(), name: name.to_string(), message: m };
-        if let Some(uid) = b.metadata.uid.as_deref() {
-            if uid != old.uid() {
+        if let Some(uid) = b.metadata.uid.as_deref()
+            && uid != old.uid() {
                 return Err(bconflict(format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", old.uid())));
             }
-        }
         if old.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
             return Err(bconflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
         }
@@ -1163,11 +1153,10 @@ impl Store {
         res::check_type(&mut b, "policy/v1", "Eviction").map_err(|e| Error::BadRequest(e.to_string()))?;
         let ev: k8s_openapi::api::policy::v1::Eviction =
             serde_json::from_value(b).map_err(|e| Error::BadRequest(format!("invalid Eviction: {e}")))?;
-        if let Some(en) = ev.metadata.name.as_deref() {
-            if !en.is_empty() && en != name {
+        if let Some(en) = ev.metadata.name.as_deref()
+            && !en.is_empty() && en != name {
                 return Err(Error::BadRequest("name in URL does not match name in Eviction object".into()));
             }
-        }
         let mut opts = DeleteOpts::default();
         if let Some(d) = &ev.delete_options {
             opts.grace = d.grace_period_seconds;
@@ -1330,7 +1319,7 @@ fn hex(s: &str) -> String {
 }
 
 fn unhex(s: &str) -> Option<String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
