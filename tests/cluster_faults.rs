@@ -224,3 +224,47 @@ async fn runtime_watcher_across_cuts_restart_and_compaction() {
 async fn runtime_watcher_streaming_lists() {
     watcher_survives_faults(true).await;
 }
+
+#[tokio::test]
+async fn slow_watcher_is_closed_instead_of_buffering_forever() {
+    let cfg = ClusterConfig {
+        nodes: 1,
+        store: berth::cluster::StoreConfig { history_limit: 1000, channel_capacity: 64 },
+        ..Default::default()
+    };
+    let c = LocalCluster::start(cfg).await.unwrap();
+    // A watcher that does not read.
+    let mut s = tokio::net::TcpStream::connect(c.addr()).await.unwrap();
+    s.write_all(b"GET /api/v1/pods?watch=true&resourceVersion=0 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // ~40 MB of events, far more than the socket buffers hold.
+    let pad = "x".repeat(4000);
+    for i in 0..10_000 {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("p{i}"), "annotations": {"pad": pad}},
+            "spec": {"containers": [{"name": "c"}]}
+        }))
+        .unwrap();
+        c.store().create_typed(&p).unwrap();
+    }
+    // Now read: the server must have ended the watch (chunked terminator), short of all events.
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let done = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let n = s.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.ends_with(b"\r\n0\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "the lagging watch was not closed");
+    let events = buf.windows(8).filter(|w| w == b"\"type\":\"").count();
+    assert!(events < 10_000, "got all {events} events; expected the watch to be closed");
+    c.shutdown().await;
+}

@@ -209,13 +209,16 @@ async fn list_pagination_and_selectors() {
     assert_eq!(notdb.items.len(), 20);
     let none = pods.list(&ListParams::default().labels("!app")).await.unwrap();
     assert_eq!(none.items.len(), 0);
-    let one = pods.list(&ListParams::default().fields("metadata.name=p03")).await.unwrap();
+    let one = pods.list(&ListParams::default().fields("metadata.name=p01")).await.unwrap();
     assert_eq!(one.items.len(), 1);
     let unbound = pods.list(&ListParams::default().fields("spec.nodeName=,status.phase!=Running")).await.unwrap();
     assert_eq!(unbound.items.len(), 25);
+    // deletecollection with a selector.
+    pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels("tier=db")).await.unwrap();
+    assert_eq!(pods.list(&ListParams::default()).await.unwrap().items.len(), 20);
     // Cluster-wide list.
     let all: Api<Pod> = Api::all(client.clone());
-    assert_eq!(all.list(&ListParams::default()).await.unwrap().items.len(), 25);
+    assert_eq!(all.list(&ListParams::default()).await.unwrap().items.len(), 20);
     // Bad selectors are 400s.
     assert_eq!(api_code(&pods.list(&ListParams::default().labels("a in b")).await.unwrap_err()), 400);
     assert_eq!(api_code(&pods.list(&ListParams::default().fields("spec.bogus=1")).await.unwrap_err()), 400);

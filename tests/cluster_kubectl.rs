@@ -9,14 +9,19 @@ use berth::cluster::{ClusterConfig, KubeletConfig, LocalCluster};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use serde_json::json;
 
+/// The kubectl binary: `$BERTH_KUBECTL` or `kubectl` on PATH.
+fn kubectl_bin() -> String {
+    std::env::var("BERTH_KUBECTL").unwrap_or_else(|_| "kubectl".into())
+}
+
 fn kubectl_available() -> bool {
-    std::process::Command::new("kubectl").arg("version").arg("--client").output().is_ok_and(|o| o.status.success())
+    std::process::Command::new(kubectl_bin()).arg("version").arg("--client").output().is_ok_and(|o| o.status.success())
 }
 
 async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     let out = tokio::time::timeout(
         Duration::from_secs(30),
-        tokio::process::Command::new("kubectl").arg("--kubeconfig").arg(kubeconfig).args(args).kill_on_drop(true).output(),
+        tokio::process::Command::new(kubectl_bin()).arg("--kubeconfig").arg(kubeconfig).args(args).kill_on_drop(true).output(),
     )
     .await
     .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
@@ -102,6 +107,19 @@ async fn kubectl_get_create_delete_events() {
     let (ok, out) = kubectl(&kc, &["get", "events"]).await;
     assert!(ok, "{out}");
     assert!(out.contains("Scheduled") && out.contains("pod/kp"), "{out}");
+    // events.k8s.io/v1 events (what a scheduler writes) show up too.
+    let ev1: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": "kp.2", "namespace": "default"},
+        "regarding": {"kind": "Pod", "name": "kp", "namespace": "default"},
+        "reason": "Preempted", "note": "by a higher priority pod", "type": "Normal",
+        "action": "Preempting", "reportingController": "berth", "reportingInstance": "berth-0",
+        "eventTime": "2026-01-01T00:00:00.000000Z"
+    }))
+    .unwrap();
+    c.store().create_typed(&ev1).unwrap();
+    let (ok, out) = kubectl(&kc, &["get", "events"]).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("Preempted") && out.contains("by a higher priority pod"), "{out}");
 
     // Graceful delete (1s grace): kubectl waits for it to disappear.
     let (ok, out) = kubectl(&kc, &["delete", "pod", "kp"]).await;

@@ -591,6 +591,9 @@ impl Store {
             }
         }
         let _ = ks.tx.send(ev);
+        if r == res::EVENTS_V1 {
+            self.mirror_event(inner, ty, &obj)?;
+        }
         if r == PDBS {
             let ns = obj.namespace().to_string();
             let count = inner.kinds[PDBS].range_ns(Some(&ns)).count();
@@ -601,6 +604,27 @@ impl Store {
             }
         }
         Ok(obj)
+    }
+
+    /// Mirror an events.k8s.io/v1 Event into core/v1 events (one way), so
+    /// that `kubectl get events` shows what a scheduler recorded.
+    fn mirror_event(&self, inner: &mut Inner, ty: EventType, obj: &Arc<Obj>) -> Result<()> {
+        let key = (obj.namespace().to_string(), obj.name().to_string());
+        let existing = inner.kinds[res::EVENTS].objects.get(&key).cloned();
+        let core = v1_event_to_core(&obj.value);
+        match (ty, existing) {
+            (EventType::Deleted, Some(old)) => {
+                self.commit(inner, res::EVENTS, EventType::Deleted, old.value.clone(), None)?;
+            }
+            (EventType::Deleted, None) => {}
+            (_, Some(old)) => {
+                self.commit(inner, res::EVENTS, EventType::Modified, core, Some(old))?;
+            }
+            (_, None) => {
+                self.commit(inner, res::EVENTS, EventType::Added, core, None)?;
+            }
+        }
+        Ok(())
     }
 
     /// Hooks after a pod write: kubelet notification and PDB status.
@@ -1312,6 +1336,40 @@ impl Store {
         let f = Filter { namespace: ns.map(str::to_string), ..Default::default() };
         self.list(r, &f, None, None)?.items.iter().map(|o| o.decode()).collect()
     }
+}
+
+/// Convert an events.k8s.io/v1 Event to its core/v1 form.
+pub fn v1_event_to_core(v: &Value) -> Value {
+    let mut c = Map::new();
+    c.insert("apiVersion".into(), json!("v1"));
+    c.insert("kind".into(), json!("Event"));
+    c.insert("metadata".into(), v.get("metadata").cloned().unwrap_or_else(|| json!({})));
+    c.insert("involvedObject".into(), v.get("regarding").cloned().unwrap_or_else(|| json!({})));
+    for (from, to) in [
+        ("related", "related"),
+        ("note", "message"),
+        ("reason", "reason"),
+        ("type", "type"),
+        ("action", "action"),
+        ("reportingController", "reportingComponent"),
+        ("reportingInstance", "reportingInstance"),
+        ("eventTime", "eventTime"),
+        ("series", "series"),
+        ("deprecatedSource", "source"),
+        ("deprecatedFirstTimestamp", "firstTimestamp"),
+        ("deprecatedLastTimestamp", "lastTimestamp"),
+        ("deprecatedCount", "count"),
+    ] {
+        if let Some(x) = v.get(from).filter(|x| !x.is_null()) {
+            c.insert(to.into(), x.clone());
+        }
+    }
+    if !c.contains_key("source") {
+        if let Some(rc) = v.get("reportingController").and_then(Value::as_str) {
+            c.insert("source".into(), json!({"component": rc}));
+        }
+    }
+    Value::Object(c)
 }
 
 fn hex(s: &str) -> String {
