@@ -10,6 +10,7 @@
 pub mod bench;
 pub mod cache;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod engine;

@@ -11,6 +11,14 @@ fn main() -> anyhow::Result<()> {
         Command::Simulate(a) => offline::simulate(a)?,
         Command::Bench(a) => return bench::run(a),
         Command::Run(a) => return tokio::runtime::Runtime::new()?.block_on(run::run(a)),
+        Command::Cluster(a) => {
+            run::init_logging(run::LogFormat::Text);
+            return Ok(tokio::runtime::Runtime::new()?.block_on(berth::cluster::cli::run(a.clone()))?);
+        }
+        Command::ClusterBench(a) => {
+            run::init_logging(run::LogFormat::Text);
+            return Ok(tokio::runtime::Runtime::new()?.block_on(berth::cluster::bench::run(a.clone()))?);
+        }
     };
     println!("{out}");
     Ok(())

@@ -24,6 +24,10 @@ pub enum Command {
     Simulate(offline::SimulateArgs),
     /// Run the scheduler against a Kubernetes API server (in-cluster by default).
     Run(run::RunArgs),
+    /// Run a local Kubernetes-API-compatible cluster (in-memory API server and simulated kubelets).
+    Cluster(crate::cluster::cli::ClusterArgs),
+    /// Benchmark the local cluster's API server (creates, bindings, watch fan-out).
+    ClusterBench(crate::cluster::bench::BenchArgs),
     /// Run the in-process scheduling benchmarks (upstream scheduler_perf workloads) and print figures.
     Bench(bench::BenchArgs),
 }

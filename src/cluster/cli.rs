@@ -1,0 +1,106 @@
+//! The `berth cluster` and `berth cluster-bench` command lines.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{ClusterConfig, Error, ErrorRule, FaultConfig, KubeletConfig, LocalCluster};
+
+/// Arguments of `berth cluster`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClusterArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    pub listen: SocketAddr,
+    /// Number of simulated nodes.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Number of zones the nodes are spread over.
+    #[arg(long, default_value_t = 3)]
+    pub zones: usize,
+    /// CPU capacity of each node.
+    #[arg(long, default_value = "4")]
+    pub node_cpu: String,
+    /// Memory capacity of each node.
+    #[arg(long, default_value = "32Gi")]
+    pub node_memory: String,
+    /// Pod capacity of each node.
+    #[arg(long, default_value_t = 110)]
+    pub node_pods: u32,
+    /// Write a kubeconfig pointing at the cluster here.
+    #[arg(long)]
+    pub write_kubeconfig: Option<PathBuf>,
+    /// Milliseconds between a pod's binding and its Running status.
+    #[arg(long, default_value_t = 100)]
+    pub pod_start_delay_ms: u64,
+    /// Disable the simulated kubelets.
+    #[arg(long)]
+    pub no_kubelet: bool,
+    /// Seconds between watch BOOKMARK events.
+    #[arg(long, default_value_t = 5)]
+    pub bookmark_interval_secs: u64,
+    /// Watch events retained per resource for resumes.
+    #[arg(long, default_value_t = 100_000)]
+    pub history: usize,
+    /// Inject errors: VERB:RESOURCE:KIND:FRACTION (KIND 429, 500 or 409; * for any), repeatable.
+    #[arg(long = "fault")]
+    pub faults: Vec<String>,
+    /// End every watch after this many seconds.
+    #[arg(long)]
+    pub watch_cut_secs: Option<u64>,
+}
+
+impl ClusterArgs {
+    /// The cluster configuration these arguments describe.
+    pub fn config(&self) -> Result<ClusterConfig, Error> {
+        let error_rules = self.faults.iter().map(|s| s.parse::<ErrorRule>()).collect::<Result<Vec<_>, _>>()?;
+        Ok(ClusterConfig {
+            listen: self.listen,
+            nodes: self.nodes,
+            zones: self.zones,
+            node_cpu: self.node_cpu.clone(),
+            node_memory: self.node_memory.clone(),
+            node_pods: self.node_pods,
+            kubelet: KubeletConfig { enabled: !self.no_kubelet, start_delay: Duration::from_millis(self.pod_start_delay_ms) },
+            store: super::StoreConfig { history_limit: self.history.max(1), ..Default::default() },
+            bookmark_interval: Duration::from_secs(self.bookmark_interval_secs.max(1)),
+            faults: FaultConfig { error_rules, watch_cut_interval: self.watch_cut_secs.map(Duration::from_secs) },
+        })
+    }
+}
+
+/// Run `berth cluster` until Ctrl-C (or SIGTERM).
+pub async fn run(args: ClusterArgs) -> Result<(), Error> {
+    let cluster = LocalCluster::start(args.config()?).await?;
+    if let Some(p) = &args.write_kubeconfig {
+        cluster.write_kubeconfig(p)?;
+        eprintln!("kubeconfig written to {}", p.display());
+    }
+    eprintln!("local cluster listening on {} with {} nodes (Ctrl-C to stop)", cluster.url(), args.nodes);
+    wait_for_signal().await;
+    eprintln!("shutting down");
+    cluster.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,413 @@
+//! The local cluster: an in-memory, Kubernetes-API-compatible HTTP server
+//! with simulated kubelets, for running and testing a scheduler (like
+//! KWOK/envtest, for the resources a scheduler touches).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), berth::cluster::Error> {
+//! use berth::cluster::{ClusterConfig, LocalCluster};
+//! let cluster = LocalCluster::start(ClusterConfig { nodes: 10, ..Default::default() }).await?;
+//! let client = cluster.client()?;
+//! // ... drive it with kube::Api<Pod> etc ...
+//! cluster.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod bench;
+pub mod cli;
+pub mod faults;
+pub mod http;
+pub mod kubelet;
+pub mod resources;
+pub mod selector;
+pub mod store;
+pub mod table;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::net::TcpSocket;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub use faults::{ErrorRule, FaultConfig, FaultKind, Faults};
+pub use kubelet::{COMPLETE_AFTER, KubeletConfig};
+pub use store::{Store, StoreConfig};
+
+/// Errors of the local cluster as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Binding or serving the listen address failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Writing the kubeconfig failed.
+    #[error("cannot write kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The path.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Building a kube client failed.
+    #[error("cannot build a kube client: {0}")]
+    Client(String),
+    /// Seeding the store failed.
+    #[error("store: {0}")]
+    Store(#[from] store::Error),
+    /// A fault action failed.
+    #[error("fault: {0}")]
+    Fault(#[from] faults::Error),
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Configuration of a local cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Listen address; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Number of nodes created at start (`node-0` .. `node-N-1`).
+    pub nodes: usize,
+    /// Zones the nodes are spread over round-robin (`zone-a`, `zone-b`, ...).
+    pub zones: usize,
+    /// Node CPU capacity (quantity string).
+    pub node_cpu: String,
+    /// Node memory capacity (quantity string).
+    pub node_memory: String,
+    /// Node pod capacity.
+    pub node_pods: u32,
+    /// Kubelet simulation.
+    pub kubelet: KubeletConfig,
+    /// Store tuning (history size, watcher buffer).
+    pub store: StoreConfig,
+    /// Interval of BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
+    /// Faults active from the start.
+    pub faults: FaultConfig,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            nodes: 3,
+            zones: 3,
+            node_cpu: "4".into(),
+            node_memory: "32Gi".into(),
+            node_pods: 110,
+            kubelet: KubeletConfig::default(),
+            store: StoreConfig::default(),
+            bookmark_interval: Duration::from_secs(5),
+            faults: FaultConfig::default(),
+        }
+    }
+}
+
+/// Name of zone `i` (`zone-a`, ..., `zone-z`, `zone-26`, ...).
+pub fn zone_name(i: usize) -> String {
+    match u8::try_from(i) {
+        Ok(b) if b < 26 => format!("zone-{}", (b'a' + b) as char),
+        _ => format!("zone-{i}"),
+    }
+}
+
+/// The JSON of simulated node `i`.
+pub fn node_json(name: &str, i: usize, zones: usize, cpu: &str, memory: &str, pods: u32) -> Value {
+    let zone = zone_name(i % zones.max(1));
+    let ip = format!("10.0.{}.{}", (i / 250) % 256, i % 250 + 1);
+    let cap = json!({"cpu": cpu, "memory": memory, "pods": pods.to_string(), "ephemeral-storage": "100Gi"});
+    let now = store::now_rfc3339();
+    let c = |ty: &str, st: &str, reason: &str| {
+        json!({"type": ty, "status": st, "reason": reason, "message": "", "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux",
+                "beta.kubernetes.io/arch": "amd64",
+                "topology.kubernetes.io/zone": zone,
+                "topology.kubernetes.io/region": "region-1",
+                "type": "berth",
+            },
+        },
+        "spec": {},
+        "status": {
+            "capacity": cap,
+            "allocatable": cap,
+            "phase": "Running",
+            "conditions": [
+                c("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                c("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                c("PIDPressure", "False", "KubeletHasSufficientPID"),
+                c("Ready", "True", "KubeletReady"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": "",
+                "containerRuntimeVersion": "berth://1.0",
+                "kernelVersion": "6.1.0",
+                "kubeProxyVersion": "v1.37.0",
+                "kubeletVersion": "v1.37.0-berth",
+                "machineID": "",
+                "operatingSystem": "linux",
+                "osImage": "berth simulated node",
+                "systemUUID": "",
+            },
+        },
+    })
+}
+
+struct Running {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// Owns the listener; can stop and re-listen on the same address.
+struct ServerCtl {
+    addr: SocketAddr,
+    app: axum::Router,
+    watch_gen: Arc<watch::Sender<u64>>,
+    running: tokio::sync::Mutex<Option<Running>>,
+}
+
+impl ServerCtl {
+    async fn listen(&self) -> Result<(), Error> {
+        let mut last = None;
+        for _ in 0..100 {
+            match bind(self.addr) {
+                Ok(l) => {
+                    let (stop, mut rx) = watch::channel(false);
+                    let app = self.app.clone();
+                    let task = tokio::spawn(async move {
+                        let signal = async move {
+                            let _ = rx.wait_for(|s| *s).await;
+                        };
+                        if let Err(e) = axum::serve(l, app).with_graceful_shutdown(signal).await {
+                            tracing::warn!(error = %e, "local cluster server stopped with an error");
+                        }
+                    });
+                    *self.running.lock().await = Some(Running { stop, task });
+                    return Ok(());
+                }
+                Err(e) => {
+                    last = Some(e);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        Err(Error::Listen {
+            addr: self.addr,
+            source: last.unwrap_or_else(|| std::io::Error::other("bind failed")),
+        })
+    }
+
+    async fn stop(&self) {
+        self.watch_gen.send_modify(|g| *g += 1);
+        let running = self.running.lock().await.take();
+        if let Some(r) = running {
+            let _ = r.stop.send(true);
+            let mut task = r.task;
+            if tokio::time::timeout(Duration::from_secs(5), &mut task).await.is_err() {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl faults::Restarter for ServerCtl {
+    fn restart(self: Arc<Self>) -> futures::future::BoxFuture<'static, Result<(), String>> {
+        Box::pin(async move {
+            self.stop().await;
+            self.listen().await.map_err(|e| e.to_string())
+        })
+    }
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let sock = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    sock.set_reuseaddr(true)?;
+    sock.set_nodelay(true)?;
+    sock.bind(addr)?;
+    sock.listen(1024)
+}
+
+/// A running local cluster.
+pub struct LocalCluster {
+    addr: SocketAddr,
+    store: Arc<Store>,
+    faults: Faults,
+    server: Arc<ServerCtl>,
+    stop: watch::Sender<bool>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for LocalCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalCluster").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl LocalCluster {
+    /// Seed the store, bind the listener and start the kubelets.
+    pub async fn start(cfg: ClusterConfig) -> Result<LocalCluster, Error> {
+        if cfg.zones == 0 {
+            return Err(Error::Config("zones must be at least 1".into()));
+        }
+        let store = Arc::new(Store::new(cfg.store.clone()));
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            store.create(resources::NAMESPACES, "", json!({"metadata": {"name": ns}}))?;
+        }
+        for (name, value) in [("system-cluster-critical", 2_000_000_000i64), ("system-node-critical", 2_000_001_000)] {
+            store.create(
+                resources::PRIORITY_CLASSES,
+                "",
+                json!({"metadata": {"name": name}, "value": value, "description": "Used for system critical pods that must not be moved from their current node."}),
+            )?;
+        }
+        for i in 0..cfg.nodes {
+            let name = format!("node-{i}");
+            store.create(resources::NODES, "", node_json(&name, i, cfg.zones, &cfg.node_cpu, &cfg.node_memory, cfg.node_pods))?;
+        }
+
+        let (ktx, krx) = mpsc::unbounded_channel();
+        store.set_kubelet(ktx);
+        let (stop, stop_rx) = watch::channel(false);
+        let watch_gen = Arc::new(watch::channel(0u64).0);
+        let faults = Faults::new(&cfg.faults, store.clone(), watch_gen.clone());
+
+        // Bind first (port 0 → real port), then build the app with the real address.
+        let listener = bind(cfg.listen).map_err(|source| Error::Listen { addr: cfg.listen, source })?;
+        let addr = listener.local_addr().map_err(|source| Error::Listen { addr: cfg.listen, source })?;
+        drop(listener);
+        let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string() };
+        let server = Arc::new(ServerCtl { addr, app: http::router(state), watch_gen, running: tokio::sync::Mutex::new(None) });
+        server.listen().await?;
+        let weak: std::sync::Weak<dyn faults::Restarter> = Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));
+        faults.set_server(weak);
+
+        let kubelet = kubelet::spawn(store.clone(), cfg.kubelet.clone(), krx, stop_rx.clone());
+        let ticker = {
+            let store = store.clone();
+            let mut stop_rx = stop_rx;
+            let every = cfg.bookmark_interval.max(Duration::from_millis(10));
+            tokio::spawn(async move {
+                let mut iv = tokio::time::interval(every);
+                iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = stop_rx.changed() => break,
+                        _ = iv.tick() => store.bookmark_tick(),
+                    }
+                }
+            })
+        };
+        Ok(LocalCluster { addr, store, faults, server, stop, tasks: Mutex::new(vec![kubelet, ticker]) })
+    }
+
+    /// The listen address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kube client config for this cluster (default namespace
+    /// "default"; kube's default retry of 429/503/504 stays on).
+    pub fn client_config(&self) -> Result<kube::Config, Error> {
+        let uri: axum::http::Uri = self.url().parse().map_err(|e| Error::Client(format!("{e}")))?;
+        let mut cfg = kube::Config::new(uri);
+        cfg.default_namespace = "default".into();
+        cfg.read_timeout = Some(Duration::from_secs(60));
+        Ok(cfg)
+    }
+
+    /// A kube client for this cluster, from [`LocalCluster::client_config`].
+    pub fn client(&self) -> Result<kube::Client, Error> {
+        kube::Client::try_from(self.client_config()?).map_err(|e| Error::Client(e.to_string()))
+    }
+
+    /// A kube client that does not retry 429s, to observe raw answers.
+    pub fn client_without_retry(&self) -> Result<kube::Client, Error> {
+        let mut cfg = self.client_config()?;
+        cfg.default_retry = false;
+        kube::Client::try_from(cfg).map_err(|e| Error::Client(e.to_string()))
+    }
+
+    /// The kubeconfig YAML pointing at this cluster, without auth.
+    pub fn kubeconfig_yaml(&self) -> String {
+        kubeconfig_yaml(&self.url())
+    }
+
+    /// Write the kubeconfig to `path`.
+    pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        let path = path.as_ref();
+        std::fs::write(path, self.kubeconfig_yaml()).map_err(|source| Error::Kubeconfig { path: path.display().to_string(), source })
+    }
+
+    /// Fault injection handle.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// Direct store access (seeding, assertions).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Add a simulated node with the standard labels and capacity from
+    /// `cfg`-like arguments; `index` picks its zone and IP.
+    pub fn add_node(&self, name: &str, index: usize, zones: usize, cpu: &str, memory: &str, pods: u32) -> Result<(), Error> {
+        self.store.create(resources::NODES, "", node_json(name, index, zones, cpu, memory, pods))?;
+        Ok(())
+    }
+
+    /// Stop everything: listener, connections, watches, kubelets, timers.
+    pub async fn shutdown(self) {
+        self.server.stop().await;
+        let _ = self.stop.send(true);
+        let tasks = match self.tasks.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        self.server.watch_gen.send_modify(|g| *g += 1);
+        if let Ok(mut g) = self.server.running.try_lock()
+            && let Some(r) = g.take() {
+                let _ = r.stop.send(true);
+            }
+    }
+}
+
+/// A kubeconfig for `url` without auth.
+pub fn kubeconfig_yaml(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: berth\n  cluster:\n    server: {url}\ncontexts:\n- name: berth\n  context:\n    cluster: berth\n    user: berth\n    namespace: default\ncurrent-context: berth\nusers:\n- name: berth\n  user: {{}}\n"
+    )
+}

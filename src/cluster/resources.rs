@@ -1,0 +1,460 @@
+//! The table of resources the local cluster serves, and per-kind helpers
+//! (typed normalization through k8s-openapi, defaults, QoS, PDB maths).
+
+use k8s_openapi::api;
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::{Value, json};
+
+/// Errors from normalizing or validating an object.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object does not deserialize into its typed form.
+    #[error("{0}")]
+    Decode(String),
+    /// The object has the wrong apiVersion or kind for this path.
+    #[error("{0}")]
+    WrongType(String),
+}
+
+/// Index of a resource in [`RESOURCES`].
+pub type ResId = usize;
+
+/// Describes one served resource.
+#[derive(Debug)]
+pub struct ResourceInfo {
+    /// API group ("" for core).
+    pub group: &'static str,
+    /// API version.
+    pub version: &'static str,
+    /// Plural resource name (URL segment).
+    pub plural: &'static str,
+    /// Singular name.
+    pub singular: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Namespaced?
+    pub namespaced: bool,
+    /// kubectl short names.
+    pub short_names: &'static [&'static str],
+    /// Subresources: (name, kind, verbs).
+    pub subresources: &'static [(&'static str, &'static str, &'static [&'static str])],
+    /// Has a `status` subresource, so main-resource writes keep the old status.
+    pub has_status: bool,
+    /// PUT on a missing object creates it.
+    pub create_on_update: bool,
+    /// Extra field-selector fields (dotted) besides metadata.name/namespace.
+    pub fields: &'static [&'static str],
+    /// Typed round trip: validates and prunes unknown fields.
+    pub normalize: fn(Value) -> Result<Value, Error>,
+}
+
+impl ResourceInfo {
+    /// `apiVersion` string (`v1` or `group/version`).
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.to_string() } else { format!("{}/{}", self.group, self.version) }
+    }
+}
+
+fn norm<K: DeserializeOwned + Serialize>(v: Value) -> Result<Value, Error> {
+    let k: K = serde_json::from_value(v).map_err(|e| Error::Decode(e.to_string()))?;
+    serde_json::to_value(k).map_err(|e| Error::Decode(e.to_string()))
+}
+
+const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
+
+/// Namespaces.
+pub const NAMESPACES: ResId = 0;
+/// Nodes.
+pub const NODES: ResId = 1;
+/// Pods.
+pub const PODS: ResId = 2;
+/// core/v1 Events.
+pub const EVENTS: ResId = 3;
+/// events.k8s.io/v1 Events.
+pub const EVENTS_V1: ResId = 4;
+/// coordination.k8s.io/v1 Leases.
+pub const LEASES: ResId = 5;
+/// scheduling.k8s.io/v1 PriorityClasses.
+pub const PRIORITY_CLASSES: ResId = 6;
+/// policy/v1 PodDisruptionBudgets.
+pub const PDBS: ResId = 7;
+
+/// The served resources (indexed by the constants above).
+pub static RESOURCES: &[ResourceInfo] = &[
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "namespaces",
+        singular: "namespace",
+        kind: "Namespace",
+        namespaced: false,
+        short_names: &["ns"],
+        subresources: &[("status", "Namespace", STATUS_VERBS)],
+        has_status: true,
+        create_on_update: false,
+        fields: &["status.phase"],
+        normalize: norm::<api::core::v1::Namespace>,
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "nodes",
+        singular: "node",
+        kind: "Node",
+        namespaced: false,
+        short_names: &["no"],
+        subresources: &[("status", "Node", STATUS_VERBS)],
+        has_status: true,
+        create_on_update: false,
+        fields: &["spec.unschedulable"],
+        normalize: norm::<api::core::v1::Node>,
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "pods",
+        singular: "pod",
+        kind: "Pod",
+        namespaced: true,
+        short_names: &["po"],
+        subresources: &[
+            ("binding", "Binding", &["create"]),
+            ("eviction", "Eviction", &["create"]),
+            ("status", "Pod", STATUS_VERBS),
+        ],
+        has_status: true,
+        create_on_update: false,
+        fields: &[
+            "spec.nodeName",
+            "spec.schedulerName",
+            "spec.restartPolicy",
+            "spec.serviceAccountName",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        normalize: norm::<api::core::v1::Pod>,
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        short_names: &["ev"],
+        subresources: &[],
+        has_status: false,
+        create_on_update: true,
+        fields: &[
+            "involvedObject.kind",
+            "involvedObject.name",
+            "involvedObject.namespace",
+            "involvedObject.uid",
+            "reason",
+            "type",
+            "source",
+        ],
+        normalize: norm::<api::core::v1::Event>,
+    },
+    ResourceInfo {
+        group: "events.k8s.io",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        short_names: &["ev"],
+        subresources: &[],
+        has_status: false,
+        create_on_update: true,
+        fields: &["regarding.kind", "regarding.name", "regarding.namespace", "reason", "type", "reportingController"],
+        normalize: norm::<api::events::v1::Event>,
+    },
+    ResourceInfo {
+        group: "coordination.k8s.io",
+        version: "v1",
+        plural: "leases",
+        singular: "lease",
+        kind: "Lease",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[],
+        has_status: false,
+        create_on_update: true,
+        fields: &[],
+        normalize: norm::<api::coordination::v1::Lease>,
+    },
+    ResourceInfo {
+        group: "scheduling.k8s.io",
+        version: "v1",
+        plural: "priorityclasses",
+        singular: "priorityclass",
+        kind: "PriorityClass",
+        namespaced: false,
+        short_names: &["pc"],
+        subresources: &[],
+        has_status: false,
+        create_on_update: false,
+        fields: &[],
+        normalize: norm::<api::scheduling::v1::PriorityClass>,
+    },
+    ResourceInfo {
+        group: "policy",
+        version: "v1",
+        plural: "poddisruptionbudgets",
+        singular: "poddisruptionbudget",
+        kind: "PodDisruptionBudget",
+        namespaced: true,
+        short_names: &["pdb"],
+        subresources: &[("status", "PodDisruptionBudget", STATUS_VERBS)],
+        has_status: true,
+        create_on_update: false,
+        fields: &[],
+        normalize: norm::<api::policy::v1::PodDisruptionBudget>,
+    },
+];
+
+/// Verbs of every main resource.
+pub fn verbs() -> &'static [&'static str] {
+    ALL_VERBS
+}
+
+/// Find a resource by group, version and plural.
+pub fn lookup(group: &str, version: &str, plural: &str) -> Option<ResId> {
+    RESOURCES.iter().position(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// Find the resource serving a k8s-openapi type.
+pub fn lookup_type<K: k8s_openapi::Resource>() -> Option<ResId> {
+    lookup(K::GROUP, K::VERSION, K::URL_PATH_SEGMENT)
+}
+
+/// Check `apiVersion`/`kind` of a body, filling them in if absent.
+pub fn check_type(v: &mut Value, api_version: &str, kind: &str) -> Result<(), Error> {
+    let Some(map) = v.as_object_mut() else {
+        return Err(Error::Decode("body must be a JSON object".into()));
+    };
+    match map.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => {
+            map.insert("apiVersion".into(), json!(api_version));
+        }
+        Some(a) if a == api_version => {}
+        Some(a) => {
+            return Err(Error::WrongType(format!(
+                "the API version in the data ({a}) does not match the expected API version ({api_version})"
+            )));
+        }
+    }
+    match map.get("kind").and_then(Value::as_str) {
+        None | Some("") => {
+            map.insert("kind".into(), json!(kind));
+        }
+        Some(k) if k == kind => {}
+        Some(k) => {
+            return Err(Error::WrongType(format!("the kind in the data ({k}) does not match the expected kind ({kind})")));
+        }
+    }
+    Ok(())
+}
+
+/// Validate a DNS-1123 subdomain name; returns a message if invalid.
+pub fn validate_name(name: &str) -> Option<String> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        None
+    } else {
+        Some(format!(
+            "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+        ))
+    }
+}
+
+fn quantity_present(c: &Value, which: &str, res: &str) -> Option<String> {
+    c.pointer(&format!("/resources/{which}/{res}")).and_then(Value::as_str).map(str::to_string)
+}
+
+/// Compute the pod QoS class from its containers' requests and limits.
+pub fn qos_class(pod: &Value) -> &'static str {
+    let mut containers: Vec<&Value> = Vec::new();
+    for key in ["containers", "initContainers"] {
+        if let Some(a) = pod.pointer(&format!("/spec/{key}")).and_then(Value::as_array) {
+            containers.extend(a.iter());
+        }
+    }
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in containers {
+        for r in ["cpu", "memory"] {
+            let req = quantity_present(c, "requests", r);
+            let lim = quantity_present(c, "limits", r);
+            if req.is_some() || lim.is_some() {
+                any = true;
+            }
+            match (&req, &lim) {
+                (_, None) => guaranteed = false,
+                (Some(a), Some(b)) if a != b => guaranteed = false,
+                _ => {}
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// Parse a duration like `5s`, `100ms`, `1m`, `1.5s`, `2h`.
+pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let f: f64 = num.trim().parse().ok()?;
+    if !f.is_finite() || f < 0.0 {
+        return None;
+    }
+    Some(std::time::Duration::from_secs_f64(f * mult))
+}
+
+/// Resolve an IntOrString value (`3` or `"30%"`) against a total, rounding up.
+pub fn int_or_percent(v: &Value, total: i64) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => {
+            if let Some(p) = s.strip_suffix('%') {
+                let p: i64 = p.trim().parse().ok()?;
+                Some((p * total + 99) / 100)
+            } else {
+                s.trim().parse().ok()
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Is the pod counted as healthy by the disruption controller?
+pub fn pod_healthy(pod: &Value) -> bool {
+    if pod.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()) {
+        return false;
+    }
+    let ready = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Ready") && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        });
+    ready && pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+}
+
+/// Compute a PDB's status from the pods it selects. Returns the new
+/// status JSON (expectedPods, currentHealthy, desiredHealthy,
+/// disruptionsAllowed, observedGeneration, conditions).
+pub fn pdb_status(pdb: &Value, pods: &[&Value], now: &str) -> Value {
+    let selector = pdb.pointer("/spec/selector");
+    let sel = selector.map(super::selector::LabelSelector::from_structured);
+    let matching: Vec<&&Value> = match sel {
+        Some(Ok(s)) => pods
+            .iter()
+            .filter(|p| s.matches_object(p))
+            .filter(|p| {
+                !matches!(p.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed"))
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let expected = matching.len() as i64;
+    let healthy = matching.iter().filter(|p| pod_healthy(p)).count() as i64;
+    let desired = if let Some(m) = pdb.pointer("/spec/minAvailable") {
+        int_or_percent(m, expected).unwrap_or(0)
+    } else if let Some(m) = pdb.pointer("/spec/maxUnavailable") {
+        expected - int_or_percent(m, expected).unwrap_or(0)
+    } else {
+        0
+    }
+    .max(0);
+    let allowed = (healthy - desired).max(0);
+    let generation = pdb.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+    let old_cond_time = pdb
+        .pointer("/status/conditions/0/lastTransitionTime")
+        .and_then(Value::as_str)
+        .unwrap_or(now)
+        .to_string();
+    let old_allowed = pdb.pointer("/status/conditions/0/status").and_then(Value::as_str);
+    let status_str = if allowed > 0 { "True" } else { "False" };
+    let ltt = if old_allowed == Some(status_str) { old_cond_time } else { now.to_string() };
+    json!({
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "expectedPods": expected,
+        "disruptionsAllowed": allowed,
+        "observedGeneration": generation,
+        "conditions": [{
+            "type": "DisruptionAllowed",
+            "status": status_str,
+            "reason": if allowed > 0 { "SufficientPods" } else { "InsufficientPods" },
+            "message": "",
+            "lastTransitionTime": ltt,
+            "observedGeneration": generation,
+        }]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qos() {
+        let be = json!({"spec": {"containers": [{"name": "a"}]}});
+        assert_eq!(qos_class(&be), "BestEffort");
+        let g = json!({"spec": {"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}});
+        assert_eq!(qos_class(&g), "Guaranteed");
+        let b = json!({"spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}});
+        assert_eq!(qos_class(&b), "Burstable");
+    }
+
+    #[test]
+    fn durations_and_percent() {
+        assert_eq!(parse_duration("5s"), Some(std::time::Duration::from_secs(5)));
+        assert_eq!(parse_duration("100ms"), Some(std::time::Duration::from_millis(100)));
+        assert_eq!(parse_duration("x"), None);
+        assert_eq!(int_or_percent(&json!("50%"), 3), Some(2));
+        assert_eq!(int_or_percent(&json!(2), 3), Some(2));
+    }
+
+    #[test]
+    fn pdb_maths() {
+        let pod = |ready: bool| {
+            json!({"metadata": {"labels": {"app": "a"}}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}})
+        };
+        let pods = [pod(true), pod(true), pod(false)];
+        let refs: Vec<&Value> = pods.iter().collect();
+        let pdb = json!({"spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "a"}}}});
+        let st = pdb_status(&pdb, &refs, "t");
+        assert_eq!(st["disruptionsAllowed"], 0);
+        assert_eq!(st["expectedPods"], 3);
+        let pdb = json!({"spec": {"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "a"}}}});
+        let st = pdb_status(&pdb, &refs, "t");
+        assert_eq!(st["desiredHealthy"], 1);
+        assert_eq!(st["disruptionsAllowed"], 1);
+    }
+}

@@ -1,0 +1,1424 @@
+//! The in-memory object store: objects by resource and key in ordered
+//! maps (each kept as JSON plus its serialized bytes), a global monotonic
+//! resourceVersion, a bounded per-resource event history for watch
+//! resumes, and a broadcast channel per resource for live watchers.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::{Map, Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use super::resources::{self as res, PDBS, PODS, PRIORITY_CLASSES, RESOURCES, ResId};
+use super::selector::{Filter, LabelSelector};
+
+/// Errors from store operations; each maps onto a metav1.Status answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object (or its namespace) does not exist (404).
+    #[error("{resource} \"{name}\" not found")]
+    NotFound {
+        /// Qualified resource (`pods`, `leases.coordination.k8s.io`).
+        resource: String,
+        /// Object name.
+        name: String,
+    },
+    /// An object with that name already exists (409).
+    #[error("{resource} \"{name}\" already exists")]
+    AlreadyExists {
+        /// Qualified resource.
+        resource: String,
+        /// Object name.
+        name: String,
+    },
+    /// Optimistic concurrency or precondition failure (409).
+    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {message}")]
+    Conflict {
+        /// Qualified resource.
+        resource: String,
+        /// Object name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// The object failed validation (422).
+    #[error("{kind} \"{name}\" is invalid: {message}")]
+    Invalid {
+        /// Kind.
+        kind: String,
+        /// Object name.
+        name: String,
+        /// Field errors.
+        message: String,
+    },
+    /// The request is malformed (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The request is refused by policy/admission (403).
+    #[error("{resource} \"{name}\" is forbidden: {message}")]
+    Forbidden {
+        /// Qualified resource.
+        resource: String,
+        /// Object name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// The requested resourceVersion is no longer retained (410).
+    #[error("{0}")]
+    Gone(String),
+    /// Refused for now, e.g. an eviction blocked by a PDB (429).
+    #[error("{message}")]
+    TooManyRequests {
+        /// Why.
+        message: String,
+        /// Optional status details causes.
+        causes: Option<Value>,
+    },
+    /// Unsupported patch content type (415).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// Something unexpected (500).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// HTTP status code.
+    pub fn code(&self) -> u16 {
+        match self {
+            Error::NotFound { .. } => 404,
+            Error::AlreadyExists { .. } | Error::Conflict { .. } => 409,
+            Error::Invalid { .. } => 422,
+            Error::BadRequest(_) => 400,
+            Error::Forbidden { .. } => 403,
+            Error::Gone(_) => 410,
+            Error::TooManyRequests { .. } => 429,
+            Error::UnsupportedMediaType(_) => 415,
+            Error::Internal(_) => 500,
+        }
+    }
+
+    /// metav1.StatusReason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::NotFound { .. } => "NotFound",
+            Error::AlreadyExists { .. } => "AlreadyExists",
+            Error::Conflict { .. } => "Conflict",
+            Error::Invalid { .. } => "Invalid",
+            Error::BadRequest(_) => "BadRequest",
+            Error::Forbidden { .. } => "Forbidden",
+            Error::Gone(_) => "Expired",
+            Error::TooManyRequests { .. } => "TooManyRequests",
+            Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            Error::Internal(_) => "InternalError",
+        }
+    }
+
+    /// metav1.StatusDetails, when there is something to say.
+    pub fn details(&self) -> Option<Value> {
+        let split = |r: &str| -> (String, String) {
+            match r.split_once('.') {
+                Some((k, g)) => (k.to_string(), g.to_string()),
+                None => (r.to_string(), String::new()),
+            }
+        };
+        match self {
+            Error::NotFound { resource, name }
+            | Error::AlreadyExists { resource, name }
+            | Error::Conflict { resource, name, .. }
+            | Error::Forbidden { resource, name, .. } => {
+                let (kind, group) = split(resource);
+                let mut d = json!({"name": name, "kind": kind});
+                if !group.is_empty() {
+                    d["group"] = json!(group);
+                }
+                Some(d)
+            }
+            Error::Invalid { kind, name, message } => {
+                Some(json!({"name": name, "kind": kind, "causes": [{"reason": "FieldValueInvalid", "message": message}]}))
+            }
+            Error::TooManyRequests { causes: Some(c), .. } => Some(json!({"causes": c})),
+            _ => None,
+        }
+    }
+}
+
+type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A stored object: its JSON value and the serialized bytes of exactly
+/// that value (so lists and watches never reserialize).
+#[derive(Debug)]
+pub struct Obj {
+    /// The object.
+    pub value: Value,
+    /// `serde_json::to_vec(&value)`.
+    pub bytes: Bytes,
+    /// Its resourceVersion.
+    pub rv: u64,
+}
+
+impl Obj {
+    fn new(value: Value, rv: u64) -> Result<Arc<Obj>> {
+        let bytes = serde_json::to_vec(&value).map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(Arc::new(Obj { value, bytes: Bytes::from(bytes), rv }))
+    }
+
+    /// metadata.name.
+    pub fn name(&self) -> &str {
+        meta_str(&self.value, "name")
+    }
+
+    /// metadata.namespace ("" for cluster-scoped).
+    pub fn namespace(&self) -> &str {
+        meta_str(&self.value, "namespace")
+    }
+
+    /// metadata.uid.
+    pub fn uid(&self) -> &str {
+        meta_str(&self.value, "uid")
+    }
+
+    /// Decode into a typed object.
+    pub fn decode<K: DeserializeOwned>(&self) -> Result<K> {
+        serde_json::from_slice(&self.bytes).map_err(|e| Error::Internal(e.to_string()))
+    }
+}
+
+fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
+    v.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Watch event types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// ADDED.
+    Added,
+    /// MODIFIED.
+    Modified,
+    /// DELETED.
+    Deleted,
+    /// BOOKMARK.
+    Bookmark,
+}
+
+impl EventType {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+            EventType::Bookmark => "BOOKMARK",
+        }
+    }
+}
+
+/// One change, as kept in history and broadcast to watchers.
+#[derive(Debug)]
+pub struct WatchEvent {
+    /// Type.
+    pub ty: EventType,
+    /// resourceVersion of the change.
+    pub rv: u64,
+    /// The object after the change (for DELETED: its last state).
+    pub obj: Arc<Obj>,
+    /// The object before the change (MODIFIED only), for selector transitions.
+    pub old: Option<Arc<Obj>>,
+}
+
+/// Messages from the store to the simulated kubelets.
+#[derive(Debug, Clone)]
+pub enum KubeletMsg {
+    /// A pod was bound to a node (or created bound).
+    Bound {
+        /// Namespace.
+        ns: String,
+        /// Name.
+        name: String,
+        /// UID.
+        uid: String,
+    },
+    /// A pod is terminating and must be removed at `deadline`.
+    Terminate {
+        /// Namespace.
+        ns: String,
+        /// Name.
+        name: String,
+        /// UID.
+        uid: String,
+        /// When to remove it.
+        deadline: Instant,
+    },
+}
+
+/// Where a watch starts.
+#[derive(Debug, Clone, Copy)]
+pub enum WatchStart {
+    /// Synthetic ADDED events for the current state, then changes.
+    Now,
+    /// Changes after this resourceVersion.
+    After(u64),
+}
+
+/// A new watch subscription.
+#[derive(Debug)]
+pub struct WatchSub {
+    /// Current objects (for [`WatchStart::Now`]).
+    pub initial: Vec<Arc<Obj>>,
+    /// resourceVersion of that snapshot.
+    pub rv: u64,
+    /// Retained events after the requested resourceVersion.
+    pub backlog: Vec<Arc<WatchEvent>>,
+    /// Live events.
+    pub rx: broadcast::Receiver<Arc<WatchEvent>>,
+}
+
+/// Result of a list.
+#[derive(Debug)]
+pub struct ListResult {
+    /// Items, ordered by namespace then name.
+    pub items: Vec<Arc<Obj>>,
+    /// resourceVersion of the list.
+    pub rv: u64,
+    /// Continue token, if more items exist.
+    pub cont: Option<String>,
+}
+
+/// Delete options.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOpts {
+    /// gracePeriodSeconds.
+    pub grace: Option<i64>,
+    /// preconditions.uid.
+    pub uid: Option<String>,
+    /// preconditions.resourceVersion.
+    pub rv: Option<String>,
+}
+
+/// Patch content types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchType {
+    /// application/merge-patch+json (RFC 7386).
+    Merge,
+    /// application/strategic-merge-patch+json.
+    Strategic,
+    /// application/json-patch+json (RFC 6902).
+    Json,
+    /// application/apply-patch+yaml (treated as a merge patch).
+    Apply,
+}
+
+/// Store tuning.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Events retained per resource for watch resumes.
+    pub history_limit: usize,
+    /// Broadcast buffer per resource; a watcher further behind is closed.
+    pub channel_capacity: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { history_limit: 100_000, channel_capacity: 65_536 }
+    }
+}
+
+type Key = (String, String);
+
+struct KindStore {
+    objects: BTreeMap<Key, Arc<Obj>>,
+    history: VecDeque<Arc<WatchEvent>>,
+    compacted_rv: u64,
+    tx: broadcast::Sender<Arc<WatchEvent>>,
+}
+
+struct Inner {
+    rv: u64,
+    kinds: Vec<KindStore>,
+    pdbs_per_ns: HashMap<String, usize>,
+}
+
+/// The store. Cheap to share behind an `Arc`.
+pub struct Store {
+    inner: Mutex<Inner>,
+    cfg: StoreConfig,
+    kubelet: OnceLock<mpsc::UnboundedSender<KubeletMsg>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("cfg", &self.cfg).finish_non_exhaustive()
+    }
+}
+
+/// RFC 3339 now, second precision.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn new_uid() -> String {
+    let r: u128 = rand::random();
+    let h = format!("{r:032x}");
+    format!("{}-{}-4{}-a{}-{}", &h[0..8], &h[8..12], &h[13..16], &h[17..20], &h[20..32])
+}
+
+fn random_suffix() -> String {
+    const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5).map(|_| ALPHA[rand::random_range(0..ALPHA.len())] as char).collect()
+}
+
+/// The qualified resource name used in messages (`pods`, `leases.coordination.k8s.io`).
+pub fn qualified(r: ResId) -> String {
+    let info = &RESOURCES[r];
+    if info.group.is_empty() { info.plural.to_string() } else { format!("{}.{}", info.plural, info.group) }
+}
+
+fn not_found(r: ResId, name: &str) -> Error {
+    Error::NotFound { resource: qualified(r), name: name.to_string() }
+}
+
+fn conflict(r: ResId, name: &str, message: impl Into<String>) -> Error {
+    Error::Conflict { resource: qualified(r), name: name.to_string(), message: message.into() }
+}
+
+fn invalid(r: ResId, name: &str, message: impl Into<String>) -> Error {
+    Error::Invalid { kind: RESOURCES[r].kind.to_string(), name: name.to_string(), message: message.into() }
+}
+
+const STALE: &str = "the object has been modified; please apply your changes to the latest version and try again";
+
+fn meta_mut(v: &mut Value) -> Result<&mut Map<String, Value>> {
+    let obj = v.as_object_mut().ok_or_else(|| Error::BadRequest("object must be a JSON object".into()))?;
+    let m = obj.entry("metadata").or_insert_with(|| json!({}));
+    if m.is_null() {
+        *m = json!({});
+    }
+    m.as_object_mut().ok_or_else(|| Error::BadRequest("metadata must be an object".into()))
+}
+
+fn set_path(v: &mut Value, path: &[&str], val: Value) {
+    let mut cur = v;
+    for (i, p) in path.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+        let Some(map) = cur.as_object_mut() else { return };
+        if i + 1 == path.len() {
+            map.insert((*p).to_string(), val);
+            return;
+        }
+        cur = map.entry((*p).to_string()).or_insert_with(|| json!({}));
+    }
+}
+
+fn get_str<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+fn normalize(r: ResId, mut v: Value) -> Result<Value> {
+    let info = &RESOURCES[r];
+    res::check_type(&mut v, &info.api_version(), info.kind).map_err(|e| Error::BadRequest(e.to_string()))?;
+    (info.normalize)(v).map_err(|e| Error::BadRequest(e.to_string()))
+}
+
+/// Set or replace a condition (by `type`) in `status.conditions`.
+pub fn set_condition(obj: &mut Value, cond: Value) {
+    let ty = cond.get("type").cloned();
+    let conds = obj.pointer_mut("/status/conditions");
+    match conds {
+        Some(Value::Array(a)) => {
+            if let Some(existing) = a.iter_mut().find(|c| c.get("type") == ty.as_ref()) {
+                *existing = cond;
+            } else {
+                a.push(cond);
+            }
+        }
+        _ => set_path(obj, &["status", "conditions"], json!([cond])),
+    }
+}
+
+/// Strategic-merge-patch list merge keys, by field name.
+fn merge_key(field: &str) -> Option<&'static str> {
+    match field {
+        "conditions" | "addresses" => Some("type"),
+        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "containerStatuses"
+        | "initContainerStatuses" | "ephemeralContainerStatuses" | "resourceClaims" | "volumeMounts" => Some("name"),
+        "ports" => Some("containerPort"),
+        "podIPs" | "hostIPs" => Some("ip"),
+        _ => None,
+    }
+}
+
+/// Apply a strategic merge patch: merge-patch semantics, except lists with
+/// a known merge key are merged element-wise by that key (`$patch: delete`
+/// removes an element) and `$`-directives are otherwise ignored.
+pub fn strategic_merge(target: &mut Value, patch: &Value) {
+    let Value::Object(pm) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let Some(tm) = target.as_object_mut() else { return };
+    for (k, pv) in pm {
+        if k.starts_with('$') {
+            continue;
+        }
+        if pv.is_null() {
+            tm.remove(k);
+            continue;
+        }
+        match (merge_key(k), pv) {
+            (Some(mk), Value::Array(items)) => {
+                let entry = tm.entry(k.clone()).or_insert_with(|| json!([]));
+                if !entry.is_array() {
+                    *entry = json!([]);
+                }
+                if let Value::Array(existing) = entry {
+                    for item in items {
+                        let key = item.get(mk).cloned();
+                        let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+                        let pos = key.as_ref().and_then(|kv| existing.iter().position(|e| e.get(mk) == Some(kv)));
+                        match (pos, delete) {
+                            (Some(i), true) => {
+                                existing.remove(i);
+                            }
+                            (Some(i), false) => strategic_merge(&mut existing[i], item),
+                            (None, true) => {}
+                            (None, false) => {
+                                let mut fresh = json!({});
+                                strategic_merge(&mut fresh, item);
+                                existing.push(fresh);
+                            }
+                        }
+                    }
+                }
+            }
+            (_, Value::Object(_)) => {
+                let entry = tm.entry(k.clone()).or_insert(Value::Null);
+                strategic_merge(entry, pv);
+            }
+            _ => {
+                tm.insert(k.clone(), pv.clone());
+            }
+        }
+    }
+}
+
+fn merge_patch(target: &mut Value, patch: &Value) {
+    json_patch::merge(target, patch);
+}
+
+impl KindStore {
+    fn range_ns<'a>(&'a self, ns: Option<&'a str>) -> Box<dyn Iterator<Item = (&'a Key, &'a Arc<Obj>)> + 'a> {
+        match ns {
+            None => Box::new(self.objects.iter()),
+            Some(ns) => Box::new(
+                self.objects
+                    .range::<Key, _>((Bound::Included((ns.to_string(), String::new())), Bound::Unbounded))
+                    .take_while(move |(k, _)| k.0 == ns),
+            ),
+        }
+    }
+}
+
+impl Store {
+    /// A new empty store.
+    pub fn new(cfg: StoreConfig) -> Self {
+        let kinds = RESOURCES
+            .iter()
+            .map(|_| KindStore {
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                compacted_rv: 0,
+                tx: broadcast::channel(cfg.channel_capacity.max(16)).0,
+            })
+            .collect();
+        Store { inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new() }), cfg, kubelet: OnceLock::new() }
+    }
+
+    /// Connect the kubelet notification channel (once).
+    pub fn set_kubelet(&self, tx: mpsc::UnboundedSender<KubeletMsg>) {
+        let _ = self.kubelet.set(tx);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The latest resourceVersion.
+    pub fn current_rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    /// Number of objects of a resource.
+    pub fn count(&self, r: ResId) -> usize {
+        self.lock().kinds[r].objects.len()
+    }
+
+    fn notify(&self, msg: KubeletMsg) {
+        if let Some(tx) = self.kubelet.get() {
+            let _ = tx.send(msg);
+        }
+    }
+
+    fn commit(&self, inner: &mut Inner, r: ResId, ty: EventType, mut value: Value, old: Option<Arc<Obj>>) -> Result<Arc<Obj>> {
+        inner.rv += 1;
+        let rv = inner.rv;
+        meta_mut(&mut value)?.insert("resourceVersion".into(), json!(rv.to_string()));
+        let obj = Obj::new(value, rv)?;
+        let key = (obj.namespace().to_string(), obj.name().to_string());
+        let ks = &mut inner.kinds[r];
+        if ty == EventType::Deleted {
+            ks.objects.remove(&key);
+        } else {
+            ks.objects.insert(key, obj.clone());
+        }
+        let ev = Arc::new(WatchEvent { ty, rv, obj: obj.clone(), old: if ty == EventType::Modified { old } else { None } });
+        ks.history.push_back(ev.clone());
+        while ks.history.len() > self.cfg.history_limit {
+            if let Some(e) = ks.history.pop_front() {
+                ks.compacted_rv = e.rv;
+            }
+        }
+        let _ = ks.tx.send(ev);
+        if r == res::EVENTS_V1 {
+            self.mirror_event(inner, ty, &obj)?;
+        }
+        if r == PDBS {
+            let ns = obj.namespace().to_string();
+            let count = inner.kinds[PDBS].range_ns(Some(&ns)).count();
+            if count == 0 {
+                inner.pdbs_per_ns.remove(&ns);
+            } else {
+                inner.pdbs_per_ns.insert(ns, count);
+            }
+        }
+        Ok(obj)
+    }
+
+    /// Mirror an events.k8s.io/v1 Event into core/v1 events (one way), so
+    /// that `kubectl get events` shows what a scheduler recorded.
+    fn mirror_event(&self, inner: &mut Inner, ty: EventType, obj: &Arc<Obj>) -> Result<()> {
+        let key = (obj.namespace().to_string(), obj.name().to_string());
+        let existing = inner.kinds[res::EVENTS].objects.get(&key).cloned();
+        let core = v1_event_to_core(&obj.value);
+        match (ty, existing) {
+            (EventType::Deleted, Some(old)) => {
+                self.commit(inner, res::EVENTS, EventType::Deleted, old.value.clone(), None)?;
+            }
+            (EventType::Deleted, None) => {}
+            (_, Some(old)) => {
+                self.commit(inner, res::EVENTS, EventType::Modified, core, Some(old))?;
+            }
+            (_, None) => {
+                self.commit(inner, res::EVENTS, EventType::Added, core, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hooks after a pod write: kubelet notification and PDB status.
+    fn after_pod_write(&self, inner: &mut Inner, old: Option<&Value>, new: &Value) {
+        let was_bound = old.is_some_and(|o| !get_str(o, "/spec/nodeName").is_empty());
+        let bound = !get_str(new, "/spec/nodeName").is_empty();
+        if bound && !was_bound {
+            self.notify(KubeletMsg::Bound {
+                ns: meta_str(new, "namespace").to_string(),
+                name: meta_str(new, "name").to_string(),
+                uid: meta_str(new, "uid").to_string(),
+            });
+        }
+        let ns = meta_str(new, "namespace").to_string();
+        if inner.pdbs_per_ns.contains_key(&ns) {
+            self.sync_pdbs(inner, &ns, None);
+        }
+    }
+
+    /// Recompute the status of the PDBs of a namespace (or just one).
+    fn sync_pdbs(&self, inner: &mut Inner, ns: &str, only: Option<&str>) {
+        let now = now_rfc3339();
+        let pdbs: Vec<Arc<Obj>> = inner.kinds[PDBS]
+            .range_ns(Some(ns))
+            .filter(|(k, _)| only.is_none_or(|n| k.1 == n))
+            .map(|(_, o)| o.clone())
+            .collect();
+        if pdbs.is_empty() {
+            return;
+        }
+        let pods: Vec<Arc<Obj>> = inner.kinds[PODS].range_ns(Some(ns)).map(|(_, o)| o.clone()).collect();
+        let pod_vals: Vec<&Value> = pods.iter().map(|p| &p.value).collect();
+        for pdb in pdbs {
+            let status = res::pdb_status(&pdb.value, &pod_vals, &now);
+            if pdb.value.get("status") != Some(&status) {
+                let mut v = pdb.value.clone();
+                set_path(&mut v, &["status"], status);
+                let _ = self.commit(inner, PDBS, EventType::Modified, v, Some(pdb));
+            }
+        }
+    }
+
+    /// Get one object.
+    pub fn get(&self, r: ResId, ns: &str, name: &str) -> Result<Arc<Obj>> {
+        let inner = self.lock();
+        inner.kinds[r].objects.get(&(ns.to_string(), name.to_string())).cloned().ok_or_else(|| not_found(r, name))
+    }
+
+    /// List objects matching a filter, with optional paging.
+    pub fn list(&self, r: ResId, filter: &Filter, limit: Option<usize>, cont: Option<&str>) -> Result<ListResult> {
+        let (start_rv, after) = match cont {
+            Some(c) if !c.is_empty() => {
+                let (rv, key) = decode_continue(c).ok_or_else(|| Error::BadRequest("invalid continue token".into()))?;
+                (Some(rv), Some(key))
+            }
+            _ => (None, None),
+        };
+        let inner = self.lock();
+        let ks = &inner.kinds[r];
+        let ns = filter.namespace.as_deref();
+        let iter: Box<dyn Iterator<Item = (&Key, &Arc<Obj>)>> = match &after {
+            None => ks.range_ns(ns),
+            Some(k) => {
+                let it = ks.objects.range::<Key, _>((Bound::Excluded(k.clone()), Bound::Unbounded));
+                match ns {
+                    Some(ns) => Box::new(it.take_while(move |(k, _)| k.0 == ns)),
+                    None => Box::new(it),
+                }
+            }
+        };
+        let mut items = Vec::new();
+        let mut cont_out = None;
+        let rv = start_rv.unwrap_or(inner.rv);
+        for (k, o) in iter {
+            if !filter.matches(&o.value) {
+                continue;
+            }
+            if limit.is_some_and(|l| l > 0 && items.len() >= l) {
+                if let Some(last) = items.last().map(|o: &Arc<Obj>| (o.namespace().to_string(), o.name().to_string())) {
+                    cont_out = Some(encode_continue(rv, &last));
+                }
+                let _ = k;
+                break;
+            }
+            items.push(o.clone());
+        }
+        Ok(ListResult { items, rv, cont: cont_out })
+    }
+
+    /// Create an object (already JSON-parsed) in namespace `ns` ("" for cluster-scoped).
+    pub fn create(&self, r: ResId, ns: &str, body: Value) -> Result<Arc<Obj>> {
+        let info = &RESOURCES[r];
+        let mut v = normalize(r, body)?;
+        let meta = meta_mut(&mut v)?;
+        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
+        if info.namespaced {
+            if !body_ns.is_empty() && body_ns != ns {
+                return Err(Error::BadRequest(
+                    "the namespace of the provided object does not match the namespace sent on the request".into(),
+                ));
+            }
+            meta.insert("namespace".into(), json!(ns));
+        } else {
+            meta.remove("namespace");
+        }
+        let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        let gen_name = meta.get("generateName").and_then(Value::as_str).unwrap_or("").to_string();
+        if name.is_empty() && gen_name.is_empty() {
+            return Err(invalid(r, "", "metadata.name: Required value: name or generateName is required"));
+        }
+        if !name.is_empty()
+            && let Some(msg) = res::validate_name(&name) {
+                return Err(invalid(r, &name, msg));
+            }
+        for f in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+            meta.remove(f);
+        }
+        meta.insert("uid".into(), json!(new_uid()));
+        meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        meta.insert("generation".into(), json!(1));
+
+        let mut inner = self.lock();
+        if info.namespaced && !inner.kinds[res::NAMESPACES].objects.contains_key(&(String::new(), ns.to_string())) {
+            return Err(Error::NotFound { resource: "namespaces".into(), name: ns.to_string() });
+        }
+        let name = if name.is_empty() {
+            let mut chosen = None;
+            for _ in 0..16 {
+                let candidate = format!("{gen_name}{}", random_suffix());
+                if !inner.kinds[r].objects.contains_key(&(ns.to_string(), candidate.clone())) {
+                    chosen = Some(candidate);
+                    break;
+                }
+            }
+            let n = chosen.ok_or_else(|| Error::AlreadyExists { resource: qualified(r), name: gen_name.clone() })?;
+            if let Some(msg) = res::validate_name(&n) {
+                return Err(invalid(r, &n, msg));
+            }
+            meta_mut(&mut v)?.insert("name".into(), json!(n));
+            n
+        } else {
+            name
+        };
+        let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.clone());
+        if inner.kinds[r].objects.contains_key(&key) {
+            return Err(Error::AlreadyExists { resource: qualified(r), name });
+        }
+        self.prepare_create(&inner, r, &name, &mut v)?;
+        let obj = self.commit(&mut inner, r, EventType::Added, v, None)?;
+        match r {
+            PODS => self.after_pod_write(&mut inner, None, &obj.value),
+            PDBS => self.sync_pdbs(&mut inner, &key.0, Some(&name)),
+            _ => {}
+        }
+        Ok(obj)
+    }
+
+    /// Kind-specific create semantics (defaults, admission).
+    fn prepare_create(&self, inner: &Inner, r: ResId, name: &str, v: &mut Value) -> Result<()> {
+        match r {
+            PODS => {
+                let spec = v.get_mut("spec").and_then(Value::as_object_mut).ok_or_else(|| invalid(r, name, "spec: Required value"))?;
+                if spec.get("containers").and_then(Value::as_array).is_none_or(|c| c.is_empty()) {
+                    return Err(invalid(r, name, "spec.containers: Required value"));
+                }
+                spec.entry("schedulerName").or_insert_with(|| json!("default-scheduler"));
+                spec.entry("restartPolicy").or_insert_with(|| json!("Always"));
+                spec.entry("dnsPolicy").or_insert_with(|| json!("ClusterFirst"));
+                spec.entry("terminationGracePeriodSeconds").or_insert_with(|| json!(30));
+                // Priority admission.
+                let class_name = spec.get("priorityClassName").and_then(Value::as_str).unwrap_or("").to_string();
+                let pcs = &inner.kinds[PRIORITY_CLASSES].objects;
+                let class = if class_name.is_empty() {
+                    pcs.values()
+                        .filter(|pc| pc.value.get("globalDefault").and_then(Value::as_bool) == Some(true))
+                        .max_by_key(|pc| pc.value.get("value").and_then(Value::as_i64).unwrap_or(0))
+                        .cloned()
+                } else {
+                    match pcs.get(&(String::new(), class_name.clone())) {
+                        Some(pc) => Some(pc.clone()),
+                        None => {
+                            return Err(Error::Forbidden {
+                                resource: "pods".into(),
+                                name: name.to_string(),
+                                message: format!("no PriorityClass with name {class_name} was found"),
+                            });
+                        }
+                    }
+                };
+                let (prio, policy) = match &class {
+                    Some(pc) => {
+                        spec.insert("priorityClassName".into(), json!(pc.name()));
+                        (
+                            pc.value.get("value").and_then(Value::as_i64).unwrap_or(0),
+                            pc.value.get("preemptionPolicy").and_then(Value::as_str).unwrap_or("PreemptLowerPriority").to_string(),
+                        )
+                    }
+                    None => (0, "PreemptLowerPriority".to_string()),
+                };
+                if let Some(p) = spec.get("priority").and_then(Value::as_i64)
+                    && p != prio {
+                        return Err(Error::Forbidden {
+                            resource: "pods".into(),
+                            name: name.to_string(),
+                            message: format!(
+                                "the integer value of priority ({p}) must not be provided in pod spec; priority admission controller computed {prio} from the given PriorityClass name"
+                            ),
+                        });
+                    }
+                spec.insert("priority".into(), json!(prio));
+                spec.entry("preemptionPolicy").or_insert_with(|| json!(policy));
+                let qos = res::qos_class(v);
+                let sched_gated = v.pointer("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+                let mut status = json!({"phase": "Pending", "qosClass": qos});
+                if sched_gated {
+                    status["conditions"] = json!([{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                        "message": "Scheduling is blocked due to non-empty scheduling gates", "lastTransitionTime": now_rfc3339()}]);
+                }
+                set_path(v, &["status"], status);
+            }
+            res::NAMESPACES => {
+                set_path(v, &["metadata", "labels", "kubernetes.io/metadata.name"], json!(name));
+                set_path(v, &["status"], json!({"phase": "Active"}));
+            }
+            PRIORITY_CLASSES => {
+                if name.starts_with("system-") && !matches!(name, "system-cluster-critical" | "system-node-critical") {
+                    return Err(Error::Forbidden {
+                        resource: qualified(r),
+                        name: name.to_string(),
+                        message: "priority class names with 'system-' prefix are reserved".into(),
+                    });
+                }
+                if v.get("globalDefault").and_then(Value::as_bool) == Some(true)
+                    && let Some(other) = inner.kinds[PRIORITY_CLASSES]
+                        .objects
+                        .values()
+                        .find(|pc| pc.value.get("globalDefault").and_then(Value::as_bool) == Some(true))
+                    {
+                        return Err(invalid(
+                            r,
+                            name,
+                            format!("globalDefault: Invalid value: true: PriorityClass {} is already marked as default. Only one default can exist", other.name()),
+                        ));
+                    }
+                if let Some(m) = v.as_object_mut() {
+                    m.entry("preemptionPolicy").or_insert_with(|| json!("PreemptLowerPriority"));
+                }
+            }
+            PDBS => {
+                set_path(v, &["status"], json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Replace an object (PUT), or just its status when `status_only`.
+    pub fn update(&self, r: ResId, ns: &str, name: &str, body: Value, status_only: bool) -> Result<Arc<Obj>> {
+        let info = &RESOURCES[r];
+        let mut v = normalize(r, body)?;
+        let meta = meta_mut(&mut v)?;
+        let body_name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        if body_name != name {
+            return Err(Error::BadRequest("the name of the object does not match the name on the URL".into()));
+        }
+        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
+        if info.namespaced && !body_ns.is_empty() && body_ns != ns {
+            return Err(Error::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+        let body_rv = meta.get("resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
+        let mut inner = self.lock();
+        let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
+        let Some(old) = inner.kinds[r].objects.get(&key).cloned() else {
+            drop(inner);
+            if info.create_on_update && !status_only {
+                return self.create(r, ns, v);
+            }
+            return Err(not_found(r, name));
+        };
+        if !body_rv.is_empty() && body_rv != old.rv.to_string() {
+            return Err(conflict(r, name, STALE));
+        }
+        self.apply_update(&mut inner, r, old, v, status_only)
+    }
+
+    /// Patch an object (or its status when `status_only`).
+    pub fn patch(&self, r: ResId, ns: &str, name: &str, pt: PatchType, body: &[u8], status_only: bool) -> Result<Arc<Obj>> {
+        let info = &RESOURCES[r];
+        let patch: Value = match pt {
+            PatchType::Apply => match serde_json::from_slice(body) {
+                Ok(v) => v,
+                Err(_) => serde_saphyr::from_slice(body).map_err(|e| Error::BadRequest(format!("invalid apply patch: {e}")))?,
+            },
+            _ => serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("invalid patch: {e}")))?,
+        };
+        let json_ops: Option<json_patch::Patch> = if pt == PatchType::Json {
+            Some(serde_json::from_value(patch.clone()).map_err(|e| Error::BadRequest(format!("invalid JSON patch: {e}")))?)
+        } else {
+            if !patch.is_object() {
+                return Err(Error::BadRequest("patch body must be a JSON object".into()));
+            }
+            None
+        };
+        let mut inner = self.lock();
+        let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
+        let old = inner.kinds[r].objects.get(&key).cloned().ok_or_else(|| not_found(r, name))?;
+        let mut v = old.value.clone();
+        match pt {
+            PatchType::Merge | PatchType::Apply => merge_patch(&mut v, &patch),
+            PatchType::Strategic => strategic_merge(&mut v, &patch),
+            PatchType::Json => {
+                if let Some(ops) = &json_ops {
+                    json_patch::patch(&mut v, ops).map_err(|e| invalid(r, name, format!("JSON patch failed: {e}")))?;
+                }
+            }
+        }
+        let patched_rv = get_str(&v, "/metadata/resourceVersion");
+        if !patched_rv.is_empty() && patched_rv != old.rv.to_string() {
+            return Err(conflict(r, name, STALE));
+        }
+        if get_str(&v, "/metadata/name") != name || get_str(&v, "/metadata/namespace") != key.0 {
+            return Err(invalid(r, name, "metadata.name: Invalid value: field is immutable"));
+        }
+        let v = normalize(r, v)?;
+        self.apply_update(&mut inner, r, old, v, status_only)
+    }
+
+    /// Shared update path: merge system fields, validate, commit.
+    fn apply_update(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>, v: Value, status_only: bool) -> Result<Arc<Obj>> {
+        let info = &RESOURCES[r];
+        let name = old.name().to_string();
+        let mut new = if status_only {
+            let mut n = old.value.clone();
+            if let Some(m) = n.as_object_mut() {
+                match v.get("status") {
+                    Some(s) => m.insert("status".into(), s.clone()),
+                    None => m.remove("status"),
+                };
+            }
+            n
+        } else {
+            let mut n = v;
+            if let (Some(nm), Some(om)) = (n.as_object_mut(), old.value.as_object())
+                && info.has_status {
+                    match om.get("status") {
+                        Some(s) => nm.insert("status".into(), s.clone()),
+                        None => nm.remove("status"),
+                    };
+                }
+            let om = old.value.get("metadata").cloned().unwrap_or_else(|| json!({}));
+            let meta = meta_mut(&mut n)?;
+            for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace", "generation"] {
+                match om.get(f) {
+                    Some(x) => meta.insert(f.into(), x.clone()),
+                    None => meta.remove(f),
+                };
+            }
+            n
+        };
+        if !status_only {
+            match r {
+                PODS => {
+                    let (o, n) = (get_str(&old.value, "/spec/nodeName"), get_str(&new, "/spec/nodeName"));
+                    if o != n {
+                        return Err(invalid(r, &name, "spec: Forbidden: pod updates may not change spec.nodeName (use the binding subresource)"));
+                    }
+                    // Priority is set by admission and immutable.
+                    if let Some(p) = old.value.pointer("/spec/priority").cloned() {
+                        set_path(&mut new, &["spec", "priority"], p);
+                    }
+                }
+                PRIORITY_CLASSES
+                    if old.value.get("value") != new.get("value") => {
+                        return Err(invalid(r, &name, "value: Forbidden: may not be changed in an update."));
+                    }
+                _ => {}
+            }
+            if old.value.get("spec") != new.get("spec") {
+                let g = old.value.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1) + 1;
+                meta_mut(&mut new)?.insert("generation".into(), json!(g));
+            }
+        }
+        // No-op updates do not bump the resourceVersion.
+        if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.insert("resourceVersion".into(), json!(old.rv.to_string()));
+        }
+        if new == old.value {
+            return Ok(old);
+        }
+        let deleting = new.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null());
+        let no_finalizers = new.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(|f| f.is_empty());
+        if deleting && no_finalizers && r != PODS {
+            return self.commit(inner, r, EventType::Deleted, new, None);
+        }
+        let obj = self.commit(inner, r, EventType::Modified, new, Some(old.clone()))?;
+        match r {
+            PODS => self.after_pod_write(inner, Some(&old.value), &obj.value),
+            PDBS => {
+                let ns = obj.namespace().to_string();
+                self.sync_pdbs(inner, &ns, Some(&name));
+            }
+            _ => {}
+        }
+        // Re-read: PDB sync may have committed a newer version of this object.
+        let key = (obj.namespace().to_string(), obj.name().to_string());
+        Ok(inner.kinds[r].objects.get(&key).cloned().unwrap_or(obj))
+    }
+
+    /// Delete an object. Bound running pods are deleted gracefully (the
+    /// returned object carries deletionTimestamp); others go at once.
+    pub fn delete(&self, r: ResId, ns: &str, name: &str, opts: &DeleteOpts) -> Result<Arc<Obj>> {
+        let info = &RESOURCES[r];
+        if r == res::NAMESPACES && matches!(name, "default" | "kube-system" | "kube-public") {
+            return Err(Error::Forbidden {
+                resource: "namespaces".into(),
+                name: name.to_string(),
+                message: "this namespace may not be deleted".into(),
+            });
+        }
+        let mut inner = self.lock();
+        let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
+        let old = inner.kinds[r].objects.get(&key).cloned().ok_or_else(|| not_found(r, name))?;
+        if let Some(uid) = &opts.uid
+            && uid != old.uid() {
+                return Err(conflict(
+                    r,
+                    name,
+                    format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", old.uid()),
+                ));
+            }
+        if let Some(rv) = &opts.rv
+            && *rv != old.rv.to_string() {
+                return Err(conflict(
+                    r,
+                    name,
+                    format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", old.rv),
+                ));
+            }
+        if r == PODS {
+            let bound = !get_str(&old.value, "/spec/nodeName").is_empty();
+            let terminal = matches!(get_str(&old.value, "/status/phase"), "Succeeded" | "Failed");
+            let default_grace = old.value.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
+            let grace = opts.grace.unwrap_or(default_grace).max(0);
+            if bound && !terminal && grace > 0 {
+                let existing = old.value.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
+                let deleting = old.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null());
+                if deleting && existing.is_some_and(|e| e <= grace) {
+                    return Ok(old);
+                }
+                let deadline_ts = chrono::Utc::now() + chrono::Duration::seconds(grace);
+                let mut v = old.value.clone();
+                let meta = meta_mut(&mut v)?;
+                meta.insert(
+                    "deletionTimestamp".into(),
+                    json!(deadline_ts.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                );
+                meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+                let obj = self.commit(&mut inner, r, EventType::Modified, v, Some(old.clone()))?;
+                self.notify(KubeletMsg::Terminate {
+                    ns: ns.to_string(),
+                    name: name.to_string(),
+                    uid: obj.uid().to_string(),
+                    deadline: Instant::now() + Duration::from_secs(grace.unsigned_abs()),
+                });
+                self.after_pod_write(&mut inner, Some(&old.value), &obj.value);
+                return Ok(obj);
+            }
+        } else if old.value.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty()) {
+            if old.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
+                return Ok(old);
+            }
+            let mut v = old.value.clone();
+            let meta = meta_mut(&mut v)?;
+            meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            return self.commit(&mut inner, r, EventType::Modified, v, Some(old));
+        }
+        if r == res::NAMESPACES {
+            for (kr, info) in RESOURCES.iter().enumerate() {
+                if !info.namespaced {
+                    continue;
+                }
+                let victims: Vec<Arc<Obj>> = inner.kinds[kr].range_ns(Some(name)).map(|(_, o)| o.clone()).collect();
+                for o in victims {
+                    self.commit(&mut inner, kr, EventType::Deleted, o.value.clone(), None)?;
+                }
+            }
+        }
+        let obj = self.commit(&mut inner, r, EventType::Deleted, old.value.clone(), None)?;
+        if r == PODS && inner.pdbs_per_ns.contains_key(ns) {
+            self.sync_pdbs(&mut inner, ns, None);
+        }
+        Ok(obj)
+    }
+
+    /// POST pods/binding: assign a pod to a node.
+    pub fn bind(&self, ns: &str, name: &str, body: Value) -> Result<()> {
+        let mut b = body;
+        res::check_type(&mut b, "v1", "Binding").map_err(|e| Error::BadRequest(e.to_string()))?;
+        let b: k8s_openapi::api::core::v1::Binding =
+            serde_json::from_value(b).map_err(|e| Error::BadRequest(format!("invalid Binding: {e}")))?;
+        let target = b.target.name.clone().unwrap_or_default();
+        if target.is_empty() {
+            return Err(Error::Invalid { kind: "Binding".into(), name: name.into(), message: "target.name: Required value".into() });
+        }
+        if let Some(bn) = b.metadata.name.as_deref()
+            && !bn.is_empty() && bn != name {
+                return Err(Error::BadRequest("the name of the binding does not match the pod name on the URL".into()));
+            }
+        if let Some(bns) = b.metadata.namespace.as_deref()
+            && !bns.is_empty() && bns != ns {
+                return Err(Error::BadRequest(
+                    "the namespace of the provided object does not match the namespace sent on the request".into(),
+                ));
+            }
+        let mut inner = self.lock();
+        let key = (ns.to_string(), name.to_string());
+        let old = inner.kinds[PODS].objects.get(&key).cloned().ok_or_else(|| not_found(PODS, name))?;
+        let res_name = "pods/binding";
+        let bconflict = |m: String| Error::Conflict { resource: res_name.into(), name: name.to_string(), message: m };
+        if let Some(uid) = b.metadata.uid.as_deref()
+            && uid != old.uid() {
+                return Err(bconflict(format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", old.uid())));
+            }
+        if old.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
+            return Err(bconflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
+        }
+        let current = get_str(&old.value, "/spec/nodeName");
+        if !current.is_empty() {
+            return Err(bconflict(format!("pod {name} is already assigned to node \"{current}\"")));
+        }
+        let mut v = old.value.clone();
+        set_path(&mut v, &["spec", "nodeName"], json!(target));
+        if let Some(ann) = &b.metadata.annotations {
+            for (k, val) in ann {
+                set_path(&mut v, &["metadata", "annotations", k.as_str()], json!(val));
+            }
+        }
+        set_condition(&mut v, json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()}));
+        let obj = self.commit(&mut inner, PODS, EventType::Modified, v, Some(old.clone()))?;
+        self.after_pod_write(&mut inner, Some(&old.value), &obj.value);
+        Ok(())
+    }
+
+    /// POST pods/eviction: check PDBs, then delete gracefully.
+    pub fn evict(&self, ns: &str, name: &str, body: Value) -> Result<()> {
+        let mut b = body;
+        res::check_type(&mut b, "policy/v1", "Eviction").map_err(|e| Error::BadRequest(e.to_string()))?;
+        let ev: k8s_openapi::api::policy::v1::Eviction =
+            serde_json::from_value(b).map_err(|e| Error::BadRequest(format!("invalid Eviction: {e}")))?;
+        if let Some(en) = ev.metadata.name.as_deref()
+            && !en.is_empty() && en != name {
+                return Err(Error::BadRequest("name in URL does not match name in Eviction object".into()));
+            }
+        let mut opts = DeleteOpts::default();
+        if let Some(d) = &ev.delete_options {
+            opts.grace = d.grace_period_seconds;
+            if let Some(p) = &d.preconditions {
+                opts.uid = p.uid.clone();
+                opts.rv = p.resource_version.clone();
+            }
+        }
+        {
+            let mut inner = self.lock();
+            let pod = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned().ok_or_else(|| not_found(PODS, name))?;
+            let terminal = matches!(get_str(&pod.value, "/status/phase"), "Succeeded" | "Failed");
+            let deleting = pod.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null());
+            if !terminal && !deleting {
+                self.sync_pdbs(&mut inner, ns, None);
+                let labels = pod.value.pointer("/metadata/labels");
+                let matching: Vec<Arc<Obj>> = inner.kinds[PDBS]
+                    .range_ns(Some(ns))
+                    .map(|(_, o)| o.clone())
+                    .filter(|pdb| {
+                        pdb.value
+                            .pointer("/spec/selector")
+                            .map(LabelSelector::from_structured)
+                            .is_some_and(|s| s.is_ok_and(|s| s.matches_labels(labels)))
+                    })
+                    .collect();
+                if matching.len() > 1 {
+                    return Err(Error::Internal(
+                        "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(),
+                    ));
+                }
+                if let Some(pdb) = matching.first() {
+                    let st = |f: &str| pdb.value.pointer(&format!("/status/{f}")).and_then(Value::as_i64).unwrap_or(0);
+                    let allowed = if res::pod_healthy(&pod.value) {
+                        st("disruptionsAllowed") > 0
+                    } else {
+                        st("currentHealthy") >= st("desiredHealthy")
+                    };
+                    if !allowed {
+                        return Err(Error::TooManyRequests {
+                            message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+                            causes: Some(json!([{
+                                "reason": "DisruptionBudget",
+                                "message": format!("The disruption budget {} needs {} healthy pods and has {} currently",
+                                    pdb.name(), st("desiredHealthy"), st("currentHealthy")),
+                            }])),
+                        });
+                    }
+                }
+            }
+        }
+        self.delete(PODS, ns, name, &opts).map(|_| ())
+    }
+
+    /// Modify a pod under the lock if it still has `uid`; `f` returns the
+    /// new value or None to leave it. Used by the kubelets.
+    pub fn modify_pod(&self, ns: &str, name: &str, uid: &str, f: impl FnOnce(&Value) -> Option<Value>) -> Result<Option<Arc<Obj>>> {
+        let mut inner = self.lock();
+        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned() else {
+            return Ok(None);
+        };
+        if old.uid() != uid {
+            return Ok(None);
+        }
+        let Some(new) = f(&old.value) else { return Ok(None) };
+        let obj = self.commit(&mut inner, PODS, EventType::Modified, new, Some(old.clone()))?;
+        self.after_pod_write(&mut inner, Some(&old.value), &obj.value);
+        Ok(Some(obj))
+    }
+
+    /// Remove a terminating pod now if it still has `uid`.
+    pub fn remove_pod(&self, ns: &str, name: &str, uid: &str) -> Result<bool> {
+        let mut inner = self.lock();
+        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned() else {
+            return Ok(false);
+        };
+        if old.uid() != uid {
+            return Ok(false);
+        }
+        self.commit(&mut inner, PODS, EventType::Deleted, old.value.clone(), None)?;
+        if inner.pdbs_per_ns.contains_key(ns) {
+            self.sync_pdbs(&mut inner, ns, None);
+        }
+        Ok(true)
+    }
+
+    /// Start a watch.
+    pub fn watch(&self, r: ResId, start: WatchStart) -> Result<WatchSub> {
+        let inner = self.lock();
+        let ks = &inner.kinds[r];
+        let rx = ks.tx.subscribe();
+        match start {
+            WatchStart::Now => Ok(WatchSub { initial: ks.objects.values().cloned().collect(), rv: inner.rv, backlog: Vec::new(), rx }),
+            WatchStart::After(n) => {
+                if n < ks.compacted_rv {
+                    return Err(Error::Gone(format!("too old resource version: {n} ({})", ks.compacted_rv)));
+                }
+                let from = ks.history.partition_point(|e| e.rv <= n);
+                let backlog = ks.history.range(from..).cloned().collect();
+                Ok(WatchSub { initial: Vec::new(), rv: inner.rv, backlog, rx })
+            }
+        }
+    }
+
+    /// Drop all retained history so that watch resumes from any older
+    /// resourceVersion answer 410 Gone.
+    pub fn compact(&self) {
+        let mut inner = self.lock();
+        let rv = inner.rv;
+        for ks in &mut inner.kinds {
+            ks.history.clear();
+            ks.compacted_rv = rv;
+        }
+    }
+
+    /// Send a BOOKMARK at the current resourceVersion to every watched resource.
+    pub fn bookmark_tick(&self) {
+        let inner = self.lock();
+        let rv = inner.rv;
+        for (r, ks) in inner.kinds.iter().enumerate() {
+            if ks.tx.receiver_count() == 0 {
+                continue;
+            }
+            let info = &RESOURCES[r];
+            let v = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv.to_string()}});
+            if let Ok(obj) = Obj::new(v, rv) {
+                let _ = ks.tx.send(Arc::new(WatchEvent { ty: EventType::Bookmark, rv, obj, old: None }));
+            }
+        }
+    }
+
+    /// Create a typed object directly (tests, setup). Namespaced objects
+    /// without a namespace go to "default".
+    pub fn create_typed<K>(&self, obj: &K) -> Result<K>
+    where
+        K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta> + Serialize + DeserializeOwned,
+    {
+        let r = res::lookup_type::<K>().ok_or_else(|| Error::BadRequest(format!("unsupported kind {}", K::KIND)))?;
+        let ns = if RESOURCES[r].namespaced { obj.metadata().namespace.clone().unwrap_or_else(|| "default".into()) } else { String::new() };
+        let v = serde_json::to_value(obj).map_err(|e| Error::Internal(e.to_string()))?;
+        self.create(r, &ns, v)?.decode()
+    }
+
+    /// Get a typed object directly.
+    pub fn get_typed<K: k8s_openapi::Resource + DeserializeOwned>(&self, ns: &str, name: &str) -> Result<K> {
+        let r = res::lookup_type::<K>().ok_or_else(|| Error::BadRequest(format!("unsupported kind {}", K::KIND)))?;
+        self.get(r, ns, name)?.decode()
+    }
+
+    /// List typed objects directly (all namespaces when `ns` is None).
+    pub fn list_typed<K: k8s_openapi::Resource + DeserializeOwned>(&self, ns: Option<&str>) -> Result<Vec<K>> {
+        let r = res::lookup_type::<K>().ok_or_else(|| Error::BadRequest(format!("unsupported kind {}", K::KIND)))?;
+        let f = Filter { namespace: ns.map(str::to_string), ..Default::default() };
+        self.list(r, &f, None, None)?.items.iter().map(|o| o.decode()).collect()
+    }
+}
+
+/// Convert an events.k8s.io/v1 Event to its core/v1 form.
+pub fn v1_event_to_core(v: &Value) -> Value {
+    let mut c = Map::new();
+    c.insert("apiVersion".into(), json!("v1"));
+    c.insert("kind".into(), json!("Event"));
+    c.insert("metadata".into(), v.get("metadata").cloned().unwrap_or_else(|| json!({})));
+    c.insert("involvedObject".into(), v.get("regarding").cloned().unwrap_or_else(|| json!({})));
+    for (from, to) in [
+        ("related", "related"),
+        ("note", "message"),
+        ("reason", "reason"),
+        ("type", "type"),
+        ("action", "action"),
+        ("reportingController", "reportingComponent"),
+        ("reportingInstance", "reportingInstance"),
+        ("eventTime", "eventTime"),
+        ("series", "series"),
+        ("deprecatedSource", "source"),
+        ("deprecatedFirstTimestamp", "firstTimestamp"),
+        ("deprecatedLastTimestamp", "lastTimestamp"),
+        ("deprecatedCount", "count"),
+    ] {
+        if let Some(x) = v.get(from).filter(|x| !x.is_null()) {
+            c.insert(to.into(), x.clone());
+        }
+    }
+    if !c.contains_key("source") {
+        if let Some(rc) = v.get("reportingController").and_then(Value::as_str) {
+            c.insert("source".into(), json!({"component": rc}));
+        }
+    }
+    Value::Object(c)
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
+    String::from_utf8(bytes?).ok()
+}
+
+fn encode_continue(rv: u64, key: &Key) -> String {
+    hex(&format!("{rv}\u{0}{}\u{0}{}", key.0, key.1))
+}
+
+fn decode_continue(s: &str) -> Option<(u64, Key)> {
+    let raw = unhex(s)?;
+    let mut parts = raw.splitn(3, '\u{0}');
+    let rv = parts.next()?.parse().ok()?;
+    let ns = parts.next()?.to_string();
+    let name = parts.next()?.to_string();
+    Some((rv, (ns, name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategic_conditions_merge_by_type() {
+        let mut t = json!({"status": {"conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "False"}]}});
+        let p = json!({"status": {"conditions": [{"type": "B", "status": "True", "reason": "x"}, {"type": "C", "status": "True"}], "nominatedNodeName": "n1"}, "$setElementOrder/conditions": []});
+        strategic_merge(&mut t, &p);
+        assert_eq!(t["status"]["conditions"].as_array().map(Vec::len), Some(3));
+        assert_eq!(t["status"]["conditions"][1]["reason"], "x");
+        assert_eq!(t["status"]["nominatedNodeName"], "n1");
+        let p = json!({"status": {"conditions": [{"type": "A", "$patch": "delete"}], "nominatedNodeName": null}});
+        strategic_merge(&mut t, &p);
+        assert_eq!(t["status"]["conditions"].as_array().map(Vec::len), Some(2));
+        assert!(t["status"].get("nominatedNodeName").is_none());
+    }
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        let k = ("ns".to_string(), "name".to_string());
+        assert_eq!(decode_continue(&encode_continue(7, &k)), Some((7, k)));
+        assert_eq!(decode_continue("zz"), None);
+    }
+}

@@ -1,0 +1,167 @@
+//! meta.k8s.io/v1 Table output (server-side printing) for kubectl `get`.
+
+use serde_json::{Value, json};
+
+use super::resources::{EVENTS, NAMESPACES, NODES, PODS, RESOURCES, ResId};
+use super::store::ListResult;
+
+fn age(ts: &str) -> String {
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(ts) else { return "<unknown>".into() };
+    let s = (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds().max(0);
+    if s < 120 {
+        format!("{s}s")
+    } else if s < 7200 {
+        format!("{}m", s / 60)
+    } else if s < 48 * 3600 {
+        format!("{}h", s / 3600)
+    } else {
+        format!("{}d", s / 86400)
+    }
+}
+
+fn s<'a>(v: &'a Value, p: &str) -> &'a str {
+    v.pointer(p).and_then(Value::as_str).unwrap_or("")
+}
+
+fn or_none(x: &str) -> String {
+    if x.is_empty() { "<none>".into() } else { x.to_string() }
+}
+
+fn col(name: &str, ty: &str, priority: u8) -> Value {
+    json!({"name": name, "type": ty, "format": if name == "Name" { "name" } else { "" }, "description": "", "priority": priority})
+}
+
+fn columns(r: ResId) -> Vec<Value> {
+    match r {
+        PODS => vec![
+            col("Name", "string", 0),
+            col("Ready", "string", 0),
+            col("Status", "string", 0),
+            col("Restarts", "string", 0),
+            col("Age", "string", 0),
+            col("IP", "string", 1),
+            col("Node", "string", 1),
+            col("Nominated Node", "string", 1),
+            col("Readiness Gates", "string", 1),
+        ],
+        NODES => vec![
+            col("Name", "string", 0),
+            col("Status", "string", 0),
+            col("Roles", "string", 0),
+            col("Age", "string", 0),
+            col("Version", "string", 0),
+            col("Internal-IP", "string", 1),
+            col("External-IP", "string", 1),
+            col("OS-Image", "string", 1),
+            col("Kernel-Version", "string", 1),
+            col("Container-Runtime", "string", 1),
+        ],
+        EVENTS => vec![
+            col("Last Seen", "string", 0),
+            col("Type", "string", 0),
+            col("Reason", "string", 0),
+            col("Object", "string", 0),
+            col("Message", "string", 0),
+        ],
+        NAMESPACES => vec![col("Name", "string", 0), col("Status", "string", 0), col("Age", "string", 0)],
+        _ => vec![col("Name", "string", 0), col("Age", "string", 0)],
+    }
+}
+
+fn cells(r: ResId, v: &Value) -> Vec<Value> {
+    let name = s(v, "/metadata/name");
+    let created = age(s(v, "/metadata/creationTimestamp"));
+    match r {
+        PODS => {
+            let total = v.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
+            let statuses = v.pointer("/status/containerStatuses").and_then(Value::as_array);
+            let ready = statuses.map_or(0, |a| a.iter().filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true)).count());
+            let restarts: i64 = statuses.map_or(0, |a| a.iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum());
+            let status = if v.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
+                "Terminating".to_string()
+            } else if s(v, "/status/phase") == "Succeeded" {
+                "Completed".to_string()
+            } else {
+                or_none(s(v, "/status/phase"))
+            };
+            vec![
+                json!(name),
+                json!(format!("{ready}/{total}")),
+                json!(status),
+                json!(restarts.to_string()),
+                json!(created),
+                json!(or_none(s(v, "/status/podIP"))),
+                json!(or_none(s(v, "/spec/nodeName"))),
+                json!(or_none(s(v, "/status/nominatedNodeName"))),
+                json!("<none>"),
+            ]
+        }
+        NODES => {
+            let ready = v
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")))
+                .and_then(|c| c.get("status").and_then(Value::as_str))
+                == Some("True");
+            let mut status = if ready { "Ready".to_string() } else { "NotReady".to_string() };
+            if v.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+                status.push_str(",SchedulingDisabled");
+            }
+            let addr = |ty: &str| {
+                v.pointer("/status/addresses")
+                    .and_then(Value::as_array)
+                    .and_then(|a| a.iter().find(|x| x.get("type").and_then(Value::as_str) == Some(ty)))
+                    .and_then(|x| x.get("address").and_then(Value::as_str))
+                    .unwrap_or("<none>")
+                    .to_string()
+            };
+            vec![
+                json!(name),
+                json!(status),
+                json!("<none>"),
+                json!(created),
+                json!(s(v, "/status/nodeInfo/kubeletVersion")),
+                json!(addr("InternalIP")),
+                json!(addr("ExternalIP")),
+                json!(s(v, "/status/nodeInfo/osImage")),
+                json!(s(v, "/status/nodeInfo/kernelVersion")),
+                json!(s(v, "/status/nodeInfo/containerRuntimeVersion")),
+            ]
+        }
+        EVENTS => {
+            let last = [s(v, "/lastTimestamp"), s(v, "/eventTime"), s(v, "/metadata/creationTimestamp")]
+                .into_iter()
+                .find(|x| !x.is_empty())
+                .unwrap_or("");
+            let obj = format!("{}/{}", s(v, "/involvedObject/kind").to_lowercase(), s(v, "/involvedObject/name"));
+            vec![json!(age(last)), json!(s(v, "/type")), json!(s(v, "/reason")), json!(obj), json!(s(v, "/message"))]
+        }
+        NAMESPACES => vec![json!(name), json!(s(v, "/status/phase")), json!(created)],
+        _ => vec![json!(name), json!(created)],
+    }
+}
+
+/// Render a list as a Table (rows carry PartialObjectMetadata).
+pub fn table(r: ResId, lr: &ListResult) -> Value {
+    let info = &RESOURCES[r];
+    let rows: Vec<Value> = lr
+        .items
+        .iter()
+        .map(|o| {
+            json!({
+                "cells": cells(r, &o.value),
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": o.value.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                }
+            })
+        })
+        .collect();
+    let mut meta = json!({"resourceVersion": lr.rv.to_string()});
+    if let Some(c) = &lr.cont {
+        meta["continue"] = json!(c);
+    }
+    let _ = info;
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": columns(r), "rows": rows})
+}
