@@ -1,0 +1,530 @@
+//! PodTopologySpread: hard topology spread constraints (`DoNotSchedule`) in
+//! PreFilter/Filter, with the AddPod/RemovePod extensions preemption and
+//! nominated pods rely on; soft ones (`ScheduleAnyway`) in PreScore/Score/
+//! NormalizeScore, with upstream's exact scores.
+//!
+//! Default constraints (`defaultingType: System` or `List`) apply to pods
+//! without constraints of their own. Upstream gives them the selector of the
+//! Services, ReplicationControllers, ReplicaSets and StatefulSets that select
+//! or own the pod, and skips them when that selector is empty. berth keeps no
+//! such objects, so the selector is always empty and default constraints never
+//! apply: that is exactly what upstream decides for a cluster holding none of
+//! those objects (every offline cluster), whereas a selector built from the
+//! pod's own labels would spread bare pods that upstream leaves alone. The
+//! args are still read and validated as upstream does, and `default_selector`
+//! is the one place to plug a source of owner selectors in.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::cache::Snapshot;
+use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Status, MAX_NODE_SCORE};
+use crate::model::pod::{InclusionPolicy, SpreadConstraint, WhenUnsatisfiable};
+use crate::model::selector::{validate_key, Labels, Selector};
+use crate::model::taints::first_untolerated_hard;
+use crate::model::{NodeInfo, PodInfo};
+
+use super::node_affinity::pod_matches_node;
+
+/// Plugin name.
+pub const NAME: &str = "PodTopologySpread";
+/// Filter reason when placing the pod on the node would exceed a maxSkew.
+pub const REASON_CONSTRAINTS: &str = "node(s) didn't match pod topology spread constraints";
+/// Filter reason when the node lacks a constraint's topology key.
+pub const REASON_MISSING_LABEL: &str = "node(s) didn't match pod topology spread constraints (missing required label)";
+/// The hostname label: per-node domains, counted at Score time.
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+/// The zone label.
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+
+/// One entry of `defaultConstraints`: a v1.TopologySpreadConstraint, which
+/// must not name a labelSelector. Fields default to their zero values so that
+/// validation, not decoding, reports what is missing.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DefaultConstraint {
+    /// maxSkew.
+    #[serde(default)]
+    pub max_skew: i32,
+    /// topologyKey.
+    #[serde(default)]
+    pub topology_key: String,
+    /// whenUnsatisfiable.
+    #[serde(default)]
+    pub when_unsatisfiable: String,
+    /// labelSelector: forbidden here, kept to report it.
+    #[serde(default)]
+    pub label_selector: Option<serde_json::Value>,
+    /// minDomains.
+    #[serde(default)]
+    pub min_domains: Option<i32>,
+    /// nodeAffinityPolicy (Honor when unset).
+    #[serde(default)]
+    pub node_affinity_policy: Option<String>,
+    /// nodeTaintsPolicy (Ignore when unset).
+    #[serde(default)]
+    pub node_taints_policy: Option<String>,
+    /// matchLabelKeys (meaningless without a selector; accepted).
+    #[serde(default)]
+    pub match_label_keys: Option<Vec<String>>,
+}
+
+/// PodTopologySpreadArgs.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Args {
+    /// Constraints for pods that have none (only with `defaultingType: List`).
+    #[serde(default)]
+    pub default_constraints: Option<Vec<DefaultConstraint>>,
+    /// `System` (the default) or `List`.
+    #[serde(default)]
+    pub defaulting_type: Option<String>,
+    /// apiVersion/kind are accepted and ignored.
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// See `api_version`.
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+/// Topology spread constraints.
+#[derive(Debug, Default)]
+pub struct PodTopologySpread {
+    /// Default constraints, compiled with a selector matching nothing (replaced per pod).
+    defaults: Vec<SpreadConstraint>,
+    /// defaultingType is System.
+    system_defaulted: bool,
+}
+
+fn policy(v: Option<&str>, default: InclusionPolicy, path: &str) -> Result<InclusionPolicy, String> {
+    match v {
+        None => Ok(default),
+        Some("Honor") => Ok(InclusionPolicy::Honor),
+        Some("Ignore") => Ok(InclusionPolicy::Ignore),
+        Some(o) => Err(format!("{path}: unsupported value {o:?} (Honor or Ignore)")),
+    }
+}
+
+/// upstream's system default constraints.
+fn system_defaults() -> Vec<SpreadConstraint> {
+    let mk = |key: &str, skew: i64| SpreadConstraint {
+        max_skew: skew,
+        topology_key: key.into(),
+        when_unsatisfiable: WhenUnsatisfiable::ScheduleAnyway,
+        selector: Selector::nothing(),
+        min_domains: 1,
+        node_affinity_policy: InclusionPolicy::Honor,
+        node_taints_policy: InclusionPolicy::Ignore,
+    };
+    vec![mk(LABEL_HOSTNAME, 3), mk(LABEL_ZONE, 5)]
+}
+
+impl PodTopologySpread {
+    /// Builds the plugin, validating its args as upstream's
+    /// `ValidatePodTopologySpreadArgs` does; errors name the field.
+    pub fn new(args: Args) -> Result<Self, String> {
+        let list = args.default_constraints.unwrap_or_default();
+        let system = match args.defaulting_type.as_deref() {
+            None | Some("System") => true,
+            Some("List") => false,
+            Some(o) => return Err(format!("defaultingType: unsupported value {o:?} (System or List)")),
+        };
+        if system && !list.is_empty() {
+            return Err("defaultingType: \"System\": invalid when .defaultConstraints are not empty".into());
+        }
+        let mut defaults = Vec::with_capacity(list.len());
+        for (i, c) in list.iter().enumerate() {
+            let p = format!("defaultConstraints[{i}]");
+            if c.max_skew <= 0 {
+                return Err(format!("{p}.maxSkew: must be greater than zero, got {}", c.max_skew));
+            }
+            if c.topology_key.is_empty() {
+                return Err(format!("{p}.topologyKey: required value"));
+            }
+            validate_key(&c.topology_key).map_err(|e| format!("{p}.topologyKey: {e}"))?;
+            let when = match c.when_unsatisfiable.as_str() {
+                "DoNotSchedule" => WhenUnsatisfiable::DoNotSchedule,
+                "ScheduleAnyway" => WhenUnsatisfiable::ScheduleAnyway,
+                o => return Err(format!("{p}.whenUnsatisfiable: unsupported value {o:?} (DoNotSchedule or ScheduleAnyway)")),
+            };
+            if c.label_selector.is_some() {
+                return Err(format!("{p}.labelSelector: forbidden: constraint must not define a selector, as they deduced for each pod"));
+            }
+            if list[..i].iter().any(|o| o.topology_key == c.topology_key && o.when_unsatisfiable == c.when_unsatisfiable) {
+                return Err(format!("{p}: duplicate value {{{}, {}}}", c.topology_key, c.when_unsatisfiable));
+            }
+            let min_domains = match c.min_domains {
+                None => 1,
+                Some(m) if m <= 0 => return Err(format!("{p}.minDomains: must be greater than zero, got {m}")),
+                Some(m) => i64::from(m),
+            };
+            defaults.push(SpreadConstraint {
+                max_skew: i64::from(c.max_skew),
+                topology_key: c.topology_key.clone(),
+                when_unsatisfiable: when,
+                selector: Selector::nothing(),
+                min_domains,
+                node_affinity_policy: policy(c.node_affinity_policy.as_deref(), InclusionPolicy::Honor, &format!("{p}.nodeAffinityPolicy"))?,
+                node_taints_policy: policy(c.node_taints_policy.as_deref(), InclusionPolicy::Ignore, &format!("{p}.nodeTaintsPolicy"))?,
+            });
+        }
+        if system {
+            defaults = system_defaults();
+        }
+        Ok(PodTopologySpread { defaults, system_defaulted: system })
+    }
+
+    /// The selector default constraints get for `pod`: upstream's
+    /// `DefaultSelector` over the Services, ReplicationControllers, ReplicaSets
+    /// and StatefulSets of the pod. berth has none of them, so it is always
+    /// None, and default constraints are skipped as upstream skips them when
+    /// that selector is empty.
+    fn default_selector(&self, _pod: &PodInfo) -> Option<Selector> {
+        None
+    }
+
+    /// The pod's constraints of one kind, or the default ones when the pod has none.
+    fn constraints(&self, pod: &PodInfo, when: WhenUnsatisfiable) -> Vec<SpreadConstraint> {
+        if !pod.spread_constraints.is_empty() {
+            return pod.spread_constraints.iter().filter(|c| c.when_unsatisfiable == when).cloned().collect();
+        }
+        let defaults: Vec<&SpreadConstraint> = self.defaults.iter().filter(|c| c.when_unsatisfiable == when).collect();
+        if defaults.is_empty() {
+            return Vec::new();
+        }
+        let Some(sel) = self.default_selector(pod).filter(|s| !s.is_everything()) else { return Vec::new() };
+        defaults
+            .into_iter()
+            .map(|c| SpreadConstraint { selector: sel.clone(), ..c.clone() })
+            .collect()
+    }
+}
+
+/// Does the node have every constraint's topology key?
+fn has_all_keys(labels: &Labels, cs: &[SpreadConstraint]) -> bool {
+    cs.iter().all(|c| labels.contains_key(&c.topology_key))
+}
+
+/// Matching pods on a node: same namespace, not terminating, selected.
+fn count_matching(node: &NodeInfo, sel: &Selector, ns: &str) -> i64 {
+    node.pods.iter().filter(|p| !p.terminating && p.namespace == ns && sel.matches(&p.labels)).count() as i64
+}
+
+/// Per node, the inclusion policies evaluated lazily and at most once.
+struct Inclusion<'a> {
+    pod: &'a PodInfo,
+    node: &'a NodeInfo,
+    affinity: Option<bool>,
+    taints: Option<bool>,
+}
+
+impl<'a> Inclusion<'a> {
+    fn new(pod: &'a PodInfo, node: &'a NodeInfo) -> Self {
+        Inclusion { pod, node, affinity: None, taints: None }
+    }
+
+    /// Does the node count for this constraint under its inclusion policies?
+    fn admits(&mut self, c: &SpreadConstraint) -> bool {
+        if c.node_affinity_policy == InclusionPolicy::Honor && !*self.affinity.get_or_insert_with(|| pod_matches_node(self.pod, self.node)) {
+            return false;
+        }
+        if c.node_taints_policy == InclusionPolicy::Honor
+            && !*self.taints.get_or_insert_with(|| first_untolerated_hard(&self.node.node.taints, &self.pod.tolerations).is_none())
+        {
+            return false;
+        }
+        true
+    }
+}
+
+/// What PreFilter computed that never changes within the cycle.
+#[derive(Debug)]
+struct HardConstraint {
+    c: SpreadConstraint,
+    /// The incoming pod matches the constraint's selector.
+    self_match: bool,
+    /// Topology value → domain id (index into the counts).
+    domains: HashMap<String, u32>,
+}
+
+/// PreFilter state: matching pods per domain and the global minimum, per
+/// hard constraint. Cloned per nominated-pod and preemption trial, so the
+/// fixed part is shared.
+#[derive(Clone, Debug)]
+struct PreFilterState {
+    fixed: Arc<Vec<HardConstraint>>,
+    /// Per constraint, matching pods per domain id.
+    counts: Vec<Vec<i64>>,
+    /// Per constraint, the smallest count (i64::MAX when there is no domain).
+    mins: Vec<i64>,
+}
+
+impl PreFilterState {
+    /// The global minimum of constraint `i`, with minDomains applied.
+    fn min_match(&self, i: usize) -> i64 {
+        let f = &self.fixed[i];
+        if (f.domains.len() as i64) < f.c.min_domains { 0 } else { self.mins[i] }
+    }
+
+    /// Counts (delta 1) or uncounts (delta -1) `other` on `node` (upstream `updateWithPod`).
+    fn update(&mut self, pod: &PodInfo, other: &PodInfo, node: &NodeInfo, delta: i64) {
+        if other.namespace != pod.namespace {
+            return;
+        }
+        let labels = &node.node.labels;
+        if !self.fixed.iter().all(|f| labels.contains_key(&f.c.topology_key)) {
+            return;
+        }
+        let mut inc = Inclusion::new(pod, node);
+        let fixed = Arc::clone(&self.fixed);
+        for (i, f) in fixed.iter().enumerate() {
+            if !f.c.selector.matches(&other.labels) || !inc.admits(&f.c) {
+                continue;
+            }
+            // Nodes passing these checks were all seen by PreFilter, so their
+            // domain exists.
+            let Some(&d) = labels.get(&f.c.topology_key).and_then(|v| f.domains.get(v)) else { continue };
+            let counts = &mut self.counts[i];
+            let d = d as usize;
+            let old = counts[d];
+            let new = old + delta;
+            counts[d] = new;
+            if new < self.mins[i] {
+                self.mins[i] = new;
+            } else if old == self.mins[i] && new > old {
+                self.mins[i] = counts.iter().copied().min().unwrap_or(i64::MAX);
+            }
+        }
+    }
+}
+
+/// One soft constraint with its counts and weight.
+#[derive(Debug)]
+struct SoftConstraint {
+    c: SpreadConstraint,
+    /// The key is the hostname label: counted per node at Score time.
+    hostname: bool,
+    /// Topology value → matching pods (non-hostname keys; values of the scored nodes only).
+    counts: HashMap<String, i64>,
+    /// log(number of domains + 2).
+    weight: f64,
+}
+
+/// PreScore state.
+#[derive(Clone, Debug)]
+struct PreScoreState {
+    constraints: Arc<Vec<SoftConstraint>>,
+    /// Nodes missing a topology key are ignored (always, except for system defaults).
+    require_all: bool,
+}
+
+impl PreScoreState {
+    fn ignored(&self, labels: &Labels) -> bool {
+        self.require_all && !self.constraints.iter().all(|s| labels.contains_key(&s.c.topology_key))
+    }
+}
+
+impl Plugin for PodTopologySpread {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn points(&self) -> Points {
+        Points::PRE_FILTER.or(Points::FILTER).or(Points::PRE_SCORE).or(Points::SCORE)
+    }
+    fn events(&self) -> Events {
+        Events::NODE_ADD
+            .or(Events::NODE_LABEL)
+            .or(Events::NODE_TAINT)
+            .or(Events::POD_ADD)
+            .or(Events::POD_DELETE)
+            .or(Events::POD_LABEL)
+    }
+
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
+        let cs = self.constraints(pod, WhenUnsatisfiable::DoNotSchedule);
+        if cs.is_empty() {
+            return (Status::skip(), None);
+        }
+        let mut domains: Vec<HashMap<String, u32>> = vec![HashMap::new(); cs.len()];
+        let mut counts: Vec<Vec<i64>> = vec![Vec::new(); cs.len()];
+        for node in &snap.nodes {
+            let labels = &node.node.labels;
+            if !has_all_keys(labels, &cs) {
+                continue;
+            }
+            let mut inc = Inclusion::new(pod, node);
+            for (i, c) in cs.iter().enumerate() {
+                if !inc.admits(c) {
+                    continue;
+                }
+                let Some(v) = labels.get(&c.topology_key) else { continue };
+                let n = count_matching(node, &c.selector, &pod.namespace);
+                let d = match domains[i].get(v.as_str()) {
+                    Some(&d) => d as usize,
+                    None => {
+                        let d = counts[i].len();
+                        domains[i].insert(v.clone(), d as u32);
+                        counts[i].push(0);
+                        d
+                    }
+                };
+                counts[i][d] += n;
+            }
+        }
+        let mins = counts.iter().map(|v| v.iter().copied().min().unwrap_or(i64::MAX)).collect();
+        let fixed = cs
+            .into_iter()
+            .zip(domains)
+            .map(|(c, domains)| HardConstraint { self_match: c.selector.matches(&pod.labels), c, domains })
+            .collect();
+        state.insert(PreFilterState { fixed: Arc::new(fixed), counts, mins });
+        (Status::success(), None)
+    }
+
+    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, _: &Snapshot) -> Status {
+        match state.get_mut::<PreFilterState>() {
+            Some(s) => {
+                s.update(pod, added, node, 1);
+                Status::success()
+            }
+            None => Status::error("PodTopologySpread: PreFilter state missing"),
+        }
+    }
+
+    fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, _: &Snapshot) -> Status {
+        match state.get_mut::<PreFilterState>() {
+            Some(s) => {
+                s.update(pod, removed, node, -1);
+                Status::success()
+            }
+            None => Status::error("PodTopologySpread: PreFilter state missing"),
+        }
+    }
+
+    fn filter(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = state.get::<PreFilterState>() else {
+            return Status::error("PodTopologySpread: PreFilter state missing");
+        };
+        let labels = &node.node.labels;
+        for (i, f) in s.fixed.iter().enumerate() {
+            let Some(v) = labels.get(&f.c.topology_key) else {
+                return Status::unresolvable(REASON_MISSING_LABEL);
+            };
+            let count = f.domains.get(v.as_str()).map_or(0, |&d| s.counts[i][d as usize]);
+            let skew = count + i64::from(f.self_match) - s.min_match(i);
+            if skew > f.c.max_skew {
+                return Status::unschedulable(REASON_CONSTRAINTS);
+            }
+        }
+        Status::success()
+    }
+
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[usize], snap: &Snapshot) -> Status {
+        if snap.nodes.is_empty() {
+            return Status::skip();
+        }
+        let cs = self.constraints(pod, WhenUnsatisfiable::ScheduleAnyway);
+        if cs.is_empty() {
+            return Status::skip();
+        }
+        let require_all = !pod.spread_constraints.is_empty() || !self.system_defaulted;
+        let mut soft: Vec<SoftConstraint> = cs
+            .into_iter()
+            .map(|c| SoftConstraint { hostname: c.topology_key == LABEL_HOSTNAME, c, counts: HashMap::new(), weight: 0.0 })
+            .collect();
+        // Domains of the scored nodes; nodes missing a key are ignored.
+        let mut ignored = 0usize;
+        for &ni in nodes {
+            let Some(node) = snap.nodes.get(ni) else { continue };
+            let labels = &node.node.labels;
+            if require_all && !soft.iter().all(|s| labels.contains_key(&s.c.topology_key)) {
+                ignored += 1;
+                continue;
+            }
+            for s in soft.iter_mut().filter(|s| !s.hostname) {
+                let v = labels.get(&s.c.topology_key).map_or("", String::as_str);
+                if !s.counts.contains_key(v) {
+                    s.counts.insert(v.to_string(), 0);
+                }
+            }
+        }
+        for s in soft.iter_mut() {
+            let size = if s.hostname { nodes.len().saturating_sub(ignored) } else { s.counts.len() };
+            s.weight = ((size + 2) as f64).ln();
+        }
+        // Matching pods per domain, over every node of the cluster.
+        if soft.iter().any(|s| !s.hostname) {
+            for node in &snap.nodes {
+                let labels = &node.node.labels;
+                if require_all && !soft.iter().all(|s| labels.contains_key(&s.c.topology_key)) {
+                    continue;
+                }
+                let mut inc = Inclusion::new(pod, node);
+                for s in soft.iter_mut().filter(|s| !s.hostname) {
+                    if !inc.admits(&s.c) {
+                        continue;
+                    }
+                    let v = labels.get(&s.c.topology_key).map_or("", String::as_str);
+                    if !s.counts.contains_key(v) {
+                        continue;
+                    }
+                    let n = count_matching(node, &s.c.selector, &pod.namespace);
+                    if let Some(c) = s.counts.get_mut(v) {
+                        *c += n;
+                    }
+                }
+            }
+        }
+        state.insert(PreScoreState { constraints: Arc::new(soft), require_all });
+        Status::success()
+    }
+
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(s) = state.get::<PreScoreState>() else {
+            return Err(Status::error("PodTopologySpread: PreScore state missing"));
+        };
+        let labels = &node.node.labels;
+        if s.ignored(labels) {
+            return Ok(0);
+        }
+        let mut score = 0f64;
+        for sc in s.constraints.iter() {
+            let Some(v) = labels.get(&sc.c.topology_key) else { continue };
+            let cnt = if sc.hostname {
+                count_matching(node, &sc.c.selector, &pod.namespace)
+            } else {
+                sc.counts.get(v.as_str()).copied().unwrap_or(0)
+            };
+            score += cnt as f64 * sc.weight + (sc.c.max_skew - 1) as f64;
+        }
+        Ok(score.round() as i64)
+    }
+
+    fn has_normalize(&self) -> bool {
+        true
+    }
+
+    fn normalize_score(&self, state: &CycleState, _: &PodInfo, scores: &mut [NodeScore], snap: &Snapshot) -> Status {
+        let Some(s) = state.get::<PreScoreState>() else {
+            return Status::error("PodTopologySpread: PreScore state missing");
+        };
+        let ignored = |ns: &NodeScore| snap.nodes.get(ns.node).is_none_or(|n| s.ignored(&n.node.labels));
+        let (mut min, mut max) = (i64::MAX, 0i64);
+        for ns in scores.iter().filter(|ns| !ignored(ns)) {
+            min = min.min(ns.score);
+            max = max.max(ns.score);
+        }
+        for ns in scores.iter_mut() {
+            ns.score = if ignored(ns) {
+                0
+            } else if max == 0 {
+                MAX_NODE_SCORE
+            } else {
+                MAX_NODE_SCORE * (max + min - ns.score) / max
+            };
+        }
+        Status::success()
+    }
+}
