@@ -528,3 +528,311 @@ impl Plugin for PodTopologySpread {
         Status::success()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use crate::testing::{node, pod, selector, snapshot, NodeBuilder, PodBuilder};
+    use k8s_openapi::api::core::v1 as core;
+
+    const DNS: &str = "DoNotSchedule";
+    const SA: &str = "ScheduleAnyway";
+    const HOST: &str = LABEL_HOSTNAME;
+
+    /// name, incoming pod, nodes, bound pods, feasible nodes.
+    type FilterCase = (&'static str, PodBuilder, Vec<NodeBuilder>, Vec<PodBuilder>, Vec<&'static str>);
+    /// name, incoming pod, feasible nodes, other nodes, bound pods, scores of the feasible nodes.
+    type ScoreCase = (&'static str, PodBuilder, Vec<NodeBuilder>, Vec<NodeBuilder>, Vec<PodBuilder>, Vec<i64>);
+
+    /// A node without the hostname label.
+    fn bare(name: &str) -> NodeBuilder {
+        let mut n = node(name);
+        if let Some(l) = n.node.metadata.labels.as_mut() {
+            l.clear();
+        }
+        n
+    }
+
+    fn plugin() -> PodTopologySpread {
+        PodTopologySpread::new(Args::default()).unwrap_or_default()
+    }
+
+    /// A node in a zone.
+    fn zn(name: &str, zone: &str) -> NodeBuilder {
+        node(name).label("zone", zone)
+    }
+
+    /// A bound pod labelled foo="".
+    fn on(name: &str, n: &str) -> PodBuilder {
+        pod(name).node(n).label("foo", "")
+    }
+
+    /// The incoming pod, labelled foo="".
+    fn incoming() -> PodBuilder {
+        pod("p").label("foo", "")
+    }
+
+    fn tsc(skew: i32, key: &str, when: &str, min_domains: Option<i32>, aff: Option<&str>, taints: Option<&str>) -> core::TopologySpreadConstraint {
+        core::TopologySpreadConstraint {
+            max_skew: skew,
+            topology_key: key.into(),
+            when_unsatisfiable: when.into(),
+            label_selector: Some(selector(&[("foo", "")])),
+            min_domains,
+            node_affinity_policy: aff.map(Into::into),
+            node_taints_policy: taints.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    /// Feasible node names after PreFilter and Filter.
+    fn feasible(p: &PodBuilder, nodes: &[NodeBuilder], pods: &[PodBuilder]) -> Vec<String> {
+        let pl = plugin();
+        let snap = snapshot(nodes, pods);
+        let p = p.info();
+        let mut st = CycleState::new();
+        let (s, _) = pl.pre_filter(&mut st, &p, &snap);
+        if s.is_skip() {
+            return snap.nodes.iter().map(|n| n.name().to_string()).collect();
+        }
+        snap.nodes.iter().filter(|n| pl.filter(&st, &p, n).is_success()).map(|n| n.name().to_string()).collect()
+    }
+
+    #[test]
+    fn filter_table() {
+        let zones = || vec![zn("node-a", "zone1"), zn("node-b", "zone1"), zn("node-x", "zone2"), zn("node-y", "zone2")];
+        let spread_2103 = || vec![on("a1", "node-a"), on("a2", "node-a"), on("b1", "node-b"), on("y1", "node-y"), on("y2", "node-y"), on("y3", "node-y")];
+        let cases: Vec<FilterCase> = vec![
+            ("no constraints: skip", pod("p"), zones(), vec![on("a1", "node-a")], vec!["node-a", "node-b", "node-x", "node-y"]),
+            ("soft only: skip", incoming().spread(1, "zone", SA, &[("foo", "")]), zones(), spread_2103(), vec!["node-a", "node-b", "node-x", "node-y"]),
+            ("no existing pods", incoming().spread(1, "zone", DNS, &[("foo", "")]), zones(), vec![], vec!["node-a", "node-b", "node-x", "node-y"]),
+            ("zones 3/3 all fit", incoming().spread(1, "zone", DNS, &[("foo", "")]), zones(), vec![on("a1", "node-a"), on("b1", "node-b"), on("b2", "node-b"), on("x1", "node-x"), on("y1", "node-y"), on("y2", "node-y")], vec!["node-a", "node-b", "node-x", "node-y"]),
+            ("zones 3/1: only zone2", incoming().spread(1, "zone", DNS, &[("foo", "")]), zones(), vec![on("a1", "node-a"), on("a2", "node-a"), on("b1", "node-b"), on("x1", "node-x")], vec!["node-x", "node-y"]),
+            ("hosts 2/1/0/3: only node-x", incoming().spread(1, HOST, DNS, &[("foo", "")]), zones(), spread_2103(), vec!["node-x"]),
+            ("hosts 2/1/0/3, maxSkew 2", incoming().spread(2, HOST, DNS, &[("foo", "")]), zones(), spread_2103(), vec!["node-b", "node-x"]),
+            ("hosts 2/1/0/3, no self match", pod("p").spread(1, HOST, DNS, &[("foo", "")]), zones(), spread_2103(), vec!["node-b", "node-x"]),
+            ("other namespace not counted", incoming().spread(1, HOST, DNS, &[("foo", "")]), zones(), vec![on("a1", "node-a").namespace("ns1"), on("b1", "node-b"), on("x1", "node-x"), on("y1", "node-y")], vec!["node-a"]),
+            ("terminating not counted", incoming().spread(1, HOST, DNS, &[("foo", "")]), zones(), vec![on("a1", "node-a").terminating(), on("b1", "node-b"), on("x1", "node-x"), on("y1", "node-y")], vec!["node-a"]),
+            ("missing zone label rejects node", incoming().spread(1, "zone", DNS, &[("foo", "")]), vec![zn("node-a", "zone1"), node("node-b")], vec![], vec!["node-a"]),
+            ("node without all keys is not a domain", incoming().spread(1, "zone", DNS, &[("foo", "")]).spread(1, HOST, DNS, &[("foo", "")]), vec![zn("node-a", "zone1"), zn("node-x", "zone2").label(HOST, "")], vec![on("a1", "node-a")], vec!["node-x"]),
+            ("two constraints both must hold", incoming().spread(1, "zone", DNS, &[("foo", "")]).spread(1, HOST, DNS, &[("foo", "")]), zones(), vec![on("a1", "node-a"), on("b1", "node-b"), on("x1", "node-x")], vec!["node-y"]),
+            // minDomains 3 > 2 zones: the global minimum counts as 0.
+            ("minDomains above domains", incoming().spread_constraint(tsc(1, "zone", DNS, Some(3), None, None)), zones(), vec![on("a1", "node-a"), on("x1", "node-x")], vec![]),
+            ("minDomains met", incoming().spread_constraint(tsc(1, "zone", DNS, Some(2), None, None)), zones(), vec![on("a1", "node-a"), on("x1", "node-x")], vec!["node-a", "node-b", "node-x", "node-y"]),
+            // nodeAffinityPolicy Honor: zone2 is not a domain (only zone1 nodes match), so the minimum
+            // is zone1's count and node-a fits; node-x (count 0) too, NodeAffinity rejects it.
+            ("affinity policy honor", incoming().node_selector("pool", "p").spread(1, "zone", DNS, &[("foo", "")]), vec![zn("node-a", "zone1").label("pool", "p"), zn("node-x", "zone2")], vec![on("a1", "node-a"), on("a2", "node-a")], vec!["node-a", "node-x"]),
+            ("affinity policy ignore", incoming().node_selector("pool", "p").spread_constraint(tsc(1, "zone", DNS, None, Some("Ignore"), None)), vec![zn("node-a", "zone1").label("pool", "p"), zn("node-x", "zone2")], vec![on("a1", "node-a"), on("a2", "node-a")], vec!["node-x"]),
+            ("taints policy ignore (default)", incoming().spread(1, "zone", DNS, &[("foo", "")]), vec![zn("node-a", "zone1"), zn("node-x", "zone2").taint("k", "v", "NoSchedule")], vec![on("a1", "node-a")], vec!["node-x"]),
+            ("taints policy honor", incoming().spread_constraint(tsc(1, "zone", DNS, None, None, Some("Honor"))), vec![zn("node-a", "zone1"), zn("node-x", "zone2").taint("k", "v", "NoSchedule")], vec![on("a1", "node-a"), on("a2", "node-a")], vec!["node-a", "node-x"]),
+            ("taints policy honor, tolerated", incoming().toleration("k", Some("v"), "NoSchedule").spread_constraint(tsc(1, "zone", DNS, None, None, Some("Honor"))), vec![zn("node-a", "zone1"), zn("node-x", "zone2").taint("k", "v", "NoSchedule")], vec![on("a1", "node-a"), on("a2", "node-a")], vec!["node-x"]),
+        ];
+        for (name, p, nodes, pods, want) in cases {
+            assert_eq!(feasible(&p, &nodes, &pods), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn filter_statuses() {
+        let pl = plugin();
+        let snap = snapshot(&[zn("node-a", "zone1"), node("node-b"), zn("node-x", "zone2")], &[on("a1", "node-a"), on("a2", "node-a")]);
+        let p = incoming().spread(1, "zone", DNS, &[("foo", "")]).info();
+        let mut st = CycleState::new();
+        assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
+        let s = pl.filter(&st, &p, &snap.nodes[0]);
+        assert_eq!((s.code, s.message()), (Code::Unschedulable, REASON_CONSTRAINTS.to_string()));
+        let s = pl.filter(&st, &p, &snap.nodes[1]);
+        assert_eq!((s.code, s.message()), (Code::UnschedulableAndUnresolvable, REASON_MISSING_LABEL.to_string()));
+        assert!(pl.filter(&st, &p, &snap.nodes[2]).is_success());
+        assert_eq!(pl.filter(&CycleState::new(), &p, &snap.nodes[2]).code, Code::Error);
+    }
+
+    #[test]
+    fn add_and_remove_pod() {
+        let pl = plugin();
+        let nodes = [node("node-a"), node("node-b"), node("node-c")];
+        let snap = snapshot(&nodes, &[]);
+        let p = incoming().spread(1, HOST, DNS, &[("foo", "")]).info();
+        let mut st = CycleState::new();
+        assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
+        let fits = |st: &CycleState| -> Vec<bool> { snap.nodes.iter().map(|n| pl.filter(st, &p, n).is_success()).collect() };
+        assert_eq!(fits(&st), vec![true, true, true]);
+        // Adding on a and b leaves c at the minimum 0.
+        let mut st2 = st.clone();
+        for (i, name) in [(0, "x1"), (1, "x2")] {
+            let added = on(name, snap.nodes[i].name()).info();
+            assert!(pl.add_pod(&mut st2, &p, &added, &snap.nodes[i], &snap).is_success());
+        }
+        assert_eq!(fits(&st2), vec![false, false, true]);
+        // The original state is untouched.
+        assert_eq!(fits(&st), vec![true, true, true]);
+        // Another on c: every domain at 1.
+        let added = on("x3", "node-c").info();
+        pl.add_pod(&mut st2, &p, &added, &snap.nodes[2], &snap);
+        assert_eq!(fits(&st2), vec![true, true, true]);
+        // Removing from a: a is the minimum again.
+        let removed = on("x1", "node-a").info();
+        pl.remove_pod(&mut st2, &p, &removed, &snap.nodes[0], &snap);
+        assert_eq!(fits(&st2), vec![true, false, false]);
+        // Pods of another namespace or not selected change nothing.
+        for other in [on("o1", "node-a").namespace("other"), pod("o2").node("node-a").label("bar", "")] {
+            pl.add_pod(&mut st2, &p, &other.info(), &snap.nodes[0], &snap);
+            pl.add_pod(&mut st2, &p, &other.info(), &snap.nodes[0], &snap);
+        }
+        assert_eq!(fits(&st2), vec![true, false, false]);
+    }
+
+    #[test]
+    fn add_pod_honors_inclusion_policies() {
+        let pl = plugin();
+        let nodes = [zn("node-a", "zone1").label("pool", "p"), zn("node-x", "zone2").label("pool", "p"), zn("node-z", "zone3")];
+        let snap = snapshot(&nodes, &[]);
+        let p = incoming().node_selector("pool", "p").spread(1, "zone", DNS, &[("foo", "")]).info();
+        let mut st = CycleState::new();
+        pl.pre_filter(&mut st, &p, &snap);
+        // node-z does not match the pod's nodeSelector: a pod added there is not counted.
+        pl.add_pod(&mut st, &p, &on("z1", "node-z").info(), &snap.nodes[2], &snap);
+        assert!(pl.filter(&st, &p, &snap.nodes[0]).is_success());
+        pl.add_pod(&mut st, &p, &on("a1", "node-a").info(), &snap.nodes[0], &snap);
+        assert!(!pl.filter(&st, &p, &snap.nodes[0]).is_success());
+        assert!(pl.filter(&st, &p, &snap.nodes[1]).is_success());
+    }
+
+    /// Normalized scores of the feasible `nodes` (the snapshot also holds `failed`).
+    fn scores(p: &PodBuilder, nodes: &[NodeBuilder], failed: &[NodeBuilder], pods: &[PodBuilder]) -> Vec<i64> {
+        let pl = plugin();
+        let all: Vec<NodeBuilder> = nodes.iter().chain(failed).cloned().collect();
+        let snap = snapshot(&all, pods);
+        let p = p.info();
+        let feasible: Vec<usize> = (0..nodes.len()).collect();
+        let mut st = CycleState::new();
+        let s = pl.pre_score(&mut st, &p, &feasible, &snap);
+        if s.is_skip() {
+            return vec![-1; nodes.len()];
+        }
+        let mut out: Vec<NodeScore> = feasible.iter().map(|&i| NodeScore { node: i, score: pl.score(&st, &p, &snap.nodes[i]).unwrap_or(-100) }).collect();
+        assert!(pl.normalize_score(&st, &p, &mut out, &snap).is_success());
+        out.iter().map(|s| s.score).collect()
+    }
+
+    #[test]
+    fn score_table() {
+        let hosts = |names: &[&str]| names.iter().map(|n| node(n)).collect::<Vec<_>>();
+        let many = |spec: &[(&str, usize)]| {
+            spec.iter().flat_map(|(n, k)| (0..*k).map(move |i| on(&format!("p-{n}{i}"), n))).collect::<Vec<_>>()
+        };
+        let foo = &[("foo", "")];
+        let bar = &[("bar", "")];
+        let cases: Vec<ScoreCase> = vec![
+            ("no constraints: skip", incoming(), hosts(&["node-a", "node-b"]), vec![], many(&[("node-a", 1)]), vec![-1, -1]),
+            ("hard only: skip", incoming().spread(1, HOST, DNS, foo), hosts(&["node-a", "node-b"]), vec![], many(&[("node-a", 1)]), vec![-1, -1]),
+            ("no existing pods", incoming().spread(1, HOST, SA, foo), hosts(&["node-a", "node-b"]), vec![], vec![], vec![100, 100]),
+            ("only one candidate", incoming().spread(1, HOST, SA, foo), hosts(&["node-a"]), hosts(&["node-b"]), many(&[("node-a", 2), ("node-b", 1)]), vec![100]),
+            ("same count everywhere", incoming().spread(1, HOST, SA, foo), hosts(&["node-a", "node-b"]), vec![], many(&[("node-a", 1), ("node-b", 1)]), vec![100, 100]),
+            ("2/1/0/3", incoming().spread(1, HOST, SA, foo), hosts(&["node-a", "node-b", "node-c", "node-d"]), vec![], many(&[("node-a", 2), ("node-b", 1), ("node-d", 3)]), vec![20, 60, 100, 0]),
+            ("2/1/0/3 maxSkew 2", incoming().spread(2, HOST, SA, foo), hosts(&["node-a", "node-b", "node-c", "node-d"]), vec![], many(&[("node-a", 2), ("node-b", 1), ("node-d", 3)]), vec![33, 66, 100, 16]),
+            ("4/3/2/1 maxSkew 3", incoming().spread(3, HOST, SA, foo), hosts(&["node-a", "node-b", "node-c", "node-d"]), vec![], many(&[("node-a", 4), ("node-b", 3), ("node-c", 2), ("node-d", 1)]), vec![44, 66, 77, 100]),
+            ("4/2/1/~3~", incoming().spread(1, HOST, SA, foo), hosts(&["node-a", "node-b", "node-x"]), hosts(&["node-y"]), many(&[("node-a", 4), ("node-b", 2), ("node-x", 1), ("node-y", 3)]), vec![33, 83, 100]),
+            ("4/?2?/1/~3~", incoming().spread(1, HOST, SA, foo), vec![node("node-a"), bare("node-b").label("n", "node-b"), node("node-x")], hosts(&["node-y"]), many(&[("node-a", 4), ("node-b", 2), ("node-x", 1), ("node-y", 3)]), vec![16, 0, 100]),
+            ("zone, 4/2/1/~3~", incoming().spread(1, "zone", SA, foo), vec![zn("node-a", "zone1"), zn("node-b", "zone1"), zn("node-x", "zone2")], vec![zn("node-y", "zone2")], many(&[("node-a", 4), ("node-b", 2), ("node-x", 1), ("node-y", 3)]), vec![75, 75, 100]),
+            ("zone+host, 2/~1~/2/~4~", incoming().spread(1, "zone", SA, foo).spread(1, HOST, SA, foo), vec![zn("node-a", "zone1"), zn("node-x", "zone2")], vec![zn("node-b", "zone1"), zn("node-y", "zone2")], many(&[("node-a", 2), ("node-b", 1), ("node-x", 2), ("node-y", 4)]), vec![100, 63]),
+            (
+                "zone+host, different selectors",
+                incoming().label("bar", "").spread(1, "zone", SA, foo).spread(1, HOST, SA, bar),
+                vec![zn("node-a", "zone1"), zn("node-b", "zone1"), zn("node-x", "zone2"), zn("node-y", "zone2")],
+                vec![],
+                vec![on("p-a1", "node-a"), on("p-b1", "node-b").label("bar", ""), on("p-y1", "node-y"), pod("p-y2").node("node-y").label("bar", "")],
+                vec![60, 20, 100, 60],
+            ),
+            (
+                "zone+host, different selectors, some nodes have 0 pods",
+                incoming().label("bar", "").spread(1, "zone", SA, foo).spread(1, HOST, SA, bar),
+                vec![zn("node-a", "zone1"), zn("node-b", "zone1"), zn("node-x", "zone2"), zn("node-y", "zone2")],
+                vec![],
+                vec![pod("p-b1").node("node-b").label("bar", ""), on("p-x1", "node-x"), on("p-y1", "node-y").label("bar", "")],
+                vec![100, 60, 40, 0],
+            ),
+            (
+                "zone+host, different selectors, 3 of 4 candidates",
+                incoming().label("bar", "").spread(1, "zone", SA, foo).spread(1, HOST, SA, bar),
+                vec![zn("node-a", "zone1"), zn("node-b", "zone1"), zn("node-x", "zone2")],
+                vec![zn("node-y", "zone2")],
+                vec![on("p-a1", "node-a"), on("p-b1", "node-b").label("bar", ""), on("p-y1", "node-y"), pod("p-y2").node("node-y").label("bar", "")],
+                vec![50, 25, 100],
+            ),
+            ("other namespace not counted", incoming().spread(1, HOST, SA, foo), hosts(&["node-a", "node-b"]), vec![], vec![on("p-a1", "node-a").namespace("ns1"), on("p-a2", "node-a"), on("p-b1", "node-b"), on("p-b2", "node-b")], vec![100, 33]),
+            ("terminating excluded", incoming().spread(1, HOST, SA, foo), hosts(&["node-a", "node-b"]), vec![], vec![on("p-a", "node-a").terminating(), on("p-b", "node-b")], vec![100, 0]),
+            (
+                "affinity policy honor: non-matching nodes not counted",
+                incoming().node_selector("foo", "").spread(1, "zone", SA, foo),
+                vec![zn("node-a", "zone1").label("foo", ""), zn("node-x", "zone2").label("foo", "")],
+                vec![zn("node-b", "zone1"), zn("node-y", "zone2")],
+                many(&[("node-b", 2), ("node-x", 1)]),
+                vec![100, 0],
+            ),
+            (
+                "affinity policy ignore: every node counted",
+                incoming().node_selector("foo", "").spread_constraint(tsc(1, "zone", SA, None, Some("Ignore"), None)),
+                vec![zn("node-a", "zone1").label("foo", ""), zn("node-x", "zone2").label("foo", "")],
+                vec![zn("node-b", "zone1"), zn("node-y", "zone2")],
+                many(&[("node-b", 2), ("node-x", 1)]),
+                vec![33, 100],
+            ),
+            (
+                "taints policy honor: untolerated nodes not counted",
+                incoming().spread_constraint(tsc(1, "zone", SA, None, None, Some("Honor"))),
+                vec![zn("node-a", "zone1"), zn("node-x", "zone2")],
+                vec![zn("node-b", "zone1").taint("k", "v", "NoSchedule")],
+                many(&[("node-b", 2), ("node-x", 1)]),
+                vec![100, 0],
+            ),
+        ];
+        for (name, p, nodes, failed, pods, want) in cases {
+            assert_eq!(scores(&p, &nodes, &failed, &pods), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn args_validation() {
+        let build = |v: serde_json::Value| crate::plugins::build(NAME, Some(&v)).map(|_| ()).err().unwrap_or_default();
+        let dc = |skew: i32, key: &str, when: &str| serde_json::json!({"maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": when});
+        let cases = [
+            ("defaults", serde_json::json!({}), ""),
+            ("apiVersion and kind", serde_json::json!({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "PodTopologySpreadArgs"}), ""),
+            ("List, no constraints", serde_json::json!({"defaultingType": "List"}), ""),
+            ("List, empty constraints", serde_json::json!({"defaultingType": "List", "defaultConstraints": []}), ""),
+            ("List, constraints", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "zone", SA), dc(2, "zone", DNS)]}), ""),
+            ("System with constraints", serde_json::json!({"defaultConstraints": [dc(1, "zone", SA)]}), "defaultingType"),
+            ("bad defaultingType", serde_json::json!({"defaultingType": "Auto"}), "defaultingType"),
+            ("maxSkew 0", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(0, "zone", SA)]}), "defaultConstraints[0].maxSkew: must be greater than zero"),
+            ("empty key", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "", SA)]}), "defaultConstraints[0].topologyKey"),
+            ("bad key", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "a b", SA)]}), "defaultConstraints[0].topologyKey"),
+            ("bad when", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "zone", "Never")]}), "defaultConstraints[0].whenUnsatisfiable"),
+            ("selector forbidden", serde_json::json!({"defaultingType": "List", "defaultConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": SA, "labelSelector": {}}]}), "defaultConstraints[0].labelSelector"),
+            ("duplicate", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "zone", SA), dc(2, "zone", SA)]}), "defaultConstraints[1]"),
+            ("unknown field", serde_json::json!({"defaultingType": "List", "bogus": 1}), "bogus"),
+        ];
+        for (name, v, want) in cases {
+            let got = build(v);
+            if want.is_empty() {
+                assert_eq!(got, "", "{name}");
+            } else {
+                assert!(got.contains(want), "{name}: {got}");
+            }
+        }
+    }
+
+    #[test]
+    fn default_constraints_never_apply_without_owner_selector() {
+        for args in [Args::default(), Args { defaulting_type: Some("List".into()), default_constraints: Some(vec![DefaultConstraint { max_skew: 1, topology_key: "zone".into(), when_unsatisfiable: DNS.into(), ..Default::default() }]), ..Default::default() }] {
+            let pl = PodTopologySpread::new(args).unwrap_or_default();
+            let snap = snapshot(&[zn("node-a", "zone1")], &[on("a1", "node-a")]);
+            let p = incoming().info();
+            assert!(pl.pre_filter(&mut CycleState::new(), &p, &snap).0.is_skip());
+            assert!(pl.pre_score(&mut CycleState::new(), &p, &[0], &snap).is_skip());
+        }
+        assert!(plugin().system_defaulted);
+        assert_eq!(plugin().defaults.len(), 2);
+    }
+}
