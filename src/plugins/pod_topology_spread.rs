@@ -252,6 +252,11 @@ struct HardConstraint {
 /// PreFilter state: matching pods per domain and the global minimum, per
 /// hard constraint. Cloned per nominated-pod and preemption trial, so the
 /// fixed part is shared.
+///
+/// The minimum is kept exact across AddPod/RemovePod. Upstream tracks only two
+/// "critical paths", which can overstate the minimum after several AddPods
+/// when more than two domains tie for it (and which ones it keeps depends on
+/// Go's map order); where its two paths are right, both agree.
 #[derive(Clone, Debug)]
 struct PreFilterState {
     fixed: Arc<Vec<HardConstraint>>,
@@ -268,7 +273,8 @@ impl PreFilterState {
         if (f.domains.len() as i64) < f.c.min_domains { 0 } else { self.mins[i] }
     }
 
-    /// Counts (delta 1) or uncounts (delta -1) `other` on `node` (upstream `updateWithPod`).
+    /// Counts (delta 1) or uncounts (delta -1) `other` on `node` (upstream
+    /// `updateWithPod`, which, unlike PreFilter, does not look at deletionTimestamp).
     fn update(&mut self, pod: &PodInfo, other: &PodInfo, node: &NodeInfo, delta: i64) {
         if other.namespace != pod.namespace {
             return;
