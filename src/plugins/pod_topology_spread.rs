@@ -15,7 +15,7 @@
 //! is the one place to plug a source of owner selectors in.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Deserialize;
 
@@ -24,7 +24,7 @@ use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, PreFilterN
 use crate::model::pod::{InclusionPolicy, SpreadConstraint, WhenUnsatisfiable};
 use crate::model::selector::{validate_key, Labels, Selector};
 use crate::model::taints::first_untolerated_hard;
-use crate::model::{NodeInfo, PodInfo};
+use crate::model::{NodeInfo, NodeSpec, PodInfo};
 
 use super::node_affinity::pod_matches_node;
 
@@ -96,6 +96,8 @@ pub struct PodTopologySpread {
     defaults: Vec<SpreadConstraint>,
     /// defaultingType is System.
     system_defaulted: bool,
+    /// Node domains per topology key, reused across cycles.
+    cache: Mutex<HashMap<String, KeyDomains>>,
 }
 
 fn policy(v: Option<&str>, default: InclusionPolicy, path: &str) -> Result<InclusionPolicy, String> {
@@ -173,7 +175,7 @@ impl PodTopologySpread {
         if system {
             defaults = system_defaults();
         }
-        Ok(PodTopologySpread { defaults, system_defaulted: system })
+        Ok(PodTopologySpread { defaults, system_defaulted: system, cache: Mutex::default() })
     }
 
     /// The selector default constraints get for `pod`: upstream's
@@ -202,9 +204,52 @@ impl PodTopologySpread {
     }
 }
 
-/// Does the node have every constraint's topology key?
-fn has_all_keys(labels: &Labels, cs: &[SpreadConstraint]) -> bool {
-    cs.iter().all(|c| labels.contains_key(&c.topology_key))
+/// Marks a node that lacks the topology key.
+const MISSING: u32 = u32::MAX;
+
+/// Each node's domain for one topology key, kept across cycles so that a
+/// cycle reads no node labels in its passes over all nodes: an entry is valid
+/// while the snapshot holds the very same `NodeSpec` (node updates replace it).
+#[derive(Debug, Default)]
+struct KeyDomains {
+    /// Topology value → domain id; ids are never reused.
+    ids: Arc<HashMap<String, u32>>,
+    /// By node index: the spec the entry was computed from and its domain id.
+    nodes: Vec<(Option<Arc<NodeSpec>>, u32)>,
+}
+
+impl PodTopologySpread {
+    /// The domain ids of `key` (value → id) and each snapshot node's id (MISSING without the key).
+    fn node_domains(&self, key: &str, snap: &Snapshot) -> (Arc<HashMap<String, u32>>, Vec<u32>) {
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if !cache.contains_key(key) {
+            cache.insert(key.to_string(), KeyDomains::default());
+        }
+        let Some(kd) = cache.get_mut(key) else { return (Arc::default(), vec![MISSING; snap.nodes.len()]) };
+        kd.nodes.resize(snap.nodes.len(), (None, MISSING));
+        let mut out = Vec::with_capacity(snap.nodes.len());
+        for (node, slot) in snap.nodes.iter().zip(kd.nodes.iter_mut()) {
+            if slot.0.as_ref().is_some_and(|s| Arc::ptr_eq(s, &node.node)) {
+                out.push(slot.1);
+                continue;
+            }
+            let id = match node.node.labels.get(key) {
+                None => MISSING,
+                Some(v) => match kd.ids.get(v.as_str()) {
+                    Some(&d) => d,
+                    None => {
+                        let ids = Arc::make_mut(&mut kd.ids);
+                        let d = ids.len() as u32;
+                        ids.insert(v.clone(), d);
+                        d
+                    }
+                },
+            };
+            *slot = (Some(Arc::clone(&node.node)), id);
+            out.push(id);
+        }
+        (Arc::clone(&kd.ids), out)
+    }
 }
 
 /// Matching pods on a node: same namespace, not terminating, selected.
@@ -246,7 +291,26 @@ struct HardConstraint {
     /// The incoming pod matches the constraint's selector.
     self_match: bool,
     /// Topology value → domain id (index into the counts).
-    domains: HashMap<String, u32>,
+    ids: Arc<HashMap<String, u32>>,
+}
+
+/// Per-cycle counts of one hard constraint.
+#[derive(Clone, Debug)]
+struct Counts {
+    /// Matching pods per domain id.
+    counts: Vec<i64>,
+    /// Domains of nodes that pass the inclusion policies and have every key.
+    present: Vec<bool>,
+    /// Number of present domains.
+    domains: i64,
+    /// Smallest count over present domains (i64::MAX when there is none).
+    min: i64,
+}
+
+impl Counts {
+    fn recompute_min(&mut self) {
+        self.min = self.counts.iter().zip(&self.present).filter(|(_, p)| **p).map(|(c, _)| *c).min().unwrap_or(i64::MAX);
+    }
 }
 
 /// PreFilter state: matching pods per domain and the global minimum, per
@@ -260,17 +324,14 @@ struct HardConstraint {
 #[derive(Clone, Debug)]
 struct PreFilterState {
     fixed: Arc<Vec<HardConstraint>>,
-    /// Per constraint, matching pods per domain id.
-    counts: Vec<Vec<i64>>,
-    /// Per constraint, the smallest count (i64::MAX when there is no domain).
-    mins: Vec<i64>,
+    counts: Vec<Counts>,
 }
 
 impl PreFilterState {
     /// The global minimum of constraint `i`, with minDomains applied.
     fn min_match(&self, i: usize) -> i64 {
-        let f = &self.fixed[i];
-        if (f.domains.len() as i64) < f.c.min_domains { 0 } else { self.mins[i] }
+        let c = &self.counts[i];
+        if c.domains < self.fixed[i].c.min_domains { 0 } else { c.min }
     }
 
     /// Counts (delta 1) or uncounts (delta -1) `other` on `node` (upstream
@@ -289,18 +350,26 @@ impl PreFilterState {
             if !f.c.selector.matches(&other.labels) || !inc.admits(&f.c) {
                 continue;
             }
-            // Nodes passing these checks were all seen by PreFilter, so their
-            // domain exists.
-            let Some(&d) = labels.get(&f.c.topology_key).and_then(|v| f.domains.get(v)) else { continue };
-            let counts = &mut self.counts[i];
+            // Every value of a snapshot node has an id.
+            let Some(&d) = labels.get(&f.c.topology_key).and_then(|v| f.ids.get(v)) else { continue };
+            let c = &mut self.counts[i];
             let d = d as usize;
-            let old = counts[d];
+            if d >= c.counts.len() {
+                continue;
+            }
+            if !c.present[d] {
+                // As upstream, a domain first seen here becomes one.
+                c.present[d] = true;
+                c.domains += 1;
+                c.counts[d] = 0;
+            }
+            let old = c.counts[d];
             let new = old + delta;
-            counts[d] = new;
-            if new < self.mins[i] {
-                self.mins[i] = new;
-            } else if old == self.mins[i] && new > old {
-                self.mins[i] = counts.iter().copied().min().unwrap_or(i64::MAX);
+            c.counts[d] = new;
+            if new < c.min {
+                c.min = new;
+            } else if old == c.min && new > old {
+                c.recompute_min();
             }
         }
     }
@@ -312,8 +381,10 @@ struct SoftConstraint {
     c: SpreadConstraint,
     /// The key is the hostname label: counted per node at Score time.
     hostname: bool,
-    /// Topology value → matching pods (non-hostname keys; values of the scored nodes only).
-    counts: HashMap<String, i64>,
+    /// Topology value → domain id (non-hostname keys).
+    ids: Arc<HashMap<String, u32>>,
+    /// Matching pods per domain id; None for domains of no scored node.
+    counts: Vec<Option<i64>>,
     /// log(number of domains + 2).
     weight: f64,
 }
@@ -353,11 +424,13 @@ impl Plugin for PodTopologySpread {
         if cs.is_empty() {
             return (Status::skip(), None);
         }
-        let mut domains: Vec<HashMap<String, u32>> = vec![HashMap::new(); cs.len()];
-        let mut counts: Vec<Vec<i64>> = vec![Vec::new(); cs.len()];
-        for node in &snap.nodes {
-            let labels = &node.node.labels;
-            if !has_all_keys(labels, &cs) {
+        let doms: Vec<(Arc<HashMap<String, u32>>, Vec<u32>)> = cs.iter().map(|c| self.node_domains(&c.topology_key, snap)).collect();
+        let mut counts: Vec<Counts> = doms
+            .iter()
+            .map(|(ids, _)| Counts { counts: vec![0; ids.len()], present: vec![false; ids.len()], domains: 0, min: i64::MAX })
+            .collect();
+        for (ni, node) in snap.nodes.iter().enumerate() {
+            if doms.iter().any(|(_, per_node)| per_node[ni] == MISSING) {
                 continue;
             }
             let mut inc = Inclusion::new(pod, node);
@@ -365,27 +438,26 @@ impl Plugin for PodTopologySpread {
                 if !inc.admits(c) {
                     continue;
                 }
-                let Some(v) = labels.get(&c.topology_key) else { continue };
-                let n = count_matching(node, &c.selector, &pod.namespace);
-                let d = match domains[i].get(v.as_str()) {
-                    Some(&d) => d as usize,
-                    None => {
-                        let d = counts[i].len();
-                        domains[i].insert(v.clone(), d as u32);
-                        counts[i].push(0);
-                        d
-                    }
-                };
-                counts[i][d] += n;
+                let d = doms[i].1[ni] as usize;
+                let k = &mut counts[i];
+                if !k.present[d] {
+                    k.present[d] = true;
+                    k.domains += 1;
+                }
+                if !node.pods.is_empty() {
+                    k.counts[d] += count_matching(node, &c.selector, &pod.namespace);
+                }
             }
         }
-        let mins = counts.iter().map(|v| v.iter().copied().min().unwrap_or(i64::MAX)).collect();
+        for k in counts.iter_mut() {
+            k.recompute_min();
+        }
         let fixed = cs
             .into_iter()
-            .zip(domains)
-            .map(|(c, domains)| HardConstraint { self_match: c.selector.matches(&pod.labels), c, domains })
+            .zip(doms)
+            .map(|(c, (ids, _))| HardConstraint { self_match: c.selector.matches(&pod.labels), c, ids })
             .collect();
-        state.insert(PreFilterState { fixed: Arc::new(fixed), counts, mins });
+        state.insert(PreFilterState { fixed: Arc::new(fixed), counts });
         (Status::success(), None)
     }
 
@@ -418,7 +490,11 @@ impl Plugin for PodTopologySpread {
             let Some(v) = labels.get(&f.c.topology_key) else {
                 return Status::unresolvable(REASON_MISSING_LABEL);
             };
-            let count = f.domains.get(v.as_str()).map_or(0, |&d| s.counts[i][d as usize]);
+            let k = &s.counts[i];
+            let count = match f.ids.get(v.as_str()) {
+                Some(&d) if k.present.get(d as usize).copied().unwrap_or(false) => k.counts[d as usize],
+                _ => 0,
+            };
             let skew = count + i64::from(f.self_match) - s.min_match(i);
             if skew > f.c.max_skew {
                 return Status::unschedulable(REASON_CONSTRAINTS);
@@ -436,48 +512,57 @@ impl Plugin for PodTopologySpread {
             return Status::skip();
         }
         let require_all = !pod.spread_constraints.is_empty() || !self.system_defaulted;
+        let doms: Vec<(Arc<HashMap<String, u32>>, Vec<u32>)> = cs.iter().map(|c| self.node_domains(&c.topology_key, snap)).collect();
+        // A node without the key counts in the domain of the empty value when
+        // not every key is required (upstream reads the missing label as "").
+        let slot = |i: usize, ni: usize| -> usize {
+            let (ids, per_node) = &doms[i];
+            match per_node[ni] {
+                MISSING => ids.get("").map_or(ids.len(), |&d| d as usize),
+                d => d as usize,
+            }
+        };
+        let has_all = |ni: usize| doms.iter().all(|(_, per_node)| per_node[ni] != MISSING);
         let mut soft: Vec<SoftConstraint> = cs
             .into_iter()
-            .map(|c| SoftConstraint { hostname: c.topology_key == LABEL_HOSTNAME, c, counts: HashMap::new(), weight: 0.0 })
+            .zip(&doms)
+            .map(|(c, (ids, _))| SoftConstraint {
+                hostname: c.topology_key == LABEL_HOSTNAME,
+                c,
+                ids: Arc::clone(ids),
+                counts: vec![None; ids.len() + 1],
+                weight: 0.0,
+            })
             .collect();
         // Domains of the scored nodes; nodes missing a key are ignored.
         let mut ignored = 0usize;
-        for &ni in nodes {
-            let Some(node) = snap.nodes.get(ni) else { continue };
-            let labels = &node.node.labels;
-            if require_all && !soft.iter().all(|s| labels.contains_key(&s.c.topology_key)) {
+        for &ni in nodes.iter().filter(|&&ni| ni < snap.nodes.len()) {
+            if require_all && !has_all(ni) {
                 ignored += 1;
                 continue;
             }
-            for s in soft.iter_mut().filter(|s| !s.hostname) {
-                let v = labels.get(&s.c.topology_key).map_or("", String::as_str);
-                if !s.counts.contains_key(v) {
-                    s.counts.insert(v.to_string(), 0);
-                }
+            for (i, s) in soft.iter_mut().enumerate().filter(|(_, s)| !s.hostname) {
+                s.counts[slot(i, ni)].get_or_insert(0);
             }
         }
         for s in soft.iter_mut() {
-            let size = if s.hostname { nodes.len().saturating_sub(ignored) } else { s.counts.len() };
+            let size = if s.hostname { nodes.len().saturating_sub(ignored) } else { s.counts.iter().filter(|c| c.is_some()).count() };
             s.weight = ((size + 2) as f64).ln();
         }
         // Matching pods per domain, over every node of the cluster.
         if soft.iter().any(|s| !s.hostname) {
-            for node in &snap.nodes {
-                let labels = &node.node.labels;
-                if require_all && !soft.iter().all(|s| labels.contains_key(&s.c.topology_key)) {
+            for (ni, node) in snap.nodes.iter().enumerate() {
+                if node.pods.is_empty() || (require_all && !has_all(ni)) {
                     continue;
                 }
                 let mut inc = Inclusion::new(pod, node);
-                for s in soft.iter_mut().filter(|s| !s.hostname) {
-                    if !inc.admits(&s.c) {
-                        continue;
-                    }
-                    let v = labels.get(&s.c.topology_key).map_or("", String::as_str);
-                    if !s.counts.contains_key(v) {
+                for (i, s) in soft.iter_mut().enumerate().filter(|(_, s)| !s.hostname) {
+                    let d = slot(i, ni);
+                    if s.counts[d].is_none() || !inc.admits(&s.c) {
                         continue;
                     }
                     let n = count_matching(node, &s.c.selector, &pod.namespace);
-                    if let Some(c) = s.counts.get_mut(v) {
+                    if let Some(c) = s.counts[d].as_mut() {
                         *c += n;
                     }
                 }
@@ -501,7 +586,7 @@ impl Plugin for PodTopologySpread {
             let cnt = if sc.hostname {
                 count_matching(node, &sc.c.selector, &pod.namespace)
             } else {
-                sc.counts.get(v.as_str()).copied().unwrap_or(0)
+                sc.ids.get(v.as_str()).and_then(|&d| sc.counts.get(d as usize).copied().flatten()).unwrap_or(0)
             };
             score += cnt as f64 * sc.weight + (sc.c.max_skew - 1) as f64;
         }
@@ -703,6 +788,28 @@ mod tests {
         pl.add_pod(&mut st, &p, &on("a1", "node-a").info(), &snap.nodes[0], &snap);
         assert!(!pl.filter(&st, &p, &snap.nodes[0]).is_success());
         assert!(pl.filter(&st, &p, &snap.nodes[1]).is_success());
+    }
+
+    #[test]
+    fn domain_cache_follows_node_changes() {
+        let pl = plugin();
+        let mut snap = snapshot(&[zn("node-a", "zone1"), zn("node-b", "zone2"), zn("node-c", "zone3")], &[on("a1", "node-a"), on("b1", "node-b")]);
+        let p = incoming().spread(1, "zone", DNS, &[("foo", "")]).info();
+        let fits = |snap: &Snapshot| -> Vec<String> {
+            let mut st = CycleState::new();
+            pl.pre_filter(&mut st, &p, snap);
+            snap.nodes.iter().filter(|n| pl.filter(&st, &p, n).is_success()).map(|n| n.name().to_string()).collect()
+        };
+        assert_eq!(fits(&snap), vec!["node-c"]);
+        // node-c moves into zone1: zone1 has 1, zone2 has 1, every node fits.
+        snap.upsert_node(zn("node-c", "zone1").spec());
+        assert_eq!(fits(&snap), vec!["node-a", "node-b", "node-c"]);
+        // node-a goes (node-c takes its index): zone1 now 0 via node-c, zone2 1.
+        snap.remove_node("node-a");
+        assert_eq!(fits(&snap), vec!["node-c"]);
+        // A new zone appears.
+        snap.upsert_node(zn("node-d", "zone9").spec());
+        assert_eq!(fits(&snap), vec!["node-c", "node-d"]);
     }
 
     /// Normalized scores of the feasible `nodes` (the snapshot also holds `failed`).
