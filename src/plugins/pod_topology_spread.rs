@@ -204,6 +204,9 @@ impl PodTopologySpread {
     }
 }
 
+/// A topology key's domain ids (value → id) and each snapshot node's id.
+type Domains = (Arc<HashMap<String, u32>>, Vec<u32>);
+
 /// Marks a node that lacks the topology key.
 const MISSING: u32 = u32::MAX;
 
@@ -220,7 +223,7 @@ struct KeyDomains {
 
 impl PodTopologySpread {
     /// The domain ids of `key` (value → id) and each snapshot node's id (MISSING without the key).
-    fn node_domains(&self, key: &str, snap: &Snapshot) -> (Arc<HashMap<String, u32>>, Vec<u32>) {
+    fn node_domains(&self, key: &str, snap: &Snapshot) -> Domains {
         let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         if !cache.contains_key(key) {
             cache.insert(key.to_string(), KeyDomains::default());
@@ -424,7 +427,7 @@ impl Plugin for PodTopologySpread {
         if cs.is_empty() {
             return (Status::skip(), None);
         }
-        let doms: Vec<(Arc<HashMap<String, u32>>, Vec<u32>)> = cs.iter().map(|c| self.node_domains(&c.topology_key, snap)).collect();
+        let doms: Vec<Domains> = cs.iter().map(|c| self.node_domains(&c.topology_key, snap)).collect();
         let mut counts: Vec<Counts> = doms
             .iter()
             .map(|(ids, _)| Counts { counts: vec![0; ids.len()], present: vec![false; ids.len()], domains: 0, min: i64::MAX })
@@ -512,7 +515,7 @@ impl Plugin for PodTopologySpread {
             return Status::skip();
         }
         let require_all = !pod.spread_constraints.is_empty() || !self.system_defaulted;
-        let doms: Vec<(Arc<HashMap<String, u32>>, Vec<u32>)> = cs.iter().map(|c| self.node_domains(&c.topology_key, snap)).collect();
+        let doms: Vec<Domains> = cs.iter().map(|c| self.node_domains(&c.topology_key, snap)).collect();
         // A node without the key counts in the domain of the empty value when
         // not every key is required (upstream reads the missing label as "").
         let slot = |i: usize, ni: usize| -> usize {
