@@ -138,6 +138,12 @@ impl PodBuilder {
         self
     }
 
+    /// Adds a topology spread constraint as given (for minDomains, policies, matchLabelKeys).
+    pub fn spread_constraint(mut self, c: core::TopologySpreadConstraint) -> Self {
+        self.spec().topology_spread_constraints.get_or_insert_with(Vec::new).push(c);
+        self
+    }
+
     /// Adds a scheduling gate.
     pub fn gate(mut self, name: &str) -> Self {
         self.spec().scheduling_gates.get_or_insert_with(Vec::new).push(core::PodSchedulingGate { name: name.into() });

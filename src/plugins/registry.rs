@@ -9,7 +9,7 @@ use crate::framework::{Plugin, Points};
 
 use super::{
     balanced_allocation, default_binder, default_preemption, image_locality, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
-    priority_sort, scheduling_gates, taint_toleration,
+    pod_topology_spread, priority_sort, scheduling_gates, taint_toleration,
 };
 
 /// A plugin of upstream's default set, with its default score weight.
@@ -90,6 +90,7 @@ pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin
         node_ports::NAME => Arc::new(node_ports::NodePorts),
         node_resources_fit::NAME => Arc::new(node_resources_fit::NodeResourcesFit::new(args(a)?)?),
         balanced_allocation::NAME => Arc::new(balanced_allocation::BalancedAllocation::new(args(a)?)?),
+        pod_topology_spread::NAME => Arc::new(pod_topology_spread::PodTopologySpread::new(args(a)?)?),
         image_locality::NAME => Arc::new(image_locality::ImageLocality),
         default_binder::NAME => Arc::new(default_binder::DefaultBinder),
         default_preemption::NAME => Arc::new(default_preemption::DefaultPreemption::new(args(a)?)?),
