@@ -5,6 +5,7 @@ pub mod balanced_allocation;
 pub mod default_binder;
 pub mod helper;
 pub mod image_locality;
+pub mod inter_pod_affinity;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use crate::framework::{Plugin, Points};
 
 use super::{
-    balanced_allocation, default_binder, image_locality, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
+    balanced_allocation, default_binder, image_locality, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
     priority_sort, scheduling_gates, taint_toleration,
 };
 
@@ -91,6 +91,7 @@ pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin
         node_resources_fit::NAME => Arc::new(node_resources_fit::NodeResourcesFit::new(args(a)?)?),
         balanced_allocation::NAME => Arc::new(balanced_allocation::BalancedAllocation::new(args(a)?)?),
         image_locality::NAME => Arc::new(image_locality::ImageLocality),
+        inter_pod_affinity::NAME => Arc::new(inter_pod_affinity::InterPodAffinity::new(args(a)?)?),
         default_binder::NAME => Arc::new(default_binder::DefaultBinder),
         n => match NO_OPS.iter().find(|x| **x == n) {
             Some(x) => Arc::new(NoOp(x)),
