@@ -430,3 +430,366 @@ impl Plugin for InterPodAffinity {
         Status::success()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use crate::testing::{node, pod, selector, snapshot, NodeBuilder, PodBuilder};
+    use k8s_openapi::api::core::v1 as core;
+
+    const ZONE: &str = "zone";
+    const HOST: &str = "kubernetes.io/hostname";
+
+    /// A term selecting `sel` over `key`, in the pod's own namespace.
+    fn term(sel: &[(&str, &str)], key: &str) -> core::PodAffinityTerm {
+        core::PodAffinityTerm { label_selector: Some(selector(sel)), topology_key: key.into(), ..Default::default() }
+    }
+
+    /// A term selecting `sel` over `key` in the namespaces whose labels match `ns_sel`.
+    fn term_ns_sel(sel: &[(&str, &str)], key: &str, ns_sel: &[(&str, &str)]) -> core::PodAffinityTerm {
+        core::PodAffinityTerm { namespace_selector: Some(selector(ns_sel)), ..term(sel, key) }
+    }
+
+    /// Pod (anti-)affinity: required affinity, required anti-affinity, preferred affinity, preferred anti-affinity.
+    #[derive(Default)]
+    struct Aff {
+        req: Vec<core::PodAffinityTerm>,
+        anti: Vec<core::PodAffinityTerm>,
+        pref: Vec<(i32, core::PodAffinityTerm)>,
+        pref_anti: Vec<(i32, core::PodAffinityTerm)>,
+    }
+
+    impl Aff {
+        fn req(mut self, t: core::PodAffinityTerm) -> Self {
+            self.req.push(t);
+            self
+        }
+        fn anti(mut self, t: core::PodAffinityTerm) -> Self {
+            self.anti.push(t);
+            self
+        }
+        fn pref(mut self, w: i32, t: core::PodAffinityTerm) -> Self {
+            self.pref.push((w, t));
+            self
+        }
+        fn pref_anti(mut self, w: i32, t: core::PodAffinityTerm) -> Self {
+            self.pref_anti.push((w, t));
+            self
+        }
+        fn build(self) -> core::Affinity {
+            let weighted = |v: Vec<(i32, core::PodAffinityTerm)>| {
+                v.into_iter().map(|(weight, pod_affinity_term)| core::WeightedPodAffinityTerm { weight, pod_affinity_term }).collect::<Vec<_>>()
+            };
+            let some = |v: Vec<core::PodAffinityTerm>| if v.is_empty() { None } else { Some(v) };
+            let some_w = |v: Vec<core::WeightedPodAffinityTerm>| if v.is_empty() { None } else { Some(v) };
+            core::Affinity {
+                pod_affinity: Some(core::PodAffinity {
+                    required_during_scheduling_ignored_during_execution: some(self.req),
+                    preferred_during_scheduling_ignored_during_execution: some_w(weighted(self.pref)),
+                }),
+                pod_anti_affinity: Some(core::PodAntiAffinity {
+                    required_during_scheduling_ignored_during_execution: some(self.anti),
+                    preferred_during_scheduling_ignored_during_execution: some_w(weighted(self.pref_anti)),
+                }),
+                node_affinity: None,
+            }
+        }
+    }
+
+    fn aff() -> Aff {
+        Aff::default()
+    }
+
+    fn snap_with_ns(nodes: &[NodeBuilder], pods: &[PodBuilder], ns: &[(&str, &[(&str, &str)])]) -> Snapshot {
+        let mut s = snapshot(nodes, pods);
+        for (name, labels) in ns {
+            s.namespaces.insert((*name).into(), labels.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect());
+        }
+        s
+    }
+
+    /// Filter codes per node (all Success when PreFilter skips).
+    fn filter_codes(pl: &InterPodAffinity, snap: &Snapshot, p: &PodInfo) -> Vec<Code> {
+        let mut st = CycleState::new();
+        let (s, nodes) = pl.pre_filter(&mut st, p, snap);
+        assert!(nodes.is_none());
+        if s.is_skip() {
+            return vec![Code::Success; snap.nodes.len()];
+        }
+        assert!(s.is_success(), "{s}");
+        snap.nodes.iter().map(|n| pl.filter(&st, p, n).code).collect()
+    }
+
+    #[test]
+    fn filter_table() {
+        use Code::{Success as S, Unschedulable as U, UnschedulableAndUnresolvable as R};
+        let zones = || vec![node("n1").label(ZONE, "a"), node("n2").label(ZONE, "b"), node("n3")];
+        let web = |name: &str, n: &str| pod(name).label("app", "web").node(n);
+        let no_ns: &[(&str, &[(&str, &str)])] = &[];
+        let team_ns: &[(&str, &[(&str, &str)])] = &[("team", &[("tier", "x")]), ("default", &[("tier", "y")])];
+        let cases: Vec<(&str, Vec<NodeBuilder>, Vec<PodBuilder>, &[(&str, &[(&str, &str)])], PodBuilder, Vec<Code>)> = vec![
+            ("no terms anywhere", zones(), vec![web("e", "n1")], no_ns, pod("p"), vec![S, S, S]),
+            ("affinity matches existing pod's zone", zones(), vec![web("e", "n1")], no_ns, pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).build()), vec![S, R, R]),
+            ("affinity: node without the key", zones(), vec![web("e", "n1")], no_ns, pod("p").affinity(aff().req(term(&[("app", "web")], HOST)).build()), vec![S, R, R]),
+            ("first pod of a collection", zones(), vec![], no_ns, pod("p").label("app", "web").affinity(aff().req(term(&[("app", "web")], ZONE)).build()), vec![S, S, R]),
+            ("no match and not matching itself", zones(), vec![], no_ns, pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).build()), vec![R, R, R]),
+            (
+                "one pod must match all affinity terms",
+                zones(),
+                vec![web("e1", "n1"), pod("e2").label("tier", "db").node("n1")],
+                no_ns,
+                pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).req(term(&[("tier", "db")], ZONE)).build()),
+                vec![R, R, R],
+            ),
+            (
+                "affinity in another namespace does not count",
+                zones(),
+                vec![web("e", "n1").namespace("other")],
+                no_ns,
+                pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).build()),
+                vec![R, R, R],
+            ),
+            ("anti-affinity", zones(), vec![web("e", "n1")], no_ns, pod("p").affinity(aff().anti(term(&[("app", "web")], ZONE)).build()), vec![U, S, S]),
+            (
+                "anti-affinity ignores other namespaces",
+                zones(),
+                vec![web("e", "n1").namespace("other")],
+                no_ns,
+                pod("p").affinity(aff().anti(term(&[("app", "web")], ZONE)).build()),
+                vec![S, S, S],
+            ),
+            (
+                "anti-affinity with namespaceSelector",
+                zones(),
+                vec![web("e", "n1").namespace("team"), web("f", "n2").namespace("unknown")],
+                team_ns,
+                pod("p").affinity(aff().anti(term_ns_sel(&[("app", "web")], ZONE, &[("tier", "x")])).build()),
+                vec![U, S, S],
+            ),
+            (
+                "anti-affinity with empty namespaceSelector selects all namespaces",
+                zones(),
+                vec![web("f", "n2").namespace("unknown")],
+                team_ns,
+                pod("p").affinity(aff().anti(term_ns_sel(&[("app", "web")], ZONE, &[])).build()),
+                vec![S, U, S],
+            ),
+            (
+                "existing pod's anti-affinity (symmetry)",
+                zones(),
+                vec![pod("e").node("n1").affinity(aff().anti(term(&[("app", "web")], ZONE)).build())],
+                no_ns,
+                pod("p").label("app", "web"),
+                vec![U, S, S],
+            ),
+            (
+                "existing pod's anti-affinity in another namespace selects only its own",
+                zones(),
+                vec![pod("e").namespace("other").node("n1").affinity(aff().anti(term(&[("app", "web")], ZONE)).build())],
+                no_ns,
+                pod("p").label("app", "web"),
+                vec![S, S, S],
+            ),
+            (
+                "existing pod's anti-affinity with namespaceSelector on the incoming pod's namespace",
+                zones(),
+                vec![pod("e").namespace("team").node("n2").affinity(aff().anti(term_ns_sel(&[("app", "web")], ZONE, &[("tier", "y")])).build())],
+                team_ns,
+                pod("p").label("app", "web"),
+                vec![S, U, S],
+            ),
+            (
+                "affinity checked before anti-affinity",
+                zones(),
+                vec![web("e", "n1")],
+                no_ns,
+                pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).anti(term(&[("app", "web")], ZONE)).build()),
+                vec![U, R, R],
+            ),
+        ];
+        let pl = InterPodAffinity::default();
+        for (name, nodes, pods, ns, p, want) in cases {
+            let snap = snap_with_ns(&nodes, &pods, ns);
+            assert_eq!(filter_codes(&pl, &snap, &p.info()), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn filter_reasons() {
+        let pl = InterPodAffinity::default();
+        let snap = snapshot(&[node("n1").label(ZONE, "a"), node("n2")], &[pod("e").label("app", "web").node("n1")]);
+        let p = pod("p").affinity(aff().anti(term(&[("app", "web")], ZONE)).build()).info();
+        let mut st = CycleState::new();
+        assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
+        assert_eq!(pl.filter(&st, &p, &snap.nodes[0]).message(), REASON_ANTI_AFFINITY);
+        let p = pod("p").affinity(aff().req(term(&[("app", "db")], ZONE)).build()).info();
+        let mut st = CycleState::new();
+        assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
+        assert_eq!(pl.filter(&st, &p, &snap.nodes[1]).message(), REASON_AFFINITY);
+        let snap = snapshot(&[node("n1")], &[pod("e").node("n1").affinity(aff().anti(term(&[], HOST)).build())]);
+        let p = pod("p").info();
+        let mut st = CycleState::new();
+        assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
+        assert_eq!(pl.filter(&st, &p, &snap.nodes[0]).message(), REASON_EXISTING_ANTI_AFFINITY);
+    }
+
+    #[test]
+    fn add_and_remove_pod() {
+        let pl = InterPodAffinity::default();
+        let blocker = pod("e").node("n1").affinity(aff().anti(term(&[("app", "web")], HOST)).build());
+        let snap = snapshot(&[node("n1"), node("n2").label(ZONE, "a")], std::slice::from_ref(&blocker));
+        let p = pod("p").label("app", "web").affinity(aff().req(term(&[("app", "db")], ZONE)).build()).info();
+        let mut st = CycleState::new();
+        assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
+        let codes = |st: &CycleState| snap.nodes.iter().map(|n| pl.filter(st, &p, n).code).collect::<Vec<_>>();
+        assert_eq!(codes(&st), vec![Code::UnschedulableAndUnresolvable; 2]);
+        // A pod matching the affinity is nominated to n2; the original state is untouched.
+        let mut st2 = st.clone();
+        let db = pod("db").label("app", "db").node("n2").info();
+        assert!(pl.add_pod(&mut st2, &p, &db, &snap.nodes[1], &snap).is_success());
+        assert_eq!(codes(&st2), vec![Code::UnschedulableAndUnresolvable, Code::Success]);
+        assert_eq!(codes(&st), vec![Code::UnschedulableAndUnresolvable; 2]);
+        // Removing the blocker (preemption) lifts the existing anti-affinity on n1.
+        let p2 = pod("p2").label("app", "web").info();
+        let mut st = CycleState::new();
+        assert!(pl.pre_filter(&mut st, &p2, &snap).0.is_success());
+        assert_eq!(pl.filter(&st, &p2, &snap.nodes[0]).code, Code::Unschedulable);
+        let mut st3 = st.clone();
+        assert!(pl.remove_pod(&mut st3, &p2, &blocker.info(), &snap.nodes[0], &snap).is_success());
+        assert!(pl.filter(&st3, &p2, &snap.nodes[0]).is_success());
+        assert!(pl.add_pod(&mut st3, &p2, &blocker.info(), &snap.nodes[0], &snap).is_success());
+        assert_eq!(pl.filter(&st3, &p2, &snap.nodes[0]).code, Code::Unschedulable);
+        // The incoming pod's own anti-affinity against an added pod.
+        let p3 = pod("p3").affinity(aff().anti(term(&[("app", "db")], ZONE)).build()).info();
+        let mut st = CycleState::new();
+        assert!(pl.pre_filter(&mut st, &p3, &snap).0.is_success());
+        assert!(pl.filter(&st, &p3, &snap.nodes[1]).is_success());
+        assert!(pl.add_pod(&mut st, &p3, &db, &snap.nodes[1], &snap).is_success());
+        assert_eq!(pl.filter(&st, &p3, &snap.nodes[1]).code, Code::Unschedulable);
+        assert!(pl.remove_pod(&mut st, &p3, &db, &snap.nodes[1], &snap).is_success());
+        assert!(pl.filter(&st, &p3, &snap.nodes[1]).is_success());
+    }
+
+    /// Normalized scores per node (all 0 when PreScore skips).
+    fn scores(pl: &InterPodAffinity, snap: &Snapshot, p: &PodInfo) -> Vec<i64> {
+        let mut st = CycleState::new();
+        let idx: Vec<usize> = (0..snap.nodes.len()).collect();
+        let s = pl.pre_score(&mut st, p, &idx, snap);
+        if s.is_skip() {
+            return vec![0; idx.len()];
+        }
+        assert!(s.is_success(), "{s}");
+        let mut out: Vec<NodeScore> = idx.iter().map(|&i| NodeScore { node: i, score: pl.score(&st, p, &snap.nodes[i]).unwrap_or(-1) }).collect();
+        assert!(pl.normalize_score(&st, p, &mut out, snap).is_success());
+        out.iter().map(|s| s.score).collect()
+    }
+
+    #[test]
+    fn score_table() {
+        let nodes = || vec![node("n1").label("region", "r1"), node("n2").label("region", "r2"), node("n3").label("region", "r1"), node("n4")];
+        let sec = |name: &str, v: &str, n: &str| pod(name).label("security", v).node(n);
+        let req_sym = aff().req(term(&[("security", "S1")], "region")).build();
+        let cases: Vec<(&str, Args, Vec<PodBuilder>, PodBuilder, Vec<i64>)> = vec![
+            ("no terms", Args::default(), vec![sec("e", "S1", "n1")], pod("p"), vec![0, 0, 0, 0]),
+            (
+                "preferred affinity by topology",
+                Args::default(),
+                vec![sec("e", "S1", "n1")],
+                pod("p").affinity(aff().pref(5, term(&[("security", "S1")], "region")).build()),
+                vec![100, 0, 100, 0],
+            ),
+            (
+                "preferred anti-affinity by topology",
+                Args::default(),
+                vec![sec("e", "S1", "n1")],
+                pod("p").affinity(aff().pref_anti(5, term(&[("security", "S1")], "region")).build()),
+                vec![0, 100, 0, 100],
+            ),
+            (
+                "affinity and anti-affinity weights add up",
+                Args::default(),
+                vec![sec("e1", "S1", "n1"), sec("e2", "S2", "n2")],
+                pod("p").affinity(aff().pref(8, term(&[("security", "S1")], "region")).pref_anti(2, term(&[("security", "S2")], "region")).build()),
+                vec![100, 0, 100, 20],
+            ),
+            (
+                "symmetry of existing preferred affinity",
+                Args::default(),
+                vec![pod("e").node("n2").affinity(aff().pref(3, term(&[("security", "S1")], "region")).build())],
+                pod("p").label("security", "S1"),
+                vec![0, 100, 0, 0],
+            ),
+            (
+                "symmetry of existing preferred anti-affinity",
+                Args::default(),
+                vec![pod("e").node("n2").affinity(aff().pref_anti(3, term(&[("security", "S1")], "region")).build())],
+                pod("p").label("security", "S1"),
+                vec![100, 0, 100, 100],
+            ),
+            (
+                "symmetry of existing required affinity with hardPodAffinityWeight",
+                Args::default(),
+                vec![pod("e").node("n2").affinity(req_sym.clone())],
+                pod("p").label("security", "S1"),
+                vec![0, 100, 0, 0],
+            ),
+            (
+                "hardPodAffinityWeight 0 ignores required affinity",
+                Args { hard_pod_affinity_weight: Some(0), ..Default::default() },
+                vec![pod("e").node("n2").affinity(req_sym.clone())],
+                pod("p").label("security", "S1"),
+                vec![0, 0, 0, 0],
+            ),
+            (
+                "existing pods' preferred terms ignored when configured",
+                Args { ignore_preferred_terms_of_existing_pods: Some(true), ..Default::default() },
+                vec![pod("e").node("n2").affinity(req_sym.clone())],
+                pod("p").label("security", "S1"),
+                vec![0, 0, 0, 0],
+            ),
+            (
+                "preferred affinity in another namespace does not count",
+                Args::default(),
+                vec![sec("e", "S1", "n1").namespace("other")],
+                pod("p").affinity(aff().pref(5, term(&[("security", "S1")], "region")).build()),
+                vec![0, 0, 0, 0],
+            ),
+        ];
+        for (name, args, pods, p, want) in cases {
+            let pl = InterPodAffinity::new(args).unwrap_or_default();
+            let snap = snapshot(&nodes(), &pods);
+            assert_eq!(scores(&pl, &snap, &p.info()), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn normalize_uses_min_and_max() {
+        let pl = InterPodAffinity::default();
+        let mut st = CycleState::new();
+        st.insert(PreScoreState(Arc::new(vec![("k".into(), HashMap::new())])));
+        let mut s: Vec<NodeScore> = [-3, 0, 7, 4].iter().enumerate().map(|(i, &score)| NodeScore { node: i, score }).collect();
+        assert!(pl.normalize_score(&st, &pod("p").info(), &mut s, &Snapshot::new()).is_success());
+        assert_eq!(s.iter().map(|x| x.score).collect::<Vec<_>>(), vec![0, 30, 100, 70]);
+    }
+
+    #[test]
+    fn args() {
+        let parse = |v: serde_json::Value| -> Result<InterPodAffinity, String> {
+            let a: Args = serde_json::from_value(v).map_err(|e| e.to_string())?;
+            InterPodAffinity::new(a)
+        };
+        let pl = parse(serde_json::json!({})).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(pl.hard_pod_affinity_weight, 1);
+        assert!(!pl.ignore_preferred_terms_of_existing_pods);
+        let pl = parse(serde_json::json!({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "InterPodAffinityArgs", "hardPodAffinityWeight": 100, "ignorePreferredTermsOfExistingPods": true}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(pl.hard_pod_affinity_weight, 100);
+        assert!(pl.ignore_preferred_terms_of_existing_pods);
+        for bad in [101, -1] {
+            let e = parse(serde_json::json!({"hardPodAffinityWeight": bad})).err().unwrap_or_default();
+            assert!(e.contains("hardPodAffinityWeight"), "{e}");
+        }
+        assert!(parse(serde_json::json!({"hardPodAffinityWeigh": 1})).is_err());
+    }
+}
