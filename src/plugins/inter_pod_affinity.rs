@@ -124,8 +124,84 @@ impl Hasher for FxHasher {
     }
 }
 
-/// Label value → count or score.
-type ValueMap = HashMap<String, i64, BuildHasherDefault<FxHasher>>;
+type FxBuild = BuildHasherDefault<FxHasher>;
+
+/// Longest label value kept inline (without allocating) in a [`ValueMap`].
+const INLINE_MAX: usize = 31;
+
+/// A label value of at most `INLINE_MAX` bytes packed into words, its length in the last byte.
+fn pack(v: &str) -> Option<[u64; 4]> {
+    let b = v.as_bytes();
+    if b.len() > INLINE_MAX {
+        return None;
+    }
+    let mut buf = [0u8; 32];
+    buf[..b.len()].copy_from_slice(b);
+    buf[31] = b.len() as u8;
+    let mut out = [0u64; 4];
+    for (w, c) in out.iter_mut().zip(buf.chunks_exact(8)) {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(c);
+        *w = u64::from_le_bytes(x);
+    }
+    Some(out)
+}
+
+/// Label value → count or score. Short values (nearly all) are stored
+/// inline, so building the map each cycle allocates only for the table.
+#[derive(Clone, Debug, Default)]
+struct ValueMap {
+    small: HashMap<[u64; 4], i64, FxBuild>,
+    big: HashMap<String, i64, FxBuild>,
+}
+
+impl ValueMap {
+    fn get(&self, v: &str) -> Option<i64> {
+        match pack(v) {
+            Some(k) => self.small.get(&k).copied(),
+            None => self.big.get(v).copied(),
+        }
+    }
+
+    /// Adds `delta` to the value's entry; with `drop_zero`, an entry that
+    /// reaches 0 is removed. Returns the change in the number of entries.
+    fn add(&mut self, v: &str, delta: i64, drop_zero: bool) -> isize {
+        let (slot, inserted) = match pack(v) {
+            Some(k) => match self.small.get_mut(&k) {
+                Some(c) => (Some(c), false),
+                None => {
+                    self.small.insert(k, delta);
+                    (None, true)
+                }
+            },
+            None => match self.big.get_mut(v) {
+                Some(c) => (Some(c), false),
+                None => {
+                    self.big.insert(v.to_string(), delta);
+                    (None, true)
+                }
+            },
+        };
+        if inserted {
+            return 1;
+        }
+        if let Some(c) = slot {
+            *c += delta;
+            if drop_zero && *c == 0 {
+                match pack(v) {
+                    Some(k) => self.small.remove(&k),
+                    None => self.big.remove(v),
+                };
+                return -1;
+            }
+        }
+        0
+    }
+
+    fn is_empty(&self) -> bool {
+        self.small.is_empty() && self.big.is_empty()
+    }
+}
 
 /// Counts per topology pair, grouped by topology key (a pod has few keys, so
 /// the keys are searched linearly). Pairs whose count drops to 0 are removed.
@@ -139,6 +215,9 @@ struct TopoCounts {
 impl TopoCounts {
     /// Adds `delta` to (key, the node's value of key), when the node has the key.
     fn update(&mut self, key: &str, node_labels: &Labels, delta: i64) {
+        if delta == 0 {
+            return;
+        }
         let Some(value) = node_labels.get(key) else { return };
         let i = match self.by_key.iter().position(|(k, _)| k == key) {
             Some(i) => i,
@@ -147,26 +226,13 @@ impl TopoCounts {
                 self.by_key.len() - 1
             }
         };
-        let m = &mut self.by_key[i].1;
-        match m.get_mut(value.as_str()) {
-            Some(c) => {
-                *c += delta;
-                if *c == 0 {
-                    m.remove(value.as_str());
-                    self.len -= 1;
-                }
-            }
-            None if delta != 0 => {
-                m.insert(value.clone(), delta);
-                self.len += 1;
-            }
-            None => {}
-        }
+        let d = self.by_key[i].1.add(value, delta, true);
+        self.len = self.len.saturating_add_signed(d);
     }
 
     /// The count of (key, value).
     fn get(&self, key: &str, value: &str) -> i64 {
-        self.by_key.iter().find(|(k, _)| k == key).and_then(|(_, m)| m.get(value)).copied().unwrap_or(0)
+        self.by_key.iter().find(|(k, _)| k == key).and_then(|(_, m)| m.get(value)).unwrap_or(0)
     }
 
     fn is_empty(&self) -> bool {
@@ -252,12 +318,7 @@ fn score_term(scores: &mut HashMap<String, ValueMap>, key: &str, node_labels: &L
             Some(m) => m,
             None => scores.entry(key.to_string()).or_default(),
         };
-        match m.get_mut(v.as_str()) {
-            Some(c) => *c += weight,
-            None => {
-                m.insert(v.clone(), weight);
-            }
-        }
+        m.add(v, weight, false);
     }
 }
 
@@ -404,7 +465,7 @@ impl Plugin for InterPodAffinity {
                 if m.is_empty() {
                     continue;
                 }
-                if labels.get(k).and_then(|v| m.get(v.as_str())).is_some_and(|&c| c > 0) {
+                if labels.get(k).and_then(|v| m.get(v)).is_some_and(|c| c > 0) {
                     return Status::unschedulable(REASON_EXISTING_ANTI_AFFINITY);
                 }
             }
@@ -451,7 +512,7 @@ impl Plugin for InterPodAffinity {
         let mut score = 0;
         for (k, m) in s.iter() {
             if let Some(v) = labels.get(k) {
-                score += m.get(v.as_str()).copied().unwrap_or(0);
+                score += m.get(v).unwrap_or(0);
             }
         }
         Ok(score)
@@ -810,6 +871,22 @@ mod tests {
             let snap = snapshot(&nodes(), &pods);
             assert_eq!(scores(&pl, &snap, &p.info()), want, "{name}");
         }
+    }
+
+    #[test]
+    fn topo_counts_short_and_long_values() {
+        let long = "a-value-longer-than-thirty-one-bytes-for-sure";
+        let labels: Labels = [("k".to_string(), "short".to_string()), ("l".to_string(), long.to_string())].into_iter().collect();
+        let mut c = TopoCounts::default();
+        c.update("k", &labels, 1);
+        c.update("l", &labels, 1);
+        c.update("l", &labels, 1);
+        c.update("missing", &labels, 1);
+        assert_eq!((c.get("k", "short"), c.get("l", long), c.get("l", "short"), c.len), (1, 2, 0, 2));
+        c.update("k", &labels, -1);
+        c.update("l", &labels, -2);
+        assert!(c.is_empty());
+        assert_eq!(c.get("l", long), 0);
     }
 
     #[test]
