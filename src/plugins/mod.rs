@@ -6,6 +6,7 @@ pub mod default_binder;
 pub mod default_preemption;
 pub mod helper;
 pub mod image_locality;
+pub mod inter_pod_affinity;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;

@@ -8,8 +8,8 @@ use serde::de::DeserializeOwned;
 use crate::framework::{Plugin, Points};
 
 use super::{
-    balanced_allocation, default_binder, default_preemption, image_locality, node_affinity, node_name, node_ports, node_resources_fit, node_unschedulable,
-    pod_topology_spread, priority_sort, scheduling_gates, taint_toleration,
+    balanced_allocation, default_binder, default_preemption, image_locality, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit,
+    node_unschedulable, pod_topology_spread, priority_sort, scheduling_gates, taint_toleration,
 };
 
 /// A plugin of upstream's default set, with its default score weight.
@@ -92,6 +92,7 @@ pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin
         balanced_allocation::NAME => Arc::new(balanced_allocation::BalancedAllocation::new(args(a)?)?),
         pod_topology_spread::NAME => Arc::new(pod_topology_spread::PodTopologySpread::new(args(a)?)?),
         image_locality::NAME => Arc::new(image_locality::ImageLocality),
+        inter_pod_affinity::NAME => Arc::new(inter_pod_affinity::InterPodAffinity::new(args(a)?)?),
         default_binder::NAME => Arc::new(default_binder::DefaultBinder),
         default_preemption::NAME => Arc::new(default_preemption::DefaultPreemption::new(args(a)?)?),
         n => match NO_OPS.iter().find(|x| **x == n) {
