@@ -361,7 +361,7 @@ pub struct Config {
 struct ResolvedProfile {
     name: String,
     percentage: Option<i32>,
-    /// (plugin, points enabled at, weight) in configuration order.
+    /// (plugin, point, weight) registrations, in each point's order.
     plugins: Vec<(Arc<dyn Plugin>, Points, i64)>,
 }
 
@@ -633,16 +633,9 @@ fn resolve_profile(p: &Profile, name: String, path: &str) -> Result<ResolvedProf
     }
     // Expand each extension point (upstream expandMultiPointPlugins).
     let mut out: Vec<(Arc<dyn Plugin>, Points, i64)> = Vec::new();
-    let mut add = |pl: Arc<dyn Plugin>, pt: Points, w: i64| {
-        if let Some(e) = out.iter_mut().find(|e| e.0.name() == pl.name()) {
-            e.1 = e.1.or(pt);
-            if pt == Points::SCORE {
-                e.2 = w;
-            }
-        } else {
-            out.push((pl, pt, w));
-        }
-    };
+    // One registration per (plugin, point), in each point's order: the
+    // framework keeps that order per extension point.
+    let mut add = |pl: Arc<dyn Plugin>, pt: Points, w: i64| out.push((pl, pt, w));
     for (pt, ptname) in Points::ALL {
         let (specific, disabled) = merge(&[], plugins_cfg.point(pt));
         let mut seen = HashSet::new();
