@@ -107,8 +107,7 @@ impl Snapshot {
             let old = self.nodes[i].node.clone();
             self.count_images(&old, false);
             let ni = &mut self.nodes[i];
-            ni.node = spec;
-            ni.generation += 1;
+            ni.set_node(spec);
             return;
         }
         let mut ni = NodeInfo::new(spec.clone());

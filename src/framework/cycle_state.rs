@@ -35,6 +35,8 @@ pub struct CycleState {
     pub skip_filter: Vec<&'static str>,
     /// Plugins whose PreScore answered Skip: their Score is not run.
     pub skip_score: Vec<&'static str>,
+    /// Indexes of the Filter plugins to run, computed once after PreFilter.
+    pub(crate) active_filters: Option<Vec<usize>>,
 }
 
 impl Clone for CycleState {
@@ -43,6 +45,7 @@ impl Clone for CycleState {
             data: self.data.iter().map(|(t, d)| (*t, (**d).clone_box())).collect(),
             skip_filter: self.skip_filter.clone(),
             skip_score: self.skip_score.clone(),
+            active_filters: self.active_filters.clone(),
         }
     }
 }

@@ -217,6 +217,16 @@ pub trait Plugin: Send + Sync {
         Ok(0)
     }
 
+    /// Scores every node of `scores` (their `node` index set, `score` to fill).
+    /// The default calls `score` per node; plugins may override it to hoist
+    /// per-cycle work out of the loop.
+    fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
+        for s in scores.iter_mut() {
+            s.score = self.score(state, pod, &snap.nodes[s.node])?;
+        }
+        Ok(())
+    }
+
     /// Does the plugin normalize its scores?
     fn has_normalize(&self) -> bool {
         false

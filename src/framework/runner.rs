@@ -23,7 +23,7 @@ pub struct PluginEntry {
 /// Per-node Filter statuses of a cycle, by node index (Success: feasible or not evaluated).
 #[derive(Clone, Debug, Default)]
 pub struct NodeStatuses {
-    /// Status per node index; None when the node was not evaluated.
+    /// Status per node index of nodes that failed; None when the node passed or was not evaluated.
     pub statuses: Vec<Option<Status>>,
 }
 
@@ -31,6 +31,17 @@ impl NodeStatuses {
     /// The status of a node (None: not evaluated).
     pub fn get(&self, i: usize) -> Option<&Status> {
         self.statuses.get(i).and_then(Option::as_ref)
+    }
+
+    /// Records a node's status (the vector grows on first use, so a cycle
+    /// where every node passes allocates nothing here).
+    pub fn set(&mut self, i: usize, n: usize, s: Status) {
+        if self.statuses.len() < n {
+            self.statuses.resize(n, None);
+        }
+        if let Some(slot) = self.statuses.get_mut(i) {
+            *slot = Some(s);
+        }
     }
 }
 
@@ -309,11 +320,18 @@ impl Framework {
 
     /// Filter: the first plugin that does not pass.
     pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        for &i in &self.filter {
-            let p = self.p(i);
-            if state.filter_skipped(p.name()) {
-                continue;
+        match &state.active_filters {
+            Some(list) => self.run_filter_list(list, state, pod, node),
+            None => {
+                let list: Vec<usize> = self.filter.iter().copied().filter(|&i| !state.filter_skipped(self.p(i).name())).collect();
+                self.run_filter_list(&list, state, pod, node)
             }
+        }
+    }
+
+    fn run_filter_list(&self, list: &[usize], state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        for &i in list {
+            let p = self.p(i);
             let s = p.filter(state, pod, node);
             if !s.is_success() {
                 let mut s = s.with_plugin(p.name());
@@ -437,7 +455,6 @@ impl Framework {
         let mut out = CycleOutcome::default();
         let mut state = CycleState::new();
         let n = snap.nodes.len();
-        out.statuses.statuses = vec![None; n];
         if n == 0 {
             out.message = Some("0/0 nodes are available: no nodes available to schedule pods.".into());
             return (out, state);
@@ -451,8 +468,8 @@ impl Framework {
                     out.error = Some(s);
                     return (out, state);
                 }
-                for st in out.statuses.statuses.iter_mut() {
-                    *st = Some(s.clone());
+                for i in 0..n {
+                    out.statuses.set(i, n, s.clone());
                 }
                 out.unschedulable_plugins.push(s.plugin);
                 out.pre_filter_rejection = Some(s);
@@ -469,10 +486,11 @@ impl Framework {
             };
             for (i, ni) in snap.nodes.iter().enumerate() {
                 if !sub.contains(ni.name()) {
-                    out.statuses.statuses[i] = Some(Status::unresolvable(reason.clone()).with_plugin(narrowing.first().copied().unwrap_or("")));
+                    out.statuses.set(i, n, Status::unresolvable(reason.clone()).with_plugin(narrowing.first().copied().unwrap_or("")));
                 }
             }
         }
+        state.active_filters = Some(self.filter.iter().copied().filter(|&i| !state.filter_skipped(self.p(i).name())).collect());
         let candidate = |i: usize| subset.as_ref().is_none_or(|s| s.contains(snap.nodes[i].name()));
         // The nominated node first, as upstream evaluates it before the others.
         if !opts.explain {
@@ -485,7 +503,6 @@ impl Framework {
                 }
                 if s.is_success() {
                     out.feasible.push(idx);
-                    out.statuses.statuses[idx] = Some(Status::success());
                     out.evaluated = 1;
                     out.selected = Some(idx);
                     out.totals = vec![0];
@@ -497,11 +514,15 @@ impl Framework {
         let to_find = if opts.explain { n } else { num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, n) };
         let start = if opts.explain { 0 } else { self.next_start.load(Ordering::Relaxed) % n };
         let mut processed = 0;
-        for k in 0..n {
+        let mut i = if start == 0 { n - 1 } else { start - 1 };
+        for _ in 0..n {
             if out.feasible.len() >= to_find {
                 break;
             }
-            let i = (start + k) % n;
+            i += 1;
+            if i == n {
+                i = 0;
+            }
             if !candidate(i) {
                 continue;
             }
@@ -512,7 +533,10 @@ impl Framework {
                 self.run_filter_with_nominated(&state, pod, &snap.nodes[i], snap)
             };
             match s.code {
-                Code::Success => out.feasible.push(i),
+                Code::Success => {
+                    out.feasible.push(i);
+                    continue;
+                }
                 Code::Error => {
                     out.message = Some(format!("running Filter plugin {:?}: {}", s.plugin, s.message()));
                     out.error = Some(s);
@@ -524,7 +548,7 @@ impl Framework {
                     }
                 }
             }
-            out.statuses.statuses[i] = Some(s);
+            out.statuses.set(i, n, s);
         }
         out.evaluated = processed;
         if !opts.explain {
@@ -576,10 +600,8 @@ impl Framework {
                 continue;
             }
             buf.clear();
-            for &ni in &feasible {
-                let sc = p.score(state, pod, &snap.nodes[ni]).map_err(|s| s.with_plugin(p.name()))?;
-                buf.push(NodeScore { node: ni, score: sc });
-            }
+            buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
+            p.score_nodes(state, pod, snap, &mut buf).map_err(|s| s.with_plugin(p.name()))?;
             if p.has_normalize() {
                 let s = p.normalize_score(state, pod, &mut buf, snap);
                 if !s.is_success() {

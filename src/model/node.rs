@@ -78,12 +78,33 @@ pub struct NodeInfo {
     pub pods_with_required_anti_affinity: usize,
     /// Bumped on every change.
     pub generation: u64,
+    /// Copy of the node's allocatable, kept inline so that hot loops do not
+    /// chase the `node` pointer for every node.
+    pub allocatable: Resources,
+    /// Copy of spec.unschedulable.
+    pub unschedulable: bool,
+    /// The node has taints.
+    pub has_taints: bool,
+    /// The node reports images.
+    pub has_images: bool,
 }
 
 impl NodeInfo {
     /// A node with no pods.
     pub fn new(node: Arc<NodeSpec>) -> Self {
-        NodeInfo { node, ..Default::default() }
+        let mut ni = NodeInfo::default();
+        ni.set_node(node);
+        ni
+    }
+
+    /// Replaces the node object (its pods stay).
+    pub fn set_node(&mut self, node: Arc<NodeSpec>) {
+        self.allocatable = node.allocatable.clone();
+        self.unschedulable = node.unschedulable;
+        self.has_taints = !node.taints.is_empty();
+        self.has_images = !node.images.is_empty();
+        self.node = node;
+        self.generation += 1;
     }
 
     /// The node's name.

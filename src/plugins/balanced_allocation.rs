@@ -4,10 +4,10 @@
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Plugin, Points, Status, MAX_NODE_SCORE};
+use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, Status, MAX_NODE_SCORE};
 use crate::model::{NodeInfo, PodInfo};
 
-use super::resource_allocation::{allocatable_and_requested, default_resources, pod_request, validate_resources, ResourceSpec};
+use super::resource_allocation::{allocatable_and_requested_k, default_resources, kind, pod_request, validate_resources, Kind, ResourceSpec};
 
 /// Plugin name.
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
@@ -37,11 +37,12 @@ impl Default for Args {
 #[derive(Debug)]
 pub struct BalancedAllocation {
     resources: Vec<ResourceSpec>,
+    kinds: Vec<Kind>,
 }
 
 impl Default for BalancedAllocation {
     fn default() -> Self {
-        BalancedAllocation { resources: default_resources() }
+        BalancedAllocation { resources: default_resources(), kinds: vec![Kind::Cpu, Kind::Memory] }
     }
 }
 
@@ -49,7 +50,8 @@ impl BalancedAllocation {
     /// Builds the plugin, validating its args.
     pub fn new(args: Args) -> Result<Self, String> {
         validate_resources(&args.resources, "resources")?;
-        Ok(BalancedAllocation { resources: args.resources })
+        let kinds = args.resources.iter().map(|r| kind(&r.name)).collect();
+        Ok(BalancedAllocation { resources: args.resources, kinds })
     }
 }
 
@@ -91,13 +93,36 @@ impl Plugin for BalancedAllocation {
         Status::success()
     }
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let reqs = self.requests(state, pod);
+        Ok(self.score_with(&reqs, node))
+    }
+    fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
+        let reqs = self.requests(state, pod);
+        for s in scores.iter_mut() {
+            s.score = self.score_with(&reqs, &snap.nodes[s.node]);
+        }
+        Ok(())
+    }
+}
+
+impl BalancedAllocation {
+    fn requests(&self, state: &CycleState, pod: &PodInfo) -> Vec<i64> {
+        match state.get::<PreScoreState>() {
+            Some(s) => s.requests.clone(),
+            None => self.resources.iter().map(|r| pod_request(pod, &r.name, true)).collect(),
+        }
+    }
+
+    fn score_with(&self, reqs: &[i64], node: &NodeInfo) -> i64 {
         // A small fixed buffer: no allocation per node for the usual few resources.
         let mut buf = [0f64; 8];
         let mut spill = Vec::new();
         let mut len = 0;
-        for (i, r) in self.resources.iter().enumerate() {
-            let req = state.get::<PreScoreState>().map(|s| s.requests[i]).unwrap_or_else(|| pod_request(pod, &r.name, true));
-            let (alloc, requested) = allocatable_and_requested(node, &r.name, req, true);
+        for ((r, &k), &req) in self.resources.iter().zip(&self.kinds).zip(reqs) {
+            if req == 0 && k == Kind::Scalar {
+                continue;
+            }
+            let (alloc, requested) = allocatable_and_requested_k(node, k, &r.name, req, true);
             if alloc == 0 {
                 continue;
             }
@@ -112,7 +137,7 @@ impl Plugin for BalancedAllocation {
             }
             len += 1;
         }
-        Ok(if spill.is_empty() { balanced_score(&buf[..len]) } else { balanced_score(&spill) })
+        if spill.is_empty() { balanced_score(&buf[..len]) } else { balanced_score(&spill) }
     }
 }
 

@@ -53,7 +53,12 @@ impl Plugin for ImageLocality {
                 let c = snap.image_node_count(&n);
                 (n, c)
             })
-            .collect();
+            .filter(|(_, c)| *c > 0)
+            .collect::<Vec<_>>();
+        if images.is_empty() {
+            // No node has any of the images: every node would score 0.
+            return Status::skip();
+        }
         state.insert(PreScoreState { images, total_nodes: snap.nodes.len() });
         Status::success()
     }
@@ -61,6 +66,9 @@ impl Plugin for ImageLocality {
         let Some(s) = state.get::<PreScoreState>() else {
             return Err(Status::error("ImageLocality: PreScore state missing"));
         };
+        if !node.has_images {
+            return Ok(0);
+        }
         let mut sum = 0i64;
         for (img, count) in &s.images {
             if let Some(size) = node.node.images.get(img) {

@@ -5,11 +5,11 @@
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{Code, CycleState, Events, Plugin, Points, PreFilterNodes, Status, MAX_NODE_SCORE};
+use crate::framework::{Code, CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Status, MAX_NODE_SCORE};
 use crate::model::resources::{is_extended, CPU};
 use crate::model::{NodeInfo, PodInfo};
 
-use super::resource_allocation::{allocatable_and_requested, default_resources, pod_request, validate_resources, ResourceSpec};
+use super::resource_allocation::{allocatable_and_requested_k, default_resources, kind, pod_request_k, validate_resources, Kind, ResourceSpec};
 
 /// Plugin name.
 pub const NAME: &str = "NodeResourcesFit";
@@ -92,6 +92,7 @@ pub struct NodeResourcesFit {
     ignored: Vec<String>,
     ignored_groups: Vec<String>,
     resources: Vec<ResourceSpec>,
+    kinds: Vec<Kind>,
     strategy: Strategy,
 }
 
@@ -99,7 +100,7 @@ impl Default for NodeResourcesFit {
     fn default() -> Self {
         match Self::new(Args::default()) {
             Ok(p) => p,
-            Err(_) => NodeResourcesFit { ignored: vec![], ignored_groups: vec![], resources: default_resources(), strategy: Strategy::Least },
+            Err(_) => NodeResourcesFit { ignored: vec![], ignored_groups: vec![], kinds: vec![Kind::Cpu, Kind::Memory], resources: default_resources(), strategy: Strategy::Least },
         }
     }
 }
@@ -144,7 +145,8 @@ impl NodeResourcesFit {
                 return Err(format!("ignoredResourceGroups[{i}]: {g:?} is not a valid resource group name (no '/')"));
             }
         }
-        Ok(NodeResourcesFit { ignored: args.ignored_resources, ignored_groups: args.ignored_resource_groups, resources: ss.resources, strategy })
+        let kinds = ss.resources.iter().map(|r| kind(&r.name)).collect();
+        Ok(NodeResourcesFit { ignored: args.ignored_resources, ignored_groups: args.ignored_resource_groups, resources: ss.resources, kinds, strategy })
     }
 
     fn ignored(&self, name: &str) -> bool {
@@ -159,7 +161,7 @@ impl NodeResourcesFit {
 pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: impl Fn(&str) -> bool) -> (Vec<String>, bool) {
     let mut reasons = Vec::new();
     let mut unresolvable = false;
-    let alloc = &node.node.allocatable;
+    let alloc = &node.allocatable;
     if node.pods.len() as i64 + 1 > alloc.pods {
         reasons.push("Too many pods".to_string());
     }
@@ -225,10 +227,30 @@ impl Plugin for NodeResourcesFit {
         }
     }
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let reqs = self.pod_requests(pod);
+        Ok(self.score_with(&reqs, node))
+    }
+    fn score_nodes(&self, _: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
+        let reqs = self.pod_requests(pod);
+        for s in scores.iter_mut() {
+            s.score = self.score_with(&reqs, &snap.nodes[s.node]);
+        }
+        Ok(())
+    }
+}
+
+impl NodeResourcesFit {
+    fn pod_requests(&self, pod: &PodInfo) -> Vec<i64> {
+        self.resources.iter().zip(&self.kinds).map(|(r, &k)| pod_request_k(pod, k, &r.name, false)).collect()
+    }
+
+    fn score_with(&self, reqs: &[i64], node: &NodeInfo) -> i64 {
         let (mut total, mut weights) = (0i64, 0i64);
-        for r in &self.resources {
-            let req = pod_request(pod, &r.name, false);
-            let (alloc, requested) = allocatable_and_requested(node, &r.name, req, false);
+        for ((r, &k), &req) in self.resources.iter().zip(&self.kinds).zip(reqs) {
+            if req == 0 && k == Kind::Scalar {
+                continue;
+            }
+            let (alloc, requested) = allocatable_and_requested_k(node, k, &r.name, req, false);
             if alloc == 0 {
                 continue;
             }
@@ -250,12 +272,12 @@ impl Plugin for NodeResourcesFit {
             weights += r.weight;
         }
         if weights == 0 {
-            return Ok(0);
+            return 0;
         }
-        Ok(match self.strategy {
+        match self.strategy {
             Strategy::Ratio(_) => (total as f64 / weights as f64).round() as i64,
             _ => total / weights,
-        })
+        }
     }
 }
 

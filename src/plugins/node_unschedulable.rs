@@ -25,7 +25,7 @@ impl Plugin for NodeUnschedulable {
         Events::NODE_ADD.or(Events::NODE_UNSCHEDULABLE).or(Events::POD_SELF)
     }
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if !node.node.unschedulable {
+        if !node.unschedulable {
             return Status::success();
         }
         let taint = Taint {

@@ -35,6 +35,50 @@ pub fn validate_resources(rs: &[ResourceSpec], path: &str) -> Result<(), String>
     Ok(())
 }
 
+/// A resource name resolved once, so hot loops compare no strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// cpu.
+    Cpu,
+    /// memory.
+    Memory,
+    /// ephemeral-storage.
+    Ephemeral,
+    /// Anything else (extended resources, hugepages).
+    Scalar,
+}
+
+/// Resolves a resource name.
+pub fn kind(name: &str) -> Kind {
+    match name {
+        CPU => Kind::Cpu,
+        MEMORY => Kind::Memory,
+        EPHEMERAL_STORAGE => Kind::Ephemeral,
+        _ => Kind::Scalar,
+    }
+}
+
+/// `pod_request` for a resolved resource.
+pub fn pod_request_k(pod: &PodInfo, k: Kind, name: &str, use_requested: bool) -> i64 {
+    match k {
+        Kind::Cpu => if use_requested { pod.requests.milli_cpu } else { pod.non_zero_cpu },
+        Kind::Memory => if use_requested { pod.requests.memory } else { pod.non_zero_memory },
+        Kind::Ephemeral => pod.requests.ephemeral_storage,
+        Kind::Scalar => pod.requests.scalar(name),
+    }
+}
+
+/// `allocatable_and_requested` for a resolved resource.
+pub fn allocatable_and_requested_k(node: &NodeInfo, k: Kind, name: &str, pod_req: i64, use_requested: bool) -> (i64, i64) {
+    let alloc = &node.allocatable;
+    match k {
+        Kind::Cpu => (alloc.milli_cpu, if use_requested { node.requested.milli_cpu } else { node.non_zero_cpu } + pod_req),
+        Kind::Memory => (alloc.memory, if use_requested { node.requested.memory } else { node.non_zero_memory } + pod_req),
+        Kind::Ephemeral => (alloc.ephemeral_storage, node.requested.ephemeral_storage + pod_req),
+        Kind::Scalar => allocatable_and_requested(node, name, pod_req, use_requested),
+    }
+}
+
 /// The pod's request of `name` for scoring: with upstream's non-zero defaults
 /// for cpu and memory unless `use_requested`.
 pub fn pod_request(pod: &PodInfo, name: &str, use_requested: bool) -> i64 {
@@ -51,7 +95,7 @@ pub fn allocatable_and_requested(node: &NodeInfo, name: &str, pod_req: i64, use_
     if pod_req == 0 && is_scalar(name) {
         return (0, 0);
     }
-    let alloc = &node.node.allocatable;
+    let alloc = &node.allocatable;
     match name {
         CPU => (alloc.milli_cpu, if use_requested { node.requested.milli_cpu } else { node.non_zero_cpu } + pod_req),
         MEMORY => (alloc.memory, if use_requested { node.requested.memory } else { node.non_zero_memory } + pod_req),

@@ -31,6 +31,9 @@ impl Plugin for TaintToleration {
         Events::NODE_ADD.or(Events::NODE_TAINT).or(Events::POD_SELF)
     }
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if !node.has_taints {
+            return Status::success();
+        }
         match first_untolerated_hard(&node.node.taints, &pod.tolerations) {
             None => Status::success(),
             Some(t) => Status::unresolvable(format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value)),
@@ -47,6 +50,9 @@ impl Plugin for TaintToleration {
         Status::success()
     }
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        if !node.has_taints {
+            return Ok(0);
+        }
         let computed;
         let prefer = match state.get::<PreScoreState>() {
             Some(s) => &s.prefer,
