@@ -82,6 +82,9 @@ async fn nodes_namespaces_and_discovery() {
     let st = n0.status.as_ref().unwrap();
     assert_eq!(st.allocatable.as_ref().unwrap()["pods"].0, "110");
     assert_eq!(st.capacity.as_ref().unwrap()["memory"].0, "32Gi");
+    let extra = c.add_node("extra").unwrap();
+    assert_eq!(extra.metadata.labels.unwrap()["topology.kubernetes.io/zone"], "zone-a");
+    assert_eq!(nodes.list(&ListParams::default()).await.unwrap().items.len(), 7);
     let ns: Api<Namespace> = Api::all(client.clone());
     assert!(ns.get("default").await.is_ok());
     assert!(ns.get("kube-system").await.is_ok());
@@ -484,6 +487,14 @@ async fn bad_requests_get_status_answers() {
         let (got, r) = code(client.request_text(raw(m, u, b, ct)).await);
         assert_eq!((got, r.as_str()), (want, reason), "{m} {u} {b}");
     }
+    // YAML bodies are accepted when labelled as such.
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: from-yaml\nspec:\n  containers:\n  - name: c\n    image: x\n";
+    client.request_text(raw("POST", "/api/v1/namespaces/default/pods", yaml, "application/yaml")).await.unwrap();
+    // A watch on a single object (old-style item path) sees only that object.
+    client.request_text(raw("POST", "/api/v1/namespaces/default/pods", &yaml.replace("from-yaml", "other"), "application/yaml")).await.unwrap();
+    let out = client.request_text(raw("GET", "/api/v1/namespaces/default/pods/from-yaml?watch=true&timeoutSeconds=1", "", json)).await.unwrap();
+    assert_eq!(out.lines().filter(|l| l.contains("\"ADDED\"")).count(), 1, "{out}");
+    assert!(out.contains("from-yaml") && !out.contains("\"other\""), "{out}");
     // The server is still fine.
     let pods: Api<Pod> = Api::default_namespaced(client);
     pods.create(&PostParams::default(), &pod("ok")).await.unwrap();

@@ -301,11 +301,16 @@ fn resource_list(g: &str, v: &str) -> Value {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out})
 }
 
-fn parse_json(body: &Bytes) -> HResult<Value> {
+fn parse_json(body: &Bytes, headers: &HeaderMap) -> HResult<Value> {
     if body.is_empty() {
         return Err(Error::BadRequest("the request body is empty".into()));
     }
-    let v: Value = serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("the body of the request was in an unknown format: {e}")))?;
+    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
+    let v: Value = if yaml {
+        serde_saphyr::from_slice(body).map_err(|e| Error::BadRequest(format!("the body of the request was in an unknown format: {e}")))?
+    } else {
+        serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("the body of the request was in an unknown format: {e}")))?
+    };
     if !v.is_object() {
         return Err(Error::BadRequest("the body of the request must be a JSON object".into()));
     }
@@ -392,7 +397,7 @@ async fn resource_request(
                         (true, Err(e)) => return Err(e),
                         (false, _) => String::new(),
                     };
-                    let v = parse_json(&body)?;
+                    let v = parse_json(&body, headers)?;
                     let o = store.create(r, &ns, v)?;
                     Ok(obj_response(StatusCode::CREATED, &o))
                 }
@@ -418,6 +423,7 @@ async fn resource_request(
                     return Err(Error::NotFound);
                 }
             let verb = match (method.clone(), sub) {
+                (Method::GET, None) if truthy(q.get("watch")) => "watch",
                 (Method::GET, _) => "get",
                 (Method::PUT, None | Some("status")) => "update",
                 (Method::PATCH, None | Some("status")) => "patch",
@@ -432,6 +438,11 @@ async fn resource_request(
             st.faults.check(verb, &res_name).map_err(Error::Injected)?;
             let status_only = sub == Some("status");
             match verb {
+                "watch" => {
+                    let mut filter = build_filter(r, info.namespaced.then(|| ns.clone()), &q)?;
+                    filter.fields.reqs.push(super::selector::FieldReq { pointer: "/metadata/name".into(), value: name.clone(), eq: true });
+                    Ok(watch_response(st, r, filter, &q))
+                }
                 "get" => {
                     let o = store.get(r, &ns, &name)?;
                     if wants_table(headers) {
@@ -441,7 +452,7 @@ async fn resource_request(
                     Ok(obj_response(StatusCode::OK, &o))
                 }
                 "update" => {
-                    let v = parse_json(&body)?;
+                    let v = parse_json(&body, headers)?;
                     let o = store.update(r, &ns, &name, v, status_only)?;
                     Ok(obj_response(StatusCode::OK, &o))
                 }
@@ -466,7 +477,7 @@ async fn resource_request(
                     Ok(obj_response(StatusCode::OK, &o))
                 }
                 _ => {
-                    let v = parse_json(&body)?;
+                    let v = parse_json(&body, headers)?;
                     match sub {
                         Some("binding") => store.bind(&ns, &name, v)?,
                         _ => store.evict(&ns, &name, v)?,
@@ -564,7 +575,7 @@ fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, S
             Err(_) => return Error::BadRequest(format!("invalid resourceVersion {rv_param:?}")).into_response(),
         }
     };
-    let mut timeout = q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()).map(Duration::from_secs).unwrap_or(Duration::from_secs(1800));
+    let mut timeout = q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()).filter(|t| *t > 0).map(Duration::from_secs).unwrap_or(Duration::from_secs(1800));
     if let Some(cut) = st.faults.watch_cut_interval() {
         timeout = timeout.min(cut);
     }

@@ -249,6 +249,7 @@ fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
 
 /// A running local cluster.
 pub struct LocalCluster {
+    cfg: ClusterConfig,
     addr: SocketAddr,
     store: Arc<Store>,
     faults: Faults,
@@ -317,7 +318,7 @@ impl LocalCluster {
                 }
             })
         };
-        Ok(LocalCluster { addr, store, faults, server, stop, tasks: Mutex::new(vec![kubelet, ticker]) })
+        Ok(LocalCluster { cfg, addr, store, faults, server, stop, tasks: Mutex::new(vec![kubelet, ticker]) })
     }
 
     /// The listen address.
@@ -373,11 +374,18 @@ impl LocalCluster {
         &self.store
     }
 
-    /// Add a simulated node with the standard labels and capacity from
-    /// `cfg`-like arguments; `index` picks its zone and IP.
-    pub fn add_node(&self, name: &str, index: usize, zones: usize, cpu: &str, memory: &str, pods: u32) -> Result<(), Error> {
-        self.store.create(resources::NODES, "", node_json(name, index, zones, cpu, memory, pods))?;
-        Ok(())
+    /// Add a simulated node named `name` with the standard labels and the
+    /// configured capacity; its zone continues the round-robin.
+    pub fn add_node(&self, name: &str) -> Result<k8s_openapi::api::core::v1::Node, Error> {
+        let c = &self.cfg;
+        let index = self.store.count(resources::NODES);
+        let o = self.store.create(resources::NODES, "", node_json(name, index, c.zones, &c.node_cpu, &c.node_memory, c.node_pods))?;
+        Ok(o.decode()?)
+    }
+
+    /// The configuration the cluster was started with.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.cfg
     }
 
     /// Stop everything: listener, connections, watches, kubelets, timers.

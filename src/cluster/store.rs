@@ -639,7 +639,11 @@ impl Store {
             });
         }
         let ns = meta_str(new, "namespace").to_string();
-        if inner.pdbs_per_ns.contains_key(&ns) {
+        // Only changes that can move a disruption budget trigger a resync.
+        let relevant = |p: &Value| {
+            (p.pointer("/metadata/labels").cloned(), res::pod_healthy(p), get_str(p, "/status/phase").to_string())
+        };
+        if inner.pdbs_per_ns.contains_key(&ns) && old.is_none_or(|o| relevant(o) != relevant(new)) {
             self.sync_pdbs(inner, &ns, None);
         }
     }
