@@ -2,6 +2,26 @@
 //! with simulated kubelets, for running and testing a scheduler (like
 //! KWOK/envtest, for the resources a scheduler touches).
 //!
+//! Served (JSON over HTTP/1.1, no auth): discovery (`/version`, `/api`,
+//! `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`); core/v1 namespaces,
+//! nodes (+status), pods (+binding, +status, +eviction), events;
+//! events.k8s.io/v1 events (mirrored into core/v1 events); coordination.k8s.io/v1
+//! leases; scheduling.k8s.io/v1 priorityclasses; policy/v1
+//! poddisruptionbudgets (+status, kept current). Verbs: get, list (label and
+//! field selectors, limit/continue), watch (resume, bookmarks,
+//! sendInitialEvents, 410 Expired), create, update, patch (merge,
+//! strategic, JSON patch, apply treated as merge), delete (grace period,
+//! preconditions), deletecollection. kubectl gets meta.k8s.io Tables.
+//!
+//! Simulated kubelets ([`kubelet`]) run bound pods, complete pods annotated
+//! [`COMPLETE_AFTER`], and remove terminating pods after their grace period.
+//! Faults ([`Faults`]): error answers per (verb, resource), watch cuts,
+//! history compaction, server restarts.
+//!
+//! Tests use `kubectl` when it is on PATH (or `$BERTH_KUBECTL`); CI
+//! installs it with
+//! `command -v kubectl || (apt-get update && apt-get install -y kubernetes-client)`.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), berth::cluster::Error> {
 //! use berth::cluster::{ClusterConfig, LocalCluster};

@@ -1368,10 +1368,10 @@ pub fn v1_event_to_core(v: &Value) -> Value {
             c.insert(to.into(), x.clone());
         }
     }
-    if !c.contains_key("source") {
-        if let Some(rc) = v.get("reportingController").and_then(Value::as_str) {
-            c.insert("source".into(), json!({"component": rc}));
-        }
+    if !c.contains_key("source")
+        && let Some(rc) = v.get("reportingController").and_then(Value::as_str)
+    {
+        c.insert("source".into(), json!({"component": rc}));
     }
     Value::Object(c)
 }
