@@ -527,3 +527,34 @@ async fn cli_binary_serves_and_stops_on_sigterm() {
     assert!(status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn stored_kinds_for_scheduler_informers() {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+    let c = start().await;
+    let client = c.client().unwrap();
+    let pp = PostParams::default();
+    let sc: StorageClass = serde_json::from_value(json!({"metadata": {"name": "fast"}, "provisioner": "x.csi", "volumeBindingMode": "WaitForFirstConsumer"})).unwrap();
+    Api::<StorageClass>::all(client.clone()).create(&pp, &sc).await.unwrap();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {"name": "data"}, "spec": {"storageClassName": "fast",
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap();
+    let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
+    pvcs.create(&pp, &pvc).await.unwrap();
+    pvcs.patch_status("data", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Bound"}}))).await.unwrap();
+    assert_eq!(pvcs.get("data").await.unwrap().status.unwrap().phase.as_deref(), Some("Bound"));
+    let rs: ReplicaSet = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"replicas": 2,
+        "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}}}})).unwrap();
+    Api::<ReplicaSet>::default_namespaced(client.clone()).create(&pp, &rs).await.unwrap();
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}})).unwrap();
+    Api::<Service>::default_namespaced(client.clone()).create(&pp, &svc).await.unwrap();
+    let claim: ResourceClaim = serde_json::from_value(json!({"metadata": {"name": "gpu"}, "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})).unwrap();
+    Api::<ResourceClaim>::default_namespaced(client.clone()).create(&pp, &claim).await.unwrap();
+    assert!(Api::<CSINode>::all(client.clone()).list(&ListParams::default()).await.unwrap().items.is_empty());
+    assert_eq!(Api::<ReplicaSet>::all(client.clone()).list(&ListParams::default()).await.unwrap().items.len(), 1);
+    let apps = client.list_api_group_resources("apps/v1").await.unwrap();
+    assert!(apps.resources.iter().any(|r| r.name == "statefulsets"));
+    c.shutdown().await;
+}

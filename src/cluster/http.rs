@@ -284,7 +284,7 @@ fn resource_list(g: &str, v: &str) -> Value {
         if !r.short_names.is_empty() {
             e["shortNames"] = json!(r.short_names);
         }
-        if matches!(r.plural, "pods" | "nodes" | "namespaces" | "events" | "poddisruptionbudgets") {
+        if matches!(r.plural, "pods" | "services" | "replicationcontrollers" | "replicasets" | "statefulsets" | "deployments" | "daemonsets") {
             e["categories"] = json!(["all"]);
         }
         out.push(e);
