@@ -374,7 +374,7 @@ async fn resource_request(
             match verb {
                 "watch" => {
                     let filter = build_filter(r, ns, &q)?;
-                    Ok(watch_response(st, r, filter, &q))
+                    Ok(watch_response(st, r, filter, &q, wants_table(headers)))
                 }
                 "list" => {
                     let filter = build_filter(r, ns, &q)?;
@@ -441,7 +441,7 @@ async fn resource_request(
                 "watch" => {
                     let mut filter = build_filter(r, info.namespaced.then(|| ns.clone()), &q)?;
                     filter.fields.reqs.push(super::selector::FieldReq { pointer: "/metadata/name".into(), value: name.clone(), eq: true });
-                    Ok(watch_response(st, r, filter, &q))
+                    Ok(watch_response(st, r, filter, &q, wants_table(headers)))
                 }
                 "get" => {
                     let o = store.get(r, &ns, &name)?;
@@ -521,6 +521,8 @@ fn push_event(buf: &mut Vec<u8>, ty: &str, obj: &[u8]) {
 }
 
 struct WatchState {
+    /// kubectl asked for Tables: send each object as a one-row Table.
+    table: Option<ResId>,
     pending: VecDeque<Bytes>,
     rx: broadcast::Receiver<Arc<WatchEvent>>,
     filter: Filter,
@@ -557,13 +559,23 @@ impl WatchState {
                 }
             }
         };
-        push_event(buf, ty, &ev.obj.bytes);
+        self.push_obj(buf, ty, &ev.obj);
+    }
+
+    fn push_obj(&self, buf: &mut Vec<u8>, ty: &str, obj: &Arc<Obj>) {
+        match self.table {
+            Some(r) => {
+                let lr = store::ListResult { items: vec![obj.clone()], rv: obj.rv, cont: None };
+                push_event(buf, ty, super::table::table(r, &lr).to_string().as_bytes());
+            }
+            None => push_event(buf, ty, &obj.bytes),
+        }
     }
 }
 
 const CHUNK: usize = 256 * 1024;
 
-fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, String>) -> Response {
+fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, String>, table: bool) -> Response {
     let info = &RESOURCES[r];
     let send_initial = truthy(q.get("sendInitialEvents"));
     let rv_param = q.get("resourceVersion").map(String::as_str).unwrap_or("");
@@ -597,6 +609,7 @@ fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, S
         rx: sub.rx,
         filter,
         bookmarks: truthy(q.get("allowWatchBookmarks")),
+        table: table.then_some(r),
         deadline: tokio::time::Instant::now() + timeout,
         stop,
         done: false,
@@ -604,7 +617,7 @@ fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, S
     let mut buf = Vec::new();
     for o in &sub.initial {
         if state.filter.matches(&o.value) {
-            push_event(&mut buf, "ADDED", &o.bytes);
+            state.push_obj(&mut buf, "ADDED", o);
             if buf.len() >= CHUNK {
                 pending.push_back(Bytes::from(std::mem::take(&mut buf)));
             }
