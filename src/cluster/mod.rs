@@ -11,7 +11,23 @@
 //! field selectors, limit/continue), watch (resume, bookmarks,
 //! sendInitialEvents, 410 Expired), create, update, patch (merge,
 //! strategic, JSON patch, apply treated as merge), delete (grace period,
-//! preconditions), deletecollection. kubectl gets meta.k8s.io Tables.
+//! preconditions), deletecollection. kubectl gets meta.k8s.io Tables
+//! (also on watches, for `kubectl get -w`). Also stored and served, with no
+//! controller behind them: services, persistentvolumes,
+//! persistentvolumeclaims, replicationcontrollers, configmaps, apps/v1
+//! replicasets/statefulsets/deployments/daemonsets, storage.k8s.io/v1
+//! storageclasses/csinodes/csidrivers/csistoragecapacities/volumeattachments,
+//! resource.k8s.io/v1 resourceclaims/resourceclaimtemplates/deviceclasses/resourceslices.
+//!
+//! Known simplifications: no auth, JSON only (no protobuf, no CBOR); lists
+//! always answer the current state (resourceVersion/resourceVersionMatch on
+//! lists are ignored, and continued pages read the live state after the
+//! token's key); server-side apply is a plain merge patch; dryRun is not
+//! honoured; pod spec immutability is only enforced for spec.nodeName;
+//! finalizers are honoured for everything but pods; nodes get no heartbeats
+//! or leases; pods bound to a missing node stay Pending and pods of a
+//! deleted node stay; core/v1 events are not mirrored back to
+//! events.k8s.io/v1.
 //!
 //! Simulated kubelets ([`kubelet`]) run bound pods, complete pods annotated
 //! [`COMPLETE_AFTER`], and remove terminating pods after their grace period.
