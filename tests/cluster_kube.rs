@@ -157,6 +157,14 @@ async fn crud_conflicts_and_patches() {
         .body(br#"[{"op": "test", "path": "/metadata/labels/j", "value": "other"}]"#.to_vec())
         .unwrap();
     assert_eq!(api_code(&client.request_text(req).await.unwrap_err()), 422);
+    // Server-side apply: conditions merge by type; a missing object is created.
+    let ssa = PatchParams::apply("berth").force();
+    let ap = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "status": {"conditions": [{"type": "Applied", "status": "True"}]}});
+    let p = pods.patch_status("a", &ssa, &Patch::Apply(ap)).await.unwrap();
+    assert_eq!(p.status.unwrap().conditions.unwrap().len(), 3);
+    let fresh = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "applied"}, "spec": {"containers": [{"name": "c", "image": "x"}]}});
+    pods.patch("applied", &ssa, &Patch::Apply(fresh)).await.unwrap();
+    assert!(pods.get("applied").await.is_ok());
     // A patch carrying a stale resourceVersion conflicts.
     let e = pods
         .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"resourceVersion": "1", "labels": {"z": "z"}}})))

@@ -10,7 +10,7 @@
 //! poddisruptionbudgets (+status, kept current). Verbs: get, list (label and
 //! field selectors, limit/continue), watch (resume, bookmarks,
 //! sendInitialEvents, 410 Expired), create, update, patch (merge,
-//! strategic, JSON patch, apply treated as merge), delete (grace period,
+//! strategic, JSON patch, apply approximated by strategic merge), delete (grace period,
 //! preconditions), deletecollection. kubectl gets meta.k8s.io Tables
 //! (also on watches, for `kubectl get -w`). Also stored and served, with no
 //! controller behind them: services, persistentvolumes,
@@ -22,7 +22,7 @@
 //! Known simplifications: no auth, JSON only (no protobuf, no CBOR); lists
 //! always answer the current state (resourceVersion/resourceVersionMatch on
 //! lists are ignored, and continued pages read the live state after the
-//! token's key); server-side apply is a plain merge patch; dryRun is not
+//! token's key); server-side apply has no field ownership or conflicts; dryRun is not
 //! honoured; pod spec immutability is only enforced for spec.nodeName;
 //! finalizers are honoured for everything but pods; nodes get no heartbeats
 //! or leases; pods bound to a missing node stay Pending and pods of a

@@ -309,7 +309,9 @@ pub enum PatchType {
     Strategic,
     /// application/json-patch+json (RFC 6902).
     Json,
-    /// application/apply-patch+yaml (treated as a merge patch).
+    /// application/apply-patch+yaml (server-side apply approximated by a
+    /// strategic merge: lists with known keys merge by key, no field
+    /// ownership; creates the object when missing).
     Apply,
 }
 
@@ -936,11 +938,20 @@ impl Store {
         };
         let mut inner = self.lock();
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
-        let old = inner.kinds[r].objects.get(&key).cloned().ok_or_else(|| not_found(r, name))?;
+        let Some(old) = inner.kinds[r].objects.get(&key).cloned() else {
+            drop(inner);
+            if pt == PatchType::Apply && !status_only {
+                // Server-side apply creates missing objects.
+                let mut body = patch;
+                set_path(&mut body, &["metadata", "name"], json!(name));
+                return self.create(r, ns, body);
+            }
+            return Err(not_found(r, name));
+        };
         let mut v = old.value.clone();
         match pt {
-            PatchType::Merge | PatchType::Apply => merge_patch(&mut v, &patch),
-            PatchType::Strategic => strategic_merge(&mut v, &patch),
+            PatchType::Merge => merge_patch(&mut v, &patch),
+            PatchType::Strategic | PatchType::Apply => strategic_merge(&mut v, &patch),
             PatchType::Json => {
                 if let Some(ops) = &json_ops {
                     json_patch::patch(&mut v, ops).map_err(|e| invalid(r, name, format!("JSON patch failed: {e}")))?;
