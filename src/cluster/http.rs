@@ -397,8 +397,13 @@ async fn resource_request(
                         (true, Err(e)) => return Err(e),
                         (false, _) => String::new(),
                     };
-                    let v = parse_json(&body, headers)?;
-                    let o = store.create(r, &ns, v)?;
+                    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
+                    let o = if yaml || body.is_empty() {
+                        let v = parse_json(&body, headers)?;
+                        store.create(r, &ns, v)?
+                    } else {
+                        store.create_from_slice(r, &ns, &body)?
+                    };
                     Ok(obj_response(StatusCode::CREATED, &o))
                 }
                 _ => {

@@ -46,6 +46,8 @@ pub struct ResourceInfo {
     pub fields: &'static [&'static str],
     /// Typed round trip: validates and prunes unknown fields.
     pub normalize: fn(Value) -> Result<Value, Error>,
+    /// The same, straight from JSON bytes (saves building a Value twice).
+    pub normalize_slice: fn(&[u8]) -> Result<Value, Error>,
 }
 
 impl ResourceInfo {
@@ -57,6 +59,11 @@ impl ResourceInfo {
 
 fn norm<K: DeserializeOwned + Serialize>(v: Value) -> Result<Value, Error> {
     let k: K = serde_json::from_value(v).map_err(|e| Error::Decode(e.to_string()))?;
+    serde_json::to_value(k).map_err(|e| Error::Decode(e.to_string()))
+}
+
+fn norm_slice<K: DeserializeOwned + Serialize>(b: &[u8]) -> Result<Value, Error> {
+    let k: K = serde_json::from_slice(b).map_err(|e| Error::Decode(e.to_string()))?;
     serde_json::to_value(k).map_err(|e| Error::Decode(e.to_string()))
 }
 
@@ -96,6 +103,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &["status.phase"],
         normalize: norm::<api::core::v1::Namespace>,
+        normalize_slice: norm_slice::<api::core::v1::Namespace>,
     },
     ResourceInfo {
         group: "",
@@ -110,6 +118,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &["spec.unschedulable"],
         normalize: norm::<api::core::v1::Node>,
+        normalize_slice: norm_slice::<api::core::v1::Node>,
     },
     ResourceInfo {
         group: "",
@@ -136,6 +145,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
             "status.nominatedNodeName",
         ],
         normalize: norm::<api::core::v1::Pod>,
+        normalize_slice: norm_slice::<api::core::v1::Pod>,
     },
     ResourceInfo {
         group: "",
@@ -158,6 +168,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
             "source",
         ],
         normalize: norm::<api::core::v1::Event>,
+        normalize_slice: norm_slice::<api::core::v1::Event>,
     },
     ResourceInfo {
         group: "events.k8s.io",
@@ -172,6 +183,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: true,
         fields: &["regarding.kind", "regarding.name", "regarding.namespace", "reason", "type", "reportingController"],
         normalize: norm::<api::events::v1::Event>,
+        normalize_slice: norm_slice::<api::events::v1::Event>,
     },
     ResourceInfo {
         group: "coordination.k8s.io",
@@ -186,6 +198,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: true,
         fields: &[],
         normalize: norm::<api::coordination::v1::Lease>,
+        normalize_slice: norm_slice::<api::coordination::v1::Lease>,
     },
     ResourceInfo {
         group: "scheduling.k8s.io",
@@ -200,6 +213,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::scheduling::v1::PriorityClass>,
+        normalize_slice: norm_slice::<api::scheduling::v1::PriorityClass>,
     },
     ResourceInfo {
         group: "policy",
@@ -214,6 +228,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::policy::v1::PodDisruptionBudget>,
+        normalize_slice: norm_slice::<api::policy::v1::PodDisruptionBudget>,
     },
     // Stored only (no controllers): objects a scheduler's informers read.
     ResourceInfo {
@@ -229,6 +244,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::core::v1::Service>,
+        normalize_slice: norm_slice::<api::core::v1::Service>,
     },
     ResourceInfo {
         group: "",
@@ -243,6 +259,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::core::v1::PersistentVolume>,
+        normalize_slice: norm_slice::<api::core::v1::PersistentVolume>,
     },
     ResourceInfo {
         group: "",
@@ -257,6 +274,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::core::v1::PersistentVolumeClaim>,
+        normalize_slice: norm_slice::<api::core::v1::PersistentVolumeClaim>,
     },
     ResourceInfo {
         group: "",
@@ -271,6 +289,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::core::v1::ReplicationController>,
+        normalize_slice: norm_slice::<api::core::v1::ReplicationController>,
     },
     ResourceInfo {
         group: "",
@@ -285,6 +304,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::core::v1::ConfigMap>,
+        normalize_slice: norm_slice::<api::core::v1::ConfigMap>,
     },
     ResourceInfo {
         group: "apps",
@@ -299,6 +319,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::apps::v1::ReplicaSet>,
+        normalize_slice: norm_slice::<api::apps::v1::ReplicaSet>,
     },
     ResourceInfo {
         group: "apps",
@@ -313,6 +334,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::apps::v1::StatefulSet>,
+        normalize_slice: norm_slice::<api::apps::v1::StatefulSet>,
     },
     ResourceInfo {
         group: "apps",
@@ -327,6 +349,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::apps::v1::Deployment>,
+        normalize_slice: norm_slice::<api::apps::v1::Deployment>,
     },
     ResourceInfo {
         group: "apps",
@@ -341,6 +364,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::apps::v1::DaemonSet>,
+        normalize_slice: norm_slice::<api::apps::v1::DaemonSet>,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -355,6 +379,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::storage::v1::StorageClass>,
+        normalize_slice: norm_slice::<api::storage::v1::StorageClass>,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -369,6 +394,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::storage::v1::CSINode>,
+        normalize_slice: norm_slice::<api::storage::v1::CSINode>,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -383,6 +409,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::storage::v1::CSIDriver>,
+        normalize_slice: norm_slice::<api::storage::v1::CSIDriver>,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -397,6 +424,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::storage::v1::CSIStorageCapacity>,
+        normalize_slice: norm_slice::<api::storage::v1::CSIStorageCapacity>,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -411,6 +439,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::storage::v1::VolumeAttachment>,
+        normalize_slice: norm_slice::<api::storage::v1::VolumeAttachment>,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -425,6 +454,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::resource::v1::ResourceClaim>,
+        normalize_slice: norm_slice::<api::resource::v1::ResourceClaim>,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -439,6 +469,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::resource::v1::ResourceClaimTemplate>,
+        normalize_slice: norm_slice::<api::resource::v1::ResourceClaimTemplate>,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -453,6 +484,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::resource::v1::DeviceClass>,
+        normalize_slice: norm_slice::<api::resource::v1::DeviceClass>,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -467,6 +499,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: false,
         fields: &[],
         normalize: norm::<api::resource::v1::ResourceSlice>,
+        normalize_slice: norm_slice::<api::resource::v1::ResourceSlice>,
     },
 ];
 

@@ -722,8 +722,22 @@ impl Store {
 
     /// Create an object (already JSON-parsed) in namespace `ns` ("" for cluster-scoped).
     pub fn create(&self, r: ResId, ns: &str, body: Value) -> Result<Arc<Obj>> {
+        let v = normalize(r, body)?;
+        self.create_normalized(r, ns, v)
+    }
+
+    /// Create from a JSON body (bytes straight into the typed object).
+    pub fn create_from_slice(&self, r: ResId, ns: &str, body: &[u8]) -> Result<Arc<Obj>> {
         let info = &RESOURCES[r];
-        let mut v = normalize(r, body)?;
+        let v = (info.normalize_slice)(body).map_err(|e| Error::BadRequest(e.to_string()))?;
+        if !v.is_object() {
+            return Err(Error::BadRequest("the body of the request must be a JSON object".into()));
+        }
+        self.create_normalized(r, ns, v)
+    }
+
+    fn create_normalized(&self, r: ResId, ns: &str, mut v: Value) -> Result<Arc<Obj>> {
+        let info = &RESOURCES[r];
         let meta = meta_mut(&mut v)?;
         let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
         if info.namespaced {
