@@ -82,6 +82,9 @@ async fn nodes_namespaces_and_discovery() {
     let st = n0.status.as_ref().unwrap();
     assert_eq!(st.allocatable.as_ref().unwrap()["pods"].0, "110");
     assert_eq!(st.capacity.as_ref().unwrap()["memory"].0, "32Gi");
+    let extra = c.add_node("extra").unwrap();
+    assert_eq!(extra.metadata.labels.unwrap()["topology.kubernetes.io/zone"], "zone-a");
+    assert_eq!(nodes.list(&ListParams::default()).await.unwrap().items.len(), 7);
     let ns: Api<Namespace> = Api::all(client.clone());
     assert!(ns.get("default").await.is_ok());
     assert!(ns.get("kube-system").await.is_ok());
@@ -154,6 +157,14 @@ async fn crud_conflicts_and_patches() {
         .body(br#"[{"op": "test", "path": "/metadata/labels/j", "value": "other"}]"#.to_vec())
         .unwrap();
     assert_eq!(api_code(&client.request_text(req).await.unwrap_err()), 422);
+    // Server-side apply: conditions merge by type; a missing object is created.
+    let ssa = PatchParams::apply("berth").force();
+    let ap = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "status": {"conditions": [{"type": "Applied", "status": "True"}]}});
+    let p = pods.patch_status("a", &ssa, &Patch::Apply(ap)).await.unwrap();
+    assert_eq!(p.status.unwrap().conditions.unwrap().len(), 3);
+    let fresh = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "applied"}, "spec": {"containers": [{"name": "c", "image": "x"}]}});
+    pods.patch("applied", &ssa, &Patch::Apply(fresh)).await.unwrap();
+    assert!(pods.get("applied").await.is_ok());
     // A patch carrying a stale resourceVersion conflicts.
     let e = pods
         .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"resourceVersion": "1", "labels": {"z": "z"}}})))
@@ -484,8 +495,74 @@ async fn bad_requests_get_status_answers() {
         let (got, r) = code(client.request_text(raw(m, u, b, ct)).await);
         assert_eq!((got, r.as_str()), (want, reason), "{m} {u} {b}");
     }
+    // YAML bodies are accepted when labelled as such.
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: from-yaml\nspec:\n  containers:\n  - name: c\n    image: x\n";
+    client.request_text(raw("POST", "/api/v1/namespaces/default/pods", yaml, "application/yaml")).await.unwrap();
+    // A watch on a single object (old-style item path) sees only that object.
+    client.request_text(raw("POST", "/api/v1/namespaces/default/pods", &yaml.replace("from-yaml", "other"), "application/yaml")).await.unwrap();
+    let out = client.request_text(raw("GET", "/api/v1/namespaces/default/pods/from-yaml?watch=true&timeoutSeconds=1", "", json)).await.unwrap();
+    assert_eq!(out.lines().filter(|l| l.contains("\"ADDED\"")).count(), 1, "{out}");
+    assert!(out.contains("from-yaml") && !out.contains("\"other\""), "{out}");
     // The server is still fine.
     let pods: Api<Pod> = Api::default_namespaced(client);
     pods.create(&PostParams::default(), &pod("ok")).await.unwrap();
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn cli_binary_serves_and_stops_on_sigterm() {
+    let dir = std::env::temp_dir().join(format!("berth-cli-{}-{}", std::process::id(), rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kc = dir.join("kubeconfig");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["cluster", "--listen", "127.0.0.1:0", "--nodes", "5", "--zones", "2", "--write-kubeconfig"])
+        .arg(&kc)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let text = eventually(10, || async { std::fs::read_to_string(&kc).ok().filter(|t| t.contains("server: http://127.0.0.1:")) }).await;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    let client = kube::Client::try_from(cfg).unwrap();
+    let nodes: Api<Node> = Api::all(client);
+    let list = nodes.list(&ListParams::default().labels("topology.kubernetes.io/zone=zone-b")).await.unwrap();
+    assert_eq!(list.items.len(), 2);
+    // SIGTERM: clean exit.
+    let pid = child.id().unwrap().to_string();
+    let st = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(st.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn stored_kinds_for_scheduler_informers() {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+    let c = start().await;
+    let client = c.client().unwrap();
+    let pp = PostParams::default();
+    let sc: StorageClass = serde_json::from_value(json!({"metadata": {"name": "fast"}, "provisioner": "x.csi", "volumeBindingMode": "WaitForFirstConsumer"})).unwrap();
+    Api::<StorageClass>::all(client.clone()).create(&pp, &sc).await.unwrap();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {"name": "data"}, "spec": {"storageClassName": "fast",
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap();
+    let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
+    pvcs.create(&pp, &pvc).await.unwrap();
+    pvcs.patch_status("data", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Bound"}}))).await.unwrap();
+    assert_eq!(pvcs.get("data").await.unwrap().status.unwrap().phase.as_deref(), Some("Bound"));
+    let rs: ReplicaSet = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"replicas": 2,
+        "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}}}})).unwrap();
+    Api::<ReplicaSet>::default_namespaced(client.clone()).create(&pp, &rs).await.unwrap();
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}})).unwrap();
+    Api::<Service>::default_namespaced(client.clone()).create(&pp, &svc).await.unwrap();
+    let claim: ResourceClaim = serde_json::from_value(json!({"metadata": {"name": "gpu"}, "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})).unwrap();
+    Api::<ResourceClaim>::default_namespaced(client.clone()).create(&pp, &claim).await.unwrap();
+    assert!(Api::<CSINode>::all(client.clone()).list(&ListParams::default()).await.unwrap().items.is_empty());
+    assert_eq!(Api::<ReplicaSet>::all(client.clone()).list(&ListParams::default()).await.unwrap().items.len(), 1);
+    let apps = client.list_api_group_resources("apps/v1").await.unwrap();
+    assert!(apps.resources.iter().any(|r| r.name == "statefulsets"));
     c.shutdown().await;
 }

@@ -75,6 +75,9 @@ async fn kubectl_get_create_delete_events() {
     // Bind it (as a scheduler would) and watch kubectl show it running there.
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "kp"}, "target": {"kind": "Node", "name": "node-2"}});
     c.store().bind("default", "kp", binding).unwrap();
+    // kubectl wait watches the pod until the kubelet makes it Ready.
+    let (ok, out) = kubectl(&kc, &["wait", "--for=condition=Ready", "pod/kp", "--timeout=10s"]).await;
+    assert!(ok && out.contains("condition met"), "{out}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let (ok, out) = kubectl(&kc, &["get", "pods", "-o", "wide"]).await;

@@ -154,7 +154,8 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
     let store = cluster.store().clone();
     let clients: Vec<kube::Client> = (0..args.clients.max(1)).map(|_| cluster.client()).collect::<Result<_, _>>()?;
     let start_rv = store.current_rv();
-    let expected = (args.pods * 2) as u64;
+    // create + bind (+ the kubelet's Running update).
+    let expected = (args.pods * if args.kubelet { 3 } else { 2 }) as u64;
     let max_lag = Arc::new(AtomicU64::new(0));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 

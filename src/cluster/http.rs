@@ -284,7 +284,7 @@ fn resource_list(g: &str, v: &str) -> Value {
         if !r.short_names.is_empty() {
             e["shortNames"] = json!(r.short_names);
         }
-        if matches!(r.plural, "pods" | "nodes" | "namespaces" | "events" | "poddisruptionbudgets") {
+        if matches!(r.plural, "pods" | "services" | "replicationcontrollers" | "replicasets" | "statefulsets" | "deployments" | "daemonsets") {
             e["categories"] = json!(["all"]);
         }
         out.push(e);
@@ -301,11 +301,16 @@ fn resource_list(g: &str, v: &str) -> Value {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out})
 }
 
-fn parse_json(body: &Bytes) -> HResult<Value> {
+fn parse_json(body: &Bytes, headers: &HeaderMap) -> HResult<Value> {
     if body.is_empty() {
         return Err(Error::BadRequest("the request body is empty".into()));
     }
-    let v: Value = serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("the body of the request was in an unknown format: {e}")))?;
+    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
+    let v: Value = if yaml {
+        serde_saphyr::from_slice(body).map_err(|e| Error::BadRequest(format!("the body of the request was in an unknown format: {e}")))?
+    } else {
+        serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("the body of the request was in an unknown format: {e}")))?
+    };
     if !v.is_object() {
         return Err(Error::BadRequest("the body of the request must be a JSON object".into()));
     }
@@ -369,7 +374,7 @@ async fn resource_request(
             match verb {
                 "watch" => {
                     let filter = build_filter(r, ns, &q)?;
-                    Ok(watch_response(st, r, filter, &q))
+                    Ok(watch_response(st, r, filter, &q, wants_table(headers)))
                 }
                 "list" => {
                     let filter = build_filter(r, ns, &q)?;
@@ -392,8 +397,13 @@ async fn resource_request(
                         (true, Err(e)) => return Err(e),
                         (false, _) => String::new(),
                     };
-                    let v = parse_json(&body)?;
-                    let o = store.create(r, &ns, v)?;
+                    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
+                    let o = if yaml || body.is_empty() {
+                        let v = parse_json(&body, headers)?;
+                        store.create(r, &ns, v)?
+                    } else {
+                        store.create_from_slice(r, &ns, &body)?
+                    };
                     Ok(obj_response(StatusCode::CREATED, &o))
                 }
                 _ => {
@@ -418,6 +428,7 @@ async fn resource_request(
                     return Err(Error::NotFound);
                 }
             let verb = match (method.clone(), sub) {
+                (Method::GET, None) if truthy(q.get("watch")) => "watch",
                 (Method::GET, _) => "get",
                 (Method::PUT, None | Some("status")) => "update",
                 (Method::PATCH, None | Some("status")) => "patch",
@@ -432,6 +443,11 @@ async fn resource_request(
             st.faults.check(verb, &res_name).map_err(Error::Injected)?;
             let status_only = sub == Some("status");
             match verb {
+                "watch" => {
+                    let mut filter = build_filter(r, info.namespaced.then(|| ns.clone()), &q)?;
+                    filter.fields.reqs.push(super::selector::FieldReq { pointer: "/metadata/name".into(), value: name.clone(), eq: true });
+                    Ok(watch_response(st, r, filter, &q, wants_table(headers)))
+                }
                 "get" => {
                     let o = store.get(r, &ns, &name)?;
                     if wants_table(headers) {
@@ -441,7 +457,7 @@ async fn resource_request(
                     Ok(obj_response(StatusCode::OK, &o))
                 }
                 "update" => {
-                    let v = parse_json(&body)?;
+                    let v = parse_json(&body, headers)?;
                     let o = store.update(r, &ns, &name, v, status_only)?;
                     Ok(obj_response(StatusCode::OK, &o))
                 }
@@ -466,7 +482,7 @@ async fn resource_request(
                     Ok(obj_response(StatusCode::OK, &o))
                 }
                 _ => {
-                    let v = parse_json(&body)?;
+                    let v = parse_json(&body, headers)?;
                     match sub {
                         Some("binding") => store.bind(&ns, &name, v)?,
                         _ => store.evict(&ns, &name, v)?,
@@ -510,6 +526,8 @@ fn push_event(buf: &mut Vec<u8>, ty: &str, obj: &[u8]) {
 }
 
 struct WatchState {
+    /// kubectl asked for Tables: send each object as a one-row Table.
+    table: Option<ResId>,
     pending: VecDeque<Bytes>,
     rx: broadcast::Receiver<Arc<WatchEvent>>,
     filter: Filter,
@@ -546,13 +564,23 @@ impl WatchState {
                 }
             }
         };
-        push_event(buf, ty, &ev.obj.bytes);
+        self.push_obj(buf, ty, &ev.obj);
+    }
+
+    fn push_obj(&self, buf: &mut Vec<u8>, ty: &str, obj: &Arc<Obj>) {
+        match self.table {
+            Some(r) => {
+                let lr = store::ListResult { items: vec![obj.clone()], rv: obj.rv, cont: None };
+                push_event(buf, ty, super::table::table(r, &lr).to_string().as_bytes());
+            }
+            None => push_event(buf, ty, &obj.bytes),
+        }
     }
 }
 
 const CHUNK: usize = 256 * 1024;
 
-fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, String>) -> Response {
+fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, String>, table: bool) -> Response {
     let info = &RESOURCES[r];
     let send_initial = truthy(q.get("sendInitialEvents"));
     let rv_param = q.get("resourceVersion").map(String::as_str).unwrap_or("");
@@ -564,7 +592,7 @@ fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, S
             Err(_) => return Error::BadRequest(format!("invalid resourceVersion {rv_param:?}")).into_response(),
         }
     };
-    let mut timeout = q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()).map(Duration::from_secs).unwrap_or(Duration::from_secs(1800));
+    let mut timeout = q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()).filter(|t| *t > 0).map(Duration::from_secs).unwrap_or(Duration::from_secs(1800));
     if let Some(cut) = st.faults.watch_cut_interval() {
         timeout = timeout.min(cut);
     }
@@ -586,6 +614,7 @@ fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, S
         rx: sub.rx,
         filter,
         bookmarks: truthy(q.get("allowWatchBookmarks")),
+        table: table.then_some(r),
         deadline: tokio::time::Instant::now() + timeout,
         stop,
         done: false,
@@ -593,7 +622,7 @@ fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, S
     let mut buf = Vec::new();
     for o in &sub.initial {
         if state.filter.matches(&o.value) {
-            push_event(&mut buf, "ADDED", &o.bytes);
+            state.push_obj(&mut buf, "ADDED", o);
             if buf.len() >= CHUNK {
                 pending.push_back(Bytes::from(std::mem::take(&mut buf)));
             }

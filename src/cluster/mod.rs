@@ -2,6 +2,42 @@
 //! with simulated kubelets, for running and testing a scheduler (like
 //! KWOK/envtest, for the resources a scheduler touches).
 //!
+//! Served (JSON over HTTP/1.1, no auth): discovery (`/version`, `/api`,
+//! `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`); core/v1 namespaces,
+//! nodes (+status), pods (+binding, +status, +eviction), events;
+//! events.k8s.io/v1 events (mirrored into core/v1 events); coordination.k8s.io/v1
+//! leases; scheduling.k8s.io/v1 priorityclasses; policy/v1
+//! poddisruptionbudgets (+status, kept current). Verbs: get, list (label and
+//! field selectors, limit/continue), watch (resume, bookmarks,
+//! sendInitialEvents, 410 Expired), create, update, patch (merge,
+//! strategic, JSON patch, apply approximated by strategic merge), delete (grace period,
+//! preconditions), deletecollection. kubectl gets meta.k8s.io Tables
+//! (also on watches, for `kubectl get -w`). Also stored and served, with no
+//! controller behind them: services, persistentvolumes,
+//! persistentvolumeclaims, replicationcontrollers, configmaps, apps/v1
+//! replicasets/statefulsets/deployments/daemonsets, storage.k8s.io/v1
+//! storageclasses/csinodes/csidrivers/csistoragecapacities/volumeattachments,
+//! resource.k8s.io/v1 resourceclaims/resourceclaimtemplates/deviceclasses/resourceslices.
+//!
+//! Known simplifications: no auth, JSON only (no protobuf, no CBOR); lists
+//! always answer the current state (resourceVersion/resourceVersionMatch on
+//! lists are ignored, and continued pages read the live state after the
+//! token's key); server-side apply has no field ownership or conflicts; dryRun is not
+//! honoured; pod spec immutability is only enforced for spec.nodeName;
+//! finalizers are honoured for everything but pods; nodes get no heartbeats
+//! or leases; pods bound to a missing node stay Pending and pods of a
+//! deleted node stay; core/v1 events are not mirrored back to
+//! events.k8s.io/v1.
+//!
+//! Simulated kubelets ([`kubelet`]) run bound pods, complete pods annotated
+//! [`COMPLETE_AFTER`], and remove terminating pods after their grace period.
+//! Faults ([`Faults`]): error answers per (verb, resource), watch cuts,
+//! history compaction, server restarts.
+//!
+//! Tests use `kubectl` when it is on PATH (or `$BERTH_KUBECTL`); CI
+//! installs it with
+//! `command -v kubectl || (apt-get update && apt-get install -y kubernetes-client)`.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), berth::cluster::Error> {
 //! use berth::cluster::{ClusterConfig, LocalCluster};
@@ -249,6 +285,7 @@ fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
 
 /// A running local cluster.
 pub struct LocalCluster {
+    cfg: ClusterConfig,
     addr: SocketAddr,
     store: Arc<Store>,
     faults: Faults,
@@ -317,7 +354,7 @@ impl LocalCluster {
                 }
             })
         };
-        Ok(LocalCluster { addr, store, faults, server, stop, tasks: Mutex::new(vec![kubelet, ticker]) })
+        Ok(LocalCluster { cfg, addr, store, faults, server, stop, tasks: Mutex::new(vec![kubelet, ticker]) })
     }
 
     /// The listen address.
@@ -373,11 +410,18 @@ impl LocalCluster {
         &self.store
     }
 
-    /// Add a simulated node with the standard labels and capacity from
-    /// `cfg`-like arguments; `index` picks its zone and IP.
-    pub fn add_node(&self, name: &str, index: usize, zones: usize, cpu: &str, memory: &str, pods: u32) -> Result<(), Error> {
-        self.store.create(resources::NODES, "", node_json(name, index, zones, cpu, memory, pods))?;
-        Ok(())
+    /// Add a simulated node named `name` with the standard labels and the
+    /// configured capacity; its zone continues the round-robin.
+    pub fn add_node(&self, name: &str) -> Result<k8s_openapi::api::core::v1::Node, Error> {
+        let c = &self.cfg;
+        let index = self.store.count(resources::NODES);
+        let o = self.store.create(resources::NODES, "", node_json(name, index, c.zones, &c.node_cpu, &c.node_memory, c.node_pods))?;
+        Ok(o.decode()?)
+    }
+
+    /// The configuration the cluster was started with.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.cfg
     }
 
     /// Stop everything: listener, connections, watches, kubelets, timers.

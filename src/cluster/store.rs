@@ -309,7 +309,9 @@ pub enum PatchType {
     Strategic,
     /// application/json-patch+json (RFC 6902).
     Json,
-    /// application/apply-patch+yaml (treated as a merge patch).
+    /// application/apply-patch+yaml (server-side apply approximated by a
+    /// strategic merge: lists with known keys merge by key, no field
+    /// ownership; creates the object when missing).
     Apply,
 }
 
@@ -639,7 +641,11 @@ impl Store {
             });
         }
         let ns = meta_str(new, "namespace").to_string();
-        if inner.pdbs_per_ns.contains_key(&ns) {
+        // Only changes that can move a disruption budget trigger a resync.
+        let relevant = |p: &Value| {
+            (p.pointer("/metadata/labels").cloned(), res::pod_healthy(p), get_str(p, "/status/phase").to_string())
+        };
+        if inner.pdbs_per_ns.contains_key(&ns) && old.is_none_or(|o| relevant(o) != relevant(new)) {
             self.sync_pdbs(inner, &ns, None);
         }
     }
@@ -716,8 +722,22 @@ impl Store {
 
     /// Create an object (already JSON-parsed) in namespace `ns` ("" for cluster-scoped).
     pub fn create(&self, r: ResId, ns: &str, body: Value) -> Result<Arc<Obj>> {
+        let v = normalize(r, body)?;
+        self.create_normalized(r, ns, v)
+    }
+
+    /// Create from a JSON body (bytes straight into the typed object).
+    pub fn create_from_slice(&self, r: ResId, ns: &str, body: &[u8]) -> Result<Arc<Obj>> {
         let info = &RESOURCES[r];
-        let mut v = normalize(r, body)?;
+        let v = (info.normalize_slice)(body).map_err(|e| Error::BadRequest(e.to_string()))?;
+        if !v.is_object() {
+            return Err(Error::BadRequest("the body of the request must be a JSON object".into()));
+        }
+        self.create_normalized(r, ns, v)
+    }
+
+    fn create_normalized(&self, r: ResId, ns: &str, mut v: Value) -> Result<Arc<Obj>> {
+        let info = &RESOURCES[r];
         let meta = meta_mut(&mut v)?;
         let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
         if info.namespaced {
@@ -932,11 +952,20 @@ impl Store {
         };
         let mut inner = self.lock();
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
-        let old = inner.kinds[r].objects.get(&key).cloned().ok_or_else(|| not_found(r, name))?;
+        let Some(old) = inner.kinds[r].objects.get(&key).cloned() else {
+            drop(inner);
+            if pt == PatchType::Apply && !status_only {
+                // Server-side apply creates missing objects.
+                let mut body = patch;
+                set_path(&mut body, &["metadata", "name"], json!(name));
+                return self.create(r, ns, body);
+            }
+            return Err(not_found(r, name));
+        };
         let mut v = old.value.clone();
         match pt {
-            PatchType::Merge | PatchType::Apply => merge_patch(&mut v, &patch),
-            PatchType::Strategic => strategic_merge(&mut v, &patch),
+            PatchType::Merge => merge_patch(&mut v, &patch),
+            PatchType::Strategic | PatchType::Apply => strategic_merge(&mut v, &patch),
             PatchType::Json => {
                 if let Some(ops) = &json_ops {
                     json_patch::patch(&mut v, ops).map_err(|e| invalid(r, name, format!("JSON patch failed: {e}")))?;
@@ -1364,10 +1393,10 @@ pub fn v1_event_to_core(v: &Value) -> Value {
             c.insert(to.into(), x.clone());
         }
     }
-    if !c.contains_key("source") {
-        if let Some(rc) = v.get("reportingController").and_then(Value::as_str) {
-            c.insert("source".into(), json!({"component": rc}));
-        }
+    if !c.contains_key("source")
+        && let Some(rc) = v.get("reportingController").and_then(Value::as_str)
+    {
+        c.insert("source".into(), json!({"component": rc}));
     }
     Value::Object(c)
 }
