@@ -156,7 +156,7 @@ struct Shape {
 impl Shape {
     fn new(nodes: usize) -> Shape {
         let tainted = (0..nodes).filter(|i| i % ZONES == TAINTED_ZONE).count();
-        let ssd = (0..nodes).filter(|i| i % ZONES != TAINTED_ZONE && (i / ZONES) % 3 == 0).map(|i| format!("node-{i}")).collect();
+        let ssd = (0..nodes).filter(|i| i % ZONES != TAINTED_ZONE && (i / ZONES).is_multiple_of(3)).map(|i| format!("node-{i}")).collect();
         Shape { nodes, untainted: nodes - tainted, tainted, ssd }
     }
 
@@ -327,8 +327,9 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
             .progress_chars("=> "),
     );
     pb.enable_steady_tick(Duration::from_millis(100));
+    // Each step is a line above the bar; the bar keeps the step's short name.
     let say = |pb: &ProgressBar, m: String| {
-        pb.set_message(m.clone());
+        pb.set_message(m.split(':').next().unwrap_or_default().to_string());
         pb.suspend(|| eprintln!("{m}"));
     };
 
@@ -966,6 +967,84 @@ mod tests {
         assert!(cpu(1) <= shape.untainted as i64 * 4000);
         // The burst does not fit without preemption.
         assert!(cpu(2) > shape.untainted as i64 * 4000);
+    }
+
+    fn node(name: &str, cpu: &str, taint: bool, labels: Value) -> Node {
+        let mut n = json!({
+            "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": cpu, "memory": "1Gi", "pods": "10"}},
+        });
+        if taint {
+            n["spec"] = json!({"taints": [{"key": TAINT_KEY, "value": TAINT_VALUE, "effect": "NoSchedule"}]});
+        }
+        serde_json::from_value(n).expect("node")
+    }
+
+    fn pod(name: &str, node: Option<&str>, cpu: &str, extra: Value) -> Pod {
+        let mut spec = json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]});
+        if let Some(n) = node {
+            spec["nodeName"] = json!(n);
+        }
+        if let (Some(m), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            m.extend(e.clone());
+        }
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "web"}}, "spec": spec})).expect("pod")
+    }
+
+    #[test]
+    fn taint_check_honours_tolerations() {
+        let tainted = node("n", "1", true, json!({}));
+        assert!(untolerated(&pod("p", None, "1m", json!({})), &tainted).is_some());
+        let tol = json!({"tolerations": [{"key": TAINT_KEY, "operator": "Equal", "value": TAINT_VALUE, "effect": "NoSchedule"}]});
+        assert!(untolerated(&pod("p", None, "1m", tol), &tainted).is_none());
+        let wrong_value = json!({"tolerations": [{"key": TAINT_KEY, "value": "gpu", "effect": "NoSchedule"}]});
+        assert!(untolerated(&pod("p", None, "1m", wrong_value), &tainted).is_some());
+        let everything = json!({"tolerations": [{"operator": "Exists"}]});
+        assert!(untolerated(&pod("p", None, "1m", everything), &tainted).is_none());
+    }
+
+    #[test]
+    fn affinity_check_follows_required_terms_and_node_selector() {
+        let ssd = node("a", "1", false, json!({SSD_KEY: "ssd"}));
+        let plain = node("b", "1", false, json!({}));
+        let aff = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": SSD_KEY, "operator": "In", "values": ["ssd"]}]}]}}}});
+        let p = pod("p", None, "1m", aff);
+        assert!(affinity_ok(&p, &ssd));
+        assert!(!affinity_ok(&p, &plain));
+        let sel = pod("p", None, "1m", json!({"nodeSelector": {SSD_KEY: "ssd"}}));
+        assert!(affinity_ok(&sel, &ssd));
+        assert!(!affinity_ok(&sel, &plain));
+    }
+
+    #[test]
+    fn summary_counts_violations_and_unplaced_pods() {
+        let shape = Shape::new(6);
+        let groups = shape.groups();
+        let nodes = vec![node("node-0", "1", false, json!({ZONE_KEY: "zone-a"})), node("node-2", "4", true, json!({ZONE_KEY: "zone-c"}))];
+        // Overcommitted node-0, an untolerated taint on node-2, one pod never placed.
+        let pods = vec![pod("web-0", Some("node-0"), "800m", json!({})), pod("web-1", Some("node-0"), "800m", json!({})), pod("web-2", Some("node-2"), "100m", json!({})), pod("web-3", None, "100m", json!({}))];
+        let tracker = Tracker::default();
+        let r = Report {
+            shape: &shape,
+            groups: &groups,
+            nodes: &nodes,
+            pods: &pods,
+            events: &[],
+            tracker: &tracker,
+            late: &[],
+            explain: None,
+            admin: SocketAddr::from(([127, 0, 0, 1], 1)),
+            api: String::new(),
+            leader: String::new(),
+            metrics_line: String::new(),
+            workload_secs: 0.0,
+        };
+        let (text, failures) = r.render();
+        assert!(text.contains("VIOLATION capacity: node-0"), "{text}");
+        assert!(text.contains("VIOLATION taint: demo/web-2"), "{text}");
+        assert!(text.contains("NOT PLACED demo/web-3"), "{text}");
+        assert!(text.contains("violations: 2"), "{text}");
+        assert_eq!(failures, 3);
     }
 
     #[test]
