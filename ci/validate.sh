@@ -199,7 +199,7 @@ for c in "$WORK"/sched-*.yaml; do
 done
 echo "berth accepts the configuration of every render"
 
-step "promtool check rules (PrometheusRule)"
+step "promtool check rules and test rules (PrometheusRule)"
 "$PY" - "$WORK/all.yaml" "$WORK/rules.yaml" <<'EOF'
 import sys, yaml
 rules = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "PrometheusRule"]
@@ -208,6 +208,8 @@ with open(sys.argv[2], "w") as f:
     yaml.safe_dump(rules[0]["spec"], f, sort_keys=False)
 EOF
 promtool check rules "$WORK/rules.yaml"
+cp ci/alerts-test.yaml "$WORK/alerts-test.yaml"
+promtool test rules "$WORK/alerts-test.yaml"
 
 step "Grafana dashboard"
 "$PY" - "$WORK/all.yaml" <<'EOF'
