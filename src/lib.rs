@@ -13,6 +13,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod daemon;
+pub mod demo;
 pub mod engine;
 pub mod framework;
 pub mod model;

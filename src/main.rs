@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use berth::cli::{bench, offline, run, Cli, Command};
+use berth::cli::{bench, demo, offline, run, Cli, Command};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -10,6 +10,7 @@ fn main() -> anyhow::Result<()> {
         Command::Explain(a) => offline::explain(a)?,
         Command::Simulate(a) => offline::simulate(a)?,
         Command::Bench(a) => return bench::run(a),
+        Command::Demo(a) => return demo::run(a),
         Command::Run(a) => return tokio::runtime::Runtime::new()?.block_on(run::run(a)),
         Command::Cluster(a) => {
             run::init_logging(run::LogFormat::Text);

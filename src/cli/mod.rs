@@ -1,6 +1,7 @@
 //! The command line: `berth explain`, `berth simulate`, and the other front doors.
 
 pub mod bench;
+pub mod demo;
 pub mod offline;
 pub mod run;
 
@@ -30,6 +31,8 @@ pub enum Command {
     ClusterBench(crate::cluster::bench::BenchArgs),
     /// Run the in-process scheduling benchmarks (upstream scheduler_perf workloads) and print figures.
     Bench(bench::BenchArgs),
+    /// Run a local cluster, the scheduler against it and a workload (spread, affinity, taints, preemption), then summarize.
+    Demo(demo::DemoArgs),
 }
 
 /// Output format.

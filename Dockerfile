@@ -1,0 +1,35 @@
+# syntax=docker/dockerfile:1
+# berth: build a release binary on Debian bookworm, run it on distroless
+# (glibc, bookworm, nonroot). No shell, no package manager, no HEALTHCHECK
+# (Kubernetes probes /livez and /readyz). Read-only root filesystem friendly:
+# berth writes nothing to disk.
+#
+#   docker build -t berth:0.1.0 .
+
+FROM rust:1-bookworm AS build
+WORKDIR /src
+# No debug info in the shipped binary (Cargo.toml keeps line tables for profiling).
+ENV CARGO_PROFILE_RELEASE_DEBUG=false \
+    CARGO_PROFILE_RELEASE_STRIP=symbols \
+    CARGO_TERM_COLOR=never
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin berth \
+ && install -D -m 0755 target/release/berth /out/berth
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="berth" \
+      org.opencontainers.image.description="A Kubernetes scheduler: upstream kube-scheduler's decisions, faster and easier to explain" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="gcr.io/distroless/cc-debian12:nonroot"
+COPY --from=build /out/berth /usr/local/bin/berth
+# distroless "nonroot": uid/gid 65532.
+USER 65532:65532
+# /metrics, /livez, /readyz, /healthz, /debug/explain (plain HTTP).
+EXPOSE 10259
+ENTRYPOINT ["/usr/local/bin/berth"]
+CMD ["run"]
