@@ -111,6 +111,7 @@ impl Snapshot {
             return;
         }
         let mut ni = NodeInfo::new(spec.clone());
+        ni.index = self.nodes.len();
         for p in self.orphans.remove(&spec.name).unwrap_or_default() {
             ni.add_pod(p);
         }
@@ -125,6 +126,7 @@ impl Snapshot {
         let spec = ni.node.clone();
         self.count_images(&spec, false);
         if i < self.nodes.len() {
+            self.nodes[i].index = i;
             let moved = self.nodes[i].name().to_string();
             self.index.insert(moved, i);
         }

@@ -87,6 +87,9 @@ pub struct NodeInfo {
     pub has_taints: bool,
     /// The node reports images.
     pub has_images: bool,
+    /// Position in the snapshot's node vector (kept current by the snapshot),
+    /// so that plugins can index per-cycle arrays instead of hashing names.
+    pub index: usize,
 }
 
 impl NodeInfo {

@@ -98,6 +98,10 @@ pub struct PodTopologySpread {
     system_defaulted: bool,
     /// Node domains per topology key, reused across cycles.
     cache: Mutex<HashMap<String, KeyDomains>>,
+    /// Per (namespace, selector): each node's count of matching pods, valid
+    /// while that node's object and generation are unchanged. Between two
+    /// cycles only the nodes that gained or lost pods are counted again.
+    matches: Mutex<HashMap<String, Vec<(usize, u64, i64)>>>,
 }
 
 fn policy(v: Option<&str>, default: InclusionPolicy, path: &str) -> Result<InclusionPolicy, String> {
@@ -175,7 +179,7 @@ impl PodTopologySpread {
         if system {
             defaults = system_defaults();
         }
-        Ok(PodTopologySpread { defaults, system_defaulted: system, cache: Mutex::default() })
+        Ok(PodTopologySpread { defaults, system_defaulted: system, cache: Mutex::default(), matches: Mutex::default() })
     }
 
     /// The selector default constraints get for `pod`: upstream's
@@ -255,6 +259,29 @@ impl PodTopologySpread {
     }
 }
 
+impl PodTopologySpread {
+    /// Matching pods per node index (see `matches`).
+    fn match_counts(&self, ns: &str, sel: &Selector, snap: &Snapshot) -> Vec<i64> {
+        let key = format!("{ns}\u{0}{sel:?}");
+        let mut cache = self.matches.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() > 256 && !cache.contains_key(&key) {
+            cache.clear();
+        }
+        let slots = cache.entry(key).or_default();
+        slots.resize(snap.nodes.len(), (0, u64::MAX, 0));
+        let mut out = Vec::with_capacity(snap.nodes.len());
+        for (node, slot) in snap.nodes.iter().zip(slots.iter_mut()) {
+            let id = Arc::as_ptr(&node.node) as usize;
+            if slot.0 != id || slot.1 != node.generation {
+                let n = if node.pods.is_empty() { 0 } else { count_matching(node, sel, ns) };
+                *slot = (id, node.generation, n);
+            }
+            out.push(slot.2);
+        }
+        out
+    }
+}
+
 /// Matching pods on a node: same namespace, not terminating, selected.
 fn count_matching(node: &NodeInfo, sel: &Selector, ns: &str) -> i64 {
     node.pods.iter().filter(|p| !p.terminating && p.namespace == ns && sel.matches(&p.labels)).count() as i64
@@ -295,6 +322,8 @@ struct HardConstraint {
     self_match: bool,
     /// Topology value → domain id (index into the counts).
     ids: Arc<HashMap<String, u32>>,
+    /// Domain id per snapshot node index, with the node object it was read from.
+    per_node: Arc<Vec<(usize, u32)>>,
 }
 
 /// Per-cycle counts of one hard constraint.
@@ -428,6 +457,7 @@ impl Plugin for PodTopologySpread {
             return (Status::skip(), None);
         }
         let doms: Vec<Domains> = cs.iter().map(|c| self.node_domains(&c.topology_key, snap)).collect();
+        let matched: Vec<Vec<i64>> = cs.iter().map(|c| self.match_counts(&pod.namespace, &c.selector, snap)).collect();
         let mut counts: Vec<Counts> = doms
             .iter()
             .map(|(ids, _)| Counts { counts: vec![0; ids.len()], present: vec![false; ids.len()], domains: 0, min: i64::MAX })
@@ -447,9 +477,7 @@ impl Plugin for PodTopologySpread {
                     k.present[d] = true;
                     k.domains += 1;
                 }
-                if !node.pods.is_empty() {
-                    k.counts[d] += count_matching(node, &c.selector, &pod.namespace);
-                }
+                k.counts[d] += matched[i][ni];
             }
         }
         for k in counts.iter_mut() {
@@ -458,7 +486,12 @@ impl Plugin for PodTopologySpread {
         let fixed = cs
             .into_iter()
             .zip(doms)
-            .map(|(c, (ids, _))| HardConstraint { self_match: c.selector.matches(&pod.labels), c, ids })
+            .map(|(c, (ids, per))| HardConstraint {
+                self_match: c.selector.matches(&pod.labels),
+                c,
+                ids,
+                per_node: Arc::new(snap.nodes.iter().zip(per).map(|(n, d)| (Arc::as_ptr(&n.node) as usize, d)).collect()),
+            })
             .collect();
         state.insert(PreFilterState { fixed: Arc::new(fixed), counts });
         (Status::success(), None)
@@ -489,11 +522,25 @@ impl Plugin for PodTopologySpread {
             return Status::error("PodTopologySpread: PreFilter state missing");
         };
         let labels = &node.node.labels;
+        let ptr = Arc::as_ptr(&node.node) as usize;
         for (i, f) in s.fixed.iter().enumerate() {
+            let k = &s.counts[i];
+            // Fast path: the domain read in PreFilter for this very node object.
+            if let Some(&(p, d)) = f.per_node.get(node.index) {
+                if p == ptr {
+                    if d == MISSING {
+                        return Status::unresolvable(REASON_MISSING_LABEL);
+                    }
+                    let count = if k.present.get(d as usize).copied().unwrap_or(false) { k.counts[d as usize] } else { 0 };
+                    if count + i64::from(f.self_match) - s.min_match(i) > f.c.max_skew {
+                        return Status::unschedulable(REASON_CONSTRAINTS);
+                    }
+                    continue;
+                }
+            }
             let Some(v) = labels.get(&f.c.topology_key) else {
                 return Status::unresolvable(REASON_MISSING_LABEL);
             };
-            let k = &s.counts[i];
             let count = match f.ids.get(v.as_str()) {
                 Some(&d) if k.present.get(d as usize).copied().unwrap_or(false) => k.counts[d as usize],
                 _ => 0,
@@ -554,6 +601,7 @@ impl Plugin for PodTopologySpread {
         }
         // Matching pods per domain, over every node of the cluster.
         if soft.iter().any(|s| !s.hostname) {
+            let matched: Vec<Option<Vec<i64>>> = soft.iter().map(|s| (!s.hostname).then(|| self.match_counts(&pod.namespace, &s.c.selector, snap))).collect();
             for (ni, node) in snap.nodes.iter().enumerate() {
                 if node.pods.is_empty() || (require_all && !has_all(ni)) {
                     continue;
@@ -564,7 +612,7 @@ impl Plugin for PodTopologySpread {
                     if s.counts[d].is_none() || !inc.admits(&s.c) {
                         continue;
                     }
-                    let n = count_matching(node, &s.c.selector, &pod.namespace);
+                    let n = matched[i].as_ref().map(|m| m[ni]).unwrap_or(0);
                     if let Some(c) = s.counts[d].as_mut() {
                         *c += n;
                     }
