@@ -36,7 +36,8 @@ pub struct BindResult {
 pub enum BindOutcome {
     /// Bound.
     Bound,
-    /// The API says the pod is already bound (409): not retried.
+    /// The API answered 409 Conflict (usually: already bound): the pod is
+    /// retried with backoff unless the watch shows it bound.
     AlreadyBound,
     /// The pod is gone (404): dropped.
     Gone,
