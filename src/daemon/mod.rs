@@ -526,6 +526,10 @@ impl Loop {
 
     fn bind_result(&mut self, r: BindResult) {
         let uid = r.pod.uid.clone();
+        if r.outcome != BindOutcome::NotLeader {
+            let status = if r.outcome == BindOutcome::Bound { "Success" } else { "Error" };
+            self.metrics.extension_point_duration.with_label_values(&["Bind", status, &r.pod.scheduler_name]).observe(r.took.as_secs_f64());
+        }
         match r.outcome {
             BindOutcome::Bound => {
                 let attempts = self.queue.get(&uid).map(|q| q.attempts).unwrap_or(1).max(1).to_string();
