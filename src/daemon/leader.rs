@@ -138,7 +138,10 @@ pub async fn run(client: kube::Client, cfg: LeaderConfig, leading: watch::Sender
             _ = stop.changed() => {
                 if *leading.borrow() {
                     let _ = leading.send(false);
-                    release(&api, &cfg).await;
+                    // Bounded: an unreachable API must not hold up shutdown.
+                    if tokio::time::timeout(cfg.renew_deadline, release(&api, &cfg)).await.is_err() {
+                        tracing::warn!("releasing the lease timed out; successors wait for it to expire");
+                    }
                 }
                 return;
             }

@@ -164,6 +164,8 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
         cache: Cache::new(),
         queue: SchedulingQueue::new(config.pod_initial_backoff, config.pod_max_backoff, now),
         pending: HashMap::new(),
+        fingerprints: HashMap::new(),
+        rejected_by: HashMap::new(),
         pdbs: HashMap::new(),
         first_seen: HashMap::new(),
         synced: [false; 4],
@@ -183,6 +185,11 @@ struct Loop {
     queue: SchedulingQueue,
     /// Pending pods of our profiles, by uid.
     pending: HashMap<String, Arc<PodInfo>>,
+    /// Fingerprint of each pending pod without its status (upstream's
+    /// `isPodUpdated`): a status-only update does not requeue the pod.
+    fingerprints: HashMap<String, u64>,
+    /// Plugins that rejected each pod last (for `scheduler_unschedulable_pods`).
+    rejected_by: HashMap<String, (String, Vec<&'static str>)>,
     pdbs: HashMap<String, Pdb>,
     first_seen: HashMap<String, Instant>,
     synced: [bool; 4],
@@ -190,6 +197,21 @@ struct Loop {
     writer: Writer,
     metrics: Metrics,
     leading: signal::Receiver<bool>,
+}
+
+/// A hash of the pod without its status, resourceVersion, generation,
+/// managedFields and finalizers: equal when only those changed.
+fn fingerprint(pod: &core::Pod) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut p = pod.clone();
+    p.status = None;
+    p.metadata.resource_version = None;
+    p.metadata.generation = None;
+    p.metadata.managed_fields = None;
+    p.metadata.finalizers = None;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&p).unwrap_or_default().hash(&mut h);
+    h.finish()
 }
 
 fn node_events(old: Option<&NodeSpec>, new: &NodeSpec) -> Events {
@@ -234,6 +256,8 @@ impl Loop {
         if info.node_name.is_some() {
             self.queue.delete(&uid);
             self.pending.remove(&uid);
+            self.fingerprints.remove(&uid);
+            self.rejected_by.remove(&uid);
             let old = self.cache.snapshot().pod_node(&uid).is_some();
             let old_labels = if old {
                 self.cache.snapshot().pod_node(&uid).and_then(|n| self.cache.snapshot().node(n)).and_then(|n| n.pods.iter().find(|p| p.uid == uid).map(|p| p.labels.clone()))
@@ -264,16 +288,27 @@ impl Loop {
         if info.terminating || info.terminated {
             self.queue.delete(&uid);
             self.pending.remove(&uid);
+            self.fingerprints.remove(&uid);
+            self.rejected_by.remove(&uid);
             return;
         }
-        let gated = self.framework(&info).is_some_and(|f| !f.run_pre_enqueue(&info).is_success());
+        let fp = fingerprint(pod);
         let is_new = !self.pending.contains_key(&uid);
+        if !is_new && self.fingerprints.get(&uid) == Some(&fp) {
+            // Only the status changed (e.g. our own PodScheduled=False patch):
+            // keep the newer object but leave the pod where it waits.
+            self.pending.insert(uid, info);
+            return;
+        }
+        self.fingerprints.insert(uid.clone(), fp);
+        let gated = self.framework(&info).is_some_and(|f| !f.run_pre_enqueue(&info).is_success());
         self.first_seen.entry(uid.clone()).or_insert_with(Instant::now);
         self.pending.insert(uid.clone(), info.clone());
         if is_new {
             self.metrics.incoming_pods.with_label_values(&[if gated { "gated" } else { "active" }, "PodAdd"]).inc();
             self.queue.add(info, gated, Self::now());
         } else {
+            self.metrics.incoming_pods.with_label_values(&[if gated { "gated" } else { "active" }, "PodUpdate"]).inc();
             self.queue.update(info, gated, Self::now());
         }
     }
@@ -283,6 +318,8 @@ impl Loop {
         self.cache.remove_pod(uid);
         self.queue.delete(uid);
         self.pending.remove(uid);
+        self.fingerprints.remove(uid);
+        self.rejected_by.remove(uid);
         self.first_seen.remove(uid);
         if was_bound {
             self.event(Events::POD_DELETE);
@@ -482,24 +519,34 @@ impl Loop {
         if was_nominated {
             mask = mask.or(Events::POD_DELETE);
         }
+        self.rejected_by.insert(pod.uid.clone(), (profile, o.unschedulable_plugins.clone()));
         self.queue.unschedulable(&pod.uid, mask, now);
         true
     }
 
     fn bind_result(&mut self, r: BindResult) {
         let uid = r.pod.uid.clone();
+        if r.outcome != BindOutcome::NotLeader {
+            let status = if r.outcome == BindOutcome::Bound { "Success" } else { "Error" };
+            self.metrics.extension_point_duration.with_label_values(&["Bind", status, &r.pod.scheduler_name]).observe(r.took.as_secs_f64());
+        }
         match r.outcome {
             BindOutcome::Bound => {
+                let attempts = self.queue.get(&uid).map(|q| q.attempts).unwrap_or(1).max(1).to_string();
                 self.queue.done(&uid);
+                self.rejected_by.remove(&uid);
                 if let Some(t) = self.first_seen.remove(&uid) {
-                    let attempts = self.queue.get(&uid).map(|q| q.attempts).unwrap_or(1).to_string();
                     self.metrics.sli_duration.with_label_values(&[&attempts]).observe(t.elapsed().as_secs_f64());
                 }
                 tracing::debug!(pod = %r.pod.key(), node = %r.node, "bound");
             }
             BindOutcome::AlreadyBound => {
+                // 409: bound already (by us before a failover, or by someone
+                // else) — or a conflict that says nothing of the sort. Retry
+                // with backoff; the watch removes the pod if it is bound.
+                tracing::info!(pod = %r.pod.key(), node = %r.node, "binding conflict (409); retrying unless the watch shows it bound");
                 self.cache.forget(&uid);
-                self.queue.done(&uid);
+                self.queue.error(&uid, Self::now());
             }
             BindOutcome::Gone => {
                 self.cache.forget(&uid);
@@ -529,10 +576,25 @@ impl Loop {
         let _ = req.reply.send(answer);
     }
 
-    fn gauges(&self) {
+    fn gauges(&mut self) {
         let s = self.queue.sizes();
         for (q, v) in [("active", s.active), ("backoff", s.backoff), ("unschedulable", s.unschedulable), ("gated", s.gated)] {
             self.metrics.pending_pods.with_label_values(&[q]).set(v as i64);
+        }
+        // scheduler_unschedulable_pods{plugin, profile}: pods in the pool, per rejecting plugin.
+        let queue = &self.queue;
+        self.rejected_by.retain(|uid, _| queue.place(uid).is_some());
+        let mut counts: HashMap<(&str, &str), i64> = HashMap::new();
+        for (uid, (profile, plugins)) in &self.rejected_by {
+            if queue.place(uid) == Some(crate::queue::Place::Unschedulable) {
+                for p in plugins {
+                    *counts.entry((p, profile)).or_insert(0) += 1;
+                }
+            }
+        }
+        self.metrics.unschedulable_pods.reset();
+        for ((plugin, profile), n) in counts {
+            self.metrics.unschedulable_pods.with_label_values(&[plugin, profile]).set(n);
         }
     }
 

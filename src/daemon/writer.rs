@@ -29,6 +29,8 @@ pub struct BindResult {
     pub outcome: BindOutcome,
     /// When the cycle that chose the node started.
     pub started: Instant,
+    /// How long the binding call took.
+    pub took: Duration,
 }
 
 /// What a bind came to.
@@ -36,7 +38,8 @@ pub struct BindResult {
 pub enum BindOutcome {
     /// Bound.
     Bound,
-    /// The API says the pod is already bound (409): not retried.
+    /// The API answered 409 Conflict (usually: already bound): the pod is
+    /// retried with backoff unless the watch shows it bound.
     AlreadyBound,
     /// The pod is gone (404): dropped.
     Gone,
@@ -95,6 +98,9 @@ pub struct WriteCounts {
     pub events_suppressed: u64,
 }
 
+/// Last event written per (pod uid, reason): its note and when.
+type RecentEvents = HashMap<(String, String), (String, Instant)>;
+
 /// The API writer.
 #[derive(Clone)]
 pub struct Writer {
@@ -103,7 +109,7 @@ pub struct Writer {
     limiter: Arc<RateLimiter>,
     inflight: Arc<Semaphore>,
     results: mpsc::UnboundedSender<BindResult>,
-    recent_events: Arc<Mutex<HashMap<(String, String), (String, Instant)>>>,
+    recent_events: Arc<Mutex<RecentEvents>>,
     counts: Arc<std::sync::Mutex<WriteCounts>>,
     component: String,
     tasks: Arc<Mutex<tokio::task::JoinSet<()>>>,
@@ -171,14 +177,16 @@ impl Writer {
     pub async fn bind(&self, pod: Arc<PodInfo>, node: String, started: Instant) {
         let w = self.clone();
         self.spawn(async move {
+            let t = Instant::now();
             let outcome = w.bind_now(&pod, &node).await;
+            let took = t.elapsed();
             if outcome == BindOutcome::Bound {
                 w.count(|c| c.binds += 1);
                 w.event(&pod, "Normal", "Scheduled", "Binding", format!("Successfully assigned {} to {}", pod.key(), node)).await;
             } else if matches!(outcome, BindOutcome::Failed(_)) {
                 w.count(|c| c.failures += 1);
             }
-            let _ = w.results.send(BindResult { pod, node, outcome, started });
+            let _ = w.results.send(BindResult { pod, node, outcome, started, took });
         })
         .await;
     }
@@ -268,14 +276,25 @@ impl Writer {
             if !w.is_leader() {
                 return;
             }
-            w.limiter.acquire().await;
             let api: Api<core::Pod> = Api::namespaced(w.client.clone(), &victim.namespace);
             let dp = DeleteParams { preconditions: Some(Preconditions { uid: Some(victim.uid.clone()), resource_version: None }), ..Default::default() };
-            if let Err(e) = api.delete(&victim.name, &dp).await {
-                if !matches!(api_code(&e), Some(404 | 409)) {
-                    w.count(|c| c.failures += 1);
-                    tracing::warn!(victim = %victim.key(), error = %e, "deleting preemption victim failed");
+            // The preemptor waits for this delete: retry transient failures a few times.
+            let mut pause = Duration::from_millis(200);
+            for attempt in 1..=5 {
+                w.limiter.acquire().await;
+                match api.delete(&victim.name, &dp).await {
+                    Ok(_) => break,
+                    Err(e) if matches!(api_code(&e), Some(404 | 409)) => break,
+                    Err(e) => {
+                        w.count(|c| c.failures += 1);
+                        tracing::warn!(victim = %victim.key(), error = %e, attempt, "deleting preemption victim failed");
+                    }
                 }
+                if !w.is_leader() {
+                    break;
+                }
+                tokio::time::sleep(pause).await;
+                pause *= 2;
             }
         })
         .await;
@@ -288,11 +307,12 @@ impl Writer {
             let mut recent = self.recent_events.lock().await;
             let key = (pod.uid.clone(), reason.to_string());
             let now = Instant::now();
-            if let Some((msg, at)) = recent.get(&key) {
-                if *msg == note && now.duration_since(*at) < EVENT_DEDUP {
-                    self.count(|c| c.events_suppressed += 1);
-                    return;
-                }
+            if let Some((msg, at)) = recent.get(&key)
+                && *msg == note
+                && now.duration_since(*at) < EVENT_DEDUP
+            {
+                self.count(|c| c.events_suppressed += 1);
+                return;
             }
             if recent.len() > 10_000 {
                 recent.retain(|_, (_, at)| now.duration_since(*at) < EVENT_DEDUP);
@@ -335,14 +355,21 @@ impl Writer {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn rate_limiter_paces_after_burst() {
-        let rl = RateLimiter::new(10.0, 2);
+        let rl = RateLimiter::new(20.0, 2);
         let t0 = tokio::time::Instant::now();
         for _ in 0..4 {
             rl.acquire().await;
         }
-        // Two from the burst, two more at 10/s.
-        assert!(tokio::time::Instant::now().duration_since(t0) >= Duration::from_millis(150));
+        // Two from the burst, two more at 20/s (≥ ~100 ms).
+        let took = tokio::time::Instant::now().duration_since(t0);
+        assert!(took >= Duration::from_millis(90), "{took:?}");
+        let unlimited = RateLimiter::new(0.0, 1);
+        let t1 = tokio::time::Instant::now();
+        for _ in 0..1000 {
+            unlimited.acquire().await;
+        }
+        assert!(t1.elapsed() < Duration::from_millis(90));
     }
 }
