@@ -95,7 +95,7 @@ async fn topology_spread_skew_holds_after_every_binding() {
         // 3 small nodes per zone, plus 3 big nodes in zone-a that scoring alone would prefer.
         let c = cluster(9, 3, "2", 110, FaultConfig::default()).await;
         for i in 0..3 {
-            c.add_node(&format!("big-{i}"), 0, 3, "32", "64Gi", 110).unwrap();
+            c.add_custom_node(&format!("big-{i}"), 0, 3, "32", "64Gi", 110).unwrap();
         }
         let d = start_daemon(&c, &config(""), "spread").await;
         until_leading(&d, 20).await;
@@ -257,7 +257,7 @@ async fn unschedulable_then_bound_when_a_node_is_added() {
         let (_, m) = http_get(d.admin_addr, "/metrics").await;
         assert!(m.contains(&format!("scheduler_unschedulable_pods{{plugin=\"NodeResourcesFit\",profile=\"{PROFILE}\"}} 1")), "{m}");
         let t = Instant::now();
-        c.add_node("roomy", 5, 1, "4", "64Gi", 110).unwrap();
+        c.add_custom_node("roomy", 5, 1, "4", "64Gi", 110).unwrap();
         let node = eventually(10, "bound after the node was added", || async { node_of(&get(&api, "big").await?).map(str::to_string) }).await;
         let took = t.elapsed();
         println!("unschedulable pod bound {took:?} after a fitting node was added");

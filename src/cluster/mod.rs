@@ -419,6 +419,12 @@ impl LocalCluster {
         Ok(o.decode()?)
     }
 
+    /// Add a node with its own capacity; `index` picks its zone among `zones`.
+    pub fn add_custom_node(&self, name: &str, index: usize, zones: usize, cpu: &str, memory: &str, pods: u32) -> Result<k8s_openapi::api::core::v1::Node, Error> {
+        let o = self.store.create(resources::NODES, "", node_json(name, index, zones, cpu, memory, pods))?;
+        Ok(o.decode()?)
+    }
+
     /// The configuration the cluster was started with.
     pub fn config(&self) -> &ClusterConfig {
         &self.cfg
