@@ -3,6 +3,7 @@
 //! node affinity (Score), and the scheduler-enforced `addedAffinity` argument.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
 use serde::Deserialize;
@@ -11,7 +12,7 @@ use crate::cache::Snapshot;
 use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Status};
 use crate::model::pod::PreferredNodeTerm;
 use crate::model::selector::{NodeSelector, NodeSelectorTerm, Op};
-use crate::model::{NodeInfo, PodInfo};
+use crate::model::{NodeInfo, NodeSpec, PodInfo};
 
 use super::helper::default_normalize;
 
@@ -43,6 +44,16 @@ pub struct Args {
 pub struct NodeAffinity {
     added_required: Option<NodeSelector>,
     added_preferred: Vec<PreferredNodeTerm>,
+    /// Per pod selector (nodeSelector + required affinity): whether each node
+    /// matches, keyed by the node object it was computed from. Identical pods
+    /// (most workloads) then pay one pointer comparison per node.
+    matches: std::sync::Mutex<std::collections::HashMap<String, Arc<Vec<(Option<Arc<NodeSpec>>, bool)>>>>,
+}
+
+/// Per-cycle: the cached match of every snapshot node.
+#[derive(Clone)]
+struct PreFilterState {
+    matches: Arc<Vec<(Option<Arc<NodeSpec>>, bool)>>,
 }
 
 impl NodeAffinity {
@@ -78,6 +89,27 @@ pub fn pod_matches_node(pod: &PodInfo, node: &NodeInfo) -> bool {
 #[derive(Clone)]
 struct PreScoreState;
 
+impl NodeAffinity {
+    fn cache_matches(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) {
+        let key = format!("{:?}|{:?}", pod.node_selector, pod.required_node_affinity);
+        let mut cache = self.matches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() > 256 && !cache.contains_key(&key) {
+            cache.clear();
+        }
+        let entry = cache.entry(key).or_default();
+        let v = Arc::make_mut(entry);
+        // Holding the node objects (not their addresses) means a freed node
+        // can never be mistaken for a new one at the same address.
+        v.resize(snap.nodes.len(), (None, false));
+        for (node, slot) in snap.nodes.iter().zip(v.iter_mut()) {
+            if !slot.0.as_ref().is_some_and(|p| Arc::ptr_eq(p, &node.node)) {
+                *slot = (Some(Arc::clone(&node.node)), pod_matches_node(pod, node));
+            }
+        }
+        state.insert(PreFilterState { matches: Arc::clone(entry) });
+    }
+}
+
 impl Plugin for NodeAffinity {
     fn name(&self) -> &'static str {
         NAME
@@ -88,10 +120,11 @@ impl Plugin for NodeAffinity {
     fn events(&self) -> Events {
         Events::NODE_ADD.or(Events::NODE_LABEL).or(Events::POD_SELF)
     }
-    fn pre_filter(&self, _: &mut CycleState, pod: &PodInfo, _: &Snapshot) -> (Status, PreFilterNodes) {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         if pod.required_node_affinity.is_none() && pod.node_selector.is_none() && self.added_required.is_none() {
             return (Status::skip(), None);
         }
+        self.cache_matches(state, pod, snap);
         let Some(req) = &pod.required_node_affinity else { return (Status::success(), None) };
         if req.terms.is_empty() {
             return (Status::success(), None);
@@ -119,11 +152,16 @@ impl Plugin for NodeAffinity {
         }
         (Status::success(), Some(names))
     }
-    fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         if self.added_required.as_ref().is_some_and(|a| !a.matches(node.name(), &node.node.labels)) {
             return Status::unresolvable(REASON_ENFORCED);
         }
-        if !pod_matches_node(pod, node) {
+        let cached = state.get::<PreFilterState>().and_then(|s| s.matches.get(node.index)).filter(|(p, _)| p.as_ref().is_some_and(|p| Arc::ptr_eq(p, &node.node)));
+        let ok = match cached {
+            Some(&(_, ok)) => ok,
+            None => pod_matches_node(pod, node),
+        };
+        if !ok {
             return Status::unresolvable(REASON_POD);
         }
         Status::success()

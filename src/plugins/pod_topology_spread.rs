@@ -101,7 +101,7 @@ pub struct PodTopologySpread {
     /// Per (namespace, selector): each node's count of matching pods, valid
     /// while that node's object and generation are unchanged. Between two
     /// cycles only the nodes that gained or lost pods are counted again.
-    matches: Mutex<HashMap<String, Vec<(usize, u64, i64)>>>,
+    matches: Mutex<HashMap<String, Vec<(Option<Arc<NodeSpec>>, u64, i64)>>>,
 }
 
 fn policy(v: Option<&str>, default: InclusionPolicy, path: &str) -> Result<InclusionPolicy, String> {
@@ -268,13 +268,14 @@ impl PodTopologySpread {
             cache.clear();
         }
         let slots = cache.entry(key).or_default();
-        slots.resize(snap.nodes.len(), (0, u64::MAX, 0));
+        // The node objects are held (not their addresses), so a freed node is
+        // never mistaken for a new one allocated at the same address.
+        slots.resize(snap.nodes.len(), (None, u64::MAX, 0));
         let mut out = Vec::with_capacity(snap.nodes.len());
         for (node, slot) in snap.nodes.iter().zip(slots.iter_mut()) {
-            let id = Arc::as_ptr(&node.node) as usize;
-            if slot.0 != id || slot.1 != node.generation {
+            if !slot.0.as_ref().is_some_and(|p| Arc::ptr_eq(p, &node.node)) || slot.1 != node.generation {
                 let n = if node.pods.is_empty() { 0 } else { count_matching(node, sel, ns) };
-                *slot = (id, node.generation, n);
+                *slot = (Some(Arc::clone(&node.node)), node.generation, n);
             }
             out.push(slot.2);
         }
