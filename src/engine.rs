@@ -438,7 +438,7 @@ fn node_explains(o: &CycleOutcome, snap: &Snapshot) -> Vec<NodeExplain> {
                 NodeExplain { name: n.name().into(), feasible: true, reasons: vec![], scores: Some(scores), total: o.totals.get(k).copied() }
             } else {
                 let reasons = match o.statuses.get(i) {
-                    Some(s) => s.reasons.iter().map(|r| Rejection { plugin: s.plugin.into(), reason: r.clone() }).collect(),
+                    Some(s) => s.reasons.iter().map(|r| Rejection { plugin: s.plugin.into(), reason: r.to_string() }).collect(),
                     None => vec![],
                 };
                 NodeExplain { name: n.name().into(), feasible: false, reasons, scores: None, total: None }

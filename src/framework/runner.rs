@@ -665,7 +665,7 @@ impl Framework {
                     continue;
                 }
                 for r in &s.reasons {
-                    *hist.entry(r.as_str()).or_default() += 1;
+                    *hist.entry(r.as_ref()).or_default() += 1;
                 }
             }
             let mut parts: Vec<String> = hist.iter().map(|(r, c)| format!("{c} {r}")).collect();

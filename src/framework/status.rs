@@ -1,5 +1,6 @@
 //! Plugin status codes and statuses.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// The outcome kind of a plugin call (upstream `framework.Code`).
@@ -26,8 +27,9 @@ pub enum Code {
 pub struct Status {
     /// The code.
     pub code: Code,
-    /// Human-readable reasons ("Insufficient cpu").
-    pub reasons: Vec<String>,
+    /// Human-readable reasons ("Insufficient cpu"); fixed reasons are
+    /// borrowed, so rejecting thousands of nodes allocates no strings.
+    pub reasons: Vec<Cow<'static, str>>,
     /// The plugin that answered (empty for success).
     pub plugin: &'static str,
 }
@@ -44,22 +46,22 @@ impl Status {
     }
 
     /// A status with one reason.
-    pub fn new(code: Code, reason: impl Into<String>) -> Self {
+    pub fn new(code: Code, reason: impl Into<Cow<'static, str>>) -> Self {
         Status { code, reasons: vec![reason.into()], plugin: "" }
     }
 
     /// Unschedulable with one reason.
-    pub fn unschedulable(reason: impl Into<String>) -> Self {
+    pub fn unschedulable(reason: impl Into<Cow<'static, str>>) -> Self {
         Self::new(Code::Unschedulable, reason)
     }
 
     /// UnschedulableAndUnresolvable with one reason.
-    pub fn unresolvable(reason: impl Into<String>) -> Self {
+    pub fn unresolvable(reason: impl Into<Cow<'static, str>>) -> Self {
         Self::new(Code::UnschedulableAndUnresolvable, reason)
     }
 
     /// Error with one reason.
-    pub fn error(reason: impl Into<String>) -> Self {
+    pub fn error(reason: impl Into<Cow<'static, str>>) -> Self {
         Self::new(Code::Error, reason)
     }
 

@@ -315,7 +315,7 @@ fn no_candidate_message(num_nodes: usize, failed: &[(usize, Status)]) -> String 
     let mut hist: BTreeMap<&str, usize> = BTreeMap::new();
     for (_, s) in failed {
         for r in &s.reasons {
-            *hist.entry(r.as_str()).or_default() += 1;
+            *hist.entry(r.as_ref()).or_default() += 1;
         }
     }
     let absent = num_nodes.saturating_sub(failed.len());

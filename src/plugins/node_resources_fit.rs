@@ -2,6 +2,8 @@
 //! allocatable; Score applies the configured strategy (LeastAllocated,
 //! MostAllocated or RequestedToCapacityRatio).
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
@@ -158,12 +160,12 @@ impl NodeResourcesFit {
 
 /// Reasons the pod does not fit the node's free resources, and whether the
 /// pod could not fit even an empty node (preemption cannot help then).
-pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: impl Fn(&str) -> bool) -> (Vec<String>, bool) {
+pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: impl Fn(&str) -> bool) -> (Vec<Cow<'static, str>>, bool) {
     let mut reasons = Vec::new();
     let mut unresolvable = false;
     let alloc = &node.allocatable;
     if node.pods.len() as i64 + 1 > alloc.pods {
-        reasons.push("Too many pods".to_string());
+        reasons.push(Cow::Borrowed("Too many pods"));
     }
     let r = &pod.requests;
     if r.milli_cpu == 0 && r.memory == 0 && r.ephemeral_storage == 0 && r.scalar.iter().all(|(_, v)| *v == 0) {
@@ -171,7 +173,12 @@ pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: impl Fn(&str) -> bo
     }
     let mut check = |name: &str, want: i64, have: i64, used: i64| {
         if want > 0 && want > have - used {
-            reasons.push(format!("Insufficient {name}"));
+            reasons.push(match name {
+                CPU => Cow::Borrowed("Insufficient cpu"),
+                "memory" => Cow::Borrowed("Insufficient memory"),
+                "ephemeral-storage" => Cow::Borrowed("Insufficient ephemeral-storage"),
+                other => Cow::Owned(format!("Insufficient {other}")),
+            });
             if want > have {
                 unresolvable = true;
             }
