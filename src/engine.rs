@@ -111,7 +111,16 @@ impl Cluster {
 
     /// Parses dump text; `path` is used in messages.
     pub fn parse(text: &str, path: &str) -> Result<Cluster> {
-        let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| Error::Yaml { path: path.into(), message: e.to_string() })?;
+        // A real cluster dump is large: lift the parser's default budget (1,024
+        // documents, 250k nodes), which is meant for configuration files.
+        let options = serde_saphyr::options! {
+            budget: serde_saphyr::budget! {
+                max_documents: 10_000_000,
+                max_events: 500_000_000,
+                max_nodes: 200_000_000,
+            },
+        };
+        let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options).map_err(|e| Error::Yaml { path: path.into(), message: e.to_string() })?;
         let mut objects = Vec::new();
         for (i, d) in docs.into_iter().enumerate() {
             match d {

@@ -96,3 +96,17 @@ fn explain_table_is_readable() {
     assert!(ok, "{err}");
     assert!(out.contains("NODE") && out.contains("n1") && out.contains("Selected: n1"), "{out}");
 }
+
+#[test]
+fn large_multi_document_dumps_load() {
+    // More documents than a YAML parser's configuration-sized default budget.
+    let mut text = String::new();
+    for i in 0..2500 {
+        text += &format!("---\napiVersion: v1\nkind: Node\nmetadata:\n  name: n{i}\nstatus:\n  allocatable: {{cpu: \"4\", memory: 8Gi, pods: \"110\"}}\n");
+    }
+    text += "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\nspec:\n  containers: [{name: c, image: x}]\n";
+    let cluster = temp("big.yaml", &text);
+    let (ok, out, err) = berth(&["simulate", "--cluster", &cluster]);
+    assert!(ok, "{err}");
+    assert!(out.contains("1/1 pods placed"), "{out}");
+}
