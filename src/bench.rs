@@ -61,7 +61,7 @@ fn node(i: usize, zones: usize) -> core::Node {
     let mut labels = BTreeMap::new();
     labels.insert("kubernetes.io/hostname".to_string(), name);
     labels.insert("topology.kubernetes.io/zone".to_string(), format!("zone-{}", i % zones));
-    labels.insert("node-affinity".to_string(), if i % 2 == 0 { "a" } else { "b" }.to_string());
+    labels.insert("node-affinity".to_string(), if i.is_multiple_of(2) { "a" } else { "b" }.to_string());
     n.metadata.labels = Some(labels);
     let alloc: BTreeMap<String, Quantity> = [("cpu", "4"), ("memory", "32Gi"), ("pods", "110")].iter().map(|(k, v)| (k.to_string(), q(v))).collect();
     n.status = Some(core::NodeStatus { allocatable: Some(alloc.clone()), capacity: Some(alloc), ..Default::default() });
@@ -211,8 +211,7 @@ pub fn peak_rss_mb() -> f64 {
 /// Runs one workload.
 pub fn run(workload: &str, nodes: usize, percentage: i32) -> Option<Figures> {
     let (mut snap, pods) = setup(workload, nodes)?;
-    let mut cfg = crate::config::KubeSchedulerConfiguration::default();
-    cfg.percentage_of_nodes_to_score = Some(percentage);
+    let cfg = crate::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(percentage), ..Default::default() };
     let config = Config::from_raw(cfg).ok()?;
     let fw = config.frameworks(42).into_iter().next()?;
     let mut lat = Vec::with_capacity(pods.len());
@@ -268,7 +267,7 @@ mod tests {
     fn every_workload_runs_small() {
         for w in WORKLOADS {
             let f = run(w, 30, 100).expect("workload runs");
-            assert_eq!(f.pods > 0, true, "{w}");
+            assert!(f.pods > 0, "{w}");
             if *w == "Unschedulable" {
                 assert_eq!(f.scheduled, 0, "{w}");
             } else {

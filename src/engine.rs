@@ -73,15 +73,14 @@ fn quantities_to_strings(v: &mut Value) {
     match v {
         Value::Object(m) => {
             for (k, child) in m.iter_mut() {
-                if matches!(k.as_str(), "requests" | "limits" | "capacity" | "allocatable" | "overhead") {
-                    if let Value::Object(q) = child {
+                if matches!(k.as_str(), "requests" | "limits" | "capacity" | "allocatable" | "overhead")
+                    && let Value::Object(q) = child {
                         for qv in q.values_mut() {
                             if let Value::Number(n) = qv {
                                 *qv = Value::String(n.to_string());
                             }
                         }
                     }
-                }
                 quantities_to_strings(child);
             }
         }
@@ -192,8 +191,8 @@ impl Cluster {
                     continue;
                 }
             };
-            if let Some(spec) = pod.spec.as_mut() {
-                if spec.priority.is_none() {
+            if let Some(spec) = pod.spec.as_mut()
+                && spec.priority.is_none() {
                     let class = spec.priority_class_name.as_ref().and_then(|n| classes.get(n)).or(global_default.as_ref());
                     if let Some((value, policy)) = class {
                         spec.priority = Some(*value);
@@ -202,7 +201,6 @@ impl Cluster {
                         }
                     }
                 }
-            }
             let info = PodInfo::from_pod(&pod);
             if info.node_name.is_some() {
                 c.snapshot.add_pod(info);
@@ -425,11 +423,10 @@ pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) 
     out.nodes = node_explains(&o, snap);
     out.selected = o.selected.map(|i| snap.nodes[i].name().to_string());
     out.message = o.message.clone();
-    if let Some(pf) = &o.post_filter {
-        if let Some(n) = &pf.nominated_node {
+    if let Some(pf) = &o.post_filter
+        && let Some(n) = &pf.nominated_node {
             out.preemption = Some(PreemptionExplain { nominated_node: n.clone(), victims: pf.victims.iter().map(|v| v.key()).collect() });
         }
-    }
     out
 }
 

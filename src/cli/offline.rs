@@ -87,7 +87,7 @@ pub fn explain_table(x: &Explain) -> String {
     let _ = write!(s, "\n{:<w$}  {:<8}", "NODE", "FEASIBLE");
     for p in &plugins {
         let weight = x.weights.get(*p).and_then(|v| v.as_i64()).unwrap_or(1);
-        let _ = write!(s, "  {}", format!("{p}(x{weight})"));
+        let _ = write!(s, "  {p}(x{weight})");
     }
     let _ = writeln!(s, "  TOTAL");
     for n in &x.nodes {
@@ -132,11 +132,10 @@ pub fn simulate_table(sim: &Simulation) -> String {
         if !p.victims.is_empty() {
             details.push(format!("preempted {}", p.victims.join(", ")));
         }
-        if let Some(m) = &p.message {
-            if p.node.is_none() {
+        if let Some(m) = &p.message
+            && p.node.is_none() {
                 details.push(m.clone());
             }
-        }
         let _ = writeln!(s, "{:<w$}  {:<20}  {}", p.pod, p.node.as_deref().unwrap_or("<pending>"), details.join("; "));
     }
     let placed = sim.placements.iter().filter(|p| p.node.is_some()).count();

@@ -445,16 +445,14 @@ impl Config {
             None | Some(KIND) => {}
             Some(k) => return Err(invalid("kind", format!("unsupported {k:?}, want {KIND:?}"))),
         }
-        if let Some(p) = raw.percentage_of_nodes_to_score {
-            if !(0..=100).contains(&p) {
+        if let Some(p) = raw.percentage_of_nodes_to_score
+            && !(0..=100).contains(&p) {
                 return Err(invalid("percentageOfNodesToScore", format!("must be in the range 0-100, got {p}")));
             }
-        }
-        if let Some(p) = raw.parallelism {
-            if p <= 0 {
+        if let Some(p) = raw.parallelism
+            && p <= 0 {
                 return Err(invalid("parallelism", format!("must be greater than 0, got {p}")));
             }
-        }
         if !raw.extenders.is_empty() {
             return Err(invalid("extenders", "scheduler extenders are not supported by berth"));
         }
@@ -502,11 +500,10 @@ impl Config {
             if !names.insert(name.clone()) {
                 return Err(invalid(format!("{path}.schedulerName"), format!("duplicate profile {name:?}")));
             }
-            if let Some(pc) = p.percentage_of_nodes_to_score {
-                if !(0..=100).contains(&pc) {
+            if let Some(pc) = p.percentage_of_nodes_to_score
+                && !(0..=100).contains(&pc) {
                     return Err(invalid(format!("{path}.percentageOfNodesToScore"), format!("must be in the range 0-100, got {pc}")));
                 }
-            }
             profiles.push(resolve_profile(p, name, &path)?);
         }
         // Every profile must sort the queue the same way (one queue).
@@ -596,7 +593,7 @@ fn resolve_profile(p: &Profile, name: String, path: &str) -> Result<ResolvedProf
         for (kind, list) in [("enabled", &set.enabled), ("disabled", &set.disabled)] {
             for (j, r) in list.iter().enumerate() {
                 let field = format!("{path}.plugins.{ptname}.{kind}[{j}]");
-                if !(kind == "disabled" && r.name == "*") && !plugins::known(&r.name) {
+                if (kind != "disabled" || r.name != "*") && !plugins::known(&r.name) {
                     return Err(invalid(format!("{field}.name"), format!("unknown plugin {:?}", r.name)));
                 }
                 if let Some(w) = r.weight {

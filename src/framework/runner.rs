@@ -493,8 +493,8 @@ impl Framework {
         state.active_filters = Some(self.filter.iter().copied().filter(|&i| !state.filter_skipped(self.p(i).name())).collect());
         let candidate = |i: usize| subset.as_ref().is_none_or(|s| s.contains(snap.nodes[i].name()));
         // The nominated node first, as upstream evaluates it before the others.
-        if !opts.explain {
-            if let Some(idx) = pod.nominated_node.as_deref().and_then(|nn| snap.node_index(nn)).filter(|&i| candidate(i)) {
+        if !opts.explain
+            && let Some(idx) = pod.nominated_node.as_deref().and_then(|nn| snap.node_index(nn)).filter(|&i| candidate(i)) {
                 let s = self.run_filter_with_nominated(&state, pod, &snap.nodes[idx], snap);
                 if s.code == Code::Error {
                     out.message = Some(s.message());
@@ -509,7 +509,6 @@ impl Framework {
                     return (out, state);
                 }
             }
-        }
         // Filter over a window rotating across cycles.
         let to_find = if opts.explain { n } else { num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, n) };
         let start = if opts.explain { 0 } else { self.next_start.load(Ordering::Relaxed) % n };
@@ -643,7 +642,7 @@ impl Framework {
                 }
                 Some((_, bt)) if t == bt => {
                     ties += 1;
-                    if self.random() % ties == 0 {
+                    if self.random().is_multiple_of(ties) {
                         best = Some((ni, t));
                     }
                 }

@@ -35,7 +35,7 @@ pub struct AffinityTerm {
 impl AffinityTerm {
     /// Does the term select `pod`? `ns_labels` are the labels of the pod's namespace.
     pub fn matches(&self, pod: &PodInfo, ns_labels: Option<&Labels>) -> bool {
-        let ns_ok = self.namespaces.iter().any(|n| *n == pod.namespace)
+        let ns_ok = self.namespaces.contains(&pod.namespace)
             || ns_labels.is_some_and(|l| self.namespace_selector.matches(l))
             || (ns_labels.is_none() && self.namespace_selector.is_everything());
         ns_ok && self.selector.matches(&pod.labels)

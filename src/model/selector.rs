@@ -161,11 +161,10 @@ pub fn validate_key(k: &str) -> Result<(), String> {
         Some((p, n)) => (Some(p), n),
         None => (None, k),
     };
-    if let Some(p) = prefix {
-        if p.is_empty() || p.len() > 253 || !p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.') {
+    if let Some(p) = prefix
+        && (p.is_empty() || p.len() > 253 || !p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')) {
             return Err(format!("invalid label key {k:?}: prefix must be a DNS subdomain"));
         }
-    }
     if name.is_empty() {
         return Err(format!("invalid label key {k:?}: name part must be non-empty"));
     }

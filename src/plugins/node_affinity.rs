@@ -47,13 +47,16 @@ pub struct NodeAffinity {
     /// Per pod selector (nodeSelector + required affinity): whether each node
     /// matches, keyed by the node object it was computed from. Identical pods
     /// (most workloads) then pay one pointer comparison per node.
-    matches: std::sync::Mutex<std::collections::HashMap<String, Arc<Vec<(Option<Arc<NodeSpec>>, bool)>>>>,
+    matches: std::sync::Mutex<std::collections::HashMap<String, Arc<NodeMatches>>>,
 }
+
+/// Whether each node (by index, with the node object it was computed from) matches.
+type NodeMatches = Vec<(Option<Arc<NodeSpec>>, bool)>;
 
 /// Per-cycle: the cached match of every snapshot node.
 #[derive(Clone)]
 struct PreFilterState {
-    matches: Arc<Vec<(Option<Arc<NodeSpec>>, bool)>>,
+    matches: Arc<NodeMatches>,
 }
 
 impl NodeAffinity {

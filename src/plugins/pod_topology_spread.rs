@@ -101,8 +101,11 @@ pub struct PodTopologySpread {
     /// Per (namespace, selector): each node's count of matching pods, valid
     /// while that node's object and generation are unchanged. Between two
     /// cycles only the nodes that gained or lost pods are counted again.
-    matches: Mutex<HashMap<String, Vec<(Option<Arc<NodeSpec>>, u64, i64)>>>,
+    matches: Mutex<HashMap<String, Vec<MatchSlot>>>,
 }
+
+/// One node's cached count: the node object and generation it was read from, and the count.
+type MatchSlot = (Option<Arc<NodeSpec>>, u64, i64);
 
 fn policy(v: Option<&str>, default: InclusionPolicy, path: &str) -> Result<InclusionPolicy, String> {
     match v {
@@ -527,8 +530,8 @@ impl Plugin for PodTopologySpread {
         for (i, f) in s.fixed.iter().enumerate() {
             let k = &s.counts[i];
             // Fast path: the domain read in PreFilter for this very node object.
-            if let Some(&(p, d)) = f.per_node.get(node.index) {
-                if p == ptr {
+            if let Some(&(p, d)) = f.per_node.get(node.index)
+                && p == ptr {
                     if d == MISSING {
                         return Status::unresolvable(REASON_MISSING_LABEL);
                     }
@@ -538,7 +541,6 @@ impl Plugin for PodTopologySpread {
                     }
                     continue;
                 }
-            }
             let Some(v) = labels.get(&f.c.topology_key) else {
                 return Status::unresolvable(REASON_MISSING_LABEL);
             };
