@@ -4,14 +4,14 @@
 //! objects, and the admin listener. Every test has a hard deadline.
 #![allow(clippy::unwrap_used)]
 
-mod e2e_support;
+
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use berth::cluster::{ErrorRule, FaultConfig, FaultKind, LocalCluster};
-use e2e_support::*;
+use crate::e2e_support::*;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;

@@ -4,13 +4,13 @@
 //! Alone in its binary so that other tests do not share its two cores.
 #![allow(clippy::unwrap_used)]
 
-mod e2e_support;
+
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use berth::cluster::FaultConfig;
-use e2e_support::*;
+use crate::e2e_support::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::json;

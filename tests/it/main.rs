@@ -1,0 +1,19 @@
+//! berth's integration tests, in one binary (each test binary links kube and
+//! tokio again, so areas are modules here rather than files of their own).
+//!
+//! - `cli`: the offline commands from the outside;
+//! - `conformance`: the shared cases that pin decisions to upstream's;
+//! - `properties`: invariants over random clusters;
+//! - `cluster_*`: the local cluster through kube-rs, kubectl and its faults;
+//! - `e2e_*`: the daemon over HTTP against the local cluster.
+
+mod cli;
+mod cluster_bench;
+mod cluster_faults;
+mod cluster_kube;
+mod cluster_kubectl;
+mod conformance;
+mod e2e_daemon;
+mod e2e_support;
+mod e2e_throughput;
+mod properties;
