@@ -12,7 +12,20 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::leader::Lease;
 use super::metrics::Metrics;
+use super::watch::WatchHealth;
+
+/// What /healthz and /readyz read.
+#[derive(Clone, Debug)]
+pub struct Health {
+    /// This replica's lease (healthz: a leader that stopped renewing is unhealthy).
+    pub lease: Lease,
+    /// The watchers (readyz: not synced or disconnected watches, by name).
+    pub watches: WatchHealth,
+    /// Upstream's leader-election healthz tolerance past leaseDuration.
+    pub tolerance: std::time::Duration,
+}
 
 /// A request for explain, answered by the scheduling loop.
 #[derive(Debug)]
@@ -28,17 +41,31 @@ struct AppState {
     metrics: Metrics,
     ready: watch::Receiver<bool>,
     explain: mpsc::Sender<ExplainRequest>,
+    health: Health,
 }
 
 async fn ok() -> &'static str {
     "ok"
 }
 
+/// /healthz: fails when this replica believes it leads but has not renewed
+/// its lease within leaseDuration + tolerance (upstream's leaderElection check).
+async fn healthz(State(s): State<AppState>) -> Response {
+    match s.health.lease.check(s.health.tolerance) {
+        Ok(()) => (StatusCode::OK, "ok").into_response(),
+        Err(m) => (StatusCode::INTERNAL_SERVER_ERROR, format!("[-]leaderElection failed: {m}\nhealthz check failed\n")).into_response(),
+    }
+}
+
+/// /readyz: every watch synced and connected; otherwise 503 naming each one that is not.
 async fn readyz(State(s): State<AppState>) -> Response {
-    if *s.ready.borrow() {
+    let problems = s.health.watches.problems();
+    if *s.ready.borrow() && problems.is_empty() {
         (StatusCode::OK, "ok").into_response()
-    } else {
+    } else if problems.is_empty() {
         (StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{}\nreadyz check failed\n", problems.join("\n"))).into_response()
     }
 }
 
@@ -62,14 +89,14 @@ async fn explain(State(s): State<AppState>, Query(q): Query<HashMap<String, Stri
 }
 
 /// The admin routes.
-pub fn router(metrics: Metrics, ready: watch::Receiver<bool>, explain_tx: mpsc::Sender<ExplainRequest>) -> Router {
+pub fn router(metrics: Metrics, ready: watch::Receiver<bool>, explain_tx: mpsc::Sender<ExplainRequest>, health: Health) -> Router {
     Router::new()
-        .route("/healthz", get(ok))
+        .route("/healthz", get(healthz))
         .route("/livez", get(ok))
         .route("/readyz", get(readyz))
         .route("/metrics", get(self::metrics))
         .route("/debug/explain", get(self::explain))
-        .with_state(AppState { metrics, ready, explain: explain_tx })
+        .with_state(AppState { metrics, ready, explain: explain_tx, health })
 }
 
 /// Serves the admin routes on `addr` until `stop` changes.

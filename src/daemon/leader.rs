@@ -4,7 +4,17 @@
 //! the lease when its record has not changed for leaseDuration (judged by
 //! their own clock, so clock skew between replicas does not matter). On
 //! shutdown the holder releases the lease so a successor need not wait.
+//!
+//! [`Lease`] is what writers consult at the moment of each write: a replica
+//! may write only while it leads *and* its last renewal is younger than
+//! renewDeadline (judged by the clock, not by when the election task last
+//! ran, so a replica that was paused stops writing the instant it wakes).
+//! Writes hold a read guard across the request; stepping down and releasing
+//! take the write side first, so no write of ours reaches the API after the
+//! lease is given up.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1 as coord;
@@ -29,6 +39,99 @@ pub struct LeaderConfig {
     pub renew_deadline: Duration,
     /// retryPeriod (2 s upstream).
     pub retry_period: Duration,
+}
+
+/// Upstream's `maxTolerableExpiredLease` of the leader-election health check.
+pub const HEALTHZ_TOLERANCE: Duration = Duration::from_secs(20);
+
+#[derive(Debug)]
+struct LeaseInner {
+    /// Leader election is on (when off, this replica always may write).
+    elect: bool,
+    leading: AtomicBool,
+    /// Milliseconds since `epoch` of the last successful renewal.
+    renewed_ms: AtomicU64,
+    epoch: std::time::Instant,
+    renew_deadline: Duration,
+    lease_duration: Duration,
+    gate: tokio::sync::RwLock<()>,
+}
+
+/// This replica's view of its leadership, shared by the election, the
+/// writer, the scheduling loop and the health checks. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    inner: Arc<LeaseInner>,
+}
+
+/// A permit to write, held across one API request.
+pub type WritePermit<'a> = tokio::sync::RwLockReadGuard<'a, ()>;
+
+impl Lease {
+    /// A lease view; `elect` false means this replica always leads.
+    pub fn new(elect: bool, renew_deadline: Duration, lease_duration: Duration) -> Lease {
+        Lease {
+            inner: Arc::new(LeaseInner {
+                elect,
+                leading: AtomicBool::new(!elect),
+                renewed_ms: AtomicU64::new(0),
+                epoch: std::time::Instant::now(),
+                renew_deadline,
+                lease_duration,
+                gate: tokio::sync::RwLock::new(()),
+            }),
+        }
+    }
+
+    fn since_renewal(&self) -> Duration {
+        let now = self.inner.epoch.elapsed();
+        now.saturating_sub(Duration::from_millis(self.inner.renewed_ms.load(Ordering::Acquire)))
+    }
+
+    /// Records a successful acquisition or renewal.
+    pub fn renewed(&self) {
+        let ms = self.inner.epoch.elapsed().as_millis() as u64;
+        self.inner.renewed_ms.store(ms, Ordering::Release);
+        self.inner.leading.store(true, Ordering::Release);
+    }
+
+    /// Believes it leads (the election has not stepped down).
+    pub fn believes_leading(&self) -> bool {
+        self.inner.leading.load(Ordering::Acquire)
+    }
+
+    /// May this replica write now: it leads and renewed within renewDeadline.
+    pub fn may_write(&self) -> bool {
+        !self.inner.elect || (self.believes_leading() && self.since_renewal() < self.inner.renew_deadline)
+    }
+
+    /// A permit for one write, or None when this replica may not write. Hold
+    /// it until the request has been answered.
+    pub async fn write_permit(&self) -> Option<WritePermit<'_>> {
+        let g = self.inner.gate.read().await;
+        self.may_write().then_some(g)
+    }
+
+    /// Steps down: no new write starts; waits (at most `timeout`) for the
+    /// writes in flight to be answered. True when none is left.
+    pub async fn step_down(&self, timeout: Duration) -> bool {
+        self.inner.leading.store(false, Ordering::Release);
+        tokio::time::timeout(timeout, self.inner.gate.write()).await.is_ok()
+    }
+
+    /// Upstream's leader-election health check: failing when this replica
+    /// believes it leads but has not renewed within leaseDuration + `tolerance`.
+    pub fn check(&self, tolerance: Duration) -> Result<(), String> {
+        if !self.inner.elect || !self.believes_leading() {
+            return Ok(());
+        }
+        let since = self.since_renewal();
+        let limit = self.inner.lease_duration + tolerance;
+        if since > limit {
+            return Err(format!("leaderElection: this replica believes it leads but last renewed its lease {:.1}s ago (leaseDuration + tolerance = {:.1}s)", since.as_secs_f64(), limit.as_secs_f64()));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Default)]
@@ -108,7 +211,7 @@ async fn release(api: &Api<coord::Lease>, cfg: &LeaderConfig) {
 }
 
 /// Runs the election until `stop` changes; `leading` tells whether we lead.
-pub async fn run(client: kube::Client, cfg: LeaderConfig, leading: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
+pub async fn run(client: kube::Client, cfg: LeaderConfig, lease: Lease, leading: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
     let api: Api<coord::Lease> = Api::namespaced(client, &cfg.namespace);
     let mut obs = Observed::default();
     let mut last_renew: Option<Instant> = None;
@@ -121,6 +224,7 @@ pub async fn run(client: kube::Client, cfg: LeaderConfig, leading: watch::Sender
         let was = *leading.borrow();
         if ok {
             last_renew = Some(Instant::now());
+            lease.renewed();
             if !was {
                 tracing::info!(identity = %cfg.identity, lease = %format!("{}/{}", cfg.namespace, cfg.name), "became leader");
                 let _ = leading.send(true);
@@ -128,16 +232,22 @@ pub async fn run(client: kube::Client, cfg: LeaderConfig, leading: watch::Sender
         } else if was && last_renew.is_none_or(|t| t.elapsed() >= cfg.renew_deadline) {
             tracing::warn!(identity = %cfg.identity, "lost the lease: could not renew within the renew deadline; stop scheduling");
             let _ = leading.send(false);
+            lease.step_down(cfg.renew_deadline).await;
         } else if was && matches!(attempt, Ok(Ok(false))) {
             // Someone else holds it now.
             tracing::warn!(identity = %cfg.identity, "lease taken by another replica; stop scheduling");
             let _ = leading.send(false);
+            lease.step_down(cfg.renew_deadline).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(cfg.retry_period) => {}
             _ = stop.changed() => {
                 if *leading.borrow() {
                     let _ = leading.send(false);
+                    // No write of ours may follow the release: wait for those in flight.
+                    if !lease.step_down(cfg.renew_deadline).await {
+                        tracing::warn!("writes still in flight at release; releasing anyway");
+                    }
                     // Bounded: an unreachable API must not hold up shutdown.
                     if tokio::time::timeout(cfg.renew_deadline, release(&api, &cfg)).await.is_err() {
                         tracing::warn!("releasing the lease timed out; successors wait for it to expire");

@@ -25,12 +25,13 @@ use crate::config::Config;
 use crate::engine::explain_pod;
 use crate::framework::{CycleOptions, Events, Framework};
 use crate::model::{NodeSpec, PodInfo};
-use crate::queue::SchedulingQueue;
+use crate::queue::{self, Rejection, SchedulingQueue};
 
 use self::admin::ExplainRequest;
+use self::leader::Lease;
 use self::metrics::Metrics;
-use self::watch::{Change, WatchEvent};
-use self::writer::{BindOutcome, BindResult, Writer};
+use self::watch::{Change, WatchEvent, WatchHealth};
+use self::writer::{BindOutcome, BindResult, SharedCounts, Writer};
 
 /// Why the daemon could not start.
 #[derive(Debug, Error)]
@@ -60,6 +61,9 @@ pub struct Options {
     pub write_concurrency: usize,
     /// Seed for tie-breaking.
     pub seed: u64,
+    /// How long past leaseDuration a leader that has not renewed stays
+    /// healthy (upstream's leader-election healthz tolerance, 20 s).
+    pub leader_healthz_tolerance: Duration,
 }
 
 impl Default for Options {
@@ -69,6 +73,7 @@ impl Default for Options {
             identity: format!("berth-{}", std::process::id()),
             write_concurrency: 16,
             seed: 0x5eed,
+            leader_healthz_tolerance: leader::HEALTHZ_TOLERANCE,
         }
     }
 }
@@ -85,9 +90,19 @@ pub struct Handle {
     tasks: tokio::task::JoinSet<()>,
     /// The metrics.
     pub metrics: Metrics,
+    /// This replica's view of its lease.
+    pub lease: Lease,
+    /// The watchers' state.
+    pub watch_health: WatchHealth,
+    writes: SharedCounts,
 }
 
 impl Handle {
+    /// The writer's counters so far (binds, events written and lost, writes refused).
+    pub fn write_counts(&self) -> writer::WriteCounts {
+        self.writes.lock().map(|c| *c).unwrap_or_default()
+    }
+
     /// Stops taking pods, finishes or abandons in-flight writes, releases the lease.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
@@ -125,7 +140,10 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
 
     let listener = admin::bind(opts.bind_address).await.map_err(|source| Error::Listen { addr: opts.bind_address, source })?;
     let admin_addr = listener.local_addr().map_err(|source| Error::Listen { addr: opts.bind_address, source })?;
-    let app = admin::router(metrics.clone(), ready_rx.clone(), explain_tx);
+    let lease = Lease::new(le.leader_elect, config.renew_deadline, config.lease_duration);
+    let watch_health = WatchHealth::default();
+    let health = admin::Health { lease: lease.clone(), watches: watch_health.clone(), tolerance: opts.leader_healthz_tolerance };
+    let app = admin::router(metrics.clone(), ready_rx.clone(), explain_tx, health);
     let stop = stop_rx.clone();
     tasks.spawn(async move {
         if let Err(e) = admin::serve(listener, app, stop).await {
@@ -133,7 +151,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
         }
     });
 
-    watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &mut tasks);
+    watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &watch_health, &mut tasks);
 
     if le.leader_elect {
         let cfg = leader::LeaderConfig {
@@ -144,7 +162,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
             renew_deadline: config.renew_deadline,
             retry_period: config.retry_period,
         };
-        tasks.spawn(leader::run(client.clone(), cfg, leading_tx, stop_rx.clone()));
+        tasks.spawn(leader::run(client.clone(), cfg, lease.clone(), leading_tx, stop_rx.clone()));
     } else {
         // Keep the sender alive for the daemon's lifetime.
         let mut stop = stop_rx.clone();
@@ -155,7 +173,8 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     }
 
     let cc = &config.raw.client_connection;
-    let writer = Writer::new(client, leading_rx.clone(), cc.qps, cc.burst, opts.write_concurrency, bind_tx);
+    let writer = Writer::new(client, lease.clone(), cc.qps, cc.burst, opts.write_concurrency, bind_tx, &opts.identity);
+    let writes = writer.shared_counts();
     let frameworks = config.frameworks(opts.seed);
     let now = Instant::now().into_std();
     let lp = Loop {
@@ -163,55 +182,38 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
         frameworks,
         cache: Cache::new(),
         queue: SchedulingQueue::new(config.pod_initial_backoff, config.pod_max_backoff, now),
-        pending: HashMap::new(),
-        fingerprints: HashMap::new(),
-        rejected_by: HashMap::new(),
         pdbs: HashMap::new(),
-        first_seen: HashMap::new(),
-        synced: [false; 4],
+        health: watch_health.clone(),
         ready: ready_tx,
         writer: writer.clone(),
         metrics: metrics.clone(),
         leading: leading_rx.clone(),
+        lease: lease.clone(),
     };
     tasks.spawn(lp.run(watch_rx, bind_rx, explain_rx, stop_rx, writer));
-    Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics })
+    Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics, lease, watch_health, writes })
 }
 
 struct Loop {
     frameworks: Vec<Framework>,
     profiles: HashSet<String>,
     cache: Cache,
+    /// The pending pods of our profiles: one record each (pod, object,
+    /// attempts, first seen, rejecting plugins), owned by the queue.
     queue: SchedulingQueue,
-    /// Pending pods of our profiles, by uid.
-    pending: HashMap<String, Arc<PodInfo>>,
-    /// Fingerprint of each pending pod without its status (upstream's
-    /// `isPodUpdated`): a status-only update does not requeue the pod.
-    fingerprints: HashMap<String, u64>,
-    /// Plugins that rejected each pod last (for `scheduler_unschedulable_pods`).
-    rejected_by: HashMap<String, (String, Vec<&'static str>)>,
     pdbs: HashMap<String, Pdb>,
-    first_seen: HashMap<String, Instant>,
-    synced: [bool; 4],
+    health: WatchHealth,
     ready: signal::Sender<bool>,
     writer: Writer,
     metrics: Metrics,
     leading: signal::Receiver<bool>,
+    lease: Lease,
 }
 
-/// A hash of the pod without its status, resourceVersion, generation,
-/// managedFields and finalizers: equal when only those changed.
-fn fingerprint(pod: &core::Pod) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut p = pod.clone();
-    p.status = None;
-    p.metadata.resource_version = None;
-    p.metadata.generation = None;
-    p.metadata.managed_fields = None;
-    p.metadata.finalizers = None;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_string(&p).unwrap_or_default().hash(&mut h);
-    h.finish()
+/// The PodScheduled condition's lastTransitionTime when it is False already:
+/// a further failed attempt keeps it (it changes only on a transition).
+fn unschedulable_since(pod: Option<&core::Pod>) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    pod?.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False")?.last_transition_time.clone()
 }
 
 fn node_events(old: Option<&NodeSpec>, new: &NodeSpec) -> Events {
@@ -250,20 +252,17 @@ impl Loop {
         }
     }
 
-    fn apply_pod(&mut self, pod: &core::Pod) {
-        let info = PodInfo::from_pod(pod);
+    fn apply_pod(&mut self, pod: core::Pod) {
+        let info = PodInfo::from_pod(&pod);
         let uid = info.uid.clone();
         if info.node_name.is_some() {
-            self.queue.delete(&uid);
-            self.pending.remove(&uid);
-            self.fingerprints.remove(&uid);
-            self.rejected_by.remove(&uid);
+            // A pod whose bind is in flight keeps its record until the bind
+            // result arrives (it carries attempts and first-seen for the SLI).
+            if self.queue.place(&uid) != Some(queue::Place::InFlight) {
+                self.queue.delete(&uid);
+            }
             let old = self.cache.snapshot().pod_node(&uid).is_some();
-            let old_labels = if old {
-                self.cache.snapshot().pod_node(&uid).and_then(|n| self.cache.snapshot().node(n)).and_then(|n| n.pods.iter().find(|p| p.uid == uid).map(|p| p.labels.clone()))
-            } else {
-                None
-            };
+            let old_labels = if old { self.cache.snapshot().pod_node(&uid).and_then(|n| self.cache.snapshot().node(n)).and_then(|n| n.pods.iter().find(|p| p.uid == uid).map(|p| p.labels.clone())) } else { None };
             let terminated = info.terminated;
             let labels = info.labels.clone();
             self.cache.upsert_bound_pod(info);
@@ -287,40 +286,31 @@ impl Loop {
         }
         if info.terminating || info.terminated {
             self.queue.delete(&uid);
-            self.pending.remove(&uid);
-            self.fingerprints.remove(&uid);
-            self.rejected_by.remove(&uid);
             return;
         }
-        let fp = fingerprint(pod);
-        let is_new = !self.pending.contains_key(&uid);
-        if !is_new && self.fingerprints.get(&uid) == Some(&fp) {
-            // Only the status changed (e.g. our own PodScheduled=False patch):
-            // keep the newer object but leave the pod where it waits.
-            self.pending.insert(uid, info);
+        let change = self.queue.classify(&uid, &pod);
+        if change == queue::Change::StatusOnly {
+            // Only the status changed (our own PodScheduled=False patch, a
+            // nomination): the record takes the newer pod where it waits.
+            self.queue.refresh(info, pod);
             return;
         }
-        self.fingerprints.insert(uid.clone(), fp);
         let gated = self.framework(&info).is_some_and(|f| !f.run_pre_enqueue(&info).is_success());
-        self.first_seen.entry(uid.clone()).or_insert_with(Instant::now);
-        self.pending.insert(uid.clone(), info.clone());
-        if is_new {
-            self.metrics.incoming_pods.with_label_values(&[if gated { "gated" } else { "active" }, "PodAdd"]).inc();
+        let q = if gated { "gated" } else { "active" };
+        if change == queue::Change::New {
+            self.metrics.incoming_pods.with_label_values(&[q, "PodAdd"]).inc();
             self.queue.add(info, gated, Self::now());
         } else {
-            self.metrics.incoming_pods.with_label_values(&[if gated { "gated" } else { "active" }, "PodUpdate"]).inc();
+            self.metrics.incoming_pods.with_label_values(&[q, "PodUpdate"]).inc();
             self.queue.update(info, gated, Self::now());
         }
+        self.queue.set_object(&uid, pod);
     }
 
     fn delete_pod(&mut self, uid: &str) {
         let was_bound = self.cache.pod_state(uid).is_some();
         self.cache.remove_pod(uid);
         self.queue.delete(uid);
-        self.pending.remove(uid);
-        self.fingerprints.remove(uid);
-        self.rejected_by.remove(uid);
-        self.first_seen.remove(uid);
         if was_bound {
             self.event(Events::POD_DELETE);
         }
@@ -329,24 +319,24 @@ impl Loop {
     fn apply(&mut self, ev: WatchEvent) {
         match ev {
             WatchEvent::Pod(c) => match c {
-                Change::Apply(p) => self.apply_pod(&p),
+                Change::Apply(p) => self.apply_pod(p),
                 Change::Delete(p) => {
                     let uid = PodInfo::from_pod(&p).uid.clone();
                     self.delete_pod(&uid);
                 }
                 Change::Relist(all) => {
                     let live: HashSet<String> = all.iter().map(|p| PodInfo::from_pod(p).uid.clone()).collect();
-                    let gone: Vec<String> = self.cache.pod_uids().chain(self.pending.keys()).filter(|u| !live.contains(*u)).cloned().collect();
+                    let gone: Vec<String> = self.cache.pod_uids().chain(self.queue.pods().map(|p| &p.uid)).filter(|u| !live.contains(*u)).cloned().collect();
                     for u in gone {
                         // Assumed pods are kept: their bind is still in flight.
                         if self.cache.pod_state(&u) != Some(crate::cache::PodState::Assumed) {
                             self.delete_pod(&u);
                         }
                     }
-                    for p in &all {
+                    for p in all {
                         self.apply_pod(p);
                     }
-                    self.mark_synced(0);
+                    self.mark_synced(watch::PODS);
                 }
             },
             WatchEvent::Node(c) => match c {
@@ -363,7 +353,7 @@ impl Loop {
                     for n in &all {
                         self.apply_node(n);
                     }
-                    self.mark_synced(1);
+                    self.mark_synced(watch::NODES);
                 }
             },
             WatchEvent::Pdb(c) => {
@@ -377,7 +367,7 @@ impl Loop {
                         for p in &all {
                             self.apply_pdb(p);
                         }
-                        self.mark_synced(2);
+                        self.mark_synced(watch::PDBS);
                     }
                 }
                 self.cache.snapshot_mut().pdbs = self.pdbs.values().cloned().collect();
@@ -394,7 +384,7 @@ impl Loop {
                     }
                     Change::Relist(all) => {
                         snap.namespaces = all.iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default())).collect();
-                        self.mark_synced(3);
+                        self.mark_synced(watch::NAMESPACES);
                     }
                 }
                 self.event(Events::NAMESPACE);
@@ -425,13 +415,10 @@ impl Loop {
         }
     }
 
-    fn mark_synced(&mut self, i: usize) {
-        if !self.synced[i] {
-            self.synced[i] = true;
-            if self.synced.iter().all(|s| *s) {
-                tracing::info!(nodes = self.cache.snapshot().nodes.len(), pods = self.cache.pod_count(), pending = self.pending.len(), "caches synced");
-                let _ = self.ready.send(true);
-            }
+    fn mark_synced(&mut self, kind: &'static str) {
+        if self.health.set_synced(kind) && !*self.ready.borrow() {
+            tracing::info!(nodes = self.cache.snapshot().nodes.len(), pods = self.cache.pod_count(), pending = self.queue.len(), "caches synced");
+            let _ = self.ready.send(true);
         }
     }
 
@@ -475,7 +462,8 @@ impl Loop {
             tracing::warn!(pod = %pod.key(), error = %err, "scheduling error");
             self.metrics.schedule_attempts.with_label_values(&["error", &profile]).inc();
             self.metrics.attempt_duration.with_label_values(&["error", &profile]).observe(elapsed);
-            self.writer.report_failure(pod.clone(), "SchedulerError", o.message.clone().unwrap_or_else(|| err.message()), None).await;
+            let since = unschedulable_since(self.queue.object(&pod.uid));
+            self.writer.report_failure(pod.clone(), "SchedulerError", o.message.clone().unwrap_or_else(|| err.message()), None, since).await;
             self.queue.error(&pod.uid, now);
             return true;
         }
@@ -499,12 +487,17 @@ impl Loop {
                 let mut np = (*pod).clone();
                 np.nominated_node = Some(n.clone());
                 self.cache.snapshot_mut().nominate(Arc::new(np), n);
+                // The record carries the nomination from now on: the next
+                // attempt sees it (PodEligibleToPreemptOthers) even before the
+                // watch brings the status back.
+                self.queue.set_nominated(&pod.uid, Some(n.clone()));
             }
         }
         let message = o.message.clone().unwrap_or_default();
         tracing::info!(pod = %pod.key(), %message, "unschedulable");
         let was_nominated = nominated.is_some();
-        self.writer.report_failure(pod.clone(), "Unschedulable", message, nominated).await;
+        let since = unschedulable_since(self.queue.object(&pod.uid));
+        self.writer.report_failure(pod.clone(), "Unschedulable", message, nominated, since).await;
         let mut mask = Events::default();
         for name in &o.unschedulable_plugins {
             match fw.plugins().find(|p| p.name() == *name) {
@@ -519,7 +512,7 @@ impl Loop {
         if was_nominated {
             mask = mask.or(Events::POD_DELETE);
         }
-        self.rejected_by.insert(pod.uid.clone(), (profile, o.unschedulable_plugins.clone()));
+        self.queue.set_rejected(&pod.uid, Some(Rejection { profile, plugins: o.unschedulable_plugins.clone() }));
         self.queue.unschedulable(&pod.uid, mask, now);
         true
     }
@@ -527,26 +520,30 @@ impl Loop {
     fn bind_result(&mut self, r: BindResult) {
         let uid = r.pod.uid.clone();
         if r.outcome != BindOutcome::NotLeader {
-            let status = if r.outcome == BindOutcome::Bound { "Success" } else { "Error" };
+            let status = if matches!(r.outcome, BindOutcome::Bound | BindOutcome::AlreadyBound { .. }) { "Success" } else { "Error" };
             self.metrics.extension_point_duration.with_label_values(&["Bind", status, &r.pod.scheduler_name]).observe(r.took.as_secs_f64());
         }
         match r.outcome {
             BindOutcome::Bound => {
                 let attempts = self.queue.get(&uid).map(|q| q.attempts).unwrap_or(1).max(1).to_string();
-                self.queue.done(&uid);
-                self.rejected_by.remove(&uid);
-                if let Some(t) = self.first_seen.remove(&uid) {
+                if let Some(t) = self.queue.first_seen(&uid) {
                     self.metrics.sli_duration.with_label_values(&[&attempts]).observe(t.elapsed().as_secs_f64());
                 }
+                self.queue.done(&uid);
                 tracing::debug!(pod = %r.pod.key(), node = %r.node, "bound");
             }
-            BindOutcome::AlreadyBound => {
-                // 409: bound already (by us before a failover, or by someone
-                // else) — or a conflict that says nothing of the sort. Retry
-                // with backoff; the watch removes the pod if it is bound.
-                tracing::info!(pod = %r.pod.key(), node = %r.node, "binding conflict (409); retrying unless the watch shows it bound");
-                self.cache.forget(&uid);
-                self.queue.error(&uid, Self::now());
+            BindOutcome::AlreadyBound { node } => {
+                // The API has it bound (409, or read back after an unknown
+                // outcome): it holds a slot there, whatever the watch says yet.
+                tracing::info!(pod = %r.pod.key(), chosen = %r.node, bound = %node, "pod already bound");
+                if node != r.node && self.cache.pod_state(&uid) == Some(crate::cache::PodState::Assumed) {
+                    self.cache.forget(&uid);
+                    let mut p = (*r.pod).clone();
+                    p.node_name = Some(node);
+                    p.nominated_node = None;
+                    self.cache.assume(Arc::new(p));
+                }
+                self.queue.done(&uid);
             }
             BindOutcome::Gone => {
                 self.cache.forget(&uid);
@@ -557,7 +554,7 @@ impl Loop {
                 self.queue.error(&uid, Self::now());
             }
             BindOutcome::Failed(m) => {
-                tracing::warn!(pod = %r.pod.key(), node = %r.node, error = %m, "bind failed; retrying with backoff");
+                tracing::warn!(pod = %r.pod.key(), node = %r.node, error = %m, "bind failed (known not bound); retrying with backoff");
                 self.cache.forget(&uid);
                 self.queue.error(&uid, Self::now());
             }
@@ -565,7 +562,7 @@ impl Loop {
     }
 
     fn explain(&self, req: ExplainRequest) {
-        let pod = self.pending.values().find(|p| p.key() == req.pod).cloned();
+        let pod = self.queue.pods().find(|p| p.key() == req.pod).cloned();
         let answer = match pod {
             None => Err(format!("pod {} is not a pending pod of this scheduler", req.pod)),
             Some(p) => {
@@ -582,14 +579,10 @@ impl Loop {
             self.metrics.pending_pods.with_label_values(&[q]).set(v as i64);
         }
         // scheduler_unschedulable_pods{plugin, profile}: pods in the pool, per rejecting plugin.
-        let queue = &self.queue;
-        self.rejected_by.retain(|uid, _| queue.place(uid).is_some());
         let mut counts: HashMap<(&str, &str), i64> = HashMap::new();
-        for (uid, (profile, plugins)) in &self.rejected_by {
-            if queue.place(uid) == Some(crate::queue::Place::Unschedulable) {
-                for p in plugins {
-                    *counts.entry((p, profile)).or_insert(0) += 1;
-                }
+        for r in self.queue.pool_rejections() {
+            for p in &r.plugins {
+                *counts.entry((p, &r.profile)).or_insert(0) += 1;
             }
         }
         self.metrics.unschedulable_pods.reset();
@@ -626,8 +619,10 @@ impl Loop {
                 self.gauges();
                 last_tick = Instant::now();
             }
-            let ready = self.synced.iter().all(|s| *s);
-            if ready && *self.leading.borrow() && self.schedule_one().await {
+            // Schedule only while the lease allows writing (renewed within
+            // renewDeadline), not merely while the election task says so.
+            let ready = *self.ready.borrow();
+            if ready && *self.leading.borrow() && self.lease.may_write() && self.schedule_one().await {
                 continue;
             }
             let wait = self.queue.next_deadline().map(|d| d.saturating_duration_since(Self::now())).unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));

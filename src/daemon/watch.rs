@@ -3,8 +3,19 @@
 //! 410 Gone and backs off on errors) and sends changes to the scheduling loop.
 //! A relist arrives as one `Relist` with every object, so the loop can drop
 //! what disappeared while the watch was down: nothing is lost or counted twice.
+//!
+//! kube-rs's default backoff grows to 30 s, which kept a watch stale for half
+//! a minute after a short outage; ours retries within 1 s ([`WatchBackoff`]).
+//!
+//! Adding a watched kind: a `WatchEvent` variant, one [`spawn_kind`] line in
+//! [`spawn`] (it registers the kind in [`WatchHealth`], whose synced flags gate
+//! readiness), and the arm that applies it in the scheduling loop (which calls
+//! `WatchHealth::set_synced` after its relist).
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
@@ -42,13 +53,114 @@ pub enum WatchEvent {
     Namespace(Change<core::Namespace>),
 }
 
-async fn run_one<K, F>(api: Api<K>, wrap: F, tx: mpsc::Sender<WatchEvent>, mut stop: signal::Receiver<bool>, what: &'static str)
+/// The watchers' reconnection backoff: 100 ms doubling to 1 s, with no
+/// limit on retries, reset after each success.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+}
+
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff { next: BACKOFF_FIRST }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        Some(d)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = BACKOFF_FIRST;
+    }
+}
+
+/// One watched kind's state.
+#[derive(Debug, Clone, Default)]
+pub struct KindHealth {
+    /// Its first list has been applied.
+    pub synced: bool,
+    /// The last watch attempt failed (with this error, since then).
+    pub disconnected: Option<(String, Instant)>,
+}
+
+/// The state of every watched kind, shared with the health checks.
+#[derive(Debug, Clone, Default)]
+pub struct WatchHealth {
+    kinds: Arc<Mutex<BTreeMap<&'static str, KindHealth>>>,
+}
+
+impl WatchHealth {
+    /// Registers a kind (not synced yet).
+    pub fn register(&self, kind: &'static str) {
+        if let Ok(mut k) = self.kinds.lock() {
+            k.entry(kind).or_default();
+        }
+    }
+
+    /// The kind's first list has been applied. True when every kind is synced now.
+    pub fn set_synced(&self, kind: &'static str) -> bool {
+        match self.kinds.lock() {
+            Ok(mut k) => {
+                k.entry(kind).or_default().synced = true;
+                k.values().all(|h| h.synced)
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Every registered kind is synced.
+    pub fn all_synced(&self) -> bool {
+        self.kinds.lock().map(|k| k.values().all(|h| h.synced)).unwrap_or(false)
+    }
+
+    fn set_error(&self, kind: &'static str, error: Option<String>) {
+        if let Ok(mut k) = self.kinds.lock() {
+            let h = k.entry(kind).or_default();
+            match error {
+                None => h.disconnected = None,
+                Some(e) => {
+                    let since = h.disconnected.as_ref().map(|d| d.1).unwrap_or_else(Instant::now);
+                    h.disconnected = Some((e, since));
+                }
+            }
+        }
+    }
+
+    /// Problems, one line per kind: not synced yet, or disconnected.
+    /// Empty when every watch is synced and connected.
+    pub fn problems(&self) -> Vec<String> {
+        let Ok(k) = self.kinds.lock() else { return vec!["watch state unavailable".into()] };
+        let mut out = Vec::new();
+        for (kind, h) in k.iter() {
+            if !h.synced {
+                out.push(format!("watch {kind}: not synced"));
+            }
+            if let Some((e, since)) = &h.disconnected {
+                out.push(format!("watch {kind}: disconnected for {:.1}s: {e}", since.elapsed().as_secs_f64()));
+            }
+        }
+        out
+    }
+}
+
+async fn run_one<K, F>(api: Api<K>, wrap: F, tx: mpsc::Sender<WatchEvent>, mut stop: signal::Receiver<bool>, what: &'static str, health: WatchHealth)
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     F: Fn(Change<K>) -> WatchEvent,
 {
     let cfg = watcher::Config::default().any_semantic();
-    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut stream = watcher::watcher(api, cfg).backoff(WatchBackoff::default()).boxed();
     let mut buffer: Vec<K> = Vec::new();
     loop {
         let next = tokio::select! {
@@ -56,6 +168,7 @@ where
             _ = stop.changed() => return,
         };
         let Some(item) = next else { return };
+        health.set_error(what, item.as_ref().err().map(|e| e.to_string()));
         let change = match item {
             Ok(Event::Apply(o)) => Change::Apply(o),
             Ok(Event::Delete(o)) => Change::Delete(o),
@@ -79,10 +192,63 @@ where
     }
 }
 
-/// Starts the four watchers; they stop when `stop` changes.
-pub fn spawn(client: kube::Client, tx: mpsc::Sender<WatchEvent>, stop: signal::Receiver<bool>, tasks: &mut tokio::task::JoinSet<()>) {
-    tasks.spawn(run_one(Api::<core::Pod>::all(client.clone()), WatchEvent::Pod, tx.clone(), stop.clone(), "pods"));
-    tasks.spawn(run_one(Api::<core::Node>::all(client.clone()), WatchEvent::Node, tx.clone(), stop.clone(), "nodes"));
-    tasks.spawn(run_one(Api::<policy::PodDisruptionBudget>::all(client.clone()), WatchEvent::Pdb, tx.clone(), stop.clone(), "poddisruptionbudgets"));
-    tasks.spawn(run_one(Api::<core::Namespace>::all(client), WatchEvent::Namespace, tx, stop, "namespaces"));
+/// Kind names, as the health checks report them.
+pub const PODS: &str = "pods";
+/// Nodes.
+pub const NODES: &str = "nodes";
+/// PodDisruptionBudgets.
+pub const PDBS: &str = "poddisruptionbudgets";
+/// Namespaces.
+pub const NAMESPACES: &str = "namespaces";
+
+/// Registers `kind` in `health` and starts its watcher, which sends each
+/// change wrapped by `wrap`; it stops when `stop` changes.
+pub fn spawn_kind<K, F>(api: Api<K>, kind: &'static str, wrap: F, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>)
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: Fn(Change<K>) -> WatchEvent + Send + 'static,
+{
+    health.register(kind);
+    tasks.spawn(run_one(api, wrap, tx.clone(), stop.clone(), kind, health.clone()));
+}
+
+/// Starts every watcher; they stop when `stop` changes.
+pub fn spawn(client: kube::Client, tx: mpsc::Sender<WatchEvent>, stop: signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
+    spawn_kind(Api::<core::Pod>::all(client.clone()), PODS, WatchEvent::Pod, &tx, &stop, health, tasks);
+    spawn_kind(Api::<core::Node>::all(client.clone()), NODES, WatchEvent::Node, &tx, &stop, health, tasks);
+    spawn_kind(Api::<policy::PodDisruptionBudget>::all(client.clone()), PDBS, WatchEvent::Pdb, &tx, &stop, health, tasks);
+    spawn_kind(Api::<core::Namespace>::all(client), NAMESPACES, WatchEvent::Namespace, &tx, &stop, health, tasks);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_caps_at_one_second_and_resets() {
+        use kube::runtime::utils::Backoff;
+        let mut b = WatchBackoff::default();
+        let first: Vec<u64> = b.by_ref().take(6).map(|d| d.as_millis() as u64).collect();
+        assert_eq!(first, vec![100, 200, 400, 800, 1000, 1000]);
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn health_names_unsynced_and_disconnected_kinds() {
+        let h = WatchHealth::default();
+        h.register(PODS);
+        h.register(NODES);
+        assert!(!h.all_synced());
+        assert_eq!(h.problems(), vec!["watch nodes: not synced", "watch pods: not synced"]);
+        assert!(!h.set_synced(PODS));
+        assert!(h.set_synced(NODES));
+        assert!(h.problems().is_empty());
+        h.set_error(NODES, Some("connection refused".into()));
+        let p = h.problems();
+        assert_eq!(p.len(), 1);
+        assert!(p[0].starts_with("watch nodes: disconnected for ") && p[0].ends_with(": connection refused"), "{p:?}");
+        h.set_error(NODES, None);
+        assert!(h.problems().is_empty());
+    }
 }

@@ -14,11 +14,20 @@
 //! A pod that fails while a move request happened during its cycle goes to
 //! backoffQ rather than the pool, so that no event is lost. Time is passed in,
 //! so the queue is tested without sleeping.
+//!
+//! The queue holds the one record of each pending pod (upstream's
+//! QueuedPodInfo): the compiled pod, the last object the watch delivered (for
+//! change detection), attempts, when it was first seen and which plugins
+//! rejected it last. Every update of a pending pod, status-only ones included,
+//! goes through here: a status-only update replaces the pod in place (it keeps
+//! its nomination, for instance) without moving it.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1 as core;
 
 use crate::framework::{Events, QueuedPod};
 use crate::model::PodInfo;
@@ -54,6 +63,52 @@ struct Entry {
     since: Instant,
     /// Events that could make it schedulable.
     events: Events,
+    /// When the pod was first seen pending (for the scheduling SLI).
+    first_seen: Instant,
+    /// The last object the watch delivered (change detection, conditions).
+    object: Option<Box<core::Pod>>,
+    /// The profile and plugins that rejected it last.
+    rejected: Option<Rejection>,
+}
+
+/// The profile and plugins that rejected a pod in its last attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The profile that tried it.
+    pub profile: String,
+    /// The plugins that found no node for it.
+    pub plugins: Vec<&'static str>,
+}
+
+/// How a new object of a pending pod compares with the one the queue holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The queue does not hold the pod.
+    New,
+    /// Something the scheduler reads changed (upstream's `isPodUpdated`).
+    Updated,
+    /// Only the status (or bookkeeping metadata) changed.
+    StatusOnly,
+}
+
+/// Upstream's `isPodUpdated`, without copying: true when anything but
+/// resourceVersion, generation, managedFields, finalizers and the status
+/// (resourceClaimStatuses aside) differs.
+pub fn is_pod_updated(old: &core::Pod, new: &core::Pod) -> bool {
+    let (a, b) = (&old.metadata, &new.metadata);
+    let claims = |p: &core::Pod| p.status.as_ref().and_then(|s| s.resource_claim_statuses.as_ref()).filter(|v| !v.is_empty()).cloned();
+    a.name != b.name
+        || a.namespace != b.namespace
+        || a.uid != b.uid
+        || a.labels != b.labels
+        || a.annotations != b.annotations
+        || a.owner_references != b.owner_references
+        || a.deletion_timestamp != b.deletion_timestamp
+        || a.deletion_grace_period_seconds != b.deletion_grace_period_seconds
+        || a.generate_name != b.generate_name
+        || a.creation_timestamp != b.creation_timestamp
+        || old.spec != new.spec
+        || claims(old) != claims(new)
 }
 
 /// Counts per structure, for the `scheduler_pending_pods{queue}` gauge.
@@ -153,12 +208,10 @@ impl SchedulingQueue {
 
     /// A new pending pod. `gated`: PreEnqueue refused it.
     pub fn add(&mut self, pod: Arc<PodInfo>, gated: bool, now: Instant) {
-        if let Some(e) = self.entries.get(&pod.uid) {
+        if let Some(e) = self.entries.get_mut(&pod.uid) {
             if e.place == Place::InFlight {
                 // Updated while being scheduled: keep the newer object for the retry.
-                let mut e = e.clone();
                 e.qp.pod = pod;
-                self.entries.insert(e.qp.pod.uid.clone(), e);
                 return;
             }
             return self.update(pod, gated, now);
@@ -172,6 +225,9 @@ impl SchedulingQueue {
             backoff_until: None,
             since: now,
             events: Events::ALL,
+            first_seen: now,
+            object: None,
+            rejected: None,
         };
         self.put(e, if gated { Place::Gated } else { Place::Active }, now);
     }
@@ -313,6 +369,73 @@ impl SchedulingQueue {
     /// The queued pod, wherever it waits.
     pub fn get(&self, uid: &str) -> Option<&QueuedPod> {
         self.entries.get(uid).map(|e| &e.qp)
+    }
+
+    /// How `object` compares with the pod's record.
+    pub fn classify(&self, uid: &str, object: &core::Pod) -> Change {
+        match self.entries.get(uid) {
+            None => Change::New,
+            Some(e) => match &e.object {
+                Some(old) if !is_pod_updated(old, object) => Change::StatusOnly,
+                _ => Change::Updated,
+            },
+        }
+    }
+
+    /// A status-only update: the record takes the newer pod and object where
+    /// it waits (no move, no requeue).
+    pub fn refresh(&mut self, pod: Arc<PodInfo>, object: core::Pod) {
+        if let Some(e) = self.entries.get_mut(&pod.uid) {
+            // The activeQ key reads the priority (spec), which a status update cannot change.
+            e.qp.pod = pod;
+            e.object = Some(Box::new(object));
+        }
+    }
+
+    /// Stores the last object seen of a queued pod.
+    pub fn set_object(&mut self, uid: &str, object: core::Pod) {
+        if let Some(e) = self.entries.get_mut(uid) {
+            e.object = Some(Box::new(object));
+        }
+    }
+
+    /// The last object seen of a queued pod.
+    pub fn object(&self, uid: &str) -> Option<&core::Pod> {
+        self.entries.get(uid).and_then(|e| e.object.as_deref())
+    }
+
+    /// Records the node preemption nominated the pod to, in the record itself,
+    /// so that its next attempt sees it before the watch brings the status back.
+    pub fn set_nominated(&mut self, uid: &str, node: Option<String>) {
+        if let Some(e) = self.entries.get_mut(uid)
+            && e.qp.pod.nominated_node != node
+        {
+            let mut p = (*e.qp.pod).clone();
+            p.nominated_node = node;
+            e.qp.pod = Arc::new(p);
+        }
+    }
+
+    /// Records which profile and plugins rejected the pod in its last attempt.
+    pub fn set_rejected(&mut self, uid: &str, rejection: Option<Rejection>) {
+        if let Some(e) = self.entries.get_mut(uid) {
+            e.rejected = rejection;
+        }
+    }
+
+    /// Rejections of the pods in the unschedulable pool.
+    pub fn pool_rejections(&self) -> impl Iterator<Item = &Rejection> {
+        self.entries.values().filter(|e| e.place == Place::Unschedulable).filter_map(|e| e.rejected.as_ref())
+    }
+
+    /// When the pod was first seen pending.
+    pub fn first_seen(&self, uid: &str) -> Option<Instant> {
+        self.entries.get(uid).map(|e| e.first_seen)
+    }
+
+    /// Every queued pod (in flight included), in no particular order.
+    pub fn pods(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+        self.entries.values().map(|e| &e.qp.pod)
     }
 
     /// Sizes per structure.
