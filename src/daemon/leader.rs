@@ -258,3 +258,38 @@ pub async fn run(client: kube::Client, cfg: LeaderConfig, lease: Lease, leading:
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn writes_allowed_only_within_renew_deadline_and_health_fails_past_lease() {
+        let l = Lease::new(true, Duration::from_millis(30), Duration::from_millis(40));
+        assert!(!l.may_write(), "not leading yet");
+        assert!(l.check(Duration::ZERO).is_ok(), "a follower is healthy");
+        l.renewed();
+        assert!(l.may_write());
+        assert!(l.write_permit().await.is_some());
+        // Not renewed: writes stop at renewDeadline although the election has not stepped down.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(l.believes_leading());
+        assert!(!l.may_write());
+        assert!(l.write_permit().await.is_none());
+        // Past leaseDuration + tolerance while believing it leads: unhealthy.
+        let e = l.check(Duration::ZERO).unwrap_err();
+        assert!(e.contains("believes it leads"), "{e}");
+        assert!(l.check(Duration::from_secs(60)).is_ok());
+        // Stepping down waits for the writes in flight.
+        l.renewed();
+        let permit = l.write_permit().await;
+        assert!(permit.is_some());
+        assert!(!l.step_down(Duration::from_millis(10)).await, "a write was still in flight");
+        drop(permit);
+        assert!(l.step_down(Duration::from_millis(10)).await);
+        assert!(!l.may_write());
+        assert!(l.check(Duration::ZERO).is_ok(), "stepped down: healthy");
+        // Without election this replica always writes.
+        assert!(Lease::new(false, Duration::ZERO, Duration::ZERO).may_write());
+    }
+}

@@ -95,6 +95,7 @@ pub struct Handle {
     /// The watchers' state.
     pub watch_health: WatchHealth,
     writes: SharedCounts,
+    writer: Writer,
 }
 
 impl Handle {
@@ -103,25 +104,37 @@ impl Handle {
         self.writes.lock().map(|c| *c).unwrap_or_default()
     }
 
-    /// Stops taking pods, finishes or abandons in-flight writes, releases the lease.
-    pub async fn shutdown(mut self) {
+    /// Stops taking pods, finishes or abandons in-flight writes, releases the
+    /// lease. Returns how many of the daemon's tasks had panicked.
+    pub async fn shutdown(mut self) -> usize {
         let _ = self.stop.send(true);
         let deadline = tokio::time::sleep(Duration::from_secs(15));
         tokio::pin!(deadline);
+        let mut panics = 0;
         loop {
             tokio::select! {
-                r = self.tasks.join_next() => if r.is_none() { break },
+                r = self.tasks.join_next() => match r {
+                    None => break,
+                    Some(Err(e)) if e.is_panic() => {
+                        tracing::error!(error = %e, "a daemon task panicked");
+                        panics += 1;
+                    }
+                    Some(_) => {}
+                },
                 _ = &mut deadline => {
                     self.tasks.abort_all();
                     break;
                 }
             }
         }
+        panics
     }
 
-    /// Stops without releasing anything, as a crash would (tests of failover).
+    /// Stops without releasing anything, as a crash would (tests of failover):
+    /// writes in flight are abandoned too.
     pub fn abort(mut self) {
         self.tasks.abort_all();
+        self.writer.abort();
     }
 }
 
@@ -175,6 +188,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     let cc = &config.raw.client_connection;
     let writer = Writer::new(client, lease.clone(), cc.qps, cc.burst, opts.write_concurrency, bind_tx, &opts.identity);
     let writes = writer.shared_counts();
+    let writer_handle = writer.clone();
     let frameworks = config.frameworks(opts.seed);
     let now = Instant::now().into_std();
     let lp = Loop {
@@ -191,7 +205,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
         lease: lease.clone(),
     };
     tasks.spawn(lp.run(watch_rx, bind_rx, explain_rx, stop_rx, writer));
-    Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics, lease, watch_health, writes })
+    Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics, lease, watch_health, writes, writer: writer_handle })
 }
 
 struct Loop {

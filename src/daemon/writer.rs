@@ -270,6 +270,18 @@ impl Writer {
         }
     }
 
+    /// Abandons every write in flight and every queued event at once (a crash, in tests).
+    pub fn abort(&self) {
+        if let Ok(mut t) = self.tasks.try_lock() {
+            t.abort_all();
+        }
+        if let Ok(mut t) = self.event_task.lock()
+            && let Some(h) = t.take()
+        {
+            h.abort();
+        }
+    }
+
     /// Binds `pod` to `node` through `pods/binding`, off the caller's task.
     pub async fn bind(&self, pod: Arc<PodInfo>, node: String, started: Instant) {
         let w = self.clone();

@@ -95,3 +95,69 @@ fn errors_back_off() {
     let again = sq.pop(t0 + Duration::from_secs(1)).expect("retried after 1s");
     assert_eq!(again.attempts, 2);
 }
+
+fn object(name: &str, extra: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+    let mut v = serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "resourceVersion": "1", "labels": {"app": "a"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    });
+    if let (Some(a), Some(b)) = (v.as_object_mut(), extra.as_object()) {
+        for (k, x) in b {
+            match (a.get_mut(k), x) {
+                (Some(serde_json::Value::Object(inner)), serde_json::Value::Object(add)) => inner.extend(add.clone()),
+                _ => {
+                    a.insert(k.clone(), x.clone());
+                }
+            }
+        }
+    }
+    serde_json::from_value(v).expect("pod")
+}
+
+#[test]
+fn one_record_status_only_updates_refresh_in_place() {
+    let t0 = Instant::now();
+    let mut sq = q(t0);
+    let o = object("p", serde_json::json!({}));
+    assert_eq!(sq.classify("uid-p", &o), Change::New);
+    sq.add(pod("p").info(), false, t0);
+    sq.set_object("uid-p", o.clone());
+    let popped = sq.pop(t0).expect("popped");
+    assert_eq!(popped.attempts, 1);
+    sq.unschedulable("uid-p", Events::NODE_ADD, t0);
+    // Status-only: a new resourceVersion, a condition and a nomination.
+    let status_only = object("p", serde_json::json!({
+        "metadata": {"resourceVersion": "2", "managedFields": []},
+        "status": {"nominatedNodeName": "n1", "conditions": [{"type": "PodScheduled", "status": "False"}]},
+    }));
+    assert_eq!(sq.classify("uid-p", &status_only), Change::StatusOnly);
+    sq.refresh(pod("p").nominated("n1").info(), status_only);
+    assert_eq!(sq.place("uid-p"), Some(Place::Unschedulable), "a status-only update does not move the pod");
+    assert_eq!(sq.get("uid-p").and_then(|q| q.pod.nominated_node.clone()).as_deref(), Some("n1"), "the record holds the newer pod");
+    assert_eq!(sq.get("uid-p").map(|q| q.attempts), Some(1));
+    assert_eq!(sq.first_seen("uid-p"), Some(t0));
+    // Labels (or spec, annotations) changing is an update.
+    let relabeled = object("p", serde_json::json!({"metadata": {"labels": {"app": "b"}}}));
+    assert_eq!(sq.classify("uid-p", &relabeled), Change::Updated);
+    let respec = object("p", serde_json::json!({"spec": {"containers": [{"name": "c", "image": "j"}]}}));
+    assert_eq!(sq.classify("uid-p", &respec), Change::Updated);
+}
+
+#[test]
+fn nomination_recorded_and_rejections_counted_from_the_pool() {
+    let t0 = Instant::now();
+    let mut sq = q(t0);
+    sq.add(pod("p").info(), false, t0);
+    sq.add(pod("r").info(), false, t0);
+    sq.pop(t0);
+    sq.pop(t0);
+    sq.set_nominated("uid-p", Some("n2".into()));
+    sq.set_rejected("uid-p", Some(Rejection { profile: "x".into(), plugins: vec!["NodeResourcesFit"] }));
+    sq.set_rejected("uid-r", Some(Rejection { profile: "x".into(), plugins: vec!["TaintToleration"] }));
+    sq.unschedulable("uid-p", Events::ALL, t0);
+    sq.error("uid-r", t0);
+    assert_eq!(sq.get("uid-p").and_then(|q| q.pod.nominated_node.clone()).as_deref(), Some("n2"));
+    let pool: Vec<_> = sq.pool_rejections().flat_map(|r| r.plugins.clone()).collect();
+    assert_eq!(pool, vec!["NodeResourcesFit"], "only pool pods count");
+    assert_eq!(sq.pods().count(), 2);
+}

@@ -16,4 +16,6 @@ mod conformance;
 mod e2e_daemon;
 mod e2e_support;
 mod e2e_throughput;
+mod e2e_trust;
+mod fault_proxy;
 mod properties;

@@ -1,0 +1,297 @@
+//! A fault-injecting HTTP proxy between one daemon and the local cluster.
+//! It forwards every request with its own kube client (no retries) and can:
+//!
+//! - answer a fraction of matching requests with a status (429, 500) without
+//!   forwarding them, or reset them before forwarding;
+//! - forward a request and then lose its reply (the client sees the
+//!   connection die after the commit), or answer 500 after the commit;
+//! - hold the bodies of watch streams (no event reaches the client until
+//!   released), and end every open watch;
+//! - black out: every request is reset;
+//! - hold matching requests until released (e.g. all event writes).
+//!
+//! It records every write that passed (method, path, when, status), so a test
+//! can count the writes of one client after a given instant.
+#![allow(clippy::unwrap_used, dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::http::{Method, Request, Response, StatusCode};
+use futures::StreamExt;
+use rand::Rng;
+use tokio::sync::watch;
+
+/// What a rule does to a matching request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer this status without forwarding.
+    Status(u16),
+    /// Kill the connection without forwarding.
+    ResetBefore,
+    /// Forward, then kill the connection instead of replying (reply lost after commit).
+    DropReplyAfterCommit,
+    /// Forward, then answer 500 (the commit happened; the client cannot know).
+    ErrorAfterCommit,
+}
+
+/// A fault for a fraction of the requests whose method matches and whose path contains `path`.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    /// Method, None for any.
+    pub method: Option<Method>,
+    /// A substring of the path.
+    pub path: String,
+    /// What to do.
+    pub fault: Fault,
+    /// Fraction 0..=1.
+    pub fraction: f64,
+}
+
+impl Rule {
+    /// A rule.
+    pub fn new(method: Option<Method>, path: &str, fault: Fault, fraction: f64) -> Rule {
+        Rule { method, path: path.into(), fault, fraction }
+    }
+}
+
+/// One write that reached the cluster.
+#[derive(Clone, Debug)]
+pub struct Write {
+    /// When it was forwarded.
+    pub at: Instant,
+    /// Method.
+    pub method: Method,
+    /// Path and query.
+    pub path: String,
+}
+
+impl Write {
+    /// A write to a Lease.
+    pub fn is_lease(&self) -> bool {
+        self.path.contains("/leases")
+    }
+}
+
+struct State {
+    upstream: kube::Client,
+    rules: Mutex<Vec<Rule>>,
+    writes: Mutex<Vec<Write>>,
+    blackout: AtomicBool,
+    /// Watch bodies pause while true.
+    hold_watches: watch::Sender<bool>,
+    /// Bumped to end every open watch.
+    cut: watch::Sender<u64>,
+    /// Requests whose path contains one of these wait while held.
+    held: Mutex<Vec<(Method, String)>>,
+    release: watch::Sender<u64>,
+    injected: AtomicU64,
+}
+
+/// The proxy. Dropping it stops serving.
+pub struct FaultProxy {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn reset_body() -> Body {
+    Body::from_stream(futures::stream::once(async { Err::<Bytes, std::io::Error>(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fault proxy: connection reset")) }))
+}
+
+fn reset() -> Response<Body> {
+    // The head goes out, then the body fails: the client sees the exchange die.
+    Response::builder().status(StatusCode::OK).header("content-type", "application/json").body(reset_body()).unwrap()
+}
+
+fn status(code: u16) -> Response<Body> {
+    let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "injected by the fault proxy", "reason": if code == 429 { "TooManyRequests" } else { "InternalError" }, "code": code});
+    let mut r = Response::builder().status(code).header("content-type", "application/json");
+    if code == 429 {
+        r = r.header("retry-after", "0");
+    }
+    r.body(Body::from(body.to_string())).unwrap()
+}
+
+impl FaultProxy {
+    /// Starts a proxy in front of `cluster_url`.
+    pub async fn start(upstream: kube::Client) -> FaultProxy {
+        let state = Arc::new(State {
+            upstream,
+            rules: Mutex::new(Vec::new()),
+            writes: Mutex::new(Vec::new()),
+            blackout: AtomicBool::new(false),
+            hold_watches: watch::channel(false).0,
+            cut: watch::channel(0).0,
+            held: Mutex::new(Vec::new()),
+            release: watch::channel(0).0,
+            injected: AtomicU64::new(0),
+        });
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let st = state.clone();
+        let app = axum::Router::new().fallback(move |req: Request<Body>| {
+            let st = st.clone();
+            async move { handle(st, req).await }
+        });
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FaultProxy { addr, state, task }
+    }
+
+    /// A kube client that goes through the proxy (kube's default retries on).
+    pub fn client(&self) -> kube::Client {
+        let uri: axum::http::Uri = format!("http://{}", self.addr).parse().unwrap();
+        let mut cfg = kube::Config::new(uri);
+        cfg.default_namespace = "default".into();
+        cfg.read_timeout = Some(Duration::from_secs(60));
+        kube::Client::try_from(cfg).unwrap()
+    }
+
+    /// Replaces the fault rules.
+    pub fn set_rules(&self, rules: Vec<Rule>) {
+        *self.state.rules.lock().unwrap() = rules;
+    }
+
+    /// Every request is reset while on.
+    pub fn blackout(&self, on: bool) {
+        self.state.blackout.store(on, Ordering::SeqCst);
+        if on {
+            self.cut_watches();
+        }
+    }
+
+    /// Watch bodies stop flowing while on.
+    pub fn hold_watches(&self, on: bool) {
+        self.state.hold_watches.send_replace(on);
+    }
+
+    /// Ends every open watch stream.
+    pub fn cut_watches(&self) {
+        self.state.cut.send_modify(|g| *g += 1);
+    }
+
+    /// Requests with `method` whose path contains `path` wait until [`FaultProxy::release`].
+    pub fn hold(&self, method: Method, path: &str) {
+        self.state.held.lock().unwrap().push((method, path.into()));
+    }
+
+    /// Lets held requests through and holds no more.
+    pub fn release(&self) {
+        self.state.held.lock().unwrap().clear();
+        self.state.release.send_modify(|g| *g += 1);
+    }
+
+    /// Writes forwarded so far.
+    pub fn writes(&self) -> Vec<Write> {
+        self.state.writes.lock().unwrap().clone()
+    }
+
+    /// Writes (leases excluded) forwarded at or after `t`.
+    pub fn writes_since(&self, t: Instant) -> Vec<Write> {
+        self.writes().into_iter().filter(|w| w.at >= t && !w.is_lease()).collect()
+    }
+
+    /// Faults injected so far.
+    pub fn injected(&self) -> u64 {
+        self.state.injected.load(Ordering::SeqCst)
+    }
+}
+
+async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
+    if st.blackout.load(Ordering::SeqCst) {
+        return reset();
+    }
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
+    let is_watch = parts.method == Method::GET && path.contains("watch=true");
+    // Held requests wait for a release.
+    let mut rel = st.release.subscribe();
+    while st.held.lock().unwrap().iter().any(|(m, p)| *m == parts.method && path.contains(p.as_str())) {
+        if rel.changed().await.is_err() {
+            break;
+        }
+    }
+    let fault = {
+        let rules = st.rules.lock().unwrap();
+        let mut rng = rand::rng();
+        rules.iter().find(|r| r.method.as_ref().is_none_or(|m| *m == parts.method) && path.contains(r.path.as_str()) && rng.random_bool(r.fraction.clamp(0.0, 1.0))).map(|r| r.fault)
+    };
+    if let Some(f) = fault {
+        st.injected.fetch_add(1, Ordering::SeqCst);
+        match f {
+            Fault::Status(code) => return status(code),
+            Fault::ResetBefore => return reset(),
+            _ => {}
+        }
+    }
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(b) => b,
+        Err(_) => return reset(),
+    };
+    let mut up = Request::builder().method(parts.method.clone()).uri(path.clone());
+    for (k, v) in parts.headers.iter() {
+        if k != "host" && k != "content-length" {
+            up = up.header(k, v);
+        }
+    }
+    let up = up.body(kube::client::Body::from(bytes.to_vec())).unwrap();
+    if parts.method != Method::GET {
+        st.writes.lock().unwrap().push(Write { at: Instant::now(), method: parts.method.clone(), path: path.clone() });
+    }
+    let resp = match st.upstream.send(up).await {
+        Ok(r) => r,
+        Err(_) => return reset(),
+    };
+    match fault {
+        Some(Fault::DropReplyAfterCommit) => {
+            // Let the write finish at the server, then lose the reply.
+            let _ = axum::body::to_bytes(Body::new(resp.into_body()), usize::MAX).await;
+            return reset();
+        }
+        Some(Fault::ErrorAfterCommit) => {
+            let _ = axum::body::to_bytes(Body::new(resp.into_body()), usize::MAX).await;
+            return status(500);
+        }
+        _ => {}
+    }
+    let (rparts, rbody) = resp.into_parts();
+    let body = if is_watch {
+        let hold = st.hold_watches.subscribe();
+        let cut = st.cut.subscribe();
+        let inner = Body::new(rbody).into_data_stream();
+        let s = futures::stream::unfold((inner, hold, cut), move |(mut inner, mut hold, mut cut)| async move {
+            loop {
+                if cut.has_changed().unwrap_or(true) {
+                    return None;
+                }
+                if !*hold.borrow() {
+                    break;
+                }
+                tokio::select! {
+                    r = hold.changed() => if r.is_err() { return None },
+                    _ = cut.changed() => return None,
+                }
+            }
+            tokio::select! {
+                item = inner.next() => item.map(|i| (i, (inner, hold, cut))),
+                _ = cut.changed() => None,
+            }
+        });
+        Body::from_stream(s)
+    } else {
+        Body::new(rbody)
+    };
+    Response::from_parts(rparts, body)
+}
