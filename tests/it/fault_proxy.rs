@@ -284,10 +284,11 @@ async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
                     _ = cut.changed() => return None,
                 }
             }
-            tokio::select! {
-                item = inner.next() => item.map(|i| (i, (inner, hold, cut))),
+            let item = tokio::select! {
+                item = inner.next() => item,
                 _ = cut.changed() => None,
-            }
+            };
+            item.map(|i| (i, (inner, hold, cut)))
         });
         Body::from_stream(s)
     } else {
