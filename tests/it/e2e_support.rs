@@ -53,14 +53,16 @@ pub const NOBODY_TOKEN: &str = "e2e-nobody-token";
 
 /// The test clusters' tokens and rules (the defaults plus a /metrics reader).
 pub fn auth_config() -> AuthConfig {
-    let mut a = AuthConfig::default();
-    a.tokens = vec![
-        StaticToken::new(ADMIN_TOKEN, "e2e-admin", &["system:masters"]),
-        StaticToken::new(METRICS_TOKEN, "prometheus", &["monitoring"]),
-        StaticToken::new(NOBODY_TOKEN, "nobody", &[]),
-    ];
-    a.rules.push(AuthRule::user_paths("prometheus", &["get"], &["/metrics"]));
-    a
+    let mut rules = AuthConfig::default().rules;
+    rules.push(AuthRule::user_paths("prometheus", &["get"], &["/metrics"]));
+    AuthConfig {
+        tokens: vec![
+            StaticToken::new(ADMIN_TOKEN, "e2e-admin", &["system:masters"]),
+            StaticToken::new(METRICS_TOKEN, "prometheus", &["monitoring"]),
+            StaticToken::new(NOBODY_TOKEN, "nobody", &[]),
+        ],
+        rules,
+    }
 }
 
 /// An HTTPS GET against the admin port with `token` (any certificate
