@@ -4,8 +4,8 @@
 # render), every rendered object against Kubernetes' OpenAPI schemas, the
 # scheduler configuration the chart writes (parsed by berth itself), the
 # PrometheusRule (promtool), the Grafana dashboard (JSON), the Dockerfile
-# (hadolint), and `berth demo` (exit status, zero violations, /metrics through
-# promtool).
+# (hadolint), and `berth demo` (exit status, zero violations, /metrics over
+# HTTPS with a bearer token through promtool).
 #
 #   ci/validate.sh [BERTH_BINARY]      # default target/release/berth
 #   ci/validate.sh --update [BINARY]   # regenerate deploy/berth.yaml from the chart, then validate
@@ -115,6 +115,8 @@ priorityClassName: system-cluster-critical
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
 extraConfig: {percentageOfNodesToScore: 50, podMaxBackoffSeconds: 5}
+tls: {secretName: berth-tls}
+metricsReader: {subjects: [{kind: ServiceAccount, name: prometheus-k8s, namespace: monitoring}]}
 profiles:
   - schedulerName: berth
   - schedulerName: berth-binpack
@@ -143,6 +145,11 @@ for bad in replicas=-1 logFormat=xml 'profiles=null' unknownKey=1 'leaderElectio
     fail "values.schema.json accepted --set $bad"
   fi
 done
+# More than one replica without leader election is refused, with a message that says why.
+if out=$("$HELM" template "$RELEASE" "$CHART" --set replicas=2,leaderElection.enabled=false 2>&1); then
+  fail "the chart rendered 2 replicas with leader election off"
+fi
+grep -q "over-fill nodes" <<<"$out" || fail "the refusal of 2 replicas without leader election does not say why: $out"
 echo "rendered: $(grep -c '^kind:' "$WORK/default.yaml") objects by default, $(grep -c '^kind:' "$WORK/all.yaml") with every feature on; schema rejects bad values"
 
 step "deploy/ equals the chart's default render"
@@ -257,15 +264,20 @@ for _ in $(seq 1 240); do
 done
 [[ -n $url ]] || { cat "$keep_out" "$WORK/keep.err" >&2; fail "berth demo --keep-running printed no metrics URL"; }
 base=${url%/metrics}
-curl -fsS "$url" >"$WORK/metrics.txt"
+token=$(sed -n 's/^token: *//p' "$keep_out")
+[[ -n $token ]] || fail "berth demo --keep-running printed no token"
+# The secure port: anonymous requests to /metrics are forbidden, a token the cluster knows is served.
+code=$(curl -ksS -o /dev/null -w '%{http_code}' "$url")
+[[ $code == 403 ]] || fail "anonymous GET /metrics answered $code, want 403"
+curl -fksS -H "Authorization: Bearer $token" "$url" >"$WORK/metrics.txt"
 promtool check metrics <"$WORK/metrics.txt"
 for m in scheduler_schedule_attempts_total scheduler_pending_pods scheduler_scheduling_attempt_duration_seconds scheduler_preemption_attempts_total; do
   grep -q "^# TYPE $m " "$WORK/metrics.txt" || fail "/metrics lacks $m"
 done
 for path in /livez /readyz /healthz; do
-  curl -fsS -o /dev/null "$base$path" || fail "$base$path is not healthy"
+  curl -fksS -o /dev/null "$base$path" || fail "$base$path is not healthy"
 done
-echo "$url: $(grep -c '^scheduler_' "$WORK/metrics.txt") samples pass promtool; /livez /readyz /healthz answer 200"
+echo "$url: $(grep -c '^scheduler_' "$WORK/metrics.txt") samples pass promtool (with a token; 403 without); /livez /readyz /healthz answer 200 without one"
 kill -INT "$KEEP_PID"
 set +e
 wait "$KEEP_PID"

@@ -27,12 +27,13 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
+use crate::cluster::auth::{AuthConfig, StaticToken};
 use crate::cluster::{ClusterConfig, LocalCluster, zone_name};
 use crate::config::Config;
 use crate::daemon::{self, Options};
+use crate::daemon::admin::https_get;
 use crate::model::quantity::{parse_milli, parse_value};
 
 /// The namespace the workload runs in.
@@ -334,7 +335,10 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     };
 
     say(&pb, format!("starting a local cluster: {} nodes in {ZONES} zones", shape.nodes));
-    let cluster = LocalCluster::start(ClusterConfig { listen: opts.listen, nodes: shape.nodes, zones: ZONES, ..Default::default() }).await?;
+    // The admin port authenticates through the cluster: a token for the demo's own requests (and yours, with --keep-running).
+    let token = format!("{:032x}", rand::random::<u128>());
+    let auth = AuthConfig { tokens: vec![StaticToken::new(&token, "berth-demo-admin", &["system:masters"])], ..AuthConfig::default() };
+    let cluster = LocalCluster::start(ClusterConfig { listen: opts.listen, nodes: shape.nodes, zones: ZONES, auth, ..Default::default() }).await?;
     let client = cluster.client()?;
     prepare_cluster(&client, &shape).await?;
 
@@ -343,6 +347,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     let identity = format!("berth-demo-{}", std::process::id());
     let handle = daemon::start(client.clone(), &config, Options { bind_address: opts.bind_address, identity: identity.clone(), seed: opts.seed, ..Options::default() }).await?;
     let admin = handle.admin_addr;
+    let cert = handle.admin.cert_der.clone();
     let mut ready = handle.ready.clone();
     let mut leading = handle.leading.clone();
     let up = tokio::time::timeout(Duration::from_secs(30), async {
@@ -390,7 +395,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         }
         if pending_by_design {
             let path = format!("/debug/explain?pod={NAMESPACE}/{GIANT}");
-            explain = Some(match http_get(admin, &path).await {
+            explain = Some(match https_get(admin, &path, Some(&token), Some(&cert)).await {
                 Ok((200, body)) => serde_json::from_str(&body).map_err(|e| format!("explain answered with something that is not JSON: {e}")),
                 Ok((code, body)) => Err(format!("explain answered {code}: {}", body.trim())),
                 Err(e) => Err(format!("explain failed: {e:#}")),
@@ -447,8 +452,10 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         println!("The cluster and the scheduler keep running (Ctrl-C to stop):");
         println!("kubeconfig: {}", kubeconfig.display());
         println!("api:        {}", cluster.url());
-        println!("metrics:    http://{admin}/metrics");
-        println!("explain:    http://{admin}/debug/explain?pod={NAMESPACE}/{GIANT}");
+        println!("metrics:    https://{admin}/metrics");
+        println!("explain:    https://{admin}/debug/explain?pod={NAMESPACE}/{GIANT}");
+        println!("token:      {token}");
+        println!("try:        curl -k -H \"Authorization: Bearer {token}\" https://{admin}/metrics");
         println!("try:        KUBECONFIG={} kubectl get pods -n {NAMESPACE} -o wide", kubeconfig.display());
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
@@ -531,32 +538,6 @@ async fn create_pods(api: &Api<Pod>, shared: &Shared, batch: Vec<(String, &'stat
     results.into_iter().collect()
 }
 
-/// A plain HTTP/1.1 GET (the admin listener speaks plain HTTP).
-async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
-    let addr = if addr.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
-    let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr)).await.context("connect timed out")??;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut buf)).await.context("read timed out")??;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response")?;
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no HTTP status")?;
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
-    Ok((status, body))
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
-}
 
 // ---------------------------------------------------------------- checks
 
@@ -684,7 +665,7 @@ impl Report<'_> {
             zone_name(TAINTED_ZONE),
             self.shape.ssd.len()
         );
-        let _ = writeln!(s, "scheduler: profile {SCHEDULER}, leader {} (Lease kube-system/berth), API server {}, admin http://{}", self.leader, self.api, self.admin);
+        let _ = writeln!(s, "scheduler: profile {SCHEDULER}, leader {} (Lease kube-system/berth), API server {}, admin https://{}", self.leader, self.api, self.admin);
 
         // Placement per group and zone.
         let _ = writeln!(s, "\nPlacement (running pods per zone)");
@@ -836,7 +817,7 @@ impl Report<'_> {
         unexpected.retain(|n| self.tracker.pods.get(n).is_none_or(|r| !r.preempted) && self.pods.iter().any(|p| p.metadata.name.as_deref() == Some(n) && node_of(p).is_none()));
 
         // Explain of the pod that fits nowhere.
-        let _ = writeln!(s, "\nWhy {NAMESPACE}/{GIANT} stays pending (GET http://{}/debug/explain?pod={NAMESPACE}/{GIANT})", self.admin);
+        let _ = writeln!(s, "\nWhy {NAMESPACE}/{GIANT} stays pending (GET https://{}/debug/explain?pod={NAMESPACE}/{GIANT})", self.admin);
         match self.explain {
             None => {
                 let _ = writeln!(s, "  not asked");
@@ -1045,10 +1026,5 @@ mod tests {
         assert!(text.contains("NOT PLACED demo/web-3"), "{text}");
         assert!(text.contains("violations: 2"), "{text}");
         assert_eq!(failures, 3);
-    }
-
-    #[test]
-    fn dechunks() {
-        assert_eq!(dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"), "hello world");
     }
 }

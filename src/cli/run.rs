@@ -1,10 +1,12 @@
 //! `berth run`: the scheduler daemon.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::Args;
 
 use crate::config::Config;
+use crate::daemon::admin::AdminOptions;
 use crate::daemon::{self, Options};
 
 /// Log format.
@@ -20,16 +22,27 @@ pub enum LogFormat {
 /// `berth run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// KubeSchedulerConfiguration file (v1); upstream defaults when absent.
+    /// KubeSchedulerConfiguration file (v1), required: it must name berth's
+    /// profiles (schedulerName), so that berth never takes pods meant for
+    /// another scheduler by default.
     #[arg(long, env = "BERTH_CONFIG")]
     pub config: Option<String>,
     /// kubeconfig to reach the API server; in-cluster configuration when absent
     /// (then clientConnection.kubeconfig, then the usual kubeconfig lookup).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<String>,
-    /// Address of the metrics/health listener.
+    /// Address of the secure (HTTPS) port: /metrics, /healthz, /livez, /readyz, /debug/explain.
     #[arg(long, default_value = "0.0.0.0:10259")]
     pub bind_address: SocketAddr,
+    /// PEM certificate (chain) of the secure port; a self-signed certificate when absent.
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key matching --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Paths served without authorization (a trailing `*` matches a prefix).
+    #[arg(long, value_delimiter = ',', default_value = "/healthz,/readyz,/livez")]
+    pub authorization_always_allow_paths: Vec<String>,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -66,13 +79,21 @@ pub async fn client(kubeconfig: Option<&str>) -> anyhow::Result<kube::Client> {
 /// Runs the daemon until SIGTERM or Ctrl-C (a second one aborts).
 pub async fn run(a: &RunArgs) -> anyhow::Result<()> {
     init_logging(a.log_format);
-    let config = match &a.config {
-        Some(p) => Config::load(p)?,
-        None => Config::default_config(),
+    let Some(path) = a.config.as_deref() else {
+        anyhow::bail!(
+            "no --config given: berth run needs a KubeSchedulerConfiguration file (apiVersion: kubescheduler.config.k8s.io/v1, kind: KubeSchedulerConfiguration) whose profiles name the schedulerName berth serves; without one it would take every default-scheduler pod and race the cluster's own scheduler"
+        );
     };
+    let config = Config::load_for_scheduler(path)?;
     let kubeconfig = a.kubeconfig.clone().or_else(|| config.raw.client_connection.kubeconfig.clone()).filter(|s| !s.is_empty());
     let client = client(kubeconfig.as_deref()).await?;
-    let opts = Options { bind_address: a.bind_address, identity: a.identity.clone().unwrap_or_else(|| Options::default().identity), ..Options::default() };
+    let admin = AdminOptions {
+        tls_cert_file: a.tls_cert_file.clone(),
+        tls_private_key_file: a.tls_private_key_file.clone(),
+        always_allow_paths: a.authorization_always_allow_paths.iter().map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect(),
+        ..AdminOptions::default()
+    };
+    let opts = Options { bind_address: a.bind_address, identity: a.identity.clone().unwrap_or_else(|| Options::default().identity), admin, ..Options::default() };
     let handle = daemon::start(client, &config, opts).await?;
     tracing::info!(admin = %handle.admin_addr, profiles = ?config.profile_names(), "berth is running");
     shutdown_signal().await;

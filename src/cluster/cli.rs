@@ -65,6 +65,7 @@ impl ClusterArgs {
             store: super::StoreConfig { history_limit: self.history.max(1), ..Default::default() },
             bookmark_interval: Duration::from_secs(self.bookmark_interval_secs.max(1)),
             faults: FaultConfig { error_rules, watch_cut_interval: self.watch_cut_secs.map(Duration::from_secs) },
+            auth: Default::default(),
         })
     }
 }

@@ -118,6 +118,8 @@ pub struct AppState {
     pub watch_gen: Arc<watch::Sender<u64>>,
     /// The advertised address (`host:port`).
     pub addr: String,
+    /// TokenReview and SubjectAccessReview answers.
+    pub auth: Arc<super::auth::AuthConfig>,
 }
 
 /// Build the router.
@@ -219,6 +221,22 @@ async fn dispatch(st: &AppState, method: &Method, path: &str, query: &str, heade
             }
         }
         ["api", "v1", rest @ ..] => resource_request(st, method, "", "v1", rest, query, headers, body).await,
+        ["apis", group @ ("authentication.k8s.io" | "authorization.k8s.io"), "v1", kind @ ("tokenreviews" | "subjectaccessreviews")] => {
+            if method != Method::POST {
+                return Err(Error::MethodNotAllowed);
+            }
+            let req = parse_json(&body, headers)?;
+            let answer = match (*group, *kind) {
+                ("authentication.k8s.io", "tokenreviews") => st.auth.token_review(&req),
+                ("authorization.k8s.io", "subjectaccessreviews") => st.auth.subject_access_review(&req),
+                _ => return Err(Error::NotFound),
+            };
+            match answer {
+                Ok(v) => Ok(json_response(StatusCode::CREATED, v.to_string().into())),
+                Err(e @ super::auth::Error::Invalid { .. }) => Ok(json_response(StatusCode::UNPROCESSABLE_ENTITY, status_json(422, "Invalid", &e.to_string(), None).to_string().into())),
+                Err(e) => Err(Error::BadRequest(e.to_string())),
+            }
+        }
         ["apis", g, v, rest @ ..] => resource_request(st, method, g, v, rest, query, headers, body).await,
         _ => Err(Error::NotFound),
     }

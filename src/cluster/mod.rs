@@ -7,7 +7,9 @@
 //! nodes (+status), pods (+binding, +status, +eviction), events;
 //! events.k8s.io/v1 events (mirrored into core/v1 events); coordination.k8s.io/v1
 //! leases; scheduling.k8s.io/v1 priorityclasses; policy/v1
-//! poddisruptionbudgets (+status, kept current). Verbs: get, list (label and
+//! poddisruptionbudgets (+status, kept current); authentication.k8s.io/v1
+//! tokenreviews and authorization.k8s.io/v1 subjectaccessreviews (create
+//! only, answered from [`ClusterConfig::auth`]: see [`auth`]). Verbs: get, list (label and
 //! field selectors, limit/continue), watch (resume, bookmarks,
 //! sendInitialEvents, 410 Expired), create, update, patch (merge,
 //! strategic, JSON patch, apply approximated by strategic merge), delete (grace period,
@@ -48,6 +50,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod faults;
@@ -128,6 +131,8 @@ pub struct ClusterConfig {
     pub bookmark_interval: Duration,
     /// Faults active from the start.
     pub faults: FaultConfig,
+    /// Static tokens and rules answering TokenReview and SubjectAccessReview.
+    pub auth: auth::AuthConfig,
 }
 
 impl Default for ClusterConfig {
@@ -143,6 +148,7 @@ impl Default for ClusterConfig {
             store: StoreConfig::default(),
             bookmark_interval: Duration::from_secs(5),
             faults: FaultConfig::default(),
+            auth: auth::AuthConfig::default(),
         }
     }
 }
@@ -332,7 +338,7 @@ impl LocalCluster {
         let listener = bind(cfg.listen).map_err(|source| Error::Listen { addr: cfg.listen, source })?;
         let addr = listener.local_addr().map_err(|source| Error::Listen { addr: cfg.listen, source })?;
         drop(listener);
-        let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string() };
+        let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string(), auth: Arc::new(cfg.auth.clone()) };
         let server = Arc::new(ServerCtl { addr, app: http::router(state), watch_gen, running: tokio::sync::Mutex::new(None) });
         server.listen().await?;
         let weak: std::sync::Weak<dyn faults::Restarter> = Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));

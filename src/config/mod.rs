@@ -694,5 +694,42 @@ fn resolve_profile(p: &Profile, name: String, path: &str) -> Result<ResolvedProf
     Ok(ResolvedProfile { name, percentage: p.percentage_of_nodes_to_score, plugins: out })
 }
 
+/// What `berth run` tells an operator whose file names no profile.
+const NAME_A_PROFILE: &str = "name at least one profile, e.g. `profiles: [{schedulerName: berth}]` (give it schedulerName: default-scheduler only to replace the cluster's scheduler): without one berth would schedule every default-scheduler pod and race the cluster's own scheduler";
+
+impl Config {
+    /// Reads a configuration for `berth run`, refusing what would make berth
+    /// silently take every `default-scheduler` pod: an empty file (or
+    /// `/dev/null`), a file without `apiVersion` and `kind`, and a file that
+    /// names no profile (`profiles: []` or none). Then as [`Config::load`].
+    pub fn load_for_scheduler(path: &str) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        Self::parse_for_scheduler(&text).map_err(|e| match e {
+            Error::Parse(m) => Error::Parse(format!("{path}: {m}")),
+            Error::Invalid { field, message } => Error::Invalid { field: format!("{path}: {field}"), message },
+            other => other,
+        })
+    }
+
+    /// [`Config::load_for_scheduler`] on text.
+    pub fn parse_for_scheduler(text: &str) -> Result<Config> {
+        let blank = text.lines().map(str::trim).all(|l| l.is_empty() || l.starts_with('#') || l == "---" || l == "...");
+        if blank {
+            return Err(invalid("(file)", format!("the configuration is empty; write a KubeSchedulerConfiguration with apiVersion: {API_VERSION}, kind: {KIND} and profiles ({NAME_A_PROFILE})")));
+        }
+        let raw: KubeSchedulerConfiguration = serde_saphyr::from_str(text).map_err(|e| Error::Parse(e.to_string()))?;
+        if raw.api_version.is_none() {
+            return Err(invalid("apiVersion", format!("missing; a KubeSchedulerConfiguration file starts with apiVersion: {API_VERSION} and kind: {KIND}")));
+        }
+        if raw.kind.is_none() {
+            return Err(invalid("kind", format!("missing; a KubeSchedulerConfiguration file starts with apiVersion: {API_VERSION} and kind: {KIND}")));
+        }
+        if raw.profiles.is_empty() {
+            return Err(invalid("profiles", format!("empty; {NAME_A_PROFILE}")));
+        }
+        Self::from_raw(raw)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -84,3 +84,31 @@ fn every_default_plugin_is_registered() {
         assert!(crate::plugins::known(d.name), "{} is not registered", d.name);
     }
 }
+
+#[test]
+fn the_scheduler_refuses_configurations_that_would_take_every_pod() {
+    let msg = |t: &str| Config::parse_for_scheduler(t).err().map(|e| e.to_string()).unwrap_or_default();
+    for empty in ["", "\n", "# nothing\n", "---\n"] {
+        let m = msg(empty);
+        assert!(m.contains("the configuration is empty") && m.contains("profiles"), "{empty:?}: {m}");
+    }
+    let m = msg("profiles:\n- schedulerName: berth\n");
+    assert!(m.starts_with("apiVersion: missing") && m.contains(API_VERSION), "{m}");
+    let m = msg("apiVersion: kubescheduler.config.k8s.io/v1\nprofiles:\n- schedulerName: berth\n");
+    assert!(m.starts_with("kind: missing"), "{m}");
+    let head = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
+    for none in [String::new(), "profiles: []\n".to_string()] {
+        let m = msg(&format!("{head}{none}"));
+        assert!(m.starts_with("profiles: empty") && m.contains("race the cluster's own scheduler"), "{m}");
+    }
+    let ok = Config::parse_for_scheduler(&format!("{head}profiles:\n- schedulerName: berth\n")).expect("valid");
+    assert_eq!(ok.profile_names(), vec!["berth"]);
+    // Validation still applies.
+    assert!(msg(&format!("{head}percentageOfNodesToScore: 101\nprofiles:\n- schedulerName: berth\n")).contains("percentageOfNodesToScore"));
+}
+
+#[test]
+fn the_scheduler_refuses_dev_null_naming_the_file() {
+    let e = Config::load_for_scheduler("/dev/null").err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.starts_with("/dev/null: (file): the configuration is empty"), "{e}");
+}

@@ -22,12 +22,10 @@ use tokio::time::Instant;
 
 use crate::cache::{Cache, Pdb};
 use crate::config::Config;
-use crate::engine::explain_pod;
 use crate::framework::{CycleOptions, Events, Framework};
 use crate::model::{NodeSpec, PodInfo};
 use crate::queue::{self, Rejection, SchedulingQueue};
 
-use self::admin::ExplainRequest;
 use self::leader::Lease;
 use self::metrics::Metrics;
 use self::watch::{Change, WatchEvent, WatchHealth};
@@ -48,6 +46,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The admin port could not start (TLS material, listener).
+    #[error(transparent)]
+    Admin(#[from] admin::Error),
 }
 
 /// Options of a running daemon beyond the configuration file.
@@ -64,6 +65,8 @@ pub struct Options {
     /// How long past leaseDuration a leader that has not renewed stays
     /// healthy (upstream's leader-election healthz tolerance, 20 s).
     pub leader_healthz_tolerance: Duration,
+    /// How the admin port is served (TLS, authentication, limits).
+    pub admin: admin::AdminOptions,
 }
 
 impl Default for Options {
@@ -74,6 +77,7 @@ impl Default for Options {
             write_concurrency: 16,
             seed: 0x5eed,
             leader_healthz_tolerance: leader::HEALTHZ_TOLERANCE,
+            admin: admin::AdminOptions::default(),
         }
     }
 }
@@ -96,6 +100,8 @@ pub struct Handle {
     pub watch_health: WatchHealth,
     writes: SharedCounts,
     writer: Writer,
+    /// The admin port's certificate and counters.
+    pub admin: admin::AdminInfo,
 }
 
 impl Handle {
@@ -148,21 +154,13 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     let (ready_tx, ready_rx) = signal::channel(false);
     let (watch_tx, watch_rx) = mpsc::channel(4096);
     let (bind_tx, bind_rx) = mpsc::unbounded_channel();
-    let (explain_tx, explain_rx) = mpsc::channel(16);
     let mut tasks = tokio::task::JoinSet::new();
 
-    let listener = admin::bind(opts.bind_address).await.map_err(|source| Error::Listen { addr: opts.bind_address, source })?;
-    let admin_addr = listener.local_addr().map_err(|source| Error::Listen { addr: opts.bind_address, source })?;
     let lease = Lease::new(le.leader_elect, config.renew_deadline, config.lease_duration);
     let watch_health = WatchHealth::default();
     let health = admin::Health { lease: lease.clone(), watches: watch_health.clone(), tolerance: opts.leader_healthz_tolerance };
-    let app = admin::router(metrics.clone(), ready_rx.clone(), explain_tx, health);
-    let stop = stop_rx.clone();
-    tasks.spawn(async move {
-        if let Err(e) = admin::serve(listener, app, stop).await {
-            tracing::error!(error = %e, "admin listener failed");
-        }
-    });
+    let admin = admin::start(&opts.admin, opts.bind_address, client.clone(), metrics.clone(), ready_rx.clone(), config.frameworks(opts.seed), health, stop_rx.clone(), &mut tasks).await?;
+    let admin_addr = admin.info.addr;
 
     watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &watch_health, &mut tasks);
 
@@ -204,8 +202,8 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
         leading: leading_rx.clone(),
         lease: lease.clone(),
     };
-    tasks.spawn(lp.run(watch_rx, bind_rx, explain_rx, stop_rx, writer));
-    Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics, lease, watch_health, writes, writer: writer_handle })
+    tasks.spawn(lp.run(watch_rx, bind_rx, admin.explain, stop_rx, writer));
+    Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics, lease, watch_health, writes, writer: writer_handle, admin: admin.info })
 }
 
 struct Loop {
@@ -575,18 +573,6 @@ impl Loop {
         }
     }
 
-    fn explain(&self, req: ExplainRequest) {
-        let pod = self.queue.pods().find(|p| p.key() == req.pod).cloned();
-        let answer = match pod {
-            None => Err(format!("pod {} is not a pending pod of this scheduler", req.pod)),
-            Some(p) => {
-                let x = explain_pod(self.framework(&p), self.cache.snapshot(), &p);
-                serde_json::to_value(&x).map_err(|e| e.to_string())
-            }
-        };
-        let _ = req.reply.send(answer);
-    }
-
     fn gauges(&mut self) {
         let s = self.queue.sizes();
         for (q, v) in [("active", s.active), ("backoff", s.backoff), ("unschedulable", s.unschedulable), ("gated", s.gated)] {
@@ -609,7 +595,7 @@ impl Loop {
         mut self,
         mut watch_rx: mpsc::Receiver<WatchEvent>,
         mut bind_rx: mpsc::UnboundedReceiver<BindResult>,
-        mut explain_rx: mpsc::Receiver<ExplainRequest>,
+        explain: Arc<admin::ExplainHub>,
         mut stop: signal::Receiver<bool>,
         writer: Writer,
     ) {
@@ -625,8 +611,9 @@ impl Loop {
             while let Ok(r) = bind_rx.try_recv() {
                 self.bind_result(r);
             }
-            while let Ok(req) = explain_rx.try_recv() {
-                self.explain(req);
+            // Explain runs off the loop, on a copy published when asked (at most once a second).
+            if explain.wanted() {
+                explain.publish(self.cache.snapshot().clone(), self.queue.pods().cloned().collect());
             }
             if last_tick.elapsed() >= Duration::from_millis(500) {
                 self.queue.tick(Self::now());
@@ -643,7 +630,6 @@ impl Loop {
             tokio::select! {
                 Some(ev) = watch_rx.recv() => self.apply(ev),
                 Some(r) = bind_rx.recv() => self.bind_result(r),
-                Some(req) = explain_rx.recv() => self.explain(req),
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.leading.changed() => {}
                 _ = stop.changed() => break,

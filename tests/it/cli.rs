@@ -110,3 +110,47 @@ fn large_multi_document_dumps_load() {
     assert!(ok, "{err}");
     assert!(out.contains("1/1 pods placed"), "{out}");
 }
+
+fn berth_run(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("run")
+        .args(args)
+        .env_remove("BERTH_CONFIG")
+        // Nothing to reach: refusals come before any API server is contacted.
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .expect("berth runs");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn run_refuses_configurations_that_would_take_every_default_scheduler_pod() {
+    let (ok, err) = berth_run(&[]);
+    assert!(!ok);
+    assert!(err.contains("no --config given") && err.contains("race the cluster's own scheduler"), "{err}");
+
+    let (ok, err) = berth_run(&["--config", "/dev/null"]);
+    assert!(!ok);
+    assert!(err.contains("/dev/null: (file): the configuration is empty"), "{err}");
+
+    let empty = temp("empty.yaml", "# nothing here\n");
+    let (ok, err) = berth_run(&["--config", &empty]);
+    assert!(!ok);
+    assert!(err.contains("the configuration is empty"), "{err}");
+
+    let headless = temp("headless.yaml", "profiles:\n- schedulerName: berth\n");
+    let (ok, err) = berth_run(&["--config", &headless]);
+    assert!(!ok);
+    assert!(err.contains("apiVersion: missing"), "{err}");
+
+    let none = temp("no-profiles.yaml", "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles: []\n");
+    let (ok, err) = berth_run(&["--config", &none]);
+    assert!(!ok);
+    assert!(err.contains("profiles: empty") && err.contains("schedulerName"), "{err}");
+
+    // A real configuration gets past these checks (and fails later, on the missing kubeconfig).
+    let good = temp("good.yaml", "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: berth\n");
+    let (ok, err) = berth_run(&["--config", &good]);
+    assert!(!ok);
+    assert!(err.contains("--kubeconfig /nonexistent/kubeconfig"), "{err}");
+}

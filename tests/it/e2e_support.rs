@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use berth::cluster::auth::{AuthConfig, AuthRule, StaticToken};
 use berth::cluster::{ClusterConfig, FaultConfig, KubeletConfig, LocalCluster};
 use berth::config::Config;
 use berth::daemon::{self, Handle, Options};
@@ -37,9 +38,37 @@ pub async fn cluster(nodes: usize, zones: usize, cpu: &str, pods: u32, faults: F
         kubelet: KubeletConfig { enabled: true, start_delay: Duration::from_millis(20) },
         bookmark_interval: Duration::from_millis(500),
         faults,
+        auth: auth_config(),
         ..Default::default()
     };
     LocalCluster::start(cfg).await.unwrap()
+}
+
+/// A token of group system:masters: everything on the admin port.
+pub const ADMIN_TOKEN: &str = "e2e-admin-token";
+/// A token of user "prometheus", allowed `get` on /metrics only.
+pub const METRICS_TOKEN: &str = "e2e-metrics-token";
+/// A token of user "nobody", allowed nothing.
+pub const NOBODY_TOKEN: &str = "e2e-nobody-token";
+
+/// The test clusters' tokens and rules (the defaults plus a /metrics reader).
+pub fn auth_config() -> AuthConfig {
+    let mut rules = AuthConfig::default().rules;
+    rules.push(AuthRule::user_paths("prometheus", &["get"], &["/metrics"]));
+    AuthConfig {
+        tokens: vec![
+            StaticToken::new(ADMIN_TOKEN, "e2e-admin", &["system:masters"]),
+            StaticToken::new(METRICS_TOKEN, "prometheus", &["monitoring"]),
+            StaticToken::new(NOBODY_TOKEN, "nobody", &[]),
+        ],
+        rules,
+    }
+}
+
+/// An HTTPS GET against the admin port with `token` (any certificate
+/// accepted, as `curl -k`): (status, body).
+pub async fn admin_get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    berth::daemon::admin::https_get(addr, path, token, None).await.unwrap()
 }
 
 /// A configuration with one profile (`PROFILE`), short backoffs, a generous
@@ -192,8 +221,13 @@ pub fn pod_milli_cpu(p: &Pod) -> i64 {
         .unwrap_or(0)
 }
 
-/// A plain HTTP/1.1 GET against the admin listener: (status, body).
+/// A GET against the admin port as an administrator (HTTPS, [`ADMIN_TOKEN`]): (status, body).
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    admin_get(addr, path, Some(ADMIN_TOKEN)).await
+}
+
+/// A plain-HTTP/1.1 GET: (status, body); 0 when the answer is not HTTP.
+pub async fn plain_http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
     let mut out = Vec::new();

@@ -5,8 +5,10 @@
 //! - `conformance`: the shared cases that pin decisions to upstream's;
 //! - `properties`: invariants over random clusters;
 //! - `cluster_*`: the local cluster through kube-rs, kubectl and its faults;
-//! - `e2e_*`: the daemon over HTTP against the local cluster.
+//! - `e2e_*`: the daemon over HTTP against the local cluster;
+//! - `admin`: the daemon's secure port (TLS, delegated auth, limits, explain).
 
+mod admin;
 mod cli;
 mod cluster_bench;
 mod cluster_faults;
