@@ -133,6 +133,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
         }
     });
 
+    watch::spawn_workloads(client.clone(), watch_tx.clone(), stop_rx.clone(), &mut tasks);
     watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &mut tasks);
 
     if le.leader_elect {
@@ -168,7 +169,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
         rejected_by: HashMap::new(),
         pdbs: HashMap::new(),
         first_seen: HashMap::new(),
-        synced: [false; 4],
+        synced: [false; 8],
         ready: ready_tx,
         writer: writer.clone(),
         metrics: metrics.clone(),
@@ -192,7 +193,7 @@ struct Loop {
     rejected_by: HashMap<String, (String, Vec<&'static str>)>,
     pdbs: HashMap<String, Pdb>,
     first_seen: HashMap<String, Instant>,
-    synced: [bool; 4],
+    synced: [bool; 8],
     ready: signal::Sender<bool>,
     writer: Writer,
     metrics: Metrics,
@@ -398,6 +399,11 @@ impl Loop {
                     }
                 }
                 self.event(Events::NAMESPACE);
+            }
+            WatchEvent::Workload(w) => {
+                if let Some(i) = watch::apply_workload_event(&mut self.cache.snapshot_mut().workloads, w) {
+                    self.mark_synced(4 + i);
+                }
             }
         }
     }

@@ -13,6 +13,7 @@ mod cluster_faults;
 mod cluster_kube;
 mod cluster_kubectl;
 mod conformance;
+mod default_spreading;
 mod e2e_daemon;
 mod e2e_support;
 mod e2e_throughput;
