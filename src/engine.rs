@@ -525,3 +525,4 @@ fn node_explains(o: &CycleOutcome, snap: &Snapshot) -> Vec<NodeExplain> {
         })
         .collect()
 }
+

@@ -74,7 +74,7 @@ async fn place(owned: bool) -> BTreeMap<String, usize> {
     if owned {
         meta["ownerReferences"] = owner;
     }
-    let all: Vec<Pod> = (0..60).map(|i| pod(&format!("web-{i:02}"), "500m", json!({"metadata": meta}))).collect();
+    let all: Vec<Pod> = (0..60).map(|i| pod(&format!("web-{i:02}"), "500m", json!({"metadata": meta.clone()}))).collect();
     create_all(&api, all, 8).await;
     let bound = eventually(40, "60 pods bound", || async {
         let ps = pods(&api).await;

@@ -17,4 +17,5 @@ mod default_spreading;
 mod e2e_daemon;
 mod e2e_support;
 mod e2e_throughput;
+mod offline_pending;
 mod properties;
