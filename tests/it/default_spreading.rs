@@ -42,7 +42,7 @@ async fn skewed_cluster() -> LocalCluster {
 async fn place(owned: bool) -> BTreeMap<String, usize> {
     let c = skewed_cluster().await;
     let client = c.client().unwrap();
-    let mut owner = json!(null);
+    let mut owner = None;
     if owned {
         let svc: Service = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Service",
@@ -62,17 +62,17 @@ async fn place(owned: bool) -> BTreeMap<String, usize> {
         }))
         .unwrap();
         let rs = Api::<ReplicaSet>::default_namespaced(client.clone()).create(&PostParams::default(), &rs).await.unwrap();
-        owner = json!([{
+        owner = Some(json!([{
             "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4b",
             "uid": rs.metadata.uid.clone().unwrap_or_default(), "controller": true, "blockOwnerDeletion": true
-        }]);
+        }]));
     }
     let d = start_daemon(&c, &config(DEFAULTS), if owned { "spread-owned" } else { "spread-bare" }).await;
     until_leading(&d, 20).await;
     let api: Api<Pod> = Api::default_namespaced(client);
     let mut meta = json!({"labels": {"app": "web"}});
-    if owned {
-        meta["ownerReferences"] = owner;
+    if let Some(o) = owner {
+        meta["ownerReferences"] = o;
     }
     let all: Vec<Pod> = (0..60).map(|i| pod(&format!("web-{i:02}"), "500m", json!({"metadata": meta.clone()}))).collect();
     create_all(&api, all, 8).await;
