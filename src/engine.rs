@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use serde::Serialize;
@@ -66,7 +67,13 @@ pub struct Cluster {
     pub pending: Vec<Arc<PodInfo>>,
     /// Warnings about objects that were skipped.
     pub warnings: Vec<String>,
+    /// Uids of unbound pods without spec.schedulerName: they belong to the
+    /// first profile (FORMAT.md), which only the engine knows.
+    pub unnamed_scheduler: std::collections::HashSet<String>,
 }
+
+/// upstream's built-in PriorityClasses, which every cluster has.
+const SYSTEM_PRIORITY_CLASSES: &[(&str, i32)] = &[("system-node-critical", 2_000_001_000), ("system-cluster-critical", 2_000_000_000)];
 
 /// Quantities may be written as YAML numbers; the API types want strings.
 fn quantities_to_strings(v: &mut Value) {
@@ -102,7 +109,8 @@ fn meta_name(v: &Value) -> (String, String) {
 
 impl Cluster {
     /// Loads a multi-document YAML dump (Nodes, Pods, PriorityClasses,
-    /// PodDisruptionBudgets, Namespaces, or `List`s of them).
+    /// PodDisruptionBudgets, Namespaces, Services, ReplicationControllers,
+    /// ReplicaSets, StatefulSets, or `List`s of them).
     pub fn load(path: &str) -> Result<Cluster> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.into(), source })?;
         Self::parse(&text, path)
@@ -133,7 +141,7 @@ impl Cluster {
             }
         }
         let mut c = Cluster::default();
-        let mut classes: HashMap<String, (i32, Option<String>)> = HashMap::new();
+        let mut classes: HashMap<String, (i32, Option<String>)> = SYSTEM_PRIORITY_CLASSES.iter().map(|(n, v)| ((*n).to_string(), (*v, None))).collect();
         let mut global_default: Option<(i32, Option<String>)> = None;
         let mut pods = Vec::new();
         for (doc, mut v) in objects {
@@ -170,6 +178,26 @@ impl Cluster {
                     pdb.namespace = ns;
                     c.snapshot.pdbs.push(pdb);
                 }
+                "Service" => {
+                    let o: core::Service = typed(v).map_err(err)?;
+                    c.snapshot.workloads.upsert_service(&o);
+                }
+                "ReplicationController" => {
+                    let o: core::ReplicationController = typed(v).map_err(err)?;
+                    c.snapshot.workloads.upsert_replication_controller(&o);
+                }
+                "ReplicaSet" => {
+                    let o: apps::ReplicaSet = typed(v).map_err(err)?;
+                    if let Err(e) = c.snapshot.workloads.upsert_replica_set(&o) {
+                        c.warnings.push(format!("document {doc}: {e} (the selector adds nothing to default spreading)"));
+                    }
+                }
+                "StatefulSet" => {
+                    let o: apps::StatefulSet = typed(v).map_err(err)?;
+                    if let Err(e) = c.snapshot.workloads.upsert_stateful_set(&o) {
+                        c.warnings.push(format!("document {doc}: {e} (the selector adds nothing to default spreading)"));
+                    }
+                }
                 "" => return Err(err("kind: required field is missing".into())),
                 other => c.warnings.push(format!("document {doc}: kind {other} ignored")),
             }
@@ -193,7 +221,18 @@ impl Cluster {
             };
             if let Some(spec) = pod.spec.as_mut()
                 && spec.priority.is_none() {
-                    let class = spec.priority_class_name.as_ref().and_then(|n| classes.get(n)).or(global_default.as_ref());
+                    // Admission rejects a pod naming a PriorityClass that does not exist.
+                    let named = spec.priority_class_name.as_ref().filter(|n| !n.is_empty());
+                    if let Some(n) = named
+                        && !classes.contains_key(n) {
+                            return Err(Error::Object {
+                                path: path.into(),
+                                doc,
+                                what: format!("Pod {ns}/{name}"),
+                                message: format!("spec.priorityClassName: no PriorityClass named {n:?} in the cluster"),
+                            });
+                        }
+                    let class = named.and_then(|n| classes.get(n)).or(global_default.as_ref());
                     if let Some((value, policy)) = class {
                         spec.priority = Some(*value);
                         if spec.preemption_policy.is_none() {
@@ -205,6 +244,9 @@ impl Cluster {
             if info.node_name.is_some() {
                 c.snapshot.add_pod(info);
             } else {
+                if pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()).is_none_or(str::is_empty) {
+                    c.unnamed_scheduler.insert(info.uid.clone());
+                }
                 c.pending.push(info);
             }
         }
@@ -304,8 +346,16 @@ pub struct Engine {
 
 impl Engine {
     /// Builds the engine.
-    pub fn new(config: &Config, cluster: Cluster, seed: u64) -> Engine {
-        Engine { frameworks: config.frameworks(seed), cluster }
+    pub fn new(config: &Config, mut cluster: Cluster, seed: u64) -> Engine {
+        let frameworks = config.frameworks(seed);
+        cluster.pending = pending_set(std::mem::take(&mut cluster.pending), &cluster.unnamed_scheduler, &frameworks);
+        // Nominations of pods that are not pending hold nothing either.
+        let keep: std::collections::HashSet<&str> = cluster.pending.iter().map(|p| p.uid.as_str()).collect();
+        let drop: Vec<String> = cluster.snapshot.nominated.values().flatten().filter(|p| !keep.contains(p.uid.as_str())).map(|p| p.uid.clone()).collect();
+        for uid in drop {
+            cluster.snapshot.clear_nomination(&uid);
+        }
+        Engine { frameworks, cluster }
     }
 
     /// The profile for a pod: the one its schedulerName names, else the first.
@@ -390,6 +440,29 @@ impl Engine {
     }
 }
 
+/// The pods of `unbound` that wait for one of `frameworks` (FORMAT.md "Which
+/// pods are pending", as upstream's informers and `skipPodSchedule` decide):
+/// not being deleted, not finished, and of a configured profile. A pod whose
+/// uid is in `unnamed` has no schedulerName and belongs to the first profile.
+pub fn pending_set(unbound: Vec<Arc<PodInfo>>, unnamed: &std::collections::HashSet<String>, frameworks: &[Framework]) -> Vec<Arc<PodInfo>> {
+    let first = frameworks.first().map(|f| f.profile.as_str());
+    unbound
+        .into_iter()
+        .filter(|p| !p.terminating && !p.terminated)
+        .filter_map(|p| {
+            if unnamed.contains(&p.uid)
+                && let Some(first) = first
+                && p.scheduler_name != first
+            {
+                let mut q = (*p).clone();
+                q.scheduler_name = first.to_string();
+                return Some(Arc::new(q));
+            }
+            frameworks.iter().any(|f| f.profile == p.scheduler_name).then_some(p)
+        })
+        .collect()
+}
+
 /// Explains one scheduling cycle of `pod` with `fw` over `snap` (nothing is changed).
 pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) -> Explain {
     let mut out = Explain {
@@ -452,3 +525,4 @@ fn node_explains(o: &CycleOutcome, snap: &Snapshot) -> Vec<NodeExplain> {
         })
         .collect()
 }
+

@@ -162,6 +162,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     let admin = admin::start(&opts.admin, opts.bind_address, client.clone(), metrics.clone(), ready_rx.clone(), config.frameworks(opts.seed), health, stop_rx.clone(), &mut tasks).await?;
     let admin_addr = admin.info.addr;
 
+    watch::spawn_workloads(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
     watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &watch_health, &mut tasks);
 
     if le.leader_elect {
@@ -400,6 +401,11 @@ impl Loop {
                     }
                 }
                 self.event(Events::NAMESPACE);
+            }
+            WatchEvent::Workload(w) => {
+                if let Some(i) = watch::apply_workload_event(&mut self.cache.snapshot_mut().workloads, w) {
+                    self.mark_synced(watch::WORKLOAD_KINDS[i]);
+                }
             }
         }
     }

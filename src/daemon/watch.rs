@@ -18,13 +18,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::api::policy::v1 as policy;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Api;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch as signal};
+
+use crate::cache::workloads::{self, Kind, Workloads};
 
 /// A change to one kind of object.
 #[derive(Debug)]
@@ -51,7 +55,77 @@ pub enum WatchEvent {
     Pdb(Change<policy::PodDisruptionBudget>),
     /// Namespaces.
     Namespace(Change<core::Namespace>),
+    /// Services, ReplicationControllers, ReplicaSets, StatefulSets (default topology spreading).
+    Workload(WorkloadChange),
 }
+
+/// A change to one of the kinds default topology spreading reads.
+#[derive(Debug)]
+pub enum WorkloadChange {
+    /// Services.
+    Service(Change<core::Service>),
+    /// ReplicationControllers.
+    ReplicationController(Change<core::ReplicationController>),
+    /// ReplicaSets.
+    ReplicaSet(Change<apps::ReplicaSet>),
+    /// StatefulSets.
+    StatefulSet(Change<apps::StatefulSet>),
+}
+
+/// Applies a workload change to the cache's workloads. Returns the index
+/// (0..4: Service, ReplicationController, ReplicaSet, StatefulSet) of a kind
+/// whose (re)list just completed, for readiness. No pod is requeued: upstream's
+/// PodTopologySpread registers no event of these kinds.
+pub fn apply_workload_event(w: &mut Workloads, ev: WorkloadChange) -> Option<usize> {
+    fn apply<K>(w: &mut Workloads, c: Change<K>, kind: Kind, meta: fn(&K) -> &ObjectMeta, up: fn(&mut Workloads, &K) -> Result<(), workloads::Error>) -> bool {
+        let put = |w: &mut Workloads, o: &K| {
+            if let Err(e) = up(w, o) {
+                tracing::warn!(error = %e, "selector ignored for default topology spreading");
+            }
+        };
+        match c {
+            Change::Apply(o) => put(w, &o),
+            Change::Delete(o) => {
+                let m = meta(&o);
+                w.remove(kind, m.namespace.as_deref().unwrap_or("default"), m.name.as_deref().unwrap_or_default());
+            }
+            Change::Relist(all) => {
+                w.clear(kind);
+                for o in &all {
+                    put(w, o);
+                }
+                return true;
+            }
+        }
+        false
+    }
+    let (i, done) = match ev {
+        WorkloadChange::Service(c) => (0, apply(w, c, Kind::Service, |o| &o.metadata, |w, o| {
+            w.upsert_service(o);
+            Ok(())
+        })),
+        WorkloadChange::ReplicationController(c) => (1, apply(w, c, Kind::ReplicationController, |o| &o.metadata, |w, o| {
+            w.upsert_replication_controller(o);
+            Ok(())
+        })),
+        WorkloadChange::ReplicaSet(c) => (2, apply(w, c, Kind::ReplicaSet, |o| &o.metadata, Workloads::upsert_replica_set)),
+        WorkloadChange::StatefulSet(c) => (3, apply(w, c, Kind::StatefulSet, |o| &o.metadata, Workloads::upsert_stateful_set)),
+    };
+    done.then_some(i)
+}
+
+/// Starts the watchers of the four workload kinds (see `WorkloadChange`).
+pub fn spawn_workloads(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
+    use WorkloadChange as W;
+    let [svc, rc, rs, ss] = WORKLOAD_KINDS;
+    spawn_kind(Api::<core::Service>::all(client.clone()), svc, |c| WatchEvent::Workload(W::Service(c)), tx, stop, health, tasks);
+    spawn_kind(Api::<core::ReplicationController>::all(client.clone()), rc, |c| WatchEvent::Workload(W::ReplicationController(c)), tx, stop, health, tasks);
+    spawn_kind(Api::<apps::ReplicaSet>::all(client.clone()), rs, |c| WatchEvent::Workload(W::ReplicaSet(c)), tx, stop, health, tasks);
+    spawn_kind(Api::<apps::StatefulSet>::all(client), ss, |c| WatchEvent::Workload(W::StatefulSet(c)), tx, stop, health, tasks);
+}
+
+/// The workload kinds' names, in `apply_workload_event`'s index order.
+pub const WORKLOAD_KINDS: [&str; 4] = ["services", "replicationcontrollers", "replicasets", "statefulsets"];
 
 /// The watchers' reconnection backoff: 100 ms doubling to 1 s, with no
 /// limit on retries, reset after each success.

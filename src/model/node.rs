@@ -27,6 +27,8 @@ pub struct NodeSpec {
     pub images: HashMap<String, i64>,
     /// Problems reading the node (bad quantities); such a node's bad fields count as 0.
     pub errors: Vec<String>,
+    /// status.declaredFeatures (NodeDeclaredFeatures).
+    pub declared_features: Vec<String>,
 }
 
 impl NodeSpec {
@@ -42,6 +44,7 @@ impl NodeSpec {
             n.taints = spec.taints.iter().flatten().map(Taint::from_api).collect();
         }
         if let Some(st) = &node.status {
+            n.declared_features = st.declared_features.clone().unwrap_or_default();
             match Resources::from_list(st.allocatable.as_ref(), "status.allocatable") {
                 Ok(r) => n.allocatable = r,
                 Err(e) => n.errors.push(e),

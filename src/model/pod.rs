@@ -97,6 +97,22 @@ pub struct SpreadConstraint {
     pub node_taints_policy: InclusionPolicy,
 }
 
+/// The controller a pod names in its ownerReferences (`controller: true`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerRef {
+    /// apiVersion of the owner.
+    pub api_version: String,
+    /// kind of the owner.
+    pub kind: String,
+    /// name of the owner.
+    pub name: String,
+}
+
+/// A pod's controller from its ownerReferences (upstream `GetControllerOf`).
+pub fn controller_of(refs: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>) -> Option<ControllerRef> {
+    refs?.iter().find(|r| r.controller == Some(true)).map(|r| ControllerRef { api_version: r.api_version.clone(), kind: r.kind.clone(), name: r.name.clone() })
+}
+
 /// A field of the pod spec that cannot be evaluated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpecError {
@@ -170,6 +186,10 @@ pub struct PodInfo {
     pub images: Vec<String>,
     /// Fields that cannot be evaluated: such a pod is unschedulable, with the reason.
     pub errors: Vec<SpecError>,
+    /// Node features the pod needs (NodeDeclaredFeatures), sorted.
+    pub required_features: Vec<&'static str>,
+    /// The controller among metadata.ownerReferences (default topology spreading).
+    pub controller: Option<ControllerRef>,
 }
 
 impl PodInfo {
@@ -205,6 +225,7 @@ impl PodInfo {
             labels: meta.labels.clone().unwrap_or_default(),
             created_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond()).unwrap_or(0),
             terminating: meta.deletion_timestamp.is_some(),
+            controller: controller_of(meta.owner_references.as_ref()),
             ..Default::default()
         };
         p.uid = meta.uid.clone().unwrap_or_else(|| p.key());
@@ -231,7 +252,8 @@ impl PodInfo {
         p.node_name = spec.node_name.clone().filter(|s| !s.is_empty());
         p.scheduling_gates = spec.scheduling_gates.iter().flatten().map(|g| g.name.clone()).collect();
         p.images = spec.containers.iter().chain(spec.init_containers.iter().flatten()).filter_map(|c| c.image.clone()).collect();
-        p.compute_requests(spec);
+        p.compute_requests(spec, status);
+        p.required_features = required_node_features(spec);
         p.compute_ports(spec);
         p.tolerations = spec.tolerations.iter().flatten().map(Toleration::from_api).collect();
         p.compute_node_affinity(spec);
@@ -240,88 +262,15 @@ impl PodInfo {
         p
     }
 
-    fn compute_requests(&mut self, spec: &core::PodSpec) {
-        let mut errors = Vec::new();
-        let mut read = |c: &core::Container, kind: &str, i: usize| -> (Resources, i64, i64) {
-            let path = format!("spec.{kind}[{i}].resources.requests");
-            let list = c.resources.as_ref().and_then(|r| r.requests.as_ref());
-            let r = Resources::from_list(list, &path).unwrap_or_else(|e| {
-                errors.push(SpecError { plugin: "NodeResourcesFit", message: e });
-                Resources::default()
-            });
-            let has = |n: &str| list.is_some_and(|l| l.contains_key(n));
-            let cpu = if has(resources::CPU) { r.milli_cpu } else { resources::DEFAULT_MILLI_CPU_REQUEST };
-            let mem = if has(resources::MEMORY) { r.memory } else { resources::DEFAULT_MEMORY_REQUEST };
-            (r, cpu, mem)
-        };
-        let mut reqs = Resources::default();
-        let (mut nz_cpu, mut nz_mem) = (0i64, 0i64);
-        for (i, c) in spec.containers.iter().enumerate() {
-            let (r, cpu, mem) = read(c, "containers", i);
-            reqs.add(&r);
-            nz_cpu = nz_cpu.saturating_add(cpu);
-            nz_mem = nz_mem.saturating_add(mem);
-        }
-        // Init containers run one at a time, each beside the restartable
-        // (sidecar) init containers started before it; sidecars keep running
-        // beside the regular containers.
-        let mut sidecars = Resources::default();
-        let (mut sc_cpu, mut sc_mem) = (0i64, 0i64);
-        let mut init_max = Resources::default();
-        let (mut init_cpu, mut init_mem) = (0i64, 0i64);
-        for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-            let (r, cpu, mem) = read(c, "initContainers", i);
-            if c.restart_policy.as_deref() == Some("Always") {
-                reqs.add(&r);
-                nz_cpu = nz_cpu.saturating_add(cpu);
-                nz_mem = nz_mem.saturating_add(mem);
-                sidecars.add(&r);
-                sc_cpu = sc_cpu.saturating_add(cpu);
-                sc_mem = sc_mem.saturating_add(mem);
-                init_max.max_with(&sidecars);
-                init_cpu = init_cpu.max(sc_cpu);
-                init_mem = init_mem.max(sc_mem);
-            } else {
-                let mut t = r;
-                t.add(&sidecars);
-                init_max.max_with(&t);
-                init_cpu = init_cpu.max(cpu.saturating_add(sc_cpu));
-                init_mem = init_mem.max(mem.saturating_add(sc_mem));
-            }
-        }
-        reqs.max_with(&init_max);
-        nz_cpu = nz_cpu.max(init_cpu);
-        nz_mem = nz_mem.max(init_mem);
-        // Pod-level resources, where given, replace the container sum for the
-        // resources they name.
-        if let Some(pl) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
-            match Resources::from_list(Some(pl), "spec.resources.requests") {
-                Ok(r) => {
-                    if pl.contains_key(resources::CPU) {
-                        reqs.milli_cpu = r.milli_cpu;
-                        nz_cpu = r.milli_cpu;
-                    }
-                    if pl.contains_key(resources::MEMORY) {
-                        reqs.memory = r.memory;
-                        nz_mem = r.memory;
-                    }
-                }
-                Err(e) => errors.push(SpecError { plugin: "NodeResourcesFit", message: e }),
-            }
-        }
-        if let Some(ov) = &spec.overhead {
-            match Resources::from_list(Some(ov), "spec.overhead") {
-                Ok(o) => {
-                    reqs.add(&o);
-                    nz_cpu = nz_cpu.saturating_add(o.milli_cpu);
-                    nz_mem = nz_mem.saturating_add(o.memory);
-                }
-                Err(e) => errors.push(SpecError { plugin: "NodeResourcesFit", message: e }),
-            }
-        }
-        self.requests = reqs;
-        self.non_zero_cpu = nz_cpu;
-        self.non_zero_memory = nz_mem;
+    fn compute_requests(&mut self, spec: &core::PodSpec, status: Option<&core::PodStatus>) {
+        // A bound pod counts what the kubelet allocated while a resize is
+        // pending or in progress (InPlacePodVerticalScaling, GA and locked on
+        // since 1.35); a pending pod is accounted from its spec.
+        let status = status.filter(|_| self.node_name.is_some());
+        let (eff, errors) = effective_requests(spec, status);
+        self.requests = eff.requests;
+        self.non_zero_cpu = eff.non_zero_cpu;
+        self.non_zero_memory = eff.non_zero_memory;
         self.errors.extend(errors);
     }
 
@@ -488,5 +437,336 @@ impl PodInfo {
             node_affinity_policy: policy(c.node_affinity_policy.as_deref(), InclusionPolicy::Honor, "nodeAffinityPolicy")?,
             node_taints_policy: policy(c.node_taints_policy.as_deref(), InclusionPolicy::Ignore, "nodeTaintsPolicy")?,
         })
+    }
+}
+
+/// The node features a pod needs to be scheduled, as the registry of
+/// upstream's `k8s.io/component-helpers/nodedeclaredfeatures` infers them for
+/// scheduling: a container restart rule with action RestartAllContainers, and
+/// host networking inside a user namespace (hostUsers false). The registry's
+/// other features (in-place resize of guaranteed pods, pod-level resources)
+/// are inferred for updates only.
+pub fn required_node_features(spec: &core::PodSpec) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let restart_all = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.restart_policy_rules.iter().flatten())
+        .any(|r| r.action == "RestartAllContainers");
+    if restart_all {
+        out.push("RestartAllContainersOnContainerExits");
+    }
+    if spec.host_network == Some(true) && spec.host_users == Some(false) {
+        out.push("UserNamespacesHostNetworkSupport");
+    }
+    out
+}
+
+/// A pod's effective requests, as upstream's `resource.PodRequests` computes
+/// them for the scheduler.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EffectiveRequests {
+    /// Requests: containers (init containers and sidecars as the sidecar KEP
+    /// sums them), replaced by pod-level requests where given, plus overhead.
+    pub requests: Resources,
+    /// CPU for scoring: containers that name no CPU count 100m (unless pod-level
+    /// requests are set and some level names CPU).
+    pub non_zero_cpu: i64,
+    /// Memory counterpart of `non_zero_cpu` (200Mi).
+    pub non_zero_memory: i64,
+}
+
+/// One container's requests as read by one aggregation, and which of cpu and
+/// memory it names (a named zero still counts as named).
+#[derive(Clone, Debug, Default)]
+struct Entry {
+    r: Resources,
+    has_cpu: bool,
+    has_mem: bool,
+}
+
+impl Entry {
+    fn read(list: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>, path: &str, errors: &mut Vec<SpecError>) -> Entry {
+        let r = Resources::from_list(list, path).unwrap_or_else(|e| {
+            errors.push(SpecError { plugin: "NodeResourcesFit", message: e });
+            Resources::default()
+        });
+        let has = |n: &str| list.is_some_and(|l| l.contains_key(n));
+        Entry { has_cpu: has(resources::CPU), has_mem: has(resources::MEMORY), r }
+    }
+
+    /// upstream `applyNonMissing`: adds the defaults for what the list does not name.
+    fn with_defaults(&self, d: Defaults) -> Entry {
+        let mut e = self.clone();
+        if let Some(cpu) = d.cpu.filter(|_| !e.has_cpu) {
+            e.r.milli_cpu = e.r.milli_cpu.saturating_add(cpu);
+            e.has_cpu = true;
+        }
+        if let Some(mem) = d.memory.filter(|_| !e.has_mem) {
+            e.r.memory = e.r.memory.saturating_add(mem);
+            e.has_mem = true;
+        }
+        e
+    }
+
+    fn add(&mut self, o: &Entry) {
+        self.r.add(&o.r);
+        self.has_cpu |= o.has_cpu;
+        self.has_mem |= o.has_mem;
+    }
+
+    fn max_with(&mut self, o: &Entry) {
+        self.r.max_with(&o.r);
+        self.has_cpu |= o.has_cpu;
+        self.has_mem |= o.has_mem;
+    }
+}
+
+/// upstream `NonMissingContainerRequests`: values for containers that name no cpu / memory.
+#[derive(Clone, Copy, Debug, Default)]
+struct Defaults {
+    cpu: Option<i64>,
+    memory: Option<i64>,
+}
+
+/// Which requests of a container an aggregation reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// spec.containers[].resources.requests.
+    Spec,
+    /// status allocatedResources, else the spec (nothing when the resize is infeasible).
+    Allocated,
+    /// status resources.requests, else allocatedResources, else the spec (nothing when infeasible).
+    Actuated,
+}
+
+/// A container: its spec requests and, for bound pods, what its status reports.
+struct ContainerReqs {
+    spec: Entry,
+    allocated: Option<Entry>,
+    actuated: Option<Entry>,
+    init: bool,
+    restartable: bool,
+}
+
+impl ContainerReqs {
+    fn get(&self, src: Source, infeasible: bool) -> Option<&Entry> {
+        let spec = (!infeasible).then_some(&self.spec);
+        match src {
+            Source::Spec => Some(&self.spec),
+            Source::Allocated => self.allocated.as_ref().or(spec),
+            Source::Actuated => self.actuated.as_ref().or(self.allocated.as_ref()).or(spec),
+        }
+    }
+}
+
+/// upstream `aggregateContainerResourcesByFn`: regular containers and sidecars
+/// add up; each init container runs beside the sidecars started before it.
+fn aggregate(cs: &[ContainerReqs], src: Source, infeasible: bool, d: Defaults) -> Entry {
+    let empty = Entry::default();
+    let read = |c: &ContainerReqs| c.get(src, infeasible).unwrap_or(&empty).with_defaults(d);
+    let mut total = Entry::default();
+    for c in cs.iter().filter(|c| !c.init) {
+        total.add(&read(c));
+    }
+    let mut sidecars = Entry::default();
+    let mut init_max = Entry::default();
+    for c in cs.iter().filter(|c| c.init) {
+        let e = read(c);
+        if c.restartable {
+            total.add(&e);
+            sidecars.add(&e);
+            init_max.max_with(&sidecars);
+        } else {
+            let mut t = e;
+            t.add(&sidecars);
+            init_max.max_with(&t);
+        }
+    }
+    total.max_with(&init_max);
+    total
+}
+
+/// Resources that pod-level requests may set (upstream `IsSupportedPodLevelResource`).
+fn pod_level_supported(name: &str) -> bool {
+    name == resources::CPU || name == resources::MEMORY || resources::is_hugepages(name)
+}
+
+/// The effective requests of a pod (upstream `resource.PodRequests` with the
+/// scheduler's options: pod-level resources on, status resources when
+/// `status` is given, i.e. for bound pods). The one place every plugin's
+/// view of a pod's requests comes from.
+pub fn effective_requests(spec: &core::PodSpec, status: Option<&core::PodStatus>) -> (EffectiveRequests, Vec<SpecError>) {
+    let mut errors = Vec::new();
+    let find_status = |name: &str| -> Option<&core::ContainerStatus> {
+        let st = status?;
+        st.container_statuses.iter().flatten().chain(st.init_container_statuses.iter().flatten()).find(|c| c.name == name)
+    };
+    let mut cs = Vec::with_capacity(spec.containers.len());
+    let all = spec.containers.iter().enumerate().map(|(i, c)| (c, false, i)).chain(spec.init_containers.iter().flatten().enumerate().map(|(i, c)| (c, true, i)));
+    for (c, init, i) in all {
+        let kind = if init { "initContainers" } else { "containers" };
+        let spec_e = Entry::read(c.resources.as_ref().and_then(|r| r.requests.as_ref()), &format!("spec.{kind}[{i}].resources.requests"), &mut errors);
+        let st = find_status(&c.name);
+        let allocated = st.and_then(|s| s.allocated_resources.as_ref()).map(|l| Entry::read(Some(l), &format!("status.containerStatuses[{}].allocatedResources", c.name), &mut errors));
+        let actuated = st
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .map(|l| Entry::read(Some(l), &format!("status.containerStatuses[{}].resources.requests", c.name), &mut errors));
+        cs.push(ContainerReqs { spec: spec_e, allocated, actuated, init, restartable: init && c.restart_policy.as_deref() == Some("Always") });
+    }
+    let infeasible = status.is_some_and(|s| {
+        s.conditions.iter().flatten().find(|c| c.type_ == "PodResizePending").is_some_and(|c| c.reason.as_deref() == Some("Infeasible"))
+    });
+    let containers = |d: Defaults| -> Entry {
+        if status.is_none() {
+            return aggregate(&cs, Source::Spec, false, d);
+        }
+        let mut e = aggregate(&cs, Source::Allocated, infeasible, d);
+        e.max_with(&aggregate(&cs, Source::Actuated, infeasible, d));
+        if !infeasible {
+            e.max_with(&aggregate(&cs, Source::Spec, false, d));
+        }
+        e
+    };
+    let pod_level = spec.resources.as_ref().and_then(|r| r.requests.as_ref()).filter(|l| l.keys().any(|k| pod_level_supported(k)));
+    let pod_level = pod_level.map(|l| {
+        let supported: std::collections::BTreeMap<_, _> = l.iter().filter(|(k, _)| pod_level_supported(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        (Entry::read(Some(&supported), "spec.resources.requests", &mut errors), supported)
+    });
+    let overhead = spec.overhead.as_ref().map(|o| Entry::read(Some(o), "spec.overhead", &mut errors));
+    let finish = |mut e: Entry| -> Entry {
+        if let Some((pl, names)) = &pod_level {
+            for n in names.keys() {
+                e.r.set(n, pl.r.get(n));
+            }
+            e.has_cpu |= pl.has_cpu;
+            e.has_mem |= pl.has_mem;
+        }
+        if let Some(o) = &overhead {
+            e.add(o);
+        }
+        e
+    };
+    let req = finish(containers(Defaults::default()));
+    // upstream `getNonMissingContainerRequests`: without pod-level requests every
+    // container that names no cpu / memory counts the default; with them, only
+    // a resource named at no level gets the default.
+    let d = match pod_level {
+        None => Defaults { cpu: Some(resources::DEFAULT_MILLI_CPU_REQUEST), memory: Some(resources::DEFAULT_MEMORY_REQUEST) },
+        Some(_) => Defaults {
+            cpu: (!req.has_cpu).then_some(resources::DEFAULT_MILLI_CPU_REQUEST),
+            memory: (!req.has_mem).then_some(resources::DEFAULT_MEMORY_REQUEST),
+        },
+    };
+    let nz = if d.cpu.is_none() && d.memory.is_none() { req.r.clone() } else { finish(containers(d)).r };
+    (EffectiveRequests { non_zero_cpu: nz.milli_cpu, non_zero_memory: nz.memory, requests: req.r }, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn info(v: serde_json::Value) -> Arc<PodInfo> {
+        let pod: core::Pod = serde_json::from_value(v).unwrap_or_default();
+        PodInfo::from_pod(&pod)
+    }
+
+    fn c(name: &str, req: serde_json::Value) -> serde_json::Value {
+        json!({"name": name, "image": "i", "resources": {"requests": req}})
+    }
+
+    const MI: i64 = 1024 * 1024;
+
+    #[test]
+    fn containers_init_sidecars_overhead() {
+        let p = info(json!({"metadata": {"name": "p"}, "spec": {
+            "containers": [c("a", json!({"cpu": "100m", "memory": "100Mi"})), c("b", json!({"cpu": "200m"}))],
+            "initContainers": [
+                {"name": "side", "image": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "50m"}}},
+                c("init", json!({"cpu": "1", "memory": "1Gi"}))
+            ],
+            "overhead": {"cpu": "10m"}
+        }}));
+        // max(100+200+50, 1000+50) + 10 overhead.
+        assert_eq!(p.requests.milli_cpu, 1060);
+        assert_eq!(p.requests.memory, 1024 * MI);
+        // Scoring: b and the sidecar name no memory (200Mi each): max(100+200+200, 1024+200) Mi.
+        assert_eq!(p.non_zero_memory, 1224 * MI);
+        assert_eq!(p.non_zero_cpu, 1060);
+    }
+
+    #[test]
+    fn pod_level_requests_replace_container_sums() {
+        let p = info(json!({"metadata": {"name": "p"}, "spec": {
+            "resources": {"requests": {"cpu": "2", "hugepages-2Mi": "4Mi", "ephemeral-storage": "1Gi"}},
+            "containers": [c("a", json!({"cpu": "100m", "ephemeral-storage": "10Mi"})), {"name": "b", "image": "i"}]
+        }}));
+        assert_eq!(p.requests.milli_cpu, 2000);
+        assert_eq!(p.requests.scalar("hugepages-2Mi"), 4 * MI);
+        // ephemeral-storage is not a pod-level resource: the container sum stays.
+        assert_eq!(p.requests.ephemeral_storage, 10 * MI);
+        assert_eq!(p.non_zero_cpu, 2000);
+        // No level names memory: each container counts the 200Mi default.
+        assert_eq!(p.non_zero_memory, 400 * MI);
+        // Pod-level memory only; a container names cpu, so no cpu default applies.
+        let q = info(json!({"metadata": {"name": "q"}, "spec": {
+            "resources": {"requests": {"memory": "1Gi"}},
+            "containers": [c("a", json!({"cpu": "100m"})), {"name": "b", "image": "i"}]
+        }}));
+        assert_eq!((q.non_zero_cpu, q.non_zero_memory), (100, 1024 * MI));
+        // Without pod-level requests every container gets the defaults.
+        let r = info(json!({"metadata": {"name": "r"}, "spec": {"containers": [c("a", json!({"cpu": "100m"})), {"name": "b", "image": "i"}]}}));
+        assert_eq!((r.non_zero_cpu, r.non_zero_memory), (200, 400 * MI));
+    }
+
+    fn resized(reason: Option<&str>, bound: bool) -> Arc<PodInfo> {
+        let mut v = json!({"metadata": {"name": "p"}, "spec": {
+            "containers": [c("a", json!({"cpu": "6", "memory": "20M"}))]
+        }, "status": {
+            "containerStatuses": [{"name": "a", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+                "allocatedResources": {"cpu": "4", "memory": "30M"},
+                "resources": {"requests": {"cpu": "2", "memory": "10M"}}}]
+        }});
+        if bound {
+            v["spec"]["nodeName"] = json!("n");
+        }
+        if let Some(r) = reason {
+            v["status"]["conditions"] = json!([{"type": "PodResizePending", "status": "True", "reason": r}]);
+        }
+        info(v)
+    }
+
+    #[test]
+    fn bound_pods_count_resized_resources() {
+        // In progress: max(spec, allocated, actuated) per resource.
+        let p = resized(None, true);
+        assert_eq!((p.requests.milli_cpu, p.requests.memory), (6000, 30_000_000));
+        // Infeasible: the spec is ignored, max(allocated, actuated).
+        let p = resized(Some("Infeasible"), true);
+        assert_eq!((p.requests.milli_cpu, p.requests.memory), (4000, 30_000_000));
+        // Deferred counts like in progress.
+        let p = resized(Some("Deferred"), true);
+        assert_eq!(p.requests.milli_cpu, 6000);
+        // A pending pod is accounted from its spec.
+        let p = resized(None, false);
+        assert_eq!((p.requests.milli_cpu, p.requests.memory), (6000, 20_000_000));
+    }
+
+    #[test]
+    fn bad_quantity_names_the_field() {
+        let p = info(json!({"metadata": {"name": "p"}, "spec": {"containers": [], "resources": {"requests": {"cpu": "lots"}}}}));
+        assert!(p.errors.iter().any(|e| e.message.starts_with("spec.resources.requests[cpu]")), "{:?}", p.errors);
+    }
+
+    #[test]
+    fn required_features() {
+        let p = info(json!({"metadata": {"name": "p"}, "spec": {"hostNetwork": true, "hostUsers": false, "containers": [
+            {"name": "a", "image": "i", "restartPolicy": "Never", "restartPolicyRules": [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]}
+        ]}}));
+        assert_eq!(p.required_features, vec!["RestartAllContainersOnContainerExits", "UserNamespacesHostNetworkSupport"]);
+        assert!(info(json!({"metadata": {"name": "q"}, "spec": {"hostNetwork": true, "containers": []}})).required_features.is_empty());
     }
 }

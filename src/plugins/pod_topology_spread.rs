@@ -4,15 +4,10 @@
 //! NormalizeScore, with upstream's exact scores.
 //!
 //! Default constraints (`defaultingType: System` or `List`) apply to pods
-//! without constraints of their own. Upstream gives them the selector of the
-//! Services, ReplicationControllers, ReplicaSets and StatefulSets that select
-//! or own the pod, and skips them when that selector is empty. berth keeps no
-//! such objects, so the selector is always empty and default constraints never
-//! apply: that is exactly what upstream decides for a cluster holding none of
-//! those objects (every offline cluster), whereas a selector built from the
-//! pod's own labels would spread bare pods that upstream leaves alone. The
-//! args are still read and validated as upstream does, and `default_selector`
-//! is the one place to plug a source of owner selectors in.
+//! without constraints of their own, with the selector upstream's
+//! `helper.DefaultSelector` builds from the Services, ReplicationControllers,
+//! ReplicaSets and StatefulSets that select or own the pod (kept in the
+//! snapshot's `workloads`); they are skipped when that selector is empty.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -185,17 +180,9 @@ impl PodTopologySpread {
         Ok(PodTopologySpread { defaults, system_defaulted: system, cache: Mutex::default(), matches: Mutex::default() })
     }
 
-    /// The selector default constraints get for `pod`: upstream's
-    /// `DefaultSelector` over the Services, ReplicationControllers, ReplicaSets
-    /// and StatefulSets of the pod. berth has none of them, so it is always
-    /// None, and default constraints are skipped as upstream skips them when
-    /// that selector is empty.
-    fn default_selector(&self, _pod: &PodInfo) -> Option<Selector> {
-        None
-    }
-
-    /// The pod's constraints of one kind, or the default ones when the pod has none.
-    fn constraints(&self, pod: &PodInfo, when: WhenUnsatisfiable) -> Vec<SpreadConstraint> {
+    /// The pod's constraints of one kind, or the default ones when the pod has
+    /// none (upstream `buildDefaultConstraints`).
+    fn constraints(&self, pod: &PodInfo, when: WhenUnsatisfiable, snap: &Snapshot) -> Vec<SpreadConstraint> {
         if !pod.spread_constraints.is_empty() {
             return pod.spread_constraints.iter().filter(|c| c.when_unsatisfiable == when).cloned().collect();
         }
@@ -203,7 +190,10 @@ impl PodTopologySpread {
         if defaults.is_empty() {
             return Vec::new();
         }
-        let Some(sel) = self.default_selector(pod).filter(|s| !s.is_everything()) else { return Vec::new() };
+        let sel = snap.workloads.default_selector(pod);
+        if sel.is_everything() {
+            return Vec::new();
+        }
         defaults
             .into_iter()
             .map(|c| SpreadConstraint { selector: sel.clone(), ..c.clone() })
@@ -456,7 +446,7 @@ impl Plugin for PodTopologySpread {
     }
 
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
-        let cs = self.constraints(pod, WhenUnsatisfiable::DoNotSchedule);
+        let cs = self.constraints(pod, WhenUnsatisfiable::DoNotSchedule, snap);
         if cs.is_empty() {
             return (Status::skip(), None);
         }
@@ -560,7 +550,7 @@ impl Plugin for PodTopologySpread {
         if snap.nodes.is_empty() {
             return Status::skip();
         }
-        let cs = self.constraints(pod, WhenUnsatisfiable::ScheduleAnyway);
+        let cs = self.constraints(pod, WhenUnsatisfiable::ScheduleAnyway, snap);
         if cs.is_empty() {
             return Status::skip();
         }
@@ -991,7 +981,7 @@ mod tests {
     }
 
     #[test]
-    fn default_constraints_never_apply_without_owner_selector() {
+    fn default_constraints_skip_pods_no_workload_selects() {
         for args in [Args::default(), Args { defaulting_type: Some("List".into()), default_constraints: Some(vec![DefaultConstraint { max_skew: 1, topology_key: "zone".into(), when_unsatisfiable: DNS.into(), ..Default::default() }]), ..Default::default() }] {
             let pl = PodTopologySpread::new(args).unwrap_or_default();
             let snap = snapshot(&[zn("node-a", "zone1")], &[on("a1", "node-a")]);
@@ -1001,5 +991,35 @@ mod tests {
         }
         assert!(plugin().system_defaulted);
         assert_eq!(plugin().defaults.len(), 2);
+    }
+
+    #[test]
+    fn default_constraints_use_the_workload_selector() {
+        let list = Args {
+            defaulting_type: Some("List".into()),
+            default_constraints: Some(vec![DefaultConstraint { max_skew: 1, topology_key: HOST.into(), when_unsatisfiable: DNS.into(), ..Default::default() }]),
+            ..Default::default()
+        };
+        let pl = PodTopologySpread::new(list).unwrap_or_default();
+        let nodes = [node("node-a"), node("node-b")];
+        let mut snap = snapshot(&nodes, &[on("a1", "node-a"), pod("a2").node("node-a").label("other", "")]);
+        let svc = core::Service {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta { name: Some("svc".into()), namespace: Some("default".into()), ..Default::default() },
+            spec: Some(core::ServiceSpec { selector: Some([("foo".to_string(), String::new())].into()), ..Default::default() }),
+            ..Default::default()
+        };
+        snap.workloads.upsert_service(&svc);
+        let p = incoming().info();
+        let mut st = CycleState::new();
+        assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
+        let ok: Vec<&str> = snap.nodes.iter().filter(|n| pl.filter(&st, &p, n).is_success()).map(|n| n.name()).collect();
+        // Only a1 matches the Service's selector: node-a has 1, node-b 0.
+        assert_eq!(ok, vec!["node-b"]);
+        // A pod the Service does not select gets no default constraint.
+        assert!(pl.pre_filter(&mut CycleState::new(), &pod("q").label("other", "").info(), &snap).0.is_skip());
+        // System defaults are ScheduleAnyway: Filter skips, Score runs.
+        let sys = plugin();
+        assert!(sys.pre_filter(&mut CycleState::new(), &p, &snap).0.is_skip());
+        assert!(sys.pre_score(&mut CycleState::new(), &p, &[0, 1], &snap).is_success());
     }
 }

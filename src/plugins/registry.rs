@@ -42,6 +42,8 @@ pub fn default_plugins() -> &'static [DefaultPlugin] {
         DefaultPlugin { name: "NodeResourcesBalancedAllocation", weight: 1 },
         DefaultPlugin { name: "ImageLocality", weight: 1 },
         DefaultPlugin { name: "DefaultBinder", weight: 0 },
+        // Appended by applyFeatureGates (NodeDeclaredFeatures, GA and locked on in 1.37).
+        DefaultPlugin { name: "NodeDeclaredFeatures", weight: 0 },
     ];
     D
 }
@@ -84,6 +86,7 @@ pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin
         priority_sort::NAME => Arc::new(priority_sort::PrioritySort),
         scheduling_gates::NAME => Arc::new(scheduling_gates::SchedulingGates),
         node_unschedulable::NAME => Arc::new(node_unschedulable::NodeUnschedulable),
+        super::node_declared_features::NAME => Arc::new(super::node_declared_features::NodeDeclaredFeatures),
         node_name::NAME => Arc::new(node_name::NodeName),
         taint_toleration::NAME => Arc::new(taint_toleration::TaintToleration),
         node_affinity::NAME => Arc::new(node_affinity::NodeAffinity::new(args(a)?)?),
