@@ -170,6 +170,8 @@ pub struct PodInfo {
     pub images: Vec<String>,
     /// Fields that cannot be evaluated: such a pod is unschedulable, with the reason.
     pub errors: Vec<SpecError>,
+    /// Scheduling signature ([`super::signature`]); 0 when not computed.
+    pub signature: u64,
 }
 
 impl PodInfo {
@@ -194,7 +196,9 @@ impl PodInfo {
 
     /// Compiles a pod. Never fails: what cannot be read is recorded in `errors`.
     pub fn from_pod(pod: &core::Pod) -> Arc<PodInfo> {
-        Arc::new(Self::build(pod))
+        let mut p = Self::build(pod);
+        p.signature = super::signature::of(&p);
+        Arc::new(p)
     }
 
     fn build(pod: &core::Pod) -> PodInfo {
