@@ -209,7 +209,8 @@ pub fn peak_rss_mb() -> f64 {
 }
 
 /// Runs one workload.
-pub fn run(workload: &str, nodes: usize, percentage: i32) -> Option<Figures> {
+/// `no_reuse`: do not reuse work across pods of one signature (to measure what it saves).
+pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Option<Figures> {
     let (mut snap, pods) = setup(workload, nodes)?;
     let cfg = crate::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(percentage), ..Default::default() };
     let config = Config::from_raw(cfg).ok()?;
@@ -221,7 +222,7 @@ pub fn run(workload: &str, nodes: usize, percentage: i32) -> Option<Figures> {
         let t = Instant::now();
         let mut pod = p.clone();
         for _attempt in 0..2 {
-            let (o, _) = fw.schedule(&pod, &snap, CycleOptions::default());
+            let (o, _) = fw.schedule(&pod, &snap, CycleOptions { no_reuse, ..Default::default() });
             if let Some(i) = o.selected {
                 let mut b = (*pod).clone();
                 b.node_name = Some(snap.nodes[i].name().to_string());
@@ -266,7 +267,7 @@ mod tests {
     #[test]
     fn every_workload_runs_small() {
         for w in WORKLOADS {
-            let f = run(w, 30, 100).expect("workload runs");
+            let f = run(w, 30, 100, false).expect("workload runs");
             assert!(f.pods > 0, "{w}");
             if *w == "Unschedulable" {
                 assert_eq!(f.scheduled, 0, "{w}");

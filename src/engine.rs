@@ -377,19 +377,44 @@ impl Engine {
     /// each decision. Victims of preemption are removed at once and the
     /// preemptor retried.
     pub fn simulate(&mut self) -> Simulation {
+        // Queue order (QueueSort; every profile shares one, as upstream requires):
+        // pending pods sorted once, stably so that file order breaks full ties;
+        // preemptors retried after their victims go wait in a short list beside it.
         let mut queue: Vec<QueuedPod> = self.cluster.pending.iter().map(|p| QueuedPod { pod: p.clone(), timestamp_ms: p.created_ms, attempts: 0 }).collect();
+        if let Some(fw) = self.frameworks.first() {
+            queue.sort_by(|a, b| {
+                if fw.less(a, b) {
+                    std::cmp::Ordering::Less
+                } else if fw.less(b, a) {
+                    std::cmp::Ordering::Greater
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            });
+        }
+        let mut queue: std::collections::VecDeque<QueuedPod> = queue.into();
+        let mut retries: Vec<QueuedPod> = Vec::new();
         let mut placements: Vec<Placement> = Vec::new();
         let mut by_key: HashMap<String, usize> = HashMap::new();
-        while !queue.is_empty() {
-            // Pop the first pod in QueueSort order (stable: file order breaks full ties).
-            let mut best = 0;
-            for i in 1..queue.len() {
-                let fw = self.framework_for(&queue[i].pod);
-                if fw.is_some_and(|f| f.less(&queue[i], &queue[best])) {
-                    best = i;
+        loop {
+            // The first pod in QueueSort order: the head of the sorted queue or
+            // a retried preemptor that goes before it (a retry goes after
+            // every pod it ties with, as if pushed to the back).
+            let mut best_retry: Option<usize> = None;
+            for (k, r) in retries.iter().enumerate() {
+                let fw = self.framework_for(&r.pod);
+                let before_best = best_retry.is_none_or(|b| fw.is_some_and(|f| f.less(r, &retries[b])));
+                if before_best {
+                    best_retry = Some(k);
                 }
             }
-            let mut q = queue.remove(best);
+            let take_retry = match (best_retry, queue.front()) {
+                (Some(k), Some(h)) => self.framework_for(&retries[k].pod).is_some_and(|f| f.less(&retries[k], h)),
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            let next = if take_retry { best_retry.map(|k| retries.remove(k)) } else { queue.pop_front() };
+            let Some(mut q) = next else { break };
             let key = q.pod.key();
             let idx = *by_key.entry(key.clone()).or_insert_with(|| {
                 placements.push(Placement { pod: key.clone(), node: None, nominated_node: None, victims: vec![], message: None });
@@ -433,7 +458,7 @@ impl Engine {
             q.pod = p2;
             q.attempts += 1;
             if q.attempts <= 3 {
-                queue.push(q);
+                retries.push(q);
             }
         }
         Simulation { placements }
@@ -489,7 +514,7 @@ pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) 
             .collect();
         return out;
     }
-    let (o, _) = fw.schedule(pod, snap, CycleOptions { explain: true, skip_post_filter: false });
+    let (o, _) = fw.schedule(pod, snap, CycleOptions { explain: true, ..Default::default() });
     for name in &o.score_plugins {
         out.weights.insert((*name).into(), Value::from(fw.weight(name).unwrap_or(1)));
     }

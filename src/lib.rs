@@ -8,6 +8,7 @@
 //! acts on it.
 
 pub mod bench;
+pub mod bench_e2e;
 pub mod cache;
 pub mod cli;
 pub mod cluster;

@@ -22,10 +22,39 @@ pub struct BenchArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Do not reuse work across pods of one scheduling signature
+    /// (opportunistic batching), to measure what it saves.
+    #[arg(long)]
+    pub no_reuse: bool,
+    /// End to end instead: the local cluster and the daemon as two processes
+    /// over loopback HTTP, this one creating pods (workloads SchedulingBasic,
+    /// TopologySpreading, Unschedulable; default nodes 5000).
+    #[arg(long)]
+    pub e2e: bool,
+    /// With --e2e: pods measured.
+    #[arg(long, default_value_t = 10_000)]
+    pub pods: usize,
+    /// With --e2e: concurrent clients creating pods.
+    #[arg(long, default_value_t = 16)]
+    pub creators: usize,
+    /// With --e2e: the daemon's clientConnection.qps (default: the chart's).
+    #[arg(long, default_value_t = CHART_QPS)]
+    pub qps: f64,
+    /// With --e2e: the daemon's clientConnection.burst (default: the chart's).
+    #[arg(long, default_value_t = CHART_BURST)]
+    pub burst: i64,
 }
+
+/// The chart's default clientConnection.qps (charts/berth/values.yaml).
+pub const CHART_QPS: f64 = 50.0;
+/// The chart's default clientConnection.burst (charts/berth/values.yaml).
+pub const CHART_BURST: i64 = 100;
 
 /// Runs the benchmarks, printing each figure as it is measured.
 pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
+    if a.e2e {
+        return run_e2e(a);
+    }
     let workloads: Vec<&str> = match &a.workload {
         Some(w) => vec![w.as_str()],
         None => bench::WORKLOADS.to_vec(),
@@ -44,9 +73,41 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     for &n in &sizes {
         for w in &workloads {
             for &p in &percentages {
-                let f = bench::run(w, n, p).ok_or_else(|| anyhow::anyhow!("workload {w} could not be set up"))?;
+                let f = bench::run(w, n, p, a.no_reuse).ok_or_else(|| anyhow::anyhow!("workload {w} could not be set up"))?;
                 println!("{}", line(&f, a.output)?);
             }
+        }
+    }
+    Ok(())
+}
+
+fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
+    let workloads: Vec<&str> = match &a.workload {
+        Some(w) => vec![w.as_str()],
+        None => vec!["SchedulingBasic", "TopologySpreading", "Unschedulable"],
+    };
+    let nodes = match a.nodes.as_slice() {
+        [] => 5000,
+        [n] if (1..=100_000).contains(n) => *n,
+        _ => anyhow::bail!("--nodes: with --e2e, give one size between 1 and 100000"),
+    };
+    if a.pods == 0 || a.pods > 1_000_000 {
+        anyhow::bail!("--pods: must be between 1 and 1000000");
+    }
+    let exe = std::env::current_exe()?;
+    let rt = tokio::runtime::Runtime::new()?;
+    if a.output == Output::Table {
+        println!("{:<20} {:>6} {:>7} {:>7} {:>10} {:>9} {:>9} {:>10} {:>10}", "E2E WORKLOAD", "NODES", "PODS", "UNSCHED", "PODS/S", "P50 ms", "P99 ms", "SCHED MB", "CLUSTER MB");
+    }
+    for w in workloads {
+        let o = crate::bench_e2e::E2eOptions { workload: w.into(), nodes, pods: a.pods, creators: a.creators, qps: a.qps, burst: a.burst, exe: exe.clone() };
+        let f = rt.block_on(crate::bench_e2e::run(&o))?;
+        match a.output {
+            Output::Json => println!("{}", serde_json::to_string(&f)?),
+            Output::Table => println!(
+                "{:<20} {:>6} {:>7} {:>7} {:>10.0} {:>9.1} {:>9.1} {:>10.1} {:>10.1}",
+                f.workload, f.nodes, f.pods, f.unschedulable_pods, f.pods_per_second, f.p50_ms, f.p99_ms, f.scheduler_peak_rss_mb, f.cluster_peak_rss_mb
+            ),
         }
     }
     Ok(())

@@ -5,6 +5,7 @@
 //! they declare in [`Plugin::points`]. The framework, not the plugins, enforces
 //! the score contract: normalize, check 0..=100, multiply by the weight.
 
+mod batch;
 pub mod cycle_state;
 pub mod runner;
 pub mod status;
@@ -166,6 +167,17 @@ pub trait Plugin: Send + Sync {
 
     /// Extension points implemented.
     fn points(&self) -> Points;
+
+    /// Opportunistic batching (upstream KEP-5598): are this plugin's Filter
+    /// verdict and raw Score for a node a function of the pod's signature and
+    /// of that one node (its object and its pods) alone? Then a later pod with
+    /// the same signature reuses them on every node that has not changed since.
+    /// Plugins whose results depend on other nodes (spreading, inter-pod
+    /// affinity) keep the default, no; a plugin that PreFilter or PreScore
+    /// skipped for the pod does not matter either way.
+    fn reusable(&self) -> bool {
+        false
+    }
 
     /// Cluster events that can make a pod this plugin rejected schedulable.
     fn events(&self) -> Events {

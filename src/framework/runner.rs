@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use super::batch::BatchCache;
 use super::{Code, CycleState, NodeScore, Plugin, Points, PostFilterResult, QueuedPod, Status, MAX_NODE_SCORE};
 use crate::cache::Snapshot;
 use crate::model::{NodeInfo, PodInfo};
@@ -52,6 +53,9 @@ pub struct CycleOptions {
     pub explain: bool,
     /// Do not run PostFilter when nothing fits.
     pub skip_post_filter: bool,
+    /// Do not reuse the last pod's per-node results (`berth bench --no-reuse`,
+    /// to measure what opportunistic batching saves).
+    pub no_reuse: bool,
 }
 
 /// Everything a cycle decided and, with `explain`, how.
@@ -104,6 +108,8 @@ pub struct Framework {
     pub percentage_of_nodes_to_score: Option<i32>,
     next_start: AtomicUsize,
     rng: AtomicU64,
+    /// Per-node results of the last cycle, reused by the next pod with the same signature.
+    batch: std::sync::Mutex<BatchCache>,
 }
 
 /// Upstream's floor on the number of feasible nodes to look for.
@@ -152,6 +158,7 @@ impl Framework {
             percentage_of_nodes_to_score,
             next_start: AtomicUsize::new(0),
             rng: AtomicU64::new(seed | 1),
+            batch: std::sync::Mutex::new(BatchCache::default()),
         };
         for (e, pts) in plugins {
             let i = match fw.entries.iter().position(|x| x.plugin.name() == e.plugin.name()) {
@@ -437,6 +444,12 @@ impl Framework {
         }
     }
 
+    /// How many cycles reused the per-node results of an earlier pod of the
+    /// same signature (opportunistic batching).
+    pub fn reused_cycles(&self) -> u64 {
+        self.batch.lock().map(|c| c.reused).unwrap_or(0)
+    }
+
     /// Is there any Filter plugin?
     pub fn has_filter(&self) -> bool {
         !self.filter.is_empty()
@@ -512,6 +525,69 @@ impl Framework {
         // Filter over a window rotating across cycles.
         let to_find = if opts.explain { n } else { num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, n) };
         let start = if opts.explain { 0 } else { self.next_start.load(Ordering::Relaxed) % n };
+        // Opportunistic batching: every node is evaluated, nothing narrows or
+        // nominates, and every Filter that runs is node-local.
+        let reuse = !opts.explain
+            && !opts.no_reuse
+            && pod.signature != 0
+            && to_find >= n
+            && subset.is_none()
+            && pod.nominated_node.is_none()
+            && snap.nominated.is_empty()
+            && state.active_filters.as_ref().is_some_and(|l| l.iter().all(|&i| self.p(i).reusable()));
+        let mut guard = if reuse { Some(self.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) } else { None };
+        let processed = match guard.as_deref_mut() {
+            Some(cache) => match self.filter_reusing(cache, &state, pod, snap, start, &mut out) {
+                Ok(p) => p,
+                Err(s) => {
+                    cache.clear();
+                    out.message = Some(format!("running Filter plugin {:?}: {}", s.plugin, s.message()));
+                    out.error = Some(s);
+                    return (out, state);
+                }
+            },
+            None => match self.filter_window(&state, pod, snap, start, to_find, &candidate, &mut out) {
+                Ok(p) => p,
+                Err(s) => {
+                    out.message = Some(format!("running Filter plugin {:?}: {}", s.plugin, s.message()));
+                    out.error = Some(s);
+                    return (out, state);
+                }
+            },
+        };
+        out.evaluated = processed;
+        if !opts.explain {
+            self.next_start.store((start + processed) % n, Ordering::Relaxed);
+        }
+        if out.feasible.is_empty() {
+            self.fail(&mut out, &state, pod, snap, opts);
+            return (out, state);
+        }
+        if out.feasible.len() == 1 && !opts.explain {
+            out.selected = Some(out.feasible[0]);
+            out.totals = vec![0];
+            return (out, state);
+        }
+        // Score.
+        if let Err(s) = self.prioritize(&mut out, &mut state, pod, snap, opts.explain, guard.as_deref_mut()) {
+            if let Some(c) = guard.as_deref_mut() {
+                c.clear();
+            }
+            out.message = Some(format!("running Score plugins: {}", s));
+            out.error = Some(s);
+            out.feasible.clear();
+            return (out, state);
+        }
+        out.selected = self.select_host(&out.feasible, &out.totals);
+        (out, state)
+    }
+
+    /// Filter over a window of nodes starting at `start`, until `to_find`
+    /// feasible nodes are found; returns how many nodes were evaluated, or the
+    /// error that failed the cycle.
+    #[allow(clippy::too_many_arguments)] // one cycle's inputs, all borrowed
+    fn filter_window(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, to_find: usize, candidate: &dyn Fn(usize) -> bool, out: &mut CycleOutcome) -> Result<usize, Status> {
+        let n = snap.nodes.len();
         let mut processed = 0;
         let mut i = if start == 0 { n - 1 } else { start - 1 };
         for _ in 0..n {
@@ -529,18 +605,14 @@ impl Framework {
             let s = if self.filter.is_empty() {
                 Status::success()
             } else {
-                self.run_filter_with_nominated(&state, pod, &snap.nodes[i], snap)
+                self.run_filter_with_nominated(state, pod, &snap.nodes[i], snap)
             };
             match s.code {
                 Code::Success => {
                     out.feasible.push(i);
                     continue;
                 }
-                Code::Error => {
-                    out.message = Some(format!("running Filter plugin {:?}: {}", s.plugin, s.message()));
-                    out.error = Some(s);
-                    return (out, state);
-                }
+                Code::Error => return Err(s),
                 _ => {
                     if !out.unschedulable_plugins.contains(&s.plugin) {
                         out.unschedulable_plugins.push(s.plugin);
@@ -549,31 +621,42 @@ impl Framework {
             }
             out.statuses.set(i, n, s);
         }
-        out.evaluated = processed;
-        if !opts.explain {
-            self.next_start.store((start + processed) % n, Ordering::Relaxed);
-        }
-        if out.feasible.is_empty() {
-            self.fail(&mut out, &state, pod, snap, opts);
-            return (out, state);
-        }
-        if out.feasible.len() == 1 && !opts.explain {
-            out.selected = Some(out.feasible[0]);
-            out.totals = vec![0];
-            return (out, state);
-        }
-        // Score.
-        if let Err(s) = self.prioritize(&mut out, &mut state, pod, snap, opts.explain) {
-            out.message = Some(format!("running Score plugins: {}", s));
-            out.error = Some(s);
-            out.feasible.clear();
-            return (out, state);
-        }
-        out.selected = self.select_host(&out.feasible, &out.totals);
-        (out, state)
+        Ok(processed)
     }
 
-    fn prioritize(&self, out: &mut CycleOutcome, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot, record: bool) -> Result<(), Status> {
+    /// Filter over every node, recomputing only the nodes that changed since
+    /// the last cycle of a pod with the same signature ([`BatchCache`]); the
+    /// outcome (feasible nodes in window order, statuses, rejecting plugins)
+    /// is what [`Self::filter_window`] gives over every node.
+    fn filter_reusing(&self, cache: &mut BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, out: &mut CycleOutcome) -> Result<usize, Status> {
+        let n = snap.nodes.len();
+        let mut changed = Vec::new();
+        cache.refresh(pod.signature, &snap.nodes, &mut changed);
+        for &i in &changed {
+            let ni = &snap.nodes[i];
+            let s = if self.filter.is_empty() { Status::success() } else { self.run_filter(state, pod, ni) };
+            match s.code {
+                Code::Success => cache.set_verdict(i, ni, None),
+                Code::Error => return Err(s),
+                _ => cache.set_verdict(i, ni, Some(s)),
+            }
+        }
+        out.feasible.reserve(n);
+        for i in (start..n).chain(0..start) {
+            match cache.verdict(i) {
+                None => out.feasible.push(i),
+                Some(s) => {
+                    if !out.unschedulable_plugins.contains(&s.plugin) {
+                        out.unschedulable_plugins.push(s.plugin);
+                    }
+                    out.statuses.set(i, n, s.clone());
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn prioritize(&self, out: &mut CycleOutcome, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot, record: bool, mut cache: Option<&mut BatchCache>) -> Result<(), Status> {
         let feasible = out.feasible.clone();
         for &i in &self.pre_score {
             let p = self.p(i);
@@ -586,6 +669,7 @@ impl Framework {
         }
         let mut totals = vec![0i64; feasible.len()];
         let mut buf: Vec<NodeScore> = Vec::with_capacity(feasible.len());
+        let mut stale: Vec<usize> = Vec::new();
         for &i in &self.score {
             let e = &self.entries[i];
             let p = &*e.plugin;
@@ -599,8 +683,23 @@ impl Framework {
                 continue;
             }
             buf.clear();
-            buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
-            p.score_nodes(state, pod, snap, &mut buf).map_err(|s| s.with_plugin(p.name()))?;
+            match cache.as_deref_mut().filter(|_| p.reusable()) {
+                Some(c) => {
+                    // Raw scores of unchanged nodes come from the last pod of this signature.
+                    c.stale_scores(i, &feasible, &mut stale);
+                    buf.extend(stale.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
+                    p.score_nodes(state, pod, snap, &mut buf).map_err(|s| s.with_plugin(p.name()))?;
+                    for ns in &buf {
+                        c.set_raw(i, ns.node, ns.score);
+                    }
+                    buf.clear();
+                    buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: c.raw(i, ni) }));
+                }
+                None => {
+                    buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
+                    p.score_nodes(state, pod, snap, &mut buf).map_err(|s| s.with_plugin(p.name()))?;
+                }
+            }
             if p.has_normalize() {
                 let s = p.normalize_score(state, pod, &mut buf, snap);
                 if !s.is_success() {
@@ -710,5 +809,77 @@ mod tests {
         assert_eq!(num_feasible_nodes_to_find(Some(100), 6000), 6000);
         assert_eq!(num_feasible_nodes_to_find(Some(1), 6000), 100);
         assert_eq!(num_feasible_nodes_to_find(Some(50), 6000), 3000);
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::testing::{node, pod};
+
+    fn default_framework(pct: i32) -> Framework {
+        let raw = crate::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(pct), ..Default::default() };
+        Config::from_raw(raw).expect("default config").frameworks(7).into_iter().next().expect("one profile")
+    }
+
+    /// Feasible nodes with their totals, by node name.
+    fn verdicts(o: &CycleOutcome, snap: &Snapshot) -> Vec<(String, i64)> {
+        let mut v: Vec<(String, i64)> = o.feasible.iter().zip(&o.totals).map(|(&i, &t)| (snap.nodes[i].name().to_string(), t)).collect();
+        v.sort();
+        v
+    }
+
+    /// A cycle that reuses the last pod's per-node results decides as a full
+    /// cycle does: same feasible nodes, same totals, same failure message,
+    /// across placements, pod removals and node object changes.
+    #[test]
+    fn reusing_results_changes_no_decision() {
+        let mut nodes = Vec::new();
+        for i in 0..40 {
+            let mut b = node(&format!("n{i}")).alloc(if i % 3 == 0 { "2" } else { "4" }, "8Gi", 110).label("zone", &format!("z{}", i % 3)).image("app:1", 300 * 1024 * 1024 * (i % 2));
+            if i % 7 == 0 {
+                b = b.taint("dedicated", "x", "PreferNoSchedule");
+            }
+            if i % 11 == 0 {
+                b = b.taint("hard", "x", "NoSchedule");
+            }
+            nodes.push(b);
+        }
+        let mut snap = crate::testing::snapshot(&nodes, &[]);
+        let batched = default_framework(100);
+        let full = default_framework(100);
+        let template = |k: usize| pod(&format!("p{k}")).req("300m", "256Mi").image("app:1").info();
+        for k in 0..300 {
+            let p = template(k);
+            let (o, _) = batched.schedule(&p, &snap, CycleOptions::default());
+            let (x, _) = full.schedule(&p, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
+            assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap), "pod {k}");
+            if o.selected.is_none() {
+                assert_eq!(o.message, x.message, "pod {k}");
+            }
+            let Some(i) = o.selected else { continue };
+            let mut b = (*p).clone();
+            b.node_name = Some(snap.nodes[i].name().to_string());
+            snap.add_pod(Arc::new(b));
+            if k % 17 == 5 {
+                // Someone else's pod leaves a node.
+                let uid = format!("p{}", k - 3);
+                snap.remove_pod(&uid);
+            }
+            if k % 50 == 49 {
+                // A node object changes (a taint comes).
+                let name = format!("n{}", k % 40);
+                snap.upsert_node(node(&name).alloc("4", "8Gi", 110).label("zone", "z0").taint("hard", "x", "NoSchedule").spec());
+            }
+        }
+        assert!(batched.reused_cycles() > 250, "reused {} of 300 cycles", batched.reused_cycles());
+        // A different pod shape is not confused with the first.
+        let other = pod("other").req("3", "1Gi").info();
+        let (o, _) = batched.schedule(&other, &snap, CycleOptions::default());
+        let (x, _) = full.schedule(&other, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
+        assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap));
     }
 }

@@ -5,6 +5,7 @@ pub mod pod;
 pub mod quantity;
 pub mod resources;
 pub mod selector;
+pub mod signature;
 pub mod taints;
 
 pub use node::{NodeInfo, NodeSpec};

@@ -79,7 +79,9 @@ pub struct NodeInfo {
     pub pods_with_affinity: usize,
     /// Number of pods with required anti-affinity terms.
     pub pods_with_required_anti_affinity: usize,
-    /// Bumped on every change.
+    /// Changed on every change, to a value no other node state ever had (so
+    /// that (node object, generation) identifies one state of one node, even
+    /// across clones of a snapshot).
     pub generation: u64,
     /// Copy of the node's allocatable, kept inline so that hot loops do not
     /// chase the `node` pointer for every node.
@@ -93,6 +95,12 @@ pub struct NodeInfo {
     /// Position in the snapshot's node vector (kept current by the snapshot),
     /// so that plugins can index per-cycle arrays instead of hashing names.
     pub index: usize,
+}
+
+/// A generation no node state has had before.
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl NodeInfo {
@@ -110,7 +118,7 @@ impl NodeInfo {
         self.has_taints = !node.taints.is_empty();
         self.has_images = !node.images.is_empty();
         self.node = node;
-        self.generation += 1;
+        self.generation = next_generation();
     }
 
     /// The node's name.
@@ -138,7 +146,7 @@ impl NodeInfo {
             self.pods_with_required_anti_affinity += 1;
         }
         self.pods.push(p);
-        self.generation += 1;
+        self.generation = next_generation();
     }
 
     /// Removes the pod with this uid; returns it when it was there.
@@ -161,7 +169,7 @@ impl NodeInfo {
         if !p.required_anti_affinity.is_empty() {
             self.pods_with_required_anti_affinity -= 1;
         }
-        self.generation += 1;
+        self.generation = next_generation();
         Some(p)
     }
 }

@@ -190,6 +190,8 @@ pub struct PodInfo {
     pub required_features: Vec<&'static str>,
     /// The controller among metadata.ownerReferences (default topology spreading).
     pub controller: Option<ControllerRef>,
+    /// Scheduling signature ([`super::signature`]); 0 when not computed.
+    pub signature: u64,
 }
 
 impl PodInfo {
@@ -214,7 +216,9 @@ impl PodInfo {
 
     /// Compiles a pod. Never fails: what cannot be read is recorded in `errors`.
     pub fn from_pod(pod: &core::Pod) -> Arc<PodInfo> {
-        Arc::new(Self::build(pod))
+        let mut p = Self::build(pod);
+        p.signature = super::signature::of(&p);
+        Arc::new(p)
     }
 
     fn build(pod: &core::Pod) -> PodInfo {

@@ -77,6 +77,11 @@ impl Plugin for BalancedAllocation {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn reusable(&self) -> bool {
+        // Node-local: see Plugin::reusable.
+        true
+    }
+
     fn points(&self) -> Points {
         Points::PRE_SCORE.or(Points::SCORE)
     }

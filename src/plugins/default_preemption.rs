@@ -418,7 +418,7 @@ mod tests {
         if let Some(n) = pi.nominated_node.clone() {
             snap.nominate(pi.clone(), &n);
         }
-        framework().schedule(&pi, &snap, CycleOptions { explain: true, skip_post_filter: false }).0
+        framework().schedule(&pi, &snap, CycleOptions { explain: true, ..Default::default() }).0
     }
 
     fn sorted(mut v: Vec<String>) -> Vec<String> {
@@ -666,7 +666,7 @@ mod tests {
         let snap = snapshot(&nodes, &pods);
         let fw = framework();
         let p = pod("p").priority(10).req("1", "").info();
-        let (o, state) = fw.schedule(&p, &snap, CycleOptions { explain: true, skip_post_filter: true });
+        let (o, state) = fw.schedule(&p, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
         let pl = DefaultPreemption { min_percentage: 0, min_absolute: 2 };
         let potential: Vec<usize> = (0..5).filter(|&i| o.statuses.get(i).is_some_and(|s| s.code == Code::Unschedulable)).collect();
         let (cs, failed, _) = pl.dry_run(&fw, &state, &p, &snap, &potential, 3);
@@ -708,7 +708,7 @@ mod tests {
                 }
                 let fw = framework();
                 let preemptor = pod("p").priority(prio).req(&format!("{}m", u64::from(cpu) * 100), "").info();
-                let explain = CycleOptions { explain: true, skip_post_filter: false };
+                let explain = CycleOptions { explain: true, ..Default::default() };
                 let (o, _) = fw.schedule(&preemptor, &snap, explain);
                 if o.selected.is_some() {
                     return Ok(());

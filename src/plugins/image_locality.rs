@@ -38,6 +38,11 @@ impl Plugin for ImageLocality {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn reusable(&self) -> bool {
+        // Node-local: see Plugin::reusable.
+        true
+    }
+
     fn points(&self) -> Points {
         Points::PRE_SCORE.or(Points::SCORE)
     }

@@ -23,6 +23,11 @@ impl Plugin for NodeDeclaredFeatures {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn reusable(&self) -> bool {
+        // Node-local: the node's declared features against the pod's needs.
+        true
+    }
+
     fn points(&self) -> Points {
         Points::FILTER
     }

@@ -31,6 +31,11 @@ impl Plugin for NodePorts {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn reusable(&self) -> bool {
+        // Node-local: see Plugin::reusable.
+        true
+    }
+
     fn points(&self) -> Points {
         Points::PRE_FILTER.or(Points::FILTER)
     }

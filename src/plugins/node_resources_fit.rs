@@ -213,6 +213,11 @@ impl Plugin for NodeResourcesFit {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn reusable(&self) -> bool {
+        // Node-local: see Plugin::reusable.
+        true
+    }
+
     fn points(&self) -> Points {
         Points::PRE_FILTER.or(Points::FILTER).or(Points::PRE_SCORE).or(Points::SCORE)
     }

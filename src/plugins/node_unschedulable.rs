@@ -18,6 +18,11 @@ impl Plugin for NodeUnschedulable {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn reusable(&self) -> bool {
+        // Node-local: see Plugin::reusable.
+        true
+    }
+
     fn points(&self) -> Points {
         Points::FILTER
     }

@@ -67,6 +67,10 @@ impl Plugin for NoOp {
     fn points(&self) -> Points {
         Points::default()
     }
+    fn reusable(&self) -> bool {
+        // Does nothing, so it depends on nothing.
+        true
+    }
 }
 
 fn args<T: DeserializeOwned + Default>(v: Option<&serde_json::Value>) -> Result<T, String> {

@@ -24,6 +24,11 @@ impl Plugin for TaintToleration {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn reusable(&self) -> bool {
+        // Node-local: see Plugin::reusable.
+        true
+    }
+
     fn points(&self) -> Points {
         Points::FILTER.or(Points::PRE_SCORE).or(Points::SCORE)
     }

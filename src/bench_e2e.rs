@@ -1,0 +1,340 @@
+//! `berth bench --e2e`: the whole pipeline, end to end. The local cluster
+//! (`berth cluster`) and the daemon (`berth run`) run as two child processes
+//! of this one, talking HTTP over loopback; this process creates pods as fast
+//! as the API server takes them and watches them get bound.
+//!
+//! Figures: pods bound per second (first create to last bind), p50/p99 from
+//! the create call to the watch event that shows the pod bound, and each
+//! child's peak RSS (`VmHWM`). Nothing here asserts a time.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use serde::Serialize;
+use serde_json::json;
+use thiserror::Error;
+use tokio::process::{Child, Command};
+
+/// The end-to-end workloads.
+pub const WORKLOADS: &[&str] = &["SchedulingBasic", "TopologySpreading", "Unschedulable"];
+
+/// The scheduler name the benchmark's pods ask for.
+const PROFILE: &str = "berth-bench";
+
+/// Why the end-to-end benchmark could not run.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A child process or file could not be handled.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The local cluster or the scheduler did not come up, or pods were not bound in time.
+    #[error("{0}")]
+    Stuck(String),
+    /// The API client failed.
+    #[error("API client: {0}")]
+    Client(String),
+    /// Unknown workload.
+    #[error("--workload: unknown end-to-end workload {0:?} (one of SchedulingBasic, TopologySpreading, Unschedulable)")]
+    Workload(String),
+}
+
+/// How to run it.
+#[derive(Clone, Debug)]
+pub struct E2eOptions {
+    /// Workload (one of [`WORKLOADS`]).
+    pub workload: String,
+    /// Nodes of the local cluster.
+    pub nodes: usize,
+    /// Pods measured.
+    pub pods: usize,
+    /// Concurrent creating clients.
+    pub creators: usize,
+    /// The daemon's clientConnection.qps and burst (the chart's defaults unless given).
+    pub qps: f64,
+    /// See `qps`.
+    pub burst: i64,
+    /// The berth binary to start the children from.
+    pub exe: PathBuf,
+}
+
+/// The figures of one end-to-end run.
+#[derive(Clone, Debug, Serialize)]
+pub struct E2eFigures {
+    /// Workload name.
+    pub workload: String,
+    /// Nodes.
+    pub nodes: usize,
+    /// Pods measured (bound).
+    pub pods: usize,
+    /// Unschedulable pods created beside them (Unschedulable workload).
+    pub unschedulable_pods: usize,
+    /// Measured pods bound per second, first create to last bind.
+    pub pods_per_second: f64,
+    /// Median create-to-bound latency.
+    pub p50_ms: f64,
+    /// 99th percentile create-to-bound latency.
+    pub p99_ms: f64,
+    /// Peak RSS of the daemon process.
+    pub scheduler_peak_rss_mb: f64,
+    /// Peak RSS of the local cluster process.
+    pub cluster_peak_rss_mb: f64,
+    /// The daemon's clientConnection.qps.
+    pub qps: f64,
+    /// The daemon's clientConnection.burst.
+    pub burst: i64,
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// Peak RSS (VmHWM) of a process in MiB, 0 when unknown.
+fn peak_rss_mb(pid: Option<u32>) -> f64 {
+    let Some(pid) = pid else { return 0.0 };
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok()))
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+fn free_port() -> Result<u16, Error> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("finding a free port"))?;
+    Ok(l.local_addr().map_err(io("finding a free port"))?.port())
+}
+
+fn pod(name: &str, cpu: &str, spread: bool) -> Pod {
+    let mut spec = json!({
+        "schedulerName": PROFILE,
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": cpu, "memory": "500Mi"}}}],
+    });
+    if spread {
+        spec["topologySpreadConstraints"] = json!([{
+            "maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"color": "blue"}},
+        }]);
+    }
+    let v = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"color": "blue", "bench": "e2e"}},
+        "spec": spec,
+    });
+    serde_json::from_value(v).unwrap_or_default()
+}
+
+struct Children {
+    cluster: Option<Child>,
+    daemon: Option<Child>,
+}
+
+impl Children {
+    async fn stop(&mut self) {
+        for c in [self.daemon.as_mut(), self.cluster.as_mut()].into_iter().flatten() {
+            let _ = c.start_kill();
+            let _ = c.wait().await;
+        }
+    }
+}
+
+async fn wait_for_file(p: &Path, what: &str) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !p.exists() {
+        if Instant::now() > deadline {
+            return Err(Error::Stuck(format!("{what} did not start within 60 s")));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Runs one end-to-end workload.
+pub async fn run(o: &E2eOptions) -> Result<E2eFigures, Error> {
+    if !WORKLOADS.contains(&o.workload.as_str()) {
+        return Err(Error::Workload(o.workload.clone()));
+    }
+    let dir = std::env::temp_dir().join(format!("berth-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    let mut children = Children { cluster: None, daemon: None };
+    let r = run_in(o, &dir, &mut children).await;
+    children.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E2eFigures, Error> {
+    let kc = dir.join("kubeconfig");
+    let port = free_port()?;
+    let cluster = Command::new(&o.exe)
+        .args(["cluster", "--listen", &format!("127.0.0.1:{port}"), "--nodes", &o.nodes.to_string(), "--zones", "3", "--no-kubelet", "--history", "500000"])
+        .arg("--write-kubeconfig")
+        .arg(&kc)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(io(format!("starting {} cluster", o.exe.display())))?;
+    let cluster_pid = cluster.id();
+    children.cluster = Some(cluster);
+    wait_for_file(&kc, "the local cluster").await?;
+
+    let cfg = dir.join("config.yaml");
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: false\nclientConnection:\n  qps: {}\n  burst: {}\nprofiles:\n- schedulerName: {PROFILE}\n",
+        o.qps, o.burst
+    );
+    std::fs::write(&cfg, yaml).map_err(io(format!("writing {}", cfg.display())))?;
+    let log = std::fs::File::create(dir.join("daemon.log")).map_err(io("creating the daemon log"))?;
+    let daemon = Command::new(&o.exe)
+        .arg("run")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["--bind-address", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(io(format!("starting {} run", o.exe.display())))?;
+    let daemon_pid = daemon.id();
+    children.daemon = Some(daemon);
+
+    let kubeconfig = kube::config::Kubeconfig::read_from(&kc).map_err(|e| Error::Client(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.map_err(|e| Error::Client(e.to_string()))?;
+    let client = kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))?;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+
+    // Bound times, from the watch.
+    let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let b = bound.clone();
+    let watch_api = pods.clone();
+    let watching = tokio::spawn(async move {
+        let mut s = watcher::watcher(watch_api, watcher::Config::default().labels("bench=e2e")).boxed();
+        while let Some(ev) = s.next().await {
+            let objs: Vec<Pod> = match ev {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => vec![p],
+                _ => continue,
+            };
+            let now = Instant::now();
+            for p in objs {
+                if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                    && let Some(n) = p.metadata.name
+                    && let Ok(mut m) = b.lock()
+                {
+                    m.entry(n).or_insert(now);
+                }
+            }
+        }
+    });
+
+    // Warm-up: the daemon is ready (caches synced, leading) once it binds these.
+    let spread = o.workload == "TopologySpreading";
+    let warm = 50usize;
+    for i in 0..warm {
+        pods.create(&PostParams::default(), &pod(&format!("warm-{i}"), "100m", spread)).await.map_err(|e| Error::Client(format!("creating warm-up pods: {e}")))?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let n = bound.lock().map(|m| m.len()).unwrap_or(0);
+        if n >= warm {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Stuck(format!("the scheduler bound {n} of {warm} warm-up pods within 120 s (see its log in {})", dir.display())));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Unschedulable pods first, so that they sit in the queue while the others are measured.
+    let unschedulable = if o.workload == "Unschedulable" { o.pods / 10 } else { 0 };
+    for i in 0..unschedulable {
+        pods.create(&PostParams::default(), &pod(&format!("big-{i}"), "100", false)).await.map_err(|e| Error::Client(format!("creating unschedulable pods: {e}")))?;
+    }
+
+    // The measured pods, from `creators` concurrent clients.
+    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let first = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    let creators = o.creators.max(1);
+    for c in 0..creators {
+        let api = pods.clone();
+        let created = created.clone();
+        let (total, spread) = (o.pods, spread);
+        tasks.spawn(async move {
+            let mut i = c;
+            while i < total {
+                let name = format!("p-{i}");
+                let t = Instant::now();
+                api.create(&PostParams::default(), &pod(&name, "100m", spread)).await.map_err(|e| Error::Client(format!("creating {name}: {e}")))?;
+                if let Ok(mut m) = created.lock() {
+                    m.insert(name, t);
+                }
+                i += creators;
+            }
+            Ok::<(), Error>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(|e| Error::Client(e.to_string()))??;
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let done = bound.lock().map(|m| (0..o.pods).filter(|i| m.contains_key(&format!("p-{i}"))).count()).unwrap_or(0);
+        if done >= o.pods {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Stuck(format!("{done} of {} pods bound within 300 s", o.pods)));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    watching.abort();
+    let scheduler_peak_rss_mb = peak_rss_mb(daemon_pid);
+    let cluster_peak_rss_mb = peak_rss_mb(cluster_pid);
+
+    let (bound, created) = match (bound.lock(), created.lock()) {
+        (Ok(b), Ok(c)) => (b.clone(), c.clone()),
+        _ => return Err(Error::Stuck("a recording thread panicked".into())),
+    };
+    let mut lat: Vec<f64> = Vec::with_capacity(o.pods);
+    let mut last = first;
+    for (name, t0) in &created {
+        if let Some(t1) = bound.get(name) {
+            lat.push(t1.saturating_duration_since(*t0).as_secs_f64() * 1000.0);
+            last = last.max(*t1);
+        }
+    }
+    lat.sort_by(f64::total_cmp);
+    let pct = |q: f64| lat.get(((lat.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+    Ok(E2eFigures {
+        workload: o.workload.clone(),
+        nodes: o.nodes,
+        pods: lat.len(),
+        unschedulable_pods: unschedulable,
+        pods_per_second: lat.len() as f64 / last.saturating_duration_since(first).as_secs_f64().max(1e-9),
+        p50_ms: pct(0.5),
+        p99_ms: pct(0.99),
+        scheduler_peak_rss_mb,
+        cluster_peak_rss_mb,
+        qps: o.qps,
+        burst: o.burst,
+    })
+}

@@ -1,0 +1,138 @@
+//! Opportunistic batching (upstream KEP-5598, "pod scheduling signatures"):
+//! the per-node results of the last cycle, kept for the next pod with the
+//! same signature.
+//!
+//! After a pod is placed, only the node that received it changed; a pod with
+//! the same signature gets the same Filter verdict and the same raw Score
+//! from every node-local plugin ([`super::Plugin::reusable`]) on every other
+//! node. So a cycle recomputes only the nodes whose object or pods changed
+//! since (tracked by the node's `Arc<NodeSpec>` and its generation) and reads
+//! the rest from here. Normalization, weights and the choice among the best
+//! are still done over every feasible node, so the decision is the one a full
+//! cycle makes.
+//!
+//! Any change to a node *object* (labels, taints, images, allocatable) or to
+//! the number of nodes drops everything: ImageLocality's score on one node
+//! depends on how many nodes have the image.
+
+use std::sync::Arc;
+
+use super::Status;
+use crate::model::{NodeInfo, NodeSpec};
+
+/// A cached raw score and the node stamp it was computed at.
+#[derive(Clone, Copy, Debug, Default)]
+struct Raw {
+    score: i64,
+    stamp: u64,
+}
+
+/// Per-node results of the last cycle of one signature.
+#[derive(Debug, Default)]
+pub(crate) struct BatchCache {
+    signature: u64,
+    /// Per node index: the node object the results were computed from (held,
+    /// so that its address cannot be reused by another node) and its generation.
+    seen: Vec<(Option<Arc<NodeSpec>>, u64)>,
+    /// Per node index: when its results were last recomputed (0: never).
+    stamp: Vec<u64>,
+    next_stamp: u64,
+    /// Per node index: None when feasible, else the rejecting status.
+    verdict: Vec<Option<Status>>,
+    /// Per plugin entry index: per node index, the raw score.
+    raw: Vec<Vec<Raw>>,
+    /// Cycles that reused results (for tests and figures).
+    pub(crate) reused: u64,
+}
+
+impl BatchCache {
+    /// Readies the cache for a pod with `signature` over `nodes` and returns
+    /// the indexes of the nodes whose verdict must be recomputed.
+    pub(crate) fn refresh(&mut self, signature: u64, nodes: &[NodeInfo], changed: &mut Vec<usize>) {
+        changed.clear();
+        let n = nodes.len();
+        let mut reset = self.signature != signature || self.seen.len() != n;
+        if !reset {
+            for (i, ni) in nodes.iter().enumerate() {
+                let (spec, generation) = &self.seen[i];
+                if !spec.as_ref().is_some_and(|s| Arc::ptr_eq(s, &ni.node)) {
+                    reset = true;
+                    break;
+                }
+                if *generation != ni.generation {
+                    changed.push(i);
+                }
+            }
+        }
+        if reset {
+            self.signature = signature;
+            self.seen.clear();
+            self.seen.resize(n, (None, 0));
+            self.stamp.clear();
+            self.stamp.resize(n, 0);
+            self.verdict.clear();
+            self.verdict.resize(n, None);
+            for r in &mut self.raw {
+                r.clear();
+            }
+            changed.clear();
+            changed.extend(0..n);
+        } else {
+            self.reused += 1;
+        }
+    }
+
+    /// Records node `i`'s Filter verdict (None: feasible) as computed from `ni`.
+    pub(crate) fn set_verdict(&mut self, i: usize, ni: &NodeInfo, verdict: Option<Status>) {
+        self.next_stamp += 1;
+        self.stamp[i] = self.next_stamp;
+        self.seen[i] = (Some(Arc::clone(&ni.node)), ni.generation);
+        self.verdict[i] = verdict;
+    }
+
+    /// Node `i`'s verdict: None when feasible.
+    pub(crate) fn verdict(&self, i: usize) -> Option<&Status> {
+        self.verdict.get(i).and_then(Option::as_ref)
+    }
+
+    /// Forgets everything (a cycle failed half-way).
+    pub(crate) fn clear(&mut self) {
+        self.signature = 0;
+        self.seen.clear();
+    }
+
+    fn plugin(raw: &mut Vec<Vec<Raw>>, entry: usize, n: usize) -> &mut Vec<Raw> {
+        if raw.len() <= entry {
+            raw.resize(entry + 1, Vec::new());
+        }
+        let r = &mut raw[entry];
+        if r.len() != n {
+            r.clear();
+            r.resize(n, Raw::default());
+        }
+        r
+    }
+
+    /// The nodes among `feasible` whose raw score from plugin `entry` is not
+    /// current.
+    pub(crate) fn stale_scores(&mut self, entry: usize, feasible: &[usize], out: &mut Vec<usize>) {
+        out.clear();
+        let n = self.stamp.len();
+        let r = Self::plugin(&mut self.raw, entry, n);
+        let stamps = &self.stamp;
+        out.extend(feasible.iter().copied().filter(|&i| stamps[i] == 0 || r[i].stamp != stamps[i]));
+    }
+
+    /// Records plugin `entry`'s raw score for node `i`.
+    pub(crate) fn set_raw(&mut self, entry: usize, i: usize, score: i64) {
+        let n = self.stamp.len();
+        let stamp = self.stamp[i];
+        Self::plugin(&mut self.raw, entry, n)[i] = Raw { score, stamp };
+    }
+
+    /// Plugin `entry`'s raw score for node `i` (call after `set_raw` or a
+    /// `stale_scores` that did not list it).
+    pub(crate) fn raw(&self, entry: usize, i: usize) -> i64 {
+        self.raw.get(entry).and_then(|r| r.get(i)).map_or(0, |r| r.score)
+    }
+}

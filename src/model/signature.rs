@@ -1,0 +1,47 @@
+//! A pod's scheduling signature (upstream's opportunistic batching, KEP-5598):
+//! two pending pods with the same signature get the same Filter verdict and
+//! the same raw Score from every node-local plugin on the same node, so a
+//! cycle may reuse the previous pod's per-node results for the nodes that did
+//! not change since.
+//!
+//! The signature is conservative: it covers every field of the compact pod
+//! view except the pod's identity and timestamps (uid, name, creation and
+//! start time, nomination), so a field added to [`PodInfo`] later is covered
+//! without anyone remembering to add it here.
+
+use std::hash::{Hash, Hasher};
+
+use super::PodInfo;
+
+/// The signature of `p` (never 0; 0 means "no signature").
+pub fn of(p: &PodInfo) -> u64 {
+    let mut shape = p.clone();
+    shape.uid = String::new();
+    shape.name = String::new();
+    shape.created_ms = 0;
+    shape.start_ms = 0;
+    shape.nominated_node = None;
+    shape.signature = 0;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{shape:?}").hash(&mut h);
+    h.finish().max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_does_not_count_but_the_spec_does() {
+        let a = PodInfo { uid: "a".into(), name: "a".into(), created_ms: 1, ..Default::default() };
+        let b = PodInfo { uid: "b".into(), name: "b".into(), created_ms: 2, ..Default::default() };
+        assert_eq!(of(&a), of(&b));
+        let mut c = b.clone();
+        c.non_zero_cpu = 5;
+        assert_ne!(of(&a), of(&c));
+        let mut d = b.clone();
+        d.images.push("x".into());
+        assert_ne!(of(&a), of(&d));
+        assert_ne!(of(&a), 0);
+    }
+}
