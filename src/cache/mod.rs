@@ -5,6 +5,7 @@
 //! cycles; a cycle reads it through `&Snapshot`, so no copy is taken per cycle.
 
 mod state;
+pub mod storage;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -65,6 +66,8 @@ pub struct Snapshot {
     pub nominated: HashMap<String, Vec<Arc<PodInfo>>>,
     /// Image name → number of nodes that have it.
     image_nodes: HashMap<String, usize>,
+    /// Storage objects (claims, PVs, classes, CSI objects) and assumed volume decisions.
+    pub storage: storage::Storage,
 }
 
 impl Snapshot {

@@ -6,6 +6,7 @@ pub mod quantity;
 pub mod resources;
 pub mod selector;
 pub mod taints;
+pub mod volumes;
 
 pub use node::{NodeInfo, NodeSpec};
 pub use pod::PodInfo;

@@ -17,3 +17,4 @@ mod e2e_daemon;
 mod e2e_support;
 mod e2e_throughput;
 mod properties;
+mod storage;
