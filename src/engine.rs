@@ -234,6 +234,17 @@ fn load_storage(c: &mut Cluster, kind: &str, ns: &str, name: &str, doc: usize, m
             }
         }
     }
+    // A CSINode's `allocatable: {count: N}` is an integer, not a quantity:
+    // undo what the dump reader did to it.
+    if kind == "CSINode"
+        && let Some(drivers) = v.pointer_mut("/spec/drivers").and_then(Value::as_array_mut) {
+            for d in drivers {
+                if let Some(count) = d.pointer_mut("/allocatable/count")
+                    && let Some(n) = count.as_str().and_then(|s| s.parse::<i64>().ok()) {
+                        *count = Value::from(n);
+                    }
+            }
+        }
     let st = &mut c.snapshot.storage;
     let res: std::result::Result<(), String> = match kind {
         "PersistentVolumeClaim" => typed::<core::PersistentVolumeClaim>(v).map(|o| st.upsert_claim(&o)),
