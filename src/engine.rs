@@ -198,6 +198,9 @@ impl Cluster {
                         c.warnings.push(format!("document {doc}: {e} (the selector adds nothing to default spreading)"));
                     }
                 }
+                "PersistentVolumeClaim" | "PersistentVolume" | "StorageClass" | "CSINode" | "CSIDriver" | "CSIStorageCapacity" => {
+                    load_storage(&mut c, &kind, &ns, &name, doc, v);
+                }
                 "" => return Err(err("kind: required field is missing".into())),
                 other => c.warnings.push(format!("document {doc}: kind {other} ignored")),
             }
@@ -257,6 +260,45 @@ impl Cluster {
             }
         }
         Ok(c)
+    }
+}
+
+/// Loads a storage object of the dump into the snapshot. One that cannot be
+/// decoded is kept as unusable (with the reason) where a pod may need it,
+/// and reported in the warnings; it stops nothing else.
+fn load_storage(c: &mut Cluster, kind: &str, ns: &str, name: &str, doc: usize, mut v: Value) {
+    use k8s_openapi::api::storage::v1 as storage;
+    // CSIStorageCapacity carries its quantities at the top level.
+    if let Value::Object(m) = &mut v {
+        for k in ["capacity", "maximumVolumeSize"] {
+            if let Some(Value::Number(n)) = m.get(k).cloned() {
+                m.insert(k.into(), Value::String(n.to_string()));
+            }
+        }
+    }
+    // A CSINode's `allocatable: {count: N}` is an integer, not a quantity:
+    // undo what the dump reader did to it.
+    if kind == "CSINode"
+        && let Some(drivers) = v.pointer_mut("/spec/drivers").and_then(Value::as_array_mut) {
+            for d in drivers {
+                if let Some(count) = d.pointer_mut("/allocatable/count")
+                    && let Some(n) = count.as_str().and_then(|s| s.parse::<i64>().ok()) {
+                        *count = Value::from(n);
+                    }
+            }
+        }
+    let st = &mut c.snapshot.storage;
+    let res: std::result::Result<(), String> = match kind {
+        "PersistentVolumeClaim" => typed::<core::PersistentVolumeClaim>(v).map(|o| st.upsert_claim(&o)),
+        "PersistentVolume" => typed::<core::PersistentVolume>(v).map(|o| st.upsert_volume(&o)),
+        "StorageClass" => typed::<storage::StorageClass>(v).map(|o| st.upsert_class(&o)),
+        "CSINode" => typed::<storage::CSINode>(v).map(|o| st.upsert_csi_node(&o)),
+        "CSIDriver" => typed::<storage::CSIDriver>(v).map(|o| st.upsert_csi_driver(&o)),
+        _ => typed::<storage::CSIStorageCapacity>(v).and_then(|o| st.upsert_capacity(&o).map_err(|e| e.to_string())),
+    };
+    if let Err(m) = res {
+        c.warnings.push(format!("document {doc} ({kind} {name}): {m}"));
+        c.snapshot.storage.upsert_unreadable(kind, ns, name, format!("document {doc}: {m}"));
     }
 }
 
@@ -430,9 +472,18 @@ impl Engine {
                 continue;
             }
             let snap = &self.cluster.snapshot;
-            let (o, _) = fw.schedule(&q.pod, snap, CycleOptions::default());
+            let (o, mut state) = fw.schedule(&q.pod, snap, CycleOptions::default());
             if let Some(i) = o.selected {
                 let node = snap.nodes[i].name().to_string();
+                // Reserve: VolumeBinding's decisions are assumed, so later pods see the PVs taken.
+                let r = fw.run_reserve(&mut state, &q.pod, &node);
+                if !r.is_success() {
+                    placements[idx].message = Some(format!("running Reserve plugin {:?}: {}", r.plugin, r.message()));
+                    continue;
+                }
+                if let Some(d) = crate::plugins::volume_binding::reserved(&state) {
+                    self.cluster.snapshot.storage.assume(d);
+                }
                 let mut bound = (*q.pod).clone();
                 bound.node_name = Some(node.clone());
                 bound.nominated_node = None;

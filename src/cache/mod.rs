@@ -6,6 +6,7 @@
 
 mod state;
 pub mod workloads;
+pub mod storage;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -68,6 +69,8 @@ pub struct Snapshot {
     image_nodes: HashMap<String, usize>,
     /// Services, ReplicationControllers, ReplicaSets and StatefulSets (default topology spreading).
     pub workloads: workloads::Workloads,
+    /// Storage objects (claims, PVs, classes, CSI objects) and assumed volume decisions.
+    pub storage: storage::Storage,
 }
 
 impl Snapshot {

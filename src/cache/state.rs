@@ -65,8 +65,15 @@ impl Cache {
         self.snapshot.add_pod(pod);
     }
 
+    /// Assumes the volume decisions VolumeBinding reserved for a pod (see
+    /// `plugins::volume_binding::reserved`); `forget` reverts them with the pod.
+    pub fn assume_volumes(&mut self, d: &super::storage::VolumeDecisions) {
+        self.snapshot.storage.assume(d);
+    }
+
     /// The bind failed: the assumed pod leaves its node.
     pub fn forget(&mut self, uid: &str) {
+        self.snapshot.storage.forget(uid);
         if self.pods.get(uid) == Some(&PodState::Assumed) {
             self.pods.remove(uid);
             self.snapshot.remove_pod(uid);
@@ -86,6 +93,7 @@ impl Cache {
 
     /// A pod left the API.
     pub fn remove_pod(&mut self, uid: &str) {
+        self.snapshot.storage.forget(uid);
         self.pods.remove(uid);
         self.snapshot.remove_pod(uid);
         self.snapshot.clear_nomination(uid);

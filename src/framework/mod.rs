@@ -107,6 +107,18 @@ impl Events {
     pub const PDB: Events = Events(1 << 10);
     /// The pod itself changed (its scheduling gates, tolerations, ...).
     pub const POD_SELF: Events = Events(1 << 11);
+    /// A PersistentVolumeClaim was added or updated.
+    pub const PVC: Events = Events(1 << 20);
+    /// A PersistentVolume was added or updated.
+    pub const PV: Events = Events(1 << 21);
+    /// A StorageClass was added or updated.
+    pub const STORAGE_CLASS: Events = Events(1 << 22);
+    /// A CSINode was added or updated.
+    pub const CSI_NODE: Events = Events(1 << 23);
+    /// A CSIDriver was added or updated.
+    pub const CSI_DRIVER: Events = Events(1 << 24);
+    /// A CSIStorageCapacity was added or updated.
+    pub const CSI_STORAGE_CAPACITY: Events = Events(1 << 25);
     /// Every event.
     pub const ALL: Events = Events(u32::MAX);
 

@@ -7,6 +7,7 @@ pub mod resources;
 pub mod selector;
 pub mod signature;
 pub mod taints;
+pub mod volumes;
 
 pub use node::{NodeInfo, NodeSpec};
 pub use pod::PodInfo;

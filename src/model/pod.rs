@@ -184,6 +184,8 @@ pub struct PodInfo {
     pub spread_constraints: Vec<SpreadConstraint>,
     /// Container images.
     pub images: Vec<String>,
+    /// Volumes the storage plugins read (claims, ephemeral claims, in-tree disks); empty for most pods.
+    pub volumes: Arc<[super::volumes::PodVolume]>,
     /// Fields that cannot be evaluated: such a pod is unschedulable, with the reason.
     pub errors: Vec<SpecError>,
     /// Node features the pod needs (NodeDeclaredFeatures), sorted.
@@ -263,6 +265,7 @@ impl PodInfo {
         p.compute_node_affinity(spec);
         p.compute_pod_affinity(spec);
         p.compute_spread(spec);
+        p.volumes = super::volumes::from_spec(&p.name, spec);
         p
     }
 

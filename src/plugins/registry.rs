@@ -11,6 +11,7 @@ use super::{
     balanced_allocation, default_binder, default_preemption, image_locality, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit,
     node_unschedulable, pod_topology_spread, priority_sort, scheduling_gates, taint_toleration,
 };
+use super::{node_volume_limits, volume_binding, volume_restrictions, volume_zone};
 
 /// A plugin of upstream's default set, with its default score weight.
 #[derive(Clone, Copy, Debug)]
@@ -49,8 +50,8 @@ pub fn default_plugins() -> &'static [DefaultPlugin] {
 }
 
 /// Plugins accepted in configuration that berth does not implement because it
-/// schedules no volumes or DRA claims: they are enabled as no-ops.
-const NO_OPS: &[&str] = &["VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "DynamicResources"];
+/// schedules no DRA claims: they are enabled as no-ops.
+const NO_OPS: &[&str] = &["DynamicResources"];
 
 /// Is this a plugin name berth knows?
 pub fn known(name: &str) -> bool {
@@ -102,6 +103,10 @@ pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin
         inter_pod_affinity::NAME => Arc::new(inter_pod_affinity::InterPodAffinity::new(args(a)?)?),
         default_binder::NAME => Arc::new(default_binder::DefaultBinder),
         default_preemption::NAME => Arc::new(default_preemption::DefaultPreemption::new(args(a)?)?),
+        volume_binding::NAME => Arc::new(volume_binding::VolumeBinding::new(args(a)?)?),
+        volume_zone::NAME => Arc::new(volume_zone::VolumeZone),
+        volume_restrictions::NAME => Arc::new(volume_restrictions::VolumeRestrictions),
+        node_volume_limits::NAME => Arc::new(node_volume_limits::NodeVolumeLimits),
         n => match NO_OPS.iter().find(|x| **x == n) {
             Some(x) => Arc::new(NoOp(x)),
             None => return Err(format!("unknown plugin {n:?}")),

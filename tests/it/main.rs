@@ -23,3 +23,4 @@ mod e2e_trust;
 mod fault_proxy;
 mod offline_pending;
 mod properties;
+mod storage;
