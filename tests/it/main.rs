@@ -12,6 +12,8 @@ mod cluster_bench;
 mod cluster_faults;
 mod cluster_kube;
 mod cluster_kubectl;
+mod cluster_lifecycle;
+mod cluster_storage;
 mod conformance;
 mod e2e_daemon;
 mod e2e_support;
