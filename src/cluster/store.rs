@@ -1430,7 +1430,7 @@ impl Store {
         let key = (String::new(), name);
         match inner.kinds[res::NAMESPACES].objects.get(&key) {
             Some(o) => Ok(o.clone()),
-            None => Ok(inner.kinds[res::NAMESPACES].history.back().map(|e| e.obj.clone()).ok_or_else(|| not_found(res::NAMESPACES, &key.1))?),
+            None => inner.kinds[res::NAMESPACES].history.back().map(|e| e.obj.clone()).ok_or_else(|| not_found(res::NAMESPACES, &key.1)),
         }
     }
 
