@@ -180,7 +180,7 @@ async fn readiness_gates_and_terminating_pods_drive_ready_and_pdbs() {
     let msg = p.status.as_ref().unwrap().conditions.as_ref().unwrap().iter().find(|c| c.type_ == "Ready").unwrap().message.clone();
     assert_eq!(msg.as_deref(), Some("corresponding condition of pod readiness gate \"example.com/lb\" does not exist."));
     let pdb = pdbs.get("web").await.unwrap();
-    assert_eq!(pdb.status.as_ref().map(|s| (s.current_healthy, s.disruptions_allowed)), Some((0, 0)));
+    assert_eq!(pdb.status.as_ref().map(|s| (s.current_healthy, s.disruptions_allowed)), Some((Some(0), Some(0))));
 
     // The gate's owner sets its condition: Ready, and the budget counts them.
     for name in ["g0", "g1"] {
@@ -189,7 +189,7 @@ async fn readiness_gates_and_terminating_pods_drive_ready_and_pdbs() {
         assert_eq!(condition(&p, "Ready").map(|c| c.0).as_deref(), Some("True"), "{name}");
     }
     let pdb = pdbs.get("web").await.unwrap();
-    assert_eq!(pdb.status.as_ref().map(|s| (s.current_healthy, s.disruptions_allowed)), Some((2, 1)));
+    assert_eq!(pdb.status.as_ref().map(|s| (s.current_healthy, s.disruptions_allowed)), Some((Some(2), Some(1))));
 
     // A terminating pod turns NotReady at once, long before its grace period ends.
     pods.delete("g0", &DeleteParams::default()).await.unwrap();
@@ -200,7 +200,7 @@ async fn readiness_gates_and_terminating_pods_drive_ready_and_pdbs() {
     .await;
     assert_eq!(condition(&p, "Ready"), Some(("False".into(), Some("ContainersNotReady".into()))));
     let pdb = pdbs.get("web").await.unwrap();
-    assert_eq!(pdb.status.as_ref().map(|s| (s.current_healthy, s.disruptions_allowed)), Some((1, 0)));
+    assert_eq!(pdb.status.as_ref().map(|s| (s.current_healthy, s.disruptions_allowed)), Some((Some(1), Some(0))));
     c.shutdown().await;
 }
 
