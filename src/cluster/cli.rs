@@ -48,6 +48,12 @@ pub struct ClusterArgs {
     /// End every watch after this many seconds.
     #[arg(long)]
     pub watch_cut_secs: Option<u64>,
+    /// Volumes of the simulated CSI driver each node can attach (its CSINode's allocatable count).
+    #[arg(long, default_value_t = 32)]
+    pub attach_limit: i32,
+    /// Seconds a deleted node's pods wait before PodGC deletes them (upstream: 40).
+    #[arg(long, default_value_t = 40)]
+    pub podgc_quarantine_secs: u64,
 }
 
 impl ClusterArgs {
@@ -66,6 +72,8 @@ impl ClusterArgs {
             bookmark_interval: Duration::from_secs(self.bookmark_interval_secs.max(1)),
             faults: FaultConfig { error_rules, watch_cut_interval: self.watch_cut_secs.map(Duration::from_secs) },
             auth: Default::default(),
+            storage: super::StorageConfig { attach_limit: self.attach_limit, ..Default::default() },
+            podgc: super::PodGcConfig { quarantine: Duration::from_secs(self.podgc_quarantine_secs), ..Default::default() },
         })
     }
 }

@@ -16,6 +16,9 @@ use tokio::time::Instant;
 use super::resources::{self as res, NODES};
 use super::store::{self, KubeletMsg, Store, now_rfc3339, set_condition};
 
+/// How often the kubelet retries a pod whose volumes are not ready.
+const VOLUME_RETRY: Duration = Duration::from_millis(500);
+
 /// Annotation asking the kubelet to complete a pod this long after it starts.
 pub const COMPLETE_AFTER: &str = "berth.dev/complete-after";
 
@@ -116,6 +119,12 @@ impl Kubelets {
                 self.push(when, ns, name, uid, Action::Start);
             }
             KubeletMsg::Terminate { ns, name, uid, deadline } => {
+                // The kubelet stops the containers at once: the pod turns NotReady.
+                if let Err(e) = self.store.modify_pod(&ns, &name, &uid, |v| {
+                    (v.pointer("/status/phase").and_then(Value::as_str) == Some("Running")).then(|| not_ready(v))
+                }) {
+                    tracing::warn!(error = %e, "kubelet could not mark a terminating pod NotReady");
+                }
                 let when = Instant::from_std(deadline);
                 self.terminating.insert((ns.clone(), name.clone()), (uid.clone(), when));
                 self.push(when, ns, name, uid, Action::Remove(when));
@@ -154,7 +163,7 @@ impl Kubelets {
                 let key = (t.ns.clone(), t.name.clone());
                 if self.terminating.get(&key).is_some_and(|(uid, w)| *uid == t.uid && *w == when) {
                     self.terminating.remove(&key);
-                    self.store.remove_pod(&t.ns, &t.name, &t.uid)?;
+                    self.store.finish_pod(&t.ns, &t.name, &t.uid)?;
                 }
                 Ok(())
             }
@@ -166,6 +175,14 @@ impl Kubelets {
         let node_name = pod.value.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("").to_string();
         // No node, no kubelet: the pod stays Pending (as upstream).
         let Ok(node) = self.store.get(NODES, "", &node_name) else { return Ok(()) };
+        // Volumes first: a claim that is missing, unbound, bound to a volume
+        // this node cannot reach, or held by another pod (ReadWriteOncePod)
+        // keeps the pod Pending; the kubelet retries, as its volume manager does.
+        if !deleting(&pod.value) && !super::volumes::volumes_ready(&self.store, &pod.value, &node.value) {
+            let when = Instant::now() + VOLUME_RETRY;
+            self.push(when, t.ns.clone(), t.name.clone(), t.uid.clone(), Action::Start);
+            return Ok(());
+        }
         let host_ip = node
             .value
             .pointer("/status/addresses")
@@ -250,6 +267,80 @@ fn running(v: &Value, host_ip: &str, pod_ip: &str) -> Value {
         if !keep {
             set_condition(&mut p, cond(ty, "True", &now));
         }
+    }
+     if let Some(ready) = gated_ready_condition(&p) {
+        set_condition(&mut p, ready);
+    }
+    p
+}
+
+fn condition<'a>(pod: &'a Value, ty: &str) -> Option<&'a Value> {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(ty)))
+}
+
+/// The Ready condition of a running pod with readinessGates, as the
+/// kubelet computes it (`GeneratePodReadyCondition`): what ContainersReady
+/// says when that is not True, else True only when every gate's condition
+/// is True (reason ReadinessGatesNotReady otherwise). The transition time
+/// moves only when the status does. None for a pod without gates or not running.
+pub fn gated_ready_condition(pod: &Value) -> Option<Value> {
+    let gates = pod.pointer("/spec/readinessGates").and_then(Value::as_array).filter(|g| !g.is_empty())?;
+    if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Running") {
+        return None;
+    }
+    let text = |c: &Value, f: &str| c.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+    let (status, reason, message) = match condition(pod, "ContainersReady") {
+        Some(c) if text(c, "status") != "True" => (text(c, "status"), text(c, "reason"), text(c, "message")),
+        _ => {
+            let unready: Vec<String> = gates
+                .iter()
+                .filter_map(|g| {
+                    let ty = g.get("conditionType").and_then(Value::as_str).unwrap_or("");
+                    match condition(pod, ty) {
+                        None => Some(format!("corresponding condition of pod readiness gate \"{ty}\" does not exist.")),
+                        Some(c) if text(c, "status") != "True" => {
+                            Some(format!("the status of pod readiness gate \"{ty}\" is not \"True\", but {}", text(c, "status")))
+                        }
+                        Some(_) => None,
+                    }
+                })
+                .collect();
+            if unready.is_empty() {
+                ("True".to_string(), String::new(), String::new())
+            } else {
+                ("False".to_string(), "ReadinessGatesNotReady".to_string(), unready.join(", "))
+            }
+        }
+    };
+    let previous = condition(pod, "Ready");
+    let since = match previous {
+        Some(c) if text(c, "status") == status => c.get("lastTransitionTime").cloned().unwrap_or_else(|| json!(now_rfc3339())),
+        _ => json!(now_rfc3339()),
+    };
+    let mut c = json!({"type": "Ready", "status": status, "lastProbeTime": null, "lastTransitionTime": since});
+    if !reason.is_empty() {
+        c["reason"] = json!(reason);
+        c["message"] = json!(message);
+    }
+    Some(c)
+}
+
+/// The pod once the kubelet has begun stopping its containers: every
+/// container unready, ContainersReady and Ready False.
+fn not_ready(v: &Value) -> Value {
+    let now = now_rfc3339();
+    let mut p = v.clone();
+    if let Some(statuses) = p.pointer_mut("/status/containerStatuses").and_then(Value::as_array_mut) {
+        for s in statuses {
+            s["ready"] = json!(false);
+        }
+    }
+    let names: Vec<String> = containers(v).into_iter().map(|(n, _)| n).collect();
+    let message = format!("containers with unready status: [{}]", names.join(" "));
+    for ty in ["ContainersReady", "Ready"] {
+        set_condition(&mut p, json!({"type": ty, "status": "False", "reason": "ContainersNotReady", "message": message, "lastProbeTime": null, "lastTransitionTime": now}));
     }
     p
 }

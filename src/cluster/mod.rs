@@ -14,22 +14,51 @@
 //! sendInitialEvents, 410 Expired), create, update, patch (merge,
 //! strategic, JSON patch, apply approximated by strategic merge), delete (grace period,
 //! preconditions), deletecollection. kubectl gets meta.k8s.io Tables
-//! (also on watches, for `kubectl get -w`). Also stored and served, with no
-//! controller behind them: services, persistentvolumes,
-//! persistentvolumeclaims, replicationcontrollers, configmaps, apps/v1
-//! replicasets/statefulsets/deployments/daemonsets, storage.k8s.io/v1
-//! storageclasses/csinodes/csidrivers/csistoragecapacities/volumeattachments,
-//! resource.k8s.io/v1 resourceclaims/resourceclaimtemplates/deviceclasses/resourceslices.
+//! (also on watches, for `kubectl get -w`). Storage (core/v1
+//! persistentvolumes and persistentvolumeclaims with status,
+//! storage.k8s.io/v1 storageclasses/csinodes/csidrivers/csistoragecapacities)
+//! has controllers behind it ([`volumes`]). Also stored and served, with no
+//! controller behind them: services, replicationcontrollers, configmaps,
+//! apps/v1 replicasets/statefulsets/deployments/daemonsets,
+//! storage.k8s.io/v1 volumeattachments, resource.k8s.io/v1
+//! resourceclaims/resourceclaimtemplates/deviceclasses/resourceslices.
+//!
+//! Lifecycle, as Kubernetes documents it: a pod's grace period is the
+//! request's, else its own, 0 when it is not bound or already terminal,
+//! 1 s when negative; a second delete may only shorten it. Finalizers hold
+//! every object, pods included (a pod the kubelet is done with stays,
+//! terminal, until they are removed). Deleting a namespace makes it
+//! Terminating (creating in it is refused, 403 as NamespaceLifecycle
+//! answers), deletes its pods gracefully and the rest at once, and removes
+//! it once empty. The kubelet honours readinessGates and turns a
+//! terminating pod NotReady at once, so PodDisruptionBudget status follows.
+//! PodGC ([`podgc`]) deletes the pods of a deleted node after its
+//! quarantine (Failed, DisruptionTarget `DeletionByPodGC`), and the
+//! node's CSINode goes with it. Validation: PriorityClass values above one
+//! billion (system classes excepted), scheduling gates added after
+//! creation, a gated pod created bound, malformed claims and volumes are
+//! refused (422, with the field).
+//!
+//! Storage: the default StorageClass `standard` (WaitForFirstConsumer)
+//! served by the simulated CSI driver `csi.berth.dev`, a CSINode per node
+//! with a configurable attach limit, DefaultStorageClass admission, the PV
+//! controller (binding, phases, reclaim), the driver's provisioner (a
+//! volume in the selected node's zone), pvc/pv-protection, and a kubelet
+//! that keeps a pod Pending while its claims are not usable on its node.
 //!
 //! Known simplifications: no auth, JSON only (no protobuf, no CBOR); lists
 //! always answer the current state (resourceVersion/resourceVersionMatch on
 //! lists are ignored, and continued pages read the live state after the
 //! token's key); server-side apply has no field ownership or conflicts; dryRun is not
-//! honoured; pod spec immutability is only enforced for spec.nodeName;
-//! finalizers are honoured for everything but pods; nodes get no heartbeats
-//! or leases; pods bound to a missing node stay Pending and pods of a
-//! deleted node stay; core/v1 events are not mirrored back to
-//! events.k8s.io/v1.
+//! honoured; pod spec immutability is only enforced for spec.nodeName,
+//! priority and scheduling gates; nodes get no heartbeats or leases; pods
+//! bound to a missing node stay Pending until PodGC collects them; the
+//! namespace controller does not retry with backoff (its conditions are
+//! written once, when the deletion starts); no `namespaces/finalize`
+//! subresource; core/v1 events are not mirrored back to events.k8s.io/v1;
+//! no generic ephemeral volume controller, no volume attach
+//! (VolumeAttachment), expansion or snapshots; the kubelet's terminal phase
+//! for a deleted pod is always Succeeded.
 //!
 //! Simulated kubelets ([`kubelet`]) run bound pods, complete pods annotated
 //! [`COMPLETE_AFTER`], and remove terminating pods after their grace period.
@@ -56,10 +85,12 @@ pub mod cli;
 pub mod faults;
 pub mod http;
 pub mod kubelet;
+pub mod podgc;
 pub mod resources;
 pub mod selector;
 pub mod store;
 pub mod table;
+pub mod volumes;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -73,6 +104,8 @@ use tokio::task::JoinHandle;
 
 pub use faults::{ErrorRule, FaultConfig, FaultKind, Faults};
 pub use kubelet::{COMPLETE_AFTER, KubeletConfig};
+pub use podgc::PodGcConfig;
+pub use volumes::StorageConfig;
 pub use store::{Store, StoreConfig};
 
 /// Errors of the local cluster as a whole.
@@ -133,6 +166,10 @@ pub struct ClusterConfig {
     pub faults: FaultConfig,
     /// Static tokens and rules answering TokenReview and SubjectAccessReview.
     pub auth: auth::AuthConfig,
+    /// Storage: default class, CSI driver and CSINodes, PV controller and provisioner.
+    pub storage: StorageConfig,
+    /// PodGC (orphaned pods of deleted nodes).
+    pub podgc: PodGcConfig,
 }
 
 impl Default for ClusterConfig {
@@ -149,6 +186,8 @@ impl Default for ClusterConfig {
             bookmark_interval: Duration::from_secs(5),
             faults: FaultConfig::default(),
             auth: auth::AuthConfig::default(),
+            storage: StorageConfig::default(),
+            podgc: PodGcConfig::default(),
         }
     }
 }
@@ -323,9 +362,16 @@ impl LocalCluster {
                 json!({"metadata": {"name": name}, "value": value, "description": "Used for system critical pods that must not be moved from their current node."}),
             )?;
         }
+        if cfg.storage.enabled {
+            store.enable_storage_protection();
+            volumes::seed(&store)?;
+        }
         for i in 0..cfg.nodes {
             let name = format!("node-{i}");
-            store.create(resources::NODES, "", node_json(&name, i, cfg.zones, &cfg.node_cpu, &cfg.node_memory, cfg.node_pods))?;
+            let node = store.create(resources::NODES, "", node_json(&name, i, cfg.zones, &cfg.node_cpu, &cfg.node_memory, cfg.node_pods))?;
+            if cfg.storage.enabled {
+                store.create(resources::CSINODES, "", volumes::csinode_json(&name, node.uid(), cfg.storage.attach_limit))?;
+            }
         }
 
         let (ktx, krx) = mpsc::unbounded_channel();
@@ -345,6 +391,13 @@ impl LocalCluster {
         faults.set_server(weak);
 
         let kubelet = kubelet::spawn(store.clone(), cfg.kubelet.clone(), krx, stop_rx.clone());
+        let mut tasks = vec![kubelet];
+        if cfg.storage.enabled {
+            tasks.push(volumes::spawn(store.clone(), cfg.storage.clone(), stop_rx.clone()));
+        }
+        if cfg.podgc.enabled {
+            tasks.push(podgc::spawn(store.clone(), cfg.podgc.clone(), stop_rx.clone()));
+        }
         let ticker = {
             let store = store.clone();
             let mut stop_rx = stop_rx;
@@ -360,7 +413,8 @@ impl LocalCluster {
                 }
             })
         };
-        Ok(LocalCluster { cfg, addr, store, faults, server, stop, tasks: Mutex::new(vec![kubelet, ticker]) })
+        tasks.push(ticker);
+        Ok(LocalCluster { cfg, addr, store, faults, server, stop, tasks: Mutex::new(tasks) })
     }
 
     /// The listen address.
@@ -422,13 +476,23 @@ impl LocalCluster {
         let c = &self.cfg;
         let index = self.store.count(resources::NODES);
         let o = self.store.create(resources::NODES, "", node_json(name, index, c.zones, &c.node_cpu, &c.node_memory, c.node_pods))?;
+        self.add_csinode(&o)?;
         Ok(o.decode()?)
     }
 
     /// Add a node with its own capacity; `index` picks its zone among `zones`.
     pub fn add_custom_node(&self, name: &str, index: usize, zones: usize, cpu: &str, memory: &str, pods: u32) -> Result<k8s_openapi::api::core::v1::Node, Error> {
         let o = self.store.create(resources::NODES, "", node_json(name, index, zones, cpu, memory, pods))?;
+        self.add_csinode(&o)?;
         Ok(o.decode()?)
+    }
+
+    /// The CSINode a node's CSI driver registers (storage enabled).
+    fn add_csinode(&self, node: &store::Obj) -> Result<(), Error> {
+        if self.cfg.storage.enabled {
+            self.store.create(resources::CSINODES, "", volumes::csinode_json(node.name(), node.uid(), self.cfg.storage.attach_limit))?;
+        }
+        Ok(())
     }
 
     /// The configuration the cluster was started with.

@@ -86,6 +86,16 @@ pub const LEASES: ResId = 5;
 pub const PRIORITY_CLASSES: ResId = 6;
 /// policy/v1 PodDisruptionBudgets.
 pub const PDBS: ResId = 7;
+/// core/v1 PersistentVolumes.
+pub const PVS: ResId = 9;
+/// core/v1 PersistentVolumeClaims.
+pub const PVCS: ResId = 10;
+/// storage.k8s.io/v1 StorageClasses.
+pub const STORAGE_CLASSES: ResId = 17;
+/// storage.k8s.io/v1 CSINodes.
+pub const CSINODES: ResId = 18;
+/// storage.k8s.io/v1 CSIDrivers.
+pub const CSIDRIVERS: ResId = 19;
 
 /// The served resources (indexed by the constants above; the rest are
 /// stored and served without any controller behind them).
@@ -503,6 +513,31 @@ pub static RESOURCES: &[ResourceInfo] = &[
     },
 ];
 
+/// The highest priority a user-defined PriorityClass may have (upstream's
+/// `HighestUserDefinablePriority`).
+pub const HIGHEST_USER_DEFINABLE_PRIORITY: i64 = 1_000_000_000;
+
+/// The system priority classes: (name, value), neither a global default.
+pub const SYSTEM_PRIORITY_CLASSES: &[(&str, i64)] = &[("system-node-critical", 2_000_001_000), ("system-cluster-critical", 2_000_000_000)];
+
+/// Validate a PriorityClass as upstream's `ValidatePriorityClass` does;
+/// returns the field error (`field: Forbidden: why`), if any.
+pub fn validate_priority_class(name: &str, value: i64, global_default: bool) -> Option<String> {
+    if name.starts_with("system-") {
+        let why = match SYSTEM_PRIORITY_CLASSES.iter().find(|(n, _)| *n == name) {
+            None => format!("{name} is not a known system priority class"),
+            Some((n, v)) if *v != value => format!("value of {n} PriorityClass must be {v}"),
+            Some((n, _)) if global_default => format!("globalDefault of {n} PriorityClass must be false"),
+            Some(_) => return None,
+        };
+        return Some(format!("metadata.name: Forbidden: priority class names with 'system-' prefix are reserved for system use only. error: {why}"));
+    }
+    if value > HIGHEST_USER_DEFINABLE_PRIORITY {
+        return Some(format!("value: Forbidden: maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}"));
+    }
+    None
+}
+
 /// Verbs of every main resource.
 pub fn verbs() -> &'static [&'static str] {
     ALL_VERBS
@@ -708,6 +743,25 @@ pub fn pdb_status(pdb: &Value, pods: &[&Value], now: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_ids_match_the_table() {
+        for (id, plural) in [(NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
+            (PVCS, "persistentvolumeclaims"), (STORAGE_CLASSES, "storageclasses"), (CSINODES, "csinodes"), (CSIDRIVERS, "csidrivers")] {
+            assert_eq!(RESOURCES[id].plural, plural);
+        }
+    }
+
+    #[test]
+    fn priority_class_validation() {
+        assert_eq!(validate_priority_class("high", 1_000_000_000, false), None);
+        assert_eq!(
+            validate_priority_class("high", 1_000_000_001, false).as_deref(),
+            Some("value: Forbidden: maximum allowed value of a user defined priority is 1000000000")
+        );
+        assert_eq!(validate_priority_class("system-node-critical", 2_000_001_000, false), None);
+        assert!(validate_priority_class("system-foo", 1, false).is_some_and(|m| m.ends_with("system-foo is not a known system priority class")));
+    }
 
     #[test]
     fn qos() {

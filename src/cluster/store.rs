@@ -3,7 +3,7 @@
 //! resourceVersion, a bounded per-resource event history for watch
 //! resumes, and a broadcast channel per resource for live watchers.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::resources::{self as res, PDBS, PODS, PRIORITY_CLASSES, RESOURCES, ResId};
 use super::selector::{Filter, LabelSelector};
+use super::volumes;
 
 /// Errors from store operations; each maps onto a metav1.Status answer.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +69,17 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// Creation refused because the namespace is being deleted (403, as
+    /// the NamespaceLifecycle admission plugin answers).
+    #[error("{resource} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated")]
+    NamespaceTerminating {
+        /// Qualified resource.
+        resource: String,
+        /// Object name ("" for generateName).
+        name: String,
+        /// The terminating namespace.
+        namespace: String,
+    },
     /// The requested resourceVersion is no longer retained (410).
     #[error("{0}")]
     Gone(String),
@@ -95,7 +107,7 @@ impl Error {
             Error::AlreadyExists { .. } | Error::Conflict { .. } => 409,
             Error::Invalid { .. } => 422,
             Error::BadRequest(_) => 400,
-            Error::Forbidden { .. } => 403,
+            Error::Forbidden { .. } | Error::NamespaceTerminating { .. } => 403,
             Error::Gone(_) => 410,
             Error::TooManyRequests { .. } => 429,
             Error::UnsupportedMediaType(_) => 415,
@@ -111,7 +123,7 @@ impl Error {
             Error::Conflict { .. } => "Conflict",
             Error::Invalid { .. } => "Invalid",
             Error::BadRequest(_) => "BadRequest",
-            Error::Forbidden { .. } => "Forbidden",
+            Error::Forbidden { .. } | Error::NamespaceTerminating { .. } => "Forbidden",
             Error::Gone(_) => "Expired",
             Error::TooManyRequests { .. } => "TooManyRequests",
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
@@ -139,13 +151,51 @@ impl Error {
                 }
                 Some(d)
             }
+            Error::NamespaceTerminating { resource, name, namespace } => {
+                let (kind, group) = split(resource);
+                let mut d = json!({"name": name, "kind": kind, "causes": [{
+                    "reason": "NamespaceTerminating",
+                    "message": format!("namespace {namespace} is being terminated"),
+                    "field": "metadata.namespace",
+                }]});
+                if !group.is_empty() {
+                    d["group"] = json!(group);
+                }
+                Some(d)
+            }
             Error::Invalid { kind, name, message } => {
-                Some(json!({"name": name, "kind": kind, "causes": [{"reason": "FieldValueInvalid", "message": message}]}))
+                let (kind, group) = split(kind);
+                let mut d = json!({"name": name, "kind": kind, "causes": [field_cause(message)]});
+                if !group.is_empty() {
+                    d["group"] = json!(group);
+                }
+                Some(d)
             }
             Error::TooManyRequests { causes: Some(c), .. } => Some(json!({"causes": c})),
             _ => None,
         }
     }
+}
+
+/// A metav1.StatusCause for a field error written as upstream prints it
+/// (`spec.x: Forbidden: why`): the field, the cause type and the body.
+fn field_cause(message: &str) -> Value {
+    let parsed = message.split_once(": ").filter(|(field, _)| !field.is_empty() && !field.contains(' ') && !message.starts_with('['));
+    let Some((field, body)) = parsed else {
+        return json!({"reason": "FieldValueInvalid", "message": message});
+    };
+    let reason = [
+        ("Forbidden", "FieldValueForbidden"),
+        ("Required value", "FieldValueRequired"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+    ]
+    .iter()
+    .find(|(prefix, _)| body.starts_with(prefix))
+    .map_or("FieldValueInvalid", |(_, r)| r);
+    json!({"reason": reason, "message": body, "field": field})
 }
 
 type Result<T, E = Error> = std::result::Result<T, E>;
@@ -343,6 +393,9 @@ struct Inner {
     rv: u64,
     kinds: Vec<KindStore>,
     pdbs_per_ns: HashMap<String, usize>,
+    /// Namespaces being deleted: creating in them is refused, and each
+    /// removal of their content checks whether they can go.
+    terminating_ns: HashSet<String>,
 }
 
 /// The store. Cheap to share behind an `Arc`.
@@ -350,6 +403,7 @@ pub struct Store {
     inner: Mutex<Inner>,
     cfg: StoreConfig,
     kubelet: OnceLock<mpsc::UnboundedSender<KubeletMsg>>,
+    storage_protection: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Store {
@@ -388,8 +442,31 @@ fn conflict(r: ResId, name: &str, message: impl Into<String>) -> Error {
     Error::Conflict { resource: qualified(r), name: name.to_string(), message: message.into() }
 }
 
+/// The qualified kind used in Invalid messages (`Pod`, `PriorityClass.scheduling.k8s.io`).
+fn qualified_kind(r: ResId) -> String {
+    let info = &RESOURCES[r];
+    if info.group.is_empty() { info.kind.to_string() } else { format!("{}.{}", info.kind, info.group) }
+}
+
 fn invalid(r: ResId, name: &str, message: impl Into<String>) -> Error {
-    Error::Invalid { kind: RESOURCES[r].kind.to_string(), name: name.to_string(), message: message.into() }
+    Error::Invalid { kind: qualified_kind(r), name: name.to_string(), message: message.into() }
+}
+
+/// Several field errors as upstream aggregates them (`[a, b]` when more than one).
+fn invalid_all(r: ResId, name: &str, errs: &[String]) -> Error {
+    let message = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
+    invalid(r, name, message)
+}
+
+/// metadata.deletionTimestamp is set.
+pub(crate) fn is_deleting(v: &Value) -> bool {
+    v.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
+}
+
+/// Finalizers still hold the object (for namespaces, `spec.finalizers` too).
+fn has_finalizers(r: ResId, v: &Value) -> bool {
+    let non_empty = |p: &str| v.pointer(p).and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+    non_empty("/metadata/finalizers") || (r == res::NAMESPACES && non_empty("/spec/finalizers"))
 }
 
 const STALE: &str = "the object has been modified; please apply your changes to the latest version and try again";
@@ -416,6 +493,31 @@ fn set_path(v: &mut Value, path: &[&str], val: Value) {
         }
         cur = map.entry((*p).to_string()).or_insert_with(|| json!({}));
     }
+}
+
+/// Upstream's `validateOnlyDeletedSchedulingGates`: one error per gate
+/// that the old pod did not have.
+fn added_scheduling_gates(old: &Value, new: &Value) -> Vec<String> {
+    let names = |p: &Value| -> Vec<String> {
+        p.pointer("/spec/schedulingGates")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(|g| g.get("name").and_then(Value::as_str).unwrap_or("").to_string()).collect())
+            .unwrap_or_default()
+    };
+    let before = names(old);
+    names(new)
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| !before.contains(g))
+        .map(|(i, g)| format!("spec.schedulingGates[{i}].name: Forbidden: only deletion is allowed, but found new scheduling gate '{g}'"))
+        .collect()
+}
+
+/// Does the object name `kind`/`uid` among its ownerReferences?
+fn owned_by(v: &Value, kind: &str, uid: &str) -> bool {
+    v.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+        refs.iter().any(|o| o.get("kind").and_then(Value::as_str) == Some(kind) && o.get("uid").and_then(Value::as_str) == Some(uid))
+    })
 }
 
 fn get_str<'a>(v: &'a Value, ptr: &str) -> &'a str {
@@ -542,7 +644,12 @@ impl Store {
                 tx: broadcast::channel(cfg.channel_capacity.max(16)).0,
             })
             .collect();
-        Store { inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new() }), cfg, kubelet: OnceLock::new() }
+        Store {
+            inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new(), terminating_ns: HashSet::new() }),
+            cfg,
+            kubelet: OnceLock::new(),
+            storage_protection: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// Connect the kubelet notification channel (once).
@@ -595,6 +702,10 @@ impl Store {
         let _ = ks.tx.send(ev);
         if r == res::EVENTS_V1 {
             self.mirror_event(inner, ty, &obj)?;
+        }
+        if ty == EventType::Deleted && RESOURCES[r].namespaced && inner.terminating_ns.contains(obj.namespace()) {
+            let ns = obj.namespace().to_string();
+            self.finish_namespace(inner, &ns, false)?;
         }
         if r == PDBS {
             let ns = obj.namespace().to_string();
@@ -770,6 +881,9 @@ impl Store {
         if info.namespaced && !inner.kinds[res::NAMESPACES].objects.contains_key(&(String::new(), ns.to_string())) {
             return Err(Error::NotFound { resource: "namespaces".into(), name: ns.to_string() });
         }
+        if info.namespaced && inner.terminating_ns.contains(ns) {
+            return Err(Error::NamespaceTerminating { resource: qualified(r), name: name.clone(), namespace: ns.to_string() });
+        }
         let name = if name.is_empty() {
             let mut chosen = None;
             for _ in 0..16 {
@@ -856,6 +970,10 @@ impl Store {
                     }
                 spec.insert("priority".into(), json!(prio));
                 spec.entry("preemptionPolicy").or_insert_with(|| json!(policy));
+                let gated = v.pointer("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+                if gated && !get_str(v, "/spec/nodeName").is_empty() {
+                    return Err(invalid(r, name, "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared"));
+                }
                 let qos = res::qos_class(v);
                 let sched_gated = v.pointer("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
                 let mut status = json!({"phase": "Pending", "qosClass": qos});
@@ -867,15 +985,14 @@ impl Store {
             }
             res::NAMESPACES => {
                 set_path(v, &["metadata", "labels", "kubernetes.io/metadata.name"], json!(name));
+                set_path(v, &["spec", "finalizers"], json!(["kubernetes"]));
                 set_path(v, &["status"], json!({"phase": "Active"}));
             }
             PRIORITY_CLASSES => {
-                if name.starts_with("system-") && !matches!(name, "system-cluster-critical" | "system-node-critical") {
-                    return Err(Error::Forbidden {
-                        resource: qualified(r),
-                        name: name.to_string(),
-                        message: "priority class names with 'system-' prefix are reserved".into(),
-                    });
+                let value = v.get("value").and_then(Value::as_i64).unwrap_or(0);
+                let global_default = v.get("globalDefault").and_then(Value::as_bool).unwrap_or(false);
+                if let Some(e) = res::validate_priority_class(name, value, global_default) {
+                    return Err(invalid(r, name, e));
                 }
                 if v.get("globalDefault").and_then(Value::as_bool) == Some(true)
                     && let Some(other) = inner.kinds[PRIORITY_CLASSES]
@@ -896,9 +1013,60 @@ impl Store {
             PDBS => {
                 set_path(v, &["status"], json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}));
             }
+            res::PVCS => {
+                let errs = volumes::validate_claim(v);
+                if !errs.is_empty() {
+                    return Err(invalid_all(r, name, &errs));
+                }
+                // DefaultStorageClass admission: no storageClassName, the default class.
+                let unset = v.pointer("/spec/storageClassName").is_none_or(Value::is_null)
+                    && v.pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class").is_none();
+                if unset
+                    && let Some(class) = inner.kinds[res::STORAGE_CLASSES]
+                        .objects
+                        .values()
+                        .filter(|c| get_str(&c.value, "/metadata/annotations/storageclass.kubernetes.io~1is-default-class") == "true")
+                        .max_by(|a, b| {
+                            (get_str(&a.value, "/metadata/creationTimestamp"), std::cmp::Reverse(a.name()))
+                                .cmp(&(get_str(&b.value, "/metadata/creationTimestamp"), std::cmp::Reverse(b.name())))
+                        })
+                {
+                    set_path(v, &["spec", "storageClassName"], json!(class.name()));
+                }
+                self.protect(v, volumes::PVC_PROTECTION);
+                set_path(v, &["status"], json!({"phase": "Pending"}));
+            }
+            res::PVS => {
+                let errs = volumes::validate_volume(v);
+                if !errs.is_empty() {
+                    return Err(invalid_all(r, name, &errs));
+                }
+                self.protect(v, volumes::PV_PROTECTION);
+                set_path(v, &["status"], json!({"phase": "Pending", "lastPhaseTransitionTime": now_rfc3339()}));
+            }
+            res::STORAGE_CLASSES => {
+                if let Some(m) = v.as_object_mut() {
+                    m.entry("reclaimPolicy").or_insert_with(|| json!("Delete"));
+                    m.entry("volumeBindingMode").or_insert_with(|| json!("Immediate"));
+                }
+            }
             _ => {}
         }
         Ok(())
+    }
+
+    /// StorageObjectInUseProtection admission: add finalizer `f` when the
+    /// storage controllers that remove it run.
+    fn protect(&self, v: &mut Value, f: &str) {
+        if !self.storage_protection.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let list = v.pointer("/metadata/finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
+        if !list.iter().any(|x| x.as_str() == Some(f)) {
+            let mut list = list;
+            list.push(json!(f));
+            set_path(v, &["metadata", "finalizers"], json!(list));
+        }
     }
 
     /// Replace an object (PUT), or just its status when `status_only`.
@@ -1026,6 +1194,21 @@ impl Store {
                     if let Some(p) = old.value.pointer("/spec/priority").cloned() {
                         set_path(&mut new, &["spec", "priority"], p);
                     }
+                    let errs = added_scheduling_gates(&old.value, &new);
+                    if !errs.is_empty() {
+                        return Err(invalid_all(r, &name, &errs));
+                    }
+                }
+                res::NAMESPACES => {
+                    // spec.finalizers changes only through the namespace controller.
+                    match old.value.pointer("/spec/finalizers").cloned() {
+                        Some(f) => set_path(&mut new, &["spec", "finalizers"], f),
+                        None => {
+                            if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                                spec.remove("finalizers");
+                            }
+                        }
+                    }
                 }
                 PRIORITY_CLASSES
                     if old.value.get("value") != new.get("value") => {
@@ -1045,10 +1228,31 @@ impl Store {
         if new == old.value {
             return Ok(old);
         }
-        let deleting = new.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null());
-        let no_finalizers = new.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(|f| f.is_empty());
-        if deleting && no_finalizers && r != PODS {
-            return self.commit(inner, r, EventType::Deleted, new, None);
+        if r == PODS {
+            // The kubelet's status manager: Ready follows the readiness gates.
+            if let Some(ready) = super::kubelet::gated_ready_condition(&new) {
+                set_condition(&mut new, ready);
+            }
+            if new == old.value {
+                return Ok(old);
+            }
+        }
+        self.commit_update(inner, r, old, new)
+    }
+
+    /// Commit a new version of an existing object: removes it when this
+    /// write took its last finalizer off while it is being deleted with no
+    /// grace period left (upstream's `shouldDeleteDuringUpdate`), then runs
+    /// the per-kind hooks.
+    fn commit_update(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>, new: Value) -> Result<Arc<Obj>> {
+        let name = old.name().to_string();
+        let no_grace_left = new.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) == 0;
+        if is_deleting(&new) && !has_finalizers(r, &new) && no_grace_left && (r != PODS || has_finalizers(r, &old.value)) {
+            if r == res::NAMESPACES {
+                // Finalized by hand: the namespace goes, as upstream, whatever is left in it.
+                inner.terminating_ns.remove(&name);
+            }
+            return self.remove_locked(inner, r, &Arc::new(Obj { value: new, bytes: Bytes::new(), rv: old.rv }));
         }
         let obj = self.commit(inner, r, EventType::Modified, new, Some(old.clone()))?;
         match r {
@@ -1094,61 +1298,197 @@ impl Store {
                     format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", old.rv),
                 ));
             }
-        if r == PODS {
-            let bound = !get_str(&old.value, "/spec/nodeName").is_empty();
-            let terminal = matches!(get_str(&old.value, "/status/phase"), "Succeeded" | "Failed");
-            let default_grace = old.value.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
-            let grace = opts.grace.unwrap_or(default_grace).max(0);
-            if bound && !terminal && grace > 0 {
-                let existing = old.value.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
-                let deleting = old.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null());
-                if deleting && existing.is_some_and(|e| e <= grace) {
-                    return Ok(old);
+        match r {
+            PODS => self.delete_pod_locked(&mut inner, old, opts.grace),
+            res::NAMESPACES => self.delete_namespace_locked(&mut inner, old),
+            _ => {
+                let obj = self.delete_object_locked(&mut inner, r, old)?;
+                if r == res::NODES && !is_deleting(&obj.value) {
+                    // The garbage collector removes what the node owns (its CSINode).
+                    if let Some(csinode) = inner.kinds[res::CSINODES].objects.get(&(String::new(), name.to_string())).cloned()
+                        && owned_by(&csinode.value, "Node", obj.uid())
+                    {
+                        self.delete_object_locked(&mut inner, res::CSINODES, csinode)?;
+                    }
                 }
-                let deadline_ts = chrono::Utc::now() + chrono::Duration::seconds(grace);
-                let mut v = old.value.clone();
-                let meta = meta_mut(&mut v)?;
-                meta.insert(
-                    "deletionTimestamp".into(),
-                    json!(deadline_ts.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-                );
-                meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
-                let obj = self.commit(&mut inner, r, EventType::Modified, v, Some(old.clone()))?;
-                self.notify(KubeletMsg::Terminate {
-                    ns: ns.to_string(),
-                    name: name.to_string(),
-                    uid: obj.uid().to_string(),
-                    deadline: Instant::now() + Duration::from_secs(grace.unsigned_abs()),
-                });
-                self.after_pod_write(&mut inner, Some(&old.value), &obj.value);
-                return Ok(obj);
+                Ok(obj)
             }
-        } else if old.value.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty()) {
-            if old.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
+        }
+    }
+
+    /// Delete any object but a pod or a namespace: finalizers hold it
+    /// (deletionTimestamp set, deletionGracePeriodSeconds 0), otherwise it goes.
+    fn delete_object_locked(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>) -> Result<Arc<Obj>> {
+        if has_finalizers(r, &old.value) {
+            if is_deleting(&old.value) {
                 return Ok(old);
             }
             let mut v = old.value.clone();
             let meta = meta_mut(&mut v)?;
             meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
-            return self.commit(&mut inner, r, EventType::Modified, v, Some(old));
+            return self.commit(inner, r, EventType::Modified, v, Some(old));
         }
-        if r == res::NAMESPACES {
-            for (kr, info) in RESOURCES.iter().enumerate() {
-                if !info.namespaced {
-                    continue;
-                }
-                let victims: Vec<Arc<Obj>> = inner.kinds[kr].range_ns(Some(name)).map(|(_, o)| o.clone()).collect();
-                for o in victims {
-                    self.commit(&mut inner, kr, EventType::Deleted, o.value.clone(), None)?;
+        self.remove_locked(inner, r, &old)
+    }
+
+    /// Remove an object from the store now (with the PDB resync a pod needs).
+    fn remove_locked(&self, inner: &mut Inner, r: ResId, old: &Arc<Obj>) -> Result<Arc<Obj>> {
+        let obj = self.commit(inner, r, EventType::Deleted, old.value.clone(), None)?;
+        if r == PODS && inner.pdbs_per_ns.contains_key(obj.namespace()) {
+            let ns = obj.namespace().to_string();
+            self.sync_pdbs(inner, &ns, None);
+        }
+        Ok(obj)
+    }
+
+    /// Delete a pod as the API server does (`CheckGracefulDelete`): the
+    /// grace period is the request's, else the pod's
+    /// terminationGracePeriodSeconds; 0 for a pod not bound or already
+    /// terminal; a negative one becomes 1. A positive grace period marks
+    /// the pod (deletionTimestamp) and leaves its removal to the kubelet;
+    /// 0 removes it at once unless finalizers hold it. A second delete may
+    /// only shorten the grace period.
+    fn delete_pod_locked(&self, inner: &mut Inner, old: Arc<Obj>, grace: Option<i64>) -> Result<Arc<Obj>> {
+        let v = &old.value;
+        let mut period = grace.or_else(|| v.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64)).unwrap_or(0);
+        if get_str(v, "/spec/nodeName").is_empty() || matches!(get_str(v, "/status/phase"), "Succeeded" | "Failed") {
+            period = 0;
+        }
+        if period < 0 {
+            period = 1;
+        }
+        let now = chrono::Utc::now();
+        let mut deadline_ts = now + chrono::Duration::seconds(period);
+        if is_deleting(v) {
+            let existing = v.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
+            if period >= existing {
+                return Ok(old);
+            }
+            // Shorten: the new deadline counts from the first request.
+            if let Some(ts) = v
+                .pointer("/metadata/deletionTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            {
+                deadline_ts = ts.with_timezone(&chrono::Utc) - chrono::Duration::seconds(existing) + chrono::Duration::seconds(period);
+            }
+        }
+        if period == 0 && !has_finalizers(PODS, v) {
+            return self.remove_locked(inner, PODS, &old);
+        }
+        let mut nv = old.value.clone();
+        let meta = meta_mut(&mut nv)?;
+        meta.insert("deletionTimestamp".into(), json!(deadline_ts.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)));
+        meta.insert("deletionGracePeriodSeconds".into(), json!(period));
+        let obj = self.commit(inner, PODS, EventType::Modified, nv, Some(old.clone()))?;
+        if period > 0 {
+            let left = (deadline_ts - now).num_milliseconds().max(0).unsigned_abs();
+            self.notify(KubeletMsg::Terminate {
+                ns: obj.namespace().to_string(),
+                name: obj.name().to_string(),
+                uid: obj.uid().to_string(),
+                deadline: Instant::now() + Duration::from_millis(left),
+            });
+        }
+        self.after_pod_write(inner, Some(&old.value), &obj.value);
+        Ok(obj)
+    }
+
+    /// Delete a namespace as the API server and the namespace controller
+    /// do: it goes Terminating (creation in it is refused), its pods are
+    /// deleted gracefully and everything else at once (finalizers hold
+    /// what they hold), and it is removed once empty.
+    fn delete_namespace_locked(&self, inner: &mut Inner, old: Arc<Obj>) -> Result<Arc<Obj>> {
+        if is_deleting(&old.value) {
+            return Ok(old);
+        }
+        let name = old.name().to_string();
+        let mut v = old.value.clone();
+        let meta = meta_mut(&mut v)?;
+        meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+        set_path(&mut v, &["status", "phase"], json!("Terminating"));
+        self.commit(inner, res::NAMESPACES, EventType::Modified, v, Some(old))?;
+        inner.terminating_ns.insert(name.clone());
+        for (kr, info) in RESOURCES.iter().enumerate() {
+            if !info.namespaced {
+                continue;
+            }
+            let victims: Vec<Arc<Obj>> = inner.kinds[kr].range_ns(Some(&name)).map(|(_, o)| o.clone()).collect();
+            for o in victims {
+                // Earlier removals may have taken this one (mirrored events).
+                let Some(current) = inner.kinds[kr].objects.get(&(name.clone(), o.name().to_string())).cloned() else { continue };
+                if kr == PODS {
+                    self.delete_pod_locked(inner, current, None)?;
+                } else {
+                    self.delete_object_locked(inner, kr, current)?;
                 }
             }
         }
-        let obj = self.commit(&mut inner, r, EventType::Deleted, old.value.clone(), None)?;
-        if r == PODS && inner.pdbs_per_ns.contains_key(ns) {
-            self.sync_pdbs(&mut inner, ns, None);
+        self.finish_namespace(inner, &name, true)?;
+        let key = (String::new(), name);
+        match inner.kinds[res::NAMESPACES].objects.get(&key) {
+            Some(o) => Ok(o.clone()),
+            None => inner.kinds[res::NAMESPACES].history.back().map(|e| e.obj.clone()).ok_or_else(|| not_found(res::NAMESPACES, &key.1)),
         }
-        Ok(obj)
+    }
+
+    /// The namespace controller's last step: remove a terminating namespace
+    /// once nothing is left in it; with `report`, record what remains in
+    /// its conditions (NamespaceContentRemaining, NamespaceFinalizersRemaining).
+    fn finish_namespace(&self, inner: &mut Inner, ns: &str, report: bool) -> Result<()> {
+        let key = (String::new(), ns.to_string());
+        let Some(nso) = inner.kinds[res::NAMESPACES].objects.get(&key).cloned() else {
+            inner.terminating_ns.remove(ns);
+            return Ok(());
+        };
+        let mut remaining: Vec<String> = Vec::new();
+        let mut finalizers: BTreeMap<String, usize> = BTreeMap::new();
+        for (kr, info) in RESOURCES.iter().enumerate() {
+            if !info.namespaced {
+                continue;
+            }
+            let mut count = 0;
+            for (_, o) in inner.kinds[kr].range_ns(Some(ns)) {
+                count += 1;
+                if !report {
+                    break;
+                }
+                for f in o.value.pointer("/metadata/finalizers").and_then(Value::as_array).into_iter().flatten() {
+                    *finalizers.entry(f.as_str().unwrap_or("").to_string()).or_default() += 1;
+                }
+            }
+            if count > 0 {
+                if !report {
+                    return Ok(());
+                }
+                remaining.push(format!("{} has {count} resource instances", qualified(kr)));
+            }
+        }
+        if remaining.is_empty() {
+            if has_finalizers(PODS, &nso.value) {
+                // Other finalizers than the controller's own still hold it.
+                let mut v = nso.value.clone();
+                set_path(&mut v, &["spec", "finalizers"], json!([]));
+                self.commit(inner, res::NAMESPACES, EventType::Modified, v, Some(nso))?;
+                return Ok(());
+            }
+            inner.terminating_ns.remove(ns);
+            self.commit(inner, res::NAMESPACES, EventType::Deleted, nso.value.clone(), None)?;
+            return Ok(());
+        }
+        let now = now_rfc3339();
+        let mut v = nso.value.clone();
+        set_condition(&mut v, json!({"type": "NamespaceContentRemaining", "status": "True", "reason": "SomeResourcesRemain",
+            "message": format!("Some resources are remaining: {}", remaining.join(", ")), "lastTransitionTime": now}));
+        if !finalizers.is_empty() {
+            let list: Vec<String> = finalizers.iter().map(|(f, n)| format!("{f} in {n} resource instances")).collect();
+            set_condition(&mut v, json!({"type": "NamespaceFinalizersRemaining", "status": "True", "reason": "SomeFinalizersRemain",
+                "message": format!("Some content in the namespace has finalizers remaining: {}", list.join(", ")), "lastTransitionTime": now}));
+        }
+        self.commit(inner, res::NAMESPACES, EventType::Modified, v, Some(nso))?;
+        Ok(())
     }
 
     /// POST pods/binding: assign a pod to a node.
@@ -1280,6 +1620,80 @@ impl Store {
         Ok(Some(obj))
     }
 
+    /// The kubelet is done with a terminating pod (`uid`): it asks for
+    /// its removal with no grace period left. Finalizers hold it, in a
+    /// terminal phase (Succeeded: its containers stopped), until they are
+    /// removed. Returns whether it is gone.
+    pub fn finish_pod(&self, ns: &str, name: &str, uid: &str) -> Result<bool> {
+        let mut inner = self.lock();
+        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned() else {
+            return Ok(false);
+        };
+        if old.uid() != uid {
+            return Ok(false);
+        }
+        if !has_finalizers(PODS, &old.value) {
+            self.remove_locked(&mut inner, PODS, &old)?;
+            return Ok(true);
+        }
+        let mut v = old.value.clone();
+        set_path(&mut v, &["metadata", "deletionGracePeriodSeconds"], json!(0));
+        if !matches!(get_str(&v, "/status/phase"), "Succeeded" | "Failed") {
+            set_path(&mut v, &["status", "phase"], json!("Succeeded"));
+        }
+        let obj = self.commit(&mut inner, PODS, EventType::Modified, v, Some(old.clone()))?;
+        self.after_pod_write(&mut inner, Some(&old.value), &obj.value);
+        Ok(false)
+    }
+
+    /// PodGC's orphan collection for pod `uid`, bound to a node that no
+    /// longer exists: a pod not yet terminal goes Failed with the
+    /// DisruptionTarget condition (DeletionByPodGC), then it is deleted
+    /// with no grace period. Returns whether it was collected.
+    pub fn gc_orphan_pod(&self, ns: &str, name: &str, uid: &str) -> Result<bool> {
+        let mut inner = self.lock();
+        let Some(mut pod) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned() else {
+            return Ok(false);
+        };
+        let node = get_str(&pod.value, "/spec/nodeName").to_string();
+        if pod.uid() != uid || node.is_empty() || inner.kinds[res::NODES].objects.contains_key(&(String::new(), node)) {
+            return Ok(false);
+        }
+        if !matches!(get_str(&pod.value, "/status/phase"), "Succeeded" | "Failed") {
+            let mut v = pod.value.clone();
+            set_path(&mut v, &["status", "phase"], json!("Failed"));
+            set_condition(&mut v, json!({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+                "message": "PodGC: node no longer exists", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()}));
+            let obj = self.commit(&mut inner, PODS, EventType::Modified, v, Some(pod.clone()))?;
+            self.after_pod_write(&mut inner, Some(&pod.value), &obj.value);
+            pod = obj;
+        }
+        self.delete_pod_locked(&mut inner, pod, Some(0))?;
+        Ok(true)
+    }
+
+    /// Modify any object under the lock if it still exists (and has `uid`
+    /// when given); `f` returns the new value or None to leave it. The
+    /// write follows the update rules (finalizers, hooks). Used by the
+    /// simulated controllers.
+    pub fn modify(&self, r: ResId, ns: &str, name: &str, uid: Option<&str>, f: impl FnOnce(&Value) -> Option<Value>) -> Result<Option<Arc<Obj>>> {
+        let mut inner = self.lock();
+        let Some(old) = inner.kinds[r].objects.get(&(ns.to_string(), name.to_string())).cloned() else {
+            return Ok(None);
+        };
+        if uid.is_some_and(|u| u != old.uid()) {
+            return Ok(None);
+        }
+        let Some(mut new) = f(&old.value) else { return Ok(None) };
+        if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.insert("resourceVersion".into(), json!(old.rv.to_string()));
+        }
+        if new == old.value {
+            return Ok(Some(old));
+        }
+        self.commit_update(&mut inner, r, old, new).map(Some)
+    }
+
     /// Remove a terminating pod now if it still has `uid`.
     pub fn remove_pod(&self, ns: &str, name: &str, uid: &str) -> Result<bool> {
         let mut inner = self.lock();
@@ -1294,6 +1708,17 @@ impl Store {
             self.sync_pdbs(&mut inner, ns, None);
         }
         Ok(true)
+    }
+
+    /// Live events of one resource, from now on (for in-process controllers).
+    pub fn subscribe(&self, r: ResId) -> broadcast::Receiver<Arc<WatchEvent>> {
+        self.lock().kinds[r].tx.subscribe()
+    }
+
+    /// Storage controllers run: new claims and volumes get their
+    /// protection finalizers (which those controllers remove).
+    pub fn enable_storage_protection(&self) {
+        self.storage_protection.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Start a watch.
@@ -1442,6 +1867,18 @@ mod tests {
         strategic_merge(&mut t, &p);
         assert_eq!(t["status"]["conditions"].as_array().map(Vec::len), Some(2));
         assert!(t["status"].get("nominatedNodeName").is_none());
+    }
+
+    #[test]
+    fn invalid_details_name_the_field() {
+        let e = invalid(PRIORITY_CLASSES, "x", "value: Forbidden: too high");
+        assert_eq!(e.to_string(), "PriorityClass.scheduling.k8s.io \"x\" is invalid: value: Forbidden: too high");
+        let d = e.details().unwrap_or_default();
+        assert_eq!(d["kind"], "PriorityClass");
+        assert_eq!(d["group"], "scheduling.k8s.io");
+        assert_eq!(d["causes"][0], json!({"reason": "FieldValueForbidden", "message": "Forbidden: too high", "field": "value"}));
+        let gates = added_scheduling_gates(&json!({"spec": {"schedulingGates": [{"name": "a"}]}}), &json!({"spec": {"schedulingGates": [{"name": "a"}, {"name": "b"}]}}));
+        assert_eq!(gates, vec!["spec.schedulingGates[1].name: Forbidden: only deletion is allowed, but found new scheduling gate 'b'".to_string()]);
     }
 
     #[test]

@@ -14,6 +14,8 @@ mod cluster_bench;
 mod cluster_faults;
 mod cluster_kube;
 mod cluster_kubectl;
+mod cluster_lifecycle;
+mod cluster_storage;
 mod conformance;
 mod default_spreading;
 mod e2e_daemon;
