@@ -29,7 +29,8 @@ LABEL org.opencontainers.image.title="berth" \
 COPY --from=build /out/berth /usr/local/bin/berth
 # distroless "nonroot": uid/gid 65532.
 USER 65532:65532
-# /metrics, /livez, /readyz, /healthz, /debug/explain (plain HTTP).
+# /metrics, /livez, /readyz, /healthz, /debug/explain over HTTPS (delegated auth).
 EXPOSE 10259
 ENTRYPOINT ["/usr/local/bin/berth"]
-CMD ["run"]
+# berth run refuses to start without a configuration: mount one here (the chart does).
+CMD ["run", "--config", "/etc/berth/config.yaml"]

@@ -46,9 +46,9 @@ pub struct BenchArgs {
 }
 
 /// The chart's default clientConnection.qps (charts/berth/values.yaml).
-pub const CHART_QPS: f64 = 50.0;
+pub const CHART_QPS: f64 = 10_000.0;
 /// The chart's default clientConnection.burst (charts/berth/values.yaml).
-pub const CHART_BURST: i64 = 100;
+pub const CHART_BURST: i64 = 20_000;
 
 /// Runs the benchmarks, printing each figure as it is measured.
 pub fn run(a: &BenchArgs) -> anyhow::Result<()> {

@@ -792,8 +792,21 @@ impl Server {
             // A TLS handshake record.
             Ok(Ok(1)) if first[0] == 0x16 => {}
             Ok(Ok(1)) if first[0].is_ascii_alphabetic() => {
+                // Read the request head first: closing with it unread would
+                // reset the connection and lose the answer.
                 let mut tcp = tcp;
-                let _ = tokio::time::timeout(Duration::from_secs(1), tcp.write_all(PLAIN_HTTP_ANSWER)).await;
+                let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    let (mut buf, mut seen) = ([0u8; 4096], Vec::new());
+                    while let Ok(n @ 1..) = tcp.read(&mut buf).await {
+                        seen.extend_from_slice(&buf[..n]);
+                        if seen.windows(4).any(|w| w == b"\r\n\r\n") || seen.len() > 16 * 1024 {
+                            break;
+                        }
+                    }
+                    let _ = tcp.write_all(PLAIN_HTTP_ANSWER).await;
+                    let _ = tcp.shutdown().await;
+                })
+                .await;
                 return;
             }
             _ => return,

@@ -166,7 +166,16 @@ pub struct KindHealth {
     pub synced: bool,
     /// The last watch attempt failed (with this error, since then).
     pub disconnected: Option<(String, Instant)>,
+    /// When the last error came. A watch that restarts quietly (resuming from
+    /// its resourceVersion, with nothing new to send) yields no item to clear
+    /// `disconnected`; but while it keeps failing, an error comes at least
+    /// every second ([`WatchBackoff`]), so one older than
+    /// [`DISCONNECTED_AFTER_SILENCE`] means it is connected again.
+    pub last_error: Option<Instant>,
 }
+
+/// See [`KindHealth::last_error`].
+pub const DISCONNECTED_AFTER_SILENCE: Duration = Duration::from_secs(3);
 
 /// The state of every watched kind, shared with the health checks.
 #[derive(Debug, Clone, Default)]
@@ -206,6 +215,7 @@ impl WatchHealth {
                 Some(e) => {
                     let since = h.disconnected.as_ref().map(|d| d.1).unwrap_or_else(Instant::now);
                     h.disconnected = Some((e, since));
+                    h.last_error = Some(Instant::now());
                 }
             }
         }
@@ -220,7 +230,8 @@ impl WatchHealth {
             if !h.synced {
                 out.push(format!("watch {kind}: not synced"));
             }
-            if let Some((e, since)) = &h.disconnected {
+            let failing = h.last_error.is_some_and(|t| t.elapsed() < DISCONNECTED_AFTER_SILENCE);
+            if let Some((e, since)) = h.disconnected.as_ref().filter(|_| failing) {
                 out.push(format!("watch {kind}: disconnected for {:.1}s: {e}", since.elapsed().as_secs_f64()));
             }
         }

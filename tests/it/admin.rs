@@ -90,7 +90,7 @@ async fn https_with_delegated_authentication_and_authorization() {
         // The scraper may get /metrics, and nothing else.
         let (code, body) = admin_get(a, "/metrics", Some(METRICS_TOKEN)).await;
         assert_eq!(code, 200);
-        assert!(body.contains("scheduler_schedule_attempts_total"), "{body}");
+        assert!(body.contains("scheduler_pending_pods"), "{body}");
         assert_eq!(admin_get(a, "/debug/explain?pod=default/x", Some(METRICS_TOKEN)).await.0, 403);
 
         // system:masters may do everything; an unknown path is a 404 once authorized.

@@ -551,8 +551,10 @@ async fn stored_kinds_for_scheduler_informers() {
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap();
     let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
     pvcs.create(&pp, &pvc).await.unwrap();
-    pvcs.patch_status("data", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Bound"}}))).await.unwrap();
-    assert_eq!(pvcs.get("data").await.unwrap().status.unwrap().phase.as_deref(), Some("Bound"));
+    // The status subresource takes writes (the PV controller then judges a
+    // Bound claim without a volume Lost, as a real one does).
+    let patched = pvcs.patch_status("data", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Bound"}}))).await.unwrap();
+    assert_eq!(patched.status.unwrap().phase.as_deref(), Some("Bound"));
     let rs: ReplicaSet = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"replicas": 2,
         "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}}}})).unwrap();
     Api::<ReplicaSet>::default_namespaced(client.clone()).create(&pp, &rs).await.unwrap();
@@ -560,7 +562,8 @@ async fn stored_kinds_for_scheduler_informers() {
     Api::<Service>::default_namespaced(client.clone()).create(&pp, &svc).await.unwrap();
     let claim: ResourceClaim = serde_json::from_value(json!({"metadata": {"name": "gpu"}, "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})).unwrap();
     Api::<ResourceClaim>::default_namespaced(client.clone()).create(&pp, &claim).await.unwrap();
-    assert!(Api::<CSINode>::all(client.clone()).list(&ListParams::default()).await.unwrap().items.is_empty());
+    // Every simulated node comes with its CSINode (attach limits).
+    assert!(!Api::<CSINode>::all(client.clone()).list(&ListParams::default()).await.unwrap().items.is_empty());
     assert_eq!(Api::<ReplicaSet>::all(client.clone()).list(&ListParams::default()).await.unwrap().items.len(), 1);
     let apps = client.list_api_group_resources("apps/v1").await.unwrap();
     assert!(apps.resources.iter().any(|r| r.name == "statefulsets"));
