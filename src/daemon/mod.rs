@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::cache::{Cache, Pdb};
 use crate::config::Config;
-use crate::framework::{CycleOptions, Events, Framework};
+use crate::framework::{CycleOptions, CycleState, Events, Framework};
 use crate::model::{NodeSpec, PodInfo};
 use crate::queue::{self, Rejection, SchedulingQueue};
 
@@ -459,21 +459,14 @@ impl Loop {
         let elapsed = start.elapsed().as_secs_f64();
         if let Some(i) = o.selected {
             let node = self.cache.snapshot().nodes[i].name().to_string();
-            let s = fw.run_reserve(&mut state, &pod, &node);
-            let s = if s.is_success() { fw.run_permit(&mut state, &pod, &node) } else { s };
-            if !s.is_success() {
-                fw.run_unreserve(&mut state, &pod, &node);
+            if !self.reserve_and_assume(fi, &mut state, &pod, &node) {
                 self.metrics.schedule_attempts.with_label_values(&["error", &profile]).inc();
                 self.queue.error(&pod.uid, now);
                 return true;
             }
-            let mut bound = (*pod).clone();
-            bound.node_name = Some(node.clone());
-            bound.nominated_node = None;
-            self.cache.assume(Arc::new(bound));
             self.metrics.schedule_attempts.with_label_values(&["scheduled", &profile]).inc();
             self.metrics.attempt_duration.with_label_values(&["scheduled", &profile]).observe(elapsed);
-            self.writer.bind(pod, node, start.into_std()).await;
+            self.bind_assumed(fi, state, pod, node, start).await;
             return true;
         }
         if let Some(err) = &o.error {
@@ -533,6 +526,39 @@ impl Loop {
         self.queue.set_rejected(&pod.uid, Some(Rejection { profile, plugins: o.unschedulable_plugins.clone() }));
         self.queue.unschedulable(&pod.uid, mask, now);
         true
+    }
+
+    /// Reserve and Permit for `pod` on `node`, then assume it in the cache
+    /// (pods and, through the plugins' Reserve, volume decisions). On
+    /// failure everything is unreserved and false is returned. A gang places
+    /// each member with this and binds them only when the group fits.
+    fn reserve_and_assume(&mut self, fi: usize, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) -> bool {
+        let fw = &self.frameworks[fi];
+        let s = fw.run_reserve(state, pod, node);
+        let s = if s.is_success() { fw.run_permit(state, pod, node) } else { s };
+        if !s.is_success() {
+            fw.run_unreserve(state, pod, node);
+            return false;
+        }
+        let mut bound = (**pod).clone();
+        bound.node_name = Some(node.to_string());
+        bound.nominated_node = None;
+        self.cache.assume(Arc::new(bound));
+        true
+    }
+
+    /// Undo `reserve_and_assume` for a pod that will not be bound (a gang
+    /// that did not fit): Unreserve, then forget the assumed pod.
+    #[allow(dead_code)]
+    fn unassume(&mut self, fi: usize, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) {
+        self.frameworks[fi].run_unreserve(state, pod, node);
+        self.cache.forget(&pod.uid);
+    }
+
+    /// The binding cycle of an assumed pod: PreBind work, then the bind,
+    /// off the loop; the outcome comes back as a `BindResult`.
+    async fn bind_assumed(&mut self, _fi: usize, _state: CycleState, pod: Arc<PodInfo>, node: String, start: Instant) {
+        self.writer.bind(pod, node, start.into_std()).await;
     }
 
     fn bind_result(&mut self, r: BindResult) {
