@@ -157,7 +157,6 @@ async fn preemption_evicts_exactly_three_victims_for_three_preemptors() {
 
 // 10.2: replies of committed binds are lost and the pod watch is held (it
 // lags), on nodes that are exactly full: no node over capacity.
-#[ignore = "holds every watch before the pods exist, so the daemon never sees them; the scenario needs the watch held only after the pods are seen (see issue 10's note)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_bind_replies_never_overfill_a_node() {
     deadline(90, async {
@@ -165,20 +164,23 @@ async fn lost_bind_replies_never_overfill_a_node() {
         const SLOTS: u32 = 6;
         let c = cluster(NODES, 2, "64", SLOTS, FaultConfig::default()).await;
         let proxy = FaultProxy::start(c.client_without_retry().unwrap()).await;
-        let d = start_via(&proxy, &config(""), "lost-replies", None).await;
-        until_leading(&d, 20).await;
         let (log, task) = Bindings::start(&c);
-        // Bind replies lost after the commit, or a 500 after it; the pod watch lags.
-        proxy.set_rules(vec![
-            Rule::new(Some(Method::POST), "/binding", Fault::DropReplyAfterCommit, 0.25),
-            Rule::new(Some(Method::POST), "/binding", Fault::ErrorAfterCommit, 0.1),
-        ]);
-        proxy.hold_watches(true);
+        // The pods exist before berth starts: it learns them from its initial
+        // lists, and from then on every watch lags (held at the proxy), so no
+        // watch event confirms a bind.
         let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
         let n = NODES * SLOTS as usize;
         create_all(&api, (0..n).map(|i| pod(&format!("l-{i:03}"), "100m", json!({}))).collect(), 20).await;
         // Pods beyond capacity: they must stay pending.
         create_all(&api, (0..10).map(|i| pod(&format!("extra-{i}"), "100m", json!({}))).collect(), 10).await;
+        proxy.hold_watches(true);
+        // Bind replies lost after the commit, or a 500 after it.
+        proxy.set_rules(vec![
+            Rule::new(Some(Method::POST), "/binding", Fault::DropReplyAfterCommit, 0.25),
+            Rule::new(Some(Method::POST), "/binding", Fault::ErrorAfterCommit, 0.1),
+        ]);
+        let d = start_via(&proxy, &config(""), "lost-replies", None).await;
+        until_leading(&d, 20).await;
         eventually(40, "every slot taken", || async { (log.bound() >= n).then_some(()) }).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         // The watch catches up: an outage, then it resumes.
