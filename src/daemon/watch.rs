@@ -67,6 +67,8 @@ pub enum WatchEvent {
 }
 
 /// A change to one of the storage kinds the volume plugins read.
+// As for `WatchEvent`: moved once through the channel, boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum StorageChange {
     /// PersistentVolumeClaims.
@@ -182,6 +184,7 @@ pub fn apply_storage_event(st: &mut Storage, ev: StorageChange) -> (Option<usize
 }
 
 /// A change to one of the kinds default topology spreading reads.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum WorkloadChange {
     /// Services.
