@@ -330,18 +330,20 @@ impl Writer {
                 BindOutcome::Failed(m) if pre_failed => Some(m.clone()),
                 _ => None,
             };
+            if let Some(message) = report {
+                // Before the result: the retry it allows cannot bind the pod
+                // before this False condition is written.
+                let at = meta::Time(k8s_openapi::jiff::Timestamp::now());
+                let status = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": message, "lastTransitionTime": at}]}});
+                w.patch_status(&pod, status).await;
+                w.event(&pod, "Warning", "FailedScheduling", "Scheduling", message);
+            }
             let note = format!("Successfully assigned {} to {}", pod.key(), node);
             let ev_pod = pod.clone();
             let _ = w.results.send(BindResult { pod, node, outcome, started, took });
             // After the result: an event never holds up a bind.
             if bound {
                 w.event(&ev_pod, "Normal", "Scheduled", "Binding", note);
-            }
-            if let Some(message) = report {
-                let at = meta::Time(k8s_openapi::jiff::Timestamp::now());
-                let status = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": message, "lastTransitionTime": at}]}});
-                w.patch_status(&ev_pod, status).await;
-                w.event(&ev_pod, "Warning", "FailedScheduling", "Scheduling", message);
             }
         })
         .await;
