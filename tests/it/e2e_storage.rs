@@ -186,10 +186,10 @@ async fn missing_class_and_read_write_once_pod_conflict_stay_pending() {
 }
 
 // PV and PVC writes through a fault proxy. Refused writes (500 before the
-// API server): the pod stays unbound, reported with PreBind's error, and the
-// PV is not leaked: once the pod gives up the claim, another pod takes the
-// PV. Writes whose reply is lost after the commit: read back, the pod is
-// bound with its volumes.
+// API server): the pods stay unbound, reported with PreBind's error, nothing
+// is written, and the PV is not leaked: once its pod gives the claim up,
+// another pod takes the PV. Writes whose reply is lost after the commit:
+// read back, the pods are bound with their volumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_volume_writes_never_bind_a_pod_without_its_volumes_nor_leak_a_volume() {
     deadline(90, async {
@@ -208,9 +208,21 @@ async fn failed_volume_writes_never_bind_a_pod_without_its_volumes_nor_leak_a_vo
         let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
 
         // 1. Every PV write refused.
-        proxy.set_rules(vec![Rule::new(Some(Method::PATCH), "/persistentvolumes/", Fault::Status(500), 1.0)]);
+        proxy.set_rules(vec![
+            Rule::new(Some(Method::PATCH), "/persistentvolumes/", Fault::Status(500), 1.0),
+            Rule::new(Some(Method::PATCH), "/persistentvolumeclaims/", Fault::Status(500), 1.0),
+        ]);
         claims.create(&PostParams::default(), &claim("claim-a", "1Gi", Some("manual"), &["ReadWriteOnce"])).await.unwrap();
-        pods_api.create(&PostParams::default(), &pod_with_claim("pod-a", "claim-a", json!({}))).await.unwrap();
+        claims.create(&PostParams::default(), &claim("claim-d", "1Gi", None, &["ReadWriteOnce"])).await.unwrap();
+        create_all(&pods_api, vec![pod_with_claim("pod-a", "claim-a", json!({})), pod_with_claim("pod-d", "claim-d", json!({}))], 2).await;
+        // A claim to provision whose selected-node write is refused: not provisioned, the pod not bound.
+        eventually(20, "pod-d reported failed in PreBind", || async {
+            pods_api.get("pod-d").await.ok().as_ref().and_then(scheduled_condition).filter(|c| c.1 == "SchedulerError" && c.2.starts_with("running PreBind plugin \"VolumeBinding\": "))
+        })
+        .await;
+        assert!(node_of(&pods_api.get("pod-d").await.unwrap()).is_none(), "pod-d bound although its claim write failed");
+        let cd = claims.get("claim-d").await.unwrap();
+        assert!(cd.metadata.annotations.as_ref().is_none_or(|a| !a.contains_key("volume.kubernetes.io/selected-node")), "claim-d got a selected node");
         let (_, reason, message) = eventually(20, "pod-a reported failed in PreBind", || async {
             pods_api.get("pod-a").await.ok().as_ref().and_then(scheduled_condition).filter(|c| c.1 == "SchedulerError")
         })
@@ -239,10 +251,10 @@ async fn failed_volume_writes_never_bind_a_pod_without_its_volumes_nor_leak_a_vo
         claims.create(&PostParams::default(), &claim("claim-b", "1Gi", Some("manual"), &["ReadWriteOnce"])).await.unwrap();
         claims.create(&PostParams::default(), &claim("claim-c", "1Gi", None, &["ReadWriteOnce"])).await.unwrap();
         create_all(&pods_api, vec![pod_with_claim("pod-b", "claim-b", json!({})), pod_with_claim("pod-c", "claim-c", json!({}))], 2).await;
-        eventually(30, "pod-b and pod-c bound", || async {
-            let b = pods_api.get("pod-b").await.ok()?;
-            let c = pods_api.get("pod-c").await.ok()?;
-            (node_of(&b).is_some() && node_of(&c).is_some()).then_some(())
+        eventually(30, "pod-b, pod-c and pod-d bound", || async {
+            let all = pods(&pods_api).await;
+            let bound = |n: &str| all.iter().any(|p| p.metadata.name.as_deref() == Some(n) && node_of(p).is_some());
+            (bound("pod-b") && bound("pod-c") && bound("pod-d")).then_some(())
         })
         .await;
         assert!(proxy.injected() >= injected + 2, "both kinds of write went through the faults");
