@@ -962,6 +962,20 @@ mod tests {
     }
 
     #[test]
+    fn claims_are_bound_with_a_volume_and_bind_completed() {
+        let claim = |v: serde_json::Value| -> core::PersistentVolumeClaim { serde_json::from_value(v).expect("claim") };
+        let pending = claim(json!({"metadata": {"name": "c", "annotations": {vol::ANN_SELECTED_NODE: "n1"}}, "spec": {}}));
+        assert!(!claim_fully_bound(&pending));
+        assert_eq!(selected_node_of(&pending), Some("n1"));
+        let half = claim(json!({"metadata": {"name": "c"}, "spec": {"volumeName": "pv-1"}}));
+        assert!(!claim_fully_bound(&half));
+        assert_eq!(selected_node_of(&half), None);
+        let bound = claim(json!({"metadata": {"name": "c", "annotations": {vol::ANN_BIND_COMPLETED: "yes"}}, "spec": {"volumeName": "pv-1"}}));
+        assert!(claim_fully_bound(&bound));
+        assert_eq!(pre_bind_failed("binding volumes: context deadline exceeded"), BindOutcome::Failed("running PreBind plugin \"VolumeBinding\": binding volumes: context deadline exceeded".into()));
+    }
+
+    #[test]
     fn unknown_outcomes_are_transport_errors_and_5xx() {
         let api = |code| kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }));
         assert!(outcome_unknown(&api(500)));
