@@ -756,6 +756,31 @@ impl Storage {
         Arc::make_mut(&mut self.assumed_nodes).retain(|_, (_, u)| u != pod_uid);
     }
 
+    /// Every claim as ("namespace", "name") (a relist drops the ones gone).
+    pub fn claim_keys(&self) -> Vec<(String, String)> {
+        self.claims.iter().flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone()))).collect()
+    }
+
+    /// Every PV's name.
+    pub fn volume_names(&self) -> Vec<String> {
+        self.volumes.keys().cloned().collect()
+    }
+
+    /// Every StorageClass's name.
+    pub fn class_names(&self) -> Vec<String> {
+        self.classes.keys().cloned().collect()
+    }
+
+    /// Every CSINode's name.
+    pub fn csi_node_names(&self) -> Vec<String> {
+        self.csi_nodes.keys().cloned().collect()
+    }
+
+    /// Every CSIDriver's name.
+    pub fn csi_driver_names(&self) -> Vec<String> {
+        self.csi_drivers.keys().cloned().collect()
+    }
+
     /// Number of assumed PV bindings and provisioning decisions.
     pub fn assumed_count(&self) -> usize {
         self.assumed_refs.len() + self.assumed_nodes.len()

@@ -163,6 +163,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     let admin_addr = admin.info.addr;
 
     watch::spawn_workloads(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
+    watch::spawn_storage(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
     watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &watch_health, &mut tasks);
 
     if le.leader_elect {
@@ -407,6 +408,13 @@ impl Loop {
                     self.mark_synced(watch::WORKLOAD_KINDS[i]);
                 }
             }
+            WatchEvent::Storage(st) => {
+                let (synced, ev) = watch::apply_storage_event(&mut self.cache.snapshot_mut().storage, st);
+                if let Some(i) = synced {
+                    self.mark_synced(watch::STORAGE_KINDS[i]);
+                }
+                self.event(ev);
+            }
         }
     }
 
@@ -544,6 +552,11 @@ impl Loop {
         bound.node_name = Some(node.to_string());
         bound.nominated_node = None;
         self.cache.assume(Arc::new(bound));
+        // The PVs and claims VolumeBinding chose count as taken from now on;
+        // `Cache::forget` reverts them with the pod.
+        if let Some(d) = crate::plugins::volume_binding::reserved(state) {
+            self.cache.assume_volumes(d);
+        }
         true
     }
 
@@ -555,10 +568,25 @@ impl Loop {
         self.cache.forget(&pod.uid);
     }
 
-    /// The binding cycle of an assumed pod: PreBind work, then the bind,
-    /// off the loop; the outcome comes back as a `BindResult`.
-    async fn bind_assumed(&mut self, _fi: usize, _state: CycleState, pod: Arc<PodInfo>, node: String, start: Instant) {
-        self.writer.bind(pod, node, start.into_std()).await;
+    /// The binding cycle of an assumed pod: PreBind (VolumeBinding's API
+    /// work: PV claimRefs, the claims' selected node, then the wait until
+    /// they are bound), then the bind, off the loop; the outcome comes back
+    /// as a `BindResult`. A PreBind plugin that fails here forgets the pod
+    /// and its volume decisions and retries it with backoff.
+    async fn bind_assumed(&mut self, fi: usize, mut state: CycleState, pod: Arc<PodInfo>, node: String, start: Instant) {
+        let s = self.frameworks[fi].run_pre_bind(&mut state, &pod, &node);
+        if !s.is_success() {
+            let message = format!("running PreBind plugin {:?}: {}", s.plugin, s.message());
+            tracing::warn!(pod = %pod.key(), %node, error = %message, "PreBind failed");
+            self.frameworks[fi].run_unreserve(&mut state, &pod, &node);
+            self.cache.forget(&pod.uid);
+            let since = unschedulable_since(self.queue.object(&pod.uid));
+            self.writer.report_failure(pod.clone(), "SchedulerError", message, None, since).await;
+            self.queue.error(&pod.uid, Self::now());
+            return;
+        }
+        let work = crate::plugins::volume_binding::pre_bind_work(&state).cloned();
+        self.writer.bind_with_volumes(pod, node, start.into_std(), work).await;
     }
 
     fn bind_result(&mut self, r: BindResult) {

@@ -1,4 +1,5 @@
-//! Watchers on Pods, Nodes, PodDisruptionBudgets and Namespaces. Each runs
+//! Watchers on Pods, Nodes, PodDisruptionBudgets, Namespaces, the workload
+//! kinds of default spreading and the storage kinds of the volume plugins. Each runs
 //! kube-rs's watcher (which resumes from the last resourceVersion, relists on
 //! 410 Gone and backs off on errors) and sends changes to the scheduling loop.
 //! A relist arrives as one `Relist` with every object, so the loop can drop
@@ -22,13 +23,16 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::api::storage::v1 as storage;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Api;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch as signal};
 
+use crate::cache::storage::Storage;
 use crate::cache::workloads::{self, Kind, Workloads};
+use crate::framework::Events;
 
 /// A change to one kind of object.
 #[derive(Debug)]
@@ -57,9 +61,130 @@ pub enum WatchEvent {
     Namespace(Change<core::Namespace>),
     /// Services, ReplicationControllers, ReplicaSets, StatefulSets (default topology spreading).
     Workload(WorkloadChange),
+    /// PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes,
+    /// CSIDrivers and CSIStorageCapacities (the volume plugins).
+    Storage(StorageChange),
+}
+
+/// A change to one of the storage kinds the volume plugins read.
+// As for `WatchEvent`: moved once through the channel, boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum StorageChange {
+    /// PersistentVolumeClaims.
+    Claim(Change<core::PersistentVolumeClaim>),
+    /// PersistentVolumes.
+    Volume(Change<core::PersistentVolume>),
+    /// StorageClasses.
+    Class(Change<storage::StorageClass>),
+    /// CSINodes.
+    CsiNode(Change<storage::CSINode>),
+    /// CSIDrivers.
+    CsiDriver(Change<storage::CSIDriver>),
+    /// CSIStorageCapacities.
+    Capacity(Change<storage::CSIStorageCapacity>),
+}
+
+/// The storage kinds' names, in [`apply_storage_event`]'s index order.
+pub const STORAGE_KINDS: [&str; 6] = ["persistentvolumeclaims", "persistentvolumes", "storageclasses", "csinodes", "csidrivers", "csistoragecapacities"];
+
+/// Applies a storage change to the cache's storage objects. Returns the
+/// index (in [`STORAGE_KINDS`]) of a kind whose (re)list just completed, for
+/// readiness, and the cluster event to requeue pods with (the volume plugins
+/// declare PVC, PV, STORAGE_CLASS, CSI_NODE, CSI_DRIVER and
+/// CSI_STORAGE_CAPACITY).
+///
+/// Assumed volume decisions survive every update that does not show them
+/// yet: a PV keeps its assumed claimRef until the API shows one, a claim its
+/// assumed selected node until the API shows a selected node or a volume
+/// (see `cache::storage`). A relist drops only the objects that are gone.
+pub fn apply_storage_event(st: &mut Storage, ev: StorageChange) -> (Option<usize>, Events) {
+    fn ns_name(m: &ObjectMeta) -> (String, String) {
+        (m.namespace.clone().unwrap_or_else(|| "default".into()), m.name.clone().unwrap_or_default())
+    }
+    fn capacity(st: &mut Storage, c: &storage::CSIStorageCapacity) {
+        if let Err(e) = st.upsert_capacity(c) {
+            tracing::warn!(error = %e, "CSIStorageCapacity ignored");
+        }
+    }
+    /// A cluster-scoped kind: upsert, remove by name, relist.
+    fn by_name<K: kube::Resource>(st: &mut Storage, c: Change<K>, i: usize, ev: Events, names: fn(&Storage) -> Vec<String>, up: fn(&mut Storage, &K), rm: fn(&mut Storage, &str)) -> (Option<usize>, Events) {
+        match c {
+            Change::Apply(o) => {
+                up(st, &o);
+                (None, ev)
+            }
+            Change::Delete(o) => {
+                rm(st, o.meta().name.as_deref().unwrap_or_default());
+                (None, ev)
+            }
+            Change::Relist(all) => {
+                let keep: std::collections::HashSet<&str> = all.iter().filter_map(|o| o.meta().name.as_deref()).collect();
+                for n in names(st) {
+                    if !keep.contains(n.as_str()) {
+                        rm(st, &n);
+                    }
+                }
+                for o in &all {
+                    up(st, o);
+                }
+                (Some(i), ev)
+            }
+        }
+    }
+    match ev {
+        StorageChange::Claim(c) => match c {
+            Change::Apply(o) => {
+                st.upsert_claim(&o);
+                (None, Events::PVC)
+            }
+            Change::Delete(o) => {
+                let (ns, n) = ns_name(&o.metadata);
+                st.remove_claim(&ns, &n);
+                (None, Events::PVC)
+            }
+            Change::Relist(all) => {
+                let keep: std::collections::HashSet<(String, String)> = all.iter().map(|o| ns_name(&o.metadata)).collect();
+                for (ns, n) in st.claim_keys() {
+                    if !keep.contains(&(ns.clone(), n.clone())) {
+                        st.remove_claim(&ns, &n);
+                    }
+                }
+                for o in &all {
+                    st.upsert_claim(o);
+                }
+                (Some(0), Events::PVC)
+            }
+        },
+        StorageChange::Volume(c) => by_name(st, c, 1, Events::PV, Storage::volume_names, Storage::upsert_volume, Storage::remove_volume),
+        StorageChange::Class(c) => by_name(st, c, 2, Events::STORAGE_CLASS, Storage::class_names, Storage::upsert_class, Storage::remove_class),
+        StorageChange::CsiNode(c) => by_name(st, c, 3, Events::CSI_NODE, Storage::csi_node_names, Storage::upsert_csi_node, Storage::remove_csi_node),
+        StorageChange::CsiDriver(c) => by_name(st, c, 4, Events::CSI_DRIVER, Storage::csi_driver_names, Storage::upsert_csi_driver, Storage::remove_csi_driver),
+        StorageChange::Capacity(c) => match c {
+            Change::Apply(o) => {
+                capacity(st, &o);
+                (None, Events::CSI_STORAGE_CAPACITY)
+            }
+            Change::Delete(o) => {
+                let (ns, n) = ns_name(&o.metadata);
+                st.remove_capacity(&format!("{ns}/{n}"));
+                (None, Events::CSI_STORAGE_CAPACITY)
+            }
+            Change::Relist(all) => {
+                for k in st.capacities().iter().map(|c| c.key.clone()).collect::<Vec<_>>() {
+                    st.remove_capacity(&k);
+                }
+                for o in &all {
+                    capacity(st, o);
+                }
+                (Some(5), Events::CSI_STORAGE_CAPACITY)
+            }
+        },
+    }
 }
 
 /// A change to one of the kinds default topology spreading reads.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum WorkloadChange {
     /// Services.
@@ -126,6 +251,18 @@ pub fn spawn_workloads(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop
 
 /// The workload kinds' names, in `apply_workload_event`'s index order.
 pub const WORKLOAD_KINDS: [&str; 4] = ["services", "replicationcontrollers", "replicasets", "statefulsets"];
+
+/// Starts the watchers of the six storage kinds (see `StorageChange`).
+pub fn spawn_storage(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
+    use StorageChange as S;
+    let [pvc, pv, sc, csin, csid, cap] = STORAGE_KINDS;
+    spawn_kind(Api::<core::PersistentVolumeClaim>::all(client.clone()), pvc, |c| WatchEvent::Storage(S::Claim(c)), tx, stop, health, tasks);
+    spawn_kind(Api::<core::PersistentVolume>::all(client.clone()), pv, |c| WatchEvent::Storage(S::Volume(c)), tx, stop, health, tasks);
+    spawn_kind(Api::<storage::StorageClass>::all(client.clone()), sc, |c| WatchEvent::Storage(S::Class(c)), tx, stop, health, tasks);
+    spawn_kind(Api::<storage::CSINode>::all(client.clone()), csin, |c| WatchEvent::Storage(S::CsiNode(c)), tx, stop, health, tasks);
+    spawn_kind(Api::<storage::CSIDriver>::all(client.clone()), csid, |c| WatchEvent::Storage(S::CsiDriver(c)), tx, stop, health, tasks);
+    spawn_kind(Api::<storage::CSIStorageCapacity>::all(client), cap, |c| WatchEvent::Storage(S::Capacity(c)), tx, stop, health, tasks);
+}
 
 /// The watchers' reconnection backoff: 100 ms doubling to 1 s, with no
 /// limit on retries, reset after each success.
@@ -317,6 +454,64 @@ mod tests {
         assert_eq!(first, vec![100, 200, 400, 800, 1000, 1000]);
         b.reset();
         assert_eq!(b.next(), Some(Duration::from_millis(100)));
+    }
+
+    fn pv(name: &str, claim: Option<&str>) -> core::PersistentVolume {
+        let mut v = serde_json::json!({"metadata": {"name": name}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "sc"}});
+        if let Some(c) = claim {
+            v["spec"]["claimRef"] = serde_json::json!({"namespace": "default", "name": c, "uid": "uid-c"});
+        }
+        serde_json::from_value(v).expect("pv")
+    }
+
+    fn pvc(name: &str, selected: Option<&str>) -> core::PersistentVolumeClaim {
+        let mut v = serde_json::json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "sc"}});
+        if let Some(n) = selected {
+            v["metadata"]["annotations"] = serde_json::json!({"volume.kubernetes.io/selected-node": n});
+        }
+        serde_json::from_value(v).expect("pvc")
+    }
+
+    #[test]
+    fn storage_events_keep_assumptions_until_the_api_shows_them() {
+        use crate::cache::storage::{ClaimRef, StaticBinding, VolumeDecisions};
+        let mut st = Storage::new();
+        assert_eq!(apply_storage_event(&mut st, StorageChange::Volume(Change::Relist(vec![pv("pv-1", None), pv("pv-3", None)]))), (Some(1), Events::PV));
+        assert_eq!(apply_storage_event(&mut st, StorageChange::Claim(Change::Relist(vec![pvc("c", None), pvc("d", None)]))), (Some(0), Events::PVC));
+        st.assume(&VolumeDecisions {
+            pod_uid: "uid-p".into(),
+            node: "n1".into(),
+            bindings: vec![StaticBinding { pv: "pv-1".into(), claim: ClaimRef { namespace: "default".into(), name: "c".into(), uid: "uid-c".into() } }],
+            provisions: vec![("default".into(), "d".into())],
+        });
+        // Updates that do not show the decisions (a status change, a relist
+        // while the writes are in flight) keep them.
+        apply_storage_event(&mut st, StorageChange::Volume(Change::Apply(pv("pv-1", None))));
+        apply_storage_event(&mut st, StorageChange::Volume(Change::Relist(vec![pv("pv-1", None), pv("pv-2", None)])));
+        apply_storage_event(&mut st, StorageChange::Claim(Change::Apply(pvc("d", None))));
+        assert_eq!(st.assumed_count(), 2);
+        let v = st.volume("pv-1").cloned().expect("pv-1");
+        assert_eq!(st.claim_ref(&v).map(|r| r.name.as_str()), Some("c"));
+        // The relist dropped pv-3 only.
+        assert!(st.volume("pv-3").is_none() && st.volume("pv-2").is_some());
+        // The API's objects take over once they show the decisions.
+        apply_storage_event(&mut st, StorageChange::Volume(Change::Apply(pv("pv-1", Some("c")))));
+        apply_storage_event(&mut st, StorageChange::Claim(Change::Apply(pvc("d", Some("n1")))));
+        assert_eq!(st.assumed_count(), 0);
+        let c = st.claim("default", "d").cloned().expect("d");
+        assert_eq!(st.selected_node(&c), Some("n1"));
+        // A claim relist without "c" removes it.
+        apply_storage_event(&mut st, StorageChange::Claim(Change::Relist(vec![pvc("d", Some("n1"))])));
+        assert!(st.claim("default", "c").is_none() && st.claim("default", "d").is_some());
+        // The other kinds report their own events and indexes.
+        let class: storage::StorageClass = serde_json::from_value(serde_json::json!({"metadata": {"name": "sc"}, "provisioner": "p"})).expect("class");
+        assert_eq!(apply_storage_event(&mut st, StorageChange::Class(Change::Relist(vec![class]))), (Some(2), Events::STORAGE_CLASS));
+        assert!(st.class("sc").is_some());
+        assert_eq!(apply_storage_event(&mut st, StorageChange::Class(Change::Relist(vec![]))).0, Some(2));
+        assert!(st.class("sc").is_none());
+        assert_eq!(apply_storage_event(&mut st, StorageChange::CsiNode(Change::Relist(vec![]))), (Some(3), Events::CSI_NODE));
+        assert_eq!(apply_storage_event(&mut st, StorageChange::CsiDriver(Change::Relist(vec![]))), (Some(4), Events::CSI_DRIVER));
+        assert_eq!(apply_storage_event(&mut st, StorageChange::Capacity(Change::Relist(vec![]))), (Some(5), Events::CSI_STORAGE_CAPACITY));
     }
 
     #[test]

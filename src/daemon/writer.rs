@@ -21,12 +21,19 @@
 //! may have been lost after the commit) is not a failure: the pod is read
 //! back, with backoff, until the API says whether it is bound; only a pod
 //! known not to be bound is reported failed (and its assumed slot freed).
+//!
+//! A pod with volumes to bind first goes through VolumeBinding's PreBind in
+//! its bind job ([`Writer::bind_with_volumes`]): PV claimRefs and claims'
+//! selected-node annotations, written under the bind budget and the lease,
+//! read back when their outcome is unknown; then a bounded wait until the
+//! claims are bound. Only then is the pod bound.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::TryFutureExt;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -36,7 +43,9 @@ use serde_json::json;
 use tokio::sync::{mpsc, Mutex, Semaphore};
 
 use super::leader::Lease;
+use crate::cache::storage::{self as vol, StaticBinding};
 use crate::model::PodInfo;
+use crate::plugins::volume_binding::PreBindWork;
 
 /// The outcome of a bind, reported to the scheduling loop.
 #[derive(Debug)]
@@ -129,6 +138,10 @@ pub struct WriteCounts {
     pub event_retries: u64,
     /// Events given up: every retry failed, the queue was full, or the lease was lost.
     pub events_lost: u64,
+    /// PreBind writes that reached the API: PV claimRefs and claims' selected node.
+    pub volume_writes: u64,
+    /// PreBind writes whose outcome was unknown and had to be read back.
+    pub volume_writes_unknown: u64,
 }
 
 /// Counters shared by the writer's tasks.
@@ -284,16 +297,46 @@ impl Writer {
 
     /// Binds `pod` to `node` through `pods/binding`, off the caller's task.
     pub async fn bind(&self, pod: Arc<PodInfo>, node: String, started: Instant) {
+        self.bind_with_volumes(pod, node, started, None).await;
+    }
+
+    /// Binds `pod` to `node` off the caller's task, after carrying out
+    /// VolumeBinding's PreBind work when there is some (see
+    /// [`Writer::pre_bind_volumes`]). A PreBind failure is reported on the pod
+    /// (PodScheduled=False, SchedulerError, and a FailedScheduling event) and
+    /// comes back as `Failed`, `Gone` or `NotLeader`; the pod is not bound.
+    pub async fn bind_with_volumes(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Option<PreBindWork>) {
         let w = self.clone();
         self.spawn(async move {
+            let pre = match &work {
+                Some(work) => w.pre_bind_volumes(&pod, &node, work).await,
+                None => Ok(()),
+            };
+            let pre_failed = pre.is_err();
+            // `took` is the binding call's, as before (PreBind's wait is not Bind's).
             let t = Instant::now();
-            let outcome = w.bind_now(&pod, &node).await;
+            let outcome = match pre {
+                Ok(()) => w.bind_now(&pod, &node).await,
+                Err(o) => o,
+            };
             let took = t.elapsed();
             let bound = outcome == BindOutcome::Bound;
             match &outcome {
                 BindOutcome::Bound => w.count(|c| c.binds += 1),
                 BindOutcome::Failed(_) => w.count(|c| c.failures += 1),
                 _ => {}
+            }
+            let report = match &outcome {
+                BindOutcome::Failed(m) if pre_failed => Some(m.clone()),
+                _ => None,
+            };
+            if let Some(message) = report {
+                // Before the result: the retry it allows cannot bind the pod
+                // before this False condition is written.
+                let at = meta::Time(k8s_openapi::jiff::Timestamp::now());
+                let status = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": message, "lastTransitionTime": at}]}});
+                w.patch_status(&pod, status).await;
+                w.event(&pod, "Warning", "FailedScheduling", "Scheduling", message);
             }
             let note = format!("Successfully assigned {} to {}", pod.key(), node);
             let ev_pod = pod.clone();
@@ -599,6 +642,303 @@ impl Writer {
     }
 }
 
+/// How one PreBind write ended.
+enum VolumeWrite {
+    /// Written (or found written when read back).
+    Done,
+    /// The object changed under us (409): read it again and retry.
+    Conflict(String),
+    /// Known not written, for this reason.
+    Refused(String),
+    /// Not leader any more: not attempted.
+    NotLeader,
+}
+
+/// What one poll of the PreBind wait found.
+enum Bound {
+    /// Every claim is fully bound.
+    All,
+    /// Not yet.
+    NotYet,
+    /// Binding cannot succeed (upstream `checkBindings` errors).
+    Failed(String),
+    /// The pod is gone.
+    PodGone,
+}
+
+/// Attempts at one PV or claim write when it conflicts (409) with another writer.
+const VOLUME_WRITE_TRIES: u32 = 3;
+
+fn pre_bind_failed(message: impl std::fmt::Display) -> BindOutcome {
+    BindOutcome::Failed(format!("running PreBind plugin {:?}: {message}", crate::plugins::volume_binding::NAME))
+}
+
+/// Fully bound, as the binder reads it: a volume name and the bind-completed annotation.
+fn claim_fully_bound(c: &core::PersistentVolumeClaim) -> bool {
+    c.spec.as_ref().and_then(|s| s.volume_name.as_deref()).is_some_and(|v| !v.is_empty()) && c.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(vol::ANN_BIND_COMPLETED))
+}
+
+fn selected_node_of(c: &core::PersistentVolumeClaim) -> Option<&str> {
+    c.metadata.annotations.as_ref().and_then(|a| a.get(vol::ANN_SELECTED_NODE)).map(String::as_str)
+}
+
+impl Writer {
+    /// VolumeBinding's PreBind, carried out off the scheduling loop as
+    /// upstream's `BindPodVolumes` does: each chosen PV gets its claimRef
+    /// (with `pv.kubernetes.io/bound-by-controller` unless it was pre-bound),
+    /// each claim to provision the `volume.kubernetes.io/selected-node`
+    /// annotation; then it waits, at most `work.timeout`, until the PV
+    /// controller and the provisioner have bound every claim.
+    ///
+    /// Each write is a fresh read then a write conditional on its
+    /// resourceVersion, through the bind budget and the lease permit. A write
+    /// whose outcome is unknown is read back: written, it counts as done;
+    /// not written, PreBind fails. Nothing is rolled back in the API (as
+    /// upstream: the PV controller finishes or undoes a binding); the loop
+    /// forgets the assumed decisions when the result says the pod was not
+    /// bound.
+    async fn pre_bind_volumes(&self, pod: &PodInfo, node: &str, work: &PreBindWork) -> Result<(), BindOutcome> {
+        let deadline = tokio::time::Instant::now() + work.timeout;
+        for b in &work.bind_pvs {
+            self.bind_pv(b, deadline).await?;
+        }
+        for (ns, name) in &work.provision_claims {
+            self.select_node(ns, name, node, deadline).await?;
+        }
+        if work.wait_for.is_empty() {
+            return Ok(());
+        }
+        let nodes: Api<core::Node> = Api::all(self.client.clone());
+        let labels = match self.read(deadline, || nodes.get_opt(node)).await? {
+            Some(n) => n.metadata.labels.unwrap_or_default(),
+            None => return Err(pre_bind_failed(format!("binding volumes: failed to get node {node:?}: nodes {node:?} not found"))),
+        };
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.check_bindings(pod, node, &labels, work).await {
+                Bound::All => return Ok(()),
+                Bound::PodGone => return Err(BindOutcome::Gone),
+                Bound::Failed(m) => return Err(pre_bind_failed(format!("binding volumes: {m}"))),
+                Bound::NotYet => {}
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(pre_bind_failed("binding volumes: context deadline exceeded"));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Reads until the API answers (transport errors and 5xx are retried
+    /// with backoff until `deadline`). Reads need no leadership.
+    async fn read<T, F, Fut>(&self, deadline: tokio::time::Instant, f: F) -> Result<T, BindOutcome>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, kube::Error>>,
+    {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), f()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if !outcome_unknown(&e) => return Err(pre_bind_failed(e)),
+                Ok(Err(e)) => tracing::debug!(error = %e, "PreBind read failed; retrying"),
+                Err(_) => tracing::debug!("PreBind read timed out; retrying"),
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(pre_bind_failed("binding volumes: context deadline exceeded"));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// One PreBind write through the bind budget and the lease permit;
+    /// `landed` reads the object back when the outcome is unknown.
+    async fn volume_write<W, WFut, L, LFut>(&self, deadline: tokio::time::Instant, write: W, landed: L) -> Result<VolumeWrite, BindOutcome>
+    where
+        W: FnOnce() -> WFut,
+        WFut: std::future::Future<Output = Result<serde_json::Value, kube::Error>>,
+        L: Fn() -> LFut,
+        LFut: std::future::Future<Output = Result<bool, kube::Error>>,
+    {
+        let r = {
+            let Ok(_slot) = self.bind_slots.acquire().await else { return Ok(VolumeWrite::Refused("writer closed".into())) };
+            self.bind_limiter.acquire().await;
+            let Some(_permit) = self.lease.write_permit().await else {
+                self.count(|c| c.refused_not_leader += 1);
+                return Ok(VolumeWrite::NotLeader);
+            };
+            tokio::time::timeout(Duration::from_secs(30), write()).await
+        };
+        let why = match r {
+            Ok(Ok(_)) => {
+                self.count(|c| c.volume_writes += 1);
+                return Ok(VolumeWrite::Done);
+            }
+            Ok(Err(e)) if api_code(&e) == Some(409) => return Ok(VolumeWrite::Conflict(e.to_string())),
+            Ok(Err(e)) if !outcome_unknown(&e) => return Ok(VolumeWrite::Refused(e.to_string())),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "write timed out after 30s".to_string(),
+        };
+        self.count(|c| c.volume_writes_unknown += 1);
+        tracing::info!(error = %why, "PreBind write outcome unknown; reading it back");
+        if self.read(deadline, landed).await? {
+            self.count(|c| c.volume_writes += 1);
+            Ok(VolumeWrite::Done)
+        } else {
+            Ok(VolumeWrite::Refused(why))
+        }
+    }
+
+    /// Sets a PV's claimRef to the claim (upstream `GetBindVolumeToClaim`,
+    /// then the update of `bindAPIUpdate`).
+    async fn bind_pv(&self, b: &StaticBinding, deadline: tokio::time::Instant) -> Result<(), BindOutcome> {
+        let pvs: Api<core::PersistentVolume> = Api::all(self.client.clone());
+        let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &b.claim.namespace);
+        let uid = if b.claim.uid.is_empty() {
+            match self.read(deadline, || claims.get_opt(&b.claim.name)).await? {
+                Some(c) => c.metadata.uid.unwrap_or_default(),
+                None => return Err(pre_bind_failed(format!("persistentvolumeclaims {:?} not found", b.claim.name))),
+            }
+        } else {
+            b.claim.uid.clone()
+        };
+        let mut last = String::new();
+        for _ in 0..VOLUME_WRITE_TRIES {
+            let Some(pv) = self.read(deadline, || pvs.get_opt(&b.pv)).await? else {
+                return Err(pre_bind_failed(format!("persistentvolumes {:?} not found", b.pv)));
+            };
+            let current = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+            let to_claim = current.is_some_and(|r| r.name.as_deref() == Some(&b.claim.name) && r.namespace.as_deref() == Some(&b.claim.namespace));
+            if current.is_some() && !to_claim {
+                return Err(pre_bind_failed(format!("persistentvolume {:?} is bound to another claim", b.pv)));
+            }
+            let current_uid = current.and_then(|r| r.uid.as_deref()).unwrap_or_default();
+            if to_claim && current_uid == uid {
+                return Ok(());
+            }
+            if to_claim && !current_uid.is_empty() {
+                return Err(pre_bind_failed(format!("persistentvolume {:?} is bound to another claim of the same name", b.pv)));
+            }
+            let mut patch = json!({
+                "metadata": {"resourceVersion": pv.metadata.resource_version},
+                "spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": b.claim.namespace, "name": b.claim.name, "uid": uid}},
+            });
+            if !to_claim {
+                patch["metadata"]["annotations"] = json!({ vol::ANN_BOUND_BY_CONTROLLER: "yes" });
+            }
+            let (pvs_r, uid_r) = (&pvs, &uid);
+            let landed = move || async move {
+                let pv = pvs_r.get_opt(&b.pv).await?;
+                Ok::<bool, kube::Error>(pv.and_then(|p| p.spec?.claim_ref).is_some_and(|r| r.name.as_deref() == Some(&b.claim.name) && r.namespace.as_deref() == Some(&b.claim.namespace) && r.uid.as_deref() == Some(uid_r)))
+            };
+            let (pp, mp) = (PatchParams::default(), Patch::Merge(&patch));
+            match self.volume_write(deadline, || pvs.patch(&b.pv, &pp, &mp).map_ok(|_| serde_json::Value::Null), landed).await? {
+                VolumeWrite::Done => return Ok(()),
+                VolumeWrite::Conflict(m) => last = m,
+                VolumeWrite::Refused(m) => return Err(pre_bind_failed(m)),
+                VolumeWrite::NotLeader => return Err(BindOutcome::NotLeader),
+            }
+        }
+        Err(pre_bind_failed(last))
+    }
+
+    /// Asks for a claim to be provisioned on `node` (the selected-node annotation).
+    async fn select_node(&self, ns: &str, name: &str, node: &str, deadline: tokio::time::Instant) -> Result<(), BindOutcome> {
+        let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+        let mut last = String::new();
+        for _ in 0..VOLUME_WRITE_TRIES {
+            let Some(c) = self.read(deadline, || claims.get_opt(name)).await? else {
+                return Err(pre_bind_failed(format!("persistentvolumeclaims {name:?} not found")));
+            };
+            if c.metadata.deletion_timestamp.is_some() {
+                return Err(pre_bind_failed(format!("persistentvolumeclaim {name:?} is being deleted")));
+            }
+            if selected_node_of(&c) == Some(node) {
+                return Ok(());
+            }
+            let patch = json!({"metadata": {"resourceVersion": c.metadata.resource_version, "annotations": { vol::ANN_SELECTED_NODE: node }}});
+            let claims_r = &claims;
+            let landed = move || async move { Ok::<bool, kube::Error>(claims_r.get_opt(name).await?.is_some_and(|c| selected_node_of(&c) == Some(node))) };
+            let (pp, mp) = (PatchParams::default(), Patch::Merge(&patch));
+            match self.volume_write(deadline, || claims.patch(name, &pp, &mp).map_ok(|_| serde_json::Value::Null), landed).await? {
+                VolumeWrite::Done => return Ok(()),
+                VolumeWrite::Conflict(m) => last = m,
+                VolumeWrite::Refused(m) => return Err(pre_bind_failed(m)),
+                VolumeWrite::NotLeader => return Err(BindOutcome::NotLeader),
+            }
+        }
+        Err(pre_bind_failed(last))
+    }
+
+    /// One poll of the wait (upstream `checkBindings`), on the API's objects.
+    async fn check_bindings(&self, pod: &PodInfo, node: &str, labels: &crate::model::selector::Labels, work: &PreBindWork) -> Bound {
+        let pods: Api<core::Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        match pods.get_opt(&pod.name).await {
+            Ok(None) => return Bound::PodGone,
+            Ok(Some(p)) if p.metadata.uid.as_deref().is_some_and(|u| u != pod.uid) => return Bound::PodGone,
+            Ok(Some(_)) => {}
+            Err(e) if api_code(&e) == Some(404) => return Bound::PodGone,
+            Err(_) => return Bound::NotYet,
+        }
+        let pvs: Api<core::PersistentVolume> = Api::all(self.client.clone());
+        let affinity = |pv: &core::PersistentVolume| -> Option<String> {
+            let v = vol::Volume::from_api(pv);
+            if let Some(e) = &v.error {
+                return Some(e.to_string());
+            }
+            (!v.admits(node, labels)).then(|| format!("pv {:?} node affinity doesn't match node {node:?}: no matching NodeSelectorTerms", v.name))
+        };
+        for b in &work.bind_pvs {
+            let pv = match pvs.get_opt(&b.pv).await {
+                Ok(Some(pv)) => pv,
+                Ok(None) => return Bound::Failed(format!("failed to check binding: persistentvolumes {:?} not found", b.pv)),
+                Err(_) => return Bound::NotYet,
+            };
+            if let Some(m) = affinity(&pv) {
+                return Bound::Failed(m);
+            }
+            match pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+                Some(r) if r.uid.as_deref().is_some_and(|u| !u.is_empty()) => {
+                    if r.name.as_deref() != Some(&b.claim.name) || r.namespace.as_deref() != Some(&b.claim.namespace) {
+                        return Bound::Failed(format!("pv {:?} was bound to another claim", b.pv));
+                    }
+                }
+                _ => return Bound::Failed(format!("ClaimRef got reset for pv {:?}", b.pv)),
+            }
+        }
+        for (ns, name) in &work.wait_for {
+            let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+            let c = match claims.get_opt(name).await {
+                Ok(Some(c)) => c,
+                Ok(None) => return Bound::Failed(format!("failed to check binding: persistentvolumeclaims {name:?} not found")),
+                Err(_) => return Bound::NotYet,
+            };
+            let provisioning = work.provision_claims.iter().any(|(n, m)| n == ns && m == name);
+            if provisioning {
+                if selected_node_of(&c) != Some(node) {
+                    return Bound::Failed(format!("provisioning failed for PVC {name:?}"));
+                }
+                if let Some(v) = c.spec.as_ref().and_then(|s| s.volume_name.as_deref()).filter(|v| !v.is_empty()) {
+                    match pvs.get_opt(v).await {
+                        Ok(Some(pv)) => {
+                            if let Some(m) = affinity(&pv) {
+                                return Bound::Failed(m);
+                            }
+                        }
+                        // Not seen yet (or being replaced): look again next time.
+                        Ok(None) | Err(_) => return Bound::NotYet,
+                    }
+                }
+            }
+            if !claim_fully_bound(&c) {
+                return Bound::NotYet;
+            }
+        }
+        Bound::All
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -619,6 +959,20 @@ mod tests {
             unlimited.acquire().await;
         }
         assert!(t1.elapsed() < Duration::from_millis(90));
+    }
+
+    #[test]
+    fn claims_are_bound_with_a_volume_and_bind_completed() {
+        let claim = |v: serde_json::Value| -> core::PersistentVolumeClaim { serde_json::from_value(v).expect("claim") };
+        let pending = claim(json!({"metadata": {"name": "c", "annotations": {vol::ANN_SELECTED_NODE: "n1"}}, "spec": {}}));
+        assert!(!claim_fully_bound(&pending));
+        assert_eq!(selected_node_of(&pending), Some("n1"));
+        let half = claim(json!({"metadata": {"name": "c"}, "spec": {"volumeName": "pv-1"}}));
+        assert!(!claim_fully_bound(&half));
+        assert_eq!(selected_node_of(&half), None);
+        let bound = claim(json!({"metadata": {"name": "c", "annotations": {vol::ANN_BIND_COMPLETED: "yes"}}, "spec": {"volumeName": "pv-1"}}));
+        assert!(claim_fully_bound(&bound));
+        assert_eq!(pre_bind_failed("binding volumes: context deadline exceeded"), BindOutcome::Failed("running PreBind plugin \"VolumeBinding\": binding volumes: context deadline exceeded".into()));
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod cluster_storage;
 mod conformance;
 mod default_spreading;
 mod e2e_daemon;
+mod e2e_storage;
 mod e2e_support;
 mod e2e_throughput;
 mod e2e_trust;
