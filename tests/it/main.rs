@@ -23,6 +23,7 @@ mod e2e_support;
 mod e2e_throughput;
 mod e2e_trust;
 mod fault_proxy;
+mod gangs;
 mod offline_pending;
 mod properties;
 mod storage;
