@@ -318,7 +318,7 @@ impl SchedulingQueue {
             self.popped_at.insert(u, self.move_cycle);
             out.push((key.0, key.1, key.2, qp));
         }
-        out.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+        out.sort_by_key(|x| (x.0, x.1, x.2));
         out.into_iter().map(|x| x.3).collect()
     }
 
