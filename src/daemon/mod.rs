@@ -668,6 +668,16 @@ impl Loop {
         self.metrics.schedule_attempts.with_label_values(&[result, &profile]).inc_by(members.len() as u64);
         self.metrics.attempt_duration.with_label_values(&[result, &profile]).observe(elapsed);
         tracing::info!(group = %out.group, members = members.len(), placed = out.placed.len(), fits = out.fits, message = %out.message, "group cycle");
+        if out.waiting {
+            // Fewer members than minCount exist: they wait for the rest (a
+            // member added moves them), unreported, as upstream's PreEnqueue
+            // keeps them out of the queue.
+            for u in &out.unplaced {
+                self.queue.set_rejected(&u.pod.uid, Some(Rejection { profile: profile.clone(), plugins: u.plugins.clone() }));
+                self.queue.unschedulable(&u.pod.uid, Events::POD_GROUP, now);
+            }
+            return;
+        }
         self.report_group(&first, &out).await;
         // Preemption for the whole group, or for nobody.
         let mut nominated: HashMap<String, String> = HashMap::new();

@@ -92,6 +92,9 @@ pub struct GroupOutcome {
     /// preemption cannot change: a missing group object, mixed schedulers,
     /// too few members, minResources, a topology constraint).
     pub preemptable: bool,
+    /// Fewer members exist than minCount: as upstream's PreEnqueue, the
+    /// members wait for the rest without an attempt being reported.
+    pub waiting: bool,
 }
 
 impl GroupOutcome {
@@ -129,7 +132,7 @@ pub fn policy_of(snap: &Snapshot, namespace: &str, r: &GroupRef) -> Result<Arc<G
 
 fn reject_all(members: &[Arc<PodInfo>], group: String, min_count: u32, bound: u32, message: String, plugin: &'static str) -> GroupOutcome {
     let unplaced = members.iter().map(|p| Unplaced { pod: p.clone(), message: message.clone(), plugins: vec![plugin], error: false }).collect();
-    GroupOutcome { group, min_count, fits: false, placed: vec![], unplaced, message, domain: None, bound, preemptable: false }
+    GroupOutcome { group, min_count, fits: false, placed: vec![], unplaced, message, domain: None, bound, preemptable: false, waiting: false }
 }
 
 /// Members of `r` in `namespace` bound in the snapshot (assumed ones
@@ -200,7 +203,7 @@ fn undo<H: GroupHost>(host: &mut H, placed: &mut Vec<Placed>) {
 /// Runs the group cycle for the pending `members` of one group (queue order).
 pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> GroupOutcome {
     let Some(first) = members.first() else {
-        return GroupOutcome { group: String::new(), min_count: 0, fits: true, placed: vec![], unplaced: vec![], message: String::new(), domain: None, bound: 0, preemptable: false };
+        return GroupOutcome { group: String::new(), min_count: 0, fits: true, placed: vec![], unplaced: vec![], message: String::new(), domain: None, bound: 0, preemptable: false, waiting: false };
     };
     let namespace = first.namespace.clone();
     let Some(r) = first.group.clone() else {
@@ -224,7 +227,9 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
     }
     if (members.len() as u32) + bound < min_count {
         let m = "waiting for minCount pods from a gang to appear in scheduling queue".to_string();
-        return reject_all(members, group, min_count, bound, m, gang_scheduling::NAME);
+        let mut out = reject_all(members, group, min_count, bound, m, gang_scheduling::NAME);
+        out.waiting = true;
+        return out;
     }
     if let Some(min) = &policy.min_resources
         && let Some(m) = resource_gap(host.snapshot(), min)
@@ -291,7 +296,7 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
 #[allow(clippy::too_many_arguments)] // one group cycle's results, all moved in
 fn finish<H: GroupHost>(host: &mut H, failed: Option<String>, mut a: Attempt, group: String, min_count: u32, bound: u32, domain: Option<(String, String)>, topology: bool) -> GroupOutcome {
     match failed {
-        None => GroupOutcome { group, min_count, fits: true, placed: a.placed, unplaced: a.unplaced, message: String::new(), domain, bound, preemptable: false },
+        None => GroupOutcome { group, min_count, fits: true, placed: a.placed, unplaced: a.unplaced, message: String::new(), domain, bound, preemptable: false, waiting: false },
         Some(m) => {
             let was_placed: Vec<Arc<PodInfo>> = a.placed.iter().map(|p| p.pod.clone()).collect();
             undo(host, &mut a.placed);
@@ -307,7 +312,7 @@ fn finish<H: GroupHost>(host: &mut H, failed: Option<String>, mut a: Attempt, gr
             }
             // Preemption is tried for groups without a topology constraint.
             let preemptable = !topology;
-            GroupOutcome { group, min_count, fits: false, placed: vec![], unplaced, message: m, domain: None, bound, preemptable }
+            GroupOutcome { group, min_count, fits: false, placed: vec![], unplaced, message: m, domain: None, bound, preemptable, waiting: false }
         }
     }
 }

@@ -237,8 +237,13 @@ async fn gang_high_priority_preempts_exactly_enough() {
     let h = start_daemon(&c, &config(""), "gang-d").await;
     until_leading(&h, 20).await;
     let pods_api: Api<Pod> = Api::namespaced(c.client().unwrap(), "default");
+    let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(c.client().unwrap());
+    for (name, value) in [("low", 1), ("high", 1000)] {
+        let pc = serde_json::from_value(json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value})).unwrap();
+        classes.create(&PostParams::default(), &pc).await.unwrap();
+    }
     // Four low-priority pods fill both nodes.
-    let low: Vec<Pod> = (0..4).map(|i| pod(&format!("low-{i}"), "1", json!({"spec": {"priority": 1}}))).collect();
+    let low: Vec<Pod> = (0..4).map(|i| pod(&format!("low-{i}"), "1", json!({"spec": {"priorityClassName": "low"}}))).collect();
     create_all(&pods_api, low, 4).await;
     eventually(20, "the low pods bound", || {
         let pods_api = pods_api.clone();
@@ -249,7 +254,7 @@ async fn gang_high_priority_preempts_exactly_enough() {
     let mut high = members(GroupApi::V1beta1, "hp", 2, "1");
     for p in &mut high {
         if let Some(s) = p.spec.as_mut() {
-            s.priority = Some(1000);
+            s.priority_class_name = Some("high".into());
         }
     }
     create_all(&pods_api, high, 2).await;
