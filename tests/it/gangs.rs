@@ -270,3 +270,51 @@ async fn gang_high_priority_preempts_exactly_enough() {
     assert_eq!(h.shutdown().await, 0);
     c.shutdown().await;
 }
+
+/// Offline: a dump with PodGroups of both APIs; `simulate` places groups all
+/// or nothing and `explain` answers for a member with the group's reason.
+#[test]
+fn gang_offline_simulate_and_explain() {
+    let dump = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {kubernetes.io/hostname: n1}}
+status: {allocatable: {cpu: "2", memory: 8Gi, pods: "110"}}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {name: big, namespace: default}
+spec: {schedulingPolicy: {gang: {minCount: 3}}}
+---
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: PodGroup
+metadata: {name: pair, namespace: default}
+spec: {minMember: 2}
+"#;
+    let mut text = dump.to_string();
+    for (name, group) in [("big-0", "big"), ("big-1", "big"), ("big-2", "big")] {
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec: {{schedulingGroup: {{podGroupName: {group}}}, containers: [{{name: c, resources: {{requests: {{cpu: '1'}}}}}}]}}\n"
+        ));
+    }
+    for name in ["pair-0", "pair-1"] {
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{scheduling.x-k8s.io/pod-group: pair}}}}\nspec: {{containers: [{{name: c, resources: {{requests: {{cpu: '1'}}}}}}]}}\n"
+        ));
+    }
+    let cluster = berth::engine::Cluster::parse(&text, "dump.yaml").unwrap();
+    assert!(cluster.warnings.is_empty(), "{:?}", cluster.warnings);
+    let config = berth::config::Config::parse("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n").unwrap();
+    let engine = berth::engine::Engine::new(&config, cluster, 1);
+    let e = engine.explain("default/big-0").unwrap();
+    let g = e.group.as_ref().expect("the group's decision");
+    assert!(!g.fits && g.min_count == 3, "{g:?}");
+    assert!(e.selected.is_none());
+    assert!(e.message.as_deref().unwrap_or("").contains("minCount (3) cannot be satisfied: 2 scheduled, 0 remaining"), "{:?}", e.message);
+    let mut engine = engine;
+    let sim = engine.simulate();
+    let node = |k: &str| sim.placements.iter().find(|p| p.pod == k).and_then(|p| p.node.clone());
+    // The group of three never fits the two cores; the pair does, whole.
+    assert!(["default/big-0", "default/big-1", "default/big-2"].iter().all(|k| node(k).is_none()), "{:?}", sim.placements);
+    assert!(node("default/pair-0").is_some() && node("default/pair-1").is_some(), "{:?}", sim.placements);
+}
