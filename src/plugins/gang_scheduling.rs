@@ -29,9 +29,10 @@ pub const NAME: &str = "GangScheduling";
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Args {
-    /// How long a v1alpha1 group whose `scheduleTimeoutSeconds` is unset may
-    /// stay unscheduled before its status says so (scheduler-plugins'
-    /// `permitWaitingTimeSeconds`, default 60).
+    /// scheduler-plugins' `permitWaitingTimeSeconds` (its default 60), accepted
+    /// so that a Coscheduling configuration carries over. It bounds how long
+    /// members wait at Permit there; berth's group cycle holds nothing between
+    /// attempts, so it (like a group's `scheduleTimeoutSeconds`) changes nothing.
     pub permit_waiting_time_seconds: Option<i64>,
 }
 
