@@ -110,6 +110,13 @@ async fn waits_whole_then_a_node_binds_all(api: GroupApi) {
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(bound_in(&pods(&pods_api).await, "g4-"), 0, "a partial gang was bound");
+    // explain answers for a member with the group's decision.
+    let (code, body) = http_get(h.admin_addr, "/debug/explain?pod=default/g4-0").await;
+    assert_eq!(code, 200, "{body}");
+    let x: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(x["group"]["fits"], false, "{body}");
+    assert_eq!(x["group"]["min_count"], 4, "{body}");
+    assert!(x["message"].as_str().unwrap_or("").contains("minCount (4) cannot be satisfied"), "{body}");
     let status = eventually(10, "the PodGroup's status", || {
         let c = &c;
         async move {
