@@ -25,7 +25,11 @@ pub const WORKLOADS: &[&str] = &[
     "SchedulingPodAntiAffinity",
     "PreemptionBasic",
     "Unschedulable",
+    "GangScheduling",
 ];
+
+/// GangScheduling: members per group.
+pub const GANG_SIZE: usize = 32;
 
 /// One workload's figures.
 #[derive(Clone, Debug, Serialize)]
@@ -101,6 +105,7 @@ pub fn setup(workload: &str, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
     let measured = match workload {
         "SchedulingPodAntiAffinity" | "PreemptionBasic" => nodes / 2,
         "Unschedulable" => nodes.min(2000),
+        "GangScheduling" => GANG_SIZE * (nodes / 100).clamp(1, 50),
         _ => nodes.min(10_000),
     };
     let mut init = |p: core::Pod, i: usize| {
@@ -194,6 +199,34 @@ pub fn setup(workload: &str, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
                 pods.push(pod(&format!("high-{i}"), "900m", "500Mi", 1000, &[]));
             }
         }
+        "GangScheduling" => {
+            // Groups of 32 (minCount 32); every tenth group has one member
+            // that fits nowhere, so the whole group is tried and undone.
+            for i in 0..nodes {
+                init(pod(&format!("init-{i}"), "100m", "500Mi", 0, &[]), i);
+            }
+            for g in 0..measured / GANG_SIZE {
+                let name = format!("gang-{g}");
+                let policy = crate::cache::groups::GroupPolicy {
+                    api: crate::model::pod::GroupApi::V1beta1,
+                    namespace: "default".into(),
+                    name: name.clone(),
+                    min_count: GANG_SIZE as u32,
+                    topology_key: None,
+                    min_resources: None,
+                    timeout: None,
+                };
+                snap.groups.upsert(crate::model::pod::GroupApi::V1beta1, "default", &name, Ok(policy));
+                for m in 0..GANG_SIZE {
+                    let big = g % 10 == 9 && m == GANG_SIZE - 1;
+                    let mut p = pod(&format!("{name}-{m}"), if big { "5" } else { "500m" }, "500Mi", 0, &[]);
+                    if let Some(s) = p.spec.as_mut() {
+                        s.scheduling_group = Some(core::PodSchedulingGroup { pod_group_name: Some(name.clone()) });
+                    }
+                    pods.push(p);
+                }
+            }
+        }
         _ => return None,
     }
     Some((snap, pods.iter().map(PodInfo::from_pod).collect()))
@@ -218,7 +251,17 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
     let mut lat = Vec::with_capacity(pods.len());
     let mut scheduled = 0;
     let start = Instant::now();
-    for p in &pods {
+    if workload == "GangScheduling" {
+        // One group cycle per group; the latency figures are per group cycle.
+        use crate::framework::group::{schedule_group, SnapshotHost};
+        for members in pods.chunks(GANG_SIZE) {
+            let t = Instant::now();
+            let out = schedule_group(&mut SnapshotHost { fw: &fw, snap: &mut snap }, members);
+            scheduled += out.placed.len();
+            lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    for p in pods.iter().filter(|_| workload != "GangScheduling") {
         let t = Instant::now();
         let mut pod = p.clone();
         for _attempt in 0..2 {

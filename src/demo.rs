@@ -402,6 +402,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
             });
         }
     }
+    say(&pb, gang_wave(&client).await);
     // Let preemption victims finish terminating.
     say(&pb, "letting preemption victims terminate".into());
     shared.wait(Duration::from_secs(10), |t| t.pods.values().all(|r| !r.preempted || r.deleted)).await;
@@ -500,6 +501,50 @@ async fn prepare_cluster(client: &kube::Client, shape: &Shape) -> anyhow::Result
         pcs.create(&PostParams::default(), &pc).await.with_context(|| format!("creating PriorityClass {name}"))?;
     }
     Ok(())
+}
+
+/// The gang wave: a PodGroup (scheduling.k8s.io/v1beta1, minCount 8, one
+/// zone) and its 8 pods in a namespace of their own; returns the line to show.
+async fn gang_wave(client: &kube::Client) -> String {
+    const NS: &str = "demo-gangs";
+    const SIZE: usize = 8;
+    let run = async {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.context("creating the gang namespace")?;
+        let ar = crate::daemon::watch::group_api_resource(crate::model::pod::GroupApi::V1beta1);
+        let pg: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": NS},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": SIZE}}, "schedulingConstraints": {"topology": [{"key": ZONE_KEY}]}}
+        }))?;
+        let groups: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
+        groups.create(&PostParams::default(), &pg).await.context("creating PodGroup train (does the cluster serve scheduling.k8s.io/v1beta1?)")?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        for i in 0..SIZE {
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("train-{i}")},
+                "spec": {"schedulerName": SCHEDULER, "schedulingGroup": {"podGroupName": "train"},
+                         "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}]}
+            }))?;
+            pods.create(&PostParams::default(), &p).await.with_context(|| format!("creating pod {NS}/train-{i}"))?;
+        }
+        let nodes: HashMap<String, String> = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?.items.iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), node_labels(n).get(ZONE_KEY).cloned().unwrap_or_default())).collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let list = pods.list(&ListParams::default()).await?.items;
+            let zones: BTreeSet<String> = list.iter().filter_map(node_of).filter_map(|n| nodes.get(n).cloned()).collect();
+            let bound = list.iter().filter(|p| node_of(p).is_some()).count();
+            if bound == SIZE || Instant::now() > deadline {
+                let zones: Vec<String> = zones.into_iter().collect();
+                return anyhow::Ok(format!("gang wave: {bound}/{SIZE} pods of PodGroup {NS}/train (minCount {SIZE}, one zone) bound together in {}", if zones.is_empty() { "no zone".into() } else { zones.join(", ") }));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    match run.await {
+        Ok(line) => line,
+        Err(e) => format!("gang wave skipped: {e:#}"),
+    }
 }
 
 fn spawn_watch(client: kube::Client, shared: Arc<Shared>, pb: ProgressBar) -> tokio::task::JoinHandle<()> {

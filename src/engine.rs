@@ -12,7 +12,10 @@ use serde::Serialize;
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::cache::groups::GroupPolicy;
 use crate::cache::{Pdb, Snapshot};
+use crate::framework::group::{schedule_group, SnapshotHost};
+use crate::model::pod::GroupApi;
 use crate::config::Config;
 use crate::framework::{CycleOptions, CycleOutcome, Framework, QueuedPod};
 use crate::model::pod::SpecError;
@@ -198,6 +201,22 @@ impl Cluster {
                         c.warnings.push(format!("document {doc}: {e} (the selector adds nothing to default spreading)"));
                     }
                 }
+                "PodGroup" => {
+                    let api_version = v.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
+                    let (api, g) = if api_version.starts_with("scheduling.x-k8s.io/") {
+                        (GroupApi::V1alpha1, GroupPolicy::from_v1alpha1(&ns, &name, &v))
+                    } else {
+                        let o: k8s_openapi::api::scheduling::v1beta1::PodGroup = typed(v).map_err(err)?;
+                        (GroupApi::V1beta1, GroupPolicy::from_v1beta1(&o))
+                    };
+                    if let Err(e) = &g {
+                        c.warnings.push(format!("document {doc}: {e} (its pods stay pending with this reason)"));
+                    }
+                    c.snapshot.groups.upsert(api, &ns, &name, g);
+                }
+                // PodGroups are created from a Workload's templates by a
+                // controller; pods name the PodGroup, so the Workload adds nothing.
+                "Workload" => {}
                 "PersistentVolumeClaim" | "PersistentVolume" | "StorageClass" | "CSINode" | "CSIDriver" | "CSIStorageCapacity" => {
                     load_storage(&mut c, &kind, &ns, &name, doc, v);
                 }
@@ -354,6 +373,30 @@ pub struct Explain {
     pub preemption: Option<PreemptionExplain>,
     /// Score weights per plugin.
     pub weights: serde_json::Map<String, Value>,
+    /// The pod's group, when it belongs to one: the group cycle's decision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupExplain>,
+}
+
+/// The group cycle's decision for the group of an explained pod.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupExplain {
+    /// "namespace/name" of the PodGroup.
+    pub name: String,
+    /// Its minCount.
+    pub min_count: u32,
+    /// Members already bound.
+    pub bound: u32,
+    /// Enough members have a place.
+    pub fits: bool,
+    /// Pending members ("ns/name") and where each would go (None: no place).
+    pub members: Vec<(String, Option<String>)>,
+    /// Why the group does not fit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The topology domain chosen ("key=value").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
 }
 
 /// One pod's outcome in simulate.
@@ -390,6 +433,16 @@ impl Engine {
     /// Builds the engine.
     pub fn new(config: &Config, mut cluster: Cluster, seed: u64) -> Engine {
         let frameworks = config.frameworks(seed);
+        // Pending members of a pod group that another scheduler owns: the
+        // group cycle refuses a group whose pods name different schedulers.
+        for p in &cluster.pending {
+            if let Some(r) = &p.group
+                && !cluster.unnamed_scheduler.contains(&p.uid)
+                && !frameworks.iter().any(|f| f.profile == p.scheduler_name)
+            {
+                cluster.snapshot.groups.note_foreign(&p.namespace, r, &p.uid, &p.scheduler_name);
+            }
+        }
         cluster.pending = pending_set(std::mem::take(&mut cluster.pending), &cluster.unnamed_scheduler, &frameworks);
         // Nominations of pods that are not pending hold nothing either.
         let keep: std::collections::HashSet<&str> = cluster.pending.iter().map(|p| p.uid.as_str()).collect();
@@ -412,7 +465,7 @@ impl Engine {
             Error::NoSuchPod(key.into(), if known.is_empty() { "none".into() } else { known.join(", ") })
         })?;
         let fw = self.framework_for(&pod);
-        Ok(explain_pod(fw, &self.cluster.snapshot, &pod))
+        Ok(explain_member(fw, &self.cluster.snapshot, &pod, &self.cluster.pending))
     }
 
     /// Schedules every pending pod in queue order, updating the cluster after
@@ -469,6 +522,83 @@ impl Engine {
             let gate = fw.run_pre_enqueue(&q.pod);
             if !gate.is_success() {
                 placements[idx].message = Some(gate.message());
+                continue;
+            }
+            if q.pod.group.is_some() {
+                // A pod group: its pending members are decided together.
+                let first = q.pod.clone();
+                let same = |p: &PodInfo| p.namespace == first.namespace && p.group == first.group;
+                let mut members = vec![first.clone()];
+                let mut rest: Vec<QueuedPod> = Vec::new();
+                queue.retain(|x| if same(&x.pod) { rest.push(x.clone()); false } else { true });
+                retries.retain(|x| if same(&x.pod) { rest.push(x.clone()); false } else { true });
+                for x in rest {
+                    let gate = fw.run_pre_enqueue(&x.pod);
+                    if gate.is_success() {
+                        members.push(x.pod);
+                    } else {
+                        let key = x.pod.key();
+                        let k = *by_key.entry(key.clone()).or_insert_with(|| {
+                            placements.push(Placement { pod: key, node: None, nominated_node: None, victims: vec![], message: None });
+                            placements.len() - 1
+                        });
+                        placements[k].message = Some(gate.message());
+                    }
+                }
+                let fw = self.frameworks.iter().find(|f| f.profile == first.scheduler_name).or_else(|| self.frameworks.first());
+                let Some(fw) = fw else { continue };
+                let mut out = schedule_group(&mut SnapshotHost { fw, snap: &mut self.cluster.snapshot }, &members);
+                // Gang preemption: victims go at once, the group is retried with its nominations.
+                let mut victims_of: HashMap<String, (String, Vec<String>)> = HashMap::new();
+                if let Some(gp) = crate::framework::group::preempt_for_group(fw, &self.cluster.snapshot, &members, &out) {
+                    for v in &gp.victims {
+                        let node = self.cluster.snapshot.pod_node(&v.uid).unwrap_or_default().to_string();
+                        self.cluster.snapshot.remove_pod(&v.uid);
+                        // Each victim is listed under the member nominated to its node.
+                        if let Some((m, n)) = gp.nominations.iter().find(|(_, n)| *n == node) {
+                            victims_of.entry(m.key()).or_insert_with(|| (n.clone(), vec![])).1.push(v.key());
+                        }
+                    }
+                    let nominated: HashMap<String, String> = gp.nominations.iter().map(|(m, n)| (m.uid.clone(), n.clone())).collect();
+                    for (m, n) in &gp.nominations {
+                        victims_of.entry(m.key()).or_insert_with(|| (n.clone(), vec![]));
+                    }
+                    for m in members.iter_mut() {
+                        if let Some(n) = nominated.get(&m.uid) {
+                            let mut p2 = (**m).clone();
+                            p2.nominated_node = Some(n.clone());
+                            let p2 = Arc::new(p2);
+                            self.cluster.snapshot.nominate(p2.clone(), n);
+                            *m = p2;
+                        }
+                    }
+                    out = schedule_group(&mut SnapshotHost { fw, snap: &mut self.cluster.snapshot }, &members);
+                }
+                for (key, (node, victims)) in victims_of {
+                    let k = *by_key.entry(key.clone()).or_insert_with(|| {
+                        placements.push(Placement { pod: key, node: None, nominated_node: None, victims: vec![], message: None });
+                        placements.len() - 1
+                    });
+                    placements[k].nominated_node = Some(node);
+                    placements[k].victims.extend(victims);
+                }
+                let mut slot = |key: String| {
+                    *by_key.entry(key.clone()).or_insert_with(|| {
+                        placements.push(Placement { pod: key, node: None, nominated_node: None, victims: vec![], message: None });
+                        placements.len() - 1
+                    })
+                };
+                let mut decided: Vec<(usize, Option<String>, Option<String>)> = Vec::new();
+                for p in &out.placed {
+                    decided.push((slot(p.pod.key()), Some(p.node.clone()), None));
+                }
+                for u in &out.unplaced {
+                    decided.push((slot(u.pod.key()), None, Some(out.pod_message(u))));
+                }
+                for (k, node, message) in decided {
+                    placements[k].node = node;
+                    placements[k].message = message;
+                }
                 continue;
             }
             let snap = &self.cluster.snapshot;
@@ -539,6 +669,64 @@ pub fn pending_set(unbound: Vec<Arc<PodInfo>>, unnamed: &std::collections::HashS
         .collect()
 }
 
+/// Explains a pending pod. For a member of a pod group the group cycle runs
+/// first (on a copy), and the pod's own cycle is explained as the group cycle
+/// saw it: the members before it (queue order) assumed, in the chosen
+/// topology domain. Nothing is changed.
+pub fn explain_member(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>, pending: &[Arc<PodInfo>]) -> Explain {
+    let (Some(f), Some(r)) = (fw, pod.group.as_ref()) else { return explain_pod(fw, snap, pod) };
+    let mut members: Vec<QueuedPod> = pending
+        .iter()
+        .filter(|p| p.namespace == pod.namespace && p.group.as_ref() == Some(r) && f.run_pre_enqueue(p).is_success())
+        .map(|p| QueuedPod { pod: p.clone(), timestamp_ms: p.created_ms, attempts: 0 })
+        .collect();
+    if !members.iter().any(|m| m.pod.uid == pod.uid) {
+        return explain_pod(fw, snap, pod);
+    }
+    members.sort_by(|a, b| if f.less(a, b) { std::cmp::Ordering::Less } else if f.less(b, a) { std::cmp::Ordering::Greater } else { std::cmp::Ordering::Equal });
+    let members: Vec<Arc<PodInfo>> = members.into_iter().map(|q| q.pod).collect();
+    let mut copy = snap.clone();
+    let out = schedule_group(&mut SnapshotHost { fw: f, snap: &mut copy }, &members);
+    // Replay the members before this one, as the group cycle placed them.
+    let mut view = snap.clone();
+    view.groups.placement = out.domain.clone();
+    {
+        use crate::framework::group::GroupHost;
+        let mut host = SnapshotHost { fw: f, snap: &mut view };
+        for m in members.iter().take_while(|m| m.uid != pod.uid) {
+            let (o, mut st) = f.schedule(m, host.snap, CycleOptions { skip_post_filter: true, ..Default::default() });
+            if let Some(i) = o.selected {
+                let n = host.snap.nodes[i].name().to_string();
+                host.reserve_and_assume(&mut st, m, &n);
+            }
+        }
+    }
+    let mut e = explain_pod(fw, &view, pod);
+    let mut listed: Vec<(String, Option<String>)> = out.placed.iter().map(|p| (p.pod.key(), Some(p.node.clone()))).collect();
+    listed.extend(out.unplaced.iter().map(|u| (u.pod.key(), None)));
+    let order: HashMap<String, usize> = members.iter().enumerate().map(|(i, m)| (m.key(), i)).collect();
+    listed.sort_by_key(|(k, _)| order.get(k).copied().unwrap_or(usize::MAX));
+    if out.fits {
+        if let Some(p) = out.placed.iter().find(|p| p.pod.uid == pod.uid) {
+            e.selected = Some(p.node.clone());
+        }
+    } else {
+        e.selected = None;
+        e.preemption = None;
+        e.message = Some(out.unplaced.iter().find(|u| u.pod.uid == pod.uid).map(|u| out.pod_message(u)).unwrap_or_else(|| out.message.clone()));
+    }
+    e.group = Some(GroupExplain {
+        name: out.group.clone(),
+        min_count: out.min_count,
+        bound: out.bound,
+        fits: out.fits,
+        members: listed,
+        message: (!out.fits).then(|| out.message.clone()),
+        domain: out.domain.as_ref().map(|(k, v)| format!("{k}={v}")),
+    });
+    e
+}
+
 /// Explains one scheduling cycle of `pod` with `fw` over `snap` (nothing is changed).
 pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) -> Explain {
     let mut out = Explain {
@@ -549,6 +737,7 @@ pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) 
         message: None,
         preemption: None,
         weights: serde_json::Map::new(),
+        group: None,
     };
     let Some(fw) = fw else {
         out.message = Some("no scheduling profile is configured".into());

@@ -7,6 +7,7 @@
 mod state;
 pub mod workloads;
 pub mod storage;
+pub mod groups;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -71,6 +72,8 @@ pub struct Snapshot {
     pub workloads: workloads::Workloads,
     /// Storage objects (claims, PVs, classes, CSI objects) and assumed volume decisions.
     pub storage: storage::Storage,
+    /// Pod groups (gang scheduling) and the topology domain a group cycle is trying.
+    pub groups: groups::Groups,
 }
 
 impl Snapshot {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
 use super::faults::{FaultKind, Faults};
-use super::resources::{self as res, RESOURCES, ResId};
+use super::resources::{self as res, ResId, ResourceInfo};
 use super::selector::{FieldSelector, Filter, LabelSelector};
 use super::store::{self, DeleteOpts, EventType, Obj, PatchType, Store, WatchEvent, WatchStart};
 
@@ -138,8 +138,8 @@ fn ok_json(v: &Value) -> Response {
     json_response(StatusCode::OK, v.to_string().into())
 }
 
-fn obj_response(code: StatusCode, o: &Obj) -> Response {
-    json_response(code, o.bytes.clone())
+fn obj_response(code: StatusCode, alias: Option<&Alias>, o: &Obj) -> Response {
+    json_response(code, show_obj(alias, o))
 }
 
 const BODY_LIMIT: usize = 3 * 1024 * 1024;
@@ -167,32 +167,93 @@ fn truthy(v: Option<&String>) -> bool {
     matches!(v.map(String::as_str), Some("true") | Some("1") | Some("True"))
 }
 
-/// The resolved target of a resource request.
+/// The resolved target of a resource request: `r` is the store holding
+/// the objects, `view` the resource as requested (another version of a
+/// custom resource is served from its storage version's store).
 enum Target {
-    Collection { r: ResId, ns: Option<String> },
-    Item { r: ResId, ns: String, name: String, sub: Option<String> },
+    Collection { r: ResId, view: Arc<ResourceInfo>, ns: Option<String> },
+    Item { r: ResId, view: Arc<ResourceInfo>, ns: String, name: String, sub: Option<String> },
 }
 
-fn resolve(group: &str, version: &str, segs: &[&str]) -> Option<Target> {
-    let find = |p: &str| res::lookup(group, version, p);
+fn resolve(store: &Store, group: &str, version: &str, segs: &[&str]) -> Option<Target> {
+    let find = |p: &str| {
+        let id = store.lookup(group, version, p)?;
+        Some((store.registry().storage(id), store.info(id)))
+    };
     match segs {
-        [p] => find(p).map(|r| Target::Collection { r, ns: None }),
-        ["namespaces", ns, p] if find(p).is_some_and(|r| RESOURCES[r].namespaced) => {
-            find(p).map(|r| Target::Collection { r, ns: Some((*ns).to_string()) })
+        [p] => find(p).map(|(r, view)| Target::Collection { r, view, ns: None }),
+        ["namespaces", ns, p] if find(p).is_some_and(|(_, v)| v.namespaced) => {
+            find(p).map(|(r, view)| Target::Collection { r, view, ns: Some((*ns).to_string()) })
         }
         ["namespaces", ns, p, name] => find(p)
-            .filter(|r| RESOURCES[*r].namespaced)
-            .map(|r| Target::Item { r, ns: (*ns).to_string(), name: (*name).to_string(), sub: None }),
+            .filter(|(_, v)| v.namespaced)
+            .map(|(r, view)| Target::Item { r, view, ns: (*ns).to_string(), name: (*name).to_string(), sub: None }),
         ["namespaces", ns, p, name, sub] => find(p)
-            .filter(|r| RESOURCES[*r].namespaced)
-            .map(|r| Target::Item { r, ns: (*ns).to_string(), name: (*name).to_string(), sub: Some((*sub).to_string()) }),
+            .filter(|(_, v)| v.namespaced)
+            .map(|(r, view)| Target::Item { r, view, ns: (*ns).to_string(), name: (*name).to_string(), sub: Some((*sub).to_string()) }),
         [p, name] => find(p)
-            .filter(|r| !RESOURCES[*r].namespaced)
-            .map(|r| Target::Item { r, ns: String::new(), name: (*name).to_string(), sub: None }),
+            .filter(|(_, v)| !v.namespaced)
+            .map(|(r, view)| Target::Item { r, view, ns: String::new(), name: (*name).to_string(), sub: None }),
         [p, name, sub] => find(p)
-            .filter(|r| !RESOURCES[*r].namespaced)
-            .map(|r| Target::Item { r, ns: String::new(), name: (*name).to_string(), sub: Some((*sub).to_string()) }),
+            .filter(|(_, v)| !v.namespaced)
+            .map(|(r, view)| Target::Item { r, view, ns: String::new(), name: (*name).to_string(), sub: Some((*sub).to_string()) }),
         _ => None,
+    }
+}
+
+/// How objects of a store are shown through another version of the same
+/// custom resource: their `apiVersion` is rewritten (the `None`
+/// conversion strategy), both ways.
+#[derive(Clone)]
+struct Alias {
+    /// The stored apiVersion.
+    stored: String,
+    /// The requested one.
+    shown: String,
+}
+
+impl Alias {
+    fn new(store: &Store, r: ResId, view: &ResourceInfo) -> Option<Alias> {
+        let stored = store.info(r).api_version();
+        let shown = view.api_version();
+        (stored != shown).then_some(Alias { stored, shown })
+    }
+
+    fn set(v: &mut Value, api_version: &str) {
+        if let Some(m) = v.as_object_mut()
+            && m.get("apiVersion").is_some_and(|a| a.is_string())
+        {
+            m.insert("apiVersion".into(), json!(api_version));
+        }
+    }
+
+    /// A request body, into the stored version.
+    fn incoming(&self, body: &Bytes) -> Bytes {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(mut v) if v.get("apiVersion").and_then(Value::as_str) == Some(self.shown.as_str()) => {
+                Self::set(&mut v, &self.stored);
+                Bytes::from(v.to_string())
+            }
+            _ => body.clone(),
+        }
+    }
+
+    /// A stored object, into the requested version.
+    fn outgoing(&self, bytes: &[u8]) -> Bytes {
+        match serde_json::from_slice::<Value>(bytes) {
+            Ok(mut v) => {
+                Self::set(&mut v, &self.shown);
+                Bytes::from(v.to_string())
+            }
+            Err(_) => Bytes::copy_from_slice(bytes),
+        }
+    }
+}
+
+fn show_obj(alias: Option<&Alias>, o: &Obj) -> Bytes {
+    match alias {
+        Some(a) => a.outgoing(&o.bytes),
+        None => o.bytes.clone(),
     }
 }
 
@@ -207,15 +268,15 @@ async fn dispatch(st: &AppState, method: &Method, path: &str, query: &str, heade
             "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": st.addr}],
         }))),
-        ["apis"] => get_only(ok_json(&api_group_list())),
-        ["api", "v1"] => get_only(ok_json(&resource_list("", "v1"))),
-        ["apis", g] => match api_group(g) {
+        ["apis"] => get_only(ok_json(&api_group_list(&st.store))),
+        ["api", "v1"] => get_only(ok_json(&resource_list(&st.store, "", "v1"))),
+        ["apis", g] => match api_group(&st.store, g) {
             Some(v) => get_only(ok_json(&v)),
             None => Err(Error::NotFound),
         },
         ["apis", g, v] => {
-            if RESOURCES.iter().any(|r| r.group == *g && r.version == *v) {
-                get_only(ok_json(&resource_list(g, v)))
+            if st.store.registry().served().iter().any(|(_, r)| r.group == *g && r.version == *v) {
+                get_only(ok_json(&resource_list(&st.store, g, v)))
             } else {
                 Err(Error::NotFound)
             }
@@ -258,27 +319,41 @@ fn version_json() -> Value {
     })
 }
 
-fn groups() -> Vec<&'static str> {
-    let mut gs: Vec<&str> = Vec::new();
-    for r in RESOURCES {
-        if !r.group.is_empty() && !gs.contains(&r.group) {
-            gs.push(r.group);
+/// The served groups (built-in order first) with their versions,
+/// preferred first.
+fn groups(store: &Store) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut gs: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    for (_, r) in store.registry().served() {
+        if r.group.is_empty() {
+            continue;
         }
+        match gs.iter_mut().find(|(g, _)| *g == r.group) {
+            Some((_, vs)) => {
+                if !vs.contains(&r.version) {
+                    vs.push(r.version);
+                }
+            }
+            None => gs.push((r.group, vec![r.version])),
+        }
+    }
+    for (_, vs) in &mut gs {
+        vs.sort_by_key(|v| res::version_priority(v));
     }
     gs
 }
 
-fn api_group(g: &str) -> Option<Value> {
-    let r = RESOURCES.iter().find(|r| r.group == g && !g.is_empty())?;
-    let gv = json!({"groupVersion": format!("{}/{}", r.group, r.version), "version": r.version});
-    Some(json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": [gv.clone()], "preferredVersion": gv}))
+fn api_group(store: &Store, g: &str) -> Option<Value> {
+    let (_, versions) = groups(store).into_iter().find(|(name, _)| *name == g)?;
+    let gvs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v})).collect();
+    let preferred = gvs.first().cloned()?;
+    Some(json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": gvs, "preferredVersion": preferred}))
 }
 
-fn api_group_list() -> Value {
-    let gs: Vec<Value> = groups()
+fn api_group_list(store: &Store) -> Value {
+    let gs: Vec<Value> = groups(store)
         .into_iter()
-        .filter_map(|g| {
-            let mut v = api_group(g)?;
+        .filter_map(|(g, _)| {
+            let mut v = api_group(store, g)?;
             if let Some(m) = v.as_object_mut() {
                 m.remove("kind");
                 m.remove("apiVersion");
@@ -289,9 +364,9 @@ fn api_group_list() -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": gs})
 }
 
-fn resource_list(g: &str, v: &str) -> Value {
+fn resource_list(store: &Store, g: &str, v: &str) -> Value {
     let mut out = Vec::new();
-    for r in RESOURCES.iter().filter(|r| r.group == g && r.version == v) {
+    for (_, r) in store.registry().served().into_iter().filter(|(_, r)| r.group == g && r.version == v) {
         let mut e = json!({
             "name": r.plural,
             "singularName": r.singular,
@@ -302,8 +377,11 @@ fn resource_list(g: &str, v: &str) -> Value {
         if !r.short_names.is_empty() {
             e["shortNames"] = json!(r.short_names);
         }
-        if matches!(r.plural, "pods" | "services" | "replicationcontrollers" | "replicasets" | "statefulsets" | "deployments" | "daemonsets") {
+        if matches!(r.plural, "pods" | "services" | "replicationcontrollers" | "replicasets" | "statefulsets" | "deployments" | "daemonsets") && r.custom.is_none() {
             e["categories"] = json!(["all"]);
+        }
+        if let Some(c) = r.custom.as_ref().filter(|c| !c.categories.is_empty()) {
+            e["categories"] = json!(c.categories);
         }
         out.push(e);
         for (sub, kind, verbs) in r.subresources {
@@ -335,10 +413,10 @@ fn parse_json(body: &Bytes, headers: &HeaderMap) -> HResult<Value> {
     Ok(v)
 }
 
-fn build_filter(r: ResId, ns: Option<String>, q: &HashMap<String, String>) -> HResult<Filter> {
+fn build_filter(info: &ResourceInfo, ns: Option<String>, q: &HashMap<String, String>) -> HResult<Filter> {
     let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
         .map_err(|e| Error::BadRequest(e.to_string()))?;
-    let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""), RESOURCES[r].fields)
+    let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""), info.fields)
         .map_err(|e| Error::BadRequest(e.to_string()))?;
     Ok(Filter { namespace: ns, labels, fields })
 }
@@ -375,12 +453,17 @@ async fn resource_request(
     headers: &HeaderMap,
     body: Bytes,
 ) -> HResult<Response> {
-    let target = resolve(group, version, segs).ok_or(Error::NotFound)?;
+    let target = resolve(&st.store, group, version, segs).ok_or(Error::NotFound)?;
     let q = parse_query(query)?;
     let store = &st.store;
     match target {
-        Target::Collection { r, ns } => {
-            let info = &RESOURCES[r];
+        Target::Collection { r, view, ns } => {
+            let info = view;
+            let alias = Alias::new(store, r, &info);
+            let body = match &alias {
+                Some(a) if !body.is_empty() => a.incoming(&body),
+                _ => body,
+            };
             let verb = match *method {
                 Method::GET if truthy(q.get("watch")) => "watch",
                 Method::GET => "list",
@@ -391,20 +474,20 @@ async fn resource_request(
             st.faults.check(verb, info.plural).map_err(Error::Injected)?;
             match verb {
                 "watch" => {
-                    let filter = build_filter(r, ns, &q)?;
-                    Ok(watch_response(st, r, filter, &q, wants_table(headers)))
+                    let filter = build_filter(&info, ns, &q)?;
+                    Ok(watch_response(st, r, &info, alias, filter, &q, wants_table(headers)))
                 }
                 "list" => {
-                    let filter = build_filter(r, ns, &q)?;
+                    let filter = build_filter(&info, ns, &q)?;
                     let limit = match q.get("limit") {
                         Some(l) => Some(l.parse::<usize>().map_err(|_| Error::BadRequest(format!("invalid limit {l:?}")))?),
                         None => None,
                     };
                     let lr = store.list(r, &filter, limit, q.get("continue").map(String::as_str))?;
                     if wants_table(headers) {
-                        return Ok(ok_json(&super::table::table(r, &lr)));
+                        return Ok(ok_json(&super::table::table(r, &info, &lr)));
                     }
-                    Ok(list_response(r, &lr))
+                    Ok(list_response(&info, alias.as_ref(), &lr))
                 }
                 "create" => {
                     let ns = ns.ok_or({
@@ -422,10 +505,10 @@ async fn resource_request(
                     } else {
                         store.create_from_slice(r, &ns, &body)?
                     };
-                    Ok(obj_response(StatusCode::CREATED, &o))
+                    Ok(obj_response(StatusCode::CREATED, alias.as_ref(), &o))
                 }
                 _ => {
-                    let filter = build_filter(r, ns, &q)?;
+                    let filter = build_filter(&info, ns, &q)?;
                     let opts = delete_opts(&q, &body)?;
                     let lr = store.list(r, &filter, None, None)?;
                     for o in &lr.items {
@@ -434,12 +517,17 @@ async fn resource_request(
                             Err(e) => return Err(e.into()),
                         }
                     }
-                    Ok(list_response(r, &lr))
+                    Ok(list_response(&info, alias.as_ref(), &lr))
                 }
             }
         }
-        Target::Item { r, ns, name, sub } => {
-            let info = &RESOURCES[r];
+        Target::Item { r, view, ns, name, sub } => {
+            let info = view;
+            let alias = Alias::new(store, r, &info);
+            let body = match &alias {
+                Some(a) if !body.is_empty() => a.incoming(&body),
+                _ => body,
+            };
             let sub = sub.as_deref();
             if let Some(s) = sub
                 && !info.subresources.iter().any(|(n, _, _)| *n == s) {
@@ -462,22 +550,22 @@ async fn resource_request(
             let status_only = sub == Some("status");
             match verb {
                 "watch" => {
-                    let mut filter = build_filter(r, info.namespaced.then(|| ns.clone()), &q)?;
+                    let mut filter = build_filter(&info, info.namespaced.then(|| ns.clone()), &q)?;
                     filter.fields.reqs.push(super::selector::FieldReq { pointer: "/metadata/name".into(), value: name.clone(), eq: true });
-                    Ok(watch_response(st, r, filter, &q, wants_table(headers)))
+                    Ok(watch_response(st, r, &info, alias, filter, &q, wants_table(headers)))
                 }
                 "get" => {
                     let o = store.get(r, &ns, &name)?;
                     if wants_table(headers) {
                         let lr = store::ListResult { items: vec![o], rv: store.current_rv(), cont: None };
-                        return Ok(ok_json(&super::table::table(r, &lr)));
+                        return Ok(ok_json(&super::table::table(r, &info, &lr)));
                     }
-                    Ok(obj_response(StatusCode::OK, &o))
+                    Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
                 }
                 "update" => {
                     let v = parse_json(&body, headers)?;
                     let o = store.update(r, &ns, &name, v, status_only)?;
-                    Ok(obj_response(StatusCode::OK, &o))
+                    Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
                 }
                 "patch" => {
                     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -492,12 +580,12 @@ async fn resource_request(
                         }
                     };
                     let o = store.patch(r, &ns, &name, pt, &body, status_only)?;
-                    Ok(obj_response(StatusCode::OK, &o))
+                    Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
                 }
                 "delete" => {
                     let opts = delete_opts(&q, &body)?;
                     let o = store.delete(r, &ns, &name, &opts)?;
-                    Ok(obj_response(StatusCode::OK, &o))
+                    Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
                 }
                 _ => {
                     let v = parse_json(&body, headers)?;
@@ -515,13 +603,16 @@ async fn resource_request(
     }
 }
 
-fn list_response(r: ResId, lr: &store::ListResult) -> Response {
-    let info = &RESOURCES[r];
+fn list_response(info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListResult) -> Response {
     let mut meta = json!({"resourceVersion": lr.rv.to_string()});
     if let Some(c) = &lr.cont {
         meta["continue"] = json!(c);
     }
-    let head = format!("{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[", info.kind, info.api_version(), meta);
+    let list_kind = match &info.custom {
+        Some(c) if !c.list_kind.is_empty() => c.list_kind.clone(),
+        _ => format!("{}List", info.kind),
+    };
+    let head = format!("{{\"kind\":\"{list_kind}\",\"apiVersion\":\"{}\",\"metadata\":{meta},\"items\":[", info.api_version());
     let total: usize = lr.items.iter().map(|o| o.bytes.len() + 1).sum::<usize>() + head.len() + 2;
     let mut buf = Vec::with_capacity(total);
     buf.extend_from_slice(head.as_bytes());
@@ -529,7 +620,10 @@ fn list_response(r: ResId, lr: &store::ListResult) -> Response {
         if i > 0 {
             buf.push(b',');
         }
-        buf.extend_from_slice(&o.bytes);
+        match alias {
+            Some(a) => buf.extend_from_slice(&a.outgoing(&o.bytes)),
+            None => buf.extend_from_slice(&o.bytes),
+        }
     }
     buf.extend_from_slice(b"]}");
     json_response(StatusCode::OK, buf.into())
@@ -545,7 +639,9 @@ fn push_event(buf: &mut Vec<u8>, ty: &str, obj: &[u8]) {
 
 struct WatchState {
     /// kubectl asked for Tables: send each object as a one-row Table.
-    table: Option<ResId>,
+    table: Option<(ResId, Arc<ResourceInfo>)>,
+    /// Objects shown through another version.
+    alias: Option<Alias>,
     pending: VecDeque<Bytes>,
     rx: broadcast::Receiver<Arc<WatchEvent>>,
     filter: Filter,
@@ -586,20 +682,21 @@ impl WatchState {
     }
 
     fn push_obj(&self, buf: &mut Vec<u8>, ty: &str, obj: &Arc<Obj>) {
-        match self.table {
-            Some(r) => {
+        match (&self.table, &self.alias) {
+            (Some((r, info)), _) => {
                 let lr = store::ListResult { items: vec![obj.clone()], rv: obj.rv, cont: None };
-                push_event(buf, ty, super::table::table(r, &lr).to_string().as_bytes());
+                push_event(buf, ty, super::table::table(*r, info, &lr).to_string().as_bytes());
             }
-            None => push_event(buf, ty, &obj.bytes),
+            (None, Some(a)) if ty != "BOOKMARK" => push_event(buf, ty, &a.outgoing(&obj.bytes)),
+            (None, _) => push_event(buf, ty, &obj.bytes),
         }
     }
 }
 
 const CHUNK: usize = 256 * 1024;
 
-fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, String>, table: bool) -> Response {
-    let info = &RESOURCES[r];
+#[allow(clippy::too_many_arguments)]
+fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Option<Alias>, filter: Filter, q: &HashMap<String, String>, table: bool) -> Response {
     let send_initial = truthy(q.get("sendInitialEvents"));
     let rv_param = q.get("resourceVersion").map(String::as_str).unwrap_or("");
     let start = if send_initial || rv_param.is_empty() || rv_param == "0" {
@@ -632,7 +729,8 @@ fn watch_response(st: &AppState, r: ResId, filter: Filter, q: &HashMap<String, S
         rx: sub.rx,
         filter,
         bookmarks: truthy(q.get("allowWatchBookmarks")),
-        table: table.then_some(r),
+        table: table.then(|| (r, info.clone())),
+        alias,
         deadline: tokio::time::Instant::now() + timeout,
         stop,
         done: false,

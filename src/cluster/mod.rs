@@ -21,7 +21,19 @@
 //! controller behind them: services, replicationcontrollers, configmaps,
 //! apps/v1 replicasets/statefulsets/deployments/daemonsets,
 //! storage.k8s.io/v1 volumeattachments, resource.k8s.io/v1
-//! resourceclaims/resourceclaimtemplates/deviceclasses/resourceslices.
+//! resourceclaims/resourceclaimtemplates/deviceclasses/resourceslices,
+//! scheduling.k8s.io/v1beta1 podgroups (+status) and workloads.
+//!
+//! Custom resources: apiextensions.k8s.io/v1 customresourcedefinitions
+//! are validated, get their NamesAccepted/Established status at once, and
+//! their served versions join the served resources at run time (the
+//! [`resources::Registry`]): discovery, every verb, watch, selectors
+//! (`selectableFields` too), pages, a `status` subresource when declared,
+//! kubectl Tables from `additionalPrinterColumns`. Every served version
+//! reads one store (apiVersion rewritten: no conversion). A version's
+//! schema prunes unknown fields, fills defaults and checks types,
+//! `required`, `enum`, bounds and lengths ([`crd`]; no CEL, `pattern` or
+//! `format`). Deleting a CRD deletes its objects at once.
 //!
 //! Lifecycle, as Kubernetes documents it: a pod's grace period is the
 //! request's, else its own, 0 when it is not bound or already terminal,
@@ -51,7 +63,7 @@
 //! lists are ignored, and continued pages read the live state after the
 //! token's key); server-side apply has no field ownership or conflicts; dryRun is not
 //! honoured; pod spec immutability is only enforced for spec.nodeName,
-//! priority and scheduling gates; nodes get no heartbeats or leases; pods
+//! priority, scheduling gates and spec.schedulingGroup; nodes get no heartbeats or leases; pods
 //! bound to a missing node stay Pending until PodGC collects them; the
 //! namespace controller does not retry with backoff (its conditions are
 //! written once, when the deletion starts); no `namespaces/finalize`
@@ -81,6 +93,7 @@
 
 pub mod auth;
 pub mod bench;
+pub mod crd;
 pub mod cli;
 pub mod faults;
 pub mod http;

@@ -1,6 +1,9 @@
 //! The table of resources the local cluster serves, and per-kind helpers
 //! (typed normalization through k8s-openapi, defaults, QoS, PDB maths).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
 use k8s_openapi::api;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
@@ -20,7 +23,7 @@ pub enum Error {
 pub type ResId = usize;
 
 /// Describes one served resource.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ResourceInfo {
     /// API group ("" for core).
     pub group: &'static str,
@@ -48,6 +51,25 @@ pub struct ResourceInfo {
     pub normalize: fn(Value) -> Result<Value, Error>,
     /// The same, straight from JSON bytes (saves building a Value twice).
     pub normalize_slice: fn(&[u8]) -> Result<Value, Error>,
+    /// A custom resource: what its CustomResourceDefinition says (None
+    /// for the built-in kinds).
+    pub custom: Option<Arc<CustomInfo>>,
+}
+
+/// What the local cluster keeps of a CustomResourceDefinition for one of
+/// its versions.
+#[derive(Debug, Clone, Default)]
+pub struct CustomInfo {
+    /// The CRD's name (`<plural>.<group>`).
+    pub crd: String,
+    /// `spec.names.listKind`.
+    pub list_kind: String,
+    /// `spec.names.categories`.
+    pub categories: Vec<String>,
+    /// The version's `schema.openAPIV3Schema`, if any.
+    pub schema: Option<Value>,
+    /// The version's `additionalPrinterColumns`.
+    pub printer_columns: Vec<Value>,
 }
 
 impl ResourceInfo {
@@ -96,6 +118,12 @@ pub const STORAGE_CLASSES: ResId = 17;
 pub const CSINODES: ResId = 18;
 /// storage.k8s.io/v1 CSIDrivers.
 pub const CSIDRIVERS: ResId = 19;
+/// scheduling.k8s.io/v1beta1 PodGroups.
+pub const PODGROUPS: ResId = 26;
+/// scheduling.k8s.io/v1beta1 Workloads.
+pub const WORKLOADS: ResId = 27;
+/// apiextensions.k8s.io/v1 CustomResourceDefinitions.
+pub const CRDS: ResId = 28;
 
 /// The served resources (indexed by the constants above; the rest are
 /// stored and served without any controller behind them).
@@ -114,6 +142,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &["status.phase"],
         normalize: norm::<api::core::v1::Namespace>,
         normalize_slice: norm_slice::<api::core::v1::Namespace>,
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -129,6 +158,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &["spec.unschedulable"],
         normalize: norm::<api::core::v1::Node>,
         normalize_slice: norm_slice::<api::core::v1::Node>,
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -156,6 +186,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         ],
         normalize: norm::<api::core::v1::Pod>,
         normalize_slice: norm_slice::<api::core::v1::Pod>,
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -179,6 +210,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         ],
         normalize: norm::<api::core::v1::Event>,
         normalize_slice: norm_slice::<api::core::v1::Event>,
+        custom: None,
     },
     ResourceInfo {
         group: "events.k8s.io",
@@ -194,6 +226,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &["regarding.kind", "regarding.name", "regarding.namespace", "reason", "type", "reportingController"],
         normalize: norm::<api::events::v1::Event>,
         normalize_slice: norm_slice::<api::events::v1::Event>,
+        custom: None,
     },
     ResourceInfo {
         group: "coordination.k8s.io",
@@ -209,6 +242,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::coordination::v1::Lease>,
         normalize_slice: norm_slice::<api::coordination::v1::Lease>,
+        custom: None,
     },
     ResourceInfo {
         group: "scheduling.k8s.io",
@@ -224,6 +258,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::scheduling::v1::PriorityClass>,
         normalize_slice: norm_slice::<api::scheduling::v1::PriorityClass>,
+        custom: None,
     },
     ResourceInfo {
         group: "policy",
@@ -239,6 +274,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::policy::v1::PodDisruptionBudget>,
         normalize_slice: norm_slice::<api::policy::v1::PodDisruptionBudget>,
+        custom: None,
     },
     // Stored only (no controllers): objects a scheduler's informers read.
     ResourceInfo {
@@ -255,6 +291,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::core::v1::Service>,
         normalize_slice: norm_slice::<api::core::v1::Service>,
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -270,6 +307,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::core::v1::PersistentVolume>,
         normalize_slice: norm_slice::<api::core::v1::PersistentVolume>,
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -285,6 +323,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::core::v1::PersistentVolumeClaim>,
         normalize_slice: norm_slice::<api::core::v1::PersistentVolumeClaim>,
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -300,6 +339,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::core::v1::ReplicationController>,
         normalize_slice: norm_slice::<api::core::v1::ReplicationController>,
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -315,6 +355,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::core::v1::ConfigMap>,
         normalize_slice: norm_slice::<api::core::v1::ConfigMap>,
+        custom: None,
     },
     ResourceInfo {
         group: "apps",
@@ -330,6 +371,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::apps::v1::ReplicaSet>,
         normalize_slice: norm_slice::<api::apps::v1::ReplicaSet>,
+        custom: None,
     },
     ResourceInfo {
         group: "apps",
@@ -345,6 +387,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::apps::v1::StatefulSet>,
         normalize_slice: norm_slice::<api::apps::v1::StatefulSet>,
+        custom: None,
     },
     ResourceInfo {
         group: "apps",
@@ -360,6 +403,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::apps::v1::Deployment>,
         normalize_slice: norm_slice::<api::apps::v1::Deployment>,
+        custom: None,
     },
     ResourceInfo {
         group: "apps",
@@ -375,6 +419,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::apps::v1::DaemonSet>,
         normalize_slice: norm_slice::<api::apps::v1::DaemonSet>,
+        custom: None,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -390,6 +435,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::storage::v1::StorageClass>,
         normalize_slice: norm_slice::<api::storage::v1::StorageClass>,
+        custom: None,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -405,6 +451,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::storage::v1::CSINode>,
         normalize_slice: norm_slice::<api::storage::v1::CSINode>,
+        custom: None,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -420,6 +467,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::storage::v1::CSIDriver>,
         normalize_slice: norm_slice::<api::storage::v1::CSIDriver>,
+        custom: None,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -435,6 +483,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::storage::v1::CSIStorageCapacity>,
         normalize_slice: norm_slice::<api::storage::v1::CSIStorageCapacity>,
+        custom: None,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -450,6 +499,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::storage::v1::VolumeAttachment>,
         normalize_slice: norm_slice::<api::storage::v1::VolumeAttachment>,
+        custom: None,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -465,6 +515,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::resource::v1::ResourceClaim>,
         normalize_slice: norm_slice::<api::resource::v1::ResourceClaim>,
+        custom: None,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -480,6 +531,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::resource::v1::ResourceClaimTemplate>,
         normalize_slice: norm_slice::<api::resource::v1::ResourceClaimTemplate>,
+        custom: None,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -495,6 +547,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::resource::v1::DeviceClass>,
         normalize_slice: norm_slice::<api::resource::v1::DeviceClass>,
+        custom: None,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -510,6 +563,55 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[],
         normalize: norm::<api::resource::v1::ResourceSlice>,
         normalize_slice: norm_slice::<api::resource::v1::ResourceSlice>,
+        custom: None,
+    },
+    ResourceInfo {
+        group: "scheduling.k8s.io",
+        version: "v1beta1",
+        plural: "podgroups",
+        singular: "podgroup",
+        kind: "PodGroup",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[("status", "PodGroup", STATUS_VERBS)],
+        has_status: true,
+        create_on_update: false,
+        fields: &[],
+        normalize: norm::<api::scheduling::v1beta1::PodGroup>,
+        normalize_slice: norm_slice::<api::scheduling::v1beta1::PodGroup>,
+        custom: None,
+    },
+    ResourceInfo {
+        group: "scheduling.k8s.io",
+        version: "v1beta1",
+        plural: "workloads",
+        singular: "workload",
+        kind: "Workload",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[],
+        has_status: false,
+        create_on_update: false,
+        fields: &[],
+        normalize: norm::<api::scheduling::v1beta1::Workload>,
+        normalize_slice: norm_slice::<api::scheduling::v1beta1::Workload>,
+        custom: None,
+    },
+    ResourceInfo {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        plural: "customresourcedefinitions",
+        singular: "customresourcedefinition",
+        kind: "CustomResourceDefinition",
+        namespaced: false,
+        short_names: &["crd", "crds"],
+        subresources: &[("status", "CustomResourceDefinition", STATUS_VERBS)],
+        has_status: true,
+        create_on_update: false,
+        fields: &[],
+        normalize: norm::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+        normalize_slice: norm_slice::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+        custom: None,
     },
 ];
 
@@ -541,6 +643,266 @@ pub fn validate_priority_class(name: &str, value: i64, global_default: bool) -> 
 /// Verbs of every main resource.
 pub fn verbs() -> &'static [&'static str] {
     ALL_VERBS
+}
+
+/// One entry of the [`Registry`].
+#[derive(Debug, Clone)]
+struct Entry {
+    info: Arc<ResourceInfo>,
+    /// Served (discovery, routing); a retired custom resource keeps its
+    /// slot (and id) so that a CRD created again reuses it.
+    served: bool,
+    /// The id whose store holds the objects (itself, or for another
+    /// version of a custom resource, the version that stores them).
+    storage: ResId,
+}
+
+/// The resources a local cluster serves: the built-in table, then the
+/// versions of the custom resources its CRDs define, added and retired
+/// at run time. Ids are stable: a built-in's id is its index in
+/// [`RESOURCES`]; a custom resource keeps its id while the cluster lives.
+#[derive(Debug)]
+pub struct Registry {
+    entries: RwLock<Vec<Entry>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Registry {
+    /// The built-in resources.
+    pub fn new() -> Self {
+        let entries = RESOURCES.iter().enumerate().map(|(i, r)| Entry { info: Arc::new(r.clone()), served: true, storage: i }).collect();
+        Registry { entries: RwLock::new(entries) }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Entry>> {
+        match self.entries.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Entry>> {
+        match self.entries.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Number of ids handed out (served or not).
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Never empty (the built-ins); for clippy.
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    /// The description of an id (served or retired). Ids come from this
+    /// registry, so a miss falls back to the first built-in rather than panic.
+    pub fn info(&self, r: ResId) -> Arc<ResourceInfo> {
+        let g = self.read();
+        match g.get(r) {
+            Some(e) => e.info.clone(),
+            None => Arc::new(RESOURCES[0].clone()),
+        }
+    }
+
+    /// The id whose store holds the objects of `r`.
+    pub fn storage(&self, r: ResId) -> ResId {
+        self.read().get(r).map_or(r, |e| e.storage)
+    }
+
+    /// A served resource by group, version and plural.
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<ResId> {
+        self.read().iter().position(|e| e.served && e.info.group == group && e.info.version == version && e.info.plural == plural)
+    }
+
+    /// Every served resource, by id.
+    pub fn served(&self) -> Vec<(ResId, Arc<ResourceInfo>)> {
+        self.read().iter().enumerate().filter(|(_, e)| e.served).map(|(i, e)| (i, e.info.clone())).collect()
+    }
+
+    /// Every id with its description (served or not), for walks over all stores.
+    pub fn all(&self) -> Vec<Arc<ResourceInfo>> {
+        self.read().iter().map(|e| e.info.clone()).collect()
+    }
+
+    /// The ids of the custom resources defined by CRD `crd` (served or not).
+    pub fn of_crd(&self, crd: &str) -> Vec<ResId> {
+        self.read()
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.info.custom.as_ref().is_some_and(|c| c.crd == crd))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Serve the versions of one CRD (in its order, the storage version
+    /// `storage_version`): existing slots for the same group, version and
+    /// plural are reused, versions no longer listed are retired. Returns
+    /// every id now used by the CRD and how many new ids were handed out
+    /// (the caller adds that many stores).
+    pub fn define(&self, crd: &str, versions: Vec<ResourceInfo>, storage_version: &str) -> (Vec<ResId>, usize) {
+        let mut g = self.write();
+        let before = g.len();
+        let mut ids = Vec::new();
+        for info in versions {
+            let slot = g.iter().position(|e| {
+                e.info.custom.as_ref().is_some_and(|c| c.crd == crd) && e.info.version == info.version
+            });
+            let entry = Entry { info: Arc::new(info), served: true, storage: 0 };
+            let id = match slot {
+                Some(i) => {
+                    g[i] = Entry { storage: g[i].storage, ..entry };
+                    i
+                }
+                None => {
+                    g.push(entry);
+                    g.len() - 1
+                }
+            };
+            ids.push(id);
+        }
+        // One store holds the objects: the one already holding them, else
+        // the storage version's.
+        let existing = g
+            .iter()
+            .enumerate()
+            .find(|(i, e)| e.info.custom.as_ref().is_some_and(|c| c.crd == crd) && e.storage == *i && *i < before)
+            .map(|(i, _)| i);
+        let storage = existing
+            .or_else(|| ids.iter().copied().find(|i| g[*i].info.version == storage_version))
+            .or_else(|| ids.first().copied())
+            .unwrap_or(0);
+        for (i, e) in g.iter_mut().enumerate() {
+            if e.info.custom.as_ref().is_some_and(|c| c.crd == crd) {
+                e.storage = storage;
+                if !ids.contains(&i) {
+                    e.served = false;
+                }
+            }
+        }
+        let added = g.len() - before;
+        (ids, added)
+    }
+
+    /// Stop serving every version of CRD `crd`.
+    pub fn retire(&self, crd: &str) {
+        for e in self.write().iter_mut() {
+            if e.info.custom.as_ref().is_some_and(|c| c.crd == crd) {
+                e.served = false;
+            }
+        }
+    }
+}
+
+/// Leak a string once per distinct value: the descriptions of custom
+/// resources use `&'static str` like the built-ins, and a cluster sees few
+/// distinct names (the leak is bounded by them, not by CRD updates).
+pub fn intern(s: &str) -> &'static str {
+    static POOL: Mutex<Option<HashMap<String, &'static str>>> = Mutex::new(None);
+    let mut g = match POOL.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    let pool = g.get_or_insert_with(HashMap::new);
+    if let Some(s) = pool.get(s) {
+        return s;
+    }
+    let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
+    pool.insert(s.to_string(), leaked);
+    leaked
+}
+
+/// [`intern`] for a list of strings.
+pub fn intern_list(items: &[String]) -> &'static [&'static str] {
+    type Pool = HashMap<Vec<String>, &'static [&'static str]>;
+    static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+    let mut g = match POOL.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    let pool = g.get_or_insert_with(HashMap::new);
+    if let Some(s) = pool.get(items) {
+        return s;
+    }
+    let v: Vec<&'static str> = items.iter().map(|s| intern(s)).collect();
+    let leaked: &'static [&'static str] = Box::leak(v.into_boxed_slice());
+    pool.insert(items.to_vec(), leaked);
+    leaked
+}
+
+/// The subresource table of a custom resource of kind `kind` (status only
+/// when its CRD declares it; `scale` is not served).
+pub fn custom_subresources(kind: &str, status: bool) -> &'static [(&'static str, &'static str, &'static [&'static str])] {
+    type Subs = &'static [(&'static str, &'static str, &'static [&'static str])];
+    static POOL: Mutex<Option<HashMap<String, Subs>>> = Mutex::new(None);
+    if !status {
+        return &[];
+    }
+    let mut g = match POOL.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    let pool = g.get_or_insert_with(HashMap::new);
+    if let Some(s) = pool.get(kind) {
+        return s;
+    }
+    let leaked: Subs = Box::leak(vec![("status", intern(kind), STATUS_VERBS)].into_boxed_slice());
+    pool.insert(kind.to_string(), leaked);
+    leaked
+}
+
+/// Kubernetes' version priority (`v1` > `v1beta2` > `v1beta1` > `v1alpha1` >
+/// anything else, which sorts by name): a key that sorts the preferred first.
+pub fn version_priority(v: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, String) {
+    use std::cmp::Reverse;
+    let parse = || -> Option<(u8, u64, u64)> {
+        let rest = v.strip_prefix('v')?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let major: u64 = digits.parse().ok()?;
+        let tail = &rest[digits.len()..];
+        if tail.is_empty() {
+            return Some((0, major, 0));
+        }
+        let (kind, n) = if let Some(n) = tail.strip_prefix("beta") {
+            (1, n)
+        } else if let Some(n) = tail.strip_prefix("alpha") {
+            (2, n)
+        } else {
+            return None;
+        };
+        let minor: u64 = n.parse().ok()?;
+        Some((kind, major, minor))
+    };
+    match parse() {
+        Some((kind, major, minor)) => (kind, Reverse(major), Reverse(minor), String::new()),
+        None => (3, Reverse(0), Reverse(0), v.to_string()),
+    }
+}
+
+/// A custom resource's typed round trip: any JSON object (its CRD's schema
+/// is applied by the store).
+pub fn norm_custom(v: Value) -> Result<Value, Error> {
+    if !v.is_object() {
+        return Err(Error::Decode("the body of the request must be a JSON object".into()));
+    }
+    if v.get("metadata").is_some_and(|m| !m.is_object() && !m.is_null()) {
+        return Err(Error::Decode("metadata must be an object".into()));
+    }
+    Ok(v)
+}
+
+/// [`norm_custom`] from bytes.
+pub fn norm_custom_slice(b: &[u8]) -> Result<Value, Error> {
+    let v: Value = serde_json::from_slice(b).map_err(|e| Error::Decode(e.to_string()))?;
+    norm_custom(v)
 }
 
 /// Find a resource by group, version and plural.
@@ -746,7 +1108,7 @@ mod tests {
 
     #[test]
     fn resource_ids_match_the_table() {
-        for (id, plural) in [(NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
+        for (id, plural) in [(PODGROUPS, "podgroups"), (WORKLOADS, "workloads"), (CRDS, "customresourcedefinitions"), (NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
             (PVCS, "persistentvolumeclaims"), (STORAGE_CLASSES, "storageclasses"), (CSINODES, "csinodes"), (CSIDRIVERS, "csidrivers")] {
             assert_eq!(RESOURCES[id].plural, plural);
         }

@@ -13,7 +13,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
-use super::resources::{self as res, PDBS, PODS, PRIORITY_CLASSES, RESOURCES, ResId};
+use super::resources::{self as res, PDBS, PODS, PRIORITY_CLASSES, RESOURCES, Registry, ResId, ResourceInfo};
 use super::selector::{Filter, LabelSelector};
 use super::volumes;
 
@@ -401,6 +401,9 @@ struct Inner {
 /// The store. Cheap to share behind an `Arc`.
 pub struct Store {
     inner: Mutex<Inner>,
+    /// The served resources (built-ins, then what CRDs define). Lock
+    /// order: `inner` before the registry's own lock, never the reverse.
+    registry: Registry,
     cfg: StoreConfig,
     kubelet: OnceLock<mpsc::UnboundedSender<KubeletMsg>>,
     storage_protection: std::sync::atomic::AtomicBool,
@@ -429,33 +432,31 @@ fn random_suffix() -> String {
 }
 
 /// The qualified resource name used in messages (`pods`, `leases.coordination.k8s.io`).
-pub fn qualified(r: ResId) -> String {
-    let info = &RESOURCES[r];
+pub fn qualified(info: &ResourceInfo) -> String {
     if info.group.is_empty() { info.plural.to_string() } else { format!("{}.{}", info.plural, info.group) }
 }
 
-fn not_found(r: ResId, name: &str) -> Error {
-    Error::NotFound { resource: qualified(r), name: name.to_string() }
+fn not_found(info: &ResourceInfo, name: &str) -> Error {
+    Error::NotFound { resource: qualified(info), name: name.to_string() }
 }
 
-fn conflict(r: ResId, name: &str, message: impl Into<String>) -> Error {
-    Error::Conflict { resource: qualified(r), name: name.to_string(), message: message.into() }
+fn conflict(info: &ResourceInfo, name: &str, message: impl Into<String>) -> Error {
+    Error::Conflict { resource: qualified(info), name: name.to_string(), message: message.into() }
 }
 
 /// The qualified kind used in Invalid messages (`Pod`, `PriorityClass.scheduling.k8s.io`).
-fn qualified_kind(r: ResId) -> String {
-    let info = &RESOURCES[r];
+fn qualified_kind(info: &ResourceInfo) -> String {
     if info.group.is_empty() { info.kind.to_string() } else { format!("{}.{}", info.kind, info.group) }
 }
 
-fn invalid(r: ResId, name: &str, message: impl Into<String>) -> Error {
-    Error::Invalid { kind: qualified_kind(r), name: name.to_string(), message: message.into() }
+fn invalid(info: &ResourceInfo, name: &str, message: impl Into<String>) -> Error {
+    Error::Invalid { kind: qualified_kind(info), name: name.to_string(), message: message.into() }
 }
 
 /// Several field errors as upstream aggregates them (`[a, b]` when more than one).
-fn invalid_all(r: ResId, name: &str, errs: &[String]) -> Error {
+fn invalid_all(info: &ResourceInfo, name: &str, errs: &[String]) -> Error {
     let message = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
-    invalid(r, name, message)
+    invalid(info, name, message)
 }
 
 /// metadata.deletionTimestamp is set.
@@ -513,6 +514,28 @@ fn added_scheduling_gates(old: &Value, new: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The `updatablePodSpecFields` of upstream's `ValidatePodUpdate`.
+const UPDATABLE_POD_SPEC_FIELDS: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// `spec.schedulingGroup` is immutable: upstream refuses the change with
+/// ValidatePodUpdate's catch-all error and a diff of the field.
+fn scheduling_group_changed(old: &Value, new: &Value) -> Option<String> {
+    let (o, n) = (old.pointer("/spec/schedulingGroup").filter(|v| !v.is_null()), new.pointer("/spec/schedulingGroup").filter(|v| !v.is_null()));
+    if o == n {
+        return None;
+    }
+    let show = |v: Option<&Value>| match v.and_then(|g| g.get("podGroupName")).and_then(Value::as_str) {
+        Some(name) => format!("&core.PodSchedulingGroup{{PodGroupName: &\"{name}\"}}"),
+        None if v.is_some() => "&core.PodSchedulingGroup{}".to_string(),
+        None => "nil".to_string(),
+    };
+    Some(format!(
+        "spec: Forbidden: pod updates may not change fields other than {UPDATABLE_POD_SPEC_FIELDS}\n  core.PodSpec{{\n  \t... // other fields identical\n- \tSchedulingGroup: {},\n+ \tSchedulingGroup: {},\n  }}\n",
+        show(o),
+        show(n)
+    ))
+}
+
 /// Does the object name `kind`/`uid` among its ownerReferences?
 fn owned_by(v: &Value, kind: &str, uid: &str) -> bool {
     v.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
@@ -524,10 +547,24 @@ fn get_str<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }
 
-fn normalize(r: ResId, mut v: Value) -> Result<Value> {
-    let info = &RESOURCES[r];
+/// Check the type, then the typed round trip (built-ins) or the CRD's
+/// schema (custom resources: pruning, defaults, validation).
+fn normalize(info: &ResourceInfo, mut v: Value) -> Result<Value> {
     res::check_type(&mut v, &info.api_version(), info.kind).map_err(|e| Error::BadRequest(e.to_string()))?;
-    (info.normalize)(v).map_err(|e| Error::BadRequest(e.to_string()))
+    let mut v = (info.normalize)(v).map_err(|e| Error::BadRequest(e.to_string()))?;
+    custom_schema(info, &mut v)?;
+    Ok(v)
+}
+
+/// A custom resource's schema, applied to an object already checked.
+fn custom_schema(info: &ResourceInfo, v: &mut Value) -> Result<()> {
+    if let Some(schema) = info.custom.as_ref().and_then(|c| c.schema.as_ref()) {
+        let errs = super::crd::apply_schema(schema, v);
+        if !errs.is_empty() {
+            return Err(invalid_all(info, meta_str(v, "name"), &errs));
+        }
+    }
+    Ok(())
 }
 
 /// Set or replace a condition (by `type`) in `status.conditions`.
@@ -620,6 +657,15 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 }
 
 impl KindStore {
+    fn new(cfg: &StoreConfig) -> Self {
+        KindStore {
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            compacted_rv: 0,
+            tx: broadcast::channel(cfg.channel_capacity.max(16)).0,
+        }
+    }
+
     fn range_ns<'a>(&'a self, ns: Option<&'a str>) -> Box<dyn Iterator<Item = (&'a Key, &'a Arc<Obj>)> + 'a> {
         match ns {
             None => Box::new(self.objects.iter()),
@@ -635,21 +681,30 @@ impl KindStore {
 impl Store {
     /// A new empty store.
     pub fn new(cfg: StoreConfig) -> Self {
-        let kinds = RESOURCES
-            .iter()
-            .map(|_| KindStore {
-                objects: BTreeMap::new(),
-                history: VecDeque::new(),
-                compacted_rv: 0,
-                tx: broadcast::channel(cfg.channel_capacity.max(16)).0,
-            })
-            .collect();
+        let registry = Registry::new();
+        let kinds = (0..registry.len()).map(|_| KindStore::new(&cfg)).collect();
         Store {
             inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new(), terminating_ns: HashSet::new() }),
+            registry,
             cfg,
             kubelet: OnceLock::new(),
             storage_protection: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The description of resource `r` (a built-in or a custom resource).
+    pub fn info(&self, r: ResId) -> Arc<ResourceInfo> {
+        self.registry.info(r)
+    }
+
+    /// The served resources.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// A served resource by group, version and plural.
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<ResId> {
+        self.registry.lookup(group, version, plural)
     }
 
     /// Connect the kubelet notification channel (once).
@@ -703,7 +758,7 @@ impl Store {
         if r == res::EVENTS_V1 {
             self.mirror_event(inner, ty, &obj)?;
         }
-        if ty == EventType::Deleted && RESOURCES[r].namespaced && inner.terminating_ns.contains(obj.namespace()) {
+        if ty == EventType::Deleted && !obj.namespace().is_empty() && inner.terminating_ns.contains(obj.namespace()) {
             let ns = obj.namespace().to_string();
             self.finish_namespace(inner, &ns, false)?;
         }
@@ -787,7 +842,7 @@ impl Store {
     /// Get one object.
     pub fn get(&self, r: ResId, ns: &str, name: &str) -> Result<Arc<Obj>> {
         let inner = self.lock();
-        inner.kinds[r].objects.get(&(ns.to_string(), name.to_string())).cloned().ok_or_else(|| not_found(r, name))
+        inner.kinds[r].objects.get(&(ns.to_string(), name.to_string())).cloned().ok_or_else(|| not_found(&self.info(r), name))
     }
 
     /// List objects matching a filter, with optional paging.
@@ -833,13 +888,17 @@ impl Store {
 
     /// Create an object (already JSON-parsed) in namespace `ns` ("" for cluster-scoped).
     pub fn create(&self, r: ResId, ns: &str, body: Value) -> Result<Arc<Obj>> {
-        let v = normalize(r, body)?;
+        let v = normalize(&self.info(r), body)?;
         self.create_normalized(r, ns, v)
     }
 
     /// Create from a JSON body (bytes straight into the typed object).
     pub fn create_from_slice(&self, r: ResId, ns: &str, body: &[u8]) -> Result<Arc<Obj>> {
-        let info = &RESOURCES[r];
+        let info = self.info(r);
+        if info.custom.is_some() {
+            let v: Value = serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("the body of the request was in an unknown format: {e}")))?;
+            return self.create(r, ns, v);
+        }
         let v = (info.normalize_slice)(body).map_err(|e| Error::BadRequest(e.to_string()))?;
         if !v.is_object() {
             return Err(Error::BadRequest("the body of the request must be a JSON object".into()));
@@ -848,7 +907,7 @@ impl Store {
     }
 
     fn create_normalized(&self, r: ResId, ns: &str, mut v: Value) -> Result<Arc<Obj>> {
-        let info = &RESOURCES[r];
+        let info = self.info(r);
         let meta = meta_mut(&mut v)?;
         let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
         if info.namespaced {
@@ -864,11 +923,11 @@ impl Store {
         let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
         let gen_name = meta.get("generateName").and_then(Value::as_str).unwrap_or("").to_string();
         if name.is_empty() && gen_name.is_empty() {
-            return Err(invalid(r, "", "metadata.name: Required value: name or generateName is required"));
+            return Err(invalid(&info, "", "metadata.name: Required value: name or generateName is required"));
         }
         if !name.is_empty()
             && let Some(msg) = res::validate_name(&name) {
-                return Err(invalid(r, &name, msg));
+                return Err(invalid(&info, &name, msg));
             }
         for f in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
             meta.remove(f);
@@ -882,7 +941,7 @@ impl Store {
             return Err(Error::NotFound { resource: "namespaces".into(), name: ns.to_string() });
         }
         if info.namespaced && inner.terminating_ns.contains(ns) {
-            return Err(Error::NamespaceTerminating { resource: qualified(r), name: name.clone(), namespace: ns.to_string() });
+            return Err(Error::NamespaceTerminating { resource: qualified(&info), name: name.clone(), namespace: ns.to_string() });
         }
         let name = if name.is_empty() {
             let mut chosen = None;
@@ -893,9 +952,9 @@ impl Store {
                     break;
                 }
             }
-            let n = chosen.ok_or_else(|| Error::AlreadyExists { resource: qualified(r), name: gen_name.clone() })?;
+            let n = chosen.ok_or_else(|| Error::AlreadyExists { resource: qualified(&info), name: gen_name.clone() })?;
             if let Some(msg) = res::validate_name(&n) {
-                return Err(invalid(r, &n, msg));
+                return Err(invalid(&info, &n, msg));
             }
             meta_mut(&mut v)?.insert("name".into(), json!(n));
             n
@@ -904,25 +963,59 @@ impl Store {
         };
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.clone());
         if inner.kinds[r].objects.contains_key(&key) {
-            return Err(Error::AlreadyExists { resource: qualified(r), name });
+            return Err(Error::AlreadyExists { resource: qualified(&info), name });
         }
         self.prepare_create(&inner, r, &name, &mut v)?;
         let obj = self.commit(&mut inner, r, EventType::Added, v, None)?;
         match r {
             PODS => self.after_pod_write(&mut inner, None, &obj.value),
             PDBS => self.sync_pdbs(&mut inner, &key.0, Some(&name)),
+            res::CRDS => self.define_crd(&mut inner, &obj.value),
             _ => {}
         }
         Ok(obj)
     }
 
+    /// Serve what a CRD defines (new versions get their stores).
+    fn define_crd(&self, inner: &mut Inner, crd: &Value) {
+        let d = super::crd::definition(crd);
+        let (_, added) = self.registry.define(meta_str(crd, "name"), d.versions, &d.storage_version);
+        for _ in 0..added {
+            inner.kinds.push(KindStore::new(&self.cfg));
+        }
+    }
+
+    /// Delete a CRD: its objects go (DELETED to their watchers), then its
+    /// resources stop being served, then the CRD (upstream does the same
+    /// asynchronously behind the `customresourcecleanup` finalizer).
+    fn delete_crd_locked(&self, inner: &mut Inner, old: Arc<Obj>) -> Result<Arc<Obj>> {
+        let ids = self.registry.of_crd(old.name());
+        for id in ids {
+            let victims: Vec<Arc<Obj>> = inner.kinds[id].objects.values().cloned().collect();
+            for o in victims {
+                self.commit(inner, id, EventType::Deleted, o.value.clone(), None)?;
+            }
+        }
+        self.registry.retire(old.name());
+        self.remove_locked(inner, res::CRDS, &old)
+    }
+
     /// Kind-specific create semantics (defaults, admission).
     fn prepare_create(&self, inner: &Inner, r: ResId, name: &str, v: &mut Value) -> Result<()> {
+        let info = self.info(r);
         match r {
+            res::CRDS => {
+                let errs = super::crd::validate(v);
+                if !errs.is_empty() {
+                    return Err(invalid_all(&info, name, &errs));
+                }
+                let status = super::crd::status(v, None, &now_rfc3339());
+                set_path(v, &["status"], status);
+            }
             PODS => {
-                let spec = v.get_mut("spec").and_then(Value::as_object_mut).ok_or_else(|| invalid(r, name, "spec: Required value"))?;
+                let spec = v.get_mut("spec").and_then(Value::as_object_mut).ok_or_else(|| invalid(&info, name, "spec: Required value"))?;
                 if spec.get("containers").and_then(Value::as_array).is_none_or(|c| c.is_empty()) {
-                    return Err(invalid(r, name, "spec.containers: Required value"));
+                    return Err(invalid(&info, name, "spec.containers: Required value"));
                 }
                 spec.entry("schedulerName").or_insert_with(|| json!("default-scheduler"));
                 spec.entry("restartPolicy").or_insert_with(|| json!("Always"));
@@ -972,7 +1065,7 @@ impl Store {
                 spec.entry("preemptionPolicy").or_insert_with(|| json!(policy));
                 let gated = v.pointer("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
                 if gated && !get_str(v, "/spec/nodeName").is_empty() {
-                    return Err(invalid(r, name, "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared"));
+                    return Err(invalid(&info, name, "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared"));
                 }
                 let qos = res::qos_class(v);
                 let sched_gated = v.pointer("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
@@ -992,7 +1085,7 @@ impl Store {
                 let value = v.get("value").and_then(Value::as_i64).unwrap_or(0);
                 let global_default = v.get("globalDefault").and_then(Value::as_bool).unwrap_or(false);
                 if let Some(e) = res::validate_priority_class(name, value, global_default) {
-                    return Err(invalid(r, name, e));
+                    return Err(invalid(&info, name, e));
                 }
                 if v.get("globalDefault").and_then(Value::as_bool) == Some(true)
                     && let Some(other) = inner.kinds[PRIORITY_CLASSES]
@@ -1001,7 +1094,7 @@ impl Store {
                         .find(|pc| pc.value.get("globalDefault").and_then(Value::as_bool) == Some(true))
                     {
                         return Err(invalid(
-                            r,
+                            &info,
                             name,
                             format!("globalDefault: Invalid value: true: PriorityClass {} is already marked as default. Only one default can exist", other.name()),
                         ));
@@ -1016,7 +1109,7 @@ impl Store {
             res::PVCS => {
                 let errs = volumes::validate_claim(v);
                 if !errs.is_empty() {
-                    return Err(invalid_all(r, name, &errs));
+                    return Err(invalid_all(&info, name, &errs));
                 }
                 // DefaultStorageClass admission: no storageClassName, the default class.
                 let unset = v.pointer("/spec/storageClassName").is_none_or(Value::is_null)
@@ -1039,7 +1132,7 @@ impl Store {
             res::PVS => {
                 let errs = volumes::validate_volume(v);
                 if !errs.is_empty() {
-                    return Err(invalid_all(r, name, &errs));
+                    return Err(invalid_all(&info, name, &errs));
                 }
                 self.protect(v, volumes::PV_PROTECTION);
                 set_path(v, &["status"], json!({"phase": "Pending", "lastPhaseTransitionTime": now_rfc3339()}));
@@ -1071,8 +1164,8 @@ impl Store {
 
     /// Replace an object (PUT), or just its status when `status_only`.
     pub fn update(&self, r: ResId, ns: &str, name: &str, body: Value, status_only: bool) -> Result<Arc<Obj>> {
-        let info = &RESOURCES[r];
-        let mut v = normalize(r, body)?;
+        let info = self.info(r);
+        let mut v = normalize(&info, body)?;
         let meta = meta_mut(&mut v)?;
         let body_name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
         if body_name != name {
@@ -1092,17 +1185,17 @@ impl Store {
             if info.create_on_update && !status_only {
                 return self.create(r, ns, v);
             }
-            return Err(not_found(r, name));
+            return Err(not_found(&info, name));
         };
         if !body_rv.is_empty() && body_rv != old.rv.to_string() {
-            return Err(conflict(r, name, STALE));
+            return Err(conflict(&info, name, STALE));
         }
         self.apply_update(&mut inner, r, old, v, status_only)
     }
 
     /// Patch an object (or its status when `status_only`).
     pub fn patch(&self, r: ResId, ns: &str, name: &str, pt: PatchType, body: &[u8], status_only: bool) -> Result<Arc<Obj>> {
-        let info = &RESOURCES[r];
+        let info = self.info(r);
         let patch: Value = match pt {
             PatchType::Apply => match serde_json::from_slice(body) {
                 Ok(v) => v,
@@ -1128,7 +1221,7 @@ impl Store {
                 set_path(&mut body, &["metadata", "name"], json!(name));
                 return self.create(r, ns, body);
             }
-            return Err(not_found(r, name));
+            return Err(not_found(&info, name));
         };
         let mut v = old.value.clone();
         match pt {
@@ -1136,24 +1229,24 @@ impl Store {
             PatchType::Strategic | PatchType::Apply => strategic_merge(&mut v, &patch),
             PatchType::Json => {
                 if let Some(ops) = &json_ops {
-                    json_patch::patch(&mut v, ops).map_err(|e| invalid(r, name, format!("JSON patch failed: {e}")))?;
+                    json_patch::patch(&mut v, ops).map_err(|e| invalid(&info, name, format!("JSON patch failed: {e}")))?;
                 }
             }
         }
         let patched_rv = get_str(&v, "/metadata/resourceVersion");
         if !patched_rv.is_empty() && patched_rv != old.rv.to_string() {
-            return Err(conflict(r, name, STALE));
+            return Err(conflict(&info, name, STALE));
         }
         if get_str(&v, "/metadata/name") != name || get_str(&v, "/metadata/namespace") != key.0 {
-            return Err(invalid(r, name, "metadata.name: Invalid value: field is immutable"));
+            return Err(invalid(&info, name, "metadata.name: Invalid value: field is immutable"));
         }
-        let v = normalize(r, v)?;
+        let v = normalize(&info, v)?;
         self.apply_update(&mut inner, r, old, v, status_only)
     }
 
     /// Shared update path: merge system fields, validate, commit.
     fn apply_update(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>, v: Value, status_only: bool) -> Result<Arc<Obj>> {
-        let info = &RESOURCES[r];
+        let info = self.info(r);
         let name = old.name().to_string();
         let mut new = if status_only {
             let mut n = old.value.clone();
@@ -1188,16 +1281,27 @@ impl Store {
                 PODS => {
                     let (o, n) = (get_str(&old.value, "/spec/nodeName"), get_str(&new, "/spec/nodeName"));
                     if o != n {
-                        return Err(invalid(r, &name, "spec: Forbidden: pod updates may not change spec.nodeName (use the binding subresource)"));
+                        return Err(invalid(&info, &name, "spec: Forbidden: pod updates may not change spec.nodeName (use the binding subresource)"));
                     }
                     // Priority is set by admission and immutable.
                     if let Some(p) = old.value.pointer("/spec/priority").cloned() {
                         set_path(&mut new, &["spec", "priority"], p);
                     }
-                    let errs = added_scheduling_gates(&old.value, &new);
-                    if !errs.is_empty() {
-                        return Err(invalid_all(r, &name, &errs));
+                    let mut errs = added_scheduling_gates(&old.value, &new);
+                    if let Some(e) = scheduling_group_changed(&old.value, &new) {
+                        errs.push(e);
                     }
+                    if !errs.is_empty() {
+                        return Err(invalid_all(&info, &name, &errs));
+                    }
+                }
+                res::CRDS => {
+                    let errs = super::crd::validate(&new);
+                    if !errs.is_empty() {
+                        return Err(invalid_all(&info, &name, &errs));
+                    }
+                    let status = super::crd::status(&new, old.value.get("status"), &now_rfc3339());
+                    set_path(&mut new, &["status"], status);
                 }
                 res::NAMESPACES => {
                     // spec.finalizers changes only through the namespace controller.
@@ -1212,7 +1316,7 @@ impl Store {
                 }
                 PRIORITY_CLASSES
                     if old.value.get("value") != new.get("value") => {
-                        return Err(invalid(r, &name, "value: Forbidden: may not be changed in an update."));
+                        return Err(invalid(&info, &name, "value: Forbidden: may not be changed in an update."));
                     }
                 _ => {}
             }
@@ -1261,6 +1365,7 @@ impl Store {
                 let ns = obj.namespace().to_string();
                 self.sync_pdbs(inner, &ns, Some(&name));
             }
+            res::CRDS => self.define_crd(inner, &obj.value),
             _ => {}
         }
         // Re-read: PDB sync may have committed a newer version of this object.
@@ -1271,7 +1376,7 @@ impl Store {
     /// Delete an object. Bound running pods are deleted gracefully (the
     /// returned object carries deletionTimestamp); others go at once.
     pub fn delete(&self, r: ResId, ns: &str, name: &str, opts: &DeleteOpts) -> Result<Arc<Obj>> {
-        let info = &RESOURCES[r];
+        let info = self.info(r);
         if r == res::NAMESPACES && matches!(name, "default" | "kube-system" | "kube-public") {
             return Err(Error::Forbidden {
                 resource: "namespaces".into(),
@@ -1281,19 +1386,17 @@ impl Store {
         }
         let mut inner = self.lock();
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
-        let old = inner.kinds[r].objects.get(&key).cloned().ok_or_else(|| not_found(r, name))?;
+        let old = inner.kinds[r].objects.get(&key).cloned().ok_or_else(|| not_found(&self.info(r), name))?;
         if let Some(uid) = &opts.uid
             && uid != old.uid() {
-                return Err(conflict(
-                    r,
+                return Err(conflict(&info,
                     name,
                     format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", old.uid()),
                 ));
             }
         if let Some(rv) = &opts.rv
             && *rv != old.rv.to_string() {
-                return Err(conflict(
-                    r,
+                return Err(conflict(&info,
                     name,
                     format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", old.rv),
                 ));
@@ -1301,6 +1404,7 @@ impl Store {
         match r {
             PODS => self.delete_pod_locked(&mut inner, old, opts.grace),
             res::NAMESPACES => self.delete_namespace_locked(&mut inner, old),
+            res::CRDS => self.delete_crd_locked(&mut inner, old),
             _ => {
                 let obj = self.delete_object_locked(&mut inner, r, old)?;
                 if r == res::NODES && !is_deleting(&obj.value) {
@@ -1411,7 +1515,7 @@ impl Store {
         set_path(&mut v, &["status", "phase"], json!("Terminating"));
         self.commit(inner, res::NAMESPACES, EventType::Modified, v, Some(old))?;
         inner.terminating_ns.insert(name.clone());
-        for (kr, info) in RESOURCES.iter().enumerate() {
+        for (kr, info) in self.registry.all().iter().enumerate() {
             if !info.namespaced {
                 continue;
             }
@@ -1430,7 +1534,7 @@ impl Store {
         let key = (String::new(), name);
         match inner.kinds[res::NAMESPACES].objects.get(&key) {
             Some(o) => Ok(o.clone()),
-            None => inner.kinds[res::NAMESPACES].history.back().map(|e| e.obj.clone()).ok_or_else(|| not_found(res::NAMESPACES, &key.1)),
+            None => inner.kinds[res::NAMESPACES].history.back().map(|e| e.obj.clone()).ok_or_else(|| not_found(&RESOURCES[res::NAMESPACES], &key.1)),
         }
     }
 
@@ -1445,7 +1549,7 @@ impl Store {
         };
         let mut remaining: Vec<String> = Vec::new();
         let mut finalizers: BTreeMap<String, usize> = BTreeMap::new();
-        for (kr, info) in RESOURCES.iter().enumerate() {
+        for (kr, info) in self.registry.all().iter().enumerate() {
             if !info.namespaced {
                 continue;
             }
@@ -1463,7 +1567,7 @@ impl Store {
                 if !report {
                     return Ok(());
                 }
-                remaining.push(format!("{} has {count} resource instances", qualified(kr)));
+                remaining.push(format!("{} has {count} resource instances", qualified(info)));
             }
         }
         if remaining.is_empty() {
@@ -1513,7 +1617,7 @@ impl Store {
             }
         let mut inner = self.lock();
         let key = (ns.to_string(), name.to_string());
-        let old = inner.kinds[PODS].objects.get(&key).cloned().ok_or_else(|| not_found(PODS, name))?;
+        let old = inner.kinds[PODS].objects.get(&key).cloned().ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
         let res_name = "pods/binding";
         let bconflict = |m: String| Error::Conflict { resource: res_name.into(), name: name.to_string(), message: m };
         if let Some(uid) = b.metadata.uid.as_deref()
@@ -1560,7 +1664,7 @@ impl Store {
         }
         {
             let mut inner = self.lock();
-            let pod = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned().ok_or_else(|| not_found(PODS, name))?;
+            let pod = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned().ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
             let terminal = matches!(get_str(&pod.value, "/status/phase"), "Succeeded" | "Failed");
             let deleting = pod.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null());
             if !terminal && !deleting {
@@ -1758,7 +1862,7 @@ impl Store {
             if ks.tx.receiver_count() == 0 {
                 continue;
             }
-            let info = &RESOURCES[r];
+            let info = self.info(r);
             let v = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv.to_string()}});
             if let Ok(obj) = Obj::new(v, rv) {
                 let _ = ks.tx.send(Arc::new(WatchEvent { ty: EventType::Bookmark, rv, obj, old: None }));
@@ -1871,7 +1975,7 @@ mod tests {
 
     #[test]
     fn invalid_details_name_the_field() {
-        let e = invalid(PRIORITY_CLASSES, "x", "value: Forbidden: too high");
+        let e = invalid(&RESOURCES[PRIORITY_CLASSES], "x", "value: Forbidden: too high");
         assert_eq!(e.to_string(), "PriorityClass.scheduling.k8s.io \"x\" is invalid: value: Forbidden: too high");
         let d = e.details().unwrap_or_default();
         assert_eq!(d["kind"], "PriorityClass");

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::resources::{EVENTS, NAMESPACES, NODES, PODS, RESOURCES, ResId};
+use super::resources::{EVENTS, NAMESPACES, NODES, PODS, ResId, ResourceInfo};
 use super::store::ListResult;
 
 fn age(ts: &str) -> String {
@@ -141,15 +141,51 @@ fn cells(r: ResId, v: &Value) -> Vec<Value> {
     }
 }
 
-/// Render a list as a Table (rows carry PartialObjectMetadata).
-pub fn table(r: ResId, lr: &ListResult) -> Value {
-    let info = &RESOURCES[r];
+/// The value at a printer column's simple JSONPath (`.status.phase`,
+/// `.spec.items[0].name`), rendered as kubectl shows it.
+fn json_path<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = v;
+    for part in path.trim_start_matches('{').trim_end_matches('}').trim_start_matches('.').split('.').filter(|p| !p.is_empty()) {
+        let (key, index) = match part.split_once('[') {
+            Some((k, rest)) => (k, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        cur = cur.get(key)?;
+        if let Some(i) = index {
+            cur = cur.get(i)?;
+        }
+    }
+    Some(cur)
+}
+
+fn custom_cells(columns: &[Value], v: &Value) -> Vec<Value> {
+    let mut out = vec![json!(s(v, "/metadata/name"))];
+    for c in columns {
+        let path = c.get("jsonPath").and_then(Value::as_str).unwrap_or("");
+        let cell = match (json_path(v, path), c.get("type").and_then(Value::as_str)) {
+            (None, _) | (Some(Value::Null), _) => json!("<none>"),
+            (Some(Value::String(t)), Some("date")) => json!(age(t)),
+            (Some(x), _) => x.clone(),
+        };
+        out.push(cell);
+    }
+    out
+}
+
+/// Render a list as a Table (rows carry PartialObjectMetadata); custom
+/// resources get their CRD's additionalPrinterColumns.
+pub fn table(r: ResId, info: &ResourceInfo, lr: &ListResult) -> Value {
+    let printer = info.custom.as_ref().map(|c| c.printer_columns.clone()).filter(|c| !c.is_empty());
     let rows: Vec<Value> = lr
         .items
         .iter()
         .map(|o| {
+            let cells = match &printer {
+                Some(cols) => custom_cells(cols, &o.value),
+                None => cells(r, &o.value),
+            };
             json!({
-                "cells": cells(r, &o.value),
+                "cells": cells,
                 "object": {
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",
@@ -162,6 +198,19 @@ pub fn table(r: ResId, lr: &ListResult) -> Value {
     if let Some(c) = &lr.cont {
         meta["continue"] = json!(c);
     }
-    let _ = info;
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": columns(r), "rows": rows})
+    let column_defs = match &printer {
+        Some(cols) => std::iter::once(col("Name", "string", 0))
+            .chain(cols.iter().map(|c| {
+                let ty = match c.get("type").and_then(Value::as_str) {
+                    Some("date") | None => "string",
+                    Some(t) => t,
+                };
+                let priority = c.get("priority").and_then(Value::as_u64).unwrap_or(0).min(255) as u8;
+                col(c.get("name").and_then(Value::as_str).unwrap_or(""), ty, priority)
+            }))
+            .collect(),
+        None if info.custom.is_some() => vec![col("Name", "string", 0), col("Age", "string", 0)],
+        None => columns(r),
+    };
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": column_defs, "rows": rows})
 }

@@ -112,3 +112,21 @@ fn the_scheduler_refuses_dev_null_naming_the_file() {
     let e = Config::load_for_scheduler("/dev/null").err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.starts_with("/dev/null: (file): the configuration is empty"), "{e}");
 }
+
+#[test]
+fn gang_scheduling_is_a_default_plugin_with_validated_args() {
+    let c = Config::parse("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: berth\n").expect("valid");
+    let fw = c.frameworks(1).into_iter().next().expect("a profile");
+    assert!(fw.plugins_at(crate::framework::Points::PRE_FILTER).contains(&"GangScheduling"));
+    let bad = |args: &str| {
+        Config::parse(&format!("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: berth\n  pluginConfig:\n  - name: GangScheduling\n    args: {args}\n"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let m = bad("{permitWaitingTimeSeconds: 0}");
+    assert!(m.contains("pluginConfig[0].args") && m.contains("permitWaitingTimeSeconds"), "{m}");
+    let m = bad("{nope: 1}");
+    assert!(m.contains("unknown field"), "{m}");
+    assert!(bad("{permitWaitingTimeSeconds: 30}").is_empty());
+}

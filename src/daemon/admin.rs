@@ -61,7 +61,7 @@ pub struct Health {
     pub tolerance: std::time::Duration,
 }
 use crate::cache::Snapshot;
-use crate::engine::explain_pod;
+use crate::engine::explain_member;
 use crate::framework::Framework;
 use crate::model::PodInfo;
 
@@ -570,7 +570,7 @@ async fn explain(State(s): State<AppState>, Query(q): Query<HashMap<String, Stri
             return Err(format!("pod {pod} is not a pending pod of this scheduler"));
         };
         let fw = worker.frameworks.iter().find(|f| f.profile == p.scheduler_name);
-        serde_json::to_string(&explain_pod(fw, &view.snapshot, p)).map_err(|e| e.to_string())
+        serde_json::to_string(&explain_member(fw, &view.snapshot, p, &view.pending)).map_err(|e| e.to_string())
     })
     .await;
     hub.stats.explained.fetch_add(1, Ordering::Relaxed);

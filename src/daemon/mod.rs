@@ -22,7 +22,8 @@ use tokio::time::Instant;
 
 use crate::cache::{Cache, Pdb};
 use crate::config::Config;
-use crate::framework::{CycleOptions, CycleState, Events, Framework};
+use crate::framework::group::{preempt_for_group, schedule_group, GroupHost, GroupOutcome};
+use crate::framework::{CycleOptions, CycleState, Events, Framework, QueuedPod};
 use crate::model::{NodeSpec, PodInfo};
 use crate::queue::{self, Rejection, SchedulingQueue};
 
@@ -164,6 +165,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
 
     watch::spawn_workloads(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
     watch::spawn_storage(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
+    watch::spawn_groups(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
     watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &watch_health, &mut tasks);
 
     if le.leader_elect {
@@ -203,6 +205,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
         metrics: metrics.clone(),
         leading: leading_rx.clone(),
         lease: lease.clone(),
+        group_status: HashMap::new(),
     };
     tasks.spawn(lp.run(watch_rx, bind_rx, admin.explain, stop_rx, writer));
     Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics, lease, watch_health, writes, writer: writer_handle, admin: admin.info })
@@ -222,6 +225,34 @@ struct Loop {
     metrics: Metrics,
     leading: signal::Receiver<bool>,
     lease: Lease,
+    /// The last status written per pod group ("api/ns/name" → message, empty
+    /// once scheduled), so a failed attempt does not rewrite the same status
+    /// (and a PodGroup that was scheduled never goes back to False).
+    group_status: HashMap<String, String>,
+}
+
+/// The daemon's side of the group cycle: its cache and one profile.
+struct LoopHost<'a> {
+    lp: &'a mut Loop,
+    fi: usize,
+}
+
+impl GroupHost for LoopHost<'_> {
+    fn framework(&self) -> &Framework {
+        &self.lp.frameworks[self.fi]
+    }
+    fn snapshot(&self) -> &crate::cache::Snapshot {
+        self.lp.cache.snapshot()
+    }
+    fn snapshot_mut(&mut self) -> &mut crate::cache::Snapshot {
+        self.lp.cache.snapshot_mut()
+    }
+    fn reserve_and_assume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) -> bool {
+        self.lp.reserve_and_assume(self.fi, state, pod, node)
+    }
+    fn unassume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) {
+        self.lp.unassume(self.fi, state, pod, node)
+    }
 }
 
 /// The PodScheduled condition's lastTransitionTime when it is False already:
@@ -269,6 +300,9 @@ impl Loop {
     fn apply_pod(&mut self, pod: core::Pod) {
         let info = PodInfo::from_pod(&pod);
         let uid = info.uid.clone();
+        if info.node_name.is_some() || info.terminating || info.terminated {
+            self.cache.snapshot_mut().groups.forget_foreign(&uid);
+        }
         if info.node_name.is_some() {
             // A pod whose bind is in flight keeps its record until the bind
             // result arrives (it carries attempts and first-seen for the SLI).
@@ -296,6 +330,12 @@ impl Loop {
             None => snap.clear_nomination(&uid),
         }
         if !self.profiles.contains(&info.scheduler_name) {
+            if let Some(r) = &info.group
+                && !info.terminating
+                && !info.terminated
+            {
+                self.cache.snapshot_mut().groups.note_foreign(&info.namespace, r, &uid, &info.scheduler_name);
+            }
             return;
         }
         if info.terminating || info.terminated {
@@ -313,7 +353,12 @@ impl Loop {
         let q = if gated { "gated" } else { "active" };
         if change == queue::Change::New {
             self.metrics.incoming_pods.with_label_values(&[q, "PodAdd"]).inc();
+            // A new member may complete its group (GangScheduling's pod-add event).
+            let member = info.group.is_some();
             self.queue.add(info, gated, Self::now());
+            if member {
+                self.event(Events::POD_GROUP);
+            }
         } else {
             self.metrics.incoming_pods.with_label_values(&[q, "PodUpdate"]).inc();
             self.queue.update(info, gated, Self::now());
@@ -322,6 +367,7 @@ impl Loop {
     }
 
     fn delete_pod(&mut self, uid: &str) {
+        self.cache.snapshot_mut().groups.forget_foreign(uid);
         let was_bound = self.cache.pod_state(uid).is_some();
         self.cache.remove_pod(uid);
         self.queue.delete(uid);
@@ -403,6 +449,7 @@ impl Loop {
                 }
                 self.event(Events::NAMESPACE);
             }
+            WatchEvent::PodGroup(api, c) => self.apply_groups(api, c),
             WatchEvent::Workload(w) => {
                 if let Some(i) = watch::apply_workload_event(&mut self.cache.snapshot_mut().workloads, w) {
                     self.mark_synced(watch::WORKLOAD_KINDS[i]);
@@ -460,6 +507,10 @@ impl Loop {
             self.queue.done(&pod.uid);
             return true;
         };
+        if pod.group.is_some() {
+            self.schedule_group(fi, qp, now).await;
+            return true;
+        }
         let start = Instant::now();
         let fw = &self.frameworks[fi];
         let profile = fw.profile.clone();
@@ -536,6 +587,177 @@ impl Loop {
         true
     }
 
+    /// A PodGroup change (either API). Members waiting in the pool move only
+    /// when what the scheduler reads changed (minCount, topology, ...), not
+    /// on the status writes that follow each attempt.
+    fn apply_groups(&mut self, api: crate::model::pod::GroupApi, c: Change<kube::api::DynamicObject>) {
+        use crate::cache::groups::GroupPolicy;
+        fn compile(api: crate::model::pod::GroupApi, o: &kube::api::DynamicObject) -> (String, String, Result<GroupPolicy, crate::cache::groups::Error>) {
+            let ns = o.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+            let name = o.metadata.name.clone().unwrap_or_default();
+            let value = serde_json::to_value(o).unwrap_or_default();
+            let g = match api {
+                crate::model::pod::GroupApi::V1alpha1 => GroupPolicy::from_v1alpha1(&ns, &name, &value),
+                crate::model::pod::GroupApi::V1beta1 => match serde_json::from_value::<k8s_openapi::api::scheduling::v1beta1::PodGroup>(value) {
+                    Ok(pg) => GroupPolicy::from_v1beta1(&pg),
+                    Err(e) => Err(crate::cache::groups::Error::Field { key: format!("{ns}/{name}"), field: "spec", message: e.to_string() }),
+                },
+            };
+            (ns, name, g)
+        }
+        let mut changed = false;
+        let groups = &mut self.cache.snapshot_mut().groups;
+        match c {
+            Change::Apply(o) => {
+                let (ns, name, g) = compile(api, &o);
+                let r = crate::model::pod::GroupRef { api, name: name.clone() };
+                changed = groups.get(&ns, &r).is_none_or(|old| old.as_ref().map(|a| &**a) != g.as_ref());
+                if let Err(e) = &g {
+                    tracing::warn!(error = %e, "PodGroup cannot be used; its pods stay pending with the reason");
+                }
+                groups.upsert(api, &ns, &name, g);
+            }
+            Change::Delete(o) => {
+                let ns = o.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+                groups.remove(api, &ns, o.metadata.name.as_deref().unwrap_or_default());
+            }
+            Change::Relist(all) => {
+                let before = groups.len();
+                groups.clear(api);
+                for o in &all {
+                    let (ns, name, g) = compile(api, o);
+                    groups.upsert(api, &ns, &name, g);
+                }
+                changed = before != 0 || !all.is_empty();
+                let kind = match api {
+                    crate::model::pod::GroupApi::V1beta1 => watch::PODGROUPS_V1BETA1,
+                    crate::model::pod::GroupApi::V1alpha1 => watch::PODGROUPS_V1ALPHA1,
+                };
+                self.mark_synced(kind);
+            }
+        }
+        if changed {
+            self.event(Events::POD_GROUP);
+        }
+    }
+
+    /// The events that may make a pod the named plugins rejected schedulable.
+    fn mask_for(&self, fi: usize, plugins: &[&'static str]) -> Events {
+        let fw = &self.frameworks[fi];
+        let mut mask = Events::default();
+        for name in plugins {
+            match fw.plugins().find(|p| p.name() == *name) {
+                Some(p) => mask = mask.or(p.events()),
+                None => mask = Events::ALL,
+            }
+        }
+        if mask == Events::default() { Events::ALL } else { mask }
+    }
+
+    /// The group cycle for the group of `qp` (just popped): its other waiting
+    /// members are taken from the queue, the group is decided all or
+    /// nothing, the placed members are bound and the others go back to the
+    /// pool together, each with its reason.
+    async fn schedule_group(&mut self, fi: usize, qp: QueuedPod, now: std::time::Instant) {
+        let first = qp.pod.clone();
+        let mut members = vec![first.clone()];
+        for q in self.queue.take_group(&first, now) {
+            if self.cache.pod_state(&q.pod.uid).is_some() {
+                self.queue.done(&q.pod.uid);
+                continue;
+            }
+            members.push(q.pod);
+        }
+        let start = Instant::now();
+        let out = schedule_group(&mut LoopHost { lp: self, fi }, &members);
+        let elapsed = start.elapsed().as_secs_f64();
+        let profile = self.frameworks[fi].profile.clone();
+        let result = if out.fits { "scheduled" } else { "unschedulable" };
+        self.metrics.schedule_attempts.with_label_values(&[result, &profile]).inc_by(members.len() as u64);
+        self.metrics.attempt_duration.with_label_values(&[result, &profile]).observe(elapsed);
+        tracing::info!(group = %out.group, members = members.len(), placed = out.placed.len(), fits = out.fits, message = %out.message, "group cycle");
+        if out.waiting {
+            // Fewer members than minCount exist: they wait for the rest (a
+            // member added moves them), unreported, as upstream's PreEnqueue
+            // keeps them out of the queue.
+            for u in &out.unplaced {
+                self.queue.set_rejected(&u.pod.uid, Some(Rejection { profile: profile.clone(), plugins: u.plugins.clone() }));
+                self.queue.unschedulable(&u.pod.uid, Events::POD_GROUP, now);
+            }
+            return;
+        }
+        self.report_group(&first, &out).await;
+        // Preemption for the whole group, or for nobody.
+        let mut nominated: HashMap<String, String> = HashMap::new();
+        if let Some(gp) = preempt_for_group(&self.frameworks[fi], self.cache.snapshot(), &members, &out) {
+            self.metrics.preemption_attempts.inc();
+            self.metrics.preemption_victims.observe(gp.victims.len() as f64);
+            tracing::info!(group = %out.group, victims = gp.victims.len(), "preempting for a pod group");
+            let by = gp.nominations.first().map(|(p, n)| (p.clone(), n.clone()));
+            for v in &gp.victims {
+                let (preemptor, node) = by.clone().unwrap_or_else(|| (first.clone(), String::new()));
+                let node = self.cache.snapshot().pod_node(&v.uid).map(str::to_string).unwrap_or(node);
+                self.writer.preempt(v.clone(), preemptor, node, profile.clone()).await;
+            }
+            for (m, n) in gp.nominations {
+                let mut np = (*m).clone();
+                np.nominated_node = Some(n.clone());
+                self.cache.snapshot_mut().nominate(Arc::new(np), &n);
+                self.queue.set_nominated(&m.uid, Some(n.clone()));
+                nominated.insert(m.uid.clone(), n);
+            }
+        }
+        // Members that wait: as one group (the union of every member's
+        // rejectors, so any event that could help moves them all), or alone
+        // when the group was bound without them.
+        let mut group_mask = self.mask_for(fi, &out.plugins()).or(Events::POD_GROUP);
+        if !nominated.is_empty() {
+            // The group waits for its victims to go.
+            group_mask = group_mask.or(Events::POD_DELETE);
+        }
+        for u in &out.unplaced {
+            let since = unschedulable_since(self.queue.object(&u.pod.uid));
+            let (reason, message) = if u.error { ("SchedulerError", u.message.clone()) } else { ("Unschedulable", out.pod_message(u)) };
+            self.writer.report_failure(u.pod.clone(), reason, message, nominated.get(&u.pod.uid).cloned(), since).await;
+            self.queue.set_rejected(&u.pod.uid, Some(Rejection { profile: profile.clone(), plugins: u.plugins.clone() }));
+            if u.error {
+                self.queue.error(&u.pod.uid, now);
+            } else {
+                let mask = if out.fits { self.mask_for(fi, &u.plugins) } else { group_mask };
+                self.queue.unschedulable(&u.pod.uid, mask, now);
+            }
+        }
+        for p in out.placed {
+            self.bind_assumed(fi, p.state, p.pod, p.node, start).await;
+        }
+    }
+
+    /// Writes the group's status when it changed: upstream's
+    /// PodGroupInitiallyScheduled condition (v1beta1; never back to False once
+    /// True), scheduler-plugins' phase and scheduled count (v1alpha1).
+    async fn report_group(&mut self, first: &Arc<PodInfo>, out: &GroupOutcome) {
+        use crate::model::pod::GroupApi;
+        let Some(r) = &first.group else { return };
+        if out.min_count == 0 {
+            return; // no usable group object to write to
+        }
+        let key = format!("{:?}/{}/{}", r.api, first.namespace, r.name);
+        let last = self.group_status.get(&key);
+        let message = if out.fits { String::new() } else { out.message.clone() };
+        if last == Some(&message) || (last.is_some_and(String::is_empty) && !out.fits) {
+            return;
+        }
+        self.group_status.insert(key, message.clone());
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+        let status = match (r.api, out.fits) {
+            (GroupApi::V1beta1, true) => serde_json::json!({"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled", "message": "", "lastTransitionTime": now}]}),
+            (GroupApi::V1beta1, false) => serde_json::json!({"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now}]}),
+            (GroupApi::V1alpha1, true) => serde_json::json!({"phase": "Scheduled", "scheduled": out.bound as usize + out.placed.len(), "scheduleStartTime": now}),
+            (GroupApi::V1alpha1, false) => serde_json::json!({"phase": "Pending", "scheduled": out.bound, "scheduleStartTime": now}),
+        };
+        self.writer.group_status(r.api, first.namespace.clone(), r.name.clone(), status).await;
+    }
+
     /// Reserve and Permit for `pod` on `node`, then assume it in the cache
     /// (pods and, through the plugins' Reserve, volume decisions). On
     /// failure everything is unreserved and false is returned. A gang places
@@ -562,7 +784,6 @@ impl Loop {
 
     /// Undo `reserve_and_assume` for a pod that will not be bound (a gang
     /// that did not fit): Unreserve, then forget the assumed pod.
-    #[allow(dead_code)]
     fn unassume(&mut self, fi: usize, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) {
         self.frameworks[fi].run_unreserve(state, pod, node);
         self.cache.forget(&pod.uid);

@@ -64,6 +64,8 @@ pub enum WatchEvent {
     /// PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes,
     /// CSIDrivers and CSIStorageCapacities (the volume plugins).
     Storage(StorageChange),
+    /// PodGroups of one API (gang scheduling), as dynamic objects.
+    PodGroup(crate::model::pod::GroupApi, Change<kube::api::DynamicObject>),
 }
 
 /// A change to one of the storage kinds the volume plugins read.
@@ -440,6 +442,61 @@ pub fn spawn(client: kube::Client, tx: mpsc::Sender<WatchEvent>, stop: signal::R
     spawn_kind(Api::<core::Node>::all(client.clone()), NODES, WatchEvent::Node, &tx, &stop, health, tasks);
     spawn_kind(Api::<policy::PodDisruptionBudget>::all(client.clone()), PDBS, WatchEvent::Pdb, &tx, &stop, health, tasks);
     spawn_kind(Api::<core::Namespace>::all(client), NAMESPACES, WatchEvent::Namespace, &tx, &stop, health, tasks);
+}
+
+/// Health names of the PodGroup watchers.
+pub const PODGROUPS_V1BETA1: &str = "podgroups.scheduling.k8s.io";
+/// scheduler-plugins' PodGroups.
+pub const PODGROUPS_V1ALPHA1: &str = "podgroups.scheduling.x-k8s.io";
+
+/// How often a PodGroup API that is not served (404: the CRD or the beta API
+/// is not installed) is looked for again.
+pub const GROUP_API_RECHECK: Duration = Duration::from_secs(10);
+
+/// The API resource of one PodGroup API.
+pub fn group_api_resource(api: crate::model::pod::GroupApi) -> kube::api::ApiResource {
+    use crate::model::pod::GroupApi;
+    let (g, v) = match api {
+        GroupApi::V1beta1 => ("scheduling.k8s.io", "v1beta1"),
+        GroupApi::V1alpha1 => ("scheduling.x-k8s.io", "v1alpha1"),
+    };
+    kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(g, v, "PodGroup"), "podgroups")
+}
+
+/// Starts the watchers of both PodGroup APIs. An API the server does not
+/// serve (404 on list) does not hold readiness back: it counts as synced and
+/// empty, and is looked for again every [`GROUP_API_RECHECK`].
+pub fn spawn_groups(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
+    use crate::model::pod::GroupApi;
+    for (api, kind) in [(GroupApi::V1beta1, PODGROUPS_V1BETA1), (GroupApi::V1alpha1, PODGROUPS_V1ALPHA1)] {
+        health.register(kind);
+        let objects: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &group_api_resource(api));
+        tasks.spawn(run_optional(objects, api, tx.clone(), stop.clone(), kind, health.clone()));
+    }
+}
+
+async fn run_optional(objects: Api<kube::api::DynamicObject>, api: crate::model::pod::GroupApi, tx: mpsc::Sender<WatchEvent>, mut stop: signal::Receiver<bool>, kind: &'static str, health: WatchHealth) {
+    let lp = kube::api::ListParams::default().limit(1);
+    loop {
+        let r = tokio::select! {
+            r = objects.list(&lp) => r,
+            _ = stop.changed() => return,
+        };
+        match r {
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                if tx.send(WatchEvent::PodGroup(api, Change::Relist(vec![]))).await.is_err() {
+                    return;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(GROUP_API_RECHECK) => continue,
+                    _ = stop.changed() => return,
+                }
+            }
+            // Served (or a transient error, which the watcher retries).
+            _ => break,
+        }
+    }
+    run_one(objects, move |c| WatchEvent::PodGroup(api, c), tx, stop, kind, health).await;
 }
 
 #[cfg(test)]

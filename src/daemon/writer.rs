@@ -509,6 +509,27 @@ impl Writer {
         .await;
     }
 
+    /// Writes a PodGroup's status (either API) with a merge patch of its
+    /// status subresource, off the caller's task. A failure is logged: the
+    /// next attempt of the group writes again.
+    pub async fn group_status(&self, api: crate::model::pod::GroupApi, namespace: String, name: String, status: serde_json::Value) {
+        let w = self.clone();
+        self.spawn(async move {
+            let ar = super::watch::group_api_resource(api);
+            let groups: Api<kube::api::DynamicObject> = Api::namespaced_with(w.client.clone(), &namespace, &ar);
+            let Ok(_slot) = w.status_slots.acquire().await else { return };
+            w.status_limiter.acquire().await;
+            let Some(_permit) = w.lease.write_permit().await else {
+                w.count(|c| c.refused_not_leader += 1);
+                return;
+            };
+            if let Err(e) = groups.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": status }))).await {
+                tracing::warn!(group = %format!("{namespace}/{name}"), error = %e, "writing PodGroup status failed");
+            }
+        })
+        .await;
+    }
+
     /// Queues an event (events.k8s.io/v1) for the event task; never waits.
     pub fn event(&self, pod: &Arc<PodInfo>, kind: &'static str, reason: &'static str, action: &'static str, note: String) {
         let item = EventItem { pod: pod.clone(), kind, reason, action, note };

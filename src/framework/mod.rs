@@ -7,6 +7,7 @@
 
 mod batch;
 pub mod cycle_state;
+pub mod group;
 pub mod runner;
 pub mod status;
 
@@ -107,6 +108,9 @@ impl Events {
     pub const PDB: Events = Events(1 << 10);
     /// The pod itself changed (its scheduling gates, tolerations, ...).
     pub const POD_SELF: Events = Events(1 << 11);
+    /// A pod group (PodGroup, either API) was added or updated, or a pending
+    /// member of a group was added.
+    pub const POD_GROUP: Events = Events(1 << 12);
     /// A PersistentVolumeClaim was added or updated.
     pub const PVC: Events = Events(1 << 20);
     /// A PersistentVolume was added or updated.

@@ -194,6 +194,39 @@ pub struct PodInfo {
     pub controller: Option<ControllerRef>,
     /// Scheduling signature ([`super::signature`]); 0 when not computed.
     pub signature: u64,
+    /// The pod group the pod belongs to (gang scheduling), if any.
+    pub group: Option<GroupRef>,
+}
+
+/// Which API names a pod's group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupApi {
+    /// `spec.schedulingGroup.podGroupName`: a `scheduling.k8s.io/v1beta1` PodGroup.
+    V1beta1,
+    /// The label `scheduling.x-k8s.io/pod-group`: a scheduler-plugins
+    /// `scheduling.x-k8s.io/v1alpha1` PodGroup.
+    V1alpha1,
+}
+
+/// The pod group a pod names (in the pod's namespace).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GroupRef {
+    /// The API the name refers to.
+    pub api: GroupApi,
+    /// The PodGroup's name.
+    pub name: String,
+}
+
+/// The label scheduler-plugins' Coscheduling reads a pod's group from.
+pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+
+/// A pod's group: `spec.schedulingGroup.podGroupName` first (upstream's
+/// API), else the scheduler-plugins label.
+fn group_of(spec: &core::PodSpec, labels: &Labels) -> Option<GroupRef> {
+    if let Some(name) = spec.scheduling_group.as_ref().and_then(|g| g.pod_group_name.as_ref()).filter(|n| !n.is_empty()) {
+        return Some(GroupRef { api: GroupApi::V1beta1, name: name.clone() });
+    }
+    labels.get(POD_GROUP_LABEL).filter(|n| !n.is_empty()).map(|n| GroupRef { api: GroupApi::V1alpha1, name: n.clone() })
 }
 
 impl PodInfo {
@@ -266,6 +299,7 @@ impl PodInfo {
         p.compute_pod_affinity(spec);
         p.compute_spread(spec);
         p.volumes = super::volumes::from_spec(&p.name, spec);
+        p.group = group_of(spec, &p.labels);
         p
     }
 

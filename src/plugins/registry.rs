@@ -45,6 +45,9 @@ pub fn default_plugins() -> &'static [DefaultPlugin] {
         DefaultPlugin { name: "DefaultBinder", weight: 0 },
         // Appended by applyFeatureGates (NodeDeclaredFeatures, GA and locked on in 1.37).
         DefaultPlugin { name: "NodeDeclaredFeatures", weight: 0 },
+        // Appended by applyFeatureGates when the GangScheduling gate is on
+        // (beta with the scheduling.k8s.io/v1beta1 PodGroup API, on by default).
+        DefaultPlugin { name: "GangScheduling", weight: 0 },
     ];
     D
 }
@@ -107,6 +110,7 @@ pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin
         volume_zone::NAME => Arc::new(volume_zone::VolumeZone),
         volume_restrictions::NAME => Arc::new(volume_restrictions::VolumeRestrictions),
         node_volume_limits::NAME => Arc::new(node_volume_limits::NodeVolumeLimits),
+        super::gang_scheduling::NAME => Arc::new(super::gang_scheduling::GangScheduling::new(args(a)?)?),
         n => match NO_OPS.iter().find(|x| **x == n) {
             Some(x) => Arc::new(NoOp(x)),
             None => return Err(format!("unknown plugin {n:?}")),

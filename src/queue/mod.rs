@@ -21,6 +21,11 @@
 //! rejected it last. Every update of a pending pod, status-only ones included,
 //! goes through here: a status-only update replaces the pod in place (it keeps
 //! its nomination, for instance) without moving it.
+//!
+//! Pod groups (gang scheduling) are a view over these records: an index from
+//! group to member uids. Popping one member takes the group's other waiting
+//! members with it ([`SchedulingQueue::take_group`]), so the group cycle sees
+//! them all; the caller then moves each to the pool or backoffQ, together.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
@@ -30,6 +35,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1 as core;
 
 use crate::framework::{Events, QueuedPod};
+use crate::model::pod::GroupRef;
 use crate::model::PodInfo;
 
 /// Upstream's `podMaxInUnschedulablePodsDuration`.
@@ -137,6 +143,12 @@ pub struct SchedulingQueue {
     move_cycle: u64,
     popped_at: HashMap<String, u64>,
     epoch: Instant,
+    /// Pod group (namespace, group) → uids of its queued members.
+    groups: HashMap<(String, GroupRef), BTreeSet<String>>,
+}
+
+fn group_key(p: &PodInfo) -> Option<(String, GroupRef)> {
+    p.group.clone().map(|g| (p.namespace.clone(), g))
 }
 
 impl SchedulingQueue {
@@ -152,6 +164,7 @@ impl SchedulingQueue {
             move_cycle: 0,
             popped_at: HashMap::new(),
             epoch: now,
+            groups: HashMap::new(),
         }
     }
 
@@ -217,6 +230,7 @@ impl SchedulingQueue {
             return self.update(pod, gated, now);
         }
         self.seq += 1;
+        self.index_group(&pod, true);
         let e = Entry {
             qp: QueuedPod { pod, timestamp_ms: self.ms(now), attempts: 0 },
             place: Place::Active,
@@ -239,6 +253,11 @@ impl SchedulingQueue {
             return self.add(pod, gated, now);
         };
         let place = e.place;
+        if e.qp.pod.group != pod.group {
+            let old = e.qp.pod.clone();
+            self.index_group(&old, false);
+            self.index_group(&pod, true);
+        }
         e.qp.pod = pod;
         let to = match place {
             Place::InFlight => Place::InFlight,
@@ -260,8 +279,47 @@ impl SchedulingQueue {
 
     /// A pod left (deleted, or bound by someone else).
     pub fn delete(&mut self, uid: &str) {
-        self.unlink(uid);
+        if let Some(e) = self.unlink(uid) {
+            self.index_group(&e.qp.pod, false);
+        }
         self.popped_at.remove(uid);
+    }
+
+    fn index_group(&mut self, pod: &PodInfo, add: bool) {
+        let Some(k) = group_key(pod) else { return };
+        if add {
+            self.groups.entry(k).or_default().insert(pod.uid.clone());
+        } else if let Some(set) = self.groups.get_mut(&k) {
+            set.remove(&pod.uid);
+            if set.is_empty() {
+                self.groups.remove(&k);
+            }
+        }
+    }
+
+    /// After popping `popped`, a member of a pod group: takes the group's other
+    /// members that wait in activeQ, backoffQ or the pool (not gated ones, not
+    /// those already in flight), marks them in flight like `pop` does, and
+    /// returns them in queue order (priority, then arrival). Empty for a pod
+    /// of no group.
+    pub fn take_group(&mut self, popped: &PodInfo, now: Instant) -> Vec<QueuedPod> {
+        let Some(k) = group_key(popped) else { return vec![] };
+        let uids: Vec<String> = self.groups.get(&k).map(|s| s.iter().filter(|u| **u != popped.uid).cloned().collect()).unwrap_or_default();
+        let mut out: Vec<(Reverse<i32>, i64, u64, QueuedPod)> = Vec::new();
+        for u in uids {
+            if !matches!(self.place(&u), Some(Place::Active | Place::Backoff | Place::Unschedulable)) {
+                continue;
+            }
+            let Some(mut e) = self.unlink(&u) else { continue };
+            e.qp.attempts += 1;
+            let key = (Reverse(e.qp.pod.priority), e.qp.timestamp_ms, e.seq);
+            let qp = e.qp.clone();
+            self.put(e, Place::InFlight, now);
+            self.popped_at.insert(u, self.move_cycle);
+            out.push((key.0, key.1, key.2, qp));
+        }
+        out.sort_by_key(|x| (x.0, x.1, x.2));
+        out.into_iter().map(|x| x.3).collect()
     }
 
     /// The next pod to schedule (after moving expired backoffs in).

@@ -161,3 +161,35 @@ fn nomination_recorded_and_rejections_counted_from_the_pool() {
     assert_eq!(pool, vec!["NodeResourcesFit"], "only pool pods count");
     assert_eq!(sq.pods().count(), 2);
 }
+
+#[test]
+fn a_group_is_popped_and_parked_together() {
+    use crate::model::pod::POD_GROUP_LABEL;
+    let t0 = Instant::now();
+    let mut sq = q(t0);
+    sq.add(pod("a").label(POD_GROUP_LABEL, "g").info(), false, t0);
+    sq.add(pod("solo").info(), false, t0 + Duration::from_millis(1));
+    sq.add(pod("b").label(POD_GROUP_LABEL, "g").info(), false, t0 + Duration::from_millis(2));
+    sq.add(pod("c").label(POD_GROUP_LABEL, "g").priority(5).info(), false, t0 + Duration::from_millis(3));
+    sq.add(pod("other").label(POD_GROUP_LABEL, "h").info(), false, t0 + Duration::from_millis(4));
+    // The highest priority member comes first, the rest of its group with it, in queue order.
+    let first = sq.pop(t0).expect("pod");
+    assert_eq!(first.pod.name, "c");
+    let rest: Vec<String> = sq.take_group(&first.pod, t0).iter().map(|q| q.pod.name.clone()).collect();
+    assert_eq!(rest, vec!["a", "b"]);
+    for n in ["a", "b", "c"] {
+        assert_eq!(sq.place(&format!("uid-{n}")), Some(Place::InFlight));
+    }
+    // The group does not fit: all three wait in the pool, and move together.
+    for n in ["a", "b", "c"] {
+        sq.unschedulable(&format!("uid-{n}"), Events::NODE_ADD, t0);
+    }
+    assert_eq!(sq.pop(t0).map(|q| q.pod.name.clone()), Some("solo".into()));
+    sq.on_event(Events::NODE_ADD, t0 + Duration::from_secs(5));
+    let again = sq.pop(t0 + Duration::from_secs(5)).expect("pod");
+    assert_eq!(sq.take_group(&again.pod, t0 + Duration::from_secs(5)).len(), 2);
+    // A member that leaves leaves the index.
+    sq.delete("uid-a");
+    assert_eq!(sq.take_group(&again.pod, t0).len(), 0);
+    assert!(sq.take_group(&pod("solo").info(), t0).is_empty());
+}

@@ -11,6 +11,7 @@
 mod admin;
 mod cli;
 mod cluster_bench;
+mod cluster_crd;
 mod cluster_faults;
 mod cluster_kube;
 mod cluster_kubectl;
@@ -24,6 +25,7 @@ mod e2e_support;
 mod e2e_throughput;
 mod e2e_trust;
 mod fault_proxy;
+mod gangs;
 mod offline_pending;
 mod properties;
 mod storage;
