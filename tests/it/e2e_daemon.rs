@@ -275,7 +275,7 @@ async fn unschedulable_then_bound_when_a_node_is_added() {
 async fn leader_failover_binds_every_pod_exactly_once() {
     deadline(90, async {
         let c = cluster(20, 3, "8", 110, FaultConfig::default()).await;
-        let cfg = config("");
+        let cfg = config_short_lease("");
         let a = start_daemon(&c, &cfg, "replica-a").await;
         until_leading(&a, 20).await;
         let b = start_daemon(&c, &cfg, "replica-b").await;

@@ -72,11 +72,24 @@ pub async fn admin_get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u1
 }
 
 /// A configuration with one profile (`PROFILE`), short backoffs, a generous
-/// client rate limit, and leader election on short leases. `extra` is
-/// appended at the top level (YAML).
+/// client rate limit, and leader election on upstream's default leases (15 s,
+/// renewed within 10 s): on a loaded test machine a short renew deadline can
+/// pass while the process is starved, and a leader that steps down drops its
+/// queued events, which tests that are not about failover must not depend on.
+/// `extra` is appended at the top level (YAML).
 pub fn config(extra: &str) -> Config {
+    config_with_lease(extra, "15s", "10s", "2s")
+}
+
+/// As [`config`], with short leases (3 s, renewed within 2 s, retried every
+/// 500 ms) for the tests of failover and of a deposed leader.
+pub fn config_short_lease(extra: &str) -> Config {
+    config_with_lease(extra, "3s", "2s", "500ms")
+}
+
+fn config_with_lease(extra: &str, duration: &str, renew: &str, retry: &str) -> Config {
     let yaml = format!(
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npodInitialBackoffSeconds: 1\npodMaxBackoffSeconds: 2\nclientConnection:\n  qps: 2000\n  burst: 4000\nleaderElection:\n  leaderElect: true\n  leaseDuration: 3s\n  renewDeadline: 2s\n  retryPeriod: 500ms\nprofiles:\n- schedulerName: {PROFILE}\n{extra}"
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npodInitialBackoffSeconds: 1\npodMaxBackoffSeconds: 2\nclientConnection:\n  qps: 2000\n  burst: 4000\nleaderElection:\n  leaderElect: true\n  leaseDuration: {duration}\n  renewDeadline: {renew}\n  retryPeriod: {retry}\nprofiles:\n- schedulerName: {PROFILE}\n{extra}"
     );
     Config::parse(&yaml).unwrap()
 }

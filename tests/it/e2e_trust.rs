@@ -380,7 +380,7 @@ async fn fault_soak_two_replicas_leader_killed() {
         let pb = FaultProxy::start(c.client_without_retry().unwrap()).await;
         pa.set_rules(rules());
         pb.set_rules(rules());
-        let cfg = config("");
+        let cfg = config_short_lease("");
         let a = start_via(&pa, &cfg, "soak-a", None).await;
         until_leading(&a, 20).await;
         let b = start_via(&pb, &cfg, "soak-b", None).await;
