@@ -27,6 +27,16 @@ struct Raw {
     stamp: u64,
 }
 
+/// One plugin's cached raw scores, by node index.
+pub(crate) struct RawScores<'a>(&'a [Raw]);
+
+impl RawScores<'_> {
+    /// The raw score of node `i`.
+    pub(crate) fn get(&self, i: usize) -> Option<&i64> {
+        self.0.get(i).map(|r| &r.score)
+    }
+}
+
 /// Per-node results of the last cycle of one signature.
 #[derive(Debug, Default)]
 pub(crate) struct BatchCache {
@@ -128,6 +138,12 @@ impl BatchCache {
         let n = self.stamp.len();
         let stamp = self.stamp[i];
         Self::plugin(&mut self.raw, entry, n)[i] = Raw { score, stamp };
+    }
+
+    /// Plugin `entry`'s raw scores by node index (current for the nodes
+    /// `stale_scores` did not list and those given to `set_raw` since).
+    pub(crate) fn raw_scores(&self, entry: usize) -> RawScores<'_> {
+        RawScores(self.raw.get(entry).map_or(&[], Vec::as_slice))
     }
 
     /// Plugin `entry`'s raw score for node `i` (call after `set_raw` or a

@@ -117,6 +117,18 @@ pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
 /// Upstream's floor on the adaptive percentage.
 pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: i64 = 5;
 
+/// The error for a score outside 0..=100 after normalizing (upstream's message).
+fn invalid_score(plugin: &'static str, score: i64) -> Status {
+    Status::error(format!("plugin {plugin:?} returns an invalid score {score}, it should in the range of [0, 100] after normalizing")).with_plugin(plugin)
+}
+
+/// splitmix64's output function.
+fn splitmix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// How many feasible nodes to find before scoring (upstream `numFeasibleNodesToFind`).
 pub fn num_feasible_nodes_to_find(percentage: Option<i32>, num_all: usize) -> usize {
     if num_all < MIN_FEASIBLE_NODES_TO_FIND {
@@ -455,14 +467,6 @@ impl Framework {
         !self.filter.is_empty()
     }
 
-    fn random(&self) -> u64 {
-        // splitmix64 on an atomic counter: cheap, lock-free, good enough for tie-breaks.
-        let mut z = self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     /// Runs one scheduling cycle for `pod` (schedulePod plus PostFilter).
     pub fn schedule(&self, pod: &Arc<PodInfo>, snap: &Snapshot, opts: CycleOptions) -> (CycleOutcome, CycleState) {
         let mut out = CycleOutcome::default();
@@ -585,43 +589,103 @@ impl Framework {
     /// Filter over a window of nodes starting at `start`, until `to_find`
     /// feasible nodes are found; returns how many nodes were evaluated, or the
     /// error that failed the cycle.
+    ///
+    /// The window is taken in chunks of as many candidates as feasible nodes
+    /// are still wanted, and each chunk runs one plugin at a time over the
+    /// nodes still feasible ([`Plugin::filter_nodes`]): no chunk can hold
+    /// more feasible nodes than wanted, so the nodes evaluated, the feasible
+    /// ones (in window order), the statuses and the rejecting plugins are
+    /// those of evaluating one node after another. Nodes with nominated pods
+    /// to count go through the per-node path.
     #[allow(clippy::too_many_arguments)] // one cycle's inputs, all borrowed
     fn filter_window(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, to_find: usize, candidate: &dyn Fn(usize) -> bool, out: &mut CycleOutcome) -> Result<usize, Status> {
         let n = snap.nodes.len();
         let mut processed = 0;
-        let mut i = if start == 0 { n - 1 } else { start - 1 };
-        for _ in 0..n {
-            if out.feasible.len() >= to_find {
-                break;
-            }
-            i += 1;
-            if i == n {
-                i = 0;
-            }
-            if !candidate(i) {
-                continue;
-            }
-            processed += 1;
-            let s = if self.filter.is_empty() {
-                Status::success()
-            } else {
-                self.run_filter_with_nominated(state, pod, &snap.nodes[i], snap)
-            };
-            match s.code {
-                Code::Success => {
-                    out.feasible.push(i);
-                    continue;
-                }
-                Code::Error => return Err(s),
-                _ => {
-                    if !out.unschedulable_plugins.contains(&s.plugin) {
-                        out.unschedulable_plugins.push(s.plugin);
+        let mut order = (start..n).chain(0..start);
+        let mut exhausted = false;
+        let (mut chunk, mut alive, mut rejected): (Vec<usize>, Vec<usize>, Vec<(usize, Status)>) = (Vec::new(), Vec::new(), Vec::new());
+        while out.feasible.len() < to_find && !exhausted {
+            let want = to_find - out.feasible.len();
+            chunk.clear();
+            while chunk.len() < want {
+                match order.next() {
+                    Some(i) => {
+                        if candidate(i) {
+                            chunk.push(i);
+                        }
+                    }
+                    None => {
+                        exhausted = true;
+                        break;
                     }
                 }
             }
-            out.statuses.set(i, n, s);
+            processed += chunk.len();
+            alive.clear();
+            for &i in &chunk {
+                let nominated = !snap.nominated.is_empty()
+                    && snap.nominated.get(snap.nodes[i].name()).is_some_and(|v| v.iter().any(|p| p.uid != pod.uid && p.priority >= pod.priority));
+                if !nominated {
+                    alive.push(i);
+                    continue;
+                }
+                let s = self.run_filter_with_nominated(state, pod, &snap.nodes[i], snap);
+                match s.code {
+                    Code::Success => alive.push(i),
+                    Code::Error => return Err(s),
+                    _ => out.statuses.set(i, n, s),
+                }
+            }
+            rejected.clear();
+            self.filter_batch(state, pod, snap, &mut alive, &mut rejected)?;
+            for (i, s) in rejected.drain(..) {
+                out.statuses.set(i, n, s);
+            }
+            for &i in &chunk {
+                match out.statuses.get(i) {
+                    None => out.feasible.push(i),
+                    Some(s) => {
+                        if !out.unschedulable_plugins.contains(&s.plugin) {
+                            out.unschedulable_plugins.push(s.plugin);
+                        }
+                    }
+                }
+            }
         }
         Ok(processed)
+    }
+
+    /// Runs the cycle's active Filter plugins over `alive`, one plugin at a
+    /// time: `alive` keeps the nodes every plugin passed (in order),
+    /// `rejected` gets the others with the first rejecting plugin's status.
+    fn filter_batch(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, alive: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
+        let all: Vec<usize>;
+        let list = match &state.active_filters {
+            Some(l) => l,
+            None => {
+                all = self.filter.iter().copied().filter(|&i| !state.filter_skipped(self.p(i).name())).collect();
+                &all
+            }
+        };
+        for &k in list {
+            if alive.is_empty() {
+                break;
+            }
+            let p = self.p(k);
+            let from = rejected.len();
+            p.filter_nodes(state, pod, snap, alive, rejected);
+            for (_, s) in &mut rejected[from..] {
+                s.plugin = p.name();
+                if s.code == Code::Error {
+                    return Err(s.clone());
+                }
+                if !s.is_rejected() {
+                    s.code = Code::Error;
+                    return Err(s.clone());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Filter over every node, recomputing only the nodes that changed since
@@ -632,14 +696,16 @@ impl Framework {
         let n = snap.nodes.len();
         let mut changed = Vec::new();
         cache.refresh(pod.signature, &snap.nodes, &mut changed);
-        for &i in &changed {
-            let ni = &snap.nodes[i];
-            let s = if self.filter.is_empty() { Status::success() } else { self.run_filter(state, pod, ni) };
-            match s.code {
-                Code::Success => cache.set_verdict(i, ni, None),
-                Code::Error => return Err(s),
-                _ => cache.set_verdict(i, ni, Some(s)),
-            }
+        let mut alive = changed.clone();
+        let mut rejected: Vec<(usize, Status)> = Vec::new();
+        if !self.filter.is_empty() {
+            self.filter_batch(state, pod, snap, &mut alive, &mut rejected)?;
+        }
+        for &i in &alive {
+            cache.set_verdict(i, &snap.nodes[i], None);
+        }
+        for (i, s) in rejected {
+            cache.set_verdict(i, &snap.nodes[i], Some(s));
         }
         out.feasible.reserve(n);
         for i in (start..n).chain(0..start) {
@@ -693,6 +759,18 @@ impl Framework {
                         c.set_raw(i, ns.node, ns.score);
                     }
                     buf.clear();
+                    if !p.has_normalize() && !record {
+                        // Nothing to normalize: weigh the cached raw scores straight into the totals.
+                        let raw = c.raw_scores(i);
+                        for (k, &ni) in feasible.iter().enumerate() {
+                            let s = raw.get(ni).copied().unwrap_or(0);
+                            if !(0..=MAX_NODE_SCORE).contains(&s) {
+                                return Err(invalid_score(p.name(), s));
+                            }
+                            totals[k] += s * e.weight;
+                        }
+                        continue;
+                    }
                     buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: c.raw(i, ni) }));
                 }
                 None => {
@@ -708,12 +786,7 @@ impl Framework {
             }
             for (k, ns) in buf.iter().enumerate() {
                 if !(0..=MAX_NODE_SCORE).contains(&ns.score) {
-                    return Err(Status::error(format!(
-                        "plugin {:?} returns an invalid score {}, it should in the range of [0, 100] after normalizing",
-                        p.name(),
-                        ns.score
-                    ))
-                    .with_plugin(p.name()));
+                    return Err(invalid_score(p.name(), ns.score));
                 }
                 totals[k] += ns.score * e.weight;
             }
@@ -726,6 +799,14 @@ impl Framework {
     }
 
     fn select_host(&self, feasible: &[usize], totals: &[i64]) -> Option<usize> {
+        // The generator's state is read once and written back once, rather than
+        // an atomic read-modify-write per tie (thousands when nodes score alike);
+        // the sequence drawn is the same.
+        let mut rng = self.rng.load(Ordering::Relaxed);
+        let mut draw = || {
+            rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            splitmix(rng)
+        };
         let mut best: Option<(usize, i64)> = None;
         let mut ties = 0u64;
         for (k, &ni) in feasible.iter().enumerate() {
@@ -741,13 +822,14 @@ impl Framework {
                 }
                 Some((_, bt)) if t == bt => {
                     ties += 1;
-                    if self.random().is_multiple_of(ties) {
+                    if draw().is_multiple_of(ties) {
                         best = Some((ni, t));
                     }
                 }
                 _ => {}
             }
         }
+        self.rng.store(rng, Ordering::Relaxed);
         best.map(|b| b.0)
     }
 
@@ -881,5 +963,95 @@ mod batch_tests {
         let (o, _) = batched.schedule(&other, &snap, CycleOptions::default());
         let (x, _) = full.schedule(&other, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
         assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap));
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::testing::{node, pod};
+
+    fn framework(pct: i32) -> Framework {
+        let raw = crate::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(pct), ..Default::default() };
+        Config::from_raw(raw).expect("default config").frameworks(7).into_iter().next().expect("one profile")
+    }
+
+    /// The window evaluated one node after another, as the runner did before
+    /// it took the window in chunks: (feasible, statuses, rejecting plugins, evaluated).
+    fn node_by_node(fw: &Framework, state: &CycleState, p: &PodInfo, snap: &Snapshot, start: usize, to_find: usize) -> (Vec<usize>, Vec<Option<Status>>, Vec<&'static str>, usize) {
+        let n = snap.nodes.len();
+        let (mut feasible, mut statuses, mut plugins, mut processed) = (Vec::new(), vec![None; n], Vec::new(), 0);
+        for i in (start..n).chain(0..start) {
+            if feasible.len() >= to_find {
+                break;
+            }
+            processed += 1;
+            let s = fw.run_filter_with_nominated(state, p, &snap.nodes[i], snap);
+            if s.is_success() {
+                feasible.push(i);
+                continue;
+            }
+            if !plugins.contains(&s.plugin) {
+                plugins.push(s.plugin);
+            }
+            statuses[i] = Some(s);
+        }
+        (feasible, statuses, plugins, processed)
+    }
+
+    /// Filter taken in chunks, one plugin at a time, finds the same feasible
+    /// nodes, statuses, rejecting plugins and number of nodes evaluated as
+    /// node-by-node evaluation, for windows that stop early and ones that
+    /// cover every node, with cordoned, tainted, full and unselected nodes
+    /// and a nominated pod in the way.
+    #[test]
+    fn chunked_window_matches_node_by_node() {
+        let mut nodes = Vec::new();
+        for i in 0..300 {
+            let mut b = node(&format!("n{i}")).alloc(if i % 4 == 0 { "1" } else { "4" }, "8Gi", if i % 13 == 0 { 1 } else { 110 }).label("zone", if i % 3 == 0 { "a" } else { "b" });
+            if i % 7 == 0 {
+                b = b.taint("hard", "x", "NoSchedule");
+            }
+            if i % 11 == 0 {
+                b = b.unschedulable();
+            }
+            if i % 17 == 0 {
+                b = b.taint("soft", "x", "PreferNoSchedule");
+            }
+            nodes.push(b);
+        }
+        let existing: Vec<_> = (0..300).filter(|i| i % 13 == 0 || i % 5 == 0).map(|i| pod(&format!("e{i}")).node(&format!("n{i}")).req("500m", "1Gi")).collect();
+        let mut snap = crate::testing::snapshot(&nodes, &existing);
+        // A higher-priority pod nominated to a node counts there.
+        snap.nominate(pod("nom").req("3500m", "1Gi").priority(100).nominated("n2").info(), "n2");
+        let pods = [
+            pod("small").req("300m", "256Mi").info(),
+            pod("big").req("2", "1Gi").info(),
+            pod("tolerant").req("300m", "256Mi").toleration("hard", Some("x"), "NoSchedule").info(),
+            pod("huge").req("8", "1Gi").info(),
+            pod("picky").req("300m", "256Mi").node_selector("zone", "a").info(),
+        ];
+        for pct in [1, 10, 50, 100] {
+            let fw = framework(pct);
+            let to_find = num_feasible_nodes_to_find(Some(pct), snap.nodes.len());
+            for p in &pods {
+                for start in [0, 1, 150, 299] {
+                    let mut state = CycleState::new();
+                    fw.run_pre_filter(&mut state, p, &snap).expect("PreFilter passes");
+                    state.active_filters = Some(fw.filter.iter().copied().filter(|&i| !state.filter_skipped(fw.p(i).name())).collect());
+                    let mut out = CycleOutcome::default();
+                    let evaluated = fw.filter_window(&state, p, &snap, start, to_find, &|_| true, &mut out).expect("no error");
+                    let (feasible, statuses, plugins, processed) = node_by_node(&fw, &state, p, &snap, start, to_find);
+                    let what = format!("pod {} at {pct}% from {start}", p.name);
+                    assert_eq!(out.feasible, feasible, "{what}");
+                    assert_eq!(evaluated, processed, "{what}");
+                    assert_eq!(out.unschedulable_plugins, plugins, "{what}");
+                    for (i, s) in statuses.iter().enumerate() {
+                        assert_eq!(out.statuses.get(i), s.as_ref(), "{what}: node n{i}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -174,6 +174,24 @@ impl Plugin for NodeAffinity {
         }
         Status::success()
     }
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
+        // The verdicts PreFilter cached per node object, read in one loop; a
+        // node without a current verdict (or a rejected one) gets `filter`.
+        let cached = if self.added_required.is_none() { state.get::<PreFilterState>().map(|s| &s.matches[..]) } else { None };
+        nodes.retain(|&i| {
+            let ni = &snap.nodes[i];
+            if let Some((Some(p), true)) = cached.and_then(|m| m.get(i))
+                && Arc::ptr_eq(p, &ni.node) {
+                    return true;
+                }
+            let s = self.filter(state, pod, ni);
+            if s.is_success() {
+                return true;
+            }
+            rejected.push((i, s));
+            false
+        });
+    }
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
         if pod.preferred_node_affinity.is_empty() && self.added_preferred.is_empty() {
             return Status::skip();

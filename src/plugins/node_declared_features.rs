@@ -7,6 +7,7 @@
 //! scheduling (`model::pod::required_node_features`); features the registry
 //! only infers for updates (in-place resize) never reject a new pod.
 
+use crate::cache::Snapshot;
 use crate::framework::{CycleState, Events, Plugin, Points, Status};
 use crate::model::{NodeInfo, PodInfo};
 
@@ -43,6 +44,20 @@ impl Plugin for NodeDeclaredFeatures {
         } else {
             Status::unresolvable(REASON)
         }
+    }
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
+        // A pod that needs no feature passes everywhere.
+        if pod.required_features.is_empty() {
+            return;
+        }
+        nodes.retain(|&i| {
+            let s = self.filter(state, pod, &snap.nodes[i]);
+            if s.is_success() {
+                return true;
+            }
+            rejected.push((i, s));
+            false
+        });
     }
 }
 

@@ -1,5 +1,6 @@
 //! NodeName: a pod that names a node (spec.nodeName) fits only there.
 
+use crate::cache::Snapshot;
 use crate::framework::{CycleState, Events, Plugin, Points, Status};
 use crate::model::{NodeInfo, PodInfo};
 
@@ -32,6 +33,20 @@ impl Plugin for NodeName {
             Some(n) if n != node.name() => Status::unresolvable(REASON),
             _ => Status::success(),
         }
+    }
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
+        // A pod that names no node passes everywhere.
+        if pod.node_name.is_none() {
+            return;
+        }
+        nodes.retain(|&i| {
+            let s = self.filter(state, pod, &snap.nodes[i]);
+            if s.is_success() {
+                return true;
+            }
+            rejected.push((i, s));
+            false
+        });
     }
 }
 

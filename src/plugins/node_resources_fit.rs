@@ -96,13 +96,15 @@ pub struct NodeResourcesFit {
     resources: Vec<ResourceSpec>,
     kinds: Vec<Kind>,
     strategy: Strategy,
+    /// LeastAllocated over exactly cpu and memory with weight 1 each (the default).
+    default_least: bool,
 }
 
 impl Default for NodeResourcesFit {
     fn default() -> Self {
         match Self::new(Args::default()) {
             Ok(p) => p,
-            Err(_) => NodeResourcesFit { ignored: vec![], ignored_groups: vec![], kinds: vec![Kind::Cpu, Kind::Memory], resources: default_resources(), strategy: Strategy::Least },
+            Err(_) => NodeResourcesFit { ignored: vec![], ignored_groups: vec![], kinds: vec![Kind::Cpu, Kind::Memory], resources: default_resources(), strategy: Strategy::Least, default_least: true },
         }
     }
 }
@@ -147,8 +149,9 @@ impl NodeResourcesFit {
                 return Err(format!("ignoredResourceGroups[{i}]: {g:?} is not a valid resource group name (no '/')"));
             }
         }
-        let kinds = ss.resources.iter().map(|r| kind(&r.name)).collect();
-        Ok(NodeResourcesFit { ignored: args.ignored_resources, ignored_groups: args.ignored_resource_groups, resources: ss.resources, kinds, strategy })
+        let kinds: Vec<Kind> = ss.resources.iter().map(|r| kind(&r.name)).collect();
+        let default_least = matches!(strategy, Strategy::Least) && kinds == [Kind::Cpu, Kind::Memory] && ss.resources.iter().all(|r| r.weight == 1);
+        Ok(NodeResourcesFit { ignored: args.ignored_resources, ignored_groups: args.ignored_resource_groups, resources: ss.resources, kinds, strategy, default_least })
     }
 
     fn ignored(&self, name: &str) -> bool {
@@ -238,12 +241,64 @@ impl Plugin for NodeResourcesFit {
             plugin: NAME,
         }
     }
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
+        // The native resources and the pod count in one tight loop; a node that
+        // does not fit (or a pod with scalar requests) gets the full check,
+        // which names the reasons.
+        let r = &pod.requests;
+        let (cpu, mem, eph) = (r.milli_cpu, r.memory, r.ephemeral_storage);
+        let scalars = r.scalar.iter().any(|(_, v)| *v != 0);
+        nodes.retain(|&i| {
+            let ni = &snap.nodes[i];
+            let a = &ni.allocatable;
+            let u = &ni.requested;
+            let fits = !scalars
+                && (ni.pods.len() as i64) < a.pods
+                && (cpu <= 0 || cpu <= a.milli_cpu - u.milli_cpu)
+                && (mem <= 0 || mem <= a.memory - u.memory)
+                && (eph <= 0 || eph <= a.ephemeral_storage - u.ephemeral_storage);
+            if fits {
+                return true;
+            }
+            let s = self.filter(state, pod, ni);
+            if s.is_success() {
+                return true;
+            }
+            rejected.push((i, s));
+            false
+        });
+    }
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let reqs = self.pod_requests(pod);
         Ok(self.score_with(&reqs, node))
     }
     fn score_nodes(&self, _: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         let reqs = self.pod_requests(pod);
+        if self.default_least {
+            // The default (LeastAllocated over cpu and memory, weight 1 each):
+            // the same arithmetic as `score_with`, without the generic loop.
+            let (pc, pm) = (reqs[0], reqs[1]);
+            let least = |alloc: i64, requested: i64| -> Option<i64> {
+                if alloc == 0 {
+                    None
+                } else if requested > alloc {
+                    Some(0)
+                } else {
+                    Some((alloc - requested) * MAX_NODE_SCORE / alloc)
+                }
+            };
+            for s in scores.iter_mut() {
+                let ni = &snap.nodes[s.node];
+                let c = least(ni.allocatable.milli_cpu, ni.non_zero_cpu + pc);
+                let m = least(ni.allocatable.memory, ni.non_zero_memory + pm);
+                s.score = match (c, m) {
+                    (Some(c), Some(m)) => (c + m) / 2,
+                    (Some(x), None) | (None, Some(x)) => x,
+                    (None, None) => 0,
+                };
+            }
+            return Ok(());
+        }
         for s in scores.iter_mut() {
             s.score = self.score_with(&reqs, &snap.nodes[s.node]);
         }

@@ -1,6 +1,7 @@
 //! NodeUnschedulable: nodes with spec.unschedulable take only pods that
 //! tolerate the `node.kubernetes.io/unschedulable` NoSchedule taint.
 
+use crate::cache::Snapshot;
 use crate::framework::{CycleState, Events, Plugin, Points, Status};
 use crate::model::taints::{tolerated, Effect, Taint};
 use crate::model::{NodeInfo, PodInfo};
@@ -43,6 +44,21 @@ impl Plugin for NodeUnschedulable {
             return Status::success();
         }
         Status::unresolvable(REASON)
+    }
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
+        // Only cordoned nodes need a look.
+        nodes.retain(|&i| {
+            let ni = &snap.nodes[i];
+            if !ni.unschedulable {
+                return true;
+            }
+            let s = self.filter(state, pod, ni);
+            if s.is_success() {
+                return true;
+            }
+            rejected.push((i, s));
+            false
+        });
     }
 }
 

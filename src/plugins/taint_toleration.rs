@@ -44,6 +44,21 @@ impl Plugin for TaintToleration {
             Some(t) => Status::unresolvable(format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value)),
         }
     }
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
+        // Only tainted nodes need a look.
+        nodes.retain(|&i| {
+            let ni = &snap.nodes[i];
+            if !ni.has_taints {
+                return true;
+            }
+            let s = self.filter(state, pod, ni);
+            if s.is_success() {
+                return true;
+            }
+            rejected.push((i, s));
+            false
+        });
+    }
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
         let prefer = pod
             .tolerations
