@@ -288,7 +288,13 @@ async fn dispatch(st: &AppState, method: &Method, path: &str, query: &str, heade
             }
             let req = parse_json(&body, headers)?;
             let answer = match (*group, *kind) {
-                ("authentication.k8s.io", "tokenreviews") => st.auth.token_review(&req),
+                ("authentication.k8s.io", "tokenreviews") => match str_at(&req, "/spec/token").and_then(|t| st.store.review_token(t)) {
+                    Some(user) => Ok(json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null},
+                        "spec": req.get("spec").cloned().unwrap_or(Value::Null),
+                        "status": {"authenticated": true, "audiences": user.audiences,
+                            "user": {"username": user.username, "uid": user.uid, "groups": user.groups}}})),
+                    None => st.auth.token_review(&req),
+                },
                 ("authorization.k8s.io", "subjectaccessreviews") => st.auth.subject_access_review(&req),
                 _ => return Err(Error::NotFound),
             };
@@ -390,11 +396,19 @@ fn resource_list(store: &Store, g: &str, v: &str) -> Value {
                 s["group"] = json!("policy");
                 s["version"] = json!("v1");
             }
+            if *sub == "token" {
+                s["group"] = json!("authentication.k8s.io");
+                s["version"] = json!("v1");
+            }
             out.push(s);
         }
     }
     let gv = if g.is_empty() { v.to_string() } else { format!("{g}/{v}") };
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out})
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer).and_then(Value::as_str)
 }
 
 fn parse_json(body: &Bytes, headers: &HeaderMap) -> HResult<Value> {
@@ -539,7 +553,7 @@ async fn resource_request(
                 (Method::PUT, None | Some("status")) => "update",
                 (Method::PATCH, None | Some("status")) => "patch",
                 (Method::DELETE, None) => "delete",
-                (Method::POST, Some("binding" | "eviction")) => "create",
+                (Method::POST, Some("binding" | "eviction" | "token")) => "create",
                 _ => return Err(Error::MethodNotAllowed),
             };
             let res_name = match sub {
@@ -589,6 +603,10 @@ async fn resource_request(
                 }
                 _ => {
                     let v = parse_json(&body, headers)?;
+                    if sub == Some("token") {
+                        let answer = store.request_token(&ns, &name, v)?;
+                        return Ok(json_response(StatusCode::CREATED, answer.to_string().into()));
+                    }
                     match sub {
                         Some("binding") => store.bind(&ns, &name, v)?,
                         _ => store.evict(&ns, &name, v)?,
