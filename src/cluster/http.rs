@@ -152,10 +152,29 @@ async fn handle(State(st): State<AppState>, req: Request) -> Response {
     };
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().unwrap_or("").to_string();
+    if let Some(refused) = unsupported_body(&parts.headers, &bytes) {
+        return refused.into_response();
+    }
     match dispatch(&st, &parts.method, &path, &query, &parts.headers, bytes).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
+}
+
+/// Request bodies are JSON or YAML (and the patch types): a protobuf or
+/// CBOR body is answered 415 Unsupported Media Type, which current
+/// clients (client-go, so kubectl) take as the cue to send JSON instead.
+fn unsupported_body(headers: &HeaderMap, body: &Bytes) -> Option<Error> {
+    if body.is_empty() {
+        return None;
+    }
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let media = ct.split(';').next().unwrap_or("").trim();
+    matches!(media, "application/vnd.kubernetes.protobuf" | "application/cbor" | "application/apply-patch+cbor").then(|| {
+        Error::Store(store::Error::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {media:?})"
+        )))
+    })
 }
 
 fn parse_query(q: &str) -> HResult<HashMap<String, String>> {

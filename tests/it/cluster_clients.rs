@@ -175,3 +175,34 @@ async fn kubectl_applies_berths_own_manifests() {
     assert!(ok && out.contains("serviceaccount/berth unchanged"), "{out}");
     c.shutdown().await;
 }
+
+#[tokio::test]
+#[ignore = "kubectl 1.32 sends typed objects as protobuf and does not retry with JSON after the 415 the cluster answers; needs protobuf request bodies"]
+async fn typed_kubectl_create_commands_work() {
+    if !kubectl_available() {
+        eprintln!("SKIPPED: kubectl is not installed");
+        return;
+    }
+    let c = start().await;
+    let kc = temp_kubeconfig(&c);
+    for (args, expected) in [
+        (vec!["create", "namespace", "team-a"], "namespace/team-a created"),
+        (vec!["create", "configmap", "cfg", "-n", "team-a", "--from-literal=a=b"], "configmap/cfg created"),
+        (vec!["create", "secret", "generic", "s", "-n", "team-a", "--from-literal=password=hunter2"], "secret/s created"),
+        (vec!["create", "serviceaccount", "sa", "-n", "team-a"], "serviceaccount/sa created"),
+        (vec!["create", "deployment", "web", "-n", "team-a", "--image=nginx", "--replicas=2"], "deployment.apps/web created"),
+    ] {
+        let (ok, out) = kubectl(&kc, &args).await;
+        assert!(ok && out.contains(expected), "kubectl {args:?}:\n{out}");
+    }
+    let store = c.store();
+    let secret: Secret = store.get_typed("team-a", "s").unwrap();
+    assert_eq!(secret.data.unwrap()["password"].0, b"hunter2".to_vec());
+    let cm: ConfigMap = store.get_typed("team-a", "cfg").unwrap();
+    assert_eq!(cm.data.unwrap()["a"], "b");
+    let d: k8s_openapi::api::apps::v1::Deployment = store.get_typed("team-a", "web").unwrap();
+    assert_eq!(d.spec.replicas, Some(2));
+    let (ok, out) = kubectl(&kc, &["create", "namespace", "team-a"]).await;
+    assert!(!ok && out.contains("AlreadyExists"), "{out}");
+    c.shutdown().await;
+}
