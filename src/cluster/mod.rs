@@ -95,6 +95,7 @@ pub mod auth;
 pub mod bench;
 pub mod crd;
 pub mod cli;
+pub mod controllers;
 pub mod faults;
 pub mod http;
 pub mod kubelet;
@@ -183,6 +184,8 @@ pub struct ClusterConfig {
     pub storage: StorageConfig,
     /// PodGC (orphaned pods of deleted nodes).
     pub podgc: PodGcConfig,
+    /// Workload controllers (Deployments, ReplicaSets, garbage collection).
+    pub controllers: controllers::ControllersConfig,
 }
 
 impl Default for ClusterConfig {
@@ -201,6 +204,7 @@ impl Default for ClusterConfig {
             auth: auth::AuthConfig::default(),
             storage: StorageConfig::default(),
             podgc: PodGcConfig::default(),
+            controllers: controllers::ControllersConfig::default(),
         }
     }
 }
@@ -410,6 +414,9 @@ impl LocalCluster {
         }
         if cfg.podgc.enabled {
             tasks.push(podgc::spawn(store.clone(), cfg.podgc.clone(), stop_rx.clone()));
+        }
+        if cfg.controllers.enabled {
+            tasks.push(controllers::spawn(store.clone(), cfg.controllers.clone(), stop_rx.clone()));
         }
         let ticker = {
             let store = store.clone();

@@ -150,6 +150,10 @@ pub const PODGROUPS: ResId = 26;
 pub const WORKLOADS: ResId = 27;
 /// apiextensions.k8s.io/v1 CustomResourceDefinitions.
 pub const CRDS: ResId = 28;
+/// apps/v1 ReplicaSets.
+pub const REPLICASETS: ResId = 13;
+/// apps/v1 Deployments.
+pub const DEPLOYMENTS: ResId = 15;
 /// core/v1 ServiceAccounts.
 pub const SERVICE_ACCOUNTS: ResId = 29;
 /// core/v1 Secrets.
@@ -1173,7 +1177,7 @@ mod tests {
 
     #[test]
     fn resource_ids_match_the_table() {
-        for (id, plural) in [(SERVICE_ACCOUNTS, "serviceaccounts"), (SECRETS, "secrets"), (PODGROUPS, "podgroups"), (WORKLOADS, "workloads"), (CRDS, "customresourcedefinitions"), (NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
+        for (id, plural) in [(REPLICASETS, "replicasets"), (DEPLOYMENTS, "deployments"), (SERVICE_ACCOUNTS, "serviceaccounts"), (SECRETS, "secrets"), (PODGROUPS, "podgroups"), (WORKLOADS, "workloads"), (CRDS, "customresourcedefinitions"), (NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
             (PVCS, "persistentvolumeclaims"), (STORAGE_CLASSES, "storageclasses"), (CSINODES, "csinodes"), (CSIDRIVERS, "csidrivers")] {
             assert_eq!(RESOURCES[id].plural, plural);
         }
