@@ -1,17 +1,20 @@
 //! Workload controllers of the local cluster (upstream `pkg/controller/
-//! deployment`, `replicaset` and the garbage collector), enough to run
+//! deployment`, `replicaset`, `job` and the garbage collector), enough to run
 //! real manifests: a Deployment owns one ReplicaSet per pod template
 //! (named by its `pod-template-hash`) and rolls from the old ones to the
 //! new one within `maxSurge`/`maxUnavailable` (or Recreate); a ReplicaSet
 //! creates pods from its template (so their `schedulerName` is the
 //! template's) and deletes the surplus (unbound first, then not ready,
-//! then the newest); deleting an owner deletes its dependents (background
-//! propagation through ownerReferences).
+//! then the newest); a Job runs `parallelism` pods at a time until
+//! `completions` succeed (the simulated kubelet completes them); deleting
+//! an owner deletes its dependents (background propagation through
+//! ownerReferences).
 //!
 //! Simplified: no proportional scaling of several old ReplicaSets during a
 //! resize, no revision history limit, no `minReadySeconds` (ready is
-//! available), no progress deadline; StatefulSets, Jobs and DaemonSets
-//! are not run yet.
+//! available), no progress deadline; Jobs have no indexed completion
+//! mode, pod failure policy or TTL; StatefulSets and DaemonSets are not
+//! run yet.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -21,7 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use super::resources::{self as res, DEPLOYMENTS, PODS, REPLICASETS};
+use super::resources::{self as res, DEPLOYMENTS, JOBS, PODS, REPLICASETS};
 use super::selector::Filter;
 use super::store::{DeleteOpts, EventType, Obj, Store, WatchEvent, now_rfc3339};
 
@@ -61,7 +64,7 @@ fn controller_uid(v: &Value) -> Option<&str> {
 
 fn owner_ref(kind: &str, owner: &Value) -> Value {
     json!([{
-        "apiVersion": "apps/v1",
+        "apiVersion": if kind == "Job" { "batch/v1" } else { "apps/v1" },
         "kind": kind,
         "name": s(owner, "/metadata/name"),
         "uid": s(owner, "/metadata/uid"),
@@ -85,6 +88,7 @@ pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receive
         let mut deployments = store.subscribe(DEPLOYMENTS);
         let mut replicasets = store.subscribe(REPLICASETS);
         let mut pods = store.subscribe(PODS);
+        let mut jobs = store.subscribe(JOBS);
         let mut tick = tokio::time::interval(cfg.resync.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -94,6 +98,7 @@ pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receive
                 _ = tick.tick() => sweep = true,
                 ev = deployments.recv() => if !handle(&store, ev, DEPLOYMENTS) { break },
                 ev = replicasets.recv() => if !handle(&store, ev, REPLICASETS) { break },
+                ev = jobs.recv() => if !handle(&store, ev, JOBS) { break },
                 ev = pods.recv() => match ev {
                     Ok(ev) if controller_uid(&ev.obj.value).is_none() => continue,
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
@@ -104,6 +109,9 @@ pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receive
             tokio::time::sleep(Duration::from_millis(5)).await;
             while let Ok(ev) = pods.try_recv() {
                 let _ = ev;
+            }
+            if store.count(JOBS) > 0 {
+                sync_jobs(&store, cfg.burst);
             }
             if store.count(DEPLOYMENTS) == 0 && store.count(REPLICASETS) == 0 {
                 // Nothing to run; dependents of deleted owners went with
@@ -446,6 +454,87 @@ fn sync_deployments(store: &Store) {
                 Some(n)
             });
         }
+    }
+}
+
+/// The Job controller, in short: `parallelism` pods at a time (default
+/// 1) until `completions` (default 1) have Succeeded, then the Job is
+/// Complete (SuccessCriteriaMet, then Complete, as 1.31+ writes them); more
+/// than `backoffLimit` (default 6) failed pods make it Failed. Its pods
+/// carry the job labels and, unless the template says otherwise, ask the
+/// simulated kubelet to complete them after a second.
+fn sync_jobs(store: &Store, burst: usize) {
+    let all_pods = list(store, PODS, None);
+    for job in list(store, JOBS, None) {
+        if is_deleting(&job.value) {
+            continue;
+        }
+        let finished = job.value.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
+            cs.iter().any(|c| matches!(s(c, "/type"), "Complete" | "Failed") && s(c, "/status") == "True")
+        });
+        if finished || job.value.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) {
+            continue;
+        }
+        let ns = job.namespace().to_string();
+        let completions = job.value.pointer("/spec/completions").and_then(Value::as_i64).unwrap_or(1).max(0);
+        let parallelism = job.value.pointer("/spec/parallelism").and_then(Value::as_i64).unwrap_or(1).max(0);
+        let backoff_limit = job.value.pointer("/spec/backoffLimit").and_then(Value::as_i64).unwrap_or(6);
+        let owned: Vec<&Arc<Obj>> = all_pods.iter().filter(|p| p.namespace() == ns && controller_uid(&p.value) == Some(job.uid())).collect();
+        let succeeded = owned.iter().filter(|p| s(&p.value, "/status/phase") == "Succeeded").count() as i64;
+        let failed = owned.iter().filter(|p| s(&p.value, "/status/phase") == "Failed").count() as i64;
+        let active = owned.iter().filter(|p| active(&p.value)).count() as i64;
+        let now = now_rfc3339();
+        let start = job.value.pointer("/status/startTime").cloned().unwrap_or_else(|| json!(now));
+        let mut status = json!({"startTime": start, "active": active, "succeeded": succeeded, "failed": failed, "ready": owned.iter().filter(|p| ready(&p.value)).count()});
+        let cond = |ty: &str, reason: &str, message: &str| {
+            json!({"type": ty, "status": "True", "reason": reason, "message": message, "lastProbeTime": now, "lastTransitionTime": now})
+        };
+        if succeeded >= completions {
+            status["active"] = json!(0);
+            status["completionTime"] = json!(now);
+            status["conditions"] = json!([
+                cond("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"),
+                cond("Complete", "CompletionsReached", "Reached expected number of succeeded pods"),
+            ]);
+        } else if failed > backoff_limit {
+            status["conditions"] = json!([
+                cond("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+                cond("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+            ]);
+        } else {
+            let wanted = parallelism.min(completions - succeeded);
+            let template = job.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+            for _ in 0..(wanted - active).clamp(0, burst as i64) {
+                let mut pod = json!({
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": template.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                    "spec": template.get("spec").cloned().unwrap_or_else(|| json!({})),
+                });
+                if let Some(m) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("name");
+                    m.insert("generateName".into(), json!(format!("{}-", job.name())));
+                    m.insert("namespace".into(), json!(ns));
+                    m.insert("ownerReferences".into(), owner_ref("Job", &job.value));
+                    let labels = m.entry("labels").or_insert_with(|| json!({}));
+                    if let Some(l) = labels.as_object_mut() {
+                        l.insert("batch.kubernetes.io/controller-uid".into(), json!(job.uid()));
+                        l.insert("batch.kubernetes.io/job-name".into(), json!(job.name()));
+                        l.insert("controller-uid".into(), json!(job.uid()));
+                        l.insert("job-name".into(), json!(job.name()));
+                    }
+                    let ann = m.entry("annotations").or_insert_with(|| json!({}));
+                    if let Some(a) = ann.as_object_mut() {
+                        a.entry(super::kubelet::COMPLETE_AFTER).or_insert_with(|| json!("1s"));
+                    }
+                }
+                if let Err(e) = store.create(PODS, &ns, pod) {
+                    tracing::debug!(job = job.name(), error = %e, "creating a pod failed");
+                    break;
+                }
+            }
+        }
+        write_status(store, JOBS, &job, status);
     }
 }
 

@@ -104,3 +104,36 @@ async fn a_deployment_of_30_is_scheduled_by_berth_scaled_to_10_rolled_and_collec
     d.shutdown().await;
     c.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_job_runs_its_pods_to_completion() {
+    let c = cluster_with_controllers().await;
+    let client = c.client().unwrap();
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), "default");
+    let job = serde_json::from_value(json!({
+        "metadata": {"name": "calc"},
+        "spec": {"completions": 3, "parallelism": 2, "template": {
+            "metadata": {"annotations": {berth::cluster::COMPLETE_AFTER: "100ms"}},
+            "spec": {"restartPolicy": "Never", "nodeName": "node-0", "containers": [{"name": "c", "image": "busybox"}]}}}
+    }))
+    .unwrap();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let status = eventually(30, "job complete", || async {
+        let s = jobs.get("calc").await.unwrap().status?;
+        s.conditions.as_ref()?.iter().any(|c| c.type_ == "Complete" && c.status == "True").then_some(s)
+    })
+    .await;
+    assert_eq!(status.succeeded, Some(3));
+    assert!(status.completion_time.is_some());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let owned = pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=calc")).await.unwrap().items;
+    assert_eq!(owned.len(), 3, "{owned:?}");
+    assert!(owned.iter().all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")));
+    // Deleting the Job takes its pods.
+    jobs.delete("calc", &DeleteParams::default()).await.unwrap();
+    eventually(30, "pods collected", || async {
+        pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=calc")).await.unwrap().items.is_empty().then_some(())
+    })
+    .await;
+    c.shutdown().await;
+}
