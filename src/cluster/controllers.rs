@@ -458,9 +458,9 @@ fn sync_deployments(store: &Store) {
 }
 
 /// The Job controller, in short: `parallelism` pods at a time (default
-/// 1) until `completions` (default 1) have Succeeded, then the Job is
-/// Complete (SuccessCriteriaMet, then Complete, as 1.31+ writes them); more
-/// than `backoffLimit` (default 6) failed pods make it Failed. Its pods
+/// one) until `completions` (default one) have Succeeded, then the Job is
+/// Complete (SuccessCriteriaMet, then Complete, as 1.31+ writes them);
+/// more than `backoffLimit` (default 6) failed pods make it Failed. Its pods
 /// carry the job labels and, unless the template says otherwise, ask the
 /// simulated kubelet to complete them after a second.
 fn sync_jobs(store: &Store, burst: usize) {
