@@ -72,6 +72,10 @@
 //! (VolumeAttachment), expansion or snapshots; the kubelet's terminal phase
 //! for a deleted pod is always Succeeded.
 //!
+//! Workload controllers ([`controllers`]): Deployments roll ReplicaSets,
+//! ReplicaSets and Jobs create pods from their templates, and owners'
+//! deletion takes their dependents.
+//!
 //! Simulated kubelets ([`kubelet`]) run bound pods, complete pods annotated
 //! [`COMPLETE_AFTER`], and remove terminating pods after their grace period.
 //! Faults ([`Faults`]): error answers per (verb, resource), watch cuts,
