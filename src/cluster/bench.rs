@@ -68,12 +68,25 @@ pub struct BenchReport {
     pub drain_ms: f64,
     /// Time to list all pods once over HTTP (ms) at the end.
     pub list_all_ms: f64,
+    /// Growth of the process's resident memory from before the first
+    /// create to after the last binding, per pod (bytes; Linux only, 0
+    /// elsewhere): the store's objects, their history and watch buffers.
+    pub rss_per_pod_bytes: f64,
+}
+
+/// The process's resident set size (Linux `/proc/self/status` VmRSS).
+fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 impl std::fmt::Display for BenchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "cluster-bench: {} nodes, {} pods, {} clients, {} watchers", self.nodes, self.pods, self.clients, self.watchers)?;
         writeln!(f, "  pod creates/s:      {:>10.0}", self.creates_per_sec)?;
+        writeln!(f, "  memory per pod:     {:>10.0} bytes (resident growth over the run / pods)", self.rss_per_pod_bytes)?;
         writeln!(f, "  bindings/s:         {:>10.0}", self.binds_per_sec)?;
         writeln!(f, "  request errors:     {:>10}", self.errors)?;
         writeln!(f, "  watch events/s:     {:>10.0} (delivered, all watchers)", self.delivered_events_per_sec)?;
@@ -198,6 +211,7 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     let errors = AtomicU64::new(0);
+    let rss_before = rss_bytes();
     let run_started = Instant::now();
     let creates = phase(&clients, args.inflight, args.pods, |i| ("/api/v1/namespaces/default/pods".to_string(), pod_body(i)), &errors).await;
     let nodes = args.nodes;
@@ -210,6 +224,10 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
     )
     .await;
     let writes_done = Instant::now();
+    let rss_per_pod_bytes = match (rss_before, rss_bytes()) {
+        (Some(a), Some(b)) if args.pods > 0 => b.saturating_sub(a) as f64 / args.pods as f64,
+        _ => 0.0,
+    };
 
     // Wait (bounded) for the watchers to receive everything.
     let deadline = tokio::time::sleep(Duration::from_secs(60));
@@ -250,6 +268,7 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
         max_lag_events: max_lag.load(Ordering::Relaxed),
         drain_ms,
         list_all_ms,
+        rss_per_pod_bytes,
     };
     drop(clients);
     cluster.shutdown().await;

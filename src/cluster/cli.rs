@@ -74,6 +74,7 @@ impl ClusterArgs {
             auth: Default::default(),
             storage: super::StorageConfig { attach_limit: self.attach_limit, ..Default::default() },
             podgc: super::PodGcConfig { quarantine: Duration::from_secs(self.podgc_quarantine_secs), ..Default::default() },
+            controllers: Default::default(),
         })
     }
 }

@@ -152,10 +152,29 @@ async fn handle(State(st): State<AppState>, req: Request) -> Response {
     };
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().unwrap_or("").to_string();
+    if let Some(refused) = unsupported_body(&parts.headers, &bytes) {
+        return refused.into_response();
+    }
     match dispatch(&st, &parts.method, &path, &query, &parts.headers, bytes).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
+}
+
+/// Request bodies are JSON or YAML (and the patch types): a protobuf or
+/// CBOR body is answered 415 Unsupported Media Type, which current
+/// clients (client-go, so kubectl) take as the cue to send JSON instead.
+fn unsupported_body(headers: &HeaderMap, body: &Bytes) -> Option<Error> {
+    if body.is_empty() {
+        return None;
+    }
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let media = ct.split(';').next().unwrap_or("").trim();
+    matches!(media, "application/vnd.kubernetes.protobuf" | "application/cbor" | "application/apply-patch+cbor").then(|| {
+        Error::Store(store::Error::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {media:?})"
+        )))
+    })
 }
 
 fn parse_query(q: &str) -> HResult<HashMap<String, String>> {
@@ -288,7 +307,13 @@ async fn dispatch(st: &AppState, method: &Method, path: &str, query: &str, heade
             }
             let req = parse_json(&body, headers)?;
             let answer = match (*group, *kind) {
-                ("authentication.k8s.io", "tokenreviews") => st.auth.token_review(&req),
+                ("authentication.k8s.io", "tokenreviews") => match str_at(&req, "/spec/token").and_then(|t| st.store.review_token(t)) {
+                    Some(user) => Ok(json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null},
+                        "spec": req.get("spec").cloned().unwrap_or(Value::Null),
+                        "status": {"authenticated": true, "audiences": user.audiences,
+                            "user": {"username": user.username, "uid": user.uid, "groups": user.groups}}})),
+                    None => st.auth.token_review(&req),
+                },
                 ("authorization.k8s.io", "subjectaccessreviews") => st.auth.subject_access_review(&req),
                 _ => return Err(Error::NotFound),
             };
@@ -390,11 +415,19 @@ fn resource_list(store: &Store, g: &str, v: &str) -> Value {
                 s["group"] = json!("policy");
                 s["version"] = json!("v1");
             }
+            if *sub == "token" {
+                s["group"] = json!("authentication.k8s.io");
+                s["version"] = json!("v1");
+            }
             out.push(s);
         }
     }
     let gv = if g.is_empty() { v.to_string() } else { format!("{g}/{v}") };
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out})
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer).and_then(Value::as_str)
 }
 
 fn parse_json(body: &Bytes, headers: &HeaderMap) -> HResult<Value> {
@@ -539,7 +572,7 @@ async fn resource_request(
                 (Method::PUT, None | Some("status")) => "update",
                 (Method::PATCH, None | Some("status")) => "patch",
                 (Method::DELETE, None) => "delete",
-                (Method::POST, Some("binding" | "eviction")) => "create",
+                (Method::POST, Some("binding" | "eviction" | "token")) => "create",
                 _ => return Err(Error::MethodNotAllowed),
             };
             let res_name = match sub {
@@ -589,6 +622,10 @@ async fn resource_request(
                 }
                 _ => {
                     let v = parse_json(&body, headers)?;
+                    if sub == Some("token") {
+                        let answer = store.request_token(&ns, &name, v)?;
+                        return Ok(json_response(StatusCode::CREATED, answer.to_string().into()));
+                    }
                     match sub {
                         Some("binding") => store.bind(&ns, &name, v)?,
                         _ => store.evict(&ns, &name, v)?,

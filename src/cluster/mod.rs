@@ -72,6 +72,10 @@
 //! (VolumeAttachment), expansion or snapshots; the kubelet's terminal phase
 //! for a deleted pod is always Succeeded.
 //!
+//! Workload controllers ([`controllers`]): Deployments roll ReplicaSets,
+//! ReplicaSets and Jobs create pods from their templates, and owners'
+//! deletion takes their dependents.
+//!
 //! Simulated kubelets ([`kubelet`]) run bound pods, complete pods annotated
 //! [`COMPLETE_AFTER`], and remove terminating pods after their grace period.
 //! Faults ([`Faults`]): error answers per (verb, resource), watch cuts,
@@ -95,6 +99,7 @@ pub mod auth;
 pub mod bench;
 pub mod crd;
 pub mod cli;
+pub mod controllers;
 pub mod faults;
 pub mod http;
 pub mod kubelet;
@@ -183,6 +188,8 @@ pub struct ClusterConfig {
     pub storage: StorageConfig,
     /// PodGC (orphaned pods of deleted nodes).
     pub podgc: PodGcConfig,
+    /// Workload controllers (Deployments, ReplicaSets, garbage collection).
+    pub controllers: controllers::ControllersConfig,
 }
 
 impl Default for ClusterConfig {
@@ -201,6 +208,7 @@ impl Default for ClusterConfig {
             auth: auth::AuthConfig::default(),
             storage: StorageConfig::default(),
             podgc: PodGcConfig::default(),
+            controllers: controllers::ControllersConfig::default(),
         }
     }
 }
@@ -410,6 +418,9 @@ impl LocalCluster {
         }
         if cfg.podgc.enabled {
             tasks.push(podgc::spawn(store.clone(), cfg.podgc.clone(), stop_rx.clone()));
+        }
+        if cfg.controllers.enabled {
+            tasks.push(controllers::spawn(store.clone(), cfg.controllers.clone(), stop_rx.clone()));
         }
         let ticker = {
             let store = store.clone();

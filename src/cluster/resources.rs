@@ -92,6 +92,32 @@ fn norm_slice<K: DeserializeOwned + Serialize>(b: &[u8]) -> Result<Value, Error>
 const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
+/// A built-in kind served without a controller: names from its
+/// k8s-openapi type, typed normalization, optional subresources.
+macro_rules! builtin {
+    ($ty:ty, $singular:expr, $namespaced:expr, $short:expr, $subs:expr, $status:expr) => {
+        ResourceInfo {
+            group: <$ty as k8s_openapi::Resource>::GROUP,
+            version: <$ty as k8s_openapi::Resource>::VERSION,
+            plural: <$ty as k8s_openapi::Resource>::URL_PATH_SEGMENT,
+            singular: $singular,
+            kind: <$ty as k8s_openapi::Resource>::KIND,
+            namespaced: $namespaced,
+            short_names: $short,
+            subresources: $subs,
+            has_status: $status,
+            create_on_update: false,
+            fields: &[],
+            normalize: norm::<$ty>,
+            normalize_slice: norm_slice::<$ty>,
+            custom: None,
+        }
+    };
+}
+
+/// ServiceAccounts' subresources: `token` (TokenRequest).
+const SA_SUBRESOURCES: &[(&str, &str, &[&str])] = &[("token", "TokenRequest", &["create"])];
+
 /// Namespaces.
 pub const NAMESPACES: ResId = 0;
 /// Nodes.
@@ -124,6 +150,16 @@ pub const PODGROUPS: ResId = 26;
 pub const WORKLOADS: ResId = 27;
 /// apiextensions.k8s.io/v1 CustomResourceDefinitions.
 pub const CRDS: ResId = 28;
+/// apps/v1 ReplicaSets.
+pub const REPLICASETS: ResId = 13;
+/// apps/v1 Deployments.
+pub const DEPLOYMENTS: ResId = 15;
+/// core/v1 ServiceAccounts.
+pub const SERVICE_ACCOUNTS: ResId = 29;
+/// core/v1 Secrets.
+pub const SECRETS: ResId = 30;
+/// batch/v1 Jobs.
+pub const JOBS: ResId = 40;
 
 /// The served resources (indexed by the constants above; the rest are
 /// stored and served without any controller behind them).
@@ -613,6 +649,41 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize_slice: norm_slice::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
         custom: None,
     },
+    // Stored only: the rest of the built-in kinds (charts and kubectl touch them).
+    builtin!(api::core::v1::ServiceAccount, "serviceaccount", true, &["sa"], SA_SUBRESOURCES, false),
+    builtin!(api::core::v1::Secret, "secret", true, &[], &[], false),
+    builtin!(api::core::v1::Endpoints, "endpoints", true, &["ep"], &[], false),
+    builtin!(api::core::v1::LimitRange, "limitrange", true, &["limits"], &[], false),
+    builtin!(api::core::v1::ResourceQuota, "resourcequota", true, &["quota"], &[("status", "ResourceQuota", STATUS_VERBS)], true),
+    builtin!(api::core::v1::PodTemplate, "podtemplate", true, &[], &[], false),
+    builtin!(api::rbac::v1::Role, "role", true, &[], &[], false),
+    builtin!(api::rbac::v1::RoleBinding, "rolebinding", true, &[], &[], false),
+    builtin!(api::rbac::v1::ClusterRole, "clusterrole", false, &[], &[], false),
+    builtin!(api::rbac::v1::ClusterRoleBinding, "clusterrolebinding", false, &[], &[], false),
+    builtin!(api::discovery::v1::EndpointSlice, "endpointslice", true, &[], &[], false),
+    builtin!(api::batch::v1::Job, "job", true, &[], &[("status", "Job", STATUS_VERBS)], true),
+    builtin!(api::batch::v1::CronJob, "cronjob", true, &["cj"], &[("status", "CronJob", STATUS_VERBS)], true),
+    builtin!(api::apps::v1::ControllerRevision, "controllerrevision", true, &[], &[], false),
+    builtin!(api::autoscaling::v2::HorizontalPodAutoscaler, "horizontalpodautoscaler", true, &["hpa"], &[("status", "HorizontalPodAutoscaler", STATUS_VERBS)], true),
+    builtin!(api::networking::v1::Ingress, "ingress", true, &["ing"], &[("status", "Ingress", STATUS_VERBS)], true),
+    builtin!(api::networking::v1::IngressClass, "ingressclass", false, &[], &[], false),
+    builtin!(api::networking::v1::NetworkPolicy, "networkpolicy", true, &["netpol"], &[], false),
+    builtin!(api::networking::v1::IPAddress, "ipaddress", false, &["ip"], &[], false),
+    builtin!(api::networking::v1::ServiceCIDR, "servicecidr", false, &[], &[("status", "ServiceCIDR", STATUS_VERBS)], true),
+    builtin!(api::node::v1::RuntimeClass, "runtimeclass", false, &[], &[], false),
+    builtin!(api::admissionregistration::v1::MutatingWebhookConfiguration, "mutatingwebhookconfiguration", false, &[], &[], false),
+    builtin!(api::admissionregistration::v1::ValidatingWebhookConfiguration, "validatingwebhookconfiguration", false, &[], &[], false),
+    builtin!(api::admissionregistration::v1::ValidatingAdmissionPolicy, "validatingadmissionpolicy", false, &[], &[("status", "ValidatingAdmissionPolicy", STATUS_VERBS)], true),
+    builtin!(api::admissionregistration::v1::ValidatingAdmissionPolicyBinding, "validatingadmissionpolicybinding", false, &[], &[], false),
+    builtin!(api::admissionregistration::v1::MutatingAdmissionPolicy, "mutatingadmissionpolicy", false, &[], &[], false),
+    builtin!(api::admissionregistration::v1::MutatingAdmissionPolicyBinding, "mutatingadmissionpolicybinding", false, &[], &[], false),
+    builtin!(api::certificates::v1::CertificateSigningRequest, "certificatesigningrequest", false, &["csr"], &[("approval", "CertificateSigningRequest", STATUS_VERBS), ("status", "CertificateSigningRequest", STATUS_VERBS)], true),
+    builtin!(api::certificates::v1::ClusterTrustBundle, "clustertrustbundle", false, &[], &[], false),
+    builtin!(api::flowcontrol::v1::FlowSchema, "flowschema", false, &[], &[("status", "FlowSchema", STATUS_VERBS)], true),
+    builtin!(api::flowcontrol::v1::PriorityLevelConfiguration, "prioritylevelconfiguration", false, &[], &[("status", "PriorityLevelConfiguration", STATUS_VERBS)], true),
+    builtin!(api::storage::v1::VolumeAttributesClass, "volumeattributesclass", false, &["vac"], &[], false),
+    builtin!(api::resource::v1::DeviceTaintRule, "devicetaintrule", false, &[], &[("status", "DeviceTaintRule", STATUS_VERBS)], true),
+    builtin!(k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService, "apiservice", false, &[], &[("status", "APIService", STATUS_VERBS)], true),
 ];
 
 /// The highest priority a user-defined PriorityClass may have (upstream's
@@ -1108,9 +1179,17 @@ mod tests {
 
     #[test]
     fn resource_ids_match_the_table() {
-        for (id, plural) in [(PODGROUPS, "podgroups"), (WORKLOADS, "workloads"), (CRDS, "customresourcedefinitions"), (NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
+        for (id, plural) in [(JOBS, "jobs"), (REPLICASETS, "replicasets"), (DEPLOYMENTS, "deployments"), (SERVICE_ACCOUNTS, "serviceaccounts"), (SECRETS, "secrets"), (PODGROUPS, "podgroups"), (WORKLOADS, "workloads"), (CRDS, "customresourcedefinitions"), (NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
             (PVCS, "persistentvolumeclaims"), (STORAGE_CLASSES, "storageclasses"), (CSINODES, "csinodes"), (CSIDRIVERS, "csidrivers")] {
             assert_eq!(RESOURCES[id].plural, plural);
+        }
+    }
+
+    #[test]
+    fn every_served_resource_is_named_once() {
+        let mut seen = std::collections::HashSet::new();
+        for r in RESOURCES {
+            assert!(seen.insert((r.group, r.version, r.plural)), "{}/{} {} twice", r.group, r.version, r.plural);
         }
     }
 

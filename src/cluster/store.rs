@@ -365,6 +365,30 @@ pub enum PatchType {
     Apply,
 }
 
+/// A ServiceAccount token the store issued (a bound token: valid while
+/// the account exists with the same uid, until it expires).
+#[derive(Debug, Clone)]
+struct IssuedToken {
+    namespace: String,
+    name: String,
+    uid: String,
+    audiences: Vec<String>,
+    expires: chrono::DateTime<chrono::Utc>,
+}
+
+/// The user a ServiceAccount token authenticates (for TokenReview).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenUser {
+    /// `system:serviceaccount:<namespace>:<name>`.
+    pub username: String,
+    /// The account's uid.
+    pub uid: String,
+    /// `system:serviceaccounts`, `system:serviceaccounts:<namespace>`, `system:authenticated`.
+    pub groups: Vec<String>,
+    /// The audiences the token was issued for.
+    pub audiences: Vec<String>,
+}
+
 /// Store tuning.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -406,6 +430,8 @@ pub struct Store {
     registry: Registry,
     cfg: StoreConfig,
     kubelet: OnceLock<mpsc::UnboundedSender<KubeletMsg>>,
+    /// ServiceAccount tokens issued through `serviceaccounts/token`.
+    tokens: Mutex<HashMap<String, IssuedToken>>,
     storage_protection: std::sync::atomic::AtomicBool,
 }
 
@@ -512,6 +538,26 @@ fn added_scheduling_gates(old: &Value, new: &Value) -> Vec<String> {
         .filter(|(_, g)| !before.contains(g))
         .map(|(i, g)| format!("spec.schedulingGates[{i}].name: Forbidden: only deletion is allowed, but found new scheduling gate '{g}'"))
         .collect()
+}
+
+/// A Secret's `stringData` is written into `data` (base64), as the API
+/// server's Secret strategy does; `type` defaults to Opaque.
+fn fold_string_data(v: &mut Value) {
+    use base64::Engine as _;
+    let Some(m) = v.as_object_mut() else { return };
+    if let Some(Value::Object(sd)) = m.remove("stringData") {
+        let data = m.entry("data").or_insert_with(|| json!({}));
+        if !data.is_object() {
+            *data = json!({});
+        }
+        if let Some(d) = data.as_object_mut() {
+            for (k, val) in sd {
+                let text = val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string());
+                d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(text)));
+            }
+        }
+    }
+    m.entry("type").or_insert_with(|| json!("Opaque"));
 }
 
 /// The `updatablePodSpecFields` of upstream's `ValidatePodUpdate`.
@@ -688,6 +734,7 @@ impl Store {
             registry,
             cfg,
             kubelet: OnceLock::new(),
+            tokens: Mutex::new(HashMap::new()),
             storage_protection: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -1137,6 +1184,7 @@ impl Store {
                 self.protect(v, volumes::PV_PROTECTION);
                 set_path(v, &["status"], json!({"phase": "Pending", "lastPhaseTransitionTime": now_rfc3339()}));
             }
+            res::SECRETS => fold_string_data(v),
             res::STORAGE_CLASSES => {
                 if let Some(m) = v.as_object_mut() {
                     m.entry("reclaimPolicy").or_insert_with(|| json!("Delete"));
@@ -1293,6 +1341,14 @@ impl Store {
                     }
                     if !errs.is_empty() {
                         return Err(invalid_all(&info, &name, &errs));
+                    }
+                }
+                res::SECRETS => {
+                    fold_string_data(&mut new);
+                    if old.value.get("immutable").and_then(Value::as_bool) == Some(true)
+                        && (old.value.get("data") != new.get("data") || new.get("immutable").and_then(Value::as_bool) != Some(true))
+                    {
+                        return Err(invalid(&info, &name, "data: Forbidden: field is immutable when `immutable` is set"));
                     }
                 }
                 res::CRDS => {
@@ -1812,6 +1868,70 @@ impl Store {
             self.sync_pdbs(&mut inner, ns, None);
         }
         Ok(true)
+    }
+
+    /// POST serviceaccounts/<name>/token: issue a token for the account
+    /// (TokenRequest: `spec.expirationSeconds`, default 3600 and at least
+    /// 600; `spec.audiences`). Returns the TokenRequest with its status.
+    pub fn request_token(&self, ns: &str, name: &str, body: Value) -> Result<Value> {
+        let mut b = body;
+        res::check_type(&mut b, "authentication.k8s.io/v1", "TokenRequest").map_err(|e| Error::BadRequest(e.to_string()))?;
+        let req: k8s_openapi::api::authentication::v1::TokenRequest =
+            serde_json::from_value(b).map_err(|e| Error::BadRequest(format!("invalid TokenRequest: {e}")))?;
+        let sa = self.get(res::SERVICE_ACCOUNTS, ns, name)?;
+        let req_spec = req.spec.unwrap_or_default();
+        let seconds = req_spec.expiration_seconds.unwrap_or(3600);
+        if seconds < 600 {
+            return Err(Error::Invalid {
+                kind: "TokenRequest.authentication.k8s.io".into(),
+                name: name.into(),
+                message: "spec.expirationSeconds: Invalid value: ".to_string() + &seconds.to_string() + ": may not specify a duration less than 10 minutes",
+            });
+        }
+        let expires = chrono::Utc::now() + chrono::Duration::seconds(seconds);
+        let token = format!("berth-sa.{}{}", new_uid().replace('-', ""), new_uid().replace('-', ""));
+        let issued = IssuedToken { namespace: ns.into(), name: name.into(), uid: sa.uid().into(), audiences: req_spec.audiences.clone().unwrap_or_default(), expires };
+        let mut tokens = match self.tokens.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let now = chrono::Utc::now();
+        tokens.retain(|_, t| t.expires > now);
+        tokens.insert(token.clone(), issued);
+        let mut spec = serde_json::to_value(&req_spec).map_err(|e| Error::Internal(e.to_string()))?;
+        set_path(&mut spec, &["expirationSeconds"], json!(seconds));
+        Ok(json!({
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": now_rfc3339()},
+            "spec": spec,
+            "status": {"token": token, "expirationTimestamp": expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)},
+        }))
+    }
+
+    /// The user a token issued by [`Store::request_token`] authenticates,
+    /// if it is known, unexpired and its account still exists.
+    pub fn review_token(&self, token: &str) -> Option<TokenUser> {
+        let t = {
+            let tokens = match self.tokens.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            tokens.get(token).cloned()?
+        };
+        if t.expires <= chrono::Utc::now() {
+            return None;
+        }
+        let sa = self.get(res::SERVICE_ACCOUNTS, &t.namespace, &t.name).ok()?;
+        if sa.uid() != t.uid || is_deleting(&sa.value) {
+            return None;
+        }
+        Some(TokenUser {
+            username: format!("system:serviceaccount:{}:{}", t.namespace, t.name),
+            uid: t.uid,
+            groups: vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{}", t.namespace), "system:authenticated".into()],
+            audiences: t.audiences,
+        })
     }
 
     /// Live events of one resource, from now on (for in-process controllers).

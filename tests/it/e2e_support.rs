@@ -39,6 +39,9 @@ pub async fn cluster(nodes: usize, zones: usize, cpu: &str, pods: u32, faults: F
         bookmark_interval: Duration::from_millis(500),
         faults,
         auth: auth_config(),
+        // The e2e tests hand-craft their pods (some owned by a ReplicaSet
+        // that must not run); cluster_controllers turns them on.
+        controllers: berth::cluster::controllers::ControllersConfig { enabled: false, ..Default::default() },
         ..Default::default()
     };
     LocalCluster::start(cfg).await.unwrap()

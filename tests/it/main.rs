@@ -11,6 +11,8 @@
 mod admin;
 mod cli;
 mod cluster_bench;
+mod cluster_clients;
+mod cluster_controllers;
 mod cluster_crd;
 mod cluster_faults;
 mod cluster_kube;

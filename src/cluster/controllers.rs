@@ -1,0 +1,577 @@
+//! Workload controllers of the local cluster (upstream `pkg/controller/
+//! deployment`, `replicaset`, `job` and the garbage collector), enough to run
+//! real manifests: a Deployment owns one ReplicaSet per pod template
+//! (named by its `pod-template-hash`) and rolls from the old ones to the
+//! new one within `maxSurge`/`maxUnavailable` (or Recreate); a ReplicaSet
+//! creates pods from its template (so their `schedulerName` is the
+//! template's) and deletes the surplus (unbound first, then not ready,
+//! then the newest); a Job runs `parallelism` pods at a time until
+//! `completions` succeed (the simulated kubelet completes them); deleting
+//! an owner deletes its dependents (background propagation through
+//! ownerReferences).
+//!
+//! Simplified: no proportional scaling of several old ReplicaSets during a
+//! resize, no revision history limit, no `minReadySeconds` (ready is
+//! available), no progress deadline; Jobs have no indexed completion
+//! mode, pod failure policy or TTL; StatefulSets and DaemonSets are not
+//! run yet.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use super::resources::{self as res, DEPLOYMENTS, JOBS, PODS, REPLICASETS};
+use super::selector::Filter;
+use super::store::{DeleteOpts, EventType, Obj, Store, WatchEvent, now_rfc3339};
+
+/// Workload controller settings.
+#[derive(Debug, Clone)]
+pub struct ControllersConfig {
+    /// Run the Deployment and ReplicaSet controllers and the garbage collector.
+    pub enabled: bool,
+    /// Full resync period (events trigger a sync sooner).
+    pub resync: Duration,
+    /// Most pods one ReplicaSet creates or deletes per sync (upstream's
+    /// `burstReplicas`, 500).
+    pub burst: usize,
+}
+
+impl Default for ControllersConfig {
+    fn default() -> Self {
+        Self { enabled: true, resync: Duration::from_secs(2), burst: 500 }
+    }
+}
+
+/// The label a Deployment puts on its ReplicaSets and their pods.
+pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+fn s<'a>(v: &'a Value, p: &str) -> &'a str {
+    v.pointer(p).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The uid of the controller among the object's ownerReferences.
+fn controller_uid(v: &Value) -> Option<&str> {
+    v.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
+        .and_then(|o| o.get("uid").and_then(Value::as_str))
+}
+
+fn owner_ref(kind: &str, owner: &Value) -> Value {
+    json!([{
+        "apiVersion": if kind == "Job" { "batch/v1" } else { "apps/v1" },
+        "kind": kind,
+        "name": s(owner, "/metadata/name"),
+        "uid": s(owner, "/metadata/uid"),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }])
+}
+
+fn is_deleting(v: &Value) -> bool {
+    v.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
+}
+
+fn active(p: &Value) -> bool {
+    !is_deleting(p) && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed")
+}
+
+/// Start the controllers: they sync on changes to Deployments,
+/// ReplicaSets and owned pods, and every `resync`.
+pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut deployments = store.subscribe(DEPLOYMENTS);
+        let mut replicasets = store.subscribe(REPLICASETS);
+        let mut pods = store.subscribe(PODS);
+        let mut jobs = store.subscribe(JOBS);
+        let mut tick = tokio::time::interval(cfg.resync.max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let mut sweep = false;
+            tokio::select! {
+                _ = stop.changed() => break,
+                _ = tick.tick() => sweep = true,
+                ev = deployments.recv() => if !handle(&store, ev, DEPLOYMENTS) { break },
+                ev = replicasets.recv() => if !handle(&store, ev, REPLICASETS) { break },
+                ev = jobs.recv() => if !handle(&store, ev, JOBS) { break },
+                ev = pods.recv() => match ev {
+                    Ok(ev) if controller_uid(&ev.obj.value).is_none() => continue,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+            }
+            // Coalesce a burst of changes into one sync.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            while let Ok(ev) = pods.try_recv() {
+                let _ = ev;
+            }
+            if store.count(JOBS) > 0 {
+                sync_jobs(&store, cfg.burst);
+            }
+            if store.count(DEPLOYMENTS) == 0 && store.count(REPLICASETS) == 0 {
+                // Nothing to run; dependents of deleted owners went with
+                // their owner's DELETED event.
+                continue;
+            }
+            sync_deployments(&store);
+            sync_replicasets(&store, cfg.burst);
+            if sweep {
+                collect_orphans(&store);
+            }
+        }
+    })
+}
+
+/// An owner event: a deleted owner's dependents go. False when the
+/// store is gone.
+fn handle(store: &Store, ev: Result<Arc<WatchEvent>, broadcast::error::RecvError>, r: res::ResId) -> bool {
+    match ev {
+        Ok(ev) if ev.ty == EventType::Deleted => {
+            let dependents = if r == DEPLOYMENTS { REPLICASETS } else { PODS };
+            delete_dependents(store, dependents, ev.obj.namespace(), ev.obj.uid());
+            true
+        }
+        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => true,
+        Err(broadcast::error::RecvError::Closed) => false,
+    }
+}
+
+fn list(store: &Store, r: res::ResId, ns: Option<&str>) -> Vec<Arc<Obj>> {
+    let f = Filter { namespace: ns.map(str::to_string), ..Default::default() };
+    store.list(r, &f, None, None).map(|l| l.items).unwrap_or_default()
+}
+
+fn delete_dependents(store: &Store, r: res::ResId, ns: &str, owner_uid: &str) {
+    for o in list(store, r, Some(ns)) {
+        if controller_uid(&o.value) == Some(owner_uid) && !is_deleting(&o.value) {
+            let opts = DeleteOpts { uid: Some(o.uid().to_string()), ..Default::default() };
+            let _ = store.delete(r, ns, o.name(), &opts);
+        }
+    }
+}
+
+/// The garbage collector's sweep: ReplicaSets whose Deployment and pods
+/// whose ReplicaSet no longer exist.
+fn collect_orphans(store: &Store) {
+    for (dependent, owner) in [(REPLICASETS, DEPLOYMENTS), (PODS, REPLICASETS)] {
+        let owners: HashSet<String> = list(store, owner, None).iter().map(|o| o.uid().to_string()).collect();
+        for o in list(store, dependent, None) {
+            let owned_by_kind = o.value.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+                refs.iter().any(|r| {
+                    r.get("kind").and_then(Value::as_str) == Some(if owner == DEPLOYMENTS { "Deployment" } else { "ReplicaSet" })
+                        && r.get("uid").and_then(Value::as_str).is_some_and(|u| !owners.contains(u))
+                })
+            });
+            if owned_by_kind && !is_deleting(&o.value) {
+                let opts = DeleteOpts { uid: Some(o.uid().to_string()), ..Default::default() };
+                let _ = store.delete(dependent, o.namespace(), o.name(), &opts);
+            }
+        }
+    }
+}
+
+fn ready(p: &Value) -> bool {
+    res::pod_healthy(p)
+}
+
+/// Order in which surplus pods go (upstream's `ActivePods` ranking, in
+/// short): unassigned, then pending, then not ready, then the newest.
+fn deletion_rank(p: &Value) -> (u8, u8, u8, std::cmp::Reverse<String>) {
+    let unassigned = u8::from(!s(p, "/spec/nodeName").is_empty());
+    let pending = u8::from(s(p, "/status/phase") != "Pending");
+    let not_ready = u8::from(ready(p));
+    (unassigned, pending, not_ready, std::cmp::Reverse(s(p, "/metadata/creationTimestamp").to_string()))
+}
+
+fn sync_replicasets(store: &Store, burst: usize) {
+    let all_pods = list(store, PODS, None);
+    for rs in list(store, REPLICASETS, None) {
+        if is_deleting(&rs.value) {
+            continue;
+        }
+        let desired = rs.value.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0) as usize;
+        let mut owned: Vec<&Arc<Obj>> = all_pods
+            .iter()
+            .filter(|p| p.namespace() == rs.namespace() && controller_uid(&p.value) == Some(rs.uid()) && active(&p.value))
+            .collect();
+        let ns = rs.namespace().to_string();
+        if owned.len() < desired {
+            let template = rs.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+            for _ in 0..(desired - owned.len()).min(burst) {
+                let mut pod = json!({
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": template.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                    "spec": template.get("spec").cloned().unwrap_or_else(|| json!({})),
+                });
+                if let Some(m) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("name");
+                    m.insert("generateName".into(), json!(format!("{}-", rs.name())));
+                    m.insert("namespace".into(), json!(ns));
+                    m.insert("ownerReferences".into(), owner_ref("ReplicaSet", &rs.value));
+                }
+                if let Err(e) = store.create(PODS, &ns, pod) {
+                    tracing::debug!(replicaset = rs.name(), error = %e, "creating a pod failed");
+                    break;
+                }
+            }
+        } else if owned.len() > desired {
+            owned.sort_by_key(|p| deletion_rank(&p.value));
+            for p in owned.iter().take((owned.len() - desired).min(burst)) {
+                let opts = DeleteOpts { uid: Some(p.uid().to_string()), ..Default::default() };
+                let _ = store.delete(PODS, &ns, p.name(), &opts);
+            }
+        }
+        let pods: Vec<&Arc<Obj>> = all_pods.iter().filter(|p| p.namespace() == ns && controller_uid(&p.value) == Some(rs.uid()) && active(&p.value)).collect();
+        let ready_count = pods.iter().filter(|p| ready(&p.value)).count();
+        let status = json!({
+            "replicas": pods.len(),
+            "fullyLabeledReplicas": pods.len(),
+            "readyReplicas": ready_count,
+            "availableReplicas": ready_count,
+            "observedGeneration": rs.value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+        });
+        write_status(store, REPLICASETS, &rs, status);
+    }
+}
+
+fn write_status(store: &Store, r: res::ResId, o: &Obj, status: Value) {
+    let _ = store.modify(r, o.namespace(), o.name(), Some(o.uid()), |v| {
+        let mut keep = status.clone();
+        if let (Some(k), Some(old)) = (keep.as_object_mut(), v.get("status").and_then(Value::as_object)) {
+            for (key, val) in old {
+                if key == "conditions" {
+                    k.entry(key.clone()).or_insert_with(|| val.clone());
+                }
+            }
+        }
+        if v.get("status") == Some(&keep) {
+            return None;
+        }
+        let mut n = v.clone();
+        n.as_object_mut()?.insert("status".into(), keep);
+        Some(n)
+    });
+}
+
+/// FNV-1a over the template, as a short DNS-safe string (upstream hashes
+/// the template with FNV-32a and encodes it with its "safe" alphabet).
+fn template_hash(template: &Value) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut h: u32 = 0x811c_9dc5;
+    for b in template.to_string().bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let mut out = String::new();
+    let mut n = h;
+    loop {
+        out.push(ALPHABET[(n % ALPHABET.len() as u32) as usize] as char);
+        n /= ALPHABET.len() as u32;
+        if n == 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// maxSurge and maxUnavailable of a rolling update (defaults 25%, surge
+/// rounded up, unavailable down; both zero becomes unavailable 1).
+fn rolling_bounds(d: &Value, desired: i64) -> (i64, i64) {
+    let resolve = |p: &str, up: bool| -> i64 {
+        match d.pointer(p) {
+            Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
+            Some(Value::String(t)) => match t.strip_suffix('%').and_then(|x| x.trim().parse::<i64>().ok()) {
+                Some(pct) if up => (pct * desired + 99) / 100,
+                Some(pct) => pct * desired / 100,
+                None => t.parse().unwrap_or(0),
+            },
+            _ if up => (25 * desired + 99) / 100,
+            _ => 25 * desired / 100,
+        }
+    };
+    let surge = resolve("/spec/strategy/rollingUpdate/maxSurge", true).max(0);
+    let mut unavailable = resolve("/spec/strategy/rollingUpdate/maxUnavailable", false).max(0);
+    if surge == 0 && unavailable == 0 {
+        unavailable = 1;
+    }
+    (surge, unavailable)
+}
+
+fn replicas(v: &Value) -> i64 {
+    v.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0)
+}
+
+fn set_replicas(store: &Store, rs: &Obj, n: i64) {
+    if replicas(&rs.value) == n {
+        return;
+    }
+    let _ = store.modify(REPLICASETS, rs.namespace(), rs.name(), Some(rs.uid()), |v| {
+        let mut n2 = v.clone();
+        n2.pointer_mut("/spec")?.as_object_mut()?.insert("replicas".into(), json!(n));
+        Some(n2)
+    });
+}
+
+fn sync_deployments(store: &Store) {
+    let all_pods = list(store, PODS, None);
+    let all_rs = list(store, REPLICASETS, None);
+    for d in list(store, DEPLOYMENTS, None) {
+        if is_deleting(&d.value) || d.value.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
+            continue;
+        }
+        let ns = d.namespace().to_string();
+        let desired = replicas(&d.value);
+        let template = d.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+        let hash = template_hash(&template);
+        let owned: Vec<&Arc<Obj>> = all_rs.iter().filter(|r| r.namespace() == ns && controller_uid(&r.value) == Some(d.uid())).collect();
+        let counts = |rs: &Obj| -> (i64, i64) {
+            let pods: Vec<&Arc<Obj>> = all_pods.iter().filter(|p| p.namespace() == ns && controller_uid(&p.value) == Some(rs.uid()) && active(&p.value)).collect();
+            (pods.len() as i64, pods.iter().filter(|p| ready(&p.value)).count() as i64)
+        };
+        let new_rs = owned.iter().find(|r| s(&r.value, &format!("/metadata/labels/{POD_TEMPLATE_HASH}")) == hash).copied();
+        let old: Vec<&Arc<Obj>> = owned.iter().filter(|r| new_rs.is_none_or(|n| n.uid() != r.uid())).copied().collect();
+        let old_replicas: i64 = old.iter().map(|r| replicas(&r.value)).sum();
+        let recreate = s(&d.value, "/spec/strategy/type") == "Recreate";
+        let (surge, max_unavailable) = rolling_bounds(&d.value, desired);
+        let new_target = |current: i64| -> i64 {
+            if recreate {
+                let old_pods: i64 = old.iter().map(|r| counts(r).0).sum();
+                if old_replicas == 0 && old_pods == 0 { desired } else { 0 }
+            } else if old_replicas == 0 {
+                desired
+            } else {
+                let room = (desired + surge - (old_replicas + current)).max(0);
+                (current + room).min(desired).max(current.min(desired))
+            }
+        };
+        let new_rs = match new_rs {
+            Some(r) => {
+                set_replicas(store, r, new_target(replicas(&r.value)));
+                Some((*r).clone())
+            }
+            None => {
+                let mut tmpl = template.clone();
+                crate_label(&mut tmpl, &hash);
+                let mut selector = d.value.pointer("/spec/selector").cloned().unwrap_or_else(|| json!({}));
+                if let Some(m) = selector.as_object_mut() {
+                    let ml = m.entry("matchLabels").or_insert_with(|| json!({}));
+                    if let Some(ml) = ml.as_object_mut() {
+                        ml.insert(POD_TEMPLATE_HASH.into(), json!(hash));
+                    }
+                }
+                let revision = owned
+                    .iter()
+                    .filter_map(|r| s(&r.value, "/metadata/annotations/deployment.kubernetes.io~1revision").parse::<i64>().ok())
+                    .max()
+                    .unwrap_or(0)
+                    + 1;
+                let rs = json!({
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "metadata": {
+                        "name": format!("{}-{hash}", d.name()),
+                        "namespace": ns,
+                        "labels": tmpl.pointer("/metadata/labels").cloned().unwrap_or_else(|| json!({})),
+                        "annotations": {"deployment.kubernetes.io/revision": revision.to_string(),
+                            "deployment.kubernetes.io/desired-replicas": desired.to_string(),
+                            "deployment.kubernetes.io/max-replicas": (desired + surge).to_string()},
+                        "ownerReferences": owner_ref("Deployment", &d.value),
+                    },
+                    "spec": {"replicas": new_target(0), "selector": selector, "template": tmpl},
+                });
+                match store.create(REPLICASETS, &ns, rs) {
+                    Ok(o) => Some(o),
+                    Err(e) => {
+                        tracing::debug!(deployment = d.name(), error = %e, "creating a ReplicaSet failed");
+                        None
+                    }
+                }
+            }
+        };
+        // Scale the old ReplicaSets down while enough pods stay available.
+        let (new_pods, new_ready) = new_rs.as_ref().map(|r| counts(r)).unwrap_or((0, 0));
+        let old_counts: Vec<(i64, i64)> = old.iter().map(|r| counts(r)).collect();
+        if recreate {
+            for r in &old {
+                set_replicas(store, r, 0);
+            }
+        } else {
+            let available: i64 = new_ready + old_counts.iter().map(|c| c.1).sum::<i64>();
+            let old_unhealthy: i64 = old.iter().zip(&old_counts).map(|(r, c)| (replicas(&r.value) - c.1).max(0)).sum();
+            let mut allowed = (available - (desired - max_unavailable)).max(0) + old_unhealthy;
+            let mut oldest: Vec<&&Arc<Obj>> = old.iter().collect();
+            oldest.sort_by_key(|r| s(&r.value, "/metadata/creationTimestamp").to_string());
+            for r in oldest {
+                let cur = replicas(&r.value);
+                let cut = cur.min(allowed);
+                if cut > 0 {
+                    set_replicas(store, r, cur - cut);
+                    allowed -= cut;
+                }
+            }
+        }
+        let total_pods = new_pods + old_counts.iter().map(|c| c.0).sum::<i64>();
+        let total_ready = new_ready + old_counts.iter().map(|c| c.1).sum::<i64>();
+        let available_ok = total_ready >= desired - max_unavailable;
+        let now = now_rfc3339();
+        let status = json!({
+            "observedGeneration": d.value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "replicas": total_pods,
+            "updatedReplicas": new_pods,
+            "readyReplicas": total_ready,
+            "availableReplicas": total_ready,
+            "unavailableReplicas": (desired - total_ready).max(0),
+            "conditions": [
+                {"type": "Available", "status": if available_ok { "True" } else { "False" },
+                    "reason": if available_ok { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
+                    "message": if available_ok { "Deployment has minimum availability." } else { "Deployment does not have minimum availability." },
+                    "lastUpdateTime": now, "lastTransitionTime": now},
+                {"type": "Progressing", "status": "True", "reason": if new_pods == desired && total_pods == desired { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" },
+                    "message": format!("ReplicaSet \"{}-{hash}\" is progressing.", d.name()),
+                    "lastUpdateTime": now, "lastTransitionTime": now},
+            ],
+        });
+        let unchanged = d.value.get("status").is_some_and(|old| {
+            let strip = |v: &Value| {
+                let mut v = v.clone();
+                if let Some(m) = v.as_object_mut() {
+                    m.remove("conditions");
+                }
+                v
+            };
+            strip(old) == strip(&status)
+        });
+        if !unchanged {
+            let _ = store.modify(DEPLOYMENTS, &ns, d.name(), Some(d.uid()), |v| {
+                let mut n = v.clone();
+                n.as_object_mut()?.insert("status".into(), status.clone());
+                Some(n)
+            });
+        }
+    }
+}
+
+/// The Job controller, in short: `parallelism` pods at a time (default
+/// one) until `completions` (default one) have Succeeded, then the Job is
+/// Complete (SuccessCriteriaMet, then Complete, as 1.31+ writes them);
+/// more than `backoffLimit` (default 6) failed pods make it Failed. Its pods
+/// carry the job labels and, unless the template says otherwise, ask the
+/// simulated kubelet to complete them after a second.
+fn sync_jobs(store: &Store, burst: usize) {
+    let all_pods = list(store, PODS, None);
+    for job in list(store, JOBS, None) {
+        if is_deleting(&job.value) {
+            continue;
+        }
+        let finished = job.value.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
+            cs.iter().any(|c| matches!(s(c, "/type"), "Complete" | "Failed") && s(c, "/status") == "True")
+        });
+        if finished || job.value.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) {
+            continue;
+        }
+        let ns = job.namespace().to_string();
+        let completions = job.value.pointer("/spec/completions").and_then(Value::as_i64).unwrap_or(1).max(0);
+        let parallelism = job.value.pointer("/spec/parallelism").and_then(Value::as_i64).unwrap_or(1).max(0);
+        let backoff_limit = job.value.pointer("/spec/backoffLimit").and_then(Value::as_i64).unwrap_or(6);
+        let owned: Vec<&Arc<Obj>> = all_pods.iter().filter(|p| p.namespace() == ns && controller_uid(&p.value) == Some(job.uid())).collect();
+        let succeeded = owned.iter().filter(|p| s(&p.value, "/status/phase") == "Succeeded").count() as i64;
+        let failed = owned.iter().filter(|p| s(&p.value, "/status/phase") == "Failed").count() as i64;
+        let active = owned.iter().filter(|p| active(&p.value)).count() as i64;
+        let now = now_rfc3339();
+        let start = job.value.pointer("/status/startTime").cloned().unwrap_or_else(|| json!(now));
+        let mut status = json!({"startTime": start, "active": active, "succeeded": succeeded, "failed": failed, "ready": owned.iter().filter(|p| ready(&p.value)).count()});
+        let cond = |ty: &str, reason: &str, message: &str| {
+            json!({"type": ty, "status": "True", "reason": reason, "message": message, "lastProbeTime": now, "lastTransitionTime": now})
+        };
+        if succeeded >= completions {
+            status["active"] = json!(0);
+            status["completionTime"] = json!(now);
+            status["conditions"] = json!([
+                cond("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"),
+                cond("Complete", "CompletionsReached", "Reached expected number of succeeded pods"),
+            ]);
+        } else if failed > backoff_limit {
+            status["conditions"] = json!([
+                cond("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+                cond("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+            ]);
+        } else {
+            let wanted = parallelism.min(completions - succeeded);
+            let template = job.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+            for _ in 0..(wanted - active).clamp(0, burst as i64) {
+                let mut pod = json!({
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": template.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                    "spec": template.get("spec").cloned().unwrap_or_else(|| json!({})),
+                });
+                if let Some(m) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("name");
+                    m.insert("generateName".into(), json!(format!("{}-", job.name())));
+                    m.insert("namespace".into(), json!(ns));
+                    m.insert("ownerReferences".into(), owner_ref("Job", &job.value));
+                    let labels = m.entry("labels").or_insert_with(|| json!({}));
+                    if let Some(l) = labels.as_object_mut() {
+                        l.insert("batch.kubernetes.io/controller-uid".into(), json!(job.uid()));
+                        l.insert("batch.kubernetes.io/job-name".into(), json!(job.name()));
+                        l.insert("controller-uid".into(), json!(job.uid()));
+                        l.insert("job-name".into(), json!(job.name()));
+                    }
+                    let ann = m.entry("annotations").or_insert_with(|| json!({}));
+                    if let Some(a) = ann.as_object_mut() {
+                        a.entry(super::kubelet::COMPLETE_AFTER).or_insert_with(|| json!("1s"));
+                    }
+                }
+                if let Err(e) = store.create(PODS, &ns, pod) {
+                    tracing::debug!(job = job.name(), error = %e, "creating a pod failed");
+                    break;
+                }
+            }
+        }
+        write_status(store, JOBS, &job, status);
+    }
+}
+
+/// Add the pod-template-hash label to a template.
+fn crate_label(tmpl: &mut Value, hash: &str) {
+    let Some(t) = tmpl.as_object_mut() else { return };
+    let meta = t.entry("metadata").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    if let Some(m) = meta.as_object_mut() {
+        let labels = m.entry("labels").or_insert_with(|| json!({}));
+        if let Some(l) = labels.as_object_mut() {
+            l.insert(POD_TEMPLATE_HASH.into(), json!(hash));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rolling_bounds_follow_upstream_defaults() {
+        assert_eq!(rolling_bounds(&json!({}), 10), (3, 2));
+        assert_eq!(rolling_bounds(&json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}}}), 10), (0, 1));
+        assert_eq!(rolling_bounds(&json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 1}}}}), 3), (2, 1));
+    }
+
+    #[test]
+    fn surplus_pods_go_unbound_first_then_newest() {
+        let p = |node: &str, phase: &str, t: &str| json!({"spec": {"nodeName": node}, "status": {"phase": phase}, "metadata": {"creationTimestamp": t}});
+        let mut pods = [p("n1", "Running", "2026-01-01T00:00:01Z"), p("", "Pending", "2026-01-01T00:00:00Z"), p("n1", "Running", "2026-01-01T00:00:02Z")];
+        pods.sort_by_key(deletion_rank);
+        assert_eq!(s(&pods[0], "/spec/nodeName"), "");
+        assert_eq!(s(&pods[1], "/metadata/creationTimestamp"), "2026-01-01T00:00:02Z");
+        assert_eq!(template_hash(&json!({"a": 1})), template_hash(&json!({"a": 1})));
+        assert_ne!(template_hash(&json!({"a": 1})), template_hash(&json!({"a": 2})));
+    }
+}
