@@ -299,11 +299,11 @@ async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
 
 /// scheduler-plugins' own PodGroup CRD manifest (kubernetes-sigs/scheduler-plugins,
 /// `manifests/crds/scheduling.x-k8s.io_podgroups.yaml`), from `$BERTH_SP_CRD` or
-/// the shared fixtures; not vendored here.
+/// the copy under `tests/fixtures` (unchanged, Apache-2.0).
 fn scheduler_plugins_crd() -> Option<PathBuf> {
     let p = std::env::var("BERTH_SP_CRD")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from("/work/shared/fixtures/scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml"));
+        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml")));
     p.exists().then_some(p)
 }
 
