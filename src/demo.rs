@@ -403,6 +403,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         }
     }
     say(&pb, gang_wave(&client).await);
+    say(&pb, stateful_wave(&client).await);
     // Let preemption victims finish terminating.
     say(&pb, "letting preemption victims terminate".into());
     shared.wait(Duration::from_secs(10), |t| t.pods.values().all(|r| !r.preempted || r.deleted)).await;
@@ -544,6 +545,103 @@ async fn gang_wave(client: &kube::Client) -> String {
     match run.await {
         Ok(line) => line,
         Err(e) => format!("gang wave skipped: {e:#}"),
+    }
+}
+
+/// The stateful wave: six pods, each with its own claim of the default
+/// StorageClass (WaitForFirstConsumer: berth picks the node, writes the
+/// claim's selected node, the provisioner creates the volume in that zone),
+/// and one pod whose claim can only be met by a pre-existing PV in one zone.
+/// Returns the line to show.
+async fn stateful_wave(client: &kube::Client) -> String {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    const NS: &str = "demo-stateful";
+    const SIZE: usize = 6;
+    let archive_zone = zone_name(1);
+    let run = async {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.context("creating the stateful namespace")?;
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let claim = |name: &str, class: Option<&str>| -> anyhow::Result<PersistentVolumeClaim> {
+            let mut spec = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}});
+            if let Some(c) = class {
+                spec["storageClassName"] = json!(c);
+            }
+            Ok(serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec}))?)
+        };
+        let pod = |name: &str, claim: &str| -> anyhow::Result<Pod> {
+            Ok(serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"app": "db"}},
+                "spec": {"schedulerName": SCHEDULER, "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "db", "image": "pause", "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}],
+                         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}
+            }))?)
+        };
+        // A statically provisioned zonal volume, and a class only it serves.
+        let sc: StorageClass = serde_json::from_value(json!({
+            "metadata": {"name": "demo-archive"}, "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"
+        }))?;
+        Api::<StorageClass>::all(client.clone()).create(&PostParams::default(), &sc).await.context("creating StorageClass demo-archive")?;
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "demo-archive-pv"},
+            "spec": {"capacity": {"storage": "5Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "demo-archive",
+                     "persistentVolumeReclaimPolicy": "Retain", "csi": {"driver": "csi.berth.dev", "volumeHandle": "demo-archive"},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE_KEY, "operator": "In", "values": [archive_zone]}]}]}}}
+        }))?;
+        Api::<PersistentVolume>::all(client.clone()).create(&PostParams::default(), &pv).await.context("creating PersistentVolume demo-archive-pv")?;
+        for i in 0..SIZE {
+            claims.create(&PostParams::default(), &claim(&format!("data-db-{i}"), None)?).await.with_context(|| format!("creating claim {NS}/data-db-{i}"))?;
+            pods.create(&PostParams::default(), &pod(&format!("db-{i}"), &format!("data-db-{i}"))?).await.with_context(|| format!("creating pod {NS}/db-{i}"))?;
+        }
+        claims.create(&PostParams::default(), &claim("archive", Some("demo-archive"))?).await.context("creating claim archive")?;
+        pods.create(&PostParams::default(), &pod("archive", "archive")?).await.context("creating pod archive")?;
+        let zones: HashMap<String, String> = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?.items.iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), node_labels(n).get(ZONE_KEY).cloned().unwrap_or_default())).collect();
+        let pvs: Api<PersistentVolume> = Api::all(client.clone());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let list = pods.list(&ListParams::default()).await?.items;
+            let claim_list = claims.list(&ListParams::default()).await?.items;
+            let pv_list = pvs.list(&ListParams::default()).await?.items;
+            // A pod is placed well when its claim is Bound to a PV whose node affinity admits the pod's node.
+            let mut good = 0;
+            let mut archive_node = None;
+            for p in &list {
+                let (Some(node), Some(name)) = (node_of(p), p.metadata.name.as_deref()) else { continue };
+                let claim_name = if name == "archive" { "archive".to_string() } else { format!("data-{name}") };
+                let Some(volume) = claim_list.iter().find(|c| c.metadata.name.as_deref() == Some(&claim_name)).and_then(|c| c.spec.as_ref()?.volume_name.clone()) else { continue };
+                let Some(pv) = pv_list.iter().find(|v| v.metadata.name.as_deref() == Some(&volume)) else { continue };
+                let zone = zones.get(node).cloned().unwrap_or_default();
+                let admits = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()?.required.as_ref()).is_none_or(|r| {
+                    r.node_selector_terms.iter().any(|t| {
+                        t.match_expressions.iter().flatten().all(|e| {
+                            let have = if e.key == ZONE_KEY { zone.as_str() } else if e.key == HOST_KEY { node } else { "" };
+                            e.values.iter().flatten().any(|v| v == have)
+                        })
+                    })
+                });
+                if admits {
+                    good += 1;
+                    if name == "archive" {
+                        archive_node = Some(zone);
+                    }
+                }
+            }
+            if good == SIZE + 1 || Instant::now() > deadline {
+                let placed_archive = usize::from(archive_node.is_some());
+                let archive = match archive_node {
+                    Some(z) => format!("archive bound beside its pre-existing PV in {z}"),
+                    None => format!("archive (pre-existing PV in {archive_zone}) not placed"),
+                };
+                return anyhow::Ok(format!("stateful wave: {}/{SIZE} pods with claims of the default class, each volume provisioned in its pod's zone; {archive}", good - placed_archive));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    match run.await {
+        Ok(line) => line,
+        Err(e) => format!("stateful wave skipped: {e:#}"),
     }
 }
 
