@@ -214,7 +214,7 @@ pub fn validate_volume(pv: &Value) -> Vec<String> {
             }
             Ok(ns) => {
                 if let Err(e) = NodeSelector::compile(&ns, "spec.nodeAffinity.required") {
-                    errs.push(format!("{e}"));
+                    errs.push(e.to_string());
                 }
             }
             Err(e) => errs.push(format!("spec.nodeAffinity.required: Invalid value: {e}")),

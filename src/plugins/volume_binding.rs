@@ -143,13 +143,16 @@ struct NodeVolumes {
     provisions: Vec<(Arc<Claim>, Option<Arc<Capacity>>)>,
 }
 
+/// A candidate PV with its claimRef as the cache sees it (assumptions included).
+type Candidate = (Arc<Volume>, Option<ClaimRef>);
+
 /// The cycle state.
 #[derive(Clone, Debug, Default)]
 struct State {
     bound: Vec<(Arc<Claim>, Option<Arc<Volume>>)>,
     delayed: Vec<Delayed>,
     /// Candidate PVs per class, with their claimRef as the cache sees it (assumptions included).
-    candidates: HashMap<String, Vec<(Arc<Volume>, Option<ClaimRef>)>>,
+    candidates: HashMap<String, Vec<Candidate>>,
     /// Filter's findings per node name, shared by clones (as upstream's pointer state is).
     by_node: Arc<Mutex<HashMap<String, NodeVolumes>>>,
     /// Every claim of the pod is fully bound.

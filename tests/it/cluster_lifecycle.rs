@@ -226,10 +226,8 @@ async fn deleted_nodes_pods_are_garbage_collected() {
     loop {
         let ev = tokio::time::timeout(Duration::from_secs(5), events.try_next()).await.unwrap().unwrap().unwrap();
         match ev {
-            WatchEvent::Modified(p) => {
-                if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
-                    failed = Some(p);
-                }
+            WatchEvent::Modified(p) if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") => {
+                failed = Some(p);
             }
             WatchEvent::Deleted(_) => break,
             _ => {}

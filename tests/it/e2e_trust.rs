@@ -61,10 +61,13 @@ fn over_capacity(all: &[Pod], slots: usize) -> usize {
     per.values().filter(|n| **n > slots).count()
 }
 
+type BindingLog = (HashMap<String, String>, Vec<String>);
+
 /// Watches pod bindings; flags any pod whose node changed.
 #[derive(Clone, Default)]
 struct Bindings {
-    inner: Arc<Mutex<(HashMap<String, String>, Vec<String>)>>,
+    /// Each pod's node, and the pods whose node changed.
+    inner: Arc<Mutex<BindingLog>>,
 }
 
 impl Bindings {
