@@ -174,6 +174,32 @@ pub struct PostFilterResult {
 /// Highest normalized score a plugin may give.
 pub const MAX_NODE_SCORE: i64 = 100;
 
+/// Runs `plugin`'s Filter on the nodes `needs_look` picks, keeps the others
+/// as they are, and moves each rejected node with its status to `rejected`:
+/// the shared body of [`Plugin::filter_nodes`] and its node-local overrides.
+pub fn filter_each<P: Plugin + ?Sized>(
+    plugin: &P,
+    state: &CycleState,
+    pod: &PodInfo,
+    snap: &Snapshot,
+    nodes: &mut Vec<usize>,
+    rejected: &mut Vec<(usize, Status)>,
+    needs_look: impl Fn(&NodeInfo) -> bool,
+) {
+    nodes.retain(|&i| {
+        let ni = &snap.nodes[i];
+        if !needs_look(ni) {
+            return true;
+        }
+        let s = plugin.filter(state, pod, ni);
+        if s.is_success() {
+            return true;
+        }
+        rejected.push((i, s));
+        false
+    });
+}
+
 /// A scheduling plugin. Every method has a default for plugins that do not
 /// implement that extension point; `points` says which ones it does.
 #[allow(unused_variables)] // default methods ignore their arguments
@@ -237,14 +263,7 @@ pub trait Plugin: Send + Sync {
     /// loop that answers the common case without building a status, so that a
     /// full cycle pays one dynamic call per plugin rather than per node.
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
-        nodes.retain(|&i| {
-            let s = self.filter(state, pod, &snap.nodes[i]);
-            if s.is_success() {
-                return true;
-            }
-            rejected.push((i, s));
-            false
-        });
+        filter_each(self, state, pod, snap, nodes, rejected, |_| true);
     }
 
     /// PostFilter: called when no node fits.

@@ -50,14 +50,7 @@ impl Plugin for NodeDeclaredFeatures {
         if pod.required_features.is_empty() {
             return;
         }
-        nodes.retain(|&i| {
-            let s = self.filter(state, pod, &snap.nodes[i]);
-            if s.is_success() {
-                return true;
-            }
-            rejected.push((i, s));
-            false
-        });
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_| true);
     }
 }
 

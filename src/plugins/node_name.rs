@@ -39,14 +39,7 @@ impl Plugin for NodeName {
         if pod.node_name.is_none() {
             return;
         }
-        nodes.retain(|&i| {
-            let s = self.filter(state, pod, &snap.nodes[i]);
-            if s.is_success() {
-                return true;
-            }
-            rejected.push((i, s));
-            false
-        });
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_| true);
     }
 }
 

@@ -47,18 +47,7 @@ impl Plugin for NodeUnschedulable {
     }
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // Only cordoned nodes need a look.
-        nodes.retain(|&i| {
-            let ni = &snap.nodes[i];
-            if !ni.unschedulable {
-                return true;
-            }
-            let s = self.filter(state, pod, ni);
-            if s.is_success() {
-                return true;
-            }
-            rejected.push((i, s));
-            false
-        });
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |ni| ni.unschedulable);
     }
 }
 

@@ -46,18 +46,7 @@ impl Plugin for TaintToleration {
     }
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // Only tainted nodes need a look.
-        nodes.retain(|&i| {
-            let ni = &snap.nodes[i];
-            if !ni.has_taints {
-                return true;
-            }
-            let s = self.filter(state, pod, ni);
-            if s.is_success() {
-                return true;
-            }
-            rejected.push((i, s));
-            false
-        });
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |ni| ni.has_taints);
     }
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
         let prefer = pod
