@@ -561,6 +561,7 @@ async fn resource_request(
                     Ok(with_warnings(obj_response(StatusCode::CREATED, alias.as_ref(), &o), &warnings))
                 }
                 _ => {
+                    refuse_dry_run(&q)?;
                     let filter = build_filter(&info, ns, &q)?;
                     let opts = delete_opts(&q, &body)?;
                     let lr = store.list(r, &filter, None, None)?;
@@ -640,6 +641,7 @@ async fn resource_request(
                     Ok(with_warnings(obj_response(StatusCode::OK, alias.as_ref(), &o), &warnings))
                 }
                 "delete" => {
+                    refuse_dry_run(&q)?;
                     let opts = delete_opts(&q, &body)?;
                     let o = store.delete(r, &ns, &name, &opts)?;
                     Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
@@ -960,10 +962,13 @@ fn strict_findings(st: &AppState, info: &ResourceInfo, q: &HashMap<String, Strin
         return Ok((directive, Vec::new()));
     }
     let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
-    let dups = if yaml { Vec::new() } else { oa::duplicate_fields(body) };
-    let obj = parse_json(body, headers)?;
-    let unknown = unknown_of(st, info, &obj);
-    Ok((directive, oa::strict_errors(&unknown, &dups)))
+    if yaml {
+        let obj = parse_json(body, headers)?;
+        return Ok((directive, oa::strict_errors(&unknown_of(st, info, &obj), &[])));
+    }
+    let schema = st.openapi.schema_for(&served_infos(&st.store), info);
+    let errs = oa::strict_errors_json(body, schema.as_ref().map(|(doc, def)| (doc.as_ref(), def.as_str())), info.custom.is_some());
+    Ok((directive, errs))
 }
 
 fn unknown_of(st: &AppState, info: &ResourceInfo, obj: &Value) -> Vec<String> {
@@ -994,6 +999,7 @@ fn check_fields(st: &AppState, info: &ResourceInfo, q: &HashMap<String, String>,
 /// Patches: the patched object is checked (the stored object has no
 /// unknown fields, so they come from the patch); Strict refuses with 422
 /// `patch: Invalid value`, as the API server's patch handler does.
+#[allow(clippy::too_many_arguments)]
 fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, name: &str, pt: &PatchType, q: &HashMap<String, String>, body: &Bytes) -> HResult<Vec<String>> {
     use super::openapi::Directive;
     let directive = Directive::parse(q.get("fieldValidation").map(String::as_str)).map_err(Error::BadRequest)?;

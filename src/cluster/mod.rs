@@ -35,6 +35,14 @@
 //! `required`, `enum`, bounds and lengths ([`crd`]; no CEL, `pattern` or
 //! `format`). Deleting a CRD deletes its objects at once.
 //!
+//! OpenAPI ([`openapi`]): `/openapi/v2` (Swagger 2.0) and `/openapi/v3`
+//! (the root, and one OpenAPI 3.0 document per group-version) are generated
+//! on first request from k8s-openapi's schemas and the CRDs' schemas, cached
+//! with upstream's ETags and `?hash=` URLs, so `kubectl explain` and
+//! `kubectl apply` with validation on work. Writes honour
+//! `fieldValidation` (Strict refuses unknown and duplicate fields naming
+//! them, Warn, the default, answers `Warning` headers, Ignore is silent).
+//!
 //! Lifecycle, as Kubernetes documents it: a pod's grace period is the
 //! request's, else its own, 0 when it is not bound or already terminal,
 //! 1 s when negative; a second delete may only shorten it. Finalizers hold
@@ -61,8 +69,10 @@
 //! Known simplifications: no auth, JSON only (no protobuf, no CBOR); lists
 //! always answer the current state (resourceVersion/resourceVersionMatch on
 //! lists are ignored, and continued pages read the live state after the
-//! token's key); server-side apply has no field ownership or conflicts; dryRun is not
-//! honoured; pod spec immutability is only enforced for spec.nodeName,
+//! token's key); server-side apply has no field ownership or conflicts; dryRun writes are
+//! refused (400) rather than persisted; `/openapi/v2` and `/openapi/v3` answer JSON only
+//! (a protobuf-only Accept gets 406), and their schemas have no patch merge keys;
+//! server-side apply bodies are not checked for unknown fields; pod spec immutability is only enforced for spec.nodeName,
 //! priority, scheduling gates and spec.schedulingGroup; nodes get no heartbeats or leases; pods
 //! bound to a missing node stay Pending until PodGC collects them; the
 //! namespace controller does not retry with backoff (its conditions are
