@@ -51,7 +51,7 @@ def rust_modules(root):
 
 
 def resolve(module, ty):
-    ty = ty.strip()
+    ty = ty.strip().rstrip(",").strip()
     for wrapper in ("::core::option::Option<", "::prost::alloc::vec::Vec<", "::prost::alloc::boxed::Box<"):
         if ty.startswith(wrapper):
             return resolve(module, ty[len(wrapper):-1])
@@ -69,7 +69,14 @@ def parse_pb(root):
         lines = open(path).read().splitlines()
         cur = None
         attr = None
+        pending = ""
         for line in lines:
+            # prost wraps long field types over several lines: join them.
+            if pending or (cur is not None and attr is not None and line.strip().startswith("pub ")):
+                pending += " " + line.strip() if pending else line
+                if pending.count("<") > pending.count(">") or not pending.endswith(","):
+                    continue
+                line, pending = pending.replace("< ", "<").replace(" >", ">").replace(", >", ">"), ""
             m = STRUCT.match(line)
             if m:
                 cur = module + "." + m.group(1)
@@ -94,7 +101,7 @@ def parse_pb(root):
                 if mm:
                     kind = "map:%s:%s" % (mm.group(1), mm.group(2))
                     if mm.group(2) == "message":
-                        inner = ty[ty.index(",") + 1:ty.rindex(">")]
+                        inner = ty[ty.index(",") + 1:ty.rindex(">")].strip().rstrip(",")
                         ref = resolve(module, inner)
                 else:
                     kind = re.match(r'(\w+)', attr).group(1)
