@@ -168,11 +168,18 @@ type Message = HashMap<u32, Field>;
 
 struct Table {
     messages: HashMap<String, Message>,
+    /// Lower-cased name -> name: prost renames some acronyms (`IPBlock` is
+    /// `IpBlock`, `JSON` is `Json`) and keeps others (`CSINode`), while the
+    /// envelope carries Go's kind.
+    lower: HashMap<String, String>,
 }
+
+/// A field as the generator writes it: `[tag, json, type, ref, flags]`.
+type RawField = (u32, String, String, String, String);
 
 #[derive(serde::Deserialize)]
 struct RawTable {
-    messages: HashMap<String, Vec<(u32, String, String, String, String)>>,
+    messages: HashMap<String, Vec<RawField>>,
 }
 
 impl Table {
@@ -205,7 +212,8 @@ impl Table {
             }
             messages.insert(name, fields);
         }
-        Ok(Table { messages })
+        let lower = messages.keys().map(|k| (k.to_ascii_lowercase(), k.clone())).collect();
+        Ok(Table { messages, lower })
     }
 }
 
@@ -260,7 +268,7 @@ fn message_name<'t>(t: &'t Table, api_version: &str, kind: &str) -> Option<&'t s
     };
     [format!("{module}.{version}.{kind}"), format!("apimachinery.pkg.apis.meta.v1.{kind}")]
         .into_iter()
-        .find_map(|n| t.messages.get_key_value(n.as_str()).map(|(k, _)| k.as_str()))
+        .find_map(|n| t.lower.get(&n.to_ascii_lowercase()).map(String::as_str))
 }
 
 /// `runtime.Unknown`, the envelope.
@@ -402,7 +410,7 @@ impl Decoder<'_> {
             QUANTITY => return Ok(Some(Value::String(self.string_field(buf, 1, at)?))),
             INT_OR_STRING => return self.int_or_string(buf, at).map(Some),
             RAW_EXTENSION | FIELDS_V1 => return raw_json(self.bytes_field(buf, 1, at)?, at),
-            n if n.starts_with("apiextensions_apiserver.") && n.ends_with(".JSON") => {
+            n if n.starts_with("apiextensions_apiserver.") && n.ends_with(".Json") => {
                 return raw_json(self.bytes_field(buf, 1, at)?, at);
             }
             _ => {}
@@ -721,6 +729,10 @@ mod tests {
             ("authentication.k8s.io/v1", "TokenRequest"),
             ("scheduling.k8s.io/v1", "PriorityClass"),
             ("v1", "DeleteOptions"),
+            ("storage.k8s.io/v1", "CSINode"),
+            ("networking.k8s.io/v1", "IPAddress"),
+            ("networking.k8s.io/v1", "ServiceCIDR"),
+            ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         ] {
             assert!(message_name(t, av, kind).is_some(), "{av} {kind}");
         }
@@ -856,6 +868,39 @@ mod tests {
         assert_eq!(go_duration(90_000_000_000), "1m30s");
         assert_eq!(go_duration(1_500_000), "1.5ms");
         assert_eq!(go_duration(3_600_000_000_000), "1h0m0s");
+    }
+
+    #[test]
+    fn subresource_bodies() {
+        // pods/eviction: Eviction{metadata{name}, deleteOptions{gracePeriodSeconds: 0}} keeps the set pointer.
+        let mut raw = ld(1, &ld(1, b"p"));
+        raw.extend(ld(2, &vi(1, 0)));
+        let v = decode(&envelope("policy/v1", "Eviction", &raw)).unwrap();
+        assert_eq!(v, json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"}, "deleteOptions": {"gracePeriodSeconds": 0}}));
+        // pods/binding: Binding{metadata{name}, target{kind, name}}.
+        let mut target = ld(1, b"Node");
+        target.extend(ld(3, b"n1"));
+        let mut raw = ld(1, &ld(1, b"p"));
+        raw.extend(ld(2, &target));
+        let v = decode(&envelope("v1", "Binding", &raw)).unwrap();
+        assert_eq!(v["target"], json!({"kind": "Node", "name": "n1"}));
+        // DeleteOptions sent under a group version falls back to meta/v1's message.
+        let v = decode(&envelope("v1", "DeleteOptions", &ld(4, b"Foreground"))).unwrap();
+        assert_eq!(v["propagationPolicy"], "Foreground");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_and_json_is_raw() {
+        // JSONSchemaProps.not (28) nested 150 deep.
+        let mut raw = ld(5, b"object");
+        for _ in 0..150 {
+            raw = ld(28, &raw);
+        }
+        let e = decode(&envelope("apiextensions.k8s.io/v1", "JSONSchemaProps", &raw)).unwrap_err();
+        assert!(e.to_string().contains("nested deeper"), "{e}");
+        // JSONSchemaProps.default (JSON, 8) is its raw JSON.
+        let v = decode(&envelope("apiextensions.k8s.io/v1", "JSONSchemaProps", &ld(8, &ld(1, br#"{"a":[1]}"#)))).unwrap();
+        assert_eq!(v["default"], json!({"a": [1]}));
     }
 
     #[test]
