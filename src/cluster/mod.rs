@@ -105,6 +105,7 @@ pub mod controllers;
 pub mod faults;
 pub mod http;
 pub mod kubelet;
+pub mod openapi;
 pub mod podgc;
 pub mod proto;
 pub mod resources;
@@ -408,7 +409,7 @@ impl LocalCluster {
         let listener = bind(cfg.listen).map_err(|source| Error::Listen { addr: cfg.listen, source })?;
         let addr = listener.local_addr().map_err(|source| Error::Listen { addr: cfg.listen, source })?;
         drop(listener);
-        let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string(), auth: Arc::new(cfg.auth.clone()) };
+        let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string(), auth: Arc::new(cfg.auth.clone()), openapi: Arc::default() };
         let server = Arc::new(ServerCtl { addr, app: http::router(state), watch_gen, running: tokio::sync::Mutex::new(None) });
         server.listen().await?;
         let weak: std::sync::Weak<dyn faults::Restarter> = Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));
