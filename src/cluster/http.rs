@@ -160,13 +160,17 @@ fn obj_response(code: StatusCode, alias: Option<&Alias>, o: &Obj) -> Response {
 const BODY_LIMIT: usize = 3 * 1024 * 1024;
 
 async fn handle(State(st): State<AppState>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(b) => b,
         Err(_) => return Error::TooLarge.into_response(),
     };
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().unwrap_or("").to_string();
+    let bytes = match protobuf_body(&mut parts.headers, bytes) {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
     if let Some(refused) = unsupported_body(&parts.headers, &bytes) {
         return refused.into_response();
     }
@@ -176,7 +180,27 @@ async fn handle(State(st): State<AppState>, req: Request) -> Response {
     }
 }
 
-/// Request bodies are JSON or YAML (and the patch types): a protobuf or
+/// A protobuf body of a built-in kind becomes its JSON ([`super::proto`]),
+/// Content-Type included; a malformed one is 400. A kind with no protobuf
+/// schema (a custom resource) is left for [`unsupported_body`]'s 415.
+fn protobuf_body(headers: &mut HeaderMap, body: Bytes) -> HResult<Bytes> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if body.is_empty() || !super::proto::is_protobuf(ct) {
+        return Ok(body);
+    }
+    match super::proto::decode(&body) {
+        Ok(v) => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            Ok(v.to_string().into())
+        }
+        Err(e) if e.unsupported_media_type() => Ok(body),
+        Err(e) => Err(Error::BadRequest(e.to_string())),
+    }
+}
+
+/// Request bodies are JSON or YAML (and the patch types), or protobuf for
+/// the built-in kinds (decoded by [`protobuf_body`] first): a protobuf body
+/// of another kind, or a
 /// CBOR body is answered 415 Unsupported Media Type, which current
 /// clients (client-go, so kubectl) take as the cue to send JSON instead.
 fn unsupported_body(headers: &HeaderMap, body: &Bytes) -> Option<Error> {

@@ -66,7 +66,9 @@
 //! volume in the selected node's zone), pvc/pv-protection, and a kubelet
 //! that keeps a pod Pending while its claims are not usable on its node.
 //!
-//! Known simplifications: no auth, JSON only (no protobuf, no CBOR); lists
+//! Known simplifications: no auth; bodies are JSON, or protobuf for the
+//! built-in kinds (requests only, decoded into the same JSON: [`proto`];
+//! responses are JSON, which protobuf clients accept), no CBOR; lists
 //! always answer the current state (resourceVersion/resourceVersionMatch on
 //! lists are ignored, and continued pages read the live state after the
 //! token's key); server-side apply has no field ownership or conflicts; dryRun writes are
@@ -115,6 +117,7 @@ pub mod http;
 pub mod kubelet;
 pub mod openapi;
 pub mod podgc;
+pub mod proto;
 pub mod resources;
 pub mod selector;
 pub mod store;
