@@ -21,6 +21,8 @@ Rerun (from the repository root):
         --apimachinery <git dir or checkout of github.com/kubernetes/apimachinery> \
         > src/cluster/proto_schema.json
 (--api/--apimachinery accept a bare git directory: files are read at HEAD.)
+The committed table was generated from k8s-pb 0.9.0, k8s-openapi 0.29.0 (v1_37),
+kubernetes/api 10b39a39bcee and kubernetes/apimachinery eed236ceee2c.
 
 Output: {"messages": {"<k8s-pb module path>.<Message>": [[tag, json, type, ref, flags], ...]}}
   type: string int32 int64 uint32 uint64 bool bytes double float message
