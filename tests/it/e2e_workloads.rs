@@ -32,8 +32,10 @@ fn ready(p: &Pod) -> bool {
     has_condition(p, "Ready")
 }
 
-/// What a watch saw of the pods, in order: (event, pod name, ready, terminating, terminal).
-type Seen = Arc<Mutex<Vec<(&'static str, String, bool, bool, bool)>>>;
+/// One pod event a watch saw: (event, pod name, ready, terminating, terminal).
+type SeenEvent = (&'static str, String, bool, bool, bool);
+/// What a watch saw of the pods, in order.
+type Seen = Arc<Mutex<Vec<SeenEvent>>>;
 
 /// Records every pod event of the default namespace from now on.
 async fn record_pods(api: &Api<Pod>) -> (Seen, tokio::task::JoinHandle<()>) {
@@ -169,7 +171,7 @@ async fn a_statefulset_of_3_starts_in_order_with_claims_and_scales_down_in_rever
     .await;
     {
         let seen = seen.lock().unwrap();
-        let pos = |pred: &dyn Fn(&(&str, String, bool, bool, bool)) -> bool| seen[mark..].iter().position(pred).unwrap_or_else(|| panic!("{seen:?}"));
+        let pos = |pred: &dyn Fn(&SeenEvent) -> bool| seen[mark..].iter().position(pred).unwrap_or_else(|| panic!("{seen:?}"));
         let db2_terminating = pos(&|e| e.1 == "db-2" && e.3);
         let db2_gone = pos(&|e| e.1 == "db-2" && e.0 == "DELETED");
         let db1_terminating = pos(&|e| e.1 == "db-1" && e.3);

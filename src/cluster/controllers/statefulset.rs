@@ -121,11 +121,11 @@ fn ensure_claims(store: &Store, set: &Obj, ordinal: i64) -> bool {
                 }
             }
             Err(_) => {
-                if let Err(e) = store.create(PVCS, set.namespace(), claim) {
-                    if e.code() != 409 {
-                        tracing::debug!(statefulset = set.name(), claim = name, error = %e, "creating a claim failed");
-                        return false;
-                    }
+                if let Err(e) = store.create(PVCS, set.namespace(), claim)
+                    && e.code() != 409
+                {
+                    tracing::debug!(statefulset = set.name(), claim = name, error = %e, "creating a claim failed");
+                    return false;
                 }
             }
         }
@@ -288,10 +288,12 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burs
         let live: HashSet<i64> = pods.of_owner(set).filter_map(|p| ordinal(set.name(), p.name())).collect();
         for c in list(store, PVCS, Some(set.namespace())) {
             let ord = claim_templates(v).iter().find_map(|t| c.name().strip_prefix(s(t, "/metadata/name")).and_then(|r| r.strip_prefix('-')).and_then(|r| ordinal(set.name(), r)));
-            if let Some(o) = ord {
-                if (o < start || o >= start + replicas) && !live.contains(&o) && !is_deleting(&c.value) {
-                    delete_obj(store, PVCS, &c);
-                }
+            if let Some(o) = ord
+                && (o < start || o >= start + replicas)
+                && !live.contains(&o)
+                && !is_deleting(&c.value)
+            {
+                delete_obj(store, PVCS, &c);
             }
         }
     }
