@@ -1,6 +1,6 @@
 //! Real workloads on the local cluster with its controllers on and berth
 //! scheduling what they create: a Deployment of 30 scaled to 10, a
-//! StatefulSet created and scaled down in order with its claims, a
+//! StatefulSet created, rolled and scaled down in order with its claims, a
 //! DaemonSet through the scheduler on every eligible node (and a new one),
 //! a Job of 5 completions two at a time.
 #![allow(clippy::unwrap_used)]
@@ -97,7 +97,7 @@ async fn a_deployment_of_30_is_bound_by_berth_and_scaled_to_10() {
 }
 
 #[tokio::test]
-async fn a_statefulset_of_3_starts_in_order_with_claims_and_scales_down_in_reverse() {
+async fn a_statefulset_of_3_starts_in_order_with_claims_rolls_and_scales_down_in_reverse() {
     let c = cluster_with_controllers(3, 3, "8", 110).await;
     let d = start_daemon(&c, &config(""), "workloads-sts").await;
     until_leading(&d, 20).await;
@@ -158,6 +158,23 @@ async fn a_statefulset_of_3_starts_in_order_with_claims_and_scales_down_in_rever
                 ready_seen[i] = true;
             }
         }
+    }
+
+    // A new template rolls from the highest ordinal down, one pod at a time.
+    let old_revision = sets.get("db").await.unwrap().status.unwrap().update_revision.unwrap();
+    let mark = seen.lock().unwrap().len();
+    sets.patch("db", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "postgres:2"}]}}}}))).await.unwrap();
+    eventually(60, "rolled to postgres:2", || async {
+        let s = sets.get("db").await.unwrap().status?;
+        let ps = labelled(&pods, "app=db").await;
+        let new = ps.iter().filter(|p| ready(p) && p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("postgres:2")).count();
+        (new == 3 && s.updated_replicas == Some(3) && s.current_revision == s.update_revision && s.update_revision.as_ref() != Some(&old_revision)).then_some(())
+    })
+    .await;
+    {
+        let seen = seen.lock().unwrap();
+        let deleted: Vec<&str> = seen[mark..].iter().filter(|e| e.0 == "DELETED").map(|e| e.1.as_str()).collect();
+        assert_eq!(deleted, ["db-2", "db-1", "db-0"], "{:?}", &seen[mark..]);
     }
 
     // Scale to 1: db-2 goes, then db-1, each only once the one above is gone
