@@ -1,10 +1,11 @@
 //! `berth demo`: one process runs a local cluster (three zones, one of them
 //! tainted for batch work), the scheduler daemon against it over HTTP exactly
 //! as in a cluster (profile `berth`, leader election with a Lease), and plays
-//! a workload through the API: spread groups (hard and soft), a node-affinity
-//! group, a tolerating batch group, a burst of high-priority pods that
-//! preempts low-priority ones, and a pod that fits nowhere, whose explain is
-//! printed. The summary is checked independently of the scheduler: any
+//! a workload through the API, as the cluster's controllers run it:
+//! Deployments with spread constraints (hard and soft) and node affinity, a
+//! tolerating batch Job, a burst of high-priority Deployment pods that
+//! preempts low-priority filler pods, a pod that fits nowhere, whose explain
+//! is printed, a gang of pods (PodGroup) and a StatefulSet with claims. The summary is checked independently of the scheduler: any
 //! placement that breaks a hard constraint (capacity, taints, required node
 //! affinity, a DoNotSchedule spread skew, preemption of an equal or higher
 //! priority pod) or a pod left pending that should have been placed makes the
@@ -235,6 +236,44 @@ fn pod_json(g: &Group, i: usize) -> Value {
     })
 }
 
+/// How a group's pods are made: by a Deployment, by a Job, or created one by
+/// one (the preemption victims, which a controller would recreate, and the
+/// pod that fits nowhere, whose explain is asked by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Maker {
+    Deployment,
+    Job,
+    Pods,
+}
+
+fn maker(g: &Group) -> Maker {
+    match g.name {
+        "batch" => Maker::Job,
+        "filler" | GIANT => Maker::Pods,
+        _ => Maker::Deployment,
+    }
+}
+
+/// The Deployment or Job that makes a group's pods (its template is the
+/// group's pod; Job pods run until the demo ends).
+fn workload_json(g: &Group) -> Value {
+    let pod = pod_json(g, 0);
+    let labels = json!({"app": g.name});
+    let meta = json!({"name": g.name, "namespace": NAMESPACE, "labels": labels});
+    match maker(g) {
+        Maker::Job => {
+            let mut spec = pod["spec"].clone();
+            spec["restartPolicy"] = json!("Never");
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                "spec": {"completions": g.count, "parallelism": g.count, "template": {
+                    "metadata": {"labels": labels, "annotations": {crate::cluster::COMPLETE_AFTER: "1h"}}, "spec": spec}}})
+        }
+        _ => json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+            "spec": {"replicas": g.count, "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": pod["spec"]}}}),
+    }
+}
+
 // ---------------------------------------------------------------- tracking
 
 /// One pod as seen by the demo's watch.
@@ -275,6 +314,8 @@ impl Shared {
         if r.group.is_empty() {
             r.group = pod.metadata.labels.as_ref().and_then(|l| l.get("app")).cloned().unwrap_or_default();
         }
+        // A controller's pod is first seen on creation.
+        r.created.get_or_insert_with(Instant::now);
         let spec = pod.spec.as_ref();
         r.priority = spec.and_then(|s| s.priority).unwrap_or(r.priority);
         if let Some(n) = spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty())
@@ -368,30 +409,34 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
 
     for (wave, title) in WAVES.iter().enumerate() {
         let in_wave: Vec<&Group> = groups.iter().filter(|g| g.wave == wave).collect();
-        let names: Vec<&str> = in_wave.iter().map(|g| g.name).collect();
         let n: usize = in_wave.iter().map(|g| g.count).sum();
-        say(&pb, format!("wave {}/{}: {title}: {n} pods ({})", wave + 1, WAVES.len(), names.join(", ")));
-        // Interleave the groups of a wave, as concurrent rollouts would.
-        let max = in_wave.iter().map(|g| g.count).max().unwrap_or(0);
+        let made: Vec<String> = in_wave.iter().map(|g| format!("{} {}", g.name, match maker(g) { Maker::Deployment => "(Deployment)", Maker::Job => "(Job)", Maker::Pods => "(pods)" })).collect();
+        say(&pb, format!("wave {}/{}: {title}: {n} pods ({})", wave + 1, WAVES.len(), made.join(", ")));
+        for g in in_wave.iter().filter(|g| maker(g) != Maker::Pods) {
+            create_workload(&client, g).await?;
+        }
+        // Interleave the hand-made groups of a wave, as concurrent rollouts would.
+        let max = in_wave.iter().filter(|g| maker(g) == Maker::Pods).map(|g| g.count).max().unwrap_or(0);
         let mut batch = Vec::new();
         for i in 0..max {
-            for g in &in_wave {
+            for g in in_wave.iter().filter(|g| maker(g) == Maker::Pods) {
                 if i < g.count {
                     batch.push((pod_name(g, i), g.name, pod_json(g, i)));
                 }
             }
         }
         create_pods(&pods, &shared, batch).await?;
-        let want: Vec<String> = in_wave.iter().flat_map(|g| (0..g.count).map(move |i| (g, i))).map(|(g, i)| pod_name(g, i)).collect();
+        // Each group's pods, by the `app` label the watch records: all bound (or, by design, attempted).
         let pending_by_design = in_wave.iter().any(|g| g.expect_pending);
+        let wave_done = |t: &Tracker, ok: &dyn Fn(&Rec) -> bool| in_wave.iter().all(|g| t.pods.values().filter(|r| r.group == g.name && !r.deleted && ok(r)).count() >= g.count);
         let ok = if pending_by_design {
-            shared.wait(Duration::from_secs(15), |t| want.iter().all(|w| t.pods.get(w).is_some_and(|r| r.attempted || r.node.is_some()))).await
+            shared.wait(Duration::from_secs(15), |t| wave_done(t, &|r| r.attempted || r.node.is_some())).await
         } else {
-            shared.wait(WAVE_TIMEOUT, |t| want.iter().all(|w| t.pods.get(w).is_some_and(|r| r.node.is_some()))).await
+            shared.wait(WAVE_TIMEOUT, |t| wave_done(t, &|r| r.node.is_some())).await
         };
         if !ok && !pending_by_design {
             let t = shared.lock();
-            late.extend(want.iter().filter(|w| t.pods.get(*w).is_none_or(|r| r.node.is_none())).cloned());
+            late.extend(t.pods.iter().filter(|(_, r)| in_wave.iter().any(|g| g.name == r.group) && !r.deleted && r.node.is_none()).map(|(n, _)| n.clone()));
         }
         if pending_by_design {
             let path = format!("/debug/explain?pod={NAMESPACE}/{GIANT}");
@@ -548,7 +593,8 @@ async fn gang_wave(client: &kube::Client) -> String {
     }
 }
 
-/// The stateful wave: six pods, each with its own claim of the default
+/// The stateful wave: a StatefulSet of six pods (`db-0`.. in order), each
+/// with its own claim `data-db-<i>` from the set's volumeClaimTemplate on the default
 /// StorageClass (WaitForFirstConsumer: berth picks the node, writes the
 /// claim's selected node, the provisioner creates the volume in that zone),
 /// and one pod whose claim can only be met by a pre-existing PV in one zone.
@@ -591,10 +637,14 @@ async fn stateful_wave(client: &kube::Client) -> String {
                      "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE_KEY, "operator": "In", "values": [archive_zone]}]}]}}}
         }))?;
         Api::<PersistentVolume>::all(client.clone()).create(&PostParams::default(), &pv).await.context("creating PersistentVolume demo-archive-pv")?;
-        for i in 0..SIZE {
-            claims.create(&PostParams::default(), &claim(&format!("data-db-{i}"), None)?).await.with_context(|| format!("creating claim {NS}/data-db-{i}"))?;
-            pods.create(&PostParams::default(), &pod(&format!("db-{i}"), &format!("data-db-{i}"))?).await.with_context(|| format!("creating pod {NS}/db-{i}"))?;
-        }
+        // StatefulSet db: pods db-0.. in order, each with its claim data-db-<i> from the template.
+        let set: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "db"},
+            "spec": {"replicas": SIZE, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                "template": {"metadata": {"labels": {"app": "db"}}, "spec": pod("db", "data")?.spec},
+                "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": claim("data", None)?.spec}]}
+        }))?;
+        Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), NS).create(&PostParams::default(), &set).await.context("creating StatefulSet db")?;
         claims.create(&PostParams::default(), &claim("archive", Some("demo-archive"))?).await.context("creating claim archive")?;
         pods.create(&PostParams::default(), &pod("archive", "archive")?).await.context("creating pod archive")?;
         let zones: HashMap<String, String> = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?.items.iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), node_labels(n).get(ZONE_KEY).cloned().unwrap_or_default())).collect();
@@ -634,7 +684,7 @@ async fn stateful_wave(client: &kube::Client) -> String {
                     Some(z) => format!("archive bound beside its pre-existing PV in {z}"),
                     None => format!("archive (pre-existing PV in {archive_zone}) not placed"),
                 };
-                return anyhow::Ok(format!("stateful wave: {}/{SIZE} pods with claims of the default class, each volume provisioned in its pod's zone; {archive}", good - placed_archive));
+                return anyhow::Ok(format!("stateful wave: {}/{SIZE} pods of StatefulSet db with claims of the default class, each volume provisioned in its pod's zone; {archive}", good - placed_archive));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -660,6 +710,24 @@ fn spawn_watch(client: kube::Client, shared: Arc<Shared>, pb: ProgressBar) -> to
             pb.set_position(bound as u64);
         }
     })
+}
+
+async fn create_workload(client: &kube::Client, g: &Group) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::batch::v1::Job;
+    let body = workload_json(g);
+    let pp = PostParams::default();
+    match maker(g) {
+        Maker::Job => {
+            let job: Job = serde_json::from_value(body)?;
+            Api::<Job>::namespaced(client.clone(), NAMESPACE).create(&pp, &job).await.with_context(|| format!("creating Job {NAMESPACE}/{}", g.name))?;
+        }
+        _ => {
+            let d: Deployment = serde_json::from_value(body)?;
+            Api::<Deployment>::namespaced(client.clone(), NAMESPACE).create(&pp, &d).await.with_context(|| format!("creating Deployment {NAMESPACE}/{}", g.name))?;
+        }
+    }
+    Ok(())
 }
 
 async fn create_pods(api: &Api<Pod>, shared: &Shared, batch: Vec<(String, &'static str, Value)>) -> anyhow::Result<()> {

@@ -19,7 +19,6 @@
 //! storage.k8s.io/v1 storageclasses/csinodes/csidrivers/csistoragecapacities)
 //! has controllers behind it ([`volumes`]). Also stored and served, with no
 //! controller behind them: services, replicationcontrollers, configmaps,
-//! apps/v1 replicasets/statefulsets/deployments/daemonsets,
 //! storage.k8s.io/v1 volumeattachments, resource.k8s.io/v1
 //! resourceclaims/resourceclaimtemplates/deviceclasses/resourceslices,
 //! scheduling.k8s.io/v1beta1 podgroups (+status) and workloads.
@@ -85,7 +84,10 @@
 //! for a deleted pod is always Succeeded.
 //!
 //! Workload controllers ([`controllers`]): Deployments roll ReplicaSets,
-//! ReplicaSets and Jobs create pods from their templates, and owners'
+//! ReplicaSets and Jobs create pods from their templates, StatefulSets run
+//! ordered pods with claims from their volumeClaimTemplates (with
+//! ControllerRevisions), DaemonSets run one pod per eligible node through the
+//! scheduler (required node affinity on `metadata.name`), and owners'
 //! deletion takes their dependents.
 //!
 //! Simulated kubelets ([`kubelet`]) run bound pods, complete pods annotated
@@ -202,7 +204,7 @@ pub struct ClusterConfig {
     pub storage: StorageConfig,
     /// PodGC (orphaned pods of deleted nodes).
     pub podgc: PodGcConfig,
-    /// Workload controllers (Deployments, ReplicaSets, garbage collection).
+    /// Workload controllers (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, garbage collection).
     pub controllers: controllers::ControllersConfig,
 }
 

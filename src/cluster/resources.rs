@@ -160,6 +160,12 @@ pub const SERVICE_ACCOUNTS: ResId = 29;
 pub const SECRETS: ResId = 30;
 /// batch/v1 Jobs.
 pub const JOBS: ResId = 40;
+/// apps/v1 StatefulSets.
+pub const STATEFULSETS: ResId = 14;
+/// apps/v1 DaemonSets.
+pub const DAEMONSETS: ResId = 16;
+/// apps/v1 ControllerRevisions.
+pub const CONTROLLERREVISIONS: ResId = 42;
 
 /// The served resources (indexed by the constants above; the rest are
 /// stored and served without any controller behind them).

@@ -30,17 +30,7 @@ fn deployment(replicas: i32, image: &str) -> Deployment {
 
 /// e2e_support's cluster, with the workload controllers on.
 async fn cluster_with_controllers() -> berth::cluster::LocalCluster {
-    init_logs();
-    let cfg = berth::cluster::ClusterConfig {
-        nodes: 6,
-        node_cpu: "8".into(),
-        node_memory: "64Gi".into(),
-        kubelet: berth::cluster::KubeletConfig { enabled: true, start_delay: std::time::Duration::from_millis(20) },
-        bookmark_interval: std::time::Duration::from_millis(500),
-        auth: auth_config(),
-        ..Default::default()
-    };
-    berth::cluster::LocalCluster::start(cfg).await.unwrap()
+    crate::e2e_support::cluster_with_controllers(6, 3, "8", 110).await
 }
 
 async fn web_pods(api: &Api<Pod>) -> Vec<Pod> {

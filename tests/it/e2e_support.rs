@@ -47,6 +47,25 @@ pub async fn cluster(nodes: usize, zones: usize, cpu: &str, pods: u32, faults: F
     LocalCluster::start(cfg).await.unwrap()
 }
 
+/// A cluster as [`cluster`] (no faults) with the workload controllers on
+/// (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, garbage collection).
+pub async fn cluster_with_controllers(nodes: usize, zones: usize, cpu: &str, pods: u32) -> LocalCluster {
+    init_logs();
+    let cfg = ClusterConfig {
+        nodes,
+        zones,
+        node_cpu: cpu.into(),
+        node_memory: "64Gi".into(),
+        node_pods: pods,
+        kubelet: KubeletConfig { enabled: true, start_delay: Duration::from_millis(20) },
+        bookmark_interval: Duration::from_millis(500),
+        auth: auth_config(),
+        controllers: berth::cluster::controllers::ControllersConfig { resync: Duration::from_millis(500), ..Default::default() },
+        ..Default::default()
+    };
+    LocalCluster::start(cfg).await.unwrap()
+}
+
 /// A token of group system:masters: everything on the admin port.
 pub const ADMIN_TOKEN: &str = "e2e-admin-token";
 /// A token of user "prometheus", allowed `get` on /metrics only.

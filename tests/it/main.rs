@@ -27,6 +27,7 @@ mod e2e_storage;
 mod e2e_support;
 mod e2e_throughput;
 mod e2e_trust;
+mod e2e_workloads;
 mod fault_proxy;
 mod gangs;
 mod offline_pending;

@@ -1,22 +1,26 @@
 //! Workload controllers of the local cluster (upstream `pkg/controller/
-//! deployment`, `replicaset`, `job` and the garbage collector), enough to run
-//! real manifests: a Deployment owns one ReplicaSet per pod template
-//! (named by its `pod-template-hash`) and rolls from the old ones to the
-//! new one within `maxSurge`/`maxUnavailable` (or Recreate); a ReplicaSet
-//! creates pods from its template (so their `schedulerName` is the
-//! template's) and deletes the surplus (unbound first, then not ready,
-//! then the newest); a Job runs `parallelism` pods at a time until
-//! `completions` succeed (the simulated kubelet completes them); deleting
-//! an owner deletes its dependents (background propagation through
-//! ownerReferences).
+//! deployment`, `replicaset`, `job`, `statefulset`, `daemon` and the
+//! garbage collector), enough to run real manifests: a Deployment owns one
+//! ReplicaSet per pod template (named by its `pod-template-hash`) and rolls
+//! from the old ones to the new one within `maxSurge`/`maxUnavailable` (or
+//! Recreate); a ReplicaSet creates pods from its template (so their
+//! `schedulerName` is the template's) and deletes the surplus (unbound
+//! first, then not ready, then the newest); a Job runs `parallelism` pods at
+//! a time until `completions` succeed (the simulated kubelet completes
+//! them); a StatefulSet runs ordered, named pods with their claims
+//! ([`statefulset`]); a DaemonSet runs one pod per eligible node, placed by
+//! the scheduler ([`daemonset`]); deleting an owner deletes its dependents
+//! (background propagation through ownerReferences).
 //!
 //! Simplified: no proportional scaling of several old ReplicaSets during a
 //! resize, no revision history limit, no `minReadySeconds` (ready is
 //! available), no progress deadline; Jobs have no indexed completion
-//! mode, pod failure policy or TTL; StatefulSets and DaemonSets are not
-//! run yet.
+//! mode, pod failure policy or TTL.
 
-use std::collections::HashSet;
+pub mod daemonset;
+pub mod statefulset;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,19 +28,19 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use super::resources::{self as res, DEPLOYMENTS, JOBS, PODS, REPLICASETS};
+use super::resources::{self as res, CONTROLLERREVISIONS, DAEMONSETS, DEPLOYMENTS, JOBS, NODES, PODS, REPLICASETS, STATEFULSETS};
 use super::selector::Filter;
 use super::store::{DeleteOpts, EventType, Obj, Store, WatchEvent, now_rfc3339};
 
 /// Workload controller settings.
 #[derive(Debug, Clone)]
 pub struct ControllersConfig {
-    /// Run the Deployment and ReplicaSet controllers and the garbage collector.
+    /// Run the workload controllers and the garbage collector.
     pub enabled: bool,
     /// Full resync period (events trigger a sync sooner).
     pub resync: Duration,
-    /// Most pods one ReplicaSet creates or deletes per sync (upstream's
-    /// `burstReplicas`, 500).
+    /// Most pods one controller creates or deletes per owner and sync
+    /// (upstream's `burstReplicas`, 500).
     pub burst: usize,
 }
 
@@ -48,6 +52,8 @@ impl Default for ControllersConfig {
 
 /// The label a Deployment puts on its ReplicaSets and their pods.
 pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+/// The label naming the ControllerRevision a StatefulSet's or DaemonSet's pod was made from.
+pub const CONTROLLER_REVISION_HASH: &str = "controller-revision-hash";
 
 fn s<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or("")
@@ -81,14 +87,77 @@ fn active(p: &Value) -> bool {
     !is_deleting(p) && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed")
 }
 
-/// Start the controllers: they sync on changes to Deployments,
-/// ReplicaSets and owned pods, and every `resync`.
+/// Every object of a resource, indexed by its controller's uid (the
+/// pod-listing and owner matching all controllers share).
+struct Owned {
+    by_owner: HashMap<String, Vec<Arc<Obj>>>,
+}
+
+impl Owned {
+    fn of(store: &Store, r: res::ResId) -> Self {
+        let mut by_owner: HashMap<String, Vec<Arc<Obj>>> = HashMap::new();
+        for o in list(store, r, None) {
+            if let Some(uid) = controller_uid(&o.value) {
+                by_owner.entry(uid.to_string()).or_default().push(o.clone());
+            }
+        }
+        Self { by_owner }
+    }
+
+    /// The objects `owner` controls (same namespace).
+    fn of_owner<'a>(&'a self, owner: &'a Obj) -> impl Iterator<Item = &'a Arc<Obj>> + 'a {
+        self.by_owner.get(owner.uid()).into_iter().flatten().filter(move |p| p.namespace() == owner.namespace())
+    }
+
+    /// The active (not terminal, not terminating) pods `owner` controls.
+    fn active_of<'a>(&'a self, owner: &'a Obj) -> Vec<&'a Arc<Obj>> {
+        self.of_owner(owner).filter(|p| active(&p.value)).collect()
+    }
+}
+
+/// A pod from `template`, controlled by `owner` (of `kind`), named `name`
+/// or generated from the owner's name.
+fn pod_from_template(template: &Value, kind: &str, owner: &Obj, name: Option<&str>) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": template.get("metadata").filter(|m| m.is_object()).cloned().unwrap_or_else(|| json!({})),
+        "spec": template.get("spec").filter(|m| m.is_object()).cloned().unwrap_or_else(|| json!({})),
+    });
+    if let Some(m) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("name");
+        m.remove("generateName");
+        match name {
+            Some(n) => m.insert("name".into(), json!(n)),
+            None => m.insert("generateName".into(), json!(format!("{}-", owner.name()))),
+        };
+        m.insert("namespace".into(), json!(owner.namespace()));
+        m.insert("ownerReferences".into(), owner_ref(kind, &owner.value));
+    }
+    pod
+}
+
+/// The metadata map of an object (created when missing or malformed).
+fn meta_map<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut serde_json::Map<String, Value>> {
+    let m = v.get_mut("metadata")?.as_object_mut()?;
+    let e = m.entry(key).or_insert_with(|| json!({}));
+    if !e.is_object() {
+        *e = json!({});
+    }
+    e.as_object_mut()
+}
+
+/// Start the controllers: they sync on changes to their owners, owned
+/// pods and nodes, and every `resync`.
 pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut deployments = store.subscribe(DEPLOYMENTS);
         let mut replicasets = store.subscribe(REPLICASETS);
         let mut pods = store.subscribe(PODS);
         let mut jobs = store.subscribe(JOBS);
+        let mut statefulsets = store.subscribe(STATEFULSETS);
+        let mut daemonsets = store.subscribe(DAEMONSETS);
+        let mut nodes = store.subscribe(NODES);
         let mut tick = tokio::time::interval(cfg.resync.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -99,6 +168,13 @@ pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receive
                 ev = deployments.recv() => if !handle(&store, ev, DEPLOYMENTS) { break },
                 ev = replicasets.recv() => if !handle(&store, ev, REPLICASETS) { break },
                 ev = jobs.recv() => if !handle(&store, ev, JOBS) { break },
+                ev = statefulsets.recv() => if !handle(&store, ev, STATEFULSETS) { break },
+                ev = daemonsets.recv() => if !handle(&store, ev, DAEMONSETS) { break },
+                ev = nodes.recv() => match ev {
+                    Ok(_) if store.count(DAEMONSETS) == 0 => continue,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
                 ev = pods.recv() => match ev {
                     Ok(ev) if controller_uid(&ev.obj.value).is_none() => continue,
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
@@ -110,16 +186,30 @@ pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receive
             while let Ok(ev) = pods.try_recv() {
                 let _ = ev;
             }
-            if store.count(JOBS) > 0 {
-                sync_jobs(&store, cfg.burst);
+            while let Ok(ev) = nodes.try_recv() {
+                let _ = ev;
             }
-            if store.count(DEPLOYMENTS) == 0 && store.count(REPLICASETS) == 0 {
+            let workloads = [JOBS, DEPLOYMENTS, REPLICASETS, STATEFULSETS, DAEMONSETS].map(|r| store.count(r) > 0);
+            if !workloads.iter().any(|w| *w) {
                 // Nothing to run; dependents of deleted owners went with
                 // their owner's DELETED event.
                 continue;
             }
-            sync_deployments(&store);
-            sync_replicasets(&store, cfg.burst);
+            let pods = Owned::of(&store, PODS);
+            let [jobs, deployments, replicasets, statefulsets, daemonsets] = workloads;
+            if jobs {
+                sync_jobs(&store, &pods, cfg.burst);
+            }
+            if statefulsets {
+                statefulset::sync(&store, &pods, cfg.burst);
+            }
+            if daemonsets {
+                daemonset::sync(&store, &pods, cfg.burst);
+            }
+            if deployments || replicasets {
+                sync_deployments(&store, &pods);
+                sync_replicasets(&store, &pods, cfg.burst);
+            }
             if sweep {
                 collect_orphans(&store);
             }
@@ -134,6 +224,12 @@ fn handle(store: &Store, ev: Result<Arc<WatchEvent>, broadcast::error::RecvError
         Ok(ev) if ev.ty == EventType::Deleted => {
             let dependents = if r == DEPLOYMENTS { REPLICASETS } else { PODS };
             delete_dependents(store, dependents, ev.obj.namespace(), ev.obj.uid());
+            if r == STATEFULSETS || r == DAEMONSETS {
+                delete_dependents(store, CONTROLLERREVISIONS, ev.obj.namespace(), ev.obj.uid());
+            }
+            if r == STATEFULSETS {
+                statefulset::deleted(store, &ev.obj);
+            }
             true
         }
         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => true,
@@ -146,30 +242,37 @@ fn list(store: &Store, r: res::ResId, ns: Option<&str>) -> Vec<Arc<Obj>> {
     store.list(r, &f, None, None).map(|l| l.items).unwrap_or_default()
 }
 
+/// Delete one object, if it is still the one seen (uid precondition).
+fn delete_obj(store: &Store, r: res::ResId, o: &Obj) {
+    let opts = DeleteOpts { uid: Some(o.uid().to_string()), ..Default::default() };
+    let _ = store.delete(r, o.namespace(), o.name(), &opts);
+}
+
 fn delete_dependents(store: &Store, r: res::ResId, ns: &str, owner_uid: &str) {
     for o in list(store, r, Some(ns)) {
         if controller_uid(&o.value) == Some(owner_uid) && !is_deleting(&o.value) {
-            let opts = DeleteOpts { uid: Some(o.uid().to_string()), ..Default::default() };
-            let _ = store.delete(r, ns, o.name(), &opts);
+            delete_obj(store, r, &o);
         }
     }
 }
 
-/// The garbage collector's sweep: ReplicaSets whose Deployment and pods
-/// whose ReplicaSet no longer exist.
+/// The garbage collector's sweep: dependents whose controlling owner (of
+/// the kinds the controllers run) no longer exists.
 fn collect_orphans(store: &Store) {
-    for (dependent, owner) in [(REPLICASETS, DEPLOYMENTS), (PODS, REPLICASETS)] {
-        let owners: HashSet<String> = list(store, owner, None).iter().map(|o| o.uid().to_string()).collect();
+    let owners: [(res::ResId, &str); 5] =
+        [(DEPLOYMENTS, "Deployment"), (REPLICASETS, "ReplicaSet"), (JOBS, "Job"), (STATEFULSETS, "StatefulSet"), (DAEMONSETS, "DaemonSet")];
+    let live: HashSet<String> = owners.iter().flat_map(|(r, _)| list(store, *r, None)).map(|o| o.uid().to_string()).collect();
+    for dependent in [REPLICASETS, PODS, CONTROLLERREVISIONS] {
         for o in list(store, dependent, None) {
-            let owned_by_kind = o.value.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+            let orphaned = o.value.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
                 refs.iter().any(|r| {
-                    r.get("kind").and_then(Value::as_str) == Some(if owner == DEPLOYMENTS { "Deployment" } else { "ReplicaSet" })
-                        && r.get("uid").and_then(Value::as_str).is_some_and(|u| !owners.contains(u))
+                    r.get("controller").and_then(Value::as_bool) == Some(true)
+                        && owners.iter().any(|(_, kind)| r.get("kind").and_then(Value::as_str) == Some(kind))
+                        && r.get("uid").and_then(Value::as_str).is_some_and(|u| !live.contains(u))
                 })
             });
-            if owned_by_kind && !is_deleting(&o.value) {
-                let opts = DeleteOpts { uid: Some(o.uid().to_string()), ..Default::default() };
-                let _ = store.delete(dependent, o.namespace(), o.name(), &opts);
+            if orphaned && !is_deleting(&o.value) {
+                delete_obj(store, dependent, &o);
             }
         }
     }
@@ -188,33 +291,18 @@ fn deletion_rank(p: &Value) -> (u8, u8, u8, std::cmp::Reverse<String>) {
     (unassigned, pending, not_ready, std::cmp::Reverse(s(p, "/metadata/creationTimestamp").to_string()))
 }
 
-fn sync_replicasets(store: &Store, burst: usize) {
-    let all_pods = list(store, PODS, None);
+fn sync_replicasets(store: &Store, pods: &Owned, burst: usize) {
     for rs in list(store, REPLICASETS, None) {
         if is_deleting(&rs.value) {
             continue;
         }
         let desired = rs.value.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0) as usize;
-        let mut owned: Vec<&Arc<Obj>> = all_pods
-            .iter()
-            .filter(|p| p.namespace() == rs.namespace() && controller_uid(&p.value) == Some(rs.uid()) && active(&p.value))
-            .collect();
+        let mut owned = pods.active_of(&rs);
         let ns = rs.namespace().to_string();
         if owned.len() < desired {
             let template = rs.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
             for _ in 0..(desired - owned.len()).min(burst) {
-                let mut pod = json!({
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": template.get("metadata").cloned().unwrap_or_else(|| json!({})),
-                    "spec": template.get("spec").cloned().unwrap_or_else(|| json!({})),
-                });
-                if let Some(m) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.remove("name");
-                    m.insert("generateName".into(), json!(format!("{}-", rs.name())));
-                    m.insert("namespace".into(), json!(ns));
-                    m.insert("ownerReferences".into(), owner_ref("ReplicaSet", &rs.value));
-                }
+                let pod = pod_from_template(&template, "ReplicaSet", &rs, None);
                 if let Err(e) = store.create(PODS, &ns, pod) {
                     tracing::debug!(replicaset = rs.name(), error = %e, "creating a pod failed");
                     break;
@@ -223,15 +311,14 @@ fn sync_replicasets(store: &Store, burst: usize) {
         } else if owned.len() > desired {
             owned.sort_by_key(|p| deletion_rank(&p.value));
             for p in owned.iter().take((owned.len() - desired).min(burst)) {
-                let opts = DeleteOpts { uid: Some(p.uid().to_string()), ..Default::default() };
-                let _ = store.delete(PODS, &ns, p.name(), &opts);
+                delete_obj(store, PODS, p);
             }
         }
-        let pods: Vec<&Arc<Obj>> = all_pods.iter().filter(|p| p.namespace() == ns && controller_uid(&p.value) == Some(rs.uid()) && active(&p.value)).collect();
-        let ready_count = pods.iter().filter(|p| ready(&p.value)).count();
+        // As upstream, the status counts the pods seen before this sync's changes.
+        let ready_count = owned.iter().filter(|p| ready(&p.value)).count();
         let status = json!({
-            "replicas": pods.len(),
-            "fullyLabeledReplicas": pods.len(),
+            "replicas": owned.len(),
+            "fullyLabeledReplicas": owned.len(),
             "readyReplicas": ready_count,
             "availableReplicas": ready_count,
             "observedGeneration": rs.value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
@@ -318,8 +405,7 @@ fn set_replicas(store: &Store, rs: &Obj, n: i64) {
     });
 }
 
-fn sync_deployments(store: &Store) {
-    let all_pods = list(store, PODS, None);
+fn sync_deployments(store: &Store, pods: &Owned) {
     let all_rs = list(store, REPLICASETS, None);
     for d in list(store, DEPLOYMENTS, None) {
         if is_deleting(&d.value) || d.value.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
@@ -331,7 +417,7 @@ fn sync_deployments(store: &Store) {
         let hash = template_hash(&template);
         let owned: Vec<&Arc<Obj>> = all_rs.iter().filter(|r| r.namespace() == ns && controller_uid(&r.value) == Some(d.uid())).collect();
         let counts = |rs: &Obj| -> (i64, i64) {
-            let pods: Vec<&Arc<Obj>> = all_pods.iter().filter(|p| p.namespace() == ns && controller_uid(&p.value) == Some(rs.uid()) && active(&p.value)).collect();
+            let pods = pods.active_of(rs);
             (pods.len() as i64, pods.iter().filter(|p| ready(&p.value)).count() as i64)
         };
         let new_rs = owned.iter().find(|r| s(&r.value, &format!("/metadata/labels/{POD_TEMPLATE_HASH}")) == hash).copied();
@@ -463,8 +549,7 @@ fn sync_deployments(store: &Store) {
 /// more than `backoffLimit` (default 6) failed pods make it Failed. Its pods
 /// carry the job labels and, unless the template says otherwise, ask the
 /// simulated kubelet to complete them after a second.
-fn sync_jobs(store: &Store, burst: usize) {
-    let all_pods = list(store, PODS, None);
+fn sync_jobs(store: &Store, pods: &Owned, burst: usize) {
     for job in list(store, JOBS, None) {
         if is_deleting(&job.value) {
             continue;
@@ -479,7 +564,7 @@ fn sync_jobs(store: &Store, burst: usize) {
         let completions = job.value.pointer("/spec/completions").and_then(Value::as_i64).unwrap_or(1).max(0);
         let parallelism = job.value.pointer("/spec/parallelism").and_then(Value::as_i64).unwrap_or(1).max(0);
         let backoff_limit = job.value.pointer("/spec/backoffLimit").and_then(Value::as_i64).unwrap_or(6);
-        let owned: Vec<&Arc<Obj>> = all_pods.iter().filter(|p| p.namespace() == ns && controller_uid(&p.value) == Some(job.uid())).collect();
+        let owned: Vec<&Arc<Obj>> = pods.of_owner(&job).collect();
         let succeeded = owned.iter().filter(|p| s(&p.value, "/status/phase") == "Succeeded").count() as i64;
         let failed = owned.iter().filter(|p| s(&p.value, "/status/phase") == "Failed").count() as i64;
         let active = owned.iter().filter(|p| active(&p.value)).count() as i64;
@@ -505,28 +590,15 @@ fn sync_jobs(store: &Store, burst: usize) {
             let wanted = parallelism.min(completions - succeeded);
             let template = job.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
             for _ in 0..(wanted - active).clamp(0, burst as i64) {
-                let mut pod = json!({
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": template.get("metadata").cloned().unwrap_or_else(|| json!({})),
-                    "spec": template.get("spec").cloned().unwrap_or_else(|| json!({})),
-                });
-                if let Some(m) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.remove("name");
-                    m.insert("generateName".into(), json!(format!("{}-", job.name())));
-                    m.insert("namespace".into(), json!(ns));
-                    m.insert("ownerReferences".into(), owner_ref("Job", &job.value));
-                    let labels = m.entry("labels").or_insert_with(|| json!({}));
-                    if let Some(l) = labels.as_object_mut() {
-                        l.insert("batch.kubernetes.io/controller-uid".into(), json!(job.uid()));
-                        l.insert("batch.kubernetes.io/job-name".into(), json!(job.name()));
-                        l.insert("controller-uid".into(), json!(job.uid()));
-                        l.insert("job-name".into(), json!(job.name()));
-                    }
-                    let ann = m.entry("annotations").or_insert_with(|| json!({}));
-                    if let Some(a) = ann.as_object_mut() {
-                        a.entry(super::kubelet::COMPLETE_AFTER).or_insert_with(|| json!("1s"));
-                    }
+                let mut pod = pod_from_template(&template, "Job", &job, None);
+                if let Some(l) = meta_map(&mut pod, "labels") {
+                    l.insert("batch.kubernetes.io/controller-uid".into(), json!(job.uid()));
+                    l.insert("batch.kubernetes.io/job-name".into(), json!(job.name()));
+                    l.insert("controller-uid".into(), json!(job.uid()));
+                    l.insert("job-name".into(), json!(job.name()));
+                }
+                if let Some(a) = meta_map(&mut pod, "annotations") {
+                    a.entry(super::kubelet::COMPLETE_AFTER).or_insert_with(|| json!("1s"));
                 }
                 if let Err(e) = store.create(PODS, &ns, pod) {
                     tracing::debug!(job = job.name(), error = %e, "creating a pod failed");
@@ -535,6 +607,62 @@ fn sync_jobs(store: &Store, burst: usize) {
             }
         }
         write_status(store, JOBS, &job, status);
+    }
+}
+
+/// The ControllerRevision of `owner`'s current template, `<owner>-<hash>`
+/// (created when missing, numbered after the owner's others, with the
+/// template as upstream stores it: a `$patch: replace` of `spec.template`).
+/// Returns its name, or None when it could not be created.
+fn ensure_revision(store: &Store, revisions: &Owned, kind: &str, owner: &Obj, hash: &str, template: &Value) -> Option<String> {
+    let name = format!("{}-{hash}", owner.name());
+    let mine: Vec<&Arc<Obj>> = revisions.of_owner(owner).collect();
+    if mine.iter().any(|r| r.name() == name) {
+        return Some(name);
+    }
+    let revision = mine.iter().filter_map(|r| r.value.get("revision").and_then(Value::as_i64)).max().unwrap_or(0) + 1;
+    let mut data_template = template.clone();
+    if let Some(t) = data_template.as_object_mut() {
+        t.insert("$patch".into(), json!("replace"));
+    }
+    let labels = template.pointer("/metadata/labels").cloned().unwrap_or_else(|| json!({}));
+    let cr = json!({
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {"name": name, "namespace": owner.namespace(), "labels": labels,
+            "ownerReferences": owner_ref(kind, &owner.value)},
+        "data": {"spec": {"template": data_template}},
+        "revision": revision,
+    });
+    match store.create(CONTROLLERREVISIONS, owner.namespace(), cr) {
+        Ok(_) => Some(name),
+        Err(e) if e.code() == 409 => Some(name),
+        Err(e) => {
+            tracing::debug!(owner = owner.name(), error = %e, "creating a ControllerRevision failed");
+            None
+        }
+    }
+}
+
+/// The template a ControllerRevision recorded (None when it is gone).
+fn revision_template(store: &Store, ns: &str, name: &str) -> Option<Value> {
+    let cr = store.get(CONTROLLERREVISIONS, ns, name).ok()?;
+    let mut t = cr.value.pointer("/data/spec/template")?.clone();
+    t.as_object_mut()?.remove("$patch");
+    Some(t)
+}
+
+/// An int-or-percent of `total` (upstream `GetScaledValueFromIntOrPercent`);
+/// `default` when absent or malformed.
+fn scaled(v: Option<&Value>, total: i64, round_up: bool, default: i64) -> i64 {
+    match v {
+        Some(Value::Number(n)) => n.as_i64().unwrap_or(default),
+        Some(Value::String(t)) => match t.strip_suffix('%').and_then(|x| x.trim().parse::<i64>().ok()) {
+            Some(pct) if round_up => (pct * total + 99) / 100,
+            Some(pct) => pct * total / 100,
+            None => t.parse().unwrap_or(default),
+        },
+        _ => default,
     }
 }
 
@@ -556,6 +684,15 @@ fn crate_label(tmpl: &mut Value, hash: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_constants_name_their_kinds() {
+        for (r, kind) in [(STATEFULSETS, "StatefulSet"), (DAEMONSETS, "DaemonSet"), (CONTROLLERREVISIONS, "ControllerRevision"), (JOBS, "Job")] {
+            assert_eq!(res::RESOURCES[r].kind, kind);
+        }
+        assert_eq!(scaled(Some(&json!("50%")), 3, true, 1), 2);
+        assert_eq!(scaled(None, 3, true, 1), 1);
+    }
 
     #[test]
     fn rolling_bounds_follow_upstream_defaults() {
