@@ -14,10 +14,18 @@
 //! Any change to a node *object* (labels, taints, images, allocatable) or to
 //! the number of nodes drops everything: ImageLocality's score on one node
 //! depends on how many nodes have the image.
+//!
+//! When no node fit, the whole outcome is kept too: a pod of the same
+//! signature, with no node changed since and the window starting at the same
+//! node, gets the same statuses, message and PostFilter answer (preemption
+//! reads the pod's priority, part of the signature, and the nodes' pods; with
+//! reuse on, nothing is nominated). Only an outcome where PostFilter found
+//! nothing is kept: a pod that preempts gets nominated and is not the same
+//! pod again.
 
 use std::sync::Arc;
 
-use super::Status;
+use super::{CycleOutcome, Status};
 use crate::model::{NodeInfo, NodeSpec};
 
 /// A cached raw score and the node stamp it was computed at.
@@ -53,6 +61,9 @@ pub(crate) struct BatchCache {
     raw: Vec<Vec<Raw>>,
     /// Cycles that reused results (for tests and figures).
     pub(crate) reused: u64,
+    /// The last cycle's outcome when no node fit, with the window's start
+    /// and whether PostFilter was skipped; dropped as soon as any node changes.
+    failed: Option<((usize, bool), CycleOutcome)>,
 }
 
 impl BatchCache {
@@ -73,6 +84,9 @@ impl BatchCache {
                     changed.push(i);
                 }
             }
+        }
+        if reset || !changed.is_empty() {
+            self.failed = None;
         }
         if reset {
             self.signature = signature;
@@ -109,6 +123,20 @@ impl BatchCache {
     pub(crate) fn clear(&mut self) {
         self.signature = 0;
         self.seen.clear();
+        self.failed = None;
+    }
+
+    /// The outcome of the last cycle of this signature, from the same
+    /// `start` and with PostFilter run or skipped alike, when no node fit and
+    /// nothing changed since (call after `refresh`).
+    pub(crate) fn failure(&self, start: usize, skip_post_filter: bool) -> Option<&CycleOutcome> {
+        self.failed.as_ref().filter(|(k, _)| *k == (start, skip_post_filter)).map(|(_, o)| o)
+    }
+
+    /// Keeps a cycle's outcome where no node fit, for the next identical pod;
+    /// one where PostFilter found a way (or that failed) is not kept.
+    pub(crate) fn set_failure(&mut self, start: usize, skip_post_filter: bool, out: &CycleOutcome) {
+        self.failed = (out.post_filter.is_none() && out.error.is_none() && out.feasible.is_empty()).then(|| ((start, skip_post_filter), out.clone()));
     }
 
     fn plugin(raw: &mut Vec<Vec<Raw>>, entry: usize, n: usize) -> &mut Vec<Raw> {

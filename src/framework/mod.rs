@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 pub use cycle_state::CycleState;
 pub use runner::{CycleOptions, CycleOutcome, Framework, NodeStatuses, PluginEntry};
-pub use status::{Code, Status};
+pub use status::{Code, Reasons, Status};
 
 use crate::cache::Snapshot;
 use crate::model::{NodeInfo, PodInfo};

@@ -3,11 +3,12 @@
 //! PostFilter when nothing fits, PreScore, Score, NormalizeScore, weights,
 //! random choice among the best).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::batch::BatchCache;
+use super::status::ReasonCounts;
 use super::{Code, CycleState, NodeScore, Plugin, Points, PostFilterResult, QueuedPod, Status, MAX_NODE_SCORE};
 use crate::cache::Snapshot;
 use crate::model::{NodeInfo, PodInfo};
@@ -22,10 +23,13 @@ pub struct PluginEntry {
 }
 
 /// Per-node Filter statuses of a cycle, by node index (Success: feasible or not evaluated).
+///
+/// Shared, so that a cycle replaying the last identical pod's failure
+/// ([`BatchCache`]) hands out the same statuses without copying one per node.
 #[derive(Clone, Debug, Default)]
 pub struct NodeStatuses {
     /// Status per node index of nodes that failed; None when the node passed or was not evaluated.
-    pub statuses: Vec<Option<Status>>,
+    pub statuses: Arc<Vec<Option<Status>>>,
 }
 
 impl NodeStatuses {
@@ -37,10 +41,11 @@ impl NodeStatuses {
     /// Records a node's status (the vector grows on first use, so a cycle
     /// where every node passes allocates nothing here).
     pub fn set(&mut self, i: usize, n: usize, s: Status) {
-        if self.statuses.len() < n {
-            self.statuses.resize(n, None);
+        let statuses = Arc::make_mut(&mut self.statuses);
+        if statuses.len() < n {
+            statuses.resize(n, None);
         }
-        if let Some(slot) = self.statuses.get_mut(i) {
+        if let Some(slot) = statuses.get_mut(i) {
             *slot = Some(s);
         }
     }
@@ -541,7 +546,7 @@ impl Framework {
             && state.active_filters.as_ref().is_some_and(|l| l.iter().all(|&i| self.p(i).reusable()));
         let mut guard = if reuse { Some(self.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) } else { None };
         let processed = match guard.as_deref_mut() {
-            Some(cache) => match self.filter_reusing(cache, &state, pod, snap, start, &mut out) {
+            Some(cache) => match self.filter_reusing(cache, &state, pod, snap, start, opts.skip_post_filter, &mut out) {
                 Ok(p) => p,
                 Err(s) => {
                     cache.clear();
@@ -564,6 +569,15 @@ impl Framework {
             self.next_start.store((start + processed) % n, Ordering::Relaxed);
         }
         if out.feasible.is_empty() {
+            if let Some(c) = guard.as_deref_mut() {
+                // Only a cycle with reuse fills the message before this point:
+                // when it replayed the failure of the last identical pod.
+                if out.message.is_none() {
+                    self.fail(&mut out, &state, pod, snap, opts);
+                    c.set_failure(start, opts.skip_post_filter, &out);
+                }
+                return (out, state);
+            }
             self.fail(&mut out, &state, pod, snap, opts);
             return (out, state);
         }
@@ -692,10 +706,18 @@ impl Framework {
     /// the last cycle of a pod with the same signature ([`BatchCache`]); the
     /// outcome (feasible nodes in window order, statuses, rejecting plugins)
     /// is what [`Self::filter_window`] gives over every node.
-    fn filter_reusing(&self, cache: &mut BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, out: &mut CycleOutcome) -> Result<usize, Status> {
+    #[allow(clippy::too_many_arguments)] // one cycle's inputs, all borrowed
+    fn filter_reusing(&self, cache: &mut BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, skip_post_filter: bool, out: &mut CycleOutcome) -> Result<usize, Status> {
         let n = snap.nodes.len();
         let mut changed = Vec::new();
         cache.refresh(pod.signature, &snap.nodes, &mut changed);
+        if let Some(o) = cache.failure(start, skip_post_filter) {
+            // Nothing changed since the last pod of this signature failed from
+            // the same start: its outcome (statuses, message, PostFilter's
+            // answer) is this pod's.
+            *out = o.clone();
+            return Ok(n);
+        }
         let mut alive = changed.clone();
         let mut rejected: Vec<(usize, Status)> = Vec::new();
         if !self.filter.is_empty() {
@@ -839,17 +861,13 @@ impl Framework {
         if let Some(s) = &out.pre_filter_rejection {
             msg.push_str(&format!(" {}.", s.message()));
         } else {
-            let mut hist: BTreeMap<&str, usize> = BTreeMap::new();
+            let mut hist = ReasonCounts::default();
             for s in out.statuses.statuses.iter().flatten() {
-                if s.is_success() {
-                    continue;
-                }
-                for r in &s.reasons {
-                    *hist.entry(r.as_ref()).or_default() += 1;
+                if !s.is_success() {
+                    hist.add_status(s);
                 }
             }
-            let mut parts: Vec<String> = hist.iter().map(|(r, c)| format!("{c} {r}")).collect();
-            parts.sort();
+            let parts = hist.parts();
             if !parts.is_empty() {
                 msg.push_str(&format!(" {}.", parts.join(", ")));
             }
@@ -963,6 +981,49 @@ mod batch_tests {
         let (o, _) = batched.schedule(&other, &snap, CycleOptions::default());
         let (x, _) = full.schedule(&other, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
         assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap));
+    }
+
+    /// Identical pods that fit nowhere get the first one's failure again while
+    /// nothing changes (the same statuses, rejecting plugins and message as a
+    /// full cycle, PostFilter included); a pod leaving a node ends that, and a
+    /// pod that can preempt gets PostFilter's answer every time.
+    #[test]
+    fn identical_unschedulable_pods_replay_the_failure() {
+        let nodes: Vec<_> = (0..30).map(|i| node(&format!("n{i}")).alloc(if i % 5 == 0 { "1" } else { "2" }, "8Gi", 110)).collect();
+        let existing: Vec<_> = (0..30).map(|i| pod(&format!("e{i}")).node(&format!("n{i}")).req("1500m", "1Gi")).collect();
+        let mut snap = crate::testing::snapshot(&nodes, &existing);
+        let batched = default_framework(100);
+        let full = default_framework(100);
+        let check = |p: &Arc<PodInfo>, snap: &Snapshot| {
+            let (o, _) = batched.schedule(p, snap, CycleOptions::default());
+            let (x, _) = full.schedule(p, snap, CycleOptions { no_reuse: true, ..Default::default() });
+            assert_eq!(o.selected.is_some(), x.selected.is_some(), "pod {}", p.name);
+            assert_eq!(o.message, x.message, "pod {}", p.name);
+            assert_eq!(o.unschedulable_plugins, x.unschedulable_plugins, "pod {}", p.name);
+            assert_eq!(o.post_filter.as_ref().map(|r| r.nominated_node.clone()), x.post_filter.as_ref().map(|r| r.nominated_node.clone()), "pod {}", p.name);
+            for i in 0..snap.nodes.len() {
+                assert_eq!(o.statuses.get(i), x.statuses.get(i), "pod {} node n{i}", p.name);
+            }
+            o
+        };
+        let before = batched.reused_cycles();
+        for k in 0..5 {
+            let o = check(&pod(&format!("p{k}")).req("1", "1Gi").info(), &snap);
+            assert!(o.selected.is_none() && o.post_filter.is_none(), "pod p{k} fits nowhere and preempts no one");
+            assert!(o.message.as_deref().is_some_and(|m| m.starts_with("0/30 nodes are available: 30 Insufficient cpu.")), "{:?}", o.message);
+        }
+        assert_eq!(batched.reused_cycles() - before, 4, "every pod after the first reuses the failure");
+        // A pod leaves n3: the next identical pod fits there.
+        assert!(snap.remove_pod("uid-e3").is_some());
+        let p5 = pod("p5").req("1", "1Gi").node("n3").info();
+        let o = check(&pod("p5").req("1", "1Gi").info(), &snap);
+        assert_eq!(o.selected.map(|i| snap.nodes[i].name().to_string()).as_deref(), Some("n3"));
+        snap.add_pod(p5);
+        // Higher-priority pods preempt each time: PostFilter's answer is never replayed.
+        for k in 0..3 {
+            let o = check(&pod(&format!("h{k}")).req("1500m", "1Gi").priority(10).info(), &snap);
+            assert!(o.post_filter.as_ref().is_some_and(|r| r.nominated_node.is_some()), "pod h{k} preempts");
+        }
     }
 }
 

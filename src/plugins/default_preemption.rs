@@ -19,12 +19,12 @@
 //!    highest-priority victims, then the first.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
 
 use crate::cache::{Pdb, Snapshot};
+use crate::framework::status::ReasonCounts;
 use crate::framework::{Code, CycleState, Events, Framework, NodeStatuses, Plugin, Points, PostFilterResult, Status};
 use crate::model::{NodeInfo, PodInfo};
 
@@ -312,18 +312,15 @@ impl DefaultPreemption {
 /// Upstream `FitError.Error()` for the nodes preemption did not help: the
 /// dry-run statuses, and every other node as "not helpful".
 fn no_candidate_message(num_nodes: usize, failed: &[(usize, Status)]) -> String {
-    let mut hist: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut hist = ReasonCounts::default();
     for (_, s) in failed {
-        for r in &s.reasons {
-            *hist.entry(r.as_ref()).or_default() += 1;
-        }
+        hist.add_status(s);
     }
     let absent = num_nodes.saturating_sub(failed.len());
     if absent > 0 {
-        *hist.entry(REASON_NOT_HELPFUL).or_default() += absent;
+        hist.add(REASON_NOT_HELPFUL, absent);
     }
-    let mut parts: Vec<String> = hist.iter().map(|(r, c)| format!("{c} {r}")).collect();
-    parts.sort();
+    let parts = hist.parts();
     let mut msg = format!("0/{num_nodes} nodes are available:");
     if !parts.is_empty() {
         msg.push_str(&format!(" {}.", parts.join(", ")));

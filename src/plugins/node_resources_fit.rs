@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{Code, CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Status, MAX_NODE_SCORE};
+use crate::framework::{Code, CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Reasons, Status, MAX_NODE_SCORE};
 use crate::model::resources::{is_extended, CPU};
 use crate::model::{NodeInfo, PodInfo};
 
@@ -163,8 +163,8 @@ impl NodeResourcesFit {
 
 /// Reasons the pod does not fit the node's free resources, and whether the
 /// pod could not fit even an empty node (preemption cannot help then).
-pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: impl Fn(&str) -> bool) -> (Vec<Cow<'static, str>>, bool) {
-    let mut reasons = Vec::new();
+pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: impl Fn(&str) -> bool) -> (Reasons, bool) {
+    let mut reasons = Reasons::new();
     let mut unresolvable = false;
     let alloc = &node.allocatable;
     if node.pods.len() as i64 + 1 > alloc.pods {
@@ -368,7 +368,7 @@ mod tests {
             let snap = snapshot(&[node("n")], &existing);
             let s = NodeResourcesFit::default().filter(&CycleState::new(), &p.info(), &snap.nodes[0]);
             assert_eq!(s.code, code, "{name}: {s}");
-            assert_eq!(s.reasons, reasons, "{name}");
+            assert_eq!(s.reasons.as_slice(), reasons.as_slice(), "{name}");
         }
     }
 
@@ -376,7 +376,7 @@ mod tests {
     fn too_many_pods() {
         let snap = snapshot(&[node("n").alloc("4", "32Gi", 1)], &[pod("e").node("n")]);
         let s = NodeResourcesFit::default().filter(&CycleState::new(), &pod("p").info(), &snap.nodes[0]);
-        assert_eq!(s.reasons, vec!["Too many pods"]);
+        assert_eq!(s.reasons.as_slice(), ["Too many pods"]);
     }
 
     #[test]

@@ -455,7 +455,7 @@ impl Plugin for VolumeBinding {
                 m.insert(node.name().to_string(), v);
                 Status::success()
             }
-            Err(reasons) => Status { code: crate::framework::Code::UnschedulableAndUnresolvable, reasons, plugin: "" },
+            Err(reasons) => Status { code: crate::framework::Code::UnschedulableAndUnresolvable, reasons: reasons.into(), plugin: "" },
         }
     }
 
