@@ -103,6 +103,7 @@ pub mod controllers;
 pub mod faults;
 pub mod http;
 pub mod kubelet;
+pub mod managed;
 pub mod podgc;
 pub mod resources;
 pub mod selector;
