@@ -529,8 +529,9 @@ fn cmp_value(field: &str, ov: &Value, nv: &Value, shape: Shape<'_>, path: &mut V
 
 /// Insert `path` (when `this`) and every path below it in `v`.
 fn all_paths(field: &str, v: &Value, shape: Shape<'_>, path: &mut Vec<String>, set: &mut FieldSet, this: bool) {
+    // Non-atomic lists are never members themselves (their items are).
     let empty_obj = v.as_object().is_some_and(Map::is_empty);
-    if this || empty_obj || !(v.is_object() || v.is_array()) {
+    if (this && !v.is_array()) || empty_obj || !(v.is_object() || v.is_array()) {
         if !path.is_empty() {
             set.insert(path);
         }
