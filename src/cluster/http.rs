@@ -40,6 +40,17 @@ pub enum Error {
     /// An injected fault.
     #[error("injected fault: {0:?}")]
     Injected(FaultKind),
+    /// 422 Invalid with its details (a strict-decoding error of a patch).
+    #[error("{message}")]
+    Invalid {
+        /// The message.
+        message: String,
+        /// The Status details.
+        details: Value,
+    },
+    /// 406: no representation the client accepts.
+    #[error("only the following media types are accepted: application/json")]
+    NotAcceptable,
 }
 
 impl Error {
@@ -50,6 +61,8 @@ impl Error {
             Error::MethodNotAllowed => (405, "MethodNotAllowed", self.to_string(), None),
             Error::BadRequest(m) => (400, "BadRequest", m.clone(), None),
             Error::TooLarge => (413, "RequestEntityTooLarge", self.to_string(), None),
+            Error::Invalid { message, details } => (422, "Invalid", message.clone(), Some(details.clone())),
+            Error::NotAcceptable => (406, "NotAcceptable", self.to_string(), None),
             Error::Injected(FaultKind::TooManyRequests { retry_after_seconds }) => (
                 429,
                 "TooManyRequests",
@@ -120,6 +133,8 @@ pub struct AppState {
     pub addr: String,
     /// TokenReview and SubjectAccessReview answers.
     pub auth: Arc<super::auth::AuthConfig>,
+    /// The OpenAPI documents (built on first request).
+    pub openapi: Arc<super::openapi::Documents>,
 }
 
 /// Build the router.
@@ -335,6 +350,9 @@ async fn dispatch(st: &AppState, method: &Method, path: &str, query: &str, heade
                 Err(Error::NotFound)
             }
         }
+        ["openapi", "v2"] => get_only(openapi_v2(st, headers)?),
+        ["openapi", "v3"] => get_only(openapi_v3_root(st, headers)),
+        ["openapi", "v3", rest @ ..] => get_only(openapi_v3(st, &rest.join("/"), query, headers)?),
         ["api", "v1", rest @ ..] => resource_request(st, method, "", "v1", rest, query, headers, body).await,
         ["apis", group @ ("authentication.k8s.io" | "authorization.k8s.io"), "v1", kind @ ("tokenreviews" | "subjectaccessreviews")] => {
             if method != Method::POST {
@@ -566,6 +584,7 @@ async fn resource_request(
                         (true, Err(e)) => return Err(e),
                         (false, _) => String::new(),
                     };
+                    let warnings = check_fields(st, &info, &q, headers, &body)?;
                     let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
                     let ctx = write_ctx(&q, headers, &info, None)?;
                     let o = if yaml || body.is_empty() {
@@ -574,7 +593,7 @@ async fn resource_request(
                     } else {
                         store.create_from_slice_with(r, &ns, &body, &ctx)?
                     };
-                    Ok(obj_response(StatusCode::CREATED, alias.as_ref(), &o))
+                    Ok(with_warnings(obj_response(StatusCode::CREATED, alias.as_ref(), &o), &warnings))
                 }
                 _ => {
                     let filter = build_filter(&info, ns, &q)?;
@@ -632,10 +651,11 @@ async fn resource_request(
                     Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
                 }
                 "update" => {
+                    let warnings = check_fields(st, &info, &q, headers, &body)?;
                     let v = parse_json(&body, headers)?;
                     let ctx = write_ctx(&q, headers, &info, None)?;
                     let o = store.update_with(r, &ns, &name, v, status_only, &ctx)?;
-                    Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
+                    Ok(with_warnings(obj_response(StatusCode::OK, alias.as_ref(), &o), &warnings))
                 }
                 "patch" => {
                     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -649,12 +669,14 @@ async fn resource_request(
                             return Err(store::Error::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {other:?})")).into());
                         }
                     };
+                    let warnings = check_patch_fields(st, r, &info, &ns, &name, &pt, &q, &body)?;
                     let ctx = write_ctx(&q, headers, &info, Some(pt == PatchType::Apply))?;
                     let (o, created) = store.patch_with(r, &ns, &name, pt, &body, status_only, &ctx)?;
                     let code = if created { StatusCode::CREATED } else { StatusCode::OK };
-                    Ok(obj_response(code, alias.as_ref(), &o))
+                    Ok(with_warnings(obj_response(code, alias.as_ref(), &o), &warnings))
                 }
                 "delete" => {
+                    refuse_dry_run(&q)?;
                     let opts = delete_opts(&q, &body)?;
                     let o = store.delete(r, &ns, &name, &opts)?;
                     Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
@@ -874,4 +896,205 @@ fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Opti
     let mut resp = Response::new(Body::from_stream(stream));
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
+}
+
+// ---------------------------------------------------------------------
+// OpenAPI documents and strict field validation (see `openapi`).
+
+fn served_infos(store: &Store) -> Vec<Arc<ResourceInfo>> {
+    store.registry().served().into_iter().map(|(_, r)| r).collect()
+}
+
+/// Answer a document: ETag, `If-None-Match` (304), content type.
+fn doc_response(doc: &super::openapi::Doc, headers: &HeaderMap, content_type: &'static str) -> Response {
+    let etag = format!("\"{}\"", doc.etag);
+    let matches = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let mut r = if matches {
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        let mut r = Response::new(Body::from(doc.bytes.clone()));
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        r
+    };
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        r.headers_mut().insert(header::ETAG, v);
+    }
+    r
+}
+
+/// The media types of an Accept header, in order (parameters dropped).
+fn accepts(headers: &HeaderMap) -> Vec<String> {
+    let a = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let v: Vec<String> = a.split(',').map(|c| c.split(';').next().unwrap_or("").trim().to_ascii_lowercase()).filter(|c| !c.is_empty()).collect();
+    if v.is_empty() { vec!["*/*".into()] } else { v }
+}
+
+fn accepts_json(headers: &HeaderMap) -> bool {
+    accepts(headers).iter().any(|t| matches!(t.as_str(), "application/json" | "application/*" | "*/*"))
+}
+
+/// `/openapi/v2`: JSON only. kubectl asks for the gnostic protobuf only;
+/// it is answered 406 (as kube-openapi answers an Accept it cannot serve)
+/// and kubectl works from the v3 documents.
+fn openapi_v2(st: &AppState, headers: &HeaderMap) -> HResult<Response> {
+    if !accepts_json(headers) {
+        return Err(Error::NotAcceptable);
+    }
+    let doc = st.openapi.v2(&served_infos(&st.store));
+    Ok(doc_response(&doc, headers, "application/json"))
+}
+
+fn openapi_v3_root(st: &AppState, headers: &HeaderMap) -> Response {
+    let doc = st.openapi.v3_root(&served_infos(&st.store));
+    doc_response(&doc, headers, "application/json")
+}
+
+/// `/openapi/v3/<gv>[?hash=]`: the current hash is cacheable for ever,
+/// an old one is redirected to the current one (kube-openapi's handler3).
+fn openapi_v3(st: &AppState, gv: &str, query: &str, headers: &HeaderMap) -> HResult<Response> {
+    let doc = st.openapi.v3(&served_infos(&st.store), gv).map_err(|_| Error::NotFound)?;
+    if !accepts_json(headers) {
+        return Err(Error::NotAcceptable);
+    }
+    let q = parse_query(query)?;
+    let mut r = doc_response(&doc, headers, "application/json");
+    r.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
+    if let Some(hash) = q.get("hash").filter(|h| !h.is_empty()) {
+        if *hash != doc.etag {
+            let mut redirect = Response::new(Body::empty());
+            *redirect.status_mut() = StatusCode::MOVED_PERMANENTLY;
+            if let Ok(v) = HeaderValue::from_str(&format!("/openapi/v3/{gv}?hash={}", doc.etag)) {
+                redirect.headers_mut().insert(header::LOCATION, v);
+            }
+            return Ok(redirect);
+        }
+        r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, immutable"));
+        let expires = (chrono::Utc::now() + chrono::Duration::days(365)).format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+        if let Ok(v) = HeaderValue::from_str(&expires) {
+            r.headers_mut().insert(header::EXPIRES, v);
+        }
+    }
+    Ok(r)
+}
+
+/// A write with `dryRun` is refused: the local cluster cannot run one
+/// without persisting it, and persisting it would be wrong.
+fn refuse_dry_run(q: &HashMap<String, String>) -> HResult<()> {
+    match q.get("dryRun").map(String::as_str) {
+        None | Some("") => Ok(()),
+        Some("All") => Err(Error::BadRequest("dryRun is not supported by the local cluster".into())),
+        Some(other) => Err(Error::BadRequest(format!("dryRun: Unsupported value: \"{other}\": supported values: \"All\""))),
+    }
+}
+
+/// The strict-decoding findings of a body: (directive, messages).
+fn strict_findings(st: &AppState, info: &ResourceInfo, q: &HashMap<String, String>, headers: &HeaderMap, body: &Bytes) -> HResult<(super::openapi::Directive, Vec<String>)> {
+    use super::openapi::{self as oa, Directive};
+    let directive = Directive::parse(q.get("fieldValidation").map(String::as_str)).map_err(Error::BadRequest)?;
+    if directive == Directive::Ignore || body.is_empty() {
+        return Ok((directive, Vec::new()));
+    }
+    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
+    let dups = if yaml { Vec::new() } else { oa::duplicate_fields(body) };
+    let obj = parse_json(body, headers)?;
+    let unknown = unknown_of(st, info, &obj);
+    Ok((directive, oa::strict_errors(&unknown, &dups)))
+}
+
+fn unknown_of(st: &AppState, info: &ResourceInfo, obj: &Value) -> Vec<String> {
+    match st.openapi.schema_for(&served_infos(&st.store), info) {
+        Some((doc, def)) => super::openapi::unknown_fields(&doc, &def, obj, info.custom.is_some()),
+        None => Vec::new(),
+    }
+}
+
+/// Create and update: Strict refuses (400, as the API server's decoder
+/// does), Warn returns the `Warning` headers to add.
+fn check_fields(st: &AppState, info: &ResourceInfo, q: &HashMap<String, String>, headers: &HeaderMap, body: &Bytes) -> HResult<Vec<String>> {
+    let (directive, errs) = strict_findings(st, info, q, headers, body)?;
+    if errs.is_empty() {
+        return Ok(errs);
+    }
+    if directive == super::openapi::Directive::Strict {
+        return Err(Error::BadRequest(format!(
+            "{kind} in version \"{v}\" cannot be handled as a {kind}: strict decoding error: {}",
+            errs.join(", "),
+            kind = info.kind,
+            v = info.version
+        )));
+    }
+    Ok(errs)
+}
+
+/// Patches: the patched object is checked (the stored object has no
+/// unknown fields, so they come from the patch); Strict refuses with 422
+/// `patch: Invalid value`, as the API server's patch handler does.
+fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, name: &str, pt: &PatchType, q: &HashMap<String, String>, body: &Bytes) -> HResult<Vec<String>> {
+    use super::openapi::Directive;
+    let directive = Directive::parse(q.get("fieldValidation").map(String::as_str)).map_err(Error::BadRequest)?;
+    if directive == Directive::Ignore || matches!(pt, PatchType::Apply) || body.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Ok(current) = st.store.get(r, ns, name) else {
+        // The store answers the missing object.
+        return Ok(Vec::new());
+    };
+    let mut patched: Value = current.value.clone();
+    let patch: Value = match serde_json::from_slice(body) {
+        Ok(p) => p,
+        Err(_) => return Ok(Vec::new()),
+    };
+    match pt {
+        PatchType::Json => match serde_json::from_value::<json_patch::Patch>(patch) {
+            Ok(p) => {
+                if json_patch::patch(&mut patched, &p).is_err() {
+                    return Ok(Vec::new());
+                }
+            }
+            Err(_) => return Ok(Vec::new()),
+        },
+        _ => {
+            let mut p = patch;
+            strip_directives(&mut p);
+            json_patch::merge(&mut patched, &p);
+        }
+    }
+    let patched_bytes = Bytes::from(patched.to_string());
+    let mut errs: Vec<String> = super::openapi::duplicate_fields(body).into_iter().map(|p| format!("duplicate field \"{p}\"")).collect();
+    errs.extend(unknown_of(st, info, &patched).into_iter().map(|p| format!("unknown field \"{p}\"")));
+    if errs.is_empty() || directive != Directive::Strict {
+        return Ok(errs);
+    }
+    let value = patched_bytes.escape_ascii().to_string();
+    let detail = format!("strict decoding error: {}", errs.join(", "));
+    Err(Error::Invalid {
+        message: format!(" \"\" is invalid: patch: Invalid value: \"{value}\": {detail}"),
+        details: json!({"causes": [{"reason": "FieldValueInvalid", "message": format!("Invalid value: \"{value}\": {detail}"), "field": "patch"}]}),
+    })
+}
+
+/// Drop a strategic merge patch's `$`-directives (`$patch`,
+/// `$setElementOrder/...`, `$retainKeys`, ...) before a plain merge.
+fn strip_directives(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|k, _| !k.starts_with('$'));
+            m.values_mut().for_each(strip_directives);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_directives),
+        _ => {}
+    }
+}
+
+/// Add one `Warning: 299 - "..."` header per strict-decoding finding.
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
 }

@@ -12,7 +12,7 @@
 //! only, answered from [`ClusterConfig::auth`]: see [`auth`]). Verbs: get, list (label and
 //! field selectors, limit/continue), watch (resume, bookmarks,
 //! sendInitialEvents, 410 Expired), create, update, patch (merge,
-//! strategic, JSON patch, apply approximated by strategic merge), delete (grace period,
+//! strategic, JSON patch, server-side apply with managedFields and conflicts), delete (grace period,
 //! preconditions), deletecollection. kubectl gets meta.k8s.io Tables
 //! (also on watches, for `kubectl get -w`). Storage (core/v1
 //! persistentvolumes and persistentvolumeclaims with status,
@@ -61,8 +61,11 @@
 //! Known simplifications: no auth, JSON only (no protobuf, no CBOR); lists
 //! always answer the current state (resourceVersion/resourceVersionMatch on
 //! lists are ignored, and continued pages read the live state after the
-//! token's key); server-side apply has no field ownership or conflicts; dryRun is not
-//! honoured; pod spec immutability is only enforced for spec.nodeName,
+//! token's key); server-side apply ([`managed`]) tracks
+//! `metadata.managedFields` and conflicts as the API server does, but
+//! keeps no more than the writes' own entries (no cap of ten Update
+//! managers, no entries for the cluster's own controllers and kubelets);
+//! dryRun is honoured by create, update and patch only; pod spec immutability is only enforced for spec.nodeName,
 //! priority, scheduling gates and spec.schedulingGroup; nodes get no heartbeats or leases; pods
 //! bound to a missing node stay Pending until PodGC collects them; the
 //! namespace controller does not retry with backoff (its conditions are
@@ -104,6 +107,7 @@ pub mod faults;
 pub mod http;
 pub mod kubelet;
 pub mod managed;
+pub mod openapi;
 pub mod podgc;
 pub mod resources;
 pub mod selector;
@@ -406,7 +410,7 @@ impl LocalCluster {
         let listener = bind(cfg.listen).map_err(|source| Error::Listen { addr: cfg.listen, source })?;
         let addr = listener.local_addr().map_err(|source| Error::Listen { addr: cfg.listen, source })?;
         drop(listener);
-        let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string(), auth: Arc::new(cfg.auth.clone()) };
+        let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string(), auth: Arc::new(cfg.auth.clone()), openapi: Arc::default() };
         let server = Arc::new(ServerCtl { addr, app: http::router(state), watch_gen, running: tokio::sync::Mutex::new(None) });
         server.listen().await?;
         let weak: std::sync::Weak<dyn faults::Restarter> = Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));

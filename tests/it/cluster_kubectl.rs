@@ -14,11 +14,11 @@ fn kubectl_bin() -> String {
     std::env::var("BERTH_KUBECTL").unwrap_or_else(|_| "kubectl".into())
 }
 
-fn kubectl_available() -> bool {
+pub(crate) fn kubectl_available() -> bool {
     std::process::Command::new(kubectl_bin()).arg("version").arg("--client").output().is_ok_and(|o| o.status.success())
 }
 
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+pub(crate) async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     let out = tokio::time::timeout(
         Duration::from_secs(30),
         tokio::process::Command::new(kubectl_bin()).arg("--kubeconfig").arg(kubeconfig).args(args).kill_on_drop(true).output(),
@@ -30,7 +30,7 @@ async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-fn temp_dir() -> PathBuf {
+pub(crate) fn temp_dir() -> PathBuf {
     let d = std::env::temp_dir().join(format!("berth-kubectl-{}-{}", std::process::id(), rand::random::<u32>()));
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -62,10 +62,10 @@ async fn kubectl_get_create_delete_events() {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kp\n  labels:\n    app: k\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: nginx\n",
     )
     .unwrap();
-    let (ok, out) = kubectl(&kc, &["create", "-f", pod_yaml.to_str().unwrap(), "--validate=false"]).await;
+    let (ok, out) = kubectl(&kc, &["create", "-f", pod_yaml.to_str().unwrap()]).await;
     assert!(ok, "{out}");
     assert!(out.contains("pod/kp created"), "{out}");
-    let (ok, out) = kubectl(&kc, &["create", "-f", pod_yaml.to_str().unwrap(), "--validate=false"]).await;
+    let (ok, out) = kubectl(&kc, &["create", "-f", pod_yaml.to_str().unwrap()]).await;
     assert!(!ok && out.contains("AlreadyExists"), "{out}");
 
     let (ok, out) = kubectl(&kc, &["get", "pods", "-o", "wide"]).await;

@@ -18,6 +18,7 @@ mod cluster_faults;
 mod cluster_kube;
 mod cluster_kubectl;
 mod cluster_lifecycle;
+mod cluster_openapi;
 mod cluster_storage;
 mod conformance;
 mod default_spreading;

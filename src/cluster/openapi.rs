@@ -1,0 +1,1016 @@
+//! The OpenAPI documents of the local cluster (`/openapi/v2`, `/openapi/v3`
+//! and one OpenAPI 3.0 document per group-version), generated from
+//! k8s-openapi's `schemars` schemas of the kinds the cluster serves and
+//! from the served CustomResourceDefinitions' `openAPIV3Schema`s.
+//!
+//! Documents are built on first request and cached; a group-version's
+//! document is rebuilt when its custom resources change (the cache key is a
+//! hash of their definitions). Each document has the ETag upstream gives it
+//! (the upper-case hex SHA-512 of its JSON); the v3 root lists every
+//! group-version as `/openapi/v3/<gv>?hash=<etag>`, and a request with the
+//! current hash is answered `Cache-Control: public, immutable` (an old hash
+//! is redirected, 301, to the current one), as kube-openapi's handler does.
+//!
+//! Operations carry `x-kubernetes-action` and
+//! `x-kubernetes-group-version-kind`, and writes list the `dryRun`,
+//! `fieldManager` and `fieldValidation` query parameters: kubectl reads
+//! them to decide that the server validates fields itself. Top-level
+//! kinds' schemas carry `x-kubernetes-group-version-kind` (what
+//! `kubectl explain` looks up).
+//!
+//! The same schemas drive strict field validation ([`unknown_fields`],
+//! [`duplicate_fields`]): see `http.rs` for the `fieldValidation`
+//! directive.
+//!
+//! Simplifications: `/openapi/v2` is served as JSON only (no gnostic
+//! protobuf; a client asking only for protobuf gets 406 Not Acceptable, as
+//! kube-openapi answers an unsupported Accept); the v3 documents are JSON
+//! only; k8s-openapi's schemas have no `x-kubernetes-patch-merge-key` /
+//! `x-kubernetes-patch-strategy`, so a client computing a strategic merge
+//! patch from these documents treats lists as atomic.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use k8s_openapi::Resource;
+use k8s_openapi::api;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use schemars::SchemaGenerator;
+use schemars::generate::SchemaSettings;
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value, json};
+
+use super::resources::ResourceInfo;
+
+/// Errors of document generation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No served resource in this group-version.
+    #[error("no OpenAPI document for group-version {0:?}")]
+    NotFound(String),
+}
+
+/// One rendered document.
+#[derive(Clone)]
+pub struct Doc {
+    /// The JSON bytes served.
+    pub bytes: Bytes,
+    /// Upper-case hex SHA-512 of `bytes` (unquoted).
+    pub etag: String,
+    /// The parsed document (schemas for validation).
+    pub value: Arc<Value>,
+}
+
+impl Doc {
+    fn new(value: Value) -> Doc {
+        let bytes = Bytes::from(value.to_string());
+        let etag = etag_of(&bytes);
+        Doc { bytes, etag, value: Arc::new(value) }
+    }
+}
+
+fn etag_of(b: &[u8]) -> String {
+    use std::fmt::Write;
+    let d = ring::digest::digest(&ring::digest::SHA512, b);
+    let mut s = String::with_capacity(128);
+    for byte in d.as_ref() {
+        let _ = write!(s, "{byte:02X}");
+    }
+    s
+}
+
+/// The cache of documents of one cluster (built lazily).
+#[derive(Default)]
+pub struct Documents {
+    inner: Mutex<Cache>,
+}
+
+#[derive(Default)]
+struct Cache {
+    /// Per group-version path (`api/v1`, `apis/apps/v1`): (key, document).
+    v3: HashMap<String, (u64, Doc)>,
+    /// (key over every served resource, document).
+    v2: Option<(u64, Doc)>,
+}
+
+/// The path of a group-version below `/openapi/v3/` (`api/v1`, `apis/g/v`).
+pub fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+}
+
+/// A hash of what a set of served resources puts into a document: the
+/// built-in ones are fixed, custom ones hash their definitions.
+fn key_of<'a>(served: impl Iterator<Item = &'a Arc<ResourceInfo>>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for r in served {
+        (r.group, r.version, r.plural, r.kind, r.namespaced).hash(&mut h);
+        if let Some(c) = &r.custom {
+            c.crd.hash(&mut h);
+            c.list_kind.hash(&mut h);
+            c.schema.as_ref().map(Value::to_string).hash(&mut h);
+            r.subresources.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+impl Documents {
+    /// The document of one group-version (`api/v1`, `apis/apps/v1`).
+    pub fn v3(&self, served: &[Arc<ResourceInfo>], gv: &str) -> Result<Doc, Error> {
+        let mine: Vec<&Arc<ResourceInfo>> = served.iter().filter(|r| gv_path(r.group, r.version) == gv).collect();
+        let Some(first) = mine.first() else {
+            return Err(Error::NotFound(gv.to_string()));
+        };
+        let key = key_of(mine.iter().copied());
+        let mut cache = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, d)) = cache.v3.get(gv)
+            && *k == key
+        {
+            return Ok(d.clone());
+        }
+        let doc = Doc::new(v3_document(first.group, first.version, &mine));
+        cache.v3.insert(gv.to_string(), (key, doc.clone()));
+        Ok(doc)
+    }
+
+    /// The v3 root: `{"paths": {"api/v1": {"serverRelativeURL": ...}}}`.
+    pub fn v3_root(&self, served: &[Arc<ResourceInfo>]) -> Doc {
+        let mut gvs: Vec<String> = served.iter().map(|r| gv_path(r.group, r.version)).collect();
+        gvs.sort();
+        gvs.dedup();
+        let mut paths = Map::new();
+        for gv in gvs {
+            if let Ok(d) = self.v3(served, &gv) {
+                paths.insert(gv.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", d.etag)}));
+            }
+        }
+        Doc::new(json!({"paths": paths}))
+    }
+
+    /// The Swagger 2.0 document of everything served.
+    pub fn v2(&self, served: &[Arc<ResourceInfo>]) -> Doc {
+        let key = key_of(served.iter());
+        let mut cache = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, d)) = &cache.v2
+            && *k == key
+        {
+            return d.clone();
+        }
+        let refs: Vec<&Arc<ResourceInfo>> = served.iter().collect();
+        let doc = Doc::new(v2_document(&refs));
+        cache.v2 = Some((key, doc.clone()));
+        doc
+    }
+
+    /// The schema of a kind served in a group-version, with the document
+    /// holding its definitions (for [`unknown_fields`]).
+    pub fn schema_for(&self, served: &[Arc<ResourceInfo>], info: &ResourceInfo) -> Option<(Arc<Value>, String)> {
+        let doc = self.v3(served, &gv_path(info.group, info.version)).ok()?;
+        let name = definition_name(info);
+        doc.value.pointer(&format!("/components/schemas/{}", name.replace('~', "~0").replace('/', "~1")))?;
+        Some((doc.value.clone(), name))
+    }
+}
+
+/// The definition name of a kind: k8s-openapi's schema name for the
+/// built-in kinds, `<reversed group>.<version>.<Kind>` for custom ones (as
+/// the API server names them).
+pub fn definition_name(info: &ResourceInfo) -> String {
+    if info.custom.is_none()
+        && let Some(n) = builtin_name(info.group, info.version, info.kind)
+    {
+        return n;
+    }
+    let mut rev: Vec<&str> = info.group.split('.').collect();
+    rev.reverse();
+    format!("{}.{}.{}", rev.join("."), info.version, info.kind)
+}
+
+fn ref_name(r: &str) -> &str {
+    r.rsplit('/').next().unwrap_or(r)
+}
+
+fn generator(defs: &str) -> SchemaGenerator {
+    let defs = defs.to_string();
+    SchemaSettings::openapi3()
+        .with(|s| {
+            s.meta_schema = None;
+            s.definitions_path = defs.into();
+        })
+        .into_generator()
+}
+
+/// Calls `$m!(args; T1, T2, ...)` over every built-in kind (and the
+/// subresource kinds) the cluster serves.
+macro_rules! with_builtin_kinds {
+    ($m:ident!($($a:expr),*)) => {
+        $m!($($a),*;
+            api::core::v1::Namespace,
+            api::core::v1::Node,
+            api::core::v1::Pod,
+            api::core::v1::Binding,
+            api::core::v1::Event,
+            api::core::v1::Service,
+            api::core::v1::PersistentVolume,
+            api::core::v1::PersistentVolumeClaim,
+            api::core::v1::ReplicationController,
+            api::core::v1::ConfigMap,
+            api::core::v1::ServiceAccount,
+            api::core::v1::Secret,
+            api::core::v1::Endpoints,
+            api::core::v1::LimitRange,
+            api::core::v1::ResourceQuota,
+            api::core::v1::PodTemplate,
+            api::events::v1::Event,
+            api::coordination::v1::Lease,
+            api::scheduling::v1::PriorityClass,
+            api::scheduling::v1beta1::PodGroup,
+            api::scheduling::v1beta1::Workload,
+            api::policy::v1::PodDisruptionBudget,
+            api::policy::v1::Eviction,
+            api::authentication::v1::TokenRequest,
+            api::apps::v1::ReplicaSet,
+            api::apps::v1::StatefulSet,
+            api::apps::v1::Deployment,
+            api::apps::v1::DaemonSet,
+            api::apps::v1::ControllerRevision,
+            api::storage::v1::StorageClass,
+            api::storage::v1::CSINode,
+            api::storage::v1::CSIDriver,
+            api::storage::v1::CSIStorageCapacity,
+            api::storage::v1::VolumeAttachment,
+            api::storage::v1::VolumeAttributesClass,
+            api::resource::v1::ResourceClaim,
+            api::resource::v1::ResourceClaimTemplate,
+            api::resource::v1::DeviceClass,
+            api::resource::v1::ResourceSlice,
+            api::resource::v1::DeviceTaintRule,
+            api::rbac::v1::Role,
+            api::rbac::v1::RoleBinding,
+            api::rbac::v1::ClusterRole,
+            api::rbac::v1::ClusterRoleBinding,
+            api::discovery::v1::EndpointSlice,
+            api::batch::v1::Job,
+            api::batch::v1::CronJob,
+            api::autoscaling::v2::HorizontalPodAutoscaler,
+            api::networking::v1::Ingress,
+            api::networking::v1::IngressClass,
+            api::networking::v1::NetworkPolicy,
+            api::networking::v1::IPAddress,
+            api::networking::v1::ServiceCIDR,
+            api::node::v1::RuntimeClass,
+            api::admissionregistration::v1::MutatingWebhookConfiguration,
+            api::admissionregistration::v1::ValidatingWebhookConfiguration,
+            api::admissionregistration::v1::ValidatingAdmissionPolicy,
+            api::admissionregistration::v1::ValidatingAdmissionPolicyBinding,
+            api::admissionregistration::v1::MutatingAdmissionPolicy,
+            api::admissionregistration::v1::MutatingAdmissionPolicyBinding,
+            api::certificates::v1::CertificateSigningRequest,
+            api::certificates::v1::ClusterTrustBundle,
+            api::flowcontrol::v1::FlowSchema,
+            api::flowcontrol::v1::PriorityLevelConfiguration,
+            CustomResourceDefinition,
+            APIService,
+        )
+    };
+}
+
+macro_rules! find_schema {
+    ($g:expr, $group:expr, $version:expr, $kind:expr; $($ty:ty),* $(,)?) => {
+        $(
+            if <$ty as Resource>::GROUP == $group && <$ty as Resource>::VERSION == $version && <$ty as Resource>::KIND == $kind {
+                return Some($g.subschema_for::<$ty>());
+            }
+        )*
+    };
+}
+
+macro_rules! find_name {
+    ($group:expr, $version:expr, $kind:expr; $($ty:ty),* $(,)?) => {
+        $(
+            if <$ty as Resource>::GROUP == $group && <$ty as Resource>::VERSION == $version && <$ty as Resource>::KIND == $kind {
+                return Some(<$ty as schemars::JsonSchema>::schema_name().into_owned());
+            }
+        )*
+    };
+}
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+
+/// `$ref` to a built-in kind's schema (adding its definitions to `g`).
+fn builtin_schema(g: &mut SchemaGenerator, group: &str, version: &str, kind: &str) -> Option<schemars::Schema> {
+    with_builtin_kinds!(find_schema!(g, group, version, kind));
+    None
+}
+
+/// A built-in kind's definition name (k8s-openapi's schema name).
+fn builtin_name(group: &str, version: &str, kind: &str) -> Option<String> {
+    with_builtin_kinds!(find_name!(group, version, kind));
+    None
+}
+
+/// The kind a subresource takes and answers, as (group, version, kind).
+fn subresource_gvk<'a>(info: &'a ResourceInfo, sub: &str, kind: &'a str) -> (&'a str, &'a str, &'a str) {
+    match sub {
+        "eviction" => ("policy", "v1", "Eviction"),
+        "token" => ("authentication.k8s.io", "v1", "TokenRequest"),
+        _ => (info.group, info.version, kind),
+    }
+}
+
+fn gvk_json(group: &str, version: &str, kind: &str) -> Value {
+    json!({"group": group, "kind": kind, "version": version})
+}
+
+/// The schemas (components) of one group-version's kinds; returns the
+/// definitions and, per served resource, its kind's definition name.
+fn definitions(defs_path: &str, served: &[&Arc<ResourceInfo>]) -> Map<String, Value> {
+    let mut g = generator(defs_path);
+    let mut gvks: Vec<(String, Value)> = Vec::new();
+    let mut customs: Vec<(String, Value)> = Vec::new();
+    for r in served {
+        match &r.custom {
+            None => {
+                if let Some(s) = builtin_schema(&mut g, r.group, r.version, r.kind)
+                    && let Some(name) = s.get("$ref").and_then(Value::as_str).map(|s| ref_name(s).to_string())
+                {
+                    gvks.push((name, gvk_json(r.group, r.version, r.kind)));
+                }
+                for (sub, kind, _) in r.subresources {
+                    let (sg, sv, sk) = subresource_gvk(r, sub, kind);
+                    if let Some(s) = builtin_schema(&mut g, sg, sv, sk)
+                        && let Some(name) = s.get("$ref").and_then(Value::as_str).map(|s| ref_name(s).to_string())
+                    {
+                        gvks.push((name, gvk_json(sg, sv, sk)));
+                    }
+                }
+            }
+            Some(c) => {
+                let name = definition_name(r);
+                let mut schema = c.schema.clone().unwrap_or_else(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+                let meta_ref = g.subschema_for::<meta::ObjectMeta>();
+                if let Some(m) = schema.as_object_mut() {
+                    let props = m.entry("properties").or_insert_with(|| json!({}));
+                    if let Some(p) = props.as_object_mut() {
+                        p.insert("apiVersion".into(), json!({"description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources", "type": "string"}));
+                        p.insert("kind".into(), json!({"description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds", "type": "string"}));
+                        p.insert("metadata".into(), json!({"allOf": [meta_ref.as_value()], "description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"}));
+                    }
+                    m.insert("x-kubernetes-group-version-kind".into(), json!([gvk_json(r.group, r.version, r.kind)]));
+                }
+                customs.push((name, schema));
+            }
+        }
+    }
+    let status = g.subschema_for::<meta::Status>();
+    let _ = (status, g.subschema_for::<meta::DeleteOptions>(), g.subschema_for::<meta::Patch>(), g.subschema_for::<meta::ListMeta>());
+    let mut defs = g.take_definitions(true);
+    for (name, gvk) in gvks {
+        if let Some(Value::Object(m)) = defs.get_mut(&name) {
+            m.remove("required");
+            m.insert("x-kubernetes-group-version-kind".into(), json!([gvk]));
+        }
+    }
+    // meta.k8s.io Status and DeleteOptions are answered and taken by every group.
+    if let Some(Value::Object(m)) = defs.get_mut("io.k8s.apimachinery.pkg.apis.meta.v1.Status") {
+        m.insert("x-kubernetes-group-version-kind".into(), json!([gvk_json("", "v1", "Status")]));
+    }
+    for (name, schema) in customs {
+        defs.insert(name, schema);
+    }
+    // The list kinds.
+    for r in served {
+        let list_kind = match &r.custom {
+            Some(c) if !c.list_kind.is_empty() => c.list_kind.clone(),
+            _ => format!("{}List", r.kind),
+        };
+        let item = definition_name(r);
+        if !defs.contains_key(&item) {
+            continue;
+        }
+        let list_name = format!("{item}List");
+        let list_name = match list_name.rsplit_once('.') {
+            Some((prefix, _)) => format!("{prefix}.{list_kind}"),
+            None => list_name,
+        };
+        defs.insert(
+            list_name,
+            json!({
+                "description": format!("{list_kind} is a list of {}.", r.kind),
+                "type": "object",
+                "properties": {
+                    "apiVersion": {"description": "APIVersion defines the versioned schema of this representation of an object.", "type": "string"},
+                    "items": {"description": format!("List of {}.", r.plural), "type": "array", "items": {"$ref": format!("{defs_path}/{item}")}},
+                    "kind": {"description": "Kind is a string value representing the REST resource this object represents.", "type": "string"},
+                    "metadata": {"allOf": [{"$ref": format!("{defs_path}/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta")}], "description": "Standard list metadata."},
+                },
+                "required": ["items"],
+                "x-kubernetes-group-version-kind": [gvk_json(r.group, r.version, &list_kind)],
+            }),
+        );
+    }
+    defs
+}
+
+/// The query parameters of an operation, by verb.
+fn query_params(action: &str, v2: bool) -> Vec<Value> {
+    let p = |name: &str, desc: &str, ty: &str| -> Value {
+        if v2 {
+            json!({"name": name, "in": "query", "description": desc, "type": ty, "uniqueItems": true})
+        } else {
+            json!({"name": name, "in": "query", "description": desc, "schema": {"type": ty, "uniqueItems": true}})
+        }
+    };
+    let dry_run = p("dryRun", "When present, indicates that modifications should not be persisted. An invalid or unrecognized dryRun directive will result in an error response and no further processing of the request. Valid values are: - All: all dry run stages will be processed", "string");
+    let field_manager = p("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes. The value must be less than or 128 characters long, and only contain printable characters, as defined by https://golang.org/pkg/unicode/#IsPrint.", "string");
+    let field_validation = p("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request (POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: - Ignore: This will ignore any unknown fields that are silently dropped from the object, and will ignore all but the last duplicate field that the decoder encounters. This is the default behavior prior to v1.23. - Warn: This will send a warning via the standard warning response header for each unknown field that is dropped from the object, and for each duplicate field that is encountered. The request will still succeed if there are no other errors, and will only persist the last of any duplicate fields. This is the default in v1.23+ - Strict: This will fail the request with a BadRequest error if any unknown fields would be dropped from the object, or if any duplicate fields are present. The error returned from the server will contain all unknown and duplicate fields encountered.", "string");
+    match action {
+        "post" | "put" => vec![dry_run, field_manager, field_validation],
+        "patch" => vec![
+            dry_run,
+            field_manager,
+            field_validation,
+            p("force", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests.", "boolean"),
+        ],
+        "delete" => vec![
+            dry_run,
+            p("gracePeriodSeconds", "The duration in seconds before the object should be deleted. Value must be non-negative integer. The value zero indicates delete immediately. If this value is nil, the default grace period for the specified type will be used. Defaults to a per object value if not specified. zero means delete immediately.", "integer"),
+            p("propagationPolicy", "Whether and how garbage collection will be performed. Either this field or OrphanDependents may be set, but not both.", "string"),
+        ],
+        "list" | "deletecollection" | "watchlist" => vec![
+            p("allowWatchBookmarks", "allowWatchBookmarks requests watch events with type \"BOOKMARK\".", "boolean"),
+            p("continue", "The continue option should be set when retrieving more results from the server.", "string"),
+            p("fieldSelector", "A selector to restrict the list of returned objects by their fields. Defaults to everything.", "string"),
+            p("labelSelector", "A selector to restrict the list of returned objects by their labels. Defaults to everything.", "string"),
+            p("limit", "limit is a maximum number of responses to return for a list call.", "integer"),
+            p("resourceVersion", "resourceVersion sets a constraint on what resource versions a request may be served from.", "string"),
+            p("sendInitialEvents", "`sendInitialEvents=true` may be set together with `watch=true`.", "boolean"),
+            p("timeoutSeconds", "Timeout for the list/watch call.", "integer"),
+            p("watch", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications.", "boolean"),
+        ],
+        _ => vec![],
+    }
+}
+
+/// One operation: (HTTP method, action, kind of the body/answer).
+struct Op<'a> {
+    method: &'static str,
+    action: &'static str,
+    gvk: (&'a str, &'a str, &'a str),
+    body: Option<String>,
+    answer: String,
+    op_id: String,
+}
+
+fn camel(s: &str) -> String {
+    let mut out = String::new();
+    let mut up = true;
+    for ch in s.chars() {
+        if ch == '.' || ch == '-' || ch == '/' {
+            up = true;
+            continue;
+        }
+        if up {
+            out.extend(ch.to_uppercase());
+            up = false;
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// The paths of one resource: path -> operations.
+fn resource_paths<'a>(r: &'a ResourceInfo, defs: &Map<String, Value>) -> Vec<(String, Vec<Op<'a>>)> {
+    let prefix = if r.group.is_empty() { format!("/api/{}", r.version) } else { format!("/apis/{}/{}", r.group, r.version) };
+    let item = definition_name(r);
+    if !defs.contains_key(&item) {
+        return Vec::new();
+    }
+    let list_kind = match &r.custom {
+        Some(c) if !c.list_kind.is_empty() => c.list_kind.clone(),
+        _ => format!("{}List", r.kind),
+    };
+    let list = match item.rsplit_once('.') {
+        Some((p, _)) => format!("{p}.{list_kind}"),
+        None => list_kind.clone(),
+    };
+    let gvk = (r.group, r.version, r.kind);
+    let gv_tag = camel(&format!("{}{}", if r.group.is_empty() { "core" } else { r.group.split('.').next().unwrap_or(r.group) }, camel(r.version)));
+    let ns = if r.namespaced { "Namespaced" } else { "" };
+    let (coll, one) = if r.namespaced {
+        (format!("{prefix}/namespaces/{{namespace}}/{}", r.plural), format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural))
+    } else {
+        (format!("{prefix}/{}", r.plural), format!("{prefix}/{}/{{name}}", r.plural))
+    };
+    let status = "io.k8s.apimachinery.pkg.apis.meta.v1.Status".to_string();
+    let op = |method, action, body: Option<&String>, answer: &String, verb: &str, suffix: &str| Op {
+        method,
+        action,
+        gvk,
+        body: body.cloned(),
+        answer: answer.clone(),
+        op_id: format!("{verb}{gv_tag}{ns}{}{suffix}", r.kind),
+    };
+    let mut out = vec![
+        (
+            coll.clone(),
+            vec![
+                op("get", "list", None, &list, "list", ""),
+                op("post", "post", Some(&item), &item, "create", ""),
+                op("delete", "deletecollection", None, &status, "deleteCollection", ""),
+            ],
+        ),
+        (
+            one.clone(),
+            vec![
+                op("get", "get", None, &item, "read", ""),
+                op("put", "put", Some(&item), &item, "replace", ""),
+                op("patch", "patch", Some(&"io.k8s.apimachinery.pkg.apis.meta.v1.Patch".to_string()), &item, "patch", ""),
+                op("delete", "delete", None, &item, "delete", ""),
+            ],
+        ),
+    ];
+    if r.namespaced {
+        out.push((format!("{prefix}/{}", r.plural), vec![Op { op_id: format!("list{gv_tag}{}ForAllNamespaces", r.kind), ..op("get", "list", None, &list, "list", "") }]));
+    }
+    for (sub, kind, verbs) in r.subresources {
+        let (sg, sv, sk) = subresource_gvk(r, sub, kind);
+        let sub_name = if sg == r.group && sv == r.version && sk == r.kind {
+            item.clone()
+        } else {
+            match builtin_name(sg, sv, sk) {
+                Some(n) => n,
+                None => continue,
+            }
+        };
+        let suffix = camel(sub);
+        let mut ops = Vec::new();
+        for verb in *verbs {
+            let o = match *verb {
+                "get" => op("get", "get", None, &sub_name, "read", &suffix),
+                "update" => op("put", "put", Some(&sub_name), &sub_name, "replace", &suffix),
+                "patch" => op("patch", "patch", Some(&"io.k8s.apimachinery.pkg.apis.meta.v1.Patch".to_string()), &sub_name, "patch", &suffix),
+                "create" => op("post", "post", Some(&sub_name), &sub_name, "create", &suffix),
+                _ => continue,
+            };
+            ops.push(Op { gvk: (sg, sv, sk), ..o });
+        }
+        out.push((format!("{one}/{sub}"), ops));
+    }
+    out
+}
+
+fn patch_types(custom: bool) -> Vec<&'static str> {
+    let mut v = vec!["application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json"];
+    if !custom {
+        v.push("application/strategic-merge-patch+json");
+    }
+    v
+}
+
+fn path_params(path: &str, v2: bool) -> Vec<Value> {
+    let mut out = Vec::new();
+    let p = |name: &str, desc: &str| {
+        if v2 {
+            json!({"name": name, "in": "path", "required": true, "description": desc, "type": "string", "uniqueItems": true})
+        } else {
+            json!({"name": name, "in": "path", "required": true, "description": desc, "schema": {"type": "string", "uniqueItems": true}})
+        }
+    };
+    if path.contains("{name}") {
+        out.push(p("name", "name of the object"));
+    }
+    if path.contains("{namespace}") {
+        out.push(p("namespace", "object name and auth scope, such as for teams and projects"));
+    }
+    out.push(if v2 {
+        json!({"name": "pretty", "in": "query", "description": "If 'true', then the output is pretty printed. Defaults to 'false' unless the user agent indicates a browser or command-line HTTP tool (curl and wget).", "type": "string", "uniqueItems": true})
+    } else {
+        json!({"name": "pretty", "in": "query", "description": "If 'true', then the output is pretty printed. Defaults to 'false' unless the user agent indicates a browser or command-line HTTP tool (curl and wget).", "schema": {"type": "string", "uniqueItems": true}})
+    });
+    out
+}
+
+const ANSWER_TYPES: &[&str] = &["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"];
+
+fn v3_operation(o: &Op<'_>, custom: bool, tag: &str) -> Value {
+    let reference = |n: &str| json!({"$ref": format!("#/components/schemas/{n}")});
+    let content = |n: &str| {
+        let mut m = Map::new();
+        for t in ANSWER_TYPES {
+            m.insert((*t).into(), json!({"schema": reference(n)}));
+        }
+        Value::Object(m)
+    };
+    let mut responses = Map::new();
+    responses.insert("200".into(), json!({"description": "OK", "content": content(&o.answer)}));
+    if matches!(o.action, "post" | "put" | "patch") {
+        responses.insert("201".into(), json!({"description": "Created", "content": content(&o.answer)}));
+    }
+    if matches!(o.action, "post" | "delete") {
+        responses.insert("202".into(), json!({"description": "Accepted", "content": content(&o.answer)}));
+    }
+    responses.insert("401".into(), json!({"description": "Unauthorized"}));
+    let mut v = json!({
+        "tags": [tag],
+        "description": format!("{} {}", o.action, o.gvk.2),
+        "operationId": o.op_id,
+        "responses": responses,
+        "x-kubernetes-action": o.action,
+        "x-kubernetes-group-version-kind": gvk_json(o.gvk.0, o.gvk.1, o.gvk.2),
+    });
+    let params = query_params(if o.method == "get" && o.action == "list" { "list" } else { o.action }, false);
+    if !params.is_empty() {
+        v["parameters"] = Value::Array(params);
+    }
+    if let Some(b) = &o.body {
+        let mut c = Map::new();
+        if o.method == "patch" {
+            for t in patch_types(custom) {
+                c.insert(t.into(), json!({"schema": reference(b)}));
+            }
+        } else {
+            c.insert("*/*".into(), json!({"schema": reference(b)}));
+        }
+        v["requestBody"] = json!({"content": c, "required": true});
+    }
+    v
+}
+
+fn tag_of(group: &str, version: &str) -> String {
+    let g = if group.is_empty() { "core".to_string() } else { group.replace(".k8s.io", "").replace('.', "_") };
+    format!("{g}_{version}")
+}
+
+/// The OpenAPI 3.0 document of one group-version.
+fn v3_document(group: &str, version: &str, served: &[&Arc<ResourceInfo>]) -> Value {
+    let defs = definitions("#/components/schemas", served);
+    let tag = tag_of(group, version);
+    let mut paths: BTreeMap<String, Value> = BTreeMap::new();
+    for r in served {
+        let custom = r.custom.is_some();
+        for (path, ops) in resource_paths(r, &defs) {
+            let mut item = Map::new();
+            for o in &ops {
+                item.insert(o.method.into(), v3_operation(o, custom, &tag));
+            }
+            item.insert("parameters".into(), Value::Array(path_params(&path, false)));
+            paths.insert(path, Value::Object(item));
+        }
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.37.0-berth"},
+        "paths": paths,
+        "components": {"schemas": defs},
+    })
+}
+
+/// The Swagger 2.0 document of every served kind.
+fn v2_document(served: &[&Arc<ResourceInfo>]) -> Value {
+    let mut defs = definitions("#/definitions", served);
+    // Swagger 2.0 keeps `$ref` with siblings as upstream's v2 does.
+    for d in defs.values_mut() {
+        unwrap_single_all_of(d);
+    }
+    let reference = |n: &str| json!({"$ref": format!("#/definitions/{n}")});
+    let mut paths: BTreeMap<String, Value> = BTreeMap::new();
+    for r in served {
+        let custom = r.custom.is_some();
+        let tag = tag_of(r.group, r.version);
+        for (path, ops) in resource_paths(r, &defs) {
+            let mut item = Map::new();
+            for o in &ops {
+                let mut params = query_params(if o.action == "list" { "list" } else { o.action }, true);
+                if let Some(b) = &o.body {
+                    params.insert(0, json!({"name": "body", "in": "body", "required": true, "schema": reference(b)}));
+                }
+                let mut responses = Map::new();
+                responses.insert("200".into(), json!({"description": "OK", "schema": reference(&o.answer)}));
+                if matches!(o.action, "post" | "put" | "patch") {
+                    responses.insert("201".into(), json!({"description": "Created", "schema": reference(&o.answer)}));
+                }
+                responses.insert("401".into(), json!({"description": "Unauthorized"}));
+                let consumes: Vec<&str> = if o.method == "patch" { patch_types(custom) } else { vec!["*/*"] };
+                item.insert(
+                    o.method.into(),
+                    json!({
+                        "tags": [tag],
+                        "description": format!("{} {}", o.action, o.gvk.2),
+                        "operationId": o.op_id,
+                        "consumes": consumes,
+                        "produces": ANSWER_TYPES,
+                        "schemes": ["https"],
+                        "parameters": params,
+                        "responses": responses,
+                        "x-kubernetes-action": o.action,
+                        "x-kubernetes-group-version-kind": gvk_json(o.gvk.0, o.gvk.1, o.gvk.2),
+                    }),
+                );
+            }
+            item.insert("parameters".into(), Value::Array(path_params(&path, true)));
+            paths.insert(path, Value::Object(item));
+        }
+    }
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": "v1.37.0-berth"},
+        "paths": paths,
+        "definitions": defs,
+    })
+}
+
+/// `{"allOf": [{"$ref": x}], ...}` back into `{"$ref": x, ...}` (v2 style).
+fn unwrap_single_all_of(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let single = m.get("allOf").and_then(Value::as_array).filter(|a| a.len() == 1).and_then(|a| a[0].get("$ref")).cloned();
+            if let Some(r) = single {
+                m.remove("allOf");
+                m.insert("$ref".into(), r);
+            }
+            for (_, c) in m.iter_mut() {
+                unwrap_single_all_of(c);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(unwrap_single_all_of),
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------
+// Strict field validation.
+
+/// Follow `$ref` / single `allOf` to the schema they name.
+fn resolve<'a>(doc: &'a Value, mut s: &'a Value) -> &'a Value {
+    for _ in 0..32 {
+        if let Some(r) = s.get("$ref").and_then(Value::as_str) {
+            match doc.pointer(&format!("/components/schemas/{}", ref_name(r).replace('~', "~0").replace('/', "~1"))) {
+                Some(t) => s = t,
+                None => return s,
+            }
+        } else if let Some(a) = s.get("allOf").and_then(Value::as_array).filter(|a| a.len() == 1)
+            && s.get("properties").is_none()
+        {
+            s = &a[0];
+        } else {
+            return s;
+        }
+    }
+    s
+}
+
+fn flag(s: &Value, name: &str) -> bool {
+    s.get(name).and_then(Value::as_bool) == Some(true)
+}
+
+/// The fields of `obj` its kind's schema does not know, as dotted paths
+/// (`spec.containers[0].bogus`), in document order. `custom`: the schema is
+/// a CustomResourceDefinition's (structural: an object schema without
+/// properties admits no fields unless it preserves unknown fields); for
+/// built-in kinds an object schema without properties is free-form.
+pub fn unknown_fields(doc: &Value, definition: &str, obj: &Value, custom: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(root) = doc.pointer(&format!("/components/schemas/{}", definition.replace('~', "~0").replace('/', "~1"))) else {
+        return out;
+    };
+    walk(doc, root, obj, "", custom, true, &mut out);
+    out
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() { field.to_string() } else { format!("{path}.{field}") }
+}
+
+fn walk(doc: &Value, schema: &Value, v: &Value, path: &str, custom: bool, root: bool, out: &mut Vec<String>) {
+    // A reference leads into a built-in type (ObjectMeta of a custom
+    // resource): free-form objects there are free-form.
+    let custom = custom && schema.get("$ref").is_none() && schema.get("allOf").is_none();
+    let s = resolve(doc, schema);
+    match v {
+        Value::Object(m) => {
+            if flag(s, "x-kubernetes-preserve-unknown-fields") || flag(s, "x-kubernetes-int-or-string") {
+                // Known properties are still checked below when present.
+                if let Some(props) = s.get("properties").and_then(Value::as_object) {
+                    for (k, child) in m {
+                        if let Some(ps) = props.get(k) {
+                            walk(doc, ps, child, &join(path, k), custom, false, out);
+                        }
+                    }
+                }
+                return;
+            }
+            if let Some(ap) = s.get("additionalProperties") {
+                if ap.is_object() {
+                    for (k, child) in m {
+                        walk(doc, ap, child, &join(path, k), custom, false, out);
+                    }
+                }
+                return;
+            }
+            let props = s.get("properties").and_then(Value::as_object);
+            let embedded = flag(s, "x-kubernetes-embedded-resource");
+            match props {
+                None if !custom => {}
+                None if !embedded => out.extend(m.keys().map(|k| join(path, k))),
+                _ => {
+                    let empty = Map::new();
+                    let props = props.unwrap_or(&empty);
+                    for (k, child) in m {
+                        match props.get(k) {
+                            Some(ps) => walk(doc, ps, child, &join(path, k), custom, false, out),
+                            None if (root || embedded) && matches!(k.as_str(), "apiVersion" | "kind") => {}
+                            None if embedded && k == "metadata" => {}
+                            None => out.push(join(path, k)),
+                        }
+                    }
+                }
+            }
+        }
+        Value::Array(a) => {
+            if let Some(items) = s.get("items") {
+                for (i, child) in a.iter().enumerate() {
+                    walk(doc, items, child, &format!("{path}[{i}]"), custom, false, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The fields that appear twice in one JSON object of `body`, as dotted
+/// paths (`metadata.name`), in document order. Not JSON: nothing.
+pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let _ = DupSeed { path: String::new(), out: &mut out }.deserialize(&mut de);
+    out
+}
+
+struct DupSeed<'a> {
+    path: String,
+    out: &'a mut Vec<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for DupSeed<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DupSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0usize;
+        while seq.next_element_seed(DupSeed { path: format!("{}[{i}]", self.path), out: &mut *self.out })?.is_some() {
+            i += 1;
+        }
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let p = join(&self.path, &k);
+            if !seen.insert(k) {
+                self.out.push(p.clone());
+            }
+            map.next_value_seed(DupSeed { path: p, out: &mut *self.out })?;
+        }
+        Ok(())
+    }
+}
+
+/// The `fieldValidation` directive of a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Directive {
+    /// Refuse unknown and duplicate fields.
+    Strict,
+    /// Accept, with a warning per field (the default).
+    Warn,
+    /// Accept silently.
+    Ignore,
+}
+
+impl Directive {
+    /// From the query value (`None`: the default, Warn). An unknown value
+    /// is refused as the API server refuses it.
+    pub fn parse(v: Option<&str>) -> Result<Directive, String> {
+        match v {
+            None | Some("") | Some("Warn") => Ok(Directive::Warn),
+            Some("Strict") => Ok(Directive::Strict),
+            Some("Ignore") => Ok(Directive::Ignore),
+            Some(other) => Err(format!("fieldValidation: Unsupported value: \"{other}\": supported values: \"Ignore\", \"Strict\", \"Warn\"")),
+        }
+    }
+}
+
+/// The strict-decoding errors of a body, upstream's words: `unknown field
+/// "spec.bogus"`, `duplicate field "metadata.name"`.
+pub fn strict_errors(unknown: &[String], duplicate: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = duplicate.iter().map(|p| format!("duplicate field \"{p}\"")).collect();
+    v.extend(unknown.iter().map(|p| format!("unknown field \"{p}\"")));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::resources::RESOURCES;
+
+    fn served() -> Vec<Arc<ResourceInfo>> {
+        RESOURCES.iter().cloned().map(Arc::new).collect()
+    }
+
+    #[test]
+    fn core_v1_document_has_pod_with_gvk_and_field_validation() {
+        let docs = Documents::default();
+        let s = served();
+        let d = docs.v3(&s, "api/v1").unwrap_or_else(|e| panic!("{e}"));
+        let pod = &d.value["components"]["schemas"]["io.k8s.api.core.v1.Pod"];
+        assert_eq!(pod["x-kubernetes-group-version-kind"], json!([{"group": "", "kind": "Pod", "version": "v1"}]));
+        let patch = &d.value["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
+        assert_eq!(patch["x-kubernetes-action"], "patch");
+        let names: Vec<&str> = patch["parameters"].as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
+        assert!(names.contains(&"fieldValidation") && names.contains(&"dryRun") && names.contains(&"fieldManager"), "{names:?}");
+        assert!(patch["requestBody"]["content"].get("application/strategic-merge-patch+json").is_some());
+        assert!(d.value["components"]["schemas"]["io.k8s.api.core.v1.PodList"].is_object());
+        assert!(d.value["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"].is_object());
+        assert_eq!(d.etag.len(), 128);
+        // Cached: the same bytes come back.
+        let again = docs.v3(&s, "api/v1").unwrap_or_else(|e| panic!("{e}"));
+        assert!(Arc::ptr_eq(&d.value, &again.value));
+    }
+
+    #[test]
+    fn root_lists_group_versions_with_hashes() {
+        let docs = Documents::default();
+        let s = served();
+        let root = docs.v3_root(&s);
+        let url = root.value["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().unwrap_or_default().to_string();
+        let apps = docs.v3(&s, "apis/apps/v1").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(url, format!("/openapi/v3/apis/apps/v1?hash={}", apps.etag));
+        assert!(root.value["paths"].get("api/v1").is_some());
+    }
+
+    #[test]
+    fn unknown_fields_are_named_with_their_paths() {
+        let docs = Documents::default();
+        let s = served();
+        let pods = RESOURCES.iter().find(|r| r.kind == "Pod").unwrap_or_else(|| panic!("no pods"));
+        let (doc, def) = docs.schema_for(&s, pods).unwrap_or_else(|| panic!("no schema"));
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}, "bogus": 1},
+            "spec": {"bogus": true, "nodeSelector": {"x": "y"}, "containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}, "extra": 1}]}});
+        assert_eq!(unknown_fields(&doc, &def, &pod, false), vec!["metadata.bogus", "spec.bogus", "spec.containers[0].extra"]);
+    }
+
+    #[test]
+    fn duplicate_fields_are_found() {
+        let body = br#"{"metadata":{"name":"a","name":"b"},"spec":{"containers":[{"name":"c","image":"x","image":"y"}]}}"#;
+        assert_eq!(duplicate_fields(body), vec!["metadata.name", "spec.containers[0].image"]);
+        assert!(duplicate_fields(b"not json").is_empty());
+    }
+
+    #[test]
+    fn custom_schemas_prune_unless_preserved() {
+        let doc = json!({"components": {"schemas": {"x": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {"a": {"type": "string"}, "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "m": {"type": "object", "additionalProperties": {"type": "object", "properties": {"k": {"type": "string"}}}},
+                "e": {"type": "object", "x-kubernetes-embedded-resource": true, "properties": {"spec": {"type": "object"}}}}}}}}}});
+        let obj = json!({"apiVersion": "x/v1", "kind": "X", "spec": {"a": "1", "b": 2, "free": {"z": 1}, "m": {"one": {"k": "v", "q": 1}},
+            "e": {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {"w": 1}}}});
+        assert_eq!(unknown_fields(&doc, "x", &obj, true), vec!["spec.b", "spec.m.one.q", "spec.e.spec.w"]);
+    }
+
+    #[test]
+    fn directive_parses() {
+        assert_eq!(Directive::parse(None), Ok(Directive::Warn));
+        assert_eq!(Directive::parse(Some("Strict")), Ok(Directive::Strict));
+        assert!(Directive::parse(Some("strict")).is_err());
+    }
+}
