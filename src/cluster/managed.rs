@@ -531,10 +531,8 @@ fn cmp_value(field: &str, ov: &Value, nv: &Value, shape: Shape<'_>, path: &mut V
 fn all_paths(field: &str, v: &Value, shape: Shape<'_>, path: &mut Vec<String>, set: &mut FieldSet, this: bool) {
     // Non-atomic lists are never members themselves (their items are).
     let empty_obj = v.as_object().is_some_and(Map::is_empty);
-    if (this && !v.is_array()) || empty_obj || !(v.is_object() || v.is_array()) {
-        if !path.is_empty() {
-            set.insert(path);
-        }
+    if ((this && !v.is_array()) || empty_obj || !(v.is_object() || v.is_array())) && !path.is_empty() {
+        set.insert(path);
     }
     match v {
         Value::Object(m) => {
@@ -965,7 +963,9 @@ mod tests {
     #[test]
     fn merge_by_key_and_remove() {
         let mut live = deploy(1, "a");
-        live["spec"]["template"]["spec"]["containers"].as_array_mut().map(|a| a.push(json!({"name": "side", "image": "s"})));
+        if let Some(a) = live["spec"]["template"]["spec"]["containers"].as_array_mut() {
+            a.push(json!({"name": "side", "image": "s"}));
+        }
         merge(&mut live, &json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "b"}]}}}}), Shape::Builtin);
         assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["image"], json!("b"));
         assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"], json!(80));

@@ -295,6 +295,16 @@ async fn kubectl_server_side_apply() {
     let (ok, out) = kube(argv("get deployment web -o jsonpath={.spec.replicas}")).await;
     assert!(ok && out.trim() == "4", "{out}");
 
+    // berth's own manifests, server-side.
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/berth.yaml").to_string_lossy().to_string();
+    let (ok, out) = kube(argv(&format!("apply --server-side -f {manifests}"))).await;
+    assert!(ok, "{out}");
+    for k in ["serviceaccount/berth", "configmap/berth-config", "deployment.apps/berth"] {
+        assert!(out.contains(&format!("{k} serverside-applied")), "{out}");
+    }
+    let (ok, out) = kube(argv(&format!("apply --server-side -f {manifests}"))).await;
+    assert!(ok && out.contains("serverside-applied"), "applying again: {out}");
+
     // kubectl create records its own manager (an Update).
     let cm = dir.join("cm.yaml");
     std::fs::write(&cm, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\ndata: {a: \"1\"}\n").unwrap();
