@@ -160,13 +160,17 @@ fn obj_response(code: StatusCode, alias: Option<&Alias>, o: &Obj) -> Response {
 const BODY_LIMIT: usize = 3 * 1024 * 1024;
 
 async fn handle(State(st): State<AppState>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(b) => b,
         Err(_) => return Error::TooLarge.into_response(),
     };
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().unwrap_or("").to_string();
+    let bytes = match protobuf_body(&mut parts.headers, bytes) {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
     if let Some(refused) = unsupported_body(&parts.headers, &bytes) {
         return refused.into_response();
     }
@@ -176,7 +180,27 @@ async fn handle(State(st): State<AppState>, req: Request) -> Response {
     }
 }
 
-/// Request bodies are JSON or YAML (and the patch types): a protobuf or
+/// A protobuf body of a built-in kind becomes its JSON ([`super::proto`]),
+/// Content-Type included; a malformed one is 400. A kind with no protobuf
+/// schema (a custom resource) is left for [`unsupported_body`]'s 415.
+fn protobuf_body(headers: &mut HeaderMap, body: Bytes) -> HResult<Bytes> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if body.is_empty() || !super::proto::is_protobuf(ct) {
+        return Ok(body);
+    }
+    match super::proto::decode(&body) {
+        Ok(v) => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            Ok(v.to_string().into())
+        }
+        Err(e) if e.unsupported_media_type() => Ok(body),
+        Err(e) => Err(Error::BadRequest(e.to_string())),
+    }
+}
+
+/// Request bodies are JSON or YAML (and the patch types), or protobuf for
+/// the built-in kinds (decoded by [`protobuf_body`] first): a protobuf body
+/// of another kind, or a
 /// CBOR body is answered 415 Unsupported Media Type, which current
 /// clients (client-go, so kubectl) take as the cue to send JSON instead.
 fn unsupported_body(headers: &HeaderMap, body: &Bytes) -> Option<Error> {
@@ -596,6 +620,7 @@ async fn resource_request(
                     Ok(with_warnings(obj_response(StatusCode::CREATED, alias.as_ref(), &o), &warnings))
                 }
                 _ => {
+                    refuse_dry_run(&q)?;
                     let filter = build_filter(&info, ns, &q)?;
                     let opts = delete_opts(&q, &body)?;
                     let lr = store.list(r, &filter, None, None)?;
@@ -997,10 +1022,13 @@ fn strict_findings(st: &AppState, info: &ResourceInfo, q: &HashMap<String, Strin
         return Ok((directive, Vec::new()));
     }
     let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
-    let dups = if yaml { Vec::new() } else { oa::duplicate_fields(body) };
-    let obj = parse_json(body, headers)?;
-    let unknown = unknown_of(st, info, &obj);
-    Ok((directive, oa::strict_errors(&unknown, &dups)))
+    if yaml {
+        let obj = parse_json(body, headers)?;
+        return Ok((directive, oa::strict_errors(&unknown_of(st, info, &obj), &[])));
+    }
+    let schema = st.openapi.schema_for(&served_infos(&st.store), info);
+    let errs = oa::strict_errors_json(body, schema.as_ref().map(|(doc, def)| (doc.as_ref(), def.as_str())), info.custom.is_some());
+    Ok((directive, errs))
 }
 
 fn unknown_of(st: &AppState, info: &ResourceInfo, obj: &Value) -> Vec<String> {
@@ -1031,6 +1059,7 @@ fn check_fields(st: &AppState, info: &ResourceInfo, q: &HashMap<String, String>,
 /// Patches: the patched object is checked (the stored object has no
 /// unknown fields, so they come from the patch); Strict refuses with 422
 /// `patch: Invalid value`, as the API server's patch handler does.
+#[allow(clippy::too_many_arguments)]
 fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, name: &str, pt: &PatchType, q: &HashMap<String, String>, body: &Bytes) -> HResult<Vec<String>> {
     use super::openapi::Directive;
     let directive = Directive::parse(q.get("fieldValidation").map(String::as_str)).map_err(Error::BadRequest)?;

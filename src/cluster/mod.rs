@@ -35,6 +35,14 @@
 //! `required`, `enum`, bounds and lengths ([`crd`]; no CEL, `pattern` or
 //! `format`). Deleting a CRD deletes its objects at once.
 //!
+//! OpenAPI ([`openapi`]): `/openapi/v2` (Swagger 2.0) and `/openapi/v3`
+//! (the root, and one OpenAPI 3.0 document per group-version) are generated
+//! on first request from k8s-openapi's schemas and the CRDs' schemas, cached
+//! with upstream's ETags and `?hash=` URLs, so `kubectl explain` and
+//! `kubectl apply` with validation on work. Writes honour
+//! `fieldValidation` (Strict refuses unknown and duplicate fields naming
+//! them, Warn, the default, answers `Warning` headers, Ignore is silent).
+//!
 //! Lifecycle, as Kubernetes documents it: a pod's grace period is the
 //! request's, else its own, 0 when it is not bound or already terminal,
 //! 1 s when negative; a second delete may only shorten it. Finalizers hold
@@ -58,14 +66,19 @@
 //! volume in the selected node's zone), pvc/pv-protection, and a kubelet
 //! that keeps a pod Pending while its claims are not usable on its node.
 //!
-//! Known simplifications: no auth, JSON only (no protobuf, no CBOR); lists
+//! Known simplifications: no auth; bodies are JSON, or protobuf for the
+//! built-in kinds (requests only, decoded into the same JSON: [`proto`];
+//! responses are JSON, which protobuf clients accept), no CBOR; lists
 //! always answer the current state (resourceVersion/resourceVersionMatch on
 //! lists are ignored, and continued pages read the live state after the
 //! token's key); server-side apply ([`managed`]) tracks
 //! `metadata.managedFields` and conflicts as the API server does, but
 //! keeps no more than the writes' own entries (no cap of ten Update
 //! managers, no entries for the cluster's own controllers and kubelets);
-//! dryRun is honoured by create, update and patch only; pod spec immutability is only enforced for spec.nodeName,
+//! dryRun is honoured by create, update and patch, refused (400) on
+//! deletes; `/openapi/v2` and `/openapi/v3` answer JSON only
+//! (a protobuf-only Accept gets 406), and their schemas have no patch merge keys;
+//! server-side apply bodies are not checked for unknown fields; pod spec immutability is only enforced for spec.nodeName,
 //! priority, scheduling gates and spec.schedulingGroup; nodes get no heartbeats or leases; pods
 //! bound to a missing node stay Pending until PodGC collects them; the
 //! namespace controller does not retry with backoff (its conditions are
@@ -109,6 +122,7 @@ pub mod kubelet;
 pub mod managed;
 pub mod openapi;
 pub mod podgc;
+pub mod proto;
 pub mod resources;
 pub mod selector;
 pub mod store;

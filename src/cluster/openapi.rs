@@ -31,7 +31,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use axum::body::Bytes;
 use k8s_openapi::Resource;
@@ -81,18 +81,33 @@ fn etag_of(b: &[u8]) -> String {
     s
 }
 
-/// The cache of documents of one cluster (built lazily).
+/// The documents of one cluster, built lazily. They are cached process
+/// wide by (group-version, hash of its resources' definitions): every
+/// cluster in a process serves the same built-in kinds, so they share
+/// those documents, and a changed CRD gives its group-version a new key.
 #[derive(Default)]
 pub struct Documents {
-    inner: Mutex<Cache>,
+    _private: (),
 }
 
-#[derive(Default)]
-struct Cache {
-    /// Per group-version path (`api/v1`, `apis/apps/v1`): (key, document).
-    v3: HashMap<String, (u64, Doc)>,
-    /// (key over every served resource, document).
-    v2: Option<(u64, Doc)>,
+/// Documents built so far, by (group-version path or "" for v2, key).
+static BUILT: LazyLock<Mutex<HashMap<(String, u64), Doc>>> = LazyLock::new(Mutex::default);
+
+/// Past this many documents the cache starts over (CRD churn in a
+/// long-running cluster).
+const BUILT_MAX: usize = 256;
+
+fn cached(gv: &str, key: u64, build: impl FnOnce() -> Value) -> Doc {
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = built.get(&(gv.to_string(), key)) {
+        return d.clone();
+    }
+    let doc = Doc::new(build());
+    if built.len() >= BUILT_MAX {
+        built.clear();
+    }
+    built.insert((gv.to_string(), key), doc.clone());
+    doc
 }
 
 /// The path of a group-version below `/openapi/v3/` (`api/v1`, `apis/g/v`).
@@ -124,15 +139,7 @@ impl Documents {
             return Err(Error::NotFound(gv.to_string()));
         };
         let key = key_of(mine.iter().copied());
-        let mut cache = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((k, d)) = cache.v3.get(gv)
-            && *k == key
-        {
-            return Ok(d.clone());
-        }
-        let doc = Doc::new(v3_document(first.group, first.version, &mine));
-        cache.v3.insert(gv.to_string(), (key, doc.clone()));
-        Ok(doc)
+        Ok(cached(gv, key, || v3_document(first.group, first.version, &mine)))
     }
 
     /// The v3 root: `{"paths": {"api/v1": {"serverRelativeURL": ...}}}`.
@@ -152,16 +159,8 @@ impl Documents {
     /// The Swagger 2.0 document of everything served.
     pub fn v2(&self, served: &[Arc<ResourceInfo>]) -> Doc {
         let key = key_of(served.iter());
-        let mut cache = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((k, d)) = &cache.v2
-            && *k == key
-        {
-            return d.clone();
-        }
         let refs: Vec<&Arc<ResourceInfo>> = served.iter().collect();
-        let doc = Doc::new(v2_document(&refs));
-        cache.v2 = Some((key, doc.clone()));
-        doc
+        cached("", key, || v2_document(&refs))
     }
 
     /// The schema of a kind served in a group-version, with the document
@@ -169,7 +168,7 @@ impl Documents {
     pub fn schema_for(&self, served: &[Arc<ResourceInfo>], info: &ResourceInfo) -> Option<(Arc<Value>, String)> {
         let doc = self.v3(served, &gv_path(info.group, info.version)).ok()?;
         let name = definition_name(info);
-        doc.value.pointer(&format!("/components/schemas/{}", name.replace('~', "~0").replace('/', "~1")))?;
+        doc.value.pointer(&pointer_to(&name))?;
         Some((doc.value.clone(), name))
     }
 }
@@ -325,8 +324,9 @@ fn gvk_json(group: &str, version: &str, kind: &str) -> Value {
     json!({"group": group, "kind": kind, "version": version})
 }
 
-/// The schemas (components) of one group-version's kinds; returns the
-/// definitions and, per served resource, its kind's definition name.
+/// The schemas (components) of some served kinds, their list kinds and
+/// the meta.k8s.io types operations use, top-level kinds marked with
+/// `x-kubernetes-group-version-kind`.
 fn definitions(defs_path: &str, served: &[&Arc<ResourceInfo>]) -> Map<String, Value> {
     let mut g = generator(defs_path);
     let mut gvks: Vec<(String, Value)> = Vec::new();
@@ -365,8 +365,11 @@ fn definitions(defs_path: &str, served: &[&Arc<ResourceInfo>]) -> Map<String, Va
             }
         }
     }
-    let status = g.subschema_for::<meta::Status>();
-    let _ = (status, g.subschema_for::<meta::DeleteOptions>(), g.subschema_for::<meta::Patch>(), g.subschema_for::<meta::ListMeta>());
+    // Answered and taken by every group-version's operations.
+    g.subschema_for::<meta::Status>();
+    g.subschema_for::<meta::DeleteOptions>();
+    g.subschema_for::<meta::Patch>();
+    g.subschema_for::<meta::ListMeta>();
     let mut defs = g.take_definitions(true);
     for (name, gvk) in gvks {
         if let Some(Value::Object(m)) = defs.get_mut(&name) {
@@ -749,7 +752,7 @@ fn unwrap_single_all_of(v: &mut Value) {
 fn resolve<'a>(doc: &'a Value, mut s: &'a Value) -> &'a Value {
     for _ in 0..32 {
         if let Some(r) = s.get("$ref").and_then(Value::as_str) {
-            match doc.pointer(&format!("/components/schemas/{}", ref_name(r).replace('~', "~0").replace('/', "~1"))) {
+            match doc.pointer(&pointer_to(ref_name(r))) {
                 Some(t) => s = t,
                 None => return s,
             }
@@ -768,17 +771,69 @@ fn flag(s: &Value, name: &str) -> bool {
     s.get(name).and_then(Value::as_bool) == Some(true)
 }
 
-/// The fields of `obj` its kind's schema does not know, as dotted paths
-/// (`spec.containers[0].bogus`), in document order. `custom`: the schema is
-/// a CustomResourceDefinition's (structural: an object schema without
-/// properties admits no fields unless it preserves unknown fields); for
+fn pointer_to(definition: &str) -> String {
+    format!("/components/schemas/{}", definition.replace('~', "~0").replace('/', "~1"))
+}
+
+/// The schema a value meets: `$ref`s and single `allOf`s followed, the
+/// alternative of the value's type among `oneOf`/`anyOf`
+/// (JSONSchemaPropsOrBool, ...). `custom` stays on only inside a
+/// CustomResourceDefinition's own schema (a `$ref` leads into a built-in
+/// type, ObjectMeta of a custom resource). None: nothing to check.
+fn shape<'a>(doc: &'a Value, schema: &'a Value, custom: bool, object: bool) -> Option<(&'a Value, bool)> {
+    let custom = custom && schema.get("$ref").is_none() && schema.get("allOf").is_none();
+    let s = resolve(doc, schema);
+    if s.get("properties").is_none()
+        && let Some(alts) = s.get("oneOf").or_else(|| s.get("anyOf")).and_then(Value::as_array)
+    {
+        let want = if object { "object" } else { "array" };
+        let alt = alts.iter().find(|a| resolve(doc, a).get("type").and_then(Value::as_str) == Some(want))?;
+        return shape(doc, alt, false, object);
+    }
+    Some((s, custom))
+}
+
+/// How an object schema takes its field `k`.
+enum Field<'a> {
+    /// Checked against this schema.
+    Schema(&'a Value),
+    /// Kept as it is (free-form, preserved).
+    Free,
+    /// Unknown: dropped by the decoder (pruned for custom resources).
+    Unknown,
+}
+
+/// `custom`: a CRD's structural schema (an object schema without
+/// properties admits no fields unless it preserves unknown ones); for
 /// built-in kinds an object schema without properties is free-form.
+fn field<'a>(s: &'a Value, k: &str, custom: bool, root: bool) -> Field<'a> {
+    let props = s.get("properties").and_then(Value::as_object);
+    if let Some(ps) = props.and_then(|p| p.get(k)) {
+        return Field::Schema(ps);
+    }
+    if flag(s, "x-kubernetes-preserve-unknown-fields") || flag(s, "x-kubernetes-int-or-string") {
+        return Field::Free;
+    }
+    if let Some(ap) = s.get("additionalProperties") {
+        return if ap.is_object() { Field::Schema(ap) } else { Field::Free };
+    }
+    if props.is_none() && !custom {
+        return Field::Free;
+    }
+    let embedded = flag(s, "x-kubernetes-embedded-resource");
+    if (root || embedded) && matches!(k, "apiVersion" | "kind") || embedded && k == "metadata" {
+        return Field::Free;
+    }
+    Field::Unknown
+}
+
+/// The fields of `obj` its kind's schema does not know, as dotted paths
+/// (`spec.containers[0].bogus`); `custom`: the kind is a custom resource.
 pub fn unknown_fields(doc: &Value, definition: &str, obj: &Value, custom: bool) -> Vec<String> {
     let mut out = Vec::new();
-    let Some(root) = doc.pointer(&format!("/components/schemas/{}", definition.replace('~', "~0").replace('/', "~1"))) else {
-        return out;
-    };
-    walk(doc, root, obj, "", custom, true, &mut out);
+    if let Some(root) = doc.pointer(&pointer_to(definition)) {
+        walk(doc, root, obj, "", custom, true, &mut out);
+    }
     out
 }
 
@@ -787,51 +842,19 @@ fn join(path: &str, field: &str) -> String {
 }
 
 fn walk(doc: &Value, schema: &Value, v: &Value, path: &str, custom: bool, root: bool, out: &mut Vec<String>) {
-    // A reference leads into a built-in type (ObjectMeta of a custom
-    // resource): free-form objects there are free-form.
-    let custom = custom && schema.get("$ref").is_none() && schema.get("allOf").is_none();
-    let s = resolve(doc, schema);
     match v {
         Value::Object(m) => {
-            if flag(s, "x-kubernetes-preserve-unknown-fields") || flag(s, "x-kubernetes-int-or-string") {
-                // Known properties are still checked below when present.
-                if let Some(props) = s.get("properties").and_then(Value::as_object) {
-                    for (k, child) in m {
-                        if let Some(ps) = props.get(k) {
-                            walk(doc, ps, child, &join(path, k), custom, false, out);
-                        }
-                    }
-                }
-                return;
-            }
-            if let Some(ap) = s.get("additionalProperties") {
-                if ap.is_object() {
-                    for (k, child) in m {
-                        walk(doc, ap, child, &join(path, k), custom, false, out);
-                    }
-                }
-                return;
-            }
-            let props = s.get("properties").and_then(Value::as_object);
-            let embedded = flag(s, "x-kubernetes-embedded-resource");
-            match props {
-                None if !custom => {}
-                None if !embedded => out.extend(m.keys().map(|k| join(path, k))),
-                _ => {
-                    let empty = Map::new();
-                    let props = props.unwrap_or(&empty);
-                    for (k, child) in m {
-                        match props.get(k) {
-                            Some(ps) => walk(doc, ps, child, &join(path, k), custom, false, out),
-                            None if (root || embedded) && matches!(k.as_str(), "apiVersion" | "kind") => {}
-                            None if embedded && k == "metadata" => {}
-                            None => out.push(join(path, k)),
-                        }
-                    }
+            let Some((s, custom)) = shape(doc, schema, custom, true) else { return };
+            for (k, child) in m {
+                match field(s, k, custom, root) {
+                    Field::Schema(cs) => walk(doc, cs, child, &join(path, k), custom, false, out),
+                    Field::Free => {}
+                    Field::Unknown => out.push(join(path, k)),
                 }
             }
         }
         Value::Array(a) => {
+            let Some((s, custom)) = shape(doc, schema, custom, false) else { return };
             if let Some(items) = s.get("items") {
                 for (i, child) in a.iter().enumerate() {
                     walk(doc, items, child, &format!("{path}[{i}]"), custom, false, out);
@@ -842,28 +865,43 @@ fn walk(doc: &Value, schema: &Value, v: &Value, path: &str, custom: bool, root: 
     }
 }
 
-/// The fields that appear twice in one JSON object of `body`, as dotted
-/// paths (`metadata.name`), in document order. Not JSON: nothing.
-pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+/// The strict-decoding errors of a JSON body, in the order the fields
+/// appear (as upstream's decoder reports them): `duplicate field
+/// "metadata.name"`, `unknown field "spec.bogus"`. With no schema, only
+/// duplicates. Not JSON: nothing (the store answers the syntax error).
+pub fn strict_errors_json(body: &[u8], schema: Option<(&Value, &str)>, custom: bool) -> Vec<String> {
     let mut out = Vec::new();
+    let root = schema.and_then(|(doc, def)| Some((doc, doc.pointer(&pointer_to(def))?)));
     let mut de = serde_json::Deserializer::from_slice(body);
-    let _ = DupSeed { path: String::new(), out: &mut out }.deserialize(&mut de);
+    let seed = StrictSeed { doc: root.map(|(d, _)| d), schema: root.map(|(_, s)| s), custom, root: true, path: String::new(), out: &mut out };
+    let _ = seed.deserialize(&mut de);
     out
 }
 
-struct DupSeed<'a> {
-    path: String,
-    out: &'a mut Vec<String>,
+/// The fields that appear twice in one JSON object of `body`, as dotted
+/// paths (`metadata.name`), in document order.
+pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    strict_errors_json(body, None, false).into_iter().filter_map(|e| e.strip_prefix("duplicate field \"").and_then(|p| p.strip_suffix('"')).map(str::to_string)).collect()
 }
 
-impl<'de> DeserializeSeed<'de> for DupSeed<'_> {
+/// Walks raw JSON with the schema of the value at hand.
+struct StrictSeed<'a, 'o> {
+    doc: Option<&'a Value>,
+    schema: Option<&'a Value>,
+    custom: bool,
+    root: bool,
+    path: String,
+    out: &'o mut Vec<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for StrictSeed<'_, '_> {
     type Value = ();
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for DupSeed<'_> {
+impl<'de> Visitor<'de> for StrictSeed<'_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("any JSON value")
@@ -887,20 +925,42 @@ impl<'de> Visitor<'de> for DupSeed<'_> {
         Ok(())
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let shaped = match (self.doc, self.schema) {
+            (Some(doc), Some(schema)) => shape(doc, schema, self.custom, false),
+            _ => None,
+        };
+        let items = shaped.and_then(|(s, _)| s.get("items"));
+        let custom = shaped.is_some_and(|(_, c)| c);
         let mut i = 0usize;
-        while seq.next_element_seed(DupSeed { path: format!("{}[{i}]", self.path), out: &mut *self.out })?.is_some() {
+        loop {
+            let seed = StrictSeed { doc: self.doc, schema: items, custom, root: false, path: format!("{}[{i}]", self.path), out: &mut *self.out };
+            if seq.next_element_seed(seed)?.is_none() {
+                return Ok(());
+            }
             i += 1;
         }
-        Ok(())
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let shaped = match (self.doc, self.schema) {
+            (Some(doc), Some(schema)) => shape(doc, schema, self.custom, true),
+            _ => None,
+        };
         let mut seen = std::collections::HashSet::new();
         while let Some(k) = map.next_key::<String>()? {
             let p = join(&self.path, &k);
-            if !seen.insert(k) {
-                self.out.push(p.clone());
+            let mut child = None;
+            let mut custom = false;
+            if !seen.insert(k.clone()) {
+                self.out.push(format!("duplicate field \"{p}\""));
+            } else if let Some((s, c)) = shaped {
+                custom = c;
+                match field(s, &k, c, self.root) {
+                    Field::Schema(cs) => child = Some(cs),
+                    Field::Free => {}
+                    Field::Unknown => self.out.push(format!("unknown field \"{p}\"")),
+                }
             }
-            map.next_value_seed(DupSeed { path: p, out: &mut *self.out })?;
+            map.next_value_seed(StrictSeed { doc: self.doc, schema: child, custom, root: false, path: p, out: &mut *self.out })?;
         }
         Ok(())
     }
@@ -990,6 +1050,44 @@ mod tests {
     }
 
     #[test]
+    fn unknown_fields_inside_one_of_alternatives() {
+        let docs = Documents::default();
+        let s = served();
+        let crds = RESOURCES.iter().find(|r| r.kind == "CustomResourceDefinition").unwrap_or_else(|| panic!("no crds"));
+        let (doc, def) = docs.schema_for(&s, crds).unwrap_or_else(|| panic!("no schema"));
+        let crd = json!({"metadata": {"name": "a.b"}, "spec": {"group": "b", "names": {"plural": "a", "kind": "A"}, "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object",
+                "properties": {"spec": {"type": "object", "typo": 1, "additionalProperties": {"type": "string", "oops": true}}},
+                "default": {"anything": 1}}}}]}});
+        assert_eq!(
+            unknown_fields(&doc, &def, &crd, false),
+            vec![
+                "spec.versions[0].schema.openAPIV3Schema.properties.spec.additionalProperties.oops",
+                "spec.versions[0].schema.openAPIV3Schema.properties.spec.typo"
+            ]
+        );
+    }
+
+    #[test]
+    fn strict_errors_come_in_document_order() {
+        let docs = Documents::default();
+        let s = served();
+        let pods = RESOURCES.iter().find(|r| r.kind == "Pod").unwrap_or_else(|| panic!("no pods"));
+        let (doc, def) = docs.schema_for(&s, pods).unwrap_or_else(|| panic!("no schema"));
+        let body = br#"{"spec":{"zeta":1,"containers":[{"name":"c","name":"d","x":{"deep":1}}],"alpha":{"b":2}},"metadata":{"labels":{"any":"v"},"q":1}}"#;
+        assert_eq!(
+            strict_errors_json(body, Some((&doc, &def)), false),
+            vec![
+                r#"unknown field "spec.zeta""#,
+                r#"duplicate field "spec.containers[0].name""#,
+                r#"unknown field "spec.containers[0].x""#,
+                r#"unknown field "spec.alpha""#,
+                r#"unknown field "metadata.q""#
+            ]
+        );
+    }
+
+    #[test]
     fn duplicate_fields_are_found() {
         let body = br#"{"metadata":{"name":"a","name":"b"},"spec":{"containers":[{"name":"c","image":"x","image":"y"}]}}"#;
         assert_eq!(duplicate_fields(body), vec!["metadata.name", "spec.containers[0].image"]);
@@ -1004,7 +1102,7 @@ mod tests {
                 "e": {"type": "object", "x-kubernetes-embedded-resource": true, "properties": {"spec": {"type": "object"}}}}}}}}}});
         let obj = json!({"apiVersion": "x/v1", "kind": "X", "spec": {"a": "1", "b": 2, "free": {"z": 1}, "m": {"one": {"k": "v", "q": 1}},
             "e": {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {"w": 1}}}});
-        assert_eq!(unknown_fields(&doc, "x", &obj, true), vec!["spec.b", "spec.m.one.q", "spec.e.spec.w"]);
+        assert_eq!(unknown_fields(&doc, "x", &obj, true), vec!["spec.b", "spec.e.spec.w", "spec.m.one.q"]);
     }
 
     #[test]
