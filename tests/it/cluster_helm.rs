@@ -2,7 +2,7 @@
 //! (which applies server-side): install, upgrade (replicas), uninstall.
 //! Helm is `$BERTH_HELM`, else `/opt/berth-tools/helm/helm` (installed by
 //! ci/validate.sh), else `helm` on PATH; the test prints `SKIPPED` when
-//! there is none, or when the cluster cannot yet read what Helm sends.
+//! there is none.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -81,11 +81,6 @@ async fn helm_install_upgrade_uninstall() {
     };
 
     let (ok, out) = go(&["install", "berth", &chart]).await;
-    if !ok && out.contains("(got \"application/vnd.kubernetes.protobuf\")") {
-        eprintln!("SKIPPED: Helm writes protobuf bodies, which this local cluster does not read yet (issue 13, item 2): {out}");
-        c.shutdown().await;
-        return;
-    }
     assert!(ok, "helm install: {out}");
     let deployment = store.get(store.lookup("apps", "v1", "deployments").unwrap(), "default", "berth").unwrap();
     assert_eq!(deployment.value["spec"]["replicas"], 2, "{}", deployment.value);
