@@ -221,6 +221,41 @@ fn parse_query(q: &str) -> HResult<HashMap<String, String>> {
     Ok(pairs.into_iter().collect())
 }
 
+/// The field manager and options of a write: `fieldManager`, else the
+/// User-Agent up to its first `/` (not for apply, which must name its
+/// manager); `force` (apply only); `dryRun=All`.
+fn write_ctx(q: &HashMap<String, String>, headers: &HeaderMap, view: &ResourceInfo, apply: Option<bool>) -> HResult<store::WriteCtx> {
+    if let Some(d) = q.get("dryRun").filter(|d| !d.is_empty() && d.as_str() != "All") {
+        return Err(store::Error::BadRequest(format!("dryRun: Unsupported value: {d:?}: supported values: \"All\"")).into());
+    }
+    let param = q.get("fieldManager").filter(|m| !m.is_empty()).cloned();
+    if let Some(m) = &param
+        && m.len() > 128 {
+            return Err(store::patch_options_invalid("fieldManager: Too long: may not be more than 128 bytes").into());
+        }
+    let manager = match apply {
+        Some(true) => {
+            if param.is_none() {
+                return Err(store::patch_options_invalid("fieldManager: Required value: is required for apply patch").into());
+            }
+            param
+        }
+        _ => {
+            if apply == Some(false) && q.contains_key("force") {
+                return Err(store::patch_options_invalid("force: Forbidden: may not be specified for non-apply patch").into());
+            }
+            let ua = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
+            Some(param.unwrap_or_else(|| super::managed::manager_from_user_agent(ua)))
+        }
+    };
+    let mut ctx = store::WriteCtx::default();
+    ctx.manager = manager;
+    ctx.api_version = view.api_version();
+    ctx.force = apply == Some(true) && truthy(q.get("force"));
+    ctx.dry_run = q.get("dryRun").is_some_and(|d| d == "All");
+    Ok(ctx)
+}
+
 fn truthy(v: Option<&String>) -> bool {
     matches!(v.map(String::as_str), Some("true") | Some("1") | Some("True"))
 }
@@ -573,14 +608,14 @@ async fn resource_request(
                         (true, Err(e)) => return Err(e),
                         (false, _) => String::new(),
                     };
-                    refuse_dry_run(&q)?;
                     let warnings = check_fields(st, &info, &q, headers, &body)?;
                     let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
+                    let ctx = write_ctx(&q, headers, &info, None)?;
                     let o = if yaml || body.is_empty() {
                         let v = parse_json(&body, headers)?;
-                        store.create(r, &ns, v)?
+                        store.create_with(r, &ns, v, &ctx)?
                     } else {
-                        store.create_from_slice(r, &ns, &body)?
+                        store.create_from_slice_with(r, &ns, &body, &ctx)?
                     };
                     Ok(with_warnings(obj_response(StatusCode::CREATED, alias.as_ref(), &o), &warnings))
                 }
@@ -641,10 +676,10 @@ async fn resource_request(
                     Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
                 }
                 "update" => {
-                    refuse_dry_run(&q)?;
                     let warnings = check_fields(st, &info, &q, headers, &body)?;
                     let v = parse_json(&body, headers)?;
-                    let o = store.update(r, &ns, &name, v, status_only)?;
+                    let ctx = write_ctx(&q, headers, &info, None)?;
+                    let o = store.update_with(r, &ns, &name, v, status_only, &ctx)?;
                     Ok(with_warnings(obj_response(StatusCode::OK, alias.as_ref(), &o), &warnings))
                 }
                 "patch" => {
@@ -659,10 +694,11 @@ async fn resource_request(
                             return Err(store::Error::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {other:?})")).into());
                         }
                     };
-                    refuse_dry_run(&q)?;
                     let warnings = check_patch_fields(st, r, &info, &ns, &name, &pt, &q, &body)?;
-                    let o = store.patch(r, &ns, &name, pt, &body, status_only)?;
-                    Ok(with_warnings(obj_response(StatusCode::OK, alias.as_ref(), &o), &warnings))
+                    let ctx = write_ctx(&q, headers, &info, Some(pt == PatchType::Apply))?;
+                    let (o, created) = store.patch_with(r, &ns, &name, pt, &body, status_only, &ctx)?;
+                    let code = if created { StatusCode::CREATED } else { StatusCode::OK };
+                    Ok(with_warnings(obj_response(code, alias.as_ref(), &o), &warnings))
                 }
                 "delete" => {
                     refuse_dry_run(&q)?;

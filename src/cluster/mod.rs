@@ -12,7 +12,7 @@
 //! only, answered from [`ClusterConfig::auth`]: see [`auth`]). Verbs: get, list (label and
 //! field selectors, limit/continue), watch (resume, bookmarks,
 //! sendInitialEvents, 410 Expired), create, update, patch (merge,
-//! strategic, JSON patch, apply approximated by strategic merge), delete (grace period,
+//! strategic, JSON patch, server-side apply with managedFields and conflicts), delete (grace period,
 //! preconditions), deletecollection. kubectl gets meta.k8s.io Tables
 //! (also on watches, for `kubectl get -w`). Storage (core/v1
 //! persistentvolumes and persistentvolumeclaims with status,
@@ -70,8 +70,12 @@
 //! responses are JSON, which protobuf clients accept), no CBOR; lists
 //! always answer the current state (resourceVersion/resourceVersionMatch on
 //! lists are ignored, and continued pages read the live state after the
-//! token's key); server-side apply has no field ownership or conflicts; dryRun writes are
-//! refused (400) rather than persisted; `/openapi/v2` and `/openapi/v3` answer JSON only
+//! token's key); server-side apply ([`managed`]) tracks
+//! `metadata.managedFields` and conflicts as the API server does, but
+//! keeps no more than the writes' own entries (no cap of ten Update
+//! managers, no entries for the cluster's own controllers and kubelets);
+//! dryRun is honoured by create, update and patch, refused (400) on
+//! deletes; `/openapi/v2` and `/openapi/v3` answer JSON only
 //! (a protobuf-only Accept gets 406), and their schemas have no patch merge keys;
 //! server-side apply bodies are not checked for unknown fields; pod spec immutability is only enforced for spec.nodeName,
 //! priority, scheduling gates and spec.schedulingGroup; nodes get no heartbeats or leases; pods
@@ -117,6 +121,7 @@ pub mod controllers;
 pub mod faults;
 pub mod http;
 pub mod kubelet;
+pub mod managed;
 pub mod openapi;
 pub mod podgc;
 pub mod proto;

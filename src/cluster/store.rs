@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::resources::{self as res, PDBS, PODS, PRIORITY_CLASSES, RESOURCES, Registry, ResId, ResourceInfo};
 use super::selector::{Filter, LabelSelector};
+use super::managed;
 use super::volumes;
 
 /// Errors from store operations; each maps onto a metav1.Status answer.
@@ -94,6 +95,15 @@ pub enum Error {
     /// Unsupported patch content type (415).
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// Server-side apply met fields other managers own (409, with one
+    /// `FieldManagerConflict` cause per field).
+    #[error("{message}")]
+    ApplyConflict {
+        /// Upstream's "Apply failed with N conflict(s): ..." message.
+        message: String,
+        /// The causes.
+        causes: Value,
+    },
     /// Something unexpected (500).
     #[error("{0}")]
     Internal(String),
@@ -104,7 +114,7 @@ impl Error {
     pub fn code(&self) -> u16 {
         match self {
             Error::NotFound { .. } => 404,
-            Error::AlreadyExists { .. } | Error::Conflict { .. } => 409,
+            Error::AlreadyExists { .. } | Error::Conflict { .. } | Error::ApplyConflict { .. } => 409,
             Error::Invalid { .. } => 422,
             Error::BadRequest(_) => 400,
             Error::Forbidden { .. } | Error::NamespaceTerminating { .. } => 403,
@@ -120,7 +130,7 @@ impl Error {
         match self {
             Error::NotFound { .. } => "NotFound",
             Error::AlreadyExists { .. } => "AlreadyExists",
-            Error::Conflict { .. } => "Conflict",
+            Error::Conflict { .. } | Error::ApplyConflict { .. } => "Conflict",
             Error::Invalid { .. } => "Invalid",
             Error::BadRequest(_) => "BadRequest",
             Error::Forbidden { .. } | Error::NamespaceTerminating { .. } => "Forbidden",
@@ -171,7 +181,7 @@ impl Error {
                 }
                 Some(d)
             }
-            Error::TooManyRequests { causes: Some(c), .. } => Some(json!({"causes": c})),
+            Error::TooManyRequests { causes: Some(c), .. } | Error::ApplyConflict { causes: c, .. } => Some(json!({"causes": c})),
             _ => None,
         }
     }
@@ -359,10 +369,34 @@ pub enum PatchType {
     Strategic,
     /// application/json-patch+json (RFC 6902).
     Json,
-    /// application/apply-patch+yaml (server-side apply approximated by a
-    /// strategic merge: lists with known keys merge by key, no field
-    /// ownership; creates the object when missing).
+    /// application/apply-patch+yaml: server-side apply with field
+    /// ownership ([`super::managed`]); creates the object when missing.
     Apply,
+}
+
+/// Who writes and how: the field manager recorded in
+/// `metadata.managedFields` (None for the cluster's own writes, which keep
+/// the object's entries as they are), the apiVersion of the request,
+/// apply's `force`, and `dryRun=All`.
+#[derive(Debug, Clone, Default)]
+pub struct WriteCtx {
+    /// The field manager (`fieldManager`, else from the User-Agent).
+    pub manager: Option<String>,
+    /// The request's apiVersion (`v1`, `apps/v1`); the resource's when empty.
+    pub api_version: String,
+    /// Apply's `force=true`.
+    pub force: bool,
+    /// `dryRun=All`: validate and answer, store nothing.
+    pub dry_run: bool,
+    /// Set by [`Store::patch_with`] for an apply: the fields applied.
+    applied: Option<managed::FieldSet>,
+}
+
+impl WriteCtx {
+    /// A write by `manager` through apiVersion `api_version`.
+    pub fn new(manager: impl Into<String>, api_version: impl Into<String>) -> Self {
+        WriteCtx { manager: Some(manager.into()), api_version: api_version.into(), ..Default::default() }
+    }
 }
 
 /// A ServiceAccount token the store issued (a bound token: valid while
@@ -480,6 +514,11 @@ fn invalid(info: &ResourceInfo, name: &str, message: impl Into<String>) -> Error
 }
 
 /// Several field errors as upstream aggregates them (`[a, b]` when more than one).
+/// PatchOptions refused (422, as upstream's ValidatePatchOptions).
+pub fn patch_options_invalid(message: &str) -> Error {
+    Error::Invalid { kind: "PatchOptions.meta.k8s.io".into(), name: String::new(), message: message.into() }
+}
+
 fn invalid_all(info: &ResourceInfo, name: &str, errs: &[String]) -> Error {
     let message = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
     invalid(info, name, message)
@@ -629,14 +668,15 @@ pub fn set_condition(obj: &mut Value, cond: Value) {
     }
 }
 
-/// Strategic-merge-patch list merge keys, by field name.
-fn merge_key(field: &str) -> Option<&'static str> {
-    match field {
-        "conditions" | "addresses" => Some("type"),
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "containerStatuses"
-        | "initContainerStatuses" | "ephemeralContainerStatuses" | "resourceClaims" | "volumeMounts" => Some("name"),
-        "ports" => Some("containerPort"),
-        "podIPs" | "hostIPs" => Some("ip"),
+/// Strategic-merge-patch list merge key, by field name: the first key of
+/// the associative lists of [`managed::list_type`] (one table for both),
+/// plus the container statuses, which merge by name.
+fn merge_key(field: &str, items: &[Value]) -> Option<String> {
+    if matches!(field, "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses") {
+        return Some("name".into());
+    }
+    match managed::list_type(field, managed::Shape::Builtin, items) {
+        managed::ListType::Map(keys) => keys.into_iter().next(),
         _ => None,
     }
 }
@@ -661,7 +701,11 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
             tm.remove(k);
             continue;
         }
-        match (merge_key(k), pv) {
+        let mk = match pv {
+            Value::Array(items) => merge_key(k, items),
+            _ => None,
+        };
+        match (mk.as_deref(), pv) {
             (Some(mk), Value::Array(items)) => {
                 let entry = tm.entry(k.clone()).or_insert_with(|| json!([]));
                 if !entry.is_array() {
@@ -935,25 +979,35 @@ impl Store {
 
     /// Create an object (already JSON-parsed) in namespace `ns` ("" for cluster-scoped).
     pub fn create(&self, r: ResId, ns: &str, body: Value) -> Result<Arc<Obj>> {
+        self.create_with(r, ns, body, &WriteCtx::default())
+    }
+
+    /// [`Store::create`] by a field manager (see [`WriteCtx`]).
+    pub fn create_with(&self, r: ResId, ns: &str, body: Value, ctx: &WriteCtx) -> Result<Arc<Obj>> {
         let v = normalize(&self.info(r), body)?;
-        self.create_normalized(r, ns, v)
+        self.create_normalized(r, ns, v, ctx)
     }
 
     /// Create from a JSON body (bytes straight into the typed object).
     pub fn create_from_slice(&self, r: ResId, ns: &str, body: &[u8]) -> Result<Arc<Obj>> {
+        self.create_from_slice_with(r, ns, body, &WriteCtx::default())
+    }
+
+    /// [`Store::create_from_slice`] by a field manager (see [`WriteCtx`]).
+    pub fn create_from_slice_with(&self, r: ResId, ns: &str, body: &[u8], ctx: &WriteCtx) -> Result<Arc<Obj>> {
         let info = self.info(r);
         if info.custom.is_some() {
             let v: Value = serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("the body of the request was in an unknown format: {e}")))?;
-            return self.create(r, ns, v);
+            return self.create_with(r, ns, v, ctx);
         }
         let v = (info.normalize_slice)(body).map_err(|e| Error::BadRequest(e.to_string()))?;
         if !v.is_object() {
             return Err(Error::BadRequest("the body of the request must be a JSON object".into()));
         }
-        self.create_normalized(r, ns, v)
+        self.create_normalized(r, ns, v, ctx)
     }
 
-    fn create_normalized(&self, r: ResId, ns: &str, mut v: Value) -> Result<Arc<Obj>> {
+    fn create_normalized(&self, r: ResId, ns: &str, mut v: Value, ctx: &WriteCtx) -> Result<Arc<Obj>> {
         let info = self.info(r);
         let meta = meta_mut(&mut v)?;
         let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
@@ -1013,6 +1067,12 @@ impl Store {
             return Err(Error::AlreadyExists { resource: qualified(&info), name });
         }
         self.prepare_create(&inner, r, &name, &mut v)?;
+        if ctx.manager.is_some() {
+            self.record_fields(&info, None, &mut v, ctx, false)?;
+        }
+        if ctx.dry_run {
+            return Obj::new(v, inner.rv);
+        }
         let obj = self.commit(&mut inner, r, EventType::Added, v, None)?;
         match r {
             PODS => self.after_pod_write(&mut inner, None, &obj.value),
@@ -1212,6 +1272,11 @@ impl Store {
 
     /// Replace an object (PUT), or just its status when `status_only`.
     pub fn update(&self, r: ResId, ns: &str, name: &str, body: Value, status_only: bool) -> Result<Arc<Obj>> {
+        self.update_with(r, ns, name, body, status_only, &WriteCtx::default())
+    }
+
+    /// [`Store::update`] by a field manager (see [`WriteCtx`]).
+    pub fn update_with(&self, r: ResId, ns: &str, name: &str, body: Value, status_only: bool, ctx: &WriteCtx) -> Result<Arc<Obj>> {
         let info = self.info(r);
         let mut v = normalize(&info, body)?;
         let meta = meta_mut(&mut v)?;
@@ -1231,18 +1296,34 @@ impl Store {
         let Some(old) = inner.kinds[r].objects.get(&key).cloned() else {
             drop(inner);
             if info.create_on_update && !status_only {
-                return self.create(r, ns, v);
+                return self.create_with(r, ns, v, ctx);
             }
             return Err(not_found(&info, name));
         };
         if !body_rv.is_empty() && body_rv != old.rv.to_string() {
             return Err(conflict(&info, name, STALE));
         }
-        self.apply_update(&mut inner, r, old, v, status_only)
+        self.apply_update(&mut inner, r, old, v, status_only, ctx)
     }
 
     /// Patch an object (or its status when `status_only`).
     pub fn patch(&self, r: ResId, ns: &str, name: &str, pt: PatchType, body: &[u8], status_only: bool) -> Result<Arc<Obj>> {
+        self.patch_with(r, ns, name, pt, body, status_only, &WriteCtx::default()).map(|(o, _)| o)
+    }
+
+    /// [`Store::patch`] by a field manager (see [`WriteCtx`]); also says
+    /// whether the object was created (an apply of a missing object).
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch_with(
+        &self,
+        r: ResId,
+        ns: &str,
+        name: &str,
+        pt: PatchType,
+        body: &[u8],
+        status_only: bool,
+        ctx: &WriteCtx,
+    ) -> Result<(Arc<Obj>, bool)> {
         let info = self.info(r);
         let patch: Value = match pt {
             PatchType::Apply => match serde_json::from_slice(body) {
@@ -1251,6 +1332,9 @@ impl Store {
             },
             _ => serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("invalid patch: {e}")))?,
         };
+        if pt == PatchType::Apply {
+            return self.apply(r, ns, name, patch, status_only, ctx);
+        }
         let json_ops: Option<json_patch::Patch> = if pt == PatchType::Json {
             Some(serde_json::from_value(patch.clone()).map_err(|e| Error::BadRequest(format!("invalid JSON patch: {e}")))?)
         } else {
@@ -1262,13 +1346,6 @@ impl Store {
         let mut inner = self.lock();
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
         let Some(old) = inner.kinds[r].objects.get(&key).cloned() else {
-            drop(inner);
-            if pt == PatchType::Apply && !status_only {
-                // Server-side apply creates missing objects.
-                let mut body = patch;
-                set_path(&mut body, &["metadata", "name"], json!(name));
-                return self.create(r, ns, body);
-            }
             return Err(not_found(&info, name));
         };
         let mut v = old.value.clone();
@@ -1289,11 +1366,142 @@ impl Store {
             return Err(invalid(&info, name, "metadata.name: Invalid value: field is immutable"));
         }
         let v = normalize(&info, v)?;
-        self.apply_update(&mut inner, r, old, v, status_only)
+        self.apply_update(&mut inner, r, old, v, status_only, ctx).map(|o| (o, false))
+    }
+
+    /// Server-side apply of configuration `cfg` by `ctx`'s manager: creates
+    /// the object when missing; else merges `cfg` into it, removes what the
+    /// manager applied before and no longer applies (unless another applier
+    /// owns it), and refuses fields other managers own with another value
+    /// (409) unless forced.
+    fn apply(&self, r: ResId, ns: &str, name: &str, cfg: Value, status_only: bool, ctx: &WriteCtx) -> Result<(Arc<Obj>, bool)> {
+        let info = self.info(r);
+        let Some(manager) = ctx.manager.clone().filter(|m| !m.is_empty()) else {
+            return Err(patch_options_invalid("fieldManager: Required value: is required for apply patch"));
+        };
+        if !cfg.is_object() {
+            return Err(Error::BadRequest("the body of an apply patch must be an object".into()));
+        }
+        if cfg.pointer("/metadata/managedFields").is_some_and(|m| !m.is_null()) {
+            return Err(Error::BadRequest("metadata.managedFields must be nil".into()));
+        }
+        let kind = get_str(&cfg, "/kind");
+        if kind.is_empty() {
+            return Err(Error::BadRequest("invalid object: Object 'Kind' is missing".into()));
+        }
+        if kind != info.kind {
+            return Err(Error::BadRequest(format!("the kind in the data ({kind}) does not match the expected kind ({})", info.kind)));
+        }
+        let cfg_name = get_str(&cfg, "/metadata/name");
+        if !cfg_name.is_empty() && cfg_name != name {
+            return Err(Error::BadRequest("the name of the object does not match the name on the URL".into()));
+        }
+        let schema = info.custom.as_ref().and_then(|c| c.schema.clone());
+        let shape = schema.as_ref().map_or(managed::Shape::Builtin, managed::Shape::Custom);
+        let applied = managed::applied_set(&managed::tracked(&cfg, info.has_status, status_only), shape);
+        let actx = WriteCtx { applied: Some(applied.clone()), manager: Some(manager.clone()), ..ctx.clone() };
+        let mut inner = self.lock();
+        let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
+        let Some(old) = inner.kinds[r].objects.get(&key).cloned() else {
+            drop(inner);
+            if status_only {
+                return Err(not_found(&info, name));
+            }
+            let mut body = cfg;
+            set_path(&mut body, &["metadata", "name"], json!(name));
+            return self.create_with(r, ns, body, &actx).map(|o| (o, true));
+        };
+        let cfg_rv = get_str(&cfg, "/metadata/resourceVersion");
+        if !cfg_rv.is_empty() && cfg_rv != old.rv.to_string() {
+            return Err(conflict(&info, name, STALE));
+        }
+        let mut v = old.value.clone();
+        managed::merge(&mut v, &cfg, shape);
+        // What this manager applied last time and no longer applies goes,
+        // unless another applier owns it (or something below it).
+        let entries = old.value.pointer("/metadata/managedFields").and_then(|m| managed::decode(m).ok()).unwrap_or_default();
+        let me = managed::Entry {
+            manager,
+            operation: managed::Operation::Apply,
+            api_version: String::new(),
+            subresource: if status_only { "status".into() } else { String::new() },
+            time: None,
+            set: managed::FieldSet::default(),
+        };
+        let mut last = managed::FieldSet::default();
+        let mut others = managed::FieldSet::default();
+        for e in &entries {
+            if e.same_manager(&me) {
+                last = last.union(&e.set);
+            } else if e.operation == managed::Operation::Apply {
+                others = others.union(&e.set);
+            }
+        }
+        for p in last.difference(&applied).paths() {
+            if !applied.has_self_or_below(&p) && !others.has_self_or_below(&p) {
+                managed::remove_path(&mut v, &p);
+            }
+        }
+        if get_str(&v, "/metadata/namespace") != key.0 {
+            return Err(invalid(&info, name, "metadata.namespace: Invalid value: field is immutable"));
+        }
+        let v = normalize(&info, v)?;
+        self.apply_update(&mut inner, r, old, v, status_only, &actx).map(|o| (o, false))
+    }
+
+    /// Record a write in `new`'s `metadata.managedFields` (upstream's field
+    /// manager): the entries come from the request object when it sets
+    /// them (`[]` or `[{}]` resets them; never through a subresource), else
+    /// from the live object; the writer's entry gets what it applied, or
+    /// what it changed. Apply conflicts are refused here.
+    fn record_fields(&self, info: &ResourceInfo, old: Option<&Value>, new: &mut Value, ctx: &WriteCtx, status_only: bool) -> Result<()> {
+        let Some(manager) = ctx.manager.clone() else { return Ok(()) };
+        let schema = info.custom.as_ref().and_then(|c| c.schema.as_ref());
+        let shape = schema.map_or(managed::Shape::Builtin, managed::Shape::Custom);
+        let live = old.and_then(|o| o.pointer("/metadata/managedFields"));
+        let live_entries = live.and_then(|m| managed::decode(m).ok()).unwrap_or_default();
+        let mut entries = match new.pointer("/metadata/managedFields") {
+            Some(m) if !status_only && managed::is_reset(m) => Vec::new(),
+            Some(m) if !status_only && Some(m) != live => match managed::decode(m) {
+                Ok(e) if !e.is_empty() => e,
+                _ => live_entries,
+            },
+            _ => live_entries,
+        };
+        let (operation, set) = match &ctx.applied {
+            Some(s) => (managed::Operation::Apply, s.clone()),
+            None => (managed::Operation::Update, managed::FieldSet::default()),
+        };
+        let me = managed::Entry {
+            manager,
+            operation,
+            api_version: if ctx.api_version.is_empty() { info.api_version() } else { ctx.api_version.clone() },
+            subresource: if status_only { "status".into() } else { String::new() },
+            time: Some(now_rfc3339()),
+            set,
+        };
+        let old_t = old.map_or_else(|| json!({}), |o| managed::tracked(o, info.has_status, status_only));
+        let new_t = managed::tracked(new, info.has_status, status_only);
+        let cmp = managed::compare(&old_t, &new_t, shape);
+        if let Err(conflicts) = managed::record(&mut entries, me, &cmp, ctx.force) {
+            let causes: Vec<Value> = conflicts
+                .iter()
+                .map(|c| json!({"type": "FieldManagerConflict", "message": format!("conflict with {}", c.manager), "field": c.field}))
+                .collect();
+            return Err(Error::ApplyConflict { message: managed::conflict_message(&conflicts), causes: Value::Array(causes) });
+        }
+        let encoded = managed::encode(&entries);
+        let meta = meta_mut(new)?;
+        if encoded.as_array().is_some_and(Vec::is_empty) {
+            meta.remove("managedFields");
+        } else {
+            meta.insert("managedFields".into(), encoded);
+        }
+        Ok(())
     }
 
     /// Shared update path: merge system fields, validate, commit.
-    fn apply_update(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>, v: Value, status_only: bool) -> Result<Arc<Obj>> {
+    fn apply_update(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>, v: Value, status_only: bool, ctx: &WriteCtx) -> Result<Arc<Obj>> {
         let info = self.info(r);
         let name = old.name().to_string();
         let mut new = if status_only {
@@ -1381,6 +1589,19 @@ impl Store {
                 meta_mut(&mut new)?.insert("generation".into(), json!(g));
             }
         }
+        if ctx.manager.is_some() {
+            self.record_fields(&info, Some(&old.value), &mut new, ctx, status_only)?;
+        } else if !status_only {
+            // The cluster's own writes keep the entries as they are.
+            match old.value.pointer("/metadata/managedFields").cloned() {
+                Some(m) => set_path(&mut new, &["metadata", "managedFields"], m),
+                None => {
+                    if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                        m.remove("managedFields");
+                    }
+                }
+            }
+        }
         // No-op updates do not bump the resourceVersion.
         if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
             m.insert("resourceVersion".into(), json!(old.rv.to_string()));
@@ -1396,6 +1617,9 @@ impl Store {
             if new == old.value {
                 return Ok(old);
             }
+        }
+        if ctx.dry_run {
+            return Obj::new(new, old.rv);
         }
         self.commit_update(inner, r, old, new)
     }

@@ -10,10 +10,12 @@
 
 mod admin;
 mod cli;
+mod cluster_apply;
 mod cluster_bench;
 mod cluster_clients;
 mod cluster_controllers;
 mod cluster_crd;
+mod cluster_helm;
 mod cluster_faults;
 mod cluster_kube;
 mod cluster_kubectl;

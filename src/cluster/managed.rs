@@ -1,0 +1,1021 @@
+//! Field ownership for the local cluster, as the API server's
+//! structured-merge-diff keeps it: `metadata.managedFields` (one entry per
+//! manager, operation, apiVersion for updates, and subresource, with the
+//! fields it owns in the `FieldsV1` format), server-side apply's merge of
+//! an applied configuration into the live object, the removal of fields a
+//! manager stopped applying, and conflicts with other managers.
+//!
+//! List and map types come from one table ([`list_type`], [`map_type`])
+//! for built-in kinds (the `+listType`/`+listMapKey`/`+mapType`/
+//! `+structType` markers of the Kubernetes types, by field name), which the
+//! strategic merge patch also reads; custom resources read their schema's
+//! `x-kubernetes-list-type`, `x-kubernetes-list-map-keys` and
+//! `x-kubernetes-map-type` (lists are atomic by default, as upstream).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+/// Errors from reading managed fields.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `metadata.managedFields` (or an entry's `fieldsV1`) is malformed.
+    #[error("metadata.managedFields: Invalid value: {0}")]
+    Invalid(String),
+}
+
+/// A set of field paths, as a tree keyed by the `FieldsV1` path elements
+/// (`f:<field>`, `k:<json of the key fields>`, `v:<json value>`,
+/// `i:<index>`); `member` says the path to this node is itself in the set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldSet {
+    member: bool,
+    children: BTreeMap<String, FieldSet>,
+}
+
+impl FieldSet {
+    /// Whether the set has no path.
+    pub fn is_empty(&self) -> bool {
+        !self.member && self.children.values().all(FieldSet::is_empty)
+    }
+
+    /// Add a path.
+    pub fn insert(&mut self, path: &[String]) {
+        let mut node = self;
+        for pe in path {
+            node = node.children.entry(pe.clone()).or_default();
+        }
+        node.member = true;
+    }
+
+    /// Whether the path is in the set.
+    pub fn has(&self, path: &[String]) -> bool {
+        self.node(path).is_some_and(|n| n.member)
+    }
+
+    fn node(&self, path: &[String]) -> Option<&FieldSet> {
+        let mut node = self;
+        for pe in path {
+            node = node.children.get(pe)?;
+        }
+        Some(node)
+    }
+
+    /// Whether the path or anything below it is in the set.
+    pub fn has_self_or_below(&self, path: &[String]) -> bool {
+        self.node(path).is_some_and(|n| !n.is_empty())
+    }
+
+    /// Whether anything strictly below the path is in the set.
+    pub fn has_below(&self, path: &[String]) -> bool {
+        self.node(path).is_some_and(|n| n.children.values().any(|c| !c.is_empty()))
+    }
+
+    fn combine(&self, other: &FieldSet, member: fn(bool, bool) -> bool, keep_unmatched: bool) -> FieldSet {
+        let mut out = FieldSet { member: member(self.member, other.member), children: BTreeMap::new() };
+        for (k, c) in &self.children {
+            let merged = match other.children.get(k) {
+                Some(o) => c.combine(o, member, keep_unmatched),
+                None if keep_unmatched => c.clone(),
+                None => c.combine(&FieldSet::default(), member, keep_unmatched),
+            };
+            if !merged.is_empty() {
+                out.children.insert(k.clone(), merged);
+            }
+        }
+        if keep_unmatched {
+            for (k, o) in &other.children {
+                if !self.children.contains_key(k) && !o.is_empty() {
+                    out.children.insert(k.clone(), o.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Paths in either set.
+    pub fn union(&self, other: &FieldSet) -> FieldSet {
+        self.combine(other, |a, b| a || b, true)
+    }
+
+    /// Paths in this set and not in `other`.
+    pub fn difference(&self, other: &FieldSet) -> FieldSet {
+        self.combine(other, |a, b| a && !b, false)
+    }
+
+    /// Paths in both sets.
+    pub fn intersection(&self, other: &FieldSet) -> FieldSet {
+        let mut out = FieldSet { member: self.member && other.member, children: BTreeMap::new() };
+        for (k, c) in &self.children {
+            if let Some(o) = other.children.get(k) {
+                let i = c.intersection(o);
+                if !i.is_empty() {
+                    out.children.insert(k.clone(), i);
+                }
+            }
+        }
+        out
+    }
+
+    /// Every path in the set, parents before children.
+    pub fn paths(&self) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        let mut prefix = Vec::new();
+        self.collect(&mut prefix, &mut out);
+        out
+    }
+
+    fn collect(&self, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+        if self.member && !prefix.is_empty() {
+            out.push(prefix.clone());
+        }
+        for (k, c) in &self.children {
+            prefix.push(k.clone());
+            c.collect(prefix, out);
+            prefix.pop();
+        }
+    }
+
+    /// The `fieldsV1` form.
+    pub fn to_fields_v1(&self) -> Value {
+        let mut m = Map::new();
+        if self.member && !self.children.is_empty() {
+            m.insert(".".into(), json!({}));
+        }
+        for (k, c) in &self.children {
+            if !c.is_empty() {
+                m.insert(k.clone(), c.to_fields_v1());
+            }
+        }
+        Value::Object(m)
+    }
+
+    /// Read the `fieldsV1` form.
+    pub fn from_fields_v1(v: &Value) -> Result<FieldSet, Error> {
+        let mut root = FieldSet::default();
+        let Value::Object(m) = v else {
+            return Err(Error::Invalid("fieldsV1 must be an object".into()));
+        };
+        for (k, c) in m {
+            if k == "." {
+                continue;
+            }
+            root.children.insert(k.clone(), Self::child_from_fields_v1(k, c)?);
+        }
+        Ok(root)
+    }
+
+    fn child_from_fields_v1(key: &str, v: &Value) -> Result<FieldSet, Error> {
+        if !(key.starts_with("f:") || key.starts_with("k:") || key.starts_with("v:") || key.starts_with("i:")) {
+            return Err(Error::Invalid(format!("fieldsV1: unknown path element {key:?}")));
+        }
+        let Value::Object(m) = v else {
+            return Err(Error::Invalid(format!("fieldsV1: {key}: must be an object")));
+        };
+        let mut node = FieldSet { member: m.is_empty() || m.contains_key("."), children: BTreeMap::new() };
+        for (k, c) in m {
+            if k != "." {
+                node.children.insert(k.clone(), Self::child_from_fields_v1(k, c)?);
+            }
+        }
+        Ok(node)
+    }
+}
+
+/// A path as upstream prints it (`.spec.replicas`,
+/// `.spec.containers[name="app"].image`, `.metadata.finalizers[="x"]`).
+pub fn path_string(path: &[String]) -> String {
+    let mut s = String::new();
+    for pe in path {
+        if let Some(f) = pe.strip_prefix("f:") {
+            s.push('.');
+            s.push_str(f);
+        } else if let Some(k) = pe.strip_prefix("k:") {
+            let fields: Vec<String> = match serde_json::from_str::<Map<String, Value>>(k) {
+                Ok(m) => m.iter().map(|(n, v)| format!("{n}={v}")).collect(),
+                Err(_) => vec![k.to_string()],
+            };
+            s.push_str(&format!("[{}]", fields.join(",")));
+        } else if let Some(v) = pe.strip_prefix("v:") {
+            s.push_str(&format!("[={v}]"));
+        } else if let Some(i) = pe.strip_prefix("i:") {
+            s.push_str(&format!("[{i}]"));
+        }
+    }
+    s
+}
+
+/// How a list merges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListType {
+    /// Replaced as a whole.
+    Atomic,
+    /// A set of scalars, merged by value.
+    Set,
+    /// An associative list, merged by these key fields.
+    Map(Vec<String>),
+}
+
+/// How an object merges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapType {
+    /// Declared fields, each owned on its own.
+    Struct,
+    /// A map from keys to values (labels, data, resource lists), each key
+    /// owned on its own.
+    Granular,
+    /// Replaced as a whole (label selectors, `nodeSelector`, key refs).
+    Atomic,
+}
+
+/// Where in a schema a value sits: a built-in kind (the table) or a
+/// custom resource's structural schema.
+#[derive(Debug, Clone, Copy)]
+pub enum Shape<'a> {
+    /// Built-in kinds: types by field name.
+    Builtin,
+    /// A custom resource schema node.
+    Custom(&'a Value),
+}
+
+impl<'a> Shape<'a> {
+    /// The shape of field `field` of an object of this shape.
+    pub fn field(self, field: &str, root: bool) -> Shape<'a> {
+        match self {
+            Shape::Builtin => Shape::Builtin,
+            Shape::Custom(_) if root && field == "metadata" => Shape::Builtin,
+            Shape::Custom(s) => match s.get("properties").and_then(|p| p.get(field)) {
+                Some(c) => Shape::Custom(c),
+                None => match s.get("additionalProperties") {
+                    Some(c) if c.is_object() => Shape::Custom(c),
+                    _ => Shape::Builtin,
+                },
+            },
+        }
+    }
+
+    /// The shape of the items of a list of this shape.
+    pub fn item(self) -> Shape<'a> {
+        match self {
+            Shape::Custom(s) => s.get("items").map_or(Shape::Builtin, Shape::Custom),
+            Shape::Builtin => Shape::Builtin,
+        }
+    }
+}
+
+/// The list type of field `field` (whose items are `items`).
+pub fn list_type(field: &str, shape: Shape<'_>, items: &[Value]) -> ListType {
+    if let Shape::Custom(s) = shape {
+        return match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("set") => ListType::Set,
+            Some("map") => {
+                let keys: Vec<String> = s
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(|k| k.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
+                if keys.is_empty() { ListType::Atomic } else { ListType::Map(keys) }
+            }
+            _ => ListType::Atomic,
+        };
+    }
+    builtin_list_type(field, items)
+}
+
+fn keys(k: &[&str]) -> ListType {
+    ListType::Map(k.iter().map(|s| s.to_string()).collect())
+}
+
+/// Built-in list types by field name (Kubernetes 1.37's markers).
+fn builtin_list_type(field: &str, items: &[Value]) -> ListType {
+    match field {
+        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets" | "resourceClaims"
+        | "schedulingGates" | "claims" | "drivers" | "versions" => keys(&["name"]),
+        "volumeMounts" => keys(&["mountPath"]),
+        "volumeDevices" => keys(&["devicePath"]),
+        "conditions" | "addresses" => keys(&["type"]),
+        "hostAliases" | "podIPs" | "hostIPs" => keys(&["ip"]),
+        "topologySpreadConstraints" => keys(&["topologyKey", "whenUnsatisfiable"]),
+        "ownerReferences" => keys(&["uid"]),
+        "ports" => {
+            if items.iter().any(|i| i.get("containerPort").is_some()) {
+                keys(&["containerPort", "protocol"])
+            } else if items.iter().any(|i| i.get("port").is_some()) {
+                keys(&["port", "protocol"])
+            } else {
+                ListType::Atomic
+            }
+        }
+        "finalizers" => ListType::Set,
+        _ => ListType::Atomic,
+    }
+}
+
+/// The map type of field `field`.
+pub fn map_type(field: &str, shape: Shape<'_>) -> MapType {
+    if let Shape::Custom(s) = shape {
+        if s.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic") {
+            return MapType::Atomic;
+        }
+        if s.get("properties").is_some() {
+            return MapType::Struct;
+        }
+        if s.get("additionalProperties").is_some() || s.get("x-kubernetes-preserve-unknown-fields").is_some() {
+            return MapType::Granular;
+        }
+        return MapType::Struct;
+    }
+    match field {
+        "labels" | "annotations" | "data" | "binaryData" | "stringData" | "limits" | "requests" | "capacity" | "allocatable"
+        | "overhead" | "parameters" | "hard" | "used" | "volumeAttributes" => MapType::Granular,
+        "selector" | "nodeSelector" | "labelSelector" | "namespaceSelector" | "fieldRef" | "resourceFieldRef" | "configMapKeyRef"
+        | "secretKeyRef" | "roleRef" => MapType::Atomic,
+        _ => MapType::Struct,
+    }
+}
+
+/// Non-pointer structs Go always serializes: never "added" themselves.
+fn always_present(field: &str) -> bool {
+    matches!(field, "metadata" | "spec" | "status" | "template" | "strategy" | "resources" | "updateStrategy")
+}
+
+fn field_pe(name: &str) -> String {
+    format!("f:{name}")
+}
+
+/// The path element of an associative list's item, or None when a key
+/// field is missing (`protocol` defaults to TCP, as upstream defaults it).
+pub fn item_key(item: &Value, keys: &[String]) -> Option<String> {
+    let mut m = Map::new();
+    for k in keys {
+        match item.get(k) {
+            Some(v) if !v.is_null() => {
+                m.insert(k.clone(), v.clone());
+            }
+            _ if k == "protocol" => {
+                m.insert(k.clone(), json!("TCP"));
+            }
+            _ => return None,
+        }
+    }
+    Some(format!("k:{}", Value::Object(m)))
+}
+
+fn value_pe(v: &Value) -> String {
+    format!("v:{v}")
+}
+
+/// The fields an applied configuration sets (upstream's `ToFieldSet`).
+pub fn applied_set(obj: &Value, shape: Shape<'_>) -> FieldSet {
+    let mut set = FieldSet::default();
+    let mut path = Vec::new();
+    if let Value::Object(m) = obj {
+        applied_object(m, MapType::Struct, shape, true, &mut path, &mut set);
+    }
+    set
+}
+
+fn applied_object(m: &Map<String, Value>, mt: MapType, shape: Shape<'_>, root: bool, path: &mut Vec<String>, set: &mut FieldSet) {
+    for (k, v) in m {
+        path.push(field_pe(k));
+        let child = shape.field(k, root);
+        let empty_obj = v.as_object().is_some_and(Map::is_empty);
+        if v.is_null() || empty_obj || mt == MapType::Granular {
+            set.insert(path);
+        }
+        applied_value(k, v, child, path, set);
+        path.pop();
+    }
+}
+
+fn applied_value(field: &str, v: &Value, shape: Shape<'_>, path: &mut Vec<String>, set: &mut FieldSet) {
+    match v {
+        Value::Object(m) => match map_type(field, shape) {
+            MapType::Atomic => set.insert(path),
+            mt => applied_object(m, mt, shape, false, path, set),
+        },
+        Value::Array(items) => match list_type(field, shape, items) {
+            ListType::Atomic => set.insert(path),
+            ListType::Set => {
+                for i in items {
+                    path.push(value_pe(i));
+                    set.insert(path);
+                    path.pop();
+                }
+            }
+            ListType::Map(keys) => {
+                for i in items {
+                    let Some(pe) = item_key(i, &keys) else { continue };
+                    path.push(pe);
+                    set.insert(path);
+                    if let Value::Object(m) = i {
+                        applied_object(m, MapType::Struct, shape.item(), false, path, set);
+                    }
+                    path.pop();
+                }
+            }
+        },
+        _ => set.insert(path),
+    }
+}
+
+/// What changed between two versions of an object (upstream's
+/// `Compare`): fields added or modified, and fields removed.
+#[derive(Debug, Default)]
+pub struct Comparison {
+    /// Added or modified.
+    pub changed: FieldSet,
+    /// Removed.
+    pub removed: FieldSet,
+}
+
+/// Compare two (tracked) objects.
+pub fn compare(old: &Value, new: &Value, shape: Shape<'_>) -> Comparison {
+    let mut c = Comparison::default();
+    let mut path = Vec::new();
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => cmp_object(o, n, shape, true, &mut path, &mut c),
+        _ => {
+            all_paths("", new, shape, &mut path, &mut c.changed, false);
+        }
+    }
+    c
+}
+
+fn cmp_object(o: &Map<String, Value>, n: &Map<String, Value>, shape: Shape<'_>, root: bool, path: &mut Vec<String>, c: &mut Comparison) {
+    for (k, nv) in n {
+        path.push(field_pe(k));
+        let child = shape.field(k, root);
+        match o.get(k) {
+            None => all_paths(k, nv, child, path, &mut c.changed, !always_present(k)),
+            Some(ov) => cmp_value(k, ov, nv, child, path, c),
+        }
+        path.pop();
+    }
+    for (k, ov) in o {
+        if !n.contains_key(k) {
+            path.push(field_pe(k));
+            all_paths(k, ov, shape.field(k, root), path, &mut c.removed, true);
+            path.pop();
+        }
+    }
+}
+
+fn cmp_value(field: &str, ov: &Value, nv: &Value, shape: Shape<'_>, path: &mut Vec<String>, c: &mut Comparison) {
+    if ov == nv {
+        return;
+    }
+    match (ov, nv) {
+        (Value::Object(o), Value::Object(n)) if map_type(field, shape) != MapType::Atomic => {
+            cmp_object(o, n, shape, false, path, c);
+            if o.is_empty() != n.is_empty() {
+                c.changed.insert(path);
+            }
+        }
+        (Value::Array(o), Value::Array(n)) => {
+            let lt = list_type(field, shape, if n.is_empty() { o } else { n });
+            match lt {
+                ListType::Atomic => c.changed.insert(path),
+                ListType::Set => {
+                    for i in n.iter().filter(|i| !o.contains(i)) {
+                        path.push(value_pe(i));
+                        c.changed.insert(path);
+                        path.pop();
+                    }
+                    for i in o.iter().filter(|i| !n.contains(i)) {
+                        path.push(value_pe(i));
+                        c.removed.insert(path);
+                        path.pop();
+                    }
+                }
+                ListType::Map(keys) => {
+                    let olds: BTreeMap<String, &Value> = o.iter().filter_map(|i| item_key(i, &keys).map(|k| (k, i))).collect();
+                    let mut seen = Vec::new();
+                    for ni in n {
+                        let Some(pe) = item_key(ni, &keys) else { continue };
+                        path.push(pe.clone());
+                        match olds.get(&pe) {
+                            Some(oi) => match (oi, ni) {
+                                (Value::Object(om), Value::Object(nm)) => cmp_object(om, nm, shape.item(), false, path, c),
+                                _ if *oi != ni => c.changed.insert(path),
+                                _ => {}
+                            },
+                            None => all_paths("", ni, shape.item(), path, &mut c.changed, true),
+                        }
+                        path.pop();
+                        seen.push(pe);
+                    }
+                    for (pe, oi) in &olds {
+                        if !seen.contains(pe) {
+                            path.push(pe.clone());
+                            all_paths("", oi, shape.item(), path, &mut c.removed, true);
+                            path.pop();
+                        }
+                    }
+                }
+            }
+        }
+        _ => {
+            // Scalar changed, atomic replaced, or the type changed.
+            if ov.is_object() || ov.is_array() {
+                let mut gone = FieldSet::default();
+                all_paths(field, ov, shape, path, &mut gone, false);
+                c.removed = c.removed.union(&gone);
+            }
+            c.changed.insert(path);
+        }
+    }
+}
+
+/// Insert `path` (when `this`) and every path below it in `v`.
+fn all_paths(field: &str, v: &Value, shape: Shape<'_>, path: &mut Vec<String>, set: &mut FieldSet, this: bool) {
+    // Non-atomic lists are never members themselves (their items are).
+    let empty_obj = v.as_object().is_some_and(Map::is_empty);
+    if ((this && !v.is_array()) || empty_obj || !(v.is_object() || v.is_array())) && !path.is_empty() {
+        set.insert(path);
+    }
+    match v {
+        Value::Object(m) => {
+            if map_type(field, shape) == MapType::Atomic {
+                set.insert(path);
+                return;
+            }
+            let root = path.is_empty();
+            for (k, c) in m {
+                path.push(field_pe(k));
+                all_paths(k, c, shape.field(k, root), path, set, !always_present(k));
+                path.pop();
+            }
+        }
+        Value::Array(items) => match list_type(field, shape, items) {
+            ListType::Atomic => set.insert(path),
+            ListType::Set => {
+                for i in items {
+                    path.push(value_pe(i));
+                    set.insert(path);
+                    path.pop();
+                }
+            }
+            ListType::Map(keys) => {
+                for i in items {
+                    let Some(pe) = item_key(i, &keys) else { continue };
+                    path.push(pe);
+                    all_paths("", i, shape.item(), path, set, true);
+                    path.pop();
+                }
+            }
+        },
+        _ => {}
+    }
+}
+
+/// Merge an applied configuration into the live object (upstream's
+/// `Merge`): objects merged field by field, associative lists by key, sets
+/// by value, atomic lists and scalars replaced; a null removes the field.
+pub fn merge(live: &mut Value, cfg: &Value, shape: Shape<'_>) {
+    merge_value("", live, cfg, shape, true);
+}
+
+fn merge_value(field: &str, live: &mut Value, cfg: &Value, shape: Shape<'_>, root: bool) {
+    match (&mut *live, cfg) {
+        (Value::Object(lm), Value::Object(cm)) if root || map_type(field, shape) != MapType::Atomic => {
+            for (k, cv) in cm {
+                if cv.is_null() {
+                    lm.remove(k);
+                    continue;
+                }
+                let child = shape.field(k, root);
+                match lm.get_mut(k) {
+                    Some(lv) => merge_value(k, lv, cv, child, false),
+                    None => {
+                        lm.insert(k.clone(), cv.clone());
+                    }
+                }
+            }
+        }
+        (Value::Array(la), Value::Array(ca)) => match list_type(field, shape, ca) {
+            ListType::Atomic => *live = cfg.clone(),
+            ListType::Set => {
+                for i in ca {
+                    if !la.contains(i) {
+                        la.push(i.clone());
+                    }
+                }
+            }
+            ListType::Map(keys) => {
+                for ci in ca {
+                    let key = item_key(ci, &keys);
+                    let pos = key.as_ref().and_then(|k| la.iter().position(|li| item_key(li, &keys).as_ref() == Some(k)));
+                    match pos {
+                        Some(p) => merge_value("", &mut la[p], ci, shape.item(), false),
+                        None => la.push(ci.clone()),
+                    }
+                }
+            }
+        },
+        _ => *live = cfg.clone(),
+    }
+}
+
+/// Remove the field at `path` from `obj` (nothing when absent).
+pub fn remove_path(obj: &mut Value, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut cur = obj;
+    for pe in parents {
+        let Some(next) = step(cur, pe) else { return };
+        cur = next;
+    }
+    if let Some(f) = last.strip_prefix("f:") {
+        if let Value::Object(m) = cur {
+            m.remove(f);
+        }
+    } else if let Value::Array(a) = cur
+        && let Some(i) = a.iter().position(|item| matches_pe(item, last))
+    {
+        a.remove(i);
+    }
+}
+
+fn matches_pe(item: &Value, pe: &str) -> bool {
+    if let Some(k) = pe.strip_prefix("k:") {
+        let Ok(Value::Object(km)) = serde_json::from_str::<Value>(k) else { return false };
+        let keys: Vec<String> = km.keys().cloned().collect();
+        item_key(item, &keys).as_deref() == Some(pe)
+    } else if let Some(v) = pe.strip_prefix("v:") {
+        serde_json::from_str::<Value>(v).is_ok_and(|v| &v == item)
+    } else if let Some(i) = pe.strip_prefix("i:") {
+        let _ = i;
+        false
+    } else {
+        false
+    }
+}
+
+fn step<'v>(cur: &'v mut Value, pe: &str) -> Option<&'v mut Value> {
+    if let Some(f) = pe.strip_prefix("f:") {
+        return cur.as_object_mut()?.get_mut(f);
+    }
+    let a = cur.as_array_mut()?;
+    let i = a.iter().position(|item| matches_pe(item, pe))?;
+    a.get_mut(i)
+}
+
+/// A managedFields operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// Server-side apply.
+    Apply,
+    /// Any other write.
+    Update,
+}
+
+impl Operation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Operation::Apply => "Apply",
+            Operation::Update => "Update",
+        }
+    }
+}
+
+/// One `metadata.managedFields` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// The field manager.
+    pub manager: String,
+    /// Apply or Update.
+    pub operation: Operation,
+    /// The apiVersion of the write.
+    pub api_version: String,
+    /// `status` for the status subresource, else empty.
+    pub subresource: String,
+    /// When the entry last changed.
+    pub time: Option<String>,
+    /// The fields owned.
+    pub set: FieldSet,
+}
+
+impl Entry {
+    /// Whether `other` is the same manager (appliers are one manager
+    /// whatever the apiVersion, as upstream's manager identifier).
+    pub fn same_manager(&self, other: &Entry) -> bool {
+        self.manager == other.manager
+            && self.operation == other.operation
+            && self.subresource == other.subresource
+            && (self.operation == Operation::Apply || self.api_version == other.api_version)
+    }
+
+    /// The manager as upstream prints it in conflicts.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{:?}", self.manager);
+        if !self.subresource.is_empty() {
+            s.push_str(&format!(" with subresource {:?}", self.subresource));
+        }
+        if self.operation == Operation::Update {
+            s.push_str(&format!(" using {}", self.api_version));
+        }
+        s
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("manager".into(), json!(self.manager));
+        m.insert("operation".into(), json!(self.operation.as_str()));
+        m.insert("apiVersion".into(), json!(self.api_version));
+        if let Some(t) = &self.time {
+            m.insert("time".into(), json!(t));
+        }
+        m.insert("fieldsType".into(), json!("FieldsV1"));
+        m.insert("fieldsV1".into(), self.set.to_fields_v1());
+        if !self.subresource.is_empty() {
+            m.insert("subresource".into(), json!(self.subresource));
+        }
+        Value::Object(m)
+    }
+}
+
+/// Read `metadata.managedFields`.
+pub fn decode(list: &Value) -> Result<Vec<Entry>, Error> {
+    let Value::Array(items) = list else {
+        return Err(Error::Invalid("must be a list".into()));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, e) in items.iter().enumerate() {
+        let s = |f: &str| e.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+        let operation = match s("operation").as_str() {
+            "Apply" => Operation::Apply,
+            "Update" => Operation::Update,
+            other => return Err(Error::Invalid(format!("[{i}].operation: {other:?} is not Apply or Update"))),
+        };
+        let set = match e.get("fieldsV1") {
+            Some(f) => FieldSet::from_fields_v1(f)?,
+            None => FieldSet::default(),
+        };
+        out.push(Entry {
+            manager: s("manager"),
+            operation,
+            api_version: s("apiVersion"),
+            subresource: s("subresource"),
+            time: e.get("time").and_then(Value::as_str).map(String::from),
+            set,
+        });
+    }
+    Ok(out)
+}
+
+/// Write `metadata.managedFields`, sorted as upstream (operation, time,
+/// manager).
+pub fn encode(entries: &[Entry]) -> Value {
+    let mut sorted: Vec<&Entry> = entries.iter().filter(|e| !e.set.is_empty()).collect();
+    sorted.sort_by(|a, b| {
+        (a.operation.as_str(), a.time.as_deref().unwrap_or(""), a.manager.as_str())
+            .cmp(&(b.operation.as_str(), b.time.as_deref().unwrap_or(""), b.manager.as_str()))
+    });
+    Value::Array(sorted.into_iter().map(Entry::to_json).collect())
+}
+
+/// Whether a request's `managedFields` asks for a reset (`[]` or `[{}]`).
+pub fn is_reset(list: &Value) -> bool {
+    match list {
+        Value::Array(a) if a.is_empty() => true,
+        Value::Array(a) if a.len() == 1 => a[0].as_object().is_some_and(Map::is_empty),
+        _ => false,
+    }
+}
+
+/// An apply conflict: the other manager and the path.
+#[derive(Debug, Clone)]
+pub struct Conflict {
+    /// The other manager, as printed.
+    pub manager: String,
+    /// The path, as printed.
+    pub field: String,
+}
+
+/// Upstream's message for apply conflicts.
+pub fn conflict_message(conflicts: &[Conflict]) -> String {
+    if let [c] = conflicts {
+        return format!("Apply failed with 1 conflict: conflict with {}: {}", c.manager, c.field);
+    }
+    let mut by_manager: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for c in conflicts {
+        by_manager.entry(&c.manager).or_default().push(&c.field);
+    }
+    let mut lines = Vec::new();
+    for (m, fields) in by_manager {
+        lines.push(format!("conflicts with {m}:"));
+        for f in fields {
+            lines.push(format!("- {f}"));
+        }
+    }
+    format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
+}
+
+/// Record a write by `me` that changed the object as `cmp` says: for an
+/// Apply, `me`'s set is what it applied and fields other managers own
+/// with a different value are conflicts (unless `force`, which takes them
+/// over); for an Update, `me` gains what changed and others lose it.
+/// Removed fields leave every manager. Returns the conflicts when refused.
+pub fn record(entries: &mut Vec<Entry>, me: Entry, cmp: &Comparison, force: bool) -> Result<(), Vec<Conflict>> {
+    let apply = me.operation == Operation::Apply;
+    let mut conflicts = Vec::new();
+    let mut taken: Vec<FieldSet> = Vec::with_capacity(entries.len());
+    for e in entries.iter() {
+        if e.same_manager(&me) {
+            taken.push(FieldSet::default());
+            continue;
+        }
+        let c = e.set.intersection(&cmp.changed);
+        if apply && !force {
+            for p in c.paths() {
+                conflicts.push(Conflict { manager: e.describe(), field: path_string(&p) });
+            }
+        }
+        taken.push(c);
+    }
+    if !conflicts.is_empty() {
+        return Err(conflicts);
+    }
+    let mut prev = FieldSet::default();
+    let mut prev_time = None;
+    let mut kept = Vec::with_capacity(entries.len() + 1);
+    for (e, c) in entries.drain(..).zip(taken) {
+        if e.same_manager(&me) {
+            prev = prev.union(&e.set);
+            prev_time = e.time.clone();
+            continue;
+        }
+        let set = e.set.difference(&c).difference(&cmp.removed);
+        if !set.is_empty() {
+            kept.push(Entry { set, ..e });
+        }
+    }
+    let set = if apply { me.set.clone() } else { prev.difference(&cmp.removed).union(&cmp.changed) };
+    // An entry whose fields did not change keeps its time (so a write
+    // that changes nothing stays a no-op).
+    let time = if set == prev && prev_time.is_some() { prev_time } else { me.time.clone() };
+    if !set.is_empty() {
+        kept.push(Entry { set, time, ..me });
+    }
+    *entries = kept;
+    Ok(())
+}
+
+/// The manager a request without `fieldManager` gets: its User-Agent up
+/// to the first `/`, printable characters only, at most 128 bytes.
+pub fn manager_from_user_agent(ua: &str) -> String {
+    let head = ua.split('/').next().unwrap_or("");
+    let mut out = String::new();
+    for ch in head.chars().filter(|c| !c.is_control()) {
+        if out.len() + ch.len_utf8() > 128 {
+            break;
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// The part of an object whose fields are tracked: no apiVersion, kind or
+/// server-set metadata; only `status` for status writes, no `status` for
+/// main-resource writes of kinds with a status subresource.
+pub fn tracked(obj: &Value, has_status: bool, status_only: bool) -> Value {
+    let Value::Object(m) = obj else { return json!({}) };
+    let mut out = Map::new();
+    for (k, v) in m {
+        match k.as_str() {
+            "apiVersion" | "kind" => {}
+            "status" if has_status && !status_only => {}
+            "status" => {
+                out.insert(k.clone(), v.clone());
+            }
+            _ if status_only => {}
+            "metadata" => {
+                if let Value::Object(meta) = v {
+                    let mut mm = meta.clone();
+                    for f in [
+                        "name",
+                        "namespace",
+                        "uid",
+                        "creationTimestamp",
+                        "selfLink",
+                        "generation",
+                        "managedFields",
+                        "resourceVersion",
+                        "deletionTimestamp",
+                        "deletionGracePeriodSeconds",
+                    ] {
+                        mm.remove(f);
+                    }
+                    if !mm.is_empty() {
+                        out.insert(k.clone(), Value::Object(mm));
+                    }
+                }
+            }
+            _ => {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deploy(replicas: i64, image: &str) -> Value {
+        json!({"metadata": {"labels": {"app": "web"}}, "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "app", "image": image, "ports": [{"containerPort": 80}]}]}}}})
+    }
+
+    #[test]
+    fn applied_set_in_upstream_format() {
+        let set = applied_set(&deploy(2, "nginx"), Shape::Builtin);
+        let v = set.to_fields_v1();
+        assert_eq!(v["f:metadata"], json!({"f:labels": {"f:app": {}}}));
+        assert_eq!(v["f:spec"]["f:selector"], json!({}));
+        assert_eq!(v["f:spec"]["f:replicas"], json!({}));
+        let c = &v["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"app\"}"];
+        assert_eq!(c["."], json!({}));
+        assert_eq!(c["f:image"], json!({}));
+        assert_eq!(c["f:ports"]["k:{\"containerPort\":80,\"protocol\":\"TCP\"}"]["f:containerPort"], json!({}));
+        assert_eq!(FieldSet::from_fields_v1(&v).ok(), Some(set));
+    }
+
+    #[test]
+    fn path_strings_as_upstream() {
+        let p = vec!["f:spec".to_string(), "f:containers".into(), "k:{\"name\":\"app\"}".into(), "f:image".into()];
+        assert_eq!(path_string(&p), ".spec.containers[name=\"app\"].image");
+        assert_eq!(path_string(&["f:metadata".into(), "f:finalizers".into(), "v:\"x\"".into()]), ".metadata.finalizers[=\"x\"]");
+    }
+
+    #[test]
+    fn compare_finds_changes_and_removals() {
+        let c = compare(&deploy(1, "a"), &deploy(2, "b"), Shape::Builtin);
+        let paths: Vec<String> = c.changed.paths().iter().map(|p| path_string(p)).collect();
+        assert_eq!(paths, vec![".spec.replicas", ".spec.template.spec.containers[name=\"app\"].image"]);
+        let mut old = deploy(1, "a");
+        old["metadata"]["labels"]["tier"] = json!("x");
+        let c = compare(&old, &deploy(1, "a"), Shape::Builtin);
+        assert_eq!(c.removed.paths().iter().map(|p| path_string(p)).collect::<Vec<_>>(), vec![".metadata.labels.tier"]);
+    }
+
+    #[test]
+    fn merge_by_key_and_remove() {
+        let mut live = deploy(1, "a");
+        if let Some(a) = live["spec"]["template"]["spec"]["containers"].as_array_mut() {
+            a.push(json!({"name": "side", "image": "s"}));
+        }
+        merge(&mut live, &json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "b"}]}}}}), Shape::Builtin);
+        assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["image"], json!("b"));
+        assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"], json!(80));
+        assert_eq!(live["spec"]["template"]["spec"]["containers"][1]["name"], json!("side"));
+        remove_path(&mut live, &["f:spec".into(), "f:template".into(), "f:spec".into(), "f:containers".into(), "k:{\"name\":\"side\"}".into()]);
+        assert_eq!(live["spec"]["template"]["spec"]["containers"].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn conflicts_unless_same_value_or_forced() {
+        let other = Entry {
+            manager: "kubectl-client-side-apply".into(),
+            operation: Operation::Update,
+            api_version: "apps/v1".into(),
+            subresource: String::new(),
+            time: None,
+            set: applied_set(&deploy(1, "a"), Shape::Builtin),
+        };
+        let me = Entry { manager: "kubectl".into(), operation: Operation::Apply, set: applied_set(&json!({"spec": {"replicas": 3}}), Shape::Builtin), ..other.clone() };
+        let cmp = compare(&deploy(1, "a"), &deploy(3, "a"), Shape::Builtin);
+        let mut entries = vec![other.clone()];
+        let err = record(&mut entries, me.clone(), &cmp, false).err().unwrap_or_default();
+        assert_eq!(conflict_message(&err), "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas");
+        // Same value: shared.
+        let same = compare(&deploy(1, "a"), &deploy(1, "a"), Shape::Builtin);
+        let mut entries = vec![other.clone()];
+        assert!(record(&mut entries, me.clone(), &same, false).is_ok());
+        assert_eq!(entries.len(), 2);
+        assert!(entries.iter().all(|e| e.set.has(&["f:spec".into(), "f:replicas".into()])));
+        // Forced: taken over.
+        let mut entries = vec![other];
+        assert!(record(&mut entries, me, &cmp, true).is_ok());
+        assert!(!entries[0].set.has(&["f:spec".into(), "f:replicas".into()]));
+        assert!(entries[1].set.has(&["f:spec".into(), "f:replicas".into()]));
+    }
+
+    #[test]
+    fn managers_from_user_agents() {
+        assert_eq!(manager_from_user_agent("kubectl/v1.32.0 (linux/amd64) kubernetes/abc"), "kubectl");
+        assert_eq!(manager_from_user_agent(&"x".repeat(300)).len(), 128);
+    }
+
+    #[test]
+    fn crd_schema_list_types() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "items": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"], "items": {"type": "object", "properties": {"id": {"type": "string"}, "v": {"type": "integer"}}}},
+            "tags": {"type": "array", "items": {"type": "string"}}}}}});
+        let set = applied_set(&json!({"spec": {"items": [{"id": "a", "v": 1}], "tags": ["x"]}}), Shape::Custom(&schema));
+        let v = set.to_fields_v1();
+        assert_eq!(v["f:spec"]["f:items"]["k:{\"id\":\"a\"}"]["f:v"], json!({}));
+        assert_eq!(v["f:spec"]["f:tags"], json!({}));
+    }
+}
