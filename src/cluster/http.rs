@@ -1070,7 +1070,8 @@ fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, na
         // The store answers the missing object.
         return Ok(Vec::new());
     };
-    let mut patched: Value = current.value.clone();
+    // The wire form (the stored value keeps managedFields as JSON text).
+    let mut patched: Value = serde_json::from_slice(&current.bytes).unwrap_or_else(|_| current.value.clone());
     let patch: Value = match serde_json::from_slice(body) {
         Ok(p) => p,
         Err(_) => return Ok(Vec::new()),

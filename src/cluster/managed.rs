@@ -734,8 +734,13 @@ impl Entry {
     }
 }
 
-/// Read `metadata.managedFields`.
+/// Read `metadata.managedFields` (a request's list, or the stored JSON
+/// text [`encode`] makes).
 pub fn decode(list: &Value) -> Result<Vec<Entry>, Error> {
+    if let Value::String(text) = list {
+        let parsed: Value = serde_json::from_str(text).map_err(|e| Error::Invalid(e.to_string()))?;
+        return decode(&parsed);
+    }
     let Value::Array(items) = list else {
         return Err(Error::Invalid("must be a list".into()));
     };
@@ -764,8 +769,15 @@ pub fn decode(list: &Value) -> Result<Vec<Entry>, Error> {
 }
 
 /// Write `metadata.managedFields`, sorted as upstream (operation, time,
-/// manager).
+/// manager), as the stored form: the list's JSON text. Field sets are
+/// trees of small maps that as a `Value` cost several KiB per object and
+/// per stored version; `store::Obj` writes the text as the list on the wire.
 pub fn encode(entries: &[Entry]) -> Value {
+    Value::String(encode_list(entries).to_string())
+}
+
+/// `metadata.managedFields` as the list itself.
+pub fn encode_list(entries: &[Entry]) -> Value {
     let mut sorted: Vec<&Entry> = entries.iter().filter(|e| !e.set.is_empty()).collect();
     sorted.sort_by(|a, b| {
         (a.operation.as_str(), a.time.as_deref().unwrap_or(""), a.manager.as_str())

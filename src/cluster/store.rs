@@ -216,7 +216,8 @@ type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct Obj {
     /// The object.
     pub value: Value,
-    /// `serde_json::to_vec(&value)`.
+    /// `value` serialized (`metadata.managedFields`, kept in `value` as
+    /// its JSON text to save memory, written as the list).
     pub bytes: Bytes,
     /// Its resourceVersion.
     pub rv: u64,
@@ -224,7 +225,7 @@ pub struct Obj {
 
 impl Obj {
     fn new(value: Value, rv: u64) -> Result<Arc<Obj>> {
-        let bytes = serde_json::to_vec(&value).map_err(|e| Error::Internal(e.to_string()))?;
+        let bytes = serde_json::to_vec(&Wire(&value, true)).map_err(|e| Error::Internal(e.to_string()))?;
         Ok(Arc::new(Obj { value, bytes: Bytes::from(bytes), rv }))
     }
 
@@ -246,6 +247,31 @@ impl Obj {
     /// Decode into a typed object.
     pub fn decode<K: DeserializeOwned>(&self) -> Result<K> {
         serde_json::from_slice(&self.bytes).map_err(|e| Error::Internal(e.to_string()))
+    }
+}
+
+/// Serializes a stored value, writing `metadata.managedFields`, held as
+/// its JSON text (see `managed::encode`), as the list it stands for.
+struct Wire<'a>(&'a Value, bool);
+
+impl Serialize for Wire<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Value::Object(m) = self.0 else {
+            return self.0.serialize(s);
+        };
+        let mut out = s.serialize_map(Some(m.len()))?;
+        for (k, v) in m {
+            match (self.1, k.as_str(), v) {
+                (true, "metadata", _) => out.serialize_entry(k, &Wire(v, false))?,
+                (false, "managedFields", Value::String(text)) => match serde_json::from_str::<Value>(text) {
+                    Ok(list) => out.serialize_entry(k, &list)?,
+                    Err(_) => out.serialize_entry(k, v)?,
+                },
+                _ => out.serialize_entry(k, v)?,
+            }
+        }
+        out.end()
     }
 }
 
@@ -636,8 +662,17 @@ fn get_str<'a>(v: &'a Value, ptr: &str) -> &'a str {
 /// schema (custom resources: pruning, defaults, validation).
 fn normalize(info: &ResourceInfo, mut v: Value) -> Result<Value> {
     res::check_type(&mut v, &info.api_version(), info.kind).map_err(|e| Error::BadRequest(e.to_string()))?;
+    // The stored form of managedFields (JSON text, see `managed::encode`)
+    // is not the typed form: it goes around the round trip unchanged.
+    let stored_managed = match v.get_mut("metadata").and_then(Value::as_object_mut) {
+        Some(meta) if meta.get("managedFields").is_some_and(Value::is_string) => meta.remove("managedFields"),
+        _ => None,
+    };
     let mut v = (info.normalize)(v).map_err(|e| Error::BadRequest(e.to_string()))?;
     custom_schema(info, &mut v)?;
+    if let (Some(m), Some(meta)) = (stored_managed, v.get_mut("metadata").and_then(Value::as_object_mut)) {
+        meta.insert("managedFields".into(), m);
+    }
     Ok(v)
 }
 
@@ -1490,12 +1525,11 @@ impl Store {
                 .collect();
             return Err(Error::ApplyConflict { message: managed::conflict_message(&conflicts), causes: Value::Array(causes) });
         }
-        let encoded = managed::encode(&entries);
         let meta = meta_mut(new)?;
-        if encoded.as_array().is_some_and(Vec::is_empty) {
+        if entries.iter().all(|e| e.set.is_empty()) {
             meta.remove("managedFields");
         } else {
-            meta.insert("managedFields".into(), encoded);
+            meta.insert("managedFields".into(), managed::encode(&entries));
         }
         Ok(())
     }

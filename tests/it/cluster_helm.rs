@@ -84,7 +84,8 @@ async fn helm_install_upgrade_uninstall() {
     assert!(ok, "helm install: {out}");
     let deployment = store.get(store.lookup("apps", "v1", "deployments").unwrap(), "default", "berth").unwrap();
     assert_eq!(deployment.value["spec"]["replicas"], 2, "{}", deployment.value);
-    let managers: Vec<&str> = deployment.value["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|e| e["manager"].as_str()).collect();
+    let wire: serde_json::Value = serde_json::from_slice(&deployment.bytes).unwrap();
+    let managers: Vec<&str> = wire["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|e| e["manager"].as_str()).collect();
     assert!(managers.contains(&"helm"), "Helm applies server-side as manager helm: {managers:?}");
     for (g, v, p, ns, name) in [
         ("", "v1", "serviceaccounts", "default", "berth"),
