@@ -5,11 +5,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use berth::cluster::{ClusterConfig, LocalCluster};
 use serde_json::{Value, json};
+
+use crate::cluster_kubectl::{kubectl, kubectl_available, temp_dir};
+use crate::e2e_support::dechunk;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const APPLY: &str = "application/apply-patch+yaml";
@@ -33,19 +36,6 @@ async fn req(addr: SocketAddr, method: &str, path: &str, ct: &str, body: &Value)
     let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let rest = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(rest) } else { rest.to_string() };
     (code, serde_json::from_str(&rest).unwrap_or(Value::Null))
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 fn deployment(replicas: i64, labels: Value) -> Value {
@@ -160,34 +150,6 @@ async fn apply_ownership_conflicts_force_and_removal() {
     assert_eq!(code, 200, "{d}");
     assert!(managers(&d).contains(&("ctl".into(), "Update".into(), "status".into())), "{:?}", managers(&d));
     c.shutdown().await;
-}
-
-// ---- kubectl ----
-
-fn kubectl_bin() -> String {
-    std::env::var("BERTH_KUBECTL").unwrap_or_else(|_| "kubectl".into())
-}
-
-fn kubectl_available() -> bool {
-    std::process::Command::new(kubectl_bin()).arg("version").arg("--client").output().is_ok_and(|o| o.status.success())
-}
-
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new(kubectl_bin()).arg("--kubeconfig").arg(kubeconfig).args(args).kill_on_drop(true).output(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
-    .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
-}
-
-fn temp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("berth-apply-{}-{}", std::process::id(), rand::random::<u32>()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 const WORKLOADS: &str = r#"apiVersion: apps/v1

@@ -4,7 +4,6 @@
 //! not installed).
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
 use std::time::Duration;
 
 use berth::cluster::{ClusterConfig, LocalCluster};
@@ -15,6 +14,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
+
+use crate::cluster_kubectl::{kubectl, kubectl_available};
 
 async fn start() -> LocalCluster {
     LocalCluster::start(ClusterConfig { nodes: 2, ..Default::default() }).await.unwrap()
@@ -109,34 +110,6 @@ async fn core_kinds_a_chart_touches_are_served() {
     jobs.create(&pp, &typed(json!({"metadata": {"name": "cj"}, "spec": {"schedule": "* * * * *",
         "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}}}))).await.unwrap();
     c.shutdown().await;
-}
-
-fn kubectl_bin() -> String {
-    std::env::var("BERTH_KUBECTL").unwrap_or_else(|_| "kubectl".into())
-}
-
-fn kubectl_available() -> bool {
-    std::process::Command::new(kubectl_bin()).args(["version", "--client"]).output().is_ok_and(|o| o.status.success())
-}
-
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    let cache = kubeconfig.with_file_name("cache");
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new(kubectl_bin())
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .arg("--cache-dir")
-            .arg(&cache)
-            .args(args)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
-    .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
 }
 
 fn temp_kubeconfig(c: &LocalCluster) -> std::path::PathBuf {

@@ -4,7 +4,7 @@
 //! immutability of `pod.spec.schedulingGroup`.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use berth::cluster::{ClusterConfig, LocalCluster};
@@ -15,6 +15,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::discovery::Discovery;
 use serde_json::{Value, json};
+
+use crate::cluster_kubectl::{kubectl, kubectl_available};
 
 async fn start() -> LocalCluster {
     LocalCluster::start(ClusterConfig { nodes: 2, ..Default::default() }).await.unwrap()
@@ -281,22 +283,6 @@ async fn pod_scheduling_group_is_immutable() {
     c.shutdown().await;
 }
 
-fn kubectl_bin() -> String {
-    std::env::var("BERTH_KUBECTL").unwrap_or_else(|_| "kubectl".into())
-}
-
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    let out = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::process::Command::new(kubectl_bin()).arg("--kubeconfig").arg(kubeconfig).args(args).kill_on_drop(true).output(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
-    .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
-}
-
 /// scheduler-plugins' own PodGroup CRD manifest (kubernetes-sigs/scheduler-plugins,
 /// `manifests/crds/scheduling.x-k8s.io_podgroups.yaml`), from `$BERTH_SP_CRD` or
 /// the copy under `tests/fixtures` (unchanged, Apache-2.0).
@@ -309,7 +295,7 @@ fn scheduler_plugins_crd() -> Option<PathBuf> {
 
 #[tokio::test]
 async fn scheduler_plugins_crd_manifest_applies_unchanged_with_kubectl() {
-    if !std::process::Command::new(kubectl_bin()).args(["version", "--client"]).output().is_ok_and(|o| o.status.success()) {
+    if !kubectl_available() {
         eprintln!("SKIPPED: kubectl is not installed");
         return;
     }

@@ -5,10 +5,12 @@
 //! there is none.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use berth::cluster::{ClusterConfig, LocalCluster};
+
+use crate::cluster_kubectl::temp_dir;
 
 fn helm_bin() -> Option<String> {
     let candidates = [std::env::var("BERTH_HELM").ok(), Some("/opt/berth-tools/helm/helm".to_string()), Some("helm".to_string())];
@@ -22,12 +24,6 @@ async fn run(bin: &str, args: &[&str]) -> (bool, String) {
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
-}
-
-fn temp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("berth-helm-{}-{}", std::process::id(), rand::random::<u32>()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn chart() -> String {

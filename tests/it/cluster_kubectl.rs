@@ -18,10 +18,20 @@ pub(crate) fn kubectl_available() -> bool {
     std::process::Command::new(kubectl_bin()).arg("version").arg("--client").output().is_ok_and(|o| o.status.success())
 }
 
+/// Run kubectl against `kubeconfig` (its discovery and OpenAPI cache beside
+/// it, so tests never share one): whether it succeeded, and what it printed.
 pub(crate) async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let cache = kubeconfig.with_file_name("cache");
     let out = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::process::Command::new(kubectl_bin()).arg("--kubeconfig").arg(kubeconfig).args(args).kill_on_drop(true).output(),
+        Duration::from_secs(60),
+        tokio::process::Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
     )
     .await
     .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))

@@ -28,30 +28,21 @@ pub fn init_logs() {
 
 /// A cluster of `nodes` nodes over `zones` zones with `cpu` cores and `pods` pod slots each.
 pub async fn cluster(nodes: usize, zones: usize, cpu: &str, pods: u32, faults: FaultConfig) -> LocalCluster {
-    init_logs();
-    let cfg = ClusterConfig {
-        nodes,
-        zones,
-        node_cpu: cpu.into(),
-        node_memory: "64Gi".into(),
-        node_pods: pods,
-        kubelet: KubeletConfig { enabled: true, start_delay: Duration::from_millis(20) },
-        bookmark_interval: Duration::from_millis(500),
-        faults,
-        auth: auth_config(),
-        // The e2e tests hand-craft their pods (some owned by a ReplicaSet
-        // that must not run); cluster_controllers turns them on.
-        controllers: berth::cluster::controllers::ControllersConfig { enabled: false, ..Default::default() },
-        ..Default::default()
-    };
-    LocalCluster::start(cfg).await.unwrap()
+    // The e2e tests hand-craft their pods (some owned by a ReplicaSet
+    // that must not run); cluster_controllers turns them on.
+    let controllers = berth::cluster::controllers::ControllersConfig { enabled: false, ..Default::default() };
+    start_cluster(ClusterConfig { faults, controllers, ..cluster_config(nodes, zones, cpu, pods) }).await
 }
 
 /// A cluster as [`cluster`] (no faults) with the workload controllers on
 /// (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, garbage collection).
 pub async fn cluster_with_controllers(nodes: usize, zones: usize, cpu: &str, pods: u32) -> LocalCluster {
-    init_logs();
-    let cfg = ClusterConfig {
+    let controllers = berth::cluster::controllers::ControllersConfig { resync: Duration::from_millis(500), ..Default::default() };
+    start_cluster(ClusterConfig { controllers, ..cluster_config(nodes, zones, cpu, pods) }).await
+}
+
+fn cluster_config(nodes: usize, zones: usize, cpu: &str, pods: u32) -> ClusterConfig {
+    ClusterConfig {
         nodes,
         zones,
         node_cpu: cpu.into(),
@@ -60,9 +51,12 @@ pub async fn cluster_with_controllers(nodes: usize, zones: usize, cpu: &str, pod
         kubelet: KubeletConfig { enabled: true, start_delay: Duration::from_millis(20) },
         bookmark_interval: Duration::from_millis(500),
         auth: auth_config(),
-        controllers: berth::cluster::controllers::ControllersConfig { resync: Duration::from_millis(500), ..Default::default() },
         ..Default::default()
-    };
+    }
+}
+
+async fn start_cluster(cfg: ClusterConfig) -> LocalCluster {
+    init_logs();
     LocalCluster::start(cfg).await.unwrap()
 }
 
@@ -277,7 +271,8 @@ pub async fn plain_http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (code, body)
 }
 
-fn dechunk(mut s: &str) -> String {
+/// The body of a chunked HTTP/1.1 answer.
+pub fn dechunk(mut s: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = s.split_once("\r\n") {
         let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
