@@ -712,3 +712,13 @@ mod tests {
         assert_ne!(template_hash(&json!({"a": 1})), template_hash(&json!({"a": 2})));
     }
 }
+
+/// A store with the `default` namespace, for the controllers' unit tests.
+#[cfg(test)]
+fn test_store() -> Store {
+    let store = Store::new(super::store::StoreConfig::default());
+    store
+        .create(res::NAMESPACES, "", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    store
+}

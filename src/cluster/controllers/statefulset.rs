@@ -325,14 +325,7 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burs
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn test_store() -> Store {
-        let store = Store::new(crate::cluster::store::StoreConfig::default());
-        store
-            .create(crate::cluster::resources::NAMESPACES, "", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}))
-            .unwrap_or_else(|e| panic!("{e}"));
-        store
-    }
+    use crate::cluster::controllers::test_store;
 
     #[test]
     fn ordinals_parse_only_canonical_names() {
