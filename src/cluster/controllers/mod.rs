@@ -681,6 +681,16 @@ fn crate_label(tmpl: &mut Value, hash: &str) {
     }
 }
 
+/// A store with the `default` namespace, for the controllers' unit tests.
+#[cfg(test)]
+fn test_store() -> Store {
+    let store = Store::new(super::store::StoreConfig::default());
+    store
+        .create(res::NAMESPACES, "", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    store
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -713,12 +723,3 @@ mod tests {
     }
 }
 
-/// A store with the `default` namespace, for the controllers' unit tests.
-#[cfg(test)]
-fn test_store() -> Store {
-    let store = Store::new(super::store::StoreConfig::default());
-    store
-        .create(res::NAMESPACES, "", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}))
-        .unwrap_or_else(|e| panic!("{e}"));
-    store
-}
