@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use berth::cluster::{ClusterConfig, LocalCluster};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -80,9 +80,11 @@ fn dynamic(name: &str, min_member: Value) -> DynamicObject {
 }
 
 /// Next non-bookmark watch event within 5 s.
-async fn next_event<S>(s: &mut S) -> WatchEvent<DynamicObject>
+/// The next event that is not a BOOKMARK (the server sends those on a
+/// timer, so one may come before any object event).
+async fn next_event<K, S>(s: &mut S) -> WatchEvent<K>
 where
-    S: futures::Stream<Item = Result<WatchEvent<DynamicObject>, kube::Error>> + Unpin,
+    S: futures::Stream<Item = Result<WatchEvent<K>, kube::Error>> + Unpin,
 {
     loop {
         let ev = tokio::time::timeout(Duration::from_secs(5), s.next()).await.expect("watch event").expect("stream open").unwrap();
@@ -240,7 +242,7 @@ async fn scheduling_v1beta1_podgroups_and_workloads_are_served() {
     }))
     .unwrap();
     pgs.create(&PostParams::default(), &pg).await.unwrap();
-    let added = tokio::time::timeout(Duration::from_secs(5), watch.try_next()).await.unwrap().unwrap().unwrap();
+    let added = next_event(&mut watch).await;
     assert!(matches!(added, WatchEvent::Added(ref p) if p.metadata.name.as_deref() == Some("train-workers")), "{added:?}");
 
     // Status only through its subresource.
