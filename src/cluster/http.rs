@@ -785,14 +785,14 @@ impl WatchState {
                 return;
             }
             EventType::Added | EventType::Deleted => {
-                if !self.filter.matches(&ev.obj.value) {
+                if !ev.obj.matches(&self.filter) {
                     return;
                 }
                 ev.ty.as_str()
             }
             EventType::Modified => {
-                let n = self.filter.matches(&ev.obj.value);
-                let o = ev.old.as_ref().map(|o| self.filter.matches(&o.value)).unwrap_or(n);
+                let n = ev.obj.matches(&self.filter);
+                let o = ev.old.as_ref().map(|o| o.matches(&self.filter)).unwrap_or(n);
                 match (o, n) {
                     (true, true) => "MODIFIED",
                     (false, true) => "ADDED",
@@ -807,7 +807,7 @@ impl WatchState {
     fn push_obj(&self, buf: &mut Vec<u8>, ty: &str, obj: &Arc<Obj>) {
         match (&self.table, &self.alias) {
             (Some((r, info)), _) => {
-                let lr = store::ListResult { items: vec![obj.clone()], rv: obj.rv, cont: None };
+                let lr = store::ListResult { items: vec![obj.full()], rv: obj.rv, cont: None };
                 push_event(buf, ty, super::table::table(*r, info, &lr).to_string().as_bytes());
             }
             (None, Some(a)) if ty != "BOOKMARK" => push_event(buf, ty, &a.outgoing(&obj.bytes)),
@@ -860,7 +860,7 @@ fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Opti
     };
     let mut buf = Vec::new();
     for o in &sub.initial {
-        if state.filter.matches(&o.value) {
+        if o.matches(&state.filter) {
             state.push_obj(&mut buf, "ADDED", o);
             if buf.len() >= CHUNK {
                 pending.push_back(Bytes::from(std::mem::take(&mut buf)));

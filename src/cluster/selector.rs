@@ -185,7 +185,11 @@ impl LabelSelector {
 
     /// Does a labels map (JSON object or absent) match?
     pub fn matches_labels(&self, labels: Option<&Value>) -> bool {
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.matches_with(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+    }
+
+    /// Does a set of labels, read through `get` (label key to value), match?
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.reqs.iter().all(|r| match r {
             Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
             Requirement::Ne(k, v) => get(k) != Some(v.as_str()),
@@ -238,8 +242,7 @@ impl FieldSelector {
             if !(field == "metadata.name" || field == "metadata.namespace" || supported.contains(&field)) {
                 return Err(Error::UnsupportedField(field.to_string()));
             }
-            let pointer = format!("/{}", field.replace('.', "/"));
-            reqs.push(FieldReq { pointer, value: value.trim().to_string(), eq });
+            reqs.push(FieldReq { pointer: field_pointer(field), value: value.trim().to_string(), eq });
         }
         Ok(Self { reqs })
     }
@@ -251,16 +254,31 @@ impl FieldSelector {
 
     /// Does the object match?
     pub fn matches(&self, obj: &Value) -> bool {
-        self.reqs.iter().all(|r| {
-            let actual = match obj.pointer(&r.pointer) {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Bool(b)) => b.to_string(),
-                Some(Value::Number(n)) => n.to_string(),
-                _ => String::new(),
-            };
-            (actual == r.value) == r.eq
-        })
+        self.matches_with(|pointer| field_text(obj.pointer(pointer)))
     }
+
+    /// Does an object whose fields are read through `get` (JSON pointer to
+    /// the field's text, see [`field_text`]) match?
+    pub fn matches_with(&self, get: impl Fn(&str) -> String) -> bool {
+        self.reqs.iter().all(|r| (get(&r.pointer) == r.value) == r.eq)
+    }
+}
+
+/// A field as a field selector compares it: strings, booleans and numbers
+/// as text, anything else (or nothing) as "".
+pub fn field_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Bool(b)) => b.to_string(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The JSON pointer of a dotted field name (`spec.nodeName` is
+/// `/spec/nodeName`).
+pub fn field_pointer(field: &str) -> String {
+    format!("/{}", field.replace('.', "/"))
 }
 
 /// A combined filter for list and watch.

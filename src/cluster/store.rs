@@ -212,36 +212,136 @@ type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A stored object: its JSON value and the serialized bytes of exactly
 /// that value (so lists and watches never reserialize).
+///
+/// Versions that are no longer current (replaced or deleted) stay in the
+/// watch history *lean*: their bytes, and of the value only what selectors
+/// read (see [`Lean`]). A replayed event is sent as its bytes, so nothing
+/// is lost, and a past version costs little more than its bytes.
 #[derive(Debug)]
 pub struct Obj {
-    /// The object.
+    /// The object (`Value::Null` for a lean history copy; see
+    /// [`Obj::full`]).
     pub value: Value,
     /// `value` serialized (`metadata.managedFields`, kept in `value` as
     /// its JSON text to save memory, written as the list).
     pub bytes: Bytes,
     /// Its resourceVersion.
     pub rv: u64,
+    /// Set on a lean history copy.
+    lean: Option<Box<Lean>>,
+}
+
+/// What selectors read of a lean history copy.
+#[derive(Debug)]
+struct Lean {
+    namespace: Box<str>,
+    name: Box<str>,
+    uid: Box<str>,
+    labels: Box<[(Box<str>, Box<str>)]>,
+    /// The kind's extra field-selector fields: (JSON pointer, the field's
+    /// text as a field selector compares it).
+    fields: Box<[(Box<str>, Box<str>)]>,
 }
 
 impl Obj {
     fn new(value: Value, rv: u64) -> Result<Arc<Obj>> {
         let bytes = serde_json::to_vec(&Wire(&value, true)).map_err(|e| Error::Internal(e.to_string()))?;
-        Ok(Arc::new(Obj { value, bytes: Bytes::from(bytes), rv }))
+        // Exactly sized: every version in the history keeps its bytes.
+        Ok(Arc::new(Obj { value, bytes: Bytes::from(bytes.into_boxed_slice()), rv, lean: None }))
+    }
+
+    /// An object built from a value alone (its bytes are empty): for
+    /// callers that only read the value.
+    pub fn from_value(value: Value, rv: u64) -> Arc<Obj> {
+        Arc::new(Obj { value, bytes: Bytes::new(), rv, lean: None })
+    }
+
+    /// The history copy of a version that is no longer current: the same
+    /// bytes, and what selectors of this kind read (`fields`: its extra
+    /// field-selector fields, dotted).
+    fn lean(self: &Arc<Self>, fields: &[&str]) -> Arc<Obj> {
+        if self.lean.is_some() {
+            return self.clone();
+        }
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").into();
+        let meta = self.value.get("metadata");
+        let labels = meta
+            .and_then(|m| m.get("labels"))
+            .and_then(Value::as_object)
+            .map(|l| l.iter().map(|(k, v)| (k.as_str().into(), text(Some(v)))).collect())
+            .unwrap_or_default();
+        let fields = fields
+            .iter()
+            .map(|f| {
+                let pointer = super::selector::field_pointer(f);
+                let value = super::selector::field_text(self.value.pointer(&pointer)).into_boxed_str();
+                (pointer.into_boxed_str(), value)
+            })
+            .collect();
+        let lean = Lean {
+            namespace: text(meta.and_then(|m| m.get("namespace"))),
+            name: text(meta.and_then(|m| m.get("name"))),
+            uid: text(meta.and_then(|m| m.get("uid"))),
+            labels,
+            fields,
+        };
+        Arc::new(Obj { value: Value::Null, bytes: self.bytes.clone(), rv: self.rv, lean: Some(Box::new(lean)) })
+    }
+
+    /// Is this a lean history copy?
+    pub fn is_lean(&self) -> bool {
+        self.lean.is_some()
+    }
+
+    /// The whole object: itself, or for a lean copy the value read back
+    /// from its bytes.
+    pub fn full(self: &Arc<Self>) -> Arc<Obj> {
+        if self.lean.is_none() {
+            return self.clone();
+        }
+        match serde_json::from_slice::<Value>(&self.bytes) {
+            Ok(mut value) => {
+                if let Some(m) = value.pointer_mut("/metadata/managedFields")
+                    && m.is_array()
+                {
+                    *m = Value::String(m.to_string());
+                }
+                Arc::new(Obj { value, bytes: self.bytes.clone(), rv: self.rv, lean: None })
+            }
+            Err(_) => self.clone(),
+        }
+    }
+
+    /// Does the object pass a list or watch filter?
+    pub fn matches(&self, f: &Filter) -> bool {
+        let Some(l) = &self.lean else {
+            return f.matches(&self.value);
+        };
+        if f.namespace.as_deref().is_some_and(|ns| ns != &*l.namespace) {
+            return false;
+        }
+        let label = |k: &str| l.labels.iter().find(|(lk, _)| &**lk == k).map(|(_, v)| &**v);
+        let field = |pointer: &str| match pointer {
+            "/metadata/name" => l.name.to_string(),
+            "/metadata/namespace" => l.namespace.to_string(),
+            p => l.fields.iter().find(|(fp, _)| &**fp == p).map(|(_, v)| v.to_string()).unwrap_or_default(),
+        };
+        f.labels.matches_with(label) && f.fields.matches_with(field)
     }
 
     /// metadata.name.
     pub fn name(&self) -> &str {
-        meta_str(&self.value, "name")
+        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "name"), |l| &l.name)
     }
 
     /// metadata.namespace ("" for cluster-scoped).
     pub fn namespace(&self) -> &str {
-        meta_str(&self.value, "namespace")
+        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "namespace"), |l| &l.namespace)
     }
 
     /// metadata.uid.
     pub fn uid(&self) -> &str {
-        meta_str(&self.value, "uid")
+        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "uid"), |l| &l.uid)
     }
 
     /// Decode into a typed object.
@@ -867,14 +967,37 @@ impl Store {
         meta_mut(&mut value)?.insert("resourceVersion".into(), json!(rv.to_string()));
         let obj = Obj::new(value, rv)?;
         let key = (obj.namespace().to_string(), obj.name().to_string());
+        let info = self.info(r);
         let ks = &mut inner.kinds[r];
-        if ty == EventType::Deleted {
-            ks.objects.remove(&key);
+        let prev = if ty == EventType::Deleted { ks.objects.remove(&key) } else { ks.objects.insert(key, obj.clone()) };
+        // The version this one replaces is no longer current: its history
+        // entry becomes lean, and so does the event's old version (only
+        // selectors read it).
+        let prev = prev.map(|p| {
+            let lean = p.lean(info.fields);
+            if let Ok(i) = ks.history.binary_search_by_key(&p.rv, |e| e.rv)
+                && ks.history[i].obj.rv == p.rv
+            {
+                let e = &ks.history[i];
+                ks.history[i] = Arc::new(WatchEvent { ty: e.ty, rv: e.rv, obj: lean.clone(), old: e.old.clone() });
+            }
+            lean
+        });
+        let old = match (ty, old) {
+            (EventType::Modified, Some(o)) => Some(match prev {
+                Some(p) if p.rv == o.rv => p,
+                _ => o.lean(info.fields),
+            }),
+            _ => None,
+        };
+        let ev = Arc::new(WatchEvent { ty, rv, obj: obj.clone(), old });
+        // A deletion is final: history keeps it lean from the start.
+        let kept = if ty == EventType::Deleted {
+            Arc::new(WatchEvent { ty, rv, obj: obj.lean(info.fields), old: None })
         } else {
-            ks.objects.insert(key, obj.clone());
-        }
-        let ev = Arc::new(WatchEvent { ty, rv, obj: obj.clone(), old: if ty == EventType::Modified { old } else { None } });
-        ks.history.push_back(ev.clone());
+            ev.clone()
+        };
+        ks.history.push_back(kept);
         while ks.history.len() > self.cfg.history_limit {
             if let Some(e) = ks.history.pop_front() {
                 ks.compacted_rv = e.rv;
@@ -1670,7 +1793,7 @@ impl Store {
                 // Finalized by hand: the namespace goes, as upstream, whatever is left in it.
                 inner.terminating_ns.remove(&name);
             }
-            return self.remove_locked(inner, r, &Arc::new(Obj { value: new, bytes: Bytes::new(), rv: old.rv }));
+            return self.remove_locked(inner, r, &Obj::from_value(new, old.rv));
         }
         let obj = self.commit(inner, r, EventType::Modified, new, Some(old.clone()))?;
         match r {
@@ -1848,7 +1971,7 @@ impl Store {
         let key = (String::new(), name);
         match inner.kinds[res::NAMESPACES].objects.get(&key) {
             Some(o) => Ok(o.clone()),
-            None => inner.kinds[res::NAMESPACES].history.back().map(|e| e.obj.clone()).ok_or_else(|| not_found(&RESOURCES[res::NAMESPACES], &key.1)),
+            None => inner.kinds[res::NAMESPACES].history.back().map(|e| e.obj.full()).ok_or_else(|| not_found(&RESOURCES[res::NAMESPACES], &key.1)),
         }
     }
 
@@ -2361,6 +2484,38 @@ mod tests {
         assert_eq!(d["causes"][0], json!({"reason": "FieldValueForbidden", "message": "Forbidden: too high", "field": "value"}));
         let gates = added_scheduling_gates(&json!({"spec": {"schedulingGates": [{"name": "a"}]}}), &json!({"spec": {"schedulingGates": [{"name": "a"}, {"name": "b"}]}}));
         assert_eq!(gates, vec!["spec.schedulingGates[1].name: Forbidden: only deletion is allowed, but found new scheduling gate 'b'".to_string()]);
+    }
+
+    /// Replaced and deleted versions stay in the history lean: replayed as
+    /// their exact bytes, and selectors (labels, fields, the old version of
+    /// a MODIFIED) still see each version as it was.
+    #[test]
+    fn history_keeps_past_versions_lean() {
+        let store = Store::new(StoreConfig::default());
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"pool": "a"}}});
+        let v1 = store.create(res::NODES, "", node).unwrap_or_else(|e| panic!("{e}"));
+        let from = v1.rv - 1;
+        let patch = br#"{"metadata": {"labels": {"pool": "b"}}, "spec": {"unschedulable": true}}"#;
+        let v2 = store.patch(res::NODES, "", "n1", PatchType::Merge, patch, false).unwrap_or_else(|e| panic!("{e}"));
+        store.delete(res::NODES, "", "n1", &DeleteOpts::default()).unwrap_or_else(|e| panic!("{e}"));
+        let sub = store.watch(res::NODES, WatchStart::After(from)).unwrap_or_else(|e| panic!("{e}"));
+        let evs: Vec<_> = sub.backlog.iter().filter(|e| e.obj.name() == "n1").collect();
+        assert_eq!(evs.iter().map(|e| e.ty).collect::<Vec<_>>(), [EventType::Added, EventType::Modified, EventType::Deleted]);
+        assert!(evs.iter().all(|e| e.obj.is_lean() && e.obj.value.is_null()));
+        assert_eq!(evs[0].obj.bytes, v1.bytes);
+        assert_eq!(evs[1].obj.bytes, v2.bytes);
+        assert_eq!(evs[1].obj.full().value["spec"]["unschedulable"], true);
+        let filter = |labels: &str, fields: &str| Filter {
+            namespace: None,
+            labels: LabelSelector::parse(labels).unwrap_or_else(|e| panic!("{e}")),
+            fields: super::super::selector::FieldSelector::parse(fields, &["spec.unschedulable"]).unwrap_or_else(|e| panic!("{e}")),
+        };
+        let a = filter("pool=a", "");
+        assert!(evs[0].obj.matches(&a) && !evs[1].obj.matches(&a));
+        assert!(evs[1].old.as_ref().is_some_and(|o| o.is_lean() && o.matches(&a)));
+        let cordoned = filter("pool in (b)", "spec.unschedulable=true,metadata.name=n1");
+        assert!(!evs[0].obj.matches(&cordoned) && evs[1].obj.matches(&cordoned) && evs[2].obj.matches(&cordoned));
+        assert_eq!((evs[2].obj.name(), evs[2].obj.uid()), ("n1", v1.uid()));
     }
 
     #[test]

@@ -743,7 +743,7 @@ mod tests {
     fn pv(name: &str, size: &str, class: &str, modes: &[&str]) -> Arc<Obj> {
         let v = json!({"metadata": {"name": name, "labels": {"tier": "fast"}},
             "spec": {"storageClassName": class, "accessModes": modes, "capacity": {"storage": size}}, "status": {"phase": "Available"}});
-        Arc::new(Obj { bytes: Default::default(), value: v, rv: 1 })
+        Obj::from_value(v, 1)
     }
 
     #[test]
@@ -766,7 +766,7 @@ mod tests {
         let pre = pv("pre", "5Gi", "slow", &["ReadWriteOnce"]);
         let mut v = pre.value.clone();
         v["spec"]["claimRef"] = json!({"name": "c", "namespace": "ns", "uid": "u1"});
-        let pre = Arc::new(Obj { bytes: Default::default(), value: v, rv: 1 });
+        let pre = Obj::from_value(v, 1);
         let pvs = vec![pv("small", "1Gi", "slow", &["ReadWriteOnce"]), pre];
         assert_eq!(find_match(&claim("1Gi", "slow", &["ReadWriteOnce"]), &pvs, true).map(|p| p.name()), Some("pre"));
     }

@@ -152,7 +152,9 @@ async fn apply_ownership_conflicts_force_and_removal() {
     c.shutdown().await;
 }
 
-const WORKLOADS: &str = r#"apiVersion: apps/v1
+/// A Deployment, a StatefulSet, a Job and a DaemonSet (no scheduler picks
+/// their pods up: `schedulerName: nobody`).
+pub(crate) const WORKLOADS: &str = r#"apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: web

@@ -134,7 +134,7 @@ async fn kubectl_applies_berths_own_manifests() {
     let c = start().await;
     let kc = temp_kubeconfig(&c);
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/berth.yaml");
-    let (ok, out) = kubectl(&kc, &["apply", "--validate=false", "-f", manifest]).await;
+    let (ok, out) = kubectl(&kc, &["apply", "-f", manifest]).await;
     assert!(ok, "{out}");
     for expected in [
         "serviceaccount/berth created",
@@ -149,7 +149,7 @@ async fn kubectl_applies_berths_own_manifests() {
     let (ok, out) = kubectl(&kc, &["get", "serviceaccount,role,rolebinding", "-n", "kube-system", "-o", "name"]).await;
     assert!(ok && out.contains("serviceaccount/berth") && out.contains("role.rbac.authorization.k8s.io/berth-leader-election"), "{out}");
     // A second apply changes nothing.
-    let (ok, out) = kubectl(&kc, &["apply", "--validate=false", "-f", manifest]).await;
+    let (ok, out) = kubectl(&kc, &["apply", "-f", manifest]).await;
     assert!(ok && out.contains("serviceaccount/berth unchanged"), "{out}");
     c.shutdown().await;
 }

@@ -312,13 +312,13 @@ async fn scheduler_plugins_crd_manifest_applies_unchanged_with_kubectl() {
     c.write_kubeconfig(&kc).unwrap();
     let cache = dir.join("cache");
     let cache = cache.to_str().unwrap();
-    let (ok, out) = kubectl(&kc, &["--cache-dir", cache, "apply", "--validate=false", "-f", manifest.to_str().unwrap()]).await;
+    let (ok, out) = kubectl(&kc, &["--cache-dir", cache, "apply", "-f", manifest.to_str().unwrap()]).await;
     assert!(ok && out.contains("customresourcedefinition.apiextensions.k8s.io/podgroups.scheduling.x-k8s.io created"), "{out}");
     let (ok, out) = kubectl(&kc, &["--cache-dir", cache, "wait", "--for=condition=Established", "crd/podgroups.scheduling.x-k8s.io", "--timeout=10s"]).await;
     assert!(ok, "{out}");
     let pg = dir.join("pg.yaml");
     std::fs::write(&pg, "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\nmetadata:\n  name: nginx\nspec:\n  minMember: 3\n  scheduleTimeoutSeconds: 10\n").unwrap();
-    let (ok, out) = kubectl(&kc, &["--cache-dir", cache, "apply", "--validate=false", "-f", pg.to_str().unwrap()]).await;
+    let (ok, out) = kubectl(&kc, &["--cache-dir", cache, "apply", "-f", pg.to_str().unwrap()]).await;
     assert!(ok && out.contains("podgroup.scheduling.x-k8s.io/nginx created"), "{out}");
     // Short name and printer columns from the CRD.
     let (ok, out) = kubectl(&kc, &["--cache-dir", cache, "get", "pg"]).await;

@@ -254,6 +254,37 @@ async fn kubectl_explain_and_apply_with_validation() {
     assert!(ok && !out.contains("warning"), "{out}");
     assert!(out.contains("deployment.apps/berth unchanged"), "{out}");
 
+    // The workload kinds, client-side with validation: created, then unchanged.
+    let workloads = dir.join("workloads.yaml");
+    std::fs::write(&workloads, crate::cluster_apply::WORKLOADS).unwrap();
+    let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", workloads.to_str().unwrap()]).await;
+    assert!(ok, "{out}");
+    for what in ["deployment.apps/web created", "statefulset.apps/db created", "job.batch/once created", "daemonset.apps/agent created"] {
+        assert!(out.contains(what), "{what}: {out}");
+    }
+    let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", workloads.to_str().unwrap()]).await;
+    assert!(ok && !out.contains("warning"), "{out}");
+    for what in ["deployment.apps/web unchanged", "statefulset.apps/db unchanged", "job.batch/once unchanged", "daemonset.apps/agent unchanged"] {
+        assert!(out.contains(what), "{what}: {out}");
+    }
+    for (get, want) in [
+        ("deployment/web -o jsonpath={.spec.replicas}", "2"),
+        ("statefulset/db -o jsonpath={.spec.serviceName}", "db"),
+        ("job/once -o jsonpath={.spec.template.spec.restartPolicy}", "Never"),
+        ("daemonset/agent -o jsonpath={.spec.template.spec.schedulerName}", "nobody"),
+    ] {
+        let args: Vec<&str> = std::iter::once("get").chain(get.split(' ')).collect();
+        let (ok, out) = kc(&kcfg, &cache, &args).await;
+        assert!(ok && out.trim() == want, "{get}: {out}");
+    }
+    // The last-applied annotation carries the manifest; changing it patches.
+    let scaled = crate::cluster_apply::WORKLOADS.replacen("  replicas: 1\n  serviceName: db", "  replicas: 2\n  serviceName: db", 1);
+    std::fs::write(&workloads, scaled).unwrap();
+    let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", workloads.to_str().unwrap()]).await;
+    assert!(ok && out.contains("statefulset.apps/db configured") && out.contains("job.batch/once unchanged"), "{out}");
+    let (ok, out) = kc(&kcfg, &cache, &["get", "statefulset/db", "-o", "jsonpath={.spec.replicas}"]).await;
+    assert!(ok && out.trim() == "2", "{out}");
+
     // Unknown fields: refused by default, a warning with --validate=warn.
     let bad = dir.join("bad.yaml");
     std::fs::write(&bad, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  bogus: 1\n  containers:\n  - name: c\n    image: nginx\n").unwrap();
