@@ -570,7 +570,10 @@ struct KindStore {
     objects: BTreeMap<Key, Arc<Obj>>,
     history: VecDeque<Arc<WatchEvent>>,
     compacted_rv: u64,
-    tx: broadcast::Sender<Arc<WatchEvent>>,
+    /// Live events, made on the first subscription: a broadcast channel
+    /// allocates all its slots up front, and most kinds are never watched.
+    tx: Option<broadcast::Sender<Arc<WatchEvent>>>,
+    capacity: usize,
 }
 
 struct Inner {
@@ -887,7 +890,19 @@ impl KindStore {
             objects: BTreeMap::new(),
             history: VecDeque::new(),
             compacted_rv: 0,
-            tx: broadcast::channel(cfg.channel_capacity.max(16)).0,
+            tx: None,
+            capacity: cfg.channel_capacity.max(16),
+        }
+    }
+
+    fn subscribe(&mut self) -> broadcast::Receiver<Arc<WatchEvent>> {
+        let capacity = self.capacity;
+        self.tx.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe()
+    }
+
+    fn send(&self, ev: Arc<WatchEvent>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(ev);
         }
     }
 
@@ -1003,7 +1018,7 @@ impl Store {
                 ks.compacted_rv = e.rv;
             }
         }
-        let _ = ks.tx.send(ev);
+        ks.send(ev);
         if r == res::EVENTS_V1 {
             self.mirror_event(inner, ty, &obj)?;
         }
@@ -2317,7 +2332,7 @@ impl Store {
 
     /// Live events of one resource, from now on (for in-process controllers).
     pub fn subscribe(&self, r: ResId) -> broadcast::Receiver<Arc<WatchEvent>> {
-        self.lock().kinds[r].tx.subscribe()
+        self.lock().kinds[r].subscribe()
     }
 
     /// Storage controllers run: new claims and volumes get their
@@ -2328,9 +2343,9 @@ impl Store {
 
     /// Start a watch.
     pub fn watch(&self, r: ResId, start: WatchStart) -> Result<WatchSub> {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        let rx = inner.kinds[r].subscribe();
         let ks = &inner.kinds[r];
-        let rx = ks.tx.subscribe();
         match start {
             WatchStart::Now => Ok(WatchSub { initial: ks.objects.values().cloned().collect(), rv: inner.rv, backlog: Vec::new(), rx }),
             WatchStart::After(n) => {
@@ -2360,13 +2375,13 @@ impl Store {
         let inner = self.lock();
         let rv = inner.rv;
         for (r, ks) in inner.kinds.iter().enumerate() {
-            if ks.tx.receiver_count() == 0 {
+            if ks.tx.as_ref().is_none_or(|tx| tx.receiver_count() == 0) {
                 continue;
             }
             let info = self.info(r);
             let v = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv.to_string()}});
             if let Ok(obj) = Obj::new(v, rv) {
-                let _ = ks.tx.send(Arc::new(WatchEvent { ty: EventType::Bookmark, rv, obj, old: None }));
+                ks.send(Arc::new(WatchEvent { ty: EventType::Bookmark, rv, obj, old: None }));
             }
         }
     }
