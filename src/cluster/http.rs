@@ -1026,13 +1026,13 @@ fn strict_findings(st: &AppState, info: &ResourceInfo, q: &HashMap<String, Strin
         let obj = parse_json(body, headers)?;
         return Ok((directive, oa::strict_errors(&unknown_of(st, info, &obj), &[])));
     }
-    let schema = st.openapi.schema_for(&served_infos(&st.store), info);
+    let schema = st.openapi.schema_for(|| served_infos(&st.store), info);
     let errs = oa::strict_errors_json(body, schema.as_ref().map(|(doc, def)| (doc.as_ref(), def.as_str())), info.custom.is_some());
     Ok((directive, errs))
 }
 
 fn unknown_of(st: &AppState, info: &ResourceInfo, obj: &Value) -> Vec<String> {
-    match st.openapi.schema_for(&served_infos(&st.store), info) {
+    match st.openapi.schema_for(|| served_infos(&st.store), info) {
         Some((doc, def)) => super::openapi::unknown_fields(&doc, &def, obj, info.custom.is_some()),
         None => Vec::new(),
     }
@@ -1066,16 +1066,26 @@ fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, na
     if directive == Directive::Ignore || matches!(pt, PatchType::Apply) || body.is_empty() {
         return Ok(Vec::new());
     }
+    let patch: Value = match serde_json::from_slice(body) {
+        Ok(p) => p,
+        Err(_) => return Ok(Vec::new()),
+    };
+    // A merge patch is a partial object: when neither it nor its body has
+    // a field the schema does not know, neither has the patched object, so
+    // the common case needs no copy of the stored object.
+    if !matches!(pt, PatchType::Json) && super::openapi::duplicate_fields(body).is_empty() {
+        let mut p = patch.clone();
+        strip_directives(&mut p);
+        if unknown_of(st, info, &p).is_empty() {
+            return Ok(Vec::new());
+        }
+    }
     let Ok(current) = st.store.get(r, ns, name) else {
         // The store answers the missing object.
         return Ok(Vec::new());
     };
     // The wire form (the stored value keeps managedFields as JSON text).
     let mut patched: Value = serde_json::from_slice(&current.bytes).unwrap_or_else(|_| current.value.clone());
-    let patch: Value = match serde_json::from_slice(body) {
-        Ok(p) => p,
-        Err(_) => return Ok(Vec::new()),
-    };
     match pt {
         PatchType::Json => match serde_json::from_value::<json_patch::Patch>(patch) {
             Ok(p) => {

@@ -165,11 +165,28 @@ impl Documents {
 
     /// The schema of a kind served in a group-version, with the document
     /// holding its definitions (for [`unknown_fields`]).
-    pub fn schema_for(&self, served: &[Arc<ResourceInfo>], info: &ResourceInfo) -> Option<(Arc<Value>, String)> {
-        let doc = self.v3(served, &gv_path(info.group, info.version)).ok()?;
-        let name = definition_name(info);
-        doc.value.pointer(&pointer_to(&name))?;
-        Some((doc.value.clone(), name))
+    /// `served` is asked for only when the schema is not known yet: a
+    /// built-in kind's definition never changes, so it is found once (the
+    /// write path asks on every request).
+    pub fn schema_for(&self, served: impl FnOnce() -> Vec<Arc<ResourceInfo>>, info: &ResourceInfo) -> Option<(Arc<Value>, String)> {
+        type Found = Option<(Arc<Value>, String)>;
+        type Kind = (&'static str, &'static str, &'static str);
+        static BUILTIN: LazyLock<Mutex<HashMap<Kind, Found>>> = LazyLock::new(Mutex::default);
+        let key = (info.group, info.version, info.kind);
+        if info.custom.is_none()
+            && let Some(found) = BUILTIN.lock().unwrap_or_else(|e| e.into_inner()).get(&key)
+        {
+            return found.clone();
+        }
+        let found = self.v3(&served(), &gv_path(info.group, info.version)).ok().and_then(|doc| {
+            let name = definition_name(info);
+            doc.value.pointer(&pointer_to(&name))?;
+            Some((doc.value.clone(), name))
+        });
+        if info.custom.is_none() {
+            BUILTIN.lock().unwrap_or_else(|e| e.into_inner()).insert(key, found.clone());
+        }
+        found
     }
 }
 
@@ -1043,7 +1060,7 @@ mod tests {
         let docs = Documents::default();
         let s = served();
         let pods = RESOURCES.iter().find(|r| r.kind == "Pod").unwrap_or_else(|| panic!("no pods"));
-        let (doc, def) = docs.schema_for(&s, pods).unwrap_or_else(|| panic!("no schema"));
+        let (doc, def) = docs.schema_for(|| s.clone(), pods).unwrap_or_else(|| panic!("no schema"));
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}, "bogus": 1},
             "spec": {"bogus": true, "nodeSelector": {"x": "y"}, "containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}, "extra": 1}]}});
         assert_eq!(unknown_fields(&doc, &def, &pod, false), vec!["metadata.bogus", "spec.bogus", "spec.containers[0].extra"]);
@@ -1054,7 +1071,7 @@ mod tests {
         let docs = Documents::default();
         let s = served();
         let crds = RESOURCES.iter().find(|r| r.kind == "CustomResourceDefinition").unwrap_or_else(|| panic!("no crds"));
-        let (doc, def) = docs.schema_for(&s, crds).unwrap_or_else(|| panic!("no schema"));
+        let (doc, def) = docs.schema_for(|| s.clone(), crds).unwrap_or_else(|| panic!("no schema"));
         let crd = json!({"metadata": {"name": "a.b"}, "spec": {"group": "b", "names": {"plural": "a", "kind": "A"}, "scope": "Namespaced",
             "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object",
                 "properties": {"spec": {"type": "object", "typo": 1, "additionalProperties": {"type": "string", "oops": true}}},
@@ -1073,7 +1090,7 @@ mod tests {
         let docs = Documents::default();
         let s = served();
         let pods = RESOURCES.iter().find(|r| r.kind == "Pod").unwrap_or_else(|| panic!("no pods"));
-        let (doc, def) = docs.schema_for(&s, pods).unwrap_or_else(|| panic!("no schema"));
+        let (doc, def) = docs.schema_for(|| s.clone(), pods).unwrap_or_else(|| panic!("no schema"));
         let body = br#"{"spec":{"zeta":1,"containers":[{"name":"c","name":"d","x":{"deep":1}}],"alpha":{"b":2}},"metadata":{"labels":{"any":"v"},"q":1}}"#;
         assert_eq!(
             strict_errors_json(body, Some((&doc, &def)), false),

@@ -245,7 +245,7 @@ struct Lean {
 
 impl Obj {
     fn new(value: Value, rv: u64) -> Result<Arc<Obj>> {
-        let bytes = serde_json::to_vec(&Wire(&value, true)).map_err(|e| Error::Internal(e.to_string()))?;
+        let bytes = wire_bytes(&value).map_err(|e| Error::Internal(e.to_string()))?;
         // Exactly sized: every version in the history keeps its bytes.
         Ok(Arc::new(Obj { value, bytes: Bytes::from(bytes.into_boxed_slice()), rv, lean: None }))
     }
@@ -350,29 +350,35 @@ impl Obj {
     }
 }
 
-/// Serializes a stored value, writing `metadata.managedFields`, held as
-/// its JSON text (see `managed::encode`), as the list it stands for.
-struct Wire<'a>(&'a Value, bool);
-
-impl Serialize for Wire<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let Value::Object(m) = self.0 else {
-            return self.0.serialize(s);
-        };
-        let mut out = s.serialize_map(Some(m.len()))?;
-        for (k, v) in m {
-            match (self.1, k.as_str(), v) {
-                (true, "metadata", _) => out.serialize_entry(k, &Wire(v, false))?,
-                (false, "managedFields", Value::String(text)) => match serde_json::from_str::<Value>(text) {
-                    Ok(list) => out.serialize_entry(k, &list)?,
-                    Err(_) => out.serialize_entry(k, v)?,
-                },
-                _ => out.serialize_entry(k, v)?,
+/// The bytes of a stored value: `metadata.managedFields`, held as its JSON
+/// text (see `managed::encode`), is written as the list it stands for,
+/// verbatim (checked to be JSON, not parsed into a value and written again).
+fn wire_bytes(value: &Value) -> serde_json::Result<Vec<u8>> {
+    fn map(out: &mut Vec<u8>, m: &Map<String, Value>, top: bool) -> serde_json::Result<()> {
+        out.push(b'{');
+        for (i, (k, v)) in m.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut *out, k)?;
+            out.push(b':');
+            match (top, k.as_str(), v) {
+                (true, "metadata", Value::Object(meta)) => map(out, meta, false)?,
+                (false, "managedFields", Value::String(text)) if serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok() => {
+                    out.extend_from_slice(text.as_bytes());
+                }
+                _ => serde_json::to_writer(&mut *out, v)?,
             }
         }
-        out.end()
+        out.push(b'}');
+        Ok(())
     }
+    let mut out = Vec::with_capacity(1024);
+    match value {
+        Value::Object(m) => map(&mut out, m, true)?,
+        other => serde_json::to_writer(&mut out, other)?,
+    }
+    Ok(out)
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -2531,6 +2537,19 @@ mod tests {
         let cordoned = filter("pool in (b)", "spec.unschedulable=true,metadata.name=n1");
         assert!(!evs[0].obj.matches(&cordoned) && evs[1].obj.matches(&cordoned) && evs[2].obj.matches(&cordoned));
         assert_eq!((evs[2].obj.name(), evs[2].obj.uid()), ("n1", v1.uid()));
+    }
+
+    #[test]
+    fn managed_fields_text_is_written_as_its_list() {
+        let list = json!([{"manager": "m", "operation": "Update", "fieldsV1": {"f:data": {"f:a": {}}}}]);
+        let stored = json!({"kind": "ConfigMap", "metadata": {"name": "c", "managedFields": list.to_string()}, "data": {"a": "x\"y"}});
+        let bytes = wire_bytes(&stored).unwrap_or_default();
+        let back: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        assert_eq!(back, json!({"kind": "ConfigMap", "metadata": {"name": "c", "managedFields": list}, "data": {"a": "x\"y"}}));
+        // Text that is not JSON stays a string; only metadata's field is read.
+        let odd = json!({"metadata": {"managedFields": "[oops"}, "spec": {"managedFields": "[]"}});
+        let back: Value = serde_json::from_slice(&wire_bytes(&odd).unwrap_or_default()).unwrap_or_default();
+        assert_eq!(back, odd);
     }
 
     #[test]
