@@ -150,6 +150,30 @@ impl FieldSet {
         Value::Object(m)
     }
 
+    /// [`FieldSet::to_fields_v1`]'s text ("." sorts before every path
+    /// element, as in a `serde_json` map).
+    fn write_fields_v1(&self, out: &mut Vec<u8>) {
+        out.push(b'{');
+        let mut first = true;
+        if self.member && !self.children.is_empty() {
+            out.extend_from_slice(b"\".\":{}");
+            first = false;
+        }
+        for (k, c) in &self.children {
+            if c.is_empty() {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            push_json_str(out, k);
+            out.push(b':');
+            c.write_fields_v1(out);
+        }
+        out.push(b'}');
+    }
+
     /// Read the `fieldsV1` form.
     pub fn from_fields_v1(v: &Value) -> Result<FieldSet, Error> {
         let mut root = FieldSet::default();
@@ -717,6 +741,27 @@ impl Entry {
         s
     }
 
+    /// [`Entry::to_json`]'s text, keys in sorted order.
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"apiVersion\":");
+        push_json_str(out, &self.api_version);
+        out.extend_from_slice(b",\"fieldsType\":\"FieldsV1\",\"fieldsV1\":");
+        self.set.write_fields_v1(out);
+        out.extend_from_slice(b",\"manager\":");
+        push_json_str(out, &self.manager);
+        out.extend_from_slice(b",\"operation\":");
+        push_json_str(out, self.operation.as_str());
+        if !self.subresource.is_empty() {
+            out.extend_from_slice(b",\"subresource\":");
+            push_json_str(out, &self.subresource);
+        }
+        if let Some(t) = &self.time {
+            out.extend_from_slice(b",\"time\":");
+            push_json_str(out, t);
+        }
+        out.push(b'}');
+    }
+
     fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("manager".into(), json!(self.manager));
@@ -772,18 +817,45 @@ pub fn decode(list: &Value) -> Result<Vec<Entry>, Error> {
 /// manager), as the stored form: the list's JSON text. Field sets are
 /// trees of small maps that as a `Value` cost several KiB per object and
 /// per stored version; `store::Obj` writes the text as the list on the wire.
+///
+/// The text is written directly (every write of an object pays for it),
+/// byte for byte what serializing [`encode_list`] gives: keys in sorted
+/// order, as `serde_json`'s maps keep them.
 pub fn encode(entries: &[Entry]) -> Value {
-    Value::String(encode_list(entries).to_string())
+    let mut out: Vec<u8> = Vec::with_capacity(512);
+    out.push(b'[');
+    for (i, e) in sorted_entries(entries).into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        e.write_json(&mut out);
+    }
+    out.push(b']');
+    match String::from_utf8(out) {
+        Ok(text) => Value::String(text),
+        Err(_) => Value::String(encode_list(entries).to_string()),
+    }
 }
 
-/// `metadata.managedFields` as the list itself.
-pub fn encode_list(entries: &[Entry]) -> Value {
+fn sorted_entries(entries: &[Entry]) -> Vec<&Entry> {
     let mut sorted: Vec<&Entry> = entries.iter().filter(|e| !e.set.is_empty()).collect();
     sorted.sort_by(|a, b| {
         (a.operation.as_str(), a.time.as_deref().unwrap_or(""), a.manager.as_str())
             .cmp(&(b.operation.as_str(), b.time.as_deref().unwrap_or(""), b.manager.as_str()))
     });
-    Value::Array(sorted.into_iter().map(Entry::to_json).collect())
+    sorted
+}
+
+/// A JSON string (quoted and escaped) into `out`.
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    if serde_json::to_writer(&mut *out, s).is_err() {
+        out.extend_from_slice(b"\"\"");
+    }
+}
+
+/// `metadata.managedFields` as the list itself.
+pub fn encode_list(entries: &[Entry]) -> Value {
+    Value::Array(sorted_entries(entries).into_iter().map(Entry::to_json).collect())
 }
 
 /// Whether a request's `managedFields` asks for a reset (`[]` or `[{}]`).
@@ -934,6 +1006,36 @@ pub fn tracked(obj: &Value, has_status: bool, status_only: bool) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The text `encode` writes is what serializing `encode_list` gives.
+    #[test]
+    fn encoded_text_is_the_list_serialized() {
+        let p = |parts: &[&str]| parts.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut a = FieldSet::default();
+        a.insert(&p(&["f:metadata", "f:labels", "f:app"]));
+        a.insert(&p(&["f:metadata", "f:labels"]));
+        a.insert(&p(&["f:spec", "f:containers", r#"k:{"name":"c\"x"}"#, "f:image"]));
+        a.insert(&p(&["f:spec", "f:containers", r#"k:{"name":"c\"x"}"#]));
+        a.insert(&p(&["f:spec", "f:finalizers", r#"v:"a""#]));
+        let mut b = FieldSet::default();
+        b.insert(&p(&["f:status", "f:phase"]));
+        let entry = |manager: &str, operation, subresource: &str, time: Option<&str>, set: &FieldSet| Entry {
+            manager: manager.into(),
+            operation,
+            api_version: "apps/v1".into(),
+            subresource: subresource.into(),
+            time: time.map(str::to_string),
+            set: set.clone(),
+        };
+        let entries = vec![
+            entry("kubelet", Operation::Update, "status", Some("2026-01-01T00:00:01Z"), &b),
+            entry("kubectl", Operation::Apply, "", None, &a),
+            entry("é\u{1}", Operation::Update, "", Some("2026-01-01T00:00:00Z"), &a),
+            entry("empty", Operation::Update, "", None, &FieldSet::default()),
+        ];
+        assert_eq!(encode(&entries), Value::String(encode_list(&entries).to_string()));
+        assert_eq!(encode(&[]), Value::String("[]".into()));
+    }
 
     fn deploy(replicas: i64, image: &str) -> Value {
         json!({"metadata": {"labels": {"app": "web"}}, "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
