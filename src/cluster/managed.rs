@@ -445,7 +445,7 @@ fn applied_value(field: &str, v: &Value, shape: Shape<'_>, path: &mut Vec<String
 
 /// What changed between two versions of an object (upstream's
 /// `Compare`): fields added or modified, and fields removed.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Comparison {
     /// Added or modified.
     pub changed: FieldSet,
@@ -966,46 +966,91 @@ pub fn tracked(obj: &Value, has_status: bool, status_only: bool) -> Value {
     let Value::Object(m) = obj else { return json!({}) };
     let mut out = Map::new();
     for (k, v) in m {
-        match k.as_str() {
-            "apiVersion" | "kind" => {}
-            "status" if has_status && !status_only => {}
-            "status" => {
+        match tracked_part(k, v, has_status, status_only) {
+            Tracked::No => {}
+            Tracked::Whole => {
                 out.insert(k.clone(), v.clone());
             }
-            _ if status_only => {}
-            "metadata" => {
-                if let Value::Object(meta) = v {
-                    let mut mm = meta.clone();
-                    for f in [
-                        "name",
-                        "namespace",
-                        "uid",
-                        "creationTimestamp",
-                        "selfLink",
-                        "generation",
-                        "managedFields",
-                        "resourceVersion",
-                        "deletionTimestamp",
-                        "deletionGracePeriodSeconds",
-                    ] {
-                        mm.remove(f);
-                    }
-                    if !mm.is_empty() {
-                        out.insert(k.clone(), Value::Object(mm));
-                    }
-                }
-            }
-            _ => {
-                out.insert(k.clone(), v.clone());
+            Tracked::Meta(mm) => {
+                out.insert(k.clone(), Value::Object(mm));
             }
         }
     }
     Value::Object(out)
 }
 
+/// The metadata fields the server sets, which no manager owns.
+const SERVER_METADATA: [&str; 10] =
+    ["name", "namespace", "uid", "creationTimestamp", "selfLink", "generation", "managedFields", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"];
+
+/// How much of a top-level field [`tracked`] keeps.
+enum Tracked {
+    No,
+    Whole,
+    /// The metadata map without [`SERVER_METADATA`] (never empty).
+    Meta(Map<String, Value>),
+}
+
+fn tracked_part(k: &str, v: &Value, has_status: bool, status_only: bool) -> Tracked {
+    match k {
+        "apiVersion" | "kind" => Tracked::No,
+        "status" if has_status && !status_only => Tracked::No,
+        "status" => Tracked::Whole,
+        _ if status_only => Tracked::No,
+        "metadata" => match v {
+            Value::Object(meta) => {
+                let mm: Map<String, Value> = meta.iter().filter(|(f, _)| !SERVER_METADATA.contains(&f.as_str())).map(|(f, x)| (f.clone(), x.clone())).collect();
+                if mm.is_empty() { Tracked::No } else { Tracked::Meta(mm) }
+            }
+            _ => Tracked::No,
+        },
+        _ => Tracked::Whole,
+    }
+}
+
+/// What creating `new` changes: `compare(&json!({}), &tracked(new, ..))`
+/// without copying the object (only its metadata's few kept fields).
+pub fn created(new: &Value, has_status: bool, status_only: bool, shape: Shape<'_>) -> Comparison {
+    let mut c = Comparison::default();
+    let Value::Object(m) = new else { return c };
+    let mut path = Vec::new();
+    for (k, v) in m {
+        let meta;
+        let v = match tracked_part(k, v, has_status, status_only) {
+            Tracked::No => continue,
+            Tracked::Whole => v,
+            Tracked::Meta(mm) => {
+                meta = Value::Object(mm);
+                &meta
+            }
+        };
+        path.push(field_pe(k));
+        all_paths(k, v, shape.field(k, true), &mut path, &mut c.changed, !always_present(k));
+        path.pop();
+    }
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a create changes is what comparing the tracked object with
+    /// nothing gives.
+    #[test]
+    fn created_is_compare_with_nothing() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "d", "uid": "u", "labels": {"a": "b"}, "annotations": {}, "finalizers": ["x"], "managedFields": "[]"},
+            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "protocol": "TCP"}]}], "tolerations": [{"key": "k"}], "nodeSelector": {}},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}});
+        let bare = json!({"metadata": {"name": "only-server-fields", "uid": "u"}, "data": {"k": "v"}, "binaryData": null});
+        for obj in [pod, bare, deploy(2, "nginx"), json!({"metadata": "odd", "spec": 1}), json!([])] {
+            for (has_status, status_only) in [(true, false), (true, true), (false, false)] {
+                let want = compare(&json!({}), &tracked(&obj, has_status, status_only), Shape::Builtin);
+                assert_eq!(created(&obj, has_status, status_only, Shape::Builtin), want, "{obj} {has_status} {status_only}");
+            }
+        }
+    }
 
     /// The text `encode` writes is what serializing `encode_list` gives.
     #[test]

@@ -1659,9 +1659,10 @@ impl Store {
             time: Some(now_rfc3339()),
             set,
         };
-        let old_t = old.map_or_else(|| json!({}), |o| managed::tracked(o, info.has_status, status_only));
-        let new_t = managed::tracked(new, info.has_status, status_only);
-        let cmp = managed::compare(&old_t, &new_t, shape);
+        let cmp = match old {
+            Some(o) => managed::compare(&managed::tracked(o, info.has_status, status_only), &managed::tracked(new, info.has_status, status_only), shape),
+            None => managed::created(new, info.has_status, status_only, shape),
+        };
         if let Err(conflicts) = managed::record(&mut entries, me, &cmp, ctx.force) {
             let causes: Vec<Value> = conflicts
                 .iter()
