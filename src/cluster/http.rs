@@ -678,6 +678,7 @@ async fn resource_request(
                 "update" => {
                     let warnings = check_fields(st, &info, &q, headers, &body)?;
                     let v = parse_json(&body, headers)?;
+                    managed_fields_listed(&info, &v)?;
                     let ctx = write_ctx(&q, headers, &info, None)?;
                     let o = store.update_with(r, &ns, &name, v, status_only, &ctx)?;
                     Ok(with_warnings(obj_response(StatusCode::OK, alias.as_ref(), &o), &warnings))
@@ -694,6 +695,7 @@ async fn resource_request(
                             return Err(store::Error::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {other:?})")).into());
                         }
                     };
+                    patched_managed_fields_listed(&info, pt, &body)?;
                     let warnings = check_patch_fields(st, r, &info, &ns, &name, &pt, &q, &body)?;
                     let ctx = write_ctx(&q, headers, &info, Some(pt == PatchType::Apply))?;
                     let (o, created) = store.patch_with(r, &ns, &name, pt, &body, status_only, &ctx)?;
@@ -1066,17 +1068,16 @@ fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, na
     if directive == Directive::Ignore || matches!(pt, PatchType::Apply) || body.is_empty() {
         return Ok(Vec::new());
     }
-    let patch: Value = match serde_json::from_slice(body) {
+    let mut patch: Value = match serde_json::from_slice(body) {
         Ok(p) => p,
         Err(_) => return Ok(Vec::new()),
     };
     // A merge patch is a partial object: when neither it nor its body has
     // a field the schema does not know, neither has the patched object, so
     // the common case needs no copy of the stored object.
-    if !matches!(pt, PatchType::Json) && super::openapi::duplicate_fields(body).is_empty() {
-        let mut p = patch.clone();
-        strip_directives(&mut p);
-        if unknown_of(st, info, &p).is_empty() {
+    if !matches!(pt, PatchType::Json) {
+        strip_directives(&mut patch);
+        if super::openapi::duplicate_fields(body).is_empty() && unknown_of(st, info, &patch).is_empty() {
             return Ok(Vec::new());
         }
     }
@@ -1095,11 +1096,8 @@ fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, na
             }
             Err(_) => return Ok(Vec::new()),
         },
-        _ => {
-            let mut p = patch;
-            strip_directives(&mut p);
-            json_patch::merge(&mut patched, &p);
-        }
+        // Its directives are already dropped (above).
+        _ => json_patch::merge(&mut patched, &patch),
     }
     let patched_bytes = Bytes::from(patched.to_string());
     let mut errs: Vec<String> = super::openapi::duplicate_fields(body).into_iter().map(|p| format!("duplicate field \"{p}\"")).collect();
@@ -1113,6 +1111,54 @@ fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, na
         message: format!(" \"\" is invalid: patch: Invalid value: \"{value}\": {detail}"),
         details: json!({"causes": [{"reason": "FieldValueInvalid", "message": format!("Invalid value: \"{value}\": {detail}"), "field": "patch"}]}),
     })
+}
+
+/// A request's `metadata.managedFields` must be the list (or null): the
+/// store keeps its own as JSON text, which a request must not pass for it.
+/// Refused as the API server's decoder refuses a string there.
+fn managed_fields_listed(info: &ResourceInfo, obj: &Value) -> HResult<()> {
+    match obj.pointer("/metadata/managedFields") {
+        None | Some(Value::Null | Value::Array(_)) => Ok(()),
+        Some(other) => {
+            let ty = match other {
+                Value::String(_) => "string",
+                Value::Bool(_) => "bool",
+                Value::Number(_) => "number",
+                _ => "object",
+            };
+            Err(Error::BadRequest(format!(
+                "{kind} in version \"{v}\" cannot be handled as a {kind}: json: cannot unmarshal {ty} into Go struct field ObjectMeta.metadata.managedFields of type []v1.ManagedFieldsEntry",
+                kind = info.kind,
+                v = info.version
+            )))
+        }
+    }
+}
+
+/// [`managed_fields_listed`] for what a patch sets (apply patches are
+/// refused by the store when they set managedFields at all).
+fn patched_managed_fields_listed(info: &ResourceInfo, pt: PatchType, body: &[u8]) -> HResult<()> {
+    if !body.windows(13).any(|w| w == b"managedFields") {
+        return Ok(());
+    }
+    let Ok(patch) = serde_json::from_slice::<Value>(body) else {
+        // The store answers a malformed patch.
+        return Ok(());
+    };
+    match pt {
+        PatchType::Merge | PatchType::Strategic => managed_fields_listed(info, &patch),
+        PatchType::Json => {
+            for op in patch.as_array().into_iter().flatten() {
+                let sets = matches!(op.get("op").and_then(Value::as_str), Some("add" | "replace"));
+                if sets && op.get("path").and_then(Value::as_str) == Some("/metadata/managedFields") {
+                    let value = op.get("value").cloned().unwrap_or(Value::Null);
+                    managed_fields_listed(info, &json!({"metadata": {"managedFields": value}}))?;
+                }
+            }
+            Ok(())
+        }
+        PatchType::Apply => Ok(()),
+    }
 }
 
 /// Drop a strategic merge patch's `$`-directives (`$patch`,

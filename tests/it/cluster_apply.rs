@@ -149,6 +149,23 @@ async fn apply_ownership_conflicts_force_and_removal() {
     let (code, d) = req(addr, "PATCH", &format!("{item}/status?fieldManager=ctl"), MERGE, &json!({"status": {"observedGeneration": 42}})).await;
     assert_eq!(code, 200, "{d}");
     assert!(managers(&d).contains(&("ctl".into(), "Update".into(), "status".into())), "{:?}", managers(&d));
+
+    // managedFields is a list: a request cannot pass anything else for it
+    // (the store keeps its own as text), by update or by any patch.
+    let want = r#"Deployment in version "v1" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field ObjectMeta.metadata.managedFields of type []v1.ManagedFieldsEntry"#;
+    let mut put = d.clone();
+    put["metadata"]["managedFields"] = json!("[]");
+    for (method, ct, body) in [
+        ("PUT", "application/json", put),
+        ("PATCH", MERGE, json!({"metadata": {"managedFields": "x"}})),
+        ("PATCH", "application/strategic-merge-patch+json", json!({"metadata": {"managedFields": "x"}})),
+        ("PATCH", "application/json-patch+json", json!([{"op": "replace", "path": "/metadata/managedFields", "value": "x"}])),
+    ] {
+        let (code, body) = req(addr, method, &item, ct, &body).await;
+        assert_eq!((code, body["message"].as_str()), (400, Some(want)), "{method} {ct}: {body}");
+    }
+    let (code, _) = req(addr, "GET", &item, MERGE, &Value::Null).await;
+    assert_eq!(code, 200);
     c.shutdown().await;
 }
 
