@@ -9,8 +9,9 @@ pub mod workloads;
 pub mod storage;
 pub mod groups;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::model::selector::{Labels, Selector};
 use crate::model::{NodeInfo, NodeSpec, PodInfo};
@@ -50,11 +51,60 @@ impl Pdb {
     }
 }
 
+/// Which nodes changed, in the order they changed, so that a cycle reusing
+/// the last identical pod's per-node results finds them without visiting
+/// every node.
+#[derive(Debug)]
+struct Journal {
+    /// Identifies this snapshot's history; a clone gets a new one, since the
+    /// two diverge from then on.
+    id: u64,
+    /// Bumped when a node is added, removed or its object replaced.
+    layout: u64,
+    /// (generation, node index) of every other change, generations ascending.
+    changes: VecDeque<(u64, usize)>,
+    /// Changes at or below this generation were dropped.
+    floor: u64,
+}
+
+fn next_journal_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Journal { id: next_journal_id(), layout: 0, changes: VecDeque::new(), floor: 0 }
+    }
+}
+
+impl Clone for Journal {
+    fn clone(&self) -> Self {
+        Journal { id: next_journal_id(), layout: self.layout, changes: self.changes.clone(), floor: self.floor }
+    }
+}
+
+/// Where a snapshot's history stands: see [`Snapshot::journal_mark`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JournalMark {
+    id: u64,
+    layout: u64,
+    generation: u64,
+}
+
 /// The cluster state read by scheduling cycles.
+///
+/// Nodes change only through its methods (the fields are public to read),
+/// which keep the journal of changed nodes and the affinity totals.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// Nodes in a dense vector; indexes are stable until a node is removed.
     pub nodes: Vec<NodeInfo>,
+    journal: Journal,
+    /// Pods on known nodes with any pod (anti-)affinity term.
+    pods_with_affinity: usize,
+    /// Pods on known nodes with required anti-affinity terms.
+    pods_with_required_anti_affinity: usize,
     index: HashMap<String, usize>,
     /// Namespace name → labels.
     pub namespaces: HashMap<String, Labels>,
@@ -92,6 +142,74 @@ impl Snapshot {
         self.node_index(name).map(|i| &self.nodes[i])
     }
 
+    /// Pods on known nodes with any pod (anti-)affinity term.
+    pub fn pods_with_affinity(&self) -> usize {
+        self.pods_with_affinity
+    }
+
+    /// Pods on known nodes with required anti-affinity terms.
+    pub fn pods_with_required_anti_affinity(&self) -> usize {
+        self.pods_with_required_anti_affinity
+    }
+
+    /// Where the history of node changes stands now.
+    pub fn journal_mark(&self) -> JournalMark {
+        let generation = self.journal.changes.back().map_or(self.journal.floor, |c| c.0);
+        JournalMark { id: self.journal.id, layout: self.journal.layout, generation }
+    }
+
+    /// The nodes whose pods changed since `mark` (each once, by index), or
+    /// None when that cannot be told: another snapshot's mark, nodes added,
+    /// removed or replaced since, or a history too old to be kept.
+    pub fn changed_since(&self, mark: JournalMark, out: &mut Vec<usize>) -> Option<()> {
+        out.clear();
+        let j = &self.journal;
+        if mark.id != j.id || mark.layout != j.layout || mark.generation < j.floor {
+            return None;
+        }
+        let from = j.changes.partition_point(|c| c.0 <= mark.generation);
+        for &(generation, i) in j.changes.range(from..) {
+            // A node changed twice is listed at its latest change only.
+            if self.nodes.get(i).is_some_and(|n| n.generation == generation) {
+                out.push(i);
+            }
+        }
+        Some(())
+    }
+
+    /// Records a change to node `i` (its pods), and the affinity totals it moved.
+    fn changed(&mut self, i: usize, before: (usize, usize)) {
+        let ni = &self.nodes[i];
+        self.pods_with_affinity = self.pods_with_affinity + ni.pods_with_affinity - before.0;
+        self.pods_with_required_anti_affinity = self.pods_with_required_anti_affinity + ni.pods_with_required_anti_affinity - before.1;
+        let generation = ni.generation;
+        let j = &mut self.journal;
+        if generation <= j.changes.back().map_or(j.floor, |c| c.0) {
+            // Nothing changed (or a clone's older state): nothing to record.
+            return;
+        }
+        j.changes.push_back((generation, i));
+        if j.changes.len() > 2 * self.nodes.len() + 1024 {
+            let keep = j.changes.len() / 2;
+            while j.changes.len() > keep {
+                if let Some((g, _)) = j.changes.pop_front() {
+                    j.floor = g;
+                }
+            }
+        }
+    }
+
+    /// Nodes were added, removed or replaced: every mark taken before is void.
+    fn relaid(&mut self) {
+        self.journal.layout += 1;
+        self.journal.floor = self.journal.changes.back().map_or(self.journal.floor, |c| c.0);
+        self.journal.changes.clear();
+    }
+
+    fn affinity_of(ni: &NodeInfo) -> (usize, usize) {
+        (ni.pods_with_affinity, ni.pods_with_required_anti_affinity)
+    }
+
     /// Number of nodes that have the image.
     pub fn image_node_count(&self, image: &str) -> usize {
         self.image_nodes.get(image).copied().unwrap_or(0)
@@ -112,6 +230,7 @@ impl Snapshot {
     pub fn upsert_node(&mut self, spec: NodeSpec) {
         let spec = Arc::new(spec);
         self.count_images(&spec, true);
+        self.relaid();
         if let Some(i) = self.node_index(&spec.name) {
             let old = self.nodes[i].node.clone();
             self.count_images(&old, false);
@@ -124,6 +243,8 @@ impl Snapshot {
         for p in self.orphans.remove(&spec.name).unwrap_or_default() {
             ni.add_pod(p);
         }
+        self.pods_with_affinity += ni.pods_with_affinity;
+        self.pods_with_required_anti_affinity += ni.pods_with_required_anti_affinity;
         self.index.insert(spec.name.clone(), self.nodes.len());
         self.nodes.push(ni);
     }
@@ -131,7 +252,10 @@ impl Snapshot {
     /// Removes a node; its pods are kept aside until the node returns or they go.
     pub fn remove_node(&mut self, name: &str) -> bool {
         let Some(i) = self.index.remove(name) else { return false };
+        self.relaid();
         let ni = self.nodes.swap_remove(i);
+        self.pods_with_affinity -= ni.pods_with_affinity;
+        self.pods_with_required_anti_affinity -= ni.pods_with_required_anti_affinity;
         let spec = ni.node.clone();
         self.count_images(&spec, false);
         if i < self.nodes.len() {
@@ -155,7 +279,11 @@ impl Snapshot {
         }
         self.pod_node.insert(pod.uid.clone(), node.clone());
         match self.node_index(&node) {
-            Some(i) => self.nodes[i].add_pod(pod),
+            Some(i) => {
+                let before = Self::affinity_of(&self.nodes[i]);
+                self.nodes[i].add_pod(pod);
+                self.changed(i, before);
+            }
             None => self.orphans.entry(node).or_default().push(pod),
         }
     }
@@ -164,7 +292,12 @@ impl Snapshot {
     pub fn remove_pod(&mut self, uid: &str) -> Option<Arc<PodInfo>> {
         let node = self.pod_node.remove(uid)?;
         match self.node_index(&node) {
-            Some(i) => self.nodes[i].remove_pod(uid),
+            Some(i) => {
+                let before = Self::affinity_of(&self.nodes[i]);
+                let p = self.nodes[i].remove_pod(uid);
+                self.changed(i, before);
+                p
+            }
             None => {
                 let v = self.orphans.get_mut(&node)?;
                 let j = v.iter().position(|p| p.uid == uid)?;
@@ -195,5 +328,53 @@ impl Snapshot {
     /// Total number of bound pods on known nodes.
     pub fn pod_count(&self) -> usize {
         self.nodes.iter().map(|n| n.pods.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{node, pod, snapshot};
+
+    /// The journal lists each node whose pods changed since a mark, once, and
+    /// refuses marks it cannot answer for; the affinity totals follow.
+    #[test]
+    fn journal_lists_changed_nodes_since_a_mark() {
+        let nodes: Vec<_> = (0..4).map(|i| node(&format!("n{i}")).alloc("4", "8Gi", 110)).collect();
+        let mut snap = snapshot(&nodes, &[]);
+        let mark = snap.journal_mark();
+        let mut out = Vec::new();
+        assert_eq!(snap.changed_since(mark, &mut out), Some(()));
+        assert!(out.is_empty());
+        snap.add_pod(pod("a").node("n1").info());
+        snap.add_pod(pod("b").node("n3").info());
+        snap.add_pod(pod("c").node("n1").info());
+        snap.changed_since(mark, &mut out);
+        out.sort_unstable();
+        assert_eq!(out, vec![1, 3]);
+        let mark2 = snap.journal_mark();
+        assert!(snap.remove_pod("uid-b").is_some());
+        assert!(snap.remove_pod("nope").is_none());
+        snap.changed_since(mark2, &mut out);
+        assert_eq!(out, vec![3]);
+        // A clone has its own history; node changes void every mark.
+        let clone = snap.clone();
+        assert_eq!(clone.changed_since(mark2, &mut out), None);
+        snap.upsert_node(node("n9").alloc("4", "8Gi", 110).spec());
+        assert_eq!(snap.changed_since(mark2, &mut out), None);
+        // The totals count pods with affinity terms.
+        assert_eq!(snap.pods_with_affinity(), 0);
+        use k8s_openapi::api::core::v1 as core;
+        let term = core::PodAffinityTerm { topology_key: "kubernetes.io/hostname".into(), ..Default::default() };
+        let anti = core::Affinity {
+            pod_anti_affinity: Some(core::PodAntiAffinity { required_during_scheduling_ignored_during_execution: Some(vec![term]), ..Default::default() }),
+            ..Default::default()
+        };
+        snap.add_pod(pod("x").node("n2").affinity(anti).info());
+        assert_eq!((snap.pods_with_affinity(), snap.pods_with_required_anti_affinity()), (1, 1));
+        assert!(snap.remove_node("n2"));
+        assert_eq!((snap.pods_with_affinity(), snap.pods_with_required_anti_affinity()), (0, 0));
+        snap.upsert_node(node("n2").alloc("4", "8Gi", 110).spec());
+        assert_eq!((snap.pods_with_affinity(), snap.pods_with_required_anti_affinity()), (1, 1));
     }
 }

@@ -382,7 +382,8 @@ impl Plugin for InterPodAffinity {
         let mut c = FilterCounts::default();
         // Existing pods' required anti-affinity that selects the incoming pod.
         let ns_labels = namespace_labels(snap, &pod.namespace);
-        for ni in snap.nodes.iter().filter(|n| n.pods_with_required_anti_affinity > 0) {
+        let nodes = if snap.pods_with_required_anti_affinity() > 0 { &snap.nodes[..] } else { &[] };
+        for ni in nodes.iter().filter(|n| n.pods_with_required_anti_affinity > 0) {
             let labels = &ni.node.labels;
             for p in ni.pods.iter().filter(|p| !p.required_anti_affinity.is_empty()) {
                 for t in &p.required_anti_affinity {
@@ -479,6 +480,9 @@ impl Plugin for InterPodAffinity {
         }
         let has_constraints = !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
         if self.ignore_preferred_terms_of_existing_pods && !has_constraints {
+            return Status::skip();
+        }
+        if !has_constraints && snap.pods_with_affinity() == 0 {
             return Status::skip();
         }
         let ns_labels = namespace_labels(snap, &pod.namespace);
