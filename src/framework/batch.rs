@@ -5,60 +5,66 @@
 //! After a pod is placed, only the node that received it changed; a pod with
 //! the same signature gets the same Filter verdict and the same raw Score
 //! from every node-local plugin ([`super::Plugin::reusable`]) on every other
-//! node. So a cycle recomputes only the nodes whose object or pods changed
-//! since (tracked by the node's `Arc<NodeSpec>` and its generation) and reads
-//! the rest from here. Normalization, weights and the choice among the best
-//! are still done over every feasible node, so the decision is the one a full
-//! cycle makes.
+//! node. So a cycle recomputes the node-local results only for the nodes the
+//! snapshot's journal lists as changed since ([`Snapshot::changed_since`]),
+//! and reads the rest from here. Plugins that are not node-local (spreading,
+//! inter-pod affinity) still run over every node each cycle; normalization,
+//! weights and the choice among the best are still done over every feasible
+//! node, so the decision is the one a full cycle makes.
 //!
 //! Any change to a node *object* (labels, taints, images, allocatable) or to
-//! the number of nodes drops everything: ImageLocality's score on one node
+//! the set of nodes drops everything: ImageLocality's score on one node
 //! depends on how many nodes have the image.
 //!
-//! When no node fit, the whole outcome is kept too: a pod of the same
-//! signature, with no node changed since and the window starting at the same
-//! node, gets the same statuses, message and PostFilter answer (preemption
-//! reads the pod's priority, part of the signature, and the nodes' pods; with
-//! reuse on, nothing is nominated). Only an outcome where PostFilter found
-//! nothing is kept: a pod that preempts gets nominated and is not the same
-//! pod again.
+//! The weighted sum of the node-local scores that need no normalization is
+//! kept per node, so a cycle adds one number per node for all of them.
+//!
+//! When no node fit and every Filter was node-local, the whole outcome is
+//! kept too: a pod of the same signature, with no node changed since and the
+//! window starting at the same node, gets the same statuses, message and
+//! PostFilter answer (preemption reads the pod's priority, part of the
+//! signature, and the nodes' pods; with reuse on, nothing is nominated). Only
+//! an outcome where PostFilter found nothing is kept: a pod that preempts gets
+//! nominated and is not the same pod again.
 
 use std::sync::Arc;
 
 use super::{CycleOutcome, Status};
-use crate::model::{NodeInfo, NodeSpec};
+use crate::cache::{JournalMark, Snapshot};
 
-/// A cached raw score and the node stamp it was computed at.
-#[derive(Clone, Copy, Debug, Default)]
-struct Raw {
-    score: i64,
-    stamp: u64,
-}
-
-/// One plugin's cached raw scores, by node index.
-pub(crate) struct RawScores<'a>(&'a [Raw]);
-
-impl RawScores<'_> {
-    /// The raw score of node `i`.
-    pub(crate) fn get(&self, i: usize) -> Option<&i64> {
-        self.0.get(i).map(|r| &r.score)
-    }
-}
+/// `rej` of a node every node-local Filter passed.
+pub(crate) const PASS: u8 = u8::MAX;
 
 /// Per-node results of the last cycle of one signature.
 #[derive(Debug, Default)]
 pub(crate) struct BatchCache {
     signature: u64,
-    /// Per node index: the node object the results were computed from (held,
-    /// so that its address cannot be reused by another node) and its generation.
-    seen: Vec<(Option<Arc<NodeSpec>>, u64)>,
-    /// Per node index: when its results were last recomputed (0: never).
+    /// The node-local Filter plugins (entry indexes) the verdicts come from.
+    filters: Vec<usize>,
+    /// The snapshot's history when the results were last brought up to date
+    /// (None: nothing kept).
+    mark: Option<JournalMark>,
+    /// Per node index: when its node-local results were last recomputed.
     stamp: Vec<u64>,
     next_stamp: u64,
-    /// Per node index: None when feasible, else the rejecting status.
-    verdict: Vec<Option<Status>>,
-    /// Per plugin entry index: per node index, the raw score.
-    raw: Vec<Vec<Raw>>,
+    /// Per node index: the position, in the cycle's active Filter list, of
+    /// the node-local plugin that rejected it, or [`PASS`].
+    pub(crate) rej: Vec<u8>,
+    /// Per node index: the rejecting status (None: passed), shared with the
+    /// outcomes of cycles that need nothing else.
+    pub(crate) statuses: Arc<Vec<Option<Status>>>,
+    /// Nodes some node-local plugin rejected.
+    pub(crate) rejected: usize,
+    /// The node-local Score plugins (entry indexes, with their weights and
+    /// whether they normalize) the raw scores come from.
+    scorers: Vec<(usize, i64, bool)>,
+    /// Per node index: the stamp its raw scores were computed at (0: never).
+    scored: Vec<u64>,
+    /// Per `scorers` position: raw score by node index.
+    raw: Vec<Vec<i64>>,
+    /// Per node index: the weighted sum of the raw scores of the scorers
+    /// that do not normalize.
+    base: Vec<i64>,
     /// Cycles that reused results (for tests and figures).
     pub(crate) reused: u64,
     /// The last cycle's outcome when no node fit, with the window's start
@@ -67,63 +73,68 @@ pub(crate) struct BatchCache {
 }
 
 impl BatchCache {
-    /// Readies the cache for a pod with `signature` over `nodes` and returns
-    /// the indexes of the nodes whose verdict must be recomputed.
-    pub(crate) fn refresh(&mut self, signature: u64, nodes: &[NodeInfo], changed: &mut Vec<usize>) {
-        changed.clear();
-        let n = nodes.len();
-        let mut reset = self.signature != signature || self.seen.len() != n;
-        if !reset {
-            for (i, ni) in nodes.iter().enumerate() {
-                let (spec, generation) = &self.seen[i];
-                if !spec.as_ref().is_some_and(|s| Arc::ptr_eq(s, &ni.node)) {
-                    reset = true;
-                    break;
-                }
-                if *generation != ni.generation {
-                    changed.push(i);
-                }
-            }
-        }
-        if reset || !changed.is_empty() {
-            self.failed = None;
-        }
-        if reset {
-            self.signature = signature;
-            self.seen.clear();
-            self.seen.resize(n, (None, 0));
-            self.stamp.clear();
-            self.stamp.resize(n, 0);
-            self.verdict.clear();
-            self.verdict.resize(n, None);
-            for r in &mut self.raw {
-                r.clear();
-            }
-            changed.clear();
-            changed.extend(0..n);
-        } else {
+    /// Readies the cache for a pod with `signature` whose node-local Filter
+    /// plugins are `filters`, and lists in `changed` the nodes whose
+    /// verdicts must be recomputed (every node when nothing could be kept).
+    pub(crate) fn refresh(&mut self, signature: u64, filters: &[usize], snap: &Snapshot, changed: &mut Vec<usize>) {
+        let n = snap.nodes.len();
+        let kept = self.signature == signature
+            && self.filters == filters
+            && self.stamp.len() == n
+            && self.mark.is_some_and(|m| snap.changed_since(m, changed).is_some());
+        self.mark = Some(snap.journal_mark());
+        if kept {
             self.reused += 1;
+            if !changed.is_empty() {
+                self.failed = None;
+            }
+            return;
         }
+        self.failed = None;
+        self.signature = signature;
+        self.filters.clear();
+        self.filters.extend_from_slice(filters);
+        self.stamp.clear();
+        self.stamp.resize(n, 0);
+        self.rej.clear();
+        self.rej.resize(n, PASS);
+        self.statuses = Arc::new(vec![None; n]);
+        self.rejected = 0;
+        self.scorers.clear();
+        changed.clear();
+        changed.extend(0..n);
     }
 
-    /// Records node `i`'s Filter verdict (None: feasible) as computed from `ni`.
-    pub(crate) fn set_verdict(&mut self, i: usize, ni: &NodeInfo, verdict: Option<Status>) {
+    /// Records node `i`'s node-local verdict: [`PASS`], or the position of
+    /// the rejecting plugin and its status.
+    pub(crate) fn set_verdict(&mut self, i: usize, verdict: Option<(u8, Status)>) {
         self.next_stamp += 1;
         self.stamp[i] = self.next_stamp;
-        self.seen[i] = (Some(Arc::clone(&ni.node)), ni.generation);
-        self.verdict[i] = verdict;
-    }
-
-    /// Node `i`'s verdict: None when feasible.
-    pub(crate) fn verdict(&self, i: usize) -> Option<&Status> {
-        self.verdict.get(i).and_then(Option::as_ref)
+        let was = self.rej[i] != PASS;
+        match verdict {
+            None => {
+                self.rej[i] = PASS;
+                if was {
+                    self.rejected -= 1;
+                    Arc::make_mut(&mut self.statuses)[i] = None;
+                }
+            }
+            Some((at, s)) => {
+                self.rej[i] = at;
+                if !was {
+                    self.rejected += 1;
+                }
+                Arc::make_mut(&mut self.statuses)[i] = Some(s);
+            }
+        }
     }
 
     /// Forgets everything (a cycle failed half-way).
     pub(crate) fn clear(&mut self) {
         self.signature = 0;
-        self.seen.clear();
+        self.mark = None;
         self.failed = None;
+        self.scorers.clear();
     }
 
     /// The outcome of the last cycle of this signature, from the same
@@ -139,44 +150,51 @@ impl BatchCache {
         self.failed = (out.post_filter.is_none() && out.error.is_none() && out.feasible.is_empty()).then(|| ((start, skip_post_filter), out.clone()));
     }
 
-    fn plugin(raw: &mut Vec<Vec<Raw>>, entry: usize, n: usize) -> &mut Vec<Raw> {
-        if raw.len() <= entry {
-            raw.resize(entry + 1, Vec::new());
-        }
-        let r = &mut raw[entry];
-        if r.len() != n {
-            r.clear();
-            r.resize(n, Raw::default());
-        }
-        r
-    }
-
-    /// The nodes among `feasible` whose raw score from plugin `entry` is not
-    /// current.
-    pub(crate) fn stale_scores(&mut self, entry: usize, feasible: &[usize], out: &mut Vec<usize>) {
-        out.clear();
+    /// Readies the raw scores for the node-local Score plugins `scorers`
+    /// (entry, weight, normalizes) and lists in `stale` the nodes among
+    /// `feasible` whose raw scores must be computed.
+    pub(crate) fn stale_scores(&mut self, scorers: &[(usize, i64, bool)], feasible: &[usize], stale: &mut Vec<usize>) {
         let n = self.stamp.len();
-        let r = Self::plugin(&mut self.raw, entry, n);
-        let stamps = &self.stamp;
-        out.extend(feasible.iter().copied().filter(|&i| stamps[i] == 0 || r[i].stamp != stamps[i]));
+        if self.scorers != scorers {
+            self.scorers.clear();
+            self.scorers.extend_from_slice(scorers);
+            self.raw.resize_with(scorers.len(), Vec::new);
+            for r in &mut self.raw {
+                r.clear();
+                r.resize(n, 0);
+            }
+            self.scored.clear();
+            self.scored.resize(n, 0);
+            self.base.clear();
+            self.base.resize(n, 0);
+        }
+        stale.clear();
+        let (stamp, scored) = (&self.stamp, &self.scored);
+        stale.extend(feasible.iter().copied().filter(|&i| scored[i] != stamp[i]));
     }
 
-    /// Records plugin `entry`'s raw score for node `i`.
-    pub(crate) fn set_raw(&mut self, entry: usize, i: usize, score: i64) {
-        let n = self.stamp.len();
-        let stamp = self.stamp[i];
-        Self::plugin(&mut self.raw, entry, n)[i] = Raw { score, stamp };
+    /// Records the raw score of the plugin at `scorers` position `k` for node `i`.
+    pub(crate) fn set_raw(&mut self, k: usize, i: usize, score: i64) {
+        self.raw[k][i] = score;
     }
 
-    /// Plugin `entry`'s raw scores by node index (current for the nodes
-    /// `stale_scores` did not list and those given to `set_raw` since).
-    pub(crate) fn raw_scores(&self, entry: usize) -> RawScores<'_> {
-        RawScores(self.raw.get(entry).map_or(&[], Vec::as_slice))
+    /// Marks the raw scores of `stale` nodes current and sums their weighted
+    /// scores that need no normalization.
+    pub(crate) fn scored(&mut self, stale: &[usize]) {
+        for &i in stale {
+            self.base[i] = self.scorers.iter().zip(&self.raw).filter(|((_, _, norm), _)| !norm).map(|((_, w, _), r)| r[i] * w).sum();
+            self.scored[i] = self.stamp[i];
+        }
     }
 
-    /// Plugin `entry`'s raw score for node `i` (call after `set_raw` or a
-    /// `stale_scores` that did not list it).
-    pub(crate) fn raw(&self, entry: usize, i: usize) -> i64 {
-        self.raw.get(entry).and_then(|r| r.get(i)).map_or(0, |r| r.score)
+    /// Per node index: the weighted sum of the current raw scores that need
+    /// no normalization.
+    pub(crate) fn base(&self) -> &[i64] {
+        &self.base
+    }
+
+    /// The raw scores of the plugin at `scorers` position `k`, by node index.
+    pub(crate) fn raw(&self, k: usize) -> &[i64] {
+        &self.raw[k]
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::batch::BatchCache;
+use super::batch::{BatchCache, PASS};
 use super::status::ReasonCounts;
 use super::{Code, CycleState, NodeScore, Plugin, Points, PostFilterResult, QueuedPod, Status, MAX_NODE_SCORE};
 use crate::cache::Snapshot;
@@ -543,7 +543,7 @@ impl Framework {
             && subset.is_none()
             && pod.nominated_node.is_none()
             && snap.nominated.is_empty()
-            && state.active_filters.as_ref().is_some_and(|l| l.iter().all(|&i| self.p(i).reusable()));
+            && state.active_filters.as_ref().is_some_and(|l| l.len() < usize::from(PASS));
         let mut guard = if reuse { Some(self.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) } else { None };
         let processed = match guard.as_deref_mut() {
             Some(cache) => match self.filter_reusing(cache, &state, pod, snap, start, opts.skip_post_filter, &mut out) {
@@ -681,6 +681,11 @@ impl Framework {
                 &all
             }
         };
+        self.filter_list(list, state, pod, snap, alive, rejected)
+    }
+
+    /// [`Self::filter_batch`] with the Filter plugins `list` (entry indexes, in order).
+    fn filter_list(&self, list: &[usize], state: &CycleState, pod: &PodInfo, snap: &Snapshot, alive: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
         for &k in list {
             if alive.is_empty() {
                 break;
@@ -702,65 +707,168 @@ impl Framework {
         Ok(())
     }
 
-    /// Filter over every node, recomputing only the nodes that changed since
-    /// the last cycle of a pod with the same signature ([`BatchCache`]); the
-    /// outcome (feasible nodes in window order, statuses, rejecting plugins)
-    /// is what [`Self::filter_window`] gives over every node.
+    /// Filter over every node, with the node-local plugins' verdicts
+    /// recomputed only on the nodes that changed since the last cycle of a
+    /// pod with the same signature ([`BatchCache`]), and the other plugins
+    /// run on every node the node-local ones passed (and on those a
+    /// node-local plugin after them rejected). The outcome (feasible nodes in
+    /// window order, statuses, rejecting plugins) is what
+    /// [`Self::filter_window`] gives over every node.
     #[allow(clippy::too_many_arguments)] // one cycle's inputs, all borrowed
     fn filter_reusing(&self, cache: &mut BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, skip_post_filter: bool, out: &mut CycleOutcome) -> Result<usize, Status> {
         let n = snap.nodes.len();
+        let active: &[usize] = state.active_filters.as_deref().unwrap_or(&self.filter);
+        let local: Vec<usize> = active.iter().copied().filter(|&i| self.p(i).reusable()).collect();
+        let all_local = local.len() == active.len();
         let mut changed = Vec::new();
-        cache.refresh(pod.signature, &snap.nodes, &mut changed);
-        if let Some(o) = cache.failure(start, skip_post_filter) {
+        cache.refresh(pod.signature, &local, snap, &mut changed);
+        if all_local && let Some(o) = cache.failure(start, skip_post_filter) {
             // Nothing changed since the last pod of this signature failed from
             // the same start: its outcome (statuses, message, PostFilter's
             // answer) is this pod's.
             *out = o.clone();
             return Ok(n);
         }
-        let mut alive = changed.clone();
-        let mut rejected: Vec<(usize, Status)> = Vec::new();
-        if !self.filter.is_empty() {
-            self.filter_batch(state, pod, snap, &mut alive, &mut rejected)?;
-        }
-        for &i in &alive {
-            cache.set_verdict(i, &snap.nodes[i], None);
-        }
-        for (i, s) in rejected {
-            cache.set_verdict(i, &snap.nodes[i], Some(s));
+        if !changed.is_empty() {
+            let mut alive = changed.clone();
+            let mut rejected: Vec<(usize, Status)> = Vec::new();
+            self.filter_list(&local, state, pod, snap, &mut alive, &mut rejected)?;
+            for &i in &alive {
+                cache.set_verdict(i, None);
+            }
+            for (i, s) in rejected {
+                let at = active.iter().position(|&k| self.p(k).name() == s.plugin).unwrap_or(0);
+                cache.set_verdict(i, Some((at as u8, s)));
+            }
         }
         out.feasible.reserve(n);
-        for i in (start..n).chain(0..start) {
-            match cache.verdict(i) {
-                None => out.feasible.push(i),
-                Some(s) => {
-                    if !out.unschedulable_plugins.contains(&s.plugin) {
+        let window = (start..n).chain(0..start);
+        if all_local {
+            if cache.rejected == 0 {
+                out.feasible.extend(window);
+                return Ok(n);
+            }
+            let mut seen = vec![false; active.len()];
+            for i in window {
+                let r = cache.rej[i];
+                if r == PASS {
+                    out.feasible.push(i);
+                } else if let Some(seen) = seen.get_mut(usize::from(r)).filter(|s| !**s) {
+                    *seen = true;
+                    out.unschedulable_plugins.push(self.p(active[usize::from(r)]).name());
+                }
+            }
+            out.statuses = NodeStatuses { statuses: Arc::clone(&cache.statuses) };
+            return Ok(n);
+        }
+        // The plugins that look beyond the node run on every node the
+        // node-local ones passed, and on those rejected by a node-local
+        // plugin that comes after one of them (its status may come first).
+        let first_other = active.iter().position(|&i| !self.p(i).reusable()).unwrap_or(active.len());
+        let others: Vec<usize> = active.iter().copied().filter(|&i| !self.p(i).reusable()).collect();
+        let mut late = Vec::new();
+        for i in window {
+            let r = cache.rej[i];
+            if r == PASS {
+                out.feasible.push(i);
+            } else if usize::from(r) > first_other {
+                late.push(i);
+            }
+        }
+        let mut rejected: Vec<(usize, Status)> = Vec::new();
+        self.filter_list(&others, state, pod, snap, &mut out.feasible, &mut rejected)?;
+        for i in late {
+            let before: Vec<usize> = active[..usize::from(cache.rej[i])].iter().copied().filter(|&k| !self.p(k).reusable()).collect();
+            let mut one = vec![i];
+            self.filter_list(&before, state, pod, snap, &mut one, &mut rejected)?;
+        }
+        if cache.rejected > 0 {
+            out.statuses = NodeStatuses { statuses: Arc::clone(&cache.statuses) };
+        }
+        let any = cache.rejected > 0 || !rejected.is_empty();
+        for (i, s) in rejected {
+            out.statuses.set(i, n, s);
+        }
+        if any {
+            for i in (start..n).chain(0..start) {
+                if let Some(s) = out.statuses.get(i)
+                    && !out.unschedulable_plugins.contains(&s.plugin) {
                         out.unschedulable_plugins.push(s.plugin);
                     }
-                    out.statuses.set(i, n, s.clone());
-                }
             }
         }
         Ok(n)
     }
 
-    fn prioritize(&self, out: &mut CycleOutcome, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot, record: bool, mut cache: Option<&mut BatchCache>) -> Result<(), Status> {
-        let feasible = out.feasible.clone();
+    fn prioritize(&self, out: &mut CycleOutcome, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot, record: bool, cache: Option<&mut BatchCache>) -> Result<(), Status> {
+        let feasible = std::mem::take(&mut out.feasible);
+        let r = self.prioritize_over(&feasible, out, state, pod, snap, record, cache);
+        out.feasible = feasible;
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)] // one cycle's inputs, all borrowed
+    fn prioritize_over(&self, feasible: &[usize], out: &mut CycleOutcome, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot, record: bool, cache: Option<&mut BatchCache>) -> Result<(), Status> {
         for &i in &self.pre_score {
             let p = self.p(i);
-            let s = p.pre_score(state, pod, &feasible, snap);
+            let s = p.pre_score(state, pod, feasible, snap);
             match s.code {
                 Code::Success => {}
                 Code::Skip => state.skip_score.push(p.name()),
                 _ => return Err(s.with_plugin(p.name())),
             }
         }
-        let mut totals = vec![0i64; feasible.len()];
         let mut buf: Vec<NodeScore> = Vec::with_capacity(feasible.len());
-        let mut stale: Vec<usize> = Vec::new();
+        // Node-local plugins' raw scores come from the last pod of this
+        // signature where the node has not changed since.
+        let cache = cache.filter(|_| !record);
+        let reusing = cache.is_some();
+        let mut totals = match cache {
+            None => vec![0i64; feasible.len()],
+            Some(c) => {
+                let scorers: Vec<(usize, i64, bool)> = self
+                    .score
+                    .iter()
+                    .filter(|&&i| self.p(i).reusable() && !state.score_skipped(self.p(i).name()))
+                    .map(|&i| (i, self.entries[i].weight, self.p(i).has_normalize()))
+                    .collect();
+                let mut stale = Vec::new();
+                c.stale_scores(&scorers, feasible, &mut stale);
+                if !stale.is_empty() {
+                    for (k, &(i, _, norm)) in scorers.iter().enumerate() {
+                        let p = self.p(i);
+                        buf.clear();
+                        buf.extend(stale.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
+                        p.score_nodes(state, pod, snap, &mut buf).map_err(|s| s.with_plugin(p.name()))?;
+                        for ns in &buf {
+                            if !norm && !(0..=MAX_NODE_SCORE).contains(&ns.score) {
+                                return Err(invalid_score(p.name(), ns.score));
+                            }
+                            c.set_raw(k, ns.node, ns.score);
+                        }
+                    }
+                    c.scored(&stale);
+                }
+                let base = c.base();
+                let mut totals: Vec<i64> = feasible.iter().map(|&i| base[i]).collect();
+                for (k, &(i, weight, norm)) in scorers.iter().enumerate() {
+                    if !norm {
+                        continue;
+                    }
+                    let raw = c.raw(k);
+                    buf.clear();
+                    buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: raw[ni] }));
+                    self.normalized_into(i, weight, state, pod, snap, &mut buf, &mut totals)?;
+                }
+                totals
+            }
+        };
         for &i in &self.score {
             let e = &self.entries[i];
             let p = &*e.plugin;
+            if reusing && p.reusable() {
+                continue;
+            }
             if record {
                 out.score_plugins.push(p.name());
             }
@@ -771,47 +879,9 @@ impl Framework {
                 continue;
             }
             buf.clear();
-            match cache.as_deref_mut().filter(|_| p.reusable()) {
-                Some(c) => {
-                    // Raw scores of unchanged nodes come from the last pod of this signature.
-                    c.stale_scores(i, &feasible, &mut stale);
-                    buf.extend(stale.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
-                    p.score_nodes(state, pod, snap, &mut buf).map_err(|s| s.with_plugin(p.name()))?;
-                    for ns in &buf {
-                        c.set_raw(i, ns.node, ns.score);
-                    }
-                    buf.clear();
-                    if !p.has_normalize() && !record {
-                        // Nothing to normalize: weigh the cached raw scores straight into the totals.
-                        let raw = c.raw_scores(i);
-                        for (k, &ni) in feasible.iter().enumerate() {
-                            let s = raw.get(ni).copied().unwrap_or(0);
-                            if !(0..=MAX_NODE_SCORE).contains(&s) {
-                                return Err(invalid_score(p.name(), s));
-                            }
-                            totals[k] += s * e.weight;
-                        }
-                        continue;
-                    }
-                    buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: c.raw(i, ni) }));
-                }
-                None => {
-                    buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
-                    p.score_nodes(state, pod, snap, &mut buf).map_err(|s| s.with_plugin(p.name()))?;
-                }
-            }
-            if p.has_normalize() {
-                let s = p.normalize_score(state, pod, &mut buf, snap);
-                if !s.is_success() {
-                    return Err(s.with_plugin(p.name()));
-                }
-            }
-            for (k, ns) in buf.iter().enumerate() {
-                if !(0..=MAX_NODE_SCORE).contains(&ns.score) {
-                    return Err(invalid_score(p.name(), ns.score));
-                }
-                totals[k] += ns.score * e.weight;
-            }
+            buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
+            p.score_nodes(state, pod, snap, &mut buf).map_err(|s| s.with_plugin(p.name()))?;
+            self.normalized_into(i, e.weight, state, pod, snap, &mut buf, &mut totals)?;
             if record {
                 out.scores.push(buf.iter().map(|s| s.score).collect());
             }
@@ -820,39 +890,40 @@ impl Framework {
         Ok(())
     }
 
-    fn select_host(&self, feasible: &[usize], totals: &[i64]) -> Option<usize> {
-        // The generator's state is read once and written back once, rather than
-        // an atomic read-modify-write per tie (thousands when nodes score alike);
-        // the sequence drawn is the same.
-        let mut rng = self.rng.load(Ordering::Relaxed);
-        let mut draw = || {
-            rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            splitmix(rng)
-        };
-        let mut best: Option<(usize, i64)> = None;
-        let mut ties = 0u64;
-        for (k, &ni) in feasible.iter().enumerate() {
-            let t = totals.get(k).copied().unwrap_or(0);
-            match best {
-                None => {
-                    best = Some((ni, t));
-                    ties = 1;
-                }
-                Some((_, bt)) if t > bt => {
-                    best = Some((ni, t));
-                    ties = 1;
-                }
-                Some((_, bt)) if t == bt => {
-                    ties += 1;
-                    if draw().is_multiple_of(ties) {
-                        best = Some((ni, t));
-                    }
-                }
-                _ => {}
+    /// Normalizes plugin `i`'s raw scores in `buf` (when it normalizes),
+    /// checks them and adds them, weighted, to `totals`.
+    #[allow(clippy::too_many_arguments)] // one plugin's scores and their context
+    fn normalized_into(&self, i: usize, weight: i64, state: &CycleState, pod: &PodInfo, snap: &Snapshot, buf: &mut [NodeScore], totals: &mut [i64]) -> Result<(), Status> {
+        let p = self.p(i);
+        if p.has_normalize() {
+            let s = p.normalize_score(state, pod, buf, snap);
+            if !s.is_success() {
+                return Err(s.with_plugin(p.name()));
             }
         }
-        self.rng.store(rng, Ordering::Relaxed);
-        best.map(|b| b.0)
+        for (t, ns) in totals.iter_mut().zip(buf.iter()) {
+            if !(0..=MAX_NODE_SCORE).contains(&ns.score) {
+                return Err(invalid_score(p.name(), ns.score));
+            }
+            *t += ns.score * weight;
+        }
+        Ok(())
+    }
+
+    /// The feasible node with the highest total; among several, one chosen
+    /// uniformly at random (as upstream's reservoir sampling chooses).
+    fn select_host(&self, feasible: &[usize], totals: &[i64]) -> Option<usize> {
+        let best = totals.iter().copied().max()?;
+        let ties = totals.iter().filter(|&&t| t == best).count() as u64;
+        let pick = if ties > 1 {
+            // One draw per decision; the generator's state is read and written once.
+            let next = self.rng.load(Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+            self.rng.store(next, Ordering::Relaxed);
+            (splitmix(next) % ties) as usize
+        } else {
+            0
+        };
+        feasible.iter().zip(totals).filter(|&(_, &t)| t == best).nth(pick).map(|(&i, _)| i)
     }
 
     fn fail(&self, out: &mut CycleOutcome, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot, opts: CycleOptions) {
@@ -927,19 +998,23 @@ mod batch_tests {
 
     /// Feasible nodes with their totals, by node name.
     fn verdicts(o: &CycleOutcome, snap: &Snapshot) -> Vec<(String, i64)> {
-        let mut v: Vec<(String, i64)> = o.feasible.iter().zip(&o.totals).map(|(&i, &t)| (snap.nodes[i].name().to_string(), t)).collect();
+        // A cycle with one feasible node does not score it (explain does).
+        let one = o.feasible.len() == 1;
+        let mut v: Vec<(String, i64)> = o.feasible.iter().zip(&o.totals).map(|(&i, &t)| (snap.nodes[i].name().to_string(), if one { 0 } else { t })).collect();
         v.sort();
         v
     }
 
     /// A cycle that reuses the last pod's per-node results decides as a full
-    /// cycle does: same feasible nodes, same totals, same failure message,
-    /// across placements, pod removals and node object changes.
-    #[test]
-    fn reusing_results_changes_no_decision() {
+    /// cycle does: same feasible nodes, same totals, same statuses, rejecting
+    /// plugins and failure message, across placements, pod removals and node
+    /// object changes; with only node-local plugins, and with spreading and
+    /// inter-pod affinity (not node-local) running beside them.
+    fn reuse_decides_as_full_cycles(template: &dyn Fn(usize) -> Arc<PodInfo>) {
         let mut nodes = Vec::new();
         for i in 0..40 {
             let mut b = node(&format!("n{i}")).alloc(if i % 3 == 0 { "2" } else { "4" }, "8Gi", 110).label("zone", &format!("z{}", i % 3)).image("app:1", 300 * 1024 * 1024 * (i % 2));
+            b = b.label("kubernetes.io/hostname", &format!("n{i}"));
             if i % 7 == 0 {
                 b = b.taint("dedicated", "x", "PreferNoSchedule");
             }
@@ -951,12 +1026,19 @@ mod batch_tests {
         let mut snap = crate::testing::snapshot(&nodes, &[]);
         let batched = default_framework(100);
         let full = default_framework(100);
-        let template = |k: usize| pod(&format!("p{k}")).req("300m", "256Mi").image("app:1").info();
+        let statuses = |o: &CycleOutcome| -> Vec<(usize, String, &'static str)> {
+            o.statuses.statuses.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message(), s.plugin))).collect()
+        };
         for k in 0..300 {
             let p = template(k);
-            let (o, _) = batched.schedule(&p, &snap, CycleOptions::default());
+            let (o, _) = batched.schedule(&p, &snap, CycleOptions { skip_post_filter: true, ..Default::default() });
             let (x, _) = full.schedule(&p, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
             assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap), "pod {k}");
+            assert_eq!(statuses(&o), statuses(&x), "pod {k}");
+            let mut plugins = (o.unschedulable_plugins.clone(), x.unschedulable_plugins.clone());
+            plugins.0.sort_unstable();
+            plugins.1.sort_unstable();
+            assert_eq!(plugins.0, plugins.1, "pod {k}");
             if o.selected.is_none() {
                 assert_eq!(o.message, x.message, "pod {k}");
             }
@@ -966,21 +1048,51 @@ mod batch_tests {
             snap.add_pod(Arc::new(b));
             if k % 17 == 5 {
                 // Someone else's pod leaves a node.
-                let uid = format!("p{}", k - 3);
-                snap.remove_pod(&uid);
+                assert!(snap.remove_pod(&format!("uid-p{}", k - 3)).is_some(), "pod {k}");
             }
             if k % 50 == 49 {
                 // A node object changes (a taint comes).
                 let name = format!("n{}", k % 40);
-                snap.upsert_node(node(&name).alloc("4", "8Gi", 110).label("zone", "z0").taint("hard", "x", "NoSchedule").spec());
+                snap.upsert_node(node(&name).alloc("4", "8Gi", 110).label("zone", "z0").label("kubernetes.io/hostname", &name).taint("hard", "x", "NoSchedule").spec());
             }
         }
-        assert!(batched.reused_cycles() > 250, "reused {} of 300 cycles", batched.reused_cycles());
+        assert!(batched.reused_cycles() > 200, "reused {} of 300 cycles", batched.reused_cycles());
         // A different pod shape is not confused with the first.
         let other = pod("other").req("3", "1Gi").info();
         let (o, _) = batched.schedule(&other, &snap, CycleOptions::default());
         let (x, _) = full.schedule(&other, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
         assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap));
+    }
+
+    #[test]
+    fn reusing_results_changes_no_decision() {
+        reuse_decides_as_full_cycles(&|k| pod(&format!("p{k}")).req("300m", "256Mi").image("app:1").info());
+    }
+
+    #[test]
+    fn reusing_node_local_results_beside_spreading_changes_no_decision() {
+        reuse_decides_as_full_cycles(&|k| {
+            pod(&format!("p{k}"))
+                .label("app", "web")
+                .req("300m", "256Mi")
+                .spread(1, "zone", "DoNotSchedule", &[("app", "web")])
+                .spread(2, "kubernetes.io/hostname", "ScheduleAnyway", &[("app", "web")])
+                .info()
+        });
+    }
+
+    #[test]
+    fn reusing_node_local_results_beside_inter_pod_affinity_changes_no_decision() {
+        use k8s_openapi::api::core::v1 as core;
+        let term = |key: &str| core::PodAffinityTerm { label_selector: Some(crate::testing::selector(&[("app", "db")])), topology_key: key.into(), ..Default::default() };
+        let aff = core::Affinity {
+            pod_anti_affinity: Some(core::PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![term("kubernetes.io/hostname")]),
+                preferred_during_scheduling_ignored_during_execution: Some(vec![core::WeightedPodAffinityTerm { weight: 10, pod_affinity_term: term("zone") }]),
+            }),
+            ..Default::default()
+        };
+        reuse_decides_as_full_cycles(&|k| pod(&format!("p{k}")).label("app", "db").req("100m", "128Mi").affinity(aff.clone()).info());
     }
 
     /// Identical pods that fit nowhere get the first one's failure again while
