@@ -333,7 +333,6 @@ impl Snapshot {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::testing::{node, pod, snapshot};
 
     /// The journal lists each node whose pods changed since a mark, once, and

@@ -35,6 +35,9 @@ use crate::cache::{JournalMark, Snapshot};
 /// `rej` of a node every node-local Filter passed.
 pub(crate) const PASS: u8 = u8::MAX;
 
+/// `base` of a node with a node-local score out of range.
+pub(crate) const BAD: i64 = i64::MIN;
+
 /// Per-node results of the last cycle of one signature.
 #[derive(Debug, Default)]
 pub(crate) struct BatchCache {
@@ -58,13 +61,17 @@ pub(crate) struct BatchCache {
     /// The node-local Score plugins (entry indexes, with their weights and
     /// whether they normalize) the raw scores come from.
     scorers: Vec<(usize, i64, bool)>,
-    /// Per node index: the stamp its raw scores were computed at (0: never).
-    scored: Vec<u64>,
+    /// Nodes whose node-local results were recomputed since their raw
+    /// scores were (each once; `listed` says which).
+    unscored: Vec<usize>,
+    listed: Vec<bool>,
     /// Per `scorers` position: raw score by node index.
     raw: Vec<Vec<i64>>,
     /// Per node index: the weighted sum of the raw scores of the scorers
     /// that do not normalize.
     base: Vec<i64>,
+    /// Nodes whose `base` is [`BAD`], with the plugin and the score.
+    bad: Vec<(usize, &'static str, i64)>,
     /// Cycles that reused results (for tests and figures).
     pub(crate) reused: u64,
     /// The last cycle's outcome when no node fit, with the window's start
@@ -101,6 +108,9 @@ impl BatchCache {
         self.statuses = Arc::new(vec![None; n]);
         self.rejected = 0;
         self.scorers.clear();
+        self.unscored.clear();
+        self.listed.clear();
+        self.listed.resize(n, false);
         changed.clear();
         changed.extend(0..n);
     }
@@ -110,6 +120,10 @@ impl BatchCache {
     pub(crate) fn set_verdict(&mut self, i: usize, verdict: Option<(u8, Status)>) {
         self.next_stamp += 1;
         self.stamp[i] = self.next_stamp;
+        if !self.listed[i] {
+            self.listed[i] = true;
+            self.unscored.push(i);
+        }
         let was = self.rej[i] != PASS;
         match verdict {
             None => {
@@ -151,10 +165,14 @@ impl BatchCache {
     }
 
     /// Readies the raw scores for the node-local Score plugins `scorers`
-    /// (entry, weight, normalizes) and lists in `stale` the nodes among
-    /// `feasible` whose raw scores must be computed.
-    pub(crate) fn stale_scores(&mut self, scorers: &[(usize, i64, bool)], feasible: &[usize], stale: &mut Vec<usize>) {
+    /// (entry, weight, normalizes) and lists in `stale` the nodes whose raw
+    /// scores must be computed: those every node-local Filter passed and
+    /// that changed since their scores were computed (every such node when
+    /// the plugins differ from last time). Nodes a node-local Filter
+    /// rejected are left out until their verdict is recomputed.
+    pub(crate) fn stale_scores(&mut self, scorers: &[(usize, i64, bool)], stale: &mut Vec<usize>) {
         let n = self.stamp.len();
+        stale.clear();
         if self.scorers != scorers {
             self.scorers.clear();
             self.scorers.extend_from_slice(scorers);
@@ -163,14 +181,20 @@ impl BatchCache {
                 r.clear();
                 r.resize(n, 0);
             }
-            self.scored.clear();
-            self.scored.resize(n, 0);
             self.base.clear();
             self.base.resize(n, 0);
+            self.bad.clear();
+            self.unscored.clear();
+            self.listed.iter_mut().for_each(|l| *l = false);
+            stale.extend((0..n).filter(|&i| self.rej[i] == PASS));
+            return;
         }
-        stale.clear();
-        let (stamp, scored) = (&self.stamp, &self.scored);
-        stale.extend(feasible.iter().copied().filter(|&i| scored[i] != stamp[i]));
+        for i in self.unscored.drain(..) {
+            self.listed[i] = false;
+            if self.rej[i] == PASS {
+                stale.push(i);
+            }
+        }
     }
 
     /// Records the raw score of the plugin at `scorers` position `k` for node `i`.
@@ -178,13 +202,25 @@ impl BatchCache {
         self.raw[k][i] = score;
     }
 
-    /// Marks the raw scores of `stale` nodes current and sums their weighted
-    /// scores that need no normalization.
-    pub(crate) fn scored(&mut self, stale: &[usize]) {
+    /// Sums the weighted raw scores that need no normalization of the
+    /// `stale` nodes, now scored; a score out of range (`bad`) is kept as
+    /// [`BAD`], to fail the cycle that finds the node feasible.
+    pub(crate) fn scored(&mut self, stale: &[usize], bad: &[(usize, &'static str, i64)]) {
         for &i in stale {
             self.base[i] = self.scorers.iter().zip(&self.raw).filter(|((_, _, norm), _)| !norm).map(|((_, w, _), r)| r[i] * w).sum();
-            self.scored[i] = self.stamp[i];
         }
+        for &(i, _, _) in bad {
+            self.base[i] = BAD;
+        }
+        self.bad.extend_from_slice(bad);
+        let base = &self.base;
+        self.bad.retain(|&(i, _, _)| base[i] == BAD);
+    }
+
+    /// Some node's node-local score is out of range: the plugin and score
+    /// for one of them.
+    pub(crate) fn bad(&self) -> &[(usize, &'static str, i64)] {
+        &self.bad
     }
 
     /// Per node index: the weighted sum of the current raw scores that need

@@ -296,6 +296,13 @@ pub trait Plugin: Send + Sync {
         false
     }
 
+    /// Is NormalizeScore upstream's DefaultNormalizeScore (raw × 100 / the
+    /// highest raw score, reversed when `Some(true)`)? Then a cycle reusing
+    /// cached raw scores applies it without a copy of them.
+    fn default_normalized(&self) -> Option<bool> {
+        None
+    }
+
     /// NormalizeScore: rescales raw scores to 0..=100.
     fn normalize_score(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore], snap: &Snapshot) -> Status {
         Status::success()

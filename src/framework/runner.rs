@@ -833,7 +833,8 @@ impl Framework {
                     .map(|&i| (i, self.entries[i].weight, self.p(i).has_normalize()))
                     .collect();
                 let mut stale = Vec::new();
-                c.stale_scores(&scorers, feasible, &mut stale);
+                c.stale_scores(&scorers, &mut stale);
+                let mut bad: Vec<(usize, &'static str, i64)> = Vec::new();
                 if !stale.is_empty() {
                     for (k, &(i, _, norm)) in scorers.iter().enumerate() {
                         let p = self.p(i);
@@ -842,20 +843,44 @@ impl Framework {
                         p.score_nodes(state, pod, snap, &mut buf).map_err(|s| s.with_plugin(p.name()))?;
                         for ns in &buf {
                             if !norm && !(0..=MAX_NODE_SCORE).contains(&ns.score) {
-                                return Err(invalid_score(p.name(), ns.score));
+                                bad.push((ns.node, p.name(), ns.score));
                             }
                             c.set_raw(k, ns.node, ns.score);
                         }
                     }
-                    c.scored(&stale);
+                    c.scored(&stale, &bad);
                 }
                 let base = c.base();
                 let mut totals: Vec<i64> = feasible.iter().map(|&i| base[i]).collect();
+                if !c.bad().is_empty()
+                    && let Some(&(_, plugin, score)) = c.bad().iter().find(|(i, _, _)| feasible.contains(i)) {
+                        // A node-local score out of range fails the cycle that
+                        // finds its node feasible, as a full cycle does.
+                        return Err(invalid_score(plugin, score));
+                    }
                 for (k, &(i, weight, norm)) in scorers.iter().enumerate() {
                     if !norm {
                         continue;
                     }
                     let raw = c.raw(k);
+                    if let Some(reverse) = self.p(i).default_normalized() {
+                        // Upstream's DefaultNormalizeScore, over the cached raw scores.
+                        let max = feasible.iter().map(|&ni| raw[ni]).max().unwrap_or(0);
+                        if max == 0 {
+                            let all = if reverse { MAX_NODE_SCORE * weight } else { 0 };
+                            totals.iter_mut().for_each(|t| *t += all);
+                        } else {
+                            for (t, &ni) in totals.iter_mut().zip(feasible) {
+                                let s = MAX_NODE_SCORE * raw[ni] / max;
+                                let s = if reverse { MAX_NODE_SCORE - s } else { s };
+                                if !(0..=MAX_NODE_SCORE).contains(&s) {
+                                    return Err(invalid_score(self.p(i).name(), s));
+                                }
+                                *t += s * weight;
+                            }
+                        }
+                        continue;
+                    }
                     buf.clear();
                     buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: raw[ni] }));
                     self.normalized_into(i, weight, state, pod, snap, &mut buf, &mut totals)?;

@@ -9,7 +9,8 @@
 //! start time, nomination), so a field added to [`PodInfo`] later is covered
 //! without anyone remembering to add it here.
 
-use std::hash::{Hash, Hasher};
+use std::fmt::Write as _;
+use std::hash::Hasher;
 
 use super::PodInfo;
 
@@ -22,9 +23,21 @@ pub fn of(p: &PodInfo) -> u64 {
     shape.start_ms = 0;
     shape.nominated_node = None;
     shape.signature = 0;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    format!("{shape:?}").hash(&mut h);
-    h.finish().max(1)
+    // The Debug text is hashed as it is written, without building a string.
+    let mut h = HashWriter(std::collections::hash_map::DefaultHasher::new());
+    // Writing into a hasher cannot fail.
+    let _ = write!(h, "{shape:?}");
+    h.0.finish().max(1)
+}
+
+/// A `fmt::Write` that feeds a hasher.
+struct HashWriter(std::collections::hash_map::DefaultHasher);
+
+impl std::fmt::Write for HashWriter {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.write(s.as_bytes());
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -206,6 +206,10 @@ impl Plugin for NodeAffinity {
         };
         Ok(sum(&self.added_preferred) + sum(&pod.preferred_node_affinity))
     }
+    fn default_normalized(&self) -> Option<bool> {
+        Some(false)
+    }
+
     fn has_normalize(&self) -> bool {
         true
     }

@@ -77,6 +77,10 @@ impl Plugin for TaintToleration {
             .filter(|t| t.effect == Effect::PreferNoSchedule && !tolerated(prefer, t))
             .count() as i64)
     }
+    fn default_normalized(&self) -> Option<bool> {
+        Some(true)
+    }
+
     fn has_normalize(&self) -> bool {
         true
     }
