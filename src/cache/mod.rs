@@ -152,6 +152,13 @@ impl Snapshot {
         self.pods_with_required_anti_affinity
     }
 
+    /// Identifies the set of node objects: it changes whenever a node is
+    /// added, removed or replaced (and differs between a snapshot and its
+    /// clone), so per-node results keyed by it stay valid while it holds.
+    pub fn layout(&self) -> (u64, u64) {
+        (self.journal.id, self.journal.layout)
+    }
+
     /// Where the history of node changes stands now.
     pub fn journal_mark(&self) -> JournalMark {
         let generation = self.journal.changes.back().map_or(self.journal.floor, |c| c.0);

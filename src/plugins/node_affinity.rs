@@ -47,7 +47,7 @@ pub struct NodeAffinity {
     /// Per pod selector (nodeSelector + required affinity): whether each node
     /// matches, keyed by the node object it was computed from. Identical pods
     /// (most workloads) then pay one pointer comparison per node.
-    matches: std::sync::Mutex<std::collections::HashMap<String, Arc<NodeMatches>>>,
+    matches: std::sync::Mutex<std::collections::HashMap<String, (Option<(u64, u64)>, Arc<NodeMatches>)>>,
 }
 
 /// Whether each node (by index, with the node object it was computed from) matches.
@@ -99,15 +99,20 @@ impl NodeAffinity {
         if cache.len() > 256 && !cache.contains_key(&key) {
             cache.clear();
         }
-        let entry = cache.entry(key).or_default();
-        let v = Arc::make_mut(entry);
-        // Holding the node objects (not their addresses) means a freed node
-        // can never be mistaken for a new one at the same address.
-        v.resize(snap.nodes.len(), (None, false));
-        for (node, slot) in snap.nodes.iter().zip(v.iter_mut()) {
-            if !slot.0.as_ref().is_some_and(|p| Arc::ptr_eq(p, &node.node)) {
-                *slot = (Some(Arc::clone(&node.node)), pod_matches_node(pod, node));
+        let (layout, entry) = cache.entry(key).or_default();
+        // The node objects are those of the last check while the snapshot's
+        // layout holds; otherwise each is checked.
+        if *layout != Some(snap.layout()) {
+            let v = Arc::make_mut(entry);
+            // Holding the node objects (not their addresses) means a freed node
+            // can never be mistaken for a new one at the same address.
+            v.resize(snap.nodes.len(), (None, false));
+            for (node, slot) in snap.nodes.iter().zip(v.iter_mut()) {
+                if !slot.0.as_ref().is_some_and(|p| Arc::ptr_eq(p, &node.node)) {
+                    *slot = (Some(Arc::clone(&node.node)), pod_matches_node(pod, node));
+                }
             }
+            *layout = Some(snap.layout());
         }
         state.insert(PreFilterState { matches: Arc::clone(entry) });
     }
