@@ -38,6 +38,41 @@ pub(crate) const PASS: u8 = u8::MAX;
 /// `base` of a node with a node-local score out of range.
 pub(crate) const BAD: i64 = i64::MIN;
 
+/// How many signatures keep their results at once (queues often hold a few
+/// kinds of pods in turn).
+const SIGNATURES: usize = 4;
+
+/// The per-node results of the last few signatures.
+#[derive(Debug, Default)]
+pub(crate) struct BatchCaches {
+    caches: Vec<(u64, BatchCache)>,
+    clock: u64,
+}
+
+impl BatchCaches {
+    /// The results kept for `signature`, or the least recently used ones to
+    /// be replaced (refresh then starts them over).
+    pub(crate) fn for_signature(&mut self, signature: u64) -> &mut BatchCache {
+        self.clock += 1;
+        let k = match self.caches.iter().position(|(_, c)| c.signature == signature) {
+            Some(k) => k,
+            None if self.caches.len() < SIGNATURES => {
+                self.caches.push((0, BatchCache::default()));
+                self.caches.len() - 1
+            }
+            None => self.caches.iter().enumerate().min_by_key(|(_, (used, _))| *used).map_or(0, |(k, _)| k),
+        };
+        let e = &mut self.caches[k];
+        e.0 = self.clock;
+        &mut e.1
+    }
+
+    /// Cycles that reused results, over every signature.
+    pub(crate) fn reused(&self) -> u64 {
+        self.caches.iter().map(|(_, c)| c.reused).sum()
+    }
+}
+
 /// Per-node results of the last cycle of one signature.
 #[derive(Debug, Default)]
 pub(crate) struct BatchCache {

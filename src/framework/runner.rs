@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::batch::{BatchCache, PASS};
+use super::batch::{BatchCache, BatchCaches, PASS};
 use super::status::ReasonCounts;
 use super::{Code, CycleState, NodeScore, Plugin, Points, PostFilterResult, QueuedPod, Status, MAX_NODE_SCORE};
 use crate::cache::Snapshot;
@@ -114,7 +114,7 @@ pub struct Framework {
     next_start: AtomicUsize,
     rng: AtomicU64,
     /// Per-node results of the last cycle, reused by the next pod with the same signature.
-    batch: std::sync::Mutex<BatchCache>,
+    batch: std::sync::Mutex<BatchCaches>,
 }
 
 /// Upstream's floor on the number of feasible nodes to look for.
@@ -175,7 +175,7 @@ impl Framework {
             percentage_of_nodes_to_score,
             next_start: AtomicUsize::new(0),
             rng: AtomicU64::new(seed | 1),
-            batch: std::sync::Mutex::new(BatchCache::default()),
+            batch: std::sync::Mutex::new(BatchCaches::default()),
         };
         for (e, pts) in plugins {
             let i = match fw.entries.iter().position(|x| x.plugin.name() == e.plugin.name()) {
@@ -464,7 +464,7 @@ impl Framework {
     /// How many cycles reused the per-node results of an earlier pod of the
     /// same signature (opportunistic batching).
     pub fn reused_cycles(&self) -> u64 {
-        self.batch.lock().map(|c| c.reused).unwrap_or(0)
+        self.batch.lock().map(|c| c.reused()).unwrap_or(0)
     }
 
     /// Is there any Filter plugin?
@@ -536,17 +536,19 @@ impl Framework {
         let start = if opts.explain { 0 } else { self.next_start.load(Ordering::Relaxed) % n };
         // Opportunistic batching: every node is evaluated, nothing narrows or
         // nominates, and every Filter that runs is node-local.
+        // When only part of the window is evaluated, only if every Filter
+        // that runs is node-local (the others would have to run node by node).
         let reuse = !opts.explain
             && !opts.no_reuse
             && pod.signature != 0
-            && to_find >= n
             && subset.is_none()
             && pod.nominated_node.is_none()
             && snap.nominated.is_empty()
-            && state.active_filters.as_ref().is_some_and(|l| l.len() < usize::from(PASS));
-        let mut guard = if reuse { Some(self.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) } else { None };
+            && state.active_filters.as_ref().is_some_and(|l| l.len() < usize::from(PASS) && (to_find >= n || l.iter().all(|&i| self.p(i).reusable())));
+        let mut caches = if reuse { Some(self.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) } else { None };
+        let mut guard = caches.as_deref_mut().map(|c| c.for_signature(pod.signature));
         let processed = match guard.as_deref_mut() {
-            Some(cache) => match self.filter_reusing(cache, &state, pod, snap, start, opts.skip_post_filter, &mut out) {
+            Some(cache) => match self.filter_reusing(cache, &state, pod, snap, start, to_find, opts.skip_post_filter, &mut out) {
                 Ok(p) => p,
                 Err(s) => {
                     cache.clear();
@@ -715,7 +717,7 @@ impl Framework {
     /// window order, statuses, rejecting plugins) is what
     /// [`Self::filter_window`] gives over every node.
     #[allow(clippy::too_many_arguments)] // one cycle's inputs, all borrowed
-    fn filter_reusing(&self, cache: &mut BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, skip_post_filter: bool, out: &mut CycleOutcome) -> Result<usize, Status> {
+    fn filter_reusing(&self, cache: &mut BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, to_find: usize, skip_post_filter: bool, out: &mut CycleOutcome) -> Result<usize, Status> {
         let n = snap.nodes.len();
         let active: &[usize] = state.active_filters.as_deref().unwrap_or(&self.filter);
         let local: Vec<usize> = active.iter().copied().filter(|&i| self.p(i).reusable()).collect();
@@ -743,6 +745,31 @@ impl Framework {
         }
         out.feasible.reserve(n);
         let window = (start..n).chain(0..start);
+        if all_local && to_find < n {
+            // Part of the window: up to the node that makes `to_find` feasible
+            // ones, as evaluating one node after another does.
+            let mut seen = vec![false; active.len()];
+            let mut processed = 0;
+            for i in window {
+                processed += 1;
+                let r = cache.rej[i];
+                if r == PASS {
+                    out.feasible.push(i);
+                    if out.feasible.len() >= to_find {
+                        break;
+                    }
+                    continue;
+                }
+                if let Some(s) = cache.statuses.get(i).and_then(Option::as_ref) {
+                    out.statuses.set(i, n, s.clone());
+                }
+                if let Some(seen) = seen.get_mut(usize::from(r)).filter(|s| !**s) {
+                    *seen = true;
+                    out.unschedulable_plugins.push(self.p(active[usize::from(r)]).name());
+                }
+            }
+            return Ok(processed);
+        }
         if all_local {
             if cache.rejected == 0 {
                 out.feasible.extend(window);
@@ -1118,6 +1145,49 @@ mod batch_tests {
             ..Default::default()
         };
         reuse_decides_as_full_cycles(&|k| pod(&format!("p{k}")).label("app", "db").req("100m", "128Mi").affinity(aff.clone()).info());
+    }
+
+    /// With part of the window evaluated (percentageOfNodesToScore), and two
+    /// pod shapes in turn (each keeps its own results), a cycle reusing the
+    /// last same-shape pod's verdicts decides exactly as a cycle evaluating
+    /// one node after another: the same nodes evaluated, feasible nodes in
+    /// order, statuses, rejecting plugins, totals and chosen node.
+    #[test]
+    fn windowed_reuse_decides_as_node_by_node() {
+        let nodes: Vec<_> = (0..150)
+            .map(|i| {
+                let mut b = node(&format!("n{i}")).alloc(if i % 3 == 0 { "1" } else { "4" }, "8Gi", 110).label("zone", &format!("z{}", i % 3));
+                if i % 11 == 0 {
+                    b = b.taint("hard", "x", "NoSchedule");
+                }
+                b
+            })
+            .collect();
+        let mut snap = crate::testing::snapshot(&nodes, &[]);
+        let batched = default_framework(30);
+        let full = default_framework(30);
+        let shapes = |k: usize| if k % 3 == 0 { pod(&format!("p{k}")).req("700m", "1Gi").info() } else { pod(&format!("p{k}")).req("200m", "256Mi").node_selector("zone", "z1").info() };
+        let statuses = |o: &CycleOutcome| -> Vec<(usize, String, &'static str)> {
+            o.statuses.statuses.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message(), s.plugin))).collect()
+        };
+        for k in 0..400 {
+            let p = shapes(k);
+            let opts = CycleOptions { skip_post_filter: true, ..Default::default() };
+            let (o, _) = batched.schedule(&p, &snap, opts);
+            let (x, _) = full.schedule(&p, &snap, CycleOptions { no_reuse: true, ..opts });
+            assert_eq!((o.evaluated, &o.feasible, &o.totals, o.selected), (x.evaluated, &x.feasible, &x.totals, x.selected), "pod {k}");
+            assert_eq!(statuses(&o), statuses(&x), "pod {k}");
+            assert_eq!(o.unschedulable_plugins, x.unschedulable_plugins, "pod {k}");
+            assert_eq!(o.message, x.message, "pod {k}");
+            let Some(i) = o.selected else { continue };
+            let mut b = (*p).clone();
+            b.node_name = Some(snap.nodes[i].name().to_string());
+            snap.add_pod(Arc::new(b));
+            if k % 13 == 7 {
+                snap.remove_pod(&format!("uid-p{}", k - 5));
+            }
+        }
+        assert!(batched.reused_cycles() > 350, "reused {} of 400 cycles", batched.reused_cycles());
     }
 
     /// Identical pods that fit nowhere get the first one's failure again while
