@@ -269,11 +269,11 @@ struct Layout {
     specs: Vec<Arc<NodeSpec>>,
     /// By node index: the domain of the node's value of the key, MISSING without it.
     dom: Vec<u32>,
-    /// By node index: the node has every required key, so it counts.
-    eligible: Vec<bool>,
-    /// Where counted nodes without the key go: the domain of the empty value
-    /// (upstream reads a missing label as "") when they count, else MISSING.
-    empty_slot: u32,
+    /// By node index: the slot the node counts in: its domain, or for a
+    /// node without the key the domain of the empty value (upstream reads a
+    /// missing label as "") when such nodes count; MISSING when the node
+    /// does not count (it lacks a required key).
+    slot: Vec<u32>,
     /// By slot: some counted node lies there.
     present: Vec<bool>,
     /// Number of present slots.
@@ -288,13 +288,7 @@ impl Layout {
 
     /// The slot node `i` counts in, MISSING when it does not count.
     fn slot(&self, i: usize) -> u32 {
-        if !self.eligible.get(i).copied().unwrap_or(false) {
-            return MISSING;
-        }
-        match self.dom[i] {
-            MISSING => self.empty_slot,
-            d => d,
-        }
+        self.slot.get(i).copied().unwrap_or(MISSING)
     }
 
     /// Is `node` the very node object this layout read at its index?
@@ -382,15 +376,23 @@ impl Tally {
         let (ids, dom) = pl.node_domains(k.key, snap);
         let others: Vec<Vec<u32>> = k.required.iter().filter(|r| **r != k.key).map(|r| pl.node_domains(r, snap).1).collect();
         let own_required = k.required.contains(&k.key);
-        let eligible: Vec<bool> = (0..snap.nodes.len()).map(|i| (!own_required || dom[i] != MISSING) && others.iter().all(|o| o[i] != MISSING)).collect();
         let empty_slot = if k.missing_as_empty { ids.get("").copied().unwrap_or(ids.len() as u32) } else { MISSING };
+        let slot: Vec<u32> = (0..snap.nodes.len())
+            .map(|i| {
+                let counts = (!own_required || dom[i] != MISSING) && others.iter().all(|o| o[i] != MISSING);
+                match dom[i] {
+                    _ if !counts => MISSING,
+                    MISSING => empty_slot,
+                    d => d,
+                }
+            })
+            .collect();
         let slots = ids.len() + 1;
         let mut layout = Layout {
             ids,
             specs: snap.nodes.iter().map(|n| Arc::clone(&n.node)).collect(),
             dom,
-            eligible,
-            empty_slot,
+            slot,
             present: vec![false; slots],
             domains: 0,
         };
@@ -634,14 +636,9 @@ impl PreScoreState {
     }
 
     /// Is snapshot node `i` ignored, by the layouts (valid for the snapshot)?
+    /// With require_all, a node counts in every layout or in none.
     fn ignored_at(&self, i: usize) -> bool {
-        match self.constraints.first() {
-            Some(sc) => match sc.layout.eligible.get(i) {
-                Some(&e) => self.require_all && !e,
-                None => true,
-            },
-            None => false,
-        }
+        self.require_all && self.constraints.first().is_some_and(|sc| sc.layout.slot(i) == MISSING)
     }
 }
 
@@ -812,21 +809,17 @@ impl Plugin for PodTopologySpread {
                 weight: 0.0,
             });
         }
-        // Domains of the scored nodes; nodes missing a key are ignored.
+        // Domains of the scored nodes; nodes missing a key are ignored. With
+        // require_all a node counts in every layout or in none; else in all.
         let n = snap.nodes.len();
-        let mut ignored = 0usize;
-        // Every layout has the same counted nodes: with require_all, those with every key; else all.
         let first = Arc::clone(&soft[0].layout);
         let counted = |ni: usize| !require_all || first.slot(ni) != MISSING;
+        let ignored = if require_all { nodes.iter().filter(|&&ni| ni < n && first.slot(ni) == MISSING).count() } else { 0 };
         let mut seen: Vec<Vec<bool>> = soft.iter().map(|s| if s.hostname { Vec::new() } else { vec![false; s.counts.len()] }).collect();
-        for &ni in nodes.iter().filter(|&&ni| ni < n) {
-            if !counted(ni) {
-                ignored += 1;
-                continue;
-            }
-            for (s, seen) in soft.iter().zip(seen.iter_mut()).filter(|(s, _)| !s.hostname) {
-                let d = s.layout.slot(ni);
-                if let Some(x) = seen.get_mut(d as usize) {
+        for (s, seen) in soft.iter().zip(seen.iter_mut()).filter(|(s, _)| !s.hostname) {
+            let slot = s.layout.slot.as_slice();
+            for &ni in nodes {
+                if let Some(x) = slot.get(ni).and_then(|&d| seen.get_mut(d as usize)) {
                     *x = true;
                 }
             }
@@ -900,19 +893,14 @@ impl Plugin for PodTopologySpread {
         if let ([sc], [part]) = (s.constraints.as_slice(), parts.as_slice())
             && !sc.hostname
         {
-            // One constraint: each domain's score, rounded once.
+            // One constraint: each domain's score, rounded once. With
+            // require_all a node that does not count is ignored (0); else a
+            // node without the key gets no part (0). Either way its index
+            // (MISSING) is past the table.
             let table: Vec<i64> = part.iter().map(|p| p.round() as i64).collect();
-            let unknown = sc.part(0).round() as i64;
+            let by = if s.require_all { sc.layout.slot.as_slice() } else { sc.layout.dom.as_slice() };
             for ns in scores.iter_mut() {
-                let i = ns.node;
-                ns.score = if s.ignored_at(i) {
-                    0
-                } else {
-                    match sc.layout.dom[i] {
-                        MISSING => 0,
-                        d => table.get(d as usize).copied().unwrap_or(unknown),
-                    }
-                };
+                ns.score = by.get(ns.node).and_then(|&d| table.get(d as usize)).copied().unwrap_or(0);
             }
             return Ok(());
         }
@@ -943,24 +931,36 @@ impl Plugin for PodTopologySpread {
         let Some(s) = state.get::<PreScoreState>() else {
             return Status::error("PodTopologySpread: PreScore state missing");
         };
-        let by_layout = same_nodes(snap, s.mark, false) && s.constraints.iter().all(|sc| sc.layout.dom.len() == snap.nodes.len());
-        let ignored = |ns: &NodeScore| match snap.nodes.get(ns.node) {
+        let n = snap.nodes.len();
+        let by_layout = same_nodes(snap, s.mark, false) && s.constraints.iter().all(|sc| sc.layout.dom.len() == n);
+        // With require_all, the nodes that count are the same in every layout.
+        let counting = s.constraints.first().filter(|_| by_layout && s.require_all).map(|sc| sc.layout.slot.as_slice());
+        let ignored = |i: usize| match snap.nodes.get(i) {
             None => true,
-            Some(_) if by_layout => s.ignored_at(ns.node),
-            Some(n) => s.ignored(&n.node.labels),
+            Some(_) if by_layout => counting.is_some_and(|c| c[i] == MISSING),
+            Some(node) => s.ignored(&node.node.labels),
         };
         let (mut min, mut max) = (i64::MAX, 0i64);
-        for ns in scores.iter().filter(|ns| !ignored(ns)) {
+        for ns in scores.iter().filter(|ns| !ignored(ns.node)) {
             min = min.min(ns.score);
             max = max.max(ns.score);
         }
+        let normalized = |raw: i64| if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - raw) / max };
+        // Raw scores take few values (one per domain): when their range is
+        // small, each value is normalized once.
+        let mut memo: Vec<Option<i64>> = match usize::try_from(max.saturating_sub(min)) {
+            Ok(r) if min <= max && r <= scores.len() => vec![None; r + 1],
+            _ => Vec::new(),
+        };
         for ns in scores.iter_mut() {
-            ns.score = if ignored(ns) {
+            ns.score = if ignored(ns.node) {
                 0
-            } else if max == 0 {
-                MAX_NODE_SCORE
             } else {
-                MAX_NODE_SCORE * (max + min - ns.score) / max
+                match usize::try_from(ns.score - min).ok().and_then(|k| memo.get_mut(k)) {
+                    Some(Some(v)) => *v,
+                    Some(m) => *m.insert(normalized(ns.score)),
+                    None => normalized(ns.score),
+                }
             };
         }
         Status::success()
@@ -1344,10 +1344,19 @@ mod tests {
             incoming().spread_constraint(tsc(1, "zone", DNS, Some(3), None, Some("Honor"))),
             incoming().spread(2, "zone", SA, foo).spread(1, HOST, SA, &[("bar", "")]),
             incoming().namespace("other").spread(1, "zone", SA, foo),
+            // No constraints: the system defaults (hostname and zone), where
+            // nodes without a key count under the empty value.
+            incoming(),
         ]
         .map(|p| p.info());
         let pl = plugin();
         let mut snap = snapshot(&(0..12).map(|i| random_node(&mut r, &format!("node-{i}"))).collect::<Vec<_>>(), &[]);
+        let svc = core::Service {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta { name: Some("svc".into()), namespace: Some("default".into()), ..Default::default() },
+            spec: Some(core::ServiceSpec { selector: Some([("foo".to_string(), String::new())].into()), ..Default::default() }),
+            ..Default::default()
+        };
+        snap.workloads.upsert_service(&svc);
         let mut bound: Vec<String> = Vec::new();
         let mut next = 0;
         for step in 0..600 {
