@@ -1333,6 +1333,73 @@ mod tests {
         (verdicts, named.into_iter().map(|(_, s)| s).collect())
     }
 
+    /// Normalized scores (by node name) of every other node, computed from
+    /// upstream's definitions node by node, sharing nothing with the plugin's
+    /// state but its constraints, inclusion policies and pod matching.
+    fn reference_scores(pl: &PodTopologySpread, p: &PodInfo, snap: &Snapshot) -> Vec<i64> {
+        let cs = pl.constraints(p, WhenUnsatisfiable::ScheduleAnyway, snap);
+        if cs.is_empty() {
+            return Vec::new();
+        }
+        let feasible: Vec<usize> = (0..snap.nodes.len()).filter(|i| i % 2 == 0).collect();
+        let require_all = !p.spread_constraints.is_empty() || !pl.system_defaulted;
+        let has_all = |n: &NodeInfo| cs.iter().all(|c| n.node.labels.contains_key(&c.topology_key));
+        let value = |n: &NodeInfo, c: &SpreadConstraint| n.node.labels.get(&c.topology_key).cloned().unwrap_or_default();
+        let ignored = |i: usize| require_all && !has_all(&snap.nodes[i]);
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
+        for &i in feasible.iter().filter(|&&i| !ignored(i)) {
+            for (k, c) in cs.iter().enumerate().filter(|(_, c)| c.topology_key != LABEL_HOSTNAME) {
+                counts[k].entry(value(&snap.nodes[i], c)).or_insert(0);
+            }
+        }
+        let n_ignored = feasible.iter().filter(|&&i| ignored(i)).count();
+        let weights: Vec<f64> = cs
+            .iter()
+            .zip(&counts)
+            .map(|(c, m)| (if c.topology_key == LABEL_HOSTNAME { feasible.len() - n_ignored } else { m.len() } + 2) as f64)
+            .map(f64::ln)
+            .collect();
+        for (i, n) in snap.nodes.iter().enumerate() {
+            if ignored(i) {
+                continue;
+            }
+            for (k, c) in cs.iter().enumerate() {
+                if Inclusion::new(p, n).admits(c)
+                    && let Some(x) = counts[k].get_mut(&value(n, c))
+                {
+                    *x += count_matching(n, &c.selector, &p.namespace);
+                }
+            }
+        }
+        let raw: Vec<i64> = feasible
+            .iter()
+            .map(|&i| {
+                let n = &snap.nodes[i];
+                let mut score = 0f64;
+                if ignored(i) {
+                    return 0;
+                }
+                for (k, c) in cs.iter().enumerate().filter(|(_, c)| n.node.labels.contains_key(&c.topology_key)) {
+                    let cnt = if c.topology_key == LABEL_HOSTNAME { count_matching(n, &c.selector, &p.namespace) } else { counts[k][&value(n, c)] };
+                    score += cnt as f64 * weights[k] + (c.max_skew - 1) as f64;
+                }
+                score.round() as i64
+            })
+            .collect();
+        let kept = || feasible.iter().zip(&raw).filter(|(i, _)| !ignored(**i)).map(|(_, s)| *s);
+        let (min, max) = (kept().min().unwrap_or(i64::MAX), kept().max().unwrap_or(0).max(0));
+        let mut named: Vec<(String, i64)> = feasible
+            .iter()
+            .zip(&raw)
+            .map(|(&i, &s)| {
+                let v = if ignored(i) { 0 } else if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - s) / max };
+                (snap.nodes[i].name().to_string(), v)
+            })
+            .collect();
+        named.sort();
+        named.into_iter().map(|(_, s)| s).collect()
+    }
+
     #[test]
     fn incremental_counts_follow_random_changes() {
         let mut r = Rng(0x9E37_79B9_7F4A_7C15);
@@ -1383,7 +1450,7 @@ mod tests {
                 _ => {
                     next += 1;
                     let i = r.below(snap.nodes.len());
-                    let mut b = pod(&format!("q{next}")).node(&snap.nodes[i].name().to_string());
+                    let mut b = pod(&format!("q{next}")).node(snap.nodes[i].name());
                     for (k, v) in [("foo", ""), ("bar", "")] {
                         if r.below(3) != 0 {
                             b = b.label(k, v);
@@ -1414,6 +1481,7 @@ mod tests {
             if step % 3 == 0 {
                 for p in &pods {
                     let want = decisions(&plugin(), p, &snap, false);
+                    assert_eq!(want.1, reference_scores(&pl, p, &snap), "step {step}: {:?}", p.spread_constraints);
                     assert_eq!(decisions(&pl, p, &snap, true), want, "step {step}: {:?}", p.spread_constraints);
                     assert_eq!(decisions(&pl, p, &snap, false), want, "step {step}: {:?}", p.spread_constraints);
                 }
