@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Deserialize;
 
-use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Status, MAX_NODE_SCORE};
+use crate::cache::{JournalMark, Snapshot};
+use crate::framework::{filter_each, CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Status, MAX_NODE_SCORE};
 use crate::model::pod::{InclusionPolicy, SpreadConstraint, WhenUnsatisfiable};
 use crate::model::selector::{validate_key, Labels, Selector};
 use crate::model::taints::first_untolerated_hard;
@@ -93,14 +93,10 @@ pub struct PodTopologySpread {
     system_defaulted: bool,
     /// Node domains per topology key, reused across cycles.
     cache: Mutex<HashMap<String, KeyDomains>>,
-    /// Per (namespace, selector): each node's count of matching pods, valid
-    /// while that node's object and generation are unchanged. Between two
-    /// cycles only the nodes that gained or lost pods are counted again.
-    matches: Mutex<HashMap<String, Vec<MatchSlot>>>,
+    /// Matching pods per domain, kept up to date across cycles, per
+    /// (namespace, selector, topology key, keys a node must have).
+    tallies: Mutex<HashMap<String, Tally>>,
 }
-
-/// One node's cached count: the node object and generation it was read from, and the count.
-type MatchSlot = (Option<Arc<NodeSpec>>, u64, i64);
 
 fn policy(v: Option<&str>, default: InclusionPolicy, path: &str) -> Result<InclusionPolicy, String> {
     match v {
@@ -177,7 +173,7 @@ impl PodTopologySpread {
         if system {
             defaults = system_defaults();
         }
-        Ok(PodTopologySpread { defaults, system_defaulted: system, cache: Mutex::default(), matches: Mutex::default() })
+        Ok(PodTopologySpread { defaults, system_defaulted: system, cache: Mutex::default(), tallies: Mutex::default() })
     }
 
     /// The pod's constraints of one kind, or the default ones when the pod has
@@ -204,12 +200,15 @@ impl PodTopologySpread {
 /// A topology key's domain ids (value → id) and each snapshot node's id.
 type Domains = (Arc<HashMap<String, u32>>, Vec<u32>);
 
-/// Marks a node that lacks the topology key.
+/// Marks a node that lacks the topology key (or, as a counting slot, a node that does not count).
 const MISSING: u32 = u32::MAX;
 
+/// A value the domain ids do not know (its count is 0).
+const UNKNOWN: u32 = u32::MAX - 1;
+
 /// Each node's domain for one topology key, kept across cycles so that a
-/// cycle reads no node labels in its passes over all nodes: an entry is valid
-/// while the snapshot holds the very same `NodeSpec` (node updates replace it).
+/// rebuild reads no node labels: an entry is valid while the snapshot holds
+/// the very same `NodeSpec` (node updates replace it).
 #[derive(Debug, Default)]
 struct KeyDomains {
     /// Topology value → domain id; ids are never reused.
@@ -252,33 +251,197 @@ impl PodTopologySpread {
     }
 }
 
-impl PodTopologySpread {
-    /// Matching pods per node index (see `matches`).
-    fn match_counts(&self, ns: &str, sel: &Selector, snap: &Snapshot) -> Vec<i64> {
-        let key = format!("{ns}\u{0}{sel:?}");
-        let mut cache = self.matches.lock().unwrap_or_else(PoisonError::into_inner);
-        if cache.len() > 256 && !cache.contains_key(&key) {
-            cache.clear();
-        }
-        let slots = cache.entry(key).or_default();
-        // The node objects are held (not their addresses), so a freed node is
-        // never mistaken for a new one allocated at the same address.
-        slots.resize(snap.nodes.len(), (None, u64::MAX, 0));
-        let mut out = Vec::with_capacity(snap.nodes.len());
-        for (node, slot) in snap.nodes.iter().zip(slots.iter_mut()) {
-            if !slot.0.as_ref().is_some_and(|p| Arc::ptr_eq(p, &node.node)) || slot.1 != node.generation {
-                let n = if node.pods.is_empty() { 0 } else { count_matching(node, sel, ns) };
-                *slot = (Some(Arc::clone(&node.node)), node.generation, n);
-            }
-            out.push(slot.2);
-        }
-        out
-    }
-}
-
 /// Matching pods on a node: same namespace, not terminating, selected.
 fn count_matching(node: &NodeInfo, sel: &Selector, ns: &str) -> i64 {
     node.pods.iter().filter(|p| !p.terminating && p.namespace == ns && sel.matches(&p.labels)).count() as i64
+}
+
+/// The snapshot's nodes as one topology key sees them, for one set of keys a
+/// node must have to count: rebuilt only when nodes are added, removed or
+/// replaced, and shared read-only with the cycle states, so that a cycle
+/// finds a node's domain by its index.
+#[derive(Debug, Default)]
+struct Layout {
+    /// Topology value → domain id (slots `0..ids.len()`).
+    ids: Arc<HashMap<String, u32>>,
+    /// By node index: the node object read. Held, so that a node object
+    /// freed since is never mistaken for a new one at the same address.
+    specs: Vec<Arc<NodeSpec>>,
+    /// By node index: the domain of the node's value of the key, MISSING without it.
+    dom: Vec<u32>,
+    /// By node index: the slot the node counts in: its domain, or for a
+    /// node without the key the domain of the empty value (upstream reads a
+    /// missing label as "") when such nodes count; MISSING when the node
+    /// does not count (it lacks a required key).
+    slot: Vec<u32>,
+    /// By slot: some counted node lies there.
+    present: Vec<bool>,
+    /// Number of present slots.
+    domains: i64,
+}
+
+impl Layout {
+    /// Counting slots: every domain id and one past them for the empty value.
+    fn slots(&self) -> usize {
+        self.ids.len() + 1
+    }
+
+    /// The slot node `i` counts in, MISSING when it does not count.
+    fn slot(&self, i: usize) -> u32 {
+        self.slot.get(i).copied().unwrap_or(MISSING)
+    }
+
+    /// Is `node` the very node object this layout read at its index?
+    fn knows(&self, node: &NodeInfo) -> bool {
+        self.specs.get(node.index).is_some_and(|s| Arc::ptr_eq(s, &node.node))
+    }
+
+    /// The node's domain: from the layout when it knows the node, else from
+    /// its labels (UNKNOWN for a value no node had when the layout was built).
+    fn domain_of(&self, node: &NodeInfo, key: &str) -> u32 {
+        if self.knows(node) {
+            return self.dom[node.index];
+        }
+        match node.node.labels.get(key) {
+            None => MISSING,
+            Some(v) => self.ids.get(v.as_str()).copied().unwrap_or(UNKNOWN),
+        }
+    }
+}
+
+/// Matching pods per domain for one (namespace, selector, topology key,
+/// required keys), kept across cycles: between two cycles only the nodes the
+/// snapshot's journal lists as changed are counted again; a new node layout
+/// (or a snapshot the journal cannot relate) rebuilds it, recounting only the
+/// nodes whose state changed.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Where the snapshot stood when the counts were last brought up to date.
+    mark: Option<JournalMark>,
+    layout: Arc<Layout>,
+    /// By node index: the node state (generation) counted.
+    gens: Vec<u64>,
+    /// By node index: matching pods on the node (every node, counted or not).
+    per_node: Arc<Vec<i64>>,
+    /// By slot: matching pods on the counted nodes.
+    sums: Vec<i64>,
+}
+
+/// What identifies a tally: the pods counted (namespace, selector) and the
+/// nodes (topology key, keys a node must have, missing key read as "").
+struct TallyKey<'a> {
+    ns: &'a str,
+    sel: &'a Selector,
+    key: &'a str,
+    required: &'a [&'a str],
+    missing_as_empty: bool,
+}
+
+impl TallyKey<'_> {
+    fn text(&self) -> String {
+        format!("{}\u{0}{:?}\u{0}{}\u{0}{:?}\u{0}{}", self.ns, self.sel, self.key, self.required, self.missing_as_empty)
+    }
+}
+
+impl Tally {
+    /// Brings the counts up to `snap`.
+    fn sync(&mut self, pl: &PodTopologySpread, k: &TallyKey, snap: &Snapshot) {
+        let mut changed = Vec::new();
+        let incremental = self.layout.specs.len() == snap.nodes.len() && self.mark.is_some_and(|m| snap.changed_since(m, &mut changed).is_some());
+        if incremental {
+            for &i in &changed {
+                self.recount(i, &snap.nodes[i], k);
+            }
+        } else {
+            self.rebuild(pl, k, snap);
+        }
+        self.mark = Some(snap.journal_mark());
+    }
+
+    /// Counts node `i` again after its pods changed (same node object).
+    fn recount(&mut self, i: usize, node: &NodeInfo, k: &TallyKey) {
+        let n = if node.pods.is_empty() { 0 } else { count_matching(node, k.sel, k.ns) };
+        let Some(g) = self.gens.get_mut(i) else { return };
+        *g = node.generation;
+        let per_node = Arc::make_mut(&mut self.per_node);
+        let old = std::mem::replace(&mut per_node[i], n);
+        let s = self.layout.slot(i);
+        if s != MISSING && old != n {
+            self.sums[s as usize] += n - old;
+        }
+    }
+
+    /// Builds the layout anew and recounts the nodes whose state is not the one counted.
+    fn rebuild(&mut self, pl: &PodTopologySpread, k: &TallyKey, snap: &Snapshot) {
+        let (ids, dom) = pl.node_domains(k.key, snap);
+        let others: Vec<Vec<u32>> = k.required.iter().filter(|r| **r != k.key).map(|r| pl.node_domains(r, snap).1).collect();
+        let own_required = k.required.contains(&k.key);
+        let empty_slot = if k.missing_as_empty { ids.get("").copied().unwrap_or(ids.len() as u32) } else { MISSING };
+        let slot: Vec<u32> = (0..snap.nodes.len())
+            .map(|i| {
+                let counts = (!own_required || dom[i] != MISSING) && others.iter().all(|o| o[i] != MISSING);
+                match dom[i] {
+                    _ if !counts => MISSING,
+                    MISSING => empty_slot,
+                    d => d,
+                }
+            })
+            .collect();
+        let slots = ids.len() + 1;
+        let mut layout = Layout {
+            ids,
+            specs: snap.nodes.iter().map(|n| Arc::clone(&n.node)).collect(),
+            dom,
+            slot,
+            present: vec![false; slots],
+            domains: 0,
+        };
+        let old = std::mem::take(&mut self.layout);
+        let mut gens = Vec::with_capacity(snap.nodes.len());
+        let mut per_node = Vec::with_capacity(snap.nodes.len());
+        let mut sums = vec![0; slots];
+        for (i, node) in snap.nodes.iter().enumerate() {
+            let same = self.gens.get(i) == Some(&node.generation) && old.specs.get(i).is_some_and(|s| Arc::ptr_eq(s, &node.node));
+            let n = match self.per_node.get(i) {
+                Some(&n) if same => n,
+                _ if node.pods.is_empty() => 0,
+                _ => count_matching(node, k.sel, k.ns),
+            };
+            gens.push(node.generation);
+            per_node.push(n);
+            let s = layout.slot(i);
+            if s != MISSING {
+                let s = s as usize;
+                sums[s] += n;
+                if !layout.present[s] {
+                    layout.present[s] = true;
+                    layout.domains += 1;
+                }
+            }
+        }
+        *self = Tally { mark: None, layout: Arc::new(layout), gens, per_node: Arc::new(per_node), sums };
+    }
+}
+
+impl PodTopologySpread {
+    /// The tally of `k`, brought up to `snap`, handed to `f`.
+    fn with_tally<R>(&self, k: &TallyKey, snap: &Snapshot, f: impl FnOnce(&Tally) -> R) -> R {
+        let text = k.text();
+        let mut tallies = self.tallies.lock().unwrap_or_else(PoisonError::into_inner);
+        if tallies.len() > 256 && !tallies.contains_key(&text) {
+            tallies.clear();
+        }
+        let t = tallies.entry(text).or_default();
+        t.sync(self, k, snap);
+        f(t)
+    }
+}
+
+/// Does the constraint count every node whatever the pod's node affinity and
+/// tolerations (so PreFilter/PreScore need not look at each node)?
+fn admits_every_node(pod: &PodInfo, c: &SpreadConstraint) -> bool {
+    let affinity = c.node_affinity_policy == InclusionPolicy::Ignore || (pod.node_selector.is_none() && pod.required_node_affinity.is_none());
+    affinity && c.node_taints_policy == InclusionPolicy::Ignore
 }
 
 /// Per node, the inclusion policies evaluated lazily and at most once.
@@ -314,16 +477,14 @@ struct HardConstraint {
     c: SpreadConstraint,
     /// The incoming pod matches the constraint's selector.
     self_match: bool,
-    /// Topology value → domain id (index into the counts).
-    ids: Arc<HashMap<String, u32>>,
-    /// Domain id per snapshot node index, with the node object it was read from.
-    per_node: Arc<Vec<(usize, u32)>>,
+    /// The nodes' domains (counted nodes have every constraint's key).
+    layout: Arc<Layout>,
 }
 
 /// Per-cycle counts of one hard constraint.
 #[derive(Clone, Debug)]
 struct Counts {
-    /// Matching pods per domain id.
+    /// Matching pods per domain id (0 for domains not present).
     counts: Vec<i64>,
     /// Domains of nodes that pass the inclusion policies and have every key.
     present: Vec<bool>,
@@ -336,6 +497,12 @@ struct Counts {
 impl Counts {
     fn recompute_min(&mut self) {
         self.min = self.counts.iter().zip(&self.present).filter(|(_, p)| **p).map(|(c, _)| *c).min().unwrap_or(i64::MAX);
+    }
+
+    /// Matching pods of domain `d` (0 for a domain not present or unknown).
+    fn count(&self, d: u32) -> i64 {
+        let d = d as usize;
+        if self.present.get(d).copied().unwrap_or(false) { self.counts[d] } else { 0 }
     }
 }
 
@@ -351,6 +518,9 @@ impl Counts {
 struct PreFilterState {
     fixed: Arc<Vec<HardConstraint>>,
     counts: Vec<Counts>,
+    /// The snapshot's journal when the layouts were read: while the snapshot
+    /// can say what changed since, its node indexes are the layouts' ones.
+    mark: JournalMark,
 }
 
 impl PreFilterState {
@@ -358,6 +528,20 @@ impl PreFilterState {
     fn min_match(&self, i: usize) -> i64 {
         let c = &self.counts[i];
         if c.domains < self.fixed[i].c.min_domains { 0 } else { c.min }
+    }
+
+    /// Filter of one node given each constraint's domain for it.
+    fn verdict(&self, dom: impl Fn(usize, &HardConstraint) -> u32) -> Status {
+        for (i, f) in self.fixed.iter().enumerate() {
+            let d = dom(i, f);
+            if d == MISSING {
+                return Status::unresolvable(REASON_MISSING_LABEL);
+            }
+            if self.counts[i].count(d) + i64::from(f.self_match) - self.min_match(i) > f.c.max_skew {
+                return Status::unschedulable(REASON_CONSTRAINTS);
+            }
+        }
+        Status::success()
     }
 
     /// Counts (delta 1) or uncounts (delta -1) `other` on `node` (upstream
@@ -377,7 +561,7 @@ impl PreFilterState {
                 continue;
             }
             // Every value of a snapshot node has an id.
-            let Some(&d) = labels.get(&f.c.topology_key).and_then(|v| f.ids.get(v)) else { continue };
+            let Some(&d) = labels.get(&f.c.topology_key).and_then(|v| f.layout.ids.get(v)) else { continue };
             let c = &mut self.counts[i];
             let d = d as usize;
             if d >= c.counts.len() {
@@ -401,18 +585,39 @@ impl PreFilterState {
     }
 }
 
+/// Do the snapshot's node indexes still mean what they meant at `mark`
+/// (and, with `unchanged`, has no node's pods changed either)?
+fn same_nodes(snap: &Snapshot, mark: JournalMark, unchanged: bool) -> bool {
+    let mut changed = Vec::new();
+    snap.changed_since(mark, &mut changed).is_some() && (!unchanged || changed.is_empty())
+}
+
 /// One soft constraint with its counts and weight.
 #[derive(Debug)]
 struct SoftConstraint {
     c: SpreadConstraint,
     /// The key is the hostname label: counted per node at Score time.
     hostname: bool,
-    /// Topology value → domain id (non-hostname keys).
-    ids: Arc<HashMap<String, u32>>,
-    /// Matching pods per domain id; None for domains of no scored node.
+    /// The nodes' domains and which nodes count.
+    layout: Arc<Layout>,
+    /// Matching pods per node index at PreScore (hostname keys).
+    per_node: Arc<Vec<i64>>,
+    /// Matching pods per slot; None for domains of no scored node.
     counts: Vec<Option<i64>>,
     /// log(number of domains + 2).
     weight: f64,
+}
+
+impl SoftConstraint {
+    /// The constraint's part of a node's raw score given its matching pods.
+    fn part(&self, cnt: i64) -> f64 {
+        cnt as f64 * self.weight + (self.c.max_skew - 1) as f64
+    }
+
+    /// The part of a node in domain `d` (not hostname).
+    fn domain_part(&self, d: u32) -> f64 {
+        self.part(self.counts.get(d as usize).copied().flatten().unwrap_or(0))
+    }
 }
 
 /// PreScore state.
@@ -421,11 +626,19 @@ struct PreScoreState {
     constraints: Arc<Vec<SoftConstraint>>,
     /// Nodes missing a topology key are ignored (always, except for system defaults).
     require_all: bool,
+    /// The snapshot's journal at PreScore (see `PreFilterState::mark`).
+    mark: JournalMark,
 }
 
 impl PreScoreState {
     fn ignored(&self, labels: &Labels) -> bool {
         self.require_all && !self.constraints.iter().all(|s| labels.contains_key(&s.c.topology_key))
+    }
+
+    /// Is snapshot node `i` ignored, by the layouts (valid for the snapshot)?
+    /// With require_all, a node counts in every layout or in none.
+    fn ignored_at(&self, i: usize) -> bool {
+        self.require_all && self.constraints.first().is_some_and(|sc| sc.layout.slot(i) == MISSING)
     }
 }
 
@@ -450,28 +663,45 @@ impl Plugin for PodTopologySpread {
         if cs.is_empty() {
             return (Status::skip(), None);
         }
-        let doms: Vec<Domains> = cs.iter().map(|c| self.node_domains(&c.topology_key, snap)).collect();
-        let matched: Vec<Vec<i64>> = cs.iter().map(|c| self.match_counts(&pod.namespace, &c.selector, snap)).collect();
-        let mut counts: Vec<Counts> = doms
-            .iter()
-            .map(|(ids, _)| Counts { counts: vec![0; ids.len()], present: vec![false; ids.len()], domains: 0, min: i64::MAX })
-            .collect();
-        for (ni, node) in snap.nodes.iter().enumerate() {
-            if doms.iter().any(|(_, per_node)| per_node[ni] == MISSING) {
-                continue;
-            }
-            let mut inc = Inclusion::new(pod, node);
-            for (i, c) in cs.iter().enumerate() {
-                if !inc.admits(c) {
+        // Nodes count when they have every constraint's key.
+        let keys: Vec<&str> = cs.iter().map(|c| c.topology_key.as_str()).collect();
+        let every_node = cs.iter().all(|c| admits_every_node(pod, c));
+        let mut layouts = Vec::with_capacity(cs.len());
+        let mut counts = Vec::with_capacity(cs.len());
+        let mut per_node = Vec::new();
+        for c in &cs {
+            let k = TallyKey { ns: &pod.namespace, sel: &c.selector, key: &c.topology_key, required: &keys, missing_as_empty: false };
+            self.with_tally(&k, snap, |t| {
+                let l = &t.layout;
+                if every_node {
+                    // Every node with all the keys counts: the tally's sums are the counts.
+                    counts.push(Counts { counts: t.sums.clone(), present: l.present.clone(), domains: l.domains, min: i64::MAX });
+                } else {
+                    counts.push(Counts { counts: vec![0; l.slots()], present: vec![false; l.slots()], domains: 0, min: i64::MAX });
+                    per_node.push(Arc::clone(&t.per_node));
+                }
+                layouts.push(Arc::clone(l));
+            });
+        }
+        if !every_node {
+            for (ni, node) in snap.nodes.iter().enumerate() {
+                // Every layout has the same counted nodes (those with every key).
+                if layouts.iter().any(|l| l.slot(ni) == MISSING) {
                     continue;
                 }
-                let d = doms[i].1[ni] as usize;
-                let k = &mut counts[i];
-                if !k.present[d] {
-                    k.present[d] = true;
-                    k.domains += 1;
+                let mut inc = Inclusion::new(pod, node);
+                for (i, c) in cs.iter().enumerate() {
+                    if !inc.admits(c) {
+                        continue;
+                    }
+                    let d = layouts[i].dom[ni] as usize;
+                    let k = &mut counts[i];
+                    if !k.present[d] {
+                        k.present[d] = true;
+                        k.domains += 1;
+                    }
+                    k.counts[d] += per_node[i][ni];
                 }
-                k.counts[d] += matched[i][ni];
             }
         }
         for k in counts.iter_mut() {
@@ -479,15 +709,10 @@ impl Plugin for PodTopologySpread {
         }
         let fixed = cs
             .into_iter()
-            .zip(doms)
-            .map(|(c, (ids, per))| HardConstraint {
-                self_match: c.selector.matches(&pod.labels),
-                c,
-                ids,
-                per_node: Arc::new(snap.nodes.iter().zip(per).map(|(n, d)| (Arc::as_ptr(&n.node) as usize, d)).collect()),
-            })
+            .zip(layouts)
+            .map(|(c, layout)| HardConstraint { self_match: c.selector.matches(&pod.labels), c, layout })
             .collect();
-        state.insert(PreFilterState { fixed: Arc::new(fixed), counts });
+        state.insert(PreFilterState { fixed: Arc::new(fixed), counts, mark: snap.journal_mark() });
         (Status::success(), None)
     }
 
@@ -515,35 +740,43 @@ impl Plugin for PodTopologySpread {
         let Some(s) = state.get::<PreFilterState>() else {
             return Status::error("PodTopologySpread: PreFilter state missing");
         };
-        let labels = &node.node.labels;
-        let ptr = Arc::as_ptr(&node.node) as usize;
-        for (i, f) in s.fixed.iter().enumerate() {
-            let k = &s.counts[i];
-            // Fast path: the domain read in PreFilter for this very node object.
-            if let Some(&(p, d)) = f.per_node.get(node.index)
-                && p == ptr {
-                    if d == MISSING {
-                        return Status::unresolvable(REASON_MISSING_LABEL);
-                    }
-                    let count = if k.present.get(d as usize).copied().unwrap_or(false) { k.counts[d as usize] } else { 0 };
-                    if count + i64::from(f.self_match) - s.min_match(i) > f.c.max_skew {
-                        return Status::unschedulable(REASON_CONSTRAINTS);
-                    }
-                    continue;
-                }
-            let Some(v) = labels.get(&f.c.topology_key) else {
-                return Status::unresolvable(REASON_MISSING_LABEL);
-            };
-            let count = match f.ids.get(v.as_str()) {
-                Some(&d) if k.present.get(d as usize).copied().unwrap_or(false) => k.counts[d as usize],
-                _ => 0,
-            };
-            let skew = count + i64::from(f.self_match) - s.min_match(i);
-            if skew > f.c.max_skew {
-                return Status::unschedulable(REASON_CONSTRAINTS);
-            }
+        s.verdict(|_, f| f.layout.domain_of(node, &f.c.topology_key))
+    }
+
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
+        let Some(s) = state.get::<PreFilterState>() else {
+            return filter_each(self, state, pod, snap, nodes, rejected, |_| true);
+        };
+        if !same_nodes(snap, s.mark, false) || s.fixed.iter().any(|f| f.layout.dom.len() != snap.nodes.len()) {
+            return filter_each(self, state, pod, snap, nodes, rejected, |_| true);
         }
-        Status::success()
+        // Per constraint: each node's domain, and whether each domain (then
+        // an unknown one) is within maxSkew.
+        let tables: Vec<(&[u32], Vec<bool>, bool)> = s
+            .fixed
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let limit = f.c.max_skew - i64::from(f.self_match) + s.min_match(i);
+                let k = &s.counts[i];
+                let ok = (0..k.counts.len()).map(|d| k.count(d as u32) <= limit).collect();
+                (f.layout.dom.as_slice(), ok, 0 <= limit)
+            })
+            .collect();
+        nodes.retain(|&i| {
+            for (dom, ok, ok_unknown) in &tables {
+                let d = dom[i];
+                if d == MISSING {
+                    rejected.push((i, Status::unresolvable(REASON_MISSING_LABEL)));
+                    return false;
+                }
+                if !ok.get(d as usize).copied().unwrap_or(*ok_unknown) {
+                    rejected.push((i, Status::unschedulable(REASON_CONSTRAINTS)));
+                    return false;
+                }
+            }
+            true
+        });
     }
 
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[usize], snap: &Snapshot) -> Status {
@@ -554,65 +787,73 @@ impl Plugin for PodTopologySpread {
         if cs.is_empty() {
             return Status::skip();
         }
+        // Nodes missing a key are ignored, except under system defaults,
+        // where a node without the key counts in the domain of the empty
+        // value (upstream reads the missing label as "").
         let require_all = !pod.spread_constraints.is_empty() || !self.system_defaulted;
-        let doms: Vec<Domains> = cs.iter().map(|c| self.node_domains(&c.topology_key, snap)).collect();
-        // A node without the key counts in the domain of the empty value when
-        // not every key is required (upstream reads the missing label as "").
-        let slot = |i: usize, ni: usize| -> usize {
-            let (ids, per_node) = &doms[i];
-            match per_node[ni] {
-                MISSING => ids.get("").map_or(ids.len(), |&d| d as usize),
-                d => d as usize,
-            }
-        };
-        let has_all = |ni: usize| doms.iter().all(|(_, per_node)| per_node[ni] != MISSING);
-        let mut soft: Vec<SoftConstraint> = cs
-            .into_iter()
-            .zip(&doms)
-            .map(|(c, (ids, _))| SoftConstraint {
+        let owned: Vec<String> = if require_all { cs.iter().map(|c| c.topology_key.clone()).collect() } else { Vec::new() };
+        let keys: Vec<&str> = owned.iter().map(String::as_str).collect();
+        let every_node = cs.iter().all(|c| admits_every_node(pod, c));
+        let mut soft = Vec::with_capacity(cs.len());
+        let mut sums = Vec::with_capacity(cs.len());
+        for c in cs {
+            let k = TallyKey { ns: &pod.namespace, sel: &c.selector, key: &c.topology_key, required: &keys, missing_as_empty: !require_all };
+            let (layout, per_node, s) = self.with_tally(&k, snap, |t| (Arc::clone(&t.layout), Arc::clone(&t.per_node), if every_node { t.sums.clone() } else { Vec::new() }));
+            sums.push(s);
+            soft.push(SoftConstraint {
                 hostname: c.topology_key == LABEL_HOSTNAME,
+                counts: vec![None; layout.slots()],
                 c,
-                ids: Arc::clone(ids),
-                counts: vec![None; ids.len() + 1],
+                layout,
+                per_node,
                 weight: 0.0,
-            })
-            .collect();
-        // Domains of the scored nodes; nodes missing a key are ignored.
-        let mut ignored = 0usize;
-        for &ni in nodes.iter().filter(|&&ni| ni < snap.nodes.len()) {
-            if require_all && !has_all(ni) {
-                ignored += 1;
+            });
+        }
+        // Domains of the scored nodes; nodes missing a key are ignored. With
+        // require_all a node counts in every layout or in none; else in all.
+        let n = snap.nodes.len();
+        let first = Arc::clone(&soft[0].layout);
+        let counted = |ni: usize| !require_all || first.slot(ni) != MISSING;
+        let ignored = if require_all { nodes.iter().filter(|&&ni| ni < n && first.slot(ni) == MISSING).count() } else { 0 };
+        let mut seen: Vec<Vec<bool>> = soft.iter().map(|s| if s.hostname { Vec::new() } else { vec![false; s.counts.len()] }).collect();
+        for (s, seen) in soft.iter().zip(seen.iter_mut()).filter(|(s, _)| !s.hostname) {
+            let slot = s.layout.slot.as_slice();
+            for &ni in nodes {
+                if let Some(x) = slot.get(ni).and_then(|&d| seen.get_mut(d as usize)) {
+                    *x = true;
+                }
+            }
+        }
+        for ((s, seen), sums) in soft.iter_mut().zip(&seen).zip(&sums) {
+            if s.hostname {
+                s.weight = ((nodes.len().saturating_sub(ignored) + 2) as f64).ln();
                 continue;
             }
-            for (i, s) in soft.iter_mut().enumerate().filter(|(_, s)| !s.hostname) {
-                s.counts[slot(i, ni)].get_or_insert(0);
+            for (d, _) in seen.iter().enumerate().filter(|(_, x)| **x) {
+                s.counts[d] = Some(if every_node { sums.get(d).copied().unwrap_or(0) } else { 0 });
             }
+            s.weight = ((s.counts.iter().filter(|c| c.is_some()).count() + 2) as f64).ln();
         }
-        for s in soft.iter_mut() {
-            let size = if s.hostname { nodes.len().saturating_sub(ignored) } else { s.counts.iter().filter(|c| c.is_some()).count() };
-            s.weight = ((size + 2) as f64).ln();
-        }
-        // Matching pods per domain, over every node of the cluster.
-        if soft.iter().any(|s| !s.hostname) {
-            let matched: Vec<Option<Vec<i64>>> = soft.iter().map(|s| (!s.hostname).then(|| self.match_counts(&pod.namespace, &s.c.selector, snap))).collect();
+        // Not every node counts: matching pods per domain over the nodes that do.
+        if !every_node && soft.iter().any(|s| !s.hostname) {
             for (ni, node) in snap.nodes.iter().enumerate() {
-                if node.pods.is_empty() || (require_all && !has_all(ni)) {
+                if node.pods.is_empty() || !counted(ni) {
                     continue;
                 }
                 let mut inc = Inclusion::new(pod, node);
-                for (i, s) in soft.iter_mut().enumerate().filter(|(_, s)| !s.hostname) {
-                    let d = slot(i, ni);
-                    if s.counts[d].is_none() || !inc.admits(&s.c) {
+                for s in soft.iter_mut().filter(|s| !s.hostname) {
+                    let d = s.layout.slot(ni) as usize;
+                    if s.counts.get(d).is_none_or(|c| c.is_none()) || !inc.admits(&s.c) {
                         continue;
                     }
-                    let n = matched[i].as_ref().map(|m| m[ni]).unwrap_or(0);
+                    let m = s.per_node[ni];
                     if let Some(c) = s.counts[d].as_mut() {
-                        *c += n;
+                        *c += m;
                     }
                 }
             }
         }
-        state.insert(PreScoreState { constraints: Arc::new(soft), require_all });
+        state.insert(PreScoreState { constraints: Arc::new(soft), require_all, mark: snap.journal_mark() });
         Status::success()
     }
 
@@ -620,21 +861,66 @@ impl Plugin for PodTopologySpread {
         let Some(s) = state.get::<PreScoreState>() else {
             return Err(Status::error("PodTopologySpread: PreScore state missing"));
         };
-        let labels = &node.node.labels;
-        if s.ignored(labels) {
+        if s.ignored(&node.node.labels) {
             return Ok(0);
         }
         let mut score = 0f64;
         for sc in s.constraints.iter() {
-            let Some(v) = labels.get(&sc.c.topology_key) else { continue };
-            let cnt = if sc.hostname {
-                count_matching(node, &sc.c.selector, &pod.namespace)
-            } else {
-                sc.ids.get(v.as_str()).and_then(|&d| sc.counts.get(d as usize).copied().flatten()).unwrap_or(0)
-            };
-            score += cnt as f64 * sc.weight + (sc.c.max_skew - 1) as f64;
+            let d = sc.layout.domain_of(node, &sc.c.topology_key);
+            if d == MISSING {
+                continue;
+            }
+            score += if sc.hostname { sc.part(count_matching(node, &sc.c.selector, &pod.namespace)) } else { sc.domain_part(d) };
         }
         Ok(score.round() as i64)
+    }
+
+    fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
+        let Some(s) = state.get::<PreScoreState>() else {
+            return Err(Status::error("PodTopologySpread: PreScore state missing"));
+        };
+        let n = snap.nodes.len();
+        // The layouts and the per-node counts hold for this snapshot only
+        // while nothing changed since PreScore.
+        if !same_nodes(snap, s.mark, true) || s.constraints.iter().any(|sc| sc.layout.dom.len() != n || sc.per_node.len() != n) || scores.iter().any(|ns| ns.node >= n) {
+            for ns in scores.iter_mut() {
+                ns.score = self.score(state, pod, &snap.nodes[ns.node])?;
+            }
+            return Ok(());
+        }
+        // Each domain's part of the raw score, per constraint.
+        let parts: Vec<Vec<f64>> = s.constraints.iter().map(|sc| if sc.hostname { Vec::new() } else { (0..sc.counts.len()).map(|d| sc.domain_part(d as u32)).collect() }).collect();
+        if let ([sc], [part]) = (s.constraints.as_slice(), parts.as_slice())
+            && !sc.hostname
+        {
+            // One constraint: each domain's score, rounded once. With
+            // require_all a node that does not count is ignored (0); else a
+            // node without the key gets no part (0). Either way its index
+            // (MISSING) is past the table.
+            let table: Vec<i64> = part.iter().map(|p| p.round() as i64).collect();
+            let by = if s.require_all { sc.layout.slot.as_slice() } else { sc.layout.dom.as_slice() };
+            for ns in scores.iter_mut() {
+                ns.score = by.get(ns.node).and_then(|&d| table.get(d as usize)).copied().unwrap_or(0);
+            }
+            return Ok(());
+        }
+        for ns in scores.iter_mut() {
+            let i = ns.node;
+            if s.ignored_at(i) {
+                ns.score = 0;
+                continue;
+            }
+            let mut score = 0f64;
+            for (sc, part) in s.constraints.iter().zip(&parts) {
+                let d = sc.layout.dom[i];
+                if d == MISSING {
+                    continue;
+                }
+                score += if sc.hostname { sc.part(sc.per_node[i]) } else { part.get(d as usize).copied().unwrap_or_else(|| sc.part(0)) };
+            }
+            ns.score = score.round() as i64;
+        }
+        Ok(())
     }
 
     fn has_normalize(&self) -> bool {
@@ -645,19 +931,36 @@ impl Plugin for PodTopologySpread {
         let Some(s) = state.get::<PreScoreState>() else {
             return Status::error("PodTopologySpread: PreScore state missing");
         };
-        let ignored = |ns: &NodeScore| snap.nodes.get(ns.node).is_none_or(|n| s.ignored(&n.node.labels));
+        let n = snap.nodes.len();
+        let by_layout = same_nodes(snap, s.mark, false) && s.constraints.iter().all(|sc| sc.layout.dom.len() == n);
+        // With require_all, the nodes that count are the same in every layout.
+        let counting = s.constraints.first().filter(|_| by_layout && s.require_all).map(|sc| sc.layout.slot.as_slice());
+        let ignored = |i: usize| match snap.nodes.get(i) {
+            None => true,
+            Some(_) if by_layout => counting.is_some_and(|c| c[i] == MISSING),
+            Some(node) => s.ignored(&node.node.labels),
+        };
         let (mut min, mut max) = (i64::MAX, 0i64);
-        for ns in scores.iter().filter(|ns| !ignored(ns)) {
+        for ns in scores.iter().filter(|ns| !ignored(ns.node)) {
             min = min.min(ns.score);
             max = max.max(ns.score);
         }
+        let normalized = |raw: i64| if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - raw) / max };
+        // Raw scores take few values (one per domain): when their range is
+        // small, each value is normalized once.
+        let mut memo: Vec<Option<i64>> = match usize::try_from(max.saturating_sub(min)) {
+            Ok(r) if min <= max && r <= scores.len() => vec![None; r + 1],
+            _ => Vec::new(),
+        };
         for ns in scores.iter_mut() {
-            ns.score = if ignored(ns) {
+            ns.score = if ignored(ns.node) {
                 0
-            } else if max == 0 {
-                MAX_NODE_SCORE
             } else {
-                MAX_NODE_SCORE * (max + min - ns.score) / max
+                match usize::try_from(ns.score - min).ok().and_then(|k| memo.get_mut(k)) {
+                    Some(Some(v)) => *v,
+                    Some(m) => *m.insert(normalized(ns.score)),
+                    None => normalized(ns.score),
+                }
             };
         }
         Status::success()
@@ -947,6 +1250,242 @@ mod tests {
         ];
         for (name, p, nodes, failed, pods, want) in cases {
             assert_eq!(scores(&p, &nodes, &failed, &pods), want, "{name}");
+        }
+    }
+
+    /// A small deterministic generator (xorshift) for the randomized tests.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    /// A random node: in one of a few zones (or none), with or without the
+    /// hostname label, sometimes tainted or off the pod's node selector.
+    fn random_node(r: &mut Rng, name: &str) -> NodeBuilder {
+        let mut n = if r.below(8) == 0 { bare(name) } else { node(name) };
+        if r.below(8) != 0 {
+            n = n.label("zone", ["z1", "z2", "z3", ""][r.below(4)]);
+        }
+        if r.below(3) != 0 {
+            n = n.label("pool", "p");
+        }
+        if r.below(6) == 0 {
+            n = n.taint("k", "v", "NoSchedule");
+        }
+        n
+    }
+
+    /// Per (value of `key`), the matching pods of `ns`/`sel` over the nodes
+    /// having every key of `required`, counted from scratch.
+    fn recount(snap: &Snapshot, ns: &str, sel: &Selector, key: &str, required: &[&str]) -> std::collections::BTreeMap<String, i64> {
+        let mut out = std::collections::BTreeMap::new();
+        for n in &snap.nodes {
+            let labels = &n.node.labels;
+            if !required.iter().all(|k| labels.contains_key(*k)) {
+                continue;
+            }
+            let Some(v) = labels.get(key) else { continue };
+            *out.entry(v.clone()).or_insert(0) += count_matching(n, sel, ns);
+        }
+        out
+    }
+
+    /// The plugin's verdicts (by node name) and normalized scores for `p`.
+    fn decisions(pl: &PodTopologySpread, p: &PodInfo, snap: &Snapshot, batch: bool) -> (Vec<(String, Code)>, Vec<i64>) {
+        let mut st = CycleState::new();
+        let (s, _) = pl.pre_filter(&mut st, p, snap);
+        let mut verdicts = Vec::new();
+        if s.is_success() {
+            if batch {
+                let mut alive: Vec<usize> = (0..snap.nodes.len()).collect();
+                let mut rejected = Vec::new();
+                pl.filter_nodes(&st, p, snap, &mut alive, &mut rejected);
+                verdicts.extend(alive.iter().map(|&i| (snap.nodes[i].name().to_string(), Code::Success)));
+                verdicts.extend(rejected.iter().map(|(i, s)| (snap.nodes[*i].name().to_string(), s.code)));
+            } else {
+                verdicts.extend(snap.nodes.iter().map(|n| (n.name().to_string(), pl.filter(&st, p, n).code)));
+            }
+        }
+        verdicts.sort_by(|a, b| a.0.cmp(&b.0));
+        // Score every other node, so that some domains have no scored node.
+        let feasible: Vec<usize> = (0..snap.nodes.len()).filter(|i| i % 2 == 0).collect();
+        let mut st = CycleState::new();
+        if pl.pre_score(&mut st, p, &feasible, snap).is_skip() {
+            return (verdicts, Vec::new());
+        }
+        let mut out: Vec<NodeScore> = feasible.iter().map(|&i| NodeScore { node: i, score: 0 }).collect();
+        if batch {
+            assert!(pl.score_nodes(&st, p, snap, &mut out).is_ok());
+        } else {
+            for ns in out.iter_mut() {
+                ns.score = pl.score(&st, p, &snap.nodes[ns.node]).unwrap_or(-1);
+            }
+        }
+        assert!(pl.normalize_score(&st, p, &mut out, snap).is_success());
+        let mut named: Vec<(String, i64)> = out.iter().map(|s| (snap.nodes[s.node].name().to_string(), s.score)).collect();
+        named.sort();
+        (verdicts, named.into_iter().map(|(_, s)| s).collect())
+    }
+
+    /// Normalized scores (by node name) of every other node, computed from
+    /// upstream's definitions node by node, sharing nothing with the plugin's
+    /// state but its constraints, inclusion policies and pod matching.
+    fn reference_scores(pl: &PodTopologySpread, p: &PodInfo, snap: &Snapshot) -> Vec<i64> {
+        let cs = pl.constraints(p, WhenUnsatisfiable::ScheduleAnyway, snap);
+        if cs.is_empty() {
+            return Vec::new();
+        }
+        let feasible: Vec<usize> = (0..snap.nodes.len()).filter(|i| i % 2 == 0).collect();
+        let require_all = !p.spread_constraints.is_empty() || !pl.system_defaulted;
+        let has_all = |n: &NodeInfo| cs.iter().all(|c| n.node.labels.contains_key(&c.topology_key));
+        let value = |n: &NodeInfo, c: &SpreadConstraint| n.node.labels.get(&c.topology_key).cloned().unwrap_or_default();
+        let ignored = |i: usize| require_all && !has_all(&snap.nodes[i]);
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
+        for &i in feasible.iter().filter(|&&i| !ignored(i)) {
+            for (k, c) in cs.iter().enumerate().filter(|(_, c)| c.topology_key != LABEL_HOSTNAME) {
+                counts[k].entry(value(&snap.nodes[i], c)).or_insert(0);
+            }
+        }
+        let n_ignored = feasible.iter().filter(|&&i| ignored(i)).count();
+        let weights: Vec<f64> = cs
+            .iter()
+            .zip(&counts)
+            .map(|(c, m)| (if c.topology_key == LABEL_HOSTNAME { feasible.len() - n_ignored } else { m.len() } + 2) as f64)
+            .map(f64::ln)
+            .collect();
+        for (i, n) in snap.nodes.iter().enumerate() {
+            if ignored(i) {
+                continue;
+            }
+            for (k, c) in cs.iter().enumerate() {
+                if Inclusion::new(p, n).admits(c)
+                    && let Some(x) = counts[k].get_mut(&value(n, c))
+                {
+                    *x += count_matching(n, &c.selector, &p.namespace);
+                }
+            }
+        }
+        let raw: Vec<i64> = feasible
+            .iter()
+            .map(|&i| {
+                let n = &snap.nodes[i];
+                let mut score = 0f64;
+                if ignored(i) {
+                    return 0;
+                }
+                for (k, c) in cs.iter().enumerate().filter(|(_, c)| n.node.labels.contains_key(&c.topology_key)) {
+                    let cnt = if c.topology_key == LABEL_HOSTNAME { count_matching(n, &c.selector, &p.namespace) } else { counts[k][&value(n, c)] };
+                    score += cnt as f64 * weights[k] + (c.max_skew - 1) as f64;
+                }
+                score.round() as i64
+            })
+            .collect();
+        let kept = || feasible.iter().zip(&raw).filter(|(i, _)| !ignored(**i)).map(|(_, s)| *s);
+        let (min, max) = (kept().min().unwrap_or(i64::MAX), kept().max().unwrap_or(0).max(0));
+        let mut named: Vec<(String, i64)> = feasible
+            .iter()
+            .zip(&raw)
+            .map(|(&i, &s)| {
+                let v = if ignored(i) { 0 } else if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - s) / max };
+                (snap.nodes[i].name().to_string(), v)
+            })
+            .collect();
+        named.sort();
+        named.into_iter().map(|(_, s)| s).collect()
+    }
+
+    #[test]
+    fn incremental_counts_follow_random_changes() {
+        let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+        let foo = &[("foo", "")];
+        let pods = [
+            incoming().spread(1, "zone", DNS, foo),
+            incoming().spread(1, "zone", DNS, foo).spread(2, HOST, DNS, foo),
+            incoming().node_selector("pool", "p").spread(1, "zone", DNS, foo).spread(1, "zone", SA, foo),
+            incoming().spread_constraint(tsc(1, "zone", DNS, Some(3), None, Some("Honor"))),
+            incoming().spread(2, "zone", SA, foo).spread(1, HOST, SA, &[("bar", "")]),
+            incoming().namespace("other").spread(1, "zone", SA, foo),
+            // No constraints: the system defaults (hostname and zone), where
+            // nodes without a key count under the empty value.
+            incoming(),
+        ]
+        .map(|p| p.info());
+        let pl = plugin();
+        let mut snap = snapshot(&(0..12).map(|i| random_node(&mut r, &format!("node-{i}"))).collect::<Vec<_>>(), &[]);
+        let svc = core::Service {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta { name: Some("svc".into()), namespace: Some("default".into()), ..Default::default() },
+            spec: Some(core::ServiceSpec { selector: Some([("foo".to_string(), String::new())].into()), ..Default::default() }),
+            ..Default::default()
+        };
+        snap.workloads.upsert_service(&svc);
+        let mut bound: Vec<String> = Vec::new();
+        let mut next = 0;
+        for step in 0..600 {
+            match r.below(20) {
+                0 => {
+                    // A node changes labels or taints (its pods stay).
+                    let i = r.below(snap.nodes.len());
+                    let name = snap.nodes[i].name().to_string();
+                    snap.upsert_node(random_node(&mut r, &name).spec());
+                }
+                1 if snap.nodes.len() > 4 => {
+                    let i = r.below(snap.nodes.len());
+                    let name = snap.nodes[i].name().to_string();
+                    snap.remove_node(&name);
+                }
+                2 => {
+                    next += 1;
+                    snap.upsert_node(random_node(&mut r, &format!("new-{next}")).spec());
+                }
+                3..=8 if !bound.is_empty() => {
+                    let uid = bound.swap_remove(r.below(bound.len()));
+                    snap.remove_pod(&uid);
+                }
+                _ => {
+                    next += 1;
+                    let i = r.below(snap.nodes.len());
+                    let mut b = pod(&format!("q{next}")).node(snap.nodes[i].name());
+                    for (k, v) in [("foo", ""), ("bar", "")] {
+                        if r.below(3) != 0 {
+                            b = b.label(k, v);
+                        }
+                    }
+                    if r.below(6) == 0 {
+                        b = b.namespace("other");
+                    }
+                    if r.below(8) == 0 {
+                        b = b.terminating();
+                    }
+                    let info = b.info();
+                    bound.push(info.uid.clone());
+                    snap.add_pod(info);
+                }
+            }
+            // The kept tallies equal a count from scratch.
+            let sel = pods[0].spread_constraints[0].selector.clone();
+            for (key, required) in [("zone", vec!["zone"]), ("zone", vec!["zone", HOST]), (HOST, vec!["zone", HOST])] {
+                let k = TallyKey { ns: "default", sel: &sel, key, required: &required, missing_as_empty: false };
+                let got: std::collections::BTreeMap<String, i64> = pl.with_tally(&k, &snap, |t| {
+                    t.layout.ids.iter().filter(|(_, d)| t.layout.present[**d as usize]).map(|(v, d)| (v.clone(), t.sums[*d as usize])).collect()
+                });
+                assert_eq!(got, recount(&snap, "default", &sel, key, &required), "step {step}: {key} {required:?}");
+            }
+            // Decisions equal those of a plugin that counts from scratch, by
+            // the batch and the per-node paths alike.
+            if step % 3 == 0 {
+                for p in &pods {
+                    let want = decisions(&plugin(), p, &snap, false);
+                    assert_eq!(want.1, reference_scores(&pl, p, &snap), "step {step}: {:?}", p.spread_constraints);
+                    assert_eq!(decisions(&pl, p, &snap, true), want, "step {step}: {:?}", p.spread_constraints);
+                    assert_eq!(decisions(&pl, p, &snap, false), want, "step {step}: {:?}", p.spread_constraints);
+                }
+            }
         }
     }
 
