@@ -19,14 +19,15 @@
 //!    highest-priority victims, then the first.
 
 use std::cmp::Ordering;
-use std::sync::Arc;
+use std::hash::Hasher;
+use std::sync::{Arc, Mutex, TryLockError};
 
 use serde::Deserialize;
 
 use crate::cache::{Pdb, Snapshot};
 use crate::framework::status::ReasonCounts;
 use crate::framework::{Code, CycleState, Events, Framework, NodeStatuses, Plugin, Points, PostFilterResult, Status};
-use crate::model::{NodeInfo, PodInfo};
+use crate::model::{NodeInfo, NodeSpec, PodInfo};
 
 /// Plugin name.
 pub const NAME: &str = "DefaultPreemption";
@@ -61,12 +62,101 @@ pub struct Args {
 pub struct DefaultPreemption {
     min_percentage: i64,
     min_absolute: i64,
+    /// Dry-run results of the last preemptor shape, per node.
+    kept: Mutex<DryRuns>,
 }
 
 impl Default for DefaultPreemption {
     fn default() -> Self {
-        DefaultPreemption { min_percentage: 10, min_absolute: 100 }
+        DefaultPreemption { min_percentage: 10, min_absolute: 100, kept: Mutex::default() }
     }
+}
+
+/// One node's dry-run outcome: the victims and PDB violations, or the node's status.
+type Victims = Result<(Vec<Arc<PodInfo>>, usize), Status>;
+
+/// What a node's dry run depends on besides the node itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct DryRunKey {
+    /// The framework (its address while it runs this cycle).
+    framework: usize,
+    /// The preemptor's signature: every field of the pod but its identity.
+    signature: u64,
+    /// The Filter plugins that run, all node-local.
+    filters: Vec<&'static str>,
+    /// The PreFilter plugins that answered Skip (their AddPod/RemovePod do not run).
+    skipped: Vec<&'static str>,
+    /// A fingerprint of the PodDisruptionBudgets.
+    pdbs: u64,
+    /// Number of nodes.
+    nodes: usize,
+}
+
+/// Dry-run results kept for the next preemptor of the same shape.
+///
+/// When every Filter plugin that runs is node-local ([`Plugin::reusable`]:
+/// its verdict is a function of the pod's signature and of the one node),
+/// a node's dry run (which removes and re-adds that node's pods and runs
+/// those filters) is a function of the pod's signature, the node (its
+/// object and pods), the PodDisruptionBudgets and the pods nominated to the
+/// node. So a node that has not changed since, with no nominated pods,
+/// gives the result it gave then.
+#[derive(Debug, Default)]
+struct DryRuns {
+    key: Option<DryRunKey>,
+    /// Per node index: the node object and generation the result was found at, and the result.
+    nodes: Vec<Option<(Arc<NodeSpec>, u64, Victims)>>,
+}
+
+impl DryRuns {
+    fn get(&self, i: usize, node: &NodeInfo) -> Option<&Victims> {
+        match self.nodes.get(i) {
+            Some(Some((spec, generation, v))) if Arc::ptr_eq(spec, &node.node) && *generation == node.generation => Some(v),
+            _ => None,
+        }
+    }
+
+    fn set(&mut self, i: usize, node: &NodeInfo, v: &Victims) {
+        if let Some(slot) = self.nodes.get_mut(i) {
+            *slot = Some((node.node.clone(), node.generation, v.clone()));
+        }
+    }
+}
+
+/// Feeds formatted text to a hasher.
+struct HashWriter<'a, H: Hasher>(&'a mut H);
+
+impl<H: Hasher> std::fmt::Write for HashWriter<'_, H> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.write(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// What a dry run over this cycle depends on beyond the nodes, or None when
+/// a Filter plugin that runs is not node-local (or the pod has no signature).
+fn dry_run_key(fw: &Framework, state: &CycleState, pod: &PodInfo, snap: &Snapshot) -> Option<DryRunKey> {
+    if pod.signature == 0 {
+        return None;
+    }
+    let filters: Vec<&'static str> = fw.plugins_at(Points::FILTER).into_iter().filter(|n| !state.filter_skipped(n)).collect();
+    let node_local = |name: &str| fw.plugins().find(|p| p.name() == name).is_some_and(|p| p.reusable());
+    if !filters.iter().all(|n| node_local(n)) {
+        return None;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    if !snap.pdbs.is_empty() {
+        use std::fmt::Write;
+        write!(HashWriter(&mut h), "{:?}", snap.pdbs).ok()?;
+    }
+    Some(DryRunKey {
+        framework: fw as *const Framework as usize,
+        signature: pod.signature,
+        filters,
+        skipped: state.skip_filter.clone(),
+        pdbs: h.finish(),
+        nodes: snap.nodes.len(),
+    })
 }
 
 impl DefaultPreemption {
@@ -86,7 +176,7 @@ impl DefaultPreemption {
             errs.push("minCandidateNodesAbsolute: Invalid value: 0: cannot be zero at the same time as minCandidateNodesPercentage".into());
         }
         match errs.len() {
-            0 => Ok(DefaultPreemption { min_percentage: i64::from(pct), min_absolute: i64::from(abs) }),
+            0 => Ok(DefaultPreemption { min_percentage: i64::from(pct), min_absolute: i64::from(abs), ..Default::default() }),
             1 => Err(errs.remove(0)),
             _ => Err(format!("[{}]", errs.join(", "))),
         }
@@ -281,10 +371,47 @@ impl DefaultPreemption {
         let mut violating: Vec<Candidate> = Vec::new();
         let mut failed = Vec::new();
         let mut errors = Vec::new();
+        // Results kept from the last preemptor of this shape (see DryRuns).
+        let mut kept = match self.kept.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => {
+                let mut g = p.into_inner();
+                *g = DryRuns::default();
+                self.kept.clear_poison();
+                Some(g)
+            }
+            Err(TryLockError::WouldBlock) => None,
+        };
+        let key = kept.as_ref().and_then(|_| dry_run_key(fw, state, pod, snap));
+        match (kept.as_deref_mut(), &key) {
+            (Some(k), Some(key)) => {
+                if k.key.as_ref() != Some(key) {
+                    k.key = Some(key.clone());
+                    k.nodes.clear();
+                    k.nodes.resize(snap.nodes.len(), None);
+                }
+            }
+            _ => kept = None,
+        }
         for k in 0..potential.len() {
             let idx = potential[(offset + k) % potential.len()];
             let node = &snap.nodes[idx];
-            let status = match select_victims(fw, state, pod, node, snap) {
+            // Pods nominated to the node are counted by the filters: such a node is not kept.
+            let keep = !snap.nominated.contains_key(node.name());
+            let found = match kept.as_deref_mut() {
+                Some(c) if keep => match c.get(idx, node) {
+                    Some(v) => v.clone(),
+                    None => {
+                        let v = select_victims(fw, state, pod, node, snap);
+                        if v.as_ref().err().is_none_or(|s| s.code != Code::Error) {
+                            c.set(idx, node, &v);
+                        }
+                        v
+                    }
+                },
+                _ => select_victims(fw, state, pod, node, snap),
+            };
+            let status = match found {
                 Ok((victims, _)) if victims.is_empty() => Status::error(format!("expected at least one victim pod on node {:?}", node.name())),
                 Ok((victims, pdb_violations)) => {
                     let c = Candidate { node: idx, victims, pdb_violations };
@@ -650,7 +777,7 @@ mod tests {
     fn num_candidates_table() {
         let rows = [(10, 100, 5, 5), (10, 100, 5000, 500), (10, 100, 200, 100), (0, 3, 50, 3), (50, 0, 7, 3), (100, 0, 9, 9)];
         for (pct, abs, n, want) in rows {
-            let p = DefaultPreemption { min_percentage: pct, min_absolute: abs };
+            let p = DefaultPreemption { min_percentage: pct, min_absolute: abs, ..Default::default() };
             assert_eq!(p.num_candidates(n), want, "{pct}% {abs} of {n}");
         }
     }
@@ -664,11 +791,95 @@ mod tests {
         let fw = framework();
         let p = pod("p").priority(10).req("1", "").info();
         let (o, state) = fw.schedule(&p, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
-        let pl = DefaultPreemption { min_percentage: 0, min_absolute: 2 };
+        let pl = DefaultPreemption { min_percentage: 0, min_absolute: 2, ..Default::default() };
         let potential: Vec<usize> = (0..5).filter(|&i| o.statuses.get(i).is_some_and(|s| s.code == Code::Unschedulable)).collect();
         let (cs, failed, _) = pl.dry_run(&fw, &state, &p, &snap, &potential, 3);
         assert_eq!(cs.iter().map(|c| c.node).collect::<Vec<_>>(), vec![3, 4]);
         assert!(failed.is_empty());
+    }
+
+    /// Dry-run results kept across cycles (for nodes unchanged since) give
+    /// the nomination, victims and message a fresh dry run gives, over a random
+    /// sequence of preemptions, placements, removals, nominations and PDB changes.
+    #[test]
+    fn kept_dry_runs_match_fresh_ones() {
+        let nodes: Vec<NodeBuilder> = (0..12).map(|i| node(&format!("n{i}")).alloc(if i % 3 == 0 { "2" } else { "4" }, "32Gi", 110)).collect();
+        let mut snap = snapshot(&nodes, &[]);
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut below = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut k = 0;
+        let mut low_pod = |n: usize, prio: i32, cpu: u64, app: &str| {
+            k += 1;
+            pod(&format!("l{k}")).node(&format!("n{n}")).priority(prio).req(&format!("{}m", cpu * 500), "").label("app", app).created(k).info()
+        };
+        for i in 0..40 {
+            let p = low_pod(i % 12, (i % 4) as i32, 1 + (i as u64 % 3), if i % 5 == 0 { "db" } else { "web" });
+            let n = &snap.nodes[i % 12];
+            if n.requested.milli_cpu + p.requests.milli_cpu <= n.allocatable.milli_cpu {
+                snap.add_pod(p);
+            }
+        }
+        let shapes = [pod("hi").priority(10).req("1", ""), pod("mid").priority(3).req("1500m", ""), pod("big").priority(10).req("3", "")];
+        let kept = framework();
+        let explain = CycleOptions { explain: true, ..Default::default() };
+        let mut preempted = 0;
+        for step in 0..300 {
+            let shape = &shapes[below(3) as usize];
+            let p = shape.clone().info();
+            let (a, _) = kept.schedule(&p, &snap, explain);
+            let (b, _) = framework().schedule(&p, &snap, explain);
+            assert_eq!(a.selected.is_some(), b.selected.is_some(), "step {step}");
+            let pf = |o: &CycleOutcome| o.post_filter.as_ref().map(|r| (r.nominated_node.clone(), r.victims.iter().map(|v| v.uid.clone()).collect::<Vec<_>>()));
+            assert_eq!(pf(&a), pf(&b), "step {step}");
+            assert_eq!(a.message, b.message, "step {step}");
+            let target = match (a.selected, a.post_filter.and_then(|r| r.nominated_node.map(|n| (n, r.victims)))) {
+                (Some(i), _) => Some(i),
+                (None, Some((n, victims))) => {
+                    preempted += 1;
+                    for v in &victims {
+                        snap.remove_pod(&v.uid);
+                    }
+                    snap.node_index(&n)
+                }
+                _ => None,
+            };
+            if let Some(i) = target {
+                let mut b = (*p).clone();
+                b.uid = format!("s{step}");
+                b.node_name = Some(snap.nodes[i].name().to_string());
+                let n = &snap.nodes[i];
+                if n.requested.milli_cpu + b.requests.milli_cpu <= n.allocatable.milli_cpu {
+                    snap.add_pod(Arc::new(b));
+                }
+            }
+            match below(8) {
+                0 => {
+                    // A low pod comes where it fits.
+                    let n = below(12) as usize;
+                    let lp = low_pod(n, below(4) as i32, 1 + below(2), if below(3) == 0 { "db" } else { "web" });
+                    let ni = &snap.nodes[n];
+                    if ni.requested.milli_cpu + lp.requests.milli_cpu <= ni.allocatable.milli_cpu {
+                        snap.add_pod(lp);
+                    }
+                }
+                1 => snap.pdbs = if snap.pdbs.is_empty() { vec![pdb("db", ("app", "db"), below(2) as i64)] } else { vec![] },
+                2 => {
+                    let other = pod("nom").priority(20).req("1", "").info();
+                    if snap.nominated.is_empty() {
+                        snap.nominate(other, &format!("n{}", below(12)));
+                    } else {
+                        snap.clear_nomination(&other.uid);
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert!(preempted > 20, "only {preempted} preemptions");
     }
 
     mod property {
