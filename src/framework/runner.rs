@@ -590,7 +590,7 @@ impl Framework {
         }
         // Score.
         if let Err(s) = self.prioritize(&mut out, &mut state, pod, snap, opts.explain, guard.as_deref_mut()) {
-            if let Some(c) = guard.as_deref_mut() {
+            if let Some(c) = guard {
                 c.clear();
             }
             out.message = Some(format!("running Score plugins: {}", s));
@@ -1166,7 +1166,7 @@ mod batch_tests {
         let mut snap = crate::testing::snapshot(&nodes, &[]);
         let batched = default_framework(30);
         let full = default_framework(30);
-        let shapes = |k: usize| if k % 3 == 0 { pod(&format!("p{k}")).req("700m", "1Gi").info() } else { pod(&format!("p{k}")).req("200m", "256Mi").node_selector("zone", "z1").info() };
+        let shapes = |k: usize| if k.is_multiple_of(3) { pod(&format!("p{k}")).req("700m", "1Gi").info() } else { pod(&format!("p{k}")).req("200m", "256Mi").node_selector("zone", "z1").info() };
         let statuses = |o: &CycleOutcome| -> Vec<(usize, String, &'static str)> {
             o.statuses.statuses.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message(), s.plugin))).collect()
         };

@@ -47,7 +47,7 @@ pub struct NodeAffinity {
     /// Per pod selector (nodeSelector + required affinity): whether each node
     /// matches, keyed by the node object it was computed from. Identical pods
     /// (most workloads) then pay one pointer comparison per node.
-    matches: std::sync::Mutex<std::collections::HashMap<String, (Option<(u64, u64)>, Arc<NodeMatches>)>>,
+    matches: std::sync::Mutex<std::collections::HashMap<String, SelectorMatches>>,
 }
 
 /// Whether each node (by index, with the node object it was computed from) matches.
@@ -91,6 +91,10 @@ pub fn pod_matches_node(pod: &PodInfo, node: &NodeInfo) -> bool {
 
 #[derive(Clone)]
 struct PreScoreState;
+
+/// One selector's node matches, and the snapshot node layout
+/// ([`Snapshot::layout`]) they were last checked at.
+type SelectorMatches = (Option<(u64, u64)>, Arc<NodeMatches>);
 
 impl NodeAffinity {
     fn cache_matches(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) {
