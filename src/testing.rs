@@ -307,3 +307,16 @@ pub fn snapshot(nodes: &[NodeBuilder], pods: &[PodBuilder]) -> Snapshot {
     }
     s
 }
+
+/// A small deterministic generator (xorshift) for randomized tests.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}

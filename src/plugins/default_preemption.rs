@@ -805,13 +805,8 @@ mod tests {
     fn kept_dry_runs_match_fresh_ones() {
         let nodes: Vec<NodeBuilder> = (0..12).map(|i| node(&format!("n{i}")).alloc(if i % 3 == 0 { "2" } else { "4" }, "32Gi", 110)).collect();
         let mut snap = snapshot(&nodes, &[]);
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut below = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::testing::Rng(0x2545_F491_4F6C_DD1D);
+        let mut below = |n: u64| rng.below(n as usize) as u64;
         let mut k = 0;
         let mut low_pod = |n: usize, prio: i32, cpu: u64, app: &str| {
             k += 1;

@@ -867,7 +867,7 @@ impl Plugin for InterPodAffinity {
 mod tests {
     use super::*;
     use crate::framework::Code;
-    use crate::testing::{node, pod, selector, snapshot, NodeBuilder, PodBuilder};
+    use crate::testing::{node, pod, selector, snapshot, NodeBuilder, PodBuilder, Rng};
     use k8s_openapi::api::core::v1 as core;
 
     const ZONE: &str = "zone";
@@ -1233,18 +1233,6 @@ mod tests {
         let mut s: Vec<NodeScore> = [-3, 0, 7, 4].iter().enumerate().map(|(i, &score)| NodeScore { node: i, score }).collect();
         assert!(pl.normalize_score(&st, &pod("p").info(), &mut s, &Snapshot::new()).is_success());
         assert_eq!(s.iter().map(|x| x.score).collect::<Vec<_>>(), vec![0, 30, 100, 70]);
-    }
-
-    /// A small deterministic generator for the randomized tests.
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
     }
 
     /// A random pod shape: labels, namespace and (anti-)affinity terms over

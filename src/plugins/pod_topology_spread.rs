@@ -971,7 +971,7 @@ impl Plugin for PodTopologySpread {
 mod tests {
     use super::*;
     use crate::framework::Code;
-    use crate::testing::{node, pod, selector, snapshot, NodeBuilder, PodBuilder};
+    use crate::testing::{node, pod, selector, snapshot, NodeBuilder, PodBuilder, Rng};
     use k8s_openapi::api::core::v1 as core;
 
     const DNS: &str = "DoNotSchedule";
@@ -1250,18 +1250,6 @@ mod tests {
         ];
         for (name, p, nodes, failed, pods, want) in cases {
             assert_eq!(scores(&p, &nodes, &failed, &pods), want, "{name}");
-        }
-    }
-
-    /// A small deterministic generator (xorshift) for the randomized tests.
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
         }
     }
 
