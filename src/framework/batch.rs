@@ -112,6 +112,9 @@ pub(crate) struct BatchCache {
     /// The last cycle's outcome when no node fit, with the window's start
     /// and whether PostFilter was skipped; dropped as soon as any node changes.
     failed: Option<((usize, bool), CycleOutcome)>,
+    /// Every Filter of the current cycle is node-local: its failure may be
+    /// replayed.
+    pub(crate) replayable: bool,
 }
 
 impl BatchCache {
@@ -194,9 +197,11 @@ impl BatchCache {
     }
 
     /// Keeps a cycle's outcome where no node fit, for the next identical pod;
-    /// one where PostFilter found a way (or that failed) is not kept.
+    /// one where PostFilter found a way (or that failed) is not kept, nor one
+    /// where a Filter that is not node-local ran (its answer can change with
+    /// objects the journal does not follow, such as Services).
     pub(crate) fn set_failure(&mut self, start: usize, skip_post_filter: bool, out: &CycleOutcome) {
-        self.failed = (out.post_filter.is_none() && out.error.is_none() && out.feasible.is_empty()).then(|| ((start, skip_post_filter), out.clone()));
+        self.failed = (self.replayable && out.post_filter.is_none() && out.error.is_none() && out.feasible.is_empty()).then(|| ((start, skip_post_filter), out.clone()));
     }
 
     /// Readies the raw scores for the node-local Score plugins `scorers`

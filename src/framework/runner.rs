@@ -724,6 +724,7 @@ impl Framework {
         let all_local = local.len() == active.len();
         let mut changed = Vec::new();
         cache.refresh(pod.signature, &local, snap, &mut changed);
+        cache.replayable = all_local;
         if all_local && let Some(o) = cache.failure(start, skip_post_filter) {
             // Nothing changed since the last pod of this signature failed from
             // the same start: its outcome (statuses, message, PostFilter's
@@ -1188,6 +1189,139 @@ mod batch_tests {
             }
         }
         assert!(batched.reused_cycles() > 350, "reused {} of 400 cycles", batched.reused_cycles());
+    }
+
+    /// Test plugins for reuse beside Filters that are not node-local.
+    mod odd {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+        use crate::cache::Snapshot;
+        use crate::framework::{CycleState, Plugin, Points, PreFilterNodes, Status};
+        use crate::model::{NodeInfo, PodInfo};
+
+        /// Not node-local: rejects the nodes whose index has the parity of
+        /// the number of bound pods (read at PreFilter), so its verdicts move
+        /// with every placement; skipped while `off`.
+        #[derive(Default)]
+        pub struct Parity {
+            pub bound: AtomicUsize,
+            pub off: AtomicBool,
+        }
+
+        impl Plugin for Parity {
+            fn name(&self) -> &'static str {
+                "Parity"
+            }
+            fn points(&self) -> Points {
+                Points::PRE_FILTER.or(Points::FILTER)
+            }
+            fn pre_filter(&self, _: &mut CycleState, _: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
+                if self.off.load(Ordering::Relaxed) {
+                    return (Status::skip(), None);
+                }
+                self.bound.store(snap.pod_count(), Ordering::Relaxed);
+                (Status::success(), None)
+            }
+            fn filter(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
+                if (node.index + self.bound.load(Ordering::Relaxed)).is_multiple_of(2) {
+                    Status::unschedulable("parity")
+                } else {
+                    Status::success()
+                }
+            }
+        }
+
+        /// Node-local, after Parity: rejects every third node; scores a node
+        /// by its pods, and `bad` out of range.
+        pub struct Third {
+            pub bad: usize,
+        }
+
+        impl Plugin for Third {
+            fn name(&self) -> &'static str {
+                "Third"
+            }
+            fn reusable(&self) -> bool {
+                true
+            }
+            fn points(&self) -> Points {
+                Points::FILTER.or(Points::SCORE)
+            }
+            fn filter(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
+                if node.index.is_multiple_of(3) {
+                    Status::unschedulable("third")
+                } else {
+                    Status::success()
+                }
+            }
+            fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+                Ok(if node.index == self.bad { 150 } else { 100 - node.pods.len().min(100) as i64 })
+            }
+        }
+    }
+
+    /// A node-local Filter placed after one that is not node-local: a node
+    /// it rejects still gets the other's status when that comes first; a
+    /// cached node-local score out of range fails exactly the cycles where
+    /// its node is feasible; and a failure seen while the other Filter ran
+    /// is not replayed once it is skipped (its answer can change with
+    /// objects no node change shows).
+    #[test]
+    fn reuse_beside_an_earlier_filter_that_is_not_node_local() {
+        use std::sync::atomic::Ordering;
+        let frameworks = |bad: usize| {
+            let parity = Arc::new(odd::Parity::default());
+            let entries = vec![
+                (PluginEntry { plugin: parity.clone(), weight: 1 }, Points::PRE_FILTER.or(Points::FILTER)),
+                (PluginEntry { plugin: Arc::new(odd::Third { bad }), weight: 1 }, Points::FILTER.or(Points::SCORE)),
+            ];
+            (Framework::new("p".into(), entries, Some(100), 7), parity)
+        };
+        let nodes: Vec<_> = (0..12).map(|i| node(&format!("n{i}")).alloc("4", "8Gi", 110)).collect();
+        let mut snap = crate::testing::snapshot(&nodes, &[]);
+        let (batched, _) = frameworks(5);
+        let (full, _) = frameworks(5);
+        let statuses = |o: &CycleOutcome| -> Vec<(usize, String, &'static str)> {
+            o.statuses.statuses.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message(), s.plugin))).collect()
+        };
+        let (mut errors, mut placed) = (0, 0);
+        for k in 0..40 {
+            let p = pod(&format!("p{k}")).req("10m", "1Mi").info();
+            let opts = CycleOptions { skip_post_filter: true, ..Default::default() };
+            let (o, _) = batched.schedule(&p, &snap, opts);
+            let (x, _) = full.schedule(&p, &snap, CycleOptions { no_reuse: true, ..opts });
+            assert_eq!(o.error.as_ref().map(Status::message), x.error.as_ref().map(Status::message), "pod {k}");
+            if o.error.is_some() {
+                errors += 1;
+                // Someone else's pod lands on the other parity, so the next cycle differs.
+                snap.add_pod(pod(&format!("x{k}")).node("n1").info());
+                continue;
+            }
+            assert_eq!((&o.feasible, &o.totals, o.selected), (&x.feasible, &x.totals, x.selected), "pod {k}");
+            assert_eq!(statuses(&o), statuses(&x), "pod {k}");
+            assert_eq!(o.unschedulable_plugins, x.unschedulable_plugins, "pod {k}");
+            let Some(i) = o.selected else { continue };
+            placed += 1;
+            let mut b = (*p).clone();
+            b.node_name = Some(snap.nodes[i].name().to_string());
+            snap.add_pod(Arc::new(b));
+        }
+        assert!(errors > 0 && placed > 0, "{errors} errors, {placed} placed");
+        // Parity's statuses come first on nodes Third also rejects.
+        let (o, _) = batched.schedule(&pod("q").info(), &snap, CycleOptions { skip_post_filter: true, ..Default::default() });
+        assert!(statuses(&o).iter().any(|(i, _, pl)| i % 3 == 0 && *pl == "Parity"), "{:?}", statuses(&o));
+
+        // Every node rejected while Parity runs (one bound pod: it rejects
+        // m1, Third rejects m0); then Parity is skipped and m1 fits, though
+        // no node changed.
+        let (fw, parity) = frameworks(usize::MAX);
+        let nodes: Vec<_> = (0..2).map(|i| node(&format!("m{i}")).alloc("4", "8Gi", 110)).collect();
+        let snap = crate::testing::snapshot(&nodes, &[pod("b").node("m0")]);
+        let fails = || fw.schedule(&pod("r").info(), &snap, CycleOptions { skip_post_filter: true, ..Default::default() }).0.selected.is_none();
+        assert!(fails());
+        assert!(fails());
+        parity.off.store(true, Ordering::Relaxed);
+        assert!(!fails(), "Parity skipped: m1 fits");
     }
 
     /// Identical pods that fit nowhere get the first one's failure again while
