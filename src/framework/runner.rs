@@ -1049,6 +1049,13 @@ mod batch_tests {
         Config::from_raw(raw).expect("default config").frameworks(7).into_iter().next().expect("one profile")
     }
 
+    /// Binds `p` to node `i` of the snapshot.
+    fn bind(snap: &mut Snapshot, p: &PodInfo, i: usize) {
+        let mut b = p.clone();
+        b.node_name = Some(snap.nodes[i].name().to_string());
+        snap.add_pod(Arc::new(b));
+    }
+
     /// Feasible nodes with their totals, by node name.
     fn verdicts(o: &CycleOutcome, snap: &Snapshot) -> Vec<(String, i64)> {
         // A cycle with one feasible node does not score it (explain does).
@@ -1096,9 +1103,7 @@ mod batch_tests {
                 assert_eq!(o.message, x.message, "pod {k}");
             }
             let Some(i) = o.selected else { continue };
-            let mut b = (*p).clone();
-            b.node_name = Some(snap.nodes[i].name().to_string());
-            snap.add_pod(Arc::new(b));
+            bind(&mut snap, &p, i);
             if k % 17 == 5 {
                 // Someone else's pod leaves a node.
                 assert!(snap.remove_pod(&format!("uid-p{}", k - 3)).is_some(), "pod {k}");
@@ -1181,9 +1186,7 @@ mod batch_tests {
             assert_eq!(o.unschedulable_plugins, x.unschedulable_plugins, "pod {k}");
             assert_eq!(o.message, x.message, "pod {k}");
             let Some(i) = o.selected else { continue };
-            let mut b = (*p).clone();
-            b.node_name = Some(snap.nodes[i].name().to_string());
-            snap.add_pod(Arc::new(b));
+            bind(&mut snap, &p, i);
             if k % 13 == 7 {
                 snap.remove_pod(&format!("uid-p{}", k - 5));
             }
@@ -1302,9 +1305,7 @@ mod batch_tests {
             assert_eq!(o.unschedulable_plugins, x.unschedulable_plugins, "pod {k}");
             let Some(i) = o.selected else { continue };
             placed += 1;
-            let mut b = (*p).clone();
-            b.node_name = Some(snap.nodes[i].name().to_string());
-            snap.add_pod(Arc::new(b));
+            bind(&mut snap, &p, i);
         }
         assert!(errors > 0 && placed > 0, "{errors} errors, {placed} placed");
         // Parity's statuses come first on nodes Third also rejects.
