@@ -115,6 +115,9 @@ pub(crate) struct BatchCache {
     /// Every Filter of the current cycle is node-local: its failure may be
     /// replayed.
     pub(crate) replayable: bool,
+    /// A buffer for the rejections of the Filter plugins that are not
+    /// node-local, kept across cycles (its contents mean nothing between them).
+    pub(crate) scratch: Vec<(usize, Status)>,
 }
 
 impl BatchCache {

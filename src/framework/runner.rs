@@ -38,6 +38,24 @@ impl NodeStatuses {
         self.statuses.get(i).and_then(Option::as_ref)
     }
 
+    /// Records the statuses of several nodes at once (one copy-on-write
+    /// check, one growth).
+    pub fn set_all(&mut self, n: usize, all: impl Iterator<Item = (usize, Status)>) {
+        let mut all = all.peekable();
+        if all.peek().is_none() {
+            return;
+        }
+        let statuses = Arc::make_mut(&mut self.statuses);
+        if statuses.len() < n {
+            statuses.resize(n, None);
+        }
+        for (i, s) in all {
+            if let Some(slot) = statuses.get_mut(i) {
+                *slot = Some(s);
+            }
+        }
+    }
+
     /// Records a node's status (the vector grows on first use, so a cycle
     /// where every node passes allocates nothing here).
     pub fn set(&mut self, i: usize, n: usize, s: Status) {
@@ -61,6 +79,10 @@ pub struct CycleOptions {
     /// Do not reuse the last pod's per-node results (`berth bench --no-reuse`,
     /// to measure what opportunistic batching saves).
     pub no_reuse: bool,
+    /// Record the per-node Filter statuses and the rejecting plugins even
+    /// when a node fits. Only a failure reads them (its message, PostFilter,
+    /// requeueing), so a cycle that finds a node may otherwise skip them.
+    pub keep_statuses: bool,
 }
 
 /// Everything a cycle decided and, with `explain`, how.
@@ -548,7 +570,7 @@ impl Framework {
         let mut caches = if reuse { Some(self.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) } else { None };
         let mut guard = caches.as_deref_mut().map(|c| c.for_signature(pod.signature));
         let processed = match guard.as_deref_mut() {
-            Some(cache) => match self.filter_reusing(cache, &state, pod, snap, start, to_find, opts.skip_post_filter, &mut out) {
+            Some(cache) => match self.filter_reusing(cache, &state, pod, snap, start, to_find, opts, &mut out) {
                 Ok(p) => p,
                 Err(s) => {
                     cache.clear();
@@ -717,7 +739,8 @@ impl Framework {
     /// window order, statuses, rejecting plugins) is what
     /// [`Self::filter_window`] gives over every node.
     #[allow(clippy::too_many_arguments)] // one cycle's inputs, all borrowed
-    fn filter_reusing(&self, cache: &mut BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, to_find: usize, skip_post_filter: bool, out: &mut CycleOutcome) -> Result<usize, Status> {
+    fn filter_reusing(&self, cache: &mut BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, to_find: usize, opts: CycleOptions, out: &mut CycleOutcome) -> Result<usize, Status> {
+        let skip_post_filter = opts.skip_post_filter;
         let n = snap.nodes.len();
         let active: &[usize] = state.active_filters.as_deref().unwrap_or(&self.filter);
         let local: Vec<usize> = active.iter().copied().filter(|&i| self.p(i).reusable()).collect();
@@ -795,37 +818,60 @@ impl Framework {
         let first_other = active.iter().position(|&i| !self.p(i).reusable()).unwrap_or(active.len());
         let others: Vec<usize> = active.iter().copied().filter(|&i| !self.p(i).reusable()).collect();
         let mut late = Vec::new();
-        for i in window {
-            let r = cache.rej[i];
-            if r == PASS {
-                out.feasible.push(i);
-            } else if usize::from(r) > first_other {
-                late.push(i);
+        // The window in two plain ranges (a chained iterator costs more per node).
+        for range in [start..n, 0..start] {
+            for i in range {
+                let r = cache.rej[i];
+                if r == PASS {
+                    out.feasible.push(i);
+                } else if usize::from(r) > first_other {
+                    late.push(i);
+                }
             }
         }
-        let mut rejected: Vec<(usize, Status)> = Vec::new();
-        self.filter_list(&others, state, pod, snap, &mut out.feasible, &mut rejected)?;
-        for i in late {
+        // The rejections of the other plugins go to a buffer kept across
+        // cycles: a spreading constraint may reject thousands of nodes per
+        // cycle, and a fresh vector that size costs page faults each time.
+        let mut rejected = std::mem::take(&mut cache.scratch);
+        rejected.clear();
+        let r = self.filter_others(&others, active, &late, cache, state, pod, snap, &mut out.feasible, &mut rejected);
+        if r.is_ok() && (out.feasible.is_empty() || opts.keep_statuses) {
+            // Per-node statuses and the rejecting plugins are read only when
+            // nothing fits (the failure message, PostFilter, requeueing);
+            // explain never reuses. A cycle that finds a node skips them
+            // unless asked.
+            if cache.rejected > 0 {
+                out.statuses = NodeStatuses { statuses: Arc::clone(&cache.statuses) };
+            }
+            let any = cache.rejected > 0 || !rejected.is_empty();
+            out.statuses.set_all(n, rejected.drain(..));
+            if any {
+                for range in [start..n, 0..start] {
+                    for i in range {
+                        if let Some(s) = out.statuses.get(i)
+                            && !out.unschedulable_plugins.contains(&s.plugin) {
+                                out.unschedulable_plugins.push(s.plugin);
+                            }
+                    }
+                }
+            }
+        }
+        cache.scratch = rejected;
+        r.map(|()| n)
+    }
+
+    /// [`Self::filter_reusing`]'s plugins that look beyond the node: `others`
+    /// over the nodes the node-local ones passed (`feasible`), and over each
+    /// `late` node the plugins of `others` that come before its rejecting one.
+    #[allow(clippy::too_many_arguments)] // one cycle's inputs, all borrowed
+    fn filter_others(&self, others: &[usize], active: &[usize], late: &[usize], cache: &BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, feasible: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
+        self.filter_list(others, state, pod, snap, feasible, rejected)?;
+        for &i in late {
             let before: Vec<usize> = active[..usize::from(cache.rej[i])].iter().copied().filter(|&k| !self.p(k).reusable()).collect();
             let mut one = vec![i];
-            self.filter_list(&before, state, pod, snap, &mut one, &mut rejected)?;
+            self.filter_list(&before, state, pod, snap, &mut one, rejected)?;
         }
-        if cache.rejected > 0 {
-            out.statuses = NodeStatuses { statuses: Arc::clone(&cache.statuses) };
-        }
-        let any = cache.rejected > 0 || !rejected.is_empty();
-        for (i, s) in rejected {
-            out.statuses.set(i, n, s);
-        }
-        if any {
-            for i in (start..n).chain(0..start) {
-                if let Some(s) = out.statuses.get(i)
-                    && !out.unschedulable_plugins.contains(&s.plugin) {
-                        out.unschedulable_plugins.push(s.plugin);
-                    }
-            }
-        }
-        Ok(n)
+        Ok(())
     }
 
     fn prioritize(&self, out: &mut CycleOutcome, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot, record: bool, cache: Option<&mut BatchCache>) -> Result<(), Status> {
@@ -1091,7 +1137,7 @@ mod batch_tests {
         };
         for k in 0..300 {
             let p = template(k);
-            let (o, _) = batched.schedule(&p, &snap, CycleOptions { skip_post_filter: true, ..Default::default() });
+            let (o, _) = batched.schedule(&p, &snap, CycleOptions { skip_post_filter: true, keep_statuses: true, ..Default::default() });
             let (x, _) = full.schedule(&p, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
             assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap), "pod {k}");
             assert_eq!(statuses(&o), statuses(&x), "pod {k}");
@@ -1290,7 +1336,7 @@ mod batch_tests {
         let (mut errors, mut placed) = (0, 0);
         for k in 0..40 {
             let p = pod(&format!("p{k}")).req("10m", "1Mi").info();
-            let opts = CycleOptions { skip_post_filter: true, ..Default::default() };
+            let opts = CycleOptions { skip_post_filter: true, keep_statuses: true, ..Default::default() };
             let (o, _) = batched.schedule(&p, &snap, opts);
             let (x, _) = full.schedule(&p, &snap, CycleOptions { no_reuse: true, ..opts });
             assert_eq!(o.error.as_ref().map(Status::message), x.error.as_ref().map(Status::message), "pod {k}");
@@ -1309,7 +1355,7 @@ mod batch_tests {
         }
         assert!(errors > 0 && placed > 0, "{errors} errors, {placed} placed");
         // Parity's statuses come first on nodes Third also rejects.
-        let (o, _) = batched.schedule(&pod("q").info(), &snap, CycleOptions { skip_post_filter: true, ..Default::default() });
+        let (o, _) = batched.schedule(&pod("q").info(), &snap, CycleOptions { skip_post_filter: true, keep_statuses: true, ..Default::default() });
         assert!(statuses(&o).iter().any(|(i, _, pl)| i % 3 == 0 && *pl == "Parity"), "{:?}", statuses(&o));
 
         // Every node rejected while Parity runs (one bound pod: it rejects
