@@ -587,6 +587,48 @@ impl PreFilterState {
 
 /// Do the snapshot's node indexes still mean what they meant at `mark`
 /// (and, with `unchanged`, has no node's pods changed either)?
+/// NormalizeScore for one constraint whose key is not the hostname, with
+/// nodes missing the key ignored, while the snapshot is the one PreScore
+/// read: a node's raw score is its domain's, so each domain present among
+/// the scored nodes is normalized once and every node takes its domain's
+/// value. False (and `scores` untouched) when that does not hold, or when a
+/// raw score is not its domain's (then the caller normalizes node by node).
+fn normalize_by_domain(s: &PreScoreState, scores: &mut [NodeScore]) -> bool {
+    let [sc] = s.constraints.as_slice() else { return false };
+    if sc.hostname {
+        return false;
+    }
+    let slot = sc.layout.slot.as_slice();
+    // Per domain: its raw score when a scored node is in it.
+    let raw: Vec<Option<i64>> = sc.counts.iter().enumerate().map(|(d, c)| c.map(|_| sc.domain_part(d as u32).round() as i64)).collect();
+    let domain = |node: usize| slot.get(node).and_then(|&d| raw.get(d as usize).map(|r| (d as usize, *r)));
+    // The domains of the scored nodes (min and max are taken over them).
+    let mut present = vec![false; raw.len()];
+    for ns in scores.iter() {
+        match domain(ns.node) {
+            Some((d, Some(r))) if r == ns.score => present[d] = true,
+            // Missing the key (ignored): any raw score.
+            None if slot.get(ns.node).is_some_and(|&d| d == MISSING) => {}
+            _ => return false,
+        }
+    }
+    let (mut min, mut max) = (i64::MAX, 0i64);
+    for (r, _) in raw.iter().zip(&present).filter(|(_, p)| **p) {
+        let r = r.unwrap_or(0);
+        min = min.min(r);
+        max = max.max(r);
+    }
+    let norm: Vec<i64> = raw.iter().map(|r| r.map_or(0, |r| if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - r) / max })).collect();
+    for ns in scores.iter_mut() {
+        ns.score = domain(ns.node).and_then(|(d, _)| norm.get(d).copied()).unwrap_or(0);
+    }
+    true
+}
+
+/// NormalizeScore: how many distinct raw scores are normalized once and
+/// looked up.
+const SEEN_SCORES: usize = 16;
+
 fn same_nodes(snap: &Snapshot, mark: JournalMark, unchanged: bool) -> bool {
     let mut changed = Vec::new();
     snap.changed_since(mark, &mut changed).is_some() && (!unchanged || changed.is_empty())
@@ -814,15 +856,29 @@ impl Plugin for PodTopologySpread {
         let n = snap.nodes.len();
         let first = Arc::clone(&soft[0].layout);
         let counted = |ni: usize| !require_all || first.slot(ni) != MISSING;
-        let ignored = if require_all { nodes.iter().filter(|&&ni| ni < n && first.slot(ni) == MISSING).count() } else { 0 };
         let mut seen: Vec<Vec<bool>> = soft.iter().map(|s| if s.hostname { Vec::new() } else { vec![false; s.counts.len()] }).collect();
-        for (s, seen) in soft.iter().zip(seen.iter_mut()).filter(|(s, _)| !s.hostname) {
+        // The nodes ignored (with require_all: missing from the first
+        // layout) are counted in the same pass as the first layout's domains.
+        let mut ignored = 0;
+        let mut ignored_counted = !require_all;
+        for (k, (s, seen)) in soft.iter().zip(seen.iter_mut()).enumerate().filter(|(_, (s, _))| !s.hostname) {
             let slot = s.layout.slot.as_slice();
+            let count_missing = require_all && k == 0;
             for &ni in nodes {
-                if let Some(x) = slot.get(ni).and_then(|&d| seen.get_mut(d as usize)) {
-                    *x = true;
+                match slot.get(ni) {
+                    Some(&d) if d != MISSING => {
+                        if let Some(x) = seen.get_mut(d as usize) {
+                            *x = true;
+                        }
+                    }
+                    _ if count_missing && ni < n => ignored += 1,
+                    _ => {}
                 }
             }
+            ignored_counted |= count_missing;
+        }
+        if !ignored_counted {
+            ignored = nodes.iter().filter(|&&ni| ni < n && first.slot(ni) == MISSING).count();
         }
         for ((s, seen), sums) in soft.iter_mut().zip(&seen).zip(&sums) {
             if s.hostname {
@@ -940,27 +996,35 @@ impl Plugin for PodTopologySpread {
             Some(_) if by_layout => counting.is_some_and(|c| c[i] == MISSING),
             Some(node) => s.ignored(&node.node.labels),
         };
+        if by_layout && s.require_all && normalize_by_domain(s, scores) {
+            return Status::success();
+        }
+        // Which scored nodes count, each looked up once.
+        let counts: Vec<bool> = match (by_layout, counting) {
+            (true, Some(c)) => scores.iter().map(|ns| c.get(ns.node).is_some_and(|&d| d != MISSING)).collect(),
+            (true, None) => scores.iter().map(|ns| ns.node < n).collect(),
+            _ => scores.iter().map(|ns| !ignored(ns.node)).collect(),
+        };
         let (mut min, mut max) = (i64::MAX, 0i64);
-        for ns in scores.iter().filter(|ns| !ignored(ns.node)) {
+        for (ns, _) in scores.iter().zip(&counts).filter(|(_, c)| **c) {
             min = min.min(ns.score);
             max = max.max(ns.score);
         }
         let normalized = |raw: i64| if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - raw) / max };
-        // Raw scores take few values (one per domain): when their range is
-        // small, each value is normalized once.
-        let mut memo: Vec<Option<i64>> = match usize::try_from(max.saturating_sub(min)) {
-            Ok(r) if min <= max && r <= scores.len() => vec![None; r + 1],
-            _ => Vec::new(),
-        };
-        for ns in scores.iter_mut() {
-            ns.score = if ignored(ns.node) {
+        // Raw scores take few values (one per domain): the first distinct
+        // ones are normalized once and looked up (no division per node).
+        let mut seen: Vec<(i64, i64)> = Vec::with_capacity(SEEN_SCORES);
+        for (ns, counted) in scores.iter_mut().zip(counts) {
+            ns.score = if !counted {
                 0
+            } else if let Some(&(_, v)) = seen.iter().find(|(raw, _)| *raw == ns.score) {
+                v
             } else {
-                match usize::try_from(ns.score - min).ok().and_then(|k| memo.get_mut(k)) {
-                    Some(Some(v)) => *v,
-                    Some(m) => *m.insert(normalized(ns.score)),
-                    None => normalized(ns.score),
+                let v = normalized(ns.score);
+                if seen.len() < SEEN_SCORES {
+                    seen.push((ns.score, v));
                 }
+                v
             };
         }
         Status::success()
