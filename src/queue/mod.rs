@@ -117,6 +117,23 @@ pub fn is_pod_updated(old: &core::Pod, new: &core::Pod) -> bool {
         || claims(old) != claims(new)
 }
 
+/// What the queue keeps of a waiting pod's object: what [`is_pod_updated`]
+/// compares and the PodScheduled condition (when the pod became
+/// unschedulable); managedFields and the rest of the status are dropped, as
+/// they are most of a pod's size and nothing here reads them.
+fn kept(mut pod: core::Pod) -> core::Pod {
+    pod.metadata.managed_fields = None;
+    if let Some(st) = pod.status.take() {
+        let conditions: Vec<_> = st.conditions.into_iter().flatten().filter(|c| c.type_ == "PodScheduled").collect();
+        pod.status = Some(core::PodStatus {
+            conditions: (!conditions.is_empty()).then_some(conditions),
+            resource_claim_statuses: st.resource_claim_statuses,
+            ..Default::default()
+        });
+    }
+    pod
+}
+
 /// Counts per structure, for the `scheduler_pending_pods{queue}` gauge.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sizes {
@@ -446,14 +463,14 @@ impl SchedulingQueue {
         if let Some(e) = self.entries.get_mut(&pod.uid) {
             // The activeQ key reads the priority (spec), which a status update cannot change.
             e.qp.pod = pod;
-            e.object = Some(Box::new(object));
+            e.object = Some(Box::new(kept(object)));
         }
     }
 
     /// Stores the last object seen of a queued pod.
     pub fn set_object(&mut self, uid: &str, object: core::Pod) {
         if let Some(e) = self.entries.get_mut(uid) {
-            e.object = Some(Box::new(object));
+            e.object = Some(Box::new(kept(object)));
         }
     }
 

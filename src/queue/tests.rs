@@ -144,6 +144,31 @@ fn one_record_status_only_updates_refresh_in_place() {
 }
 
 #[test]
+fn the_kept_object_drops_what_nothing_reads() {
+    let t0 = Instant::now();
+    let mut sq = q(t0);
+    sq.add(pod("p").info(), false, t0);
+    let full = object("p", serde_json::json!({
+        "metadata": {"managedFields": [{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "Ready", "status": "False"},
+            {"type": "PodScheduled", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        ]},
+    }));
+    sq.set_object("uid-p", full.clone());
+    let kept = sq.object("uid-p").expect("kept");
+    assert!(kept.metadata.managed_fields.is_none());
+    let st = kept.status.as_ref().expect("status");
+    assert_eq!(st.phase, None);
+    let types: Vec<&str> = st.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, ["PodScheduled"], "the condition that says since when the pod is unschedulable stays");
+    // Comparisons against the kept object answer as against the whole one.
+    assert_eq!(sq.classify("uid-p", &full), Change::StatusOnly);
+    let relabeled = object("p", serde_json::json!({"metadata": {"labels": {"app": "b"}}}));
+    assert_eq!(sq.classify("uid-p", &relabeled), Change::Updated);
+}
+
+#[test]
 fn nomination_recorded_and_rejections_counted_from_the_pool() {
     let t0 = Instant::now();
     let mut sq = q(t0);
