@@ -362,7 +362,8 @@ impl Writer {
                 metadata: meta::ObjectMeta { name: Some(pod.name.clone()), namespace: Some(pod.namespace.clone()), uid: Some(pod.uid.clone()), ..Default::default() },
                 target: core::ObjectReference { kind: Some("Node".into()), api_version: Some("v1".into()), name: Some(node.into()), ..Default::default() },
             };
-            tokio::time::timeout(Duration::from_secs(30), api.create_subresource::<_, serde_json::Value>("binding", &pod.name, &PostParams::default(), &binding)).await
+            // The reply (a Status) is checked for being JSON, not kept.
+            tokio::time::timeout(Duration::from_secs(30), api.create_subresource::<_, serde::de::IgnoredAny>("binding", &pod.name, &PostParams::default(), &binding)).await
         };
         let why = match r {
             Ok(Ok(_)) => return BindOutcome::Bound,
@@ -604,8 +605,8 @@ impl Writer {
                 match (count, existing) {
                     (1, _) | (_, None) => {
                         let ev = self.event_object(item, now);
-                        api.create(&PostParams::default(), &ev).await.map(|created| {
-                            if let (Ok(mut n), Some(created)) = (name.lock(), created.metadata.name) {
+                        create_reading_name(&api, &ev).await.map(|created| {
+                            if let (Ok(mut n), Some(created)) = (name.lock(), created) {
                                 *n = Some(created);
                             }
                         })
@@ -958,6 +959,28 @@ impl Writer {
         }
         Bound::All
     }
+}
+
+/// Of a created object's reply, only its name.
+#[derive(serde::Deserialize)]
+struct CreatedName {
+    metadata: NameOnly,
+}
+
+#[derive(serde::Deserialize)]
+struct NameOnly {
+    name: Option<String>,
+}
+
+/// Creates the event `obj` through `api` as `Api::create` does, but reads only
+/// `metadata.name` of the reply instead of decoding the whole object (the
+/// event writer needs the generated name, nothing else).
+async fn create_reading_name(api: &Api<events::Event>, obj: &events::Event) -> Result<Option<String>, kube::Error> {
+    let bytes = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
+    let mut req = kube::core::Request::new(api.resource_url()).create(&PostParams::default(), bytes).map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert("create");
+    let created: CreatedName = api.clone().into_client().request(req).await?;
+    Ok(created.metadata.name)
 }
 
 #[cfg(test)]

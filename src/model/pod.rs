@@ -252,7 +252,11 @@ impl PodInfo {
     /// Compiles a pod. Never fails: what cannot be read is recorded in `errors`.
     pub fn from_pod(pod: &core::Pod) -> Arc<PodInfo> {
         let mut p = Self::build(pod);
-        p.signature = super::signature::of(&p);
+        // Only a pod still to be scheduled needs its signature: a bound
+        // one (most watch events) is never scheduled again.
+        if p.node_name.is_none() {
+            p.signature = super::signature::of(&p);
+        }
         Arc::new(p)
     }
 
