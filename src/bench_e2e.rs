@@ -13,11 +13,11 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
-use kube::runtime::watcher;
-use serde::Serialize;
+use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use thiserror::Error;
 use tokio::process::{Child, Command};
@@ -117,7 +117,8 @@ fn free_port() -> Result<u16, Error> {
     Ok(l.local_addr().map_err(io("finding a free port"))?.port())
 }
 
-fn pod(name: &str, cpu: &str, spread: bool) -> Pod {
+/// A pod's JSON, ready to post.
+fn pod(name: &str, cpu: &str, spread: bool) -> Vec<u8> {
     let mut spec = json!({
         "schedulerName": PROFILE,
         "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
@@ -134,7 +135,124 @@ fn pod(name: &str, cpu: &str, spread: bool) -> Pod {
         "metadata": {"name": name, "namespace": "default", "labels": {"color": "blue", "bench": "e2e"}},
         "spec": spec,
     });
-    serde_json::from_value(v).unwrap_or_default()
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// Where the benchmark's pods are created and watched.
+const PODS_PATH: &str = "/api/v1/namespaces/default/pods";
+
+/// Creates a pod from its JSON. The reply is checked for being JSON and not
+/// decoded: this process is the load, and should cost the machine little.
+async fn create(client: &kube::Client, body: Vec<u8>) -> Result<(), kube::Error> {
+    let req = kube::core::Request::new(PODS_PATH).create(&PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
+    client.request::<serde::de::IgnoredAny>(req).await.map(|_| ())
+}
+
+/// What the watch reads of a pod: its name and node.
+#[derive(Clone, Debug, Deserialize)]
+struct BoundPod {
+    metadata: BoundMeta,
+    spec: Option<BoundSpec>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct BoundMeta {
+    name: Option<String>,
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BoundSpec {
+    node_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct BoundList {
+    metadata: BoundListMeta,
+    items: Vec<BoundPod>,
+}
+
+#[derive(Deserialize)]
+struct BoundListMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+/// When each benchmark pod was first seen bound, and how many of the
+/// measured ones (`p-*`) are.
+#[derive(Default)]
+struct Bound {
+    at: Mutex<HashMap<String, Instant>>,
+    measured: AtomicUsize,
+}
+
+impl Bound {
+    fn saw(&self, p: BoundPod, now: Instant) {
+        if p.spec.and_then(|s| s.node_name).is_none() {
+            return;
+        }
+        let Some(name) = p.metadata.name else { return };
+        let Ok(mut m) = self.at.lock() else { return };
+        if m.contains_key(&name) {
+            return;
+        }
+        if name.starts_with("p-") {
+            self.measured.fetch_add(1, Ordering::Relaxed);
+        }
+        m.insert(name, now);
+    }
+
+    fn len(&self) -> usize {
+        self.at.lock().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+/// Lists, then watches from the list, the benchmark's pods, recording when
+/// each is first seen bound; lists again when the watch ends or fails.
+async fn watch_bound(client: kube::Client, bound: Arc<Bound>) {
+    let labels = "bench=e2e";
+    loop {
+        let Ok(req) = kube::core::Request::new(PODS_PATH).list(&ListParams::default().labels(labels)) else { return };
+        let list: BoundList = match client.request(req).await {
+            Ok(l) => l,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let now = Instant::now();
+        for p in list.items {
+            bound.saw(p, now);
+        }
+        let mut rv = list.metadata.resource_version.unwrap_or_default();
+        loop {
+            let Ok(req) = kube::core::Request::new(PODS_PATH).watch(&WatchParams::default().labels(labels).timeout(290), &rv) else { return };
+            let Ok(stream) = client.request_events::<BoundPod>(req).await else { break };
+            let mut stream = std::pin::pin!(stream);
+            let mut ended_cleanly = true;
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => {
+                        if let Some(v) = &p.metadata.resource_version {
+                            rv.clone_from(v);
+                        }
+                        bound.saw(p, Instant::now());
+                    }
+                    Ok(WatchEvent::Bookmark(b)) => rv = b.metadata.resource_version,
+                    Ok(WatchEvent::Deleted(_)) => {}
+                    Ok(WatchEvent::Error(_)) | Err(_) => {
+                        ended_cleanly = false;
+                        break;
+                    }
+                }
+            }
+            if !ended_cleanly {
+                break;
+            }
+        }
+    }
 }
 
 struct Children {
@@ -220,40 +338,20 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
     let kubeconfig = kube::config::Kubeconfig::read_from(&kc).map_err(|e| Error::Client(e.to_string()))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.map_err(|e| Error::Client(e.to_string()))?;
     let client = kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))?;
-    let pods: Api<Pod> = Api::namespaced(client, "default");
 
     // Bound times, from the watch.
-    let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let b = bound.clone();
-    let watch_api = pods.clone();
-    let watching = tokio::spawn(async move {
-        let mut s = watcher::watcher(watch_api, watcher::Config::default().labels("bench=e2e")).boxed();
-        while let Some(ev) = s.next().await {
-            let objs: Vec<Pod> = match ev {
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => vec![p],
-                _ => continue,
-            };
-            let now = Instant::now();
-            for p in objs {
-                if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
-                    && let Some(n) = p.metadata.name
-                    && let Ok(mut m) = b.lock()
-                {
-                    m.entry(n).or_insert(now);
-                }
-            }
-        }
-    });
+    let bound: Arc<Bound> = Arc::default();
+    let watching = tokio::spawn(watch_bound(client.clone(), bound.clone()));
 
     // Warm-up: the daemon is ready (caches synced, leading) once it binds these.
     let spread = o.workload == "TopologySpreading";
     let warm = 50usize;
     for i in 0..warm {
-        pods.create(&PostParams::default(), &pod(&format!("warm-{i}"), "100m", spread)).await.map_err(|e| Error::Client(format!("creating warm-up pods: {e}")))?;
+        create(&client, pod(&format!("warm-{i}"), "100m", spread)).await.map_err(|e| Error::Client(format!("creating warm-up pods: {e}")))?;
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let n = bound.lock().map(|m| m.len()).unwrap_or(0);
+        let n = bound.len();
         if n >= warm {
             break;
         }
@@ -266,7 +364,7 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
     // Unschedulable pods first, so that they sit in the queue while the others are measured.
     let unschedulable = if o.workload == "Unschedulable" { o.pods / 10 } else { 0 };
     for i in 0..unschedulable {
-        pods.create(&PostParams::default(), &pod(&format!("big-{i}"), "100", false)).await.map_err(|e| Error::Client(format!("creating unschedulable pods: {e}")))?;
+        create(&client, pod(&format!("big-{i}"), "100", false)).await.map_err(|e| Error::Client(format!("creating unschedulable pods: {e}")))?;
     }
 
     // The measured pods, from `creators` concurrent clients.
@@ -275,15 +373,16 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
     let mut tasks = tokio::task::JoinSet::new();
     let creators = o.creators.max(1);
     for c in 0..creators {
-        let api = pods.clone();
+        let client = client.clone();
         let created = created.clone();
         let (total, spread) = (o.pods, spread);
         tasks.spawn(async move {
             let mut i = c;
             while i < total {
                 let name = format!("p-{i}");
+                let body = pod(&name, "100m", spread);
                 let t = Instant::now();
-                api.create(&PostParams::default(), &pod(&name, "100m", spread)).await.map_err(|e| Error::Client(format!("creating {name}: {e}")))?;
+                create(&client, body).await.map_err(|e| Error::Client(format!("creating {name}: {e}")))?;
                 if let Ok(mut m) = created.lock() {
                     m.insert(name, t);
                 }
@@ -297,7 +396,7 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
     }
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let done = bound.lock().map(|m| (0..o.pods).filter(|i| m.contains_key(&format!("p-{i}"))).count()).unwrap_or(0);
+        let done = bound.measured.load(Ordering::Relaxed);
         if done >= o.pods {
             break;
         }
@@ -310,7 +409,7 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
     let scheduler_peak_rss_mb = peak_rss_mb(daemon_pid);
     let cluster_peak_rss_mb = peak_rss_mb(cluster_pid);
 
-    let (bound, created) = match (bound.lock(), created.lock()) {
+    let (bound, created) = match (bound.at.lock(), created.lock()) {
         (Ok(b), Ok(c)) => (b.clone(), c.clone()),
         _ => return Err(Error::Stuck("a recording thread panicked".into())),
     };
