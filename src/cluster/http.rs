@@ -900,9 +900,17 @@ fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Opti
                     Ok(ev) => {
                         let mut buf = Vec::new();
                         s.encode(&ev, &mut buf);
+                        // Coalesce what is ready into one write; once empty,
+                        // let the other tasks run once (writers in flight
+                        // commit more) before writing.
+                        let mut yielded = false;
                         while buf.len() < CHUNK {
                             match s.rx.try_recv() {
                                 Ok(ev) => s.encode(&ev, &mut buf),
+                                Err(broadcast::error::TryRecvError::Empty) if !yielded => {
+                                    yielded = true;
+                                    tokio::task::yield_now().await;
+                                }
                                 Err(broadcast::error::TryRecvError::Empty) => break,
                                 Err(_) => { s.done = true; break; }
                             }

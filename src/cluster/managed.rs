@@ -43,7 +43,12 @@ impl FieldSet {
     pub fn insert(&mut self, path: &[String]) {
         let mut node = self;
         for pe in path {
-            node = node.children.entry(pe.clone()).or_default();
+            // The element is copied only when it is new to the set.
+            if !node.children.contains_key(pe) {
+                node.children.insert(pe.clone(), FieldSet::default());
+            }
+            let Some(next) = node.children.get_mut(pe) else { return };
+            node = next;
         }
         node.member = true;
     }

@@ -769,7 +769,7 @@ fn unwrap_single_all_of(v: &mut Value) {
 fn resolve<'a>(doc: &'a Value, mut s: &'a Value) -> &'a Value {
     for _ in 0..32 {
         if let Some(r) = s.get("$ref").and_then(Value::as_str) {
-            match doc.pointer(&pointer_to(ref_name(r))) {
+            match definition(doc, ref_name(r)) {
                 Some(t) => s = t,
                 None => return s,
             }
@@ -786,6 +786,12 @@ fn resolve<'a>(doc: &'a Value, mut s: &'a Value) -> &'a Value {
 
 fn flag(s: &Value, name: &str) -> bool {
     s.get(name).and_then(Value::as_bool) == Some(true)
+}
+
+/// The schema `components.schemas.<name>` of `doc` (what
+/// `doc.pointer(&pointer_to(name))` finds, without building the pointer).
+fn definition<'a>(doc: &'a Value, name: &str) -> Option<&'a Value> {
+    doc.get("components")?.get("schemas")?.get(name)
 }
 
 fn pointer_to(definition: &str) -> String {
@@ -890,7 +896,7 @@ pub fn strict_errors_json(body: &[u8], schema: Option<(&Value, &str)>, custom: b
     let mut out = Vec::new();
     let root = schema.and_then(|(doc, def)| Some((doc, doc.pointer(&pointer_to(def))?)));
     let mut de = serde_json::Deserializer::from_slice(body);
-    let seed = StrictSeed { doc: root.map(|(d, _)| d), schema: root.map(|(_, s)| s), custom, root: true, path: String::new(), out: &mut out };
+    let seed = StrictSeed { doc: root.map(|(d, _)| d), schema: root.map(|(_, s)| s), custom, root: true, path: &Seg::Root, out: &mut out };
     let _ = seed.deserialize(&mut de);
     out
 }
@@ -901,24 +907,84 @@ pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
     strict_errors_json(body, None, false).into_iter().filter_map(|e| e.strip_prefix("duplicate field \"").and_then(|p| p.strip_suffix('"')).map(str::to_string)).collect()
 }
 
+/// Where a value sits in the body, rendered (`spec.containers[0].name`)
+/// only when a finding names it.
+enum Seg<'p> {
+    Root,
+    Key(&'p Seg<'p>, &'p str),
+    Index(&'p Seg<'p>, usize),
+}
+
+impl Seg<'_> {
+    fn render(&self, out: &mut String) {
+        match self {
+            Seg::Root => {}
+            Seg::Key(parent, k) => {
+                parent.render(out);
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Seg::Index(parent, i) => {
+                parent.render(out);
+                out.push('[');
+                out.push_str(&i.to_string());
+                out.push(']');
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut out = String::new();
+        self.render(&mut out);
+        out
+    }
+}
+
+/// A map key, borrowed from the body unless it has escapes.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// Walks raw JSON with the schema of the value at hand.
-struct StrictSeed<'a, 'o> {
+struct StrictSeed<'a, 'o, 'p> {
     doc: Option<&'a Value>,
     schema: Option<&'a Value>,
     custom: bool,
     root: bool,
-    path: String,
+    path: &'p Seg<'p>,
     out: &'o mut Vec<String>,
 }
 
-impl<'de> DeserializeSeed<'de> for StrictSeed<'_, '_> {
+impl<'de> DeserializeSeed<'de> for StrictSeed<'_, '_, '_> {
     type Value = ();
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for StrictSeed<'_, '_> {
+impl<'de> Visitor<'de> for StrictSeed<'_, '_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("any JSON value")
@@ -950,7 +1016,8 @@ impl<'de> Visitor<'de> for StrictSeed<'_, '_> {
         let custom = shaped.is_some_and(|(_, c)| c);
         let mut i = 0usize;
         loop {
-            let seed = StrictSeed { doc: self.doc, schema: items, custom, root: false, path: format!("{}[{i}]", self.path), out: &mut *self.out };
+            let path = Seg::Index(self.path, i);
+            let seed = StrictSeed { doc: self.doc, schema: items, custom, root: false, path: &path, out: &mut *self.out };
             if seq.next_element_seed(seed)?.is_none() {
                 return Ok(());
             }
@@ -962,22 +1029,35 @@ impl<'de> Visitor<'de> for StrictSeed<'_, '_> {
             (Some(doc), Some(schema)) => shape(doc, schema, self.custom, true),
             _ => None,
         };
-        let mut seen = std::collections::HashSet::new();
-        while let Some(k) = map.next_key::<String>()? {
-            let p = join(&self.path, &k);
+        // Keys seen so far: a short list scanned in order (objects are
+        // small); a set once it grows.
+        let mut seen: Vec<std::borrow::Cow<'de, str>> = Vec::new();
+        let mut seen_set: std::collections::HashSet<std::borrow::Cow<'de, str>> = std::collections::HashSet::new();
+        while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
             let mut child = None;
             let mut custom = false;
-            if !seen.insert(k.clone()) {
-                self.out.push(format!("duplicate field \"{p}\""));
+            let duplicate = if seen_set.is_empty() && seen.len() < 32 {
+                let dup = seen.contains(&k);
+                if !dup {
+                    seen.push(k.clone());
+                }
+                dup
+            } else {
+                seen_set.extend(seen.drain(..));
+                !seen_set.insert(k.clone())
+            };
+            let path = Seg::Key(self.path, &k);
+            if duplicate {
+                self.out.push(format!("duplicate field \"{}\"", path.text()));
             } else if let Some((s, c)) = shaped {
                 custom = c;
                 match field(s, &k, c, self.root) {
                     Field::Schema(cs) => child = Some(cs),
                     Field::Free => {}
-                    Field::Unknown => self.out.push(format!("unknown field \"{p}\"")),
+                    Field::Unknown => self.out.push(format!("unknown field \"{}\"", path.text())),
                 }
             }
-            map.next_value_seed(StrictSeed { doc: self.doc, schema: child, custom, root: false, path: p, out: &mut *self.out })?;
+            map.next_value_seed(StrictSeed { doc: self.doc, schema: child, custom, root: false, path: &path, out: &mut *self.out })?;
         }
         Ok(())
     }
@@ -1109,6 +1189,29 @@ mod tests {
         let body = br#"{"metadata":{"name":"a","name":"b"},"spec":{"containers":[{"name":"c","image":"x","image":"y"}]}}"#;
         assert_eq!(duplicate_fields(body), vec!["metadata.name", "spec.containers[0].image"]);
         assert!(duplicate_fields(b"not json").is_empty());
+    }
+
+    #[test]
+    fn duplicate_fields_with_escaped_keys_and_many_keys() {
+        // An escaped key is the same field as its plain spelling.
+        let body = br#"{"metadata":{"name":"a","na\u006de":"b"}}"#;
+        assert_eq!(duplicate_fields(body), vec!["metadata.name"]);
+        // Past the short list of seen keys, duplicates are still found.
+        let mut body = String::from("{\"metadata\":{\"labels\":{");
+        for i in 0..40 {
+            body.push_str(&format!("\"k{i}\":\"v\","));
+        }
+        body.push_str("\"k3\":\"w\",\"k39\":\"w\"}}}");
+        assert_eq!(duplicate_fields(body.as_bytes()), vec!["metadata.labels.k3", "metadata.labels.k39"]);
+        let body = br#"{"spec":{"containers":[{"name":"a"},{"name":"b","ports":[{"x":1,"x":2}]}]}}"#;
+        assert_eq!(duplicate_fields(body), vec!["spec.containers[1].ports[0].x"]);
+    }
+
+    #[test]
+    fn definitions_are_found_without_pointers() {
+        let doc = json!({"components": {"schemas": {"a/b~c": {"type": "object"}}}});
+        assert_eq!(definition(&doc, "a/b~c"), doc.pointer(&pointer_to("a/b~c")));
+        assert!(definition(&doc, "missing").is_none());
     }
 
     #[test]

@@ -238,9 +238,14 @@ struct Lean {
     name: Box<str>,
     uid: Box<str>,
     labels: Box<[(Box<str>, Box<str>)]>,
-    /// The kind's extra field-selector fields: (JSON pointer, the field's
-    /// text as a field selector compares it).
-    fields: Box<[(Box<str>, Box<str>)]>,
+    /// The kind's extra field-selector fields (dotted, as the kind lists
+    /// them) and, in the same order, each field's text as a field
+    /// selector compares it.
+    fields: &'static [&'static str],
+    values: Box<[Box<str>]>,
+    /// The uid of the controlling owner reference (what the simulated
+    /// controllers read of a pod event).
+    controller: Option<Box<str>>,
 }
 
 impl Obj {
@@ -259,7 +264,7 @@ impl Obj {
     /// The history copy of a version that is no longer current: the same
     /// bytes, and what selectors of this kind read (`fields`: its extra
     /// field-selector fields, dotted).
-    fn lean(self: &Arc<Self>, fields: &[&str]) -> Arc<Obj> {
+    fn lean(self: &Arc<Self>, fields: &'static [&'static str]) -> Arc<Obj> {
         if self.lean.is_some() {
             return self.clone();
         }
@@ -270,12 +275,10 @@ impl Obj {
             .and_then(Value::as_object)
             .map(|l| l.iter().map(|(k, v)| (k.as_str().into(), text(Some(v)))).collect())
             .unwrap_or_default();
-        let fields = fields
+        let values = fields
             .iter()
             .map(|f| {
-                let pointer = super::selector::field_pointer(f);
-                let value = super::selector::field_text(self.value.pointer(&pointer)).into_boxed_str();
-                (pointer.into_boxed_str(), value)
+                super::selector::field_text(self.value.pointer(&super::selector::field_pointer(f))).into_boxed_str()
             })
             .collect();
         let lean = Lean {
@@ -284,6 +287,8 @@ impl Obj {
             uid: text(meta.and_then(|m| m.get("uid"))),
             labels,
             fields,
+            values,
+            controller: controller_of(&self.value).map(Into::into),
         };
         Arc::new(Obj { value: Value::Null, bytes: self.bytes.clone(), rv: self.rv, lean: Some(Box::new(lean)) })
     }
@@ -324,7 +329,7 @@ impl Obj {
         let field = |pointer: &str| match pointer {
             "/metadata/name" => l.name.to_string(),
             "/metadata/namespace" => l.namespace.to_string(),
-            p => l.fields.iter().find(|(fp, _)| &**fp == p).map(|(_, v)| v.to_string()).unwrap_or_default(),
+            p => l.fields.iter().zip(l.values.iter()).find(|(f, _)| is_pointer_of(p, f)).map(|(_, v)| v.to_string()).unwrap_or_default(),
         };
         f.labels.matches_with(label) && f.fields.matches_with(field)
     }
@@ -342,6 +347,14 @@ impl Obj {
     /// metadata.uid.
     pub fn uid(&self) -> &str {
         self.lean.as_ref().map_or_else(|| meta_str(&self.value, "uid"), |l| &l.uid)
+    }
+
+    /// The uid of the controlling owner reference, if any.
+    pub fn controller_uid(&self) -> Option<&str> {
+        match &self.lean {
+            Some(l) => l.controller.as_deref(),
+            None => controller_of(&self.value),
+        }
     }
 
     /// Decode into a typed object.
@@ -379,6 +392,34 @@ fn wire_bytes(value: &Value) -> serde_json::Result<Vec<u8>> {
         other => serde_json::to_writer(&mut out, other)?,
     }
     Ok(out)
+}
+
+/// What of a pod can move a disruption budget: its labels, health and phase.
+fn pdb_facts(p: &Value) -> (Option<&Value>, bool, &str) {
+    (p.pointer("/metadata/labels"), res::pod_healthy(p), get_str(p, "/status/phase"))
+}
+
+/// Is `pointer` the JSON pointer of the dotted field name `dotted` (see
+/// `selector::field_pointer`)?
+fn is_pointer_of(pointer: &str, dotted: &str) -> bool {
+    pointer.strip_prefix('/').is_some_and(|p| p.len() == dotted.len() && p.bytes().zip(dotted.bytes()).all(|(a, b)| if b == b'.' { a == b'/' } else { a == b }))
+}
+
+/// The uid of the owner reference of `v` marked `controller: true`.
+fn controller_of(v: &Value) -> Option<&str> {
+    v.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
+        .and_then(|o| o.get("uid").and_then(Value::as_str))
+}
+
+/// Kinds whose current objects are also kept lean (their bytes and what
+/// selectors read; see [`Obj::full`]): those stored by the thousand,
+/// where a parsed value costs several times the bytes. Every read of a
+/// stored object of these kinds goes through [`Obj::full`].
+fn kept_lean(r: ResId) -> bool {
+    matches!(r, PODS | res::EVENTS | res::EVENTS_V1)
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -989,8 +1030,11 @@ impl Store {
         let obj = Obj::new(value, rv)?;
         let key = (obj.namespace().to_string(), obj.name().to_string());
         let info = self.info(r);
+        // What the store keeps (and sends to watchers): the object, or for
+        // the kinds kept lean its lean copy (the caller gets the whole one).
+        let stored = if kept_lean(r) { obj.lean(info.fields) } else { obj.clone() };
         let ks = &mut inner.kinds[r];
-        let prev = if ty == EventType::Deleted { ks.objects.remove(&key) } else { ks.objects.insert(key, obj.clone()) };
+        let prev = if ty == EventType::Deleted { ks.objects.remove(&key) } else { ks.objects.insert(key, stored.clone()) };
         // The version this one replaces is no longer current: its history
         // entry becomes lean, and so does the event's old version (only
         // selectors read it).
@@ -998,6 +1042,7 @@ impl Store {
             let lean = p.lean(info.fields);
             if let Ok(i) = ks.history.binary_search_by_key(&p.rv, |e| e.rv)
                 && ks.history[i].obj.rv == p.rv
+                && !ks.history[i].obj.is_lean()
             {
                 let e = &ks.history[i];
                 ks.history[i] = Arc::new(WatchEvent { ty: e.ty, rv: e.rv, obj: lean.clone(), old: e.old.clone() });
@@ -1011,10 +1056,10 @@ impl Store {
             }),
             _ => None,
         };
-        let ev = Arc::new(WatchEvent { ty, rv, obj: obj.clone(), old });
+        let ev = Arc::new(WatchEvent { ty, rv, obj: stored.clone(), old });
         // A deletion is final: history keeps it lean from the start.
         let kept = if ty == EventType::Deleted {
-            Arc::new(WatchEvent { ty, rv, obj: obj.lean(info.fields), old: None })
+            Arc::new(WatchEvent { ty, rv, obj: stored.lean(info.fields), old: None })
         } else {
             ev.clone()
         };
@@ -1048,7 +1093,7 @@ impl Store {
     /// that `kubectl get events` shows what a scheduler recorded.
     fn mirror_event(&self, inner: &mut Inner, ty: EventType, obj: &Arc<Obj>) -> Result<()> {
         let key = (obj.namespace().to_string(), obj.name().to_string());
-        let existing = inner.kinds[res::EVENTS].objects.get(&key).cloned();
+        let existing = inner.kinds[res::EVENTS].objects.get(&key).map(Obj::full);
         let core = v1_event_to_core(&obj.value);
         match (ty, existing) {
             (EventType::Deleted, Some(old)) => {
@@ -1078,10 +1123,7 @@ impl Store {
         }
         let ns = meta_str(new, "namespace").to_string();
         // Only changes that can move a disruption budget trigger a resync.
-        let relevant = |p: &Value| {
-            (p.pointer("/metadata/labels").cloned(), res::pod_healthy(p), get_str(p, "/status/phase").to_string())
-        };
-        if inner.pdbs_per_ns.contains_key(&ns) && old.is_none_or(|o| relevant(o) != relevant(new)) {
+        if inner.pdbs_per_ns.contains_key(&ns) && old.is_none_or(|o| pdb_facts(o) != pdb_facts(new)) {
             self.sync_pdbs(inner, &ns, None);
         }
     }
@@ -1097,7 +1139,7 @@ impl Store {
         if pdbs.is_empty() {
             return;
         }
-        let pods: Vec<Arc<Obj>> = inner.kinds[PODS].range_ns(Some(ns)).map(|(_, o)| o.clone()).collect();
+        let pods: Vec<Arc<Obj>> = inner.kinds[PODS].range_ns(Some(ns)).map(|(_, o)| o.full()).collect();
         let pod_vals: Vec<&Value> = pods.iter().map(|p| &p.value).collect();
         for pdb in pdbs {
             let status = res::pdb_status(&pdb.value, &pod_vals, &now);
@@ -1112,7 +1154,7 @@ impl Store {
     /// Get one object.
     pub fn get(&self, r: ResId, ns: &str, name: &str) -> Result<Arc<Obj>> {
         let inner = self.lock();
-        inner.kinds[r].objects.get(&(ns.to_string(), name.to_string())).cloned().ok_or_else(|| not_found(&self.info(r), name))
+        inner.kinds[r].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full).ok_or_else(|| not_found(&self.info(r), name))
     }
 
     /// List objects matching a filter, with optional paging.
@@ -1141,7 +1183,7 @@ impl Store {
         let mut cont_out = None;
         let rv = start_rv.unwrap_or(inner.rv);
         for (k, o) in iter {
-            if !filter.matches(&o.value) {
+            if !o.matches(filter) {
                 continue;
             }
             if limit.is_some_and(|l| l > 0 && items.len() >= l) {
@@ -1151,7 +1193,7 @@ impl Store {
                 let _ = k;
                 break;
             }
-            items.push(o.clone());
+            items.push(o.full());
         }
         Ok(ListResult { items, rv, cont: cont_out })
     }
@@ -1472,7 +1514,7 @@ impl Store {
         let body_rv = meta.get("resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
         let mut inner = self.lock();
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
-        let Some(old) = inner.kinds[r].objects.get(&key).cloned() else {
+        let Some(old) = inner.kinds[r].objects.get(&key).map(Obj::full) else {
             drop(inner);
             if info.create_on_update && !status_only {
                 return self.create_with(r, ns, v, ctx);
@@ -1524,7 +1566,7 @@ impl Store {
         };
         let mut inner = self.lock();
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
-        let Some(old) = inner.kinds[r].objects.get(&key).cloned() else {
+        let Some(old) = inner.kinds[r].objects.get(&key).map(Obj::full) else {
             return Err(not_found(&info, name));
         };
         let mut v = old.value.clone();
@@ -1581,7 +1623,7 @@ impl Store {
         let actx = WriteCtx { applied: Some(applied.clone()), manager: Some(manager.clone()), ..ctx.clone() };
         let mut inner = self.lock();
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
-        let Some(old) = inner.kinds[r].objects.get(&key).cloned() else {
+        let Some(old) = inner.kinds[r].objects.get(&key).map(Obj::full) else {
             drop(inner);
             if status_only {
                 return Err(not_found(&info, name));
@@ -1829,7 +1871,10 @@ impl Store {
         }
         // Re-read: PDB sync may have committed a newer version of this object.
         let key = (obj.namespace().to_string(), obj.name().to_string());
-        Ok(inner.kinds[r].objects.get(&key).cloned().unwrap_or(obj))
+        match inner.kinds[r].objects.get(&key) {
+            Some(o) if o.rv != obj.rv => Ok(o.full()),
+            _ => Ok(obj),
+        }
     }
 
     /// Delete an object. Bound running pods are deleted gracefully (the
@@ -1845,7 +1890,7 @@ impl Store {
         }
         let mut inner = self.lock();
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
-        let old = inner.kinds[r].objects.get(&key).cloned().ok_or_else(|| not_found(&self.info(r), name))?;
+        let old = inner.kinds[r].objects.get(&key).map(Obj::full).ok_or_else(|| not_found(&self.info(r), name))?;
         if let Some(uid) = &opts.uid
             && uid != old.uid() {
                 return Err(conflict(&info,
@@ -1868,7 +1913,7 @@ impl Store {
                 let obj = self.delete_object_locked(&mut inner, r, old)?;
                 if r == res::NODES && !is_deleting(&obj.value) {
                     // The garbage collector removes what the node owns (its CSINode).
-                    if let Some(csinode) = inner.kinds[res::CSINODES].objects.get(&(String::new(), name.to_string())).cloned()
+                    if let Some(csinode) = inner.kinds[res::CSINODES].objects.get(&(String::new(), name.to_string())).map(Obj::full)
                         && owned_by(&csinode.value, "Node", obj.uid())
                     {
                         self.delete_object_locked(&mut inner, res::CSINODES, csinode)?;
@@ -1981,7 +2026,7 @@ impl Store {
             let victims: Vec<Arc<Obj>> = inner.kinds[kr].range_ns(Some(&name)).map(|(_, o)| o.clone()).collect();
             for o in victims {
                 // Earlier removals may have taken this one (mirrored events).
-                let Some(current) = inner.kinds[kr].objects.get(&(name.clone(), o.name().to_string())).cloned() else { continue };
+                let Some(current) = inner.kinds[kr].objects.get(&(name.clone(), o.name().to_string())).map(Obj::full) else { continue };
                 if kr == PODS {
                     self.delete_pod_locked(inner, current, None)?;
                 } else {
@@ -2002,7 +2047,7 @@ impl Store {
     /// its conditions (NamespaceContentRemaining, NamespaceFinalizersRemaining).
     fn finish_namespace(&self, inner: &mut Inner, ns: &str, report: bool) -> Result<()> {
         let key = (String::new(), ns.to_string());
-        let Some(nso) = inner.kinds[res::NAMESPACES].objects.get(&key).cloned() else {
+        let Some(nso) = inner.kinds[res::NAMESPACES].objects.get(&key).map(Obj::full) else {
             inner.terminating_ns.remove(ns);
             return Ok(());
         };
@@ -2018,6 +2063,7 @@ impl Store {
                 if !report {
                     break;
                 }
+                let o = o.full();
                 for f in o.value.pointer("/metadata/finalizers").and_then(Value::as_array).into_iter().flatten() {
                     *finalizers.entry(f.as_str().unwrap_or("").to_string()).or_default() += 1;
                 }
@@ -2076,7 +2122,8 @@ impl Store {
             }
         let mut inner = self.lock();
         let key = (ns.to_string(), name.to_string());
-        let old = inner.kinds[PODS].objects.get(&key).cloned().ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
+        let stored = inner.kinds[PODS].objects.get(&key).cloned().ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
+        let old = stored.full();
         let res_name = "pods/binding";
         let bconflict = |m: String| Error::Conflict { resource: res_name.into(), name: name.to_string(), message: m };
         if let Some(uid) = b.metadata.uid.as_deref()
@@ -2090,7 +2137,19 @@ impl Store {
         if !current.is_empty() {
             return Err(bconflict(format!("pod {name} is already assigned to node \"{current}\"")));
         }
-        let mut v = old.value.clone();
+        // The old value, read back from the stored bytes, is this write's
+        // own copy: it is changed in place rather than copied. What the
+        // hooks compare of the old version is taken first.
+        let pdbs = inner.pdbs_per_ns.contains_key(ns);
+        let facts = |p: &Value| {
+            let (labels, healthy, phase) = pdb_facts(p);
+            (labels.cloned(), healthy, phase.to_string())
+        };
+        let before = pdbs.then(|| facts(&old.value));
+        let mut v = match Arc::try_unwrap(old) {
+            Ok(o) => o.value,
+            Err(shared) => shared.value.clone(),
+        };
         set_path(&mut v, &["spec", "nodeName"], json!(target));
         if let Some(ann) = &b.metadata.annotations {
             for (k, val) in ann {
@@ -2098,8 +2157,12 @@ impl Store {
             }
         }
         set_condition(&mut v, json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()}));
-        let obj = self.commit(&mut inner, PODS, EventType::Modified, v, Some(old.clone()))?;
-        self.after_pod_write(&mut inner, Some(&old.value), &obj.value);
+        let obj = self.commit(&mut inner, PODS, EventType::Modified, v, Some(stored))?;
+        // As `after_pod_write` with the old version: it was not bound.
+        self.notify(KubeletMsg::Bound { ns: ns.to_string(), name: name.to_string(), uid: obj.uid().to_string() });
+        if before.is_some_and(|b| b != facts(&obj.value)) {
+            self.sync_pdbs(&mut inner, ns, None);
+        }
         Ok(())
     }
 
@@ -2123,7 +2186,7 @@ impl Store {
         }
         {
             let mut inner = self.lock();
-            let pod = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned().ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
+            let pod = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full).ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
             let terminal = matches!(get_str(&pod.value, "/status/phase"), "Succeeded" | "Failed");
             let deleting = pod.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null());
             if !terminal && !deleting {
@@ -2171,7 +2234,7 @@ impl Store {
     /// new value or None to leave it. Used by the kubelets.
     pub fn modify_pod(&self, ns: &str, name: &str, uid: &str, f: impl FnOnce(&Value) -> Option<Value>) -> Result<Option<Arc<Obj>>> {
         let mut inner = self.lock();
-        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned() else {
+        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full) else {
             return Ok(None);
         };
         if old.uid() != uid {
@@ -2189,7 +2252,7 @@ impl Store {
     /// removed. Returns whether it is gone.
     pub fn finish_pod(&self, ns: &str, name: &str, uid: &str) -> Result<bool> {
         let mut inner = self.lock();
-        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned() else {
+        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full) else {
             return Ok(false);
         };
         if old.uid() != uid {
@@ -2215,7 +2278,7 @@ impl Store {
     /// with no grace period. Returns whether it was collected.
     pub fn gc_orphan_pod(&self, ns: &str, name: &str, uid: &str) -> Result<bool> {
         let mut inner = self.lock();
-        let Some(mut pod) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned() else {
+        let Some(mut pod) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full) else {
             return Ok(false);
         };
         let node = get_str(&pod.value, "/spec/nodeName").to_string();
@@ -2241,7 +2304,7 @@ impl Store {
     /// simulated controllers.
     pub fn modify(&self, r: ResId, ns: &str, name: &str, uid: Option<&str>, f: impl FnOnce(&Value) -> Option<Value>) -> Result<Option<Arc<Obj>>> {
         let mut inner = self.lock();
-        let Some(old) = inner.kinds[r].objects.get(&(ns.to_string(), name.to_string())).cloned() else {
+        let Some(old) = inner.kinds[r].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full) else {
             return Ok(None);
         };
         if uid.is_some_and(|u| u != old.uid()) {
@@ -2260,7 +2323,7 @@ impl Store {
     /// Remove a terminating pod now if it still has `uid`.
     pub fn remove_pod(&self, ns: &str, name: &str, uid: &str) -> Result<bool> {
         let mut inner = self.lock();
-        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).cloned() else {
+        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full) else {
             return Ok(false);
         };
         if old.uid() != uid {
@@ -2538,6 +2601,80 @@ mod tests {
         let cordoned = filter("pool in (b)", "spec.unschedulable=true,metadata.name=n1");
         assert!(!evs[0].obj.matches(&cordoned) && evs[1].obj.matches(&cordoned) && evs[2].obj.matches(&cordoned));
         assert_eq!((evs[2].obj.name(), evs[2].obj.uid()), ("n1", v1.uid()));
+    }
+
+    /// Pods and events are kept lean while current: every read gives the
+    /// whole object back, selectors and watchers see it as it is, and the
+    /// controllers still find a pod's controller.
+    #[test]
+    fn pods_and_events_are_kept_lean_and_read_whole() {
+        let store = Store::new(StoreConfig::default());
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}});
+        store.create(res::NAMESPACES, "", ns).unwrap_or_else(|e| panic!("{e}"));
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "a"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u-1", "controller": true}]},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let ctx = WriteCtx::new("tester", "v1");
+        let created = store.create_with(PODS, "ns", pod, &ctx).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!created.is_lean(), "the writer gets the whole object");
+        let rx_from = created.rv;
+        let mut rx = store.subscribe(PODS);
+        {
+            let inner = store.lock();
+            let stored = inner.kinds[PODS].objects.get(&("ns".to_string(), "p".to_string())).cloned();
+            assert!(stored.is_some_and(|o| o.is_lean() && o.value.is_null() && o.bytes == created.bytes));
+        }
+        let got = store.get(PODS, "ns", "p").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got.value, created.value);
+        assert!(got.value.pointer("/metadata/managedFields").is_some_and(Value::is_string));
+        store.bind("ns", "p", json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"name": "n1"}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let bound = store.get(PODS, "ns", "p").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(bound.value["spec"]["nodeName"], "n1");
+        assert_eq!(bound.value["metadata"]["labels"], json!({"app": "a"}));
+        assert_eq!(bound.value["metadata"]["managedFields"], created.value["metadata"]["managedFields"]);
+        // The live event is lean, and selectors read it as the bound pod.
+        let ev = rx.try_recv().unwrap_or_else(|e| panic!("{e}"));
+        assert!(ev.obj.is_lean() && ev.rv > rx_from);
+        assert_eq!(ev.obj.controller_uid(), Some("u-1"));
+        assert_eq!(created.controller_uid(), Some("u-1"));
+        let filter = |labels: &str, fields: &str| Filter {
+            namespace: Some("ns".into()),
+            labels: LabelSelector::parse(labels).unwrap_or_else(|e| panic!("{e}")),
+            fields: super::super::selector::FieldSelector::parse(fields, RESOURCES[PODS].fields).unwrap_or_else(|e| panic!("{e}")),
+        };
+        assert!(ev.obj.matches(&filter("app=a", "spec.nodeName=n1")));
+        assert!(!ev.obj.matches(&filter("app=a", "spec.nodeName=n2")));
+        assert!(ev.old.as_ref().is_some_and(|o| o.matches(&filter("", "spec.nodeName="))));
+        let listed = store.list(PODS, &filter("app=a", "spec.nodeName=n1"), None, None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(listed.items.len(), 1);
+        assert_eq!(listed.items[0].value, bound.value);
+        assert!(store.list(PODS, &filter("app=b", ""), None, None).is_ok_and(|l| l.items.is_empty()));
+        // An events.k8s.io Event and its core mirror, both lean, both whole when read.
+        let ev = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "p.1"}, "eventTime": "2026-01-01T00:00:00.000000Z",
+            "regarding": {"kind": "Pod", "namespace": "ns", "name": "p"}, "reason": "Scheduled", "type": "Normal", "action": "Binding",
+            "reportingController": "berth", "reportingInstance": "berth-1", "note": "bound"});
+        store.create(res::EVENTS_V1, "ns", ev).unwrap_or_else(|e| panic!("{e}"));
+        let core = store.get(res::EVENTS, "ns", "p.1").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(core.value["involvedObject"]["name"], "p");
+        let by_reason = Filter {
+            namespace: None,
+            labels: LabelSelector::default(),
+            fields: super::super::selector::FieldSelector::parse("reason=Scheduled", RESOURCES[res::EVENTS].fields).unwrap_or_else(|e| panic!("{e}")),
+        };
+        assert_eq!(store.list(res::EVENTS, &by_reason, None, None).map(|l| l.items.len()).unwrap_or(0), 1);
+        // Deleting reads the whole pod (a graceful delete of a bound pod).
+        let gone = store.delete(PODS, "ns", "p", &DeleteOpts { grace: Some(0), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(gone.value["spec"]["nodeName"], "n1");
+    }
+
+    #[test]
+    fn pointers_of_dotted_fields() {
+        assert!(is_pointer_of("/spec/nodeName", "spec.nodeName"));
+        assert!(!is_pointer_of("/spec.nodeName", "spec.nodeName"));
+        assert!(!is_pointer_of("spec/nodeName", "spec.nodeName"));
+        assert!(!is_pointer_of("/spec/node", "spec.nodeName"));
+        assert!(is_pointer_of("/a/b/c", "a.b.c"));
     }
 
     #[test]

@@ -176,7 +176,7 @@ pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receive
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
                 ev = pods.recv() => match ev {
-                    Ok(ev) if controller_uid(&ev.obj.value).is_none() => continue,
+                    Ok(ev) if ev.obj.controller_uid().is_none() => continue,
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
