@@ -593,10 +593,12 @@ async fn resource_request(
                         Some(l) => Some(l.parse::<usize>().map_err(|_| Error::BadRequest(format!("invalid limit {l:?}")))?),
                         None => None,
                     };
-                    let lr = store.list(r, &filter, limit, q.get("continue").map(String::as_str))?;
+                    let cont = q.get("continue").map(String::as_str);
                     if wants_table(headers) {
+                        let lr = store.list(r, &filter, limit, cont)?;
                         return Ok(ok_json(&super::table::table(r, &info, &lr)));
                     }
+                    let lr = store.list_bytes(r, &filter, limit, cont)?;
                     Ok(list_response(&info, alias.as_ref(), &lr))
                 }
                 "create" => {

@@ -1159,6 +1159,16 @@ impl Store {
 
     /// List objects matching a filter, with optional paging.
     pub fn list(&self, r: ResId, filter: &Filter, limit: Option<usize>, cont: Option<&str>) -> Result<ListResult> {
+        self.list_with(r, filter, limit, cont, true)
+    }
+
+    /// [`Store::list`] for a reader of the bytes only: the items as stored
+    /// (a kind kept lean comes lean; see [`Obj::full`]).
+    pub fn list_bytes(&self, r: ResId, filter: &Filter, limit: Option<usize>, cont: Option<&str>) -> Result<ListResult> {
+        self.list_with(r, filter, limit, cont, false)
+    }
+
+    fn list_with(&self, r: ResId, filter: &Filter, limit: Option<usize>, cont: Option<&str>, whole: bool) -> Result<ListResult> {
         let (start_rv, after) = match cont {
             Some(c) if !c.is_empty() => {
                 let (rv, key) = decode_continue(c).ok_or_else(|| Error::BadRequest("invalid continue token".into()))?;
@@ -1193,7 +1203,7 @@ impl Store {
                 let _ = k;
                 break;
             }
-            items.push(o.full());
+            items.push(if whole { o.full() } else { o.clone() });
         }
         Ok(ListResult { items, rv, cont: cont_out })
     }
@@ -2650,6 +2660,9 @@ mod tests {
         assert_eq!(listed.items.len(), 1);
         assert_eq!(listed.items[0].value, bound.value);
         assert!(store.list(PODS, &filter("app=b", ""), None, None).is_ok_and(|l| l.items.is_empty()));
+        // For a reader of the bytes, the items as stored.
+        let raw = store.list_bytes(PODS, &filter("app=a", ""), None, None).unwrap_or_else(|e| panic!("{e}"));
+        assert!(raw.items.len() == 1 && raw.items[0].is_lean() && raw.items[0].bytes == bound.bytes);
         // An events.k8s.io Event and its core mirror, both lean, both whole when read.
         let ev = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "p.1"}, "eventTime": "2026-01-01T00:00:00.000000Z",
             "regarding": {"kind": "Pod", "namespace": "ns", "name": "p"}, "reason": "Scheduled", "type": "Normal", "action": "Binding",
