@@ -139,7 +139,7 @@ async fn thirty_claims_are_provisioned_in_the_zones_of_their_pods() {
 // ReadWriteOncePod claim: Pending with upstream's messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_class_and_read_write_once_pod_conflict_stay_pending() {
-    deadline(60, async {
+    deadline(90, async {
         let c = cluster(3, 3, "8", 110, FaultConfig::default()).await;
         let d = start_daemon(&c, &config(""), "storage-pending").await;
         until_leading(&d, 20).await;
@@ -162,11 +162,15 @@ async fn missing_class_and_read_write_once_pod_conflict_stay_pending() {
         })
         .await;
         // ReadWriteOncePod: exactly one of the two is bound, the other waits.
-        let loser = eventually(30, "one rwop pod bound, the other reported", || async {
+        // The first pod placed may fail PreBind once, as upstream's does, when
+        // the claim names its new volume before the volume reaches the
+        // scheduler's cache ("persistentvolume ... not found"); it is then
+        // retried and loses to the other. Wait for that final verdict.
+        let loser = eventually(30, "one rwop pod bound, the other reported unschedulable", || async {
             let all = pods(&pods_api).await;
             let rw: Vec<&Pod> = all.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("rwop-"))).collect();
             let bound = rw.iter().filter(|p| node_of(p).is_some()).count();
-            let waiting = rw.iter().find(|p| node_of(p).is_none() && scheduled_condition(p).is_some_and(|c| c.0 == "False"));
+            let waiting = rw.iter().find(|p| node_of(p).is_none() && scheduled_condition(p).is_some_and(|c| c.0 == "False" && c.1 == "Unschedulable"));
             (bound == 1).then_some(waiting.map(|p| p.metadata.name.clone().unwrap())).flatten()
         })
         .await;
