@@ -257,10 +257,6 @@ impl GroupHost for LoopHost<'_> {
 
 /// The PodScheduled condition's lastTransitionTime when it is False already:
 /// a further failed attempt keeps it (it changes only on a transition).
-fn unschedulable_since(pod: Option<&core::Pod>) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
-    pod?.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False")?.last_transition_time.clone()
-}
-
 fn node_events(old: Option<&NodeSpec>, new: &NodeSpec) -> Events {
     let Some(old) = old else { return Events::NODE_ADD };
     let mut e = Events::default();
@@ -309,16 +305,17 @@ impl Loop {
             if self.queue.place(&uid) != Some(queue::Place::InFlight) {
                 self.queue.delete(&uid);
             }
-            let old = self.cache.snapshot().pod_node(&uid).is_some();
-            let old_labels = if old { self.cache.snapshot().pod_node(&uid).and_then(|n| self.cache.snapshot().node(n)).and_then(|n| n.pods.iter().find(|p| p.uid == uid).map(|p| p.labels.clone())) } else { None };
+            let snap = self.cache.snapshot();
+            let old_node = snap.pod_node(&uid);
+            let old = old_node.is_some();
+            let relabeled = old_node.and_then(|n| snap.node(n)).and_then(|n| n.pods.iter().find(|p| p.uid == uid)).is_some_and(|p| p.labels != info.labels);
             let terminated = info.terminated;
-            let labels = info.labels.clone();
             self.cache.upsert_bound_pod(info);
             if terminated {
                 self.event(Events::POD_DELETE);
             } else if !old {
                 self.event(Events::POD_ADD);
-            } else if old_labels.is_some_and(|l| l != labels) {
+            } else if relabeled {
                 self.event(Events::POD_LABEL);
             }
             return;
@@ -342,11 +339,13 @@ impl Loop {
             self.queue.delete(&uid);
             return;
         }
-        let change = self.queue.classify(&uid, &pod);
+        let seen = self.queue.seen(&pod);
+        drop(pod);
+        let change = self.queue.classify(&uid, &seen);
         if change == queue::Change::StatusOnly {
             // Only the status changed (our own PodScheduled=False patch, a
             // nomination): the record takes the newer pod where it waits.
-            self.queue.refresh(info, pod);
+            self.queue.refresh(info, seen);
             return;
         }
         let gated = self.framework(&info).is_some_and(|f| !f.run_pre_enqueue(&info).is_success());
@@ -363,7 +362,7 @@ impl Loop {
             self.metrics.incoming_pods.with_label_values(&[q, "PodUpdate"]).inc();
             self.queue.update(info, gated, Self::now());
         }
-        self.queue.set_object(&uid, pod);
+        self.queue.set_seen(&uid, seen);
     }
 
     fn delete_pod(&mut self, uid: &str) {
@@ -532,7 +531,7 @@ impl Loop {
             tracing::warn!(pod = %pod.key(), error = %err, "scheduling error");
             self.metrics.schedule_attempts.with_label_values(&["error", &profile]).inc();
             self.metrics.attempt_duration.with_label_values(&["error", &profile]).observe(elapsed);
-            let since = unschedulable_since(self.queue.object(&pod.uid));
+            let since = self.queue.unschedulable_since(&pod.uid);
             self.writer.report_failure(pod.clone(), "SchedulerError", o.message.clone().unwrap_or_else(|| err.message()), None, since).await;
             self.queue.error(&pod.uid, now);
             return true;
@@ -566,7 +565,7 @@ impl Loop {
         let message = o.message.clone().unwrap_or_default();
         tracing::info!(pod = %pod.key(), %message, "unschedulable");
         let was_nominated = nominated.is_some();
-        let since = unschedulable_since(self.queue.object(&pod.uid));
+        let since = self.queue.unschedulable_since(&pod.uid);
         self.writer.report_failure(pod.clone(), "Unschedulable", message, nominated, since).await;
         let mut mask = Events::default();
         for name in &o.unschedulable_plugins {
@@ -716,7 +715,7 @@ impl Loop {
             group_mask = group_mask.or(Events::POD_DELETE);
         }
         for u in &out.unplaced {
-            let since = unschedulable_since(self.queue.object(&u.pod.uid));
+            let since = self.queue.unschedulable_since(&u.pod.uid);
             let (reason, message) = if u.error { ("SchedulerError", u.message.clone()) } else { ("Unschedulable", out.pod_message(u)) };
             self.writer.report_failure(u.pod.clone(), reason, message, nominated.get(&u.pod.uid).cloned(), since).await;
             self.queue.set_rejected(&u.pod.uid, Some(Rejection { profile: profile.clone(), plugins: u.plugins.clone() }));
@@ -801,7 +800,7 @@ impl Loop {
             tracing::warn!(pod = %pod.key(), %node, error = %message, "PreBind failed");
             self.frameworks[fi].run_unreserve(&mut state, &pod, &node);
             self.cache.forget(&pod.uid);
-            let since = unschedulable_since(self.queue.object(&pod.uid));
+            let since = self.queue.unschedulable_since(&pod.uid);
             self.writer.report_failure(pod.clone(), "SchedulerError", message, None, since).await;
             self.queue.error(&pod.uid, Self::now());
             return;

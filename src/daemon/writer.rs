@@ -4,7 +4,11 @@
 //!
 //! Three budgets, so that no kind of write starves another:
 //!
-//! - **binds**: their own concurrency and token bucket (clientConnection qps/burst);
+//! - **binds**: their own concurrency and token bucket (clientConnection qps/burst).
+//!   A bind waits for its turn as a small job in a queue, not as a task: a
+//!   backlog of tens of thousands of assumed pods holds a few words each, and
+//!   at most [`BIND_TASKS`] bind tasks (each the size of a whole client call)
+//!   exist at once;
 //! - **status writes** (PodScheduled, nominations, preemption): their own
 //!   concurrency and bucket, so a flood of failure reports never delays a bind;
 //! - **events**: a bounded queue drained by their own task with their own
@@ -165,6 +169,17 @@ const EVENT_TRIES: u32 = 12;
 const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// Concurrent event writes.
 const EVENT_CONCURRENCY: usize = 8;
+/// Bind tasks alive at once at least (twice the bind concurrency when that
+/// is more): enough to keep every bind slot busy while others read back a
+/// bind whose outcome is unknown.
+pub const BIND_TASKS: usize = 64;
+
+/// A bind waiting for a task.
+struct BindJob {
+    pod: Arc<PodInfo>,
+    node: String,
+    started: Instant,
+}
 
 /// The API writer.
 #[derive(Clone)]
@@ -176,6 +191,9 @@ pub struct Writer {
     bind_slots: Arc<Semaphore>,
     status_slots: Arc<Semaphore>,
     results: mpsc::UnboundedSender<BindResult>,
+    binds: mpsc::UnboundedSender<BindJob>,
+    /// Binds queued and not yet running in a task.
+    binds_queued: Arc<AtomicUsize>,
     events: mpsc::Sender<EventItem>,
     events_pending: Arc<AtomicUsize>,
     counts: SharedCounts,
@@ -183,6 +201,7 @@ pub struct Writer {
     instance: String,
     tasks: Arc<Mutex<tokio::task::JoinSet<()>>>,
     event_task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    bind_task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 fn api_code(e: &kube::Error) -> Option<u16> {
@@ -213,6 +232,7 @@ impl Writer {
     /// `qps`/`burst` pace each of the three budgets.
     pub fn new(client: kube::Client, lease: Lease, qps: f64, burst: i64, concurrency: usize, results: mpsc::UnboundedSender<BindResult>, identity: &str) -> Writer {
         let (etx, erx) = mpsc::channel(EVENT_QUEUE);
+        let (btx, brx) = mpsc::unbounded_channel();
         let w = Writer {
             client,
             lease,
@@ -221,6 +241,8 @@ impl Writer {
             bind_slots: Arc::new(Semaphore::new(concurrency.max(1))),
             status_slots: Arc::new(Semaphore::new(concurrency.max(1))),
             results,
+            binds: btx,
+            binds_queued: Arc::new(AtomicUsize::new(0)),
             events: etx,
             events_pending: Arc::new(AtomicUsize::new(0)),
             counts: Arc::new(std::sync::Mutex::new(WriteCounts::default())),
@@ -228,9 +250,14 @@ impl Writer {
             instance: identity.to_string(),
             tasks: Arc::new(Mutex::new(tokio::task::JoinSet::new())),
             event_task: Arc::new(std::sync::Mutex::new(None)),
+            bind_task: Arc::new(std::sync::Mutex::new(None)),
         };
         let h = tokio::spawn(w.clone().event_loop(erx, Arc::new(RateLimiter::new(qps, burst))));
         if let Ok(mut t) = w.event_task.lock() {
+            *t = Some(h);
+        }
+        let h = tokio::spawn(w.clone().bind_loop(brx, BIND_TASKS.max(2 * concurrency)));
+        if let Ok(mut t) = w.bind_task.lock() {
             *t = Some(h);
         }
         w
@@ -262,9 +289,36 @@ impl Writer {
         tasks.spawn(fut);
     }
 
+    /// Starts queued binds as tasks, at most `live` at once, in order.
+    async fn bind_loop(self, mut rx: mpsc::UnboundedReceiver<BindJob>, live: usize) {
+        let live = Arc::new(Semaphore::new(live));
+        while let Some(job) = rx.recv().await {
+            let Ok(permit) = live.clone().acquire_owned().await else { return };
+            let w = self.clone();
+            self.spawn(async move {
+                w.run_bind(job.pod, job.node, job.started, None).await;
+                drop(permit);
+            })
+            .await;
+            // Counted out once in the task set, so that `drain` waits for it.
+            self.binds_queued.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
     /// Waits for every write in flight and every queued event (shutdown), up to `timeout`.
     pub async fn drain(&self, timeout: Duration) {
         let deadline = tokio::time::Instant::now() + timeout;
+        let _ = tokio::time::timeout_at(deadline, async {
+            while self.binds_queued.load(Ordering::Acquire) > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        if let Ok(mut t) = self.bind_task.lock()
+            && let Some(h) = t.take()
+        {
+            h.abort();
+        }
         {
             let mut tasks = self.tasks.lock().await;
             let _ = tokio::time::timeout_at(deadline, async { while tasks.join_next().await.is_some() {} }).await;
@@ -285,6 +339,11 @@ impl Writer {
 
     /// Abandons every write in flight and every queued event at once (a crash, in tests).
     pub fn abort(&self) {
+        if let Ok(mut t) = self.bind_task.lock()
+            && let Some(h) = t.take()
+        {
+            h.abort();
+        }
         if let Ok(mut t) = self.tasks.try_lock() {
             t.abort_all();
         }
@@ -306,8 +365,27 @@ impl Writer {
     /// (PodScheduled=False, SchedulerError, and a FailedScheduling event) and
     /// comes back as `Failed`, `Gone` or `NotLeader`; the pod is not bound.
     pub async fn bind_with_volumes(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Option<PreBindWork>) {
-        let w = self.clone();
-        self.spawn(async move {
+        match work {
+            // PreBind may wait long for volumes: its own task, never holding up other binds.
+            Some(work) => {
+                let w = self.clone();
+                self.spawn(async move { w.run_bind(pod, node, started, Some(work)).await }).await;
+            }
+            None => {
+                self.binds_queued.fetch_add(1, Ordering::AcqRel);
+                if self.binds.send(BindJob { pod, node, started }).is_err() {
+                    // The writer is shutting down: the bind is not made.
+                    self.binds_queued.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+
+    /// One bind job: PreBind's volume work when there is some, the binding,
+    /// the failure report, the result to the loop and the Scheduled event.
+    async fn run_bind(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Option<PreBindWork>) {
+        let w = self;
+        {
             let pre = match &work {
                 Some(work) => w.pre_bind_volumes(&pod, &node, work).await,
                 None => Ok(()),
@@ -345,8 +423,7 @@ impl Writer {
             if bound {
                 w.event(&ev_pod, "Normal", "Scheduled", "Binding", note);
             }
-        })
-        .await;
+        }
     }
 
     async fn bind_now(&self, pod: &PodInfo, node: &str) -> BindOutcome {

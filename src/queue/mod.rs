@@ -16,8 +16,8 @@
 //! so the queue is tested without sleeping.
 //!
 //! The queue holds the one record of each pending pod (upstream's
-//! QueuedPodInfo): the compiled pod, the last object the watch delivered (for
-//! change detection), attempts, when it was first seen and which plugins
+//! QueuedPodInfo): the compiled pod, a digest of the last object the watch
+//! delivered (for change detection, see [`Seen`]), attempts, when it was first seen and which plugins
 //! rejected it last. Every update of a pending pod, status-only ones included,
 //! goes through here: a status-only update replaces the pod in place (it keeps
 //! its nomination, for instance) without moving it.
@@ -29,10 +29,12 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::framework::{Events, QueuedPod};
 use crate::model::pod::GroupRef;
@@ -71,8 +73,8 @@ struct Entry {
     events: Events,
     /// When the pod was first seen pending (for the scheduling SLI).
     first_seen: Instant,
-    /// The last object the watch delivered (change detection, conditions).
-    object: Option<Box<core::Pod>>,
+    /// What the queue keeps of the last object the watch delivered.
+    seen: Option<Seen>,
     /// The profile and plugins that rejected it last.
     rejected: Option<Rejection>,
 }
@@ -117,21 +119,54 @@ pub fn is_pod_updated(old: &core::Pod, new: &core::Pod) -> bool {
         || claims(old) != claims(new)
 }
 
-/// What the queue keeps of a waiting pod's object: what [`is_pod_updated`]
-/// compares and the PodScheduled condition (when the pod became
-/// unschedulable); managedFields and the rest of the status are dropped, as
-/// they are most of a pod's size and nothing here reads them.
-fn kept(mut pod: core::Pod) -> core::Pod {
-    pod.metadata.managed_fields = None;
-    if let Some(st) = pod.status.take() {
-        let conditions: Vec<_> = st.conditions.into_iter().flatten().filter(|c| c.type_ == "PodScheduled").collect();
-        pod.status = Some(core::PodStatus {
-            conditions: (!conditions.is_empty()).then_some(conditions),
-            resource_claim_statuses: st.resource_claim_statuses,
-            ..Default::default()
-        });
+/// What the queue keeps of a waiting pod's object: a digest of what
+/// [`is_pod_updated`] compares, and since when the pod is unschedulable (the
+/// PodScheduled=False condition's lastTransitionTime, kept on the next
+/// report). A pod's object is kilobytes; this is a few bytes, and a backlog of
+/// tens of thousands of pending pods holds one each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// None when the object could not be serialized: it then compares as updated.
+    digest: Option<u64>,
+    unschedulable_since: Option<Time>,
+}
+
+/// Feeds serialized bytes to a hasher.
+struct HashWriter<'a, H: Hasher>(&'a mut H);
+
+impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf);
+        Ok(buf.len())
     }
-    pod
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seen {
+    fn of(object: &core::Pod, keys: &RandomState) -> Seen {
+        let m = &object.metadata;
+        let claims = object.status.as_ref().and_then(|s| s.resource_claim_statuses.as_ref()).filter(|v| !v.is_empty());
+        // The fields `is_pod_updated` compares, in one JSON array: equal
+        // objects give equal bytes, and the array's structure keeps one
+        // field's text from passing for another's.
+        let compared = (
+            (&m.name, &m.namespace, &m.uid, &m.labels, &m.annotations, &m.owner_references),
+            (&m.deletion_timestamp, &m.deletion_grace_period_seconds, &m.generate_name, &m.creation_timestamp),
+            &object.spec,
+            claims,
+        );
+        let mut h = keys.build_hasher();
+        let digest = serde_json::to_writer(HashWriter(&mut h), &compared).ok().map(|()| h.finish());
+        let unschedulable_since = object
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
+            .and_then(|c| c.last_transition_time.clone());
+        Seen { digest, unschedulable_since }
+    }
 }
 
 /// Counts per structure, for the `scheduler_pending_pods{queue}` gauge.
@@ -162,6 +197,8 @@ pub struct SchedulingQueue {
     epoch: Instant,
     /// Pod group (namespace, group) → uids of its queued members.
     groups: HashMap<(String, GroupRef), BTreeSet<String>>,
+    /// The keys of [`Seen`]'s digests (random per process).
+    digest_keys: RandomState,
 }
 
 fn group_key(p: &PodInfo) -> Option<(String, GroupRef)> {
@@ -182,6 +219,7 @@ impl SchedulingQueue {
             popped_at: HashMap::new(),
             epoch: now,
             groups: HashMap::new(),
+            digest_keys: RandomState::new(),
         }
     }
 
@@ -257,7 +295,7 @@ impl SchedulingQueue {
             since: now,
             events: Events::ALL,
             first_seen: now,
-            object: None,
+            seen: None,
             rejected: None,
         };
         self.put(e, if gated { Place::Gated } else { Place::Active }, now);
@@ -446,12 +484,18 @@ impl SchedulingQueue {
         self.entries.get(uid).map(|e| &e.qp)
     }
 
-    /// How `object` compares with the pod's record.
-    pub fn classify(&self, uid: &str, object: &core::Pod) -> Change {
+    /// What the queue would keep of `object` (compute it once per watch event).
+    pub fn seen(&self, object: &core::Pod) -> Seen {
+        Seen::of(object, &self.digest_keys)
+    }
+
+    /// How an object, as [`SchedulingQueue::seen`] gives it, compares with the
+    /// pod's record (upstream's `isPodUpdated`).
+    pub fn classify(&self, uid: &str, seen: &Seen) -> Change {
         match self.entries.get(uid) {
             None => Change::New,
-            Some(e) => match &e.object {
-                Some(old) if !is_pod_updated(old, object) => Change::StatusOnly,
+            Some(e) => match &e.seen {
+                Some(old) if old.digest.is_some() && old.digest == seen.digest => Change::StatusOnly,
                 _ => Change::Updated,
             },
         }
@@ -459,24 +503,25 @@ impl SchedulingQueue {
 
     /// A status-only update: the record takes the newer pod and object where
     /// it waits (no move, no requeue).
-    pub fn refresh(&mut self, pod: Arc<PodInfo>, object: core::Pod) {
+    pub fn refresh(&mut self, pod: Arc<PodInfo>, seen: Seen) {
         if let Some(e) = self.entries.get_mut(&pod.uid) {
             // The activeQ key reads the priority (spec), which a status update cannot change.
             e.qp.pod = pod;
-            e.object = Some(Box::new(kept(object)));
+            e.seen = Some(seen);
         }
     }
 
-    /// Stores the last object seen of a queued pod.
-    pub fn set_object(&mut self, uid: &str, object: core::Pod) {
+    /// Keeps what matters of the last object seen of a queued pod.
+    pub fn set_seen(&mut self, uid: &str, seen: Seen) {
         if let Some(e) = self.entries.get_mut(uid) {
-            e.object = Some(Box::new(kept(object)));
+            e.seen = Some(seen);
         }
     }
 
-    /// The last object seen of a queued pod.
-    pub fn object(&self, uid: &str) -> Option<&core::Pod> {
-        self.entries.get(uid).and_then(|e| e.object.as_deref())
+    /// Since when the last object seen of a queued pod says it is
+    /// unschedulable (its PodScheduled=False condition's lastTransitionTime).
+    pub fn unschedulable_since(&self, uid: &str) -> Option<Time> {
+        self.entries.get(uid)?.seen.as_ref()?.unschedulable_since.clone()
     }
 
     /// Records the node preemption nominated the pod to, in the record itself,

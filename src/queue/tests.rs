@@ -119,9 +119,9 @@ fn one_record_status_only_updates_refresh_in_place() {
     let t0 = Instant::now();
     let mut sq = q(t0);
     let o = object("p", serde_json::json!({}));
-    assert_eq!(sq.classify("uid-p", &o), Change::New);
+    assert_eq!(sq.classify("uid-p", &sq.seen(&o)), Change::New);
     sq.add(pod("p").info(), false, t0);
-    sq.set_object("uid-p", o.clone());
+    sq.set_seen("uid-p", sq.seen(&o));
     let popped = sq.pop(t0).expect("popped");
     assert_eq!(popped.attempts, 1);
     sq.unschedulable("uid-p", Events::NODE_ADD, t0);
@@ -130,21 +130,21 @@ fn one_record_status_only_updates_refresh_in_place() {
         "metadata": {"resourceVersion": "2", "managedFields": []},
         "status": {"nominatedNodeName": "n1", "conditions": [{"type": "PodScheduled", "status": "False"}]},
     }));
-    assert_eq!(sq.classify("uid-p", &status_only), Change::StatusOnly);
-    sq.refresh(pod("p").nominated("n1").info(), status_only);
+    assert_eq!(sq.classify("uid-p", &sq.seen(&status_only)), Change::StatusOnly);
+    sq.refresh(pod("p").nominated("n1").info(), sq.seen(&status_only));
     assert_eq!(sq.place("uid-p"), Some(Place::Unschedulable), "a status-only update does not move the pod");
     assert_eq!(sq.get("uid-p").and_then(|q| q.pod.nominated_node.clone()).as_deref(), Some("n1"), "the record holds the newer pod");
     assert_eq!(sq.get("uid-p").map(|q| q.attempts), Some(1));
     assert_eq!(sq.first_seen("uid-p"), Some(t0));
     // Labels (or spec, annotations) changing is an update.
     let relabeled = object("p", serde_json::json!({"metadata": {"labels": {"app": "b"}}}));
-    assert_eq!(sq.classify("uid-p", &relabeled), Change::Updated);
+    assert_eq!(sq.classify("uid-p", &sq.seen(&relabeled)), Change::Updated);
     let respec = object("p", serde_json::json!({"spec": {"containers": [{"name": "c", "image": "j"}]}}));
-    assert_eq!(sq.classify("uid-p", &respec), Change::Updated);
+    assert_eq!(sq.classify("uid-p", &sq.seen(&respec)), Change::Updated);
 }
 
 #[test]
-fn the_kept_object_drops_what_nothing_reads() {
+fn the_queue_keeps_a_digest_and_the_unschedulable_time_of_the_object() {
     let t0 = Instant::now();
     let mut sq = q(t0);
     sq.add(pod("p").info(), false, t0);
@@ -155,17 +155,31 @@ fn the_kept_object_drops_what_nothing_reads() {
             {"type": "PodScheduled", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
         ]},
     }));
-    sq.set_object("uid-p", full.clone());
-    let kept = sq.object("uid-p").expect("kept");
-    assert!(kept.metadata.managed_fields.is_none());
-    let st = kept.status.as_ref().expect("status");
-    assert_eq!(st.phase, None);
-    let types: Vec<&str> = st.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
-    assert_eq!(types, ["PodScheduled"], "the condition that says since when the pod is unschedulable stays");
-    // Comparisons against the kept object answer as against the whole one.
-    assert_eq!(sq.classify("uid-p", &full), Change::StatusOnly);
-    let relabeled = object("p", serde_json::json!({"metadata": {"labels": {"app": "b"}}}));
-    assert_eq!(sq.classify("uid-p", &relabeled), Change::Updated);
+    sq.set_seen("uid-p", sq.seen(&full));
+    let since = sq.unschedulable_since("uid-p").expect("the condition's time is kept");
+    assert_eq!(serde_json::to_value(&since).unwrap(), serde_json::json!("2026-01-01T00:00:00Z"));
+    // Comparisons against what is kept answer as `is_pod_updated` against the whole object.
+    assert_eq!(sq.classify("uid-p", &sq.seen(&full)), Change::StatusOnly);
+    let variants = [
+        serde_json::json!({"metadata": {"labels": {"app": "b"}}}),
+        serde_json::json!({"metadata": {"annotations": {"a": "b"}}}),
+        serde_json::json!({"metadata": {"resourceVersion": "9", "generation": 3}}),
+        serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+        serde_json::json!({"metadata": {"finalizers": ["x"]}}),
+        serde_json::json!({"spec": {"priority": 5}}),
+        serde_json::json!({"spec": {"nodeSelector": {"z": "a"}}}),
+        serde_json::json!({"status": {"phase": "Running", "nominatedNodeName": "n9"}}),
+        serde_json::json!({"status": {"resourceClaimStatuses": [{"name": "c", "resourceClaimName": "rc"}]}}),
+        serde_json::json!({"status": {"resourceClaimStatuses": []}}),
+    ];
+    for v in variants {
+        let other = object("p", v.clone());
+        let want = if is_pod_updated(&full, &other) { Change::Updated } else { Change::StatusOnly };
+        assert_eq!(sq.classify("uid-p", &sq.seen(&other)), want, "{v}");
+    }
+    // No condition, or a True one: no time.
+    sq.set_seen("uid-p", sq.seen(&object("p", serde_json::json!({"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}))));
+    assert_eq!(sq.unschedulable_since("uid-p"), None);
 }
 
 #[test]
