@@ -5,11 +5,11 @@
 //! Node deletions are noticed at once; a periodic scan finds pods bound
 //! to nodes that never existed.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -73,25 +73,63 @@ pub fn spawn(store: Arc<Store>, cfg: PodGcConfig, mut stop: watch::Receiver<bool
     })
 }
 
-/// Names of the missing nodes that pods are bound to.
+/// Names of the missing nodes that pods are bound to. The pods are read
+/// as stored (lean; see `Obj::field`), not parsed back whole.
 fn orphan_nodes(store: &Store) -> Vec<String> {
-    let Ok(pods) = store.list(PODS, &Filter::default(), None, None) else { return Vec::new() };
-    let bound: std::collections::HashSet<&str> =
-        pods.items.iter().filter_map(|p| p.value.pointer("/spec/nodeName").and_then(Value::as_str)).filter(|n| !n.is_empty()).collect();
-    bound.into_iter().filter(|n| store.get(NODES, "", n).is_err()).map(str::to_string).collect()
+    let Ok(pods) = store.list_bytes(PODS, &Filter::default(), None, None) else { return Vec::new() };
+    let bound: std::collections::HashSet<Cow<'_, str>> = pods.items.iter().map(|p| p.field("spec.nodeName")).filter(|n| !n.is_empty()).collect();
+    bound.into_iter().filter(|n| !store.exists(NODES, "", n)).map(Cow::into_owned).collect()
 }
 
 /// Collect the pods of `node` if it is still missing.
 fn collect(store: &Store, node: &str) {
-    if store.get(NODES, "", node).is_ok() {
+    if store.exists(NODES, "", node) {
         return;
     }
-    let Ok(pods) = store.list(PODS, &Filter::default(), None, None) else { return };
-    for p in pods.items.iter().filter(|p| p.value.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node)) {
+    let Ok(pods) = store.list_bytes(PODS, &Filter::default(), None, None) else { return };
+    for p in pods.items.iter().filter(|p| p.field("spec.nodeName") == node) {
         match store.gc_orphan_pod(p.namespace(), p.name(), p.uid()) {
             Ok(true) => tracing::info!(pod = %format!("{}/{}", p.namespace(), p.name()), node, "PodGC: forced deletion of orphaned pod"),
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "PodGC could not delete an orphaned pod"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::cluster::resources::NAMESPACES;
+    use crate::cluster::store::StoreConfig;
+
+    /// The periodic scan finds pods bound to a node that never existed
+    /// from the pods as stored, and collecting them deletes only those.
+    #[test]
+    fn scan_finds_pods_bound_to_missing_nodes() {
+        let store = Store::new(StoreConfig::default());
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}});
+        store.create(NAMESPACES, "", ns).unwrap_or_else(|e| panic!("{e}"));
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "real"}});
+        store.create(NODES, "", node).unwrap_or_else(|e| panic!("{e}"));
+        let pod = |name: &str, node: Option<&str>| {
+            let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+            if let Some(n) = node {
+                p["spec"]["nodeName"] = json!(n);
+            }
+            store.create(PODS, "default", p).unwrap_or_else(|e| panic!("{e}"));
+        };
+        pod("on-real", Some("real"));
+        pod("on-ghost", Some("ghost"));
+        pod("also-on-ghost", Some("ghost"));
+        pod("pending", None);
+        assert_eq!(orphan_nodes(&store), ["ghost"]);
+        collect(&store, "real");
+        assert_eq!(store.count(PODS), 4);
+        collect(&store, "ghost");
+        let left: Vec<String> = store.list_bytes(PODS, &Filter::default(), None, None).map(|l| l.items.iter().map(|p| p.name().to_string()).collect()).unwrap_or_default();
+        assert_eq!(left, ["on-real", "pending"]);
+        assert!(orphan_nodes(&store).is_empty());
     }
 }

@@ -3,6 +3,7 @@
 //! resourceVersion, a bounded per-resource event history for watch
 //! resumes, and a broadcast channel per resource for live watchers.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -231,21 +232,58 @@ pub struct Obj {
     lean: Option<Box<Lean>>,
 }
 
-/// What selectors read of a lean history copy.
+/// What selectors read of a lean copy, in one piece of text: the
+/// namespace, name, uid and controller uid, then each of the kind's extra
+/// field-selector fields (as a field selector compares it), then each
+/// label's key and value. Two allocations, whatever the object.
 #[derive(Debug)]
 struct Lean {
-    namespace: Box<str>,
-    name: Box<str>,
-    uid: Box<str>,
-    labels: Box<[(Box<str>, Box<str>)]>,
+    text: Box<str>,
+    /// Where each piece of `text` ends.
+    ends: Box<[u32]>,
     /// The kind's extra field-selector fields (dotted, as the kind lists
-    /// them) and, in the same order, each field's text as a field
-    /// selector compares it.
+    /// them): the pieces after the first four are their values.
     fields: &'static [&'static str],
-    values: Box<[Box<str>]>,
-    /// The uid of the controlling owner reference (what the simulated
-    /// controllers read of a pod event).
-    controller: Option<Box<str>>,
+    /// Has a controlling owner reference (the fourth piece is its uid).
+    controlled: bool,
+}
+
+/// The pieces of a [`Lean`] before its field values.
+const LEAN_FIXED: usize = 4;
+
+impl Lean {
+    fn new<'a>(fixed: [&'a str; LEAN_FIXED], controlled: bool, fields: &'static [&'static str], rest: impl Iterator<Item = Cow<'a, str>>) -> Option<Lean> {
+        let mut text = String::new();
+        let mut ends = Vec::with_capacity(LEAN_FIXED + fields.len() + 4);
+        for piece in fixed.into_iter().map(Cow::Borrowed).chain(rest) {
+            text.push_str(&piece);
+            ends.push(u32::try_from(text.len()).ok()?);
+        }
+        Some(Lean { text: text.into_boxed_str(), ends: ends.into_boxed_slice(), fields, controlled })
+    }
+
+    /// Piece `i` ("" past the end).
+    fn piece(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends.get(i - 1).map_or(usize::MAX, |e| *e as usize) };
+        let end = self.ends.get(i).map_or(0, |e| *e as usize);
+        self.text.get(start..end).unwrap_or("")
+    }
+
+    /// The value of a label, if the object has it.
+    fn label(&self, key: &str) -> Option<&str> {
+        let first = LEAN_FIXED + self.fields.len();
+        (first..self.ends.len()).step_by(2).find(|i| self.piece(*i) == key).map(|i| self.piece(i + 1))
+    }
+
+    /// A field by JSON pointer: name, namespace or one of the kind's
+    /// extra fields ("" for any other).
+    fn field_at(&self, pointer: &str) -> &str {
+        match pointer {
+            "/metadata/namespace" => self.piece(0),
+            "/metadata/name" => self.piece(1),
+            p => self.fields.iter().position(|f| is_pointer_of(p, f)).map_or("", |i| self.piece(LEAN_FIXED + i)),
+        }
+    }
 }
 
 impl Obj {
@@ -268,27 +306,16 @@ impl Obj {
         if self.lean.is_some() {
             return self.clone();
         }
-        let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").into();
         let meta = self.value.get("metadata");
-        let labels = meta
-            .and_then(|m| m.get("labels"))
-            .and_then(Value::as_object)
-            .map(|l| l.iter().map(|(k, v)| (k.as_str().into(), text(Some(v)))).collect())
-            .unwrap_or_default();
-        let values = fields
-            .iter()
-            .map(|f| {
-                super::selector::field_text(self.value.pointer(&super::selector::field_pointer(f))).into_boxed_str()
-            })
-            .collect();
-        let lean = Lean {
-            namespace: text(meta.and_then(|m| m.get("namespace"))),
-            name: text(meta.and_then(|m| m.get("name"))),
-            uid: text(meta.and_then(|m| m.get("uid"))),
-            labels,
-            fields,
-            values,
-            controller: controller_of(&self.value).map(Into::into),
+        let text = |f: &str| meta.and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or("");
+        let controller = controller_of(&self.value);
+        let values = fields.iter().map(|f| Cow::Owned(super::selector::field_text(self.value.pointer(&super::selector::field_pointer(f)))));
+        let labels = meta.and_then(|m| m.get("labels")).and_then(Value::as_object).into_iter().flatten();
+        let labels = labels.flat_map(|(k, v)| [Cow::Borrowed(k.as_str()), Cow::Borrowed(v.as_str().unwrap_or(""))]);
+        let fixed = [text("namespace"), text("name"), text("uid"), controller.unwrap_or("")];
+        // Text past 4 GiB cannot be indexed: such an object stays whole.
+        let Some(lean) = Lean::new(fixed, controller.is_some(), fields, values.chain(labels)) else {
+            return self.clone();
         };
         Arc::new(Obj { value: Value::Null, bytes: self.bytes.clone(), rv: self.rv, lean: Some(Box::new(lean)) })
     }
@@ -322,37 +349,44 @@ impl Obj {
         let Some(l) = &self.lean else {
             return f.matches(&self.value);
         };
-        if f.namespace.as_deref().is_some_and(|ns| ns != &*l.namespace) {
+        if f.namespace.as_deref().is_some_and(|ns| ns != l.piece(0)) {
             return false;
         }
-        let label = |k: &str| l.labels.iter().find(|(lk, _)| &**lk == k).map(|(_, v)| &**v);
-        let field = |pointer: &str| match pointer {
-            "/metadata/name" => l.name.to_string(),
-            "/metadata/namespace" => l.namespace.to_string(),
-            p => l.fields.iter().zip(l.values.iter()).find(|(f, _)| is_pointer_of(p, f)).map(|(_, v)| v.to_string()).unwrap_or_default(),
-        };
-        f.labels.matches_with(label) && f.fields.matches_with(field)
+        f.labels.matches_with(|k| l.label(k)) && f.fields.matches_with(|p| l.field_at(p).to_string())
+    }
+
+    /// A field as a field selector compares it (see
+    /// `selector::field_text`), by its dotted name: for a lean copy, only
+    /// `metadata.name`, `metadata.namespace` and the kind's extra
+    /// field-selector fields are known ("" for any other), which is what
+    /// controllers scanning every pod read without parsing it back.
+    pub fn field(&self, dotted: &str) -> Cow<'_, str> {
+        let pointer = super::selector::field_pointer(dotted);
+        match &self.lean {
+            Some(l) => Cow::Borrowed(l.field_at(&pointer)),
+            None => Cow::Owned(super::selector::field_text(self.value.pointer(&pointer))),
+        }
     }
 
     /// metadata.name.
     pub fn name(&self) -> &str {
-        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "name"), |l| &l.name)
+        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "name"), |l| l.piece(1))
     }
 
     /// metadata.namespace ("" for cluster-scoped).
     pub fn namespace(&self) -> &str {
-        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "namespace"), |l| &l.namespace)
+        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "namespace"), |l| l.piece(0))
     }
 
     /// metadata.uid.
     pub fn uid(&self) -> &str {
-        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "uid"), |l| &l.uid)
+        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "uid"), |l| l.piece(2))
     }
 
     /// The uid of the controlling owner reference, if any.
     pub fn controller_uid(&self) -> Option<&str> {
         match &self.lean {
-            Some(l) => l.controller.as_deref(),
+            Some(l) => l.controlled.then(|| l.piece(3)),
             None => controller_of(&self.value),
         }
     }
@@ -416,10 +450,11 @@ fn controller_of(v: &Value) -> Option<&str> {
 
 /// Kinds whose current objects are also kept lean (their bytes and what
 /// selectors read; see [`Obj::full`]): those stored by the thousand,
-/// where a parsed value costs several times the bytes. Every read of a
+/// where a parsed value costs several times the bytes (a node's value
+/// about 11 KB, its bytes under 2 KB). Every read of a
 /// stored object of these kinds goes through [`Obj::full`].
 fn kept_lean(r: ResId) -> bool {
-    matches!(r, PODS | res::EVENTS | res::EVENTS_V1)
+    matches!(r, PODS | res::EVENTS | res::EVENTS_V1 | res::NODES)
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -1157,6 +1192,12 @@ impl Store {
         inner.kinds[r].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full).ok_or_else(|| not_found(&self.info(r), name))
     }
 
+    /// Is there an object of resource `r` named `name` in `ns`? (Reads
+    /// nothing of it.)
+    pub fn exists(&self, r: ResId, ns: &str, name: &str) -> bool {
+        self.lock().kinds[r].objects.contains_key(&(ns.to_string(), name.to_string()))
+    }
+
     /// List objects matching a filter, with optional paging.
     pub fn list(&self, r: ResId, filter: &Filter, limit: Option<usize>, cont: Option<&str>) -> Result<ListResult> {
         self.list_with(r, filter, limit, cont, true)
@@ -1203,7 +1244,17 @@ impl Store {
                 let _ = k;
                 break;
             }
-            items.push(if whole { o.full() } else { o.clone() });
+            items.push(o.clone());
+        }
+        drop(inner);
+        // Lean items are read back whole outside the lock: other requests
+        // need not wait for a long list to parse.
+        if whole {
+            for o in &mut items {
+                if o.is_lean() {
+                    *o = o.full();
+                }
+            }
         }
         Ok(ListResult { items, rv, cont: cont_out })
     }
@@ -2679,6 +2730,59 @@ mod tests {
         // Deleting reads the whole pod (a graceful delete of a bound pod).
         let gone = store.delete(PODS, "ns", "p", &DeleteOpts { grace: Some(0), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(gone.value["spec"]["nodeName"], "n1");
+    }
+
+    /// A lean copy answers every accessor as the object it stands for,
+    /// and a superseded version in the history reads back equal to the
+    /// object as it was committed.
+    #[test]
+    fn lean_copies_read_back_as_committed() {
+        let store = Store::new(StoreConfig::default());
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}});
+        store.create(res::NAMESPACES, "", ns).unwrap_or_else(|e| panic!("{e}"));
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "a", "empty": "", "tier": "web"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ReplicaSet", "name": "o", "uid": "u-0", "controller": false},
+                                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u-1", "controller": true}]},
+            "spec": {"containers": [{"name": "c", "image": "i"}], "serviceAccountName": "sa", "nodeName": "n1"}});
+        let created = store.create(PODS, "ns", pod).unwrap_or_else(|e| panic!("{e}"));
+        let lean = created.lean(RESOURCES[PODS].fields);
+        assert!(lean.is_lean() && lean.value.is_null());
+        assert_eq!((lean.namespace(), lean.name(), lean.uid()), (created.namespace(), created.name(), created.uid()));
+        assert_eq!(lean.controller_uid(), Some("u-1"));
+        for f in RESOURCES[PODS].fields.iter().chain(&["metadata.name", "metadata.namespace"]) {
+            assert_eq!(lean.field(f), created.field(f), "{f}");
+        }
+        assert_eq!(lean.field("spec.nodeName"), "n1");
+        assert_eq!(lean.field("spec.restartPolicy"), "Always");
+        assert_eq!(lean.field("spec.notAField"), "");
+        let labels = |sel: &str| Filter { namespace: Some("ns".into()), labels: LabelSelector::parse(sel).unwrap_or_else(|e| panic!("{e}")), ..Default::default() };
+        for (sel, want) in [("app=a", true), ("empty=", true), ("empty", true), ("tier=web", true), ("app!=a", false), ("missing", false), ("!missing", true)] {
+            assert_eq!(lean.matches(&labels(sel)), want, "{sel}");
+            assert_eq!(created.matches(&labels(sel)), want, "{sel}");
+        }
+        assert!(!lean.matches(&Filter { namespace: Some("other".into()), ..Default::default() }));
+        // Without labels or a controller.
+        let bare = Obj::new(json!({"metadata": {"name": "b"}}), 1).unwrap_or_else(|e| panic!("{e}")).lean(&[]);
+        assert_eq!((bare.name(), bare.namespace(), bare.uid(), bare.controller_uid()), ("b", "", "", None));
+        assert!(bare.matches(&labels("!app")) == false && bare.matches(&Filter::default()));
+        // The superseded first version, as the history keeps it.
+        let patch = br#"{"metadata": {"labels": {"app": "b"}}}"#;
+        store.patch(PODS, "ns", "p", PatchType::Merge, patch, false).unwrap_or_else(|e| panic!("{e}"));
+        let sub = store.watch(PODS, WatchStart::After(created.rv - 1)).unwrap_or_else(|e| panic!("{e}"));
+        let first = sub.backlog.iter().find(|e| e.rv == created.rv).map(|e| e.obj.clone());
+        let first = first.unwrap_or_else(|| panic!("the first version is in the history"));
+        assert!(first.is_lean());
+        assert_eq!(first.bytes, created.bytes);
+        assert_eq!(first.full().value, created.value);
+        assert!(first.matches(&labels("app=a")) && !first.matches(&labels("app=b")));
+        assert!(store.exists(PODS, "ns", "p") && !store.exists(PODS, "ns", "q") && !store.exists(PODS, "other", "p"));
+        // Nodes are kept lean too, and read whole.
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "a"}}, "spec": {"unschedulable": true}});
+        let n1 = store.create(res::NODES, "", node).unwrap_or_else(|e| panic!("{e}"));
+        assert!(store.lock().kinds[res::NODES].objects.values().all(|o| o.is_lean() && o.bytes == n1.bytes));
+        assert_eq!(store.get(res::NODES, "", "n1").map(|o| o.value.clone()).ok(), Some(n1.value.clone()));
+        assert_eq!(store.list(res::NODES, &Filter::default(), None, None).map(|l| l.items[0].value.clone()).ok(), Some(n1.value.clone()));
+        assert!(store.exists(res::NODES, "", "n1"));
     }
 
     #[test]

@@ -96,9 +96,12 @@ struct Owned {
 impl Owned {
     fn of(store: &Store, r: res::ResId) -> Self {
         let mut by_owner: HashMap<String, Vec<Arc<Obj>>> = HashMap::new();
-        for o in list(store, r, None) {
-            if let Some(uid) = controller_uid(&o.value) {
-                by_owner.entry(uid.to_string()).or_default().push(o.clone());
+        // Read as stored (pods are kept lean) and parsed back whole only
+        // when controlled: most pods of a large cluster have no controller.
+        let all = store.list_bytes(r, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default();
+        for o in all {
+            if let Some(uid) = o.controller_uid() {
+                by_owner.entry(uid.to_string()).or_default().push(o.full());
             }
         }
         Self { by_owner }
@@ -263,7 +266,9 @@ fn collect_orphans(store: &Store) {
         [(DEPLOYMENTS, "Deployment"), (REPLICASETS, "ReplicaSet"), (JOBS, "Job"), (STATEFULSETS, "StatefulSet"), (DAEMONSETS, "DaemonSet")];
     let live: HashSet<String> = owners.iter().flat_map(|(r, _)| list(store, *r, None)).map(|o| o.uid().to_string()).collect();
     for dependent in [REPLICASETS, PODS, CONTROLLERREVISIONS] {
-        for o in list(store, dependent, None) {
+        let all = store.list_bytes(dependent, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default();
+        // Only a dependent whose controller is gone is read whole.
+        for o in all.iter().filter(|o| o.controller_uid().is_some_and(|u| !live.contains(u))).map(Obj::full) {
             let orphaned = o.value.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
                 refs.iter().any(|r| {
                     r.get("controller").and_then(Value::as_bool) == Some(true)
