@@ -2764,7 +2764,7 @@ mod tests {
         // Without labels or a controller.
         let bare = Obj::new(json!({"metadata": {"name": "b"}}), 1).unwrap_or_else(|e| panic!("{e}")).lean(&[]);
         assert_eq!((bare.name(), bare.namespace(), bare.uid(), bare.controller_uid()), ("b", "", "", None));
-        assert!(bare.matches(&labels("!app")) == false && bare.matches(&Filter::default()));
+        assert!(!bare.matches(&labels("!app")) && bare.matches(&Filter::default()));
         // The superseded first version, as the history keeps it.
         let patch = br#"{"metadata": {"labels": {"app": "b"}}}"#;
         store.patch(PODS, "ns", "p", PatchType::Merge, patch, false).unwrap_or_else(|e| panic!("{e}"));
