@@ -255,8 +255,6 @@ impl GroupHost for LoopHost<'_> {
     }
 }
 
-/// The PodScheduled condition's lastTransitionTime when it is False already:
-/// a further failed attempt keeps it (it changes only on a transition).
 fn node_events(old: Option<&NodeSpec>, new: &NodeSpec) -> Events {
     let Some(old) = old else { return Events::NODE_ADD };
     let mut e = Events::default();

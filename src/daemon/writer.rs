@@ -204,6 +204,22 @@ pub struct Writer {
     bind_task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
+/// Aborts the task held in `slot`, if still there.
+fn stop_task(slot: &std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>) {
+    if let Ok(mut t) = slot.lock()
+        && let Some(h) = t.take()
+    {
+        h.abort();
+    }
+}
+
+/// Returns once `n` is zero (polled: it counts queued work that has no waiter).
+async fn until_zero(n: &AtomicUsize) {
+    while n.load(Ordering::Acquire) > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
@@ -308,50 +324,24 @@ impl Writer {
     /// Waits for every write in flight and every queued event (shutdown), up to `timeout`.
     pub async fn drain(&self, timeout: Duration) {
         let deadline = tokio::time::Instant::now() + timeout;
-        let _ = tokio::time::timeout_at(deadline, async {
-            while self.binds_queued.load(Ordering::Acquire) > 0 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
-        if let Ok(mut t) = self.bind_task.lock()
-            && let Some(h) = t.take()
-        {
-            h.abort();
-        }
+        let _ = tokio::time::timeout_at(deadline, until_zero(&self.binds_queued)).await;
+        stop_task(&self.bind_task);
         {
             let mut tasks = self.tasks.lock().await;
             let _ = tokio::time::timeout_at(deadline, async { while tasks.join_next().await.is_some() {} }).await;
             tasks.abort_all();
         }
-        let _ = tokio::time::timeout_at(deadline, async {
-            while self.events_pending.load(Ordering::Acquire) > 0 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
-        if let Ok(mut t) = self.event_task.lock()
-            && let Some(h) = t.take()
-        {
-            h.abort();
-        }
+        let _ = tokio::time::timeout_at(deadline, until_zero(&self.events_pending)).await;
+        stop_task(&self.event_task);
     }
 
     /// Abandons every write in flight and every queued event at once (a crash, in tests).
     pub fn abort(&self) {
-        if let Ok(mut t) = self.bind_task.lock()
-            && let Some(h) = t.take()
-        {
-            h.abort();
-        }
+        stop_task(&self.bind_task);
         if let Ok(mut t) = self.tasks.try_lock() {
             t.abort_all();
         }
-        if let Ok(mut t) = self.event_task.lock()
-            && let Some(h) = t.take()
-        {
-            h.abort();
-        }
+        stop_task(&self.event_task);
     }
 
     /// Binds `pod` to `node` through `pods/binding`, off the caller's task.
@@ -384,45 +374,42 @@ impl Writer {
     /// One bind job: PreBind's volume work when there is some, the binding,
     /// the failure report, the result to the loop and the Scheduled event.
     async fn run_bind(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Option<PreBindWork>) {
-        let w = self;
-        {
-            let pre = match &work {
-                Some(work) => w.pre_bind_volumes(&pod, &node, work).await,
-                None => Ok(()),
-            };
-            let pre_failed = pre.is_err();
-            // `took` is the binding call's, as before (PreBind's wait is not Bind's).
-            let t = Instant::now();
-            let outcome = match pre {
-                Ok(()) => w.bind_now(&pod, &node).await,
-                Err(o) => o,
-            };
-            let took = t.elapsed();
-            let bound = outcome == BindOutcome::Bound;
-            match &outcome {
-                BindOutcome::Bound => w.count(|c| c.binds += 1),
-                BindOutcome::Failed(_) => w.count(|c| c.failures += 1),
-                _ => {}
-            }
-            let report = match &outcome {
-                BindOutcome::Failed(m) if pre_failed => Some(m.clone()),
-                _ => None,
-            };
-            if let Some(message) = report {
-                // Before the result: the retry it allows cannot bind the pod
-                // before this False condition is written.
-                let at = meta::Time(k8s_openapi::jiff::Timestamp::now());
-                let status = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": message, "lastTransitionTime": at}]}});
-                w.patch_status(&pod, status).await;
-                w.event(&pod, "Warning", "FailedScheduling", "Scheduling", message);
-            }
-            let note = format!("Successfully assigned {} to {}", pod.key(), node);
-            let ev_pod = pod.clone();
-            let _ = w.results.send(BindResult { pod, node, outcome, started, took });
-            // After the result: an event never holds up a bind.
-            if bound {
-                w.event(&ev_pod, "Normal", "Scheduled", "Binding", note);
-            }
+        let pre = match &work {
+            Some(work) => self.pre_bind_volumes(&pod, &node, work).await,
+            None => Ok(()),
+        };
+        let pre_failed = pre.is_err();
+        // `took` is the binding call's, as before (PreBind's wait is not Bind's).
+        let t = Instant::now();
+        let outcome = match pre {
+            Ok(()) => self.bind_now(&pod, &node).await,
+            Err(o) => o,
+        };
+        let took = t.elapsed();
+        let bound = outcome == BindOutcome::Bound;
+        match &outcome {
+            BindOutcome::Bound => self.count(|c| c.binds += 1),
+            BindOutcome::Failed(_) => self.count(|c| c.failures += 1),
+            _ => {}
+        }
+        let report = match &outcome {
+            BindOutcome::Failed(m) if pre_failed => Some(m.clone()),
+            _ => None,
+        };
+        if let Some(message) = report {
+            // Before the result: the retry it allows cannot bind the pod
+            // before this False condition is written.
+            let at = meta::Time(k8s_openapi::jiff::Timestamp::now());
+            let status = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": message, "lastTransitionTime": at}]}});
+            self.patch_status(&pod, status).await;
+            self.event(&pod, "Warning", "FailedScheduling", "Scheduling", message);
+        }
+        let note = format!("Successfully assigned {} to {}", pod.key(), node);
+        let ev_pod = pod.clone();
+        let _ = self.results.send(BindResult { pod, node, outcome, started, took });
+        // After the result: an event never holds up a bind.
+        if bound {
+            self.event(&ev_pod, "Normal", "Scheduled", "Binding", note);
         }
     }
 
