@@ -440,7 +440,7 @@ fn is_pointer_of(pointer: &str, dotted: &str) -> bool {
 }
 
 /// The uid of the owner reference of `v` marked `controller: true`.
-fn controller_of(v: &Value) -> Option<&str> {
+pub(crate) fn controller_of(v: &Value) -> Option<&str> {
     v.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)?
         .iter()

@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 
 use super::resources::{self as res, CONTROLLERREVISIONS, DAEMONSETS, DEPLOYMENTS, JOBS, NODES, PODS, REPLICASETS, STATEFULSETS};
 use super::selector::Filter;
-use super::store::{DeleteOpts, EventType, Obj, Store, WatchEvent, now_rfc3339};
+use super::store::{controller_of, DeleteOpts, EventType, Obj, Store, WatchEvent, now_rfc3339};
 
 /// Workload controller settings.
 #[derive(Debug, Clone)]
@@ -59,14 +59,6 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or("")
 }
 
-/// The uid of the controller among the object's ownerReferences.
-fn controller_uid(v: &Value) -> Option<&str> {
-    v.pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
-        .and_then(|o| o.get("uid").and_then(Value::as_str))
-}
 
 fn owner_ref(kind: &str, owner: &Value) -> Value {
     json!([{
@@ -253,7 +245,7 @@ fn delete_obj(store: &Store, r: res::ResId, o: &Obj) {
 
 fn delete_dependents(store: &Store, r: res::ResId, ns: &str, owner_uid: &str) {
     for o in list(store, r, Some(ns)) {
-        if controller_uid(&o.value) == Some(owner_uid) && !is_deleting(&o.value) {
+        if controller_of(&o.value) == Some(owner_uid) && !is_deleting(&o.value) {
             delete_obj(store, r, &o);
         }
     }
@@ -420,7 +412,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
         let desired = replicas(&d.value);
         let template = d.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
         let hash = template_hash(&template);
-        let owned: Vec<&Arc<Obj>> = all_rs.iter().filter(|r| r.namespace() == ns && controller_uid(&r.value) == Some(d.uid())).collect();
+        let owned: Vec<&Arc<Obj>> = all_rs.iter().filter(|r| r.namespace() == ns && controller_of(&r.value) == Some(d.uid())).collect();
         let counts = |rs: &Obj| -> (i64, i64) {
             let pods = pods.active_of(rs);
             (pods.len() as i64, pods.iter().filter(|p| ready(&p.value)).count() as i64)
