@@ -266,6 +266,15 @@ pub trait Plugin: Send + Sync {
         filter_each(self, state, pod, snap, nodes, rejected, |_| true);
     }
 
+    /// [`Self::filter_nodes`] for a cycle that will not read the rejected
+    /// nodes' statuses (it reuses earlier results and a node fits): keeps in
+    /// `nodes`, in order, the ones that pass and returns true; or returns
+    /// false with `nodes` untouched, and the caller runs `filter_nodes`. Only
+    /// a pass whose rejections are never errors may answer true.
+    fn retain_feasible(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>) -> bool {
+        false
+    }
+
     /// PostFilter: called when no node fits.
     fn post_filter(&self, fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot, statuses: &NodeStatuses) -> (Status, PostFilterResult) {
         (Status::unschedulable("not implemented"), PostFilterResult::default())

@@ -524,6 +524,27 @@ struct PreFilterState {
 }
 
 impl PreFilterState {
+    /// Per constraint: each node's domain, and whether each domain (then an
+    /// unknown one) is within maxSkew; None unless the layouts still hold
+    /// for `snap` (nothing changed since PreFilter).
+    fn domain_verdicts<'a>(&'a self, snap: &Snapshot) -> Option<Vec<(&'a [u32], Vec<bool>, bool)>> {
+        if !same_nodes(snap, self.mark, false) || self.fixed.iter().any(|f| f.layout.dom.len() != snap.nodes.len()) {
+            return None;
+        }
+        let tables = self
+            .fixed
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let limit = f.c.max_skew - i64::from(f.self_match) + self.min_match(i);
+                let k = &self.counts[i];
+                let ok = (0..k.counts.len()).map(|d| k.count(d as u32) <= limit).collect();
+                (f.layout.dom.as_slice(), ok, 0 <= limit)
+            })
+            .collect();
+        Some(tables)
+    }
+
     /// The global minimum of constraint `i`, with minDomains applied.
     fn min_match(&self, i: usize) -> i64 {
         let c = &self.counts[i];
@@ -599,28 +620,53 @@ fn normalize_by_domain(s: &PreScoreState, scores: &mut [NodeScore]) -> bool {
         return false;
     }
     let slot = sc.layout.slot.as_slice();
-    // Per domain: its raw score when a scored node is in it.
-    let raw: Vec<Option<i64>> = sc.counts.iter().enumerate().map(|(d, c)| c.map(|_| sc.domain_part(d as u32).round() as i64)).collect();
-    let domain = |node: usize| slot.get(node).and_then(|&d| raw.get(d as usize).map(|r| (d as usize, *r)));
-    // The domains of the scored nodes (min and max are taken over them).
+    // Per domain: its raw score when a scored node is in it, else ABSENT
+    // (no raw score is negative). Flat tables, so that the pass over the
+    // nodes is a few loads, a compare and a store each.
+    const ABSENT: i64 = -1;
+    let raw: Vec<i64> = sc.counts.iter().enumerate().map(|(d, c)| if c.is_some() { sc.domain_part(d as u32).round() as i64 } else { ABSENT }).collect();
+    // The domains of the scored nodes (min and max are taken over them):
+    // PreScore's nodes are the usual ones, so their domains are assumed and
+    // every node normalized in the same pass that checks its raw score; the
+    // domains actually seen are compared after.
+    let bounds = |present: &dyn Fn(usize) -> bool| {
+        let seen = || raw.iter().enumerate().filter(|&(d, &r)| r != ABSENT && present(d)).map(|(_, &r)| r);
+        let (min, max) = (seen().min().unwrap_or(0), seen().max().unwrap_or(0));
+        raw.iter().enumerate().map(|(d, &r)| if r == ABSENT || !present(d) { 0 } else if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - r) / max }).collect::<Vec<i64>>()
+    };
+    let norm = bounds(&|_| true);
     let mut present = vec![false; raw.len()];
-    for ns in scores.iter() {
-        match domain(ns.node) {
-            Some((d, Some(r))) if r == ns.score => present[d] = true,
-            // Missing the key (ignored): any raw score.
-            None if slot.get(ns.node).is_some_and(|&d| d == MISSING) => {}
-            _ => return false,
-        }
-    }
-    let (mut min, mut max) = (i64::MAX, 0i64);
-    for (r, _) in raw.iter().zip(&present).filter(|(_, p)| **p) {
-        let r = r.unwrap_or(0);
-        min = min.min(r);
-        max = max.max(r);
-    }
-    let norm: Vec<i64> = raw.iter().map(|r| r.map_or(0, |r| if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - r) / max })).collect();
+    let mut done = 0;
     for ns in scores.iter_mut() {
-        ns.score = domain(ns.node).and_then(|(d, _)| norm.get(d).copied()).unwrap_or(0);
+        // A node past the snapshot reads as UNKNOWN: neither a slot nor MISSING.
+        let d = slot.get(ns.node).copied().unwrap_or(UNKNOWN);
+        match (raw.get(d as usize), norm.get(d as usize)) {
+            (Some(&r), Some(&v)) if r != ABSENT && r == ns.score => {
+                present[d as usize] = true;
+                ns.score = v;
+            }
+            // Missing the key: ignored, whatever its raw score.
+            (None, _) if d == MISSING => ns.score = 0,
+            _ => break,
+        }
+        done += 1;
+    }
+    let raw_of = |ns: &NodeScore| slot.get(ns.node).and_then(|&d| raw.get(d as usize)).copied();
+    if done < scores.len() {
+        // Not a raw score by domain: put back the ones overwritten (an
+        // ignored node's raw score does not matter, it normalizes to 0).
+        for ns in scores[..done].iter_mut() {
+            ns.score = raw_of(ns).unwrap_or(0);
+        }
+        return false;
+    }
+    if raw.iter().zip(&present).any(|(&r, &p)| r != ABSENT && !p) {
+        // Fewer domains than PreScore's: min and max over those seen.
+        let norm = bounds(&|d| present[d]);
+        for ns in scores.iter_mut() {
+            let d = slot.get(ns.node).copied().unwrap_or(MISSING);
+            ns.score = norm.get(d as usize).copied().unwrap_or(0);
+        }
     }
     true
 }
@@ -786,25 +832,9 @@ impl Plugin for PodTopologySpread {
     }
 
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
-        let Some(s) = state.get::<PreFilterState>() else {
+        let Some(tables) = state.get::<PreFilterState>().and_then(|s| s.domain_verdicts(snap)) else {
             return filter_each(self, state, pod, snap, nodes, rejected, |_| true);
         };
-        if !same_nodes(snap, s.mark, false) || s.fixed.iter().any(|f| f.layout.dom.len() != snap.nodes.len()) {
-            return filter_each(self, state, pod, snap, nodes, rejected, |_| true);
-        }
-        // Per constraint: each node's domain, and whether each domain (then
-        // an unknown one) is within maxSkew.
-        let tables: Vec<(&[u32], Vec<bool>, bool)> = s
-            .fixed
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                let limit = f.c.max_skew - i64::from(f.self_match) + s.min_match(i);
-                let k = &s.counts[i];
-                let ok = (0..k.counts.len()).map(|d| k.count(d as u32) <= limit).collect();
-                (f.layout.dom.as_slice(), ok, 0 <= limit)
-            })
-            .collect();
         nodes.retain(|&i| {
             for (dom, ok, ok_unknown) in &tables {
                 let d = dom[i];
@@ -819,6 +849,13 @@ impl Plugin for PodTopologySpread {
             }
             true
         });
+    }
+
+    fn retain_feasible(&self, state: &CycleState, _: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>) -> bool {
+        let Some(tables) = state.get::<PreFilterState>().and_then(|s| s.domain_verdicts(snap)) else { return false };
+        // As filter_nodes, without the statuses.
+        nodes.retain(|&i| tables.iter().all(|(dom, ok, ok_unknown)| dom[i] != MISSING && ok.get(dom[i] as usize).copied().unwrap_or(*ok_unknown)));
+        true
     }
 
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[usize], snap: &Snapshot) -> Status {
@@ -1612,5 +1649,44 @@ mod tests {
         let sys = plugin();
         assert!(sys.pre_filter(&mut CycleState::new(), &p, &snap).0.is_skip());
         assert!(sys.pre_score(&mut CycleState::new(), &p, &[0, 1], &snap).is_success());
+    }
+
+    /// Normalizing by domain gives what normalizing node by node gives: for
+    /// PreScore's nodes, for fewer nodes (a domain without scored nodes),
+    /// and for raw scores that are not their domain's (it puts them back
+    /// and the node-by-node path runs).
+    #[test]
+    fn normalize_by_domain_matches_node_by_node() {
+        let pl = plugin();
+        let nodes = [zn("a1", "z1"), zn("a2", "z1"), zn("b1", "z2"), zn("b2", "z2"), node("x"), zn("c1", "z3"), zn("c2", "z3")];
+        let pods = [on("p1", "a1"), on("p2", "a2"), on("p3", "a2"), on("p4", "b1")];
+        let snap = snapshot(&nodes, &pods);
+        let p = incoming().spread(1, "zone", SA, &[("foo", "")]).info();
+        let all: Vec<usize> = (0..snap.nodes.len()).collect();
+        let mut st = CycleState::new();
+        assert!(pl.pre_score(&mut st, &p, &all, &snap).is_success());
+        let mut raw: Vec<NodeScore> = all.iter().map(|&i| NodeScore { node: i, score: 0 }).collect();
+        assert!(pl.score_nodes(&st, &p, &snap, &mut raw).is_ok());
+        // Upstream's NormalizeScore, node by node; "x" (no zone) is ignored.
+        let by_hand = |scores: &[NodeScore]| -> Vec<i64> {
+            let counted = |ns: &NodeScore| snap.nodes[ns.node].node.labels.contains_key("zone");
+            let kept = || scores.iter().filter(|ns| counted(ns)).map(|ns| ns.score);
+            let (min, max) = (kept().min().unwrap_or(0), kept().max().unwrap_or(0));
+            scores.iter().map(|ns| if !counted(ns) { 0 } else if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - ns.score) / max }).collect()
+        };
+        let normalized = |mut scores: Vec<NodeScore>| -> Vec<i64> {
+            assert!(pl.normalize_score(&st, &p, &mut scores, &snap).is_success());
+            scores.iter().map(|ns| ns.score).collect()
+        };
+        let expected = by_hand(&raw);
+        assert_ne!(expected.iter().min(), expected.iter().max(), "the domains score differently");
+        assert_eq!(normalized(raw.clone()), expected);
+        // Without z3's nodes: min and max over z1 and z2 only.
+        let fewer: Vec<NodeScore> = raw.iter().copied().filter(|ns| !snap.nodes[ns.node].name().starts_with('c')).collect();
+        assert_eq!(normalized(fewer.clone()), by_hand(&fewer));
+        // A raw score in the middle that is not its domain's.
+        let mut odd = raw.clone();
+        odd[3].score += 1;
+        assert_eq!(normalized(odd.clone()), by_hand(&odd));
     }
 }
