@@ -634,19 +634,19 @@ fn normalize_by_domain(s: &PreScoreState, scores: &mut [NodeScore]) -> bool {
         let (min, max) = (seen().min().unwrap_or(0), seen().max().unwrap_or(0));
         raw.iter().enumerate().map(|(d, &r)| if r == ABSENT || !present(d) { 0 } else if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - r) / max }).collect::<Vec<i64>>()
     };
-    let norm = bounds(&|_| true);
-    let mut present = vec![false; raw.len()];
+    // Per domain: (raw, normalized, seen among the scored nodes).
+    let mut table: Vec<(i64, i64, bool)> = raw.iter().zip(bounds(&|_| true)).map(|(&r, v)| (r, v, false)).collect();
     let mut done = 0;
     for ns in scores.iter_mut() {
         // A node past the snapshot reads as UNKNOWN: neither a slot nor MISSING.
         let d = slot.get(ns.node).copied().unwrap_or(UNKNOWN);
-        match (raw.get(d as usize), norm.get(d as usize)) {
-            (Some(&r), Some(&v)) if r != ABSENT && r == ns.score => {
-                present[d as usize] = true;
-                ns.score = v;
+        match table.get_mut(d as usize) {
+            Some((r, v, seen)) if *r != ABSENT && *r == ns.score => {
+                *seen = true;
+                ns.score = *v;
             }
             // Missing the key: ignored, whatever its raw score.
-            (None, _) if d == MISSING => ns.score = 0,
+            None if d == MISSING => ns.score = 0,
             _ => break,
         }
         done += 1;
@@ -660,9 +660,9 @@ fn normalize_by_domain(s: &PreScoreState, scores: &mut [NodeScore]) -> bool {
         }
         return false;
     }
-    if raw.iter().zip(&present).any(|(&r, &p)| r != ABSENT && !p) {
+    if table.iter().any(|&(r, _, seen)| r != ABSENT && !seen) {
         // Fewer domains than PreScore's: min and max over those seen.
-        let norm = bounds(&|d| present[d]);
+        let norm = bounds(&|d| table.get(d).is_some_and(|t| t.2));
         for ns in scores.iter_mut() {
             let d = slot.get(ns.node).copied().unwrap_or(MISSING);
             ns.score = norm.get(d as usize).copied().unwrap_or(0);
@@ -898,9 +898,21 @@ impl Plugin for PodTopologySpread {
         // layout) are counted in the same pass as the first layout's domains.
         let mut ignored = 0;
         let mut ignored_counted = !require_all;
+        // PreScore's nodes are distinct snapshot indexes: as many as the
+        // snapshot has are all of them.
+        let every_scored = nodes.len() == n;
         for (k, (s, seen)) in soft.iter().zip(seen.iter_mut()).enumerate().filter(|(_, (s, _))| !s.hostname) {
             let slot = s.layout.slot.as_slice();
             let count_missing = require_all && k == 0;
+            if every_scored && slot.len() == n && s.layout.present.len() == seen.len() {
+                // Every node scored: the domains seen are those some node counts in.
+                seen.copy_from_slice(&s.layout.present);
+                if count_missing {
+                    ignored += slot.iter().filter(|&&d| d == MISSING).count();
+                }
+                ignored_counted |= count_missing;
+                continue;
+            }
             for &ni in nodes {
                 match slot.get(ni) {
                     Some(&d) if d != MISSING => {
@@ -1386,7 +1398,7 @@ mod tests {
     }
 
     /// The plugin's verdicts (by node name) and normalized scores for `p`.
-    fn decisions(pl: &PodTopologySpread, p: &PodInfo, snap: &Snapshot, batch: bool) -> (Vec<(String, Code)>, Vec<i64>) {
+    fn decisions(pl: &PodTopologySpread, p: &PodInfo, snap: &Snapshot, batch: bool, every: usize) -> (Vec<(String, Code)>, Vec<i64>) {
         let mut st = CycleState::new();
         let (s, _) = pl.pre_filter(&mut st, p, snap);
         let mut verdicts = Vec::new();
@@ -1402,8 +1414,8 @@ mod tests {
             }
         }
         verdicts.sort_by(|a, b| a.0.cmp(&b.0));
-        // Score every other node, so that some domains have no scored node.
-        let feasible: Vec<usize> = (0..snap.nodes.len()).filter(|i| i % 2 == 0).collect();
+        // Score every `every`th node (with 2, some domains have no scored node).
+        let feasible: Vec<usize> = (0..snap.nodes.len()).filter(|i| i % every == 0).collect();
         let mut st = CycleState::new();
         if pl.pre_score(&mut st, p, &feasible, snap).is_skip() {
             return (verdicts, Vec::new());
@@ -1422,15 +1434,15 @@ mod tests {
         (verdicts, named.into_iter().map(|(_, s)| s).collect())
     }
 
-    /// Normalized scores (by node name) of every other node, computed from
+    /// Normalized scores (by node name) of every `every`th node, computed from
     /// upstream's definitions node by node, sharing nothing with the plugin's
     /// state but its constraints, inclusion policies and pod matching.
-    fn reference_scores(pl: &PodTopologySpread, p: &PodInfo, snap: &Snapshot) -> Vec<i64> {
+    fn reference_scores(pl: &PodTopologySpread, p: &PodInfo, snap: &Snapshot, every: usize) -> Vec<i64> {
         let cs = pl.constraints(p, WhenUnsatisfiable::ScheduleAnyway, snap);
         if cs.is_empty() {
             return Vec::new();
         }
-        let feasible: Vec<usize> = (0..snap.nodes.len()).filter(|i| i % 2 == 0).collect();
+        let feasible: Vec<usize> = (0..snap.nodes.len()).filter(|i| i % every == 0).collect();
         let require_all = !p.spread_constraints.is_empty() || !pl.system_defaulted;
         let has_all = |n: &NodeInfo| cs.iter().all(|c| n.node.labels.contains_key(&c.topology_key));
         let value = |n: &NodeInfo, c: &SpreadConstraint| n.node.labels.get(&c.topology_key).cloned().unwrap_or_default();
@@ -1568,11 +1580,12 @@ mod tests {
             // Decisions equal those of a plugin that counts from scratch, by
             // the batch and the per-node paths alike.
             if step % 3 == 0 {
-                for p in &pods {
-                    let want = decisions(&plugin(), p, &snap, false);
-                    assert_eq!(want.1, reference_scores(&pl, p, &snap), "step {step}: {:?}", p.spread_constraints);
-                    assert_eq!(decisions(&pl, p, &snap, true), want, "step {step}: {:?}", p.spread_constraints);
-                    assert_eq!(decisions(&pl, p, &snap, false), want, "step {step}: {:?}", p.spread_constraints);
+                // Every node scored, and every other one.
+                for (p, every) in pods.iter().flat_map(|p| [(p, 1), (p, 2)]) {
+                    let want = decisions(&plugin(), p, &snap, false, every);
+                    assert_eq!(want.1, reference_scores(&pl, p, &snap, every), "step {step}/{every}: {:?}", p.spread_constraints);
+                    assert_eq!(decisions(&pl, p, &snap, true, every), want, "step {step}/{every}: {:?}", p.spread_constraints);
+                    assert_eq!(decisions(&pl, p, &snap, false, every), want, "step {step}/{every}: {:?}", p.spread_constraints);
                 }
             }
         }
