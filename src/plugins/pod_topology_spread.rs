@@ -506,6 +506,10 @@ impl Counts {
     }
 }
 
+/// One hard constraint's Filter table: each node's domain, whether each
+/// domain is within maxSkew, and whether a domain unknown to it would be.
+type DomainVerdicts<'a> = (&'a [u32], Vec<bool>, bool);
+
 /// PreFilter state: matching pods per domain and the global minimum, per
 /// hard constraint. Cloned per nominated-pod and preemption trial, so the
 /// fixed part is shared.
@@ -527,7 +531,7 @@ impl PreFilterState {
     /// Per constraint: each node's domain, and whether each domain (then an
     /// unknown one) is within maxSkew; None unless the layouts still hold
     /// for `snap` (nothing changed since PreFilter).
-    fn domain_verdicts<'a>(&'a self, snap: &Snapshot) -> Option<Vec<(&'a [u32], Vec<bool>, bool)>> {
+    fn domain_verdicts<'a>(&'a self, snap: &Snapshot) -> Option<Vec<DomainVerdicts<'a>>> {
         if !same_nodes(snap, self.mark, false) || self.fixed.iter().any(|f| f.layout.dom.len() != snap.nodes.len()) {
             return None;
         }
