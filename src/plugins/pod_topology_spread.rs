@@ -510,6 +510,22 @@ impl Counts {
 /// domain is within maxSkew, and whether a domain unknown to it would be.
 type DomainVerdicts<'a> = (&'a [u32], Vec<bool>, bool);
 
+/// Why node `i` fails by the tables of every hard constraint: None when it
+/// passes, else the first failing constraint's: true for a missing key
+/// (unresolvable), false for a domain over maxSkew.
+fn rejection(tables: &[DomainVerdicts], i: usize) -> Option<bool> {
+    for (dom, ok, ok_unknown) in tables {
+        let d = dom[i];
+        if d == MISSING {
+            return Some(true);
+        }
+        if !ok.get(d as usize).copied().unwrap_or(*ok_unknown) {
+            return Some(false);
+        }
+    }
+    None
+}
+
 /// PreFilter state: matching pods per domain and the global minimum, per
 /// hard constraint. Cloned per nominated-pod and preemption trial, so the
 /// fixed part is shared.
@@ -839,26 +855,19 @@ impl Plugin for PodTopologySpread {
         let Some(tables) = state.get::<PreFilterState>().and_then(|s| s.domain_verdicts(snap)) else {
             return filter_each(self, state, pod, snap, nodes, rejected, |_| true);
         };
-        nodes.retain(|&i| {
-            for (dom, ok, ok_unknown) in &tables {
-                let d = dom[i];
-                if d == MISSING {
-                    rejected.push((i, Status::unresolvable(REASON_MISSING_LABEL)));
-                    return false;
-                }
-                if !ok.get(d as usize).copied().unwrap_or(*ok_unknown) {
-                    rejected.push((i, Status::unschedulable(REASON_CONSTRAINTS)));
-                    return false;
-                }
+        nodes.retain(|&i| match rejection(&tables, i) {
+            None => true,
+            Some(missing) => {
+                rejected.push((i, if missing { Status::unresolvable(REASON_MISSING_LABEL) } else { Status::unschedulable(REASON_CONSTRAINTS) }));
+                false
             }
-            true
         });
     }
 
     fn retain_feasible(&self, state: &CycleState, _: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>) -> bool {
         let Some(tables) = state.get::<PreFilterState>().and_then(|s| s.domain_verdicts(snap)) else { return false };
         // As filter_nodes, without the statuses.
-        nodes.retain(|&i| tables.iter().all(|(dom, ok, ok_unknown)| dom[i] != MISSING && ok.get(dom[i] as usize).copied().unwrap_or(*ok_unknown)));
+        nodes.retain(|&i| rejection(&tables, i).is_none());
         true
     }
 
