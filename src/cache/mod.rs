@@ -9,7 +9,8 @@ pub mod workloads;
 pub mod storage;
 pub mod groups;
 
-use std::collections::{HashMap, VecDeque};
+use std::borrow::Borrow;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,6 +18,40 @@ use crate::model::selector::{Labels, Selector};
 use crate::model::{NodeInfo, NodeSpec, PodInfo};
 
 pub use state::{Cache, PodState};
+
+/// A bound pod keyed by its uid: the set of bound pods shares each pod's
+/// `PodInfo` (its uid and node name) instead of copying both strings into a
+/// map, which at tens of thousands of pods is a good part of the daemon's
+/// memory.
+#[derive(Clone, Debug)]
+struct ByUid(Arc<PodInfo>);
+
+impl ByUid {
+    fn node(&self) -> &str {
+        self.0.node_name.as_deref().unwrap_or_default()
+    }
+}
+
+impl Borrow<str> for ByUid {
+    fn borrow(&self) -> &str {
+        &self.0.uid
+    }
+}
+
+impl PartialEq for ByUid {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.uid == o.0.uid
+    }
+}
+
+impl Eq for ByUid {}
+
+impl std::hash::Hash for ByUid {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        // As `str` hashes, so that lookups by `&str` find it.
+        self.0.uid.as_str().hash(h);
+    }
+}
 
 /// A PodDisruptionBudget, compiled.
 #[derive(Clone, Debug)]
@@ -112,8 +147,8 @@ pub struct Snapshot {
     pub pdbs: Vec<Pdb>,
     /// Pods bound to nodes not (yet) known, by node name.
     orphans: HashMap<String, Vec<Arc<PodInfo>>>,
-    /// Bound pod uid → node name.
-    pod_node: HashMap<String, String>,
+    /// Bound pods by uid (each knows its node).
+    pod_node: HashSet<ByUid>,
     /// Pending pods nominated to a node (status.nominatedNodeName), by node name.
     pub nominated: HashMap<String, Vec<Arc<PodInfo>>>,
     /// Image name → number of nodes that have it.
@@ -284,7 +319,7 @@ impl Snapshot {
         if pod.terminated {
             return;
         }
-        self.pod_node.insert(pod.uid.clone(), node.clone());
+        self.pod_node.replace(ByUid(pod.clone()));
         match self.node_index(&node) {
             Some(i) => {
                 let before = Self::affinity_of(&self.nodes[i]);
@@ -297,8 +332,9 @@ impl Snapshot {
 
     /// Removes a bound pod by uid; returns it when it was there.
     pub fn remove_pod(&mut self, uid: &str) -> Option<Arc<PodInfo>> {
-        let node = self.pod_node.remove(uid)?;
-        match self.node_index(&node) {
+        let bound = self.pod_node.take(uid)?;
+        let node = bound.node();
+        match self.node_index(node) {
             Some(i) => {
                 let before = Self::affinity_of(&self.nodes[i]);
                 let p = self.nodes[i].remove_pod(uid);
@@ -306,16 +342,31 @@ impl Snapshot {
                 p
             }
             None => {
-                let v = self.orphans.get_mut(&node)?;
+                let v = self.orphans.get_mut(node)?;
                 let j = v.iter().position(|p| p.uid == uid)?;
                 Some(v.swap_remove(j))
             }
         }
     }
 
+    /// A bound pod by uid (on a known node or not).
+    pub fn bound_pod(&self, uid: &str) -> Option<&Arc<PodInfo>> {
+        self.pod_node.get(uid).map(|b| &b.0)
+    }
+
+    /// The bound pods (on known nodes or not), in no order.
+    pub fn bound_pods(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+        self.pod_node.iter().map(|b| &b.0)
+    }
+
+    /// The number of bound pods (on known nodes or not).
+    pub fn bound_count(&self) -> usize {
+        self.pod_node.len()
+    }
+
     /// The node a bound pod is on.
     pub fn pod_node(&self, uid: &str) -> Option<&str> {
-        self.pod_node.get(uid).map(String::as_str)
+        self.pod_node.get(uid).map(ByUid::node)
     }
 
     /// Records that a pending pod is nominated to a node (replacing any earlier nomination).

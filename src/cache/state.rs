@@ -12,7 +12,7 @@
 //! watch event that confirms the binding replaces it with the API's object.
 //! A pod removed from the API while assumed is dropped too.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::Snapshot;
@@ -31,7 +31,10 @@ pub enum PodState {
 #[derive(Debug, Default)]
 pub struct Cache {
     snapshot: Snapshot,
-    pods: HashMap<String, PodState>,
+    /// Uids of the assumed pods; every other pod bound in the snapshot is
+    /// Added (the snapshot keeps the bound pods by uid, so this set stays as
+    /// small as the binds in flight).
+    assumed: HashSet<String>,
 }
 
 impl Cache {
@@ -52,7 +55,11 @@ impl Cache {
 
     /// A pod's state.
     pub fn pod_state(&self, uid: &str) -> Option<PodState> {
-        self.pods.get(uid).copied()
+        if self.assumed.contains(uid) {
+            Some(PodState::Assumed)
+        } else {
+            self.snapshot.pod_node(uid).map(|_| PodState::Added)
+        }
     }
 
     /// Assumes `pod` (with node_name set) is bound.
@@ -60,7 +67,7 @@ impl Cache {
         if pod.node_name.is_none() {
             return;
         }
-        self.pods.insert(pod.uid.clone(), PodState::Assumed);
+        self.assumed.insert(pod.uid.clone());
         self.snapshot.clear_nomination(&pod.uid);
         self.snapshot.add_pod(pod);
     }
@@ -74,8 +81,7 @@ impl Cache {
     /// The bind failed: the assumed pod leaves its node.
     pub fn forget(&mut self, uid: &str) {
         self.snapshot.storage.forget(uid);
-        if self.pods.get(uid) == Some(&PodState::Assumed) {
-            self.pods.remove(uid);
+        if self.assumed.remove(uid) {
             self.snapshot.remove_pod(uid);
         }
     }
@@ -87,14 +93,14 @@ impl Cache {
             self.remove_pod(&pod.uid);
             return;
         }
-        self.pods.insert(pod.uid.clone(), PodState::Added);
+        self.assumed.remove(&pod.uid);
         self.snapshot.add_pod(pod);
     }
 
     /// A pod left the API.
     pub fn remove_pod(&mut self, uid: &str) {
         self.snapshot.storage.forget(uid);
-        self.pods.remove(uid);
+        self.assumed.remove(uid);
         self.snapshot.remove_pod(uid);
         self.snapshot.clear_nomination(uid);
     }
@@ -111,12 +117,12 @@ impl Cache {
 
     /// Bound pods (assumed included).
     pub fn pod_count(&self) -> usize {
-        self.pods.len()
+        self.snapshot.bound_count()
     }
 
     /// Uids of pods that are bound in the cache.
     pub fn pod_uids(&self) -> impl Iterator<Item = &String> {
-        self.pods.keys()
+        self.snapshot.bound_pods().map(|p| &p.uid)
     }
 }
 
@@ -159,5 +165,34 @@ mod tests {
         assert_eq!(c.snapshot().nodes[0].pods.len(), 1);
         c.remove_pod("uid-a");
         assert_eq!(c.snapshot().nodes[0].pods.len(), 0);
+    }
+
+    #[test]
+    fn bound_pods_are_found_by_uid_on_known_nodes_and_off_them() {
+        let mut c = Cache::new();
+        c.upsert_node(node("n").spec());
+        c.upsert_bound_pod(pod("a").node("n").label("app", "x").info());
+        c.upsert_bound_pod(pod("b").node("gone").info());
+        c.assume(pod("c").node("n").info());
+        assert_eq!(c.pod_count(), 3);
+        let mut uids: Vec<&String> = c.pod_uids().collect();
+        uids.sort();
+        assert_eq!(uids, ["uid-a", "uid-b", "uid-c"]);
+        assert_eq!(c.snapshot().pod_node("uid-b"), Some("gone"));
+        assert_eq!(c.pod_state("uid-b"), Some(PodState::Added));
+        assert_eq!(c.pod_state("uid-c"), Some(PodState::Assumed));
+        assert_eq!(c.snapshot().bound_pod("uid-a").map(|p| p.labels.get("app")), Some(Some("x")));
+        // An update moves nothing twice and replaces the pod kept by uid.
+        c.upsert_bound_pod(pod("a").node("n").label("app", "y").info());
+        assert_eq!(c.snapshot().nodes[0].pods.len(), 2);
+        assert_eq!(c.snapshot().bound_pod("uid-a").map(|p| p.labels.get("app")), Some(Some("y")));
+        // The node goes: its pods stay known by uid, off any node.
+        c.remove_node("n");
+        assert_eq!(c.pod_count(), 3);
+        assert_eq!(c.snapshot().pod_node("uid-a"), Some("n"));
+        c.forget("uid-c");
+        assert_eq!(c.pod_state("uid-c"), None);
+        c.remove_pod("uid-a");
+        assert_eq!((c.pod_state("uid-a"), c.pod_count()), (None, 1));
     }
 }

@@ -176,7 +176,7 @@ impl Workloads {
         let mut set: BTreeMap<String, String> = BTreeMap::new();
         if let Some(svcs) = self.services.get(&pod.namespace) {
             for sel in svcs.values().flatten() {
-                if sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v)) {
+                if sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v.as_str())) {
                     set.extend(sel.iter().map(|(k, v)| (k.clone(), v.clone())));
                 }
             }
@@ -224,8 +224,8 @@ mod tests {
         PodInfo {
             namespace: "default".into(),
             name: "p".into(),
-            labels: labels(kv),
-            controller: owner.map(|(a, k, n)| ControllerRef { api_version: a.into(), kind: k.into(), name: n.into() }),
+            labels: (&labels(kv)).into(),
+            controller: owner.map(|(a, k, n)| Box::new(ControllerRef { api_version: a.into(), kind: k.into(), name: n.into() })),
             ..Default::default()
         }
     }

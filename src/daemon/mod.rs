@@ -304,9 +304,9 @@ impl Loop {
                 self.queue.delete(&uid);
             }
             let snap = self.cache.snapshot();
-            let old_node = snap.pod_node(&uid);
-            let old = old_node.is_some();
-            let relabeled = old_node.and_then(|n| snap.node(n)).and_then(|n| n.pods.iter().find(|p| p.uid == uid)).is_some_and(|p| p.labels != info.labels);
+            let old_pod = snap.bound_pod(&uid);
+            let old = old_pod.is_some();
+            let relabeled = old_pod.is_some_and(|p| p.labels != info.labels);
             let terminated = info.terminated;
             self.cache.upsert_bound_pod(info);
             if terminated {

@@ -12,4 +12,4 @@ pub mod volumes;
 pub use node::{NodeInfo, NodeSpec};
 pub use pod::PodInfo;
 pub use resources::Resources;
-pub use selector::{Labels, Selector};
+pub use selector::{LabelSet, Labels, PodLabels, Selector};

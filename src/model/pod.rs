@@ -5,7 +5,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 
 use super::resources::{self, Resources};
-use super::selector::{Labels, NodeSelector, NodeSelectorTerm, Op, Requirement, Selector};
+use super::selector::{Labels, NodeSelector, NodeSelectorTerm, PodLabels, Op, Requirement, Selector};
 use super::taints::Toleration;
 
 /// A host port a container asks for.
@@ -123,6 +123,10 @@ pub struct SpecError {
 }
 
 /// Everything the scheduler reads of a pod, computed once per pod version.
+///
+/// A bound pod (spec.nodeName set) is only ever read as an existing pod: its
+/// scheduling gates, images, required node features, tolerations, node
+/// selector and affinity, spread constraints and controller are left empty.
 #[derive(Clone, Debug, Default)]
 pub struct PodInfo {
     /// metadata.uid (namespace/name when the object has none).
@@ -132,7 +136,7 @@ pub struct PodInfo {
     /// metadata.name.
     pub name: String,
     /// metadata.labels.
-    pub labels: Labels,
+    pub labels: PodLabels,
     /// metadata.creationTimestamp in milliseconds since the epoch (0 when unset).
     pub created_ms: i64,
     /// metadata.deletionTimestamp is set.
@@ -167,9 +171,9 @@ pub struct PodInfo {
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
     /// spec.nodeSelector (None when empty).
-    pub node_selector: Option<Selector>,
+    pub node_selector: Option<Box<Selector>>,
     /// Required node affinity (None when unset).
-    pub required_node_affinity: Option<NodeSelector>,
+    pub required_node_affinity: Option<Box<NodeSelector>>,
     /// Preferred node affinity terms.
     pub preferred_node_affinity: Vec<PreferredNodeTerm>,
     /// Required pod affinity terms.
@@ -191,7 +195,7 @@ pub struct PodInfo {
     /// Node features the pod needs (NodeDeclaredFeatures), sorted.
     pub required_features: Vec<&'static str>,
     /// The controller among metadata.ownerReferences (default topology spreading).
-    pub controller: Option<ControllerRef>,
+    pub controller: Option<Box<ControllerRef>>,
     /// Scheduling signature ([`super::signature`]); 0 when not computed.
     pub signature: u64,
     /// The pod group the pod belongs to (gang scheduling), if any.
@@ -222,11 +226,11 @@ pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
 
 /// A pod's group: `spec.schedulingGroup.podGroupName` first (upstream's
 /// API), else the scheduler-plugins label.
-fn group_of(spec: &core::PodSpec, labels: &Labels) -> Option<GroupRef> {
+fn group_of(spec: &core::PodSpec, labels: &PodLabels) -> Option<GroupRef> {
     if let Some(name) = spec.scheduling_group.as_ref().and_then(|g| g.pod_group_name.as_ref()).filter(|n| !n.is_empty()) {
         return Some(GroupRef { api: GroupApi::V1beta1, name: name.clone() });
     }
-    labels.get(POD_GROUP_LABEL).filter(|n| !n.is_empty()).map(|n| GroupRef { api: GroupApi::V1alpha1, name: n.clone() })
+    labels.get(POD_GROUP_LABEL).filter(|n| !n.is_empty()).map(|n| GroupRef { api: GroupApi::V1alpha1, name: n.to_string() })
 }
 
 impl PodInfo {
@@ -265,10 +269,9 @@ impl PodInfo {
         let mut p = PodInfo {
             namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
             name: meta.name.clone().unwrap_or_default(),
-            labels: meta.labels.clone().unwrap_or_default(),
+            labels: meta.labels.as_ref().map(PodLabels::from_map).unwrap_or_default(),
             created_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond()).unwrap_or(0),
             terminating: meta.deletion_timestamp.is_some(),
-            controller: controller_of(meta.owner_references.as_ref()),
             ..Default::default()
         };
         p.uid = meta.uid.clone().unwrap_or_else(|| p.key());
@@ -293,15 +296,23 @@ impl PodInfo {
         p.preemption_never = spec.preemption_policy.as_deref() == Some("Never");
         p.scheduler_name = spec.scheduler_name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "default-scheduler".into());
         p.node_name = spec.node_name.clone().filter(|s| !s.is_empty());
-        p.scheduling_gates = spec.scheduling_gates.iter().flatten().map(|g| g.name.clone()).collect();
-        p.images = spec.containers.iter().chain(spec.init_containers.iter().flatten()).filter_map(|c| c.image.clone()).collect();
         p.compute_requests(spec, status);
-        p.required_features = required_node_features(spec);
         p.compute_ports(spec);
-        p.tolerations = spec.tolerations.iter().flatten().map(Toleration::from_api).collect();
-        p.compute_node_affinity(spec);
         p.compute_pod_affinity(spec);
-        p.compute_spread(spec);
+        // What only the pod being scheduled is asked for (gates, images,
+        // node features, tolerations, node affinity, spread constraints and
+        // the controller that defaults them) is left empty for a bound pod:
+        // nothing reads it of an existing pod, and a daemon keeps every
+        // bound pod.
+        if p.node_name.is_none() {
+            p.controller = controller_of(meta.owner_references.as_ref()).map(Box::new);
+            p.scheduling_gates = spec.scheduling_gates.iter().flatten().map(|g| g.name.clone()).collect();
+            p.images = spec.containers.iter().chain(spec.init_containers.iter().flatten()).filter_map(|c| c.image.clone()).collect();
+            p.required_features = required_node_features(spec);
+            p.tolerations = spec.tolerations.iter().flatten().map(Toleration::from_api).collect();
+            p.compute_node_affinity(spec);
+            p.compute_spread(spec);
+        }
         p.volumes = super::volumes::from_spec(&p.name, spec);
         p.group = group_of(spec, &p.labels);
         p
@@ -338,12 +349,12 @@ impl PodInfo {
 
     fn compute_node_affinity(&mut self, spec: &core::PodSpec) {
         if let Some(ns) = spec.node_selector.as_ref().filter(|m| !m.is_empty()) {
-            self.node_selector = Some(Selector::from_map(ns));
+            self.node_selector = Some(Box::new(Selector::from_map(ns)));
         }
         let Some(na) = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()) else { return };
         if let Some(req) = &na.required_during_scheduling_ignored_during_execution {
             match NodeSelector::compile(req, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution") {
-                Ok(s) => self.required_node_affinity = Some(s),
+                Ok(s) => self.required_node_affinity = Some(Box::new(s)),
                 Err(e) => self.errors.push(SpecError { plugin: "NodeAffinity", message: e }),
             }
         }
@@ -365,12 +376,12 @@ impl PodInfo {
         // matchLabelKeys / mismatchLabelKeys merge the incoming pod's own label values.
         for k in t.match_label_keys.iter().flatten() {
             if let Some(v) = self.labels.get(k) {
-                selector.push(Requirement { key: k.clone(), op: Op::In(vec![v.clone()]) });
+                selector.push(Requirement { key: k.clone(), op: Op::In(vec![v.to_string()]) });
             }
         }
         for k in t.mismatch_label_keys.iter().flatten() {
             if let Some(v) = self.labels.get(k) {
-                selector.push(Requirement { key: k.clone(), op: Op::NotIn(vec![v.clone()]) });
+                selector.push(Requirement { key: k.clone(), op: Op::NotIn(vec![v.to_string()]) });
             }
         }
         let namespace_selector = match &t.namespace_selector {
@@ -469,7 +480,7 @@ impl PodInfo {
         if c.label_selector.is_some() {
             for k in c.match_label_keys.iter().flatten() {
                 if let Some(v) = self.labels.get(k) {
-                    selector.push(Requirement { key: k.clone(), op: Op::In(vec![v.clone()]) });
+                    selector.push(Requirement { key: k.clone(), op: Op::In(vec![v.to_string()]) });
                 }
             }
         }
@@ -724,6 +735,30 @@ mod tests {
     }
 
     const MI: i64 = 1024 * 1024;
+
+    #[test]
+    fn a_bound_pod_keeps_what_existing_pods_are_read_for() {
+        use crate::testing::pod;
+        let anti = core::Affinity {
+            pod_anti_affinity: Some(core::PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![core::PodAffinityTerm { label_selector: Some(crate::testing::selector(&[("app", "w")])), topology_key: "zone".into(), ..Default::default() }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let shape = |b: crate::testing::PodBuilder| {
+            b.label("app", "w").req("1", "1Gi").image("img").host_port(80, "TCP", "").toleration("k", None, "NoSchedule").node_selector("pool", "p").spread(1, "zone", "DoNotSchedule", &[("app", "w")]).gate("g").affinity(anti.clone())
+        };
+        let pending = shape(pod("p")).info();
+        let bound = shape(pod("p")).node("n").info();
+        assert!(!pending.tolerations.is_empty() && pending.node_selector.is_some() && !pending.spread_constraints.is_empty());
+        assert!(!pending.images.is_empty() && !pending.scheduling_gates.is_empty());
+        // What any plugin reads of an existing pod is there ...
+        assert_eq!((bound.labels.get("app"), bound.requests.milli_cpu, bound.host_ports.len(), bound.required_anti_affinity.len()), (Some("w"), 1000, 1, 1));
+        // ... and what only the pod being scheduled is asked for is not.
+        assert!(bound.tolerations.is_empty() && bound.node_selector.is_none() && bound.required_node_affinity.is_none());
+        assert!(bound.spread_constraints.is_empty() && bound.images.is_empty() && bound.scheduling_gates.is_empty() && bound.required_features.is_empty());
+    }
 
     #[test]
     fn containers_init_sidecars_overhead() {

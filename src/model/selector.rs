@@ -8,6 +8,117 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 /// Labels of an object.
 pub type Labels = BTreeMap<String, String>;
 
+/// What a selector reads of a set of labels: a key's value.
+pub trait LabelSet {
+    /// The value of `key`, or None when the label is absent.
+    fn value(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelSet for Labels {
+    fn value(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+/// A pod's labels, kept compactly: a daemon holds one per bound pod, and a
+/// `BTreeMap` costs a 544-byte node however few labels it holds. The keys and
+/// values lie in one string, sorted by key, with the end of each key and of
+/// each value in a second allocation; lookups are a binary search. Two equal
+/// sets of labels are equal field by field.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct PodLabels {
+    text: Box<str>,
+    ends: Box<[(u32, u32)]>,
+}
+
+impl PodLabels {
+    /// The labels of a map (already sorted by key).
+    pub fn from_map(m: &Labels) -> Self {
+        let mut text = String::with_capacity(m.iter().map(|(k, v)| k.len() + v.len()).sum());
+        let mut ends = Vec::with_capacity(m.len());
+        for (k, v) in m {
+            // An API object is at most a few MiB: offsets fit in u32. Should
+            // one not, the labels past it are left out rather than misread.
+            let (Ok(ke), Ok(ve)) = (u32::try_from(text.len() + k.len()), u32::try_from(text.len() + k.len() + v.len())) else { break };
+            text.push_str(k);
+            text.push_str(v);
+            ends.push((ke, ve));
+        }
+        PodLabels { text: text.into_boxed_str(), ends: ends.into_boxed_slice() }
+    }
+
+    /// The number of labels.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// True when there is no label.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    fn entry(&self, i: usize) -> (&str, &str) {
+        let start = if i == 0 { 0 } else { self.ends.get(i - 1).map_or(0, |e| e.1 as usize) };
+        let Some(&(ke, ve)) = self.ends.get(i) else { return ("", "") };
+        (self.text.get(start..ke as usize).unwrap_or_default(), self.text.get(ke as usize..ve as usize).unwrap_or_default())
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        let (mut lo, mut hi) = (0, self.ends.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let (k, v) = self.entry(mid);
+            match k.cmp(key) {
+                std::cmp::Ordering::Equal => return Some(v),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        None
+    }
+
+    /// True when `key` is present.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The labels in key order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+        (0..self.ends.len()).map(|i| self.entry(i))
+    }
+
+    /// The labels as a map.
+    pub fn to_map(&self) -> Labels {
+        self.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+}
+
+impl LabelSet for PodLabels {
+    fn value(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
+impl From<&Labels> for PodLabels {
+    fn from(m: &Labels) -> Self {
+        PodLabels::from_map(m)
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for PodLabels {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(it: I) -> Self {
+        let m: Labels = it.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        PodLabels::from_map(&m)
+    }
+}
+
+impl std::fmt::Debug for PodLabels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
 /// A selector operator.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -51,8 +162,8 @@ impl Requirement {
     }
 
     /// Does this requirement hold for `labels`?
-    pub fn matches(&self, labels: &Labels) -> bool {
-        self.matches_value(labels.get(&self.key).map(String::as_str))
+    pub fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
+        self.matches_value(labels.value(&self.key))
     }
 }
 
@@ -98,7 +209,7 @@ impl Selector {
     }
 
     /// Does the selector match these labels?
-    pub fn matches(&self, labels: &Labels) -> bool {
+    pub fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
         !self.nothing && self.reqs.iter().all(|r| r.matches(labels))
     }
 
@@ -341,5 +452,39 @@ mod tests {
         assert!(!t.matches("node-2", &labels(&[("n", "6")])));
         assert!(!t.matches("node-1", &labels(&[("n", "5")])));
         assert_eq!(NodeSelectorTerm::compile(&core::NodeSelectorTerm::default(), "t"), Ok(None));
+    }
+
+    #[test]
+    fn pod_labels_read_as_the_map_they_were_made_from() {
+        let m = labels(&[("app", "web"), ("a", ""), ("pod-template-hash", "5d4f"), ("zz/key", "v")]);
+        let p = PodLabels::from_map(&m);
+        assert_eq!((p.len(), p.is_empty()), (4, false));
+        for (k, v) in &m {
+            assert_eq!(p.get(k), Some(v.as_str()), "{k}");
+        }
+        assert_eq!(p.get("ap"), None);
+        assert_eq!(p.get(""), None);
+        assert!(p.contains_key("a") && !p.contains_key("b"));
+        assert_eq!(p.to_map(), m);
+        assert!(p.iter().map(|(k, _)| k).eq(m.keys().map(String::as_str)));
+        assert_eq!(format!("{p:?}"), format!("{m:?}"));
+        assert_eq!(p, m.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<PodLabels>());
+        assert_ne!(p, PodLabels::from_map(&labels(&[("app", "web")])));
+        // Keys and values are not confused across their boundary.
+        assert_ne!(PodLabels::from_map(&labels(&[("ab", "c")])), PodLabels::from_map(&labels(&[("a", "bc")])));
+        let empty = PodLabels::default();
+        assert_eq!((empty.len(), empty.get("a")), (0, None));
+        let sel = Selector::from_map(&labels(&[("app", "web")]));
+        assert!(sel.matches(&p) && !sel.matches(&empty));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn pod_labels_answer_as_a_map(kv in proptest::collection::btree_map("[a-c]{0,3}", "[a-c]{0,2}", 0..8), probe in "[a-c]{0,3}") {
+            let p = PodLabels::from_map(&kv);
+            proptest::prop_assert_eq!(p.get(&probe), kv.get(&probe).map(String::as_str));
+            proptest::prop_assert_eq!(p.len(), kv.len());
+            proptest::prop_assert_eq!(p.to_map(), kv);
+        }
     }
 }

@@ -284,7 +284,7 @@ type Share = (u32, i64, u32);
 struct TallyOwner {
     signature: u64,
     namespace: String,
-    labels: Labels,
+    labels: crate::model::PodLabels,
     ns_labels: Labels,
 }
 
