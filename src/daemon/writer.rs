@@ -167,6 +167,26 @@ const EVENT_QUEUE: usize = 8192;
 const EVENT_TRIES: u32 = 12;
 /// How long an isomorphic event keeps its series (upstream finishes a series after six minutes).
 const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// At most this many event series are remembered (upstream's
+/// `maxLruCacheEntries`).
+const SERIES_CAP: usize = 4096;
+/// Bounds the event series: at [`SERIES_CAP`], the series past their window
+/// go, and if half the cap is still left the older half goes too (upstream's
+/// correlator keeps its series in an LRU cache of 4,096). The pass then runs
+/// once per thousands of new series rather than on every event.
+fn trim_series<K: Eq + std::hash::Hash, V>(series: &mut HashMap<K, V>, at: impl Fn(&V) -> Instant, now: Instant) {
+    if series.len() < SERIES_CAP {
+        return;
+    }
+    series.retain(|_, v| now.duration_since(at(v)) < SERIES_WINDOW);
+    if series.len() >= SERIES_CAP / 2 {
+        let mut seen: Vec<Instant> = series.values().map(&at).collect();
+        let mid = seen.len() / 2;
+        let cut = *seen.select_nth_unstable(mid).1;
+        series.retain(|_, v| at(v) > cut);
+    }
+}
+
 /// Concurrent event writes.
 const EVENT_CONCURRENCY: usize = 8;
 /// Bind tasks alive at once at least (twice the bind concurrency when that
@@ -617,9 +637,7 @@ impl Writer {
         while let Some(item) = rx.recv().await {
             while running.try_join_next().is_some() {}
             let now = Instant::now();
-            if series.len() > 10_000 {
-                series.retain(|_, (_, _, at)| now.duration_since(*at) < SERIES_WINDOW);
-            }
+            trim_series(&mut series, |v| v.2, now);
             let key = (item.pod.uid.clone(), item.kind, item.reason, item.action, item.note.clone());
             let (name, count) = match series.get_mut(&key) {
                 Some((name, count, at)) if now.duration_since(*at) < SERIES_WINDOW => {
@@ -1050,6 +1068,23 @@ async fn create_reading_name(api: &Api<events::Event>, obj: &events::Event) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_series_stay_bounded_and_keep_the_newest() {
+        let t0 = Instant::now();
+        let mut series: HashMap<usize, Instant> = HashMap::new();
+        for i in 0..20_000 {
+            trim_series(&mut series, |v| *v, t0 + Duration::from_millis(i as u64));
+            series.insert(i, t0 + Duration::from_millis(i as u64));
+            assert!(series.len() <= SERIES_CAP, "{i}: {}", series.len());
+        }
+        assert!(series.contains_key(&19_999) && series.len() > SERIES_CAP / 4);
+        // Series past their window go first: nothing else is dropped then.
+        let late = t0 + SERIES_WINDOW + Duration::from_secs(60);
+        let mut old: HashMap<usize, Instant> = (0..SERIES_CAP).map(|i| (i, if i < SERIES_CAP / 2 + 10 { t0 } else { late })).collect();
+        trim_series(&mut old, |v| *v, late);
+        assert_eq!(old.len(), SERIES_CAP / 2 - 10);
+    }
 
     #[tokio::test]
     async fn rate_limiter_paces_after_burst() {

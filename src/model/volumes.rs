@@ -102,7 +102,7 @@ impl PodVolume {
 /// The scheduling-relevant volumes of a pod spec (empty, and not allocated,
 /// for pods that have none).
 pub fn from_spec(pod_name: &str, spec: &core::PodSpec) -> Arc<[PodVolume]> {
-    let Some(vols) = spec.volumes.as_ref() else { return Arc::from(Vec::new()) };
+    let Some(vols) = spec.volumes.as_ref() else { return no_volumes() };
     let out: Vec<PodVolume> = vols
         .iter()
         .filter_map(|v| {
@@ -129,7 +129,14 @@ pub fn from_spec(pod_name: &str, spec: &core::PodSpec) -> Arc<[PodVolume]> {
             Some(PodVolume { name: v.name.clone(), source })
         })
         .collect();
-    Arc::from(out)
+    if out.is_empty() { no_volumes() } else { Arc::from(out) }
+}
+
+/// The one empty volume list every pod without such volumes shares (an
+/// `Arc<[T]>` allocates its counts even when empty).
+fn no_volumes() -> Arc<[PodVolume]> {
+    static NONE: std::sync::LazyLock<Arc<[PodVolume]>> = std::sync::LazyLock::new(|| Arc::from(Vec::new()));
+    NONE.clone()
 }
 
 #[cfg(test)]

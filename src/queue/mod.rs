@@ -201,6 +201,16 @@ pub struct SchedulingQueue {
     digest_keys: RandomState,
 }
 
+/// A map that grew for a burst of pending pods gives its room back once the
+/// burst has drained (a hash map never shrinks by itself: 50,000 pods created
+/// at once left 15 MB of empty queue table behind). Shrinking only when less
+/// than an eighth is used keeps the cost amortized over the removals.
+fn shrink_sparse<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 1024 && m.len() < m.capacity() / 8 {
+        m.shrink_to(m.len() * 2);
+    }
+}
+
 fn group_key(p: &PodInfo) -> Option<(String, GroupRef)> {
     p.group.clone().map(|g| (p.namespace.clone(), g))
 }
@@ -338,6 +348,8 @@ impl SchedulingQueue {
             self.index_group(&e.qp.pod, false);
         }
         self.popped_at.remove(uid);
+        shrink_sparse(&mut self.entries);
+        shrink_sparse(&mut self.popped_at);
     }
 
     fn index_group(&mut self, pod: &PodInfo, add: bool) {

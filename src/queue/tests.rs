@@ -232,3 +232,21 @@ fn a_group_is_popped_and_parked_together() {
     assert_eq!(sq.take_group(&again.pod, t0).len(), 0);
     assert!(sq.take_group(&pod("solo").info(), t0).is_empty());
 }
+
+#[test]
+fn a_drained_burst_gives_its_room_back() {
+    let t0 = Instant::now();
+    let mut sq = q(t0);
+    for i in 0..20_000 {
+        sq.add(pod(&format!("p{i}")).info(), false, t0);
+    }
+    for _ in 0..19_990 {
+        let p = sq.pop(t0).expect("pod");
+        sq.done(&p.pod.uid);
+    }
+    assert_eq!(sq.len(), 10);
+    assert!(sq.entries.capacity() < 1_000 && sq.popped_at.capacity() < 1_000, "{} {}", sq.entries.capacity(), sq.popped_at.capacity());
+    // What is left is still there, in order.
+    let left: Vec<String> = std::iter::from_fn(|| sq.pop(t0).map(|p| p.pod.name.clone())).collect();
+    assert_eq!(left.len(), 10);
+}
