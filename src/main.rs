@@ -4,6 +4,12 @@ use clap::Parser;
 
 use berth::cli::{bench, demo, offline, run, Cli, Command};
 
+/// jemalloc for every berth process (the daemon, the local cluster, the
+/// offline commands); see the `jemalloc` feature in Cargo.toml.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let out = match &cli.command {
