@@ -275,6 +275,17 @@ pub fn field_text(v: Option<&Value>) -> String {
     }
 }
 
+/// A field by its dotted name (`spec.nodeName`), as a field selector
+/// compares it: strings borrowed, booleans and numbers as text, anything
+/// else (or a missing field) "". No pointer text is built.
+pub fn field_text_at<'a>(obj: &'a Value, dotted: &str) -> std::borrow::Cow<'a, str> {
+    let v = dotted.split('.').try_fold(obj, |v, k| v.get(k));
+    match v {
+        Some(Value::String(s)) => std::borrow::Cow::Borrowed(s.as_str()),
+        other => std::borrow::Cow::Owned(field_text(other)),
+    }
+}
+
 /// The JSON pointer of a dotted field name (`spec.nodeName` is
 /// `/spec/nodeName`).
 pub fn field_pointer(field: &str) -> String {
@@ -307,6 +318,14 @@ impl Filter {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_field_read_by_name_is_the_field_read_by_pointer() {
+        let obj = json!({"spec": {"nodeName": "n1", "hostNetwork": true, "priority": 7, "list": ["a"]}, "status": {}});
+        for f in ["spec.nodeName", "spec.hostNetwork", "spec.priority", "spec.list", "status.phase", "missing.deeper.still", "spec"] {
+            assert_eq!(field_text_at(&obj, f), field_text(obj.pointer(&field_pointer(f))), "{f}");
+        }
+    }
 
     #[test]
     fn label_selectors() {

@@ -309,7 +309,7 @@ impl Obj {
         let meta = self.value.get("metadata");
         let text = |f: &str| meta.and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or("");
         let controller = controller_of(&self.value);
-        let values = fields.iter().map(|f| Cow::Owned(super::selector::field_text(self.value.pointer(&super::selector::field_pointer(f)))));
+        let values = fields.iter().map(|f| super::selector::field_text_at(&self.value, f));
         let labels = meta.and_then(|m| m.get("labels")).and_then(Value::as_object).into_iter().flatten();
         let labels = labels.flat_map(|(k, v)| [Cow::Borrowed(k.as_str()), Cow::Borrowed(v.as_str().unwrap_or(""))]);
         let fixed = [text("namespace"), text("name"), text("uid"), controller.unwrap_or("")];
@@ -665,6 +665,47 @@ struct Inner {
     /// Namespaces being deleted: creating in them is refused, and each
     /// removal of their content checks whether they can go.
     terminating_ns: HashSet<String>,
+    /// The whole values of the pods written last (see [`RecentPods`]).
+    recent_pods: RecentPods,
+}
+
+/// The whole values of the last [`RECENT_PODS`] pod versions written, by
+/// resourceVersion. A pod is stored lean, so a write to it parses its
+/// bytes back; the write that most often follows another is a binding
+/// soon after the create, and it takes the value from here instead. An
+/// entry serves one write (it is taken, so that write owns the value),
+/// and the oldest are forgotten first: a bounded few hundred values.
+#[derive(Default)]
+struct RecentPods {
+    by_rv: HashMap<u64, Arc<Obj>>,
+    order: VecDeque<u64>,
+}
+
+/// How many pod versions [`RecentPods`] keeps whole.
+const RECENT_PODS: usize = 256;
+
+impl RecentPods {
+    fn keep(&mut self, obj: &Arc<Obj>) {
+        if obj.is_lean() {
+            return;
+        }
+        self.by_rv.insert(obj.rv, obj.clone());
+        self.order.push_back(obj.rv);
+        while self.order.len() > RECENT_PODS {
+            if let Some(rv) = self.order.pop_front() {
+                self.by_rv.remove(&rv);
+            }
+        }
+    }
+
+    /// The whole value of `stored` (the current version): taken from here
+    /// when it is, else read back from its bytes.
+    fn take_full(&mut self, stored: &Arc<Obj>) -> Arc<Obj> {
+        match self.by_rv.remove(&stored.rv) {
+            Some(o) => o,
+            None => stored.full(),
+        }
+    }
 }
 
 /// The store. Cheap to share behind an `Arc`.
@@ -1006,7 +1047,7 @@ impl Store {
         let registry = Registry::new();
         let kinds = (0..registry.len()).map(|_| KindStore::new(&cfg)).collect();
         Store {
-            inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new(), terminating_ns: HashSet::new() }),
+            inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new(), terminating_ns: HashSet::new(), recent_pods: RecentPods::default() }),
             registry,
             cfg,
             kubelet: OnceLock::new(),
@@ -1105,6 +1146,9 @@ impl Store {
             }
         }
         ks.send(ev);
+        if r == PODS && ty != EventType::Deleted {
+            inner.recent_pods.keep(&obj);
+        }
         if r == res::EVENTS_V1 {
             self.mirror_event(inner, ty, &obj)?;
         }
@@ -2184,7 +2228,7 @@ impl Store {
         let mut inner = self.lock();
         let key = (ns.to_string(), name.to_string());
         let stored = inner.kinds[PODS].objects.get(&key).cloned().ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
-        let old = stored.full();
+        let old = inner.recent_pods.take_full(&stored);
         let res_name = "pods/binding";
         let bconflict = |m: String| Error::Conflict { resource: res_name.into(), name: name.to_string(), message: m };
         if let Some(uid) = b.metadata.uid.as_deref()
@@ -2730,6 +2774,44 @@ mod tests {
         // Deleting reads the whole pod (a graceful delete of a bound pod).
         let gone = store.delete(PODS, "ns", "p", &DeleteOpts { grace: Some(0), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(gone.value["spec"]["nodeName"], "n1");
+    }
+
+    /// A binding takes the pod's whole value from the recent ones when it
+    /// is there and reads it back from the bytes when it is not: the same
+    /// pod either way.
+    #[test]
+    fn a_bind_from_the_recent_values_writes_what_a_bind_from_the_bytes_writes() {
+        let store = Store::new(StoreConfig::default());
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}});
+        store.create(res::NAMESPACES, "", ns).unwrap_or_else(|e| panic!("{e}"));
+        let pod = |name: &str| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m"}}}]}});
+        let binding = |name: &str| json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"name": "n1"}});
+        // The first is forgotten by the time it is bound; the last is not.
+        let n = RECENT_PODS + 1;
+        for i in 0..n {
+            store.create(PODS, "ns", pod(&format!("p{i}"))).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let last = format!("p{}", n - 1);
+        assert_eq!(store.lock().recent_pods.by_rv.len(), RECENT_PODS);
+        for name in ["p0", last.as_str()] {
+            store.bind("ns", name, binding(name)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        // Taken by the bind that used it; the bound version is recent now.
+        let bound = |name: &str| store.get(PODS, "ns", name).unwrap_or_else(|e| panic!("{e}"));
+        let (first, second) = (bound("p0"), bound(&last));
+        assert_eq!(store.lock().recent_pods.by_rv.get(&second.rv).map(|o| o.value.clone()), Some(second.value.clone()));
+        let strip = |o: &Obj| {
+            let mut v = o.value.clone();
+            for f in ["name", "uid", "resourceVersion", "creationTimestamp"] {
+                v["metadata"].as_object_mut().map(|m| m.remove(f));
+            }
+            v["status"]["conditions"][0].as_object_mut().map(|c| c.remove("lastTransitionTime"));
+            v["metadata"]["managedFields"] = Value::Null;
+            v
+        };
+        assert_eq!(strip(&first), strip(&second));
+        assert_eq!(second.value["spec"]["nodeName"], "n1");
     }
 
     /// A lean copy answers every accessor as the object it stands for,

@@ -291,7 +291,7 @@ impl Loop {
         }
     }
 
-    fn apply_pod(&mut self, pod: core::Pod) {
+    fn apply_pod(&mut self, pod: &core::Pod) {
         let info = PodInfo::from_pod(&pod);
         let uid = info.uid.clone();
         if info.node_name.is_some() || info.terminating || info.terminated {
@@ -337,8 +337,7 @@ impl Loop {
             self.queue.delete(&uid);
             return;
         }
-        let seen = self.queue.seen(&pod);
-        drop(pod);
+        let seen = self.queue.seen(pod);
         let change = self.queue.classify(&uid, &seen);
         if change == queue::Change::StatusOnly {
             // Only the status changed (our own PodScheduled=False patch, a
@@ -376,13 +375,13 @@ impl Loop {
     fn apply(&mut self, ev: WatchEvent) {
         match ev {
             WatchEvent::Pod(c) => match c {
-                Change::Apply(p) => self.apply_pod(p),
+                Change::Apply(p) => self.apply_pod(&p.0),
                 Change::Delete(p) => {
-                    let uid = PodInfo::from_pod(&p).uid.clone();
+                    let uid = PodInfo::from_pod(&p.0).uid.clone();
                     self.delete_pod(&uid);
                 }
                 Change::Relist(all) => {
-                    let live: HashSet<String> = all.iter().map(|p| PodInfo::from_pod(p).uid.clone()).collect();
+                    let live: HashSet<String> = all.iter().map(|p| PodInfo::from_pod(&p.0).uid.clone()).collect();
                     let gone: Vec<String> = self.cache.pod_uids().chain(self.queue.pods().map(|p| &p.uid)).filter(|u| !live.contains(*u)).cloned().collect();
                     for u in gone {
                         // Assumed pods are kept: their bind is still in flight.
@@ -391,7 +390,7 @@ impl Loop {
                         }
                     }
                     for p in all {
-                        self.apply_pod(p);
+                        self.apply_pod(&p.0);
                     }
                     self.mark_synced(watch::PODS);
                 }

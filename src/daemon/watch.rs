@@ -34,6 +34,90 @@ use crate::cache::storage::Storage;
 use crate::cache::workloads::{self, Kind, Workloads};
 use crate::framework::Events;
 
+/// A pod as the daemon's watcher decodes it: boxed, because a `Pod` is
+/// kilobytes and moves through the watcher's stream and the channel many
+/// times; and without `metadata.managedFields`, which nothing in a scheduler
+/// reads and which was the larger part of decoding a pod (its `fieldsV1` is
+/// a tree of JSON maps). Everything else is decoded as `core::Pod` decodes it.
+#[derive(Clone, Debug, Default)]
+pub struct WatchedPod(pub Box<core::Pod>);
+
+impl kube::Resource for WatchedPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        <core::Pod as kube::Resource>::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        <core::Pod as kube::Resource>::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        <core::Pod as kube::Resource>::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        <core::Pod as kube::Resource>::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for WatchedPod {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+        /// A pod's wire form; apiVersion, kind and unknown fields are skipped.
+        #[derive(serde::Deserialize)]
+        struct Wire {
+            #[serde(default)]
+            metadata: Option<Meta>,
+            spec: Option<core::PodSpec>,
+            status: Option<core::PodStatus>,
+        }
+        /// `ObjectMeta` but for `managedFields`, skipped unread.
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Meta {
+            annotations: Option<BTreeMap<String, String>>,
+            creation_timestamp: Option<meta::Time>,
+            deletion_grace_period_seconds: Option<i64>,
+            deletion_timestamp: Option<meta::Time>,
+            finalizers: Option<Vec<String>>,
+            generate_name: Option<String>,
+            generation: Option<i64>,
+            labels: Option<BTreeMap<String, String>>,
+            name: Option<String>,
+            namespace: Option<String>,
+            owner_references: Option<Vec<meta::OwnerReference>>,
+            resource_version: Option<String>,
+            self_link: Option<String>,
+            uid: Option<String>,
+        }
+        let w = Wire::deserialize(d)?;
+        let metadata = w.metadata.map_or_else(ObjectMeta::default, |m| ObjectMeta {
+            annotations: m.annotations,
+            creation_timestamp: m.creation_timestamp,
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            deletion_timestamp: m.deletion_timestamp,
+            finalizers: m.finalizers,
+            generate_name: m.generate_name,
+            generation: m.generation,
+            labels: m.labels,
+            managed_fields: None,
+            name: m.name,
+            namespace: m.namespace,
+            owner_references: m.owner_references,
+            resource_version: m.resource_version,
+            self_link: m.self_link,
+            uid: m.uid,
+        });
+        Ok(WatchedPod(Box::new(core::Pod { metadata, spec: w.spec, status: w.status })))
+    }
+}
+
 /// A change to one kind of object.
 #[derive(Debug)]
 pub enum Change<K> {
@@ -52,7 +136,7 @@ pub enum Change<K> {
 #[derive(Debug)]
 pub enum WatchEvent {
     /// Pods.
-    Pod(Change<core::Pod>),
+    Pod(Change<WatchedPod>),
     /// Nodes.
     Node(Change<core::Node>),
     /// PodDisruptionBudgets.
@@ -438,7 +522,7 @@ where
 
 /// Starts every watcher; they stop when `stop` changes.
 pub fn spawn(client: kube::Client, tx: mpsc::Sender<WatchEvent>, stop: signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
-    spawn_kind(Api::<core::Pod>::all(client.clone()), PODS, WatchEvent::Pod, &tx, &stop, health, tasks);
+    spawn_kind(Api::<WatchedPod>::all(client.clone()), PODS, WatchEvent::Pod, &tx, &stop, health, tasks);
     spawn_kind(Api::<core::Node>::all(client.clone()), NODES, WatchEvent::Node, &tx, &stop, health, tasks);
     spawn_kind(Api::<policy::PodDisruptionBudget>::all(client.clone()), PDBS, WatchEvent::Pdb, &tx, &stop, health, tasks);
     spawn_kind(Api::<core::Namespace>::all(client), NAMESPACES, WatchEvent::Namespace, &tx, &stop, health, tasks);
