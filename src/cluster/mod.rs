@@ -499,10 +499,17 @@ impl LocalCluster {
         kubeconfig_yaml(&self.url())
     }
 
-    /// Write the kubeconfig to `path`.
+    /// Write the kubeconfig to `path`, whole or not at all: it is written
+    /// beside it and renamed, so that whoever waits for the file to appear
+    /// (`bench --e2e`, a script) never reads half of it.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<(), Error> {
         let path = path.as_ref();
-        std::fs::write(path, self.kubeconfig_yaml()).map_err(|source| Error::Kubeconfig { path: path.display().to_string(), source })
+        let err = |source| Error::Kubeconfig { path: path.display().to_string(), source };
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = std::path::PathBuf::from(partial);
+        std::fs::write(&partial, self.kubeconfig_yaml()).map_err(err)?;
+        std::fs::rename(&partial, path).map_err(err)
     }
 
     /// Fault injection handle.

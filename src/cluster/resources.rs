@@ -1036,18 +1036,14 @@ pub fn validate_name(name: &str) -> Option<String> {
     }
 }
 
-fn quantity_present(c: &Value, which: &str, res: &str) -> Option<String> {
-    c.pointer(&format!("/resources/{which}/{res}")).and_then(Value::as_str).map(str::to_string)
+fn quantity_present<'a>(c: &'a Value, which: &str, res: &str) -> Option<&'a str> {
+    c.get("resources")?.get(which)?.get(res)?.as_str()
 }
 
 /// Compute the pod QoS class from its containers' requests and limits.
 pub fn qos_class(pod: &Value) -> &'static str {
-    let mut containers: Vec<&Value> = Vec::new();
-    for key in ["containers", "initContainers"] {
-        if let Some(a) = pod.pointer(&format!("/spec/{key}")).and_then(Value::as_array) {
-            containers.extend(a.iter());
-        }
-    }
+    let spec = pod.get("spec");
+    let containers = ["containers", "initContainers"].into_iter().filter_map(|key| spec?.get(key)?.as_array()).flatten();
     let mut any = false;
     let mut guaranteed = true;
     for c in containers {
@@ -1057,7 +1053,7 @@ pub fn qos_class(pod: &Value) -> &'static str {
             if req.is_some() || lim.is_some() {
                 any = true;
             }
-            match (&req, &lim) {
+            match (req, lim) {
                 (_, None) => guaranteed = false,
                 (Some(a), Some(b)) if a != b => guaranteed = false,
                 _ => {}

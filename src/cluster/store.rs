@@ -289,8 +289,10 @@ impl Lean {
 impl Obj {
     fn new(value: Value, rv: u64) -> Result<Arc<Obj>> {
         let bytes = wire_bytes(&value).map_err(|e| Error::Internal(e.to_string()))?;
-        // Exactly sized: every version in the history keeps its bytes.
-        Ok(Arc::new(Obj { value, bytes: Bytes::from(bytes.into_boxed_slice()), rv, lean: None }))
+        // Exactly sized: every version in the history keeps its bytes. A
+        // copy of the written text costs less than growing the buffer as
+        // it is written and shrinking it after (two reallocations).
+        Ok(Arc::new(Obj { value, bytes: Bytes::copy_from_slice(&bytes), rv, lean: None }))
     }
 
     /// An object built from a value alone (its bytes are empty): for
@@ -420,7 +422,7 @@ fn wire_bytes(value: &Value) -> serde_json::Result<Vec<u8>> {
         out.push(b'}');
         Ok(())
     }
-    let mut out = Vec::with_capacity(1024);
+    let mut out = Vec::with_capacity(4096);
     match value {
         Value::Object(m) => map(&mut out, m, true)?,
         other => serde_json::to_writer(&mut out, other)?,
@@ -674,7 +676,9 @@ struct Inner {
 /// bytes back; the write that most often follows another is a binding
 /// soon after the create, and it takes the value from here instead. An
 /// entry serves one write (it is taken, so that write owns the value),
-/// and the oldest are forgotten first: a bounded few hundred values.
+/// and the oldest are forgotten first: at most about a thousand values
+/// (a few megabytes), more than the pods between create and bind at the
+/// benchmarks' rates.
 #[derive(Default)]
 struct RecentPods {
     by_rv: HashMap<u64, Arc<Obj>>,
@@ -682,7 +686,7 @@ struct RecentPods {
 }
 
 /// How many pod versions [`RecentPods`] keeps whole.
-const RECENT_PODS: usize = 256;
+const RECENT_PODS: usize = 1024;
 
 impl RecentPods {
     fn keep(&mut self, obj: &Arc<Obj>) {

@@ -199,6 +199,10 @@ pub struct SchedulingQueue {
     groups: HashMap<(String, GroupRef), BTreeSet<String>>,
     /// The keys of [`Seen`]'s digests (random per process).
     digest_keys: RandomState,
+    /// How many entries wait in the unschedulable pool, so that
+    /// [`SchedulingQueue::next_deadline`], asked on every turn of the loop,
+    /// scans the entries only when some do.
+    pool_len: usize,
 }
 
 /// A map that grew for a burst of pending pods gives its room back once the
@@ -230,6 +234,7 @@ impl SchedulingQueue {
             epoch: now,
             groups: HashMap::new(),
             digest_keys: RandomState::new(),
+            pool_len: 0,
         }
     }
 
@@ -252,6 +257,7 @@ impl SchedulingQueue {
     fn unlink(&mut self, uid: &str) -> Option<Entry> {
         let e = self.entries.remove(uid)?;
         match e.place {
+            Place::Unschedulable => self.pool_len -= 1,
             Place::Active => {
                 let k = e.active_key;
                 self.active.remove(&(k.0, k.1, k.2, uid.to_string()));
@@ -281,7 +287,12 @@ impl SchedulingQueue {
             Place::Unschedulable | Place::Gated => e.since = now,
             Place::InFlight => {}
         }
-        self.entries.insert(uid, e);
+        if place == Place::Unschedulable {
+            self.pool_len += 1;
+        }
+        if self.entries.insert(uid, e).is_some_and(|old| old.place == Place::Unschedulable) {
+            self.pool_len -= 1;
+        }
     }
 
     /// A new pending pod. `gated`: PreEnqueue refused it.
@@ -479,7 +490,8 @@ impl SchedulingQueue {
     /// When the queue next needs a tick (earliest backoff expiry or pool deadline).
     pub fn next_deadline(&self) -> Option<Instant> {
         let b = self.backoff.iter().next().map(|x| x.0);
-        let u = self.entries.values().filter(|e| e.place == Place::Unschedulable).map(|e| e.since + MAX_IN_UNSCHEDULABLE).min();
+        let pool = self.entries.values().filter(|e| e.place == Place::Unschedulable);
+        let u = if self.pool_len == 0 { None } else { pool.map(|e| e.since + MAX_IN_UNSCHEDULABLE).min() };
         match (b, u) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -62,9 +62,17 @@ fn five_minute_flush() {
     sq.unschedulable(&p.pod.uid, Events::NODE_ADD, t0);
     sq.tick(t0 + Duration::from_secs(299));
     assert_eq!(sq.place(&p.pod.uid), Some(Place::Unschedulable));
+    assert_eq!((sq.pool_len, sq.sizes().unschedulable), (1, 1));
     assert_eq!(sq.next_deadline(), Some(t0 + MAX_IN_UNSCHEDULABLE));
     sq.tick(t0 + Duration::from_secs(300));
     assert_eq!(sq.place(&p.pod.uid), Some(Place::Active));
+    // The pool is empty again, and its count says so.
+    assert_eq!((sq.pool_len, sq.sizes().unschedulable), (0, 0));
+    assert_eq!(sq.next_deadline(), None);
+    let p = sq.pop(t0 + Duration::from_secs(300)).expect("pod");
+    sq.unschedulable(&p.pod.uid, Events::NODE_ADD, t0 + Duration::from_secs(300));
+    sq.delete(&p.pod.uid);
+    assert_eq!((sq.pool_len, sq.sizes().unschedulable), (0, 0));
 }
 
 #[test]
