@@ -292,7 +292,7 @@ impl Loop {
     }
 
     fn apply_pod(&mut self, pod: &core::Pod) {
-        let info = PodInfo::from_pod(&pod);
+        let info = PodInfo::from_pod(pod);
         let uid = info.uid.clone();
         if info.node_name.is_some() || info.terminating || info.terminated {
             self.cache.snapshot_mut().groups.forget_foreign(&uid);
