@@ -588,6 +588,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_watched_pod_is_the_pod_without_its_managed_fields() {
+        let text = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7", "generation": 2,
+                "labels": {"app": "a"}, "annotations": {"x": "y"}, "finalizers": ["f"],
+                "creationTimestamp": "2026-01-01T00:00:00Z", "deletionTimestamp": "2026-01-01T00:01:00Z", "deletionGracePeriodSeconds": 30,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "o", "controller": true}],
+                "managedFields": [{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:nodeName": {}}}}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m"}}}]},
+            "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]},
+        })
+        .to_string();
+        let mut want: core::Pod = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert!(want.metadata.managed_fields.is_some());
+        want.metadata.managed_fields = None;
+        let got: WatchedPod = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(*got.0, want);
+        // Without metadata at all, as `core::Pod` reads it: empty metadata.
+        let bare: WatchedPod = serde_json::from_str(r#"{"spec": null}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(bare.0.metadata, ObjectMeta::default());
+        // Wrong types are errors, not panics.
+        assert!(serde_json::from_str::<WatchedPod>(r#"{"metadata": {"name": 5}}"#).is_err());
+    }
+
+    #[test]
     fn backoff_caps_at_one_second_and_resets() {
         use kube::runtime::utils::Backoff;
         let mut b = WatchBackoff::default();
