@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use super::jsonptr::Pointer as _;
 use serde_json::{Map, Value, json};
 
 use super::resources::{self as res, CustomInfo, ResourceInfo};
@@ -26,11 +27,11 @@ pub struct Definition {
 }
 
 fn s<'a>(v: &'a Value, p: &str) -> &'a str {
-    v.pointer(p).and_then(Value::as_str).unwrap_or("")
+    v.at(p).and_then(Value::as_str).unwrap_or("")
 }
 
 fn strings(v: &Value, p: &str) -> Vec<String> {
-    v.pointer(p).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
+    v.at(p).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
 }
 
 /// Upstream's CRD validation, the checks a client is likely to meet;
@@ -59,7 +60,7 @@ pub fn validate(crd: &Value) -> Vec<String> {
         "" => errs.push("spec.scope: Required value".to_string()),
         other => errs.push(format!("spec.scope: Unsupported value: \"{other}\": supported values: \"Cluster\", \"Namespaced\"")),
     }
-    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let versions = crd.at("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
     if versions.is_empty() {
         errs.push("spec.versions: Invalid value: null: must have exactly one version marked as storage version".to_string());
         return errs;
@@ -85,7 +86,7 @@ pub fn validate(crd: &Value) -> Vec<String> {
             errs.push(format!("spec.versions[{i}].name: Invalid value: \"{vn}\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character"));
         }
         seen.push(vn);
-        if v.pointer("/schema/openAPIV3Schema").is_none() {
+        if v.at("/schema/openAPIV3Schema").is_none() {
             errs.push(format!("spec.versions[{i}].schema.openAPIV3Schema: Required value: schemas are required"));
         }
     }
@@ -97,7 +98,7 @@ pub fn validate(crd: &Value) -> Vec<String> {
 pub fn status(crd: &Value, old_status: Option<&Value>, now: &str) -> Value {
     let names = accepted_names(crd);
     let storage = crd
-        .pointer("/spec/versions")
+        .at("/spec/versions")
         .and_then(Value::as_array)
         .and_then(|a| a.iter().find(|v| v.get("storage").and_then(Value::as_bool) == Some(true)))
         .map(|v| s(v, "/name").to_string())
@@ -128,7 +129,7 @@ pub fn status(crd: &Value, old_status: Option<&Value>, now: &str) -> Value {
 /// `spec.names` with upstream's defaults (singular: the lowercased kind;
 /// listKind: kind + "List").
 fn accepted_names(crd: &Value) -> Value {
-    let mut names = crd.pointer("/spec/names").cloned().unwrap_or_else(|| json!({}));
+    let mut names = crd.at("/spec/names").cloned().unwrap_or_else(|| json!({}));
     let kind = s(crd, "/spec/names/kind").to_string();
     if let Some(m) = names.as_object_mut() {
         if m.get("singular").and_then(Value::as_str).is_none_or(str::is_empty) {
@@ -153,14 +154,14 @@ pub fn definition(crd: &Value) -> Definition {
     let name = s(crd, "/metadata/name").to_string();
     let mut versions = Vec::new();
     let mut storage_version = String::new();
-    for v in crd.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten() {
+    for v in crd.at("/spec/versions").and_then(Value::as_array).into_iter().flatten() {
         if v.get("storage").and_then(Value::as_bool) == Some(true) {
             storage_version = s(v, "/name").to_string();
         }
         if v.get("served").and_then(Value::as_bool) != Some(true) {
             continue;
         }
-        let has_status = v.pointer("/subresources/status").is_some_and(|x| !x.is_null());
+        let has_status = v.at("/subresources/status").is_some_and(|x| !x.is_null());
         let fields: Vec<String> = v
             .get("selectableFields")
             .and_then(Value::as_array)
@@ -187,7 +188,7 @@ pub fn definition(crd: &Value) -> Definition {
                 crd: name.clone(),
                 list_kind: s(&names, "/listKind").to_string(),
                 categories: strings(&names, "/categories"),
-                schema: v.pointer("/schema/openAPIV3Schema").cloned(),
+                schema: v.at("/schema/openAPIV3Schema").cloned(),
                 printer_columns: v.get("additionalPrinterColumns").and_then(Value::as_array).cloned().unwrap_or_default(),
             })),
         });

@@ -10,6 +10,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use super::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
@@ -504,7 +505,7 @@ fn resource_list(store: &Store, g: &str, v: &str) -> Value {
 }
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer).and_then(Value::as_str)
+    v.at(pointer).and_then(Value::as_str)
 }
 
 fn parse_json(body: &Bytes, headers: &HeaderMap) -> HResult<Value> {
@@ -536,8 +537,8 @@ fn delete_opts(q: &HashMap<String, String>, body: &Bytes) -> HResult<DeleteOpts>
     if !body.is_empty() {
         let v: Value = serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("invalid DeleteOptions: {e}")))?;
         o.grace = v.get("gracePeriodSeconds").and_then(Value::as_i64);
-        o.uid = v.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
-        o.rv = v.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
+        o.uid = v.at("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
+        o.rv = v.at("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
     }
     if let Some(g) = q.get("gracePeriodSeconds") {
         o.grace = Some(g.parse().map_err(|_| Error::BadRequest(format!("invalid gracePeriodSeconds {g:?}")))?);
@@ -1127,7 +1128,7 @@ fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, na
 /// store keeps its own as JSON text, which a request must not pass for it.
 /// Refused as the API server's decoder refuses a string there.
 fn managed_fields_listed(info: &ResourceInfo, obj: &Value) -> HResult<()> {
-    match obj.pointer("/metadata/managedFields") {
+    match obj.at("/metadata/managedFields") {
         None | Some(Value::Null | Value::Array(_)) => Ok(()),
         Some(other) => {
             let ty = match other {

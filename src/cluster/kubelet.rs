@@ -8,6 +8,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -121,7 +122,7 @@ impl Kubelets {
             KubeletMsg::Terminate { ns, name, uid, deadline } => {
                 // The kubelet stops the containers at once: the pod turns NotReady.
                 if let Err(e) = self.store.modify_pod(&ns, &name, &uid, |v| {
-                    (v.pointer("/status/phase").and_then(Value::as_str) == Some("Running")).then(|| not_ready(v))
+                    (v.at("/status/phase").and_then(Value::as_str) == Some("Running")).then(|| not_ready(v))
                 }) {
                     tracing::warn!(error = %e, "kubelet could not mark a terminating pod NotReady");
                 }
@@ -152,7 +153,7 @@ impl Kubelets {
             Action::Start => self.start_pod(&t),
             Action::Complete => {
                 self.store.modify_pod(&t.ns, &t.name, &t.uid, |v| {
-                    if v.pointer("/status/phase").and_then(Value::as_str) != Some("Running") || deleting(v) {
+                    if v.at("/status/phase").and_then(Value::as_str) != Some("Running") || deleting(v) {
                         return None;
                     }
                     Some(completed(v))
@@ -172,7 +173,7 @@ impl Kubelets {
 
     fn start_pod(&mut self, t: &Timer) -> Result<(), Error> {
         let Ok(pod) = self.store.get(res::PODS, &t.ns, &t.name) else { return Ok(()) };
-        let node_name = pod.value.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("").to_string();
+        let node_name = pod.value.at("/spec/nodeName").and_then(Value::as_str).unwrap_or("").to_string();
         // No node, no kubelet: the pod stays Pending (as upstream).
         let Ok(node) = self.store.get(NODES, "", &node_name) else { return Ok(()) };
         // Volumes first: a claim that is missing, unbound, bound to a volume
@@ -185,7 +186,7 @@ impl Kubelets {
         }
         let host_ip = node
             .value
-            .pointer("/status/addresses")
+            .at("/status/addresses")
             .and_then(Value::as_array)
             .and_then(|a| a.iter().find(|x| x.get("type").and_then(Value::as_str) == Some("InternalIP")))
             .and_then(|x| x.get("address").and_then(Value::as_str))
@@ -195,7 +196,7 @@ impl Kubelets {
         self.next_ip = self.next_ip.wrapping_add(1);
         let pod_ip = format!("10.{}.{}.{}", 64 + (n >> 16) % 64, (n >> 8) & 255, n & 255);
         let started = self.store.modify_pod(&t.ns, &t.name, &t.uid, |v| {
-            if v.pointer("/status/phase").and_then(Value::as_str) != Some("Pending") || deleting(v) {
+            if v.at("/status/phase").and_then(Value::as_str) != Some("Pending") || deleting(v) {
                 return None;
             }
             Some(running(v, &host_ip, &pod_ip))
@@ -203,7 +204,7 @@ impl Kubelets {
         if let Some(p) = started {
             let after = p
                 .value
-                .pointer("/metadata/annotations")
+                .at("/metadata/annotations")
                 .and_then(|a| a.get(COMPLETE_AFTER))
                 .and_then(Value::as_str)
                 .and_then(res::parse_duration);
@@ -216,7 +217,7 @@ impl Kubelets {
 }
 
 fn deleting(v: &Value) -> bool {
-    v.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
+    v.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
 }
 
 fn cond(ty: &str, status: &str, now: &str) -> Value {
@@ -224,7 +225,7 @@ fn cond(ty: &str, status: &str, now: &str) -> Value {
 }
 
 fn containers(v: &Value) -> Vec<(String, String)> {
-    v.pointer("/spec/containers")
+    v.at("/spec/containers")
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
@@ -242,7 +243,7 @@ fn containers(v: &Value) -> Vec<(String, String)> {
 fn running(v: &Value, host_ip: &str, pod_ip: &str) -> Value {
     let now = now_rfc3339();
     let mut p = v.clone();
-    let uid = p.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
+    let uid = p.at("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
     let statuses: Vec<Value> = containers(v)
         .into_iter()
         .map(|(name, image)| {
@@ -261,7 +262,7 @@ fn running(v: &Value, host_ip: &str, pod_ip: &str) -> Value {
     }
     for ty in ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"] {
         let keep = ty == "PodScheduled"
-            && p.pointer("/status/conditions")
+            && p.at("/status/conditions")
                 .and_then(Value::as_array)
                 .is_some_and(|cs| cs.iter().any(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled") && c.get("status").and_then(Value::as_str) == Some("True")));
         if !keep {
@@ -275,7 +276,7 @@ fn running(v: &Value, host_ip: &str, pod_ip: &str) -> Value {
 }
 
 fn condition<'a>(pod: &'a Value, ty: &str) -> Option<&'a Value> {
-    pod.pointer("/status/conditions")
+    pod.at("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(ty)))
 }
@@ -286,8 +287,8 @@ fn condition<'a>(pod: &'a Value, ty: &str) -> Option<&'a Value> {
 /// is True (reason ReadinessGatesNotReady otherwise). The transition time
 /// moves only when the status does. None for a pod without gates or not running.
 pub fn gated_ready_condition(pod: &Value) -> Option<Value> {
-    let gates = pod.pointer("/spec/readinessGates").and_then(Value::as_array).filter(|g| !g.is_empty())?;
-    if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Running") {
+    let gates = pod.at("/spec/readinessGates").and_then(Value::as_array).filter(|g| !g.is_empty())?;
+    if pod.at("/status/phase").and_then(Value::as_str) != Some("Running") {
         return None;
     }
     let text = |c: &Value, f: &str| c.get(f).and_then(Value::as_str).unwrap_or("").to_string();
@@ -332,7 +333,7 @@ pub fn gated_ready_condition(pod: &Value) -> Option<Value> {
 fn not_ready(v: &Value) -> Value {
     let now = now_rfc3339();
     let mut p = v.clone();
-    if let Some(statuses) = p.pointer_mut("/status/containerStatuses").and_then(Value::as_array_mut) {
+    if let Some(statuses) = p.at_mut("/status/containerStatuses").and_then(Value::as_array_mut) {
         for s in statuses {
             s["ready"] = json!(false);
         }
@@ -348,8 +349,8 @@ fn not_ready(v: &Value) -> Value {
 fn completed(v: &Value) -> Value {
     let now = now_rfc3339();
     let mut p = v.clone();
-    let uid = p.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
-    let started = p.pointer("/status/startTime").cloned().unwrap_or(json!(now));
+    let uid = p.at("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
+    let started = p.at("/status/startTime").cloned().unwrap_or(json!(now));
     let statuses: Vec<Value> = containers(v)
         .into_iter()
         .map(|(name, image)| {

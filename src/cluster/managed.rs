@@ -12,7 +12,9 @@
 //! `x-kubernetes-list-type`, `x-kubernetes-list-map-keys` and
 //! `x-kubernetes-map-type` (lists are atomic by default, as upstream).
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
@@ -369,7 +371,11 @@ fn always_present(field: &str) -> bool {
 }
 
 fn field_pe(name: &str) -> String {
-    format!("f:{name}")
+    // Not `format!`: its machinery costs more than the copy.
+    let mut pe = String::with_capacity(name.len() + 2);
+    pe.push_str("f:");
+    pe.push_str(name);
+    pe
 }
 
 /// The path element of an associative list's item, or None when a key
@@ -1036,6 +1042,77 @@ pub fn created(new: &Value, has_status: bool, status_only: bool, shape: Shape<'_
     c
 }
 
+/// How many shapes [`created_shared`] remembers per thread (then it
+/// starts over).
+const SHAPES_KEPT: usize = 64;
+
+thread_local! {
+    static CREATED: RefCell<HashMap<Vec<u8>, Arc<Comparison>>> = RefCell::new(HashMap::new());
+}
+
+/// [`created`] for built-in kinds, remembered by the object's shape.
+///
+/// What a create changes depends on the object's field names and the
+/// kinds of its values (object, list or scalar), and on the values inside
+/// lists (a set's items, an associative list's keys), but never on a
+/// scalar's value outside a list: replicas of one template (every pod of a
+/// ReplicaSet, every event of one reason) differ only there, and share one
+/// answer. The shape is written out whole (nothing is hashed away), so two
+/// objects share an answer only when `created` would give them the same.
+/// Custom resources, whose list types come from their schema, are not
+/// remembered.
+pub fn created_shared(new: &Value, has_status: bool, status_only: bool, shape: Shape<'_>) -> Arc<Comparison> {
+    if !matches!(shape, Shape::Builtin) {
+        return Arc::new(created(new, has_status, status_only, shape));
+    }
+    let mut key = vec![u8::from(has_status), u8::from(status_only)];
+    write_shape(new, &mut key);
+    let hit = CREATED.with(|c| c.try_borrow().ok().and_then(|m| m.get(&key).cloned()));
+    if let Some(c) = hit {
+        return c;
+    }
+    let c = Arc::new(created(new, has_status, status_only, shape));
+    CREATED.with(|cell| {
+        if let Ok(mut m) = cell.try_borrow_mut() {
+            if m.len() >= SHAPES_KEPT {
+                m.clear();
+            }
+            m.insert(key, c.clone());
+        }
+    });
+    c
+}
+
+/// The shape of `v` as [`created_shared`] keys it: objects as their keys
+/// (length-prefixed) and the shapes of their values, scalars outside lists
+/// as their type only, lists as their items' whole JSON text.
+fn write_shape(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Object(m) => {
+            out.push(b'{');
+            for (k, c) in m {
+                out.extend_from_slice(&(k.len() as u64).to_le_bytes());
+                out.extend_from_slice(k.as_bytes());
+                write_shape(c, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for i in items {
+                // JSON text is self-delimiting; a value always serializes.
+                let _ = serde_json::to_writer(&mut *out, i);
+                out.push(b',');
+            }
+            out.push(b']');
+        }
+        Value::Null => out.push(b'n'),
+        Value::Bool(_) => out.push(b'b'),
+        Value::Number(_) => out.push(b'd'),
+        Value::String(_) => out.push(b's'),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1055,6 +1132,47 @@ mod tests {
                 assert_eq!(created(&obj, has_status, status_only, Shape::Builtin), want, "{obj} {has_status} {status_only}");
             }
         }
+    }
+
+    /// A remembered answer is the answer: objects that differ only in
+    /// scalars outside lists share one, any other difference does not.
+    #[test]
+    fn a_shared_create_is_the_create() {
+        let pod = |name: &str, label: &str, image: &str, port: Option<u64>| {
+            let mut c = json!({"name": "c", "image": image});
+            if let Some(p) = port {
+                c["ports"] = json!([{"containerPort": p}]);
+            }
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "d", "uid": name, "labels": {label: name}, "finalizers": ["x", name]},
+                "spec": {"containers": [c], "nodeName": name, "priority": 1, "tolerations": [{"key": name}]},
+                "status": {"phase": "Pending", "conditions": [{"type": name, "status": "True"}]}})
+        };
+        let objects = [
+            pod("a", "app", "i", None),
+            pod("b", "app", "i", None),
+            pod("c", "tier", "i", None),
+            pod("a", "app", "j", None),
+            pod("a", "app", "i", Some(80)),
+            pod("b", "app", "i", Some(81)),
+            deploy(2, "nginx"),
+            deploy(3, "nginx"),
+            json!({"metadata": {"name": "x"}, "data": {"k": "v", "n": null, "o": {}}}),
+            json!({"metadata": {"name": "x"}, "data": {"k": "v", "n": "w", "o": {}}}),
+            json!({"metadata": "odd", "spec": 1}),
+            json!([]),
+        ];
+        for _ in 0..2 {
+            for obj in &objects {
+                for (has_status, status_only) in [(true, false), (true, true), (false, false)] {
+                    let want = created(obj, has_status, status_only, Shape::Builtin);
+                    assert_eq!(*created_shared(obj, has_status, status_only, Shape::Builtin), want, "{obj} {has_status} {status_only}");
+                }
+            }
+        }
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {"l": {"type": "array", "x-kubernetes-list-type": "set"}}}}});
+        let cr = json!({"metadata": {"name": "x"}, "spec": {"l": ["a", "b"]}});
+        assert_eq!(*created_shared(&cr, false, false, Shape::Custom(&schema)), created(&cr, false, false, Shape::Custom(&schema)));
     }
 
     /// The text `encode` writes is what serializing `encode_list` gives.

@@ -120,6 +120,7 @@ pub mod cli;
 pub mod controllers;
 pub mod faults;
 pub mod http;
+pub mod jsonptr;
 pub mod kubelet;
 pub mod managed;
 pub mod openapi;

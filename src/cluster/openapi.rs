@@ -40,6 +40,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use schemars::SchemaGenerator;
 use schemars::generate::SchemaSettings;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use super::jsonptr::Pointer as _;
 use serde_json::{Map, Value, json};
 
 use super::resources::ResourceInfo;
@@ -180,7 +181,7 @@ impl Documents {
         }
         let found = self.v3(&served(), &gv_path(info.group, info.version)).ok().and_then(|doc| {
             let name = definition_name(info);
-            doc.value.pointer(&pointer_to(&name))?;
+            doc.value.at(&pointer_to(&name))?;
             Some((doc.value.clone(), name))
         });
         if info.custom.is_none() {
@@ -789,7 +790,7 @@ fn flag(s: &Value, name: &str) -> bool {
 }
 
 /// The schema `components.schemas.<name>` of `doc` (what
-/// `doc.pointer(&pointer_to(name))` finds, without building the pointer).
+/// `doc.at(&pointer_to(name))` finds, without building the pointer).
 fn definition<'a>(doc: &'a Value, name: &str) -> Option<&'a Value> {
     doc.get("components")?.get("schemas")?.get(name)
 }
@@ -854,7 +855,7 @@ fn field<'a>(s: &'a Value, k: &str, custom: bool, root: bool) -> Field<'a> {
 /// (`spec.containers[0].bogus`); `custom`: the kind is a custom resource.
 pub fn unknown_fields(doc: &Value, definition: &str, obj: &Value, custom: bool) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(root) = doc.pointer(&pointer_to(definition)) {
+    if let Some(root) = doc.at(&pointer_to(definition)) {
         walk(doc, root, obj, "", custom, true, &mut out);
     }
     out
@@ -894,7 +895,7 @@ fn walk(doc: &Value, schema: &Value, v: &Value, path: &str, custom: bool, root: 
 /// duplicates. Not JSON: nothing (the store answers the syntax error).
 pub fn strict_errors_json(body: &[u8], schema: Option<(&Value, &str)>, custom: bool) -> Vec<String> {
     let mut out = Vec::new();
-    let root = schema.and_then(|(doc, def)| Some((doc, doc.pointer(&pointer_to(def))?)));
+    let root = schema.and_then(|(doc, def)| Some((doc, doc.at(&pointer_to(def))?)));
     let mut de = serde_json::Deserializer::from_slice(body);
     let seed = StrictSeed { doc: root.map(|(d, _)| d), schema: root.map(|(_, s)| s), custom, root: true, path: &Seg::Root, out: &mut out };
     let _ = seed.deserialize(&mut de);

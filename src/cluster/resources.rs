@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use k8s_openapi::api;
 use serde::{Serialize, de::DeserializeOwned};
+use super::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 
 /// Errors from normalizing or validating an object.
@@ -1108,54 +1109,54 @@ pub fn int_or_percent(v: &Value, total: i64) -> Option<i64> {
 
 /// Is the pod counted as healthy by the disruption controller?
 pub fn pod_healthy(pod: &Value) -> bool {
-    if pod.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()) {
+    if pod.at("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()) {
         return false;
     }
     let ready = pod
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {
             cs.iter().any(|c| {
                 c.get("type").and_then(Value::as_str) == Some("Ready") && c.get("status").and_then(Value::as_str) == Some("True")
             })
         });
-    ready && pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+    ready && pod.at("/status/phase").and_then(Value::as_str) == Some("Running")
 }
 
 /// Compute a PDB's status from the pods it selects. Returns the new
 /// status JSON (expectedPods, currentHealthy, desiredHealthy,
 /// disruptionsAllowed, observedGeneration, conditions).
 pub fn pdb_status(pdb: &Value, pods: &[&Value], now: &str) -> Value {
-    let selector = pdb.pointer("/spec/selector");
+    let selector = pdb.at("/spec/selector");
     let sel = selector.map(super::selector::LabelSelector::from_structured);
     let matching: Vec<&&Value> = match sel {
         Some(Ok(s)) => pods
             .iter()
             .filter(|p| s.matches_object(p))
             .filter(|p| {
-                !matches!(p.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed"))
+                !matches!(p.at("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed"))
             })
             .collect(),
         _ => Vec::new(),
     };
     let expected = matching.len() as i64;
     let healthy = matching.iter().filter(|p| pod_healthy(p)).count() as i64;
-    let desired = if let Some(m) = pdb.pointer("/spec/minAvailable") {
+    let desired = if let Some(m) = pdb.at("/spec/minAvailable") {
         int_or_percent(m, expected).unwrap_or(0)
-    } else if let Some(m) = pdb.pointer("/spec/maxUnavailable") {
+    } else if let Some(m) = pdb.at("/spec/maxUnavailable") {
         expected - int_or_percent(m, expected).unwrap_or(0)
     } else {
         0
     }
     .max(0);
     let allowed = (healthy - desired).max(0);
-    let generation = pdb.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+    let generation = pdb.at("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
     let old_cond_time = pdb
-        .pointer("/status/conditions/0/lastTransitionTime")
+        .at("/status/conditions/0/lastTransitionTime")
         .and_then(Value::as_str)
         .unwrap_or(now)
         .to_string();
-    let old_allowed = pdb.pointer("/status/conditions/0/status").and_then(Value::as_str);
+    let old_allowed = pdb.at("/status/conditions/0/status").and_then(Value::as_str);
     let status_str = if allowed > 0 { "True" } else { "False" };
     let ltt = if old_allowed == Some(status_str) { old_cond_time } else { now.to_string() };
     json!({

@@ -2,6 +2,7 @@
 //! (`?labelSelector=` / `?fieldSelector=`) and the structured
 //! `metav1.LabelSelector` form used by PodDisruptionBudgets.
 
+use super::jsonptr::Pointer as _;
 use serde_json::Value;
 
 /// Errors from parsing a selector.
@@ -179,7 +180,7 @@ impl LabelSelector {
         if self.reqs.is_empty() {
             return true;
         }
-        let labels = obj.pointer("/metadata/labels");
+        let labels = obj.at("/metadata/labels");
         self.matches_labels(labels)
     }
 
@@ -254,7 +255,7 @@ impl FieldSelector {
 
     /// Does the object match?
     pub fn matches(&self, obj: &Value) -> bool {
-        self.matches_with(|pointer| field_text(obj.pointer(pointer)))
+        self.matches_with(|pointer| field_text(obj.at(pointer)))
     }
 
     /// Does an object whose fields are read through `get` (JSON pointer to
@@ -307,7 +308,7 @@ impl Filter {
     /// Does the object pass?
     pub fn matches(&self, obj: &Value) -> bool {
         if let Some(ns) = &self.namespace
-            && obj.pointer("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str()) {
+            && obj.at("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str()) {
                 return false;
             }
         self.labels.matches_object(obj) && self.fields.matches(obj)

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use serde::{Serialize, de::DeserializeOwned};
+use super::jsonptr::Pointer as _;
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
@@ -335,7 +336,7 @@ impl Obj {
         }
         match serde_json::from_slice::<Value>(&self.bytes) {
             Ok(mut value) => {
-                if let Some(m) = value.pointer_mut("/metadata/managedFields")
+                if let Some(m) = value.at_mut("/metadata/managedFields")
                     && m.is_array()
                 {
                     *m = Value::String(m.to_string());
@@ -366,7 +367,7 @@ impl Obj {
         let pointer = super::selector::field_pointer(dotted);
         match &self.lean {
             Some(l) => Cow::Borrowed(l.field_at(&pointer)),
-            None => Cow::Owned(super::selector::field_text(self.value.pointer(&pointer))),
+            None => Cow::Owned(super::selector::field_text(self.value.at(&pointer))),
         }
     }
 
@@ -432,7 +433,7 @@ fn wire_bytes(value: &Value) -> serde_json::Result<Vec<u8>> {
 
 /// What of a pod can move a disruption budget: its labels, health and phase.
 fn pdb_facts(p: &Value) -> (Option<&Value>, bool, &str) {
-    (p.pointer("/metadata/labels"), res::pod_healthy(p), get_str(p, "/status/phase"))
+    (p.at("/metadata/labels"), res::pod_healthy(p), get_str(p, "/status/phase"))
 }
 
 /// Is `pointer` the JSON pointer of the dotted field name `dotted` (see
@@ -443,7 +444,7 @@ fn is_pointer_of(pointer: &str, dotted: &str) -> bool {
 
 /// The uid of the owner reference of `v` marked `controller: true`.
 pub(crate) fn controller_of(v: &Value) -> Option<&str> {
-    v.pointer("/metadata/ownerReferences")
+    v.at("/metadata/ownerReferences")
         .and_then(Value::as_array)?
         .iter()
         .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
@@ -782,12 +783,12 @@ fn invalid_all(info: &ResourceInfo, name: &str, errs: &[String]) -> Error {
 
 /// metadata.deletionTimestamp is set.
 pub(crate) fn is_deleting(v: &Value) -> bool {
-    v.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
+    v.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
 }
 
 /// Finalizers still hold the object (for namespaces, `spec.finalizers` too).
 fn has_finalizers(r: ResId, v: &Value) -> bool {
-    let non_empty = |p: &str| v.pointer(p).and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+    let non_empty = |p: &str| v.at(p).and_then(Value::as_array).is_some_and(|f| !f.is_empty());
     non_empty("/metadata/finalizers") || (r == res::NAMESPACES && non_empty("/spec/finalizers"))
 }
 
@@ -821,7 +822,7 @@ fn set_path(v: &mut Value, path: &[&str], val: Value) {
 /// that the old pod did not have.
 fn added_scheduling_gates(old: &Value, new: &Value) -> Vec<String> {
     let names = |p: &Value| -> Vec<String> {
-        p.pointer("/spec/schedulingGates")
+        p.at("/spec/schedulingGates")
             .and_then(Value::as_array)
             .map(|a| a.iter().map(|g| g.get("name").and_then(Value::as_str).unwrap_or("").to_string()).collect())
             .unwrap_or_default()
@@ -861,7 +862,7 @@ const UPDATABLE_POD_SPEC_FIELDS: &str = "`spec.containers[*].image`,`spec.initCo
 /// `spec.schedulingGroup` is immutable: upstream refuses the change with
 /// ValidatePodUpdate's catch-all error and a diff of the field.
 fn scheduling_group_changed(old: &Value, new: &Value) -> Option<String> {
-    let (o, n) = (old.pointer("/spec/schedulingGroup").filter(|v| !v.is_null()), new.pointer("/spec/schedulingGroup").filter(|v| !v.is_null()));
+    let (o, n) = (old.at("/spec/schedulingGroup").filter(|v| !v.is_null()), new.at("/spec/schedulingGroup").filter(|v| !v.is_null()));
     if o == n {
         return None;
     }
@@ -879,13 +880,13 @@ fn scheduling_group_changed(old: &Value, new: &Value) -> Option<String> {
 
 /// Does the object name `kind`/`uid` among its ownerReferences?
 fn owned_by(v: &Value, kind: &str, uid: &str) -> bool {
-    v.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+    v.at("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
         refs.iter().any(|o| o.get("kind").and_then(Value::as_str) == Some(kind) && o.get("uid").and_then(Value::as_str) == Some(uid))
     })
 }
 
 fn get_str<'a>(v: &'a Value, ptr: &str) -> &'a str {
-    v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+    v.at(ptr).and_then(Value::as_str).unwrap_or("")
 }
 
 /// Check the type, then the typed round trip (built-ins) or the CRD's
@@ -920,7 +921,7 @@ fn custom_schema(info: &ResourceInfo, v: &mut Value) -> Result<()> {
 /// Set or replace a condition (by `type`) in `status.conditions`.
 pub fn set_condition(obj: &mut Value, cond: Value) {
     let ty = cond.get("type").cloned();
-    let conds = obj.pointer_mut("/status/conditions");
+    let conds = obj.at_mut("/status/conditions");
     match conds {
         Some(Value::Array(a)) => {
             if let Some(existing) = a.iter_mut().find(|c| c.get("type") == ty.as_ref()) {
@@ -1500,12 +1501,12 @@ impl Store {
                     }
                 spec.insert("priority".into(), json!(prio));
                 spec.entry("preemptionPolicy").or_insert_with(|| json!(policy));
-                let gated = v.pointer("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+                let gated = v.at("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
                 if gated && !get_str(v, "/spec/nodeName").is_empty() {
                     return Err(invalid(&info, name, "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared"));
                 }
                 let qos = res::qos_class(v);
-                let sched_gated = v.pointer("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+                let sched_gated = v.at("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
                 let mut status = json!({"phase": "Pending", "qosClass": qos});
                 if sched_gated {
                     status["conditions"] = json!([{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
@@ -1549,8 +1550,8 @@ impl Store {
                     return Err(invalid_all(&info, name, &errs));
                 }
                 // DefaultStorageClass admission: no storageClassName, the default class.
-                let unset = v.pointer("/spec/storageClassName").is_none_or(Value::is_null)
-                    && v.pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class").is_none();
+                let unset = v.at("/spec/storageClassName").is_none_or(Value::is_null)
+                    && v.at("/metadata/annotations/volume.beta.kubernetes.io~1storage-class").is_none();
                 if unset
                     && let Some(class) = inner.kinds[res::STORAGE_CLASSES]
                         .objects
@@ -1592,7 +1593,7 @@ impl Store {
         if !self.storage_protection.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let list = v.pointer("/metadata/finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
+        let list = v.at("/metadata/finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
         if !list.iter().any(|x| x.as_str() == Some(f)) {
             let mut list = list;
             list.push(json!(f));
@@ -1712,7 +1713,7 @@ impl Store {
         if !cfg.is_object() {
             return Err(Error::BadRequest("the body of an apply patch must be an object".into()));
         }
-        if cfg.pointer("/metadata/managedFields").is_some_and(|m| !m.is_null()) {
+        if cfg.at("/metadata/managedFields").is_some_and(|m| !m.is_null()) {
             return Err(Error::BadRequest("metadata.managedFields must be nil".into()));
         }
         let kind = get_str(&cfg, "/kind");
@@ -1749,7 +1750,7 @@ impl Store {
         managed::merge(&mut v, &cfg, shape);
         // What this manager applied last time and no longer applies goes,
         // unless another applier owns it (or something below it).
-        let entries = old.value.pointer("/metadata/managedFields").and_then(|m| managed::decode(m).ok()).unwrap_or_default();
+        let entries = old.value.at("/metadata/managedFields").and_then(|m| managed::decode(m).ok()).unwrap_or_default();
         let me = managed::Entry {
             manager,
             operation: managed::Operation::Apply,
@@ -1788,9 +1789,9 @@ impl Store {
         let Some(manager) = ctx.manager.clone() else { return Ok(()) };
         let schema = info.custom.as_ref().and_then(|c| c.schema.as_ref());
         let shape = schema.map_or(managed::Shape::Builtin, managed::Shape::Custom);
-        let live = old.and_then(|o| o.pointer("/metadata/managedFields"));
+        let live = old.and_then(|o| o.at("/metadata/managedFields"));
         let live_entries = live.and_then(|m| managed::decode(m).ok()).unwrap_or_default();
-        let mut entries = match new.pointer("/metadata/managedFields") {
+        let mut entries = match new.at("/metadata/managedFields") {
             Some(m) if !status_only && managed::is_reset(m) => Vec::new(),
             Some(m) if !status_only && Some(m) != live => match managed::decode(m) {
                 Ok(e) if !e.is_empty() => e,
@@ -1811,8 +1812,8 @@ impl Store {
             set,
         };
         let cmp = match old {
-            Some(o) => managed::compare(&managed::tracked(o, info.has_status, status_only), &managed::tracked(new, info.has_status, status_only), shape),
-            None => managed::created(new, info.has_status, status_only, shape),
+            Some(o) => Arc::new(managed::compare(&managed::tracked(o, info.has_status, status_only), &managed::tracked(new, info.has_status, status_only), shape)),
+            None => managed::created_shared(new, info.has_status, status_only, shape),
         };
         if let Err(conflicts) = managed::record(&mut entries, me, &cmp, ctx.force) {
             let causes: Vec<Value> = conflicts
@@ -1870,7 +1871,7 @@ impl Store {
                         return Err(invalid(&info, &name, "spec: Forbidden: pod updates may not change spec.nodeName (use the binding subresource)"));
                     }
                     // Priority is set by admission and immutable.
-                    if let Some(p) = old.value.pointer("/spec/priority").cloned() {
+                    if let Some(p) = old.value.at("/spec/priority").cloned() {
                         set_path(&mut new, &["spec", "priority"], p);
                     }
                     let mut errs = added_scheduling_gates(&old.value, &new);
@@ -1899,7 +1900,7 @@ impl Store {
                 }
                 res::NAMESPACES => {
                     // spec.finalizers changes only through the namespace controller.
-                    match old.value.pointer("/spec/finalizers").cloned() {
+                    match old.value.at("/spec/finalizers").cloned() {
                         Some(f) => set_path(&mut new, &["spec", "finalizers"], f),
                         None => {
                             if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
@@ -1915,7 +1916,7 @@ impl Store {
                 _ => {}
             }
             if old.value.get("spec") != new.get("spec") {
-                let g = old.value.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1) + 1;
+                let g = old.value.at("/metadata/generation").and_then(Value::as_i64).unwrap_or(1) + 1;
                 meta_mut(&mut new)?.insert("generation".into(), json!(g));
             }
         }
@@ -1923,7 +1924,7 @@ impl Store {
             self.record_fields(&info, Some(&old.value), &mut new, ctx, status_only)?;
         } else if !status_only {
             // The cluster's own writes keep the entries as they are.
-            match old.value.pointer("/metadata/managedFields").cloned() {
+            match old.value.at("/metadata/managedFields").cloned() {
                 Some(m) => set_path(&mut new, &["metadata", "managedFields"], m),
                 None => {
                     if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -1960,7 +1961,7 @@ impl Store {
     /// the per-kind hooks.
     fn commit_update(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>, new: Value) -> Result<Arc<Obj>> {
         let name = old.name().to_string();
-        let no_grace_left = new.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) == 0;
+        let no_grace_left = new.at("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) == 0;
         if is_deleting(&new) && !has_finalizers(r, &new) && no_grace_left && (r != PODS || has_finalizers(r, &old.value)) {
             if r == res::NAMESPACES {
                 // Finalized by hand: the namespace goes, as upstream, whatever is left in it.
@@ -2068,7 +2069,7 @@ impl Store {
     /// only shorten the grace period.
     fn delete_pod_locked(&self, inner: &mut Inner, old: Arc<Obj>, grace: Option<i64>) -> Result<Arc<Obj>> {
         let v = &old.value;
-        let mut period = grace.or_else(|| v.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64)).unwrap_or(0);
+        let mut period = grace.or_else(|| v.at("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64)).unwrap_or(0);
         if get_str(v, "/spec/nodeName").is_empty() || matches!(get_str(v, "/status/phase"), "Succeeded" | "Failed") {
             period = 0;
         }
@@ -2078,13 +2079,13 @@ impl Store {
         let now = chrono::Utc::now();
         let mut deadline_ts = now + chrono::Duration::seconds(period);
         if is_deleting(v) {
-            let existing = v.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
+            let existing = v.at("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
             if period >= existing {
                 return Ok(old);
             }
             // Shorten: the new deadline counts from the first request.
             if let Some(ts) = v
-                .pointer("/metadata/deletionTimestamp")
+                .at("/metadata/deletionTimestamp")
                 .and_then(Value::as_str)
                 .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             {
@@ -2173,7 +2174,7 @@ impl Store {
                     break;
                 }
                 let o = o.full();
-                for f in o.value.pointer("/metadata/finalizers").and_then(Value::as_array).into_iter().flatten() {
+                for f in o.value.at("/metadata/finalizers").and_then(Value::as_array).into_iter().flatten() {
                     *finalizers.entry(f.as_str().unwrap_or("").to_string()).or_default() += 1;
                 }
             }
@@ -2239,7 +2240,7 @@ impl Store {
             && uid != old.uid() {
                 return Err(bconflict(format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", old.uid())));
             }
-        if old.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
+        if old.value.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
             return Err(bconflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
         }
         let current = get_str(&old.value, "/spec/nodeName");
@@ -2297,16 +2298,16 @@ impl Store {
             let mut inner = self.lock();
             let pod = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full).ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
             let terminal = matches!(get_str(&pod.value, "/status/phase"), "Succeeded" | "Failed");
-            let deleting = pod.value.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null());
+            let deleting = pod.value.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null());
             if !terminal && !deleting {
                 self.sync_pdbs(&mut inner, ns, None);
-                let labels = pod.value.pointer("/metadata/labels");
+                let labels = pod.value.at("/metadata/labels");
                 let matching: Vec<Arc<Obj>> = inner.kinds[PDBS]
                     .range_ns(Some(ns))
                     .map(|(_, o)| o.clone())
                     .filter(|pdb| {
                         pdb.value
-                            .pointer("/spec/selector")
+                            .at("/spec/selector")
                             .map(LabelSelector::from_structured)
                             .is_some_and(|s| s.is_ok_and(|s| s.matches_labels(labels)))
                     })
@@ -2317,7 +2318,7 @@ impl Store {
                     ));
                 }
                 if let Some(pdb) = matching.first() {
-                    let st = |f: &str| pdb.value.pointer(&format!("/status/{f}")).and_then(Value::as_i64).unwrap_or(0);
+                    let st = |f: &str| pdb.value.at(&format!("/status/{f}")).and_then(Value::as_i64).unwrap_or(0);
                     let allowed = if res::pod_healthy(&pod.value) {
                         st("disruptionsAllowed") > 0
                     } else {
@@ -2735,7 +2736,7 @@ mod tests {
         }
         let got = store.get(PODS, "ns", "p").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(got.value, created.value);
-        assert!(got.value.pointer("/metadata/managedFields").is_some_and(Value::is_string));
+        assert!(got.value.at("/metadata/managedFields").is_some_and(Value::is_string));
         store.bind("ns", "p", json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"name": "n1"}}))
             .unwrap_or_else(|e| panic!("{e}"));
         let bound = store.get(PODS, "ns", "p").unwrap_or_else(|e| panic!("{e}"));

@@ -1,5 +1,6 @@
 //! meta.k8s.io/v1 Table output (server-side printing) for kubectl `get`.
 
+use super::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 
 use super::resources::{EVENTS, NAMESPACES, NODES, PODS, ResId, ResourceInfo};
@@ -20,7 +21,7 @@ fn age(ts: &str) -> String {
 }
 
 fn s<'a>(v: &'a Value, p: &str) -> &'a str {
-    v.pointer(p).and_then(Value::as_str).unwrap_or("")
+    v.at(p).and_then(Value::as_str).unwrap_or("")
 }
 
 fn or_none(x: &str) -> String {
@@ -73,11 +74,11 @@ fn cells(r: ResId, v: &Value) -> Vec<Value> {
     let created = age(s(v, "/metadata/creationTimestamp"));
     match r {
         PODS => {
-            let total = v.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
-            let statuses = v.pointer("/status/containerStatuses").and_then(Value::as_array);
+            let total = v.at("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
+            let statuses = v.at("/status/containerStatuses").and_then(Value::as_array);
             let ready = statuses.map_or(0, |a| a.iter().filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true)).count());
             let restarts: i64 = statuses.map_or(0, |a| a.iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum());
-            let status = if v.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
+            let status = if v.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
                 "Terminating".to_string()
             } else if s(v, "/status/phase") == "Succeeded" {
                 "Completed".to_string()
@@ -98,17 +99,17 @@ fn cells(r: ResId, v: &Value) -> Vec<Value> {
         }
         NODES => {
             let ready = v
-                .pointer("/status/conditions")
+                .at("/status/conditions")
                 .and_then(Value::as_array)
                 .and_then(|a| a.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")))
                 .and_then(|c| c.get("status").and_then(Value::as_str))
                 == Some("True");
             let mut status = if ready { "Ready".to_string() } else { "NotReady".to_string() };
-            if v.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+            if v.at("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
                 status.push_str(",SchedulingDisabled");
             }
             let addr = |ty: &str| {
-                v.pointer("/status/addresses")
+                v.at("/status/addresses")
                     .and_then(Value::as_array)
                     .and_then(|a| a.iter().find(|x| x.get("type").and_then(Value::as_str) == Some(ty)))
                     .and_then(|x| x.get("address").and_then(Value::as_str))

@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
@@ -85,11 +86,11 @@ impl Default for StorageConfig {
 }
 
 fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
-    v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+    v.at(ptr).and_then(Value::as_str).unwrap_or("")
 }
 
 fn ann<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
+    v.at("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
 }
 
 /// The StorageClass a claim asks for (the beta annotation wins, as upstream).
@@ -102,7 +103,7 @@ fn volume_class(pv: &Value) -> &str {
 }
 
 fn modes<'a>(v: &'a Value, ptr: &str) -> Vec<&'a str> {
-    v.pointer(ptr).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+    v.at(ptr).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
 }
 
 fn volume_mode(v: &Value) -> &str {
@@ -113,11 +114,11 @@ fn volume_mode(v: &Value) -> &str {
 }
 
 fn bytes(v: &Value, ptr: &str) -> Option<i64> {
-    v.pointer(ptr).and_then(Value::as_str).and_then(|q| quantity::parse_value(q).ok())
+    v.at(ptr).and_then(Value::as_str).and_then(|q| quantity::parse_value(q).ok())
 }
 
 fn labels(v: &Value) -> BTreeMap<String, String> {
-    v.pointer("/metadata/labels")
+    v.at("/metadata/labels")
         .and_then(Value::as_object)
         .map(|m| m.iter().map(|(k, x)| (k.clone(), x.as_str().unwrap_or("").to_string())).collect())
         .unwrap_or_default()
@@ -168,7 +169,7 @@ pub fn validate_claim(c: &Value) -> Vec<String> {
     if am.contains(&"ReadWriteOncePod") && am.len() > 1 {
         errs.push("spec.accessModes: Forbidden: may not use ReadWriteOncePod with other access modes".to_string());
     }
-    match c.pointer("/spec/resources/requests/storage").and_then(Value::as_str) {
+    match c.at("/spec/resources/requests/storage").and_then(Value::as_str) {
         None => errs.push("spec.resources[storage]: Required value".to_string()),
         Some(q) => match quantity::parse_value(q) {
             Ok(n) if n <= 0 => errs.push(format!("spec.resources[storage]: Invalid value: \"{q}\": must be greater than zero")),
@@ -178,7 +179,7 @@ pub fn validate_claim(c: &Value) -> Vec<String> {
             )),
         },
     }
-    if let Some(m) = c.pointer("/spec/volumeMode").and_then(Value::as_str)
+    if let Some(m) = c.at("/spec/volumeMode").and_then(Value::as_str)
         && !matches!(m, "Block" | "Filesystem")
     {
         errs.push(format!("spec.volumeMode: Unsupported value: \"{m}\": supported values: \"Block\", \"Filesystem\""));
@@ -189,7 +190,7 @@ pub fn validate_claim(c: &Value) -> Vec<String> {
 /// Validate a new volume (capacity, access modes, node affinity); returns the field errors.
 pub fn validate_volume(pv: &Value) -> Vec<String> {
     let mut errs = Vec::new();
-    match pv.pointer("/spec/capacity/storage").and_then(Value::as_str) {
+    match pv.at("/spec/capacity/storage").and_then(Value::as_str) {
         None => errs.push("spec.capacity: Required value".to_string()),
         Some(q) if quantity::parse_value(q).is_err() => errs.push(format!(
             "spec.capacity[storage]: Invalid value: \"{q}\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
@@ -207,7 +208,7 @@ pub fn validate_volume(pv: &Value) -> Vec<String> {
             ));
         }
     }
-    if let Some(req) = pv.pointer("/spec/nodeAffinity/required") {
+    if let Some(req) = pv.at("/spec/nodeAffinity/required") {
         match serde_json::from_value::<k8s_openapi::api::core::v1::NodeSelector>(req.clone()) {
             Ok(ns) if ns.node_selector_terms.is_empty() => {
                 errs.push("spec.nodeAffinity.required.nodeSelectorTerms: Required value: must have at least one node selector term".to_string())
@@ -226,7 +227,7 @@ pub fn validate_volume(pv: &Value) -> Vec<String> {
 /// Does the volume's required node affinity admit the node? (No affinity: yes;
 /// an affinity that does not compile: no.)
 pub fn volume_fits_node(pv: &Value, node: &Value) -> bool {
-    let Some(req) = pv.pointer("/spec/nodeAffinity/required") else { return true };
+    let Some(req) = pv.at("/spec/nodeAffinity/required") else { return true };
     let Ok(ns) = serde_json::from_value::<k8s_openapi::api::core::v1::NodeSelector>(req.clone()) else { return false };
     match NodeSelector::compile(&ns, "spec.nodeAffinity.required") {
         Ok(sel) => sel.matches(s(node, "/metadata/name"), &labels(node)),
@@ -238,12 +239,12 @@ pub fn volume_fits_node(pv: &Value, node: &Value) -> bool {
 /// `<pod>-<volume>` for generic ephemeral volumes (with `true`).
 pub fn pod_claims(pod: &Value) -> Vec<(String, bool)> {
     let pod_name = s(pod, "/metadata/name");
-    pod.pointer("/spec/volumes")
+    pod.at("/spec/volumes")
         .and_then(Value::as_array)
         .map(|vs| {
             vs.iter()
                 .filter_map(|v| {
-                    if let Some(c) = v.pointer("/persistentVolumeClaim/claimName").and_then(Value::as_str) {
+                    if let Some(c) = v.at("/persistentVolumeClaim/claimName").and_then(Value::as_str) {
                         Some((c.to_string(), false))
                     } else if v.get("ephemeral").is_some_and(|e| !e.is_null()) {
                         Some((format!("{pod_name}-{}", s(v, "/name")), true))
@@ -273,7 +274,7 @@ pub fn volumes_ready(store: &Store, pod: &Value, node: &Value) -> bool {
         let c = &claim.value;
         if ephemeral
             && !c
-                .pointer("/metadata/ownerReferences")
+                .at("/metadata/ownerReferences")
                 .and_then(Value::as_array)
                 .is_some_and(|o| o.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid)))
         {
@@ -354,14 +355,14 @@ fn set_phase(v: &mut Value, phase: &str) {
 }
 
 fn set_ann(v: &mut Value, key: &str, val: &str) {
-    if !v.pointer("/metadata/annotations").is_some_and(Value::is_object) {
+    if !v.at("/metadata/annotations").is_some_and(Value::is_object) {
         v["metadata"]["annotations"] = json!({});
     }
     v["metadata"]["annotations"][key] = json!(val);
 }
 
 fn without_finalizer(v: &Value, f: &str) -> Option<Value> {
-    let list = v.pointer("/metadata/finalizers").and_then(Value::as_array)?;
+    let list = v.at("/metadata/finalizers").and_then(Value::as_array)?;
     if !list.iter().any(|x| x.as_str() == Some(f)) {
         return None;
     }
@@ -373,7 +374,7 @@ fn without_finalizer(v: &Value, f: &str) -> Option<Value> {
 
 /// Is `pv` bound (or pre-bound) to claim `c`?
 fn bound_to(pv: &Value, c: &Value) -> bool {
-    let r = pv.pointer("/spec/claimRef");
+    let r = pv.at("/spec/claimRef");
     r.is_some_and(|r| {
         !r.is_null()
             && s(r, "/name") == s(c, "/metadata/name")
@@ -383,7 +384,7 @@ fn bound_to(pv: &Value, c: &Value) -> bool {
 }
 
 fn has_claim_ref(pv: &Value) -> bool {
-    pv.pointer("/spec/claimRef").is_some_and(|r| !r.is_null())
+    pv.at("/spec/claimRef").is_some_and(|r| !r.is_null())
 }
 
 /// Upstream's `FindMatchingVolume` without a node (the PV controller's
@@ -394,7 +395,7 @@ fn find_match<'a>(c: &Value, pvs: &'a [Arc<Obj>], delayed: bool) -> Option<&'a A
     let want = bytes(c, "/spec/resources/requests/storage")?;
     let class = claim_class(c);
     let want_modes = modes(c, "/spec/accessModes");
-    let selector = match c.pointer("/spec/selector").filter(|x| !x.is_null()) {
+    let selector = match c.at("/spec/selector").filter(|x| !x.is_null()) {
         Some(sel) => Some(LabelSelector::from_structured(sel).ok()?),
         None => None,
     };
@@ -648,7 +649,7 @@ impl Controllers {
         if taken {
             return;
         }
-        let (pv_name, pv_modes, pv_cap) = (pv.name().to_string(), pv.value.pointer("/spec/accessModes").cloned(), pv.value.pointer("/spec/capacity").cloned());
+        let (pv_name, pv_modes, pv_cap) = (pv.name().to_string(), pv.value.at("/spec/accessModes").cloned(), pv.value.at("/spec/capacity").cloned());
         log(self.store.modify(PVCS, c.namespace(), c.name(), Some(c.uid()), |v| {
             let mut n = v.clone();
             if s(v, "/spec/volumeName").is_empty() {
@@ -673,13 +674,13 @@ impl Controllers {
             return;
         }
         let allowed: Vec<String> = class
-            .pointer("/allowedTopologies")
+            .at("/allowedTopologies")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .flat_map(|t| t.pointer("/matchLabelExpressions").and_then(Value::as_array).into_iter().flatten())
+            .flat_map(|t| t.at("/matchLabelExpressions").and_then(Value::as_array).into_iter().flatten())
             .filter(|e| s(e, "/key") == ZONE)
-            .flat_map(|e| e.pointer("/values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string))
+            .flat_map(|e| e.at("/values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string))
             .collect();
         let zone = match selected {
             Some(node) => match self.store.get(NODES, "", node) {
@@ -698,7 +699,7 @@ impl Controllers {
             self.event(v, "PersistentVolumeClaim", "Warning", "ProvisioningFailed", format!("failed to provision volume with StorageClass \"{}\": topology {ZONE}={z} is not allowed by the class", claim_class(v)), DRIVER);
             return;
         }
-        let Some(size) = v.pointer("/spec/resources/requests/storage").cloned() else { return };
+        let Some(size) = v.at("/spec/resources/requests/storage").cloned() else { return };
         self.event(v, "PersistentVolumeClaim", "Normal", "Provisioning", format!("External provisioner is provisioning volume for claim \"{}/{}\"", c.namespace(), c.name()), DRIVER);
         let reclaim = match s(class, "/reclaimPolicy") {
             "" => "Delete",
@@ -706,7 +707,7 @@ impl Controllers {
         };
         let mut spec = json!({
             "capacity": {"storage": size},
-            "accessModes": v.pointer("/spec/accessModes").cloned().unwrap_or(json!(["ReadWriteOnce"])),
+            "accessModes": v.at("/spec/accessModes").cloned().unwrap_or(json!(["ReadWriteOnce"])),
             "volumeMode": volume_mode(v),
             "storageClassName": claim_class(v),
             "persistentVolumeReclaimPolicy": reclaim,

@@ -1,5 +1,6 @@
 //! Compact views of pods and nodes, computed once per object version.
 
+pub mod digest;
 pub mod node;
 pub mod pod;
 pub mod quantity;

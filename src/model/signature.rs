@@ -9,8 +9,8 @@
 //! start time, nomination), so a field added to [`PodInfo`] later is covered
 //! without anyone remembering to add it here.
 
-use std::fmt::Write as _;
-use std::hash::Hasher;
+use std::hash::{BuildHasherDefault, DefaultHasher};
+use std::io::Write as _;
 
 use super::PodInfo;
 
@@ -23,21 +23,9 @@ pub fn of(p: &PodInfo) -> u64 {
     shape.start_ms = 0;
     shape.nominated_node = None;
     shape.signature = 0;
-    // The Debug text is hashed as it is written, without building a string.
-    let mut h = HashWriter(std::collections::hash_map::DefaultHasher::new());
-    // Writing into a hasher cannot fail.
-    let _ = write!(h, "{shape:?}");
-    h.0.finish().max(1)
-}
-
-/// A `fmt::Write` that feeds a hasher.
-struct HashWriter(std::collections::hash_map::DefaultHasher);
-
-impl std::fmt::Write for HashWriter {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.write(s.as_bytes());
-        Ok(())
-    }
+    // The Debug text, hashed whole (fixed keys: equal pods, equal
+    // signatures, in every process). Writing into memory cannot fail.
+    super::digest::hash_written(&BuildHasherDefault::<DefaultHasher>::default(), |b| write!(b, "{shape:?}")).unwrap_or(0).max(1)
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::RandomState;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -131,18 +131,6 @@ pub struct Seen {
     unschedulable_since: Option<Time>,
 }
 
-/// Feeds serialized bytes to a hasher.
-struct HashWriter<'a, H: Hasher>(&'a mut H);
-
-impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.write(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 impl Seen {
     fn of(object: &core::Pod, keys: &RandomState) -> Seen {
@@ -157,8 +145,7 @@ impl Seen {
             &object.spec,
             claims,
         );
-        let mut h = keys.build_hasher();
-        let digest = serde_json::to_writer(HashWriter(&mut h), &compared).ok().map(|()| h.finish());
+        let digest = crate::model::digest::hash_written(keys, |b| serde_json::to_writer(b, &compared));
         let unschedulable_since = object
             .status
             .as_ref()

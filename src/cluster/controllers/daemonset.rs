@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
+use crate::cluster::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 
 use super::{CONTROLLER_REVISION_HASH, Owned, active, delete_obj, ensure_revision, is_deleting, list, meta_map, pod_from_template, s, scaled, template_hash, write_status};
@@ -68,7 +69,7 @@ impl Placement {
             None | Some(Value::Null) => Labels::new(),
             Some(v) => serde_json::from_value(v.clone()).map_err(|e| format!("spec.template.spec.nodeSelector: {e}"))?,
         };
-        let required = match spec.pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution") {
+        let required = match spec.at("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution") {
             None | Some(Value::Null) => None,
             Some(v) => {
                 let path = "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
@@ -91,13 +92,13 @@ impl Placement {
     /// (should run, should continue running) on `node` (upstream `NodeShouldRunDaemonPod`).
     fn should_run(&self, node: &Value) -> (bool, bool) {
         let name = s(node, "/metadata/name");
-        let labels: Labels = node.pointer("/metadata/labels").and_then(|l| serde_json::from_value(l.clone()).ok()).unwrap_or_default();
+        let labels: Labels = node.at("/metadata/labels").and_then(|l| serde_json::from_value(l.clone()).ok()).unwrap_or_default();
         let selected = self.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) && self.required.as_ref().is_none_or(|r| r.matches(name, &labels));
         if !selected {
             return (false, false);
         }
         let taints: Vec<Taint> = node
-            .pointer("/spec/taints")
+            .at("/spec/taints")
             .and_then(|t| serde_json::from_value::<Vec<core::Taint>>(t.clone()).ok())
             .unwrap_or_default()
             .iter()
@@ -120,12 +121,12 @@ fn target_node(p: &Value) -> Option<&str> {
     if !bound.is_empty() {
         return Some(bound);
     }
-    p.pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")?
+    p.at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")?
         .as_array()?
         .iter()
         .flat_map(|t| t.get("matchFields").and_then(Value::as_array).into_iter().flatten())
         .find(|f| s(f, "/key") == "metadata.name" && s(f, "/operator") == "In")
-        .and_then(|f| f.pointer("/values/0"))
+        .and_then(|f| f.at("/values/0"))
         .and_then(Value::as_str)
 }
 
@@ -134,7 +135,7 @@ fn new_pod(ds: &Obj, template: &Value, hash: &str, node: &str) -> Value {
     let mut pod = pod_from_template(template, "DaemonSet", ds, None);
     if let Some(l) = meta_map(&mut pod, "labels") {
         l.insert(CONTROLLER_REVISION_HASH.into(), json!(hash));
-        let generation = ds.value.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+        let generation = ds.value.at("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
         l.insert(POD_TEMPLATE_GENERATION.into(), json!(generation.to_string()));
     }
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return pod };
@@ -189,7 +190,7 @@ pub(super) fn sync(store: &Store, pods: &Owned, burst: usize) {
 }
 
 fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, nodes: &[Arc<Obj>], ds: &Arc<Obj>, burst: usize) {
-    let template = ds.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+    let template = ds.value.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
     let placement = match Placement::of(&template) {
         Ok(p) => p,
         Err(e) => {
@@ -285,7 +286,7 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, nodes: &[Arc<Obj>], 
     }
     // Rolling update: old pods go, unavailable ones first, within maxUnavailable.
     if s(&ds.value, "/spec/updateStrategy/type") != "OnDelete" {
-        let max_unavailable = scaled(ds.value.pointer("/spec/updateStrategy/rollingUpdate/maxUnavailable"), desired, true, 1).max(1);
+        let max_unavailable = scaled(ds.value.at("/spec/updateStrategy/rollingUpdate/maxUnavailable"), desired, true, 1).max(1);
         old.sort_by_key(|(_, available)| *available);
         for (p, available) in old {
             if budget == 0 {
@@ -302,7 +303,7 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, nodes: &[Arc<Obj>], 
         }
     }
     let status = json!({
-        "observedGeneration": ds.value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+        "observedGeneration": ds.value.at("/metadata/generation").cloned().unwrap_or(json!(1)),
         "desiredNumberScheduled": desired,
         "currentNumberScheduled": scheduled,
         "numberMisscheduled": misscheduled,
@@ -357,7 +358,7 @@ mod tests {
         let pod = new_pod(&ds, &ds.value["spec"]["template"], "h1", "node-3");
         assert_eq!(s(&pod, "/spec/schedulerName"), "berth");
         assert_eq!(
-            pod.pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"),
+            pod.at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"),
             Some(&json!({"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-3"]}]}]}))
         );
         assert_eq!(target_node(&pod), Some("node-3"));

@@ -24,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cluster::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
@@ -56,7 +57,7 @@ pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
 pub const CONTROLLER_REVISION_HASH: &str = "controller-revision-hash";
 
 fn s<'a>(v: &'a Value, p: &str) -> &'a str {
-    v.pointer(p).and_then(Value::as_str).unwrap_or("")
+    v.at(p).and_then(Value::as_str).unwrap_or("")
 }
 
 
@@ -72,7 +73,7 @@ fn owner_ref(kind: &str, owner: &Value) -> Value {
 }
 
 fn is_deleting(v: &Value) -> bool {
-    v.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
+    v.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
 }
 
 fn active(p: &Value) -> bool {
@@ -261,7 +262,7 @@ fn collect_orphans(store: &Store) {
         let all = store.list_bytes(dependent, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default();
         // Only a dependent whose controller is gone is read whole.
         for o in all.iter().filter(|o| o.controller_uid().is_some_and(|u| !live.contains(u))).map(Obj::full) {
-            let orphaned = o.value.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+            let orphaned = o.value.at("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
                 refs.iter().any(|r| {
                     r.get("controller").and_then(Value::as_bool) == Some(true)
                         && owners.iter().any(|(_, kind)| r.get("kind").and_then(Value::as_str) == Some(kind))
@@ -293,11 +294,11 @@ fn sync_replicasets(store: &Store, pods: &Owned, burst: usize) {
         if is_deleting(&rs.value) {
             continue;
         }
-        let desired = rs.value.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0) as usize;
+        let desired = rs.value.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0) as usize;
         let mut owned = pods.active_of(&rs);
         let ns = rs.namespace().to_string();
         if owned.len() < desired {
-            let template = rs.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+            let template = rs.value.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
             for _ in 0..(desired - owned.len()).min(burst) {
                 let pod = pod_from_template(&template, "ReplicaSet", &rs, None);
                 if let Err(e) = store.create(PODS, &ns, pod) {
@@ -318,7 +319,7 @@ fn sync_replicasets(store: &Store, pods: &Owned, burst: usize) {
             "fullyLabeledReplicas": owned.len(),
             "readyReplicas": ready_count,
             "availableReplicas": ready_count,
-            "observedGeneration": rs.value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "observedGeneration": rs.value.at("/metadata/generation").cloned().unwrap_or(json!(1)),
         });
         write_status(store, REPLICASETS, &rs, status);
     }
@@ -368,7 +369,7 @@ fn template_hash(template: &Value) -> String {
 /// rounded up, unavailable down; both zero becomes unavailable 1).
 fn rolling_bounds(d: &Value, desired: i64) -> (i64, i64) {
     let resolve = |p: &str, up: bool| -> i64 {
-        match d.pointer(p) {
+        match d.at(p) {
             Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
             Some(Value::String(t)) => match t.strip_suffix('%').and_then(|x| x.trim().parse::<i64>().ok()) {
                 Some(pct) if up => (pct * desired + 99) / 100,
@@ -388,7 +389,7 @@ fn rolling_bounds(d: &Value, desired: i64) -> (i64, i64) {
 }
 
 fn replicas(v: &Value) -> i64 {
-    v.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0)
+    v.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0)
 }
 
 fn set_replicas(store: &Store, rs: &Obj, n: i64) {
@@ -397,7 +398,7 @@ fn set_replicas(store: &Store, rs: &Obj, n: i64) {
     }
     let _ = store.modify(REPLICASETS, rs.namespace(), rs.name(), Some(rs.uid()), |v| {
         let mut n2 = v.clone();
-        n2.pointer_mut("/spec")?.as_object_mut()?.insert("replicas".into(), json!(n));
+        n2.at_mut("/spec")?.as_object_mut()?.insert("replicas".into(), json!(n));
         Some(n2)
     });
 }
@@ -405,12 +406,12 @@ fn set_replicas(store: &Store, rs: &Obj, n: i64) {
 fn sync_deployments(store: &Store, pods: &Owned) {
     let all_rs = list(store, REPLICASETS, None);
     for d in list(store, DEPLOYMENTS, None) {
-        if is_deleting(&d.value) || d.value.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
+        if is_deleting(&d.value) || d.value.at("/spec/paused").and_then(Value::as_bool) == Some(true) {
             continue;
         }
         let ns = d.namespace().to_string();
         let desired = replicas(&d.value);
-        let template = d.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+        let template = d.value.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
         let hash = template_hash(&template);
         let owned: Vec<&Arc<Obj>> = all_rs.iter().filter(|r| r.namespace() == ns && controller_of(&r.value) == Some(d.uid())).collect();
         let counts = |rs: &Obj| -> (i64, i64) {
@@ -441,7 +442,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
             None => {
                 let mut tmpl = template.clone();
                 crate_label(&mut tmpl, &hash);
-                let mut selector = d.value.pointer("/spec/selector").cloned().unwrap_or_else(|| json!({}));
+                let mut selector = d.value.at("/spec/selector").cloned().unwrap_or_else(|| json!({}));
                 if let Some(m) = selector.as_object_mut() {
                     let ml = m.entry("matchLabels").or_insert_with(|| json!({}));
                     if let Some(ml) = ml.as_object_mut() {
@@ -460,7 +461,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
                     "metadata": {
                         "name": format!("{}-{hash}", d.name()),
                         "namespace": ns,
-                        "labels": tmpl.pointer("/metadata/labels").cloned().unwrap_or_else(|| json!({})),
+                        "labels": tmpl.at("/metadata/labels").cloned().unwrap_or_else(|| json!({})),
                         "annotations": {"deployment.kubernetes.io/revision": revision.to_string(),
                             "deployment.kubernetes.io/desired-replicas": desired.to_string(),
                             "deployment.kubernetes.io/max-replicas": (desired + surge).to_string()},
@@ -504,7 +505,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
         let available_ok = total_ready >= desired - max_unavailable;
         let now = now_rfc3339();
         let status = json!({
-            "observedGeneration": d.value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "observedGeneration": d.value.at("/metadata/generation").cloned().unwrap_or(json!(1)),
             "replicas": total_pods,
             "updatedReplicas": new_pods,
             "readyReplicas": total_ready,
@@ -551,22 +552,22 @@ fn sync_jobs(store: &Store, pods: &Owned, burst: usize) {
         if is_deleting(&job.value) {
             continue;
         }
-        let finished = job.value.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
+        let finished = job.value.at("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
             cs.iter().any(|c| matches!(s(c, "/type"), "Complete" | "Failed") && s(c, "/status") == "True")
         });
-        if finished || job.value.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) {
+        if finished || job.value.at("/spec/suspend").and_then(Value::as_bool) == Some(true) {
             continue;
         }
         let ns = job.namespace().to_string();
-        let completions = job.value.pointer("/spec/completions").and_then(Value::as_i64).unwrap_or(1).max(0);
-        let parallelism = job.value.pointer("/spec/parallelism").and_then(Value::as_i64).unwrap_or(1).max(0);
-        let backoff_limit = job.value.pointer("/spec/backoffLimit").and_then(Value::as_i64).unwrap_or(6);
+        let completions = job.value.at("/spec/completions").and_then(Value::as_i64).unwrap_or(1).max(0);
+        let parallelism = job.value.at("/spec/parallelism").and_then(Value::as_i64).unwrap_or(1).max(0);
+        let backoff_limit = job.value.at("/spec/backoffLimit").and_then(Value::as_i64).unwrap_or(6);
         let owned: Vec<&Arc<Obj>> = pods.of_owner(&job).collect();
         let succeeded = owned.iter().filter(|p| s(&p.value, "/status/phase") == "Succeeded").count() as i64;
         let failed = owned.iter().filter(|p| s(&p.value, "/status/phase") == "Failed").count() as i64;
         let active = owned.iter().filter(|p| active(&p.value)).count() as i64;
         let now = now_rfc3339();
-        let start = job.value.pointer("/status/startTime").cloned().unwrap_or_else(|| json!(now));
+        let start = job.value.at("/status/startTime").cloned().unwrap_or_else(|| json!(now));
         let mut status = json!({"startTime": start, "active": active, "succeeded": succeeded, "failed": failed, "ready": owned.iter().filter(|p| ready(&p.value)).count()});
         let cond = |ty: &str, reason: &str, message: &str| {
             json!({"type": ty, "status": "True", "reason": reason, "message": message, "lastProbeTime": now, "lastTransitionTime": now})
@@ -585,7 +586,7 @@ fn sync_jobs(store: &Store, pods: &Owned, burst: usize) {
             ]);
         } else {
             let wanted = parallelism.min(completions - succeeded);
-            let template = job.value.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+            let template = job.value.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
             for _ in 0..(wanted - active).clamp(0, burst as i64) {
                 let mut pod = pod_from_template(&template, "Job", &job, None);
                 if let Some(l) = meta_map(&mut pod, "labels") {
@@ -622,7 +623,7 @@ fn ensure_revision(store: &Store, revisions: &Owned, kind: &str, owner: &Obj, ha
     if let Some(t) = data_template.as_object_mut() {
         t.insert("$patch".into(), json!("replace"));
     }
-    let labels = template.pointer("/metadata/labels").cloned().unwrap_or_else(|| json!({}));
+    let labels = template.at("/metadata/labels").cloned().unwrap_or_else(|| json!({}));
     let cr = json!({
         "apiVersion": "apps/v1",
         "kind": "ControllerRevision",
@@ -644,7 +645,7 @@ fn ensure_revision(store: &Store, revisions: &Owned, kind: &str, owner: &Obj, ha
 /// The template a ControllerRevision recorded (None when it is gone).
 fn revision_template(store: &Store, ns: &str, name: &str) -> Option<Value> {
     let cr = store.get(CONTROLLERREVISIONS, ns, name).ok()?;
-    let mut t = cr.value.pointer("/data/spec/template")?.clone();
+    let mut t = cr.value.at("/data/spec/template")?.clone();
     t.as_object_mut()?.remove("$patch");
     Some(t)
 }

@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use crate::cluster::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 
 use super::{CONTROLLER_REVISION_HASH, Owned, active, delete_obj, ensure_revision, is_deleting, list, meta_map, pod_from_template, revision_template, s, template_hash, write_status};
@@ -48,7 +49,7 @@ fn ordinal(set: &str, pod: &str) -> Option<i64> {
 
 /// The names of the claim templates.
 fn claim_templates(set: &Value) -> Vec<&Value> {
-    set.pointer("/spec/volumeClaimTemplates").and_then(Value::as_array).map(|a| a.iter().filter(|t| !s(t, "/metadata/name").is_empty()).collect()).unwrap_or_default()
+    set.at("/spec/volumeClaimTemplates").and_then(Value::as_array).map(|a| a.iter().filter(|t| !s(t, "/metadata/name").is_empty()).collect()).unwrap_or_default()
 }
 
 fn claim_name(template: &Value, set: &str, ordinal: i64) -> String {
@@ -57,7 +58,7 @@ fn claim_name(template: &Value, set: &str, ordinal: i64) -> String {
 
 /// The claims of one ordinal, as upstream `getPersistentVolumeClaims` makes them.
 fn claims_for(set: &Obj, ordinal: i64) -> Vec<Value> {
-    let match_labels = set.value.pointer("/spec/selector/matchLabels").and_then(Value::as_object).cloned().unwrap_or_default();
+    let match_labels = set.value.at("/spec/selector/matchLabels").and_then(Value::as_object).cloned().unwrap_or_default();
     claim_templates(&set.value)
         .into_iter()
         .map(|t| {
@@ -174,12 +175,12 @@ pub(super) fn sync(store: &Store, pods: &Owned, burst: usize) {
 
 fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burst: usize) {
     let v = &set.value;
-    let replicas = v.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0);
-    let start = v.pointer("/spec/ordinals/start").and_then(Value::as_i64).unwrap_or(0).max(0);
+    let replicas = v.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0);
+    let start = v.at("/spec/ordinals/start").and_then(Value::as_i64).unwrap_or(0).max(0);
     let parallel = s(v, "/spec/podManagementPolicy") == "Parallel";
     let on_delete = s(v, "/spec/updateStrategy/type") == "OnDelete";
-    let partition = v.pointer("/spec/updateStrategy/rollingUpdate/partition").and_then(Value::as_i64).unwrap_or(0).max(0);
-    let template = v.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+    let partition = v.at("/spec/updateStrategy/rollingUpdate/partition").and_then(Value::as_i64).unwrap_or(0).max(0);
+    let template = v.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
     let Some(update_revision) = ensure_revision(store, revisions, "StatefulSet", set, &template_hash(&template), &template) else { return };
     let current_revision = match s(v, "/status/currentRevision") {
         "" => update_revision.clone(),
@@ -309,7 +310,7 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burs
         current = updated;
     }
     let status = json!({
-        "observedGeneration": v.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+        "observedGeneration": v.at("/metadata/generation").cloned().unwrap_or(json!(1)),
         "replicas": total,
         "readyReplicas": ready,
         "availableReplicas": ready,
