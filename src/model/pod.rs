@@ -20,7 +20,7 @@ pub struct HostPort {
 }
 
 /// One pod (anti-)affinity term, compiled.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct AffinityTerm {
     /// Which pods the term selects.
     pub selector: Selector,
@@ -43,7 +43,7 @@ impl AffinityTerm {
 }
 
 /// A weighted (preferred) pod (anti-)affinity term.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct WeightedAffinityTerm {
     /// The term.
     pub term: AffinityTerm,
@@ -52,7 +52,7 @@ pub struct WeightedAffinityTerm {
 }
 
 /// A weighted preferred node affinity term.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct PreferredNodeTerm {
     /// The term.
     pub term: NodeSelectorTerm,
@@ -61,7 +61,7 @@ pub struct PreferredNodeTerm {
 }
 
 /// `whenUnsatisfiable` of a topology spread constraint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WhenUnsatisfiable {
     /// A hard constraint (Filter).
     DoNotSchedule,
@@ -70,7 +70,7 @@ pub enum WhenUnsatisfiable {
 }
 
 /// nodeAffinityPolicy / nodeTaintsPolicy of a spread constraint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum InclusionPolicy {
     /// Only nodes that pass the pod's node affinity / tolerate its taints count.
     Honor,
@@ -79,7 +79,7 @@ pub enum InclusionPolicy {
 }
 
 /// A compiled topology spread constraint.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct SpreadConstraint {
     /// maxSkew (≥ 1).
     pub max_skew: i64,
@@ -98,7 +98,7 @@ pub struct SpreadConstraint {
 }
 
 /// The controller a pod names in its ownerReferences (`controller: true`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ControllerRef {
     /// apiVersion of the owner.
     pub api_version: String,
@@ -114,7 +114,7 @@ pub fn controller_of(refs: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::met
 }
 
 /// A field of the pod spec that cannot be evaluated.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SpecError {
     /// The plugin that would have read the field.
     pub plugin: &'static str,
@@ -127,7 +127,7 @@ pub struct SpecError {
 /// A bound pod (spec.nodeName set) is only ever read as an existing pod: its
 /// scheduling gates, images, required node features, tolerations, node
 /// selector and affinity, spread constraints and controller are left empty.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Hash)]
 pub struct PodInfo {
     /// metadata.uid (namespace/name when the object has none).
     pub uid: String,

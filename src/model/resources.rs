@@ -23,7 +23,7 @@ pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
 pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 
 /// A set of resource amounts.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Resources {
     /// CPU in milli-cores.
     pub milli_cpu: i64,

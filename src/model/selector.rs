@@ -120,7 +120,7 @@ impl std::fmt::Debug for PodLabels {
 }
 
 /// A selector operator.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// The label's value is one of the values.
     In(Vec<String>),
@@ -137,7 +137,7 @@ pub enum Op {
 }
 
 /// One requirement of a selector.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Requirement {
     /// The label key.
     pub key: String,
@@ -168,7 +168,7 @@ impl Requirement {
 }
 
 /// A compiled label selector.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Selector {
     reqs: Vec<Requirement>,
     nothing: bool,
@@ -305,7 +305,7 @@ fn validate_name_part(s: &str) -> Result<(), String> {
 }
 
 /// One compiled node selector term: label expressions and `metadata.name` fields, ANDed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct NodeSelectorTerm {
     /// Requirements on node labels.
     pub exprs: Vec<Requirement>,
@@ -373,7 +373,7 @@ fn node_op(op: &str, values: Option<&[String]>, path: &str, field: bool) -> Resu
 }
 
 /// A compiled required node selector: terms ORed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NodeSelector {
     /// The non-empty terms; none at all means nothing matches.
     pub terms: Vec<NodeSelectorTerm>,

@@ -6,11 +6,11 @@
 //!
 //! The signature is conservative: it covers every field of the compact pod
 //! view except the pod's identity and timestamps (uid, name, creation and
-//! start time, nomination), so a field added to [`PodInfo`] later is covered
-//! without anyone remembering to add it here.
+//! start time, nomination), hashed through `PodInfo`'s derived `Hash`, so a
+//! field added to [`PodInfo`] later is covered without anyone remembering
+//! to add it here (its type must be `Hash` for the crate to build).
 
-use std::hash::{BuildHasherDefault, DefaultHasher};
-use std::io::Write as _;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::PodInfo;
 
@@ -23,9 +23,11 @@ pub fn of(p: &PodInfo) -> u64 {
     shape.start_ms = 0;
     shape.nominated_node = None;
     shape.signature = 0;
-    // The Debug text, hashed whole (fixed keys: equal pods, equal
-    // signatures, in every process). Writing into memory cannot fail.
-    super::digest::hash_written(&BuildHasherDefault::<DefaultHasher>::default(), |b| write!(b, "{shape:?}")).unwrap_or(0).max(1)
+    // The derived `Hash` reads every field (fixed keys: equal pods, equal
+    // signatures, in every process).
+    let mut h = DefaultHasher::new();
+    shape.hash(&mut h);
+    h.finish().max(1)
 }
 
 #[cfg(test)]
@@ -44,5 +46,19 @@ mod tests {
         d.images.push("x".into());
         assert_ne!(of(&a), of(&d));
         assert_ne!(of(&a), 0);
+        // Fields deep in the view count too.
+        let mut e = b.clone();
+        e.required_features.push("x");
+        assert_ne!(of(&a), of(&e));
+        let mut f = b.clone();
+        f.requests.milli_cpu = 1;
+        assert_ne!(of(&a), of(&f));
+        let mut g = b.clone();
+        g.namespace = "other".into();
+        assert_ne!(of(&a), of(&g));
+        let mut n = b.clone();
+        n.nominated_node = Some("n".into());
+        n.start_ms = 9;
+        assert_eq!(of(&a), of(&n));
     }
 }

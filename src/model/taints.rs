@@ -53,7 +53,7 @@ impl Taint {
 }
 
 /// A pod toleration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Toleration {
     /// Key (empty: any key, with operator Exists).
     pub key: String,

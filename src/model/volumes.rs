@@ -7,7 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 
 /// Where a volume of the pod comes from, as far as scheduling cares.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum VolumeSource {
     /// `persistentVolumeClaim`: a claim in the pod's namespace.
     Claim {
@@ -53,7 +53,7 @@ pub enum VolumeSource {
 }
 
 /// One volume of a pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PodVolume {
     /// The volume's name in the pod.
     pub name: String,
