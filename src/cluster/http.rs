@@ -1040,7 +1040,8 @@ fn strict_findings(st: &AppState, info: &ResourceInfo, q: &HashMap<String, Strin
         return Ok((directive, oa::strict_errors(&unknown_of(st, info, &obj), &[])));
     }
     let schema = st.openapi.schema_for(|| served_infos(&st.store), info);
-    let errs = oa::strict_errors_json(body, schema.as_ref().map(|(doc, def)| (doc.as_ref(), def.as_str())), info.custom.is_some());
+    let schema = schema.as_ref().map(|(doc, def)| (doc.as_ref(), def.as_str()));
+    let errs = if info.custom.is_some() { oa::strict_errors_json(body, schema, true) } else { oa::strict_errors_json_shared(body, schema) };
     Ok((directive, errs))
 }
 

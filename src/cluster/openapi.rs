@@ -894,12 +894,193 @@ fn walk(doc: &Value, schema: &Value, v: &Value, path: &str, custom: bool, root: 
 /// "metadata.name"`, `unknown field "spec.bogus"`. With no schema, only
 /// duplicates. Not JSON: nothing (the store answers the syntax error).
 pub fn strict_errors_json(body: &[u8], schema: Option<(&Value, &str)>, custom: bool) -> Vec<String> {
+    strict_walk(body, schema, custom).0
+}
+
+/// [`strict_errors_json`], and whether the body was one whole JSON value
+/// (the walk reached its end).
+fn strict_walk(body: &[u8], schema: Option<(&Value, &str)>, custom: bool) -> (Vec<String>, bool) {
     let mut out = Vec::new();
     let root = schema.and_then(|(doc, def)| Some((doc, doc.at(&pointer_to(def))?)));
     let mut de = serde_json::Deserializer::from_slice(body);
     let seed = StrictSeed { doc: root.map(|(d, _)| d), schema: root.map(|(_, s)| s), custom, root: true, path: &Seg::Root, out: &mut out };
-    let _ = seed.deserialize(&mut de);
-    out
+    let whole = seed.deserialize(&mut de).is_ok() && de.end().is_ok();
+    (out, whole)
+}
+
+/// How many clean skeletons [`strict_errors_json_shared`] remembers per
+/// thread (then it starts over).
+const CLEAN_KEPT: usize = 256;
+
+thread_local! {
+    static CLEAN: std::cell::RefCell<std::collections::HashSet<Vec<u8>>> = std::cell::RefCell::new(std::collections::HashSet::new());
+}
+
+/// [`strict_errors_json`] for a built-in kind's schema (`def`, which never
+/// changes while the process runs), remembering which bodies were clean
+/// by their skeleton ([`skeleton`]: keys and nesting, no scalar values).
+///
+/// What the walk finds depends only on the keys, where they sit and their
+/// order, never on a scalar, so a body whose skeleton is that of a whole,
+/// clean body is clean too. Only whole bodies are remembered: a body that
+/// is not valid JSON may share a clean body's skeleton, and its walk, which
+/// stops at the error, finds in the part it reads what the clean body's
+/// found there (nothing). Replicas of one template (every pod of a
+/// ReplicaSet, every event of a reason) are checked once.
+pub fn strict_errors_json_shared(body: &[u8], schema: Option<(&Value, &str)>) -> Vec<String> {
+    let mut key = schema.map_or("", |(_, def)| def).as_bytes().to_vec();
+    key.push(0);
+    if !skeleton(body, &mut key) {
+        return strict_errors_json(body, schema, false);
+    }
+    if CLEAN.with(|c| c.try_borrow().is_ok_and(|set| set.contains(&key))) {
+        return Vec::new();
+    }
+    let (found, whole) = strict_walk(body, schema, false);
+    if whole && found.is_empty() {
+        CLEAN.with(|c| {
+            if let Ok(mut set) = c.try_borrow_mut() {
+                if set.len() >= CLEAN_KEPT {
+                    set.clear();
+                }
+                set.insert(key);
+            }
+        });
+    }
+    found
+}
+
+/// How deep [`skeleton`] follows nesting before giving up.
+const SKELETON_DEPTH: usize = 64;
+
+/// Append the skeleton of the JSON text `body` to `out`: each object as its
+/// keys (length-prefixed, as written) and their values' skeletons, each
+/// array as its items' skeletons, each scalar as one byte of its kind.
+/// False when the text is not read as one JSON value (or nests too deep):
+/// the caller then walks it in full.
+fn skeleton(body: &[u8], out: &mut Vec<u8>) -> bool {
+    let mut i = 0;
+    skeleton_value(body, &mut i, out, 0) && {
+        skip_ws(body, &mut i);
+        i == body.len()
+    }
+}
+
+fn skip_ws(b: &[u8], i: &mut usize) {
+    while b.get(*i).is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')) {
+        *i += 1;
+    }
+}
+
+/// The string starting at `b[*i]` (a quote): its raw text, escapes as written.
+fn skeleton_string<'b>(b: &'b [u8], i: &mut usize) -> Option<&'b [u8]> {
+    let start = *i + 1;
+    let mut j = start;
+    loop {
+        match *b.get(j)? {
+            b'"' => break,
+            b'\\' => j += 2,
+            c if c < 0x20 => return None,
+            _ => j += 1,
+        }
+    }
+    *i = j + 1;
+    b.get(start..j)
+}
+
+fn skeleton_value(b: &[u8], i: &mut usize, out: &mut Vec<u8>, depth: usize) -> bool {
+    if depth > SKELETON_DEPTH {
+        return false;
+    }
+    skip_ws(b, i);
+    let Some(&c) = b.get(*i) else { return false };
+    match c {
+        b'{' => {
+            out.push(b'{');
+            *i += 1;
+            skip_ws(b, i);
+            if b.get(*i) == Some(&b'}') {
+                *i += 1;
+                out.push(b'}');
+                return true;
+            }
+            loop {
+                skip_ws(b, i);
+                if b.get(*i) != Some(&b'"') {
+                    return false;
+                }
+                let Some(k) = skeleton_string(b, i) else { return false };
+                out.extend_from_slice(&(k.len() as u64).to_le_bytes());
+                out.extend_from_slice(k);
+                skip_ws(b, i);
+                if b.get(*i) != Some(&b':') {
+                    return false;
+                }
+                *i += 1;
+                if !skeleton_value(b, i, out, depth + 1) {
+                    return false;
+                }
+                skip_ws(b, i);
+                match b.get(*i) {
+                    Some(b',') => *i += 1,
+                    Some(b'}') => {
+                        *i += 1;
+                        out.push(b'}');
+                        return true;
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        b'[' => {
+            out.push(b'[');
+            *i += 1;
+            skip_ws(b, i);
+            if b.get(*i) == Some(&b']') {
+                *i += 1;
+                out.push(b']');
+                return true;
+            }
+            loop {
+                if !skeleton_value(b, i, out, depth + 1) {
+                    return false;
+                }
+                skip_ws(b, i);
+                match b.get(*i) {
+                    Some(b',') => *i += 1,
+                    Some(b']') => {
+                        *i += 1;
+                        out.push(b']');
+                        return true;
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        b'"' => {
+            out.push(b's');
+            skeleton_string(b, i).is_some()
+        }
+        b't' | b'f' | b'n' => {
+            let lit: &[u8] = match c {
+                b't' => b"true",
+                b'f' => b"false",
+                _ => b"null",
+            };
+            out.push(b'l');
+            let ok = b.get(*i..*i + lit.len()) == Some(lit);
+            *i += lit.len();
+            ok
+        }
+        b'-' | b'0'..=b'9' => {
+            out.push(b'd');
+            while b.get(*i).is_some_and(|c| matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')) {
+                *i += 1;
+            }
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The fields that appear twice in one JSON object of `body`, as dotted
@@ -1134,6 +1315,56 @@ mod tests {
         let apps = docs.v3(&s, "apis/apps/v1").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(url, format!("/openapi/v3/apis/apps/v1?hash={}", apps.etag));
         assert!(root.value["paths"].get("api/v1").is_some());
+    }
+
+    /// A remembered clean skeleton answers as the walk does: for clean
+    /// bodies, for bodies with unknown or duplicate fields, and for bodies
+    /// that are not JSON, before and after a clean body of the same
+    /// skeleton was seen.
+    #[test]
+    fn a_shared_strict_check_is_the_strict_check() {
+        let docs = Documents::default();
+        let s = served();
+        let pods = RESOURCES.iter().find(|r| r.kind == "Pod").unwrap_or_else(|| panic!("no pods"));
+        let (doc, def) = docs.schema_for(|| s.clone(), pods).unwrap_or_else(|| panic!("no schema"));
+        let schema = Some((doc.as_ref(), def.as_str()));
+        let pod = |name: &str, extra: &str| {
+            format!(r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}", "labels": {{"a": "b"}}{extra}}},
+                "spec": {{"containers": [{{"name": "c", "image": "i", "args": ["x", 1, true, null, -2.5e3]}}], "priority": 7}}}}"#)
+        };
+        let bodies = [
+            pod("a", ""),
+            pod("b", ""),
+            pod("a", r#", "bogus": 1"#),
+            pod("a", r#", "name": "again""#),
+            pod("a", r#", "\u006eame": "escaped duplicate""#),
+            pod("esc\"aped", ""),
+            // Not JSON, with the skeleton of a clean body or close to it.
+            pod("a", "").replace("7}", "07}"),
+            pod("a", "").replace("true", "tru"),
+            pod("a", "").replace("\"a\": \"b\"", "\"a\": \"b\" \"c\""),
+            format!("{} trailing", pod("a", "")),
+            pod("a", "")[..40].to_string(),
+            pod("c", r#", "bogus": 01"#),
+            pod("c", r#", "bogus": 1"#),
+            r#"{"metadata": {"name": "p"}, "metadata": {"name": "q"}}"#.to_string(),
+            r#"[{"a": 1}]"#.to_string(),
+            "".to_string(),
+            "{".repeat(100) + &"}".repeat(100),
+        ];
+        for round in 0..2 {
+            for b in &bodies {
+                assert_eq!(strict_errors_json_shared(b.as_bytes(), schema), strict_errors_json(b.as_bytes(), schema, false), "round {round}: {b}");
+                assert_eq!(strict_errors_json_shared(b.as_bytes(), None), strict_errors_json(b.as_bytes(), None, false), "round {round}: {b}");
+            }
+        }
+        // The skeleton keeps keys and nesting, not scalars.
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        assert!(skeleton(pod("a", "").as_bytes(), &mut x) && skeleton(pod("zzz", "").as_bytes(), &mut y));
+        assert_eq!(x, y);
+        y.clear();
+        assert!(skeleton(pod("a", r#", "bogus": 1"#).as_bytes(), &mut y));
+        assert_ne!(x, y);
     }
 
     #[test]
