@@ -505,12 +505,7 @@ impl LocalCluster {
     /// (`bench --e2e`, a script) never reads half of it.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<(), Error> {
         let path = path.as_ref();
-        let err = |source| Error::Kubeconfig { path: path.display().to_string(), source };
-        let mut partial = path.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = std::path::PathBuf::from(partial);
-        std::fs::write(&partial, self.kubeconfig_yaml()).map_err(err)?;
-        std::fs::rename(&partial, path).map_err(err)
+        write_whole(path, self.kubeconfig_yaml().as_bytes()).map_err(|source| Error::Kubeconfig { path: path.display().to_string(), source })
     }
 
     /// Fault injection handle.
@@ -583,4 +578,39 @@ pub fn kubeconfig_yaml(url: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: berth\n  cluster:\n    server: {url}\ncontexts:\n- name: berth\n  context:\n    cluster: berth\n    user: berth\n    namespace: default\ncurrent-context: berth\nusers:\n- name: berth\n  user: {{}}\n"
     )
+}
+
+/// Write `bytes` to `path` so that a reader never sees part of them: into
+/// `<path>.partial`, then renamed over `path` (a script waiting for the
+/// kubeconfig to appear would otherwise read it half-written).
+fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    std::fs::write(&partial, bytes)?;
+    std::fs::rename(&partial, path)
+}
+
+#[cfg(test)]
+mod write_tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_written_whole_and_replaces_what_was_there() {
+        let dir = std::env::temp_dir().join(format!("berth-write-whole-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.join("kubeconfig");
+        let partial = dir.join("kubeconfig.partial");
+        write_whole(&path, b"first").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read(&path).unwrap_or_default(), b"first");
+        assert!(!partial.exists());
+        // A stale partial file from a crashed writer and the old file are both replaced.
+        std::fs::write(&partial, b"stale").unwrap_or_else(|e| panic!("{e}"));
+        write_whole(&path, b"second").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read(&path).unwrap_or_default(), b"second");
+        assert!(!partial.exists());
+        // A directory that does not exist is an error, not a panic.
+        assert!(write_whole(&dir.join("missing").join("kubeconfig"), b"x").is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
