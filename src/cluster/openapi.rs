@@ -988,6 +988,34 @@ fn skeleton_string<'b>(b: &'b [u8], i: &mut usize) -> Option<&'b [u8]> {
     b.get(start..j)
 }
 
+/// An object or array whose opening byte `open` is at `b[*i]`: that byte,
+/// then `item` for each member up to `close`, members separated by commas.
+fn skeleton_items(b: &[u8], i: &mut usize, out: &mut Vec<u8>, (open, close): (u8, u8), mut item: impl FnMut(&[u8], &mut usize, &mut Vec<u8>) -> bool) -> bool {
+    out.push(open);
+    *i += 1;
+    skip_ws(b, i);
+    if b.get(*i) == Some(&close) {
+        *i += 1;
+        out.push(close);
+        return true;
+    }
+    loop {
+        if !item(b, i, out) {
+            return false;
+        }
+        skip_ws(b, i);
+        match b.get(*i) {
+            Some(b',') => *i += 1,
+            Some(&c) if c == close => {
+                *i += 1;
+                out.push(close);
+                return true;
+            }
+            _ => return false,
+        }
+    }
+}
+
 fn skeleton_value(b: &[u8], i: &mut usize, out: &mut Vec<u8>, depth: usize) -> bool {
     if depth > SKELETON_DEPTH {
         return false;
@@ -995,68 +1023,22 @@ fn skeleton_value(b: &[u8], i: &mut usize, out: &mut Vec<u8>, depth: usize) -> b
     skip_ws(b, i);
     let Some(&c) = b.get(*i) else { return false };
     match c {
-        b'{' => {
-            out.push(b'{');
-            *i += 1;
+        b'{' => skeleton_items(b, i, out, (b'{', b'}'), |b, i, out| {
             skip_ws(b, i);
-            if b.get(*i) == Some(&b'}') {
-                *i += 1;
-                out.push(b'}');
-                return true;
+            if b.get(*i) != Some(&b'"') {
+                return false;
             }
-            loop {
-                skip_ws(b, i);
-                if b.get(*i) != Some(&b'"') {
-                    return false;
-                }
-                let Some(k) = skeleton_string(b, i) else { return false };
-                out.extend_from_slice(&(k.len() as u64).to_le_bytes());
-                out.extend_from_slice(k);
-                skip_ws(b, i);
-                if b.get(*i) != Some(&b':') {
-                    return false;
-                }
-                *i += 1;
-                if !skeleton_value(b, i, out, depth + 1) {
-                    return false;
-                }
-                skip_ws(b, i);
-                match b.get(*i) {
-                    Some(b',') => *i += 1,
-                    Some(b'}') => {
-                        *i += 1;
-                        out.push(b'}');
-                        return true;
-                    }
-                    _ => return false,
-                }
-            }
-        }
-        b'[' => {
-            out.push(b'[');
-            *i += 1;
+            let Some(k) = skeleton_string(b, i) else { return false };
+            out.extend_from_slice(&(k.len() as u64).to_le_bytes());
+            out.extend_from_slice(k);
             skip_ws(b, i);
-            if b.get(*i) == Some(&b']') {
-                *i += 1;
-                out.push(b']');
-                return true;
+            if b.get(*i) != Some(&b':') {
+                return false;
             }
-            loop {
-                if !skeleton_value(b, i, out, depth + 1) {
-                    return false;
-                }
-                skip_ws(b, i);
-                match b.get(*i) {
-                    Some(b',') => *i += 1,
-                    Some(b']') => {
-                        *i += 1;
-                        out.push(b']');
-                        return true;
-                    }
-                    _ => return false,
-                }
-            }
-        }
+            *i += 1;
+            skeleton_value(b, i, out, depth + 1)
+        }),
+        b'[' => skeleton_items(b, i, out, (b'[', b']'), |b, i, out| skeleton_value(b, i, out, depth + 1)),
         b'"' => {
             out.push(b's');
             skeleton_string(b, i).is_some()

@@ -1,6 +1,5 @@
 //! Compact views of pods and nodes, computed once per object version.
 
-pub mod digest;
 pub mod node;
 pub mod pod;
 pub mod quantity;

@@ -29,7 +29,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
-use std::hash::RandomState;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -145,7 +145,9 @@ impl Seen {
             &object.spec,
             claims,
         );
-        let digest = crate::model::digest::hash_written(keys, |b| serde_json::to_writer(b, &compared));
+        // Serialized whole, then hashed in one call: a hasher fed as the
+        // serializer writes pays its per-call cost on every quote and comma.
+        let digest = serde_json::to_vec(&compared).ok().map(|bytes| keys.hash_one(&bytes));
         let unschedulable_since = object
             .status
             .as_ref()
