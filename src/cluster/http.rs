@@ -295,22 +295,29 @@ fn resolve(store: &Store, group: &str, version: &str, segs: &[&str]) -> Option<T
     }
 }
 
-/// How objects of a store are shown through another version of the same
-/// custom resource: their `apiVersion` is rewritten (the `None`
-/// conversion strategy), both ways.
+/// How objects of a store are shown through another resource: another
+/// version of the same custom resource (their `apiVersion` rewritten, the
+/// `None` conversion strategy), or core/v1 Events, a view of the
+/// events.k8s.io/v1 store (fields renamed too; see `eventview`). Both ways.
 #[derive(Clone)]
 struct Alias {
     /// The stored apiVersion.
     stored: String,
     /// The requested one.
     shown: String,
+    /// The id of the requested resource (for Table columns).
+    shown_id: ResId,
+    /// core/v1 Events.
+    event: bool,
 }
 
 impl Alias {
     fn new(store: &Store, r: ResId, view: &ResourceInfo) -> Option<Alias> {
         let stored = store.info(r).api_version();
         let shown = view.api_version();
-        (stored != shown).then_some(Alias { stored, shown })
+        let shown_id = store.lookup(view.group, view.version, view.plural).unwrap_or(r);
+        let event = shown_id == res::EVENTS;
+        (stored != shown).then_some(Alias { stored, shown, shown_id, event })
     }
 
     fn set(v: &mut Value, api_version: &str) {
@@ -321,10 +328,21 @@ impl Alias {
         }
     }
 
-    /// A request body, into the stored version.
-    fn incoming(&self, body: &Bytes) -> Bytes {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(mut v) if v.get("apiVersion").and_then(Value::as_str) == Some(self.shown.as_str()) => {
+    /// A request body (an object, or for `json_patch` an RFC 6902 patch),
+    /// into the stored version. A body that does not parse is passed on
+    /// for the store to refuse.
+    fn incoming(&self, body: &Bytes, headers: &HeaderMap, json_patch: bool) -> Bytes {
+        let parsed = if json_patch { serde_json::from_slice::<Value>(body).ok() } else { parse_json(body, headers).ok() };
+        match parsed {
+            Some(mut v) if self.event => {
+                if json_patch {
+                    super::eventview::json_patch_to_stored(&mut v);
+                } else {
+                    super::eventview::to_stored(&mut v);
+                }
+                Bytes::from(v.to_string())
+            }
+            Some(mut v) if !json_patch && v.get("apiVersion").and_then(Value::as_str) == Some(self.shown.as_str()) => {
                 Self::set(&mut v, &self.stored);
                 Bytes::from(v.to_string())
             }
@@ -332,22 +350,80 @@ impl Alias {
         }
     }
 
+    /// A stored object's value, in the requested version.
+    fn outgoing_value(&self, bytes: &[u8]) -> Option<Value> {
+        let mut v = serde_json::from_slice::<Value>(bytes).ok()?;
+        if self.event {
+            super::eventview::to_core(&mut v);
+        } else {
+            Self::set(&mut v, &self.shown);
+        }
+        Some(v)
+    }
+
     /// A stored object, into the requested version.
     fn outgoing(&self, bytes: &[u8]) -> Bytes {
-        match serde_json::from_slice::<Value>(bytes) {
-            Ok(mut v) => {
-                Self::set(&mut v, &self.shown);
-                Bytes::from(v.to_string())
-            }
-            Err(_) => Bytes::copy_from_slice(bytes),
+        match self.outgoing_value(bytes) {
+            Some(v) => Bytes::from(v.to_string()),
+            None => Bytes::copy_from_slice(bytes),
         }
     }
+
+    /// Objects as Table rows read them: in the requested version.
+    fn shown_list(&self, lr: &store::ListResult) -> store::ListResult {
+        let items = lr.items.iter().map(|o| self.outgoing_value(&o.bytes).map_or_else(|| o.clone(), |v| Obj::from_value(v, o.rv))).collect();
+        store::ListResult { items, rv: lr.rv, cont: lr.cont.clone() }
+    }
+
+    /// A list or watch filter of the requested resource, on the stored
+    /// objects: core/v1 Event fields are selected by their stored names.
+    fn stored_filter(&self, mut f: Filter) -> Filter {
+        if self.event {
+            for req in &mut f.fields.reqs {
+                if let std::borrow::Cow::Owned(p) = super::eventview::selector_to_stored(&req.pointer) {
+                    req.pointer = p;
+                }
+            }
+        }
+        f
+    }
+}
+
+/// A Table of objects of store `r`, shown as the requested resource.
+fn table_of(r: ResId, info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListResult) -> Value {
+    match alias {
+        Some(a) => super::table::table(a.shown_id, info, &a.shown_list(lr)),
+        None => super::table::table(r, info, lr),
+    }
+}
+
+/// Build a list or watch filter, on the objects as stored.
+fn stored_filter(info: &ResourceInfo, alias: Option<&Alias>, ns: Option<String>, q: &HashMap<String, String>) -> HResult<Filter> {
+    let f = build_filter(info, ns, q)?;
+    Ok(match alias {
+        Some(a) => a.stored_filter(f),
+        None => f,
+    })
 }
 
 fn show_obj(alias: Option<&Alias>, o: &Obj) -> Bytes {
     match alias {
         Some(a) => a.outgoing(&o.bytes),
         None => o.bytes.clone(),
+    }
+}
+
+/// Is the request body an RFC 6902 JSON patch?
+fn is_json_patch(headers: &HeaderMap) -> bool {
+    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.split(';').next().is_some_and(|t| t.trim() == "application/json-patch+json"))
+}
+
+/// The body of a write through `alias`, in the stored version; other
+/// requests' bodies (delete options) as sent.
+fn stored_body(alias: Option<&Alias>, method: &Method, headers: &HeaderMap, raw: &Bytes) -> Bytes {
+    match alias {
+        Some(a) if !raw.is_empty() && matches!(*method, Method::POST | Method::PUT | Method::PATCH) => a.incoming(raw, headers, is_json_patch(headers)),
+        _ => raw.clone(),
     }
 }
 
@@ -571,10 +647,8 @@ async fn resource_request(
         Target::Collection { r, view, ns } => {
             let info = view;
             let alias = Alias::new(store, r, &info);
-            let body = match &alias {
-                Some(a) if !body.is_empty() => a.incoming(&body),
-                _ => body,
-            };
+            let raw = body;
+            let body = stored_body(alias.as_ref(), method, headers, &raw);
             let verb = match *method {
                 Method::GET if truthy(q.get("watch")) => "watch",
                 Method::GET => "list",
@@ -585,11 +659,11 @@ async fn resource_request(
             st.faults.check(verb, info.plural).map_err(Error::Injected)?;
             match verb {
                 "watch" => {
-                    let filter = build_filter(&info, ns, &q)?;
+                    let filter = stored_filter(&info, alias.as_ref(), ns, &q)?;
                     Ok(watch_response(st, r, &info, alias, filter, &q, wants_table(headers)))
                 }
                 "list" => {
-                    let filter = build_filter(&info, ns, &q)?;
+                    let filter = stored_filter(&info, alias.as_ref(), ns, &q)?;
                     let limit = match q.get("limit") {
                         Some(l) => Some(l.parse::<usize>().map_err(|_| Error::BadRequest(format!("invalid limit {l:?}")))?),
                         None => None,
@@ -597,7 +671,7 @@ async fn resource_request(
                     let cont = q.get("continue").map(String::as_str);
                     if wants_table(headers) {
                         let lr = store.list(r, &filter, limit, cont)?;
-                        return Ok(ok_json(&super::table::table(r, &info, &lr)));
+                        return Ok(ok_json(&table_of(r, &info, alias.as_ref(), &lr)));
                     }
                     let lr = store.list_bytes(r, &filter, limit, cont)?;
                     Ok(list_response(&info, alias.as_ref(), &lr))
@@ -611,7 +685,7 @@ async fn resource_request(
                         (true, Err(e)) => return Err(e),
                         (false, _) => String::new(),
                     };
-                    let warnings = check_fields(st, &info, &q, headers, &body)?;
+                    let warnings = check_fields(st, &info, &q, headers, &raw)?;
                     let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
                     let ctx = write_ctx(&q, headers, &info, None)?;
                     let o = if yaml || body.is_empty() {
@@ -624,7 +698,7 @@ async fn resource_request(
                 }
                 _ => {
                     refuse_dry_run(&q)?;
-                    let filter = build_filter(&info, ns, &q)?;
+                    let filter = stored_filter(&info, alias.as_ref(), ns, &q)?;
                     let opts = delete_opts(&q, &body)?;
                     let lr = store.list(r, &filter, None, None)?;
                     for o in &lr.items {
@@ -640,10 +714,8 @@ async fn resource_request(
         Target::Item { r, view, ns, name, sub } => {
             let info = view;
             let alias = Alias::new(store, r, &info);
-            let body = match &alias {
-                Some(a) if !body.is_empty() => a.incoming(&body),
-                _ => body,
-            };
+            let raw = body;
+            let body = stored_body(alias.as_ref(), method, headers, &raw);
             let sub = sub.as_deref();
             if let Some(s) = sub
                 && !info.subresources.iter().any(|(n, _, _)| *n == s) {
@@ -666,7 +738,7 @@ async fn resource_request(
             let status_only = sub == Some("status");
             match verb {
                 "watch" => {
-                    let mut filter = build_filter(&info, info.namespaced.then(|| ns.clone()), &q)?;
+                    let mut filter = stored_filter(&info, alias.as_ref(), info.namespaced.then(|| ns.clone()), &q)?;
                     filter.fields.reqs.push(super::selector::FieldReq { pointer: "/metadata/name".into(), value: name.clone(), eq: true });
                     Ok(watch_response(st, r, &info, alias, filter, &q, wants_table(headers)))
                 }
@@ -674,12 +746,12 @@ async fn resource_request(
                     let o = store.get(r, &ns, &name)?;
                     if wants_table(headers) {
                         let lr = store::ListResult { items: vec![o], rv: store.current_rv(), cont: None };
-                        return Ok(ok_json(&super::table::table(r, &info, &lr)));
+                        return Ok(ok_json(&table_of(r, &info, alias.as_ref(), &lr)));
                     }
                     Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
                 }
                 "update" => {
-                    let warnings = check_fields(st, &info, &q, headers, &body)?;
+                    let warnings = check_fields(st, &info, &q, headers, &raw)?;
                     let v = parse_json(&body, headers)?;
                     managed_fields_listed(&info, &v)?;
                     let ctx = write_ctx(&q, headers, &info, None)?;
@@ -698,8 +770,8 @@ async fn resource_request(
                             return Err(store::Error::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {other:?})")).into());
                         }
                     };
-                    patched_managed_fields_listed(&info, pt, &body)?;
-                    let warnings = check_patch_fields(st, r, &info, &ns, &name, &pt, &q, &body)?;
+                    patched_managed_fields_listed(&info, pt, &raw)?;
+                    let warnings = check_patch_fields(st, (r, alias.as_ref()), &info, &ns, &name, &pt, &q, &raw)?;
                     let ctx = write_ctx(&q, headers, &info, Some(pt == PatchType::Apply))?;
                     let (o, created) = store.patch_with(r, &ns, &name, pt, &body, status_only, &ctx)?;
                     let code = if created { StatusCode::CREATED } else { StatusCode::OK };
@@ -766,7 +838,8 @@ fn push_event(buf: &mut Vec<u8>, ty: &str, obj: &[u8]) {
 }
 
 struct WatchState {
-    /// kubectl asked for Tables: send each object as a one-row Table.
+    /// kubectl asked for Tables: send each object as a one-row Table (of
+    /// this store and resource).
     table: Option<(ResId, Arc<ResourceInfo>)>,
     /// Objects shown through another version.
     alias: Option<Alias>,
@@ -811,9 +884,9 @@ impl WatchState {
 
     fn push_obj(&self, buf: &mut Vec<u8>, ty: &str, obj: &Arc<Obj>) {
         match (&self.table, &self.alias) {
-            (Some((r, info)), _) => {
+            (Some((r, info)), alias) => {
                 let lr = store::ListResult { items: vec![obj.full()], rv: obj.rv, cont: None };
-                push_event(buf, ty, super::table::table(*r, info, &lr).to_string().as_bytes());
+                push_event(buf, ty, table_of(*r, info, alias.as_ref(), &lr).to_string().as_bytes());
             }
             (None, Some(a)) if ty != "BOOKMARK" => push_event(buf, ty, &a.outgoing(&obj.bytes)),
             (None, _) => push_event(buf, ty, &obj.bytes),
@@ -1074,7 +1147,7 @@ fn check_fields(st: &AppState, info: &ResourceInfo, q: &HashMap<String, String>,
 /// unknown fields, so they come from the patch); Strict refuses with 422
 /// `patch: Invalid value`, as the API server's patch handler does.
 #[allow(clippy::too_many_arguments)]
-fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, name: &str, pt: &PatchType, q: &HashMap<String, String>, body: &Bytes) -> HResult<Vec<String>> {
+fn check_patch_fields(st: &AppState, (r, alias): (ResId, Option<&Alias>), info: &ResourceInfo, ns: &str, name: &str, pt: &PatchType, q: &HashMap<String, String>, body: &Bytes) -> HResult<Vec<String>> {
     use super::openapi::Directive;
     let directive = Directive::parse(q.get("fieldValidation").map(String::as_str)).map_err(Error::BadRequest)?;
     if directive == Directive::Ignore || matches!(pt, PatchType::Apply) || body.is_empty() {
@@ -1097,8 +1170,9 @@ fn check_patch_fields(st: &AppState, r: ResId, info: &ResourceInfo, ns: &str, na
         // The store answers the missing object.
         return Ok(Vec::new());
     };
-    // The wire form (the stored value keeps managedFields as JSON text).
-    let mut patched: Value = serde_json::from_slice(&current.bytes).unwrap_or_else(|_| current.value.clone());
+    // The wire form (the stored value keeps managedFields as JSON text),
+    // as the requested resource shows it.
+    let mut patched: Value = serde_json::from_slice(&show_obj(alias, &current)).unwrap_or_else(|_| current.value.clone());
     match pt {
         PatchType::Json => match serde_json::from_value::<json_patch::Patch>(patch) {
             Ok(p) => {

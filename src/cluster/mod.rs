@@ -118,6 +118,7 @@ pub mod bench;
 pub mod crd;
 pub mod cli;
 pub mod controllers;
+pub mod eventview;
 pub mod faults;
 pub mod http;
 pub mod jsonptr;

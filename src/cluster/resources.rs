@@ -244,12 +244,16 @@ pub static RESOURCES: &[ResourceInfo] = &[
         create_on_update: true,
         fields: &[
             "involvedObject.kind",
-            "involvedObject.name",
             "involvedObject.namespace",
+            "involvedObject.name",
             "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
             "reason",
-            "type",
+            "reportingComponent",
             "source",
+            "type",
         ],
         normalize: norm::<api::core::v1::Event>,
         normalize_slice: norm_slice::<api::core::v1::Event>,
@@ -266,7 +270,18 @@ pub static RESOURCES: &[ResourceInfo] = &[
         subresources: &[],
         has_status: false,
         create_on_update: true,
-        fields: &["regarding.kind", "regarding.name", "regarding.namespace", "reason", "type", "reportingController"],
+        fields: &[
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "regarding.apiVersion",
+            "regarding.resourceVersion",
+            "regarding.fieldPath",
+            "reason",
+            "reportingController",
+            "type",
+        ],
         normalize: norm::<api::events::v1::Event>,
         normalize_slice: norm_slice::<api::events::v1::Event>,
         custom: None,
@@ -730,8 +745,9 @@ struct Entry {
     /// Served (discovery, routing); a retired custom resource keeps its
     /// slot (and id) so that a CRD created again reuses it.
     served: bool,
-    /// The id whose store holds the objects (itself, or for another
-    /// version of a custom resource, the version that stores them).
+    /// The id whose store holds the objects (itself; for another version
+    /// of a custom resource, the version that stores them; for core/v1
+    /// Events, events.k8s.io/v1's).
     storage: ResId,
 }
 
@@ -753,7 +769,10 @@ impl Default for Registry {
 impl Registry {
     /// The built-in resources.
     pub fn new() -> Self {
-        let entries = RESOURCES.iter().enumerate().map(|(i, r)| Entry { info: Arc::new(r.clone()), served: true, storage: i }).collect();
+        // core/v1 Events are a view of the events.k8s.io/v1 store (see
+        // `eventview`).
+        let storage = |i| if i == EVENTS { EVENTS_V1 } else { i };
+        let entries = RESOURCES.iter().enumerate().map(|(i, r)| Entry { info: Arc::new(r.clone()), served: true, storage: storage(i) }).collect();
         Registry { entries: RwLock::new(entries) }
     }
 

@@ -312,7 +312,7 @@ impl Obj {
         let meta = self.value.get("metadata");
         let text = |f: &str| meta.and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or("");
         let controller = controller_of(&self.value);
-        let values = fields.iter().map(|f| super::selector::field_text_at(&self.value, f));
+        let values = fields.iter().map(|f| lean_field(&self.value, fields, f));
         let labels = meta.and_then(|m| m.get("labels")).and_then(Value::as_object).into_iter().flatten();
         let labels = labels.flat_map(|(k, v)| [Cow::Borrowed(k.as_str()), Cow::Borrowed(v.as_str().unwrap_or(""))]);
         let fixed = [text("namespace"), text("name"), text("uid"), controller.unwrap_or("")];
@@ -458,6 +458,23 @@ pub(crate) fn controller_of(v: &Value) -> Option<&str> {
 /// stored object of these kinds goes through [`Obj::full`].
 fn kept_lean(r: ResId) -> bool {
     matches!(r, PODS | res::EVENTS | res::EVENTS_V1 | res::NODES)
+}
+
+/// A field a lean copy keeps, as a field selector compares it; the Events
+/// store's `source` is computed (see `eventview::source`).
+fn lean_field<'a>(v: &'a Value, fields: &[&str], dotted: &str) -> Cow<'a, str> {
+    if dotted == "source" && std::ptr::eq(fields, super::eventview::SELECTABLE) {
+        Cow::Borrowed(super::eventview::source(v))
+    } else {
+        super::selector::field_text_at(v, dotted)
+    }
+}
+
+/// The field-selector fields a kind's lean copies keep: its own, or for
+/// Events those of both views (core/v1 Events are a view of the
+/// events.k8s.io/v1 store; see `eventview`).
+fn lean_fields(r: ResId, info: &ResourceInfo) -> &'static [&'static str] {
+    if r == res::EVENTS_V1 { super::eventview::SELECTABLE } else { info.fields }
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -1110,17 +1127,17 @@ impl Store {
         meta_mut(&mut value)?.insert("resourceVersion".into(), json!(rv.to_string()));
         let obj = Obj::new(value, rv)?;
         let key = (obj.namespace().to_string(), obj.name().to_string());
-        let info = self.info(r);
+        let fields = lean_fields(r, &self.info(r));
         // What the store keeps (and sends to watchers): the object, or for
         // the kinds kept lean its lean copy (the caller gets the whole one).
-        let stored = if kept_lean(r) { obj.lean(info.fields) } else { obj.clone() };
+        let stored = if kept_lean(r) { obj.lean(fields) } else { obj.clone() };
         let ks = &mut inner.kinds[r];
         let prev = if ty == EventType::Deleted { ks.objects.remove(&key) } else { ks.objects.insert(key, stored.clone()) };
         // The version this one replaces is no longer current: its history
         // entry becomes lean, and so does the event's old version (only
         // selectors read it).
         let prev = prev.map(|p| {
-            let lean = p.lean(info.fields);
+            let lean = p.lean(fields);
             if let Ok(i) = ks.history.binary_search_by_key(&p.rv, |e| e.rv)
                 && ks.history[i].obj.rv == p.rv
                 && !ks.history[i].obj.is_lean()
@@ -1133,14 +1150,14 @@ impl Store {
         let old = match (ty, old) {
             (EventType::Modified, Some(o)) => Some(match prev {
                 Some(p) if p.rv == o.rv => p,
-                _ => o.lean(info.fields),
+                _ => o.lean(fields),
             }),
             _ => None,
         };
         let ev = Arc::new(WatchEvent { ty, rv, obj: stored.clone(), old });
         // A deletion is final: history keeps it lean from the start.
         let kept = if ty == EventType::Deleted {
-            Arc::new(WatchEvent { ty, rv, obj: stored.lean(info.fields), old: None })
+            Arc::new(WatchEvent { ty, rv, obj: stored.lean(fields), old: None })
         } else {
             ev.clone()
         };
@@ -1153,9 +1170,6 @@ impl Store {
         ks.send(ev);
         if r == PODS && ty != EventType::Deleted {
             inner.recent_pods.keep(&obj);
-        }
-        if r == res::EVENTS_V1 {
-            self.mirror_event(inner, ty, &obj)?;
         }
         if ty == EventType::Deleted && !obj.namespace().is_empty() && inner.terminating_ns.contains(obj.namespace()) {
             let ns = obj.namespace().to_string();
@@ -1171,27 +1185,6 @@ impl Store {
             }
         }
         Ok(obj)
-    }
-
-    /// Mirror an events.k8s.io/v1 Event into core/v1 events (one way), so
-    /// that `kubectl get events` shows what a scheduler recorded.
-    fn mirror_event(&self, inner: &mut Inner, ty: EventType, obj: &Arc<Obj>) -> Result<()> {
-        let key = (obj.namespace().to_string(), obj.name().to_string());
-        let existing = inner.kinds[res::EVENTS].objects.get(&key).map(Obj::full);
-        let core = v1_event_to_core(&obj.value);
-        match (ty, existing) {
-            (EventType::Deleted, Some(old)) => {
-                self.commit(inner, res::EVENTS, EventType::Deleted, old.value.clone(), None)?;
-            }
-            (EventType::Deleted, None) => {}
-            (_, Some(old)) => {
-                self.commit(inner, res::EVENTS, EventType::Modified, core, Some(old))?;
-            }
-            (_, None) => {
-                self.commit(inner, res::EVENTS, EventType::Added, core, None)?;
-            }
-        }
-        Ok(())
     }
 
     /// Hooks after a pod write: kubelet notification and PDB status.
@@ -2135,7 +2128,7 @@ impl Store {
             }
             let victims: Vec<Arc<Obj>> = inner.kinds[kr].range_ns(Some(&name)).map(|(_, o)| o.clone()).collect();
             for o in victims {
-                // Earlier removals may have taken this one (mirrored events).
+                // Earlier removals may have taken this one.
                 let Some(current) = inner.kinds[kr].objects.get(&(name.clone(), o.name().to_string())).map(Obj::full) else { continue };
                 if kr == PODS {
                     self.delete_pod_locked(inner, current, None)?;
@@ -2572,58 +2565,44 @@ impl Store {
     where
         K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta> + Serialize + DeserializeOwned,
     {
-        let r = res::lookup_type::<K>().ok_or_else(|| Error::BadRequest(format!("unsupported kind {}", K::KIND)))?;
+        let r = typed_id::<K>()?;
         let ns = if RESOURCES[r].namespaced { obj.metadata().namespace.clone().unwrap_or_else(|| "default".into()) } else { String::new() };
-        let v = serde_json::to_value(obj).map_err(|e| Error::Internal(e.to_string()))?;
-        self.create(r, &ns, v)?.decode()
+        let mut v = serde_json::to_value(obj).map_err(|e| Error::Internal(e.to_string()))?;
+        if r == res::EVENTS {
+            super::eventview::to_stored(&mut v);
+        }
+        let created = self.create(self.registry.storage(r), &ns, v)?;
+        shown(r, &created)
     }
 
     /// Get a typed object directly.
     pub fn get_typed<K: k8s_openapi::Resource + DeserializeOwned>(&self, ns: &str, name: &str) -> Result<K> {
-        let r = res::lookup_type::<K>().ok_or_else(|| Error::BadRequest(format!("unsupported kind {}", K::KIND)))?;
-        self.get(r, ns, name)?.decode()
+        let r = typed_id::<K>()?;
+        shown(r, &*self.get(self.registry.storage(r), ns, name)?)
     }
 
     /// List typed objects directly (all namespaces when `ns` is None).
     pub fn list_typed<K: k8s_openapi::Resource + DeserializeOwned>(&self, ns: Option<&str>) -> Result<Vec<K>> {
-        let r = res::lookup_type::<K>().ok_or_else(|| Error::BadRequest(format!("unsupported kind {}", K::KIND)))?;
+        let r = typed_id::<K>()?;
         let f = Filter { namespace: ns.map(str::to_string), ..Default::default() };
-        self.list(r, &f, None, None)?.items.iter().map(|o| o.decode()).collect()
+        self.list(self.registry.storage(r), &f, None, None)?.items.iter().map(|o| shown(r, o)).collect()
     }
 }
 
-/// Convert an events.k8s.io/v1 Event to its core/v1 form.
-pub fn v1_event_to_core(v: &Value) -> Value {
-    let mut c = Map::new();
-    c.insert("apiVersion".into(), json!("v1"));
-    c.insert("kind".into(), json!("Event"));
-    c.insert("metadata".into(), v.get("metadata").cloned().unwrap_or_else(|| json!({})));
-    c.insert("involvedObject".into(), v.get("regarding").cloned().unwrap_or_else(|| json!({})));
-    for (from, to) in [
-        ("related", "related"),
-        ("note", "message"),
-        ("reason", "reason"),
-        ("type", "type"),
-        ("action", "action"),
-        ("reportingController", "reportingComponent"),
-        ("reportingInstance", "reportingInstance"),
-        ("eventTime", "eventTime"),
-        ("series", "series"),
-        ("deprecatedSource", "source"),
-        ("deprecatedFirstTimestamp", "firstTimestamp"),
-        ("deprecatedLastTimestamp", "lastTimestamp"),
-        ("deprecatedCount", "count"),
-    ] {
-        if let Some(x) = v.get(from).filter(|x| !x.is_null()) {
-            c.insert(to.into(), x.clone());
-        }
+/// The built-in resource of a k8s-openapi type.
+fn typed_id<K: k8s_openapi::Resource>() -> Result<ResId> {
+    res::lookup_type::<K>().ok_or_else(|| Error::BadRequest(format!("unsupported kind {}", K::KIND)))
+}
+
+/// A stored object as resource `r` shows it (a core/v1 Event is a view
+/// of the stored events.k8s.io/v1 one).
+fn shown<K: DeserializeOwned>(r: ResId, o: &Obj) -> Result<K> {
+    if r != res::EVENTS {
+        return o.decode();
     }
-    if !c.contains_key("source")
-        && let Some(rc) = v.get("reportingController").and_then(Value::as_str)
-    {
-        c.insert("source".into(), json!({"component": rc}));
-    }
-    Value::Object(c)
+    let mut v: Value = o.decode()?;
+    super::eventview::to_core(&mut v);
+    serde_json::from_value(v).map_err(|e| Error::Internal(e.to_string()))
 }
 
 fn hex(s: &str) -> String {
@@ -2763,19 +2742,28 @@ mod tests {
         // For a reader of the bytes, the items as stored.
         let raw = store.list_bytes(PODS, &filter("app=a", ""), None, None).unwrap_or_else(|e| panic!("{e}"));
         assert!(raw.items.len() == 1 && raw.items[0].is_lean() && raw.items[0].bytes == bound.bytes);
-        // An events.k8s.io Event and its core mirror, both lean, both whole when read.
+        // An events.k8s.io Event: lean, whole when read, and selectors read
+        // the fields of both views (`source` falls back to the reporting
+        // controller).
         let ev = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "p.1"}, "eventTime": "2026-01-01T00:00:00.000000Z",
-            "regarding": {"kind": "Pod", "namespace": "ns", "name": "p"}, "reason": "Scheduled", "type": "Normal", "action": "Binding",
+            "regarding": {"kind": "Pod", "namespace": "ns", "name": "p", "uid": "u-p"}, "reason": "Scheduled", "type": "Normal", "action": "Binding",
             "reportingController": "berth", "reportingInstance": "berth-1", "note": "bound"});
-        store.create(res::EVENTS_V1, "ns", ev).unwrap_or_else(|e| panic!("{e}"));
-        let core = store.get(res::EVENTS, "ns", "p.1").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(core.value["involvedObject"]["name"], "p");
-        let by_reason = Filter {
-            namespace: None,
-            labels: LabelSelector::default(),
-            fields: super::super::selector::FieldSelector::parse("reason=Scheduled", RESOURCES[res::EVENTS].fields).unwrap_or_else(|e| panic!("{e}")),
+        let created = store.create(res::EVENTS_V1, "ns", ev).unwrap_or_else(|e| panic!("{e}"));
+        {
+            let inner = store.lock();
+            let stored = inner.kinds[res::EVENTS_V1].objects.get(&("ns".to_string(), "p.1".to_string())).cloned();
+            assert!(stored.is_some_and(|o| o.is_lean() && o.bytes == created.bytes));
+            assert!(inner.kinds[res::EVENTS].objects.is_empty(), "core/v1 Events are a view, not a copy");
+        }
+        let got = store.get(res::EVENTS_V1, "ns", "p.1").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got.value["regarding"]["name"], "p");
+        let events = |fields: &str| {
+            let fields = super::super::selector::FieldSelector::parse(fields, super::super::eventview::SELECTABLE).unwrap_or_else(|e| panic!("{e}"));
+            store.list(res::EVENTS_V1, &Filter { namespace: None, labels: LabelSelector::default(), fields }, None, None).map(|l| l.items.len()).unwrap_or(0)
         };
-        assert_eq!(store.list(res::EVENTS, &by_reason, None, None).map(|l| l.items.len()).unwrap_or(0), 1);
+        assert_eq!(events("reason=Scheduled,regarding.uid=u-p,source=berth,reportingController=berth"), 1);
+        assert_eq!(events("source=kubelet"), 0);
+        assert_eq!(events("regarding.name!=p"), 0);
         // Deleting reads the whole pod (a graceful delete of a bound pod).
         let gone = store.delete(PODS, "ns", "p", &DeleteOpts { grace: Some(0), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(gone.value["spec"]["nodeName"], "n1");

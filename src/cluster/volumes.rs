@@ -436,7 +436,9 @@ impl Controllers {
         }
         let now = now_rfc3339();
         let ns = s(obj, "/metadata/namespace");
-        let ev = json!({
+        // Written as core/v1, as upstream's volume controllers do; stored
+        // in the one Events store (see `eventview`).
+        let mut ev = json!({
             "metadata": {"generateName": format!("{}.", s(obj, "/metadata/name")), "namespace": ns},
             "involvedObject": {"kind": kind, "apiVersion": "v1", "namespace": ns, "name": s(obj, "/metadata/name"),
                 "uid": s(obj, "/metadata/uid"), "resourceVersion": s(obj, "/metadata/resourceVersion")},
@@ -444,7 +446,8 @@ impl Controllers {
             "firstTimestamp": now, "lastTimestamp": now, "source": {"component": component},
             "reportingComponent": component, "reportingInstance": "",
         });
-        if let Err(e) = self.store.create(super::resources::EVENTS, ns, ev) {
+        super::eventview::to_stored(&mut ev);
+        if let Err(e) = self.store.create(super::resources::EVENTS_V1, ns, ev) {
             tracing::debug!(error = %e, "could not record a storage event");
         }
     }

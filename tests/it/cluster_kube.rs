@@ -575,3 +575,83 @@ async fn stored_kinds_for_scheduler_informers() {
     assert!(apps.resources.iter().any(|r| r.name == "statefulsets"));
     c.shutdown().await;
 }
+
+/// One Event, two views: what is written through events.k8s.io/v1 is read
+/// through core/v1 at the same resourceVersion (fields renamed) and the
+/// other way round; selectors, watches, patches and deletes through core/v1
+/// act on the one stored object, as on an API server.
+#[tokio::test]
+async fn core_events_are_a_view_of_events_k8s_io() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event;
+    let c = start().await;
+    let client = c.client().unwrap();
+    let v1: Api<Event> = Api::default_namespaced(client.clone());
+    let core: Api<CoreEvent> = Api::default_namespaced(client);
+    let mut watch = core.watch(&WatchParams::default().fields("involvedObject.name=p"), "0").await.unwrap().boxed();
+
+    let written: Event = serde_json::from_value(json!({
+        "metadata": {"name": "p.1"}, "regarding": {"kind": "Pod", "name": "p", "namespace": "default", "uid": "u-p"},
+        "reason": "Scheduled", "note": "assigned", "type": "Normal", "action": "Binding",
+        "reportingController": "berth", "reportingInstance": "berth-0", "eventTime": "2026-01-01T00:00:00.000000Z"
+    }))
+    .unwrap();
+    let written = v1.create(&PostParams::default(), &written).await.unwrap();
+    let read = core.get("p.1").await.unwrap();
+    assert_eq!(read.metadata.resource_version, written.metadata.resource_version);
+    assert_eq!(read.involved_object.name.as_deref(), Some("p"));
+    assert_eq!(read.message.as_deref(), Some("assigned"));
+    assert_eq!(read.reporting_component.as_deref(), Some("berth"));
+    let seen = loop {
+        match tokio::time::timeout(Duration::from_secs(5), watch.try_next()).await.unwrap().unwrap().unwrap() {
+            WatchEvent::Added(e) => break e,
+            WatchEvent::Bookmark(_) => continue,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!((seen.metadata.resource_version, seen.message), (written.metadata.resource_version.clone(), Some("assigned".into())));
+
+    // Selectors by core/v1's names, on the stored fields: `source` is the
+    // reporting controller when there is no deprecated source.
+    let names = |l: kube::core::ObjectList<CoreEvent>| l.items.into_iter().filter_map(|e| e.metadata.name).collect::<Vec<_>>();
+    for (sel, want) in [
+        ("involvedObject.uid=u-p,reason=Scheduled", vec!["p.1"]),
+        ("source=berth,reportingComponent=berth", vec!["p.1"]),
+        ("involvedObject.name=q", vec![]),
+    ] {
+        assert_eq!(names(core.list(&ListParams::default().fields(sel)).await.unwrap()), want, "{sel}");
+    }
+    assert_eq!(v1.list(&ListParams::default().fields("regarding.uid=u-p")).await.unwrap().items.len(), 1);
+    // events.k8s.io/v1 selects by its own names only.
+    assert_eq!(api_code(&v1.list(&ListParams::default().fields("source=berth")).await.unwrap_err()), 400);
+
+    // Written through core/v1 (as kubelets and controllers do), read
+    // through events.k8s.io/v1.
+    let old: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "p.2"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+        "reason": "Pulled", "message": "image pulled", "type": "Normal", "source": {"component": "kubelet", "host": "node-1"},
+        "count": 1, "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"
+    }))
+    .unwrap();
+    core.create(&PostParams::default(), &old).await.unwrap();
+    let as_v1 = v1.get("p.2").await.unwrap();
+    assert_eq!(as_v1.note.as_deref(), Some("image pulled"));
+    assert_eq!(as_v1.deprecated_source.as_ref().and_then(|s| s.host.as_deref()), Some("node-1"));
+    assert_eq!(as_v1.deprecated_count, Some(1));
+    assert_eq!(as_v1.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("p"));
+    assert_eq!(names(core.list(&ListParams::default().fields("source=kubelet")).await.unwrap()), vec!["p.2"]);
+
+    // Patches in core/v1's terms: merge and JSON patch.
+    core.patch("p.2", &PatchParams::default(), &Patch::Merge(json!({"count": 3, "lastTimestamp": "2026-01-01T00:01:00Z"}))).await.unwrap();
+    let ops: json_patch::Patch = serde_json::from_value(json!([{"op": "replace", "path": "/message", "value": "pulled again"}])).unwrap();
+    let patched = core.patch("p.2", &PatchParams::default(), &Patch::<()>::Json(ops)).await.unwrap();
+    assert_eq!((patched.count, patched.message.as_deref()), (Some(3), Some("pulled again")));
+    let as_v1 = v1.get("p.2").await.unwrap();
+    assert_eq!((as_v1.deprecated_count, as_v1.note.as_deref()), (Some(3), Some("pulled again")));
+    assert_eq!(as_v1.metadata.resource_version, patched.metadata.resource_version);
+
+    // Deleted through one, gone from both.
+    core.delete("p.1", &DeleteParams::default()).await.unwrap();
+    assert_eq!(api_code(&v1.get("p.1").await.unwrap_err()), 404);
+    assert_eq!(v1.list(&ListParams::default()).await.unwrap().items.len(), 1);
+}
