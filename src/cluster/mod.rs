@@ -5,7 +5,8 @@
 //! Served (JSON over HTTP/1.1, no auth): discovery (`/version`, `/api`,
 //! `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`); core/v1 namespaces,
 //! nodes (+status), pods (+binding, +status, +eviction), events;
-//! events.k8s.io/v1 events (mirrored into core/v1 events); coordination.k8s.io/v1
+//! events.k8s.io/v1 events (one stored Event, core/v1 a view of it: see
+//! [`eventview`]); coordination.k8s.io/v1
 //! leases; scheduling.k8s.io/v1 priorityclasses; policy/v1
 //! poddisruptionbudgets (+status, kept current); authentication.k8s.io/v1
 //! tokenreviews and authorization.k8s.io/v1 subjectaccessreviews (create
@@ -82,7 +83,9 @@
 //! bound to a missing node stay Pending until PodGC collects them; the
 //! namespace controller does not retry with backoff (its conditions are
 //! written once, when the deletion starts); no `namespaces/finalize`
-//! subresource; core/v1 events are not mirrored back to events.k8s.io/v1;
+//! subresource; an Event's managedFields name its events.k8s.io/v1 fields
+//! whichever version wrote them (upstream records each manager's fields in
+//! the version it wrote through);
 //! no generic ephemeral volume controller, no volume attach
 //! (VolumeAttachment), expansion or snapshots; the kubelet's terminal phase
 //! for a deleted pod is always Succeeded.
