@@ -312,8 +312,13 @@ struct Alias {
 }
 
 impl Alias {
-    fn new(store: &Store, r: ResId, view: &ResourceInfo) -> Option<Alias> {
-        let stored = store.info(r).api_version();
+    fn new(store: &Store, r: ResId, view: &Arc<ResourceInfo>) -> Option<Alias> {
+        let stored = store.info(r);
+        // The common case, a resource served from its own store.
+        if Arc::ptr_eq(&stored, view) {
+            return None;
+        }
+        let stored = stored.api_version();
         let shown = view.api_version();
         let shown_id = store.lookup(view.group, view.version, view.plural).unwrap_or(r);
         let event = shown_id == res::EVENTS;

@@ -456,12 +456,70 @@ fn applied_value(field: &str, v: &Value, shape: Shape<'_>, path: &mut Vec<String
 
 /// What changed between two versions of an object (upstream's
 /// `Compare`): fields added or modified, and fields removed.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct Comparison {
     /// Added or modified.
     pub changed: FieldSet,
     /// Removed.
     pub removed: FieldSet,
+    /// `changed` as FieldsV1 JSON, written on first use (a comparison
+    /// shared by [`created_shared`] is written once for all its creates).
+    changed_v1: std::sync::OnceLock<Box<str>>,
+}
+
+impl PartialEq for Comparison {
+    fn eq(&self, other: &Self) -> bool {
+        self.changed == other.changed && self.removed == other.removed
+    }
+}
+
+impl Comparison {
+    fn changed_fields_v1(&self) -> &str {
+        self.changed_v1.get_or_init(|| {
+            let mut out = Vec::new();
+            self.changed.write_fields_v1(&mut out);
+            String::from_utf8(out).unwrap_or_default().into_boxed_str()
+        })
+    }
+}
+
+/// The managedFields of a new object written by one manager's Update,
+/// when the request brought no entries of its own: what [`record`] and
+/// [`encode`] give then (the one entry, owning what the create changed),
+/// without building the entry's field set, and writing the fields as the
+/// comparison remembers them. `None` when the create sets no field
+/// (there are then no managedFields).
+pub fn encode_created(manager: &str, api_version: &str, subresource: &str, time: &str, cmp: &Comparison) -> Option<Value> {
+    if cmp.changed.is_empty() {
+        return None;
+    }
+    let fields = cmp.changed_fields_v1();
+    let mut out = Vec::with_capacity(fields.len() + 160);
+    out.push(b'[');
+    write_entry_json(&mut out, api_version, |out| out.extend_from_slice(fields.as_bytes()), manager, Operation::Update.as_str(), subresource, Some(time));
+    out.push(b']');
+    String::from_utf8(out).ok().map(Value::String)
+}
+
+/// One managedFields entry's JSON text, keys in sorted order.
+fn write_entry_json(out: &mut Vec<u8>, api_version: &str, fields_v1: impl FnOnce(&mut Vec<u8>), manager: &str, operation: &str, subresource: &str, time: Option<&str>) {
+    out.extend_from_slice(b"{\"apiVersion\":");
+    push_json_str(out, api_version);
+    out.extend_from_slice(b",\"fieldsType\":\"FieldsV1\",\"fieldsV1\":");
+    fields_v1(out);
+    out.extend_from_slice(b",\"manager\":");
+    push_json_str(out, manager);
+    out.extend_from_slice(b",\"operation\":");
+    push_json_str(out, operation);
+    if !subresource.is_empty() {
+        out.extend_from_slice(b",\"subresource\":");
+        push_json_str(out, subresource);
+    }
+    if let Some(t) = time {
+        out.extend_from_slice(b",\"time\":");
+        push_json_str(out, t);
+    }
+    out.push(b'}');
 }
 
 /// Compare two (tracked) objects.
@@ -754,23 +812,8 @@ impl Entry {
 
     /// [`Entry::to_json`]'s text, keys in sorted order.
     fn write_json(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"apiVersion\":");
-        push_json_str(out, &self.api_version);
-        out.extend_from_slice(b",\"fieldsType\":\"FieldsV1\",\"fieldsV1\":");
-        self.set.write_fields_v1(out);
-        out.extend_from_slice(b",\"manager\":");
-        push_json_str(out, &self.manager);
-        out.extend_from_slice(b",\"operation\":");
-        push_json_str(out, self.operation.as_str());
-        if !self.subresource.is_empty() {
-            out.extend_from_slice(b",\"subresource\":");
-            push_json_str(out, &self.subresource);
-        }
-        if let Some(t) = &self.time {
-            out.extend_from_slice(b",\"time\":");
-            push_json_str(out, t);
-        }
-        out.push(b'}');
+        let set = &self.set;
+        write_entry_json(out, &self.api_version, |out| set.write_fields_v1(out), &self.manager, self.operation.as_str(), &self.subresource, self.time.as_deref());
     }
 
     fn to_json(&self) -> Value {
@@ -1173,6 +1216,28 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {"l": {"type": "array", "x-kubernetes-list-type": "set"}}}}});
         let cr = json!({"metadata": {"name": "x"}, "spec": {"l": ["a", "b"]}});
         assert_eq!(*created_shared(&cr, false, false, Shape::Custom(&schema)), created(&cr, false, false, Shape::Custom(&schema)));
+        // What a plain create records, written from the shared comparison,
+        // is what recording and encoding its entry gives.
+        for _ in 0..2 {
+            for obj in objects.iter().chain([&cr, &json!({"metadata": {"name": "x"}})]) {
+                for (has_status, status_only) in [(true, false), (true, true), (false, false)] {
+                    let cmp = created_shared(obj, has_status, status_only, Shape::Builtin);
+                    let sub = if status_only { "status" } else { "" };
+                    let me = Entry {
+                        manager: "m\"1".into(),
+                        operation: Operation::Update,
+                        api_version: "v1".into(),
+                        subresource: sub.into(),
+                        time: Some("2026-01-01T00:00:00Z".into()),
+                        set: FieldSet::default(),
+                    };
+                    let mut entries = Vec::new();
+                    assert!(record(&mut entries, me, &cmp, false).is_ok());
+                    let want = (!entries.iter().all(|e| e.set.is_empty())).then(|| encode(&entries));
+                    assert_eq!(encode_created("m\"1", "v1", sub, "2026-01-01T00:00:00Z", &cmp), want, "{obj} {has_status} {status_only}");
+                }
+            }
+        }
     }
 
     /// The text `encode` writes is what serializing `encode_list` gives.

@@ -754,10 +754,22 @@ pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// A random UUID (version 4, variant `a`), written digit by digit.
 fn new_uid() -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let r: u128 = rand::random();
-    let h = format!("{r:032x}");
-    format!("{}-{}-4{}-a{}-{}", &h[0..8], &h[8..12], &h[13..16], &h[17..20], &h[20..32])
+    let mut out = String::with_capacity(36);
+    for i in 0..32u32 {
+        if matches!(i, 8 | 12 | 16 | 20) {
+            out.push('-');
+        }
+        out.push(match i {
+            12 => '4',
+            16 => 'a',
+            _ => HEX[((r >> (124 - 4 * i)) & 0xf) as usize] as char,
+        });
+    }
+    out
 }
 
 fn random_suffix() -> String {
@@ -1792,6 +1804,21 @@ impl Store {
             },
             _ => live_entries,
         };
+        let api_version = if ctx.api_version.is_empty() { info.api_version() } else { ctx.api_version.clone() };
+        let subresource = if status_only { "status" } else { "" };
+        // A plain create (an Update by one manager, no entries of its own):
+        // its one entry is written from what the create changed, shared by
+        // every create of the same shape.
+        if old.is_none() && entries.is_empty() && ctx.applied.is_none() {
+            let cmp = managed::created_shared(new, info.has_status, status_only, shape);
+            let list = managed::encode_created(&manager, &api_version, subresource, &now_rfc3339(), &cmp);
+            let meta = meta_mut(new)?;
+            match list {
+                Some(list) => meta.insert("managedFields".into(), list),
+                None => meta.remove("managedFields"),
+            };
+            return Ok(());
+        }
         let (operation, set) = match &ctx.applied {
             Some(s) => (managed::Operation::Apply, s.clone()),
             None => (managed::Operation::Update, managed::FieldSet::default()),
@@ -1799,8 +1826,8 @@ impl Store {
         let me = managed::Entry {
             manager,
             operation,
-            api_version: if ctx.api_version.is_empty() { info.api_version() } else { ctx.api_version.clone() },
-            subresource: if status_only { "status".into() } else { String::new() },
+            api_version,
+            subresource: subresource.into(),
             time: Some(now_rfc3339()),
             set,
         };
@@ -2633,6 +2660,16 @@ fn decode_continue(s: &str) -> Option<(u64, Key)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uids_are_version_4_uuids() {
+        let a = new_uid();
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![8, 4, 4, 4, 12], "{a}");
+        assert!(parts[2].starts_with('4') && parts[3].starts_with('a'), "{a}");
+        assert!(a.bytes().all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{a}");
+        assert_ne!(a, new_uid());
+    }
 
     #[test]
     fn strategic_conditions_merge_by_type() {
