@@ -863,7 +863,12 @@ impl WatchState {
         let ty = match ev.ty {
             EventType::Bookmark => {
                 if self.bookmarks {
-                    push_event(buf, "BOOKMARK", &ev.obj.bytes);
+                    // In the watched resource's apiVersion, as an API
+                    // server sends it (clients decode it as that kind).
+                    match &self.alias {
+                        Some(a) => push_event(buf, "BOOKMARK", &a.outgoing(&ev.obj.bytes)),
+                        None => push_event(buf, "BOOKMARK", &ev.obj.bytes),
+                    }
                 }
                 return;
             }
