@@ -611,11 +611,9 @@ async fn core_events_are_a_view_of_events_k8s_io() {
     };
     assert_eq!((seen.metadata.resource_version, seen.message), (written.metadata.resource_version.clone(), Some("assigned".into())));
     // Its bookmarks are core/v1's too (clients decode them as the watched kind).
-    let mark = loop {
-        match tokio::time::timeout(Duration::from_secs(5), watch.try_next()).await.unwrap().unwrap().unwrap() {
-            WatchEvent::Bookmark(b) => break b,
-            other => panic!("{other:?}"),
-        }
+    let mark = match tokio::time::timeout(Duration::from_secs(5), watch.try_next()).await.unwrap().unwrap().unwrap() {
+        WatchEvent::Bookmark(b) => b,
+        other => panic!("{other:?}"),
     };
     assert_eq!((mark.types.api_version.as_str(), mark.types.kind.as_str()), ("v1", "Event"));
 
