@@ -269,6 +269,42 @@ async fn unschedulable_then_bound_when_a_node_is_added() {
     .await;
 }
 
+/// A bound pod whose labels change is a cluster event (upstream's
+/// `AssignedPodUpdate` with a label change): a pod waiting in the
+/// unschedulable pool for a pod with those labels is retried at once, not
+/// at the pool's five-minute flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relabelled_bound_pod_requeues_the_pods_waiting_for_its_labels() {
+    deadline(60, async {
+        let c = cluster(2, 1, "4", 110, FaultConfig::default()).await;
+        let d = start_daemon(&c, &config(""), "relabel").await;
+        until_leading(&d, 20).await;
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        // Bound by someone else, without the labels the follower wants.
+        let anchor = pod("anchor", "100m", json!({"metadata": {"labels": {"app": "other"}}, "spec": {"schedulerName": "default-scheduler", "nodeName": "node-1"}}));
+        api.create(&PostParams::default(), &anchor).await.unwrap();
+        let affinity = json!({"spec": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}}});
+        api.create(&PostParams::default(), &pod("follower", "100m", affinity)).await.unwrap();
+        let cond = eventually(10, "PodScheduled=False", || async { scheduled_condition(&get(&api, "follower").await?).filter(|c| c.0 == "False") }).await;
+        assert_eq!(cond.1, "Unschedulable", "{}", cond.2);
+        // Past its backoff (1-2 s) it still waits: nothing has changed.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(node_of(&get(&api, "follower").await.unwrap()).is_none());
+        let t = Instant::now();
+        let relabel = json!({"metadata": {"labels": {"app": "db"}}});
+        api.patch("anchor", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(relabel)).await.unwrap();
+        let node = eventually(10, "bound after the anchor was relabelled", || async { node_of(&get(&api, "follower").await?).map(str::to_string) }).await;
+        let took = t.elapsed();
+        println!("pod bound {took:?} after the pod it needs was relabelled");
+        assert_eq!(node, "node-1");
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
 // 5. Two replicas: the leader is killed mid-run; the other takes over; every
 // pod is bound exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
