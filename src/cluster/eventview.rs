@@ -47,6 +47,13 @@ pub const SELECTABLE: &[&str] = &[
     "source",
 ];
 
+/// events.k8s.io/v1's own selectable fields: [`SELECTABLE`] without
+/// `source`, its last.
+pub const V1_SELECTABLE: &[&str] = match SELECTABLE.split_last() {
+    Some((_, own)) => own,
+    None => &[],
+};
+
 /// An object's top-level fields moved from one form's names to the
 /// other's. A field named as the target form names it, but unknown to the
 /// source form, is dropped first (the API server drops unknown fields;
@@ -211,6 +218,13 @@ mod tests {
             {"op": "move", "from": "/deprecatedFirstTimestamp", "path": "/deprecatedLastTimestamp"},
             {"op": "replace", "path": "", "value": {"apiVersion": STORED, "note": "whole"}},
         ]));
+    }
+
+    #[test]
+    fn events_k8s_io_selects_all_but_source() {
+        assert_eq!(V1_SELECTABLE.len() + 1, SELECTABLE.len());
+        assert!(!V1_SELECTABLE.contains(&"source") && SELECTABLE.contains(&"source"));
+        assert!(V1_SELECTABLE.iter().all(|f| SELECTABLE.contains(f)));
     }
 
     #[test]

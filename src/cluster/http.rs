@@ -865,10 +865,7 @@ impl WatchState {
                 if self.bookmarks {
                     // In the watched resource's apiVersion, as an API
                     // server sends it (clients decode it as that kind).
-                    match &self.alias {
-                        Some(a) => push_event(buf, "BOOKMARK", &a.outgoing(&ev.obj.bytes)),
-                        None => push_event(buf, "BOOKMARK", &ev.obj.bytes),
-                    }
+                    push_event(buf, "BOOKMARK", &show_obj(self.alias.as_ref(), &ev.obj));
                 }
                 return;
             }

@@ -457,7 +457,7 @@ pub(crate) fn controller_of(v: &Value) -> Option<&str> {
 /// about 11 KB, its bytes under 2 KB). Every read of a
 /// stored object of these kinds goes through [`Obj::full`].
 fn kept_lean(r: ResId) -> bool {
-    matches!(r, PODS | res::EVENTS | res::EVENTS_V1 | res::NODES)
+    matches!(r, PODS | res::EVENTS_V1 | res::NODES)
 }
 
 /// A field a lean copy keeps, as a field selector compares it; the Events
