@@ -395,7 +395,7 @@ impl Loop {
                     self.mark_synced(watch::PODS);
                 }
             },
-            WatchEvent::Node(c) => match c {
+            WatchEvent::Node(c) => match *c {
                 Change::Apply(n) => self.apply_node(&n),
                 Change::Delete(n) => {
                     self.cache.remove_node(n.metadata.name.as_deref().unwrap_or_default());
@@ -413,7 +413,7 @@ impl Loop {
                 }
             },
             WatchEvent::Pdb(c) => {
-                match c {
+                match *c {
                     Change::Apply(p) => self.apply_pdb(&p),
                     Change::Delete(p) => {
                         self.pdbs.remove(&key(&p.metadata));
@@ -431,7 +431,7 @@ impl Loop {
             }
             WatchEvent::Namespace(c) => {
                 let snap = self.cache.snapshot_mut();
-                match c {
+                match *c {
                     Change::Apply(n) => {
                         snap.namespaces.insert(n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default());
                     }
@@ -445,14 +445,14 @@ impl Loop {
                 }
                 self.event(Events::NAMESPACE);
             }
-            WatchEvent::PodGroup(api, c) => self.apply_groups(api, c),
+            WatchEvent::PodGroup(api, c) => self.apply_groups(api, *c),
             WatchEvent::Workload(w) => {
-                if let Some(i) = watch::apply_workload_event(&mut self.cache.snapshot_mut().workloads, w) {
+                if let Some(i) = watch::apply_workload_event(&mut self.cache.snapshot_mut().workloads, *w) {
                     self.mark_synced(watch::WORKLOAD_KINDS[i]);
                 }
             }
             WatchEvent::Storage(st) => {
-                let (synced, ev) = watch::apply_storage_event(&mut self.cache.snapshot_mut().storage, st);
+                let (synced, ev) = watch::apply_storage_event(&mut self.cache.snapshot_mut().storage, *st);
                 if let Some(i) = synced {
                     self.mark_synced(watch::STORAGE_KINDS[i]);
                 }

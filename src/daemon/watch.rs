@@ -130,30 +130,31 @@ pub enum Change<K> {
 }
 
 /// A change from one of the watchers.
-// Pods dwarf the other kinds; each event is moved once through the channel,
-// so boxing would cost an allocation per event for nothing.
-#[allow(clippy::large_enum_variant)]
+///
+/// A pod (the event of nearly every change) is already a box; the other
+/// kinds are boxed too, so that each event moved through the watcher's
+/// channel is a few words rather than the largest object's size.
 #[derive(Debug)]
 pub enum WatchEvent {
     /// Pods.
     Pod(Change<WatchedPod>),
     /// Nodes.
-    Node(Change<core::Node>),
+    Node(Box<Change<core::Node>>),
     /// PodDisruptionBudgets.
-    Pdb(Change<policy::PodDisruptionBudget>),
+    Pdb(Box<Change<policy::PodDisruptionBudget>>),
     /// Namespaces.
-    Namespace(Change<core::Namespace>),
+    Namespace(Box<Change<core::Namespace>>),
     /// Services, ReplicationControllers, ReplicaSets, StatefulSets (default topology spreading).
-    Workload(WorkloadChange),
+    Workload(Box<WorkloadChange>),
     /// PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes,
     /// CSIDrivers and CSIStorageCapacities (the volume plugins).
-    Storage(StorageChange),
+    Storage(Box<StorageChange>),
     /// PodGroups of one API (gang scheduling), as dynamic objects.
-    PodGroup(crate::model::pod::GroupApi, Change<kube::api::DynamicObject>),
+    PodGroup(crate::model::pod::GroupApi, Box<Change<kube::api::DynamicObject>>),
 }
 
 /// A change to one of the storage kinds the volume plugins read.
-// As for `WatchEvent`: moved once through the channel, boxing would only add an allocation.
+// Boxed whole in `WatchEvent`; its variants stay unboxed (one allocation per event).
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum StorageChange {
@@ -329,10 +330,10 @@ pub fn apply_workload_event(w: &mut Workloads, ev: WorkloadChange) -> Option<usi
 pub fn spawn_workloads(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
     use WorkloadChange as W;
     let [svc, rc, rs, ss] = WORKLOAD_KINDS;
-    spawn_kind(Api::<core::Service>::all(client.clone()), svc, |c| WatchEvent::Workload(W::Service(c)), tx, stop, health, tasks);
-    spawn_kind(Api::<core::ReplicationController>::all(client.clone()), rc, |c| WatchEvent::Workload(W::ReplicationController(c)), tx, stop, health, tasks);
-    spawn_kind(Api::<apps::ReplicaSet>::all(client.clone()), rs, |c| WatchEvent::Workload(W::ReplicaSet(c)), tx, stop, health, tasks);
-    spawn_kind(Api::<apps::StatefulSet>::all(client), ss, |c| WatchEvent::Workload(W::StatefulSet(c)), tx, stop, health, tasks);
+    spawn_kind(Api::<core::Service>::all(client.clone()), svc, |c| WatchEvent::Workload(Box::new(W::Service(c))), tx, stop, health, tasks);
+    spawn_kind(Api::<core::ReplicationController>::all(client.clone()), rc, |c| WatchEvent::Workload(Box::new(W::ReplicationController(c))), tx, stop, health, tasks);
+    spawn_kind(Api::<apps::ReplicaSet>::all(client.clone()), rs, |c| WatchEvent::Workload(Box::new(W::ReplicaSet(c))), tx, stop, health, tasks);
+    spawn_kind(Api::<apps::StatefulSet>::all(client), ss, |c| WatchEvent::Workload(Box::new(W::StatefulSet(c))), tx, stop, health, tasks);
 }
 
 /// The workload kinds' names, in `apply_workload_event`'s index order.
@@ -342,12 +343,12 @@ pub const WORKLOAD_KINDS: [&str; 4] = ["services", "replicationcontrollers", "re
 pub fn spawn_storage(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
     use StorageChange as S;
     let [pvc, pv, sc, csin, csid, cap] = STORAGE_KINDS;
-    spawn_kind(Api::<core::PersistentVolumeClaim>::all(client.clone()), pvc, |c| WatchEvent::Storage(S::Claim(c)), tx, stop, health, tasks);
-    spawn_kind(Api::<core::PersistentVolume>::all(client.clone()), pv, |c| WatchEvent::Storage(S::Volume(c)), tx, stop, health, tasks);
-    spawn_kind(Api::<storage::StorageClass>::all(client.clone()), sc, |c| WatchEvent::Storage(S::Class(c)), tx, stop, health, tasks);
-    spawn_kind(Api::<storage::CSINode>::all(client.clone()), csin, |c| WatchEvent::Storage(S::CsiNode(c)), tx, stop, health, tasks);
-    spawn_kind(Api::<storage::CSIDriver>::all(client.clone()), csid, |c| WatchEvent::Storage(S::CsiDriver(c)), tx, stop, health, tasks);
-    spawn_kind(Api::<storage::CSIStorageCapacity>::all(client), cap, |c| WatchEvent::Storage(S::Capacity(c)), tx, stop, health, tasks);
+    spawn_kind(Api::<core::PersistentVolumeClaim>::all(client.clone()), pvc, |c| WatchEvent::Storage(Box::new(S::Claim(c))), tx, stop, health, tasks);
+    spawn_kind(Api::<core::PersistentVolume>::all(client.clone()), pv, |c| WatchEvent::Storage(Box::new(S::Volume(c))), tx, stop, health, tasks);
+    spawn_kind(Api::<storage::StorageClass>::all(client.clone()), sc, |c| WatchEvent::Storage(Box::new(S::Class(c))), tx, stop, health, tasks);
+    spawn_kind(Api::<storage::CSINode>::all(client.clone()), csin, |c| WatchEvent::Storage(Box::new(S::CsiNode(c))), tx, stop, health, tasks);
+    spawn_kind(Api::<storage::CSIDriver>::all(client.clone()), csid, |c| WatchEvent::Storage(Box::new(S::CsiDriver(c))), tx, stop, health, tasks);
+    spawn_kind(Api::<storage::CSIStorageCapacity>::all(client), cap, |c| WatchEvent::Storage(Box::new(S::Capacity(c))), tx, stop, health, tasks);
 }
 
 /// The watchers' reconnection backoff: 100 ms doubling to 1 s, with no
@@ -523,9 +524,9 @@ where
 /// Starts every watcher; they stop when `stop` changes.
 pub fn spawn(client: kube::Client, tx: mpsc::Sender<WatchEvent>, stop: signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
     spawn_kind(Api::<WatchedPod>::all(client.clone()), PODS, WatchEvent::Pod, &tx, &stop, health, tasks);
-    spawn_kind(Api::<core::Node>::all(client.clone()), NODES, WatchEvent::Node, &tx, &stop, health, tasks);
-    spawn_kind(Api::<policy::PodDisruptionBudget>::all(client.clone()), PDBS, WatchEvent::Pdb, &tx, &stop, health, tasks);
-    spawn_kind(Api::<core::Namespace>::all(client), NAMESPACES, WatchEvent::Namespace, &tx, &stop, health, tasks);
+    spawn_kind(Api::<core::Node>::all(client.clone()), NODES, |c| WatchEvent::Node(Box::new(c)), &tx, &stop, health, tasks);
+    spawn_kind(Api::<policy::PodDisruptionBudget>::all(client.clone()), PDBS, |c| WatchEvent::Pdb(Box::new(c)), &tx, &stop, health, tasks);
+    spawn_kind(Api::<core::Namespace>::all(client), NAMESPACES, |c| WatchEvent::Namespace(Box::new(c)), &tx, &stop, health, tasks);
 }
 
 /// Health names of the PodGroup watchers.
@@ -568,7 +569,7 @@ async fn run_optional(objects: Api<kube::api::DynamicObject>, api: crate::model:
         };
         match r {
             Err(kube::Error::Api(s)) if s.code == 404 => {
-                if tx.send(WatchEvent::PodGroup(api, Change::Relist(vec![]))).await.is_err() {
+                if tx.send(WatchEvent::PodGroup(api, Box::new(Change::Relist(vec![])))).await.is_err() {
                     return;
                 }
                 tokio::select! {
@@ -580,7 +581,7 @@ async fn run_optional(objects: Api<kube::api::DynamicObject>, api: crate::model:
             _ => break,
         }
     }
-    run_one(objects, move |c| WatchEvent::PodGroup(api, c), tx, stop, kind, health).await;
+    run_one(objects, move |c| WatchEvent::PodGroup(api, Box::new(c)), tx, stop, kind, health).await;
 }
 
 #[cfg(test)]

@@ -322,7 +322,9 @@ impl Writer {
         let mut tasks = self.tasks.lock().await;
         // Reap finished tasks so the set stays small.
         while tasks.try_join_next().is_some() {}
-        tasks.spawn(fut);
+        // Boxed: a write's future holds a whole client call (kilobytes), which
+        // the task would otherwise copy in on spawn and over on completion.
+        tasks.spawn(Box::pin(fut));
     }
 
     /// Starts queued binds as tasks, at most `live` at once, in order.
@@ -660,11 +662,12 @@ impl Writer {
             let Ok(slot) = slots.clone().acquire_owned().await else { break };
             let w = self.clone();
             let limiter = limiter.clone();
-            running.spawn(async move {
+            // Boxed, as in `Writer::spawn`.
+            running.spawn(Box::pin(async move {
                 w.write_event(&item, &limiter, &name, count).await;
                 drop(slot);
                 w.events_pending.fetch_sub(1, Ordering::AcqRel);
-            });
+            }));
         }
     }
 
