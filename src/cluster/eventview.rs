@@ -70,6 +70,29 @@ fn rename(m: &mut Map<String, Value>, to_stored: bool) {
     }
 }
 
+/// Whether a resource is the Events store (events.k8s.io/v1, which core/v1 shows).
+pub fn is_events(info: &super::resources::ResourceInfo) -> bool {
+    info.group == "events.k8s.io" && info.kind == "Event"
+}
+
+/// managedFields entries of a stored Event, as the store tracks them: every
+/// field set in the stored form's names. An entry written through core/v1
+/// (its apiVersion `v1`) names its fields as core/v1 does on the wire, as
+/// the API server keeps each entry in its own version; `to_stored` moves
+/// such entries' names to the stored form's, `!to_stored` back.
+pub fn entries_to(entries: &mut [super::managed::Entry], to_stored: bool) {
+    for e in entries.iter_mut().filter(|e| e.api_version == CORE) {
+        let way = |&(core, stored): &(&'static str, &'static str)| if to_stored { (core, stored) } else { (stored, core) };
+        // As `rename`: a target name unknown to the source form goes first.
+        for (_, to) in RENAMED.iter().map(way) {
+            e.set.remove_field(to);
+        }
+        for (from, to) in RENAMED.iter().map(way) {
+            e.set.rename_field(from, to);
+        }
+    }
+}
+
 /// A core/v1 Event (or a patch shaped like one) in the stored form. Its
 /// apiVersion is changed when it is core/v1's, so that a wrong one is
 /// still refused by name.
@@ -149,6 +172,29 @@ pub fn source(stored: &Value) -> &str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn entries_written_through_core_v1_name_their_fields_as_core_v1() {
+        use crate::cluster::managed::{Entry, FieldSet, Operation};
+        let set = |v: Value| FieldSet::from_fields_v1(&v).unwrap();
+        let entry = |api_version: &str, fields: Value| Entry {
+            manager: "m".into(),
+            operation: Operation::Update,
+            api_version: api_version.into(),
+            subresource: String::new(),
+            time: None,
+            set: set(fields),
+        };
+        let core_fields = json!({"f:message": {}, "f:involvedObject": {"f:name": {}}, "f:reason": {}, "f:note": {}});
+        let mut entries = vec![entry(CORE, core_fields), entry(STORED, json!({"f:note": {}, "f:message": {}}))];
+        entries_to(&mut entries, true);
+        // core/v1's names become the stored ones; `note` is no core/v1 field.
+        assert_eq!(entries[0].set, set(json!({"f:note": {}, "f:regarding": {"f:name": {}}, "f:reason": {}})));
+        // An events.k8s.io/v1 entry is left as it is.
+        assert_eq!(entries[1].set, set(json!({"f:note": {}, "f:message": {}})));
+        entries_to(&mut entries, false);
+        assert_eq!(entries[0].set, set(json!({"f:message": {}, "f:involvedObject": {"f:name": {}}, "f:reason": {}})));
+    }
 
     fn core_event() -> Value {
         json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "p.1", "namespace": "ns"},

@@ -395,10 +395,10 @@ impl Alias {
 }
 
 /// A Table of objects of store `r`, shown as the requested resource.
-fn table_of(r: ResId, info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListResult) -> Value {
+fn table_of(r: ResId, info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListResult, include: super::table::Include) -> Value {
     match alias {
-        Some(a) => super::table::table(a.shown_id, info, &a.shown_list(lr)),
-        None => super::table::table(r, info, lr),
+        Some(a) => super::table::table(a.shown_id, info, &a.shown_list(lr), include),
+        None => super::table::table(r, info, lr, include),
     }
 }
 
@@ -634,6 +634,15 @@ fn wants_table(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.split(',').next().is_some_and(|first| first.contains("as=Table")))
 }
 
+/// Whether the client asked for Tables, and what their rows carry of each
+/// object (`includeObject`, checked only then, as upstream's table options are).
+fn table_request(headers: &HeaderMap, q: &HashMap<String, String>) -> HResult<Option<super::table::Include>> {
+    if !wants_table(headers) {
+        return Ok(None);
+    }
+    super::table::Include::parse(q.get("includeObject").map(String::as_str)).map(Some).map_err(Error::BadRequest)
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn resource_request(
     st: &AppState,
@@ -665,7 +674,7 @@ async fn resource_request(
             match verb {
                 "watch" => {
                     let filter = stored_filter(&info, alias.as_ref(), ns, &q)?;
-                    Ok(watch_response(st, r, &info, alias, filter, &q, wants_table(headers)))
+                    Ok(watch_response(st, r, &info, alias, filter, &q, table_request(headers, &q)?))
                 }
                 "list" => {
                     let filter = stored_filter(&info, alias.as_ref(), ns, &q)?;
@@ -674,9 +683,9 @@ async fn resource_request(
                         None => None,
                     };
                     let cont = q.get("continue").map(String::as_str);
-                    if wants_table(headers) {
+                    if let Some(include) = table_request(headers, &q)? {
                         let lr = store.list(r, &filter, limit, cont)?;
-                        return Ok(ok_json(&table_of(r, &info, alias.as_ref(), &lr)));
+                        return Ok(ok_json(&table_of(r, &info, alias.as_ref(), &lr, include)));
                     }
                     let lr = store.list_bytes(r, &filter, limit, cont)?;
                     Ok(list_response(&info, alias.as_ref(), &lr))
@@ -745,13 +754,13 @@ async fn resource_request(
                 "watch" => {
                     let mut filter = stored_filter(&info, alias.as_ref(), info.namespaced.then(|| ns.clone()), &q)?;
                     filter.fields.reqs.push(super::selector::FieldReq { pointer: "/metadata/name".into(), value: name.clone(), eq: true });
-                    Ok(watch_response(st, r, &info, alias, filter, &q, wants_table(headers)))
+                    Ok(watch_response(st, r, &info, alias, filter, &q, table_request(headers, &q)?))
                 }
                 "get" => {
                     let o = store.get(r, &ns, &name)?;
-                    if wants_table(headers) {
+                    if let Some(include) = table_request(headers, &q)? {
                         let lr = store::ListResult { items: vec![o], rv: store.current_rv(), cont: None };
-                        return Ok(ok_json(&table_of(r, &info, alias.as_ref(), &lr)));
+                        return Ok(ok_json(&table_of(r, &info, alias.as_ref(), &lr, include)));
                     }
                     Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
                 }
@@ -845,7 +854,7 @@ fn push_event(buf: &mut Vec<u8>, ty: &str, obj: &[u8]) {
 struct WatchState {
     /// kubectl asked for Tables: send each object as a one-row Table (of
     /// this store and resource).
-    table: Option<(ResId, Arc<ResourceInfo>)>,
+    table: Option<(ResId, Arc<ResourceInfo>, super::table::Include)>,
     /// Objects shown through another version.
     alias: Option<Alias>,
     pending: VecDeque<Bytes>,
@@ -891,9 +900,9 @@ impl WatchState {
 
     fn push_obj(&self, buf: &mut Vec<u8>, ty: &str, obj: &Arc<Obj>) {
         match (&self.table, &self.alias) {
-            (Some((r, info)), alias) => {
+            (Some((r, info, include)), alias) => {
                 let lr = store::ListResult { items: vec![obj.full()], rv: obj.rv, cont: None };
-                push_event(buf, ty, table_of(*r, info, alias.as_ref(), &lr).to_string().as_bytes());
+                push_event(buf, ty, table_of(*r, info, alias.as_ref(), &lr, *include).to_string().as_bytes());
             }
             (None, Some(a)) if ty != "BOOKMARK" => push_event(buf, ty, &a.outgoing(&obj.bytes)),
             (None, _) => push_event(buf, ty, &obj.bytes),
@@ -904,7 +913,7 @@ impl WatchState {
 const CHUNK: usize = 256 * 1024;
 
 #[allow(clippy::too_many_arguments)]
-fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Option<Alias>, filter: Filter, q: &HashMap<String, String>, table: bool) -> Response {
+fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Option<Alias>, filter: Filter, q: &HashMap<String, String>, table: Option<super::table::Include>) -> Response {
     let send_initial = truthy(q.get("sendInitialEvents"));
     let rv_param = q.get("resourceVersion").map(String::as_str).unwrap_or("");
     let start = if send_initial || rv_param.is_empty() || rv_param == "0" {
@@ -937,7 +946,7 @@ fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Opti
         rx: sub.rx,
         filter,
         bookmarks: truthy(q.get("allowWatchBookmarks")),
-        table: table.then(|| (r, info.clone())),
+        table: table.map(|include| (r, info.clone(), include)),
         alias,
         deadline: tokio::time::Instant::now() + timeout,
         stop,

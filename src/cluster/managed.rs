@@ -101,6 +101,19 @@ impl FieldSet {
     }
 
     /// Paths in either set.
+    /// Drops the top-level field `name` (without its `f:` prefix) and all below it.
+    pub fn remove_field(&mut self, name: &str) {
+        self.children.remove(&format!("f:{name}"));
+    }
+
+    /// Moves the top-level field `from` (and all below it) to `to`, names
+    /// without their `f:` prefix; what `to` held is replaced.
+    pub fn rename_field(&mut self, from: &str, to: &str) {
+        if let Some(c) = self.children.remove(&format!("f:{from}")) {
+            self.children.insert(format!("f:{to}"), c);
+        }
+    }
+
     pub fn union(&self, other: &FieldSet) -> FieldSet {
         self.combine(other, |a, b| a || b, true)
     }

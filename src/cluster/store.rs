@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use serde::{Serialize, de::DeserializeOwned};
+use super::eventview;
 use super::jsonptr::Pointer as _;
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
@@ -463,8 +464,8 @@ fn kept_lean(r: ResId) -> bool {
 /// A field a lean copy keeps, as a field selector compares it; the Events
 /// store's `source` is computed (see `eventview::source`).
 fn lean_field<'a>(v: &'a Value, fields: &[&str], dotted: &str) -> Cow<'a, str> {
-    if dotted == "source" && std::ptr::eq(fields, super::eventview::SELECTABLE) {
-        Cow::Borrowed(super::eventview::source(v))
+    if dotted == "source" && std::ptr::eq(fields, eventview::SELECTABLE) {
+        Cow::Borrowed(eventview::source(v))
     } else {
         super::selector::field_text_at(v, dotted)
     }
@@ -474,7 +475,7 @@ fn lean_field<'a>(v: &'a Value, fields: &[&str], dotted: &str) -> Cow<'a, str> {
 /// Events those of both views (core/v1 Events are a view of the
 /// events.k8s.io/v1 store; see `eventview`).
 fn lean_fields(r: ResId, info: &ResourceInfo) -> &'static [&'static str] {
-    if r == res::EVENTS_V1 { super::eventview::SELECTABLE } else { info.fields }
+    if r == res::EVENTS_V1 { eventview::SELECTABLE } else { info.fields }
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -822,6 +823,28 @@ fn has_finalizers(r: ResId, v: &Value) -> bool {
 }
 
 const STALE: &str = "the object has been modified; please apply your changes to the latest version and try again";
+
+/// A request's or a stored object's managedFields as the store tracks
+/// them: for Events, every entry's fields in the stored form's names (see
+/// [`eventview::entries_to`]).
+fn decode_fields(info: &ResourceInfo, list: &Value) -> std::result::Result<Vec<managed::Entry>, managed::Error> {
+    let mut entries = managed::decode(list)?;
+    if eventview::is_events(info) {
+        eventview::entries_to(&mut entries, true);
+    }
+    Ok(entries)
+}
+
+/// managedFields' stored form (see `managed::encode`): for Events, an entry
+/// written through core/v1 names its fields as core/v1 does.
+fn encode_fields(info: &ResourceInfo, entries: &[managed::Entry]) -> Value {
+    if eventview::is_events(info) && entries.iter().any(|e| e.api_version == eventview::CORE) {
+        let mut shown = entries.to_vec();
+        eventview::entries_to(&mut shown, false);
+        return managed::encode(&shown);
+    }
+    managed::encode(entries)
+}
 
 fn meta_mut(v: &mut Value) -> Result<&mut Map<String, Value>> {
     let obj = v.as_object_mut().ok_or_else(|| Error::BadRequest("object must be a JSON object".into()))?;
@@ -1755,7 +1778,7 @@ impl Store {
         managed::merge(&mut v, &cfg, shape);
         // What this manager applied last time and no longer applies goes,
         // unless another applier owns it (or something below it).
-        let entries = old.value.at("/metadata/managedFields").and_then(|m| managed::decode(m).ok()).unwrap_or_default();
+        let entries = old.value.at("/metadata/managedFields").and_then(|m| decode_fields(&info, m).ok()).unwrap_or_default();
         let me = managed::Entry {
             manager,
             operation: managed::Operation::Apply,
@@ -1795,10 +1818,10 @@ impl Store {
         let schema = info.custom.as_ref().and_then(|c| c.schema.as_ref());
         let shape = schema.map_or(managed::Shape::Builtin, managed::Shape::Custom);
         let live = old.and_then(|o| o.at("/metadata/managedFields"));
-        let live_entries = live.and_then(|m| managed::decode(m).ok()).unwrap_or_default();
+        let live_entries = live.and_then(|m| decode_fields(info, m).ok()).unwrap_or_default();
         let mut entries = match new.at("/metadata/managedFields") {
             Some(m) if !status_only && managed::is_reset(m) => Vec::new(),
-            Some(m) if !status_only && Some(m) != live => match managed::decode(m) {
+            Some(m) if !status_only && Some(m) != live => match decode_fields(info, m) {
                 Ok(e) if !e.is_empty() => e,
                 _ => live_entries,
             },
@@ -1809,7 +1832,9 @@ impl Store {
         // A plain create (an Update by one manager, no entries of its own):
         // its one entry is written from what the create changed, shared by
         // every create of the same shape.
-        if old.is_none() && entries.is_empty() && ctx.applied.is_none() {
+        // (Not for an Event written through core/v1: its entry names the
+        // fields as core/v1 does, see `encode_fields`.)
+        if old.is_none() && entries.is_empty() && ctx.applied.is_none() && !(eventview::is_events(info) && api_version == eventview::CORE) {
             let cmp = managed::created_shared(new, info.has_status, status_only, shape);
             let list = managed::encode_created(&manager, &api_version, subresource, &now_rfc3339(), &cmp);
             let meta = meta_mut(new)?;
@@ -1846,7 +1871,7 @@ impl Store {
         if entries.iter().all(|e| e.set.is_empty()) {
             meta.remove("managedFields");
         } else {
-            meta.insert("managedFields".into(), managed::encode(&entries));
+            meta.insert("managedFields".into(), encode_fields(info, &entries));
         }
         Ok(())
     }

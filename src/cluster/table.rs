@@ -173,9 +173,57 @@ fn custom_cells(columns: &[Value], v: &Value) -> Vec<Value> {
     out
 }
 
-/// Render a list as a Table (rows carry PartialObjectMetadata); custom
-/// resources get their CRD's additionalPrinterColumns.
-pub fn table(r: ResId, info: &ResourceInfo, lr: &ListResult) -> Value {
+/// What each row of a Table carries of its object (`includeObject`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Include {
+    /// Nothing (`"object": null`).
+    None,
+    /// Its metadata, as a PartialObjectMetadata (the default).
+    #[default]
+    Metadata,
+    /// The whole object.
+    Object,
+}
+
+impl Include {
+    /// The `includeObject` query parameter; an unknown value is refused
+    /// with upstream's message.
+    pub fn parse(v: Option<&str>) -> Result<Include, String> {
+        match v.unwrap_or("") {
+            "" | "Metadata" => Ok(Include::Metadata),
+            "None" => Ok(Include::None),
+            "Object" => Ok(Include::Object),
+            other => Err(format!("includeObject: Unsupported value: {other:?}: supported values: \"Metadata\", \"None\", \"Object\"")),
+        }
+    }
+}
+
+/// An object's metadata as the wire shows it: the store keeps
+/// `managedFields` as its JSON text, which a row shows as the list it
+/// stands for.
+fn wire_meta(meta: &Value) -> Value {
+    let mut meta = meta.clone();
+    if let Some(m) = meta.get_mut("managedFields")
+        && let Value::String(text) = m
+        && let Ok(list) = serde_json::from_str::<Value>(text)
+    {
+        *m = list;
+    }
+    meta
+}
+
+/// An object as the wire shows it (see [`wire_meta`]).
+fn wire(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.get_mut("metadata") {
+        *m = wire_meta(m);
+    }
+    v
+}
+
+/// Render a list as a Table (rows carry what `include` asks for of each
+/// object); custom resources get their CRD's additionalPrinterColumns.
+pub fn table(r: ResId, info: &ResourceInfo, lr: &ListResult, include: Include) -> Value {
     let printer = info.custom.as_ref().map(|c| c.printer_columns.clone()).filter(|c| !c.is_empty());
     let rows: Vec<Value> = lr
         .items
@@ -185,14 +233,16 @@ pub fn table(r: ResId, info: &ResourceInfo, lr: &ListResult) -> Value {
                 Some(cols) => custom_cells(cols, &o.value),
                 None => cells(r, &o.value),
             };
-            json!({
-                "cells": cells,
-                "object": {
+            let object = match include {
+                Include::None => Value::Null,
+                Include::Metadata => json!({
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",
-                    "metadata": o.value.get("metadata").cloned().unwrap_or_else(|| json!({})),
-                }
-            })
+                    "metadata": o.value.get("metadata").map_or_else(|| json!({}), wire_meta),
+                }),
+                Include::Object => wire(&o.value),
+            };
+            json!({"cells": cells, "object": object})
         })
         .collect();
     let mut meta = json!({"resourceVersion": lr.rv.to_string()});

@@ -661,3 +661,91 @@ async fn core_events_are_a_view_of_events_k8s_io() {
     assert_eq!(api_code(&v1.get("p.1").await.unwrap_err()), 404);
     assert_eq!(v1.list(&ListParams::default()).await.unwrap().items.len(), 1);
 }
+
+/// The core/v1 Event view takes every body a client sends in core/v1's
+/// terms (YAML, strategic merge, server-side apply) and shows watches as
+/// tables, as `kubectl get events -w` asks for them.
+#[tokio::test]
+async fn core_event_view_takes_yaml_strategic_and_apply_bodies_and_watches_as_tables() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event;
+    let c = start().await;
+    let client = c.client().unwrap();
+    let v1: Api<Event> = Api::default_namespaced(client.clone());
+    let core: Api<CoreEvent> = Api::default_namespaced(client.clone());
+    let request = |method: &str, uri: &str, body: &str, headers: &[(&str, &str)]| {
+        let mut b = axum::http::Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(body.as_bytes().to_vec()).unwrap()
+    };
+    let events = "/api/v1/namespaces/default/events";
+
+    // A YAML body in core/v1's names.
+    let yaml = "apiVersion: v1\nkind: Event\nmetadata:\n  name: w.1\ninvolvedObject:\n  kind: Pod\n  name: web\n  namespace: default\nreason: Pulled\nmessage: from yaml\ntype: Normal\nsource:\n  component: kubelet\ncount: 2\n";
+    client.request_text(request("POST", events, yaml, &[("content-type", "application/yaml")])).await.unwrap();
+    let as_v1 = v1.get("w.1").await.unwrap();
+    assert_eq!((as_v1.note.as_deref(), as_v1.deprecated_count), (Some("from yaml"), Some(2)));
+    assert_eq!(as_v1.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("web"));
+
+    // A strategic merge patch, then a server-side apply, in core/v1's names.
+    core.patch("w.1", &PatchParams::default(), &Patch::Strategic(json!({"message": "strategic", "count": 3}))).await.unwrap();
+    let as_v1 = v1.get("w.1").await.unwrap();
+    assert_eq!((as_v1.note.as_deref(), as_v1.deprecated_count), (Some("strategic"), Some(3)));
+    let applied = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "w.1"}, "message": "applied", "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"}});
+    let got = core.patch("w.1", &PatchParams::apply("tester").force(), &Patch::Apply(applied)).await.unwrap();
+    assert_eq!(got.message.as_deref(), Some("applied"));
+    let as_v1 = v1.get("w.1").await.unwrap();
+    assert_eq!(as_v1.note.as_deref(), Some("applied"));
+    // Each managedFields entry names its fields as its own apiVersion does,
+    // whichever group reads it (the API server keeps entries per version).
+    let fields = |e: &Event, manager: &str| {
+        let entry = e.metadata.managed_fields.iter().flatten().find(|m| m.manager.as_deref() == Some(manager)).unwrap_or_else(|| panic!("{manager}: {:?}", e.metadata.managed_fields));
+        (entry.api_version.clone(), serde_json::to_value(&entry.fields_v1).unwrap())
+    };
+    let (version, set) = fields(&as_v1, "tester");
+    assert_eq!(version.as_deref(), Some("v1"));
+    assert!(set["f:message"].is_object() && set["f:involvedObject"]["f:name"].is_object() && set.get("f:note").is_none(), "{set}");
+    let as_core = serde_json::to_value(core.get("w.1").await.unwrap().metadata.managed_fields).unwrap();
+    assert_eq!(as_core, serde_json::to_value(&as_v1.metadata.managed_fields).unwrap());
+    // Written through events.k8s.io, an entry keeps that group's names;
+    // the core/v1 applier still owns its fields (both views track one set).
+    v1.patch("w.1", &PatchParams::apply("recorder").force(), &Patch::Apply(json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "w.1"}, "note": "recorded"}))).await.unwrap();
+    let as_v1 = v1.get("w.1").await.unwrap();
+    let (version, set) = fields(&as_v1, "recorder");
+    assert_eq!((version.as_deref(), set["f:note"].is_object()), (Some("events.k8s.io/v1"), true), "{set}");
+    let (_, set) = fields(&as_v1, "tester");
+    assert!(set.get("f:message").is_none() && set["f:involvedObject"].is_object(), "the forced apply took message from tester: {set}");
+    let conflict = core.patch("w.1", &PatchParams::apply("tester"), &Patch::Apply(json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "w.1"}, "message": "mine", "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"}}))).await;
+    assert_eq!(api_code(&conflict.unwrap_err()), 409);
+    core.patch("w.1", &PatchParams::apply("tester").force(), &Patch::Apply(json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "w.1"}, "message": "applied", "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"}}))).await.unwrap();
+
+    // A watch as tables: core/v1's columns, rows of core/v1 objects.
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    let out = client
+        .request_text(request("GET", &format!("{events}?watch=true&timeoutSeconds=1&includeObject=Object"), "", &[("accept", table)]))
+        .await
+        .unwrap();
+    let added: Vec<serde_json::Value> = out.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|e| e["type"] == "ADDED").collect();
+    assert_eq!(added.len(), 1, "{out}");
+    let t = &added[0]["object"];
+    assert_eq!((t["kind"].as_str(), t["apiVersion"].as_str()), (Some("Table"), Some("meta.k8s.io/v1")), "{t}");
+    let columns: Vec<&str> = t["columnDefinitions"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
+    assert!(columns.contains(&"Message") && columns.contains(&"Last Seen"), "{columns:?}");
+    let row = &t["rows"][0];
+    assert!(row["cells"].as_array().into_iter().flatten().any(|c| c == "applied"), "{row}");
+    assert_eq!((row["object"]["apiVersion"].as_str(), row["object"]["message"].as_str()), (Some("v1"), Some("applied")), "{row}");
+    assert!(row["object"].get("note").is_none(), "{row}");
+    assert!(row["object"]["metadata"]["managedFields"].is_array(), "{row}");
+    // By default a row carries the object's metadata (its managedFields as
+    // the list); `None` carries nothing; anything else is refused.
+    let list = |include: &str| request("GET", &format!("{events}?includeObject={include}"), "", &[("accept", table)]);
+    let t: serde_json::Value = serde_json::from_str(&client.request_text(list("Metadata")).await.unwrap()).unwrap();
+    assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata", "{t}");
+    assert!(t["rows"][0]["object"]["metadata"]["managedFields"].is_array(), "{t}");
+    let t: serde_json::Value = serde_json::from_str(&client.request_text(list("None")).await.unwrap()).unwrap();
+    assert!(t["rows"][0]["object"].is_null() && t["rows"][0]["cells"].is_array(), "{t}");
+    assert_eq!(api_code(&client.request_text(list("Everything")).await.unwrap_err()), 400);
+    c.shutdown().await;
+}
