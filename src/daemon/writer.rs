@@ -443,13 +443,21 @@ impl Writer {
                 self.count(|c| c.refused_not_leader += 1);
                 return BindOutcome::NotLeader;
             };
-            let api: Api<core::Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
             let binding = core::Binding {
                 metadata: meta::ObjectMeta { name: Some(pod.name.clone()), namespace: Some(pod.namespace.clone()), uid: Some(pod.uid.clone()), ..Default::default() },
                 target: core::ObjectReference { kind: Some("Node".into()), api_version: Some("v1".into()), name: Some(node.into()), ..Default::default() },
             };
+            // `Api::create_subresource`'s request, on a path built without an
+            // `Api` (which formats the path and copies the kind's names per call).
             // The reply (a Status) is checked for being JSON, not kept.
-            tokio::time::timeout(Duration::from_secs(30), api.create_subresource::<_, serde::de::IgnoredAny>("binding", &pod.name, &PostParams::default(), &binding)).await
+            let call = async {
+                let body = serde_json::to_vec(&binding).map_err(kube::Error::SerdeError)?;
+                let path = namespaced_path("/api/v1/namespaces/", &pod.namespace, "/pods");
+                let mut req = kube::core::Request::new(path).create_subresource("binding", &pod.name, &PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
+                req.extensions_mut().insert("create_subresource");
+                self.client.request::<serde::de::IgnoredAny>(req).await
+            };
+            tokio::time::timeout(Duration::from_secs(30), call).await
         };
         let why = match r {
             Ok(Ok(_)) => return BindOutcome::Bound,
@@ -673,7 +681,7 @@ impl Writer {
 
     async fn write_event(&self, item: &EventItem, limiter: &RateLimiter, name: &std::sync::Mutex<Option<String>>, count: u32) {
         let pod = &item.pod;
-        let api: Api<events::Event> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let path = namespaced_path("/apis/events.k8s.io/v1/namespaces/", &pod.namespace, "/events");
         let now = k8s_openapi::jiff::Timestamp::now();
         let mut pause = Duration::from_millis(100);
         for attempt in 1..=EVENT_TRIES {
@@ -690,7 +698,7 @@ impl Writer {
                 match (count, existing) {
                     (1, _) | (_, None) => {
                         let ev = self.event_object(item, now);
-                        create_reading_name(&api, &ev).await.map(|created| {
+                        create_reading_name(&self.client, &path, &ev).await.map(|created| {
                             if let (Ok(mut n), Some(created)) = (name.lock(), created) {
                                 *n = Some(created);
                             }
@@ -698,6 +706,7 @@ impl Writer {
                     }
                     (_, Some(existing)) => {
                         let patch = json!({"series": {"count": count, "lastObservedTime": meta::MicroTime(now)}});
+                        let api: Api<events::Event> = Api::namespaced(self.client.clone(), &pod.namespace);
                         api.patch(&existing, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| ())
                     }
                 }
@@ -1060,17 +1069,34 @@ struct NameOnly {
 /// Creates the event `obj` through `api` as `Api::create` does, but reads only
 /// `metadata.name` of the reply instead of decoding the whole object (the
 /// event writer needs the generated name, nothing else).
-async fn create_reading_name(api: &Api<events::Event>, obj: &events::Event) -> Result<Option<String>, kube::Error> {
+async fn create_reading_name(client: &kube::Client, path: &str, obj: &events::Event) -> Result<Option<String>, kube::Error> {
     let bytes = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
-    let mut req = kube::core::Request::new(api.resource_url()).create(&PostParams::default(), bytes).map_err(kube::Error::BuildRequest)?;
+    let mut req = kube::core::Request::new(path).create(&PostParams::default(), bytes).map_err(kube::Error::BuildRequest)?;
     req.extensions_mut().insert("create");
-    let created: CreatedName = api.clone().into_client().request(req).await?;
+    let created: CreatedName = client.request(req).await?;
     Ok(created.metadata.name)
+}
+
+/// A namespaced collection's path, `prefix` + namespace + `suffix` (as
+/// kube's `Resource::url_path` gives it, in one allocation).
+fn namespaced_path(prefix: &str, ns: &str, suffix: &str) -> String {
+    let mut path = String::with_capacity(prefix.len() + ns.len() + suffix.len());
+    path.push_str(prefix);
+    path.push_str(ns);
+    path.push_str(suffix);
+    path
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaced_paths_are_kubes() {
+        use kube::Resource as _;
+        assert_eq!(namespaced_path("/api/v1/namespaces/", "ns-1", "/pods"), core::Pod::url_path(&(), Some("ns-1")));
+        assert_eq!(namespaced_path("/apis/events.k8s.io/v1/namespaces/", "ns-1", "/events"), events::Event::url_path(&(), Some("ns-1")));
+    }
 
     #[test]
     fn event_series_stay_bounded_and_keep_the_newest() {

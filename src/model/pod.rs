@@ -543,9 +543,12 @@ struct Entry {
 }
 
 impl Entry {
-    fn read(list: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>, path: &str, errors: &mut Vec<SpecError>) -> Entry {
-        let r = Resources::from_list(list, path).unwrap_or_else(|e| {
-            errors.push(SpecError { plugin: "NodeResourcesFit", message: e });
+    /// `path` names the list in an error; it is written only then (every
+    /// container of every pod event is read here).
+    fn read(list: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>, path: &dyn Fn() -> String, errors: &mut Vec<SpecError>) -> Entry {
+        // The error reads `<path>[<name>]: …`; with an empty path, `[<name>]: …`.
+        let r = Resources::from_list(list, "").unwrap_or_else(|e| {
+            errors.push(SpecError { plugin: "NodeResourcesFit", message: format!("{}{e}", path()) });
             Resources::default()
         });
         let has = |n: &str| list.is_some_and(|l| l.contains_key(n));
@@ -663,13 +666,13 @@ pub fn effective_requests(spec: &core::PodSpec, status: Option<&core::PodStatus>
     let all = spec.containers.iter().enumerate().map(|(i, c)| (c, false, i)).chain(spec.init_containers.iter().flatten().enumerate().map(|(i, c)| (c, true, i)));
     for (c, init, i) in all {
         let kind = if init { "initContainers" } else { "containers" };
-        let spec_e = Entry::read(c.resources.as_ref().and_then(|r| r.requests.as_ref()), &format!("spec.{kind}[{i}].resources.requests"), &mut errors);
+        let spec_e = Entry::read(c.resources.as_ref().and_then(|r| r.requests.as_ref()), &|| format!("spec.{kind}[{i}].resources.requests"), &mut errors);
         let st = find_status(&c.name);
-        let allocated = st.and_then(|s| s.allocated_resources.as_ref()).map(|l| Entry::read(Some(l), &format!("status.containerStatuses[{}].allocatedResources", c.name), &mut errors));
+        let allocated = st.and_then(|s| s.allocated_resources.as_ref()).map(|l| Entry::read(Some(l), &|| format!("status.containerStatuses[{}].allocatedResources", c.name), &mut errors));
         let actuated = st
             .and_then(|s| s.resources.as_ref())
             .and_then(|r| r.requests.as_ref())
-            .map(|l| Entry::read(Some(l), &format!("status.containerStatuses[{}].resources.requests", c.name), &mut errors));
+            .map(|l| Entry::read(Some(l), &|| format!("status.containerStatuses[{}].resources.requests", c.name), &mut errors));
         cs.push(ContainerReqs { spec: spec_e, allocated, actuated, init, restartable: init && c.restart_policy.as_deref() == Some("Always") });
     }
     let infeasible = status.is_some_and(|s| {
@@ -689,9 +692,9 @@ pub fn effective_requests(spec: &core::PodSpec, status: Option<&core::PodStatus>
     let pod_level = spec.resources.as_ref().and_then(|r| r.requests.as_ref()).filter(|l| l.keys().any(|k| pod_level_supported(k)));
     let pod_level = pod_level.map(|l| {
         let supported: std::collections::BTreeMap<_, _> = l.iter().filter(|(k, _)| pod_level_supported(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        (Entry::read(Some(&supported), "spec.resources.requests", &mut errors), supported)
+        (Entry::read(Some(&supported), &|| "spec.resources.requests".into(), &mut errors), supported)
     });
-    let overhead = spec.overhead.as_ref().map(|o| Entry::read(Some(o), "spec.overhead", &mut errors));
+    let overhead = spec.overhead.as_ref().map(|o| Entry::read(Some(o), &|| "spec.overhead".into(), &mut errors));
     let finish = |mut e: Entry| -> Entry {
         if let Some((pl, names)) = &pod_level {
             for n in names.keys() {
