@@ -154,3 +154,20 @@ fn run_refuses_configurations_that_would_take_every_default_scheduler_pod() {
     assert!(!ok);
     assert!(err.contains("--kubeconfig /nonexistent/kubeconfig"), "{err}");
 }
+
+/// `bench --e2e` runs the local cluster and the daemon as processes and
+/// prints its figures; every measured pod is bound (a small run: speed is
+/// the benchmark's business, not a test's).
+#[test]
+fn bench_e2e_runs_the_pipeline_end_to_end() {
+    for workload in ["SchedulingBasic", "Unschedulable"] {
+        let (ok, out, err) = berth(&["bench", "--e2e", "--workload", workload, "--nodes", "20", "--pods", "60", "--output", "json"]);
+        assert!(ok, "{workload}: {err}");
+        let f: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!((f["workload"].as_str(), f["pods"].as_u64()), (Some(workload), Some(60)), "{f}");
+        assert!(f["pods_per_second"].as_f64().is_some_and(|p| p > 0.0) && f["p99_ms"].as_f64().is_some_and(|p| p >= f["p50_ms"].as_f64().unwrap_or(0.0)), "{f}");
+        assert!(f["scheduler_peak_rss_mb"].as_f64().is_some_and(|m| m > 0.0) && f["cluster_peak_rss_mb"].as_f64().is_some_and(|m| m > 0.0), "{f}");
+    }
+    let (ok, _, err) = berth(&["bench", "--e2e", "--workload", "Nope"]);
+    assert!(!ok && err.contains("--workload"), "{err}");
+}
