@@ -187,13 +187,13 @@ pub enum Include {
 
 impl Include {
     /// The `includeObject` query parameter; an unknown value is refused
-    /// with upstream's message.
+    /// with upstream's message (`ValidateTableOptions`).
     pub fn parse(v: Option<&str>) -> Result<Include, String> {
         match v.unwrap_or("") {
             "" | "Metadata" => Ok(Include::Metadata),
             "None" => Ok(Include::None),
             "Object" => Ok(Include::Object),
-            other => Err(format!("includeObject: Unsupported value: {other:?}: supported values: \"Metadata\", \"None\", \"Object\"")),
+            other => Err(format!("includeObject: Invalid value: {other:?}: must be 'Metadata', 'Object', 'None', or empty")),
         }
     }
 }
