@@ -1,5 +1,7 @@
 # syntax=docker/dockerfile:1
-# berth: build a release binary on Debian bookworm, run it on distroless
+# berth: build the daemon's release binary on Debian bookworm (without the
+# local cluster and the lab: `--no-default-features --features jemalloc`),
+# run it on distroless
 # (glibc, bookworm, nonroot). No shell, no package manager, no HEALTHCHECK
 # (Kubernetes probes /livez and /readyz). Read-only root filesystem friendly:
 # berth writes nothing to disk.
@@ -13,10 +15,10 @@ ENV CARGO_PROFILE_RELEASE_DEBUG=false \
     CARGO_PROFILE_RELEASE_STRIP=symbols \
     CARGO_TERM_COLOR=never
 COPY Cargo.toml Cargo.lock ./
-COPY src ./src
+COPY crates ./crates
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin berth \
+    cargo build --release --locked -p berth --no-default-features --features jemalloc \
  && install -D -m 0755 target/release/berth /out/berth
 
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The workspace's dependency guards: every arrow between crates points down
+# the stack (berth -> lab -> daemon -> engine -> model; cluster -> model).
+#   - model and engine: no kube, tokio, axum or hyper in their dependency tree;
+#   - cluster: no scheduler (engine, daemon) and no lab;
+#   - daemon: no local cluster and no lab;
+#   - the production binary (`-p berth --no-default-features`): no local cluster and no lab.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail=0
+# deps PACKAGE [CARGO-TREE-ARGS...]: the package's normal (non-dev) dependency names.
+deps() {
+  local pkg=$1
+  shift
+  cargo tree --locked -q -p "$pkg" -e normal --prefix none --format '{p}' "$@" | awk '{print $1}' | sort -u
+}
+# forbid PACKAGE "CRATES" [CARGO-TREE-ARGS...]
+forbid() {
+  local pkg=$1 banned=$2
+  shift 2
+  local all found=()
+  all=$(deps "$pkg" "$@")
+  for c in $banned; do
+    grep -qx "$c" <<<"$all" && found+=("$c")
+  done
+  if ((${#found[@]})); then
+    echo "FAIL: $pkg $* depends on ${found[*]}"
+    fail=1
+  else
+    echo "ok: $pkg $* has none of: $banned"
+  fi
+}
+
+forbid berth-model "kube kube-client kube-runtime tokio axum hyper berth-engine berth-daemon berth-cluster berth-lab"
+forbid berth-engine "kube kube-client kube-runtime tokio axum hyper berth-daemon berth-cluster berth-lab"
+forbid berth-cluster "berth-engine berth-daemon berth-lab kube kube-client kube-runtime"
+forbid berth-daemon "berth-cluster berth-lab"
+forbid berth "berth-cluster berth-lab" --no-default-features --features jemalloc
+exit $fail

@@ -1,0 +1,109 @@
+//! `berth run`: the scheduler daemon.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use berth_engine::config::Config;
+use berth_daemon::admin::AdminOptions;
+use berth_daemon::{self as daemon, shutdown_signal, Options};
+
+/// Log format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `berth run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// KubeSchedulerConfiguration file (v1), required: it must name berth's
+    /// profiles (schedulerName), so that berth never takes pods meant for
+    /// another scheduler by default.
+    #[arg(long, env = "BERTH_CONFIG")]
+    pub config: Option<String>,
+    /// kubeconfig to reach the API server; in-cluster configuration when absent
+    /// (then clientConnection.kubeconfig, then the usual kubeconfig lookup).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<String>,
+    /// Address of the secure (HTTPS) port: /metrics, /healthz, /livez, /readyz, /debug/explain.
+    #[arg(long, default_value = "0.0.0.0:10259")]
+    pub bind_address: SocketAddr,
+    /// PEM certificate (chain) of the secure port; a self-signed certificate when absent.
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key matching --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Paths served without authorization (a trailing `*` matches a prefix).
+    #[arg(long, value_delimiter = ',', default_value = "/healthz,/readyz,/livez")]
+    pub authorization_always_allow_paths: Vec<String>,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Identity in the leader-election Lease (default: $POD_NAME or berth-<pid>).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+/// Initializes logging (RUST_LOG filters; info by default).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => b.json().try_init(),
+        LogFormat::Text => b.try_init(),
+    };
+}
+
+/// A kube client for the given kubeconfig, or in-cluster.
+pub async fn client(kubeconfig: Option<&str>) -> anyhow::Result<kube::Client> {
+    let cfg = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| anyhow::anyhow!("--kubeconfig {path}: {e}"))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.map_err(|e| anyhow::anyhow!("--kubeconfig {path}: {e}"))?
+        }
+        None => match kube::Config::incluster() {
+            Ok(c) => c,
+            Err(_) => kube::Config::infer().await.map_err(|e| anyhow::anyhow!("no --kubeconfig given and no in-cluster or default configuration: {e}"))?,
+        },
+    };
+    Ok(kube::Client::try_from(cfg)?)
+}
+
+/// Runs the daemon until SIGTERM or Ctrl-C (a second one aborts).
+pub async fn run(a: &RunArgs) -> anyhow::Result<()> {
+    init_logging(a.log_format);
+    let Some(path) = a.config.as_deref() else {
+        anyhow::bail!(
+            "no --config given: berth run needs a KubeSchedulerConfiguration file (apiVersion: kubescheduler.config.k8s.io/v1, kind: KubeSchedulerConfiguration) whose profiles name the schedulerName berth serves; without one it would take every default-scheduler pod and race the cluster's own scheduler"
+        );
+    };
+    let config = Config::load_for_scheduler(path)?;
+    let kubeconfig = a.kubeconfig.clone().or_else(|| config.raw.client_connection.kubeconfig.clone()).filter(|s| !s.is_empty());
+    let client = client(kubeconfig.as_deref()).await?;
+    let admin = AdminOptions {
+        tls_cert_file: a.tls_cert_file.clone(),
+        tls_private_key_file: a.tls_private_key_file.clone(),
+        always_allow_paths: a.authorization_always_allow_paths.iter().map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect(),
+        ..AdminOptions::default()
+    };
+    let opts = Options { bind_address: a.bind_address, identity: a.identity.clone().unwrap_or_else(|| Options::default().identity), admin, ..Options::default() };
+    let handle = daemon::start(client, &config, opts).await?;
+    tracing::info!(admin = %handle.admin_addr, profiles = ?config.profile_names(), "berth is running");
+    shutdown_signal().await;
+    tracing::info!("shutting down: no new pods; finishing in-flight binds; releasing the lease");
+    tokio::select! {
+        _ = handle.shutdown() => {}
+        _ = shutdown_signal() => {
+            tracing::warn!("second signal: aborting");
+            anyhow::bail!("aborted by a second signal");
+        }
+    }
+    Ok(())
+}

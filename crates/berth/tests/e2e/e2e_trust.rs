@@ -1,0 +1,454 @@
+//! The daemon under faults (issue 10): no needless preemption victim, no
+//! node over capacity after lost bind replies, no write after the lease is
+//! lost, events that neither starve binds nor get lost, health that means
+//! something, and PodScheduled's lastTransitionTime kept across failures.
+//! Faults go through `fault_proxy` between a daemon and the local cluster.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::Method;
+use berth_cluster::{FaultConfig, LocalCluster};
+use berth_engine::config::Config;
+use berth_daemon::{self as daemon, Handle, Options};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+use crate::e2e_support::*;
+use crate::fault_proxy::{Fault, FaultProxy, Rule};
+
+async fn deadline<F: std::future::Future<Output = ()>>(secs: u64, f: F) {
+    tokio::time::timeout(Duration::from_secs(secs), f).await.unwrap_or_else(|_| panic!("test deadline ({secs} s) exceeded"));
+}
+
+/// The e2e configuration with the client's qps/burst set.
+fn config_qps(qps: u32, burst: u32) -> Config {
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npodInitialBackoffSeconds: 1\npodMaxBackoffSeconds: 2\nclientConnection:\n  qps: {qps}\n  burst: {burst}\nleaderElection:\n  leaderElect: true\n  leaseDuration: 3s\n  renewDeadline: 2s\n  retryPeriod: 500ms\nprofiles:\n- schedulerName: {PROFILE}\n"
+    );
+    Config::parse(&yaml).unwrap()
+}
+
+async fn start_via(proxy: &FaultProxy, cfg: &Config, identity: &str, tolerance: Option<Duration>) -> Handle {
+    let mut opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: identity.into(), ..Options::default() };
+    if let Some(t) = tolerance {
+        opts.leader_healthz_tolerance = t;
+    }
+    daemon::start(proxy.client(), cfg, opts).await.unwrap()
+}
+
+async fn priority_class(c: &LocalCluster, name: &str, value: i32) {
+    let api: Api<PriorityClass> = Api::all(c.client().unwrap());
+    let pc: PriorityClass = serde_json::from_value(json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value})).unwrap();
+    api.create(&PostParams::default(), &pc).await.unwrap();
+}
+
+/// Nodes holding more bound pods than `slots`.
+fn over_capacity(all: &[Pod], slots: usize) -> usize {
+    let mut per: HashMap<&str, usize> = HashMap::new();
+    for p in all {
+        if let Some(n) = node_of(p) {
+            *per.entry(n).or_insert(0) += 1;
+        }
+    }
+    per.values().filter(|n| **n > slots).count()
+}
+
+type BindingLog = (HashMap<String, String>, Vec<String>);
+
+/// Watches pod bindings; flags any pod whose node changed.
+#[derive(Clone, Default)]
+struct Bindings {
+    /// Each pod's node, and the pods whose node changed.
+    inner: Arc<Mutex<BindingLog>>,
+}
+
+impl Bindings {
+    fn start(c: &LocalCluster) -> (Bindings, tokio::task::JoinHandle<()>) {
+        let b = Bindings::default();
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        let l = b.clone();
+        let task = tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default()).applied_objects().boxed();
+            while let Some(ev) = s.next().await {
+                let Ok(p) = ev else { continue };
+                let (Some(name), Some(node)) = (p.metadata.name.clone(), node_of(&p).map(str::to_string)) else { continue };
+                let mut g = l.inner.lock().unwrap();
+                match g.0.get(&name).cloned() {
+                    None => {
+                        g.0.insert(name, node);
+                    }
+                    Some(prev) if prev != node => g.1.push(format!("{name}: {prev} -> {node}")),
+                    Some(_) => {}
+                }
+            }
+        });
+        (b, task)
+    }
+
+    fn bound(&self) -> usize {
+        self.inner.lock().unwrap().0.len()
+    }
+
+    fn rebinds(&self) -> Vec<String> {
+        self.inner.lock().unwrap().1.clone()
+    }
+}
+
+// 10.1: 3 nodes × 2 slots of low-priority pods (grace 1 s); three
+// high-priority pods 0.2 s apart: exactly three victims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preemption_evicts_exactly_three_victims_for_three_preemptors() {
+    deadline(60, async {
+        let c = cluster(3, 1, "64", 2, FaultConfig::default()).await;
+        priority_class(&c, "low", 10).await;
+        priority_class(&c, "high", 1000).await;
+        let d = start_daemon(&c, &config(""), "victims").await;
+        until_leading(&d, 20).await;
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        let lows: Vec<Pod> = (0..6).map(|i| pod(&format!("low-{i}"), "100m", json!({"spec": {"priorityClassName": "low", "terminationGracePeriodSeconds": 1}}))).collect();
+        create_all(&api, lows, 6).await;
+        eventually(15, "low pods bound", || async { (pods(&api).await.iter().filter(|p| node_of(p).is_some()).count() == 6).then_some(()) }).await;
+        let (deleted, task) = {
+            // Record every low pod that gets a deletionTimestamp or disappears.
+            let seen: Arc<Mutex<HashSet<String>>> = Arc::default();
+            let s2 = seen.clone();
+            let wapi = api.clone();
+            let task = tokio::spawn(async move {
+                let mut s = watcher(wapi, watcher::Config::default()).touched_objects().boxed();
+                while let Some(ev) = s.next().await {
+                    let Ok(p) = ev else { continue };
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    if name.starts_with("low-") && p.metadata.deletion_timestamp.is_some() {
+                        s2.lock().unwrap().insert(name);
+                    }
+                }
+            });
+            (seen, task)
+        };
+        for i in 0..3 {
+            api.create(&PostParams::default(), &pod(&format!("high-{i}"), "100m", json!({"spec": {"priorityClassName": "high"}}))).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eventually(30, "high pods bound", || async {
+            let all = pods(&api).await;
+            (all.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("high-")) && node_of(p).is_some()).count() == 3).then_some(())
+        })
+        .await;
+        // Let any late, needless preemption show up.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let all = pods(&api).await;
+        let lows_left = all.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("low-")) && p.metadata.deletion_timestamp.is_none()).count();
+        let victims = deleted.lock().unwrap().len().max(6 - lows_left);
+        let preempted = event_counts(&c, "Preempted").await.len();
+        println!("preemption: victims {victims} (Preempted events for {preempted} pods), low pods left {lows_left}");
+        assert_eq!(victims, 3, "victims: {:?}", deleted.lock().unwrap());
+        assert_eq!(over_capacity(&all, 2), 0);
+        task.abort();
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
+// 10.2: replies of committed binds are lost and the pod watch is held (it
+// lags), on nodes that are exactly full: no node over capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_bind_replies_never_overfill_a_node() {
+    deadline(90, async {
+        const NODES: usize = 10;
+        const SLOTS: u32 = 6;
+        let c = cluster(NODES, 2, "64", SLOTS, FaultConfig::default()).await;
+        let proxy = FaultProxy::start(c.client_without_retry().unwrap()).await;
+        let (log, task) = Bindings::start(&c);
+        // The pods exist before berth starts: it learns them from its initial
+        // lists, and from then on every watch lags (held at the proxy), so no
+        // watch event confirms a bind.
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        let n = NODES * SLOTS as usize;
+        create_all(&api, (0..n).map(|i| pod(&format!("l-{i:03}"), "100m", json!({}))).collect(), 20).await;
+        // Pods beyond capacity: they must stay pending.
+        create_all(&api, (0..10).map(|i| pod(&format!("extra-{i}"), "100m", json!({}))).collect(), 10).await;
+        proxy.hold_watches(true);
+        // Bind replies lost after the commit, or a 500 after it.
+        proxy.set_rules(vec![
+            Rule::new(Some(Method::POST), "/binding", Fault::DropReplyAfterCommit, 0.25),
+            Rule::new(Some(Method::POST), "/binding", Fault::ErrorAfterCommit, 0.1),
+        ]);
+        let d = start_via(&proxy, &config(""), "lost-replies", None).await;
+        until_leading(&d, 20).await;
+        eventually(40, "every slot taken", || async { (log.bound() >= n).then_some(()) }).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The watch catches up: an outage, then it resumes.
+        proxy.blackout(true);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        proxy.blackout(false);
+        proxy.hold_watches(false);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let all = pods(&api).await;
+        let over = over_capacity(&all, SLOTS as usize);
+        let bound = all.iter().filter(|p| node_of(p).is_some()).count();
+        let counts = d.write_counts();
+        println!("lost replies: {} faults injected, {} binds read back, {bound} pods bound on {n} slots, nodes over capacity {over}", proxy.injected(), counts.binds_unknown);
+        assert!(proxy.injected() > 5, "only {} faults injected", proxy.injected());
+        assert_eq!(over, 0, "nodes over capacity");
+        assert_eq!(bound, n);
+        assert!(log.rebinds().is_empty(), "{:?}", log.rebinds());
+        task.abort();
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
+// 10.3: a leader that cannot renew stops writing before anyone else may
+// lead, even with writes queued behind its rate limiter; after SIGTERM-style
+// shutdown (lease released) it writes nothing either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deposed_leader_writes_nothing_after_losing_the_lease() {
+    deadline(90, async {
+        let c = cluster(20, 2, "64", 110, FaultConfig::default()).await;
+        let pa = FaultProxy::start(c.client_without_retry().unwrap()).await;
+        let pb = FaultProxy::start(c.client_without_retry().unwrap()).await;
+        // A slow client: binds, status and events queue behind the limiter.
+        let cfg = config_qps(10, 1);
+        let a = start_via(&pa, &cfg, "replica-a", None).await;
+        until_leading(&a, 20).await;
+        let b = start_via(&pb, &cfg, "replica-b", None).await;
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        // Schedulable pods and unschedulable ones (status patches and events).
+        create_all(&api, (0..150).map(|i| pod(&format!("w-{i:03}"), "100m", json!({}))).collect(), 25).await;
+        create_all(&api, (0..50).map(|i| pod(&format!("big-{i:03}"), "1000", json!({}))).collect(), 25).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!pa.writes_since(Instant::now() - Duration::from_secs(2)).is_empty(), "replica-a wrote nothing");
+        // Replica-a can no longer reach its Lease.
+        pa.set_rules(vec![Rule::new(None, "/leases", Fault::Status(500), 1.0)]);
+        let mut al = a.leading.clone();
+        tokio::time::timeout(Duration::from_secs(10), al.wait_for(|l| !*l)).await.unwrap().unwrap();
+        let a_stepped_down = Instant::now();
+        let mut bl = b.leading.clone();
+        tokio::time::timeout(Duration::from_secs(15), bl.wait_for(|l| *l)).await.expect("replica-b never took over").unwrap();
+        let b_leads = Instant::now();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after_loss = pa.writes_since(b_leads).len();
+        let after_step_down = pa.writes_since(a_stepped_down).len();
+        println!("lease loss: replica-a writes after replica-b leads {after_loss}, after it stepped down {after_step_down}; refused {}", a.write_counts().refused_not_leader);
+        assert_eq!(after_loss, 0, "writes by the deposed leader: {:?}", pa.writes_since(b_leads));
+        assert_eq!(after_step_down, 0, "writes after stepping down: {:?}", pa.writes_since(a_stepped_down));
+        // Replica-b leads and writes; shut it down: nothing after its release.
+        eventually(20, "replica-b writes", || async { (!pb.writes_since(b_leads).is_empty()).then_some(()) }).await;
+        b.shutdown().await;
+        let writes = pb.writes();
+        let release = writes.iter().rposition(|w| w.is_lease()).expect("replica-b never wrote its lease");
+        let after_release: Vec<_> = writes[release + 1..].to_vec();
+        println!("shutdown: replica-b writes after releasing the lease {}", after_release.len());
+        assert!(after_release.is_empty(), "{after_release:?}");
+        a.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
+// 10.6: events held at the proxy never hold up binds; then, with event writes
+// failing half the time, every bound pod still gets its one Scheduled event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_never_delay_binds_and_are_not_lost() {
+    deadline(90, async {
+        let c = cluster(10, 2, "64", 110, FaultConfig::default()).await;
+        let proxy = FaultProxy::start(c.client_without_retry().unwrap()).await;
+        let d = start_via(&proxy, &config(""), "events", None).await;
+        until_leading(&d, 20).await;
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        // No event gets through for now; a flood of FailedScheduling events queues up.
+        proxy.hold(Method::POST, "/events");
+        create_all(&api, (0..100).map(|i| pod(&format!("big-{i:03}"), "1000", json!({}))).collect(), 25).await;
+        const N: usize = 150;
+        create_all(&api, (0..N).map(|i| pod(&format!("e-{i:03}"), "100m", json!({}))).collect(), 25).await;
+        eventually(30, "every pod bound while events are held", || async {
+            (pods(&api).await.iter().filter(|p| node_of(p).is_some()).count() == N).then_some(())
+        })
+        .await;
+        assert!(event_counts(&c, "Scheduled").await.is_empty(), "events were not held");
+        // Release them, failing half of the event writes.
+        proxy.set_rules(vec![Rule::new(Some(Method::POST), "/events", Fault::Status(500), 0.3)]);
+        proxy.release();
+        let sched = eventually(60, "a Scheduled event for every bound pod", || async {
+            let m = event_counts(&c, "Scheduled").await;
+            (m.len() == N).then_some(m)
+        })
+        .await;
+        let counts = d.write_counts();
+        println!("events: {} injected failures, {} retries, lost {}, Scheduled events for {} of {N} bound pods", proxy.injected(), counts.event_retries, counts.events_lost, sched.len());
+        assert!(sched.values().all(|n| *n == 1), "a pod has two Scheduled events");
+        assert!(proxy.injected() > 10);
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
+// 10.7: /readyz names a disconnected watch and recovers; /healthz is ok while
+// renewing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_disconnected_watches() {
+    deadline(60, async {
+        let c = cluster(3, 1, "8", 110, FaultConfig::default()).await;
+        let proxy = FaultProxy::start(c.client_without_retry().unwrap()).await;
+        let d = start_via(&proxy, &config(""), "health", None).await;
+        until_leading(&d, 20).await;
+        assert_eq!(http_get(d.admin_addr, "/readyz").await.0, 200);
+        assert_eq!(http_get(d.admin_addr, "/healthz").await.0, 200);
+        proxy.blackout(true);
+        let body = eventually(15, "readyz failing", || async {
+            let (code, body) = http_get(d.admin_addr, "/readyz").await;
+            (code == 503 && body.contains("watch pods: disconnected")).then_some(body)
+        })
+        .await;
+        println!("readyz during the outage:\n{body}");
+        assert!(body.contains("watch nodes: disconnected"), "{body}");
+        proxy.blackout(false);
+        eventually(15, "readyz ok again", || async { (http_get(d.admin_addr, "/readyz").await.0 == 200).then_some(()) }).await;
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
+// 9.6: PodScheduled's lastTransitionTime stays put across failed attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_scheduled_transition_time_kept_across_failures() {
+    deadline(60, async {
+        let c = cluster(2, 1, "4", 110, FaultConfig::default()).await;
+        let d = start_daemon(&c, &config(""), "transition").await;
+        until_leading(&d, 20).await;
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        api.create(&PostParams::default(), &pod("huge", "100", json!({}))).await.unwrap();
+        let ltt = |p: &Pod| {
+            p.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled")).and_then(|c| c.last_transition_time.clone())
+        };
+        let (first, msg) = eventually(15, "unschedulable", || async {
+            let p = api.get_opt("huge").await.unwrap()?;
+            let (status, _, msg) = scheduled_condition(&p)?;
+            (status == "False").then(|| (ltt(&p), msg))
+        })
+        .await;
+        assert!(first.is_some());
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Another node: a new attempt, failing again with a new message.
+        c.add_node("node-extra").unwrap();
+        let (second, msg2) = eventually(15, "second failed attempt", || async {
+            let p = api.get_opt("huge").await.unwrap()?;
+            let (_, _, m) = scheduled_condition(&p)?;
+            (m != msg).then(|| (ltt(&p), m))
+        })
+        .await;
+        println!("lastTransitionTime {first:?} then {second:?}; messages {msg:?} then {msg2:?}");
+        assert_eq!(first, second, "lastTransitionTime changed without a transition");
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
+// The fault soak (CI): 2,000 pods onto 100 nodes that are exactly full, two
+// replicas each behind a faulty proxy (lost bind replies, 5xx after commit,
+// 429s, failing status and event writes, watch cuts, an outage), and the
+// leader killed mid-run: every pod bound exactly once, no node over
+// capacity, no write by a replica that did not lead, no panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_soak_two_replicas_leader_killed() {
+    deadline(120, async {
+        const NODES: usize = 100;
+        const SLOTS: u32 = 20;
+        const N: usize = NODES * SLOTS as usize;
+        let c = cluster(NODES, 4, "64", SLOTS, FaultConfig::default()).await;
+        let rules = || {
+            vec![
+                Rule::new(Some(Method::POST), "/binding", Fault::DropReplyAfterCommit, 0.03),
+                Rule::new(Some(Method::POST), "/binding", Fault::ErrorAfterCommit, 0.02),
+                Rule::new(Some(Method::POST), "/binding", Fault::Status(429), 0.03),
+                Rule::new(Some(Method::POST), "/binding", Fault::ResetBefore, 0.02),
+                Rule::new(Some(Method::PATCH), "/status", Fault::Status(500), 0.05),
+                Rule::new(Some(Method::POST), "/events", Fault::Status(500), 0.1),
+            ]
+        };
+        let pa = FaultProxy::start(c.client_without_retry().unwrap()).await;
+        let pb = FaultProxy::start(c.client_without_retry().unwrap()).await;
+        pa.set_rules(rules());
+        pb.set_rules(rules());
+        let cfg = config_short_lease("");
+        let a = start_via(&pa, &cfg, "soak-a", None).await;
+        until_leading(&a, 20).await;
+        let b = start_via(&pb, &cfg, "soak-b", None).await;
+        let mut b_ready = b.ready.clone();
+        tokio::time::timeout(Duration::from_secs(20), b_ready.wait_for(|r| *r)).await.unwrap().unwrap();
+        let (log, task) = Bindings::start(&c);
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        let t0 = Instant::now();
+        let creator = {
+            let api = api.clone();
+            tokio::spawn(async move {
+                for chunk in 0..(N / 100) {
+                    create_all(&api, (0..100).map(|i| pod(&format!("s-{:04}", chunk * 100 + i), "100m", json!({}))).collect(), 50).await;
+                }
+            })
+        };
+        eventually(60, "a third bound by the first leader", || async { (log.bound() >= N / 3).then_some(()) }).await;
+        // Watch cuts and a short outage on both sides, then the leader dies.
+        pa.cut_watches();
+        pb.cut_watches();
+        pa.blackout(true);
+        pb.blackout(true);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        pa.blackout(false);
+        pb.blackout(false);
+        eventually(60, "half bound", || async { (log.bound() >= N / 2).then_some(()) }).await;
+        a.abort();
+        let mut bl = b.leading.clone();
+        tokio::time::timeout(Duration::from_secs(15), bl.wait_for(|l| *l)).await.expect("replica-b never took over").unwrap();
+        let b_leads = Instant::now();
+        pb.cut_watches();
+        creator.await.unwrap();
+        eventually(80, "every pod bound", || async { (log.bound() == N).then_some(()) }).await;
+        let took = t0.elapsed();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let all = pods(&api).await;
+        let over = over_capacity(&all, SLOTS as usize);
+        // B writes nothing before it takes the Lease: a follower only reads the
+        // Lease, and writes it first when it finds it expired and takes it. (Under
+        // a heavily loaded machine A may lose the Lease before it is killed and B
+        // lead earlier; that is not a write by a non-leader, so the boundary is B's
+        // own first Lease write, not the kill.)
+        let b_writes = pb.writes();
+        let b_first_lease = b_writes.iter().find(|w| w.is_lease()).map(|w| w.at).unwrap_or(b_leads);
+        let by_b_before_leading = b_writes.iter().filter(|w| w.at < b_first_lease && !w.is_lease()).count();
+        // And A, which stops writing before its Lease can expire, writes nothing
+        // once B has found the Lease expired.
+        let by_a_after_kill = pa.writes_since(b_first_lease).into_iter().filter(|w| !w.is_lease()).count();
+        let panics = b.shutdown().await;
+        println!(
+            "fault soak: {N} pods on {NODES} nodes x {SLOTS} in {took:?}; bound {}, rebound {}, nodes over capacity {over}, writes by a non-leader {}, panics {panics}; faults injected {} + {}",
+            log.bound(),
+            log.rebinds().len(),
+            by_b_before_leading + by_a_after_kill,
+            pa.injected(),
+            pb.injected()
+        );
+        assert_eq!(all.len(), N);
+        assert!(all.iter().all(|p| node_of(p).is_some()));
+        assert!(log.rebinds().is_empty(), "{:?}", log.rebinds());
+        assert_eq!(over, 0, "nodes over capacity");
+        assert_eq!(by_b_before_leading + by_a_after_kill, 0, "writes by a non-leader");
+        assert_eq!(panics, 0);
+        task.abort();
+        c.shutdown().await;
+    })
+    .await;
+}

@@ -1,0 +1,29 @@
+//! berth's end-to-end tests, in one binary (each test binary links kube and
+//! tokio again, so areas are modules here rather than files of their own).
+//!
+//! - `cli`: the offline commands from the outside;
+//! - `conformance`: the shared cases that pin decisions to upstream's;
+//! - `e2e_*`, `default_spreading`, `gangs`: the daemon over HTTP against the local cluster;
+//! - `admin`: the daemon's secure port (TLS, delegated auth, limits, explain);
+//! - `cluster_bench`: the local cluster's benchmark.
+//!
+//! The local cluster's own tests live with it (`crates/cluster/tests`), the
+//! engine's with the engine.
+
+mod admin;
+mod cli;
+mod cluster_bench;
+mod cluster_cli;
+mod cluster_controllers;
+#[path = "../../../cluster/tests/it/support.rs"]
+mod cluster_support;
+mod conformance;
+mod default_spreading;
+mod e2e_daemon;
+mod e2e_storage;
+mod e2e_support;
+mod e2e_throughput;
+mod e2e_trust;
+mod e2e_workloads;
+mod fault_proxy;
+mod gangs;

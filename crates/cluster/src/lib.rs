@@ -1,0 +1,622 @@
+//! The local cluster: an in-memory, Kubernetes-API-compatible HTTP server
+//! with simulated kubelets, for running and testing a scheduler (like
+//! KWOK/envtest, for the resources a scheduler touches).
+//!
+//! Served (JSON over HTTP/1.1, no auth): discovery (`/version`, `/api`,
+//! `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`); core/v1 namespaces,
+//! nodes (+status), pods (+binding, +status, +eviction), events;
+//! events.k8s.io/v1 events (one stored Event, core/v1 a view of it: see
+//! [`eventview`]); coordination.k8s.io/v1
+//! leases; scheduling.k8s.io/v1 priorityclasses; policy/v1
+//! poddisruptionbudgets (+status, kept current); authentication.k8s.io/v1
+//! tokenreviews and authorization.k8s.io/v1 subjectaccessreviews (create
+//! only, answered from [`ClusterConfig::auth`]: see [`auth`]). Verbs: get, list (label and
+//! field selectors, limit/continue), watch (resume, bookmarks,
+//! sendInitialEvents, 410 Expired), create, update, patch (merge,
+//! strategic, JSON patch, server-side apply with managedFields and conflicts), delete (grace period,
+//! preconditions), deletecollection. kubectl gets meta.k8s.io Tables
+//! (also on watches, for `kubectl get -w`). Storage (core/v1
+//! persistentvolumes and persistentvolumeclaims with status,
+//! storage.k8s.io/v1 storageclasses/csinodes/csidrivers/csistoragecapacities)
+//! has controllers behind it ([`volumes`]). Also stored and served, with no
+//! controller behind them: services, replicationcontrollers, configmaps,
+//! storage.k8s.io/v1 volumeattachments, resource.k8s.io/v1
+//! resourceclaims/resourceclaimtemplates/deviceclasses/resourceslices,
+//! scheduling.k8s.io/v1beta1 podgroups (+status) and workloads.
+//!
+//! Custom resources: apiextensions.k8s.io/v1 customresourcedefinitions
+//! are validated, get their NamesAccepted/Established status at once, and
+//! their served versions join the served resources at run time (the
+//! [`resources::Registry`]): discovery, every verb, watch, selectors
+//! (`selectableFields` too), pages, a `status` subresource when declared,
+//! kubectl Tables from `additionalPrinterColumns`. Every served version
+//! reads one store (apiVersion rewritten: no conversion). A version's
+//! schema prunes unknown fields, fills defaults and checks types,
+//! `required`, `enum`, bounds and lengths ([`crd`]; no CEL, `pattern` or
+//! `format`). Deleting a CRD deletes its objects at once.
+//!
+//! OpenAPI ([`openapi`]): `/openapi/v2` (Swagger 2.0) and `/openapi/v3`
+//! (the root, and one OpenAPI 3.0 document per group-version) are generated
+//! on first request from k8s-openapi's schemas and the CRDs' schemas, cached
+//! with upstream's ETags and `?hash=` URLs, so `kubectl explain` and
+//! `kubectl apply` with validation on work. Writes honour
+//! `fieldValidation` (Strict refuses unknown and duplicate fields naming
+//! them, Warn, the default, answers `Warning` headers, Ignore is silent).
+//!
+//! Lifecycle, as Kubernetes documents it: a pod's grace period is the
+//! request's, else its own, 0 when it is not bound or already terminal,
+//! 1 s when negative; a second delete may only shorten it. Finalizers hold
+//! every object, pods included (a pod the kubelet is done with stays,
+//! terminal, until they are removed). Deleting a namespace makes it
+//! Terminating (creating in it is refused, 403 as NamespaceLifecycle
+//! answers), deletes its pods gracefully and the rest at once, and removes
+//! it once empty. The kubelet honours readinessGates and turns a
+//! terminating pod NotReady at once, so PodDisruptionBudget status follows.
+//! PodGC ([`podgc`]) deletes the pods of a deleted node after its
+//! quarantine (Failed, DisruptionTarget `DeletionByPodGC`), and the
+//! node's CSINode goes with it. Validation: PriorityClass values above one
+//! billion (system classes excepted), scheduling gates added after
+//! creation, a gated pod created bound, malformed claims and volumes are
+//! refused (422, with the field).
+//!
+//! Storage: the default StorageClass `standard` (WaitForFirstConsumer)
+//! served by the simulated CSI driver `csi.berth.dev`, a CSINode per node
+//! with a configurable attach limit, DefaultStorageClass admission, the PV
+//! controller (binding, phases, reclaim), the driver's provisioner (a
+//! volume in the selected node's zone), pvc/pv-protection, and a kubelet
+//! that keeps a pod Pending while its claims are not usable on its node.
+//!
+//! Known simplifications: no auth; bodies are JSON, or protobuf for the
+//! built-in kinds (requests only, decoded into the same JSON: [`proto`];
+//! responses are JSON, which protobuf clients accept), no CBOR; lists
+//! always answer the current state (resourceVersion/resourceVersionMatch on
+//! lists are ignored, and continued pages read the live state after the
+//! token's key); server-side apply ([`managed`]) tracks
+//! `metadata.managedFields` and conflicts as the API server does, but
+//! keeps no more than the writes' own entries (no cap of ten Update
+//! managers, no entries for the cluster's own controllers and kubelets);
+//! dryRun is honoured by create, update and patch, refused (400) on
+//! deletes; `/openapi/v2` and `/openapi/v3` answer JSON only
+//! (a protobuf-only Accept gets 406), and their schemas have no patch merge keys;
+//! server-side apply bodies are not checked for unknown fields; pod spec immutability is only enforced for spec.nodeName,
+//! priority, scheduling gates and spec.schedulingGroup; nodes get no heartbeats or leases; pods
+//! bound to a missing node stay Pending until PodGC collects them; the
+//! namespace controller does not retry with backoff (its conditions are
+//! written once, when the deletion starts); no `namespaces/finalize`
+//! subresource; an Event's managedFields name its events.k8s.io/v1 fields
+//! whichever version wrote them (upstream records each manager's fields in
+//! the version it wrote through);
+//! no generic ephemeral volume controller, no volume attach
+//! (VolumeAttachment), expansion or snapshots; the kubelet's terminal phase
+//! for a deleted pod is always Succeeded.
+//!
+//! Workload controllers ([`controllers`]): Deployments roll ReplicaSets,
+//! ReplicaSets and Jobs create pods from their templates, StatefulSets run
+//! ordered pods with claims from their volumeClaimTemplates (with
+//! ControllerRevisions), DaemonSets run one pod per eligible node through the
+//! scheduler (required node affinity on `metadata.name`), and owners'
+//! deletion takes their dependents.
+//!
+//! Simulated kubelets ([`kubelet`]) run bound pods, complete pods annotated
+//! [`COMPLETE_AFTER`], and remove terminating pods after their grace period.
+//! Faults ([`Faults`]): error answers per (verb, resource), watch cuts,
+//! history compaction, server restarts.
+//!
+//! Tests use `kubectl` when it is on PATH (or `$BERTH_KUBECTL`); CI
+//! installs it with
+//! `command -v kubectl || (apt-get update && apt-get install -y kubernetes-client)`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), berth_cluster::Error> {
+//! use berth_cluster::{ClusterConfig, LocalCluster};
+//! let cluster = LocalCluster::start(ClusterConfig { nodes: 10, ..Default::default() }).await?;
+//! let client = cluster.client()?;
+//! // ... drive it with kube::Api<Pod> etc ...
+//! cluster.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod auth;
+pub mod crd;
+pub mod cli;
+pub mod controllers;
+pub mod eventview;
+pub mod faults;
+pub mod http;
+pub mod jsonptr;
+pub mod kubelet;
+pub mod managed;
+pub mod openapi;
+pub mod podgc;
+pub mod proto;
+pub mod resources;
+pub mod selector;
+pub mod store;
+pub mod table;
+pub mod volumes;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::net::TcpSocket;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub use faults::{ErrorRule, FaultConfig, FaultKind, Faults};
+pub use kubelet::{COMPLETE_AFTER, KubeletConfig};
+pub use podgc::PodGcConfig;
+pub use volumes::StorageConfig;
+pub use store::{Store, StoreConfig};
+
+/// Errors of the local cluster as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Binding or serving the listen address failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Writing the kubeconfig failed.
+    #[error("cannot write kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The path.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Building a kube client failed.
+    #[error("cannot build a kube client: {0}")]
+    Client(String),
+    /// Seeding the store failed.
+    #[error("store: {0}")]
+    Store(#[from] store::Error),
+    /// A fault action failed.
+    #[error("fault: {0}")]
+    Fault(#[from] faults::Error),
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Configuration of a local cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Listen address; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Number of nodes created at start (`node-0` .. `node-N-1`).
+    pub nodes: usize,
+    /// Zones the nodes are spread over round-robin (`zone-a`, `zone-b`, ...).
+    pub zones: usize,
+    /// Node CPU capacity (quantity string).
+    pub node_cpu: String,
+    /// Node memory capacity (quantity string).
+    pub node_memory: String,
+    /// Node pod capacity.
+    pub node_pods: u32,
+    /// Kubelet simulation.
+    pub kubelet: KubeletConfig,
+    /// Store tuning (history size, watcher buffer).
+    pub store: StoreConfig,
+    /// Interval of BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
+    /// Faults active from the start.
+    pub faults: FaultConfig,
+    /// Static tokens and rules answering TokenReview and SubjectAccessReview.
+    pub auth: auth::AuthConfig,
+    /// Storage: default class, CSI driver and CSINodes, PV controller and provisioner.
+    pub storage: StorageConfig,
+    /// PodGC (orphaned pods of deleted nodes).
+    pub podgc: PodGcConfig,
+    /// Workload controllers (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, garbage collection).
+    pub controllers: controllers::ControllersConfig,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            nodes: 3,
+            zones: 3,
+            node_cpu: "4".into(),
+            node_memory: "32Gi".into(),
+            node_pods: 110,
+            kubelet: KubeletConfig::default(),
+            store: StoreConfig::default(),
+            bookmark_interval: Duration::from_secs(5),
+            faults: FaultConfig::default(),
+            auth: auth::AuthConfig::default(),
+            storage: StorageConfig::default(),
+            podgc: PodGcConfig::default(),
+            controllers: controllers::ControllersConfig::default(),
+        }
+    }
+}
+
+/// Name of zone `i` (`zone-a`, ..., `zone-z`, `zone-26`, ...).
+pub fn zone_name(i: usize) -> String {
+    match u8::try_from(i) {
+        Ok(b) if b < 26 => format!("zone-{}", (b'a' + b) as char),
+        _ => format!("zone-{i}"),
+    }
+}
+
+/// The JSON of simulated node `i`.
+pub fn node_json(name: &str, i: usize, zones: usize, cpu: &str, memory: &str, pods: u32) -> Value {
+    let zone = zone_name(i % zones.max(1));
+    let ip = format!("10.0.{}.{}", (i / 250) % 256, i % 250 + 1);
+    let cap = json!({"cpu": cpu, "memory": memory, "pods": pods.to_string(), "ephemeral-storage": "100Gi"});
+    let now = store::now_rfc3339();
+    let c = |ty: &str, st: &str, reason: &str| {
+        json!({"type": ty, "status": st, "reason": reason, "message": "", "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux",
+                "beta.kubernetes.io/arch": "amd64",
+                "topology.kubernetes.io/zone": zone,
+                "topology.kubernetes.io/region": "region-1",
+                "type": "berth",
+            },
+        },
+        "spec": {},
+        "status": {
+            "capacity": cap,
+            "allocatable": cap,
+            "phase": "Running",
+            "conditions": [
+                c("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                c("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                c("PIDPressure", "False", "KubeletHasSufficientPID"),
+                c("Ready", "True", "KubeletReady"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": "",
+                "containerRuntimeVersion": "berth://1.0",
+                "kernelVersion": "6.1.0",
+                "kubeProxyVersion": "v1.37.0",
+                "kubeletVersion": "v1.37.0-berth",
+                "machineID": "",
+                "operatingSystem": "linux",
+                "osImage": "berth simulated node",
+                "systemUUID": "",
+            },
+        },
+    })
+}
+
+struct Running {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// Owns the listener; can stop and re-listen on the same address.
+struct ServerCtl {
+    addr: SocketAddr,
+    app: axum::Router,
+    watch_gen: Arc<watch::Sender<u64>>,
+    running: tokio::sync::Mutex<Option<Running>>,
+}
+
+impl ServerCtl {
+    async fn listen(&self) -> Result<(), Error> {
+        let mut last = None;
+        for _ in 0..100 {
+            match bind(self.addr) {
+                Ok(l) => {
+                    let (stop, mut rx) = watch::channel(false);
+                    let app = self.app.clone();
+                    let task = tokio::spawn(async move {
+                        let signal = async move {
+                            let _ = rx.wait_for(|s| *s).await;
+                        };
+                        if let Err(e) = axum::serve(l, app).with_graceful_shutdown(signal).await {
+                            tracing::warn!(error = %e, "local cluster server stopped with an error");
+                        }
+                    });
+                    *self.running.lock().await = Some(Running { stop, task });
+                    return Ok(());
+                }
+                Err(e) => {
+                    last = Some(e);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        Err(Error::Listen {
+            addr: self.addr,
+            source: last.unwrap_or_else(|| std::io::Error::other("bind failed")),
+        })
+    }
+
+    async fn stop(&self) {
+        self.watch_gen.send_modify(|g| *g += 1);
+        let running = self.running.lock().await.take();
+        if let Some(r) = running {
+            let _ = r.stop.send(true);
+            let mut task = r.task;
+            if tokio::time::timeout(Duration::from_secs(5), &mut task).await.is_err() {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl faults::Restarter for ServerCtl {
+    fn restart(self: Arc<Self>) -> futures::future::BoxFuture<'static, Result<(), String>> {
+        Box::pin(async move {
+            self.stop().await;
+            self.listen().await.map_err(|e| e.to_string())
+        })
+    }
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let sock = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    sock.set_reuseaddr(true)?;
+    sock.set_nodelay(true)?;
+    sock.bind(addr)?;
+    sock.listen(1024)
+}
+
+/// A running local cluster.
+pub struct LocalCluster {
+    cfg: ClusterConfig,
+    addr: SocketAddr,
+    store: Arc<Store>,
+    faults: Faults,
+    server: Arc<ServerCtl>,
+    stop: watch::Sender<bool>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for LocalCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalCluster").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl LocalCluster {
+    /// Seed the store, bind the listener and start the kubelets.
+    pub async fn start(cfg: ClusterConfig) -> Result<LocalCluster, Error> {
+        if cfg.zones == 0 {
+            return Err(Error::Config("zones must be at least 1".into()));
+        }
+        let store = Arc::new(Store::new(cfg.store.clone()));
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            store.create(resources::NAMESPACES, "", json!({"metadata": {"name": ns}}))?;
+        }
+        for (name, value) in [("system-cluster-critical", 2_000_000_000i64), ("system-node-critical", 2_000_001_000)] {
+            store.create(
+                resources::PRIORITY_CLASSES,
+                "",
+                json!({"metadata": {"name": name}, "value": value, "description": "Used for system critical pods that must not be moved from their current node."}),
+            )?;
+        }
+        if cfg.storage.enabled {
+            store.enable_storage_protection();
+            volumes::seed(&store)?;
+        }
+        for i in 0..cfg.nodes {
+            let name = format!("node-{i}");
+            let node = store.create(resources::NODES, "", node_json(&name, i, cfg.zones, &cfg.node_cpu, &cfg.node_memory, cfg.node_pods))?;
+            if cfg.storage.enabled {
+                store.create(resources::CSINODES, "", volumes::csinode_json(&name, node.uid(), cfg.storage.attach_limit))?;
+            }
+        }
+
+        let (ktx, krx) = mpsc::unbounded_channel();
+        store.set_kubelet(ktx);
+        let (stop, stop_rx) = watch::channel(false);
+        let watch_gen = Arc::new(watch::channel(0u64).0);
+        let faults = Faults::new(&cfg.faults, store.clone(), watch_gen.clone());
+
+        // Bind first (port 0 → real port), then build the app with the real address.
+        let listener = bind(cfg.listen).map_err(|source| Error::Listen { addr: cfg.listen, source })?;
+        let addr = listener.local_addr().map_err(|source| Error::Listen { addr: cfg.listen, source })?;
+        drop(listener);
+        let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string(), auth: Arc::new(cfg.auth.clone()), openapi: Arc::default() };
+        let server = Arc::new(ServerCtl { addr, app: http::router(state), watch_gen, running: tokio::sync::Mutex::new(None) });
+        server.listen().await?;
+        let weak: std::sync::Weak<dyn faults::Restarter> = Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));
+        faults.set_server(weak);
+
+        let kubelet = kubelet::spawn(store.clone(), cfg.kubelet.clone(), krx, stop_rx.clone());
+        let mut tasks = vec![kubelet];
+        if cfg.storage.enabled {
+            tasks.push(volumes::spawn(store.clone(), cfg.storage.clone(), stop_rx.clone()));
+        }
+        if cfg.podgc.enabled {
+            tasks.push(podgc::spawn(store.clone(), cfg.podgc.clone(), stop_rx.clone()));
+        }
+        if cfg.controllers.enabled {
+            tasks.push(controllers::spawn(store.clone(), cfg.controllers.clone(), stop_rx.clone()));
+        }
+        let ticker = {
+            let store = store.clone();
+            let mut stop_rx = stop_rx;
+            let every = cfg.bookmark_interval.max(Duration::from_millis(10));
+            tokio::spawn(async move {
+                let mut iv = tokio::time::interval(every);
+                iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = stop_rx.changed() => break,
+                        _ = iv.tick() => store.bookmark_tick(),
+                    }
+                }
+            })
+        };
+        tasks.push(ticker);
+        Ok(LocalCluster { cfg, addr, store, faults, server, stop, tasks: Mutex::new(tasks) })
+    }
+
+    /// The listen address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    #[cfg(feature = "client")]
+    /// A kube client config for this cluster (default namespace
+    /// "default"; kube's default retry of 429/503/504 stays on).
+    pub fn client_config(&self) -> Result<kube::Config, Error> {
+        let uri: axum::http::Uri = self.url().parse().map_err(|e| Error::Client(format!("{e}")))?;
+        let mut cfg = kube::Config::new(uri);
+        cfg.default_namespace = "default".into();
+        cfg.read_timeout = Some(Duration::from_secs(60));
+        Ok(cfg)
+    }
+
+    #[cfg(feature = "client")]
+    /// A kube client for this cluster, from [`LocalCluster::client_config`].
+    pub fn client(&self) -> Result<kube::Client, Error> {
+        kube::Client::try_from(self.client_config()?).map_err(|e| Error::Client(e.to_string()))
+    }
+
+    #[cfg(feature = "client")]
+    /// A kube client that does not retry 429s, to observe raw answers.
+    pub fn client_without_retry(&self) -> Result<kube::Client, Error> {
+        let mut cfg = self.client_config()?;
+        cfg.default_retry = false;
+        kube::Client::try_from(cfg).map_err(|e| Error::Client(e.to_string()))
+    }
+
+    /// The kubeconfig YAML pointing at this cluster, without auth.
+    pub fn kubeconfig_yaml(&self) -> String {
+        kubeconfig_yaml(&self.url())
+    }
+
+    /// Write the kubeconfig to `path`, whole or not at all: it is written
+    /// beside it and renamed, so that whoever waits for the file to appear
+    /// (`bench --e2e`, a script) never reads half of it.
+    pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        let path = path.as_ref();
+        write_whole(path, self.kubeconfig_yaml().as_bytes()).map_err(|source| Error::Kubeconfig { path: path.display().to_string(), source })
+    }
+
+    /// Fault injection handle.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// Direct store access (seeding, assertions).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Add a simulated node named `name` with the standard labels and the
+    /// configured capacity; its zone continues the round-robin.
+    pub fn add_node(&self, name: &str) -> Result<k8s_openapi::api::core::v1::Node, Error> {
+        let c = &self.cfg;
+        let index = self.store.count(resources::NODES);
+        let o = self.store.create(resources::NODES, "", node_json(name, index, c.zones, &c.node_cpu, &c.node_memory, c.node_pods))?;
+        self.add_csinode(&o)?;
+        Ok(o.decode()?)
+    }
+
+    /// Add a node with its own capacity; `index` picks its zone among `zones`.
+    pub fn add_custom_node(&self, name: &str, index: usize, zones: usize, cpu: &str, memory: &str, pods: u32) -> Result<k8s_openapi::api::core::v1::Node, Error> {
+        let o = self.store.create(resources::NODES, "", node_json(name, index, zones, cpu, memory, pods))?;
+        self.add_csinode(&o)?;
+        Ok(o.decode()?)
+    }
+
+    /// The CSINode a node's CSI driver registers (storage enabled).
+    fn add_csinode(&self, node: &store::Obj) -> Result<(), Error> {
+        if self.cfg.storage.enabled {
+            self.store.create(resources::CSINODES, "", volumes::csinode_json(node.name(), node.uid(), self.cfg.storage.attach_limit))?;
+        }
+        Ok(())
+    }
+
+    /// The configuration the cluster was started with.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.cfg
+    }
+
+    /// Stop everything: listener, connections, watches, kubelets, timers.
+    pub async fn shutdown(self) {
+        self.server.stop().await;
+        let _ = self.stop.send(true);
+        let tasks = match self.tasks.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        self.server.watch_gen.send_modify(|g| *g += 1);
+        if let Ok(mut g) = self.server.running.try_lock()
+            && let Some(r) = g.take() {
+                let _ = r.stop.send(true);
+            }
+    }
+}
+
+/// A kubeconfig for `url` without auth.
+pub fn kubeconfig_yaml(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: berth\n  cluster:\n    server: {url}\ncontexts:\n- name: berth\n  context:\n    cluster: berth\n    user: berth\n    namespace: default\ncurrent-context: berth\nusers:\n- name: berth\n  user: {{}}\n"
+    )
+}
+
+/// Write `bytes` to `path` so that a reader never sees part of them: into
+/// `<path>.partial`, then renamed over `path` (a script waiting for the
+/// kubeconfig to appear would otherwise read it half-written).
+fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    std::fs::write(&partial, bytes)?;
+    std::fs::rename(&partial, path)
+}
+
+#[cfg(test)]
+mod write_tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_written_whole_and_replaces_what_was_there() {
+        let dir = std::env::temp_dir().join(format!("berth-write-whole-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.join("kubeconfig");
+        let partial = dir.join("kubeconfig.partial");
+        write_whole(&path, b"first").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read(&path).unwrap_or_default(), b"first");
+        assert!(!partial.exists());
+        // A stale partial file from a crashed writer and the old file are both replaced.
+        std::fs::write(&partial, b"stale").unwrap_or_else(|e| panic!("{e}"));
+        write_whole(&path, b"second").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read(&path).unwrap_or_default(), b"second");
+        assert!(!partial.exists());
+        // A directory that does not exist is an error, not a panic.
+        assert!(write_whole(&dir.join("missing").join("kubeconfig"), b"x").is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,14 @@
+//! The local cluster's tests, in one binary: through kube-rs, kubectl and
+//! helm, its controllers, faults and OpenAPI. No scheduler is linked.
+
+mod cluster_apply;
+mod cluster_clients;
+mod cluster_crd;
+mod cluster_faults;
+mod cluster_helm;
+mod cluster_kube;
+mod cluster_kubectl;
+mod cluster_lifecycle;
+mod cluster_openapi;
+mod cluster_storage;
+mod support;

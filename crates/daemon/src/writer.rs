@@ -1,0 +1,1159 @@
+//! Every write berth makes to the API: bindings, PodScheduled conditions,
+//! nominations, preemption (DisruptionTarget then a graceful delete), and
+//! events. Bind results come back to the scheduling loop as messages.
+//!
+//! Three budgets, so that no kind of write starves another:
+//!
+//! - **binds**: their own concurrency and token bucket (clientConnection qps/burst).
+//!   A bind waits for its turn as a small job in a queue, not as a task: a
+//!   backlog of tens of thousands of assumed pods holds a few words each, and
+//!   at most [`BIND_TASKS`] bind tasks (each the size of a whole client call)
+//!   exist at once;
+//! - **status writes** (PodScheduled, nominations, preemption): their own
+//!   concurrency and bucket, so a flood of failure reports never delays a bind;
+//! - **events**: a bounded queue drained by their own task with their own
+//!   bucket, as upstream's event broadcaster runs on a client of its own.
+//!   Isomorphic events are aggregated into a series as events.k8s.io's
+//!   recorder does; a failed write is retried with backoff; an event is never
+//!   awaited by a bind.
+//!
+//! Leadership is checked at the moment of each write ([`Lease::write_permit`],
+//! after the rate limiter's wait, right before sending): a write queued while
+//! this replica led is dropped once it no longer does.
+//!
+//! A bind whose outcome is unknown (timeout, connection reset, 5xx: the reply
+//! may have been lost after the commit) is not a failure: the pod is read
+//! back, with backoff, until the API says whether it is bound; only a pod
+//! known not to be bound is reported failed (and its assumed slot freed).
+//!
+//! A pod with volumes to bind first goes through VolumeBinding's PreBind in
+//! its bind job ([`Writer::bind_with_volumes`]): PV claimRefs and claims'
+//! selected-node annotations, written under the bind budget and the lease,
+//! read back when their outcome is unknown; then a bounded wait until the
+//! claims are bound. Only then is the pod bound.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::TryFutureExt;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::events::v1 as events;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::Api;
+use serde_json::json;
+use tokio::sync::{mpsc, Mutex, Semaphore};
+
+use super::leader::Lease;
+use berth_engine::cache::storage::{self as vol, StaticBinding};
+use berth_model::PodInfo;
+use berth_engine::plugins::volume_binding::PreBindWork;
+
+/// The outcome of a bind, reported to the scheduling loop.
+#[derive(Debug)]
+pub struct BindResult {
+    /// The pod.
+    pub pod: Arc<PodInfo>,
+    /// The node it was bound to.
+    pub node: String,
+    /// What happened.
+    pub outcome: BindOutcome,
+    /// When the cycle that chose the node started.
+    pub started: Instant,
+    /// How long the binding call took.
+    pub took: Duration,
+}
+
+/// What a bind came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BindOutcome {
+    /// Bound by this call (known, or found out after an unknown outcome).
+    Bound,
+    /// The API says the pod is bound already, to `node` (409, or an unknown
+    /// outcome read back): it holds that node's slot; not retried.
+    AlreadyBound {
+        /// Where the API has it.
+        node: String,
+    },
+    /// The pod is gone (404): dropped.
+    Gone,
+    /// Not leader any more: not attempted.
+    NotLeader,
+    /// Known not bound: forget and retry with backoff.
+    Failed(String),
+}
+
+/// A token bucket pacing API writes (clientConnection qps/burst).
+#[derive(Debug)]
+pub struct RateLimiter {
+    qps: f64,
+    burst: f64,
+    state: Mutex<(f64, tokio::time::Instant)>,
+}
+
+impl RateLimiter {
+    /// qps ≤ 0 means unlimited.
+    pub fn new(qps: f64, burst: i64) -> Self {
+        let burst = (burst.max(1)) as f64;
+        RateLimiter { qps, burst, state: Mutex::new((burst, tokio::time::Instant::now())) }
+    }
+
+    /// Waits for a token.
+    pub async fn acquire(&self) {
+        if self.qps <= 0.0 {
+            return;
+        }
+        loop {
+            let wait = {
+                let mut s = self.state.lock().await;
+                let now = tokio::time::Instant::now();
+                let refill = now.duration_since(s.1).as_secs_f64() * self.qps;
+                s.0 = (s.0 + refill).min(self.burst);
+                s.1 = now;
+                if s.0 >= 1.0 {
+                    s.0 -= 1.0;
+                    return;
+                }
+                Duration::from_secs_f64((1.0 - s.0) / self.qps)
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// Counts of writes, for logs and tests.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WriteCounts {
+    /// Successful binds.
+    pub binds: u64,
+    /// Binds whose outcome was unknown and had to be read back.
+    pub binds_unknown: u64,
+    /// Failed writes of any kind.
+    pub failures: u64,
+    /// Writes not sent because this replica no longer led.
+    pub refused_not_leader: u64,
+    /// Events written (created, or a series updated).
+    pub events_written: u64,
+    /// Repeats folded into a series instead of being written.
+    pub events_suppressed: u64,
+    /// Event writes that failed and were retried.
+    pub event_retries: u64,
+    /// Events given up: every retry failed, the queue was full, or the lease was lost.
+    pub events_lost: u64,
+    /// PreBind writes that reached the API: PV claimRefs and claims' selected node.
+    pub volume_writes: u64,
+    /// PreBind writes whose outcome was unknown and had to be read back.
+    pub volume_writes_unknown: u64,
+}
+
+/// Counters shared by the writer's tasks.
+pub type SharedCounts = Arc<std::sync::Mutex<WriteCounts>>;
+
+/// An event to record.
+#[derive(Debug)]
+struct EventItem {
+    pod: Arc<PodInfo>,
+    kind: &'static str,
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+}
+
+/// Events waiting to be written; a full queue drops (and counts) the newest.
+const EVENT_QUEUE: usize = 8192;
+/// Upstream's `maxTriesPerEvent`.
+const EVENT_TRIES: u32 = 12;
+/// How long an isomorphic event keeps its series (upstream finishes a series after six minutes).
+const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// At most this many event series are remembered (upstream's
+/// `maxLruCacheEntries`).
+const SERIES_CAP: usize = 4096;
+/// Bounds the event series: at [`SERIES_CAP`], the series past their window
+/// go, and if half the cap is still left the older half goes too (upstream's
+/// correlator keeps its series in an LRU cache of 4,096). The pass then runs
+/// once per thousands of new series rather than on every event.
+fn trim_series<K: Eq + std::hash::Hash, V>(series: &mut HashMap<K, V>, at: impl Fn(&V) -> Instant, now: Instant) {
+    if series.len() < SERIES_CAP {
+        return;
+    }
+    series.retain(|_, v| now.duration_since(at(v)) < SERIES_WINDOW);
+    if series.len() >= SERIES_CAP / 2 {
+        let mut seen: Vec<Instant> = series.values().map(&at).collect();
+        let mid = seen.len() / 2;
+        let cut = *seen.select_nth_unstable(mid).1;
+        series.retain(|_, v| at(v) > cut);
+    }
+}
+
+/// Concurrent event writes.
+const EVENT_CONCURRENCY: usize = 8;
+/// Bind tasks alive at once at least (twice the bind concurrency when that
+/// is more): enough to keep every bind slot busy while others read back a
+/// bind whose outcome is unknown.
+pub const BIND_TASKS: usize = 64;
+
+/// A bind waiting for a task.
+struct BindJob {
+    pod: Arc<PodInfo>,
+    node: String,
+    started: Instant,
+}
+
+/// The API writer.
+#[derive(Clone)]
+pub struct Writer {
+    client: kube::Client,
+    lease: Lease,
+    bind_limiter: Arc<RateLimiter>,
+    status_limiter: Arc<RateLimiter>,
+    bind_slots: Arc<Semaphore>,
+    status_slots: Arc<Semaphore>,
+    results: mpsc::UnboundedSender<BindResult>,
+    binds: mpsc::UnboundedSender<BindJob>,
+    /// Binds queued and not yet running in a task.
+    binds_queued: Arc<AtomicUsize>,
+    events: mpsc::Sender<EventItem>,
+    events_pending: Arc<AtomicUsize>,
+    counts: SharedCounts,
+    component: String,
+    instance: String,
+    tasks: Arc<Mutex<tokio::task::JoinSet<()>>>,
+    event_task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    bind_task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+}
+
+/// Aborts the task held in `slot`, if still there.
+fn stop_task(slot: &std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>) {
+    if let Ok(mut t) = slot.lock()
+        && let Some(h) = t.take()
+    {
+        h.abort();
+    }
+}
+
+/// Returns once `n` is zero (polled: it counts queued work that has no waiter).
+async fn until_zero(n: &AtomicUsize) {
+    while n.load(Ordering::Acquire) > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn api_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Could a write that failed with `e` have been committed? Transport errors,
+/// timeouts and 5xx may hide a commit whose reply was lost; other API answers
+/// (4xx, 429 included) say the write was refused.
+fn outcome_unknown(e: &kube::Error) -> bool {
+    api_code(e).is_none_or(|c| c >= 500)
+}
+
+/// What reading a pod back after a bind says.
+#[derive(Debug, PartialEq, Eq)]
+enum Verified {
+    BoundHere,
+    BoundElsewhere(String),
+    NotBound,
+    Gone,
+}
+
+impl Writer {
+    /// A writer for `client`, writing only while `lease` allows it.
+    /// `qps`/`burst` pace each of the three budgets.
+    pub fn new(client: kube::Client, lease: Lease, qps: f64, burst: i64, concurrency: usize, results: mpsc::UnboundedSender<BindResult>, identity: &str) -> Writer {
+        let (etx, erx) = mpsc::channel(EVENT_QUEUE);
+        let (btx, brx) = mpsc::unbounded_channel();
+        let w = Writer {
+            client,
+            lease,
+            bind_limiter: Arc::new(RateLimiter::new(qps, burst)),
+            status_limiter: Arc::new(RateLimiter::new(qps, burst)),
+            bind_slots: Arc::new(Semaphore::new(concurrency.max(1))),
+            status_slots: Arc::new(Semaphore::new(concurrency.max(1))),
+            results,
+            binds: btx,
+            binds_queued: Arc::new(AtomicUsize::new(0)),
+            events: etx,
+            events_pending: Arc::new(AtomicUsize::new(0)),
+            counts: Arc::new(std::sync::Mutex::new(WriteCounts::default())),
+            component: "berth".into(),
+            instance: identity.to_string(),
+            tasks: Arc::new(Mutex::new(tokio::task::JoinSet::new())),
+            event_task: Arc::new(std::sync::Mutex::new(None)),
+            bind_task: Arc::new(std::sync::Mutex::new(None)),
+        };
+        let h = tokio::spawn(w.clone().event_loop(erx, Arc::new(RateLimiter::new(qps, burst))));
+        if let Ok(mut t) = w.event_task.lock() {
+            *t = Some(h);
+        }
+        let h = tokio::spawn(w.clone().bind_loop(brx, BIND_TASKS.max(2 * concurrency)));
+        if let Ok(mut t) = w.bind_task.lock() {
+            *t = Some(h);
+        }
+        w
+    }
+
+    /// Counters so far.
+    pub fn counts(&self) -> WriteCounts {
+        self.counts.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    /// The shared counters (live).
+    pub fn shared_counts(&self) -> SharedCounts {
+        self.counts.clone()
+    }
+
+    fn count(&self, f: impl FnOnce(&mut WriteCounts)) {
+        if let Ok(mut c) = self.counts.lock() {
+            f(&mut c);
+        }
+    }
+
+    async fn spawn<F>(&self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut tasks = self.tasks.lock().await;
+        // Reap finished tasks so the set stays small.
+        while tasks.try_join_next().is_some() {}
+        // Boxed: a write's future holds a whole client call (kilobytes), which
+        // the task would otherwise copy in on spawn and over on completion.
+        tasks.spawn(Box::pin(fut));
+    }
+
+    /// Starts queued binds as tasks, at most `live` at once, in order.
+    async fn bind_loop(self, mut rx: mpsc::UnboundedReceiver<BindJob>, live: usize) {
+        let live = Arc::new(Semaphore::new(live));
+        while let Some(job) = rx.recv().await {
+            let Ok(permit) = live.clone().acquire_owned().await else { return };
+            let w = self.clone();
+            self.spawn(async move {
+                w.run_bind(job.pod, job.node, job.started, None).await;
+                drop(permit);
+            })
+            .await;
+            // Counted out once in the task set, so that `drain` waits for it.
+            self.binds_queued.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Waits for every write in flight and every queued event (shutdown), up to `timeout`.
+    pub async fn drain(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let _ = tokio::time::timeout_at(deadline, until_zero(&self.binds_queued)).await;
+        stop_task(&self.bind_task);
+        {
+            let mut tasks = self.tasks.lock().await;
+            let _ = tokio::time::timeout_at(deadline, async { while tasks.join_next().await.is_some() {} }).await;
+            tasks.abort_all();
+        }
+        let _ = tokio::time::timeout_at(deadline, until_zero(&self.events_pending)).await;
+        stop_task(&self.event_task);
+    }
+
+    /// Abandons every write in flight and every queued event at once (a crash, in tests).
+    pub fn abort(&self) {
+        stop_task(&self.bind_task);
+        if let Ok(mut t) = self.tasks.try_lock() {
+            t.abort_all();
+        }
+        stop_task(&self.event_task);
+    }
+
+    /// Binds `pod` to `node` through `pods/binding`, off the caller's task.
+    pub async fn bind(&self, pod: Arc<PodInfo>, node: String, started: Instant) {
+        self.bind_with_volumes(pod, node, started, None).await;
+    }
+
+    /// Binds `pod` to `node` off the caller's task, after carrying out
+    /// VolumeBinding's PreBind work when there is some (see
+    /// [`Writer::pre_bind_volumes`]). A PreBind failure is reported on the pod
+    /// (PodScheduled=False, SchedulerError, and a FailedScheduling event) and
+    /// comes back as `Failed`, `Gone` or `NotLeader`; the pod is not bound.
+    pub async fn bind_with_volumes(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Option<PreBindWork>) {
+        match work {
+            // PreBind may wait long for volumes: its own task, never holding up other binds.
+            Some(work) => {
+                let w = self.clone();
+                self.spawn(async move { w.run_bind(pod, node, started, Some(work)).await }).await;
+            }
+            None => {
+                self.binds_queued.fetch_add(1, Ordering::AcqRel);
+                if self.binds.send(BindJob { pod, node, started }).is_err() {
+                    // The writer is shutting down: the bind is not made.
+                    self.binds_queued.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+
+    /// One bind job: PreBind's volume work when there is some, the binding,
+    /// the failure report, the result to the loop and the Scheduled event.
+    async fn run_bind(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Option<PreBindWork>) {
+        let pre = match &work {
+            Some(work) => self.pre_bind_volumes(&pod, &node, work).await,
+            None => Ok(()),
+        };
+        let pre_failed = pre.is_err();
+        // `took` is the binding call's, as before (PreBind's wait is not Bind's).
+        let t = Instant::now();
+        let outcome = match pre {
+            Ok(()) => self.bind_now(&pod, &node).await,
+            Err(o) => o,
+        };
+        let took = t.elapsed();
+        let bound = outcome == BindOutcome::Bound;
+        match &outcome {
+            BindOutcome::Bound => self.count(|c| c.binds += 1),
+            BindOutcome::Failed(_) => self.count(|c| c.failures += 1),
+            _ => {}
+        }
+        let report = match &outcome {
+            BindOutcome::Failed(m) if pre_failed => Some(m.clone()),
+            _ => None,
+        };
+        if let Some(message) = report {
+            // Before the result: the retry it allows cannot bind the pod
+            // before this False condition is written.
+            let at = meta::Time(k8s_openapi::jiff::Timestamp::now());
+            let status = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": message, "lastTransitionTime": at}]}});
+            self.patch_status(&pod, status).await;
+            self.event(&pod, "Warning", "FailedScheduling", "Scheduling", message);
+        }
+        let note = format!("Successfully assigned {} to {}", pod.key(), node);
+        let ev_pod = pod.clone();
+        let _ = self.results.send(BindResult { pod, node, outcome, started, took });
+        // After the result: an event never holds up a bind.
+        if bound {
+            self.event(&ev_pod, "Normal", "Scheduled", "Binding", note);
+        }
+    }
+
+    async fn bind_now(&self, pod: &PodInfo, node: &str) -> BindOutcome {
+        let r = {
+            let Ok(_slot) = self.bind_slots.acquire().await else { return BindOutcome::Failed("writer closed".into()) };
+            self.bind_limiter.acquire().await;
+            let Some(_permit) = self.lease.write_permit().await else {
+                self.count(|c| c.refused_not_leader += 1);
+                return BindOutcome::NotLeader;
+            };
+            let binding = core::Binding {
+                metadata: meta::ObjectMeta { name: Some(pod.name.clone()), namespace: Some(pod.namespace.clone()), uid: Some(pod.uid.clone()), ..Default::default() },
+                target: core::ObjectReference { kind: Some("Node".into()), api_version: Some("v1".into()), name: Some(node.into()), ..Default::default() },
+            };
+            // `Api::create_subresource`'s request, on a path built without an
+            // `Api` (which formats the path and copies the kind's names per call).
+            // The reply (a Status) is checked for being JSON, not kept.
+            let call = async {
+                let body = serde_json::to_vec(&binding).map_err(kube::Error::SerdeError)?;
+                let path = namespaced_path("/api/v1/namespaces/", &pod.namespace, "/pods");
+                let mut req = kube::core::Request::new(path).create_subresource("binding", &pod.name, &PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
+                req.extensions_mut().insert("create_subresource");
+                self.client.request::<serde::de::IgnoredAny>(req).await
+            };
+            tokio::time::timeout(Duration::from_secs(30), call).await
+        };
+        let why = match r {
+            Ok(Ok(_)) => return BindOutcome::Bound,
+            Ok(Err(e)) if api_code(&e) == Some(404) => return BindOutcome::Gone,
+            Ok(Err(e)) if api_code(&e) == Some(409) => {
+                // Bound already (by an earlier attempt of ours whose reply was
+                // lost and that kube's client retried, by a previous leader, or
+                // by someone else) — or a conflict saying nothing of the sort.
+                return match self.verify(pod, node).await {
+                    Verified::BoundHere => BindOutcome::AlreadyBound { node: node.to_string() },
+                    Verified::BoundElsewhere(n) => BindOutcome::AlreadyBound { node: n },
+                    Verified::NotBound => BindOutcome::Failed(e.to_string()),
+                    Verified::Gone => BindOutcome::Gone,
+                };
+            }
+            Ok(Err(e)) if !outcome_unknown(&e) => return BindOutcome::Failed(e.to_string()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "binding timed out after 30s".to_string(),
+        };
+        self.count(|c| c.binds_unknown += 1);
+        tracing::info!(pod = %pod.key(), %node, error = %why, "bind outcome unknown; reading the pod back");
+        match self.verify(pod, node).await {
+            Verified::BoundHere => BindOutcome::Bound,
+            Verified::BoundElsewhere(n) => BindOutcome::AlreadyBound { node: n },
+            Verified::NotBound => BindOutcome::Failed(why),
+            Verified::Gone => BindOutcome::Gone,
+        }
+    }
+
+    /// Reads the pod back until the API says where it is (reads need no
+    /// leadership; retried with backoff for as long as it takes).
+    async fn verify(&self, pod: &PodInfo, node: &str) -> Verified {
+        let api: Api<core::Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let mut pause = Duration::from_millis(50);
+        for attempt in 1u32.. {
+            match tokio::time::timeout(Duration::from_secs(10), api.get_opt(&pod.name)).await {
+                Ok(Ok(None)) => return Verified::Gone,
+                Ok(Ok(Some(p))) => {
+                    if p.metadata.uid.as_deref().is_some_and(|u| u != pod.uid) {
+                        return Verified::Gone;
+                    }
+                    return match p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty()) {
+                        Some(n) if n == node => Verified::BoundHere,
+                        Some(n) => Verified::BoundElsewhere(n),
+                        None => Verified::NotBound,
+                    };
+                }
+                Ok(Err(e)) => tracing::debug!(pod = %pod.key(), error = %e, attempt, "reading the pod back failed"),
+                Err(_) => tracing::debug!(pod = %pod.key(), attempt, "reading the pod back timed out"),
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+        Verified::NotBound
+    }
+
+    async fn patch_status(&self, pod: &PodInfo, patch: serde_json::Value) -> bool {
+        let Ok(_slot) = self.status_slots.acquire().await else { return false };
+        self.status_limiter.acquire().await;
+        let Some(_permit) = self.lease.write_permit().await else {
+            self.count(|c| c.refused_not_leader += 1);
+            return false;
+        };
+        let api: Api<core::Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        match api.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            Ok(_) => true,
+            Err(e) => {
+                if api_code(&e) != Some(404) {
+                    self.count(|c| c.failures += 1);
+                    tracing::warn!(pod = %pod.key(), error = %e, "status patch failed");
+                }
+                false
+            }
+        }
+    }
+
+    /// Reports a failed attempt: PodScheduled=False with the message (and the
+    /// nomination, when preemption chose a node), and a FailedScheduling event.
+    /// `since`: the condition's lastTransitionTime when it already was False
+    /// (kept: it changes only on a transition), None to stamp now.
+    pub async fn report_failure(&self, pod: Arc<PodInfo>, reason: &'static str, message: String, nominated: Option<String>, since: Option<meta::Time>) {
+        let w = self.clone();
+        self.spawn(async move {
+            let at = since.unwrap_or_else(|| meta::Time(k8s_openapi::jiff::Timestamp::now()));
+            let mut status = json!({
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": reason, "message": message, "lastTransitionTime": at}],
+            });
+            if let Some(n) = &nominated {
+                status["nominatedNodeName"] = json!(n);
+            }
+            w.patch_status(&pod, json!({ "status": status })).await;
+            w.event(&pod, "Warning", "FailedScheduling", "Scheduling", message);
+        })
+        .await;
+    }
+
+    /// Clears a pod's nomination (a lower-priority pod on a node a preemptor now needs).
+    pub async fn clear_nomination(&self, pod: Arc<PodInfo>) {
+        let w = self.clone();
+        self.spawn(async move {
+            w.patch_status(&pod, json!({"status": {"nominatedNodeName": null}})).await;
+        })
+        .await;
+    }
+
+    /// Preempts a victim: DisruptionTarget condition, a Preempted event, then a
+    /// graceful delete with the victim's own grace period (never forced).
+    pub async fn preempt(&self, victim: Arc<PodInfo>, preemptor: Arc<PodInfo>, node: String, profile: String) {
+        let w = self.clone();
+        self.spawn(async move {
+            let now = meta::Time(k8s_openapi::jiff::Timestamp::now());
+            let cond = json!({"status": {"conditions": [{
+                "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                "message": format!("{profile}: preempting to accommodate a higher priority pod"), "lastTransitionTime": now,
+            }]}});
+            w.patch_status(&victim, cond).await;
+            w.event(&victim, "Normal", "Preempted", "Preempting", format!("Preempted by pod {} on node {}", preemptor.uid, node));
+            let api: Api<core::Pod> = Api::namespaced(w.client.clone(), &victim.namespace);
+            let dp = DeleteParams { preconditions: Some(Preconditions { uid: Some(victim.uid.clone()), resource_version: None }), ..Default::default() };
+            // The preemptor waits for this delete: retry transient failures a few times.
+            let mut pause = Duration::from_millis(200);
+            for attempt in 1..=5 {
+                let r = {
+                    let Ok(_slot) = w.status_slots.acquire().await else { return };
+                    w.status_limiter.acquire().await;
+                    let Some(_permit) = w.lease.write_permit().await else {
+                        w.count(|c| c.refused_not_leader += 1);
+                        return;
+                    };
+                    api.delete(&victim.name, &dp).await
+                };
+                match r {
+                    Ok(_) => break,
+                    Err(e) if matches!(api_code(&e), Some(404 | 409)) => break,
+                    Err(e) => {
+                        w.count(|c| c.failures += 1);
+                        tracing::warn!(victim = %victim.key(), error = %e, attempt, "deleting preemption victim failed");
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+        })
+        .await;
+    }
+
+    /// Writes a PodGroup's status (either API) with a merge patch of its
+    /// status subresource, off the caller's task. A failure is logged: the
+    /// next attempt of the group writes again.
+    pub async fn group_status(&self, api: berth_model::pod::GroupApi, namespace: String, name: String, status: serde_json::Value) {
+        let w = self.clone();
+        self.spawn(async move {
+            let ar = super::watch::group_api_resource(api);
+            let groups: Api<kube::api::DynamicObject> = Api::namespaced_with(w.client.clone(), &namespace, &ar);
+            let Ok(_slot) = w.status_slots.acquire().await else { return };
+            w.status_limiter.acquire().await;
+            let Some(_permit) = w.lease.write_permit().await else {
+                w.count(|c| c.refused_not_leader += 1);
+                return;
+            };
+            if let Err(e) = groups.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": status }))).await {
+                tracing::warn!(group = %format!("{namespace}/{name}"), error = %e, "writing PodGroup status failed");
+            }
+        })
+        .await;
+    }
+
+    /// Queues an event (events.k8s.io/v1) for the event task; never waits.
+    pub fn event(&self, pod: &Arc<PodInfo>, kind: &'static str, reason: &'static str, action: &'static str, note: String) {
+        let item = EventItem { pod: pod.clone(), kind, reason, action, note };
+        self.events_pending.fetch_add(1, Ordering::AcqRel);
+        if self.events.try_send(item).is_err() {
+            self.events_pending.fetch_sub(1, Ordering::AcqRel);
+            self.count(|c| c.events_lost += 1);
+            tracing::warn!(pod = %pod.key(), reason, "event queue full; event dropped");
+        }
+    }
+
+    /// Drains the event queue: aggregates isomorphic events into series and
+    /// writes the rest, each with retries, at most `EVENT_CONCURRENCY` at once.
+    async fn event_loop(self, mut rx: mpsc::Receiver<EventItem>, limiter: Arc<RateLimiter>) {
+        // Isomorphic key → (created event's name once known, series count, last seen).
+        type Series = HashMap<(String, &'static str, &'static str, &'static str, String), (Arc<std::sync::Mutex<Option<String>>>, u32, Instant)>;
+        let mut series: Series = HashMap::new();
+        let slots = Arc::new(Semaphore::new(EVENT_CONCURRENCY));
+        let mut running = tokio::task::JoinSet::new();
+        while let Some(item) = rx.recv().await {
+            while running.try_join_next().is_some() {}
+            let now = Instant::now();
+            trim_series(&mut series, |v| v.2, now);
+            let key = (item.pod.uid.clone(), item.kind, item.reason, item.action, item.note.clone());
+            let (name, count) = match series.get_mut(&key) {
+                Some((name, count, at)) if now.duration_since(*at) < SERIES_WINDOW => {
+                    *count += 1;
+                    *at = now;
+                    (name.clone(), *count)
+                }
+                _ => {
+                    let name = Arc::new(std::sync::Mutex::new(None));
+                    series.insert(key, (name.clone(), 1, now));
+                    (name, 1)
+                }
+            };
+            if count > 2 {
+                // Upstream writes a series once (count 2) and then only on its heartbeat.
+                self.count(|c| c.events_suppressed += 1);
+                self.events_pending.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+            let Ok(slot) = slots.clone().acquire_owned().await else { break };
+            let w = self.clone();
+            let limiter = limiter.clone();
+            // Boxed, as in `Writer::spawn`.
+            running.spawn(Box::pin(async move {
+                w.write_event(&item, &limiter, &name, count).await;
+                drop(slot);
+                w.events_pending.fetch_sub(1, Ordering::AcqRel);
+            }));
+        }
+    }
+
+    async fn write_event(&self, item: &EventItem, limiter: &RateLimiter, name: &std::sync::Mutex<Option<String>>, count: u32) {
+        let pod = &item.pod;
+        let path = namespaced_path("/apis/events.k8s.io/v1/namespaces/", &pod.namespace, "/events");
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let mut pause = Duration::from_millis(100);
+        for attempt in 1..=EVENT_TRIES {
+            limiter.acquire().await;
+            let r = {
+                let Some(_permit) = self.lease.write_permit().await else {
+                    self.count(|c| {
+                        c.refused_not_leader += 1;
+                        c.events_lost += 1;
+                    });
+                    return;
+                };
+                let existing = name.lock().ok().and_then(|n| n.clone());
+                match (count, existing) {
+                    (1, _) | (_, None) => {
+                        let ev = self.event_object(item, now);
+                        create_reading_name(&self.client, &path, &ev).await.map(|created| {
+                            if let (Ok(mut n), Some(created)) = (name.lock(), created) {
+                                *n = Some(created);
+                            }
+                        })
+                    }
+                    (_, Some(existing)) => {
+                        let patch = json!({"series": {"count": count, "lastObservedTime": meta::MicroTime(now)}});
+                        let api: Api<events::Event> = Api::namespaced(self.client.clone(), &pod.namespace);
+                        api.patch(&existing, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| ())
+                    }
+                }
+            };
+            match r {
+                Ok(()) => {
+                    self.count(|c| c.events_written += 1);
+                    return;
+                }
+                Err(e) if api_code(&e).is_some_and(|c| (400..500).contains(&c) && c != 429) => {
+                    // Refused for good (namespace gone, invalid): retrying cannot help.
+                    tracing::debug!(pod = %pod.key(), error = %e, "event refused");
+                    self.count(|c| c.events_lost += 1);
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(pod = %pod.key(), error = %e, attempt, "event write failed; retrying");
+                    self.count(|c| c.event_retries += 1);
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(5));
+        }
+        tracing::warn!(pod = %pod.key(), reason = item.reason, "event not recorded after {EVENT_TRIES} tries");
+        self.count(|c| c.events_lost += 1);
+    }
+
+    fn event_object(&self, item: &EventItem, now: k8s_openapi::jiff::Timestamp) -> events::Event {
+        let pod = &item.pod;
+        events::Event {
+            metadata: meta::ObjectMeta { generate_name: Some(format!("{}.", pod.name)), namespace: Some(pod.namespace.clone()), ..Default::default() },
+            event_time: Some(meta::MicroTime(now)),
+            action: Some(item.action.into()),
+            reason: Some(item.reason.into()),
+            note: Some(item.note.chars().take(1024).collect()),
+            type_: Some(item.kind.into()),
+            reporting_controller: Some(self.component.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            regarding: Some(core::ObjectReference {
+                kind: Some("Pod".into()),
+                api_version: Some("v1".into()),
+                namespace: Some(pod.namespace.clone()),
+                name: Some(pod.name.clone()),
+                uid: Some(pod.uid.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+/// How one PreBind write ended.
+enum VolumeWrite {
+    /// Written (or found written when read back).
+    Done,
+    /// The object changed under us (409): read it again and retry.
+    Conflict(String),
+    /// Known not written, for this reason.
+    Refused(String),
+    /// Not leader any more: not attempted.
+    NotLeader,
+}
+
+/// What one poll of the PreBind wait found.
+enum Bound {
+    /// Every claim is fully bound.
+    All,
+    /// Not yet.
+    NotYet,
+    /// Binding cannot succeed (upstream `checkBindings` errors).
+    Failed(String),
+    /// The pod is gone.
+    PodGone,
+}
+
+/// Attempts at one PV or claim write when it conflicts (409) with another writer.
+const VOLUME_WRITE_TRIES: u32 = 3;
+
+fn pre_bind_failed(message: impl std::fmt::Display) -> BindOutcome {
+    BindOutcome::Failed(format!("running PreBind plugin {:?}: {message}", berth_engine::plugins::volume_binding::NAME))
+}
+
+/// Fully bound, as the binder reads it: a volume name and the bind-completed annotation.
+fn claim_fully_bound(c: &core::PersistentVolumeClaim) -> bool {
+    c.spec.as_ref().and_then(|s| s.volume_name.as_deref()).is_some_and(|v| !v.is_empty()) && c.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(vol::ANN_BIND_COMPLETED))
+}
+
+fn selected_node_of(c: &core::PersistentVolumeClaim) -> Option<&str> {
+    c.metadata.annotations.as_ref().and_then(|a| a.get(vol::ANN_SELECTED_NODE)).map(String::as_str)
+}
+
+impl Writer {
+    /// VolumeBinding's PreBind, carried out off the scheduling loop as
+    /// upstream's `BindPodVolumes` does: each chosen PV gets its claimRef
+    /// (with `pv.kubernetes.io/bound-by-controller` unless it was pre-bound),
+    /// each claim to provision the `volume.kubernetes.io/selected-node`
+    /// annotation; then it waits, at most `work.timeout`, until the PV
+    /// controller and the provisioner have bound every claim.
+    ///
+    /// Each write is a fresh read then a write conditional on its
+    /// resourceVersion, through the bind budget and the lease permit. A write
+    /// whose outcome is unknown is read back: written, it counts as done;
+    /// not written, PreBind fails. Nothing is rolled back in the API (as
+    /// upstream: the PV controller finishes or undoes a binding); the loop
+    /// forgets the assumed decisions when the result says the pod was not
+    /// bound.
+    async fn pre_bind_volumes(&self, pod: &PodInfo, node: &str, work: &PreBindWork) -> Result<(), BindOutcome> {
+        let deadline = tokio::time::Instant::now() + work.timeout;
+        for b in &work.bind_pvs {
+            self.bind_pv(b, deadline).await?;
+        }
+        for (ns, name) in &work.provision_claims {
+            self.select_node(ns, name, node, deadline).await?;
+        }
+        if work.wait_for.is_empty() {
+            return Ok(());
+        }
+        let nodes: Api<core::Node> = Api::all(self.client.clone());
+        let labels = match self.read(deadline, || nodes.get_opt(node)).await? {
+            Some(n) => n.metadata.labels.unwrap_or_default(),
+            None => return Err(pre_bind_failed(format!("binding volumes: failed to get node {node:?}: nodes {node:?} not found"))),
+        };
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.check_bindings(pod, node, &labels, work).await {
+                Bound::All => return Ok(()),
+                Bound::PodGone => return Err(BindOutcome::Gone),
+                Bound::Failed(m) => return Err(pre_bind_failed(format!("binding volumes: {m}"))),
+                Bound::NotYet => {}
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(pre_bind_failed("binding volumes: context deadline exceeded"));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Reads until the API answers (transport errors and 5xx are retried
+    /// with backoff until `deadline`). Reads need no leadership.
+    async fn read<T, F, Fut>(&self, deadline: tokio::time::Instant, f: F) -> Result<T, BindOutcome>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, kube::Error>>,
+    {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), f()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if !outcome_unknown(&e) => return Err(pre_bind_failed(e)),
+                Ok(Err(e)) => tracing::debug!(error = %e, "PreBind read failed; retrying"),
+                Err(_) => tracing::debug!("PreBind read timed out; retrying"),
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(pre_bind_failed("binding volumes: context deadline exceeded"));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// One PreBind write through the bind budget and the lease permit;
+    /// `landed` reads the object back when the outcome is unknown.
+    async fn volume_write<W, WFut, L, LFut>(&self, deadline: tokio::time::Instant, write: W, landed: L) -> Result<VolumeWrite, BindOutcome>
+    where
+        W: FnOnce() -> WFut,
+        WFut: std::future::Future<Output = Result<serde_json::Value, kube::Error>>,
+        L: Fn() -> LFut,
+        LFut: std::future::Future<Output = Result<bool, kube::Error>>,
+    {
+        let r = {
+            let Ok(_slot) = self.bind_slots.acquire().await else { return Ok(VolumeWrite::Refused("writer closed".into())) };
+            self.bind_limiter.acquire().await;
+            let Some(_permit) = self.lease.write_permit().await else {
+                self.count(|c| c.refused_not_leader += 1);
+                return Ok(VolumeWrite::NotLeader);
+            };
+            tokio::time::timeout(Duration::from_secs(30), write()).await
+        };
+        let why = match r {
+            Ok(Ok(_)) => {
+                self.count(|c| c.volume_writes += 1);
+                return Ok(VolumeWrite::Done);
+            }
+            Ok(Err(e)) if api_code(&e) == Some(409) => return Ok(VolumeWrite::Conflict(e.to_string())),
+            Ok(Err(e)) if !outcome_unknown(&e) => return Ok(VolumeWrite::Refused(e.to_string())),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "write timed out after 30s".to_string(),
+        };
+        self.count(|c| c.volume_writes_unknown += 1);
+        tracing::info!(error = %why, "PreBind write outcome unknown; reading it back");
+        if self.read(deadline, landed).await? {
+            self.count(|c| c.volume_writes += 1);
+            Ok(VolumeWrite::Done)
+        } else {
+            Ok(VolumeWrite::Refused(why))
+        }
+    }
+
+    /// Sets a PV's claimRef to the claim (upstream `GetBindVolumeToClaim`,
+    /// then the update of `bindAPIUpdate`).
+    async fn bind_pv(&self, b: &StaticBinding, deadline: tokio::time::Instant) -> Result<(), BindOutcome> {
+        let pvs: Api<core::PersistentVolume> = Api::all(self.client.clone());
+        let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &b.claim.namespace);
+        let uid = if b.claim.uid.is_empty() {
+            match self.read(deadline, || claims.get_opt(&b.claim.name)).await? {
+                Some(c) => c.metadata.uid.unwrap_or_default(),
+                None => return Err(pre_bind_failed(format!("persistentvolumeclaims {:?} not found", b.claim.name))),
+            }
+        } else {
+            b.claim.uid.clone()
+        };
+        let mut last = String::new();
+        for _ in 0..VOLUME_WRITE_TRIES {
+            let Some(pv) = self.read(deadline, || pvs.get_opt(&b.pv)).await? else {
+                return Err(pre_bind_failed(format!("persistentvolumes {:?} not found", b.pv)));
+            };
+            let current = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+            let to_claim = current.is_some_and(|r| r.name.as_deref() == Some(&b.claim.name) && r.namespace.as_deref() == Some(&b.claim.namespace));
+            if current.is_some() && !to_claim {
+                return Err(pre_bind_failed(format!("persistentvolume {:?} is bound to another claim", b.pv)));
+            }
+            let current_uid = current.and_then(|r| r.uid.as_deref()).unwrap_or_default();
+            if to_claim && current_uid == uid {
+                return Ok(());
+            }
+            if to_claim && !current_uid.is_empty() {
+                return Err(pre_bind_failed(format!("persistentvolume {:?} is bound to another claim of the same name", b.pv)));
+            }
+            let mut patch = json!({
+                "metadata": {"resourceVersion": pv.metadata.resource_version},
+                "spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": b.claim.namespace, "name": b.claim.name, "uid": uid}},
+            });
+            if !to_claim {
+                patch["metadata"]["annotations"] = json!({ vol::ANN_BOUND_BY_CONTROLLER: "yes" });
+            }
+            let (pvs_r, uid_r) = (&pvs, &uid);
+            let landed = move || async move {
+                let pv = pvs_r.get_opt(&b.pv).await?;
+                Ok::<bool, kube::Error>(pv.and_then(|p| p.spec?.claim_ref).is_some_and(|r| r.name.as_deref() == Some(&b.claim.name) && r.namespace.as_deref() == Some(&b.claim.namespace) && r.uid.as_deref() == Some(uid_r)))
+            };
+            let (pp, mp) = (PatchParams::default(), Patch::Merge(&patch));
+            match self.volume_write(deadline, || pvs.patch(&b.pv, &pp, &mp).map_ok(|_| serde_json::Value::Null), landed).await? {
+                VolumeWrite::Done => return Ok(()),
+                VolumeWrite::Conflict(m) => last = m,
+                VolumeWrite::Refused(m) => return Err(pre_bind_failed(m)),
+                VolumeWrite::NotLeader => return Err(BindOutcome::NotLeader),
+            }
+        }
+        Err(pre_bind_failed(last))
+    }
+
+    /// Asks for a claim to be provisioned on `node` (the selected-node annotation).
+    async fn select_node(&self, ns: &str, name: &str, node: &str, deadline: tokio::time::Instant) -> Result<(), BindOutcome> {
+        let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+        let mut last = String::new();
+        for _ in 0..VOLUME_WRITE_TRIES {
+            let Some(c) = self.read(deadline, || claims.get_opt(name)).await? else {
+                return Err(pre_bind_failed(format!("persistentvolumeclaims {name:?} not found")));
+            };
+            if c.metadata.deletion_timestamp.is_some() {
+                return Err(pre_bind_failed(format!("persistentvolumeclaim {name:?} is being deleted")));
+            }
+            if selected_node_of(&c) == Some(node) {
+                return Ok(());
+            }
+            let patch = json!({"metadata": {"resourceVersion": c.metadata.resource_version, "annotations": { vol::ANN_SELECTED_NODE: node }}});
+            let claims_r = &claims;
+            let landed = move || async move { Ok::<bool, kube::Error>(claims_r.get_opt(name).await?.is_some_and(|c| selected_node_of(&c) == Some(node))) };
+            let (pp, mp) = (PatchParams::default(), Patch::Merge(&patch));
+            match self.volume_write(deadline, || claims.patch(name, &pp, &mp).map_ok(|_| serde_json::Value::Null), landed).await? {
+                VolumeWrite::Done => return Ok(()),
+                VolumeWrite::Conflict(m) => last = m,
+                VolumeWrite::Refused(m) => return Err(pre_bind_failed(m)),
+                VolumeWrite::NotLeader => return Err(BindOutcome::NotLeader),
+            }
+        }
+        Err(pre_bind_failed(last))
+    }
+
+    /// One poll of the wait (upstream `checkBindings`), on the API's objects.
+    async fn check_bindings(&self, pod: &PodInfo, node: &str, labels: &berth_model::selector::Labels, work: &PreBindWork) -> Bound {
+        let pods: Api<core::Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        match pods.get_opt(&pod.name).await {
+            Ok(None) => return Bound::PodGone,
+            Ok(Some(p)) if p.metadata.uid.as_deref().is_some_and(|u| u != pod.uid) => return Bound::PodGone,
+            Ok(Some(_)) => {}
+            Err(e) if api_code(&e) == Some(404) => return Bound::PodGone,
+            Err(_) => return Bound::NotYet,
+        }
+        let pvs: Api<core::PersistentVolume> = Api::all(self.client.clone());
+        let affinity = |pv: &core::PersistentVolume| -> Option<String> {
+            let v = vol::Volume::from_api(pv);
+            if let Some(e) = &v.error {
+                return Some(e.to_string());
+            }
+            (!v.admits(node, labels)).then(|| format!("pv {:?} node affinity doesn't match node {node:?}: no matching NodeSelectorTerms", v.name))
+        };
+        for b in &work.bind_pvs {
+            let pv = match pvs.get_opt(&b.pv).await {
+                Ok(Some(pv)) => pv,
+                Ok(None) => return Bound::Failed(format!("failed to check binding: persistentvolumes {:?} not found", b.pv)),
+                Err(_) => return Bound::NotYet,
+            };
+            if let Some(m) = affinity(&pv) {
+                return Bound::Failed(m);
+            }
+            match pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+                Some(r) if r.uid.as_deref().is_some_and(|u| !u.is_empty()) => {
+                    if r.name.as_deref() != Some(&b.claim.name) || r.namespace.as_deref() != Some(&b.claim.namespace) {
+                        return Bound::Failed(format!("pv {:?} was bound to another claim", b.pv));
+                    }
+                }
+                _ => return Bound::Failed(format!("ClaimRef got reset for pv {:?}", b.pv)),
+            }
+        }
+        for (ns, name) in &work.wait_for {
+            let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+            let c = match claims.get_opt(name).await {
+                Ok(Some(c)) => c,
+                Ok(None) => return Bound::Failed(format!("failed to check binding: persistentvolumeclaims {name:?} not found")),
+                Err(_) => return Bound::NotYet,
+            };
+            let provisioning = work.provision_claims.iter().any(|(n, m)| n == ns && m == name);
+            if provisioning {
+                if selected_node_of(&c) != Some(node) {
+                    return Bound::Failed(format!("provisioning failed for PVC {name:?}"));
+                }
+                if let Some(v) = c.spec.as_ref().and_then(|s| s.volume_name.as_deref()).filter(|v| !v.is_empty()) {
+                    match pvs.get_opt(v).await {
+                        Ok(Some(pv)) => {
+                            if let Some(m) = affinity(&pv) {
+                                return Bound::Failed(m);
+                            }
+                        }
+                        // Not seen yet (or being replaced): look again next time.
+                        Ok(None) | Err(_) => return Bound::NotYet,
+                    }
+                }
+            }
+            if !claim_fully_bound(&c) {
+                return Bound::NotYet;
+            }
+        }
+        Bound::All
+    }
+}
+
+/// Of a created object's reply, only its name.
+#[derive(serde::Deserialize)]
+struct CreatedName {
+    metadata: NameOnly,
+}
+
+#[derive(serde::Deserialize)]
+struct NameOnly {
+    name: Option<String>,
+}
+
+/// Creates the event `obj` through `api` as `Api::create` does, but reads only
+/// `metadata.name` of the reply instead of decoding the whole object (the
+/// event writer needs the generated name, nothing else).
+async fn create_reading_name(client: &kube::Client, path: &str, obj: &events::Event) -> Result<Option<String>, kube::Error> {
+    let bytes = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
+    let mut req = kube::core::Request::new(path).create(&PostParams::default(), bytes).map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert("create");
+    let created: CreatedName = client.request(req).await?;
+    Ok(created.metadata.name)
+}
+
+/// A namespaced collection's path, `prefix` + namespace + `suffix` (as
+/// kube's `Resource::url_path` gives it, in one allocation).
+fn namespaced_path(prefix: &str, ns: &str, suffix: &str) -> String {
+    let mut path = String::with_capacity(prefix.len() + ns.len() + suffix.len());
+    path.push_str(prefix);
+    path.push_str(ns);
+    path.push_str(suffix);
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaced_paths_are_kubes() {
+        use kube::Resource as _;
+        assert_eq!(namespaced_path("/api/v1/namespaces/", "ns-1", "/pods"), core::Pod::url_path(&(), Some("ns-1")));
+        assert_eq!(namespaced_path("/apis/events.k8s.io/v1/namespaces/", "ns-1", "/events"), events::Event::url_path(&(), Some("ns-1")));
+    }
+
+    #[test]
+    fn event_series_stay_bounded_and_keep_the_newest() {
+        let t0 = Instant::now();
+        let mut series: HashMap<usize, Instant> = HashMap::new();
+        for i in 0..20_000 {
+            trim_series(&mut series, |v| *v, t0 + Duration::from_millis(i as u64));
+            series.insert(i, t0 + Duration::from_millis(i as u64));
+            assert!(series.len() <= SERIES_CAP, "{i}: {}", series.len());
+        }
+        assert!(series.contains_key(&19_999) && series.len() > SERIES_CAP / 4);
+        // Series past their window go first: nothing else is dropped then.
+        let late = t0 + SERIES_WINDOW + Duration::from_secs(60);
+        let mut old: HashMap<usize, Instant> = (0..SERIES_CAP).map(|i| (i, if i < SERIES_CAP / 2 + 10 { t0 } else { late })).collect();
+        trim_series(&mut old, |v| *v, late);
+        assert_eq!(old.len(), SERIES_CAP / 2 - 10);
+    }
+
+    #[tokio::test]
+    async fn rate_limiter_paces_after_burst() {
+        let rl = RateLimiter::new(20.0, 2);
+        let t0 = tokio::time::Instant::now();
+        for _ in 0..4 {
+            rl.acquire().await;
+        }
+        // Two from the burst, two more at 20/s (≥ ~100 ms).
+        let took = tokio::time::Instant::now().duration_since(t0);
+        assert!(took >= Duration::from_millis(90), "{took:?}");
+        let unlimited = RateLimiter::new(0.0, 1);
+        let t1 = tokio::time::Instant::now();
+        for _ in 0..1000 {
+            unlimited.acquire().await;
+        }
+        assert!(t1.elapsed() < Duration::from_millis(90));
+    }
+
+    #[test]
+    fn claims_are_bound_with_a_volume_and_bind_completed() {
+        let claim = |v: serde_json::Value| -> core::PersistentVolumeClaim { serde_json::from_value(v).expect("claim") };
+        let pending = claim(json!({"metadata": {"name": "c", "annotations": {vol::ANN_SELECTED_NODE: "n1"}}, "spec": {}}));
+        assert!(!claim_fully_bound(&pending));
+        assert_eq!(selected_node_of(&pending), Some("n1"));
+        let half = claim(json!({"metadata": {"name": "c"}, "spec": {"volumeName": "pv-1"}}));
+        assert!(!claim_fully_bound(&half));
+        assert_eq!(selected_node_of(&half), None);
+        let bound = claim(json!({"metadata": {"name": "c", "annotations": {vol::ANN_BIND_COMPLETED: "yes"}}, "spec": {"volumeName": "pv-1"}}));
+        assert!(claim_fully_bound(&bound));
+        assert_eq!(pre_bind_failed("binding volumes: context deadline exceeded"), BindOutcome::Failed("running PreBind plugin \"VolumeBinding\": binding volumes: context deadline exceeded".into()));
+    }
+
+    #[test]
+    fn unknown_outcomes_are_transport_errors_and_5xx() {
+        let api = |code| kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }));
+        assert!(outcome_unknown(&api(500)));
+        assert!(outcome_unknown(&api(504)));
+        assert!(!outcome_unknown(&api(429)));
+        assert!(!outcome_unknown(&api(409)));
+        assert!(!outcome_unknown(&api(422)));
+    }
+}

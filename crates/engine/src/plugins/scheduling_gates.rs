@@ -1,0 +1,43 @@
+//! SchedulingGates: a pod with scheduling gates waits outside the active queue.
+
+use crate::framework::{Code, Events, Plugin, Points, Status};
+use berth_model::PodInfo;
+
+/// Plugin name.
+pub const NAME: &str = "SchedulingGates";
+
+/// Keeps gated pods out of the active queue.
+#[derive(Debug, Default)]
+pub struct SchedulingGates;
+
+impl Plugin for SchedulingGates {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn points(&self) -> Points {
+        Points::PRE_ENQUEUE
+    }
+    fn events(&self) -> Events {
+        Events::POD_SELF
+    }
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        if pod.scheduling_gates.is_empty() {
+            return Status::success();
+        }
+        Status::new(Code::UnschedulableAndUnresolvable, format!("waiting for scheduling gates: [{}]", pod.scheduling_gates.join(" ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::pod;
+
+    #[test]
+    fn gates() {
+        assert!(SchedulingGates.pre_enqueue(&pod("p").info()).is_success());
+        let s = SchedulingGates.pre_enqueue(&pod("p").gate("a").gate("b").info());
+        assert_eq!(s.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(s.message(), "waiting for scheduling gates: [a b]");
+    }
+}

@@ -1,0 +1,7 @@
+//! The engine's tests over whole clusters, in one binary that links no kube
+//! and no tokio: invariants over random clusters (`properties`), the
+//! offline engine's pending set, and storage decisions.
+
+mod offline_pending;
+mod properties;
+mod storage;
