@@ -168,6 +168,32 @@ pub const DAEMONSETS: ResId = 16;
 /// apps/v1 ControllerRevisions.
 pub const CONTROLLERREVISIONS: ResId = 42;
 
+/// The field-selector fields the Events store (events.k8s.io/v1) keeps
+/// for both views of an Event (core/v1 is a view of it; see `eventview`), dotted:
+/// events.k8s.io/v1's own, and `source`, which core/v1 selects on (the
+/// deprecated source's component, or the reporting controller when it has
+/// none, as upstream's `ToSelectableFields` has it; see `eventview::source`).
+pub const EVENTS_SELECTABLE: &[&str] = &[
+    "regarding.kind",
+    "regarding.namespace",
+    "regarding.name",
+    "regarding.uid",
+    "regarding.apiVersion",
+    "regarding.resourceVersion",
+    "regarding.fieldPath",
+    "reason",
+    "reportingController",
+    "type",
+    "source",
+];
+
+/// events.k8s.io/v1's own selectable fields: [`EVENTS_SELECTABLE`] without
+/// `source`, its last.
+pub const EVENTS_V1_SELECTABLE: &[&str] = match EVENTS_SELECTABLE.split_last() {
+    Some((_, own)) => own,
+    None => &[],
+};
+
 /// The served resources (indexed by the constants above; the rest are
 /// stored and served without any controller behind them).
 pub static RESOURCES: &[ResourceInfo] = &[
@@ -270,7 +296,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         subresources: &[],
         has_status: false,
         create_on_update: true,
-        fields: super::eventview::V1_SELECTABLE,
+        fields: EVENTS_V1_SELECTABLE,
         normalize: norm::<api::events::v1::Event>,
         normalize_slice: norm_slice::<api::events::v1::Event>,
         custom: None,
@@ -1187,6 +1213,13 @@ pub fn pdb_status(pdb: &Value, pods: &[&Value], now: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_k8s_io_selects_all_but_source() {
+        assert_eq!(EVENTS_V1_SELECTABLE.len() + 1, EVENTS_SELECTABLE.len());
+        assert!(!EVENTS_V1_SELECTABLE.contains(&"source") && EVENTS_SELECTABLE.contains(&"source"));
+        assert!(EVENTS_V1_SELECTABLE.iter().all(|f| EVENTS_SELECTABLE.contains(f)));
+    }
 
     #[test]
     fn resource_ids_match_the_table() {

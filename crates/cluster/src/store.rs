@@ -464,7 +464,7 @@ fn kept_lean(r: ResId) -> bool {
 /// A field a lean copy keeps, as a field selector compares it; the Events
 /// store's `source` is computed (see `eventview::source`).
 fn lean_field<'a>(v: &'a Value, fields: &[&str], dotted: &str) -> Cow<'a, str> {
-    if dotted == "source" && std::ptr::eq(fields, eventview::SELECTABLE) {
+    if dotted == "source" && std::ptr::eq(fields, res::EVENTS_SELECTABLE) {
         Cow::Borrowed(eventview::source(v))
     } else {
         super::selector::field_text_at(v, dotted)
@@ -475,7 +475,7 @@ fn lean_field<'a>(v: &'a Value, fields: &[&str], dotted: &str) -> Cow<'a, str> {
 /// Events those of both views (core/v1 Events are a view of the
 /// events.k8s.io/v1 store; see `eventview`).
 fn lean_fields(r: ResId, info: &ResourceInfo) -> &'static [&'static str] {
-    if r == res::EVENTS_V1 { eventview::SELECTABLE } else { info.fields }
+    if r == res::EVENTS_V1 { res::EVENTS_SELECTABLE } else { info.fields }
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -2820,7 +2820,7 @@ mod tests {
         let got = store.get(res::EVENTS_V1, "ns", "p.1").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(got.value["regarding"]["name"], "p");
         let events = |fields: &str| {
-            let fields = super::super::selector::FieldSelector::parse(fields, super::super::eventview::SELECTABLE).unwrap_or_else(|e| panic!("{e}"));
+            let fields = super::super::selector::FieldSelector::parse(fields, super::super::resources::EVENTS_SELECTABLE).unwrap_or_else(|e| panic!("{e}"));
             store.list(res::EVENTS_V1, &Filter { namespace: None, labels: LabelSelector::default(), fields }, None, None).map(|l| l.items.len()).unwrap_or(0)
         };
         assert_eq!(events("reason=Scheduled,regarding.uid=u-p,source=berth,reportingController=berth"), 1);
