@@ -16,10 +16,11 @@ use super::jsonptr::Pointer as _;
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
-use super::resources::{self as res, PDBS, PODS, PRIORITY_CLASSES, RESOURCES, Registry, ResId, ResourceInfo};
+use super::resources::{self as res, PDBS, PODS, RESOURCES, Registry, ResId, ResourceInfo};
 use super::selector::{Filter, LabelSelector};
 use super::managed;
-use super::volumes;
+pub use super::object::{now_rfc3339, set_condition};
+use super::object::set_path;
 
 /// Errors from store operations; each maps onto a metav1.Status answer.
 #[derive(Debug, thiserror::Error)]
@@ -750,11 +751,6 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// RFC 3339 now, second precision.
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 /// A random UUID (version 4, variant `a`), written digit by digit.
 fn new_uid() -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -811,6 +807,39 @@ fn invalid_all(info: &ResourceInfo, name: &str, errs: &[String]) -> Error {
     invalid(info, name, message)
 }
 
+/// An admission refusal as the API server words it: field errors 422,
+/// a plugin's refusal 403.
+fn refused(info: &ResourceInfo, name: &str, e: res::Error) -> Error {
+    match e {
+        res::Error::Invalid(errs) => invalid_all(info, name, &errs),
+        res::Error::Forbidden(message) => Error::Forbidden { resource: qualified(info), name: name.to_string(), message },
+        other => Error::BadRequest(other.to_string()),
+    }
+}
+
+/// What admission rules read: the store's current objects, under its lock.
+struct AdmissionView<'a> {
+    inner: &'a Inner,
+    storage_protection: bool,
+}
+
+impl res::View for AdmissionView<'_> {
+    fn get(&self, r: ResId, ns: &str, name: &str) -> Option<&Value> {
+        self.inner.kinds.get(r)?.objects.get(&(ns.to_string(), name.to_string())).map(|o| &o.value)
+    }
+
+    fn each(&self, r: ResId) -> Box<dyn Iterator<Item = &Value> + '_> {
+        match self.inner.kinds.get(r) {
+            Some(ks) => Box::new(ks.objects.values().map(|o| &o.value)),
+            None => Box::new(std::iter::empty()),
+        }
+    }
+
+    fn storage_protection(&self) -> bool {
+        self.storage_protection
+    }
+}
+
 /// metadata.deletionTimestamp is set.
 pub(crate) fn is_deleting(v: &Value) -> bool {
     v.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
@@ -855,81 +884,6 @@ fn meta_mut(v: &mut Value) -> Result<&mut Map<String, Value>> {
     m.as_object_mut().ok_or_else(|| Error::BadRequest("metadata must be an object".into()))
 }
 
-fn set_path(v: &mut Value, path: &[&str], val: Value) {
-    let mut cur = v;
-    for (i, p) in path.iter().enumerate() {
-        if !cur.is_object() {
-            *cur = json!({});
-        }
-        let Some(map) = cur.as_object_mut() else { return };
-        if i + 1 == path.len() {
-            map.insert((*p).to_string(), val);
-            return;
-        }
-        cur = map.entry((*p).to_string()).or_insert_with(|| json!({}));
-    }
-}
-
-/// Upstream's `validateOnlyDeletedSchedulingGates`: one error per gate
-/// that the old pod did not have.
-fn added_scheduling_gates(old: &Value, new: &Value) -> Vec<String> {
-    let names = |p: &Value| -> Vec<String> {
-        p.at("/spec/schedulingGates")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().map(|g| g.get("name").and_then(Value::as_str).unwrap_or("").to_string()).collect())
-            .unwrap_or_default()
-    };
-    let before = names(old);
-    names(new)
-        .iter()
-        .enumerate()
-        .filter(|(_, g)| !before.contains(g))
-        .map(|(i, g)| format!("spec.schedulingGates[{i}].name: Forbidden: only deletion is allowed, but found new scheduling gate '{g}'"))
-        .collect()
-}
-
-/// A Secret's `stringData` is written into `data` (base64), as the API
-/// server's Secret strategy does; `type` defaults to Opaque.
-fn fold_string_data(v: &mut Value) {
-    use base64::Engine as _;
-    let Some(m) = v.as_object_mut() else { return };
-    if let Some(Value::Object(sd)) = m.remove("stringData") {
-        let data = m.entry("data").or_insert_with(|| json!({}));
-        if !data.is_object() {
-            *data = json!({});
-        }
-        if let Some(d) = data.as_object_mut() {
-            for (k, val) in sd {
-                let text = val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string());
-                d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(text)));
-            }
-        }
-    }
-    m.entry("type").or_insert_with(|| json!("Opaque"));
-}
-
-/// The `updatablePodSpecFields` of upstream's `ValidatePodUpdate`.
-const UPDATABLE_POD_SPEC_FIELDS: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
-
-/// `spec.schedulingGroup` is immutable: upstream refuses the change with
-/// ValidatePodUpdate's catch-all error and a diff of the field.
-fn scheduling_group_changed(old: &Value, new: &Value) -> Option<String> {
-    let (o, n) = (old.at("/spec/schedulingGroup").filter(|v| !v.is_null()), new.at("/spec/schedulingGroup").filter(|v| !v.is_null()));
-    if o == n {
-        return None;
-    }
-    let show = |v: Option<&Value>| match v.and_then(|g| g.get("podGroupName")).and_then(Value::as_str) {
-        Some(name) => format!("&core.PodSchedulingGroup{{PodGroupName: &\"{name}\"}}"),
-        None if v.is_some() => "&core.PodSchedulingGroup{}".to_string(),
-        None => "nil".to_string(),
-    };
-    Some(format!(
-        "spec: Forbidden: pod updates may not change fields other than {UPDATABLE_POD_SPEC_FIELDS}\n  core.PodSpec{{\n  \t... // other fields identical\n- \tSchedulingGroup: {},\n+ \tSchedulingGroup: {},\n  }}\n",
-        show(o),
-        show(n)
-    ))
-}
-
 /// Does the object name `kind`/`uid` among its ownerReferences?
 fn owned_by(v: &Value, kind: &str, uid: &str) -> bool {
     v.at("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
@@ -968,22 +922,6 @@ fn custom_schema(info: &ResourceInfo, v: &mut Value) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Set or replace a condition (by `type`) in `status.conditions`.
-pub fn set_condition(obj: &mut Value, cond: Value) {
-    let ty = cond.get("type").cloned();
-    let conds = obj.at_mut("/status/conditions");
-    match conds {
-        Some(Value::Array(a)) => {
-            if let Some(existing) = a.iter_mut().find(|c| c.get("type") == ty.as_ref()) {
-                *existing = cond;
-            } else {
-                a.push(cond);
-            }
-        }
-        _ => set_path(obj, &["status", "conditions"], json!([cond])),
-    }
 }
 
 /// Strategic-merge-patch list merge key, by field name: the first key of
@@ -1101,7 +1039,7 @@ impl KindStore {
 impl Store {
     /// A new empty store.
     pub fn new(cfg: StoreConfig) -> Self {
-        let registry = Registry::new();
+        let registry = Registry::with_admission(super::admission::rules);
         let kinds = (0..registry.len()).map(|_| KindStore::new(&cfg)).collect();
         Store {
             inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new(), terminating_ns: HashSet::new(), recent_pods: RecentPods::default() }),
@@ -1425,7 +1363,7 @@ impl Store {
         if inner.kinds[r].objects.contains_key(&key) {
             return Err(Error::AlreadyExists { resource: qualified(&info), name });
         }
-        self.prepare_create(&inner, r, &name, &mut v)?;
+        self.admit_create(&inner, &info, &name, &mut v)?;
         if ctx.manager.is_some() {
             self.record_fields(&info, None, &mut v, ctx, false)?;
         }
@@ -1466,167 +1404,12 @@ impl Store {
         self.remove_locked(inner, res::CRDS, &old)
     }
 
-    /// Kind-specific create semantics (defaults, admission).
-    fn prepare_create(&self, inner: &Inner, r: ResId, name: &str, v: &mut Value) -> Result<()> {
-        let info = self.info(r);
-        match r {
-            res::CRDS => {
-                let errs = super::crd::validate(v);
-                if !errs.is_empty() {
-                    return Err(invalid_all(&info, name, &errs));
-                }
-                let status = super::crd::status(v, None, &now_rfc3339());
-                set_path(v, &["status"], status);
-            }
-            PODS => {
-                let spec = v.get_mut("spec").and_then(Value::as_object_mut).ok_or_else(|| invalid(&info, name, "spec: Required value"))?;
-                if spec.get("containers").and_then(Value::as_array).is_none_or(|c| c.is_empty()) {
-                    return Err(invalid(&info, name, "spec.containers: Required value"));
-                }
-                spec.entry("schedulerName").or_insert_with(|| json!("default-scheduler"));
-                spec.entry("restartPolicy").or_insert_with(|| json!("Always"));
-                spec.entry("dnsPolicy").or_insert_with(|| json!("ClusterFirst"));
-                spec.entry("terminationGracePeriodSeconds").or_insert_with(|| json!(30));
-                // Priority admission.
-                let class_name = spec.get("priorityClassName").and_then(Value::as_str).unwrap_or("").to_string();
-                let pcs = &inner.kinds[PRIORITY_CLASSES].objects;
-                let class = if class_name.is_empty() {
-                    pcs.values()
-                        .filter(|pc| pc.value.get("globalDefault").and_then(Value::as_bool) == Some(true))
-                        .max_by_key(|pc| pc.value.get("value").and_then(Value::as_i64).unwrap_or(0))
-                        .cloned()
-                } else {
-                    match pcs.get(&(String::new(), class_name.clone())) {
-                        Some(pc) => Some(pc.clone()),
-                        None => {
-                            return Err(Error::Forbidden {
-                                resource: "pods".into(),
-                                name: name.to_string(),
-                                message: format!("no PriorityClass with name {class_name} was found"),
-                            });
-                        }
-                    }
-                };
-                let (prio, policy) = match &class {
-                    Some(pc) => {
-                        spec.insert("priorityClassName".into(), json!(pc.name()));
-                        (
-                            pc.value.get("value").and_then(Value::as_i64).unwrap_or(0),
-                            pc.value.get("preemptionPolicy").and_then(Value::as_str).unwrap_or("PreemptLowerPriority").to_string(),
-                        )
-                    }
-                    None => (0, "PreemptLowerPriority".to_string()),
-                };
-                if let Some(p) = spec.get("priority").and_then(Value::as_i64)
-                    && p != prio {
-                        return Err(Error::Forbidden {
-                            resource: "pods".into(),
-                            name: name.to_string(),
-                            message: format!(
-                                "the integer value of priority ({p}) must not be provided in pod spec; priority admission controller computed {prio} from the given PriorityClass name"
-                            ),
-                        });
-                    }
-                spec.insert("priority".into(), json!(prio));
-                spec.entry("preemptionPolicy").or_insert_with(|| json!(policy));
-                let gated = v.at("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
-                if gated && !get_str(v, "/spec/nodeName").is_empty() {
-                    return Err(invalid(&info, name, "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared"));
-                }
-                let qos = res::qos_class(v);
-                let sched_gated = v.at("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
-                let mut status = json!({"phase": "Pending", "qosClass": qos});
-                if sched_gated {
-                    status["conditions"] = json!([{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
-                        "message": "Scheduling is blocked due to non-empty scheduling gates", "lastTransitionTime": now_rfc3339()}]);
-                }
-                set_path(v, &["status"], status);
-            }
-            res::NAMESPACES => {
-                set_path(v, &["metadata", "labels", "kubernetes.io/metadata.name"], json!(name));
-                set_path(v, &["spec", "finalizers"], json!(["kubernetes"]));
-                set_path(v, &["status"], json!({"phase": "Active"}));
-            }
-            PRIORITY_CLASSES => {
-                let value = v.get("value").and_then(Value::as_i64).unwrap_or(0);
-                let global_default = v.get("globalDefault").and_then(Value::as_bool).unwrap_or(false);
-                if let Some(e) = res::validate_priority_class(name, value, global_default) {
-                    return Err(invalid(&info, name, e));
-                }
-                if v.get("globalDefault").and_then(Value::as_bool) == Some(true)
-                    && let Some(other) = inner.kinds[PRIORITY_CLASSES]
-                        .objects
-                        .values()
-                        .find(|pc| pc.value.get("globalDefault").and_then(Value::as_bool) == Some(true))
-                    {
-                        return Err(invalid(
-                            &info,
-                            name,
-                            format!("globalDefault: Invalid value: true: PriorityClass {} is already marked as default. Only one default can exist", other.name()),
-                        ));
-                    }
-                if let Some(m) = v.as_object_mut() {
-                    m.entry("preemptionPolicy").or_insert_with(|| json!("PreemptLowerPriority"));
-                }
-            }
-            PDBS => {
-                set_path(v, &["status"], json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}));
-            }
-            res::PVCS => {
-                let errs = volumes::validate_claim(v);
-                if !errs.is_empty() {
-                    return Err(invalid_all(&info, name, &errs));
-                }
-                // DefaultStorageClass admission: no storageClassName, the default class.
-                let unset = v.at("/spec/storageClassName").is_none_or(Value::is_null)
-                    && v.at("/metadata/annotations/volume.beta.kubernetes.io~1storage-class").is_none();
-                if unset
-                    && let Some(class) = inner.kinds[res::STORAGE_CLASSES]
-                        .objects
-                        .values()
-                        .filter(|c| get_str(&c.value, "/metadata/annotations/storageclass.kubernetes.io~1is-default-class") == "true")
-                        .max_by(|a, b| {
-                            (get_str(&a.value, "/metadata/creationTimestamp"), std::cmp::Reverse(a.name()))
-                                .cmp(&(get_str(&b.value, "/metadata/creationTimestamp"), std::cmp::Reverse(b.name())))
-                        })
-                {
-                    set_path(v, &["spec", "storageClassName"], json!(class.name()));
-                }
-                self.protect(v, volumes::PVC_PROTECTION);
-                set_path(v, &["status"], json!({"phase": "Pending"}));
-            }
-            res::PVS => {
-                let errs = volumes::validate_volume(v);
-                if !errs.is_empty() {
-                    return Err(invalid_all(&info, name, &errs));
-                }
-                self.protect(v, volumes::PV_PROTECTION);
-                set_path(v, &["status"], json!({"phase": "Pending", "lastPhaseTransitionTime": now_rfc3339()}));
-            }
-            res::SECRETS => fold_string_data(v),
-            res::STORAGE_CLASSES => {
-                if let Some(m) = v.as_object_mut() {
-                    m.entry("reclaimPolicy").or_insert_with(|| json!("Delete"));
-                    m.entry("volumeBindingMode").or_insert_with(|| json!("Immediate"));
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// StorageObjectInUseProtection admission: add finalizer `f` when the
-    /// storage controllers that remove it run.
-    fn protect(&self, v: &mut Value, f: &str) {
-        if !self.storage_protection.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        let list = v.at("/metadata/finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
-        if !list.iter().any(|x| x.as_str() == Some(f)) {
-            let mut list = list;
-            list.push(json!(f));
-            set_path(v, &["metadata", "finalizers"], json!(list));
-        }
+    /// The kind's create admission (defaults, checks; see `admission`),
+    /// reading the cluster as it stands under the lock.
+    fn admit_create(&self, inner: &Inner, info: &ResourceInfo, name: &str, v: &mut Value) -> Result<()> {
+        let Some(create) = info.admission.create else { return Ok(()) };
+        let view = AdmissionView { inner, storage_protection: self.storage_protection.load(std::sync::atomic::Ordering::Relaxed) };
+        create(&view, name, v).map_err(|e| refused(info, name, e))
     }
 
     /// Replace an object (PUT), or just its status when `status_only`.
@@ -1909,56 +1692,8 @@ impl Store {
             n
         };
         if !status_only {
-            match r {
-                PODS => {
-                    let (o, n) = (get_str(&old.value, "/spec/nodeName"), get_str(&new, "/spec/nodeName"));
-                    if o != n {
-                        return Err(invalid(&info, &name, "spec: Forbidden: pod updates may not change spec.nodeName (use the binding subresource)"));
-                    }
-                    // Priority is set by admission and immutable.
-                    if let Some(p) = old.value.at("/spec/priority").cloned() {
-                        set_path(&mut new, &["spec", "priority"], p);
-                    }
-                    let mut errs = added_scheduling_gates(&old.value, &new);
-                    if let Some(e) = scheduling_group_changed(&old.value, &new) {
-                        errs.push(e);
-                    }
-                    if !errs.is_empty() {
-                        return Err(invalid_all(&info, &name, &errs));
-                    }
-                }
-                res::SECRETS => {
-                    fold_string_data(&mut new);
-                    if old.value.get("immutable").and_then(Value::as_bool) == Some(true)
-                        && (old.value.get("data") != new.get("data") || new.get("immutable").and_then(Value::as_bool) != Some(true))
-                    {
-                        return Err(invalid(&info, &name, "data: Forbidden: field is immutable when `immutable` is set"));
-                    }
-                }
-                res::CRDS => {
-                    let errs = super::crd::validate(&new);
-                    if !errs.is_empty() {
-                        return Err(invalid_all(&info, &name, &errs));
-                    }
-                    let status = super::crd::status(&new, old.value.get("status"), &now_rfc3339());
-                    set_path(&mut new, &["status"], status);
-                }
-                res::NAMESPACES => {
-                    // spec.finalizers changes only through the namespace controller.
-                    match old.value.at("/spec/finalizers").cloned() {
-                        Some(f) => set_path(&mut new, &["spec", "finalizers"], f),
-                        None => {
-                            if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
-                                spec.remove("finalizers");
-                            }
-                        }
-                    }
-                }
-                PRIORITY_CLASSES
-                    if old.value.get("value") != new.get("value") => {
-                        return Err(invalid(&info, &name, "value: Forbidden: may not be changed in an update."));
-                    }
-                _ => {}
+            if let Some(update) = info.admission.update {
+                update(&old.value, &mut new).map_err(|e| refused(&info, &name, e))?;
             }
             if old.value.get("spec") != new.get("spec") {
                 let g = old.value.at("/metadata/generation").and_then(Value::as_i64).unwrap_or(1) + 1;
@@ -1985,11 +1720,8 @@ impl Store {
         if new == old.value {
             return Ok(old);
         }
-        if r == PODS {
-            // The kubelet's status manager: Ready follows the readiness gates.
-            if let Some(ready) = super::kubelet::gated_ready_condition(&new) {
-                set_condition(&mut new, ready);
-            }
+        if let Some(settle) = info.admission.settle {
+            settle(&mut new);
             if new == old.value {
                 return Ok(old);
             }
@@ -2036,12 +1768,8 @@ impl Store {
     /// returned object carries deletionTimestamp); others go at once.
     pub fn delete(&self, r: ResId, ns: &str, name: &str, opts: &DeleteOpts) -> Result<Arc<Obj>> {
         let info = self.info(r);
-        if r == res::NAMESPACES && matches!(name, "default" | "kube-system" | "kube-public") {
-            return Err(Error::Forbidden {
-                resource: "namespaces".into(),
-                name: name.to_string(),
-                message: "this namespace may not be deleted".into(),
-            });
+        if let Some(admit) = info.admission.delete {
+            admit(name).map_err(|e| refused(&info, name, e))?;
         }
         let mut inner = self.lock();
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
@@ -2712,14 +2440,12 @@ mod tests {
 
     #[test]
     fn invalid_details_name_the_field() {
-        let e = invalid(&RESOURCES[PRIORITY_CLASSES], "x", "value: Forbidden: too high");
+        let e = invalid(&RESOURCES[res::PRIORITY_CLASSES], "x", "value: Forbidden: too high");
         assert_eq!(e.to_string(), "PriorityClass.scheduling.k8s.io \"x\" is invalid: value: Forbidden: too high");
         let d = e.details().unwrap_or_default();
         assert_eq!(d["kind"], "PriorityClass");
         assert_eq!(d["group"], "scheduling.k8s.io");
         assert_eq!(d["causes"][0], json!({"reason": "FieldValueForbidden", "message": "Forbidden: too high", "field": "value"}));
-        let gates = added_scheduling_gates(&json!({"spec": {"schedulingGates": [{"name": "a"}]}}), &json!({"spec": {"schedulingGates": [{"name": "a"}, {"name": "b"}]}}));
-        assert_eq!(gates, vec!["spec.schedulingGates[1].name: Forbidden: only deletion is allowed, but found new scheduling gate 'b'".to_string()]);
     }
 
     /// Replaced and deleted versions stay in the history lean: replayed as
