@@ -184,6 +184,7 @@ pub fn definition(crd: &Value) -> Definition {
             fields: res::intern_list(&fields),
             normalize: res::norm_custom,
             normalize_slice: res::norm_custom_slice,
+            admission: res::Admission::NONE,
             custom: Some(Arc::new(CustomInfo {
                 crd: name.clone(),
                 list_kind: s(&names, "/listKind").to_string(),

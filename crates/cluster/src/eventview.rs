@@ -12,6 +12,9 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
+use crate::managed::Entry;
+use crate::resources::ResourceInfo;
+
 /// The core/v1 apiVersion.
 pub const CORE: &str = "v1";
 
@@ -28,31 +31,6 @@ const RENAMED: &[(&str, &str)] = &[
     ("lastTimestamp", "deprecatedLastTimestamp"),
     ("count", "deprecatedCount"),
 ];
-
-/// The field-selector fields the stored form keeps for both views, dotted:
-/// events.k8s.io/v1's own, and `source`, which core/v1 selects on (the
-/// deprecated source's component, or the reporting controller when it has
-/// none, as upstream's `ToSelectableFields` has it; see [`source`]).
-pub const SELECTABLE: &[&str] = &[
-    "regarding.kind",
-    "regarding.namespace",
-    "regarding.name",
-    "regarding.uid",
-    "regarding.apiVersion",
-    "regarding.resourceVersion",
-    "regarding.fieldPath",
-    "reason",
-    "reportingController",
-    "type",
-    "source",
-];
-
-/// events.k8s.io/v1's own selectable fields: [`SELECTABLE`] without
-/// `source`, its last.
-pub const V1_SELECTABLE: &[&str] = match SELECTABLE.split_last() {
-    Some((_, own)) => own,
-    None => &[],
-};
 
 /// An object's top-level fields moved from one form's names to the
 /// other's. A field named as the target form names it, but unknown to the
@@ -71,7 +49,7 @@ fn rename(m: &mut Map<String, Value>, to_stored: bool) {
 }
 
 /// Whether a resource is the Events store (events.k8s.io/v1, which core/v1 shows).
-pub fn is_events(info: &super::resources::ResourceInfo) -> bool {
+pub fn is_events(info: &ResourceInfo) -> bool {
     info.group == "events.k8s.io" && info.kind == "Event"
 }
 
@@ -80,7 +58,7 @@ pub fn is_events(info: &super::resources::ResourceInfo) -> bool {
 /// (its apiVersion `v1`) names its fields as core/v1 does on the wire, as
 /// the API server keeps each entry in its own version; `to_stored` moves
 /// such entries' names to the stored form's, `!to_stored` back.
-pub fn entries_to(entries: &mut [super::managed::Entry], to_stored: bool) {
+pub fn entries_to(entries: &mut [Entry], to_stored: bool) {
     for e in entries.iter_mut().filter(|e| e.api_version == CORE) {
         let way = |&(core, stored): &(&'static str, &'static str)| if to_stored { (core, stored) } else { (stored, core) };
         // As `rename`: a target name unknown to the source form goes first.
@@ -175,7 +153,7 @@ mod tests {
 
     #[test]
     fn entries_written_through_core_v1_name_their_fields_as_core_v1() {
-        use crate::managed::{Entry, FieldSet, Operation};
+        use crate::managed::{FieldSet, Operation};
         let set = |v: Value| FieldSet::from_fields_v1(&v).unwrap();
         let entry = |api_version: &str, fields: Value| Entry {
             manager: "m".into(),
@@ -264,13 +242,6 @@ mod tests {
             {"op": "move", "from": "/deprecatedFirstTimestamp", "path": "/deprecatedLastTimestamp"},
             {"op": "replace", "path": "", "value": {"apiVersion": STORED, "note": "whole"}},
         ]));
-    }
-
-    #[test]
-    fn events_k8s_io_selects_all_but_source() {
-        assert_eq!(V1_SELECTABLE.len() + 1, SELECTABLE.len());
-        assert!(!V1_SELECTABLE.contains(&"source") && SELECTABLE.contains(&"source"));
-        assert!(V1_SELECTABLE.iter().all(|f| SELECTABLE.contains(f)));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::resources::{self as res, NODES};
+use super::admission::pods::gated_ready_condition;
 use super::store::{self, KubeletMsg, Store, now_rfc3339, set_condition};
 
 /// How often the kubelet retries a pod whose volumes are not ready.
@@ -273,59 +274,6 @@ fn running(v: &Value, host_ip: &str, pod_ip: &str) -> Value {
         set_condition(&mut p, ready);
     }
     p
-}
-
-fn condition<'a>(pod: &'a Value, ty: &str) -> Option<&'a Value> {
-    pod.at("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(ty)))
-}
-
-/// The Ready condition of a running pod with readinessGates, as the
-/// kubelet computes it (`GeneratePodReadyCondition`): what ContainersReady
-/// says when that is not True, else True only when every gate's condition
-/// is True (reason ReadinessGatesNotReady otherwise). The transition time
-/// moves only when the status does. None for a pod without gates or not running.
-pub fn gated_ready_condition(pod: &Value) -> Option<Value> {
-    let gates = pod.at("/spec/readinessGates").and_then(Value::as_array).filter(|g| !g.is_empty())?;
-    if pod.at("/status/phase").and_then(Value::as_str) != Some("Running") {
-        return None;
-    }
-    let text = |c: &Value, f: &str| c.get(f).and_then(Value::as_str).unwrap_or("").to_string();
-    let (status, reason, message) = match condition(pod, "ContainersReady") {
-        Some(c) if text(c, "status") != "True" => (text(c, "status"), text(c, "reason"), text(c, "message")),
-        _ => {
-            let unready: Vec<String> = gates
-                .iter()
-                .filter_map(|g| {
-                    let ty = g.get("conditionType").and_then(Value::as_str).unwrap_or("");
-                    match condition(pod, ty) {
-                        None => Some(format!("corresponding condition of pod readiness gate \"{ty}\" does not exist.")),
-                        Some(c) if text(c, "status") != "True" => {
-                            Some(format!("the status of pod readiness gate \"{ty}\" is not \"True\", but {}", text(c, "status")))
-                        }
-                        Some(_) => None,
-                    }
-                })
-                .collect();
-            if unready.is_empty() {
-                ("True".to_string(), String::new(), String::new())
-            } else {
-                ("False".to_string(), "ReadinessGatesNotReady".to_string(), unready.join(", "))
-            }
-        }
-    };
-    let previous = condition(pod, "Ready");
-    let since = match previous {
-        Some(c) if text(c, "status") == status => c.get("lastTransitionTime").cloned().unwrap_or_else(|| json!(now_rfc3339())),
-        _ => json!(now_rfc3339()),
-    };
-    let mut c = json!({"type": "Ready", "status": status, "lastProbeTime": null, "lastTransitionTime": since});
-    if !reason.is_empty() {
-        c["reason"] = json!(reason);
-        c["message"] = json!(message);
-    }
-    Some(c)
 }
 
 /// The pod once the kubelet has begun stopping its containers: every

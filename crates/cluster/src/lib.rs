@@ -116,6 +116,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod auth;
 pub mod crd;
 pub mod cli;
@@ -126,6 +127,7 @@ pub mod http;
 pub mod jsonptr;
 pub mod kubelet;
 pub mod managed;
+pub mod object;
 pub mod openapi;
 pub mod podgc;
 pub mod proto;

@@ -18,6 +18,13 @@ pub enum Error {
     /// The object has the wrong apiVersion or kind for this path.
     #[error("{0}")]
     WrongType(String),
+    /// Admission refused the object as invalid (422): one field error
+    /// each, written as upstream prints them (`spec.x: Forbidden: why`).
+    #[error("{}", .0.join(", "))]
+    Invalid(Vec<String>),
+    /// An admission plugin refused the request (403).
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 /// Index of a resource in [`RESOURCES`].
@@ -55,6 +62,62 @@ pub struct ResourceInfo {
     /// A custom resource: what its CustomResourceDefinition says (None
     /// for the built-in kinds).
     pub custom: Option<Arc<CustomInfo>>,
+    /// The kind's admission rules (defaults and checks on writes), set
+    /// when the [`Registry`] is built (see `admission`); none in the
+    /// static table.
+    pub admission: Admission,
+}
+
+/// What an admission rule may read of the cluster while a write is
+/// decided (the store answers it under its lock, so what it reads cannot
+/// change before the write commits).
+pub trait View {
+    /// The current object `ns`/`name` of resource `r`. Only kinds the
+    /// store keeps whole can be read this way (not pods, nodes or events).
+    fn get(&self, r: ResId, ns: &str, name: &str) -> Option<&Value>;
+    /// Every current object of resource `r`, by namespace then name (the
+    /// same kinds as [`View::get`]).
+    fn each(&self, r: ResId) -> Box<dyn Iterator<Item = &Value> + '_>;
+    /// Whether the storage controllers run, so new claims and volumes get
+    /// the protection finalizers those controllers remove.
+    fn storage_protection(&self) -> bool;
+}
+
+/// A new object's defaults and checks: the view, the object's name (the
+/// generated one for generateName) and the object.
+pub type CreateRule = fn(&dyn View, &str, &mut Value) -> Result<(), Error>;
+/// A main-resource update's checks and carried-over fields: the old
+/// version and the new one.
+pub type UpdateRule = fn(&Value, &mut Value) -> Result<(), Error>;
+/// What the system itself sets on every changed version (status updates
+/// too), after the write's own changes are known.
+pub type SettleRule = fn(&mut Value);
+/// Whether an object may be deleted, by name.
+pub type DeleteRule = fn(&str) -> Result<(), Error>;
+
+/// A kind's admission: the hooks the store runs on its writes, in place
+/// of per-kind branches (upstream's admission plugins and registry
+/// strategies). Every hook is optional; a custom resource has none (its
+/// schema is checked by the store for every kind).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Admission {
+    /// On create, before the object is stored (after name and metadata
+    /// are settled).
+    pub create: Option<CreateRule>,
+    /// On an update of the main resource (not `status`), before the
+    /// generation is bumped and managedFields are recorded.
+    pub update: Option<UpdateRule>,
+    /// On any update that changes the object (main resource or status),
+    /// after managedFields are recorded; a version it leaves equal to the
+    /// stored one is not written.
+    pub settle: Option<SettleRule>,
+    /// On delete, before the object is looked up.
+    pub delete: Option<DeleteRule>,
+}
+
+impl Admission {
+    /// No admission rules.
+    pub const NONE: Admission = Admission { create: None, update: None, settle: None, delete: None };
 }
 
 /// What the local cluster keeps of a CustomResourceDefinition for one of
@@ -112,6 +175,7 @@ macro_rules! builtin {
             normalize: norm::<$ty>,
             normalize_slice: norm_slice::<$ty>,
             custom: None,
+            admission: Admission::NONE,
         }
     };
 }
@@ -168,6 +232,32 @@ pub const DAEMONSETS: ResId = 16;
 /// apps/v1 ControllerRevisions.
 pub const CONTROLLERREVISIONS: ResId = 42;
 
+/// The field-selector fields the Events store (events.k8s.io/v1) keeps
+/// for both views of an Event (core/v1 is a view of it; see `eventview`), dotted:
+/// events.k8s.io/v1's own, and `source`, which core/v1 selects on (the
+/// deprecated source's component, or the reporting controller when it has
+/// none, as upstream's `ToSelectableFields` has it; see `eventview::source`).
+pub const EVENTS_SELECTABLE: &[&str] = &[
+    "regarding.kind",
+    "regarding.namespace",
+    "regarding.name",
+    "regarding.uid",
+    "regarding.apiVersion",
+    "regarding.resourceVersion",
+    "regarding.fieldPath",
+    "reason",
+    "reportingController",
+    "type",
+    "source",
+];
+
+/// events.k8s.io/v1's own selectable fields: [`EVENTS_SELECTABLE`] without
+/// `source`, its last.
+pub const EVENTS_V1_SELECTABLE: &[&str] = match EVENTS_SELECTABLE.split_last() {
+    Some((_, own)) => own,
+    None => &[],
+};
+
 /// The served resources (indexed by the constants above; the rest are
 /// stored and served without any controller behind them).
 pub static RESOURCES: &[ResourceInfo] = &[
@@ -186,6 +276,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::core::v1::Namespace>,
         normalize_slice: norm_slice::<api::core::v1::Namespace>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "",
@@ -202,6 +293,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::core::v1::Node>,
         normalize_slice: norm_slice::<api::core::v1::Node>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "",
@@ -230,6 +322,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::core::v1::Pod>,
         normalize_slice: norm_slice::<api::core::v1::Pod>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "",
@@ -258,6 +351,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::core::v1::Event>,
         normalize_slice: norm_slice::<api::core::v1::Event>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "events.k8s.io",
@@ -270,10 +364,11 @@ pub static RESOURCES: &[ResourceInfo] = &[
         subresources: &[],
         has_status: false,
         create_on_update: true,
-        fields: super::eventview::V1_SELECTABLE,
+        fields: EVENTS_V1_SELECTABLE,
         normalize: norm::<api::events::v1::Event>,
         normalize_slice: norm_slice::<api::events::v1::Event>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "coordination.k8s.io",
@@ -290,6 +385,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::coordination::v1::Lease>,
         normalize_slice: norm_slice::<api::coordination::v1::Lease>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "scheduling.k8s.io",
@@ -306,6 +402,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::scheduling::v1::PriorityClass>,
         normalize_slice: norm_slice::<api::scheduling::v1::PriorityClass>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "policy",
@@ -322,6 +419,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::policy::v1::PodDisruptionBudget>,
         normalize_slice: norm_slice::<api::policy::v1::PodDisruptionBudget>,
         custom: None,
+        admission: Admission::NONE,
     },
     // Stored only (no controllers): objects a scheduler's informers read.
     ResourceInfo {
@@ -339,6 +437,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::core::v1::Service>,
         normalize_slice: norm_slice::<api::core::v1::Service>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "",
@@ -355,6 +454,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::core::v1::PersistentVolume>,
         normalize_slice: norm_slice::<api::core::v1::PersistentVolume>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "",
@@ -371,6 +471,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::core::v1::PersistentVolumeClaim>,
         normalize_slice: norm_slice::<api::core::v1::PersistentVolumeClaim>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "",
@@ -387,6 +488,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::core::v1::ReplicationController>,
         normalize_slice: norm_slice::<api::core::v1::ReplicationController>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "",
@@ -403,6 +505,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::core::v1::ConfigMap>,
         normalize_slice: norm_slice::<api::core::v1::ConfigMap>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "apps",
@@ -419,6 +522,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::apps::v1::ReplicaSet>,
         normalize_slice: norm_slice::<api::apps::v1::ReplicaSet>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "apps",
@@ -435,6 +539,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::apps::v1::StatefulSet>,
         normalize_slice: norm_slice::<api::apps::v1::StatefulSet>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "apps",
@@ -451,6 +556,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::apps::v1::Deployment>,
         normalize_slice: norm_slice::<api::apps::v1::Deployment>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "apps",
@@ -467,6 +573,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::apps::v1::DaemonSet>,
         normalize_slice: norm_slice::<api::apps::v1::DaemonSet>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -483,6 +590,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::storage::v1::StorageClass>,
         normalize_slice: norm_slice::<api::storage::v1::StorageClass>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -499,6 +607,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::storage::v1::CSINode>,
         normalize_slice: norm_slice::<api::storage::v1::CSINode>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -515,6 +624,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::storage::v1::CSIDriver>,
         normalize_slice: norm_slice::<api::storage::v1::CSIDriver>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -531,6 +641,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::storage::v1::CSIStorageCapacity>,
         normalize_slice: norm_slice::<api::storage::v1::CSIStorageCapacity>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -547,6 +658,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::storage::v1::VolumeAttachment>,
         normalize_slice: norm_slice::<api::storage::v1::VolumeAttachment>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -563,6 +675,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::resource::v1::ResourceClaim>,
         normalize_slice: norm_slice::<api::resource::v1::ResourceClaim>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -579,6 +692,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::resource::v1::ResourceClaimTemplate>,
         normalize_slice: norm_slice::<api::resource::v1::ResourceClaimTemplate>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -595,6 +709,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::resource::v1::DeviceClass>,
         normalize_slice: norm_slice::<api::resource::v1::DeviceClass>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "resource.k8s.io",
@@ -611,6 +726,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::resource::v1::ResourceSlice>,
         normalize_slice: norm_slice::<api::resource::v1::ResourceSlice>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "scheduling.k8s.io",
@@ -627,6 +743,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::scheduling::v1beta1::PodGroup>,
         normalize_slice: norm_slice::<api::scheduling::v1beta1::PodGroup>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "scheduling.k8s.io",
@@ -643,6 +760,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<api::scheduling::v1beta1::Workload>,
         normalize_slice: norm_slice::<api::scheduling::v1beta1::Workload>,
         custom: None,
+        admission: Admission::NONE,
     },
     ResourceInfo {
         group: "apiextensions.k8s.io",
@@ -659,6 +777,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         normalize: norm::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
         normalize_slice: norm_slice::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
         custom: None,
+        admission: Admission::NONE,
     },
     // Stored only: the rest of the built-in kinds (charts and kubectl touch them).
     builtin!(api::core::v1::ServiceAccount, "serviceaccount", true, &["sa"], SA_SUBRESOURCES, false),
@@ -697,31 +816,6 @@ pub static RESOURCES: &[ResourceInfo] = &[
     builtin!(k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService, "apiservice", false, &[], &[("status", "APIService", STATUS_VERBS)], true),
 ];
 
-/// The highest priority a user-defined PriorityClass may have (upstream's
-/// `HighestUserDefinablePriority`).
-pub const HIGHEST_USER_DEFINABLE_PRIORITY: i64 = 1_000_000_000;
-
-/// The system priority classes: (name, value), neither a global default.
-pub const SYSTEM_PRIORITY_CLASSES: &[(&str, i64)] = &[("system-node-critical", 2_000_001_000), ("system-cluster-critical", 2_000_000_000)];
-
-/// Validate a PriorityClass as upstream's `ValidatePriorityClass` does;
-/// returns the field error (`field: Forbidden: why`), if any.
-pub fn validate_priority_class(name: &str, value: i64, global_default: bool) -> Option<String> {
-    if name.starts_with("system-") {
-        let why = match SYSTEM_PRIORITY_CLASSES.iter().find(|(n, _)| *n == name) {
-            None => format!("{name} is not a known system priority class"),
-            Some((n, v)) if *v != value => format!("value of {n} PriorityClass must be {v}"),
-            Some((n, _)) if global_default => format!("globalDefault of {n} PriorityClass must be false"),
-            Some(_) => return None,
-        };
-        return Some(format!("metadata.name: Forbidden: priority class names with 'system-' prefix are reserved for system use only. error: {why}"));
-    }
-    if value > HIGHEST_USER_DEFINABLE_PRIORITY {
-        return Some(format!("value: Forbidden: maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}"));
-    }
-    None
-}
-
 /// Verbs of every main resource.
 pub fn verbs() -> &'static [&'static str] {
     ALL_VERBS
@@ -756,12 +850,22 @@ impl Default for Registry {
 }
 
 impl Registry {
-    /// The built-in resources.
+    /// The built-in resources, without admission rules.
     pub fn new() -> Self {
+        Self::with_admission(|_| Admission::NONE)
+    }
+
+    /// The built-in resources, each with the admission rules `rules`
+    /// gives its id (the store passes `admission::rules`).
+    pub fn with_admission(rules: fn(ResId) -> Admission) -> Self {
         // core/v1 Events are a view of the events.k8s.io/v1 store (see
         // `eventview`).
         let storage = |i| if i == EVENTS { EVENTS_V1 } else { i };
-        let entries = RESOURCES.iter().enumerate().map(|(i, r)| Entry { info: Arc::new(r.clone()), served: true, storage: storage(i) }).collect();
+        let entries = RESOURCES
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Entry { info: Arc::new(ResourceInfo { admission: rules(i), ..r.clone() }), served: true, storage: storage(i) })
+            .collect();
         Registry { entries: RwLock::new(entries) }
     }
 
@@ -1189,6 +1293,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn events_k8s_io_selects_all_but_source() {
+        assert_eq!(EVENTS_V1_SELECTABLE.len() + 1, EVENTS_SELECTABLE.len());
+        assert!(!EVENTS_V1_SELECTABLE.contains(&"source") && EVENTS_SELECTABLE.contains(&"source"));
+        assert!(EVENTS_V1_SELECTABLE.iter().all(|f| EVENTS_SELECTABLE.contains(f)));
+    }
+
+    #[test]
     fn resource_ids_match_the_table() {
         for (id, plural) in [(JOBS, "jobs"), (REPLICASETS, "replicasets"), (DEPLOYMENTS, "deployments"), (SERVICE_ACCOUNTS, "serviceaccounts"), (SECRETS, "secrets"), (PODGROUPS, "podgroups"), (WORKLOADS, "workloads"), (CRDS, "customresourcedefinitions"), (NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
             (PVCS, "persistentvolumeclaims"), (STORAGE_CLASSES, "storageclasses"), (CSINODES, "csinodes"), (CSIDRIVERS, "csidrivers")] {
@@ -1202,17 +1313,6 @@ mod tests {
         for r in RESOURCES {
             assert!(seen.insert((r.group, r.version, r.plural)), "{}/{} {} twice", r.group, r.version, r.plural);
         }
-    }
-
-    #[test]
-    fn priority_class_validation() {
-        assert_eq!(validate_priority_class("high", 1_000_000_000, false), None);
-        assert_eq!(
-            validate_priority_class("high", 1_000_000_001, false).as_deref(),
-            Some("value: Forbidden: maximum allowed value of a user defined priority is 1000000000")
-        );
-        assert_eq!(validate_priority_class("system-node-critical", 2_000_001_000, false), None);
-        assert!(validate_priority_class("system-foo", 1, false).is_some_and(|m| m.ends_with("system-foo is not a known system priority class")));
     }
 
     #[test]

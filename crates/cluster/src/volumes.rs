@@ -40,6 +40,8 @@ use tokio::task::JoinHandle;
 use super::resources::{CSIDRIVERS, NODES, PODS, PVCS, PVS, STORAGE_CLASSES};
 use super::selector::{Filter, LabelSelector};
 use super::store::{self, Obj, Store, now_rfc3339};
+pub use super::admission::storage::{PVC_PROTECTION, PV_PROTECTION, validate_claim, validate_volume};
+use super::admission::storage::modes;
 use berth_model::quantity;
 use berth_model::selector::NodeSelector;
 
@@ -58,12 +60,7 @@ const BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
-/// Finalizer added to every claim (StorageObjectInUseProtection admission).
-pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
-/// Finalizer added to every volume (StorageObjectInUseProtection admission).
-pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
 const ZONE: &str = "topology.kubernetes.io/zone";
-const ACCESS_MODES: &[&str] = &["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"];
 
 /// Storage simulation settings.
 #[derive(Debug, Clone)]
@@ -100,10 +97,6 @@ pub fn claim_class(c: &Value) -> &str {
 
 fn volume_class(pv: &Value) -> &str {
     ann(pv, BETA_STORAGE_CLASS).unwrap_or_else(|| s(pv, "/spec/storageClassName"))
-}
-
-fn modes<'a>(v: &'a Value, ptr: &str) -> Vec<&'a str> {
-    v.at(ptr).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
 }
 
 fn volume_mode(v: &Value) -> &str {
@@ -149,79 +142,6 @@ pub fn csinode_json(node: &str, node_uid: &str, attach_limit: i32) -> Value {
         "metadata": {"name": node, "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]},
         "spec": {"drivers": [{"name": DRIVER, "nodeID": node, "topologyKeys": [ZONE], "allocatable": {"count": attach_limit}}]},
     })
-}
-
-/// Validate a new claim as upstream's `ValidatePersistentVolumeClaim`
-/// does for the fields a scheduler reads; returns the field errors.
-pub fn validate_claim(c: &Value) -> Vec<String> {
-    let mut errs = Vec::new();
-    let am = modes(c, "/spec/accessModes");
-    if am.is_empty() {
-        errs.push("spec.accessModes: Required value: at least 1 access mode is required".to_string());
-    }
-    for m in &am {
-        if !ACCESS_MODES.contains(m) {
-            errs.push(format!(
-                "spec.accessModes: Unsupported value: \"{m}\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\""
-            ));
-        }
-    }
-    if am.contains(&"ReadWriteOncePod") && am.len() > 1 {
-        errs.push("spec.accessModes: Forbidden: may not use ReadWriteOncePod with other access modes".to_string());
-    }
-    match c.at("/spec/resources/requests/storage").and_then(Value::as_str) {
-        None => errs.push("spec.resources[storage]: Required value".to_string()),
-        Some(q) => match quantity::parse_value(q) {
-            Ok(n) if n <= 0 => errs.push(format!("spec.resources[storage]: Invalid value: \"{q}\": must be greater than zero")),
-            Ok(_) => {}
-            Err(_) => errs.push(format!(
-                "spec.resources.requests[storage]: Invalid value: \"{q}\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-            )),
-        },
-    }
-    if let Some(m) = c.at("/spec/volumeMode").and_then(Value::as_str)
-        && !matches!(m, "Block" | "Filesystem")
-    {
-        errs.push(format!("spec.volumeMode: Unsupported value: \"{m}\": supported values: \"Block\", \"Filesystem\""));
-    }
-    errs
-}
-
-/// Validate a new volume (capacity, access modes, node affinity); returns the field errors.
-pub fn validate_volume(pv: &Value) -> Vec<String> {
-    let mut errs = Vec::new();
-    match pv.at("/spec/capacity/storage").and_then(Value::as_str) {
-        None => errs.push("spec.capacity: Required value".to_string()),
-        Some(q) if quantity::parse_value(q).is_err() => errs.push(format!(
-            "spec.capacity[storage]: Invalid value: \"{q}\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-        )),
-        Some(_) => {}
-    }
-    let am = modes(pv, "/spec/accessModes");
-    if am.is_empty() {
-        errs.push("spec.accessModes: Required value".to_string());
-    }
-    for m in &am {
-        if !ACCESS_MODES.contains(m) {
-            errs.push(format!(
-                "spec.accessModes: Unsupported value: \"{m}\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\""
-            ));
-        }
-    }
-    if let Some(req) = pv.at("/spec/nodeAffinity/required") {
-        match serde_json::from_value::<k8s_openapi::api::core::v1::NodeSelector>(req.clone()) {
-            Ok(ns) if ns.node_selector_terms.is_empty() => {
-                errs.push("spec.nodeAffinity.required.nodeSelectorTerms: Required value: must have at least one node selector term".to_string())
-            }
-            Ok(ns) => {
-                if let Err(e) = NodeSelector::compile(&ns, "spec.nodeAffinity.required") {
-                    errs.push(e.to_string());
-                }
-            }
-            Err(e) => errs.push(format!("spec.nodeAffinity.required: Invalid value: {e}")),
-        }
-    }
-    errs
 }
 
 /// Does the volume's required node affinity admit the node? (No affinity: yes;
@@ -773,15 +693,6 @@ mod tests {
         let pre = Obj::from_value(v, 1);
         let pvs = vec![pv("small", "1Gi", "slow", &["ReadWriteOnce"]), pre];
         assert_eq!(find_match(&claim("1Gi", "slow", &["ReadWriteOnce"]), &pvs, true).map(|p| p.name()), Some("pre"));
-    }
-
-    #[test]
-    fn claim_validation_names_the_field() {
-        assert!(validate_claim(&claim("1Gi", "x", &["ReadWriteOnce"])).is_empty());
-        assert_eq!(validate_claim(&claim("1Gi", "x", &[])), vec!["spec.accessModes: Required value: at least 1 access mode is required"]);
-        assert!(validate_claim(&claim("lots", "x", &["ReadWriteOnce"]))[0].starts_with("spec.resources.requests[storage]: Invalid value: \"lots\""));
-        assert!(validate_claim(&claim("1Gi", "x", &["ReadWriteOncePod", "ReadWriteOnce"]))[0].contains("may not use ReadWriteOncePod"));
-        assert!(validate_claim(&claim("1Gi", "x", &["Sometimes"]))[0].starts_with("spec.accessModes: Unsupported value: \"Sometimes\""));
     }
 
     #[test]
