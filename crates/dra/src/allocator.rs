@@ -166,6 +166,9 @@ pub type Result<T> = std::result::Result<T, AllocError>;
 // ---------------------------------------------------------------------------
 // Devices in use
 
+/// A device of an API allocation result: id, shared, consumed capacity.
+type ApiResult = (DeviceId, bool, Vec<(Sym, Quantity)>);
+
 /// The devices allocated by claims (and in-flight allocations), as upstream's
 /// `AllocatedState`: dedicated devices, shared allocations of multi-allocatable
 /// devices, and the capacity they consume. Admin-access results do not count.
@@ -198,7 +201,7 @@ impl InUse {
         let agg = self.capacity.entry(id).or_default();
         for (name, q) in consumed {
             match agg.iter_mut().find(|(n, _)| n == name) {
-                Some((_, v)) => *v = if add { v.add(*q) } else { v.sub(*q) },
+                Some((_, v)) => *v = if add { v.saturating_add(*q) } else { v.saturating_sub(*q) },
                 None if add => agg.push((*name, *q)),
                 None => {}
             }
@@ -208,7 +211,7 @@ impl InUse {
         }
     }
 
-    fn api_results(inv: &mut Inventory, a: &res::AllocationResult) -> Vec<(DeviceId, bool, Vec<(Sym, Quantity)>)> {
+    fn api_results(inv: &mut Inventory, a: &res::AllocationResult) -> Vec<ApiResult> {
         let mut out = Vec::new();
         for r in a.devices.as_ref().and_then(|d| d.results.as_ref()).into_iter().flatten() {
             if r.admin_access == Some(true) {
@@ -871,10 +874,10 @@ impl<'a> Search<'a> {
             }
             let mut total = consumed;
             if let Some((_, q)) = current.iter().find(|(n, _)| n == name) {
-                total = total.add(*q);
+                total = total.saturating_add(*q);
             }
             if let Some((_, q)) = allocating.iter().find(|(n, _)| n == name) {
-                total = total.add(*q);
+                total = total.saturating_add(*q);
             }
             if total > cap.value {
                 return Some(false);
@@ -925,7 +928,7 @@ impl<'a> Search<'a> {
                     for cu in d.consumes_counters.iter() {
                         for (n, q) in cu.counters.iter() {
                             if let Some(v) = avail.get_mut(&(cu.counter_set, *n)) {
-                                *v = Quantity::sub(*v, *q);
+                                *v = Quantity::saturating_sub(*v, *q);
                             }
                         }
                     }
@@ -940,7 +943,7 @@ impl<'a> Search<'a> {
         for cu in c.dev.consumes_counters.iter() {
             for (n, q) in cu.counters.iter() {
                 if let Some(v) = self.consumed_counters.get_mut(&(c.pool, cu.counter_set, *n)) {
-                    *v = v.sub(*q);
+                    *v = v.saturating_sub(*q);
                 }
             }
         }
@@ -953,7 +956,7 @@ impl<'a> Search<'a> {
         for cu in dev.consumes_counters.iter() {
             for (n, q) in cu.counters.iter() {
                 let e = self.consumed_counters.entry((pool, cu.counter_set, *n)).or_default();
-                *e = e.add(*q);
+                *e = e.saturating_add(*q);
             }
         }
         for ((set, n), a) in &avail {
@@ -1079,7 +1082,7 @@ impl<'a> Search<'a> {
             let agg = self.allocating_capacity.entry(id).or_default();
             for (n, q) in &consumed {
                 match agg.iter_mut().find(|(x, _)| x == n) {
-                    Some((_, v)) => *v = v.add(*q),
+                    Some((_, v)) => *v = v.saturating_add(*q),
                     None => agg.push((*n, *q)),
                 }
             }
@@ -1111,7 +1114,7 @@ impl<'a> Search<'a> {
             if let Some(agg) = self.allocating_capacity.get_mut(&id) {
                 for (n, q) in &u.consumed {
                     if let Some((_, v)) = agg.iter_mut().find(|(x, _)| x == n) {
-                        *v = v.sub(*q);
+                        *v = v.saturating_sub(*q);
                     }
                 }
                 if agg.iter().all(|(_, v)| v.0 == 0) {

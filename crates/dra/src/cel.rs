@@ -355,16 +355,16 @@ fn q_compare(a: &QuantityVal, b: &QuantityVal) -> CelInt {
     CelInt::from(a.0.cmp(&b.0) as i64)
 }
 fn q_add(a: &QuantityVal, b: &QuantityVal) -> QuantityVal {
-    QuantityVal(a.0.add(b.0))
+    QuantityVal(a.0.saturating_add(b.0))
 }
 fn q_add_int(a: &QuantityVal, b: &CelInt) -> QuantityVal {
-    QuantityVal(a.0.add(Quantity::from_units(*b.inner())))
+    QuantityVal(a.0.saturating_add(Quantity::from_units(*b.inner())))
 }
 fn q_sub(a: &QuantityVal, b: &QuantityVal) -> QuantityVal {
-    QuantityVal(a.0.sub(b.0))
+    QuantityVal(a.0.saturating_sub(b.0))
 }
 fn q_sub_int(a: &QuantityVal, b: &CelInt) -> QuantityVal {
-    QuantityVal(a.0.sub(Quantity::from_units(*b.inner())))
+    QuantityVal(a.0.saturating_sub(Quantity::from_units(*b.inner())))
 }
 fn q_is_integer(a: &QuantityVal) -> CelBool {
     CelBool::from(a.0.0 % 1_000_000_000 == 0 && i64::try_from(a.0.0 / 1_000_000_000).is_ok())

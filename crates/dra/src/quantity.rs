@@ -113,12 +113,12 @@ impl Quantity {
     }
 
     /// Saturating sum.
-    pub fn add(self, o: Quantity) -> Quantity {
+    pub fn saturating_add(self, o: Quantity) -> Quantity {
         Quantity(self.0.saturating_add(o.0))
     }
 
     /// Saturating difference.
-    pub fn sub(self, o: Quantity) -> Quantity {
+    pub fn saturating_sub(self, o: Quantity) -> Quantity {
         Quantity(self.0.saturating_sub(o.0))
     }
 }

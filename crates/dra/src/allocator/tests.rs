@@ -549,6 +549,7 @@ fn device_memory_is_small() {
         .taint("k", "NoSchedule");
     assert_eq!(inv.upsert_slice(&node1(vec![d]).0), Ok(()));
     let size = inv.slice("slice-1").map_or(0, |s| s.devices[0].size_bytes());
+    eprintln!("device state: {size} bytes (Device struct {} bytes)", std::mem::size_of::<crate::inventory::Device>());
     assert!(size > 0 && size <= 1024, "{size}");
 }
 
