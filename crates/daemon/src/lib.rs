@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use berth_engine::cache::{Cache, Pdb};
 use berth_engine::config::Config;
+use berth_engine::profile::Profiles;
 use berth_engine::framework::group::{preempt_for_group, schedule_group, GroupHost, GroupOutcome};
 use berth_engine::framework::{CycleOptions, CycleState, Events, Framework, QueuedPod};
 use berth_model::{NodeSpec, PodInfo};
@@ -152,6 +153,8 @@ impl Handle {
 /// listener and the scheduling loop.
 pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Result<Handle, Error> {
     let metrics = Metrics::new()?;
+    // One set of plugin instances for the admin's explain and the loop.
+    let profiles = Profiles::new(config);
     let (stop_tx, stop_rx) = signal::channel(false);
     let le = &config.raw.leader_election;
     let (leading_tx, leading_rx) = signal::channel(!le.leader_elect);
@@ -163,7 +166,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     let lease = Lease::new(le.leader_elect, config.renew_deadline, config.lease_duration);
     let watch_health = WatchHealth::default();
     let health = admin::Health { lease: lease.clone(), watches: watch_health.clone(), tolerance: opts.leader_healthz_tolerance };
-    let admin = admin::start(&opts.admin, opts.bind_address, client.clone(), metrics.clone(), ready_rx.clone(), config.frameworks(opts.seed), health, stop_rx.clone(), &mut tasks).await?;
+    let admin = admin::start(&opts.admin, opts.bind_address, client.clone(), metrics.clone(), ready_rx.clone(), profiles.frameworks(opts.seed), health, stop_rx.clone(), &mut tasks).await?;
     let admin_addr = admin.info.addr;
 
     watch::spawn_workloads(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
@@ -194,7 +197,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     let writer = Writer::new(client, lease.clone(), cc.qps, cc.burst, opts.write_concurrency, bind_tx, &opts.identity);
     let writes = writer.shared_counts();
     let writer_handle = writer.clone();
-    let frameworks = config.frameworks(opts.seed);
+    let frameworks = profiles.frameworks(opts.seed);
     let now = Instant::now().into_std();
     let lp = Loop {
         profiles: frameworks.iter().map(|f| f.profile.clone()).collect(),

@@ -4,7 +4,7 @@
 //! Data flows one way: cluster objects (from a watch or a YAML dump) are
 //! compiled into [`berth_model`] views and kept in the [`cache`]; a scheduling
 //! cycle runs the [`framework`] with the [`plugins`] a [`config`] profile
-//! names over a snapshot and yields a decision; the front door (the daemon,
+//! names (resolved into frameworks by [`profile`]) over a snapshot and yields a decision; the front door (the daemon,
 //! [`offline`] `explain` and `simulate`, the benchmarks) acts on it.
 
 pub mod cache;
@@ -12,6 +12,7 @@ pub mod config;
 pub mod framework;
 pub mod offline;
 pub mod plugins;
+pub mod profile;
 pub mod queue;
 
 #[cfg(any(test, feature = "testing"))]

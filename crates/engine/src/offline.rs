@@ -432,7 +432,7 @@ pub struct Engine {
 impl Engine {
     /// Builds the engine.
     pub fn new(config: &Config, mut cluster: Cluster, seed: u64) -> Engine {
-        let frameworks = config.frameworks(seed);
+        let frameworks = crate::profile::frameworks(config, seed);
         // Pending members of a pod group that another scheduler owns: the
         // group cycle refuses a group whose pods name different schedulers.
         for p in &cluster.pending {

@@ -247,7 +247,7 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
     let (mut snap, pods) = setup(workload, nodes)?;
     let cfg = berth_engine::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(percentage), ..Default::default() };
     let config = Config::from_raw(cfg).ok()?;
-    let fw = config.frameworks(42).into_iter().next()?;
+    let fw = berth_engine::profile::frameworks(&config, 42).into_iter().next()?;
     let mut lat = Vec::with_capacity(pods.len());
     let mut scheduled = 0;
     let start = Instant::now();

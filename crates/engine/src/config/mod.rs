@@ -1,18 +1,20 @@
 //! KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1): parsing,
-//! upstream defaults, validation, and building one framework per profile.
+//! upstream defaults and validation by the file's own rules.
+//!
+//! This module knows no plugin. Checking plugin names and args against the
+//! registry, and building frameworks, is [`crate::profile`]'s job (upstream's
+//! `pkg/scheduler/profile`); the constructors of [`Config`] (`Config::load`,
+//! `Config::parse`, `Config::from_raw`, ...) live there, so that a
+//! configuration naming an unknown plugin is still refused when it is read.
 //!
 //! A bad file is refused with one message naming the field (and, for syntax
 //! and type errors, the line).
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use serde::Deserialize;
 use thiserror::Error;
-
-use crate::framework::{Framework, Plugin, PluginEntry, Points};
-use crate::plugins;
 
 /// Why a configuration was refused.
 #[derive(Debug, Error)]
@@ -42,8 +44,20 @@ pub enum Error {
 /// Result alias for this module.
 pub type Result<T> = std::result::Result<T, Error>;
 
-fn invalid(field: impl Into<String>, message: impl Into<String>) -> Error {
+/// An [`Error::Invalid`] at `field`.
+pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Error {
     Error::Invalid { field: field.into(), message: message.into() }
+}
+
+impl Error {
+    /// The error as reported for the file at `path` (its name before the line or field).
+    pub(crate) fn in_file(self, path: &str) -> Error {
+        match self {
+            Error::Parse(m) => Error::Parse(format!("{path}: {m}")),
+            Error::Invalid { field, message } => Error::Invalid { field: format!("{path}: {field}"), message },
+            other => other,
+        }
+    }
 }
 
 /// One plugin reference in a plugin set.
@@ -112,25 +126,6 @@ pub struct Plugins {
     /// multiPoint: every point the plugin implements.
     #[serde(default)]
     pub multi_point: PluginSet,
-}
-
-impl Plugins {
-    fn point(&self, p: Points) -> &PluginSet {
-        match p {
-            Points::PRE_ENQUEUE => &self.pre_enqueue,
-            Points::QUEUE_SORT => &self.queue_sort,
-            Points::PRE_FILTER => &self.pre_filter,
-            Points::FILTER => &self.filter,
-            Points::POST_FILTER => &self.post_filter,
-            Points::PRE_SCORE => &self.pre_score,
-            Points::SCORE => &self.score,
-            Points::RESERVE => &self.reserve,
-            Points::PERMIT => &self.permit,
-            Points::PRE_BIND => &self.pre_bind,
-            Points::BIND => &self.bind,
-            _ => &self.post_bind,
-        }
-    }
 }
 
 /// Args for one plugin.
@@ -339,7 +334,10 @@ pub const KIND: &str = "KubeSchedulerConfiguration";
 /// Upstream's default scheduler name.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 
-/// A validated configuration, ready to build frameworks from.
+/// A configuration validated by the file's own rules and by the plugin
+/// registry: built only by the constructors in [`crate::profile`]
+/// (`Config::load`, `Config::parse`, `Config::load_for_scheduler`,
+/// `Config::parse_for_scheduler`, `Config::from_raw`, `Config::default_config`).
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The file as read, with defaults applied.
@@ -354,21 +352,8 @@ pub struct Config {
     pub renew_deadline: Duration,
     /// Retry period.
     pub retry_period: Duration,
-    profiles: Vec<ResolvedProfile>,
-}
-
-#[derive(Clone)]
-struct ResolvedProfile {
-    name: String,
-    percentage: Option<i32>,
-    /// (plugin, point, weight) registrations, in each point's order.
-    plugins: Vec<(Arc<dyn Plugin>, Points, i64)>,
-}
-
-impl std::fmt::Debug for ResolvedProfile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResolvedProfile").field("name", &self.name).field("plugins", &self.plugins.iter().map(|p| p.0.name()).collect::<Vec<_>>()).finish()
-    }
+    /// The profiles as validated, each with its schedulerName (defaulted).
+    profiles: Vec<(String, Profile)>,
 }
 
 /// Parses a Go-style duration ("15s", "1m30s", "500ms").
@@ -401,42 +386,23 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(total).ok()
 }
 
+/// Reads a configuration file's text.
+pub(crate) fn read(path: &str) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.into(), source })
+}
+
+/// Parses configuration text (YAML or JSON), without validating it.
+pub(crate) fn parse_raw(text: &str) -> Result<KubeSchedulerConfiguration> {
+    serde_saphyr::from_str(text).map_err(|e| Error::Parse(e.to_string()))
+}
+
 impl Config {
-    /// Reads and validates a configuration file.
-    pub fn load(path: &str) -> Result<Config> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.into(), source })?;
-        Self::parse(&text).map_err(|e| match e {
-            Error::Parse(m) => Error::Parse(format!("{path}: {m}")),
-            Error::Invalid { field, message } => Error::Invalid { field: format!("{path}: {field}"), message },
-            other => other,
-        })
-    }
-
-    /// Parses and validates configuration text (YAML or JSON).
-    pub fn parse(text: &str) -> Result<Config> {
-        let raw: KubeSchedulerConfiguration = serde_saphyr::from_str(text).map_err(|e| Error::Parse(e.to_string()))?;
-        Self::from_raw(raw)
-    }
-
-    /// Upstream defaults, one profile "default-scheduler".
-    pub fn default_config() -> Config {
-        match Self::from_raw(KubeSchedulerConfiguration::default()) {
-            Ok(c) => c,
-            // The defaults are valid by construction; this arm is never taken.
-            Err(_) => Config {
-                raw: KubeSchedulerConfiguration::default(),
-                pod_initial_backoff: Duration::from_secs(1),
-                pod_max_backoff: Duration::from_secs(10),
-                lease_duration: Duration::from_secs(15),
-                renew_deadline: Duration::from_secs(10),
-                retry_period: Duration::from_secs(2),
-                profiles: vec![],
-            },
-        }
-    }
-
-    /// Validates a parsed configuration and resolves its profiles.
-    pub fn from_raw(mut raw: KubeSchedulerConfiguration) -> Result<Config> {
+    /// Validates a parsed configuration by the file's own rules, handing each
+    /// profile (with its schedulerName and field path) to `resolve` in file
+    /// order, so that the first fault in the file is the one reported
+    /// whichever of the two finds it. The constructors in [`crate::profile`]
+    /// resolve plugins against the registry here.
+    pub(crate) fn validate<R>(mut raw: KubeSchedulerConfiguration, mut resolve: impl FnMut(&Profile, &str, &str) -> Result<R>) -> Result<(Config, Vec<R>)> {
         match raw.api_version.as_deref() {
             None | Some(API_VERSION) => {}
             Some(v) => return Err(invalid("apiVersion", format!("unsupported {v:?}, want {API_VERSION:?}"))),
@@ -491,6 +457,7 @@ impl Config {
         }
         let mut names = HashSet::new();
         let mut profiles = Vec::new();
+        let mut resolved = Vec::new();
         for (i, p) in raw.profiles.iter().enumerate() {
             let path = format!("profiles[{i}]");
             let name = p.scheduler_name.clone().unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.into());
@@ -504,19 +471,10 @@ impl Config {
                 && !(0..=100).contains(&pc) {
                     return Err(invalid(format!("{path}.percentageOfNodesToScore"), format!("must be in the range 0-100, got {pc}")));
                 }
-            profiles.push(resolve_profile(p, name, &path)?);
+            resolved.push(resolve(p, &name, &path)?);
+            profiles.push((name, p.clone()));
         }
-        // Every profile must sort the queue the same way (one queue).
-        let qs = |p: &ResolvedProfile| p.plugins.iter().find(|x| x.1.has(Points::QUEUE_SORT)).map(|x| x.0.name());
-        if let Some(first) = profiles.first() {
-            let q0 = qs(first);
-            for (i, p) in profiles.iter().enumerate().skip(1) {
-                if qs(p) != q0 {
-                    return Err(invalid(format!("profiles[{i}].plugins.queueSort"), "queueSort must be the same for all profiles"));
-                }
-            }
-        }
-        Ok(Config {
+        let config = Config {
             raw,
             pod_initial_backoff: Duration::from_secs(initial as u64),
             pod_max_backoff: Duration::from_secs(max as u64),
@@ -524,211 +482,58 @@ impl Config {
             renew_deadline,
             retry_period,
             profiles,
-        })
+        };
+        Ok((config, resolved))
+    }
+
+    /// Upstream's defaults with no profile: what `Config::default_config`
+    /// falls back to should the defaults not resolve (they always do).
+    pub(crate) fn without_profiles() -> Config {
+        Config {
+            raw: KubeSchedulerConfiguration::default(),
+            pod_initial_backoff: Duration::from_secs(1),
+            pod_max_backoff: Duration::from_secs(10),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            profiles: vec![],
+        }
     }
 
     /// Profile names in order.
     pub fn profile_names(&self) -> Vec<String> {
-        self.profiles.iter().map(|p| p.name.clone()).collect()
+        self.profiles.iter().map(|p| p.0.clone()).collect()
     }
 
-    /// Builds one framework per profile.
-    pub fn frameworks(&self, seed: u64) -> Vec<Framework> {
-        self.profiles
-            .iter()
-            .map(|p| {
-                let pct = p.percentage.or(self.raw.percentage_of_nodes_to_score).filter(|x| *x > 0);
-                let entries = p.plugins.iter().map(|(pl, pts, w)| (PluginEntry { plugin: pl.clone(), weight: *w }, *pts)).collect();
-                Framework::new(p.name.clone(), entries, pct, seed)
-            })
-            .collect()
+    /// The profiles as validated, in order: schedulerName and profile.
+    pub fn profiles(&self) -> &[(String, Profile)] {
+        &self.profiles
     }
-}
 
-/// upstream `mergePluginSet`: the custom set over the default set.
-fn merge(default: &[(String, i64)], custom: &PluginSet) -> (Vec<(String, i64)>, HashSet<String>) {
-    let disabled: HashSet<String> = custom.disabled.iter().map(|p| p.name.clone()).collect();
-    let mut replaced = HashSet::new();
-    let mut enabled = Vec::new();
-    if !disabled.contains("*") {
-        for (name, w) in default {
-            if disabled.contains(name) {
-                continue;
-            }
-            match custom.enabled.iter().position(|c| &c.name == name) {
-                Some(i) => {
-                    replaced.insert(i);
-                    enabled.push((name.clone(), custom.enabled[i].weight.unwrap_or(0)));
-                }
-                None => enabled.push((name.clone(), *w)),
-            }
-        }
-    }
-    for (i, c) in custom.enabled.iter().enumerate() {
-        if !replaced.contains(&i) {
-            enabled.push((c.name.clone(), c.weight.unwrap_or(0)));
-        }
-    }
-    (enabled, disabled)
-}
-
-fn resolve_profile(p: &Profile, name: String, path: &str) -> Result<ResolvedProfile> {
-    let plugins_cfg = p.plugins.clone().unwrap_or_default();
-    // Args by plugin name.
-    let mut args: BTreeMap<String, &serde_json::Value> = BTreeMap::new();
-    for (i, pc) in p.plugin_config.iter().enumerate() {
-        if !plugins::known(&pc.name) {
-            return Err(invalid(format!("{path}.pluginConfig[{i}].name"), format!("unknown plugin {:?}", pc.name)));
-        }
-        if args.contains_key(&pc.name) {
-            return Err(invalid(format!("{path}.pluginConfig[{i}].name"), format!("repeated config for plugin {:?}", pc.name)));
-        }
-        if let Some(a) = &pc.args {
-            args.insert(pc.name.clone(), a);
-        }
-    }
-    // Check every referenced name and weight.
-    for (pt, ptname) in Points::ALL.iter().copied().chain([(Points(0), "multiPoint")]) {
-        let set = if pt.0 == 0 { &plugins_cfg.multi_point } else { plugins_cfg.point(pt) };
-        for (kind, list) in [("enabled", &set.enabled), ("disabled", &set.disabled)] {
-            for (j, r) in list.iter().enumerate() {
-                let field = format!("{path}.plugins.{ptname}.{kind}[{j}]");
-                if (kind != "disabled" || r.name != "*") && !plugins::known(&r.name) {
-                    return Err(invalid(format!("{field}.name"), format!("unknown plugin {:?}", r.name)));
-                }
-                if let Some(w) = r.weight {
-                    if w < 0 {
-                        return Err(invalid(format!("{field}.weight"), format!("must not be negative, got {w}")));
-                    }
-                    if w > 100 {
-                        return Err(invalid(format!("{field}.weight"), format!("must be at most 100, got {w}")));
-                    }
-                }
-            }
-        }
-    }
-    let defaults: Vec<(String, i64)> = plugins::default_plugins().iter().map(|d| (d.name.to_string(), d.weight)).collect();
-    let (multi, _) = merge(&defaults, &plugins_cfg.multi_point);
-    // Instantiate each plugin once.
-    let mut instances: BTreeMap<String, Arc<dyn Plugin>> = BTreeMap::new();
-    let mut instance = |n: &str| -> Result<Arc<dyn Plugin>> {
-        if let Some(p) = instances.get(n) {
-            return Ok(p.clone());
-        }
-        let pl = plugins::build(n, args.get(n).copied()).map_err(|m| match p.plugin_config.iter().position(|c| c.name == n) {
-            Some(i) => invalid(format!("{path}.pluginConfig[{i}].args"), m),
-            None => invalid(format!("{path}.plugins"), format!("plugin {n:?}: {m}")),
-        })?;
-        instances.insert(n.to_string(), pl.clone());
-        Ok(pl)
-    };
-    let mut seen_multi = HashSet::new();
-    for (n, _) in &multi {
-        if !seen_multi.insert(n.clone()) {
-            return Err(invalid(format!("{path}.plugins.multiPoint.enabled"), format!("plugin {n:?} already registered")));
-        }
-    }
-    // Expand each extension point (upstream expandMultiPointPlugins).
-    let mut out: Vec<(Arc<dyn Plugin>, Points, i64)> = Vec::new();
-    // One registration per (plugin, point), in each point's order: the
-    // framework keeps that order per extension point.
-    let mut add = |pl: Arc<dyn Plugin>, pt: Points, w: i64| out.push((pl, pt, w));
-    for (pt, ptname) in Points::ALL {
-        let (specific, disabled) = merge(&[], plugins_cfg.point(pt));
-        let mut seen = HashSet::new();
-        for (n, _) in &specific {
-            if !seen.insert(n.clone()) {
-                return Err(invalid(format!("{path}.plugins.{ptname}.enabled"), format!("plugin {n:?} already registered")));
-            }
-        }
-        let mut list: Vec<(String, i64)> = Vec::new();
-        if disabled.contains("*") {
-            list = specific.clone();
-        } else {
-            let mut overrides = Vec::new();
-            let mut from_multi = Vec::new();
-            for (n, w) in &multi {
-                let pl = instance(n)?;
-                if !pl.points().has(pt) || disabled.contains(n) {
-                    continue;
-                }
-                if specific.iter().any(|(s, _)| s == n) {
-                    overrides.push(n.clone());
-                    continue;
-                }
-                from_multi.push((n.clone(), *w));
-            }
-            for (n, w) in &specific {
-                if overrides.contains(n) {
-                    let mw = multi.iter().find(|(m, _)| m == n).map(|x| x.1).unwrap_or(0);
-                    list.push((n.clone(), if *w > 0 { *w } else { mw }));
-                }
-            }
-            list.extend(from_multi);
-            for (n, w) in &specific {
-                if !overrides.contains(n) {
-                    list.push((n.clone(), *w));
-                }
-            }
-        }
-        for (n, w) in list {
-            let pl = instance(&n)?;
-            if !pl.points().has(pt) {
-                return Err(invalid(format!("{path}.plugins.{ptname}.enabled"), format!("plugin {n:?} does not implement {ptname}")));
-            }
-            let weight = if pt == Points::SCORE {
-                let mw = multi.iter().find(|(m, _)| *m == n).map(|x| x.1).unwrap_or(0);
-                if w > 0 { w } else if mw > 0 { mw } else { 1 }
-            } else {
-                0
-            };
-            add(pl, pt, weight);
-        }
-    }
-    if !out.iter().any(|e| e.1.has(Points::QUEUE_SORT)) {
-        return Err(invalid(format!("{path}.plugins.queueSort"), "one queueSort plugin must be enabled"));
-    }
-    if !out.iter().any(|e| e.1.has(Points::BIND)) {
-        return Err(invalid(format!("{path}.plugins.bind"), "at least one bind plugin must be enabled"));
-    }
-    Ok(ResolvedProfile { name, percentage: p.percentage_of_nodes_to_score, plugins: out })
 }
 
 /// What `berth run` tells an operator whose file names no profile.
 const NAME_A_PROFILE: &str = "name at least one profile, e.g. `profiles: [{schedulerName: berth}]` (give it schedulerName: default-scheduler only to replace the cluster's scheduler): without one berth would schedule every default-scheduler pod and race the cluster's own scheduler";
 
-impl Config {
-    /// Reads a configuration for `berth run`, refusing what would make berth
-    /// silently take every `default-scheduler` pod: an empty file (or
-    /// `/dev/null`), a file without `apiVersion` and `kind`, and a file that
-    /// names no profile (`profiles: []` or none). Then as [`Config::load`].
-    pub fn load_for_scheduler(path: &str) -> Result<Config> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.into(), source })?;
-        Self::parse_for_scheduler(&text).map_err(|e| match e {
-            Error::Parse(m) => Error::Parse(format!("{path}: {m}")),
-            Error::Invalid { field, message } => Error::Invalid { field: format!("{path}: {field}"), message },
-            other => other,
-        })
+/// Parses configuration text for `berth run`, refusing what would make berth
+/// silently take every `default-scheduler` pod (see `Config::load_for_scheduler`
+/// in [`crate::profile`]), without validating it further.
+pub(crate) fn parse_raw_for_scheduler(text: &str) -> Result<KubeSchedulerConfiguration> {
+    let blank = text.lines().map(str::trim).all(|l| l.is_empty() || l.starts_with('#') || l == "---" || l == "...");
+    if blank {
+        return Err(invalid("(file)", format!("the configuration is empty; write a KubeSchedulerConfiguration with apiVersion: {API_VERSION}, kind: {KIND} and profiles ({NAME_A_PROFILE})")));
     }
-
-    /// [`Config::load_for_scheduler`] on text.
-    pub fn parse_for_scheduler(text: &str) -> Result<Config> {
-        let blank = text.lines().map(str::trim).all(|l| l.is_empty() || l.starts_with('#') || l == "---" || l == "...");
-        if blank {
-            return Err(invalid("(file)", format!("the configuration is empty; write a KubeSchedulerConfiguration with apiVersion: {API_VERSION}, kind: {KIND} and profiles ({NAME_A_PROFILE})")));
-        }
-        let raw: KubeSchedulerConfiguration = serde_saphyr::from_str(text).map_err(|e| Error::Parse(e.to_string()))?;
-        if raw.api_version.is_none() {
-            return Err(invalid("apiVersion", format!("missing; a KubeSchedulerConfiguration file starts with apiVersion: {API_VERSION} and kind: {KIND}")));
-        }
-        if raw.kind.is_none() {
-            return Err(invalid("kind", format!("missing; a KubeSchedulerConfiguration file starts with apiVersion: {API_VERSION} and kind: {KIND}")));
-        }
-        if raw.profiles.is_empty() {
-            return Err(invalid("profiles", format!("empty; {NAME_A_PROFILE}")));
-        }
-        Self::from_raw(raw)
+    let raw = parse_raw(text)?;
+    if raw.api_version.is_none() {
+        return Err(invalid("apiVersion", format!("missing; a KubeSchedulerConfiguration file starts with apiVersion: {API_VERSION} and kind: {KIND}")));
     }
+    if raw.kind.is_none() {
+        return Err(invalid("kind", format!("missing; a KubeSchedulerConfiguration file starts with apiVersion: {API_VERSION} and kind: {KIND}")));
+    }
+    if raw.profiles.is_empty() {
+        return Err(invalid("profiles", format!("empty; {NAME_A_PROFILE}")));
+    }
+    Ok(raw)
 }
 
 #[cfg(test)]

@@ -17,17 +17,32 @@
 //! 4. Pick one candidate: fewest PDB violations, lowest highest-priority
 //!    victim, lowest sum of priorities, fewest victims, latest start of the
 //!    highest-priority victims, then the first.
+//!
+//! Cut by what each step does, as upstream's `defaultpreemption` plugin and
+//! `framework/preemption` package are: this file has the plugin, its args,
+//! eligibility and PostFilter itself; `candidates` the dry run over the
+//! potential nodes (with the results kept for the next preemptor of the same
+//! shape); `victims` the victims on one node (with the PodDisruptionBudget
+//! split); `pick` the choice of one candidate.
 
-use std::cmp::Ordering;
-use std::hash::Hasher;
-use std::sync::{Arc, Mutex, TryLockError};
+mod candidates;
+mod pick;
+mod victims;
+
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 
-use crate::cache::{Pdb, Snapshot};
+use crate::cache::Snapshot;
 use crate::framework::status::ReasonCounts;
 use crate::framework::{Code, CycleState, Events, Framework, NodeStatuses, Plugin, Points, PostFilterResult, Status};
-use berth_model::{NodeInfo, NodeSpec, PodInfo};
+use berth_model::PodInfo;
+
+pub use candidates::Candidate;
+pub use pick::pick_one;
+pub use victims::{more_important, select_victims, split_by_pdb};
+
+use candidates::DryRuns;
 
 /// Plugin name.
 pub const NAME: &str = "DefaultPreemption";
@@ -72,93 +87,6 @@ impl Default for DefaultPreemption {
     }
 }
 
-/// One node's dry-run outcome: the victims and PDB violations, or the node's status.
-type Victims = Result<(Vec<Arc<PodInfo>>, usize), Status>;
-
-/// What a node's dry run depends on besides the node itself.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct DryRunKey {
-    /// The framework (its address while it runs this cycle).
-    framework: usize,
-    /// The preemptor's signature: every field of the pod but its identity.
-    signature: u64,
-    /// The Filter plugins that run, all node-local.
-    filters: Vec<&'static str>,
-    /// The PreFilter plugins that answered Skip (their AddPod/RemovePod do not run).
-    skipped: Vec<&'static str>,
-    /// A fingerprint of the PodDisruptionBudgets.
-    pdbs: u64,
-    /// Number of nodes.
-    nodes: usize,
-}
-
-/// Dry-run results kept for the next preemptor of the same shape.
-///
-/// When every Filter plugin that runs is node-local ([`Plugin::reusable`]:
-/// its verdict is a function of the pod's signature and of the one node),
-/// a node's dry run (which removes and re-adds that node's pods and runs
-/// those filters) is a function of the pod's signature, the node (its
-/// object and pods), the PodDisruptionBudgets and the pods nominated to the
-/// node. So a node that has not changed since, with no nominated pods,
-/// gives the result it gave then.
-#[derive(Debug, Default)]
-struct DryRuns {
-    key: Option<DryRunKey>,
-    /// Per node index: the node object and generation the result was found at, and the result.
-    nodes: Vec<Option<(Arc<NodeSpec>, u64, Victims)>>,
-}
-
-impl DryRuns {
-    fn get(&self, i: usize, node: &NodeInfo) -> Option<&Victims> {
-        match self.nodes.get(i) {
-            Some(Some((spec, generation, v))) if Arc::ptr_eq(spec, &node.node) && *generation == node.generation => Some(v),
-            _ => None,
-        }
-    }
-
-    fn set(&mut self, i: usize, node: &NodeInfo, v: &Victims) {
-        if let Some(slot) = self.nodes.get_mut(i) {
-            *slot = Some((node.node.clone(), node.generation, v.clone()));
-        }
-    }
-}
-
-/// Feeds formatted text to a hasher.
-struct HashWriter<'a, H: Hasher>(&'a mut H);
-
-impl<H: Hasher> std::fmt::Write for HashWriter<'_, H> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.write(s.as_bytes());
-        Ok(())
-    }
-}
-
-/// What a dry run over this cycle depends on beyond the nodes, or None when
-/// a Filter plugin that runs is not node-local (or the pod has no signature).
-fn dry_run_key(fw: &Framework, state: &CycleState, pod: &PodInfo, snap: &Snapshot) -> Option<DryRunKey> {
-    if pod.signature == 0 {
-        return None;
-    }
-    let filters: Vec<&'static str> = fw.plugins_at(Points::FILTER).into_iter().filter(|n| !state.filter_skipped(n)).collect();
-    let node_local = |name: &str| fw.plugins().find(|p| p.name() == name).is_some_and(|p| p.reusable());
-    if !filters.iter().all(|n| node_local(n)) {
-        return None;
-    }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    if !snap.pdbs.is_empty() {
-        use std::fmt::Write;
-        write!(HashWriter(&mut h), "{:?}", snap.pdbs).ok()?;
-    }
-    Some(DryRunKey {
-        framework: fw as *const Framework as usize,
-        signature: pod.signature,
-        filters,
-        skipped: state.skip_filter.clone(),
-        pdbs: h.finish(),
-        nodes: snap.nodes.len(),
-    })
-}
-
 impl DefaultPreemption {
     /// Builds the plugin, validating its args (upstream `ValidateDefaultPreemptionArgs`).
     pub fn new(args: Args) -> Result<Self, String> {
@@ -190,22 +118,6 @@ impl DefaultPreemption {
     }
 }
 
-/// A node where preemption lets the pod fit, with the pods to evict.
-#[derive(Clone, Debug)]
-pub struct Candidate {
-    /// Node index in the snapshot.
-    pub node: usize,
-    /// Victims, most important first.
-    pub victims: Vec<Arc<PodInfo>>,
-    /// How many victims' eviction violates a PodDisruptionBudget.
-    pub pdb_violations: usize,
-}
-
-/// Upstream `MoreImportantPod`: higher priority first, then the earlier start.
-pub fn more_important(a: &PodInfo, b: &PodInfo) -> Ordering {
-    b.priority.cmp(&a.priority).then(a.start_ms.cmp(&b.start_ms))
-}
-
 /// Upstream `PodEligibleToPreemptOthers`: Err carries the reason.
 pub fn eligible(pod: &PodInfo, snap: &Snapshot, statuses: &NodeStatuses) -> Result<(), &'static str> {
     if pod.preemption_never {
@@ -222,218 +134,6 @@ pub fn eligible(pod: &PodInfo, snap: &Snapshot, statuses: &NodeStatuses) -> Resu
         return Err(MSG_TERMINATING);
     }
     Ok(())
-}
-
-/// Upstream `filterPodsWithPDBViolation`: splits pods (order kept) into those
-/// whose eviction would take some matching budget below zero, and the others.
-pub fn split_by_pdb(pods: Vec<Arc<PodInfo>>, pdbs: &[Pdb]) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
-    let mut allowed: Vec<i64> = pdbs.iter().map(|p| p.disruptions_allowed).collect();
-    let mut violating = Vec::new();
-    let mut ok = Vec::new();
-    for p in pods {
-        let mut violated = false;
-        if !p.labels.is_empty() {
-            for (i, pdb) in pdbs.iter().enumerate() {
-                if pdb.namespace != p.namespace || pdb.selector.is_everything() || !pdb.selector.matches(&p.labels) {
-                    continue;
-                }
-                // Already being disrupted: counted by the budget already.
-                if pdb.disrupted_pods.iter().any(|n| *n == p.name) {
-                    continue;
-                }
-                allowed[i] -= 1;
-                if allowed[i] < 0 {
-                    violated = true;
-                }
-            }
-        }
-        if violated { violating.push(p) } else { ok.push(p) }
-    }
-    (violating, ok)
-}
-
-fn as_error(s: Status) -> Status {
-    Status::error(s.message())
-}
-
-/// Upstream `SelectVictimsOnNode`: the pods to evict from `node` so that `pod`
-/// fits, with the number of PDB violations; Err is the node's status when
-/// preemption there cannot help.
-pub fn select_victims(fw: &Framework, state: &CycleState, pod: &PodInfo, node: &NodeInfo, snap: &Snapshot) -> Result<(Vec<Arc<PodInfo>>, usize), Status> {
-    let mut potential: Vec<Arc<PodInfo>> = node.pods.iter().filter(|p| p.priority < pod.priority).cloned().collect();
-    if potential.is_empty() {
-        return Err(Status::unresolvable(REASON_NO_VICTIMS));
-    }
-    let mut ni = node.clone();
-    let mut st = state.clone();
-    for v in &potential {
-        ni.remove_pod(&v.uid);
-        let s = fw.run_remove_pod(&mut st, pod, v, &ni, snap);
-        if !s.is_success() {
-            return Err(as_error(s));
-        }
-    }
-    let s = fw.run_filter_with_nominated(&st, pod, &ni, snap);
-    if !s.is_success() {
-        return Err(s);
-    }
-    potential.sort_by(|a, b| more_important(a, b));
-    let (violating, non_violating) = split_by_pdb(potential, &snap.pdbs);
-    let both = !violating.is_empty() && !non_violating.is_empty();
-    let mut victims = Vec::new();
-    let mut violations = 0;
-    for (group, counts) in [(violating, true), (non_violating, false)] {
-        for p in group {
-            ni.add_pod(p.clone());
-            let s = fw.run_add_pod(&mut st, pod, &p, &ni, snap);
-            if !s.is_success() {
-                return Err(as_error(s));
-            }
-            if fw.run_filter_with_nominated(&st, pod, &ni, snap).is_success() {
-                continue;
-            }
-            ni.remove_pod(&p.uid);
-            let s = fw.run_remove_pod(&mut st, pod, &p, &ni, snap);
-            if !s.is_success() {
-                return Err(as_error(s));
-            }
-            if counts {
-                violations += 1;
-            }
-            victims.push(p);
-        }
-    }
-    if both {
-        victims.sort_by(|a, b| more_important(a, b));
-    }
-    Ok((victims, violations))
-}
-
-/// The start time of the highest-priority victims: the earliest among them
-/// (upstream `GetEarliestPodStartTime`).
-fn earliest_top_start(victims: &[Arc<PodInfo>]) -> i64 {
-    let Some(first) = victims.first() else { return i64::MIN };
-    let mut top = first.priority;
-    let mut start = first.start_ms;
-    for v in victims {
-        if v.priority > top {
-            top = v.priority;
-            start = v.start_ms;
-        } else if v.priority == top && v.start_ms < start {
-            start = v.start_ms;
-        }
-    }
-    start
-}
-
-/// Upstream `pickOneNodeForPreemption` with the default criteria, each a score
-/// where higher wins, applied in turn to the candidates still tied.
-pub fn pick_one(candidates: &[Candidate]) -> Option<usize> {
-    type Score = fn(&Candidate) -> i64;
-    const CRITERIA: [Score; 5] = [
-        // Fewest PDB violations.
-        |c| -(c.pdb_violations as i64),
-        // Lowest highest-priority victim.
-        |c| -i64::from(c.victims.first().map_or(i32::MIN, |v| v.priority)),
-        // Lowest sum of priorities, each shifted to be non-negative.
-        |c| -c.victims.iter().map(|v| i64::from(v.priority) + i64::from(i32::MAX) + 1).sum::<i64>(),
-        // Fewest victims.
-        |c| -(c.victims.len() as i64),
-        // Latest start among the highest-priority victims.
-        |c| earliest_top_start(&c.victims),
-    ];
-    let mut remaining: Vec<usize> = (0..candidates.len()).collect();
-    for f in CRITERIA {
-        if remaining.len() <= 1 {
-            break;
-        }
-        let best = remaining.iter().map(|&i| f(&candidates[i])).max()?;
-        remaining.retain(|&i| f(&candidates[i]) == best);
-    }
-    remaining.first().copied()
-}
-
-impl DefaultPreemption {
-    /// Upstream `DryRunPreemption` over the potential nodes from `offset`:
-    /// the candidates (non-violating first) and the statuses of the nodes
-    /// where preemption does not help.
-    fn dry_run(
-        &self,
-        fw: &Framework,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        potential: &[usize],
-        offset: usize,
-    ) -> (Vec<Candidate>, Vec<(usize, Status)>, Vec<String>) {
-        let want = self.num_candidates(potential.len());
-        let mut non_violating: Vec<Candidate> = Vec::new();
-        let mut violating: Vec<Candidate> = Vec::new();
-        let mut failed = Vec::new();
-        let mut errors = Vec::new();
-        // Results kept from the last preemptor of this shape (see DryRuns).
-        let mut kept = match self.kept.try_lock() {
-            Ok(g) => Some(g),
-            Err(TryLockError::Poisoned(p)) => {
-                let mut g = p.into_inner();
-                *g = DryRuns::default();
-                self.kept.clear_poison();
-                Some(g)
-            }
-            Err(TryLockError::WouldBlock) => None,
-        };
-        let key = kept.as_ref().and_then(|_| dry_run_key(fw, state, pod, snap));
-        match (kept.as_deref_mut(), &key) {
-            (Some(k), Some(key)) => {
-                if k.key.as_ref() != Some(key) {
-                    k.key = Some(key.clone());
-                    k.nodes.clear();
-                    k.nodes.resize(snap.nodes.len(), None);
-                }
-            }
-            _ => kept = None,
-        }
-        for k in 0..potential.len() {
-            let idx = potential[(offset + k) % potential.len()];
-            let node = &snap.nodes[idx];
-            // Pods nominated to the node are counted by the filters: such a node is not kept.
-            let keep = !snap.nominated.contains_key(node.name());
-            let found = match kept.as_deref_mut() {
-                Some(c) if keep => match c.get(idx, node) {
-                    Some(v) => v.clone(),
-                    None => {
-                        let v = select_victims(fw, state, pod, node, snap);
-                        if v.as_ref().err().is_none_or(|s| s.code != Code::Error) {
-                            c.set(idx, node, &v);
-                        }
-                        v
-                    }
-                },
-                _ => select_victims(fw, state, pod, node, snap),
-            };
-            let status = match found {
-                Ok((victims, _)) if victims.is_empty() => Status::error(format!("expected at least one victim pod on node {:?}", node.name())),
-                Ok((victims, pdb_violations)) => {
-                    let c = Candidate { node: idx, victims, pdb_violations };
-                    let list = if pdb_violations == 0 { &mut non_violating } else { &mut violating };
-                    if list.len() < want {
-                        list.push(c);
-                    }
-                    if !non_violating.is_empty() && non_violating.len() + violating.len() >= want {
-                        break;
-                    }
-                    continue;
-                }
-                Err(s) => s,
-            };
-            if status.code == Code::Error {
-                errors.push(status.message());
-            }
-            failed.push((idx, status));
-        }
-        non_violating.extend(violating);
-        (non_violating, failed, errors)
-    }
 }
 
 /// Upstream `FitError.Error()` for the nodes preemption did not help: the
@@ -504,19 +204,21 @@ impl Plugin for DefaultPreemption {
     }
 }
 
+/// Builders the tests of every part share.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::framework::{CycleOptions, CycleOutcome, PluginEntry};
-    use berth_model::selector::Selector;
-    use crate::plugins::node_ports::NodePorts;
-    use crate::plugins::node_resources_fit::NodeResourcesFit;
-    use crate::plugins::node_unschedulable::NodeUnschedulable;
-    use crate::plugins::priority_sort::PrioritySort;
-    use crate::testing::{node, pod, snapshot, NodeBuilder, PodBuilder};
-    use std::collections::BTreeMap;
+mod test_support {
+    pub(super) use super::*;
+    pub(super) use crate::cache::Pdb;
+    pub(super) use crate::framework::{CycleOptions, CycleOutcome, PluginEntry};
+    pub(super) use crate::plugins::node_ports::NodePorts;
+    pub(super) use crate::plugins::node_resources_fit::NodeResourcesFit;
+    pub(super) use crate::plugins::node_unschedulable::NodeUnschedulable;
+    pub(super) use crate::plugins::priority_sort::PrioritySort;
+    pub(super) use crate::testing::{node, pod, snapshot, NodeBuilder, PodBuilder};
+    pub(super) use berth_model::selector::Selector;
+    pub(super) use std::collections::BTreeMap;
 
-    fn framework() -> Framework {
+    pub(super) fn framework() -> Framework {
         let plugins: Vec<Arc<dyn Plugin>> =
             vec![Arc::new(PrioritySort), Arc::new(NodeUnschedulable), Arc::new(NodePorts), Arc::new(NodeResourcesFit::default()), Arc::new(DefaultPreemption::default())];
         let entries = plugins
@@ -529,11 +231,21 @@ mod tests {
         Framework::new("test".into(), entries, None, 1)
     }
 
-    fn pdb(name: &str, label: (&str, &str), allowed: i64) -> Pdb {
+    pub(super) fn pdb(name: &str, label: (&str, &str), allowed: i64) -> Pdb {
         let mut m = BTreeMap::new();
         m.insert(label.0.to_string(), label.1.to_string());
         Pdb { namespace: "default".into(), name: name.into(), selector: Selector::from_map(&m), disruptions_allowed: allowed, disrupted_pods: vec![] }
     }
+
+
+    pub(super) fn low(name: &str, n: &str, prio: i32, cpu: &str) -> PodBuilder {
+        pod(name).node(n).priority(prio).req(cpu, "")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
 
     fn run(nodes: &[NodeBuilder], pods: &[PodBuilder], pdbs: Vec<Pdb>, p: &PodBuilder) -> CycleOutcome {
         let mut snap = snapshot(nodes, pods);
@@ -563,9 +275,6 @@ mod tests {
         message_ends: &'static str,
     }
 
-    fn low(name: &str, n: &str, prio: i32, cpu: &str) -> PodBuilder {
-        pod(name).node(n).priority(prio).req(cpu, "")
-    }
 
     #[test]
     fn post_filter_table() {
@@ -693,61 +402,6 @@ mod tests {
         }
     }
 
-    fn cand(node: usize, pdb: usize, victims: &[(i32, i64)]) -> Candidate {
-        let victims = victims
-            .iter()
-            .enumerate()
-            .map(|(i, &(priority, start_ms))| Arc::new(PodInfo { name: format!("v{node}-{i}"), priority, start_ms, ..Default::default() }))
-            .collect();
-        Candidate { node, victims, pdb_violations: pdb }
-    }
-
-    #[test]
-    fn pick_one_criteria() {
-        let rows: Vec<(&str, Vec<Candidate>, usize)> = vec![
-            ("single candidate", vec![cand(0, 3, &[(9, 0)])], 0),
-            ("fewest PDB violations", vec![cand(0, 1, &[(1, 0)]), cand(1, 0, &[(9, 0), (9, 0)])], 1),
-            ("lowest highest priority", vec![cand(0, 0, &[(5, 0)]), cand(1, 0, &[(3, 0), (3, 0), (3, 0)])], 1),
-            ("lowest sum of priorities", vec![cand(0, 0, &[(5, 0), (4, 0)]), cand(1, 0, &[(5, 0), (2, 0)])], 1),
-            ("negative priorities: fewer pods win the sum", vec![cand(0, 0, &[(-5, 0), (-5, 0)]), cand(1, 0, &[(-5, 0)])], 1),
-            ("fewest victims on equal sums", vec![cand(0, 0, &[(0, 0), (0, 0)]), cand(1, 0, &[(0, 0), (0, 0)]), cand(2, 0, &[(0, 0), (0, 0)])], 0),
-            (
-                "latest start of the highest-priority victims",
-                vec![cand(0, 0, &[(5, 100), (5, 300), (1, 900)]), cand(1, 0, &[(5, 200), (5, 250), (1, 10)])],
-                1,
-            ),
-            ("full tie: the first", vec![cand(0, 0, &[(1, 5)]), cand(1, 0, &[(1, 5)])], 0),
-        ];
-        for (name, cs, want) in rows {
-            assert_eq!(pick_one(&cs).map(|i| cs[i].node), Some(want), "{name}");
-        }
-        assert_eq!(pick_one(&[]), None);
-    }
-
-    #[test]
-    fn pdb_split_table() {
-        let p = |n: &str, app: &str| {
-            let mut b = pod(n);
-            if !app.is_empty() {
-                b = b.label("app", app);
-            }
-            b.info()
-        };
-        let mut disrupted = pdb("web", ("app", "web"), 0);
-        disrupted.disrupted_pods = vec!["w0".into()];
-        type PdbRow = (&'static str, Vec<Arc<PodInfo>>, Vec<Pdb>, Vec<&'static str>);
-        let rows: Vec<PdbRow> = vec![
-            ("no pdb", vec![p("a", "db")], vec![], vec![]),
-            ("budget 1: second pod violates", vec![p("a", "db"), p("b", "db")], vec![pdb("db", ("app", "db"), 1)], vec!["b"]),
-            ("no labels never matches", vec![p("a", "")], vec![pdb("db", ("app", "db"), 0)], vec![]),
-            ("other namespace", vec![pod("a").namespace("x").label("app", "db").info()], vec![pdb("db", ("app", "db"), 0)], vec![]),
-            ("already disrupted pod is not counted", vec![p("w0", "web"), p("w1", "web")], vec![disrupted], vec!["w1"]),
-        ];
-        for (name, pods, pdbs, want) in rows {
-            let (v, _) = split_by_pdb(pods, &pdbs);
-            assert_eq!(v.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), want, "{name}");
-        }
-    }
 
     #[test]
     fn args_table() {
@@ -782,100 +436,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn dry_run_stops_after_enough_candidates() {
-        // Every node needs a victim; with absolute 2 and 0 %, two candidates suffice.
-        let nodes: Vec<NodeBuilder> = (0..5).map(|i| node(&format!("n{i}"))).collect();
-        let pods: Vec<PodBuilder> = (0..5).map(|i| low(&format!("a{i}"), &format!("n{i}"), 0, "4")).collect();
-        let snap = snapshot(&nodes, &pods);
-        let fw = framework();
-        let p = pod("p").priority(10).req("1", "").info();
-        let (o, state) = fw.schedule(&p, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
-        let pl = DefaultPreemption { min_percentage: 0, min_absolute: 2, ..Default::default() };
-        let potential: Vec<usize> = (0..5).filter(|&i| o.statuses.get(i).is_some_and(|s| s.code == Code::Unschedulable)).collect();
-        let (cs, failed, _) = pl.dry_run(&fw, &state, &p, &snap, &potential, 3);
-        assert_eq!(cs.iter().map(|c| c.node).collect::<Vec<_>>(), vec![3, 4]);
-        assert!(failed.is_empty());
-    }
-
-    /// Dry-run results kept across cycles (for nodes unchanged since) give
-    /// the nomination, victims and message a fresh dry run gives, over a random
-    /// sequence of preemptions, placements, removals, nominations and PDB changes.
-    #[test]
-    fn kept_dry_runs_match_fresh_ones() {
-        let nodes: Vec<NodeBuilder> = (0..12).map(|i| node(&format!("n{i}")).alloc(if i % 3 == 0 { "2" } else { "4" }, "32Gi", 110)).collect();
-        let mut snap = snapshot(&nodes, &[]);
-        let mut rng = crate::testing::Rng(0x2545_F491_4F6C_DD1D);
-        let mut below = |n: u64| rng.below(n as usize) as u64;
-        let mut k = 0;
-        let mut low_pod = |n: usize, prio: i32, cpu: u64, app: &str| {
-            k += 1;
-            pod(&format!("l{k}")).node(&format!("n{n}")).priority(prio).req(&format!("{}m", cpu * 500), "").label("app", app).created(k).info()
-        };
-        for i in 0..40 {
-            let p = low_pod(i % 12, (i % 4) as i32, 1 + (i as u64 % 3), if i % 5 == 0 { "db" } else { "web" });
-            let n = &snap.nodes[i % 12];
-            if n.requested.milli_cpu + p.requests.milli_cpu <= n.allocatable.milli_cpu {
-                snap.add_pod(p);
-            }
-        }
-        let shapes = [pod("hi").priority(10).req("1", ""), pod("mid").priority(3).req("1500m", ""), pod("big").priority(10).req("3", "")];
-        let kept = framework();
-        let explain = CycleOptions { explain: true, ..Default::default() };
-        let mut preempted = 0;
-        for step in 0..300 {
-            let shape = &shapes[below(3) as usize];
-            let p = shape.clone().info();
-            let (a, _) = kept.schedule(&p, &snap, explain);
-            let (b, _) = framework().schedule(&p, &snap, explain);
-            assert_eq!(a.selected.is_some(), b.selected.is_some(), "step {step}");
-            let pf = |o: &CycleOutcome| o.post_filter.as_ref().map(|r| (r.nominated_node.clone(), r.victims.iter().map(|v| v.uid.clone()).collect::<Vec<_>>()));
-            assert_eq!(pf(&a), pf(&b), "step {step}");
-            assert_eq!(a.message, b.message, "step {step}");
-            let target = match (a.selected, a.post_filter.and_then(|r| r.nominated_node.map(|n| (n, r.victims)))) {
-                (Some(i), _) => Some(i),
-                (None, Some((n, victims))) => {
-                    preempted += 1;
-                    for v in &victims {
-                        snap.remove_pod(&v.uid);
-                    }
-                    snap.node_index(&n)
-                }
-                _ => None,
-            };
-            if let Some(i) = target {
-                let mut b = (*p).clone();
-                b.uid = format!("s{step}");
-                b.node_name = Some(snap.nodes[i].name().to_string());
-                let n = &snap.nodes[i];
-                if n.requested.milli_cpu + b.requests.milli_cpu <= n.allocatable.milli_cpu {
-                    snap.add_pod(Arc::new(b));
-                }
-            }
-            match below(8) {
-                0 => {
-                    // A low pod comes where it fits.
-                    let n = below(12) as usize;
-                    let lp = low_pod(n, below(4) as i32, 1 + below(2), if below(3) == 0 { "db" } else { "web" });
-                    let ni = &snap.nodes[n];
-                    if ni.requested.milli_cpu + lp.requests.milli_cpu <= ni.allocatable.milli_cpu {
-                        snap.add_pod(lp);
-                    }
-                }
-                1 => snap.pdbs = if snap.pdbs.is_empty() { vec![pdb("db", ("app", "db"), below(2) as i64)] } else { vec![] },
-                2 => {
-                    let other = pod("nom").priority(20).req("1", "").info();
-                    if snap.nominated.is_empty() {
-                        snap.nominate(other, &format!("n{}", below(12)));
-                    } else {
-                        snap.clear_nomination(&other.uid);
-                    }
-                }
-                _ => {}
-            }
-        }
-        assert!(preempted > 20, "only {preempted} preemptions");
-    }
 
     mod property {
         use super::*;
