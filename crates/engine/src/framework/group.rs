@@ -12,12 +12,16 @@
 //! also reserves: two gangs cannot deadlock, and a gang that does not fit never
 //! holds nodes a smaller pod could use. With a topology constraint the group is
 //! tried in every domain of the label (nodes narrowed to it through the
-//! snapshot's `groups.placement`, which GangScheduling's PreFilter reads) and
+//! snapshot's `groups.placement`, which the GangScheduling plugin's PreFilter reads) and
 //! the best domain wins: most members placed, then the highest sum of the
 //! members' chosen-node scores, then the domain name.
 //!
 //! The engine is kube-free: the daemon, `simulate`, `explain` and `bench` each
 //! provide a [`GroupHost`] over their own state.
+//!
+//! The gang vocabulary the cycle and the GangScheduling plugin share (the
+//! plugin's name, which the cycle's rejections carry for requeueing, and the
+//! missing-group message) lives here; the plugin imports it, never the reverse.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -27,7 +31,16 @@ use crate::cache::groups::GroupPolicy;
 use crate::cache::Snapshot;
 use berth_model::pod::GroupRef;
 use berth_model::PodInfo;
-use crate::plugins::gang_scheduling::{self, missing_group_message};
+
+/// The name of the plugin that enforces pod groups per pod (GangScheduling):
+/// the group cycle's own rejections are recorded under it, so that its
+/// events requeue the members.
+pub const GANG_PLUGIN: &str = "GangScheduling";
+
+/// Upstream's message for a member whose PodGroup does not exist.
+pub fn missing_group_message(name: &str) -> String {
+    format!("waiting for pod's pod group {name:?} to appear in scheduling queue")
+}
 
 /// Where the group cycle reads the cluster and assumes its members.
 pub trait GroupHost {
@@ -167,7 +180,7 @@ fn attempt<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>], min_count: u32,
             // Upstream's PlacementFeasible: the rest cannot make up minCount.
             let m = format!("minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining");
             for p in &members[k..] {
-                a.unplaced.push(Unplaced { pod: p.clone(), message: m.clone(), plugins: vec![gang_scheduling::NAME], error: false });
+                a.unplaced.push(Unplaced { pod: p.clone(), message: m.clone(), plugins: vec![GANG_PLUGIN], error: false });
             }
             a.stopped = Some(m);
             break;
@@ -207,12 +220,12 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
     };
     let namespace = first.namespace.clone();
     let Some(r) = first.group.clone() else {
-        return reject_all(members, String::new(), 0, 0, "not a member of a pod group".into(), gang_scheduling::NAME);
+        return reject_all(members, String::new(), 0, 0, "not a member of a pod group".into(), GANG_PLUGIN);
     };
     let group = format!("{namespace}/{}", r.name);
     let policy = match policy_of(host.snapshot(), &namespace, &r) {
         Ok(p) => p,
-        Err(m) => return reject_all(members, group, 0, 0, m, gang_scheduling::NAME),
+        Err(m) => return reject_all(members, group, 0, 0, m, GANG_PLUGIN),
     };
     let min_count = policy.min_count;
     let bound_list = bound_members(host.snapshot(), &namespace, &r);
@@ -223,11 +236,11 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
     if names.len() > 1 {
         let list: Vec<&str> = names.into_iter().collect();
         let m = format!("pods of pod group {:?} name different schedulers ({}): all must share one schedulerName", r.name, list.join(", "));
-        return reject_all(members, group, min_count, bound, m, gang_scheduling::NAME);
+        return reject_all(members, group, min_count, bound, m, GANG_PLUGIN);
     }
     if (members.len() as u32) + bound < min_count {
         let m = "waiting for minCount pods from a gang to appear in scheduling queue".to_string();
-        let mut out = reject_all(members, group, min_count, bound, m, gang_scheduling::NAME);
+        let mut out = reject_all(members, group, min_count, bound, m, GANG_PLUGIN);
         out.waiting = true;
         return out;
     }
@@ -264,7 +277,7 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
         undo(host, &mut a.placed);
         if let Some(m) = &a.stopped {
             for p in was_placed {
-                a.unplaced.push(Unplaced { pod: p, message: m.clone(), plugins: vec![gang_scheduling::NAME], error: false });
+                a.unplaced.push(Unplaced { pod: p, message: m.clone(), plugins: vec![GANG_PLUGIN], error: false });
             }
         }
         if a.stopped.is_none() {
@@ -308,7 +321,7 @@ fn finish<H: GroupHost>(host: &mut H, failed: Option<String>, mut a: Attempt, gr
             }
             // Members that had a place but will not be bound: the group's reason.
             for p in was_placed {
-                unplaced.push(Unplaced { pod: p, message: m.clone(), plugins: vec![gang_scheduling::NAME], error: false });
+                unplaced.push(Unplaced { pod: p, message: m.clone(), plugins: vec![GANG_PLUGIN], error: false });
             }
             // Preemption is tried for groups without a topology constraint.
             let preemptable = !topology;
