@@ -3,10 +3,12 @@
 //!
 //! The members, in queue order, each run through the normal cycle
 //! ([`Framework::schedule`], without PostFilter) against the snapshot with the
-//! members placed so far assumed (`reserve_and_assume`). If at least the
-//! group's minCount members have a place (members already bound count), the
-//! placed ones stay assumed and the caller binds them; otherwise every placed
-//! member is undone in reverse order (`unassume`) and the whole group waits.
+//! members placed so far assumed (the framework's one assume step,
+//! [`Framework::reserve_and_assume`], into the host's [`AssumeView`]). If at
+//! least the group's minCount members have a place (members already bound
+//! count), the placed ones stay assumed and the caller binds them; otherwise
+//! every placed member is undone in reverse order ([`Framework::unassume`])
+//! and the whole group waits.
 //!
 //! Nothing is held between attempts, unlike upstream's PodGroup cycle, which
 //! also reserves: two gangs cannot deadlock, and a gang that does not fit never
@@ -26,6 +28,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::assume::AssumeView;
 use super::{CycleOptions, CycleState, Framework};
 use crate::cache::groups::GroupPolicy;
 use crate::cache::Snapshot;
@@ -50,11 +53,9 @@ pub trait GroupHost {
     fn snapshot(&self) -> &Snapshot;
     /// The cluster, to set the topology domain being tried.
     fn snapshot_mut(&mut self) -> &mut Snapshot;
-    /// Reserve and Permit `pod` on `node`, then assume it; false (everything
-    /// unreserved) when a plugin refused.
-    fn reserve_and_assume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) -> bool;
-    /// Undoes `reserve_and_assume`.
-    fn unassume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str);
+    /// The profile's framework and the view members are assumed into (through
+    /// [`Framework::reserve_and_assume`] and undone with [`Framework::unassume`]).
+    fn assume_view(&mut self) -> (&Framework, &mut dyn AssumeView);
 }
 
 /// A member that has a place (assumed in the host when the group fits).
@@ -193,7 +194,8 @@ fn attempt<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>], min_count: u32,
         };
         let node = host.snapshot().nodes[i].name().to_string();
         let score = o.feasible.iter().position(|&f| f == i).and_then(|k| o.totals.get(k)).copied().unwrap_or(0);
-        if host.reserve_and_assume(&mut state, pod, &node) {
+        let (fw, view) = host.assume_view();
+        if fw.reserve_and_assume(view, &mut state, pod, &node).is_ok() {
             a.score += score;
             a.placed.push(Placed { pod: pod.clone(), node, state, score });
         } else {
@@ -209,7 +211,8 @@ fn attempt<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>], min_count: u32,
 
 fn undo<H: GroupHost>(host: &mut H, placed: &mut Vec<Placed>) {
     while let Some(mut p) = placed.pop() {
-        host.unassume(&mut p.state, &p.pod, &p.node);
+        let (fw, view) = host.assume_view();
+        fw.unassume(view, &mut p.state, &p.pod, &p.node);
     }
 }
 
@@ -404,8 +407,8 @@ pub fn preempt_for_group(fw: &Framework, snap: &Snapshot, members: &[Arc<PodInfo
 }
 
 /// A [`GroupHost`] over a plain snapshot (`simulate`, `explain`, `bench`):
-/// assuming adds the pod to its node (and VolumeBinding's decisions to the
-/// storage view); undoing takes both back.
+/// members are assumed into the snapshot itself (see
+/// [`AssumeView`]'s implementation for [`Snapshot`]).
 pub struct SnapshotHost<'a> {
     /// The profile.
     pub fw: &'a Framework,
@@ -426,31 +429,8 @@ impl GroupHost for SnapshotHost<'_> {
         self.snap
     }
 
-    fn reserve_and_assume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) -> bool {
-        let s = self.fw.run_reserve(state, pod, node);
-        let s = if s.is_success() { self.fw.run_permit(state, pod, node) } else { s };
-        if !s.is_success() {
-            self.fw.run_unreserve(state, pod, node);
-            return false;
-        }
-        if let Some(d) = crate::plugins::volume_binding::reserved(state) {
-            self.snap.storage.assume(d);
-        }
-        let mut bound = (**pod).clone();
-        bound.node_name = Some(node.to_string());
-        bound.nominated_node = None;
-        self.snap.clear_nomination(&bound.uid);
-        self.snap.add_pod(Arc::new(bound));
-        true
-    }
-
-    fn unassume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) {
-        self.fw.run_unreserve(state, pod, node);
-        self.snap.storage.forget(&pod.uid);
-        self.snap.remove_pod(&pod.uid);
-        if let Some(n) = &pod.nominated_node {
-            self.snap.nominate(pod.clone(), n);
-        }
+    fn assume_view(&mut self) -> (&Framework, &mut dyn AssumeView) {
+        (self.fw, &mut *self.snap)
     }
 }
 
