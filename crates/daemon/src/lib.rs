@@ -25,7 +25,7 @@ use berth_engine::cache::{Cache, Pdb};
 use berth_engine::config::Config;
 use berth_engine::profile::Profiles;
 use berth_engine::framework::group::{preempt_for_group, schedule_group, GroupHost, GroupOutcome};
-use berth_engine::framework::{CycleOptions, CycleState, Events, Framework, QueuedPod};
+use berth_engine::framework::{AssumeView, CycleOptions, CycleState, Events, Framework, QueuedPod};
 use berth_model::{NodeSpec, PodInfo};
 use berth_engine::queue::{self, Rejection, SchedulingQueue};
 
@@ -253,11 +253,9 @@ impl GroupHost for LoopHost<'_> {
     fn snapshot_mut(&mut self) -> &mut berth_engine::cache::Snapshot {
         self.lp.cache.snapshot_mut()
     }
-    fn reserve_and_assume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) -> bool {
-        self.lp.reserve_and_assume(self.fi, state, pod, node)
-    }
-    fn unassume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) {
-        self.lp.unassume(self.fi, state, pod, node)
+    fn assume_view(&mut self) -> (&Framework, &mut dyn AssumeView) {
+        let lp = &mut *self.lp;
+        (&lp.frameworks[self.fi], &mut lp.cache)
     }
 }
 
@@ -520,7 +518,10 @@ impl Loop {
         let elapsed = start.elapsed().as_secs_f64();
         if let Some(i) = o.selected {
             let node = self.cache.snapshot().nodes[i].name().to_string();
-            if !self.reserve_and_assume(fi, &mut state, &pod, &node) {
+            // Reserve and Permit, then the framework's assume step into the
+            // cache: the pod and whatever its Reserve plugins decided (volume
+            // decisions today), which `Cache::forget` reverts with it.
+            if fw.reserve_and_assume(&mut self.cache, &mut state, &pod, &node).is_err() {
                 self.metrics.schedule_attempts.with_label_values(&["error", &profile]).inc();
                 self.queue.error(&pod.uid, now);
                 return true;
@@ -760,56 +761,25 @@ impl Loop {
         self.writer.group_status(r.api, first.namespace.clone(), r.name.clone(), status).await;
     }
 
-    /// Reserve and Permit for `pod` on `node`, then assume it in the cache
-    /// (pods and, through the plugins' Reserve, volume decisions). On
-    /// failure everything is unreserved and false is returned. A gang places
-    /// each member with this and binds them only when the group fits.
-    fn reserve_and_assume(&mut self, fi: usize, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) -> bool {
-        let fw = &self.frameworks[fi];
-        let s = fw.run_reserve(state, pod, node);
-        let s = if s.is_success() { fw.run_permit(state, pod, node) } else { s };
-        if !s.is_success() {
-            fw.run_unreserve(state, pod, node);
-            return false;
-        }
-        let mut bound = (**pod).clone();
-        bound.node_name = Some(node.to_string());
-        bound.nominated_node = None;
-        self.cache.assume(Arc::new(bound));
-        // The PVs and claims VolumeBinding chose count as taken from now on;
-        // `Cache::forget` reverts them with the pod.
-        if let Some(d) = berth_engine::plugins::volume_binding::reserved(state) {
-            self.cache.assume_volumes(d);
-        }
-        true
-    }
-
-    /// Undo `reserve_and_assume` for a pod that will not be bound (a gang
-    /// that did not fit): Unreserve, then forget the assumed pod.
-    fn unassume(&mut self, fi: usize, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) {
-        self.frameworks[fi].run_unreserve(state, pod, node);
-        self.cache.forget(&pod.uid);
-    }
-
-    /// The binding cycle of an assumed pod: PreBind (VolumeBinding's API
-    /// work: PV claimRefs, the claims' selected node, then the wait until
-    /// they are bound), then the bind, off the loop; the outcome comes back
-    /// as a `BindResult`. A PreBind plugin that fails here forgets the pod
-    /// and its volume decisions and retries it with backoff.
+    /// The binding cycle of an assumed pod: PreBind, whose plugins describe
+    /// their API work (VolumeBinding's: PV claimRefs, the claims' selected
+    /// node, then the wait until they are bound), then that work and the
+    /// bind, off the loop; the outcome comes back as a `BindResult`. A
+    /// PreBind plugin that fails here forgets the pod and its reservations
+    /// and retries it with backoff.
     async fn bind_assumed(&mut self, fi: usize, mut state: CycleState, pod: Arc<PodInfo>, node: String, start: Instant) {
         let s = self.frameworks[fi].run_pre_bind(&mut state, &pod, &node);
         if !s.is_success() {
             let message = format!("running PreBind plugin {:?}: {}", s.plugin, s.message());
             tracing::warn!(pod = %pod.key(), %node, error = %message, "PreBind failed");
-            self.frameworks[fi].run_unreserve(&mut state, &pod, &node);
-            self.cache.forget(&pod.uid);
+            self.frameworks[fi].unassume(&mut self.cache, &mut state, &pod, &node);
             let since = self.queue.unschedulable_since(&pod.uid);
             self.writer.report_failure(pod.clone(), "SchedulerError", message, None, since).await;
             self.queue.error(&pod.uid, Self::now());
             return;
         }
-        let work = berth_engine::plugins::volume_binding::pre_bind_work(&state).cloned();
-        self.writer.bind_with_volumes(pod, node, start.into_std(), work).await;
+        let work = state.take_pre_bind_work();
+        self.writer.bind_with_work(pod, node, start.into_std(), work).await;
     }
 
     fn bind_result(&mut self, r: BindResult) {

@@ -26,11 +26,13 @@
 //! back, with backoff, until the API says whether it is bound; only a pod
 //! known not to be bound is reported failed (and its assumed slot freed).
 //!
-//! A pod with volumes to bind first goes through VolumeBinding's PreBind in
-//! its bind job ([`Writer::bind_with_volumes`]): PV claimRefs and claims'
-//! selected-node annotations, written under the bind budget and the lease,
-//! read back when their outcome is unknown; then a bounded wait until the
-//! claims are bound. Only then is the pod bound.
+//! A pod whose PreBind plugins left API work (the framework's
+//! [`PreBindWork`]: VolumeBinding's PV claimRefs and claims' selected-node
+//! annotations today) first has it carried out in its bind job
+//! ([`Writer::bind_with_work`]): the writes under the bind budget and the
+//! lease, read back when their outcome is unknown; then a bounded wait until
+//! the claims are bound. Only then is the pod bound. A failure names the
+//! plugin the work came from.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -48,8 +50,8 @@ use tokio::sync::{mpsc, Mutex, Semaphore};
 
 use super::leader::Lease;
 use berth_engine::cache::storage::{self as vol, StaticBinding};
+use berth_engine::framework::{ApiWrite, PreBindWork, WaitFor};
 use berth_model::PodInfo;
-use berth_engine::plugins::volume_binding::PreBindWork;
 
 /// The outcome of a bind, reported to the scheduling loop.
 #[derive(Debug)]
@@ -334,7 +336,7 @@ impl Writer {
             let Ok(permit) = live.clone().acquire_owned().await else { return };
             let w = self.clone();
             self.spawn(async move {
-                w.run_bind(job.pod, job.node, job.started, None).await;
+                w.run_bind(job.pod, job.node, job.started, Vec::new()).await;
                 drop(permit);
             })
             .await;
@@ -368,22 +370,22 @@ impl Writer {
 
     /// Binds `pod` to `node` through `pods/binding`, off the caller's task.
     pub async fn bind(&self, pod: Arc<PodInfo>, node: String, started: Instant) {
-        self.bind_with_volumes(pod, node, started, None).await;
+        self.bind_with_work(pod, node, started, Vec::new()).await;
     }
 
-    /// Binds `pod` to `node` off the caller's task, after carrying out
-    /// VolumeBinding's PreBind work when there is some (see
-    /// [`Writer::pre_bind_volumes`]). A PreBind failure is reported on the pod
+    /// Binds `pod` to `node` off the caller's task, after carrying out the
+    /// PreBind plugins' API work, in order, when there is some (see
+    /// [`Writer::pre_bind_work`]). A PreBind failure is reported on the pod
     /// (PodScheduled=False, SchedulerError, and a FailedScheduling event) and
     /// comes back as `Failed`, `Gone` or `NotLeader`; the pod is not bound.
-    pub async fn bind_with_volumes(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Option<PreBindWork>) {
-        match work {
-            // PreBind may wait long for volumes: its own task, never holding up other binds.
-            Some(work) => {
+    pub async fn bind_with_work(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Vec<PreBindWork>) {
+        match work.is_empty() {
+            // PreBind may wait long (for volumes): its own task, never holding up other binds.
+            false => {
                 let w = self.clone();
-                self.spawn(async move { w.run_bind(pod, node, started, Some(work)).await }).await;
+                self.spawn(async move { w.run_bind(pod, node, started, work).await }).await;
             }
-            None => {
+            true => {
                 self.binds_queued.fetch_add(1, Ordering::AcqRel);
                 if self.binds.send(BindJob { pod, node, started }).is_err() {
                     // The writer is shutting down: the bind is not made.
@@ -393,13 +395,16 @@ impl Writer {
         }
     }
 
-    /// One bind job: PreBind's volume work when there is some, the binding,
+    /// One bind job: PreBind's API work when there is some, the binding,
     /// the failure report, the result to the loop and the Scheduled event.
-    async fn run_bind(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Option<PreBindWork>) {
-        let pre = match &work {
-            Some(work) => self.pre_bind_volumes(&pod, &node, work).await,
-            None => Ok(()),
-        };
+    async fn run_bind(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Vec<PreBindWork>) {
+        let mut pre = Ok(());
+        for w in &work {
+            pre = self.pre_bind_work(&pod, &node, w).await.map_err(|e| e.outcome(w.plugin));
+            if pre.is_err() {
+                break;
+            }
+        }
         let pre_failed = pre.is_err();
         // `took` is the binding call's, as before (PreBind's wait is not Bind's).
         let t = Instant::now();
@@ -785,8 +790,34 @@ enum Bound {
 /// Attempts at one PV or claim write when it conflicts (409) with another writer.
 const VOLUME_WRITE_TRIES: u32 = 3;
 
-fn pre_bind_failed(message: impl std::fmt::Display) -> BindOutcome {
-    BindOutcome::Failed(format!("running PreBind plugin {:?}: {message}", berth_engine::plugins::volume_binding::NAME))
+/// Why a PreBind plugin's API work stopped short.
+#[derive(Debug)]
+enum PreBindStop {
+    /// Known to have failed, for this reason.
+    Failed(String),
+    /// The pod is gone.
+    Gone,
+    /// Not leader any more: not attempted.
+    NotLeader,
+}
+
+impl PreBindStop {
+    /// What the bind comes to: a failure names the plugin the work came from.
+    fn outcome(self, plugin: &str) -> BindOutcome {
+        match self {
+            PreBindStop::Failed(m) => pre_bind_failed(plugin, m),
+            PreBindStop::Gone => BindOutcome::Gone,
+            PreBindStop::NotLeader => BindOutcome::NotLeader,
+        }
+    }
+}
+
+fn stop(message: impl std::fmt::Display) -> PreBindStop {
+    PreBindStop::Failed(message.to_string())
+}
+
+fn pre_bind_failed(plugin: &str, message: impl std::fmt::Display) -> BindOutcome {
+    BindOutcome::Failed(format!("running PreBind plugin {plugin:?}: {message}"))
 }
 
 /// Fully bound, as the binder reads it: a volume name and the bind-completed annotation.
@@ -799,11 +830,11 @@ fn selected_node_of(c: &core::PersistentVolumeClaim) -> Option<&str> {
 }
 
 impl Writer {
-    /// VolumeBinding's PreBind, carried out off the scheduling loop as
-    /// upstream's `BindPodVolumes` does: each chosen PV gets its claimRef
-    /// (with `pv.kubernetes.io/bound-by-controller` unless it was pre-bound),
-    /// each claim to provision the `volume.kubernetes.io/selected-node`
-    /// annotation; then it waits, at most `work.timeout`, until the PV
+    /// One PreBind plugin's API work, carried out off the scheduling loop
+    /// (for VolumeBinding's, as upstream's `BindPodVolumes` does): each write
+    /// in order (a PV's claimRef, with `pv.kubernetes.io/bound-by-controller`
+    /// unless it was pre-bound; a claim's `volume.kubernetes.io/selected-node`
+    /// annotation); then it waits, at most `work.timeout`, until the PV
     /// controller and the provisioner have bound every claim.
     ///
     /// Each write is a fresh read then a write conditional on its
@@ -813,13 +844,13 @@ impl Writer {
     /// upstream: the PV controller finishes or undoes a binding); the loop
     /// forgets the assumed decisions when the result says the pod was not
     /// bound.
-    async fn pre_bind_volumes(&self, pod: &PodInfo, node: &str, work: &PreBindWork) -> Result<(), BindOutcome> {
+    async fn pre_bind_work(&self, pod: &PodInfo, node: &str, work: &PreBindWork) -> Result<(), PreBindStop> {
         let deadline = tokio::time::Instant::now() + work.timeout;
-        for b in &work.bind_pvs {
-            self.bind_pv(b, deadline).await?;
-        }
-        for (ns, name) in &work.provision_claims {
-            self.select_node(ns, name, node, deadline).await?;
+        for w in &work.writes {
+            match w {
+                ApiWrite::BindVolume(b) => self.bind_pv(b, deadline).await?,
+                ApiWrite::SelectNode { namespace, name } => self.select_node(namespace, name, node, deadline).await?,
+            }
         }
         if work.wait_for.is_empty() {
             return Ok(());
@@ -827,18 +858,18 @@ impl Writer {
         let nodes: Api<core::Node> = Api::all(self.client.clone());
         let labels = match self.read(deadline, || nodes.get_opt(node)).await? {
             Some(n) => n.metadata.labels.unwrap_or_default(),
-            None => return Err(pre_bind_failed(format!("binding volumes: failed to get node {node:?}: nodes {node:?} not found"))),
+            None => return Err(stop(format!("binding volumes: failed to get node {node:?}: nodes {node:?} not found"))),
         };
         let mut pause = Duration::from_millis(100);
         loop {
             match self.check_bindings(pod, node, &labels, work).await {
                 Bound::All => return Ok(()),
-                Bound::PodGone => return Err(BindOutcome::Gone),
-                Bound::Failed(m) => return Err(pre_bind_failed(format!("binding volumes: {m}"))),
+                Bound::PodGone => return Err(PreBindStop::Gone),
+                Bound::Failed(m) => return Err(stop(format!("binding volumes: {m}"))),
                 Bound::NotYet => {}
             }
             if tokio::time::Instant::now() + pause > deadline {
-                return Err(pre_bind_failed("binding volumes: context deadline exceeded"));
+                return Err(stop("binding volumes: context deadline exceeded"));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
@@ -847,7 +878,7 @@ impl Writer {
 
     /// Reads until the API answers (transport errors and 5xx are retried
     /// with backoff until `deadline`). Reads need no leadership.
-    async fn read<T, F, Fut>(&self, deadline: tokio::time::Instant, f: F) -> Result<T, BindOutcome>
+    async fn read<T, F, Fut>(&self, deadline: tokio::time::Instant, f: F) -> Result<T, PreBindStop>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
@@ -856,12 +887,12 @@ impl Writer {
         loop {
             match tokio::time::timeout(Duration::from_secs(10), f()).await {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if !outcome_unknown(&e) => return Err(pre_bind_failed(e)),
+                Ok(Err(e)) if !outcome_unknown(&e) => return Err(stop(e)),
                 Ok(Err(e)) => tracing::debug!(error = %e, "PreBind read failed; retrying"),
                 Err(_) => tracing::debug!("PreBind read timed out; retrying"),
             }
             if tokio::time::Instant::now() + pause > deadline {
-                return Err(pre_bind_failed("binding volumes: context deadline exceeded"));
+                return Err(stop("binding volumes: context deadline exceeded"));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(2));
@@ -870,7 +901,7 @@ impl Writer {
 
     /// One PreBind write through the bind budget and the lease permit;
     /// `landed` reads the object back when the outcome is unknown.
-    async fn volume_write<W, WFut, L, LFut>(&self, deadline: tokio::time::Instant, write: W, landed: L) -> Result<VolumeWrite, BindOutcome>
+    async fn volume_write<W, WFut, L, LFut>(&self, deadline: tokio::time::Instant, write: W, landed: L) -> Result<VolumeWrite, PreBindStop>
     where
         W: FnOnce() -> WFut,
         WFut: std::future::Future<Output = Result<serde_json::Value, kube::Error>>,
@@ -908,13 +939,13 @@ impl Writer {
 
     /// Sets a PV's claimRef to the claim (upstream `GetBindVolumeToClaim`,
     /// then the update of `bindAPIUpdate`).
-    async fn bind_pv(&self, b: &StaticBinding, deadline: tokio::time::Instant) -> Result<(), BindOutcome> {
+    async fn bind_pv(&self, b: &StaticBinding, deadline: tokio::time::Instant) -> Result<(), PreBindStop> {
         let pvs: Api<core::PersistentVolume> = Api::all(self.client.clone());
         let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &b.claim.namespace);
         let uid = if b.claim.uid.is_empty() {
             match self.read(deadline, || claims.get_opt(&b.claim.name)).await? {
                 Some(c) => c.metadata.uid.unwrap_or_default(),
-                None => return Err(pre_bind_failed(format!("persistentvolumeclaims {:?} not found", b.claim.name))),
+                None => return Err(stop(format!("persistentvolumeclaims {:?} not found", b.claim.name))),
             }
         } else {
             b.claim.uid.clone()
@@ -922,19 +953,19 @@ impl Writer {
         let mut last = String::new();
         for _ in 0..VOLUME_WRITE_TRIES {
             let Some(pv) = self.read(deadline, || pvs.get_opt(&b.pv)).await? else {
-                return Err(pre_bind_failed(format!("persistentvolumes {:?} not found", b.pv)));
+                return Err(stop(format!("persistentvolumes {:?} not found", b.pv)));
             };
             let current = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
             let to_claim = current.is_some_and(|r| r.name.as_deref() == Some(&b.claim.name) && r.namespace.as_deref() == Some(&b.claim.namespace));
             if current.is_some() && !to_claim {
-                return Err(pre_bind_failed(format!("persistentvolume {:?} is bound to another claim", b.pv)));
+                return Err(stop(format!("persistentvolume {:?} is bound to another claim", b.pv)));
             }
             let current_uid = current.and_then(|r| r.uid.as_deref()).unwrap_or_default();
             if to_claim && current_uid == uid {
                 return Ok(());
             }
             if to_claim && !current_uid.is_empty() {
-                return Err(pre_bind_failed(format!("persistentvolume {:?} is bound to another claim of the same name", b.pv)));
+                return Err(stop(format!("persistentvolume {:?} is bound to another claim of the same name", b.pv)));
             }
             let mut patch = json!({
                 "metadata": {"resourceVersion": pv.metadata.resource_version},
@@ -952,23 +983,23 @@ impl Writer {
             match self.volume_write(deadline, || pvs.patch(&b.pv, &pp, &mp).map_ok(|_| serde_json::Value::Null), landed).await? {
                 VolumeWrite::Done => return Ok(()),
                 VolumeWrite::Conflict(m) => last = m,
-                VolumeWrite::Refused(m) => return Err(pre_bind_failed(m)),
-                VolumeWrite::NotLeader => return Err(BindOutcome::NotLeader),
+                VolumeWrite::Refused(m) => return Err(stop(m)),
+                VolumeWrite::NotLeader => return Err(PreBindStop::NotLeader),
             }
         }
-        Err(pre_bind_failed(last))
+        Err(stop(last))
     }
 
     /// Asks for a claim to be provisioned on `node` (the selected-node annotation).
-    async fn select_node(&self, ns: &str, name: &str, node: &str, deadline: tokio::time::Instant) -> Result<(), BindOutcome> {
+    async fn select_node(&self, ns: &str, name: &str, node: &str, deadline: tokio::time::Instant) -> Result<(), PreBindStop> {
         let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
         let mut last = String::new();
         for _ in 0..VOLUME_WRITE_TRIES {
             let Some(c) = self.read(deadline, || claims.get_opt(name)).await? else {
-                return Err(pre_bind_failed(format!("persistentvolumeclaims {name:?} not found")));
+                return Err(stop(format!("persistentvolumeclaims {name:?} not found")));
             };
             if c.metadata.deletion_timestamp.is_some() {
-                return Err(pre_bind_failed(format!("persistentvolumeclaim {name:?} is being deleted")));
+                return Err(stop(format!("persistentvolumeclaim {name:?} is being deleted")));
             }
             if selected_node_of(&c) == Some(node) {
                 return Ok(());
@@ -980,11 +1011,11 @@ impl Writer {
             match self.volume_write(deadline, || claims.patch(name, &pp, &mp).map_ok(|_| serde_json::Value::Null), landed).await? {
                 VolumeWrite::Done => return Ok(()),
                 VolumeWrite::Conflict(m) => last = m,
-                VolumeWrite::Refused(m) => return Err(pre_bind_failed(m)),
-                VolumeWrite::NotLeader => return Err(BindOutcome::NotLeader),
+                VolumeWrite::Refused(m) => return Err(stop(m)),
+                VolumeWrite::NotLeader => return Err(PreBindStop::NotLeader),
             }
         }
-        Err(pre_bind_failed(last))
+        Err(stop(last))
     }
 
     /// One poll of the wait (upstream `checkBindings`), on the API's objects.
@@ -1005,7 +1036,7 @@ impl Writer {
             }
             (!v.admits(node, labels)).then(|| format!("pv {:?} node affinity doesn't match node {node:?}: no matching NodeSelectorTerms", v.name))
         };
-        for b in &work.bind_pvs {
+        for b in work.volume_bindings() {
             let pv = match pvs.get_opt(&b.pv).await {
                 Ok(Some(pv)) => pv,
                 Ok(None) => return Bound::Failed(format!("failed to check binding: persistentvolumes {:?} not found", b.pv)),
@@ -1023,14 +1054,15 @@ impl Writer {
                 _ => return Bound::Failed(format!("ClaimRef got reset for pv {:?}", b.pv)),
             }
         }
-        for (ns, name) in &work.wait_for {
+        for w in &work.wait_for {
+            let WaitFor::ClaimBound { namespace: ns, name } = w;
             let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
             let c = match claims.get_opt(name).await {
                 Ok(Some(c)) => c,
                 Ok(None) => return Bound::Failed(format!("failed to check binding: persistentvolumeclaims {name:?} not found")),
                 Err(_) => return Bound::NotYet,
             };
-            let provisioning = work.provision_claims.iter().any(|(n, m)| n == ns && m == name);
+            let provisioning = work.provisions(ns, name);
             if provisioning {
                 if selected_node_of(&c) != Some(node) {
                     return Bound::Failed(format!("provisioning failed for PVC {name:?}"));
@@ -1144,7 +1176,10 @@ mod tests {
         assert_eq!(selected_node_of(&half), None);
         let bound = claim(json!({"metadata": {"name": "c", "annotations": {vol::ANN_BIND_COMPLETED: "yes"}}, "spec": {"volumeName": "pv-1"}}));
         assert!(claim_fully_bound(&bound));
-        assert_eq!(pre_bind_failed("binding volumes: context deadline exceeded"), BindOutcome::Failed("running PreBind plugin \"VolumeBinding\": binding volumes: context deadline exceeded".into()));
+        assert_eq!(
+            stop("binding volumes: context deadline exceeded").outcome("VolumeBinding"),
+            BindOutcome::Failed("running PreBind plugin \"VolumeBinding\": binding volumes: context deadline exceeded".into())
+        );
     }
 
     #[test]

@@ -601,24 +601,18 @@ impl Engine {
                 }
                 continue;
             }
+            // The profile again, borrowed from its field alone: the snapshot is assumed into below.
+            let Some(fw) = self.frameworks.iter().find(|f| f.profile == q.pod.scheduler_name).or_else(|| self.frameworks.first()) else { continue };
             let snap = &self.cluster.snapshot;
             let (o, mut state) = fw.schedule(&q.pod, snap, CycleOptions::default());
             if let Some(i) = o.selected {
                 let node = snap.nodes[i].name().to_string();
-                // Reserve: VolumeBinding's decisions are assumed, so later pods see the PVs taken.
-                let r = fw.run_reserve(&mut state, &q.pod, &node);
-                if !r.is_success() {
-                    placements[idx].message = Some(format!("running Reserve plugin {:?}: {}", r.plugin, r.message()));
+                // Reserve and Permit, then the framework's assume step: the pod
+                // and its plugins' reservations, so later pods see the PVs taken.
+                if let Err(r) = fw.reserve_and_assume(&mut self.cluster.snapshot, &mut state, &q.pod, &node) {
+                    placements[idx].message = Some(format!("running {} plugin {:?}: {}", r.point, r.status.plugin, r.status.message()));
                     continue;
                 }
-                if let Some(d) = crate::plugins::volume_binding::reserved(&state) {
-                    self.cluster.snapshot.storage.assume(d);
-                }
-                let mut bound = (*q.pod).clone();
-                bound.node_name = Some(node.clone());
-                bound.nominated_node = None;
-                self.cluster.snapshot.clear_nomination(&bound.uid);
-                self.cluster.snapshot.add_pod(Arc::new(bound));
                 placements[idx].node = Some(node);
                 placements[idx].message = None;
                 continue;
@@ -690,15 +684,12 @@ pub fn explain_member(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo
     // Replay the members before this one, as the group cycle placed them.
     let mut view = snap.clone();
     view.groups.placement = out.domain.clone();
-    {
-        use crate::framework::group::GroupHost;
-        let mut host = SnapshotHost { fw: f, snap: &mut view };
-        for m in members.iter().take_while(|m| m.uid != pod.uid) {
-            let (o, mut st) = f.schedule(m, host.snap, CycleOptions { skip_post_filter: true, ..Default::default() });
-            if let Some(i) = o.selected {
-                let n = host.snap.nodes[i].name().to_string();
-                host.reserve_and_assume(&mut st, m, &n);
-            }
+    for m in members.iter().take_while(|m| m.uid != pod.uid) {
+        let (o, mut st) = f.schedule(m, &view, CycleOptions { skip_post_filter: true, ..Default::default() });
+        if let Some(i) = o.selected {
+            let n = view.nodes[i].name().to_string();
+            // A refused member is left out, as the group cycle leaves it.
+            let _ = f.reserve_and_assume(&mut view, &mut st, m, &n);
         }
     }
     let mut e = explain_pod(fw, &view, pod);

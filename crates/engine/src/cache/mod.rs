@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::framework::assume::Reservations;
 use berth_model::selector::{Labels, Selector};
 use berth_model::{NodeInfo, NodeSpec, PodInfo};
 
@@ -159,6 +160,10 @@ pub struct Snapshot {
     pub storage: storage::Storage,
     /// Pod groups (gang scheduling) and the topology domain a group cycle is trying.
     pub groups: groups::Groups,
+    /// What Reserve plugins decided for assumed pods, by pod uid, applied to
+    /// this snapshot (see [`crate::framework::assume`]); kept until the pod
+    /// is forgotten or removed.
+    reservations: HashMap<String, Reservations>,
 }
 
 impl Snapshot {
@@ -381,6 +386,32 @@ impl Snapshot {
             v.retain(|p| p.uid != uid);
         }
         self.nominated.retain(|_, v| !v.is_empty());
+    }
+
+    /// Applies a pod's reservations and keeps them under its uid, so that
+    /// [`Snapshot::forget_reservations`] reverts them (a pod assumed again
+    /// adds to what it holds).
+    pub fn assume_reservations(&mut self, uid: &str, r: &Reservations) {
+        if r.is_empty() {
+            return;
+        }
+        r.assume_all(self, uid);
+        self.reservations.entry(uid.to_string()).or_default().merge(r);
+    }
+
+    /// Reverts and drops a pod's reservations.
+    pub fn forget_reservations(&mut self, uid: &str) {
+        if self.reservations.is_empty() {
+            return;
+        }
+        if let Some(r) = self.reservations.remove(uid) {
+            r.forget_all(self, uid);
+        }
+    }
+
+    /// Number of pods holding reservations.
+    pub fn reserved_pods(&self) -> usize {
+        self.reservations.len()
     }
 
     /// Total number of bound pods on known nodes.

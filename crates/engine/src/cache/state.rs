@@ -11,6 +11,12 @@
 //! An assumed pod counts on its node at once, so the next cycle sees it; the
 //! watch event that confirms the binding replaces it with the API's object.
 //! A pod removed from the API while assumed is dropped too.
+//!
+//! Pods are assumed through the framework's one assume step
+//! ([`crate::framework::assume`]), with what their Reserve plugins decided
+//! (reservations, kept in the snapshot by pod uid): `forget` and `remove_pod`
+//! revert those too; a confirmed pod keeps them until it is removed (the
+//! API's objects supersede each one as they show it).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -62,7 +68,8 @@ impl Cache {
         }
     }
 
-    /// Assumes `pod` (with node_name set) is bound.
+    /// Assumes `pod` (with node_name set) is bound, without reservations
+    /// (the framework's assume step adds them).
     pub fn assume(&mut self, pod: Arc<PodInfo>) {
         if pod.node_name.is_none() {
             return;
@@ -72,15 +79,9 @@ impl Cache {
         self.snapshot.add_pod(pod);
     }
 
-    /// Assumes the volume decisions VolumeBinding reserved for a pod (see
-    /// `plugins::volume_binding::reserved`); `forget` reverts them with the pod.
-    pub fn assume_volumes(&mut self, d: &super::storage::VolumeDecisions) {
-        self.snapshot.storage.assume(d);
-    }
-
-    /// The bind failed: the assumed pod leaves its node.
+    /// The bind failed: the assumed pod leaves its node, and its reservations are reverted.
     pub fn forget(&mut self, uid: &str) {
-        self.snapshot.storage.forget(uid);
+        self.snapshot.forget_reservations(uid);
         if self.assumed.remove(uid) {
             self.snapshot.remove_pod(uid);
         }
@@ -99,7 +100,7 @@ impl Cache {
 
     /// A pod left the API.
     pub fn remove_pod(&mut self, uid: &str) {
-        self.snapshot.storage.forget(uid);
+        self.snapshot.forget_reservations(uid);
         self.assumed.remove(uid);
         self.snapshot.remove_pod(uid);
         self.snapshot.clear_nomination(uid);

@@ -3,6 +3,9 @@
 
 use std::any::{Any, TypeId};
 
+use super::assume::Reservations;
+use super::pre_bind::PreBindWork;
+
 /// Data a plugin keeps in the cycle state. Blanket-implemented for every
 /// `Clone + Send + Sync + 'static` type: a plugin stores its own state type,
 /// and reads it back by that type, never by a string key.
@@ -37,6 +40,10 @@ pub struct CycleState {
     pub skip_score: Vec<&'static str>,
     /// Indexes of the Filter plugins to run, computed once after PreFilter.
     pub(crate) active_filters: Option<Vec<usize>>,
+    /// What Reserve plugins decided, for the framework's assume step.
+    reservations: Reservations,
+    /// PreBind's API work, for the binding cycle.
+    pub(super) pre_bind: Vec<PreBindWork>,
 }
 
 impl Clone for CycleState {
@@ -46,6 +53,8 @@ impl Clone for CycleState {
             skip_filter: self.skip_filter.clone(),
             skip_score: self.skip_score.clone(),
             active_filters: self.active_filters.clone(),
+            reservations: self.reservations.clone(),
+            pre_bind: self.pre_bind.clone(),
         }
     }
 }
@@ -75,6 +84,17 @@ impl CycleState {
     pub fn get_mut<T: StateData + 'static>(&mut self) -> Option<&mut T> {
         let id = TypeId::of::<T>();
         self.data.iter_mut().find(|(t, _)| *t == id).and_then(|(_, d)| (**d).as_any_mut().downcast_mut())
+    }
+
+    /// What Reserve plugins decided for the pod: assumed with it by the
+    /// framework's one assume step ([`crate::framework::assume`]).
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
+    }
+
+    /// Where a Reserve plugin records its decision (and Unreserve clears it).
+    pub fn reservations_mut(&mut self) -> &mut Reservations {
+        &mut self.reservations
     }
 
     /// Is the plugin's Filter skipped this cycle?

@@ -3,31 +3,47 @@
 //!
 //! The members, in queue order, each run through the normal cycle
 //! ([`Framework::schedule`], without PostFilter) against the snapshot with the
-//! members placed so far assumed (`reserve_and_assume`). If at least the
-//! group's minCount members have a place (members already bound count), the
-//! placed ones stay assumed and the caller binds them; otherwise every placed
-//! member is undone in reverse order (`unassume`) and the whole group waits.
+//! members placed so far assumed (the framework's one assume step,
+//! [`Framework::reserve_and_assume`], into the host's [`AssumeView`]). If at
+//! least the group's minCount members have a place (members already bound
+//! count), the placed ones stay assumed and the caller binds them; otherwise
+//! every placed member is undone in reverse order ([`Framework::unassume`])
+//! and the whole group waits.
 //!
 //! Nothing is held between attempts, unlike upstream's PodGroup cycle, which
 //! also reserves: two gangs cannot deadlock, and a gang that does not fit never
 //! holds nodes a smaller pod could use. With a topology constraint the group is
 //! tried in every domain of the label (nodes narrowed to it through the
-//! snapshot's `groups.placement`, which GangScheduling's PreFilter reads) and
+//! snapshot's `groups.placement`, which the GangScheduling plugin's PreFilter reads) and
 //! the best domain wins: most members placed, then the highest sum of the
 //! members' chosen-node scores, then the domain name.
 //!
 //! The engine is kube-free: the daemon, `simulate`, `explain` and `bench` each
 //! provide a [`GroupHost`] over their own state.
+//!
+//! The gang vocabulary the cycle and the GangScheduling plugin share (the
+//! plugin's name, which the cycle's rejections carry for requeueing, and the
+//! missing-group message) lives here; the plugin imports it, never the reverse.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::assume::AssumeView;
 use super::{CycleOptions, CycleState, Framework};
 use crate::cache::groups::GroupPolicy;
 use crate::cache::Snapshot;
 use berth_model::pod::GroupRef;
 use berth_model::PodInfo;
-use crate::plugins::gang_scheduling::{self, missing_group_message};
+
+/// The name of the plugin that enforces pod groups per pod (GangScheduling):
+/// the group cycle's own rejections are recorded under it, so that its
+/// events requeue the members.
+pub const GANG_PLUGIN: &str = "GangScheduling";
+
+/// Upstream's message for a member whose PodGroup does not exist.
+pub fn missing_group_message(name: &str) -> String {
+    format!("waiting for pod's pod group {name:?} to appear in scheduling queue")
+}
 
 /// Where the group cycle reads the cluster and assumes its members.
 pub trait GroupHost {
@@ -37,11 +53,9 @@ pub trait GroupHost {
     fn snapshot(&self) -> &Snapshot;
     /// The cluster, to set the topology domain being tried.
     fn snapshot_mut(&mut self) -> &mut Snapshot;
-    /// Reserve and Permit `pod` on `node`, then assume it; false (everything
-    /// unreserved) when a plugin refused.
-    fn reserve_and_assume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) -> bool;
-    /// Undoes `reserve_and_assume`.
-    fn unassume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str);
+    /// The profile's framework and the view members are assumed into (through
+    /// [`Framework::reserve_and_assume`] and undone with [`Framework::unassume`]).
+    fn assume_view(&mut self) -> (&Framework, &mut dyn AssumeView);
 }
 
 /// A member that has a place (assumed in the host when the group fits).
@@ -167,7 +181,7 @@ fn attempt<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>], min_count: u32,
             // Upstream's PlacementFeasible: the rest cannot make up minCount.
             let m = format!("minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining");
             for p in &members[k..] {
-                a.unplaced.push(Unplaced { pod: p.clone(), message: m.clone(), plugins: vec![gang_scheduling::NAME], error: false });
+                a.unplaced.push(Unplaced { pod: p.clone(), message: m.clone(), plugins: vec![GANG_PLUGIN], error: false });
             }
             a.stopped = Some(m);
             break;
@@ -180,7 +194,8 @@ fn attempt<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>], min_count: u32,
         };
         let node = host.snapshot().nodes[i].name().to_string();
         let score = o.feasible.iter().position(|&f| f == i).and_then(|k| o.totals.get(k)).copied().unwrap_or(0);
-        if host.reserve_and_assume(&mut state, pod, &node) {
+        let (fw, view) = host.assume_view();
+        if fw.reserve_and_assume(view, &mut state, pod, &node).is_ok() {
             a.score += score;
             a.placed.push(Placed { pod: pod.clone(), node, state, score });
         } else {
@@ -196,7 +211,8 @@ fn attempt<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>], min_count: u32,
 
 fn undo<H: GroupHost>(host: &mut H, placed: &mut Vec<Placed>) {
     while let Some(mut p) = placed.pop() {
-        host.unassume(&mut p.state, &p.pod, &p.node);
+        let (fw, view) = host.assume_view();
+        fw.unassume(view, &mut p.state, &p.pod, &p.node);
     }
 }
 
@@ -207,12 +223,12 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
     };
     let namespace = first.namespace.clone();
     let Some(r) = first.group.clone() else {
-        return reject_all(members, String::new(), 0, 0, "not a member of a pod group".into(), gang_scheduling::NAME);
+        return reject_all(members, String::new(), 0, 0, "not a member of a pod group".into(), GANG_PLUGIN);
     };
     let group = format!("{namespace}/{}", r.name);
     let policy = match policy_of(host.snapshot(), &namespace, &r) {
         Ok(p) => p,
-        Err(m) => return reject_all(members, group, 0, 0, m, gang_scheduling::NAME),
+        Err(m) => return reject_all(members, group, 0, 0, m, GANG_PLUGIN),
     };
     let min_count = policy.min_count;
     let bound_list = bound_members(host.snapshot(), &namespace, &r);
@@ -223,11 +239,11 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
     if names.len() > 1 {
         let list: Vec<&str> = names.into_iter().collect();
         let m = format!("pods of pod group {:?} name different schedulers ({}): all must share one schedulerName", r.name, list.join(", "));
-        return reject_all(members, group, min_count, bound, m, gang_scheduling::NAME);
+        return reject_all(members, group, min_count, bound, m, GANG_PLUGIN);
     }
     if (members.len() as u32) + bound < min_count {
         let m = "waiting for minCount pods from a gang to appear in scheduling queue".to_string();
-        let mut out = reject_all(members, group, min_count, bound, m, gang_scheduling::NAME);
+        let mut out = reject_all(members, group, min_count, bound, m, GANG_PLUGIN);
         out.waiting = true;
         return out;
     }
@@ -264,7 +280,7 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
         undo(host, &mut a.placed);
         if let Some(m) = &a.stopped {
             for p in was_placed {
-                a.unplaced.push(Unplaced { pod: p, message: m.clone(), plugins: vec![gang_scheduling::NAME], error: false });
+                a.unplaced.push(Unplaced { pod: p, message: m.clone(), plugins: vec![GANG_PLUGIN], error: false });
             }
         }
         if a.stopped.is_none() {
@@ -308,7 +324,7 @@ fn finish<H: GroupHost>(host: &mut H, failed: Option<String>, mut a: Attempt, gr
             }
             // Members that had a place but will not be bound: the group's reason.
             for p in was_placed {
-                unplaced.push(Unplaced { pod: p, message: m.clone(), plugins: vec![gang_scheduling::NAME], error: false });
+                unplaced.push(Unplaced { pod: p, message: m.clone(), plugins: vec![GANG_PLUGIN], error: false });
             }
             // Preemption is tried for groups without a topology constraint.
             let preemptable = !topology;
@@ -391,8 +407,8 @@ pub fn preempt_for_group(fw: &Framework, snap: &Snapshot, members: &[Arc<PodInfo
 }
 
 /// A [`GroupHost`] over a plain snapshot (`simulate`, `explain`, `bench`):
-/// assuming adds the pod to its node (and VolumeBinding's decisions to the
-/// storage view); undoing takes both back.
+/// members are assumed into the snapshot itself (see
+/// [`AssumeView`]'s implementation for [`Snapshot`]).
 pub struct SnapshotHost<'a> {
     /// The profile.
     pub fw: &'a Framework,
@@ -413,31 +429,8 @@ impl GroupHost for SnapshotHost<'_> {
         self.snap
     }
 
-    fn reserve_and_assume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) -> bool {
-        let s = self.fw.run_reserve(state, pod, node);
-        let s = if s.is_success() { self.fw.run_permit(state, pod, node) } else { s };
-        if !s.is_success() {
-            self.fw.run_unreserve(state, pod, node);
-            return false;
-        }
-        if let Some(d) = crate::plugins::volume_binding::reserved(state) {
-            self.snap.storage.assume(d);
-        }
-        let mut bound = (**pod).clone();
-        bound.node_name = Some(node.to_string());
-        bound.nominated_node = None;
-        self.snap.clear_nomination(&bound.uid);
-        self.snap.add_pod(Arc::new(bound));
-        true
-    }
-
-    fn unassume(&mut self, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) {
-        self.fw.run_unreserve(state, pod, node);
-        self.snap.storage.forget(&pod.uid);
-        self.snap.remove_pod(&pod.uid);
-        if let Some(n) = &pod.nominated_node {
-            self.snap.nominate(pod.clone(), n);
-        }
+    fn assume_view(&mut self) -> (&Framework, &mut dyn AssumeView) {
+        (self.fw, &mut *self.snap)
     }
 }
 

@@ -5,16 +5,20 @@
 //! they declare in [`Plugin::points`]. The framework, not the plugins, enforces
 //! the score contract: normalize, check 0..=100, multiply by the weight.
 
+pub mod assume;
 mod batch;
 pub mod cycle_state;
 pub mod group;
+pub mod pre_bind;
 pub mod runner;
 pub mod status;
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
+pub use assume::{assume, AssumeView, Refusal, Reservation, Reservations};
 pub use cycle_state::CycleState;
+pub use pre_bind::{ApiWrite, PreBindWork, WaitFor};
 pub use runner::{CycleOptions, CycleOutcome, Framework, NodeStatuses, PluginEntry};
 pub use status::{Code, Reasons, Status};
 
@@ -317,12 +321,14 @@ pub trait Plugin: Send + Sync {
         Status::success()
     }
 
-    /// Reserve.
+    /// Reserve: a decision later cycles must see before the API shows it
+    /// is recorded with [`CycleState::reservations_mut`] as a [`Reservation`];
+    /// the framework's assume step applies it with the pod.
     fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         Status::success()
     }
 
-    /// Unreserve.
+    /// Unreserve: clears what Reserve recorded.
     fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {}
 
     /// Permit.
@@ -330,7 +336,9 @@ pub trait Plugin: Send + Sync {
         Status::success()
     }
 
-    /// PreBind.
+    /// PreBind: API writes are not made here but described as a
+    /// [`PreBindWork`] ([`CycleState::add_pre_bind_work`]) that the daemon
+    /// carries out before the bind.
     fn pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         Status::success()
     }

@@ -18,11 +18,14 @@
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
+use crate::framework::group::GANG_PLUGIN;
 use crate::framework::{CycleState, Events, Plugin, Points, PreFilterNodes, Status};
 use berth_model::PodInfo;
 
-/// Plugin name.
-pub const NAME: &str = "GangScheduling";
+pub use crate::framework::group::missing_group_message;
+
+/// Plugin name (the group cycle's vocabulary: its rejections carry it).
+pub const NAME: &str = GANG_PLUGIN;
 
 /// GangSchedulingArgs (berth's; upstream's plugin takes none). Every field is
 /// optional; unknown fields are refused.
@@ -56,11 +59,6 @@ impl GangScheduling {
         }
         Ok(GangScheduling { args })
     }
-}
-
-/// Upstream's message for a member whose PodGroup does not exist.
-pub fn missing_group_message(name: &str) -> String {
-    format!("waiting for pod's pod group {name:?} to appear in scheduling queue")
 }
 
 impl Plugin for GangScheduling {
