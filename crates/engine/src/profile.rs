@@ -146,15 +146,6 @@ impl Config {
     }
 }
 
-#[cfg(test)]
-impl Config {
-    /// [`frameworks`] as a method, for the framework's tests written before
-    /// building frameworks moved here.
-    pub(crate) fn frameworks(&self, seed: u64) -> Vec<Framework> {
-        frameworks(self, seed)
-    }
-}
-
 /// The extension point's plugin set (post_bind for any other point).
 fn set_at(plugins: &Plugins, p: Points) -> &PluginSet {
     match p {

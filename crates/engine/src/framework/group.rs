@@ -442,7 +442,7 @@ mod tests {
     use crate::testing::{node, pod, PodBuilder};
 
     fn fw() -> Framework {
-        Config::from_raw(KubeSchedulerConfiguration::default()).expect("default config").frameworks(7).into_iter().next().expect("a profile")
+        crate::profile::frameworks(&Config::from_raw(KubeSchedulerConfiguration::default()).expect("default config"), 7).into_iter().next().expect("a profile")
     }
 
     /// A v1beta1 member of group `g` asking for `cpu`.

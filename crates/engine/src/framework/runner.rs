@@ -1143,7 +1143,7 @@ mod batch_tests {
 
     fn default_framework(pct: i32) -> Framework {
         let raw = crate::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(pct), ..Default::default() };
-        Config::from_raw(raw).expect("default config").frameworks(7).into_iter().next().expect("one profile")
+        crate::profile::frameworks(&Config::from_raw(raw).expect("default config"), 7).into_iter().next().expect("one profile")
     }
 
     /// Binds `p` to node `i` of the snapshot.
@@ -1486,7 +1486,7 @@ mod window_tests {
 
     fn framework(pct: i32) -> Framework {
         let raw = crate::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(pct), ..Default::default() };
-        Config::from_raw(raw).expect("default config").frameworks(7).into_iter().next().expect("one profile")
+        crate::profile::frameworks(&Config::from_raw(raw).expect("default config"), 7).into_iter().next().expect("one profile")
     }
 
     /// The window evaluated one node after another, as the runner did before
