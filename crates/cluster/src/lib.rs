@@ -33,6 +33,10 @@
 //! ones with their pods, and the kubelet refuses to start a pod whose
 //! claims are not allocated and reserved for it (Warning
 //! `FailedPrepareDynamicResources`, the pod Pending in ContainerCreating).
+//! Simplified: claims and their status are not validated (a real API
+//! server refuses `reservedFor` without an allocation, and more); no
+//! PodSchedulingContext, device taint eviction, CDI or unprepare; a
+//! refusal's event is written once per reason, not counted on each retry.
 //!
 //! Custom resources: apiextensions.k8s.io/v1 customresourcedefinitions
 //! are validated, get their NamesAccepted/Established status at once, and

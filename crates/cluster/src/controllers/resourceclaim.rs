@@ -159,7 +159,7 @@ fn has_protection(claim: &Value) -> bool {
 }
 
 /// The `generateName` of a claim for pod claim `claim` of pod `pod`:
-/// `<pod>-<claim>-`, or when longer than [`MAX_BASE_LEN`] both names cut
+/// `<pod>-<claim>-`, or when longer than 57 characters both names cut
 /// in proportion, joined by a hyphen (upstream's rule, which keeps part
 /// of the claim's name whatever the pod's length).
 pub fn generate_name(pod: &str, claim: &str) -> String {
@@ -194,6 +194,20 @@ fn claim_from_template(template: &Value, pod: &Value, pod_claim: &str) -> Value 
         "metadata": meta,
         "spec": template.at("/spec/spec").filter(|x| x.is_object()).cloned().unwrap_or_else(|| json!({})),
     })
+}
+
+/// Claims by the uid of their controller.
+type Owned = HashMap<String, Vec<Arc<Obj>>>;
+
+/// Every claim that has a controller, by its uid.
+fn owned_claims(store: &Store) -> Owned {
+    let mut owned = Owned::new();
+    for c in store.list(RESOURCECLAIMS, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default() {
+        if let Some(uid) = controller_of(&c.value) {
+            owned.entry(uid.to_string()).or_default().push(c.clone());
+        }
+    }
+    owned
 }
 
 /// What is left to do after the events seen so far.
@@ -384,17 +398,11 @@ impl Controller {
         if work.full {
             self.full_sweep(&mut work);
         }
-        // The claims each pod controls, read once for the whole pass.
-        let mut owned: HashMap<String, Vec<Arc<Obj>>> = HashMap::new();
-        if !work.pods.is_empty() || !work.gone.is_empty() {
-            for c in self.store.list(RESOURCECLAIMS, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default() {
-                if let Some(uid) = controller_of(&c.value) {
-                    owned.entry(uid.to_string()).or_default().push(c.clone());
-                }
-            }
-        }
+        // The claims each pod controls, read once for the whole pass when
+        // a deleted pod or a pod without its claims needs them.
+        let mut owned: Option<Owned> = None;
         for (ns, uid) in &work.gone {
-            for c in owned.get(uid).into_iter().flatten().filter(|c| c.namespace() == ns) {
+            for c in owned.get_or_insert_with(|| owned_claims(&self.store)).get(uid).into_iter().flatten().filter(|c| c.namespace() == ns) {
                 work.claims.insert((ns.clone(), c.name().to_string()));
             }
         }
@@ -418,7 +426,7 @@ impl Controller {
 
     /// Claims from templates, the pod's status, reservations of a bound
     /// pod; the claims of a pod that is done are released.
-    fn sync_pod(&mut self, key: &Key, owned: &mut HashMap<String, Vec<Arc<Obj>>>, claims: &mut BTreeSet<Key>) -> Result<(), Error> {
+    fn sync_pod(&mut self, key: &Key, owned: &mut Option<Owned>, claims: &mut BTreeSet<Key>) -> Result<(), Error> {
         let Ok(pod) = self.store.get(PODS, &key.0, &key.1) else { return Ok(()) };
         let pod = &pod.value;
         let (ns, uid) = (key.0.as_str(), s(pod, "/metadata/uid"));
@@ -441,6 +449,7 @@ impl Controller {
                 continue;
             }
             // Made before, not recorded (or recorded and since lost).
+            let owned = owned.get_or_insert_with(|| owned_claims(&self.store));
             let found = owned.get(uid).into_iter().flatten().find(|c| {
                 !deleting(&c.value) && match c.value.at("/metadata/annotations").and_then(|a| a.get(POD_CLAIM_NAME)).and_then(Value::as_str) {
                     Some(n) => n == name,
