@@ -10,8 +10,8 @@
 //! allocation's `nodeSelector` selects it) and names devices the node's
 //! drivers publish ([`prepare_dynamic_resources`]). Until then it stays
 //! Pending with its containers waiting in `ContainerCreating`, and gets a
-//! Warning event `FailedPrepareDynamicResources` ("Failed to prepare
-//! dynamic resources: <why>", one per distinct reason); it is checked
+//! Warning event `FailedPrepareDynamicResources` (`Failed to prepare
+//! dynamic resources: <why>`, one per distinct reason); it is checked
 //! again when a claim of its namespace changes and every second. A pod
 //! without claims never reaches this check.
 
