@@ -54,6 +54,14 @@ pub struct ClusterArgs {
     /// Seconds a deleted node's pods wait before PodGC deletes them (upstream: 40).
     #[arg(long, default_value_t = 40)]
     pub podgc_quarantine_secs: u64,
+    /// GPUs of the simulated DRA driver `gpu.example.com` on every node
+    /// (a ResourceSlice per node, DeviceClass `gpu.example.com`); 0: no driver.
+    #[arg(long, default_value_t = 0, conflicts_with = "devices")]
+    pub devices_per_node: usize,
+    /// The simulated DRA drivers' devices per node, from a YAML file
+    /// (format: `berth_cluster::dra_driver`).
+    #[arg(long)]
+    pub devices: Option<PathBuf>,
 }
 
 impl ClusterArgs {
@@ -75,6 +83,10 @@ impl ClusterArgs {
             storage: super::StorageConfig { attach_limit: self.attach_limit, ..Default::default() },
             podgc: super::PodGcConfig { quarantine: Duration::from_secs(self.podgc_quarantine_secs), ..Default::default() },
             controllers: Default::default(),
+            devices: match &self.devices {
+                Some(path) => super::dra_driver::DevicesConfig::from_file(path)?,
+                None => super::dra_driver::DevicesConfig::per_node(self.devices_per_node),
+            },
         })
     }
 }

@@ -20,9 +20,23 @@
 //! storage.k8s.io/v1 storageclasses/csinodes/csidrivers/csistoragecapacities)
 //! has controllers behind it ([`volumes`]). Also stored and served, with no
 //! controller behind them: services, replicationcontrollers, configmaps,
-//! storage.k8s.io/v1 volumeattachments, resource.k8s.io/v1
-//! resourceclaims/resourceclaimtemplates/deviceclasses/resourceslices,
+//! storage.k8s.io/v1 volumeattachments,
 //! scheduling.k8s.io/v1beta1 podgroups (+status) and workloads.
+//!
+//! Devices (resource.k8s.io/v1 resourceclaims (+status),
+//! resourceclaimtemplates, deviceclasses, resourceslices), as a cluster
+//! with a DRA driver runs them: a simulated driver publishes a
+//! ResourceSlice per node and a DeviceClass ([`dra_driver`],
+//! [`ClusterConfig::devices`]), the resourceclaim controller
+//! ([`controllers::resourceclaim`]) makes claims from templates, releases
+//! and deallocates them when their pods are done and deletes generated
+//! ones with their pods, and the kubelet refuses to start a pod whose
+//! claims are not allocated and reserved for it (Warning
+//! `FailedPrepareDynamicResources`, the pod Pending in ContainerCreating).
+//! Simplified: claims and their status are not validated (a real API
+//! server refuses `reservedFor` without an allocation, and more); no
+//! PodSchedulingContext, device taint eviction, CDI or unprepare; a
+//! refusal's event is written once per reason, not counted on each retry.
 //!
 //! Custom resources: apiextensions.k8s.io/v1 customresourcedefinitions
 //! are validated, get their NamesAccepted/Established status at once, and
@@ -121,6 +135,7 @@ pub mod auth;
 pub mod crd;
 pub mod cli;
 pub mod controllers;
+pub mod dra_driver;
 pub mod eventview;
 pub mod faults;
 pub mod http;
@@ -184,6 +199,9 @@ pub enum Error {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The simulated DRA driver's devices are invalid or could not be published.
+    #[error("{0}")]
+    Devices(#[from] dra_driver::Error),
 }
 
 /// Configuration of a local cluster.
@@ -215,8 +233,11 @@ pub struct ClusterConfig {
     pub storage: StorageConfig,
     /// PodGC (orphaned pods of deleted nodes).
     pub podgc: PodGcConfig,
-    /// Workload controllers (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, garbage collection).
+    /// Workload controllers (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, garbage collection)
+    /// and the resourceclaim controller.
     pub controllers: controllers::ControllersConfig,
+    /// Devices of the simulated DRA driver (none by default: no driver).
+    pub devices: dra_driver::DevicesConfig,
 }
 
 impl Default for ClusterConfig {
@@ -236,6 +257,7 @@ impl Default for ClusterConfig {
             storage: StorageConfig::default(),
             podgc: PodGcConfig::default(),
             controllers: controllers::ControllersConfig::default(),
+            devices: dra_driver::DevicesConfig::default(),
         }
     }
 }
@@ -421,6 +443,9 @@ impl LocalCluster {
                 store.create(resources::CSINODES, "", volumes::csinode_json(&name, node.uid(), cfg.storage.attach_limit))?;
             }
         }
+        if cfg.devices.enabled() {
+            dra_driver::seed(&store, &cfg.devices)?;
+        }
 
         let (ktx, krx) = mpsc::unbounded_channel();
         store.set_kubelet(ktx);
@@ -448,6 +473,9 @@ impl LocalCluster {
         }
         if cfg.controllers.enabled {
             tasks.push(controllers::spawn(store.clone(), cfg.controllers.clone(), stop_rx.clone()));
+        }
+        if cfg.devices.enabled() {
+            tasks.push(dra_driver::spawn(store.clone(), cfg.devices.clone(), stop_rx.clone()));
         }
         let ticker = {
             let store = store.clone();

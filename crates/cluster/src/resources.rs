@@ -231,6 +231,14 @@ pub const STATEFULSETS: ResId = 14;
 pub const DAEMONSETS: ResId = 16;
 /// apps/v1 ControllerRevisions.
 pub const CONTROLLERREVISIONS: ResId = 42;
+/// resource.k8s.io/v1 ResourceClaims.
+pub const RESOURCECLAIMS: ResId = 22;
+/// resource.k8s.io/v1 ResourceClaimTemplates.
+pub const RESOURCECLAIMTEMPLATES: ResId = 23;
+/// resource.k8s.io/v1 DeviceClasses.
+pub const DEVICECLASSES: ResId = 24;
+/// resource.k8s.io/v1 ResourceSlices.
+pub const RESOURCESLICES: ResId = 25;
 
 /// The field-selector fields the Events store (events.k8s.io/v1) keeps
 /// for both views of an Event (core/v1 is a view of it; see `eventview`), dotted:
@@ -1291,6 +1299,13 @@ pub fn pdb_status(pdb: &Value, pods: &[&Value], now: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_constants_name_the_dra_kinds() {
+        for (r, kind) in [(RESOURCECLAIMS, "ResourceClaim"), (RESOURCECLAIMTEMPLATES, "ResourceClaimTemplate"), (DEVICECLASSES, "DeviceClass"), (RESOURCESLICES, "ResourceSlice")] {
+            assert_eq!((RESOURCES[r].group, RESOURCES[r].kind), ("resource.k8s.io", kind));
+        }
+    }
 
     #[test]
     fn events_k8s_io_selects_all_but_source() {

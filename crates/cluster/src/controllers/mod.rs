@@ -18,6 +18,7 @@
 //! mode, pod failure policy or TTL.
 
 pub mod daemonset;
+pub mod resourceclaim;
 pub mod statefulset;
 
 use std::collections::{HashMap, HashSet};
@@ -144,9 +145,20 @@ fn meta_map<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut serde_json::Map<S
 }
 
 /// Start the controllers: they sync on changes to their owners, owned
-/// pods and nodes, and every `resync`.
-pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+/// pods and nodes, and every `resync`. The resourceclaim controller
+/// ([`resourceclaim`]) runs beside the workload controllers, in the same
+/// task.
+pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    let claims = resourceclaim::Controller::new(store.clone());
+    let (resync, claims_stop) = (cfg.resync, stop.clone());
     tokio::spawn(async move {
+        tokio::join!(workloads(store, cfg, stop), claims.run(resync, claims_stop));
+    })
+}
+
+/// The workload controllers' loop (see [`spawn`]).
+async fn workloads(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receiver<bool>) {
+    {
         let mut deployments = store.subscribe(DEPLOYMENTS);
         let mut replicasets = store.subscribe(REPLICASETS);
         let mut pods = store.subscribe(PODS);
@@ -210,7 +222,7 @@ pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::Receive
                 collect_orphans(&store);
             }
         }
-    })
+    }
 }
 
 /// An owner event: a deleted owner's dependents go. False when the

@@ -1,9 +1,11 @@
 //! The local cluster's tests, in one binary: through kube-rs, kubectl and
-//! helm, its controllers, faults and OpenAPI. No scheduler is linked.
+//! helm, its controllers, faults, OpenAPI and dynamic resource allocation.
+//! No scheduler is linked.
 
 mod cluster_apply;
 mod cluster_clients;
 mod cluster_crd;
+mod cluster_dra;
 mod cluster_faults;
 mod cluster_helm;
 mod cluster_kube;
