@@ -129,6 +129,7 @@ pub mod managed;
 pub mod openapi;
 pub mod podgc;
 pub mod proto;
+pub mod rbac;
 pub mod resources;
 pub mod selector;
 pub mod store;
