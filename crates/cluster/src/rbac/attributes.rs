@@ -99,7 +99,7 @@ pub struct Attributes<'a> {
 impl<'a> Attributes<'a> {
     /// A resource request for `verb` on `resource` in `api_group`, at the
     /// cluster scope, on the collection; narrow it with [`Self::ns`],
-    /// [`Self::named`] and [`Self::sub`].
+    /// [`Self::named`] and [`Self::subresource`].
     pub fn resource(user: &'a UserInfo, verb: &'a str, api_group: &'a str, resource: &'a str) -> Self {
         Attributes { user, verb, namespace: "", api_group, api_version: "", resource, subresource: "", name: "", resource_request: true, path: "" }
     }
@@ -122,7 +122,7 @@ impl<'a> Attributes<'a> {
     }
 
     /// On the subresource `subresource`.
-    pub fn sub(mut self, subresource: &'a str) -> Self {
+    pub fn subresource(mut self, subresource: &'a str) -> Self {
         self.subresource = subresource;
         self
     }
@@ -229,13 +229,11 @@ impl RequestInfo {
             }
             .to_string();
         }
-        if parts[0] == "namespaces" {
-            if parts.len() > 1 {
-                info.namespace = parts[1].to_string();
-                // namespaces/<ns>/<resource>/..., except the namespace's own subresources
-                if parts.len() > 2 && parts[2] != "status" && parts[2] != "finalize" {
-                    parts.drain(..2);
-                }
+        if parts[0] == "namespaces" && parts.len() > 1 {
+            info.namespace = parts[1].to_string();
+            // namespaces/<ns>/<resource>/..., except the namespace's own subresources
+            if parts.len() > 2 && parts[2] != "status" && parts[2] != "finalize" {
+                parts.drain(..2);
             }
         }
         info.parts = parts.iter().map(|p| (*p).to_string()).collect();
@@ -291,8 +289,9 @@ mod tests {
     /// Upstream's `TestGetAPIRequestInfo` cases that apply (requestinfo_test.go).
     #[test]
     fn resource_requests_from_paths() {
-        // (method, path, query, verb, group, version, namespace, resource, name, subresource)
-        let cases: &[(&str, &str, Option<&str>, &str, &str, &str, &str, &str, &str, &str)] = &[
+        /// (method, path, query, verb, group, version, namespace, resource, name, subresource)
+        type Case = (&'static str, &'static str, Option<&'static str>, &'static str, &'static str, &'static str, &'static str, &'static str, &'static str, &'static str);
+        let cases: &[Case] = &[
             ("GET", "/api/v1/namespaces", None, "list", "", "v1", "", "namespaces", "", ""),
             ("GET", "/api/v1/namespaces/other", None, "get", "", "v1", "other", "namespaces", "other", ""),
             ("GET", "/api/v1/namespaces/other/pods/foo", None, "get", "", "v1", "other", "pods", "foo", ""),

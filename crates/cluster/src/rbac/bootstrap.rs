@@ -167,12 +167,12 @@ mod tests {
         let a = policy();
         let s = UserInfo::new("system:kube-scheduler", &["system:authenticated"]);
         let allowed = [
-            Attributes::resource(&s, "create", "", "pods").ns("default").named("p").sub("binding"),
+            Attributes::resource(&s, "create", "", "pods").ns("default").named("p").subresource("binding"),
             Attributes::resource(&s, "watch", "", "pods"),
-            Attributes::resource(&s, "patch", "", "pods").ns("default").named("p").sub("status"),
+            Attributes::resource(&s, "patch", "", "pods").ns("default").named("p").subresource("status"),
             Attributes::resource(&s, "update", "coordination.k8s.io", "leases").ns("kube-system").named("kube-scheduler"),
             Attributes::resource(&s, "patch", "", "persistentvolumes").named("pv"),
-            Attributes::resource(&s, "update", "resource.k8s.io", "resourceclaims").ns("default").named("c").sub("status"),
+            Attributes::resource(&s, "update", "resource.k8s.io", "resourceclaims").ns("default").named("c").subresource("status"),
         ];
         for attrs in &allowed {
             assert!(a.allows(attrs), "{attrs:?}");

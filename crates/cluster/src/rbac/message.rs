@@ -133,7 +133,7 @@ mod tests {
             ),
             (Attributes::resource(&x, "list", "", "pods").ns("default"), "", r#"pods is forbidden: User "x" cannot list resource "pods" in API group "" in the namespace "default""#),
             (
-                Attributes::resource(&x, "create", "", "pods").ns("default").named("p").sub("binding"),
+                Attributes::resource(&x, "create", "", "pods").ns("default").named("p").subresource("binding"),
                 "",
                 r#"pods "p" is forbidden: User "x" cannot create resource "pods/binding" in API group "" in the namespace "default""#,
             ),

@@ -379,7 +379,7 @@ mod tests {
     #[test]
     fn rule_matching_table() {
         let u = UserInfo::new("u", &[]);
-        let res = |verb: &'static str, group: &'static str, resource: &'static str, sub: &'static str, name: &'static str| Attributes::resource(&u, verb, group, resource).sub(sub).named(name);
+        let res = |verb: &'static str, group: &'static str, resource: &'static str, sub: &'static str, name: &'static str| Attributes::resource(&u, verb, group, resource).subresource(sub).named(name);
         let url = |verb: &'static str, path: &'static str| Attributes::non_resource(&u, verb, path);
         let cases: Vec<(&str, PolicyRule, Vec<Attributes<'_>>, Vec<Attributes<'_>>)> = vec![
             (
@@ -467,7 +467,9 @@ mod tests {
     /// (policy_comparator_test.go).
     #[test]
     fn covers_table() {
-        let cases: Vec<(&str, Vec<PolicyRule>, Vec<PolicyRule>, Vec<PolicyRule>)> = vec![
+        /// (name, owner rules, servant rules, the atomic rules not covered)
+        type Case = (&'static str, Vec<PolicyRule>, Vec<PolicyRule>, Vec<PolicyRule>);
+        let cases: Vec<Case> = vec![
             ("exact match", vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"])], vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"])], vec![]),
             (
                 "sub-resources need explicit covering",
