@@ -62,6 +62,20 @@ impl UserInfo {
     }
 }
 
+impl UserInfo {
+    /// The user a SubjectAccessReview's spec names (`user`, `uid`,
+    /// `groups`, `extra`).
+    pub fn from_review_spec(spec: &serde_json::Value) -> UserInfo {
+        let strings = |v: Option<&serde_json::Value>| -> Vec<String> { v.and_then(serde_json::Value::as_array).map(|a| a.iter().filter_map(serde_json::Value::as_str).map(String::from).collect()).unwrap_or_default() };
+        UserInfo {
+            name: spec.get("user").and_then(serde_json::Value::as_str).unwrap_or_default().to_string(),
+            uid: spec.get("uid").and_then(serde_json::Value::as_str).unwrap_or_default().to_string(),
+            groups: strings(spec.get("groups")),
+            extra: spec.get("extra").and_then(serde_json::Value::as_object).map(|m| m.iter().map(|(k, v)| (k.clone(), strings(Some(v)))).collect()).unwrap_or_default(),
+        }
+    }
+}
+
 /// `system:serviceaccount:NS:NAME`.
 pub fn service_account_user(namespace: &str, name: &str) -> String {
     format!("{SERVICE_ACCOUNT_USER_PREFIX}{namespace}:{name}")
@@ -261,6 +275,33 @@ impl RequestInfo {
         Ok(info)
     }
 
+    /// The request a SubjectAccessReview's spec asks about (also the
+    /// `spec` of a Local- or SelfSubjectAccessReview): its
+    /// `resourceAttributes` (namespace, verb, group, version, resource,
+    /// subresource, name) or its `nonResourceAttributes` (path, verb).
+    /// `None` when it has neither or both (upstream's 422: "exactly one of
+    /// nonResourceAttributes or resourceAttributes must be specified").
+    pub fn from_review_spec(spec: &serde_json::Value) -> Option<RequestInfo> {
+        let field = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or_default().to_string();
+        let ra = spec.get("resourceAttributes").filter(|v| !v.is_null());
+        let nra = spec.get("nonResourceAttributes").filter(|v| !v.is_null());
+        match (ra, nra) {
+            (Some(a), None) => Some(RequestInfo {
+                resource_request: true,
+                verb: field(a, "verb"),
+                namespace: field(a, "namespace"),
+                api_group: field(a, "group"),
+                api_version: field(a, "version"),
+                resource: field(a, "resource"),
+                subresource: field(a, "subresource"),
+                name: field(a, "name"),
+                ..RequestInfo::default()
+            }),
+            (None, Some(a)) => Some(RequestInfo { resource_request: false, verb: field(a, "verb"), path: field(a, "path"), ..RequestInfo::default() }),
+            _ => None,
+        }
+    }
+
     /// The attributes of this request by `user`.
     pub fn attributes<'a>(&'a self, user: &'a UserInfo) -> Attributes<'a> {
         Attributes {
@@ -332,6 +373,19 @@ mod tests {
             assert_eq!(i.path, path);
         }
         assert!(RequestInfo::parse("GET", "/api/v1/watch", None).is_err());
+    }
+
+    #[test]
+    fn review_specs() {
+        let spec = serde_json::json!({"user": "u", "groups": ["g"], "extra": {"k": ["v"]}, "resourceAttributes": {"namespace": "ns", "verb": "create", "resource": "pods", "subresource": "binding", "name": "p"}});
+        let (u, i) = (UserInfo::from_review_spec(&spec), RequestInfo::from_review_spec(&spec));
+        assert_eq!((u.name.as_str(), u.groups.as_slice(), u.extra.get("k").map(Vec::len)), ("u", &["g".to_string()][..], Some(1)));
+        let i = i.unwrap_or_default();
+        let a = i.attributes(&u);
+        assert_eq!((a.resource_request, a.verb, a.namespace, a.resource, a.subresource, a.name), (true, "create", "ns", "pods", "binding", "p"));
+        let n = RequestInfo::from_review_spec(&serde_json::json!({"nonResourceAttributes": {"verb": "get", "path": "/metrics"}})).unwrap_or_default();
+        assert_eq!((n.resource_request, n.verb.as_str(), n.path.as_str()), (false, "get", "/metrics"));
+        assert_eq!(RequestInfo::from_review_spec(&serde_json::json!({"user": "u"})), None);
     }
 
     #[test]

@@ -339,7 +339,7 @@ impl CompiledRole {
 }
 
 /// Bindings by subject.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct SubjectIndex {
     by_user: Map<String, Vec<Arc<Binding>>>,
     by_group: Map<String, Vec<Arc<Binding>>>,
@@ -388,7 +388,7 @@ impl SubjectIndex {
 }
 
 /// One namespace's Roles and RoleBindings.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Namespace {
     roles: Map<String, Arc<CompiledRole>>,
     bindings: SubjectIndex,
@@ -432,7 +432,9 @@ impl RulesReview {
 }
 
 /// The RBAC authorizer over an index of RBAC objects (see the module docs).
-#[derive(Debug, Default)]
+/// Cloning shares the compiled roles and bindings (`Arc`s) and copies the
+/// maps, for owners that swap a new snapshot in on each RBAC write.
+#[derive(Clone, Debug, Default)]
 pub struct Authorizer {
     /// ClusterRoles as stored (for aggregation).
     views: Map<String, RoleView>,
