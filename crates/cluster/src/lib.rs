@@ -146,6 +146,7 @@ pub mod object;
 pub mod openapi;
 pub mod podgc;
 pub mod proto;
+pub mod rbac;
 pub mod resources;
 pub mod selector;
 pub mod store;
