@@ -7,8 +7,9 @@
 //! group `system:masters` always allowed (upstream's default
 //! `AlwaysAllowGroups`).
 //!
-//! Routes: /healthz, /livez, /readyz (true only when every watcher has
-//! synced), /metrics, and /debug/explain?pod=ns/name (explain's JSON for a
+//! Routes: /healthz, /livez, /readyz (200 exactly while every required
+//! watch is synced and the loop has its caches; `?verbose` lists every
+//! watch with its state), /metrics, and /debug/explain?pod=ns/name (explain's JSON for a
 //! pending pod). Explain never runs on the scheduling loop: the loop
 //! publishes a copy of its snapshot and pending pods at most once a second,
 //! and only when a request asked for one ([`ExplainHub`]); explain runs on a
@@ -55,7 +56,7 @@ use super::watch::WatchHealth;
 pub struct Health {
     /// This replica's lease (healthz: a leader that stopped renewing is unhealthy).
     pub lease: Lease,
-    /// The watchers (readyz: not synced or disconnected watches, by name).
+    /// The watches (readyz, and berth_watch_state at scrape time).
     pub watches: WatchHealth,
     /// Upstream's leader-election healthz tolerance past leaseDuration.
     pub tolerance: std::time::Duration,
@@ -521,10 +522,31 @@ async fn healthz(State(s): State<AppState>) -> Response {
     }
 }
 
-/// /readyz: every watch synced and connected; otherwise 503 naming each one that is not.
-async fn readyz(State(s): State<AppState>) -> Response {
-    let problems = s.health.watches.problems();
-    if *s.ready.borrow() && problems.is_empty() {
+/// /readyz: 200 while every required watch is synced (and every optional
+/// one has answered once) and the loop has applied the first lists;
+/// otherwise 503 naming each watch that holds it back. `?verbose` lists
+/// every watch, as upstream's verbose checks do:
+///
+/// ```text
+/// [+]watch pods synced
+/// [-]watch nodes retrying for 2.1s (4 attempts): ServiceError: connection refused
+/// [+]watch podgroups.scheduling.x-k8s.io not served (rechecked every 10s); optional: gang scheduling ... off
+/// [+]caches synced
+/// readyz check failed
+/// ```
+async fn readyz(State(s): State<AppState>, Query(q): Query<HashMap<String, String>>) -> Response {
+    let watches = &s.health.watches;
+    let caches = *s.ready.borrow();
+    let ok = caches && watches.ready();
+    let code = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    if q.contains_key("verbose") {
+        let mut lines = watches.verbose();
+        lines.push(if caches { "[+]caches synced".into() } else { "[-]caches not synced: the first lists are not applied yet".into() });
+        lines.push(if ok { "readyz check passed".into() } else { "readyz check failed".into() });
+        return (code, lines.join("\n") + "\n").into_response();
+    }
+    let problems = watches.problems();
+    if ok {
         (StatusCode::OK, "ok").into_response()
     } else if problems.is_empty() {
         (StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response()
@@ -534,6 +556,7 @@ async fn readyz(State(s): State<AppState>) -> Response {
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
+    s.health.watches.export(&s.metrics.watch_state);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics.render()).into_response()
 }
 

@@ -27,6 +27,9 @@ pub struct Metrics {
     pub incoming_pods: IntCounterVec,
     /// scheduler_unschedulable_pods{plugin, profile}.
     pub unschedulable_pods: IntGaugeVec,
+    /// berth_watch_state{kind, state}: 1 for each watched kind's state, 0 for
+    /// its other states (set at scrape time from the watches' health).
+    pub watch_state: IntGaugeVec,
 }
 
 fn exp(start: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -48,6 +51,7 @@ impl Metrics {
             sli_duration: HistogramVec::new(HistogramOpts::new("scheduler_pod_scheduling_sli_duration_seconds", "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might involve multiple scheduling attempts.").buckets(exp(0.01, 2.0, 20)), &["attempts"])?,
             incoming_pods: IntCounterVec::new(Opts::new("scheduler_queue_incoming_pods_total", "Number of pods added to scheduling queues by event and queue type."), &["queue", "event"])?,
             unschedulable_pods: IntGaugeVec::new(Opts::new("scheduler_unschedulable_pods", "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin."), &["plugin", "profile"])?,
+            watch_state: IntGaugeVec::new(Opts::new("berth_watch_state", "State of each watched kind (starting, synced, retrying, not_served): 1 for the current state, 0 for the others."), &["kind", "state"])?,
             registry,
         };
         m.registry.register(Box::new(m.schedule_attempts.clone()))?;
@@ -60,6 +64,7 @@ impl Metrics {
         m.registry.register(Box::new(m.sli_duration.clone()))?;
         m.registry.register(Box::new(m.incoming_pods.clone()))?;
         m.registry.register(Box::new(m.unschedulable_pods.clone()))?;
+        m.registry.register(Box::new(m.watch_state.clone()))?;
         for q in ["active", "backoff", "unschedulable", "gated"] {
             m.pending_pods.with_label_values(&[q]).set(0);
         }
@@ -93,6 +98,7 @@ mod tests {
         m.incoming_pods.with_label_values(&["active", "PodAdd"]).inc();
         m.unschedulable_pods.with_label_values(&["NodeResourcesFit", "default-scheduler"]).set(1);
         m.preemption_attempts.inc();
+        m.watch_state.with_label_values(&["pods", "synced"]).set(1);
         let text = m.render();
         for name in [
             "scheduler_schedule_attempts_total",
@@ -105,6 +111,7 @@ mod tests {
             "scheduler_pod_scheduling_sli_duration_seconds",
             "scheduler_queue_incoming_pods_total",
             "scheduler_unschedulable_pods",
+            "berth_watch_state",
         ] {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

@@ -8,6 +8,8 @@
 //! - hold the bodies of watch streams (no event reaches the client until
 //!   released), and end every open watch;
 //! - black out: every request is reset;
+//! - an outage: connections are refused (nothing listens) and every open
+//!   one is reset, until it ends (a TCP relay in front of the HTTP proxy);
 //! - hold matching requests until released (e.g. all event writes).
 //!
 //! It records every write that passed (method, path, when, status), so a test
@@ -15,7 +17,7 @@
 #![allow(clippy::unwrap_used, dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -89,6 +91,10 @@ struct State {
     held: Mutex<Vec<(Method, String)>>,
     release: watch::Sender<u64>,
     injected: AtomicU64,
+    /// Requests waiting while held now.
+    holding: AtomicI64,
+    /// True during an outage (and once the proxy is dropped).
+    outage: watch::Sender<bool>,
 }
 
 /// The proxy. Dropping it stops serving.
@@ -96,12 +102,74 @@ pub struct FaultProxy {
     /// Where it listens.
     pub addr: SocketAddr,
     state: Arc<State>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for FaultProxy {
     fn drop(&mut self) {
-        self.task.abort();
+        self.state.outage.send_replace(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Accepts on `addr` and relays each connection to the HTTP proxy at
+/// `inner`. During an outage nothing listens on `addr` (connections are
+/// refused) and every relayed connection is reset.
+async fn front(addr: SocketAddr, first: tokio::net::TcpListener, inner: SocketAddr, st: Arc<State>) {
+    let mut outage = st.outage.subscribe();
+    let mut listener = Some(first);
+    loop {
+        match &listener {
+            Some(l) => tokio::select! {
+                r = l.accept() => {
+                    if let Ok((c, _)) = r {
+                        tokio::spawn(relay(c, inner, st.outage.subscribe()));
+                    }
+                }
+                r = outage.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    if *outage.borrow() {
+                        listener = None;
+                    }
+                }
+            },
+            None => {
+                if outage.changed().await.is_err() {
+                    return;
+                }
+                if !*outage.borrow() {
+                    for _ in 0..100 {
+                        match tokio::net::TcpListener::bind(addr).await {
+                            Ok(l) => {
+                                listener = Some(l);
+                                break;
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                        }
+                    }
+                    assert!(listener.is_some(), "fault proxy: could not listen on {addr} again");
+                }
+            }
+        }
+    }
+}
+
+async fn relay(mut client: tokio::net::TcpStream, inner: SocketAddr, mut outage: watch::Receiver<bool>) {
+    let Ok(mut server) = tokio::net::TcpStream::connect(inner).await else {
+        let _ = client.set_zero_linger();
+        return;
+    };
+    let cut = tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
+        _ = outage.wait_for(|o| *o) => true,
+    };
+    if cut {
+        // Closed with SO_LINGER 0: the client sees a reset, not an end of stream.
+        let _ = client.set_zero_linger();
     }
 }
 
@@ -136,18 +204,34 @@ impl FaultProxy {
             held: Mutex::new(Vec::new()),
             release: watch::channel(0).0,
             injected: AtomicU64::new(0),
+            holding: AtomicI64::new(0),
+            outage: watch::channel(false).0,
         });
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let inner = listener.local_addr().unwrap();
         let st = state.clone();
         let app = axum::Router::new().fallback(move |req: Request<Body>| {
             let st = st.clone();
             async move { handle(st, req).await }
         });
-        let task = tokio::spawn(async move {
+        let serve = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        FaultProxy { addr, state, task }
+        let public = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let addr = public.local_addr().unwrap();
+        let relay = tokio::spawn(front(addr, public, inner, state.clone()));
+        FaultProxy { addr, state, tasks: vec![serve, relay] }
+    }
+
+    /// An outage while on: connections are refused and every open one
+    /// (watches, idle keep-alive connections, requests in flight) is reset.
+    pub fn outage(&self, on: bool) {
+        self.state.outage.send_replace(on);
+    }
+
+    /// Requests waiting at [`FaultProxy::hold`] now.
+    pub fn holding(&self) -> i64 {
+        self.state.holding.load(Ordering::SeqCst)
     }
 
     /// A kube client that goes through the proxy (kube's default retries on).
@@ -218,9 +302,21 @@ async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
     let is_watch = parts.method == Method::GET && path.contains("watch=true");
     // Held requests wait for a release.
     let mut rel = st.release.subscribe();
-    while st.held.lock().unwrap().iter().any(|(m, p)| *m == parts.method && path.contains(p.as_str())) {
-        if rel.changed().await.is_err() {
-            break;
+    let is_held = || st.held.lock().unwrap().iter().any(|(m, p)| *m == parts.method && path.contains(p.as_str()));
+    if is_held() {
+        /// Counts a held request until it goes on or is dropped (its client gone).
+        struct Holding<'a>(&'a AtomicI64);
+        impl Drop for Holding<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        st.holding.fetch_add(1, Ordering::SeqCst);
+        let _counted = Holding(&st.holding);
+        while is_held() {
+            if rel.changed().await.is_err() {
+                break;
+            }
         }
     }
     let fault = {

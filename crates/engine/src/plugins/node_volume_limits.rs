@@ -229,4 +229,94 @@ mod tests {
         assert!(s.message().contains("persistentvolumeclaims \"nope\" not found"), "{s}");
         assert!(NodeVolumeLimits.pre_filter(&mut CycleState::new(), &crate::testing::pod("plain").info(), &snap).0.is_skip());
     }
+
+    /// A pod in "default" with generic ephemeral volumes named `volumes`
+    /// (its claims are `<name>-<volume>`).
+    fn ephemeral_pod(name: &str, volumes: &[&str]) -> Arc<PodInfo> {
+        use k8s_openapi::api::core::v1 as core;
+        let mut b = crate::testing::pod(name);
+        if let Some(s) = b.pod.spec.as_mut() {
+            s.volumes = Some(volumes.iter().map(|v| core::Volume { name: v.to_string(), ephemeral: Some(core::EphemeralVolumeSource::default()), ..Default::default() }).collect());
+        }
+        b.info()
+    }
+
+    /// The claim of `pod`'s ephemeral volume `volume`, of class "csi-sc",
+    /// unbound, owned (controller) by the pod with `owner_uid`.
+    fn ephemeral_claim(pod: &str, volume: &str, owner_uid: Option<&str>) -> crate::plugins::volume_binding::tests_support::ClaimB {
+        let mut c = claim(&format!("{pod}-{volume}"), "1Gi", Some("csi-sc"));
+        if let Some(uid) = owner_uid {
+            c.0.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: pod.into(),
+                uid: uid.into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]);
+        }
+        c
+    }
+
+    // Upstream's TestCSILimits, its ephemeral rows: driver "ebs" behind the
+    // class "csi-sc"; `running` has one bound claim on ebs, `two` two ebs
+    // claims, `csi-4` is an unbound claim of the class.
+    #[test]
+    fn generic_ephemeral_volumes_count_like_claims() {
+        let mut claims = vec![
+            claim("csi-3", "1Gi", Some("csi-sc")).volume("v3"),
+            claim("csi-1", "1Gi", Some("csi-sc")).volume("v1"),
+            claim("csi-2", "1Gi", Some("csi-sc")).volume("v2"),
+            claim("csi-0", "1Gi", Some("csi-sc")).volume("v0"),
+        ];
+        let pvs: Vec<_> = (0..4).map(|i| pv(&format!("v{i}"), "1Gi", Some("csi-sc")).csi("ebs", &format!("h{i}")).bound(&format!("csi-{i}"))).collect();
+        let abc_uid = crate::testing::pod("abc").info().uid.clone();
+        let two_uid = crate::testing::pod("two").info().uid.clone();
+        claims.push(ephemeral_claim("abc", "xyz", Some(&abc_uid)));
+        claims.push(ephemeral_claim("two", "x", Some(&two_uid)));
+        claims.push(ephemeral_claim("two", "y", Some(&two_uid)));
+        claims.push(ephemeral_claim("orphan", "xyz", None));
+        let running = || pod_with_claims("running", &["csi-3"]);
+        let csi_two = || pod_with_claims("csi-two", &["csi-1", "csi-2"]);
+        let one = || pod_with_claims("one", &["csi-0"]);
+        struct Row {
+            name: &'static str,
+            new_pod: Arc<PodInfo>,
+            existing: Vec<Arc<PodInfo>>,
+            limit: Option<i32>,
+            want: Result<(), (Code, &'static str)>,
+        }
+        let rows = vec![
+            Row { name: "ephemeral volume missing", new_pod: ephemeral_pod("missing", &["xyz"]), existing: vec![], limit: None, want: Err((Code::UnschedulableAndUnresolvable, "looking up PVC default/missing-xyz: persistentvolumeclaims \"missing-xyz\" not found")) },
+            Row { name: "ephemeral volume not owned", new_pod: ephemeral_pod("orphan", &["xyz"]), existing: vec![], limit: None, want: Err((Code::Error, "PVC default/orphan-xyz was not created for pod default/orphan (pod is not owner)")) },
+            Row { name: "ephemeral volume unbound", new_pod: ephemeral_pod("abc", &["xyz"]), existing: vec![], limit: None, want: Ok(()) },
+            Row { name: "ephemeral doesn't when node volume limit <= pods CSI volume", new_pod: ephemeral_pod("abc", &["xyz"]), existing: vec![running(), csi_two()], limit: Some(2), want: Err((Code::Unschedulable, REASON)) },
+            Row { name: "ephemeral doesn't when node volume limit <= pods ephemeral CSI volume", new_pod: one(), existing: vec![running(), ephemeral_pod("two", &["x", "y"])], limit: Some(2), want: Err((Code::Unschedulable, REASON)) },
+            Row { name: "persistent doesn't when node volume limit <= pods ephemeral CSI volume + persistent volume", new_pod: one(), existing: vec![running(), ephemeral_pod("abc", &["xyz"]), csi_two()], limit: Some(3), want: Err((Code::Unschedulable, REASON)) },
+            Row { name: "persistent okay when node volume limit > pods ephemeral CSI volume + persistent volume", new_pod: one(), existing: vec![running(), ephemeral_pod("abc", &["xyz"]), csi_two()], limit: Some(5), want: Ok(()) },
+            // Beyond upstream's table: the ephemeral claims of a bound pod
+            // alone reach the limit.
+            Row { name: "ephemeral claims of a bound pod fill the limit", new_pod: one(), existing: vec![ephemeral_pod("two", &["x", "y"])], limit: Some(2), want: Err((Code::Unschedulable, REASON)) },
+            Row { name: "ephemeral claims of a bound pod below the limit", new_pod: one(), existing: vec![ephemeral_pod("two", &["x", "y"])], limit: Some(3), want: Ok(()) },
+        ];
+        for r in rows {
+            let mut snap = snapshot_with(&[("n1", vec![])], &claims, &pvs, &[("csi-sc", true, "ebs")]);
+            // Upstream's "csinode-with-no-limit": the driver is listed without a count.
+            let mut cn = csi_node("n1", &[("ebs", r.limit.unwrap_or(0))]);
+            if r.limit.is_none() {
+                cn.spec.drivers[0].allocatable = None;
+            }
+            snap.storage.upsert_csi_node(&cn);
+            for p in r.existing {
+                snap.add_pod(on("n1", p));
+            }
+            let mut st = CycleState::new();
+            assert!(NodeVolumeLimits.pre_filter(&mut st, &r.new_pod, &snap).0.is_success(), "{}", r.name);
+            let s = NodeVolumeLimits.filter(&st, &r.new_pod, &snap.nodes[0]);
+            match r.want {
+                Ok(()) => assert!(s.is_success(), "{}: {s}", r.name),
+                Err((code, message)) => assert_eq!((s.code, s.message()), (code, message.to_string()), "{}", r.name),
+            }
+        }
+    }
 }

@@ -1,0 +1,269 @@
+//! Recovery: outages between berth and the API server, injected by the
+//! fault proxy (connections refused, every open one reset) in the middle of
+//! a burst of pods, and one that begins while berth looks again for an
+//! optional API the server does not serve (scheduler-plugins' PodGroup CRD
+//! is not installed). After each, `/readyz` is 200 again within 15 s of the
+//! API's return and stays so, pods created afterwards are bound, no pod is
+//! bound twice, and the daemon logs at most a few warnings once recovered.
+//!
+//! Each test runs on its own runtime whose threads log the daemon's crate
+//! into a buffer, so that its warnings can be counted.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::Method;
+use berth_cluster::{FaultConfig, LocalCluster};
+use berth_daemon::{self as daemon, Handle, Options};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+use crate::e2e_support::*;
+use crate::fault_proxy::FaultProxy;
+
+/// The daemon's log lines (target `berth_daemon`, info and above).
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// Bytes logged so far (a mark for [`Logs::warnings_since`]).
+    fn mark(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    fn lines_since(&self, mark: usize) -> Vec<String> {
+        let b = self.0.lock().unwrap();
+        String::from_utf8_lossy(&b[mark.min(b.len())..]).lines().map(str::to_string).collect()
+    }
+
+    fn warnings_since(&self, mark: usize) -> Vec<String> {
+        self.lines_since(mark).into_iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect()
+    }
+}
+
+/// Runs `f` on a runtime of two workers whose threads log into `logs`.
+fn run_logged<F: Future<Output = ()>>(logs: &Logs, secs: u64, f: F) {
+    let buf = logs.0.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("berth_daemon=info"))
+        .with_ansi(false)
+        .with_writer(move || LogWriter(buf.clone()))
+        .finish();
+    let dispatch = tracing::Dispatch::new(subscriber);
+    let d = dispatch.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        // Each thread of the runtime keeps this subscriber for its life.
+        .on_thread_start(move || std::mem::forget(tracing::dispatcher::set_default(&d)))
+        .build()
+        .unwrap();
+    let _guard = tracing::dispatcher::set_default(&dispatch);
+    rt.block_on(async { tokio::time::timeout(Duration::from_secs(secs), f).await.unwrap_or_else(|_| panic!("test deadline ({secs} s) exceeded")) });
+    rt.shutdown_timeout(Duration::from_secs(5));
+}
+
+async fn start_via(proxy: &FaultProxy, identity: &str) -> Handle {
+    let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: identity.into(), ..Options::default() };
+    daemon::start(proxy.client(), &config(""), opts).await.unwrap()
+}
+
+/// Each pod's node, and the pods whose node changed.
+type BindingLog = (HashMap<String, String>, Vec<String>);
+
+/// Each pod's node as the cluster's watch shows it, and the pods whose node changed.
+#[derive(Clone, Default)]
+struct Bindings(Arc<Mutex<BindingLog>>);
+
+impl Bindings {
+    fn start(c: &LocalCluster) -> (Bindings, tokio::task::JoinHandle<()>) {
+        let b = Bindings::default();
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        let l = b.clone();
+        let task = tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default()).applied_objects().boxed();
+            while let Some(ev) = s.next().await {
+                let Ok(p) = ev else { continue };
+                let (Some(name), Some(node)) = (p.metadata.name.clone(), node_of(&p).map(str::to_string)) else { continue };
+                let mut g = l.0.lock().unwrap();
+                match g.0.get(&name).cloned() {
+                    None => {
+                        g.0.insert(name, node);
+                    }
+                    Some(prev) if prev != node => g.1.push(format!("{name}: {prev} -> {node}")),
+                    Some(_) => {}
+                }
+            }
+        });
+        (b, task)
+    }
+
+    fn bound(&self) -> usize {
+        self.0.lock().unwrap().0.len()
+    }
+
+    fn node(&self, pod: &str) -> Option<String> {
+        self.0.lock().unwrap().0.get(pod).cloned()
+    }
+
+    fn rebinds(&self) -> Vec<String> {
+        self.0.lock().unwrap().1.clone()
+    }
+}
+
+async fn readyz(d: &Handle) -> u16 {
+    http_get(d.admin_addr, "/readyz").await.0
+}
+
+/// `/readyz` is 200 within 15 s of `back`; then it stays 200 for `hold`.
+/// Returns how long it took.
+async fn ready_again_and_stays(d: &Handle, back: Instant, hold: Duration) -> Duration {
+    eventually(15, "/readyz 200 after the outage", || async { (readyz(d).await == 200).then_some(()) }).await;
+    let took = back.elapsed();
+    let until = Instant::now() + hold;
+    while Instant::now() < until {
+        let (code, body) = http_get(d.admin_addr, "/readyz?verbose").await;
+        assert_eq!(code, 200, "/readyz went back to 503 after recovering:\n{body}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    took
+}
+
+/// A pod created now is bound.
+async fn a_new_pod_is_bound(api: &Api<Pod>, b: &Bindings, name: &str) {
+    api.create(&PostParams::default(), &pod(name, "100m", json!({}))).await.unwrap();
+    eventually(20, "a pod created after the outage bound", || async { b.node(name).map(|_| ()) }).await;
+}
+
+/// What /readyz?verbose and /metrics say once recovered.
+async fn assert_reports(d: &Handle) {
+    let (code, body) = http_get(d.admin_addr, "/readyz?verbose").await;
+    println!("/readyz?verbose:\n{body}");
+    assert_eq!(code, 200, "{body}");
+    for line in ["[+]watch pods synced", "[+]watch nodes synced", "[+]watch podgroups.scheduling.x-k8s.io not served (rechecked every 10s)", "[+]caches synced", "readyz check passed"] {
+        assert!(body.contains(line), "{line:?} missing:\n{body}");
+    }
+    let (_, m) = http_get(d.admin_addr, "/metrics").await;
+    for series in [r#"berth_watch_state{kind="pods",state="synced"} 1"#, r#"berth_watch_state{kind="pods",state="retrying"} 0"#, r#"berth_watch_state{kind="podgroups.scheduling.x-k8s.io",state="not_served"} 1"#] {
+        assert!(m.contains(series), "{series} missing from /metrics");
+    }
+}
+
+/// `n` pods are being created straight at the cluster when berth's link to
+/// it goes down for `outage` (a third of them bound by then).
+async fn outage_mid_burst(logs: Logs, name: &str, outage: Duration, n: usize) {
+    let c = cluster(20, 2, "64", 110, FaultConfig::default()).await;
+    let proxy = FaultProxy::start(c.client_without_retry().unwrap()).await;
+    let (bindings, task) = Bindings::start(&c);
+    let d = start_via(&proxy, name).await;
+    until_leading(&d, 30).await;
+    eventually(15, "/readyz 200", || async { (readyz(&d).await == 200).then_some(()) }).await;
+    let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+    let all: Vec<Pod> = (0..n).map(|i| pod(&format!("b-{i:04}"), "100m", json!({}))).collect();
+    let burst = tokio::spawn({
+        let api = api.clone();
+        async move { create_all(&api, all, 32).await }
+    });
+    eventually(60, "a third of the burst bound", || async { (bindings.bound() >= n / 3).then_some(()) }).await;
+    let cut_at = bindings.bound();
+    proxy.outage(true);
+    tokio::time::sleep(outage).await;
+    let during = bindings.bound() - cut_at;
+    proxy.outage(false);
+    let back = Instant::now();
+    let took = ready_again_and_stays(&d, back, Duration::from_secs(3)).await;
+    let mark = logs.mark();
+    burst.await.unwrap();
+    eventually(120, "every pod of the burst bound", || async { (bindings.bound() >= n).then_some(()) }).await;
+    a_new_pod_is_bound(&api, &bindings, "after").await;
+    assert_reports(&d).await;
+    let warnings = logs.warnings_since(mark);
+    println!(
+        "{name}: {:?} outage with {cut_at} of {n} pods bound ({during} bound during it); /readyz 200 again {:.1}s after the API's return; all {n} bound; warnings after recovery: {}",
+        outage,
+        took.as_secs_f64(),
+        warnings.len()
+    );
+    for l in logs.lines_since(0).iter().filter(|l| l.contains("watch")).take(40) {
+        println!("  {l}");
+    }
+    assert!(bindings.rebinds().is_empty(), "pods bound twice: {:?}", bindings.rebinds());
+    assert!(warnings.len() <= 3, "warnings after recovery:\n{}", warnings.join("\n"));
+    task.abort();
+    d.shutdown().await;
+    c.shutdown().await;
+}
+
+#[test]
+fn recovery_after_a_2s_outage_mid_burst() {
+    let logs = Logs::default();
+    run_logged(&logs.clone(), 150, outage_mid_burst(logs, "outage-2s", Duration::from_secs(2), 600));
+}
+
+#[test]
+fn recovery_after_a_20s_outage_mid_burst() {
+    let logs = Logs::default();
+    run_logged(&logs.clone(), 240, outage_mid_burst(logs, "outage-20s", Duration::from_secs(20), 2000));
+}
+
+// The incident: the outage began while berth looked again for the
+// scheduler-plugins PodGroup API (not served), and readiness never came
+// back. Here the recheck is held at the proxy until the outage resets it.
+#[test]
+fn recovery_after_an_outage_during_an_optional_apis_recheck() {
+    let logs = Logs::default();
+    let l = logs.clone();
+    run_logged(&logs, 120, async move {
+        let c = cluster(4, 1, "8", 110, FaultConfig::default()).await;
+        let proxy = FaultProxy::start(c.client_without_retry().unwrap()).await;
+        let (bindings, task) = Bindings::start(&c);
+        let d = start_via(&proxy, "recheck").await;
+        until_leading(&d, 30).await;
+        eventually(15, "/readyz 200", || async { (readyz(&d).await == 200).then_some(()) }).await;
+        proxy.hold(Method::GET, "/apis/scheduling.x-k8s.io/");
+        eventually(15, "a recheck of scheduling.x-k8s.io in flight", || async { (proxy.holding() > 0).then_some(()) }).await;
+        proxy.outage(true);
+        proxy.release();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        proxy.outage(false);
+        let back = Instant::now();
+        // Held past the next recheck (every 10 s).
+        let took = ready_again_and_stays(&d, back, Duration::from_secs(12)).await;
+        let mark = l.mark();
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        a_new_pod_is_bound(&api, &bindings, "after").await;
+        assert_reports(&d).await;
+        let warnings = l.warnings_since(mark);
+        println!("recheck: /readyz 200 again {:.1}s after the API's return; warnings after recovery: {}", took.as_secs_f64(), warnings.len());
+        for line in l.lines_since(0).iter().filter(|l| l.contains("watch") || l.contains("optional")).take(40) {
+            println!("  {line}");
+        }
+        // The optional API was reported once as not served, and not again.
+        let not_served = l.lines_since(0).iter().filter(|x| x.contains("optional API not served") && x.contains("scheduling.x-k8s.io")).count();
+        assert_eq!(not_served, 1);
+        assert!(bindings.rebinds().is_empty(), "pods bound twice: {:?}", bindings.rebinds());
+        assert!(warnings.len() <= 3, "warnings after recovery:\n{}", warnings.join("\n"));
+        task.abort();
+        d.shutdown().await;
+        c.shutdown().await;
+    });
+}
