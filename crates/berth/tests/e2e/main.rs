@@ -5,7 +5,8 @@
 //! - `conformance`: the shared cases that pin decisions to upstream's;
 //! - `e2e_*`, `default_spreading`, `gangs`: the daemon over HTTP against the local cluster;
 //! - `admin`: the daemon's secure port (TLS, delegated auth, limits, explain);
-//! - `cluster_bench`: the local cluster's benchmark.
+//! - `cluster_bench`: the local cluster's benchmark;
+//! - `live`: explain, simulate and dump against the local cluster's API.
 //!
 //! The local cluster's own tests live with it (`crates/cluster/tests`), the
 //! engine's with the engine.
@@ -27,3 +28,4 @@ mod e2e_trust;
 mod e2e_workloads;
 mod fault_proxy;
 mod gangs;
+mod live;
