@@ -516,4 +516,82 @@ mod tests {
             assert!(!well_known_key(k), "{k}");
         }
     }
+
+    /// Every conformance case (when ../shared/conformance is beside the
+    /// checkout), anonymized: simulate places the same pods on the same
+    /// nodes, under the mapping. Cases whose configuration names labels
+    /// (addedAffinity, defaultConstraints) are left out: a configuration is
+    /// not anonymized.
+    /// Per pod: node, nominated node, victims.
+    type Outcomes = std::collections::BTreeMap<String, (Option<String>, Option<String>, Vec<String>)>;
+
+    #[test]
+    fn conformance_cases_decide_alike_when_anonymized() {
+        use berth_engine::config::Config;
+        use berth_engine::offline::{Cluster, Engine};
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/cases");
+        let Ok(areas) = std::fs::read_dir(&root) else {
+            eprintln!("SKIP: ../shared/conformance is not beside the checkout");
+            return;
+        };
+        let mut cases: Vec<std::path::PathBuf> = areas.flatten().flat_map(|a| std::fs::read_dir(a.path()).into_iter().flatten().flatten().map(|c| c.path())).collect();
+        cases.sort();
+        let mut checked = 0;
+        let mut failures = Vec::new();
+        for case in cases {
+            let Ok(text) = std::fs::read_to_string(case.join("cluster.yaml")) else { continue };
+            let config_text = std::fs::read_to_string(case.join("config.yaml")).ok();
+            if config_text.as_deref().is_some_and(|c| c.contains("addedAffinity") || c.contains("defaultConstraints")) {
+                continue;
+            }
+            let config = match &config_text {
+                Some(t) => Config::parse(t).expect("config"),
+                None => Config::default_config(),
+            };
+            let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("case yaml");
+            let docs: Vec<Value> = docs
+                .into_iter()
+                .flat_map(|d| match d.get("items").and_then(Value::as_array) {
+                    Some(items) if d.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List")) => items.clone(),
+                    _ => vec![d],
+                })
+                .collect();
+            let mut a = Anonymizer::with_key(b"conformance");
+            let mut hidden = docs.clone();
+            for o in &hidden {
+                a.observe(o).expect("observe");
+            }
+            for o in &mut hidden {
+                a.object(o).expect("anonymize");
+            }
+            let run = |docs: Vec<Value>| {
+                let cluster = Cluster::from_documents(docs, "case").expect("case loads");
+                Engine::new(&config, cluster, 7).simulate()
+            };
+            // simulate panics on some cases (an engine bug, reported apart):
+            // those cannot be compared.
+            let Ok(plain) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(docs))) else {
+                eprintln!("SKIP {}: simulate panics on the plain case", case.display());
+                continue;
+            };
+            let secret = run(hidden);
+            let map = a.mapping().clone();
+            let m = |s: &str| map.get(s).cloned().unwrap_or_else(|| s.to_string());
+            let key = |k: &str| k.split_once('/').map(|(ns, n)| format!("{}/{}", m(ns), m(n))).unwrap_or_default();
+            let got: Outcomes =
+                secret.placements.iter().map(|p| (p.pod.clone(), (p.node.clone(), p.nominated_node.clone(), p.victims.clone()))).collect();
+            let want: Outcomes = plain
+                .placements
+                .iter()
+                .map(|p| (key(&p.pod), (p.node.as_deref().map(m), p.nominated_node.as_deref().map(m), p.victims.iter().map(|v| key(v)).collect())))
+                .collect();
+            if got != want {
+                failures.push(format!("{}:\n  want {want:?}\n  got  {got:?}", case.display()));
+            }
+            checked += 1;
+        }
+        eprintln!("{checked} conformance cases anonymized");
+        assert!(checked >= 50, "only {checked} cases were compared");
+        assert!(failures.is_empty(), "{} of {checked} cases decide differently:\n{}", failures.len(), failures.join("\n"));
+    }
 }
