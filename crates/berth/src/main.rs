@@ -19,6 +19,7 @@ fn main() -> anyhow::Result<()> {
     let out = match &cli.command {
         Command::Explain(a) => offline::explain(a)?,
         Command::Simulate(a) => offline::simulate(a)?,
+        Command::Dump(a) => return offline::dump(a),
         Command::Run(a) => return tokio::runtime::Runtime::new()?.block_on(run::run(a)),
         #[cfg(feature = "local")]
         Command::Bench(a) => return bench::run(a),

@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod leader;
+pub mod live;
 pub mod metrics;
 mod shutdown;
 pub mod watch;

@@ -131,6 +131,15 @@ impl Cluster {
             },
         };
         let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options).map_err(|e| Error::Yaml { path: path.into(), message: e.to_string() })?;
+        Self::from_documents(docs, path)
+    }
+
+    /// Builds the cluster from documents already parsed (a dump's documents,
+    /// or the objects listed from an API server, each with apiVersion and
+    /// kind): the same objects as [`Cluster::parse`] builds from their YAML.
+    /// `path` names the source in messages; document numbers are 1-based
+    /// positions in `docs`.
+    pub fn from_documents(docs: Vec<Value>, path: &str) -> Result<Cluster> {
         let mut objects = Vec::new();
         for (i, d) in docs.into_iter().enumerate() {
             match d {

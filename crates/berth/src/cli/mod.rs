@@ -23,8 +23,10 @@ pub struct Cli {
 pub enum Command {
     /// Explain why a pending pod goes where it goes, or stays pending: every node, every plugin.
     Explain(offline::ExplainArgs),
-    /// Show where berth would place every pending pod of a cluster dump.
+    /// Show where berth would place every pending pod of a cluster dump (or of a live cluster).
     Simulate(offline::SimulateArgs),
+    /// Write a cluster's objects as the dump explain and simulate read (optionally anonymized).
+    Dump(offline::DumpArgs),
     /// Run the scheduler against a Kubernetes API server (in-cluster by default).
     Run(run::RunArgs),
     /// Run a local Kubernetes-API-compatible cluster (in-memory API server and simulated kubelets).

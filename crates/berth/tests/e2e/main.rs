@@ -6,7 +6,8 @@
 //! - `e2e_*`, `default_spreading`, `gangs`: the daemon over HTTP against the local cluster
 //!   (`e2e_recovery`: outages between them);
 //! - `admin`: the daemon's secure port (TLS, delegated auth, limits, explain);
-//! - `cluster_bench`: the local cluster's benchmark.
+//! - `cluster_bench`: the local cluster's benchmark;
+//! - `live`: explain, simulate and dump against the local cluster's API.
 //!
 //! The local cluster's own tests live with it (`crates/cluster/tests`), the
 //! engine's with the engine.
@@ -29,3 +30,4 @@ mod e2e_trust;
 mod e2e_workloads;
 mod fault_proxy;
 mod gangs;
+mod live;
