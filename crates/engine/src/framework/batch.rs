@@ -216,7 +216,7 @@ impl BatchCache {
     pub(crate) fn stale_scores(&mut self, scorers: &[(usize, i64, bool)], stale: &mut Vec<usize>) {
         let n = self.stamp.len();
         stale.clear();
-        if self.scorers != scorers {
+        if self.scorers != scorers || self.base.len() != n {
             self.scorers.clear();
             self.scorers.extend_from_slice(scorers);
             self.raw.resize_with(scorers.len(), Vec::new);

@@ -51,3 +51,20 @@ fn unknown_priority_class_names_the_pod() {
     let c = Cluster::parse(&ok, "dump.yaml").unwrap_or_default();
     assert_eq!(c.pending.first().map(|p| p.priority), Some(2_000_001_000));
 }
+
+/// A profile whose only Score plugin normalizes (nothing node-local to keep
+/// across pods) still simulates: the batch cache sizes its totals for the
+/// nodes even when the set of kept scorers is empty. This panicked with an
+/// index out of bounds before.
+#[test]
+fn simulate_with_only_a_normalizing_score_plugin() {
+    let cfg = Config::parse(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n  plugins:\n    multiPoint:\n      disabled: [{name: '*'}]\n      enabled: [{name: PrioritySort}, {name: DefaultBinder}, {name: PodTopologySpread}]\n",
+    )
+    .unwrap();
+    let dump = [NODE.to_string(), format!("---\n{}", NODE.replace("n1", "n2")), pod("a", "", "", ""), pod("b", "", "", "")].concat();
+    let mut e = Engine::new(&cfg, Cluster::parse(&dump, "dump.yaml").unwrap(), 1);
+    let s = e.simulate();
+    assert_eq!(s.placements.len(), 2);
+    assert!(s.placements.iter().all(|p| p.node.is_some()), "{:?}", s.placements);
+}
