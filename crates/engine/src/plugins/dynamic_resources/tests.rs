@@ -1,0 +1,1 @@
+//! Upstream `TestPlugin` rows that apply to berth.
