@@ -850,6 +850,9 @@ impl Writer {
             match w {
                 ApiWrite::BindVolume(b) => self.bind_pv(b, deadline).await?,
                 ApiWrite::SelectNode { namespace, name } => self.select_node(namespace, name, node, deadline).await?,
+                ApiWrite::AllocateClaim { .. } | ApiWrite::CreateExtendedResourceClaim { .. } => {
+                    return Err(stop("claim allocation writes are not implemented yet".to_string()));
+                }
             }
         }
         if work.wait_for.is_empty() {

@@ -229,6 +229,9 @@ impl Cluster {
                 "PersistentVolumeClaim" | "PersistentVolume" | "StorageClass" | "CSINode" | "CSIDriver" | "CSIStorageCapacity" => {
                     load_storage(&mut c, &kind, &ns, &name, doc, v);
                 }
+                "ResourceClaim" | "DeviceClass" | "ResourceSlice" | "DeviceTaintRule" => load_dra(&mut c, &kind, doc, v),
+                // The resourceclaim controller's input: the claims it made are read.
+                "ResourceClaimTemplate" => {}
                 "" => return Err(err("kind: required field is missing".into())),
                 other => c.warnings.push(format!("document {doc}: kind {other} ignored")),
             }
@@ -288,6 +291,23 @@ impl Cluster {
             }
         }
         Ok(c)
+    }
+}
+
+/// Loads a DRA object of the dump (ResourceClaim, DeviceClass,
+/// ResourceSlice, DeviceTaintRule). One that cannot be read is reported in
+/// the warnings (a pod that needs it then finds it missing).
+fn load_dra(c: &mut Cluster, kind: &str, doc: usize, v: Value) {
+    use k8s_openapi::api::resource::v1 as res;
+    let snap = &mut c.snapshot;
+    let r: std::result::Result<(), String> = match kind {
+        "ResourceClaim" => typed::<res::ResourceClaim>(v).map(|o| snap.devices.upsert_claim(&o)),
+        "DeviceClass" => typed::<res::DeviceClass>(v).and_then(|o| snap.upsert_device_class(&o).map_err(|e| e.to_string())),
+        "ResourceSlice" => typed::<res::ResourceSlice>(v).and_then(|o| snap.devices.upsert_slice(&o).map_err(|e| e.to_string())),
+        _ => typed::<res::DeviceTaintRule>(v).and_then(|o| snap.devices.upsert_taint_rule(&o).map_err(|e| e.to_string())),
+    };
+    if let Err(m) = r {
+        c.warnings.push(format!("document {doc} ({kind}): {m}"));
     }
 }
 

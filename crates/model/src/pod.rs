@@ -200,6 +200,50 @@ pub struct PodInfo {
     pub signature: u64,
     /// The pod group the pod belongs to (gang scheduling), if any.
     pub group: Option<GroupRef>,
+    /// spec.resourceClaims (DynamicResources), with the claim each one names;
+    /// empty for most pods. Part of the signature: pods whose claims differ
+    /// never share verdicts.
+    pub resource_claims: Vec<PodClaim>,
+}
+
+/// Which ResourceClaim a pod claim (an entry of spec.resourceClaims) is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ClaimSource {
+    /// spec.resourceClaims[].resourceClaimName: a claim in the pod's namespace.
+    Named(String),
+    /// Made from a template: the claim status.resourceClaimStatuses names for
+    /// it (None: not created yet; Some(None): no claim is needed), which must
+    /// be controlled by the pod.
+    FromTemplate(Option<Option<String>>),
+    /// Neither field is set.
+    Unsupported,
+}
+
+/// An entry of spec.resourceClaims.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PodClaim {
+    /// The pod claim's name.
+    pub name: String,
+    /// The claim it resolves to.
+    pub source: ClaimSource,
+}
+
+/// spec.resourceClaims resolved through status.resourceClaimStatuses
+/// (upstream `resourceclaim.Name`).
+fn pod_claims(spec: &core::PodSpec, status: Option<&core::PodStatus>) -> Vec<PodClaim> {
+    let statuses = status.and_then(|s| s.resource_claim_statuses.as_ref());
+    spec.resource_claims
+        .iter()
+        .flatten()
+        .map(|c| {
+            let source = match (&c.resource_claim_name, &c.resource_claim_template_name) {
+                (Some(n), _) => ClaimSource::Named(n.clone()),
+                (None, Some(_)) => ClaimSource::FromTemplate(statuses.and_then(|ss| ss.iter().find(|s| s.name == c.name)).map(|s| s.resource_claim_name.clone())),
+                (None, None) => ClaimSource::Unsupported,
+            };
+            PodClaim { name: c.name.clone(), source }
+        })
+        .collect()
 }
 
 /// Which API names a pod's group.
@@ -315,6 +359,7 @@ impl PodInfo {
         }
         p.volumes = super::volumes::from_spec(&p.name, spec);
         p.group = group_of(spec, &p.labels);
+        p.resource_claims = pod_claims(spec, status);
         p
     }
 

@@ -8,6 +8,7 @@ mod state;
 pub mod workloads;
 pub mod storage;
 pub mod groups;
+pub mod devices;
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -160,6 +161,8 @@ pub struct Snapshot {
     pub storage: storage::Storage,
     /// Pod groups (gang scheduling) and the topology domain a group cycle is trying.
     pub groups: groups::Groups,
+    /// DRA objects (slices, classes, claims) and the devices in use.
+    pub devices: devices::Devices,
     /// What Reserve plugins decided for assumed pods, by pod uid, applied to
     /// this snapshot (see [`crate::framework::assume`]); kept until the pod
     /// is forgotten or removed.
@@ -407,6 +410,20 @@ impl Snapshot {
         if let Some(r) = self.reservations.remove(uid) {
             r.forget_all(self, uid);
         }
+    }
+
+    /// Adds or replaces a DeviceClass. NodeResourcesFit's verdicts depend on
+    /// the classes (an extended resource a class backs is left to
+    /// DynamicResources), so reused per-node results are dropped.
+    pub fn upsert_device_class(&mut self, c: &k8s_openapi::api::resource::v1::DeviceClass) -> Result<(), devices::Error> {
+        self.journal.layout += 1;
+        self.devices.upsert_class(c)
+    }
+
+    /// Removes a DeviceClass (see [`Snapshot::upsert_device_class`]).
+    pub fn remove_device_class(&mut self, name: &str) {
+        self.journal.layout += 1;
+        self.devices.remove_class(name);
     }
 
     /// Number of pods holding reservations.

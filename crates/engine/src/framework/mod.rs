@@ -127,6 +127,12 @@ impl Events {
     pub const CSI_DRIVER: Events = Events(1 << 24);
     /// A CSIStorageCapacity was added or updated.
     pub const CSI_STORAGE_CAPACITY: Events = Events(1 << 25);
+    /// A ResourceClaim was added or updated.
+    pub const RESOURCE_CLAIM: Events = Events(1 << 26);
+    /// A ResourceSlice was added or updated.
+    pub const RESOURCE_SLICE: Events = Events(1 << 27);
+    /// A DeviceClass was added or updated.
+    pub const DEVICE_CLASS: Events = Events(1 << 28);
     /// Every event.
     pub const ALL: Events = Events(u32::MAX);
 

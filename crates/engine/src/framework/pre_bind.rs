@@ -33,6 +33,51 @@ pub enum ApiWrite {
         /// The claim's name.
         name: String,
     },
+    /// DynamicResources (upstream `bindClaim`): on the ResourceClaim
+    /// `namespace/name` whose metadata.uid is `uid` (a claim re-created under
+    /// the same name is not touched), add the finalizer
+    /// `resource.kubernetes.io/delete-protection` when missing, then in one
+    /// status update set status.allocation to `allocation` (when Some; None
+    /// for a claim that was allocated already) and add
+    /// `{resource: "pods", name: pod_name, uid: pod_uid}` to
+    /// status.reservedFor (unless already there). A claim allocated
+    /// meanwhile to something else, or being deleted, fails the work.
+    AllocateClaim {
+        /// The claim's namespace (the pod's).
+        namespace: String,
+        /// The claim's name.
+        name: String,
+        /// The claim's metadata.uid.
+        uid: String,
+        /// status.allocation to write, as the JSON of a resource.k8s.io/v1
+        /// AllocationResult; None when the claim is allocated already.
+        allocation: Option<serde_json::Value>,
+        /// The pod's name (the reservedFor entry).
+        pod_name: String,
+        /// The pod's uid (the reservedFor entry).
+        pod_uid: String,
+    },
+    /// DynamicResources with DRAExtendedResource: create the pod's special
+    /// ResourceClaim for the extended resources a DeviceClass backs
+    /// (`claim`, the JSON of a resource.k8s.io/v1 ResourceClaim with
+    /// metadata.generateName `<pod>-extended-resources-`, the annotation
+    /// `resource.kubernetes.io/extended-resource-claim: "true"`, the pod as
+    /// controlling owner, its spec, and status.allocation and reservedFor to
+    /// write once created), then record it in the pod's
+    /// status.extendedResourceClaimStatus (`request_mappings`: container
+    /// name, extended resource name, request name).
+    CreateExtendedResourceClaim {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        pod_name: String,
+        /// The pod's uid.
+        pod_uid: String,
+        /// The claim to create (with its status to write).
+        claim: serde_json::Value,
+        /// (container name, resource name, request name) per request.
+        request_mappings: Vec<(String, String, String)>,
+    },
 }
 
 /// What the work waits for once its writes are made.
@@ -69,7 +114,7 @@ impl PreBindWork {
     pub fn volume_bindings(&self) -> impl Iterator<Item = &StaticBinding> {
         self.writes.iter().filter_map(|w| match w {
             ApiWrite::BindVolume(b) => Some(b),
-            ApiWrite::SelectNode { .. } => None,
+            _ => None,
         })
     }
 

@@ -4,6 +4,7 @@
 pub mod balanced_allocation;
 pub mod default_binder;
 pub mod default_preemption;
+pub mod dynamic_resources;
 pub mod gang_scheduling;
 pub mod helper;
 pub mod image_locality;

@@ -161,6 +161,10 @@ impl NodeResourcesFit {
     }
 }
 
+/// Extended resources of the pod that a DeviceClass backs (DRAExtendedResource).
+#[derive(Clone, Debug)]
+struct DraBacked(Vec<String>);
+
 /// Reasons the pod does not fit the node's free resources, and whether the
 /// pod could not fit even an empty node (preemption cannot help then).
 pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: impl Fn(&str) -> bool) -> (Reasons, bool) {
@@ -227,11 +231,25 @@ impl Plugin for NodeResourcesFit {
     fn events(&self) -> Events {
         Events::NODE_ADD.or(Events::NODE_ALLOCATABLE).or(Events::POD_DELETE)
     }
-    fn pre_filter(&self, _: &mut CycleState, _: &PodInfo, _: &Snapshot) -> (Status, PreFilterNodes) {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
+        // DRAExtendedResource: an extended resource a DeviceClass backs is
+        // left to DynamicResources on nodes that do not list it.
+        let backed: Vec<String> = pod
+            .requests
+            .scalar
+            .iter()
+            .filter(|(n, v)| *v > 0 && berth_model::resources::is_extended(n) && snap.devices.class_for_extended_resource(n).is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        if !backed.is_empty() {
+            state.insert(DraBacked(backed));
+        }
         (Status::success(), None)
     }
-    fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let (reasons, unresolvable) = insufficient(pod, node, |n| self.ignored(n));
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let backed = state.get::<DraBacked>();
+        let (reasons, unresolvable) =
+            insufficient(pod, node, |n| self.ignored(n) || backed.is_some_and(|b| b.0.iter().any(|x| x == n) && node.allocatable.scalar(n) == 0));
         if reasons.is_empty() {
             return Status::success();
         }

@@ -39,6 +39,8 @@ pub fn default_plugins() -> &'static [DefaultPlugin] {
         DefaultPlugin { name: "VolumeZone", weight: 0 },
         DefaultPlugin { name: "PodTopologySpread", weight: 2 },
         DefaultPlugin { name: "InterPodAffinity", weight: 2 },
+        // No weight upstream: a score plugin without one weighs 1.
+        DefaultPlugin { name: "DynamicResources", weight: 1 },
         DefaultPlugin { name: "DefaultPreemption", weight: 0 },
         DefaultPlugin { name: "NodeResourcesBalancedAllocation", weight: 1 },
         DefaultPlugin { name: "ImageLocality", weight: 1 },
@@ -52,9 +54,9 @@ pub fn default_plugins() -> &'static [DefaultPlugin] {
     D
 }
 
-/// Plugins accepted in configuration that berth does not implement because it
-/// schedules no DRA claims: they are enabled as no-ops.
-const NO_OPS: &[&str] = &["DynamicResources"];
+/// Plugins accepted in configuration that berth does not implement: they are
+/// enabled as no-ops.
+const NO_OPS: &[&str] = &[];
 
 /// Is this a plugin name berth knows?
 pub fn known(name: &str) -> bool {
@@ -110,6 +112,7 @@ pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin
         volume_zone::NAME => Arc::new(volume_zone::VolumeZone),
         volume_restrictions::NAME => Arc::new(volume_restrictions::VolumeRestrictions),
         node_volume_limits::NAME => Arc::new(node_volume_limits::NodeVolumeLimits),
+        super::dynamic_resources::NAME => Arc::new(super::dynamic_resources::DynamicResources),
         super::gang_scheduling::NAME => Arc::new(super::gang_scheduling::GangScheduling::new(args(a)?)?),
         n => match NO_OPS.iter().find(|x| **x == n) {
             Some(x) => Arc::new(NoOp(x)),

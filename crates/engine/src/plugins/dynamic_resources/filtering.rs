@@ -1,0 +1,98 @@
+//! Filter and Score (upstream `Filter`, `filterExtendedResources`, `Score`).
+
+use std::sync::Arc;
+
+use berth_dra::allocator::DEFAULT_MAX_STEPS;
+use berth_dra::{prepare, AllocateInput, ClaimView, NodeRef, NodeVerdict, Prepared};
+use berth_model::{NodeInfo, PodInfo};
+
+use super::claims::extended_claim;
+use super::{NodeAllocation, State, MAX_SUBREQUEST_SCORE};
+use crate::framework::{CycleState, Status};
+
+/// Upstream's reason for an allocated claim whose node selector excludes the node.
+pub const NOT_AVAILABLE: &str = "resourceclaim not available on the node";
+/// Upstream's reason when the allocator finds no solution on the node.
+pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
+
+/// What the node can offer, or the status that rejects it.
+pub fn filter(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+    let Some(s) = state.get::<State>() else { return Status::success() };
+    let labels = &node.node.labels;
+    for c in &s.claims {
+        if let Some(Some(sel)) = &c.allocated
+            && !sel.matches(node.name(), labels)
+        {
+            return Status::unresolvable(NOT_AVAILABLE);
+        }
+    }
+    // Extended resources the node lists are the device plugin's (NodeResourcesFit).
+    let needed: Vec<(String, String, i64)> = match &s.extended {
+        Some(e) => e.resources.iter().filter(|(n, _, _)| node.allocatable.scalar(n) == 0).cloned().collect(),
+        None => Vec::new(),
+    };
+    let all_extended = s.extended.as_ref().is_none_or(|e| e.resources.len() == needed.len());
+    let unallocated: Vec<&ClaimView> = s.claims.iter().filter(|c| c.allocated.is_none()).map(|c| &*c.view).collect();
+    let n_claims = unallocated.len();
+    let local: Option<(Arc<Prepared>, Option<Arc<ClaimView>>)> = if all_extended {
+        s.prepared.clone().map(|p| (p, s.extended_view.clone()))
+    } else {
+        let ext = if needed.is_empty() { None } else { extended_claim(pod, &needed).map(Arc::new) };
+        let mut views = unallocated.clone();
+        if let Some(v) = &ext {
+            views.push(v);
+        }
+        if views.is_empty() {
+            None
+        } else {
+            match prepare(&views, &s.classes, &s.cel, s.admin_access) {
+                Ok(p) => Some((Arc::new(p), ext)),
+                Err(e) => return Status::error(e.to_string()),
+            }
+        }
+    };
+    let Some((prepared, ext_view)) = local else {
+        record(s, node.name(), NodeAllocation::default());
+        return Status::success();
+    };
+    let input = AllocateInput { node: NodeRef { name: node.name(), labels }, inventory: &s.inventory, in_use: &s.in_use, max_steps: DEFAULT_MAX_STEPS };
+    match prepared.allocate(input) {
+        Err(e) => Status::error(e.to_string()),
+        Ok(NodeVerdict::CannotAllocate) => Status::unresolvable(CANNOT_ALLOCATE),
+        Ok(NodeVerdict::InvalidPools) => Status::unresolvable("invalid resource pools were encountered"),
+        Ok(NodeVerdict::WorkLimit) => Status::unresolvable("timed out trying to allocate devices"),
+        Ok(NodeVerdict::Allocated(mut all)) => {
+            let extended = if all.len() > n_claims { all.pop().zip(ext_view) } else { None };
+            record(s, node.name(), NodeAllocation { claims: all, extended });
+            Status::success()
+        }
+    }
+}
+
+fn record(s: &State, node: &str, a: NodeAllocation) {
+    let mut m = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    m.insert(node.to_string(), a);
+}
+
+/// The node's allocation as Filter found it.
+pub fn allocation(state: &CycleState, node: &str) -> Option<NodeAllocation> {
+    let s = state.get::<State>()?;
+    let m = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    m.get(node).cloned()
+}
+
+/// Upstream's Score: for each firstAvailable request, 8 minus the index of
+/// the subrequest allocated on the node, summed (at most 100).
+pub fn score(state: &CycleState, node: &str) -> i64 {
+    let Some(s) = state.get::<State>() else { return 0 };
+    let m = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(a) = m.get(node) else { return 0 };
+    let total: i64 = a
+        .claims
+        .iter()
+        .flat_map(|c| c.chosen_subrequests.iter())
+        .flatten()
+        .map(|&i| (MAX_SUBREQUEST_SCORE - i64::try_from(i).unwrap_or(MAX_SUBREQUEST_SCORE)).max(0))
+        .sum();
+    total.min(crate::framework::MAX_NODE_SCORE)
+}

@@ -1,0 +1,160 @@
+//! DynamicResources (upstream `dynamicresources`, v1.37 default gates): the
+//! pod's ResourceClaims get devices from ResourceSlices through berth's
+//! structured allocator ([`berth_dra`]).
+//!
+//! - PreFilter ([`claims`]) resolves the pod's claims (missing, being deleted
+//!   or not owned by the pod: unresolvable with upstream's messages; berth's
+//!   PreEnqueue takes no cluster view, so the same check runs here), checks
+//!   the device classes, keeps allocated claims' node selectors and prepares
+//!   the unallocated claims (and the special claim of extended resources a
+//!   DeviceClass backs) once for every node.
+//! - Filter ([`filtering`]) matches allocated claims' node selectors, then
+//!   allocates on the node with the cache's inventory and devices in use
+//!   (assumed allocations included); the node's allocation is kept for
+//!   Reserve. An allocator error is an Error status: the attempt fails.
+//! - Score: with firstAvailable requests, 8 minus the chosen subrequest's
+//!   index, summed over the requests.
+//! - Reserve/PreBind ([`binding`]): the node's allocations are assumed
+//!   through the framework's assume step, and PreBind describes the claim
+//!   writes ([`ApiWrite::AllocateClaim`](crate::framework::ApiWrite)).
+//!
+//! Every DRA rejection is UnschedulableAndUnresolvable: preemption evicts no
+//! pod to free devices. PostFilter (deallocating a claim allocated for this
+//! pod alone on a node where it cannot run) is not implemented: berth
+//! reports the pod unschedulable and leaves the claim as it is.
+
+pub mod binding;
+pub mod claims;
+pub mod filtering;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use berth_dra::cel::CelCache;
+use berth_dra::{ClaimAllocation, ClaimView, Classes, InUse, Inventory, Prepared};
+use berth_model::selector::NodeSelector;
+use berth_model::{NodeInfo, PodInfo};
+
+use crate::cache::Snapshot;
+use crate::framework::{CycleState, Events, Plugin, Points, PreFilterNodes, Status};
+
+/// The plugin's name.
+pub const NAME: &str = "DynamicResources";
+
+/// Highest per-request score (upstream: 8 minus the subrequest index).
+pub const MAX_SUBREQUEST_SCORE: i64 = 8;
+
+/// The DynamicResources plugin.
+#[derive(Debug, Default)]
+pub struct DynamicResources;
+
+/// One claim of the pod, as PreFilter found it.
+#[derive(Clone, Debug)]
+pub struct PodClaimState {
+    /// namespace/name.
+    pub key: String,
+    /// The claim's name.
+    pub name: String,
+    /// metadata.uid.
+    pub uid: String,
+    /// Allocated already: where it can be used (None: anywhere).
+    pub allocated: Option<Option<Arc<NodeSelector>>>,
+    /// The claim's view (unallocated claims are allocated from it).
+    pub view: Arc<ClaimView>,
+}
+
+/// The special claim for extended resources a DeviceClass backs.
+#[derive(Clone, Debug)]
+pub struct ExtendedState {
+    /// (resource name, class name, quantity) of each backed resource.
+    pub resources: Vec<(String, String, i64)>,
+}
+
+/// Per-cycle state, written by PreFilter.
+#[derive(Clone)]
+pub struct State {
+    /// The pod's claims, in spec order.
+    pub claims: Vec<PodClaimState>,
+    /// The unallocated claims, prepared (None: nothing to allocate).
+    pub prepared: Option<Arc<Prepared>>,
+    /// Extended resources backed by a class (None: none).
+    pub extended: Option<ExtendedState>,
+    /// The extended claim's view with all its resources.
+    pub extended_view: Option<Arc<ClaimView>>,
+    /// Slices and taint rules.
+    pub inventory: Arc<Inventory>,
+    /// Devices in use.
+    pub in_use: Arc<InUse>,
+    /// Classes (to prepare a node's partial extended claim).
+    pub classes: Arc<Classes>,
+    /// Compiled selectors.
+    pub cel: Arc<CelCache>,
+    /// Whether the namespace allows admin access.
+    pub admin_access: bool,
+    /// Filter's result per node: the allocations of the unallocated claims
+    /// (in order), then the extended claim's when there is one.
+    pub by_node: Arc<Mutex<HashMap<String, NodeAllocation>>>,
+}
+
+/// What Filter found on one node.
+#[derive(Clone, Debug, Default)]
+pub struct NodeAllocation {
+    /// One per unallocated claim, in order.
+    pub claims: Vec<ClaimAllocation>,
+    /// The extended-resource claim's, with its view.
+    pub extended: Option<(ClaimAllocation, Arc<ClaimView>)>,
+}
+
+impl Plugin for DynamicResources {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn points(&self) -> Points {
+        Points::PRE_FILTER.or(Points::FILTER).or(Points::PRE_SCORE).or(Points::SCORE).or(Points::RESERVE).or(Points::PRE_BIND)
+    }
+
+    fn events(&self) -> Events {
+        // Upstream: Node Add|UpdateNodeLabel|UpdateNodeTaint, ResourceClaim
+        // Add|Update, the pod's generated claims, DeviceClass Add|Update,
+        // ResourceSlice Add|Update.
+        Events::NODE_ADD
+            .or(Events::NODE_LABEL)
+            .or(Events::NODE_TAINT)
+            .or(Events::POD_SELF)
+            .or(Events::RESOURCE_CLAIM)
+            .or(Events::DEVICE_CLASS)
+            .or(Events::RESOURCE_SLICE)
+    }
+
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
+        (claims::pre_filter(state, pod, snap), None)
+    }
+
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        filtering::filter(state, pod, node)
+    }
+
+    fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[usize], _snap: &Snapshot) -> Status {
+        let any = state.get::<State>().is_some_and(|s| s.claims.iter().any(|c| c.allocated.is_none() && c.view.requests.iter().any(|r| r.first_available)));
+        if any { Status::success() } else { Status::skip() }
+    }
+
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(filtering::score(state, node.name()))
+    }
+
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        binding::reserve(state, pod, node)
+    }
+
+    fn unreserve(&self, state: &mut CycleState, _pod: &PodInfo, _node: &str) {
+        state.reservations_mut().clear(NAME);
+    }
+
+    fn pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        binding::pre_bind(state, pod, node)
+    }
+}
