@@ -54,6 +54,16 @@ pub struct ClusterArgs {
     /// Seconds a deleted node's pods wait before PodGC deletes them (upstream: 40).
     #[arg(long, default_value_t = 40)]
     pub podgc_quarantine_secs: u64,
+    /// Keep every object in this directory across restarts (a redb
+    /// database; resourceVersions continue, watches from before a restart
+    /// get 410 Gone). A new directory is seeded with --nodes nodes; one
+    /// that holds a cluster is read back as it is (--nodes is ignored).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// The Kubernetes release to answer as (1.34, 1.35, 1.36 or 1.37):
+    /// `/version`, and only the API groups and versions it serves by default.
+    #[arg(long, default_value = "1.37")]
+    pub kubernetes_version: super::version::KubeVersion,
 }
 
 impl ClusterArgs {
@@ -75,6 +85,8 @@ impl ClusterArgs {
             storage: super::StorageConfig { attach_limit: self.attach_limit, ..Default::default() },
             podgc: super::PodGcConfig { quarantine: Duration::from_secs(self.podgc_quarantine_secs), ..Default::default() },
             controllers: Default::default(),
+            data_dir: self.data_dir.clone(),
+            kubernetes_version: self.kubernetes_version,
         })
     }
 }
@@ -86,7 +98,8 @@ pub async fn run(args: ClusterArgs) -> Result<(), Error> {
         cluster.write_kubeconfig(p)?;
         eprintln!("kubeconfig written to {}", p.display());
     }
-    eprintln!("local cluster listening on {} with {} nodes (Ctrl-C to stop)", cluster.url(), args.nodes);
+    let nodes = cluster.store().count(super::resources::NODES);
+    eprintln!("local cluster listening on {} with {nodes} nodes (Ctrl-C to stop)", cluster.url());
     wait_for_signal().await;
     eprintln!("shutting down");
     cluster.shutdown().await;

@@ -160,7 +160,7 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
     let cfg = ClusterConfig {
         nodes: args.nodes,
         kubelet: KubeletConfig { enabled: args.kubelet, ..Default::default() },
-        store: StoreConfig { history_limit: 200_000, channel_capacity: 262_144 },
+        store: StoreConfig { history_limit: 200_000, channel_capacity: 262_144, ..Default::default() },
         ..Default::default()
     };
     let cluster = LocalCluster::start(cfg).await?;
