@@ -527,6 +527,10 @@ mod tests {
         let kept = store.create(cms, "default", cm("kept")).unwrap_or_else(|e| panic!("{e}"));
         store.create(cms, "default", cm("gone")).unwrap_or_else(|e| panic!("{e}"));
         store.delete(cms, "default", "gone", &super::super::DeleteOpts::default()).unwrap_or_else(|e| panic!("{e}"));
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot", "namespace": "default"}});
+        store.create(res::SERVICE_ACCOUNTS, "default", sa).unwrap_or_else(|e| panic!("{e}"));
+        let issued = store.request_token("default", "robot", json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).unwrap_or_else(|e| panic!("{e}"));
+        let token = issued["status"]["token"].as_str().unwrap_or_default().to_string();
         store.synced().await.unwrap_or_else(|e| panic!("{e}"));
         let last = store.current_rv();
         drop(store);
@@ -536,6 +540,8 @@ mod tests {
         assert_eq!(back.value, kept.value);
         assert_eq!(back.bytes, kept.bytes);
         assert!(!store.exists(cms, "default", "gone"));
+        // The issued token still authenticates its account.
+        assert_eq!(store.review_token(&token).map(|u| u.username), Some("system:serviceaccount:default:robot".to_string()));
         assert!(store.current_rv() > last);
         assert!(matches!(store.watch(cms, super::super::WatchStart::After(last)), Err(super::super::Error::Gone(_))));
         // A second open of the same directory is refused while it is open.
