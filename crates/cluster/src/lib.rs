@@ -69,9 +69,10 @@
 //! Known simplifications: no auth; bodies are JSON, or protobuf for the
 //! built-in kinds (requests only, decoded into the same JSON: [`proto`];
 //! responses are JSON, which protobuf clients accept), no CBOR; lists
-//! always answer the current state (resourceVersion/resourceVersionMatch on
-//! lists are ignored, and continued pages read the live state after the
-//! token's key); server-side apply ([`managed`]) tracks
+//! always answer the current state (a resourceVersion ahead of the
+//! store's is refused as "Too large resource version" after a short wait,
+//! any other resourceVersion/resourceVersionMatch on lists is ignored, and
+//! continued pages read the live state after the token's key); server-side apply ([`managed`]) tracks
 //! `metadata.managedFields` and conflicts as the API server does, but
 //! keeps no more than the writes' own entries (no cap of ten Update
 //! managers, no entries for the cluster's own controllers and kubelets);
@@ -101,6 +102,14 @@
 //! [`COMPLETE_AFTER`], and remove terminating pods after their grace period.
 //! Faults ([`Faults`]): error answers per (verb, resource), watch cuts,
 //! history compaction, server restarts.
+//!
+//! Recovery: with [`ClusterConfig::data_dir`] every object is kept on
+//! disk (see [`Store::open`]; resourceVersions continue after a restart
+//! and watches from before it get 410 Gone); a read or watch from a
+//! resourceVersion ahead of the store's (the server's state went
+//! backwards) is answered "Too large resource version" (504) so clients
+//! relist; [`ClusterConfig::kubernetes_version`] picks the release
+//! answered as ([`version`]).
 //!
 //! Tests use `kubectl` when it is on PATH (or `$BERTH_KUBECTL`); CI
 //! installs it with
