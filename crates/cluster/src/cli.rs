@@ -62,6 +62,16 @@ pub struct ClusterArgs {
     /// (format: `berth_cluster::dra_driver`).
     #[arg(long)]
     pub devices: Option<PathBuf>,
+    /// Keep every object in this directory across restarts (a redb
+    /// database; resourceVersions continue, watches from before a restart
+    /// get 410 Gone). A new directory is seeded with --nodes nodes; one
+    /// that holds a cluster is read back as it is (--nodes is ignored).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// The Kubernetes release to answer as (1.34, 1.35, 1.36 or 1.37):
+    /// `/version`, and only the API groups and versions it serves by default.
+    #[arg(long, default_value = "1.37")]
+    pub kubernetes_version: super::version::KubeVersion,
 }
 
 impl ClusterArgs {
@@ -87,6 +97,8 @@ impl ClusterArgs {
                 Some(path) => super::dra_driver::DevicesConfig::from_file(path)?,
                 None => super::dra_driver::DevicesConfig::per_node(self.devices_per_node),
             },
+            data_dir: self.data_dir.clone(),
+            kubernetes_version: self.kubernetes_version,
         })
     }
 }
@@ -98,7 +110,8 @@ pub async fn run(args: ClusterArgs) -> Result<(), Error> {
         cluster.write_kubeconfig(p)?;
         eprintln!("kubeconfig written to {}", p.display());
     }
-    eprintln!("local cluster listening on {} with {} nodes (Ctrl-C to stop)", cluster.url(), args.nodes);
+    let nodes = cluster.store().count(super::resources::NODES);
+    eprintln!("local cluster listening on {} with {nodes} nodes (Ctrl-C to stop)", cluster.url());
     wait_for_signal().await;
     eprintln!("shutting down");
     cluster.shutdown().await;

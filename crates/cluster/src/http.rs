@@ -436,7 +436,7 @@ async fn dispatch(st: &AppState, method: &Method, path: &str, query: &str, heade
     let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     let get_only = |r: Response| -> HResult<Response> { if method == Method::GET { Ok(r) } else { Err(Error::MethodNotAllowed) } };
     match segs.as_slice() {
-        ["version"] => get_only(ok_json(&version_json())),
+        ["version"] => get_only(ok_json(&st.store.kubernetes_version().version_json())),
         ["healthz"] | ["readyz"] | ["livez"] => get_only((StatusCode::OK, "ok").into_response()),
         ["api"] => get_only(ok_json(&json!({
             "kind": "APIVersions",
@@ -450,7 +450,7 @@ async fn dispatch(st: &AppState, method: &Method, path: &str, query: &str, heade
             None => Err(Error::NotFound),
         },
         ["apis", g, v] => {
-            if st.store.registry().served().iter().any(|(_, r)| r.group == *g && r.version == *v) {
+            if st.store.served().iter().any(|(_, r)| r.group == *g && r.version == *v) {
                 get_only(ok_json(&resource_list(&st.store, g, v)))
             } else {
                 Err(Error::NotFound)
@@ -487,27 +487,11 @@ async fn dispatch(st: &AppState, method: &Method, path: &str, query: &str, heade
     }
 }
 
-fn version_json() -> Value {
-    json!({
-        "major": "1",
-        "minor": "37",
-        "emulationMajor": "1",
-        "emulationMinor": "37",
-        "gitVersion": "v1.37.0-berth",
-        "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean",
-        "buildDate": "2026-01-01T00:00:00Z",
-        "goVersion": "go1.25",
-        "compiler": "gc",
-        "platform": "linux/amd64",
-    })
-}
-
 /// The served groups (built-in order first) with their versions,
 /// preferred first.
 fn groups(store: &Store) -> Vec<(&'static str, Vec<&'static str>)> {
     let mut gs: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
-    for (_, r) in store.registry().served() {
+    for (_, r) in store.served() {
         if r.group.is_empty() {
             continue;
         }
@@ -550,7 +534,7 @@ fn api_group_list(store: &Store) -> Value {
 
 fn resource_list(store: &Store, g: &str, v: &str) -> Value {
     let mut out = Vec::new();
-    for (_, r) in store.registry().served().into_iter().filter(|(_, r)| r.group == g && r.version == v) {
+    for (_, r) in store.served().into_iter().filter(|(_, r)| r.group == g && r.version == v) {
         let mut e = json!({
             "name": r.plural,
             "singularName": r.singular,
@@ -674,9 +658,14 @@ async fn resource_request(
             match verb {
                 "watch" => {
                     let filter = stored_filter(&info, alias.as_ref(), ns, &q)?;
-                    Ok(watch_response(st, r, &info, alias, filter, &q, table_request(headers, &q)?))
+                    let table = table_request(headers, &q)?;
+                    if let Err(e) = reached(store, &q, true).await? {
+                        return Ok(watch_error(e));
+                    }
+                    Ok(watch_response(st, r, &info, alias, filter, &q, table))
                 }
                 "list" => {
+                    reached(store, &q, false).await??;
                     let filter = stored_filter(&info, alias.as_ref(), ns, &q)?;
                     let limit = match q.get("limit") {
                         Some(l) => Some(l.parse::<usize>().map_err(|_| Error::BadRequest(format!("invalid limit {l:?}")))?),
@@ -754,9 +743,14 @@ async fn resource_request(
                 "watch" => {
                     let mut filter = stored_filter(&info, alias.as_ref(), info.namespaced.then(|| ns.clone()), &q)?;
                     filter.fields.reqs.push(super::selector::FieldReq { pointer: "/metadata/name".into(), value: name.clone(), eq: true });
-                    Ok(watch_response(st, r, &info, alias, filter, &q, table_request(headers, &q)?))
+                    let table = table_request(headers, &q)?;
+                    if let Err(e) = reached(store, &q, true).await? {
+                        return Ok(watch_error(e));
+                    }
+                    Ok(watch_response(st, r, &info, alias, filter, &q, table))
                 }
                 "get" => {
+                    reached(store, &q, false).await??;
                     let o = store.get(r, &ns, &name)?;
                     if let Some(include) = table_request(headers, &q)? {
                         let lr = store::ListResult { items: vec![o], rv: store.current_rv(), cont: None };
@@ -912,6 +906,41 @@ impl WatchState {
 
 const CHUNK: usize = 256 * 1024;
 
+/// A watch that fails once started: one ERROR event with the Status (as
+/// upstream, whose watch errors after the resourceVersion is parsed are
+/// events of a 200 stream), then the end.
+fn watch_error(e: store::Error) -> Response {
+    let mut buf = Vec::new();
+    push_event(&mut buf, "ERROR", Error::Store(e).status().to_string().as_bytes());
+    let mut resp = Response::new(Body::from(buf));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// A get, list or watch from a resourceVersion ahead of the store's
+/// waits for the store to reach it (see [`Store::reached`]), else is
+/// refused "Too large resource version" (504; a watch's ERROR event):
+/// the server's state went backwards (a new cluster on the same address,
+/// a restored backup), so the client must relist. resourceVersion "0" or
+/// none asks for no particular version; a watch's must parse (400), a
+/// read's is not checked further. Upstream's watch cache waits the same
+/// way for a list or get with a resourceVersion and for a watch with
+/// `sendInitialEvents`, but lets a plain watch from a later version wait
+/// for events silently (its cache may lag etcd); here no cache lags the
+/// store, so a later version can only come from another incarnation of
+/// the server, and every watch is refused too.
+async fn reached(store: &Store, q: &HashMap<String, String>, watch: bool) -> HResult<Result<(), store::Error>> {
+    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
+    if rv.is_empty() || rv == "0" {
+        return Ok(Ok(()));
+    }
+    match rv.parse::<u64>() {
+        Ok(n) => Ok(store.reached(n).await),
+        Err(_) if watch => Err(Error::BadRequest(format!("invalid resourceVersion {rv:?}"))),
+        Err(_) => Ok(Ok(())),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Option<Alias>, filter: Filter, q: &HashMap<String, String>, table: Option<super::table::Include>) -> Response {
     let send_initial = truthy(q.get("sendInitialEvents"));
@@ -932,14 +961,7 @@ fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Opti
     let mut pending = VecDeque::new();
     let sub = match st.store.watch(r, start) {
         Ok(s) => s,
-        Err(e) => {
-            let mut buf = Vec::new();
-            let status = Error::Store(e).status();
-            push_event(&mut buf, "ERROR", status.to_string().as_bytes());
-            let mut resp = Response::new(Body::from(buf));
-            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            return resp;
-        }
+        Err(e) => return watch_error(e),
     };
     let mut state = WatchState {
         pending: VecDeque::new(),
@@ -1029,7 +1051,7 @@ fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Opti
 // OpenAPI documents and strict field validation (see `openapi`).
 
 fn served_infos(store: &Store) -> Vec<Arc<ResourceInfo>> {
-    store.registry().served().into_iter().map(|(_, r)| r).collect()
+    store.served().into_iter().map(|(_, r)| r).collect()
 }
 
 /// Answer a document: ETag, `If-None-Match` (304), content type.

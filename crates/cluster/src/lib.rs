@@ -83,9 +83,10 @@
 //! Known simplifications: no auth; bodies are JSON, or protobuf for the
 //! built-in kinds (requests only, decoded into the same JSON: [`proto`];
 //! responses are JSON, which protobuf clients accept), no CBOR; lists
-//! always answer the current state (resourceVersion/resourceVersionMatch on
-//! lists are ignored, and continued pages read the live state after the
-//! token's key); server-side apply ([`managed`]) tracks
+//! always answer the current state (a resourceVersion ahead of the
+//! store's is refused as "Too large resource version" after a short wait,
+//! any other resourceVersion/resourceVersionMatch on lists is ignored, and
+//! continued pages read the live state after the token's key); server-side apply ([`managed`]) tracks
 //! `metadata.managedFields` and conflicts as the API server does, but
 //! keeps no more than the writes' own entries (no cap of ten Update
 //! managers, no entries for the cluster's own controllers and kubelets);
@@ -115,6 +116,14 @@
 //! [`COMPLETE_AFTER`], and remove terminating pods after their grace period.
 //! Faults ([`Faults`]): error answers per (verb, resource), watch cuts,
 //! history compaction, server restarts.
+//!
+//! Recovery: with [`ClusterConfig::data_dir`] every object is kept on
+//! disk (see [`Store::open`]; resourceVersions continue after a restart
+//! and watches from before it get 410 Gone); a read or watch from a
+//! resourceVersion ahead of the store's (the server's state went
+//! backwards) is answered "Too large resource version" (504) so clients
+//! relist; [`ClusterConfig::kubernetes_version`] picks the release
+//! answered as ([`version`]).
 //!
 //! Tests use `kubectl` when it is on PATH (or `$BERTH_KUBECTL`); CI
 //! installs it with
@@ -151,6 +160,7 @@ pub mod resources;
 pub mod selector;
 pub mod store;
 pub mod table;
+pub mod version;
 pub mod volumes;
 
 use std::net::SocketAddr;
@@ -194,6 +204,9 @@ pub enum Error {
     /// Seeding the store failed.
     #[error("store: {0}")]
     Store(#[from] store::Error),
+    /// The data directory cannot be used.
+    #[error("{0}")]
+    DataDir(#[from] store::DataDirError),
     /// A fault action failed.
     #[error("fault: {0}")]
     Fault(#[from] faults::Error),
@@ -239,6 +252,15 @@ pub struct ClusterConfig {
     pub controllers: controllers::ControllersConfig,
     /// Devices of the simulated DRA driver (none by default: no driver).
     pub devices: dra_driver::DevicesConfig,
+    /// Keep every object in this directory across restarts (see
+    /// [`store::Store::open`]); `None` keeps the cluster in memory only.
+    /// A directory that already holds a store is read back as it is:
+    /// nothing is seeded (`nodes` and the storage seeds only fill a new
+    /// directory).
+    pub data_dir: Option<std::path::PathBuf>,
+    /// The Kubernetes release answered as: `/version`, and the built-in
+    /// resources it serves by default (see [`version`]).
+    pub kubernetes_version: version::KubeVersion,
 }
 
 impl Default for ClusterConfig {
@@ -259,6 +281,8 @@ impl Default for ClusterConfig {
             podgc: PodGcConfig::default(),
             controllers: controllers::ControllersConfig::default(),
             devices: dra_driver::DevicesConfig::default(),
+            data_dir: None,
+            kubernetes_version: version::KubeVersion::default(),
         }
     }
 }
@@ -323,6 +347,18 @@ pub fn node_json(name: &str, i: usize, zones: usize, cpu: &str, memory: &str, po
             },
         },
     })
+}
+
+/// A node's kubelet and kube-proxy report the release the cluster answers
+/// as (when it is not the default, which [`node_json`] writes).
+fn with_node_version(mut node: Value, v: version::KubeVersion) -> Value {
+    if v != version::KubeVersion::default()
+        && let Some(info) = node.pointer_mut("/status/nodeInfo").and_then(Value::as_object_mut)
+    {
+        info.insert("kubeletVersion".into(), json!(format!("v{v}.0-berth")));
+        info.insert("kubeProxyVersion".into(), json!(format!("v{v}.0")));
+    }
+    node
 }
 
 struct Running {
@@ -422,34 +458,29 @@ impl LocalCluster {
         if cfg.zones == 0 {
             return Err(Error::Config("zones must be at least 1".into()));
         }
-        let store = Arc::new(Store::new(cfg.store.clone()));
-        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-            store.create(resources::NAMESPACES, "", json!({"metadata": {"name": ns}}))?;
-        }
-        for (name, value) in [("system-cluster-critical", 2_000_000_000i64), ("system-node-critical", 2_000_001_000)] {
-            store.create(
-                resources::PRIORITY_CLASSES,
-                "",
-                json!({"metadata": {"name": name}, "value": value, "description": "Used for system critical pods that must not be moved from their current node."}),
-            )?;
-        }
+        let (store, restored) = match &cfg.data_dir {
+            Some(dir) => Store::open(cfg.store.clone(), dir)?,
+            None => (Store::new(cfg.store.clone()), false),
+        };
+        let store = Arc::new(store);
+        store.set_kubernetes_version(cfg.kubernetes_version);
         if cfg.storage.enabled {
             store.enable_storage_protection();
-            volumes::seed(&store)?;
         }
-        for i in 0..cfg.nodes {
-            let name = format!("node-{i}");
-            let node = store.create(resources::NODES, "", node_json(&name, i, cfg.zones, &cfg.node_cpu, &cfg.node_memory, cfg.node_pods))?;
-            if cfg.storage.enabled {
-                store.create(resources::CSINODES, "", volumes::csinode_json(&name, node.uid(), cfg.storage.attach_limit))?;
-            }
+        if !restored {
+            seed(&store, &cfg)?;
         }
-        if cfg.devices.enabled() {
+        if cfg.devices.enabled() && !restored {
             dra_driver::seed(&store, &cfg.devices)?;
         }
+        // A new data directory holds the seeds before the cluster is served.
+        store.synced().await?;
 
         let (ktx, krx) = mpsc::unbounded_channel();
         store.set_kubelet(ktx);
+        if restored {
+            store.resume_kubelets();
+        }
         let (stop, stop_rx) = watch::channel(false);
         let watch_gen = Arc::new(watch::channel(0u64).0);
         let faults = Faults::new(&cfg.faults, store.clone(), watch_gen.clone());
@@ -459,7 +490,11 @@ impl LocalCluster {
         let addr = listener.local_addr().map_err(|source| Error::Listen { addr: cfg.listen, source })?;
         drop(listener);
         let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string(), auth: Arc::new(cfg.auth.clone()), openapi: Arc::default() };
-        let server = Arc::new(ServerCtl { addr, app: http::router(state), watch_gen, running: tokio::sync::Mutex::new(None) });
+        let mut app = http::router(state);
+        if store.is_persistent() {
+            app = app.layer(axum::middleware::from_fn_with_state(store.clone(), durable_writes));
+        }
+        let server = Arc::new(ServerCtl { addr, app, watch_gen, running: tokio::sync::Mutex::new(None) });
         server.listen().await?;
         let weak: std::sync::Weak<dyn faults::Restarter> = Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));
         faults.set_server(weak);
@@ -560,14 +595,14 @@ impl LocalCluster {
     pub fn add_node(&self, name: &str) -> Result<k8s_openapi::api::core::v1::Node, Error> {
         let c = &self.cfg;
         let index = self.store.count(resources::NODES);
-        let o = self.store.create(resources::NODES, "", node_json(name, index, c.zones, &c.node_cpu, &c.node_memory, c.node_pods))?;
+        let o = self.store.create(resources::NODES, "", with_node_version(node_json(name, index, c.zones, &c.node_cpu, &c.node_memory, c.node_pods), self.cfg.kubernetes_version))?;
         self.add_csinode(&o)?;
         Ok(o.decode()?)
     }
 
     /// Add a node with its own capacity; `index` picks its zone among `zones`.
     pub fn add_custom_node(&self, name: &str, index: usize, zones: usize, cpu: &str, memory: &str, pods: u32) -> Result<k8s_openapi::api::core::v1::Node, Error> {
-        let o = self.store.create(resources::NODES, "", node_json(name, index, zones, cpu, memory, pods))?;
+        let o = self.store.create(resources::NODES, "", with_node_version(node_json(name, index, zones, cpu, memory, pods), self.cfg.kubernetes_version))?;
         self.add_csinode(&o)?;
         Ok(o.decode()?)
     }
@@ -596,17 +631,93 @@ impl LocalCluster {
         for t in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
+        self.store.close_persistence();
+    }
+
+    /// Stop at once, as `kill -9` would: tasks and the listener are
+    /// aborted, and the data directory keeps only what is committed (every
+    /// acknowledged write; changes still queued are dropped). Its file is
+    /// released, so a new cluster can open it at once.
+    pub fn abort(self) {
+        self.store.halt_persistence();
+        let tasks = match self.tasks.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for t in tasks {
+            t.abort();
+        }
+        if let Ok(mut g) = self.server.running.try_lock()
+            && let Some(r) = g.take()
+        {
+            r.task.abort();
+        }
     }
 }
 
 impl Drop for LocalCluster {
     fn drop(&mut self) {
+        // Commit what is queued and release the data directory (a new
+        // cluster may open it next); later writes of the stopping tasks
+        // are not kept.
+        self.store.close_persistence();
         let _ = self.stop.send(true);
         self.server.watch_gen.send_modify(|g| *g += 1);
         if let Ok(mut g) = self.server.running.try_lock()
             && let Some(r) = g.take() {
                 let _ = r.stop.send(true);
             }
+    }
+}
+
+/// What a new cluster holds: its namespaces, the system priority classes,
+/// the storage seeds and `cfg.nodes` nodes (with their CSINodes).
+fn seed(store: &Store, cfg: &ClusterConfig) -> Result<(), Error> {
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        store.create(resources::NAMESPACES, "", json!({"metadata": {"name": ns}}))?;
+    }
+    for (name, value) in [("system-cluster-critical", 2_000_000_000i64), ("system-node-critical", 2_000_001_000)] {
+        store.create(
+            resources::PRIORITY_CLASSES,
+            "",
+            json!({"metadata": {"name": name}, "value": value, "description": "Used for system critical pods that must not be moved from their current node."}),
+        )?;
+    }
+    if cfg.storage.enabled {
+        volumes::seed(store)?;
+    }
+    for i in 0..cfg.nodes {
+        let name = format!("node-{i}");
+        let node = node_json(&name, i, cfg.zones, &cfg.node_cpu, &cfg.node_memory, cfg.node_pods);
+        let node = store.create(resources::NODES, "", with_node_version(node, cfg.kubernetes_version))?;
+        if cfg.storage.enabled {
+            store.create(resources::CSINODES, "", volumes::csinode_json(&name, node.uid(), cfg.storage.attach_limit))?;
+        }
+    }
+    Ok(())
+}
+
+/// With a data directory: a request that wrote (any method but GET,
+/// HEAD and OPTIONS, answered with success) is answered once its
+/// changes are committed, so that what was acknowledged survives a crash.
+async fn durable_writes(
+    axum::extract::State(store): axum::extract::State<Arc<Store>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::Method;
+    use axum::response::IntoResponse as _;
+    let read = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let resp = next.run(req).await;
+    if read || !resp.status().is_success() {
+        return resp;
+    }
+    match store.synced().await {
+        Ok(()) => resp,
+        Err(e) => {
+            let body = http::status_json(500, "InternalError", &format!("Internal error occurred: {e}"), None);
+            (axum::http::StatusCode::INTERNAL_SERVER_ERROR, [(axum::http::header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+        }
     }
 }
 

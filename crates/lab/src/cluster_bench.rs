@@ -30,11 +30,16 @@ pub struct BenchArgs {
     /// Run the kubelet simulation during the run (adds Running updates).
     #[arg(long)]
     pub kubelet: bool,
+    /// Keep the cluster in a data directory (as `berth cluster
+    /// --data-dir`): a new directory is made inside this one for the run
+    /// and removed after it.
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for BenchArgs {
     fn default() -> Self {
-        Self { nodes: 5000, pods: 50_000, clients: 8, inflight: 4, watchers: 4, kubelet: false }
+        Self { nodes: 5000, pods: 50_000, clients: 8, inflight: 4, watchers: 4, kubelet: false, data_dir: None }
     }
 }
 
@@ -43,6 +48,8 @@ impl Default for BenchArgs {
 pub struct BenchReport {
     /// Nodes stored.
     pub nodes: usize,
+    /// Kept in a data directory (`--data-dir`).
+    pub persistent: bool,
     /// Pods created and bound.
     pub pods: usize,
     /// Clients.
@@ -84,7 +91,8 @@ fn rss_bytes() -> Option<u64> {
 
 impl std::fmt::Display for BenchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "cluster-bench: {} nodes, {} pods, {} clients, {} watchers", self.nodes, self.pods, self.clients, self.watchers)?;
+        let kept = if self.persistent { ", kept in a data directory" } else { "" };
+        writeln!(f, "cluster-bench: {} nodes, {} pods, {} clients, {} watchers{kept}", self.nodes, self.pods, self.clients, self.watchers)?;
         writeln!(f, "  pod creates/s:      {:>10.0}", self.creates_per_sec)?;
         writeln!(f, "  memory per pod:     {:>10.0} bytes (resident growth over the run / pods)", self.rss_per_pod_bytes)?;
         writeln!(f, "  bindings/s:         {:>10.0}", self.binds_per_sec)?;
@@ -157,10 +165,15 @@ async fn phase(clients: &[kube::Client], inflight: usize, n: usize, make: impl F
 
 /// Run the benchmark in-process (server and clients share the machine).
 pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
+    let data_dir = args.data_dir.as_ref().map(|d| d.join(format!("cluster-bench-{}", std::process::id())));
+    if let Some(d) = &data_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
     let cfg = ClusterConfig {
+        data_dir: data_dir.clone(),
         nodes: args.nodes,
         kubelet: KubeletConfig { enabled: args.kubelet, ..Default::default() },
-        store: StoreConfig { history_limit: 200_000, channel_capacity: 262_144 },
+        store: StoreConfig { history_limit: 200_000, channel_capacity: 262_144, ..Default::default() },
         ..Default::default()
     };
     let cluster = LocalCluster::start(cfg).await?;
@@ -256,6 +269,7 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
 
     let report = BenchReport {
         nodes: args.nodes,
+        persistent: data_dir.is_some(),
         pods: args.pods,
         clients: clients.len(),
         creates_per_sec: creates,
@@ -272,6 +286,9 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
     };
     drop(clients);
     cluster.shutdown().await;
+    if let Some(d) = &data_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
     Ok(report)
 }
 

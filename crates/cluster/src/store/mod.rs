@@ -34,6 +34,7 @@ mod delete;
 mod fields;
 mod list;
 mod obj;
+mod persist;
 mod pods;
 mod tokens;
 mod typed;
@@ -44,6 +45,7 @@ pub use delete::DeleteOpts;
 pub use list::ListResult;
 pub(crate) use obj::controller_of;
 pub use obj::Obj;
+pub use persist::{Error as DataDirError, FILE as DATA_FILE};
 pub use tokens::TokenUser;
 pub use watch::{EventType, WatchEvent, WatchStart, WatchSub};
 pub use write::{PatchType, WriteCtx, strategic_merge};
@@ -138,6 +140,17 @@ pub enum Error {
     /// Something unexpected (500).
     #[error("{0}")]
     Internal(String),
+    /// A read or watch from a resourceVersion the store has not reached
+    /// (504 Timeout, as kube-apiserver's `NewTooLargeResourceVersionError`):
+    /// the server's state went backwards (a new cluster on the same
+    /// address, a restored backup); clients relist.
+    #[error("Timeout: Too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion {
+        /// The resourceVersion asked for.
+        requested: u64,
+        /// The store's.
+        current: u64,
+    },
 }
 
 impl Error {
@@ -153,6 +166,7 @@ impl Error {
             Error::TooManyRequests { .. } => 429,
             Error::UnsupportedMediaType(_) => 415,
             Error::Internal(_) => 500,
+            Error::TooLargeResourceVersion { .. } => 504,
         }
     }
 
@@ -169,6 +183,7 @@ impl Error {
             Error::TooManyRequests { .. } => "TooManyRequests",
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Error::Internal(_) => "InternalError",
+            Error::TooLargeResourceVersion { .. } => "Timeout",
         }
     }
 
@@ -213,6 +228,10 @@ impl Error {
                 Some(d)
             }
             Error::TooManyRequests { causes: Some(c), .. } | Error::ApplyConflict { causes: c, .. } => Some(json!({"causes": c})),
+            Error::TooLargeResourceVersion { .. } => Some(json!({
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1,
+            })),
             _ => None,
         }
     }
@@ -273,11 +292,15 @@ pub struct StoreConfig {
     pub history_limit: usize,
     /// Broadcast buffer per resource; a watcher further behind is closed.
     pub channel_capacity: usize,
+    /// How long a read or watch from a resourceVersion ahead of the
+    /// store's waits for the store to reach it before it is answered
+    /// "Too large resource version" (upstream's watch cache: 3 s).
+    pub too_large_wait: std::time::Duration,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { history_limit: 100_000, channel_capacity: 65_536 }
+        Self { history_limit: 100_000, channel_capacity: 65_536, too_large_wait: std::time::Duration::from_secs(3) }
     }
 }
 
@@ -302,6 +325,9 @@ struct Inner {
     terminating_ns: HashSet<String>,
     /// The whole values of the pods written last (see [`RecentPods`]).
     recent_pods: RecentPods,
+    /// With a data directory: the persisted bound on resourceVersions
+    /// (see `persist`).
+    ceiling: u64,
 }
 
 /// The store. Cheap to share behind an `Arc`.
@@ -315,6 +341,11 @@ pub struct Store {
     /// ServiceAccount tokens issued through `serviceaccounts/token`.
     tokens: Mutex<HashMap<String, IssuedToken>>,
     storage_protection: std::sync::atomic::AtomicBool,
+    /// The data directory, if any (`berth cluster --data-dir`).
+    persist: Option<persist::Persist>,
+    /// The minor version of the Kubernetes release served (see
+    /// [`crate::version`]; 0 for the default).
+    kube_minor: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for Store {
@@ -407,12 +438,14 @@ impl Store {
         let registry = Registry::with_admission(crate::admission::rules);
         let kinds = (0..registry.len()).map(|_| KindStore::new(&cfg)).collect();
         Store {
-            inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new(), terminating_ns: HashSet::new(), recent_pods: RecentPods::default() }),
+            inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new(), terminating_ns: HashSet::new(), recent_pods: RecentPods::default(), ceiling: 0 }),
             registry,
             cfg,
             kubelet: OnceLock::new(),
             tokens: Mutex::new(HashMap::new()),
             storage_protection: std::sync::atomic::AtomicBool::new(false),
+            persist: None,
+            kube_minor: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -426,9 +459,32 @@ impl Store {
         &self.registry
     }
 
-    /// A served resource by group, version and plural.
+    /// A served resource by group, version and plural (not one the
+    /// Kubernetes release served leaves out).
     pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<ResId> {
-        self.registry.lookup(group, version, plural)
+        self.registry.lookup(group, version, plural).filter(|r| self.release_serves(*r))
+    }
+
+    /// Every served resource, by id (without those the Kubernetes
+    /// release served leaves out).
+    pub fn served(&self) -> Vec<(ResId, Arc<ResourceInfo>)> {
+        let v = self.kubernetes_version();
+        self.registry.served().into_iter().filter(|(_, i)| i.custom.is_some() || v.serves(i.group, i.version, i.plural)).collect()
+    }
+
+    fn release_serves(&self, r: ResId) -> bool {
+        let i = self.info(r);
+        i.custom.is_some() || self.kubernetes_version().serves(i.group, i.version, i.plural)
+    }
+
+    /// Answer as Kubernetes release `v` (see [`crate::version`]).
+    pub fn set_kubernetes_version(&self, v: crate::version::KubeVersion) {
+        self.kube_minor.store(v.minor(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The Kubernetes release served.
+    pub fn kubernetes_version(&self) -> crate::version::KubeVersion {
+        crate::version::KubeVersion::new(self.kube_minor.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or_default()
     }
 
     /// Connect the kubelet notification channel (once).
@@ -446,6 +502,23 @@ impl Store {
     /// The latest resourceVersion.
     pub fn current_rv(&self) -> u64 {
         self.lock().rv
+    }
+
+    /// Wait (at most [`StoreConfig::too_large_wait`]) until the store
+    /// has reached resourceVersion `rv`: a read or watch from a later one
+    /// is refused with [`Error::TooLargeResourceVersion`].
+    pub async fn reached(&self, rv: u64) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + self.cfg.too_large_wait;
+        loop {
+            let current = self.current_rv();
+            if rv <= current {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::TooLargeResourceVersion { requested: rv, current });
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Number of objects of a resource.

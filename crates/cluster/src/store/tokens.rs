@@ -16,7 +16,25 @@ pub(super) struct IssuedToken {
     name: String,
     uid: String,
     audiences: Vec<String>,
-    expires: chrono::DateTime<chrono::Utc>,
+    pub(super) expires: chrono::DateTime<chrono::Utc>,
+}
+
+impl IssuedToken {
+    /// Its JSON, as a data directory keeps it.
+    pub(super) fn to_json(&self) -> Vec<u8> {
+        let v = json!({"namespace": self.namespace, "name": self.name, "uid": self.uid, "audiences": self.audiences,
+            "expires": self.expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)});
+        v.to_string().into_bytes()
+    }
+
+    /// Read back from [`IssuedToken::to_json`] (`None` if it does not read).
+    pub(super) fn from_json(bytes: &[u8]) -> Option<IssuedToken> {
+        let v: Value = serde_json::from_slice(bytes).ok()?;
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        let audiences = v.get("audiences")?.as_array()?.iter().filter_map(|a| a.as_str().map(str::to_string)).collect();
+        let expires = chrono::DateTime::parse_from_rfc3339(&s("expires")?).ok()?.with_timezone(&chrono::Utc);
+        Some(IssuedToken { namespace: s("namespace")?, name: s("name")?, uid: s("uid")?, audiences, expires })
+    }
 }
 
 /// The user a ServiceAccount token authenticates (for TokenReview).
@@ -60,6 +78,7 @@ impl Store {
         };
         let now = chrono::Utc::now();
         tokens.retain(|_, t| t.expires > now);
+        self.persist_token(&token, &issued);
         tokens.insert(token.clone(), issued);
         let mut spec = serde_json::to_value(&req_spec).map_err(|e| Error::Internal(e.to_string()))?;
         set_path(&mut spec, &["expirationSeconds"], json!(seconds));

@@ -110,6 +110,8 @@ impl KindStore {
 
 impl Store {
     pub(super) fn commit(&self, inner: &mut Inner, r: ResId, ty: EventType, mut value: Value, old: Option<Arc<Obj>>) -> Result<Arc<Obj>> {
+        let next = inner.rv + 1;
+        self.reserve_rv(inner, next)?;
         inner.rv += 1;
         let rv = inner.rv;
         meta_mut(&mut value)?.insert("resourceVersion".into(), json!(rv.to_string()));
@@ -142,6 +144,7 @@ impl Store {
             }),
             _ => None,
         };
+        self.persist_change(r, ty == EventType::Deleted, &obj);
         let ev = Arc::new(WatchEvent { ty, rv, obj: stored.clone(), old });
         // A deletion is final: history keeps it lean from the start.
         let kept = if ty == EventType::Deleted {

@@ -229,7 +229,7 @@ async fn runtime_watcher_streaming_lists() {
 async fn slow_watcher_is_closed_instead_of_buffering_forever() {
     let cfg = ClusterConfig {
         nodes: 1,
-        store: berth_cluster::StoreConfig { history_limit: 1000, channel_capacity: 64 },
+        store: berth_cluster::StoreConfig { history_limit: 1000, channel_capacity: 64, ..Default::default() },
         ..Default::default()
     };
     let c = LocalCluster::start(cfg).await.unwrap();
