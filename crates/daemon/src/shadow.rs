@@ -358,6 +358,47 @@ mod tests {
         Judgement { verdict: Verdict::Lower, score_gap: Some(3), disagreement: Some(d) }
     }
 
+    /// Nodes a (2 of 4 cores used), b and d (empty, 4 cores), c (1 core).
+    fn verdict(cpu: &str, bound: &str) -> Judgement {
+        use berth_engine::testing::{node, pod, snapshot};
+        let config = berth_engine::config::Config::parse("").unwrap();
+        let fw = berth_engine::profile::frameworks(&config, 1).remove(0);
+        let snap = snapshot(&[node("a"), node("b"), node("c").alloc("1", "32Gi", 110), node("d")], &[pod("old").node("a").req("2", "1Gi")]);
+        judge(&fw, &snap, &pod("p").req(cpu, "1Gi").info(), bound)
+    }
+
+    #[test]
+    fn verdicts() {
+        let j = verdict("1500m", "a");
+        assert_eq!(j.verdict, Verdict::Lower);
+        assert!(j.score_gap.unwrap() > 0);
+        let d = j.disagreement.unwrap();
+        assert!(d.bound.total.unwrap() < d.berth.as_ref().unwrap().total.unwrap());
+        assert!(matches!(d.berth_node.as_deref(), Some("b" | "d")));
+
+        let j = verdict("1500m", "c");
+        assert_eq!(j.verdict, Verdict::Infeasible);
+        let d = j.disagreement.unwrap();
+        assert!(d.bound.reasons.iter().any(|r| r.plugin == "NodeResourcesFit"), "{:?}", d.bound.reasons);
+
+        // b and d tie: one is berth's choice (same), the other a tie.
+        let (jb, jd) = (verdict("1500m", "b"), verdict("1500m", "d"));
+        let mut both = [jb.verdict, jd.verdict];
+        both.sort();
+        assert_eq!(both, [Verdict::Same, Verdict::Tie]);
+        let tie = if jb.verdict == Verdict::Tie { jb } else { jd };
+        assert_eq!(tie.score_gap, Some(0));
+
+        let j = verdict("10", "b");
+        assert_eq!(j.verdict, Verdict::Unschedulable);
+        let d = j.disagreement.unwrap();
+        assert_eq!(d.berth_node, None);
+        assert!(d.message.is_some());
+
+        let j = verdict("1500m", "gone");
+        assert_eq!(j.verdict, Verdict::Infeasible);
+    }
+
     #[test]
     fn ring_keeps_the_last_thousand() {
         let log = ShadowLog::default();
