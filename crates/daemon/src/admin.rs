@@ -10,7 +10,7 @@
 //! Routes: /healthz, /livez, /readyz (200 exactly while every required
 //! watch is synced and the loop has its caches; `?verbose` lists every
 //! watch with its state), /metrics, and /debug/explain?pod=ns/name (explain's JSON for a
-//! pending pod). Explain never runs on the scheduling loop: the loop
+//! pending pod), and /debug/shadow (shadow mode's verdicts). Explain never runs on the scheduling loop: the loop
 //! publishes a copy of its snapshot and pending pods at most once a second,
 //! and only when a request asked for one ([`ExplainHub`]); explain runs on a
 //! blocking thread, one at a time, behind a token bucket (429 beyond it).
@@ -49,6 +49,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::leader::Lease;
 use super::metrics::Metrics;
+use super::shadow::ShadowLog;
 use super::watch::WatchHealth;
 
 /// What /healthz and /readyz read.
@@ -507,6 +508,7 @@ struct AppState {
     ready: watch::Receiver<bool>,
     explain: Arc<ExplainHub>,
     health: Health,
+    shadow: Option<Arc<ShadowLog>>,
 }
 
 async fn ok() -> &'static str {
@@ -604,6 +606,26 @@ async fn explain(State(s): State<AppState>, Query(q): Query<HashMap<String, Stri
     }
 }
 
+/// /debug/shadow (shadow mode only): the verdicts so far by verdict and the
+/// last disagreements, oldest first, as JSON:
+///
+/// ```text
+/// {"counts": {"same": 97, "lower": 3},
+///  "disagreements": [{"at": "...", "pod": "ns/name", "profile": "default-scheduler",
+///    "verdict": "lower", "bound_node": "n1", "berth_node": "n4", "score_gap": 12,
+///    "bound": {"name": "n1", "feasible": true, "total": 170, "scores": {...}},
+///    "berth": {"name": "n4", "feasible": true, "total": 182, "scores": {...}}}]}
+/// ```
+async fn shadow(State(s): State<AppState>) -> Response {
+    let Some(log) = s.shadow else {
+        return (StatusCode::NOT_FOUND, "not running in shadow mode (berth run --shadow)").into_response();
+    };
+    match log.to_json() {
+        Ok(v) => ([(header::CONTENT_TYPE, "application/json")], v).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
 fn router(state: AppState, guard_state: Arc<Guard>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
@@ -611,6 +633,7 @@ fn router(state: AppState, guard_state: Arc<Guard>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(self::metrics))
         .route("/debug/explain", get(self::explain))
+        .route("/debug/shadow", get(self::shadow))
         .fallback(not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(guard_state, guard))
@@ -895,7 +918,8 @@ pub struct Started {
 
 /// Binds `addr` and serves the admin routes until `stop` turns true.
 /// `client` does the TokenReviews and SubjectAccessReviews; `frameworks`
-/// (a copy of the loop's) run explain.
+/// (a copy of the loop's) run explain; `shadow`, in shadow mode, is what
+/// /debug/shadow serves.
 #[allow(clippy::too_many_arguments)]
 pub async fn start(
     opts: &AdminOptions,
@@ -905,6 +929,7 @@ pub async fn start(
     ready: watch::Receiver<bool>,
     frameworks: Vec<Framework>,
     health: Health,
+    shadow: Option<Arc<ShadowLog>>,
     stop: watch::Receiver<bool>,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> Result<Started, Error> {
@@ -920,7 +945,7 @@ pub async fn start(
         reviews: Mutex::new(TtlCache::new(4096)),
         calls: Semaphore::new(16),
     });
-    let app = router(AppState { metrics, ready, explain: hub.clone(), health }, guard);
+    let app = router(AppState { metrics, ready, explain: hub.clone(), health, shadow }, guard);
     let server = Arc::new(Server { acceptor: TlsAcceptor::from(tls), app, opts: opts.clone(), stats: stats.clone() });
     tasks.spawn(server.accept_loop(listener, stop));
     Ok(Started { info: AdminInfo { addr: bound, cert_der, stats }, explain: hub })

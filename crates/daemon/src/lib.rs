@@ -2,11 +2,15 @@
 //! that owns the cache and the queue; it schedules one pod at a time and hands
 //! API writes (binds, status, events, preemption) to the writer, whose results
 //! come back as messages. Only the lease holder schedules and writes.
+//!
+//! In shadow mode ([`Options::shadow`]) there is no writer and no lease: the
+//! loop judges another scheduler's bindings instead ([`shadow`]).
 
 pub mod admin;
 pub mod leader;
 pub mod live;
 pub mod metrics;
+pub mod shadow;
 mod shutdown;
 pub mod watch;
 pub mod writer;
@@ -34,6 +38,7 @@ pub use self::shutdown::shutdown_signal;
 
 use self::leader::Lease;
 use self::metrics::Metrics;
+use self::shadow::{Shadow, ShadowLog};
 use self::watch::{Change, WatchEvent, WatchHealth};
 use self::writer::{BindOutcome, BindResult, SharedCounts, Writer};
 
@@ -73,6 +78,9 @@ pub struct Options {
     pub leader_healthz_tolerance: Duration,
     /// How the admin port is served (TLS, authentication, limits).
     pub admin: admin::AdminOptions,
+    /// Shadow mode (`--shadow`): judge the bindings another scheduler makes
+    /// for the configured profiles and write nothing (no writer, no Lease).
+    pub shadow: bool,
 }
 
 impl Default for Options {
@@ -84,6 +92,7 @@ impl Default for Options {
             seed: 0x5eed,
             leader_healthz_tolerance: leader::HEALTHZ_TOLERANCE,
             admin: admin::AdminOptions::default(),
+            shadow: false,
         }
     }
 }
@@ -105,9 +114,12 @@ pub struct Handle {
     /// The watchers' state.
     pub watch_health: WatchHealth,
     writes: SharedCounts,
-    writer: Writer,
+    /// None in shadow mode.
+    writer: Option<Writer>,
     /// The admin port's certificate and counters.
     pub admin: admin::AdminInfo,
+    /// Shadow mode's verdicts (None unless [`Options::shadow`]).
+    pub shadow: Option<Arc<ShadowLog>>,
 }
 
 impl Handle {
@@ -146,28 +158,35 @@ impl Handle {
     /// writes in flight are abandoned too.
     pub fn abort(mut self) {
         self.tasks.abort_all();
-        self.writer.abort();
+        if let Some(w) = &self.writer {
+            w.abort();
+        }
     }
 }
 
 /// Starts the daemon with `client`: watchers, leader election, the admin
-/// listener and the scheduling loop.
+/// listener and the scheduling loop. In shadow mode, neither leader election
+/// nor the writer starts: the only API calls are the watches' lists and
+/// watches and the admin port's TokenReviews and SubjectAccessReviews.
 pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Result<Handle, Error> {
     let metrics = Metrics::new()?;
     // One set of plugin instances for the admin's explain and the loop.
     let profiles = Profiles::new(config);
     let (stop_tx, stop_rx) = signal::channel(false);
     let le = &config.raw.leader_election;
-    let (leading_tx, leading_rx) = signal::channel(!le.leader_elect);
+    // A shadow never elects and never leads.
+    let elect = le.leader_elect && !opts.shadow;
+    let (leading_tx, leading_rx) = signal::channel(!le.leader_elect && !opts.shadow);
     let (ready_tx, ready_rx) = signal::channel(false);
     let (watch_tx, watch_rx) = mpsc::channel(4096);
     let (bind_tx, bind_rx) = mpsc::unbounded_channel();
     let mut tasks = tokio::task::JoinSet::new();
 
-    let lease = Lease::new(le.leader_elect, config.renew_deadline, config.lease_duration);
+    let lease = Lease::new(elect, config.renew_deadline, config.lease_duration);
     let watch_health = WatchHealth::default();
     let health = admin::Health { lease: lease.clone(), watches: watch_health.clone(), tolerance: opts.leader_healthz_tolerance };
-    let admin = admin::start(&opts.admin, opts.bind_address, client.clone(), metrics.clone(), ready_rx.clone(), profiles.frameworks(opts.seed), health, stop_rx.clone(), &mut tasks).await?;
+    let shadow_log = opts.shadow.then(|| Arc::new(ShadowLog::default()));
+    let admin = admin::start(&opts.admin, opts.bind_address, client.clone(), metrics.clone(), ready_rx.clone(), profiles.frameworks(opts.seed), health, shadow_log.clone(), stop_rx.clone(), &mut tasks).await?;
     let admin_addr = admin.info.addr;
 
     watch::spawn_workloads(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
@@ -175,7 +194,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     watch::spawn_groups(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
     watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &watch_health, &mut tasks);
 
-    if le.leader_elect {
+    if elect {
         let cfg = leader::LeaderConfig {
             namespace: le.resource_namespace.clone(),
             name: le.resource_name.clone(),
@@ -195,8 +214,9 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     }
 
     let cc = &config.raw.client_connection;
-    let writer = Writer::new(client, lease.clone(), cc.qps, cc.burst, opts.write_concurrency, bind_tx, &opts.identity);
-    let writes = writer.shared_counts();
+    // Shadow mode has no writer at all: no write path exists.
+    let writer = (!opts.shadow).then(|| Writer::new(client, lease.clone(), cc.qps, cc.burst, opts.write_concurrency, bind_tx, &opts.identity));
+    let writes = writer.as_ref().map(Writer::shared_counts).unwrap_or_default();
     let writer_handle = writer.clone();
     let frameworks = profiles.frameworks(opts.seed);
     let now = Instant::now().into_std();
@@ -213,9 +233,10 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
         leading: leading_rx.clone(),
         lease: lease.clone(),
         group_status: HashMap::new(),
+        shadow: shadow_log.clone().map(Shadow::new),
     };
     tasks.spawn(lp.run(watch_rx, bind_rx, admin.explain, stop_rx, writer));
-    Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics, lease, watch_health, writes, writer: writer_handle, admin: admin.info })
+    Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics, lease, watch_health, writes, writer: writer_handle, admin: admin.info, shadow: shadow_log })
 }
 
 struct Loop {
@@ -228,7 +249,8 @@ struct Loop {
     pdbs: HashMap<String, Pdb>,
     health: WatchHealth,
     ready: signal::Sender<bool>,
-    writer: Writer,
+    /// None in shadow mode: nothing is ever written.
+    writer: Option<Writer>,
     metrics: Metrics,
     leading: signal::Receiver<bool>,
     lease: Lease,
@@ -236,6 +258,9 @@ struct Loop {
     /// once scheduled), so a failed attempt does not rewrite the same status
     /// (and a PodGroup that was scheduled never goes back to False).
     group_status: HashMap<String, String>,
+    /// Shadow mode: no pod is popped for binding; bindings made by another
+    /// scheduler are judged.
+    shadow: Option<Shadow>,
 }
 
 /// The daemon's side of the group cycle: its cache and one profile.
@@ -303,6 +328,9 @@ impl Loop {
             self.cache.snapshot_mut().groups.forget_foreign(&uid);
         }
         if info.node_name.is_some() {
+            if self.shadow.is_some() {
+                self.judge_binding(&info);
+            }
             // A pod whose bind is in flight keeps its record until the bind
             // result arrives (it carries attempts and first-seen for the SLI).
             if self.queue.place(&uid) != Some(queue::Place::InFlight) {
@@ -365,6 +393,34 @@ impl Loop {
             self.queue.update(info, gated, Self::now());
         }
         self.queue.set_seen(&uid, seen);
+    }
+
+    /// Shadow mode: a pod of a judged profile that this loop saw pending is
+    /// now bound (by another scheduler). Runs one cycle for it on the cache
+    /// as it stands, before the binding is applied (earlier bindings in,
+    /// the pod itself not yet bound), and records the verdict.
+    fn judge_binding(&mut self, bound: &Arc<PodInfo>) {
+        let Some(node) = bound.node_name.as_deref() else { return };
+        // Only a binding seen happen: the pod waits in the queue (pending,
+        // of a judged profile) and is not bound in the cache yet.
+        let Some(qp) = self.queue.get(&bound.uid) else { return };
+        if self.cache.pod_state(&bound.uid).is_some() {
+            return;
+        }
+        let Some(fw) = self.frameworks.iter().find(|f| f.profile == bound.scheduler_name) else { return };
+        // The pod as it waited (no nodeName: NodeName would reject every other node).
+        let mut pending = (*qp.pod).clone();
+        pending.node_name = None;
+        let pending = Arc::new(pending);
+        let j = shadow::judge(fw, self.cache.snapshot(), &pending, node);
+        let profile = fw.profile.as_str();
+        self.metrics.shadow_decisions.with_label_values(&[profile, j.verdict.as_str()]).inc();
+        if let Some(g) = j.score_gap {
+            self.metrics.shadow_score_gap.with_label_values(&[profile]).observe(g as f64);
+        }
+        if let Some(sh) = &mut self.shadow {
+            sh.record(&j, Self::now());
+        }
     }
 
     fn delete_pod(&mut self, uid: &str) {
@@ -493,6 +549,13 @@ impl Loop {
         if self.health.set_synced(kind) && !*self.ready.borrow() {
             tracing::info!(nodes = self.cache.snapshot().nodes.len(), pods = self.cache.pod_count(), pending = self.queue.len(), "caches synced");
             let _ = self.ready.send(true);
+            if self.shadow.is_some() {
+                let judged = self.queue.len() + self.cache.snapshot().bound_pods().filter(|p| self.profiles.contains(&p.scheduler_name)).count();
+                let profiles: Vec<String> = self.frameworks.iter().map(|f| f.profile.clone()).collect();
+                if let Some(sh) = &mut self.shadow {
+                    sh.synced(judged, &profiles, Self::now());
+                }
+            }
         }
     }
 
@@ -537,7 +600,9 @@ impl Loop {
             self.metrics.schedule_attempts.with_label_values(&["error", &profile]).inc();
             self.metrics.attempt_duration.with_label_values(&["error", &profile]).observe(elapsed);
             let since = self.queue.unschedulable_since(&pod.uid);
-            self.writer.report_failure(pod.clone(), "SchedulerError", o.message.clone().unwrap_or_else(|| err.message()), None, since).await;
+            if let Some(w) = &self.writer {
+            w.report_failure(pod.clone(), "SchedulerError", o.message.clone().unwrap_or_else(|| err.message()), None, since).await;
+        }
             self.queue.error(&pod.uid, now);
             return true;
         }
@@ -550,13 +615,17 @@ impl Loop {
                 self.metrics.preemption_victims.observe(pf.victims.len() as f64);
                 nominated = Some(n.clone());
                 for v in &pf.victims {
-                    self.writer.preempt(v.clone(), pod.clone(), n.clone(), profile.clone()).await;
+                    if let Some(w) = &self.writer {
+            w.preempt(v.clone(), pod.clone(), n.clone(), profile.clone()).await;
+        }
                 }
                 // Lower-priority pods nominated to the same node lose their nomination.
                 let lower: Vec<Arc<PodInfo>> = self.cache.snapshot().nominated.get(n).map(|v| v.iter().filter(|p| p.priority < pod.priority && p.uid != pod.uid).cloned().collect()).unwrap_or_default();
                 for p in lower {
                     self.cache.snapshot_mut().clear_nomination(&p.uid);
-                    self.writer.clear_nomination(p).await;
+                    if let Some(w) = &self.writer {
+            w.clear_nomination(p).await;
+        }
                 }
                 let mut np = (*pod).clone();
                 np.nominated_node = Some(n.clone());
@@ -571,7 +640,9 @@ impl Loop {
         tracing::info!(pod = %pod.key(), %message, "unschedulable");
         let was_nominated = nominated.is_some();
         let since = self.queue.unschedulable_since(&pod.uid);
-        self.writer.report_failure(pod.clone(), "Unschedulable", message, nominated, since).await;
+        if let Some(w) = &self.writer {
+            w.report_failure(pod.clone(), "Unschedulable", message, nominated, since).await;
+        }
         let mut mask = Events::default();
         for name in &o.unschedulable_plugins {
             match fw.plugins().find(|p| p.name() == *name) {
@@ -701,7 +772,9 @@ impl Loop {
             for v in &gp.victims {
                 let (preemptor, node) = by.clone().unwrap_or_else(|| (first.clone(), String::new()));
                 let node = self.cache.snapshot().pod_node(&v.uid).map(str::to_string).unwrap_or(node);
-                self.writer.preempt(v.clone(), preemptor, node, profile.clone()).await;
+                if let Some(w) = &self.writer {
+            w.preempt(v.clone(), preemptor, node, profile.clone()).await;
+        }
             }
             for (m, n) in gp.nominations {
                 let mut np = (*m).clone();
@@ -722,7 +795,9 @@ impl Loop {
         for u in &out.unplaced {
             let since = self.queue.unschedulable_since(&u.pod.uid);
             let (reason, message) = if u.error { ("SchedulerError", u.message.clone()) } else { ("Unschedulable", out.pod_message(u)) };
-            self.writer.report_failure(u.pod.clone(), reason, message, nominated.get(&u.pod.uid).cloned(), since).await;
+            if let Some(w) = &self.writer {
+            w.report_failure(u.pod.clone(), reason, message, nominated.get(&u.pod.uid).cloned(), since).await;
+        }
             self.queue.set_rejected(&u.pod.uid, Some(Rejection { profile: profile.clone(), plugins: u.plugins.clone() }));
             if u.error {
                 self.queue.error(&u.pod.uid, now);
@@ -759,7 +834,9 @@ impl Loop {
             (GroupApi::V1alpha1, true) => serde_json::json!({"phase": "Scheduled", "scheduled": out.bound as usize + out.placed.len(), "scheduleStartTime": now}),
             (GroupApi::V1alpha1, false) => serde_json::json!({"phase": "Pending", "scheduled": out.bound, "scheduleStartTime": now}),
         };
-        self.writer.group_status(r.api, first.namespace.clone(), r.name.clone(), status).await;
+        if let Some(w) = &self.writer {
+            w.group_status(r.api, first.namespace.clone(), r.name.clone(), status).await;
+        }
     }
 
     /// The binding cycle of an assumed pod: PreBind, whose plugins describe
@@ -775,12 +852,16 @@ impl Loop {
             tracing::warn!(pod = %pod.key(), %node, error = %message, "PreBind failed");
             self.frameworks[fi].unassume(&mut self.cache, &mut state, &pod, &node);
             let since = self.queue.unschedulable_since(&pod.uid);
-            self.writer.report_failure(pod.clone(), "SchedulerError", message, None, since).await;
+            if let Some(w) = &self.writer {
+            w.report_failure(pod.clone(), "SchedulerError", message, None, since).await;
+        }
             self.queue.error(&pod.uid, Self::now());
             return;
         }
         let work = state.take_pre_bind_work();
-        self.writer.bind_with_work(pod, node, start.into_std(), work).await;
+        if let Some(w) = &self.writer {
+            w.bind_with_work(pod, node, start.into_std(), work).await;
+        }
     }
 
     fn bind_result(&mut self, r: BindResult) {
@@ -851,7 +932,7 @@ impl Loop {
         mut bind_rx: mpsc::UnboundedReceiver<BindResult>,
         explain: Arc<admin::ExplainHub>,
         mut stop: signal::Receiver<bool>,
-        writer: Writer,
+        writer: Option<Writer>,
     ) {
         let mut last_tick = Instant::now();
         loop {
@@ -872,12 +953,17 @@ impl Loop {
             if last_tick.elapsed() >= Duration::from_millis(500) {
                 self.queue.tick(Self::now());
                 self.gauges();
+                if let Some(sh) = &mut self.shadow {
+                    let profiles: Vec<String> = self.frameworks.iter().map(|f| f.profile.clone()).collect();
+                    sh.tick(&profiles, Self::now());
+                }
                 last_tick = Instant::now();
             }
             // Schedule only while the lease allows writing (renewed within
             // renewDeadline), not merely while the election task says so.
+            // A shadow never pops a pod for binding.
             let ready = *self.ready.borrow();
-            if ready && *self.leading.borrow() && self.lease.may_write() && self.schedule_one().await {
+            if self.shadow.is_none() && ready && *self.leading.borrow() && self.lease.may_write() && self.schedule_one().await {
                 continue;
             }
             let wait = self.queue.next_deadline().map(|d| d.saturating_duration_since(Self::now())).unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));
@@ -890,7 +976,9 @@ impl Loop {
             }
         }
         tracing::info!("scheduling loop stopping; finishing in-flight writes");
-        writer.drain(Duration::from_secs(10)).await;
+        if let Some(w) = writer {
+            w.drain(Duration::from_secs(10)).await;
+        }
     }
 }
 

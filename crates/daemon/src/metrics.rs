@@ -30,6 +30,12 @@ pub struct Metrics {
     /// berth_watch_state{kind, state}: 1 for each watched kind's state, 0 for
     /// its other states (set at scrape time from the watches' health).
     pub watch_state: IntGaugeVec,
+    /// berth_shadow_decisions_total{profile, verdict}: shadow mode's verdicts
+    /// on another scheduler's bindings (same, tie, lower, infeasible, unschedulable).
+    pub shadow_decisions: IntCounterVec,
+    /// berth_shadow_score_gap{profile}: berth's best total minus the bound
+    /// node's total, for the `lower` and `tie` verdicts.
+    pub shadow_score_gap: HistogramVec,
 }
 
 fn exp(start: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -52,6 +58,8 @@ impl Metrics {
             incoming_pods: IntCounterVec::new(Opts::new("scheduler_queue_incoming_pods_total", "Number of pods added to scheduling queues by event and queue type."), &["queue", "event"])?,
             unschedulable_pods: IntGaugeVec::new(Opts::new("scheduler_unschedulable_pods", "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin."), &["plugin", "profile"])?,
             watch_state: IntGaugeVec::new(Opts::new("berth_watch_state", "State of each watched kind (starting, synced, retrying, not_served): 1 for the current state, 0 for the others."), &["kind", "state"])?,
+            shadow_decisions: IntCounterVec::new(Opts::new("berth_shadow_decisions_total", "Shadow mode: verdicts on bindings made by another scheduler for a judged profile. 'same': berth selects the bound node; 'tie': the bound node has berth's best total but berth picked another; 'lower': feasible for berth with a lower total; 'infeasible': a berth Filter rejects the node; 'unschedulable': berth finds no node."), &["profile", "verdict"])?,
+            shadow_score_gap: HistogramVec::new(HistogramOpts::new("berth_shadow_score_gap", "Shadow mode: berth's best total score minus the bound node's total, for the 'lower' and 'tie' verdicts.").buckets(vec![0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]), &["profile"])?,
             registry,
         };
         m.registry.register(Box::new(m.schedule_attempts.clone()))?;
@@ -65,6 +73,8 @@ impl Metrics {
         m.registry.register(Box::new(m.incoming_pods.clone()))?;
         m.registry.register(Box::new(m.unschedulable_pods.clone()))?;
         m.registry.register(Box::new(m.watch_state.clone()))?;
+        m.registry.register(Box::new(m.shadow_decisions.clone()))?;
+        m.registry.register(Box::new(m.shadow_score_gap.clone()))?;
         for q in ["active", "backoff", "unschedulable", "gated"] {
             m.pending_pods.with_label_values(&[q]).set(0);
         }
@@ -99,6 +109,8 @@ mod tests {
         m.unschedulable_pods.with_label_values(&["NodeResourcesFit", "default-scheduler"]).set(1);
         m.preemption_attempts.inc();
         m.watch_state.with_label_values(&["pods", "synced"]).set(1);
+        m.shadow_decisions.with_label_values(&["default-scheduler", "same"]).inc();
+        m.shadow_score_gap.with_label_values(&["default-scheduler"]).observe(3.0);
         let text = m.render();
         for name in [
             "scheduler_schedule_attempts_total",
@@ -112,6 +124,8 @@ mod tests {
             "scheduler_queue_incoming_pods_total",
             "scheduler_unschedulable_pods",
             "berth_watch_state",
+            "berth_shadow_decisions_total",
+            "berth_shadow_score_gap",
         ] {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

@@ -49,6 +49,12 @@ pub struct RunArgs {
     /// Identity in the leader-election Lease (default: $POD_NAME or berth-<pid>).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Shadow mode: write nothing (no binds, status, events or Lease) and
+    /// judge the bindings another scheduler makes for the configured
+    /// profiles' pods (usually `default-scheduler`): verdicts on /metrics
+    /// (berth_shadow_decisions_total) and /debug/shadow.
+    #[arg(long, env = "BERTH_SHADOW")]
+    pub shadow: bool,
 }
 
 /// Initializes logging (RUST_LOG filters; info by default).
@@ -93,9 +99,13 @@ pub async fn run(a: &RunArgs) -> anyhow::Result<()> {
         always_allow_paths: a.authorization_always_allow_paths.iter().map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect(),
         ..AdminOptions::default()
     };
-    let opts = Options { bind_address: a.bind_address, identity: a.identity.clone().unwrap_or_else(|| Options::default().identity), admin, ..Options::default() };
+    let opts = Options { bind_address: a.bind_address, identity: a.identity.clone().unwrap_or_else(|| Options::default().identity), admin, shadow: a.shadow, ..Options::default() };
     let handle = daemon::start(client, &config, opts).await?;
-    tracing::info!(admin = %handle.admin_addr, profiles = ?config.profile_names(), "berth is running");
+    if a.shadow {
+        tracing::info!(admin = %handle.admin_addr, profiles = ?config.profile_names(), "berth is running in shadow mode: judging other schedulers' bindings, writing nothing");
+    } else {
+        tracing::info!(admin = %handle.admin_addr, profiles = ?config.profile_names(), "berth is running");
+    }
     shutdown_signal().await;
     tracing::info!("shutting down: no new pods; finishing in-flight binds; releasing the lease");
     tokio::select! {

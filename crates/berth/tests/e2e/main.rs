@@ -4,7 +4,7 @@
 //! - `cli`: the offline commands from the outside;
 //! - `conformance`: the shared cases that pin decisions to upstream's;
 //! - `e2e_*`, `default_spreading`, `gangs`: the daemon over HTTP against the local cluster
-//!   (`e2e_recovery`: outages between them);
+//!   (`e2e_recovery`: outages between them; `e2e_shadow`: `--shadow` judging another binder);
 //! - `admin`: the daemon's secure port (TLS, delegated auth, limits, explain);
 //! - `cluster_bench`: the local cluster's benchmark;
 //! - `live`: explain, simulate and dump against the local cluster's API.
@@ -23,6 +23,7 @@ mod conformance;
 mod default_spreading;
 mod e2e_daemon;
 mod e2e_recovery;
+mod e2e_shadow;
 mod e2e_storage;
 mod e2e_support;
 mod e2e_throughput;
