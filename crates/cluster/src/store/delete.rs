@@ -13,8 +13,7 @@ use crate::resources::{self as res, PODS, RESOURCES, ResId};
 
 use super::obj::Obj;
 use super::watch::EventType;
-use super::write::refused;
-use super::{Inner, Result, Store, conflict, is_deleting, meta_mut, not_found, qualified};
+use super::{Inner, Result, Store, conflict, has_finalizers, refused, is_deleting, meta_mut, not_found, qualified};
 
 /// Delete options.
 #[derive(Debug, Clone, Default)]
@@ -25,12 +24,6 @@ pub struct DeleteOpts {
     pub uid: Option<String>,
     /// preconditions.resourceVersion.
     pub rv: Option<String>,
-}
-
-/// Finalizers still hold the object (for namespaces, `spec.finalizers` too).
-pub(super) fn has_finalizers(r: ResId, v: &Value) -> bool {
-    let non_empty = |p: &str| v.at(p).and_then(Value::as_array).is_some_and(|f| !f.is_empty());
-    non_empty("/metadata/finalizers") || (r == res::NAMESPACES && non_empty("/spec/finalizers"))
 }
 
 /// Does the object name `kind`/`uid` among its ownerReferences?

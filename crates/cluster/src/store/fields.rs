@@ -12,8 +12,32 @@ use crate::managed;
 use crate::object::now_rfc3339;
 use crate::resources::ResourceInfo;
 
-use super::write::WriteCtx;
 use super::{Error, Result, Store, meta_mut};
+
+/// Who writes and how: the field manager recorded in
+/// `metadata.managedFields` (None for the cluster's own writes, which keep
+/// the object's entries as they are), the apiVersion of the request,
+/// apply's `force`, and `dryRun=All`.
+#[derive(Debug, Clone, Default)]
+pub struct WriteCtx {
+    /// The field manager (`fieldManager`, else from the User-Agent).
+    pub manager: Option<String>,
+    /// The request's apiVersion (`v1`, `apps/v1`); the resource's when empty.
+    pub api_version: String,
+    /// Apply's `force=true`.
+    pub force: bool,
+    /// `dryRun=All`: validate and answer, store nothing.
+    pub dry_run: bool,
+    /// Set by [`Store::patch_with`] for an apply: the fields applied.
+    pub(super) applied: Option<managed::FieldSet>,
+}
+
+impl WriteCtx {
+    /// A write by `manager` through apiVersion `api_version`.
+    pub fn new(manager: impl Into<String>, api_version: impl Into<String>) -> Self {
+        WriteCtx { manager: Some(manager.into()), api_version: api_version.into(), ..Default::default() }
+    }
+}
 
 /// A request's or a stored object's managedFields as the store tracks
 /// them: for Events, every entry's fields in the stored form's names (see

@@ -48,7 +48,8 @@ pub use obj::Obj;
 pub use persist::{Error as DataDirError, FILE as DATA_FILE};
 pub use tokens::TokenUser;
 pub use watch::{EventType, WatchEvent, WatchStart, WatchSub};
-pub use write::{PatchType, WriteCtx, strategic_merge};
+pub use fields::WriteCtx;
+pub use write::{PatchType, strategic_merge};
 pub use crate::object::{now_rfc3339, set_condition};
 
 /// Errors from store operations; each maps onto a metav1.Status answer.
@@ -537,6 +538,22 @@ impl Store {
     pub fn enable_storage_protection(&self) {
         self.storage_protection.store(true, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// An admission refusal as the API server words it: field errors 422,
+/// a plugin's refusal 403.
+pub(super) fn refused(info: &ResourceInfo, name: &str, e: crate::resources::Error) -> Error {
+    match e {
+        crate::resources::Error::Invalid(errs) => invalid_all(info, name, &errs),
+        crate::resources::Error::Forbidden(message) => Error::Forbidden { resource: qualified(info), name: name.to_string(), message },
+        other => Error::BadRequest(other.to_string()),
+    }
+}
+
+/// Finalizers still hold the object (for namespaces, `spec.finalizers` too).
+pub(super) fn has_finalizers(r: ResId, v: &Value) -> bool {
+    let non_empty = |p: &str| v.at(p).and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+    non_empty("/metadata/finalizers") || (r == crate::resources::NAMESPACES && non_empty("/spec/finalizers"))
 }
 
 #[cfg(test)]

@@ -13,10 +13,10 @@ use crate::object::{now_rfc3339, set_condition, set_path};
 use crate::resources::{self as res, PDBS, PODS, RESOURCES};
 use crate::selector::LabelSelector;
 
-use super::delete::{DeleteOpts, has_finalizers};
+use super::delete::DeleteOpts;
 use super::obj::Obj;
 use super::watch::EventType;
-use super::{Error, Inner, KubeletMsg, Result, Store, get_str, is_deleting, meta_mut, meta_str, not_found};
+use super::{Error, Inner, KubeletMsg, Result, Store, get_str, has_finalizers, is_deleting, meta_mut, meta_str, not_found};
 
 /// The whole values of the last [`RECENT_PODS`] pod versions written, by
 /// resourceVersion. A pod is stored lean, so a write to it parses its

@@ -12,11 +12,10 @@ use crate::managed;
 use crate::object::{now_rfc3339, set_path};
 use crate::resources::{self as res, PDBS, PODS, ResId, ResourceInfo};
 
-use super::delete::has_finalizers;
-use super::fields::decode_fields;
+use super::fields::{WriteCtx, decode_fields};
 use super::obj::Obj;
 use super::watch::EventType;
-use super::{Error, Inner, KindStore, Result, Store, conflict, get_str, invalid, invalid_all, is_deleting, meta_mut, meta_str, new_uid, not_found, patch_options_invalid, qualified, random_suffix};
+use super::{Error, Inner, KindStore, Result, Store, conflict, has_finalizers, refused, get_str, invalid, invalid_all, is_deleting, meta_mut, meta_str, new_uid, not_found, patch_options_invalid, qualified, random_suffix};
 
 /// Patch content types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,41 +29,6 @@ pub enum PatchType {
     /// application/apply-patch+yaml: server-side apply with field
     /// ownership ([`crate::managed`]); creates the object when missing.
     Apply,
-}
-
-/// Who writes and how: the field manager recorded in
-/// `metadata.managedFields` (None for the cluster's own writes, which keep
-/// the object's entries as they are), the apiVersion of the request,
-/// apply's `force`, and `dryRun=All`.
-#[derive(Debug, Clone, Default)]
-pub struct WriteCtx {
-    /// The field manager (`fieldManager`, else from the User-Agent).
-    pub manager: Option<String>,
-    /// The request's apiVersion (`v1`, `apps/v1`); the resource's when empty.
-    pub api_version: String,
-    /// Apply's `force=true`.
-    pub force: bool,
-    /// `dryRun=All`: validate and answer, store nothing.
-    pub dry_run: bool,
-    /// Set by [`Store::patch_with`] for an apply: the fields applied.
-    pub(super) applied: Option<managed::FieldSet>,
-}
-
-impl WriteCtx {
-    /// A write by `manager` through apiVersion `api_version`.
-    pub fn new(manager: impl Into<String>, api_version: impl Into<String>) -> Self {
-        WriteCtx { manager: Some(manager.into()), api_version: api_version.into(), ..Default::default() }
-    }
-}
-
-/// An admission refusal as the API server words it: field errors 422,
-/// a plugin's refusal 403.
-pub(super) fn refused(info: &ResourceInfo, name: &str, e: res::Error) -> Error {
-    match e {
-        res::Error::Invalid(errs) => invalid_all(info, name, &errs),
-        res::Error::Forbidden(message) => Error::Forbidden { resource: qualified(info), name: name.to_string(), message },
-        other => Error::BadRequest(other.to_string()),
-    }
 }
 
 /// What admission rules read: the store's current objects, under its lock.
