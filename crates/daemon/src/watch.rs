@@ -391,6 +391,20 @@ fn api_message(e: &kube::Error) -> String {
 }
 
 impl Error {
+    /// The server's state is behind the resourceVersion asked for ("Too
+    /// large resource version", cause ResourceVersionTooLarge): it went
+    /// backwards, as after an etcd restore or a new cluster on the same
+    /// address. The only way on is a fresh list, as client-go's reflector
+    /// does; resuming from the version would be refused forever.
+    pub fn too_large_resource_version(&self) -> bool {
+        const TOO_LARGE: &str = "Too large resource version";
+        match self {
+            Error::Api(kube::Error::Api(s)) => s.code == 504 && (s.message.contains(TOO_LARGE) || s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "ResourceVersionTooLarge"))),
+            Error::Event { code, message } => *code == 504 && message.contains(TOO_LARGE),
+            _ => false,
+        }
+    }
+
     /// The HTTP status the API server answered with, when it answered.
     pub fn code(&self) -> Option<u16> {
         match self {
@@ -973,6 +987,11 @@ where
                 if code == Some(410) && matches!(*retry, Phase::Watch(_)) {
                     // The resourceVersion is too old: relist (not an outage).
                     tracing::debug!(kind, error = %e, "watch expired; relisting");
+                    Phase::List
+                } else if e.too_large_resource_version() {
+                    // The server's state went backwards: relist from scratch;
+                    // the relist drops what no longer exists.
+                    tracing::warn!(kind, error = %e, "the API server's state is older than berth's cache; relisting");
                     Phase::List
                 } else if optional && code == Some(404) {
                     Phase::NotServed

@@ -267,3 +267,43 @@ fn recovery_after_an_outage_during_an_optional_apis_recheck() {
         c.shutdown().await;
     });
 }
+
+/// A cluster that comes back with less: the API server at berth's address
+/// is replaced by a fresh local cluster with 5 of the 20 nodes (as after an
+/// etcd restore, or a new cluster on the same address). Its
+/// resourceVersions are behind berth's, so every watch resumed from berth's
+/// version gets "Too large resource version"; berth relists from scratch,
+/// drops the 15 nodes that no longer exist, and binds every new pod to one
+/// of the 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_comes_back_with_fewer_nodes_is_relisted() {
+    let mut cfg = cluster_config(20, 2, "8", 110);
+    cfg.controllers = berth_cluster::controllers::ControllersConfig { enabled: false, ..Default::default() };
+    init_logs();
+    let first = LocalCluster::start(cfg.clone()).await.unwrap();
+    let addr = first.addr();
+    let d = start_daemon(&first, &config(""), "shrink").await;
+    until_leading(&d, 30).await;
+    // Enough writes that the first cluster's resourceVersion is well ahead
+    // of what the fresh one will reach.
+    let api: Api<Pod> = Api::namespaced(first.client().unwrap(), "default");
+    create_all(&api, (0..40).map(|i| pod(&format!("before-{i}"), "100m", json!({}))).collect(), 8).await;
+    eventually(60, "the first 40 pods bound", || async { pods(&api).await.iter().all(|p| node_of(p).is_some()).then_some(()) }).await;
+    first.shutdown().await;
+
+    let second = LocalCluster::start(berth_cluster::ClusterConfig { listen: addr, nodes: 5, ..cfg }).await.unwrap();
+    let api: Api<Pod> = Api::namespaced(second.client().unwrap(), "default");
+    create_all(&api, (0..20).map(|i| pod(&format!("after-{i}"), "100m", json!({}))).collect(), 4).await;
+    let bound = eventually(90, "the 20 new pods bound", || async {
+        let ps = pods(&api).await;
+        (ps.len() == 20 && ps.iter().all(|p| node_of(p).is_some())).then_some(ps)
+    })
+    .await;
+    let live: Vec<String> = (0..5).map(|i| format!("node-{i}")).collect();
+    for p in &bound {
+        let n = node_of(p).unwrap_or_default();
+        assert!(live.iter().any(|l| l == n), "{} went to {n}, a node of the old cluster", p.metadata.name.as_deref().unwrap_or(""));
+    }
+    d.shutdown().await;
+    second.shutdown().await;
+}

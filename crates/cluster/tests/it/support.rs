@@ -39,7 +39,7 @@ pub async fn cluster_with_controllers(nodes: usize, zones: usize, cpu: &str, pod
     start_cluster(ClusterConfig { controllers, ..cluster_config(nodes, zones, cpu, pods) }).await
 }
 
-fn cluster_config(nodes: usize, zones: usize, cpu: &str, pods: u32) -> ClusterConfig {
+pub fn cluster_config(nodes: usize, zones: usize, cpu: &str, pods: u32) -> ClusterConfig {
     ClusterConfig {
         nodes,
         zones,
