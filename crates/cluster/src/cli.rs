@@ -62,6 +62,10 @@ pub struct ClusterArgs {
     /// (format: `berth_cluster::dra_driver`).
     #[arg(long)]
     pub devices: Option<PathBuf>,
+    /// How requests are authorized: AlwaysAllow (every request, with or
+    /// without credentials) or RBAC (bearer tokens, RBAC policy).
+    #[arg(long, value_enum, default_value_t = super::authz::AuthorizationMode::AlwaysAllow)]
+    pub authorization_mode: super::authz::AuthorizationMode,
 }
 
 impl ClusterArgs {
@@ -87,6 +91,7 @@ impl ClusterArgs {
                 Some(path) => super::dra_driver::DevicesConfig::from_file(path)?,
                 None => super::dra_driver::DevicesConfig::per_node(self.devices_per_node),
             },
+            authorization: self.authorization_mode,
         })
     }
 }

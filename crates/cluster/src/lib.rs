@@ -80,7 +80,9 @@
 //! volume in the selected node's zone), pvc/pv-protection, and a kubelet
 //! that keeps a pod Pending while its claims are not usable on its node.
 //!
-//! Known simplifications: no auth; bodies are JSON, or protobuf for the
+//! Known simplifications: no auth unless [`ClusterConfig::authorization`]
+//! is RBAC ([`authz`], [`authn`]), and no TLS (kubectl sends no token over
+//! plain HTTP); bodies are JSON, or protobuf for the
 //! built-in kinds (requests only, decoded into the same JSON: [`proto`];
 //! responses are JSON, which protobuf clients accept), no CBOR; lists
 //! always answer the current state (resourceVersion/resourceVersionMatch on
@@ -132,6 +134,8 @@
 
 pub mod admission;
 pub mod auth;
+pub mod authn;
+pub mod authz;
 pub mod crd;
 pub mod cli;
 pub mod controllers;
@@ -200,6 +204,9 @@ pub enum Error {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The authorization layer could not be set up.
+    #[error("authorization: {0}")]
+    Authz(#[from] authz::Error),
     /// The simulated DRA driver's devices are invalid or could not be published.
     #[error("{0}")]
     Devices(#[from] dra_driver::Error),
@@ -239,6 +246,9 @@ pub struct ClusterConfig {
     pub controllers: controllers::ControllersConfig,
     /// Devices of the simulated DRA driver (none by default: no driver).
     pub devices: dra_driver::DevicesConfig,
+    /// How requests are authorized: [`authz::AuthorizationMode::AlwaysAllow`]
+    /// (the default for now) or RBAC (see [`authz`]).
+    pub authorization: authz::AuthorizationMode,
 }
 
 impl Default for ClusterConfig {
@@ -259,6 +269,7 @@ impl Default for ClusterConfig {
             podgc: PodGcConfig::default(),
             controllers: controllers::ControllersConfig::default(),
             devices: dra_driver::DevicesConfig::default(),
+            authorization: authz::AuthorizationMode::default(),
         }
     }
 }
@@ -418,11 +429,15 @@ impl std::fmt::Debug for LocalCluster {
 
 impl LocalCluster {
     /// Seed the store, bind the listener and start the kubelets.
-    pub async fn start(cfg: ClusterConfig) -> Result<LocalCluster, Error> {
+    pub async fn start(mut cfg: ClusterConfig) -> Result<LocalCluster, Error> {
         if cfg.zones == 0 {
             return Err(Error::Config("zones must be at least 1".into()));
         }
+        if authn::admin_token(&cfg.auth).is_none() {
+            cfg.auth.tokens.push(auth::StaticToken::new(&authn::new_admin_token(), authn::ADMIN_USER, &[rbac::SYSTEM_MASTERS]));
+        }
         let store = Arc::new(Store::new(cfg.store.clone()));
+        let (access, upkeep) = authz::Access::install(&store, cfg.authorization, &cfg.auth)?;
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             store.create(resources::NAMESPACES, "", json!({"metadata": {"name": ns}}))?;
         }
@@ -459,13 +474,13 @@ impl LocalCluster {
         let addr = listener.local_addr().map_err(|source| Error::Listen { addr: cfg.listen, source })?;
         drop(listener);
         let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string(), auth: Arc::new(cfg.auth.clone()), openapi: Arc::default() };
-        let server = Arc::new(ServerCtl { addr, app: http::router(state), watch_gen, running: tokio::sync::Mutex::new(None) });
+        let server = Arc::new(ServerCtl { addr, app: http::router(state).layer(axum::middleware::from_fn_with_state(access.clone(), authz::middleware)), watch_gen, running: tokio::sync::Mutex::new(None) });
         server.listen().await?;
         let weak: std::sync::Weak<dyn faults::Restarter> = Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));
         faults.set_server(weak);
 
         let kubelet = kubelet::spawn(store.clone(), cfg.kubelet.clone(), krx, stop_rx.clone());
-        let mut tasks = vec![kubelet];
+        let mut tasks = vec![kubelet, access.spawn(upkeep, stop_rx.clone())];
         if cfg.storage.enabled {
             tasks.push(volumes::spawn(store.clone(), cfg.storage.clone(), stop_rx.clone()));
         }
@@ -515,6 +530,7 @@ impl LocalCluster {
         let mut cfg = kube::Config::new(uri);
         cfg.default_namespace = "default".into();
         cfg.read_timeout = Some(Duration::from_secs(60));
+        cfg.auth_info.token = Some(self.admin_token().to_string().into());
         Ok(cfg)
     }
 
@@ -532,9 +548,14 @@ impl LocalCluster {
         kube::Client::try_from(cfg).map_err(|e| Error::Client(e.to_string()))
     }
 
-    /// The kubeconfig YAML pointing at this cluster, without auth.
+    /// The kubeconfig YAML pointing at this cluster, with the admin token.
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig_yaml(&self.url())
+        kubeconfig_yaml_with_token(&self.url(), self.admin_token())
+    }
+
+    /// The admin bearer token (a static token in `system:masters`).
+    pub fn admin_token(&self) -> &str {
+        authn::admin_token(&self.cfg.auth).unwrap_or_default()
     }
 
     /// Write the kubeconfig to `path`, whole or not at all: it is written
@@ -615,6 +636,15 @@ pub fn kubeconfig_yaml(url: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: berth\n  cluster:\n    server: {url}\ncontexts:\n- name: berth\n  context:\n    cluster: berth\n    user: berth\n    namespace: default\ncurrent-context: berth\nusers:\n- name: berth\n  user: {{}}\n"
     )
+}
+
+/// A kubeconfig for `url` whose user sends the bearer `token`. Note:
+/// client-go (so kubectl) reads a user's credentials only for an
+/// `https://` server (`IsConfigTransportTLS` on the URL alone), so over
+/// the local cluster's plain HTTP kubectl sends no token and is
+/// `system:anonymous`; kube-rs sends it.
+pub fn kubeconfig_yaml_with_token(url: &str, token: &str) -> String {
+    kubeconfig_yaml(url).replace("  user: {}\n", &format!("  user:\n    token: {token}\n"))
 }
 
 /// Write `bytes` to `path` so that a reader never sees part of them: into

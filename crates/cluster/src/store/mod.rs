@@ -304,6 +304,10 @@ struct Inner {
     recent_pods: RecentPods,
 }
 
+/// Called on each commit with the resource, the event and the whole
+/// object, under the store's lock: it must not call into the store.
+pub type CommitObserver = Box<dyn Fn(ResId, EventType, &Obj) + Send + Sync>;
+
 /// The store. Cheap to share behind an `Arc`.
 pub struct Store {
     inner: Mutex<Inner>,
@@ -315,6 +319,8 @@ pub struct Store {
     /// ServiceAccount tokens issued through `serviceaccounts/token`.
     tokens: Mutex<HashMap<String, IssuedToken>>,
     storage_protection: std::sync::atomic::AtomicBool,
+    /// What [`Store::observe_commits`] set.
+    observer: OnceLock<CommitObserver>,
 }
 
 impl std::fmt::Debug for Store {
@@ -413,7 +419,13 @@ impl Store {
             kubelet: OnceLock::new(),
             tokens: Mutex::new(HashMap::new()),
             storage_protection: std::sync::atomic::AtomicBool::new(false),
+            observer: OnceLock::new(),
         }
+    }
+
+    /// Sets the observer of every commit (once: false when one is set).
+    pub fn observe_commits(&self, f: CommitObserver) -> bool {
+        self.observer.set(f).is_ok()
     }
 
     /// The description of resource `r` (a built-in or a custom resource).

@@ -12,5 +12,6 @@ mod cluster_kube;
 mod cluster_kubectl;
 mod cluster_lifecycle;
 mod cluster_openapi;
+mod cluster_rbac;
 mod cluster_storage;
 mod support;
