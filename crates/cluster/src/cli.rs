@@ -72,6 +72,10 @@ pub struct ClusterArgs {
     /// `/version`, and only the API groups and versions it serves by default.
     #[arg(long, default_value = "1.37")]
     pub kubernetes_version: super::version::KubeVersion,
+    /// How requests are authorized: AlwaysAllow (every request, with or
+    /// without credentials) or RBAC (bearer tokens, RBAC policy).
+    #[arg(long, value_enum, default_value_t = super::authz::AuthorizationMode::AlwaysAllow)]
+    pub authorization_mode: super::authz::AuthorizationMode,
 }
 
 impl ClusterArgs {
@@ -99,6 +103,7 @@ impl ClusterArgs {
             },
             data_dir: self.data_dir.clone(),
             kubernetes_version: self.kubernetes_version,
+            authorization: self.authorization_mode,
         })
     }
 }

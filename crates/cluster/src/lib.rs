@@ -80,7 +80,9 @@
 //! volume in the selected node's zone), pvc/pv-protection, and a kubelet
 //! that keeps a pod Pending while its claims are not usable on its node.
 //!
-//! Known simplifications: no auth; bodies are JSON, or protobuf for the
+//! Known simplifications: no auth unless [`ClusterConfig::authorization`]
+//! is RBAC ([`authz`], [`authn`]), and no TLS (kubectl sends no token over
+//! plain HTTP); bodies are JSON, or protobuf for the
 //! built-in kinds (requests only, decoded into the same JSON: [`proto`];
 //! responses are JSON, which protobuf clients accept), no CBOR; lists
 //! always answer the current state (a resourceVersion ahead of the
@@ -141,6 +143,8 @@
 
 pub mod admission;
 pub mod auth;
+pub mod authn;
+pub mod authz;
 pub mod crd;
 pub mod cli;
 pub mod controllers;
@@ -213,6 +217,9 @@ pub enum Error {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The authorization layer could not be set up.
+    #[error("authorization: {0}")]
+    Authz(#[from] authz::Error),
     /// The simulated DRA driver's devices are invalid or could not be published.
     #[error("{0}")]
     Devices(#[from] dra_driver::Error),
@@ -261,6 +268,9 @@ pub struct ClusterConfig {
     /// The Kubernetes release answered as: `/version`, and the built-in
     /// resources it serves by default (see [`version`]).
     pub kubernetes_version: version::KubeVersion,
+    /// How requests are authorized: [`authz::AuthorizationMode::AlwaysAllow`]
+    /// (the default for now) or RBAC (see [`authz`]).
+    pub authorization: authz::AuthorizationMode,
 }
 
 impl Default for ClusterConfig {
@@ -283,6 +293,7 @@ impl Default for ClusterConfig {
             devices: dra_driver::DevicesConfig::default(),
             data_dir: None,
             kubernetes_version: version::KubeVersion::default(),
+            authorization: authz::AuthorizationMode::default(),
         }
     }
 }
@@ -454,9 +465,12 @@ impl std::fmt::Debug for LocalCluster {
 
 impl LocalCluster {
     /// Seed the store, bind the listener and start the kubelets.
-    pub async fn start(cfg: ClusterConfig) -> Result<LocalCluster, Error> {
+    pub async fn start(mut cfg: ClusterConfig) -> Result<LocalCluster, Error> {
         if cfg.zones == 0 {
             return Err(Error::Config("zones must be at least 1".into()));
+        }
+        if authn::admin_token(&cfg.auth).is_none() {
+            cfg.auth.tokens.push(auth::StaticToken::new(&authn::new_admin_token(), authn::ADMIN_USER, &[rbac::SYSTEM_MASTERS]));
         }
         let (store, restored) = match &cfg.data_dir {
             Some(dir) => Store::open(cfg.store.clone(), dir)?,
@@ -464,6 +478,7 @@ impl LocalCluster {
         };
         let store = Arc::new(store);
         store.set_kubernetes_version(cfg.kubernetes_version);
+        let (access, upkeep) = authz::Access::install(&store, cfg.authorization, &cfg.auth)?;
         if cfg.storage.enabled {
             store.enable_storage_protection();
         }
@@ -494,13 +509,15 @@ impl LocalCluster {
         if store.is_persistent() {
             app = app.layer(axum::middleware::from_fn_with_state(store.clone(), durable_writes));
         }
+        // Authorization is the outermost layer: a refused request reaches nothing.
+        app = app.layer(axum::middleware::from_fn_with_state(access.clone(), authz::middleware));
         let server = Arc::new(ServerCtl { addr, app, watch_gen, running: tokio::sync::Mutex::new(None) });
         server.listen().await?;
         let weak: std::sync::Weak<dyn faults::Restarter> = Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));
         faults.set_server(weak);
 
         let kubelet = kubelet::spawn(store.clone(), cfg.kubelet.clone(), krx, stop_rx.clone());
-        let mut tasks = vec![kubelet];
+        let mut tasks = vec![kubelet, access.spawn(upkeep, stop_rx.clone())];
         if cfg.storage.enabled {
             tasks.push(volumes::spawn(store.clone(), cfg.storage.clone(), stop_rx.clone()));
         }
@@ -550,6 +567,7 @@ impl LocalCluster {
         let mut cfg = kube::Config::new(uri);
         cfg.default_namespace = "default".into();
         cfg.read_timeout = Some(Duration::from_secs(60));
+        cfg.auth_info.token = Some(self.admin_token().to_string().into());
         Ok(cfg)
     }
 
@@ -567,9 +585,14 @@ impl LocalCluster {
         kube::Client::try_from(cfg).map_err(|e| Error::Client(e.to_string()))
     }
 
-    /// The kubeconfig YAML pointing at this cluster, without auth.
+    /// The kubeconfig YAML pointing at this cluster, with the admin token.
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig_yaml(&self.url())
+        kubeconfig_yaml_with_token(&self.url(), self.admin_token())
+    }
+
+    /// The admin bearer token (a static token in `system:masters`).
+    pub fn admin_token(&self) -> &str {
+        authn::admin_token(&self.cfg.auth).unwrap_or_default()
     }
 
     /// Write the kubeconfig to `path`, whole or not at all: it is written
@@ -726,6 +749,15 @@ pub fn kubeconfig_yaml(url: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: berth\n  cluster:\n    server: {url}\ncontexts:\n- name: berth\n  context:\n    cluster: berth\n    user: berth\n    namespace: default\ncurrent-context: berth\nusers:\n- name: berth\n  user: {{}}\n"
     )
+}
+
+/// A kubeconfig for `url` whose user sends the bearer `token`. Note:
+/// client-go (so kubectl) reads a user's credentials only for an
+/// `https://` server (`IsConfigTransportTLS` on the URL alone), so over
+/// the local cluster's plain HTTP kubectl sends no token and is
+/// `system:anonymous`; kube-rs sends it.
+pub fn kubeconfig_yaml_with_token(url: &str, token: &str) -> String {
+    kubeconfig_yaml(url).replace("  user: {}\n", &format!("  user:\n    token: {token}\n"))
 }
 
 /// Write `bytes` to `path` so that a reader never sees part of them: into

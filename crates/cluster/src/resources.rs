@@ -1141,6 +1141,23 @@ pub fn check_type(v: &mut Value, api_version: &str, kind: &str) -> Result<(), Er
     Ok(())
 }
 
+/// Validate the name of an object of `info`'s kind: RBAC objects' names
+/// are path segments (upstream's `ValidatePathSegmentName`: `system:...`
+/// is fine), other kinds' DNS-1123 subdomains ([`validate_name`]).
+pub fn validate_object_name(info: &ResourceInfo, name: &str) -> Option<String> {
+    if info.group != "rbac.authorization.k8s.io" {
+        return validate_name(name);
+    }
+    let why = if name == "." || name == ".." {
+        format!("may not be '{name}'")
+    } else if let Some(c) = name.chars().find(|c| *c == '/' || *c == '%') {
+        format!("may not contain '{c}'")
+    } else {
+        return None;
+    };
+    Some(format!("metadata.name: Invalid value: \"{name}\": {why}"))
+}
+
 /// Validate a DNS-1123 subdomain name; returns a message if invalid.
 pub fn validate_name(name: &str) -> Option<String> {
     let ok = !name.is_empty()

@@ -331,6 +331,10 @@ struct Inner {
     ceiling: u64,
 }
 
+/// Called on each commit with the resource, the event and the whole
+/// object, under the store's lock: it must not call into the store.
+pub type CommitObserver = Box<dyn Fn(ResId, EventType, &Obj) + Send + Sync>;
+
 /// The store. Cheap to share behind an `Arc`.
 pub struct Store {
     inner: Mutex<Inner>,
@@ -347,6 +351,8 @@ pub struct Store {
     /// The minor version of the Kubernetes release served (see
     /// [`crate::version`]; 0 for the default).
     kube_minor: std::sync::atomic::AtomicU32,
+    /// What [`Store::observe_commits`] set.
+    observer: OnceLock<CommitObserver>,
 }
 
 impl std::fmt::Debug for Store {
@@ -447,7 +453,13 @@ impl Store {
             storage_protection: std::sync::atomic::AtomicBool::new(false),
             persist: None,
             kube_minor: std::sync::atomic::AtomicU32::new(0),
+            observer: OnceLock::new(),
         }
+    }
+
+    /// Sets the observer of every commit (once: false when one is set).
+    pub fn observe_commits(&self, f: CommitObserver) -> bool {
+        self.observer.set(f).is_ok()
     }
 
     /// The description of resource `r` (a built-in or a custom resource).

@@ -159,6 +159,9 @@ impl Store {
             }
         }
         ks.send(ev);
+        if let Some(observe) = self.observer.get() {
+            observe(r, ty, &obj);
+        }
         if r == PODS && ty != EventType::Deleted {
             inner.recent_pods.keep(&obj);
         }

@@ -214,7 +214,7 @@ impl Store {
             return Err(invalid(&info, "", "metadata.name: Required value: name or generateName is required"));
         }
         if !name.is_empty()
-            && let Some(msg) = res::validate_name(&name) {
+            && let Some(msg) = res::validate_object_name(&info, &name) {
                 return Err(invalid(&info, &name, msg));
             }
         for f in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
@@ -241,7 +241,7 @@ impl Store {
                 }
             }
             let n = chosen.ok_or_else(|| Error::AlreadyExists { resource: qualified(&info), name: gen_name.clone() })?;
-            if let Some(msg) = res::validate_name(&n) {
+            if let Some(msg) = res::validate_object_name(&info, &n) {
                 return Err(invalid(&info, &n, msg));
             }
             meta_mut(&mut v)?.insert("name".into(), json!(n));

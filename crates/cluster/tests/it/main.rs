@@ -13,5 +13,6 @@ mod cluster_kubectl;
 mod cluster_lifecycle;
 mod cluster_openapi;
 mod cluster_recovery;
+mod cluster_rbac;
 mod cluster_storage;
 mod support;

@@ -1,0 +1,245 @@
+//! The local cluster with `--authorization-mode RBAC`: bearer tokens
+//! (static and ServiceAccount), RBAC authorization with upstream's 403s,
+//! escalation checks, the access reviews, `kubectl auth`.
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use berth_cluster::auth::{AuthConfig, StaticToken};
+use berth_cluster::authz::AuthorizationMode;
+use berth_cluster::{ClusterConfig, LocalCluster};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::cluster_kubectl::{kubectl, kubectl_available, temp_dir};
+use crate::support::{dechunk, eventually};
+
+const ADMIN: &str = "rbac-admin-token";
+const EVE: &str = "rbac-eve-token";
+
+async fn rbac_cluster() -> LocalCluster {
+    crate::support::init_logs();
+    let auth = AuthConfig { tokens: vec![StaticToken::new(ADMIN, "admin", &["system:masters"]), StaticToken::new(EVE, "eve", &[])], ..AuthConfig::default() };
+    LocalCluster::start(ClusterConfig { nodes: 1, auth, authorization: AuthorizationMode::Rbac, ..Default::default() }).await.unwrap()
+}
+
+/// One HTTP/1.1 request with an optional bearer token: (status, body as JSON or a string).
+async fn call(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> (u16, Value) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let ct = if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Content-Type: {ct}\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = match text.split_once("\r\n\r\n") {
+        Some((head, body)) if head.to_ascii_lowercase().contains("transfer-encoding: chunked") => dechunk(body),
+        Some((_, body)) => body.to_string(),
+        None => String::new(),
+    };
+    (code, serde_json::from_str(&body).unwrap_or(Value::String(body)))
+}
+
+async fn admin(c: &LocalCluster, method: &str, path: &str, body: Value) -> Value {
+    let (code, v) = call(c.addr(), method, path, Some(ADMIN), (!body.is_null()).then_some(body)).await;
+    assert!((200..300).contains(&code), "{method} {path}: {code} {v}");
+    v
+}
+
+async fn sa_token(c: &LocalCluster, ns: &str, name: &str) -> String {
+    admin(c, "POST", &format!("/api/v1/namespaces/{ns}/serviceaccounts"), json!({"metadata": {"name": name}})).await;
+    let tr = admin(c, "POST", &format!("/api/v1/namespaces/{ns}/serviceaccounts/{name}/token"), json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await;
+    tr["status"]["token"].as_str().unwrap().to_string()
+}
+
+async fn sar(c: &LocalCluster, spec: Value) -> Value {
+    admin(c, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})).await["status"].clone()
+}
+
+#[tokio::test]
+async fn anonymous_and_unknown_tokens() {
+    let c = rbac_cluster().await;
+    for p in ["/healthz", "/livez", "/readyz", "/version"] {
+        let (code, _) = call(c.addr(), "GET", p, None, None).await;
+        assert_eq!(code, 200, "{p}");
+    }
+    let (code, v) = call(c.addr(), "GET", "/api/v1/namespaces/default/pods", None, None).await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(v["message"], r#"pods is forbidden: User "system:anonymous" cannot list resource "pods" in API group "" in the namespace "default""#);
+    assert_eq!(v["reason"], "Forbidden");
+    let (code, v) = call(c.addr(), "GET", "/apis", None, None).await;
+    assert_eq!(code, 403, "{v}");
+    let (code, v) = call(c.addr(), "GET", "/api/v1/pods", Some("garbage"), None).await;
+    assert_eq!((code, v["reason"].as_str(), v["code"].as_i64()), (401, Some("Unauthorized"), Some(401)), "{v}");
+    // Even health is refused to a bad token, as kube-apiserver does.
+    let (code, _) = call(c.addr(), "GET", "/healthz", Some("garbage"), None).await;
+    assert_eq!(code, 401);
+    // The admin token reads everything; the bootstrap policy is in the store.
+    let roles = admin(&c, "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-admin", json!(null)).await;
+    assert_eq!(roles["metadata"]["name"], "cluster-admin");
+    // Every namespace gets a default ServiceAccount.
+    admin(&c, "POST", "/api/v1/namespaces", json!({"metadata": {"name": "fresh"}})).await;
+    eventually(10, "default ServiceAccount", || async { (call(c.addr(), "GET", "/api/v1/namespaces/fresh/serviceaccounts/default", Some(ADMIN), None).await.0 == 200).then_some(()) }).await;
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_service_account_that_may_get_pods_may_not_delete_them() {
+    let c = rbac_cluster().await;
+    admin(&c, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", json!({"metadata": {"name": "pod-getter"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})).await;
+    admin(
+        &c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+        json!({"metadata": {"name": "sa-gets-pods"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-getter"}, "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "default"}]}),
+    )
+    .await;
+    admin(&c, "POST", "/api/v1/namespaces/default/pods", json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})).await;
+    let token = sa_token(&c, "default", "sa").await;
+    let (code, v) = call(c.addr(), "GET", "/api/v1/namespaces/default/pods/p", Some(&token), None).await;
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = call(c.addr(), "DELETE", "/api/v1/namespaces/default/pods/p", Some(&token), None).await;
+    assert_eq!(code, 403, "{v}");
+    assert_eq!(v["message"], r#"pods "p" is forbidden: User "system:serviceaccount:default:sa" cannot delete resource "pods" in API group "" in the namespace "default""#);
+    assert_eq!(v["details"], json!({"name": "p", "kind": "pods"}));
+    // The token stops working with its account.
+    admin(&c, "DELETE", "/api/v1/namespaces/default/serviceaccounts/sa", json!(null)).await;
+    let (code, _) = call(c.addr(), "GET", "/api/v1/namespaces/default/pods/p", Some(&token), None).await;
+    assert_eq!(code, 401);
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn binding_anonymous_to_cluster_admin_needs_bind() {
+    let c = rbac_cluster().await;
+    admin(&c, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", json!({"metadata": {"name": "rbac-editor"}, "rules": [
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["*"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["get", "create", "update", "patch"]},
+        ]})).await;
+    admin(
+        &c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"metadata": {"name": "eve-edits"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "rbac-editor"}, "subjects": [{"kind": "User", "name": "eve"}]}),
+    )
+    .await;
+    let grant = json!({"metadata": {"name": "open"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"}, "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:anonymous"}]});
+    let (code, v) = call(c.addr(), "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", Some(EVE), Some(grant.clone())).await;
+    assert_eq!(code, 403, "{v}");
+    let msg = v["message"].as_str().unwrap_or_default();
+    assert!(msg.starts_with(r#"clusterrolebindings.rbac.authorization.k8s.io "open" is forbidden: user "eve" (groups=["system:authenticated"]) is attempting to grant RBAC permissions not currently held:"#), "{msg}");
+    let (code, _) = call(c.addr(), "GET", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/open", Some(ADMIN), None).await;
+    assert_eq!(code, 404, "the refused binding must not be stored");
+    // A dry run is checked too, and an allowed binding passes.
+    let (code, _) = call(c.addr(), "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings?dryRun=All", Some(EVE), Some(grant)).await;
+    assert_eq!(code, 403);
+    let harmless = json!({"metadata": {"name": "eve-too"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "rbac-editor"}, "subjects": [{"kind": "User", "name": "eve2"}]});
+    let (code, v) = call(c.addr(), "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", Some(EVE), Some(harmless)).await;
+    assert_eq!(code, 201, "{v}");
+    // A patch that would grant more than eve holds is refused on what it would store.
+    let (code, v) = call(c.addr(), "PATCH", "/apis/rbac.authorization.k8s.io/v1/clusterroles/rbac-editor", Some(EVE), Some(json!({"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]}))).await;
+    assert_eq!(code, 403, "{v}");
+    let msg = v["message"].as_str().unwrap_or_default();
+    assert!(msg.starts_with(r#"clusterroles.rbac.authorization.k8s.io "rbac-editor" is forbidden: user "eve" (groups=["system:authenticated"]) is attempting to grant RBAC permissions not currently held:"#), "{msg}");
+    let stored = admin(&c, "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/rbac-editor", json!(null)).await;
+    assert_eq!(stored["rules"].as_array().map(Vec::len), Some(2), "{stored}");
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn subject_access_reviews_follow_the_policy() {
+    let c = rbac_cluster().await;
+    let spec = json!({"user": "bob", "groups": ["system:authenticated"], "resourceAttributes": {"namespace": "default", "verb": "get", "resource": "pods"}});
+    assert_eq!(sar(&c, spec.clone()).await["allowed"], false);
+    admin(
+        &c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+        json!({"metadata": {"name": "bob-view"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}, "subjects": [{"kind": "User", "name": "bob"}]}),
+    )
+    .await;
+    let st = sar(&c, spec).await;
+    assert_eq!(st["allowed"], true, "{st}");
+    assert_eq!(st["reason"], r#"RBAC: allowed by RoleBinding "bob-view/default" of ClusterRole "view" to User "bob""#);
+
+    // nonResourceURLs: a ServiceAccount bound to get /metrics may, another may not.
+    admin(&c, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", json!({"metadata": {"name": "metrics-reader"}, "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]})).await;
+    admin(
+        &c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"metadata": {"name": "metrics"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"}, "subjects": [{"kind": "ServiceAccount", "name": "prom", "namespace": "monitoring"}]}),
+    )
+    .await;
+    let metrics = |user: &str| json!({"user": user, "groups": ["system:serviceaccounts", "system:serviceaccounts:monitoring", "system:authenticated"], "nonResourceAttributes": {"verb": "get", "path": "/metrics"}});
+    assert_eq!(sar(&c, metrics("system:serviceaccount:monitoring:prom")).await["allowed"], true);
+    assert_eq!(sar(&c, metrics("system:serviceaccount:monitoring:other")).await["allowed"], false);
+
+    // The reviews of one's own access, for a ServiceAccount.
+    let token = sa_token(&c, "default", "me").await;
+    let (code, v) = call(c.addr(), "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", Some(&token), Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}))).await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["status"]["userInfo"]["username"], "system:serviceaccount:default:me");
+    let ssar = |verb: &str| json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": "selfsubjectaccessreviews", "group": "authorization.k8s.io"}}});
+    let (code, v) = call(c.addr(), "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", Some(&token), Some(ssar("create"))).await;
+    assert_eq!((code, &v["status"]["allowed"]), (201, &json!(true)), "{v}");
+    let (_, v) = call(c.addr(), "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", Some(&token), Some(ssar("delete"))).await;
+    assert_eq!(v["status"]["allowed"], false, "{v}");
+    let (code, v) = call(c.addr(), "POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", Some(&token), Some(json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": "default"}}))).await;
+    assert_eq!(code, 201, "{v}");
+    assert!(v["status"]["resourceRules"].as_array().is_some_and(|r| r.iter().any(|r| r["resources"].as_array().is_some_and(|x| x.contains(&json!("selfsubjectaccessreviews"))))), "{v}");
+    // Anonymous may not ask (system:basic-user is for the authenticated).
+    let (code, _) = call(c.addr(), "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", None, Some(json!({}))).await;
+    assert_eq!(code, 403);
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn kube_rs_clients_carry_the_admin_token() {
+    let c = rbac_cluster().await;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::default_namespaced(c.client().unwrap());
+    pods.list(&Default::default()).await.unwrap();
+    assert!(c.kubeconfig_yaml().contains(&format!("token: {ADMIN}")));
+    c.shutdown().await;
+}
+
+/// kubectl over plain HTTP sends no credentials (client-go reads a
+/// kubeconfig's user only for an https:// server): with RBAC it is
+/// anonymous; open, `auth can-i` and `auth whoami` answer for anyone.
+#[tokio::test]
+async fn kubectl_auth_can_i_and_whoami() {
+    if !kubectl_available() {
+        eprintln!("SKIPPED: kubectl is not installed (CI installs it: see README of the cluster module)");
+        return;
+    }
+    let dir = temp_dir();
+    let kc = dir.join("kubeconfig");
+
+    let open = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
+    open.write_kubeconfig(&kc).unwrap();
+    let (ok, out) = kubectl(&kc, &["auth", "whoami", "-o", "json"]).await;
+    assert!(ok && out.contains("system:anonymous"), "{out}");
+    let (ok, out) = kubectl(&kc, &["auth", "can-i", "delete", "pods"]).await;
+    assert!(ok && out.trim() == "yes", "{out}");
+    let (ok, out) = kubectl(&kc, &["auth", "can-i", "--list"]).await;
+    assert!(ok && out.contains("*.*"), "{out}");
+    let (ok, out) = kubectl(&kc, &["get", "clusterroles", "-o", "name"]).await;
+    assert!(ok && out.contains("clusterrole.rbac.authorization.k8s.io/cluster-admin"), "{out}");
+    let (ok, out) = kubectl(&kc, &["get", "serviceaccounts", "-n", "kube-system", "-o", "name"]).await;
+    assert!(ok && out.contains("serviceaccount/default"), "{out}");
+    open.shutdown().await;
+
+    let c = rbac_cluster().await;
+    c.write_kubeconfig(&kc).unwrap();
+    let (ok, out) = kubectl(&kc, &["get", "pods"]).await;
+    // Discovery is for the authenticated: kubectl, anonymous, is refused.
+    assert!(!ok && out.contains("Forbidden"), "{out}");
+    let (ok, out) = kubectl(&kc, &["auth", "can-i", "get", "pods"]).await;
+    assert!(!ok, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+    c.shutdown().await;
+}
