@@ -625,6 +625,9 @@ impl Entry {
 #[derive(Debug, Clone, Default)]
 pub struct WatchHealth {
     kinds: Arc<Mutex<BTreeMap<&'static str, Entry>>>,
+    /// How often a watch found the server's state older than berth's
+    /// cache: every kind relists when it moves (see [`WatchHealth::went_backwards`]).
+    backwards: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl WatchHealth {
@@ -647,6 +650,21 @@ impl WatchHealth {
     pub fn set_synced(&self, kind: &'static str) -> bool {
         self.update(kind, |e| e.applied += 1);
         self.ready()
+    }
+
+    /// The API server's state went backwards (a watch was answered "Too
+    /// large resource version"): every kind's cache is suspect, not only the
+    /// one that noticed. Every kind that is up counts as starting until its
+    /// next relist is applied, and every watch task relists now, so the
+    /// scheduling loop (which schedules only while [`WatchHealth::ready`])
+    /// never decides on objects that no longer exist.
+    pub fn went_backwards(&self) {
+        for e in self.lock().values_mut() {
+            if matches!(e.link, Link::Up) {
+                e.wanted = e.sent + 1;
+            }
+        }
+        self.backwards.send_modify(|g| *g += 1);
     }
 
     /// Every required kind is synced and every optional kind has had its
@@ -906,6 +924,7 @@ where
     let mut backoff = timing.backoff();
     let wp = WatchParams::default();
     let mut phase = Phase::List;
+    let mut backwards = health.backwards.subscribe();
     loop {
         phase = match phase {
             Phase::List => {
@@ -945,6 +964,8 @@ where
                                     continue;
                                 }
                                 _ = stop.changed() => return,
+                                // Another kind found the server's state older than berth's.
+                                Ok(()) = backwards.changed() => break Phase::List,
                             };
                             if !confirmed && matches!(&next, Ok(Some(Ok(ev))) if !matches!(ev, kube::core::WatchEvent::Error(_))) {
                                 confirmed = true;
@@ -991,7 +1012,9 @@ where
                 } else if e.too_large_resource_version() {
                     // The server's state went backwards: relist from scratch;
                     // the relist drops what no longer exists.
-                    tracing::warn!(kind, error = %e, "the API server's state is older than berth's cache; relisting");
+                    tracing::warn!(kind, error = %e, "the API server's state is older than berth's cache; relisting every kind");
+                    health.went_backwards();
+                    backwards.borrow_and_update();
                     Phase::List
                 } else if optional && code == Some(404) {
                     Phase::NotServed
