@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The workspace's dependency guards: every arrow between crates points down
 # the stack (berth -> lab -> daemon -> engine -> model; cluster -> model).
-#   - model and engine: no kube, tokio, axum or hyper in their dependency tree;
+#   - model, dra and engine: no kube, tokio, axum or hyper in their dependency tree;
 #   - cluster: no scheduler (engine, daemon) and no lab;
 #   - daemon: no local cluster and no lab;
 #   - the production binary (`-p berth --no-default-features`): no local cluster and no lab.
@@ -33,6 +33,7 @@ forbid() {
 }
 
 forbid berth-model "kube kube-client kube-runtime tokio axum hyper berth-engine berth-daemon berth-cluster berth-lab"
+forbid berth-dra "kube kube-client kube-runtime tokio axum hyper berth-engine berth-daemon berth-cluster berth-lab"
 forbid berth-engine "kube kube-client kube-runtime tokio axum hyper berth-daemon berth-cluster berth-lab"
 forbid berth-cluster "berth-engine berth-daemon berth-lab kube kube-client kube-runtime"
 forbid berth-daemon "berth-cluster berth-lab"
