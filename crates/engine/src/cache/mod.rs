@@ -5,6 +5,7 @@
 //! cycles; a cycle reads it through `&Snapshot`, so no copy is taken per cycle.
 
 mod state;
+pub mod reservations;
 pub mod workloads;
 pub mod storage;
 pub mod groups;
@@ -15,7 +16,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::framework::assume::Reservations;
+use self::reservations::Reservations;
 use berth_model::selector::{Labels, Selector};
 use berth_model::{NodeInfo, NodeSpec, PodInfo};
 
