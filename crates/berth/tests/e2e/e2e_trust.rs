@@ -308,7 +308,8 @@ async fn readyz_names_disconnected_watches() {
         proxy.blackout(true);
         let body = eventually(15, "readyz failing", || async {
             let (code, body) = http_get(d.admin_addr, "/readyz").await;
-            (code == 503 && body.contains("watch pods: disconnected")).then_some(body)
+            // Each watch notices the outage on its own: wait until both have.
+            (code == 503 && body.contains("watch pods: disconnected") && body.contains("watch nodes: disconnected")).then_some(body)
         })
         .await;
         println!("readyz during the outage:\n{body}");
