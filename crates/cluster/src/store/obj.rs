@@ -262,7 +262,11 @@ pub(super) fn kept_lean(r: ResId) -> bool {
 /// A field a lean copy keeps, as a field selector compares it; the Events
 /// store's `source` is computed (see `eventview::source`).
 pub(super) fn lean_field<'a>(v: &'a Value, fields: &[&str], dotted: &str) -> Cow<'a, str> {
-    if dotted == "source" && std::ptr::eq(fields, res::EVENTS_SELECTABLE) {
+    // Only the Events lists offer `source` (core/v1's; events.k8s.io/v1's
+    // refuses it at parse time). A content check, not an address one: a
+    // `const` slice has no fixed address, and comparing addresses failed in
+    // release builds once the list moved to another module.
+    if dotted == "source" && fields.contains(&"source") {
         Cow::Borrowed(eventview::source(v))
     } else {
         crate::selector::field_text_at(v, dotted)
