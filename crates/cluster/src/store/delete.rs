@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 
 use crate::jsonptr::Pointer as _;
 use crate::object::{now_rfc3339, set_condition, set_path};
-use crate::resources::{self as res, PODS, RESOURCES, ResId};
+use crate::resources::{self as res, RESOURCES, ResId};
+
+use super::lifecycle;
 
 use super::obj::Obj;
 use super::watch::EventType;
@@ -58,23 +60,7 @@ impl Store {
                     format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", old.rv),
                 ));
             }
-        match r {
-            PODS => self.delete_pod_locked(&mut inner, old, opts.grace),
-            res::NAMESPACES => self.delete_namespace_locked(&mut inner, old),
-            res::CRDS => self.delete_crd_locked(&mut inner, old),
-            _ => {
-                let obj = self.delete_object_locked(&mut inner, r, old)?;
-                if r == res::NODES && !is_deleting(&obj.value) {
-                    // The garbage collector removes what the node owns (its CSINode).
-                    if let Some(csinode) = inner.kinds[res::CSINODES].objects.get(&(String::new(), name.to_string())).map(Obj::full)
-                        && owned_by(&csinode.value, "Node", obj.uid())
-                    {
-                        self.delete_object_locked(&mut inner, res::CSINODES, csinode)?;
-                    }
-                }
-                Ok(obj)
-            }
-        }
+        lifecycle::of(r).delete(self, &mut inner, r, old, opts.grace)
     }
 
     /// Delete any object but a pod or a namespace: finalizers hold it
@@ -96,10 +82,7 @@ impl Store {
     /// Remove an object from the store now (with the PDB resync a pod needs).
     pub(super) fn remove_locked(&self, inner: &mut Inner, r: ResId, old: &Arc<Obj>) -> Result<Arc<Obj>> {
         let obj = self.commit(inner, r, EventType::Deleted, old.value.clone(), None)?;
-        if r == PODS && inner.pdbs_per_ns.contains_key(obj.namespace()) {
-            let ns = obj.namespace().to_string();
-            self.sync_pdbs(inner, &ns, None);
-        }
+        lifecycle::of(r).removed(self, inner, &obj);
         Ok(obj)
     }
 
@@ -127,11 +110,7 @@ impl Store {
             for o in victims {
                 // Earlier removals may have taken this one.
                 let Some(current) = inner.kinds[kr].objects.get(&(name.clone(), o.name().to_string())).map(Obj::full) else { continue };
-                if kr == PODS {
-                    self.delete_pod_locked(inner, current, None)?;
-                } else {
-                    self.delete_object_locked(inner, kr, current)?;
-                }
+                lifecycle::of(kr).delete(self, inner, kr, current, None)?;
             }
         }
         self.finish_namespace(inner, &name, true)?;
@@ -176,7 +155,7 @@ impl Store {
             }
         }
         if remaining.is_empty() {
-            if has_finalizers(PODS, &nso.value) {
+            if lifecycle::has_metadata_finalizers(&nso.value) {
                 // Other finalizers than the controller's own still hold it.
                 let mut v = nso.value.clone();
                 set_path(&mut v, &["spec", "finalizers"], json!([]));

@@ -13,6 +13,9 @@
 //!   per-kind branch;
 //! - `fields`: `metadata.managedFields` on writes;
 //! - `delete`: deletes, finalizers, namespace termination, CRD removal;
+//! - `lifecycle`: what writes of a few kinds set off inside the store
+//!   (pods, PDBs, namespaces, CRDs, nodes), through hooks the generic
+//!   code calls without naming a kind;
 //! - `pods`: bindings, evictions, the kubelets' writes, PDB status;
 //! - `tokens`: ServiceAccount tokens (TokenRequest, TokenReview);
 //! - `typed`: typed create/get/list for tests and setup.
@@ -27,11 +30,13 @@ use tokio::sync::{broadcast, mpsc};
 use crate::jsonptr::Pointer as _;
 use crate::resources::{Registry, ResId, ResourceInfo};
 
+use lifecycle::has_finalizers;
 use pods::RecentPods;
 use tokens::IssuedToken;
 
 mod delete;
 mod fields;
+mod lifecycle;
 mod list;
 mod obj;
 mod persist;
@@ -562,11 +567,6 @@ pub(super) fn refused(info: &ResourceInfo, name: &str, e: crate::resources::Erro
     }
 }
 
-/// Finalizers still hold the object (for namespaces, `spec.finalizers` too).
-pub(super) fn has_finalizers(r: ResId, v: &Value) -> bool {
-    let non_empty = |p: &str| v.at(p).and_then(Value::as_array).is_some_and(|f| !f.is_empty());
-    non_empty("/metadata/finalizers") || (r == crate::resources::NAMESPACES && non_empty("/spec/finalizers"))
-}
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::resources::{PDBS, PODS, ResId};
+use crate::resources::ResId;
 
 use super::obj::{Obj, kept_lean, lean_fields};
 use super::{Error, Inner, Key, KindStore, Result, Store, StoreConfig, meta_mut};
@@ -162,22 +162,11 @@ impl Store {
         if let Some(observe) = self.observer.get() {
             observe(r, ty, &obj);
         }
-        if r == PODS && ty != EventType::Deleted {
-            inner.recent_pods.keep(&obj);
-        }
         if ty == EventType::Deleted && !obj.namespace().is_empty() && inner.terminating_ns.contains(obj.namespace()) {
             let ns = obj.namespace().to_string();
             self.finish_namespace(inner, &ns, false)?;
         }
-        if r == PDBS {
-            let ns = obj.namespace().to_string();
-            let count = inner.kinds[PDBS].range_ns(Some(&ns)).count();
-            if count == 0 {
-                inner.pdbs_per_ns.remove(&ns);
-            } else {
-                inner.pdbs_per_ns.insert(ns, count);
-            }
-        }
+        super::lifecycle::of(r).committed(inner, ty, &obj);
         Ok(obj)
     }
 

@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use crate::jsonptr::Pointer as _;
 use crate::managed;
 use crate::object::{now_rfc3339, set_path};
-use crate::resources::{self as res, PDBS, PODS, ResId, ResourceInfo};
+use crate::resources::{self as res, ResId, ResourceInfo};
+
+use super::lifecycle;
 
 use super::fields::{WriteCtx, decode_fields};
 use super::obj::Obj;
@@ -261,12 +263,7 @@ impl Store {
             return Obj::new(v, inner.rv);
         }
         let obj = self.commit(&mut inner, r, EventType::Added, v, None)?;
-        match r {
-            PODS => self.after_pod_write(&mut inner, None, &obj.value),
-            PDBS => self.sync_pdbs(&mut inner, &key.0, Some(&name)),
-            res::CRDS => self.define_crd(&mut inner, &obj.value),
-            _ => {}
-        }
+        lifecycle::of(r).after_write(self, &mut inner, None, &obj.value);
         Ok(obj)
     }
 
@@ -546,24 +543,14 @@ impl Store {
     pub(super) fn commit_update(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>, new: Value) -> Result<Arc<Obj>> {
         let name = old.name().to_string();
         let no_grace_left = new.at("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) == 0;
-        if is_deleting(&new) && !has_finalizers(r, &new) && no_grace_left && (r != PODS || has_finalizers(r, &old.value)) {
-            if r == res::NAMESPACES {
-                // Finalized by hand: the namespace goes, as upstream, whatever is left in it.
-                inner.terminating_ns.remove(&name);
-            }
+        let life = lifecycle::of(r);
+        if is_deleting(&new) && !has_finalizers(r, &new) && no_grace_left && life.removed_by_update(&old.value) {
+            life.finalized_by_update(inner, &name);
             return self.remove_locked(inner, r, &Obj::from_value(new, old.rv));
         }
         let obj = self.commit(inner, r, EventType::Modified, new, Some(old.clone()))?;
-        match r {
-            PODS => self.after_pod_write(inner, Some(&old.value), &obj.value),
-            PDBS => {
-                let ns = obj.namespace().to_string();
-                self.sync_pdbs(inner, &ns, Some(&name));
-            }
-            res::CRDS => self.define_crd(inner, &obj.value),
-            _ => {}
-        }
-        // Re-read: PDB sync may have committed a newer version of this object.
+        life.after_write(self, inner, Some(&old.value), &obj.value);
+        // Re-read: a hook (a PDB's status sync) may have committed a newer version of this object.
         let key = (obj.namespace().to_string(), obj.name().to_string());
         match inner.kinds[r].objects.get(&key) {
             Some(o) if o.rv != obj.rv => Ok(o.full()),
