@@ -10,6 +10,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
+use super::support::{eventually, api_code};
 
 fn pod(name: &str) -> Pod {
     serde_json::from_value(json!({
@@ -30,28 +31,7 @@ async fn start() -> LocalCluster {
     LocalCluster::start(cfg).await.unwrap()
 }
 
-fn api_code(e: &kube::Error) -> u16 {
-    match e {
-        kube::Error::Api(s) => s.code,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
 
-/// Poll `f` until it returns Some, for at most `secs`.
-async fn eventually<T, F, Fut>(secs: u64, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "condition not reached within {secs}s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 
 /// Next watch event that is not a periodic bookmark (bounded wait).
@@ -322,7 +302,7 @@ async fn binding_kubelet_and_graceful_deletion() {
     let e = pods.create_subresource::<_, kube::core::Status>("binding", "gone", &pp, &binding("gone", "node-3")).await.unwrap_err();
     assert_eq!(api_code(&e), 404);
     // The kubelet starts it.
-    let running = eventually(5, || async {
+    let running = eventually(5, "condition", || async {
         let p = pods.get("b").await.unwrap();
         (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
     })
@@ -340,7 +320,7 @@ async fn binding_kubelet_and_graceful_deletion() {
     assert!(deleting.metadata.deletion_timestamp.is_some());
     assert_eq!(deleting.metadata.deletion_grace_period_seconds, Some(1));
     assert!(pods.get("b").await.is_ok(), "still there during its grace period");
-    eventually(5, || async { pods.get_opt("b").await.unwrap().is_none().then_some(()) }).await;
+    eventually(5, "condition", || async { pods.get_opt("b").await.unwrap().is_none().then_some(()) }).await;
 
     // A second delete with a shorter grace period shortens it.
     let mut long = pod("long");
@@ -351,7 +331,7 @@ async fn binding_kubelet_and_graceful_deletion() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(pods.get("long").await.unwrap().metadata.deletion_timestamp.is_some());
     pods.delete("long", &DeleteParams { grace_period_seconds: Some(1), ..Default::default() }).await.unwrap();
-    eventually(5, || async { pods.get_opt("long").await.unwrap().is_none().then_some(()) }).await;
+    eventually(5, "condition", || async { pods.get_opt("long").await.unwrap().is_none().then_some(()) }).await;
 
     // gracePeriodSeconds=0 removes at once.
     let mut now = pod("now");
@@ -365,7 +345,7 @@ async fn binding_kubelet_and_graceful_deletion() {
     job.metadata.annotations = Some([(berth_cluster::COMPLETE_AFTER.to_string(), "200ms".to_string())].into());
     job.spec.as_mut().unwrap().node_name = Some("node-0".into());
     pods.create(&pp, &job).await.unwrap();
-    eventually(5, || async {
+    eventually(5, "condition", || async {
         let p = pods.get("job").await.unwrap();
         (p.status.as_ref()?.phase.as_deref() == Some("Succeeded")).then_some(())
     })
@@ -431,7 +411,7 @@ async fn pdb_and_eviction() {
         pods.create(&pp, &p).await.unwrap();
     }
     // 4 healthy, 50% => 2 may be disrupted.
-    eventually(5, || async {
+    eventually(5, "condition", || async {
         let s = pdbs.get("web").await.unwrap().status?;
         (s.current_healthy == Some(4) && s.disruptions_allowed == Some(2)).then_some(())
     })
@@ -447,9 +427,9 @@ async fn pdb_and_eviction() {
     // The evicted pods go after their grace period; 50% of 2 leaves one disruption.
     // (Both must be gone: e1 may still be terminating, and counted, when e0 is.)
     for name in ["e0", "e1"] {
-        eventually(5, || async { pods.get_opt(name).await.unwrap().is_none().then_some(()) }).await;
+        eventually(5, "condition", || async { pods.get_opt(name).await.unwrap().is_none().then_some(()) }).await;
     }
-    eventually(5, || async {
+    eventually(5, "condition", || async {
         let s = pdbs.get("web").await.unwrap().status?;
         ((s.expected_pods, s.current_healthy, s.disruptions_allowed) == (Some(2), Some(2), Some(1))).then_some(())
     })

@@ -14,6 +14,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
+use super::support::{eventually, api_err};
 
 async fn start() -> LocalCluster {
     let cfg = ClusterConfig {
@@ -38,28 +39,7 @@ fn pod(name: &str, node: Option<&str>, grace: i64, extra: Value) -> Pod {
     serde_json::from_value(v).unwrap()
 }
 
-fn api_err(e: kube::Error) -> Box<kube::core::Status> {
-    match e {
-        kube::Error::Api(s) => s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
 
-/// Poll `f` until it returns Some, for at most `secs`.
-async fn eventually<T, F, Fut>(secs: u64, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "condition not reached within {secs}s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn condition(p: &Pod, ty: &str) -> Option<(String, Option<String>)> {
     let c = p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == ty)?;
@@ -67,7 +47,7 @@ fn condition(p: &Pod, ty: &str) -> Option<(String, Option<String>)> {
 }
 
 async fn running(pods: &Api<Pod>, name: &str) -> Pod {
-    eventually(5, || async {
+    eventually(5, "condition", || async {
         let p = pods.get(name).await.ok()?;
         (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
     })
@@ -101,7 +81,7 @@ async fn namespace_deletion_is_graceful_and_refuses_new_content() {
     assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
     assert_eq!(e.message, "configmaps \"late\" is forbidden: unable to create new content in namespace doomed because it is being terminated");
     // Once the pod is gone, so is the namespace.
-    eventually(6, || async { nss.get("doomed").await.is_err().then_some(()) }).await;
+    eventually(6, "condition", || async { nss.get("doomed").await.is_err().then_some(()) }).await;
     assert_eq!(api_err(pods.get("runner").await.unwrap_err()).code, 404);
     c.shutdown().await;
 }
@@ -123,7 +103,7 @@ async fn pod_finalizers_hold_deletion() {
 
     // Bound: after its grace period the kubelet is done, the object stays.
     pods.delete("bound", &DeleteParams::default()).await.unwrap();
-    let p = eventually(5, || async {
+    let p = eventually(5, "condition", || async {
         let p = pods.get("bound").await.ok()?;
         (p.metadata.deletion_grace_period_seconds == Some(0)).then_some(p)
     })
@@ -152,7 +132,7 @@ async fn negative_grace_period_means_one_second() {
     let deleted: Pod = serde_json::from_str(&body).unwrap();
     assert_eq!(deleted.metadata.deletion_grace_period_seconds, Some(1));
     assert!(pods.get("p").await.is_ok(), "still there for its one second");
-    eventually(4, || async { pods.get("p").await.is_err().then_some(()) }).await;
+    eventually(4, "condition", || async { pods.get("p").await.is_err().then_some(()) }).await;
     c.shutdown().await;
 }
 
@@ -193,7 +173,7 @@ async fn readiness_gates_and_terminating_pods_drive_ready_and_pdbs() {
 
     // A terminating pod turns NotReady at once, long before its grace period ends.
     pods.delete("g0", &DeleteParams::default()).await.unwrap();
-    let p = eventually(2, || async {
+    let p = eventually(2, "condition", || async {
         let p = pods.get("g0").await.ok()?;
         (condition(&p, "ContainersReady").map(|c| c.0).as_deref() == Some("False")).then_some(p)
     })

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use super::support::{eventually, api_err};
 
 async fn start() -> LocalCluster {
     let cfg = ClusterConfig {
@@ -46,34 +47,14 @@ fn pod_with_claim(name: &str, claim: &str, node: &str) -> Pod {
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}}))
 }
 
-fn api_err(e: kube::Error) -> Box<kube::core::Status> {
-    match e {
-        kube::Error::Api(s) => s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
 
-async fn eventually<T, F, Fut>(secs: u64, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "condition not reached within {secs}s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn phase_of_claim(c: &PersistentVolumeClaim) -> &str {
     c.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
 }
 
 async fn bound_claim(claims: &Api<PersistentVolumeClaim>, name: &str) -> PersistentVolumeClaim {
-    eventually(5, || async {
+    eventually(5, "condition", || async {
         let c = claims.get(name).await.ok()?;
         (phase_of_claim(&c) == "Bound").then_some(c)
     })
@@ -133,7 +114,7 @@ async fn immediate_claims_bind_to_the_smallest_matching_volume() {
     ] {
         pvs.create(&PostParams::default(), &volume(name, size, "manual", extra)).await.unwrap();
     }
-    eventually(5, || async {
+    eventually(5, "condition", || async {
         let pv = pvs.get("pv-5g").await.ok()?;
         (pv.status?.phase.as_deref() == Some("Available")).then_some(())
     })
@@ -162,7 +143,7 @@ async fn immediate_claims_bind_to_the_smallest_matching_volume() {
 
     // Deleting an unused claim releases its volume (Retain by default).
     claims.delete("three", &DeleteParams::default()).await.unwrap();
-    eventually(5, || async {
+    eventually(5, "condition", || async {
         let pv = pvs.get("pv-5g").await.ok()?;
         (pv.status?.phase.as_deref() == Some("Released")).then_some(())
     })
@@ -203,7 +184,7 @@ async fn wait_for_first_consumer_claims_are_provisioned_in_the_selected_nodes_zo
     // The kubelet runs a consumer in that zone; one in another zone never starts.
     pods.create(&PostParams::default(), &pod_with_claim("right", "data", "node-1")).await.unwrap();
     pods.create(&PostParams::default(), &pod_with_claim("wrong", "data", "node-0")).await.unwrap();
-    eventually(5, || async { (phase_of_pod(&pods.get("right").await.ok()?) == "Running").then_some(()) }).await;
+    eventually(5, "condition", || async { (phase_of_pod(&pods.get("right").await.ok()?) == "Running").then_some(()) }).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(phase_of_pod(&pods.get("wrong").await.unwrap()), "Pending");
 
@@ -214,8 +195,8 @@ async fn wait_for_first_consumer_claims_are_provisioned_in_the_selected_nodes_zo
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(claims.get("data").await.unwrap().metadata.deletion_timestamp.is_some(), "a claim in use stays");
     pods.delete("right", &DeleteParams::default()).await.unwrap();
-    eventually(6, || async { claims.get("data").await.is_err().then_some(()) }).await;
-    eventually(5, || async { pvs.get(&pv_name).await.is_err().then_some(()) }).await;
+    eventually(6, "condition", || async { claims.get("data").await.is_err().then_some(()) }).await;
+    eventually(5, "condition", || async { pvs.get(&pv_name).await.is_err().then_some(()) }).await;
     c.shutdown().await;
 }
 
@@ -246,7 +227,7 @@ async fn wait_for_first_consumer_claims_bind_to_the_volume_the_scheduler_picked(
     pvs.patch("local-a", &PatchParams::default(), &Patch::Merge(cref)).await.unwrap();
     let bound = bound_claim(&claims, "db").await;
     assert_eq!(bound.spec.unwrap().volume_name.as_deref(), Some("local-a"));
-    let pv = eventually(5, || async {
+    let pv = eventually(5, "condition", || async {
         let pv = pvs.get("local-a").await.ok()?;
         (pv.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(pv)
     })
@@ -266,13 +247,13 @@ async fn read_write_once_pod_claims_run_one_pod() {
     claims.patch("solo", &PatchParams::default(), &Patch::Merge(ann)).await.unwrap();
     bound_claim(&claims, "solo").await;
     pods.create(&PostParams::default(), &pod_with_claim("first", "solo", "node-0")).await.unwrap();
-    eventually(5, || async { (phase_of_pod(&pods.get("first").await.ok()?) == "Running").then_some(()) }).await;
+    eventually(5, "condition", || async { (phase_of_pod(&pods.get("first").await.ok()?) == "Running").then_some(()) }).await;
     pods.create(&PostParams::default(), &pod_with_claim("second", "solo", "node-0")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(phase_of_pod(&pods.get("second").await.unwrap()), "Pending");
     // Once the first is gone, the second starts.
     pods.delete("first", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
-    eventually(5, || async { (phase_of_pod(&pods.get("second").await.ok()?) == "Running").then_some(()) }).await;
+    eventually(5, "condition", || async { (phase_of_pod(&pods.get("second").await.ok()?) == "Running").then_some(()) }).await;
     c.shutdown().await;
 }
 

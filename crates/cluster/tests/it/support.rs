@@ -121,6 +121,22 @@ pub async fn create_all(api: &Api<Pod>, pods: Vec<Pod>, conc: usize) {
         .await;
 }
 
+/// The Status of an API error (panics on any other error).
+pub fn api_err(e: kube::Error) -> Box<kube::core::Status> {
+    match e {
+        kube::Error::Api(s) => s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// The HTTP code of an API error (panics on any other error).
+pub fn api_code(e: &kube::Error) -> u16 {
+    match e {
+        kube::Error::Api(s) => s.code,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
 /// Polls `f` every 50 ms until it returns Some, for at most `secs`.
 pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
 where
