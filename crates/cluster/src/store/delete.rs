@@ -11,11 +11,9 @@ use crate::jsonptr::Pointer as _;
 use crate::object::{now_rfc3339, set_condition, set_path};
 use crate::resources::{self as res, RESOURCES, ResId};
 
-use super::lifecycle;
-
 use super::obj::Obj;
 use super::watch::EventType;
-use super::{Inner, Result, Store, conflict, has_finalizers, refused, is_deleting, meta_mut, not_found, qualified};
+use super::{Inner, Result, Store, conflict, has_finalizers, has_metadata_finalizers, refused, is_deleting, meta_mut, not_found, qualified};
 
 /// Delete options.
 #[derive(Debug, Clone, Default)]
@@ -60,7 +58,7 @@ impl Store {
                     format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", old.rv),
                 ));
             }
-        lifecycle::of(r).delete(self, &mut inner, r, old, opts.grace)
+        self.delete_as_kind(&mut inner, r, old, opts.grace)
     }
 
     /// Delete any object but a pod or a namespace: finalizers hold it
@@ -82,7 +80,7 @@ impl Store {
     /// Remove an object from the store now (with the PDB resync a pod needs).
     pub(super) fn remove_locked(&self, inner: &mut Inner, r: ResId, old: &Arc<Obj>) -> Result<Arc<Obj>> {
         let obj = self.commit(inner, r, EventType::Deleted, old.value.clone(), None)?;
-        lifecycle::of(r).removed(self, inner, &obj);
+        self.after_remove(inner, r, &obj);
         Ok(obj)
     }
 
@@ -110,7 +108,7 @@ impl Store {
             for o in victims {
                 // Earlier removals may have taken this one.
                 let Some(current) = inner.kinds[kr].objects.get(&(name.clone(), o.name().to_string())).map(Obj::full) else { continue };
-                lifecycle::of(kr).delete(self, inner, kr, current, None)?;
+                self.delete_as_kind(inner, kr, current, None)?;
             }
         }
         self.finish_namespace(inner, &name, true)?;
@@ -155,7 +153,7 @@ impl Store {
             }
         }
         if remaining.is_empty() {
-            if lifecycle::has_metadata_finalizers(&nso.value) {
+            if has_metadata_finalizers(&nso.value) {
                 // Other finalizers than the controller's own still hold it.
                 let mut v = nso.value.clone();
                 set_path(&mut v, &["spec", "finalizers"], json!([]));

@@ -4,9 +4,10 @@
 //! graceful deletion, the namespace and CRD finalizers, the garbage
 //! collector's owner rules).
 //!
-//! The store's generic code (create, update, delete, commit) asks
-//! [`of`] for the kind's [`Lifecycle`] and calls its hooks; it names no
-//! kind. [`of`] is the one table that does, as `admission::rules` is for
+//! The store's generic code (create, update, delete, commit) calls the
+//! dispatching methods in `store/mod.rs`, which ask [`of`] for the kind's
+//! [`Lifecycle`] and call its hooks; it names no kind, and imports point
+//! one way: this module calls the store's parts, never the reverse. [`of`] is the one table that does, as `admission::rules` is for
 //! admission. A kind without a lifecycle of its own gets [`Plain`]: its
 //! objects are stored, finalizers hold them, and nothing else happens.
 
@@ -18,7 +19,7 @@ use crate::jsonptr::Pointer as _;
 use crate::resources::{self as res, ResId};
 
 use super::delete::owned_by;
-use super::{EventType, Inner, Obj, Result, Store, is_deleting};
+use super::{EventType, Inner, Obj, Result, Store, has_finalizers, is_deleting};
 
 /// A kind's hooks. Every method has the plain behaviour as its default.
 pub(super) trait Lifecycle: Sync {
@@ -67,15 +68,6 @@ pub(super) fn of(r: ResId) -> &'static dyn Lifecycle {
     }
 }
 
-/// Finalizers still hold the object (see [`Lifecycle::held`]).
-pub(super) fn has_finalizers(r: ResId, v: &Value) -> bool {
-    has_metadata_finalizers(v) || of(r).held(v)
-}
-
-/// `metadata.finalizers` is not empty.
-pub(super) fn has_metadata_finalizers(v: &Value) -> bool {
-    v.at("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty())
-}
 
 /// Stored, held by finalizers, nothing more.
 pub(super) struct Plain;

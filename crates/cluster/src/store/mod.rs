@@ -30,7 +30,6 @@ use tokio::sync::{broadcast, mpsc};
 use crate::jsonptr::Pointer as _;
 use crate::resources::{Registry, ResId, ResourceInfo};
 
-use lifecycle::has_finalizers;
 use pods::RecentPods;
 use tokens::IssuedToken;
 
@@ -567,6 +566,60 @@ pub(super) fn refused(info: &ResourceInfo, name: &str, e: crate::resources::Erro
     }
 }
 
+
+/// Finalizers still hold the object (`metadata.finalizers`, or what the
+/// kind's lifecycle adds, such as a namespace's `spec.finalizers`).
+pub(super) fn has_finalizers(r: ResId, v: &Value) -> bool {
+    has_metadata_finalizers(v) || lifecycle::of(r).held(v)
+}
+
+/// `metadata.finalizers` is not empty.
+pub(super) fn has_metadata_finalizers(v: &Value) -> bool {
+    v.at("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty())
+}
+
+/// Dispatch to the kinds' lifecycles (`lifecycle.rs`): the store's generic
+/// parts call these and name no kind.
+impl Store {
+    /// After a create (`old` None) or update of `r` committed `new`.
+    fn after_write(&self, inner: &mut Inner, r: ResId, old: Option<&Value>, new: &Value) {
+        lifecycle::of(r).after_write(self, inner, old, new);
+    }
+
+    /// Delete `old` of `r` as its kind deletes (preconditions checked).
+    fn delete_as_kind(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>, grace: Option<i64>) -> Result<Arc<Obj>> {
+        lifecycle::of(r).delete(self, inner, r, old, grace)
+    }
+
+    /// After `obj` of `r` was committed with event `ty`: the kind's hook,
+    /// then, for a removal from a terminating namespace, whether the
+    /// namespace can go.
+    fn after_commit(&self, inner: &mut Inner, r: ResId, ty: EventType, obj: &Arc<Obj>) -> Result<()> {
+        lifecycle::of(r).committed(inner, ty, obj);
+        if ty == EventType::Deleted && !obj.namespace().is_empty() && inner.terminating_ns.contains(obj.namespace()) {
+            let ns = obj.namespace().to_string();
+            self.finish_namespace(inner, &ns, false)?;
+        }
+        Ok(())
+    }
+
+    /// After `obj` of `r` was removed.
+    fn after_remove(&self, inner: &mut Inner, r: ResId, obj: &Obj) {
+        lifecycle::of(r).removed(self, inner, obj);
+    }
+
+    /// Whether an update of `r` that leaves a deleting object with no
+    /// finalizers and no grace removes it (`old`: the stored version);
+    /// when it does, the kind hears that the object was finalized by hand.
+    fn removed_by_update(&self, inner: &mut Inner, r: ResId, old: &Value, name: &str) -> bool {
+        let life = lifecycle::of(r);
+        let removed = life.removed_by_update(old);
+        if removed {
+            life.finalized_by_update(inner, name);
+        }
+        removed
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -162,11 +162,7 @@ impl Store {
         if let Some(observe) = self.observer.get() {
             observe(r, ty, &obj);
         }
-        if ty == EventType::Deleted && !obj.namespace().is_empty() && inner.terminating_ns.contains(obj.namespace()) {
-            let ns = obj.namespace().to_string();
-            self.finish_namespace(inner, &ns, false)?;
-        }
-        super::lifecycle::of(r).committed(inner, ty, &obj);
+        self.after_commit(inner, r, ty, &obj)?;
         Ok(obj)
     }
 

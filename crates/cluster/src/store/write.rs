@@ -12,8 +12,6 @@ use crate::managed;
 use crate::object::{now_rfc3339, set_path};
 use crate::resources::{self as res, ResId, ResourceInfo};
 
-use super::lifecycle;
-
 use super::fields::{WriteCtx, decode_fields};
 use super::obj::Obj;
 use super::watch::EventType;
@@ -263,7 +261,7 @@ impl Store {
             return Obj::new(v, inner.rv);
         }
         let obj = self.commit(&mut inner, r, EventType::Added, v, None)?;
-        lifecycle::of(r).after_write(self, &mut inner, None, &obj.value);
+        self.after_write(&mut inner, r, None, &obj.value);
         Ok(obj)
     }
 
@@ -543,13 +541,11 @@ impl Store {
     pub(super) fn commit_update(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>, new: Value) -> Result<Arc<Obj>> {
         let name = old.name().to_string();
         let no_grace_left = new.at("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) == 0;
-        let life = lifecycle::of(r);
-        if is_deleting(&new) && !has_finalizers(r, &new) && no_grace_left && life.removed_by_update(&old.value) {
-            life.finalized_by_update(inner, &name);
+        if is_deleting(&new) && !has_finalizers(r, &new) && no_grace_left && self.removed_by_update(inner, r, &old.value, &name) {
             return self.remove_locked(inner, r, &Obj::from_value(new, old.rv));
         }
         let obj = self.commit(inner, r, EventType::Modified, new, Some(old.clone()))?;
-        life.after_write(self, inner, Some(&old.value), &obj.value);
+        self.after_write(inner, r, Some(&old.value), &obj.value);
         // Re-read: a hook (a PDB's status sync) may have committed a newer version of this object.
         let key = (obj.namespace().to_string(), obj.name().to_string());
         match inner.kinds[r].objects.get(&key) {
