@@ -7,6 +7,7 @@
 //! loop judges another scheduler's bindings instead ([`shadow`]).
 
 pub mod admin;
+pub mod connect;
 pub mod leader;
 pub mod live;
 pub mod metrics;

@@ -107,10 +107,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// A kube client for `path` (and `context`).
 async fn client(path: &str, context: Option<&str>) -> anyhow::Result<kube::Client> {
-    let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("--kubeconfig {path}"))?;
-    let opts = kube::config::KubeConfigOptions { context: context.map(String::from), ..Default::default() };
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &opts).await.with_context(|| format!("--kubeconfig {path}"))?;
-    Ok(kube::Client::try_from(cfg)?)
+    Ok(berth_daemon::connect::client(Some(path), context).await?)
 }
 
 /// Loads the cluster from the dump or, with --kubeconfig, from the API server.

@@ -67,21 +67,6 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
-/// A kube client for the given kubeconfig, or in-cluster.
-pub async fn client(kubeconfig: Option<&str>) -> anyhow::Result<kube::Client> {
-    let cfg = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| anyhow::anyhow!("--kubeconfig {path}: {e}"))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.map_err(|e| anyhow::anyhow!("--kubeconfig {path}: {e}"))?
-        }
-        None => match kube::Config::incluster() {
-            Ok(c) => c,
-            Err(_) => kube::Config::infer().await.map_err(|e| anyhow::anyhow!("no --kubeconfig given and no in-cluster or default configuration: {e}"))?,
-        },
-    };
-    Ok(kube::Client::try_from(cfg)?)
-}
-
 /// Runs the daemon until SIGTERM or Ctrl-C (a second one aborts).
 pub async fn run(a: &RunArgs) -> anyhow::Result<()> {
     init_logging(a.log_format);
@@ -92,7 +77,7 @@ pub async fn run(a: &RunArgs) -> anyhow::Result<()> {
     };
     let config = Config::load_for_scheduler(path)?;
     let kubeconfig = a.kubeconfig.clone().or_else(|| config.raw.client_connection.kubeconfig.clone()).filter(|s| !s.is_empty());
-    let client = client(kubeconfig.as_deref()).await?;
+    let client = daemon::connect::client(kubeconfig.as_deref(), None).await?;
     let admin = AdminOptions {
         tls_cert_file: a.tls_cert_file.clone(),
         tls_private_key_file: a.tls_private_key_file.clone(),
