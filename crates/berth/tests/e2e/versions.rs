@@ -1,6 +1,6 @@
-//! Clusters of other Kubernetes releases: berth against a local cluster
-//! that serves only what Kubernetes 1.34 serves by default
-//! (`berth cluster --kubernetes-version 1.34`: no scheduling.k8s.io/v1beta1
+//! Clusters of other Kubernetes releases: berth against the process
+//! `berth cluster --kubernetes-version 1.34`, which serves only what
+//! Kubernetes 1.34 serves by default (no scheduling.k8s.io/v1beta1
 //! PodGroups, no resource.k8s.io/v1 DeviceTaintRules, ...). Every kind
 //! beyond the core ones is optional: berth starts, is ready within
 //! seconds, schedules, turns off what depends on a kind that is not
@@ -10,11 +10,14 @@
 
 use std::time::{Duration, Instant};
 
-use berth_cluster::LocalCluster;
+use std::net::SocketAddr;
+
+use berth_daemon::{self as daemon, Options};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::json;
 
+use crate::cluster_cli::spawn_cluster;
 use crate::e2e_recovery::{Logs, run_logged};
 use crate::e2e_support::*;
 
@@ -39,19 +42,23 @@ fn berth_on_a_1_34_cluster_is_ready_schedules_and_names_what_is_off() {
     let logs = Logs::default();
     let l = logs.clone();
     run_logged(&logs, 120, async move {
-        let mut cfg = cluster_config(4, 1, "8", 110);
-        cfg.controllers = berth_cluster::controllers::ControllersConfig { enabled: false, ..Default::default() };
-        cfg.kubernetes_version = "1.34".parse().unwrap();
-        init_logs();
-        let c = LocalCluster::start(cfg).await.unwrap();
+        let dir = std::env::temp_dir().join(format!("berth-v134-{}-{}", std::process::id(), rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (mut cluster, client) = spawn_cluster(&["--nodes", "4", "--kubernetes-version", "1.34"], &dir.join("kubeconfig")).await;
+        let version = client.apiserver_version().await.unwrap();
+        assert_eq!((version.major.as_str(), version.minor.as_str()), ("1", "34"));
         let started = Instant::now();
-        let d = start_daemon(&c, &config(""), "v1-34").await;
-        eventually(10, "/readyz 200 against a 1.34 cluster", || async { (http_get(d.admin_addr, "/readyz").await.0 == 200).then_some(()) }).await;
+        let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: "v1-34".into(), ..Options::default() };
+        let d = daemon::start(client.clone(), &config(""), opts).await.unwrap();
+        // Health checks need no credentials (the admin port asks the
+        // cluster about a token, and this cluster knows only its own).
+        let get = |path: &'static str| admin_get(d.admin_addr, path, None);
+        eventually(10, "/readyz 200 against a 1.34 cluster", || async { (get("/readyz").await.0 == 200).then_some(()) }).await;
         let ready_after = started.elapsed();
         until_leading(&d, 20).await;
 
         // It schedules.
-        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        let api: Api<Pod> = Api::default_namespaced(client.clone());
         create_all(&api, (0..20).map(|i| pod(&format!("p-{i:02}"), "100m", json!({}))).collect(), 8).await;
         eventually(30, "20 pods bound", || async {
             let ps = pods(&api).await;
@@ -62,7 +69,7 @@ fn berth_on_a_1_34_cluster_is_ready_schedules_and_names_what_is_off() {
         // Past one recheck of the kinds not served (every 10 s): still
         // ready, and nothing more is logged about them.
         tokio::time::sleep(Duration::from_secs(12).saturating_sub(started.elapsed())).await;
-        let (code, verbose) = http_get(d.admin_addr, "/readyz?verbose").await;
+        let (code, verbose) = get("/readyz?verbose").await;
         println!("ready {:.1}s after start; /readyz?verbose:\n{verbose}", ready_after.as_secs_f64());
         assert_eq!(code, 200, "{verbose}");
         for line in ["[+]watch pods synced", "[+]watch nodes synced", "[+]caches synced"] {
@@ -99,7 +106,8 @@ fn berth_on_a_1_34_cluster_is_ready_schedules_and_names_what_is_off() {
         }
         let warnings: Vec<_> = lines.iter().filter(|x| x.contains(" WARN ") || x.contains(" ERROR ")).collect();
         assert!(warnings.is_empty(), "warnings against a 1.34 cluster:\n{warnings:#?}");
-        d.shutdown().await;
-        c.shutdown().await;
+        assert_eq!(d.shutdown().await, 0, "panics");
+        let _ = cluster.kill().await;
+        let _ = std::fs::remove_dir_all(&dir);
     });
 }
