@@ -387,8 +387,9 @@ fn non_leader_writes(replicas: &[(&str, Vec<Write>)]) -> Vec<String> {
 // The fault soak (CI): 1,200 pods onto 60 nodes that are exactly full, two
 // replicas each behind a faulty proxy (lost bind replies, 5xx after commit,
 // 429s, failing status and event writes, watch cuts, a short blackout), the
-// leader killed mid-burst and started again (a daemon restart: a new
-// process, the same identity), then a 10 s API outage for both replicas
+// leader killed mid-burst and started again (a new process, the same
+// identity), then the new leader restarted (stopped, so it hands the
+// Lease back, and started again), then a 10 s API outage for both replicas
 // (connections refused, every open one reset) while pods keep coming:
 // every pod bound exactly once, no node over capacity, no write by a
 // replica that did not lead, no panic, `/readyz` 200 on both replicas
@@ -416,9 +417,10 @@ fn fault_soak_two_replicas_leader_killed() {
         };
         let pa = FaultProxy::start(c.client_without_retry().unwrap()).await;
         let pb = FaultProxy::start(c.client_without_retry().unwrap()).await;
-        // The restarted replica A's link (the killed one's writes stay on `pa`).
+        // The restarted replicas' links (each process's writes on its own proxy).
         let pc = FaultProxy::start(c.client_without_retry().unwrap()).await;
-        for p in [&pa, &pb, &pc] {
+        let pd = FaultProxy::start(c.client_without_retry().unwrap()).await;
+        for p in [&pa, &pb, &pc, &pd] {
             p.set_rules(rules());
         }
         let cfg = config_short_lease("");
@@ -458,19 +460,27 @@ fn fault_soak_two_replicas_leader_killed() {
         let a = start_via(&pc, &cfg, "soak-a", None).await;
         let mut a_ready = a.ready.clone();
         tokio::time::timeout(Duration::from_secs(20), a_ready.wait_for(|r| *r)).await.expect("restarted replica-a never ready").unwrap();
+        eventually(60, "half bound", || async { (log.bound() >= N / 2).then_some(()) }).await;
+        // The leader B restarts too (stopped: it hands the Lease back; then
+        // a new process, the same identity); one of the two takes over.
+        let mut panics = b.shutdown().await;
+        let b = start_via(&pd, &cfg, "soak-b", None).await;
+        let mut b_ready = b.ready.clone();
+        tokio::time::timeout(Duration::from_secs(20), b_ready.wait_for(|r| *r)).await.expect("restarted replica-b never ready").unwrap();
+        eventually(15, "a restarted replica leads", || async { (*a.leading.borrow() || *b.leading.borrow()).then_some(()) }).await;
         eventually(60, "three fifths bound", || async { (log.bound() >= 3 * N / 5).then_some(()) }).await;
         // The API server goes away for both replicas, mid-burst.
-        pb.outage(true);
         pc.outage(true);
+        pd.outage(true);
         tokio::time::sleep(Duration::from_secs(10)).await;
-        pb.outage(false);
         pc.outage(false);
+        pd.outage(false);
         let back = Instant::now();
         let ready = |d: &Handle| {
             let addr = d.admin_addr;
             async move { (http_get(addr, "/readyz").await.0 == 200).then_some(()) }
         };
-        eventually(15, "replica-b /readyz 200 after the outage", || ready(&b)).await;
+        eventually(15, "restarted replica-b /readyz 200 after the outage", || ready(&b)).await;
         eventually(15u64.saturating_sub(back.elapsed().as_secs()).max(1), "restarted replica-a /readyz 200 after the outage", || ready(&a)).await;
         let ready_after = back.elapsed();
         assert!(ready_after <= Duration::from_secs(15), "readiness back {ready_after:?} after the API's return");
@@ -481,16 +491,16 @@ fn fault_soak_two_replicas_leader_killed() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let all = pods(&api).await;
         let over = over_capacity(&all, SLOTS as usize);
-        let non_leader = non_leader_writes(&[("soak-a", pa.writes()), ("soak-b", pb.writes()), ("soak-a restarted", pc.writes())]);
+        let non_leader = non_leader_writes(&[("soak-a", pa.writes()), ("soak-b", pb.writes()), ("soak-a restarted", pc.writes()), ("soak-b restarted", pd.writes())]);
         let after = l.lines_since(mark);
         let warnings: Vec<&String> = after.iter().filter(|x| x.contains(" WARN ") || x.contains(" ERROR ")).collect();
         // Lines about one pod (a bind fault injected after recovery) come
         // with the faults, which go on; the rest (watches, leadership,
         // readiness) must have quietened down.
         let general: Vec<&String> = after.iter().filter(|x| !x.contains(" pod=")).collect();
-        let panics = b.shutdown().await + a.shutdown().await;
+        panics += b.shutdown().await + a.shutdown().await;
         println!(
-            "fault soak: {N} pods on {NODES} nodes x {SLOTS} in {took:?}; bound {}, rebound {}, nodes over capacity {over}, writes by a non-leader {}, panics {panics}; /readyz 200 on both {:.1}s after a 10 s outage; log lines after recovery {} ({} warnings, {} not about one pod); faults injected {} + {} + {}",
+            "fault soak: {N} pods on {NODES} nodes x {SLOTS} in {took:?}; bound {}, rebound {}, nodes over capacity {over}, writes by a non-leader {}, panics {panics}; /readyz 200 on both {:.1}s after a 10 s outage; log lines after recovery {} ({} warnings, {} not about one pod); faults injected {} + {} + {} + {}",
             log.bound(),
             log.rebinds().len(),
             non_leader.len(),
@@ -500,7 +510,8 @@ fn fault_soak_two_replicas_leader_killed() {
             general.len(),
             pa.injected(),
             pb.injected(),
-            pc.injected()
+            pc.injected(),
+            pd.injected()
         );
         for line in general.iter().take(40) {
             println!("  {line}");
