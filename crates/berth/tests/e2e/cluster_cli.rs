@@ -37,7 +37,7 @@ async fn cli_binary_serves_and_stops_on_sigterm() {
 
 /// Start `berth cluster` on a free port with `args`; its kubeconfig is
 /// written to `kc` (removed first) and a client for it returned.
-async fn spawn_cluster(args: &[&str], kc: &std::path::Path) -> (tokio::process::Child, kube::Client) {
+pub(crate) async fn spawn_cluster(args: &[&str], kc: &std::path::Path) -> (tokio::process::Child, kube::Client) {
     let _ = std::fs::remove_file(kc);
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_berth"))
         .args(["cluster", "--listen", "127.0.0.1:0", "--write-kubeconfig"])

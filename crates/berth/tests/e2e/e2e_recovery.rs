@@ -30,7 +30,7 @@ use crate::fault_proxy::FaultProxy;
 
 /// The daemon's log lines (target `berth_daemon`, info and above).
 #[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Logs(Arc<Mutex<Vec<u8>>>);
 
 struct LogWriter(Arc<Mutex<Vec<u8>>>);
 
@@ -46,22 +46,22 @@ impl std::io::Write for LogWriter {
 
 impl Logs {
     /// Bytes logged so far (a mark for [`Logs::warnings_since`]).
-    fn mark(&self) -> usize {
+    pub(crate) fn mark(&self) -> usize {
         self.0.lock().unwrap().len()
     }
 
-    fn lines_since(&self, mark: usize) -> Vec<String> {
+    pub(crate) fn lines_since(&self, mark: usize) -> Vec<String> {
         let b = self.0.lock().unwrap();
         String::from_utf8_lossy(&b[mark.min(b.len())..]).lines().map(str::to_string).collect()
     }
 
-    fn warnings_since(&self, mark: usize) -> Vec<String> {
+    pub(crate) fn warnings_since(&self, mark: usize) -> Vec<String> {
         self.lines_since(mark).into_iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect()
     }
 }
 
 /// Runs `f` on a runtime of two workers whose threads log into `logs`.
-fn run_logged<F: Future<Output = ()>>(logs: &Logs, secs: u64, f: F) {
+pub(crate) fn run_logged<F: Future<Output = ()>>(logs: &Logs, secs: u64, f: F) {
     let buf = logs.0.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("berth_daemon=info"))

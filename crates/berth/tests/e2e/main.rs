@@ -7,7 +7,8 @@
 //!   (`e2e_recovery`: outages between them; `e2e_shadow`: `--shadow` judging another binder);
 //! - `admin`: the daemon's secure port (TLS, delegated auth, limits, explain);
 //! - `cluster_bench`: the local cluster's benchmark;
-//! - `live`: explain, simulate and dump against the local cluster's API.
+//! - `live`: explain, simulate and dump against the local cluster's API;
+//! - `versions`: the daemon against a cluster of an older release (1.34).
 //!
 //! The local cluster's own tests live with it (`crates/cluster/tests`), the
 //! engine's with the engine.
@@ -32,3 +33,4 @@ mod e2e_workloads;
 mod fault_proxy;
 mod gangs;
 mod live;
+mod versions;

@@ -14,7 +14,13 @@
 //! (group commit: concurrent writes share one fsync). A request that wrote
 //! is answered only once the transaction holding its changes is committed
 //! ([`Store::synced`], awaited by the HTTP layer), so an object
-//! acknowledged with 201 survives `kill -9`. Readers and watchers see a
+//! acknowledged with 201 survives `kill -9`. Each change gets a sequence
+//! number, and a commit makes durable exactly the numbers of the changes
+//! it held; once the writer stops (closed, halted as by a crash, or a
+//! commit failed), changes are still numbered but never written, so a
+//! request that made one is answered with an error, never 201 (a server
+//! still answering on open connections after a crash must not
+//! acknowledge what it can no longer keep). Readers and watchers see a
 //! change as soon as it is in memory, as before: after a crash, changes
 //! that were seen but never acknowledged may be missing.
 //!
@@ -114,8 +120,13 @@ fn object_key(resource: &str, ns: &str, name: &str) -> Vec<u8> {
 #[derive(Default)]
 struct Queue {
     ops: Vec<Op>,
-    /// Changes queued so far.
+    /// Changes made so far: queued, or refused once closed. A change
+    /// refused is counted too, so that a request that made one waits for
+    /// a sequence number no commit reaches and is never acknowledged.
     seq: u64,
+    /// The sequence number of the last change in `ops` (what a commit of
+    /// `ops` makes durable; never a refused change's).
+    queued: u64,
     closed: bool,
     /// Closed as by a crash: what is queued is dropped.
     discard: bool,
@@ -209,16 +220,25 @@ impl Shared {
                 if q.discard || q.ops.is_empty() {
                     break;
                 }
-                (std::mem::take(&mut q.ops), q.seq)
+                (std::mem::take(&mut q.ops), q.queued)
             };
-            let result = self.write(ops);
-            self.durable.send_modify(|d| match result {
-                Ok(()) => d.seq = seq,
+            match self.write(ops) {
+                Ok(()) => self.durable.send_modify(|d| d.seq = seq),
                 Err(e) => {
+                    // The batch is lost: nothing after it may be
+                    // acknowledged either (a later commit would otherwise
+                    // cover the lost changes' sequence numbers).
                     tracing::error!(error = %e, path = %self.path.display(), "data directory commit failed; writes are no longer acknowledged");
-                    d.failed = Some(e.to_string().into());
+                    {
+                        let mut q = lock(&self.queue);
+                        q.closed = true;
+                        q.discard = true;
+                        q.ops.clear();
+                    }
+                    self.durable.send_modify(|d| d.failed = Some(e.into()));
+                    break;
                 }
-            });
+            }
         }
         lock(&self.db).take();
         self.durable.send_modify(|d| {
@@ -254,11 +274,14 @@ impl Persist {
 
     fn push(&self, op: Op) {
         let mut q = lock(&self.shared.queue);
+        // Counted even when refused (closed): the change is in memory
+        // only, and whoever made it must not be told it is durable.
+        q.seq += 1;
         if q.closed {
             return;
         }
         q.ops.push(op);
-        q.seq += 1;
+        q.queued = q.seq;
         drop(q);
         self.shared.wake.notify_one();
     }
@@ -276,7 +299,10 @@ impl Persist {
         write().map_err(|e| self.shared.db_error(e))
     }
 
-    /// Wait until every change queued so far is committed.
+    /// Wait until every change made so far is committed: `Ok` only once
+    /// a commit that held the last of them returned `Ok`. A change made
+    /// after the writer stopped (closed, halted, or a failed commit) is
+    /// never committed, so this then fails.
     async fn synced(&self) -> Result<(), Error> {
         let target = lock(&self.shared.queue).seq;
         let mut rx = self.shared.durable.subscribe();
@@ -512,6 +538,37 @@ mod tests {
         let d = std::env::temp_dir().join(format!("berth-persist-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
+    }
+
+    /// A change made once the writer has stopped is never acknowledged,
+    /// even when every change before it was committed (the queue then
+    /// looks caught up): the defect that lost an acknowledged ConfigMap
+    /// when a cluster was aborted mid-burst (a connection still open
+    /// served one more create after the halt, and it was answered 201).
+    #[tokio::test]
+    async fn a_change_after_a_halt_is_never_acknowledged() {
+        let d = dir("halt");
+        let (store, _) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
+        let cms = res::lookup("", "v1", "configmaps").unwrap_or_else(|| panic!("configmaps"));
+        let cm = |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "default"}});
+        store.create(res::NAMESPACES, "", json!({"metadata": {"name": "default"}})).unwrap_or_else(|e| panic!("{e}"));
+        store.create(cms, "default", cm("before")).unwrap_or_else(|e| panic!("{e}"));
+        store.synced().await.unwrap_or_else(|e| panic!("{e}"));
+        store.halt_persistence();
+        // Nothing is pending, and what was acknowledged stays so.
+        assert!(store.synced().await.is_ok());
+        store.create(cms, "default", cm("after")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(store.synced().await, Err(Error::Stopped(_))), "a change made after the halt was acknowledged");
+        drop(store);
+        let (store, _) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
+        assert!(store.exists(cms, "default", "before"));
+        assert!(!store.exists(cms, "default", "after"));
+        // The same after a graceful close.
+        store.close_persistence();
+        store.create(cms, "default", cm("closed")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(store.synced().await.is_err());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// Objects, deletions and the resourceVersion survive a reopen; the

@@ -129,45 +129,65 @@ async fn a_restart_keeps_every_object_and_resumes_get_410() {
 /// Every write acknowledged over HTTP is in the directory after a crash:
 /// the cluster is dropped as by `kill -9` (tasks aborted, what is still
 /// queued for the directory dropped) while writers are busy, and the
-/// directory is opened again. (A real `kill -9` of `berth cluster` is the
-/// e2e test `data_dir_survives_kill_9`; both rest on the store answering
-/// a write only once its transaction is committed.)
-#[tokio::test]
-#[ignore = "known defect: one release run lost an acknowledged write when the cluster was aborted mid-burst (the ack-wait layer may release a response when persistence halts); the kill -9 e2e test data_dir_survives_kill_9 still runs"]
+/// directory is opened again; three crashes in a row, at different
+/// moments of the burst. The writers go on a few requests past the
+/// crash: connections that were open are still served for a moment (the
+/// server's connection tasks outlive the aborted listener), and a write
+/// they carry after the crash must not be acknowledged (it once was,
+/// when the writer had just caught up: see
+/// `store::persist::tests::a_change_after_a_halt_is_never_acknowledged`).
+/// (A real `kill -9` of `berth cluster` is the e2e test
+/// `data_dir_survives_kill_9`; both rest on the store answering a write
+/// only once its transaction is committed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_a_crash() {
     let dir = data_dir("crash");
-    let c = LocalCluster::start(config(&dir, 2)).await.unwrap();
-    let cms: Api<ConfigMap> = Api::default_namespaced(c.client().unwrap());
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut writers = Vec::new();
-    for w in 0..8 {
-        let cms = cms.clone();
-        let stop = stop_rx.clone();
-        writers.push(tokio::spawn(async move {
-            let mut acked = Vec::new();
-            for i in 0.. {
-                if *stop.borrow() {
-                    break;
+    let mut acked: Vec<(String, String)> = Vec::new();
+    for (round, burst_ms) in [700u64, 1100, 1500].into_iter().enumerate() {
+        let c = LocalCluster::start(config(&dir, 2)).await.unwrap();
+        let cm_res = c.store().lookup("", "v1", "configmaps").unwrap();
+        // What earlier crashes acknowledged is there.
+        for (name, uid) in &acked {
+            let o = c.store().get(cm_res, "default", name).unwrap_or_else(|e| panic!("round {round}: acknowledged {name} lost: {e}"));
+            assert_eq!(o.uid(), uid);
+        }
+        let cms: Api<ConfigMap> = Api::default_namespaced(c.client().unwrap());
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut writers = Vec::new();
+        for w in 0..12 {
+            let cms = cms.clone();
+            let stop = stop_rx.clone();
+            writers.push(tokio::spawn(async move {
+                let mut acked: Vec<(String, String)> = Vec::new();
+                let mut after_stop = 0;
+                for i in 0.. {
+                    if *stop.borrow() {
+                        after_stop += 1;
+                        if after_stop > 3 {
+                            break;
+                        }
+                    }
+                    let cm = config_map(&format!("cm-{round}-{w}-{i}"));
+                    match tokio::time::timeout(Duration::from_secs(5), cms.create(&PostParams::default(), &cm)).await {
+                        Ok(Ok(cm)) => acked.push((cm.metadata.name.unwrap(), cm.metadata.uid.unwrap())),
+                        Ok(Err(_)) => {}
+                        Err(_) => break,
+                    }
                 }
-                if let Ok(cm) = cms.create(&PostParams::default(), &config_map(&format!("cm-{w}-{i}"))).await {
-                    acked.push((cm.metadata.name.unwrap(), cm.metadata.uid.unwrap()));
-                }
-            }
-            acked
-        }));
+                acked
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(burst_ms)).await;
+        // Crash while the writers are still going: what was answered is committed.
+        let _ = stop_tx.send(true);
+        c.abort();
+        let before = acked.len();
+        for w in writers {
+            acked.extend(w.await.unwrap());
+        }
+        assert!(acked.len() - before > 20, "round {round}: only {} writes acknowledged", acked.len() - before);
+        eprintln!("round {round}: {} writes acknowledged before the crash", acked.len() - before);
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    // Crash while the writers are still going: what was answered is committed.
-    let store = c.store().clone();
-    let _ = stop_tx.send(true);
-    c.abort();
-    let mut acked = Vec::new();
-    for w in writers {
-        acked.extend(w.await.unwrap());
-    }
-    drop(store);
-    assert!(acked.len() > 20, "only {} writes acknowledged", acked.len());
-    eprintln!("{} writes acknowledged before the crash", acked.len());
     let c = LocalCluster::start(config(&dir, 2)).await.unwrap();
     let cm_res = c.store().lookup("", "v1", "configmaps").unwrap();
     for (name, uid) in &acked {
