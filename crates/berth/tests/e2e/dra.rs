@@ -102,6 +102,9 @@ fn reserved_for(c: &ResourceClaim) -> Vec<String> {
 async fn check_allocations(client: &kube::Client) -> HashMap<String, ResourceClaim> {
     let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
     let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
+    // Pods first: a claim is written before its pod is bound, so the
+    // claims read after the pods show every bound pod's allocation.
+    let all_pods = pods(&pods_api).await;
     let claims: HashMap<String, ResourceClaim> = claims_api.list(&ListParams::default()).await.unwrap().items.into_iter().map(|c| (c.metadata.name.clone().unwrap(), c)).collect();
     let mut seen: HashMap<(String, String, String), String> = HashMap::new();
     for (name, c) in &claims {
@@ -111,7 +114,7 @@ async fn check_allocations(client: &kube::Client) -> HashMap<String, ResourceCla
             }
         }
     }
-    for p in pods(&pods_api).await {
+    for p in all_pods {
         let Some(node) = node_of(&p) else { continue };
         let pname = p.metadata.name.clone().unwrap();
         let uid = p.metadata.uid.clone().unwrap();
@@ -162,7 +165,9 @@ async fn ten_pods_from_one_template_share_eight_gpus() {
         create_all(&pods_api, (0..10).map(|i| gpu_pod(&format!("train-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect(), 5).await;
         let waiting = eventually(60, "8 pods bound, 2 reported unschedulable", || async {
             let all = pods(&pods_api).await;
-            let u: Vec<(String, String)> = unschedulable(&all).into_iter().map(|(n, m)| (n.to_string(), m)).collect();
+            // Before the controller made its claim, a pod is reported
+            // with "ResourceClaim not created yet": wait for the verdict on devices.
+            let u: Vec<(String, String)> = unschedulable(&all).into_iter().filter(|(_, m)| m.contains("cannot allocate all claims")).map(|(n, m)| (n.to_string(), m)).collect();
             (bound_count(&all) == 8 && u.len() == 2).then_some(u)
         })
         .await;
@@ -335,6 +340,37 @@ async fn a_restart_in_the_middle_allocates_no_device_twice() {
         // The new leader only reserved what the old one had allocated.
         let text = d.metrics.render();
         assert!(!text.contains("berth_dra_allocation_attempts_total{result=\"error\"}"), "{text}");
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
+// Kubernetes 1.36 serves resource.k8s.io/v1 without DeviceTaintRules: that
+// optional kind is not served (its feature off, readiness not held back),
+// and claims are allocated as on 1.37.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_device_taint_rules_claims_are_still_allocated() {
+    deadline(90, async {
+        init_logs();
+        let cfg = ClusterConfig {
+            devices: DevicesConfig::per_node(1),
+            controllers: ControllersConfig { resync: Duration::from_millis(300), ..Default::default() },
+            kubernetes_version: berth_cluster::version::KubeVersion::new(36).unwrap(),
+            ..cluster_config(2, 2, "8", 110)
+        };
+        let c = LocalCluster::start(cfg).await.unwrap();
+        let d = start_daemon(&c, &config(""), "dra-136").await;
+        until_leading(&d, 20).await;
+        let (_, ready) = http_get(d.admin_addr, "/readyz?verbose").await;
+        assert!(ready.contains("[+]watch devicetaintrules not served") && ready.contains("device taints from DeviceTaintRules off"), "{ready}");
+        assert!(ready.contains("[+]watch resourceclaims synced; optional: dynamic resource allocation (resource.k8s.io/v1) on"), "{ready}");
+        let client = c.client().unwrap();
+        let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
+        create_template(&client).await;
+        pods_api.create(&PostParams::default(), &gpu_pod("solo", json!({"resourceClaimTemplateName": "one-gpu"}))).await.unwrap();
+        eventually(30, "solo bound", || async { pods_api.get("solo").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
+        check_allocations(&client).await;
         d.shutdown().await;
         c.shutdown().await;
     })
