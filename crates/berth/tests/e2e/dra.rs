@@ -376,3 +376,48 @@ async fn without_device_taint_rules_claims_are_still_allocated() {
     })
     .await;
 }
+
+// A pod asking for an extended resource a DeviceClass backs
+// (spec.extendedResourceName) that no node lists: PreBind creates its
+// claim (annotated, owned by the pod), allocates and reserves it, and
+// records it in the pod's status.extendedResourceClaimStatus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_resources_backed_by_a_class_get_their_claim() {
+    deadline(90, async {
+        let c = gpu_cluster(2, 2).await;
+        let d = start_daemon(&c, &config(""), "dra-extended").await;
+        until_leading(&d, 20).await;
+        let client = c.client().unwrap();
+        let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
+        let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
+        // A class backing `example.com/gpu`, which no node lists.
+        let classes: Api<k8s_openapi::api::resource::v1::DeviceClass> = Api::all(client.clone());
+        classes
+            .create(&PostParams::default(), &from(json!({"metadata": {"name": "gpu-ext"}, "spec": {"extendedResourceName": "example.com/gpu",
+                "selectors": [{"cel": {"expression": format!("device.driver == \"{DEFAULT_DRIVER}\"")}}]}})))
+            .await
+            .unwrap();
+        let resource = "example.com/gpu".to_string();
+        let p = pod("ext", "100m", json!({"spec": {"containers": [{"name": "c", "image": "cuda",
+            "resources": {"requests": {"cpu": "100m", resource.clone(): "1"}, "limits": {resource.clone(): "1"}}}]}}));
+        pods_api.create(&PostParams::default(), &p).await.unwrap();
+        let (node, uid) = eventually(30, "ext bound", || async { pods_api.get("ext").await.ok().and_then(|p| Some((node_of(&p)?.to_string(), p.metadata.uid.clone()?))) }).await;
+        let claims = claims_api.list(&ListParams::default()).await.unwrap().items;
+        assert_eq!(claims.len(), 1, "{claims:?}");
+        let claim = &claims[0];
+        let m = &claim.metadata;
+        assert!(m.name.as_deref().is_some_and(|n| n.starts_with("ext-extended-resources-")), "{m:?}");
+        assert_eq!(m.annotations.as_ref().and_then(|a| a.get("resource.kubernetes.io/extended-resource-claim")).map(String::as_str), Some("true"));
+        assert!(m.owner_references.iter().flatten().any(|o| o.uid == uid && o.controller == Some(true)));
+        assert!(m.finalizers.iter().flatten().any(|f| f == "resource.kubernetes.io/delete-protection"));
+        let devs = devices_of(claim);
+        assert_eq!(devs.len(), 1);
+        assert_eq!(devs[0].1, node);
+        assert_eq!(reserved_for(claim), vec![uid]);
+        let status = serde_json::to_value(pods_api.get("ext").await.unwrap().status).unwrap();
+        assert_eq!(status.pointer("/extendedResourceClaimStatus/resourceClaimName").and_then(Value::as_str), m.name.as_deref(), "{status}");
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
