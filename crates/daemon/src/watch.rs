@@ -1,6 +1,6 @@
 //! Watchers on Pods, Nodes, PodDisruptionBudgets, Namespaces, the workload
-//! kinds of default spreading, the storage kinds of the volume plugins and
-//! the PodGroup APIs. Each kind is one task with explicit states
+//! kinds of default spreading, the storage kinds of the volume plugins,
+//! the PodGroup APIs and the kinds of dynamic resource allocation. Each kind is one task with explicit states
 //! ([`WatchState`]: starting, synced, retrying, not served) that lists, sends
 //! the list to the scheduling loop as one `Relist` (so the loop drops what
 //! disappeared while the watch was down: nothing is lost or counted twice),
@@ -13,7 +13,8 @@
 //! kube-scheduler 1.34 watches it; later APIs and CRDs are optional
 //! ([`Need`]): a 404 makes them not served (their objects dropped, one log
 //! line saying which feature is off), and they are looked for again every
-//! [`RECHECK`]. Each change of state is logged once, never each retry.
+//! [`RECHECK`]. Each change of state is logged once, never each retry, and
+//! the kinds of one feature say it is on or off once between them.
 //!
 //! Adding a watched kind: a `WatchEvent` variant, one [`spawn_kind`] (or
 //! [`spawn_watch`], for an optional kind) line in [`spawn`], and the arm that

@@ -33,6 +33,17 @@
 //! lease, read back when their outcome is unknown; then a bounded wait until
 //! the claims are bound. Only then is the pod bound. A failure names the
 //! plugin the work came from.
+//!
+//! DynamicResources' work is its ResourceClaims' (upstream `bindClaim`):
+//! the delete-protection finalizer, then the allocation and the pod's
+//! reservedFor entry in one status write, each conditional on the claim's
+//! uid and resourceVersion. A 409 or an unknown outcome is resolved by
+//! reading the claim back: allocated as decided and reserved for the pod,
+//! the write is done; allocated otherwise, deleted or re-created, the bind
+//! fails and the loop forgets the pod's assumed devices and retries it.
+//! The claim of extended resources a DeviceClass backs is created first
+//! (found again if an earlier attempt created it) and recorded in the pod's
+//! status.extendedResourceClaimStatus.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

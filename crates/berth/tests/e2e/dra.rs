@@ -142,7 +142,7 @@ fn bound_count(all: &[Pod]) -> usize {
     all.iter().filter(|p| node_of(p).is_some()).count()
 }
 
-fn unschedulable<'a>(all: &'a [Pod]) -> Vec<(&'a str, String)> {
+fn unschedulable(all: &[Pod]) -> Vec<(&str, String)> {
     all.iter()
         .filter(|p| node_of(p).is_none())
         .filter_map(|p| scheduled_condition(p).filter(|c| c.0 == "False" && c.1 == "Unschedulable").map(|c| (p.metadata.name.as_deref().unwrap_or(""), c.2)))
