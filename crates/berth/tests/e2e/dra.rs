@@ -421,3 +421,80 @@ async fn extended_resources_backed_by_a_class_get_their_claim() {
     })
     .await;
 }
+
+/// The documents of deploy/berth.yaml of these kinds, as (kind, namespace, name, YAML).
+fn manifests(kinds: &[&str]) -> Vec<(String, Option<String>, String, String)> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/berth.yaml")).unwrap();
+    let field = |doc: &str, prefix: &str| doc.lines().find_map(|l| l.strip_prefix(prefix)).map(|v| v.trim().trim_matches('"').to_string());
+    text.split("\n---\n")
+        .filter_map(|doc| {
+            let kind = field(doc, "kind: ")?;
+            kinds.contains(&kind.as_str()).then(|| (kind, field(doc, "  namespace: "), field(doc, "  name: ").unwrap(), doc.to_string()))
+        })
+        .collect()
+}
+
+// The daemon as berth's service account under RBAC, with exactly the
+// ClusterRole, Role and bindings of deploy/berth.yaml: it becomes ready
+// (the DRA kinds may be listed and watched) and allocates claims (the
+// finalizer, the status, the extended-resource claim and the pod status
+// are allowed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifests_rbac_is_enough_for_claims() {
+    deadline(120, async {
+        init_logs();
+        let cfg = ClusterConfig {
+            devices: DevicesConfig::per_node(2),
+            controllers: ControllersConfig { resync: Duration::from_millis(300), ..Default::default() },
+            authorization: berth_cluster::authz::AuthorizationMode::Rbac,
+            ..cluster_config(2, 2, "8", 110)
+        };
+        let c = LocalCluster::start(cfg).await.unwrap();
+        let admin = c.client().unwrap();
+        let plural = |k: &str| match k {
+            "ServiceAccount" => "/api/v1/namespaces/{ns}/serviceaccounts",
+            "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            "ClusterRoleBinding" => "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            "Role" => "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+            _ => "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+        };
+        let docs = manifests(&["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]);
+        assert!(docs.len() >= 6, "{docs:?}");
+        for (kind, ns, name, doc) in docs {
+            let path = plural(&kind).replace("{ns}", ns.as_deref().unwrap_or("default"));
+            let req = axum::http::Request::patch(format!("{path}/{name}?fieldManager=e2e")).header("Content-Type", "application/apply-patch+yaml").body(doc.into_bytes()).unwrap();
+            admin.request_text(req).await.unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
+        }
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
+        let tr: k8s_openapi::api::authentication::v1::TokenRequest = sas.create_subresource("token", "berth", &PostParams::default(), &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await.unwrap();
+        let mut kc = c.client_config().unwrap();
+        let token: String = serde_json::to_value(tr.status).unwrap()["token"].as_str().unwrap().to_string();
+        kc.auth_info.token = Some(token.into());
+        let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: "dra-rbac".into(), ..Options::default() };
+        let d = daemon::start(kube::Client::try_from(kc).unwrap(), &config(""), opts).await.unwrap();
+        until_leading(&d, 30).await;
+        let pods_api: Api<Pod> = Api::default_namespaced(admin.clone());
+        create_template(&admin).await;
+        let classes: Api<k8s_openapi::api::resource::v1::DeviceClass> = Api::all(admin.clone());
+        classes
+            .create(&PostParams::default(), &from(json!({"metadata": {"name": "gpu-ext"}, "spec": {"extendedResourceName": "example.com/gpu",
+                "selectors": [{"cel": {"expression": format!("device.driver == \"{DEFAULT_DRIVER}\"")}}]}})))
+            .await
+            .unwrap();
+        let mut all: Vec<Pod> = (0..3).map(|i| gpu_pod(&format!("rbac-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect();
+        all.push(pod("rbac-ext", "100m", json!({"spec": {"containers": [{"name": "c", "image": "cuda",
+            "resources": {"requests": {"cpu": "100m", "example.com/gpu": "1"}, "limits": {"example.com/gpu": "1"}}}]}})));
+        create_all(&pods_api, all, 4).await;
+        eventually(60, "the 4 pods bound", || async {
+            check_allocations(&admin).await;
+            (bound_count(&pods(&pods_api).await) == 4).then_some(())
+        })
+        .await;
+        let claims = check_allocations(&admin).await;
+        assert_eq!(claims.values().filter(|c| !devices_of(c).is_empty()).count(), 4);
+        assert_eq!(d.write_counts().failures, 0, "{:?}", d.write_counts());
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
