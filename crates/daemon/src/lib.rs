@@ -193,6 +193,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     watch::spawn_workloads(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
     watch::spawn_storage(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
     watch::spawn_groups(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
+    watch::spawn_dra(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
     watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &watch_health, &mut tasks);
 
     if elect {
@@ -217,6 +218,9 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     let cc = &config.raw.client_connection;
     // Shadow mode has no writer at all: no write path exists.
     let writer = (!opts.shadow).then(|| Writer::new(client, lease.clone(), cc.qps, cc.burst, opts.write_concurrency, bind_tx, &opts.identity));
+    if let Some(w) = &writer {
+        w.set_metrics(metrics.clone());
+    }
     let writes = writer.as_ref().map(Writer::shared_counts).unwrap_or_default();
     let writer_handle = writer.clone();
     let frameworks = profiles.frameworks(opts.seed);
@@ -235,6 +239,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
         lease: lease.clone(),
         group_status: HashMap::new(),
         shadow: shadow_log.clone().map(Shadow::new),
+        dra: watch::DraNames::default(),
     };
     tasks.spawn(lp.run(watch_rx, bind_rx, admin.explain, stop_rx, writer));
     Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics, lease, watch_health, writes, writer: writer_handle, admin: admin.info, shadow: shadow_log })
@@ -262,6 +267,8 @@ struct Loop {
     /// Shadow mode: no pod is popped for binding; bindings made by another
     /// scheduler are judged.
     shadow: Option<Shadow>,
+    /// The DRA objects in the cache, by name (for relists).
+    dra: watch::DraNames,
 }
 
 /// The daemon's side of the group cycle: its cache and one profile.
@@ -512,6 +519,13 @@ impl Loop {
                 if let Some(i) = watch::apply_workload_event(&mut self.cache.snapshot_mut().workloads, *w) {
                     self.mark_synced(watch::WORKLOAD_KINDS[i]);
                 }
+            }
+            WatchEvent::Dra(d) => {
+                let (synced, ev) = watch::apply_dra_event(self.cache.snapshot_mut(), &mut self.dra, *d);
+                if let Some(i) = synced {
+                    self.mark_synced(watch::DRA_KINDS[i]);
+                }
+                self.event(ev);
             }
             WatchEvent::Storage(st) => {
                 let (synced, ev) = watch::apply_storage_event(&mut self.cache.snapshot_mut().storage, *st);

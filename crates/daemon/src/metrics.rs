@@ -36,6 +36,12 @@ pub struct Metrics {
     /// berth_shadow_score_gap{profile}: berth's best total minus the bound
     /// node's total, for the `lower` and `tie` verdicts.
     pub shadow_score_gap: HistogramVec,
+    /// berth_dra_allocation_attempts_total{result}: DynamicResources' PreBind
+    /// writes of one claim (allocated, reserved, error, pod_gone, not_leader).
+    pub dra_allocation_attempts: IntCounterVec,
+    /// berth_dra_allocation_duration_seconds{result}: how long they took,
+    /// conflicts and read-backs included.
+    pub dra_allocation_duration: HistogramVec,
 }
 
 fn exp(start: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -60,6 +66,8 @@ impl Metrics {
             watch_state: IntGaugeVec::new(Opts::new("berth_watch_state", "State of each watched kind (starting, synced, retrying, not_served): 1 for the current state, 0 for the others."), &["kind", "state"])?,
             shadow_decisions: IntCounterVec::new(Opts::new("berth_shadow_decisions_total", "Shadow mode: verdicts on bindings made by another scheduler for a judged profile. 'same': berth selects the bound node; 'tie': the bound node has berth's best total but berth picked another; 'lower': feasible for berth with a lower total; 'infeasible': a berth Filter rejects the node; 'unschedulable': berth finds no node."), &["profile", "verdict"])?,
             shadow_score_gap: HistogramVec::new(HistogramOpts::new("berth_shadow_score_gap", "Shadow mode: berth's best total score minus the bound node's total, for the 'lower' and 'tie' verdicts.").buckets(vec![0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]), &["profile"])?,
+            dra_allocation_attempts: IntCounterVec::new(Opts::new("berth_dra_allocation_attempts_total", "ResourceClaim allocations written by PreBind, by result. 'allocated': the claim's allocation and the pod's reservation were written (or found written); 'reserved': the claim was allocated already and the pod was added to reservedFor; 'error': PreBind failed (allocated elsewhere, deleted, refused); 'pod_gone' and 'not_leader': given up."), &["result"])?,
+            dra_allocation_duration: HistogramVec::new(HistogramOpts::new("berth_dra_allocation_duration_seconds", "Duration of the ResourceClaim writes of PreBind for one claim (finalizer, allocation and reservation, read-backs), by result.").buckets(exp(0.001, 2.0, 15)), &["result"])?,
             registry,
         };
         m.registry.register(Box::new(m.schedule_attempts.clone()))?;
@@ -75,6 +83,8 @@ impl Metrics {
         m.registry.register(Box::new(m.watch_state.clone()))?;
         m.registry.register(Box::new(m.shadow_decisions.clone()))?;
         m.registry.register(Box::new(m.shadow_score_gap.clone()))?;
+        m.registry.register(Box::new(m.dra_allocation_attempts.clone()))?;
+        m.registry.register(Box::new(m.dra_allocation_duration.clone()))?;
         for q in ["active", "backoff", "unschedulable", "gated"] {
             m.pending_pods.with_label_values(&[q]).set(0);
         }
@@ -111,6 +121,8 @@ mod tests {
         m.watch_state.with_label_values(&["pods", "synced"]).set(1);
         m.shadow_decisions.with_label_values(&["default-scheduler", "same"]).inc();
         m.shadow_score_gap.with_label_values(&["default-scheduler"]).observe(3.0);
+        m.dra_allocation_attempts.with_label_values(&["allocated"]).inc();
+        m.dra_allocation_duration.with_label_values(&["allocated"]).observe(0.01);
         let text = m.render();
         for name in [
             "scheduler_schedule_attempts_total",
@@ -126,6 +138,8 @@ mod tests {
             "berth_watch_state",
             "berth_shadow_decisions_total",
             "berth_shadow_score_gap",
+            "berth_dra_allocation_attempts_total",
+            "berth_dra_allocation_duration_seconds",
         ] {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

@@ -1,6 +1,6 @@
 //! Watchers on Pods, Nodes, PodDisruptionBudgets, Namespaces, the workload
-//! kinds of default spreading, the storage kinds of the volume plugins and
-//! the PodGroup APIs. Each kind is one task with explicit states
+//! kinds of default spreading, the storage kinds of the volume plugins,
+//! the PodGroup APIs and the kinds of dynamic resource allocation. Each kind is one task with explicit states
 //! ([`WatchState`]: starting, synced, retrying, not served) that lists, sends
 //! the list to the scheduling loop as one `Relist` (so the loop drops what
 //! disappeared while the watch was down: nothing is lost or counted twice),
@@ -13,7 +13,8 @@
 //! kube-scheduler 1.34 watches it; later APIs and CRDs are optional
 //! ([`Need`]): a 404 makes them not served (their objects dropped, one log
 //! line saying which feature is off), and they are looked for again every
-//! [`RECHECK`]. Each change of state is logged once, never each retry.
+//! [`RECHECK`]. Each change of state is logged once, never each retry, and
+//! the kinds of one feature say it is on or off once between them.
 //!
 //! Adding a watched kind: a `WatchEvent` variant, one [`spawn_kind`] (or
 //! [`spawn_watch`], for an optional kind) line in [`spawn`], and the arm that
@@ -32,6 +33,7 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::api::resource::v1 as res;
 use k8s_openapi::api::storage::v1 as storage;
 use kube::api::{ListParams, ObjectList, VersionMatch, WatchParams};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -162,6 +164,9 @@ pub enum WatchEvent {
     Storage(Box<StorageChange>),
     /// PodGroups of one API (gang scheduling), as dynamic objects.
     PodGroup(berth_model::pod::GroupApi, Box<Change<kube::api::DynamicObject>>),
+    /// ResourceClaims, ResourceSlices, DeviceClasses and DeviceTaintRules
+    /// (dynamic resource allocation).
+    Dra(Box<DraChange>),
 }
 
 /// A change to one of the storage kinds the volume plugins read.
@@ -360,6 +365,156 @@ pub fn spawn_storage(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: 
     spawn_kind(Api::<storage::CSINode>::all(client.clone()), csin, |c| WatchEvent::Storage(Box::new(S::CsiNode(c))), tx, stop, health, tasks);
     spawn_kind(Api::<storage::CSIDriver>::all(client.clone()), csid, |c| WatchEvent::Storage(Box::new(S::CsiDriver(c))), tx, stop, health, tasks);
     spawn_kind(Api::<storage::CSIStorageCapacity>::all(client), cap, |c| WatchEvent::Storage(Box::new(S::Capacity(c))), tx, stop, health, tasks);
+}
+
+// ---------------------------------------------------------------- dynamic resource allocation
+
+/// A change to one of the kinds of dynamic resource allocation
+/// (resource.k8s.io/v1), which the DynamicResources plugin reads.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum DraChange {
+    /// ResourceClaims.
+    Claim(Change<res::ResourceClaim>),
+    /// ResourceSlices.
+    Slice(Change<res::ResourceSlice>),
+    /// DeviceClasses.
+    Class(Change<res::DeviceClass>),
+    /// DeviceTaintRules.
+    TaintRule(Change<res::DeviceTaintRule>),
+}
+
+/// The DRA kinds' names, in [`apply_dra_event`]'s index order.
+pub const DRA_KINDS: [&str; 4] = ["resourceclaims", "resourceslices", "deviceclasses", "devicetaintrules"];
+
+/// The feature the claims, slices and classes turn on: off when
+/// resource.k8s.io/v1 is not served (before Kubernetes 1.34).
+pub const DRA_FEATURE: &str = "dynamic resource allocation (resource.k8s.io/v1)";
+/// The feature DeviceTaintRules turn on (resource.k8s.io/v1 serves them from 1.37).
+pub const DRA_TAINT_RULES_FEATURE: &str = "device taints from DeviceTaintRules";
+
+/// The names of the DRA objects the cache holds, so that a relist drops
+/// those that are gone (claims by `namespace/name`).
+#[derive(Debug, Default)]
+pub struct DraNames {
+    claims: std::collections::HashSet<String>,
+    slices: std::collections::HashSet<String>,
+    classes: std::collections::HashSet<String>,
+    taint_rules: std::collections::HashSet<String>,
+}
+
+/// Applies a DRA change to the snapshot's devices. Returns the index (in
+/// [`DRA_KINDS`]) of a kind whose (re)list just completed, for readiness,
+/// and the cluster event to requeue pods with: RESOURCE_CLAIM,
+/// RESOURCE_SLICE and DEVICE_CLASS, which DynamicResources declares (a
+/// DeviceTaintRule changes which devices of the slices are usable, so its
+/// changes count as slice changes).
+///
+/// An assumed allocation survives every claim update that does not show an
+/// allocation yet (the finalizer written before the status, a relist while
+/// the write is in flight): see `cache::devices`. An object that cannot be
+/// compiled is logged and left out (a slice) or kept with its error (a
+/// claim, whose pods then report it).
+pub fn apply_dra_event(snap: &mut berth_engine::cache::Snapshot, names: &mut DraNames, ev: DraChange) -> (Option<usize>, Events) {
+    fn name_of(m: &ObjectMeta) -> String {
+        m.name.clone().unwrap_or_default()
+    }
+    fn claim_key(m: &ObjectMeta) -> (String, String) {
+        (m.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into()), name_of(m))
+    }
+    fn warn<E: std::fmt::Display>(r: Result<(), E>) {
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "DRA object cannot be used");
+        }
+    }
+    /// Applies a change of a cluster-scoped kind: `up` adds or replaces,
+    /// `rm` removes by name; a relist removes the names not listed.
+    fn by_name<K: kube::Resource>(snap: &mut berth_engine::cache::Snapshot, known: &mut std::collections::HashSet<String>, c: Change<K>, up: fn(&mut berth_engine::cache::Snapshot, &K), rm: fn(&mut berth_engine::cache::Snapshot, &str)) -> bool {
+        match c {
+            Change::Apply(o) => {
+                known.insert(name_of(o.meta()));
+                up(snap, &o);
+                false
+            }
+            Change::Delete(o) => {
+                let n = name_of(o.meta());
+                known.remove(&n);
+                rm(snap, &n);
+                false
+            }
+            Change::Relist(all) => {
+                let keep: std::collections::HashSet<String> = all.iter().map(|o| name_of(o.meta())).collect();
+                for n in known.iter().filter(|n| !keep.contains(*n)) {
+                    rm(snap, n);
+                }
+                for o in &all {
+                    up(snap, o);
+                }
+                *known = keep;
+                true
+            }
+        }
+    }
+    match ev {
+        DraChange::Claim(c) => {
+            let done = match c {
+                Change::Apply(o) => {
+                    let (ns, n) = claim_key(&o.metadata);
+                    names.claims.insert(format!("{ns}/{n}"));
+                    snap.devices.upsert_claim(&o);
+                    false
+                }
+                Change::Delete(o) => {
+                    let (ns, n) = claim_key(&o.metadata);
+                    names.claims.remove(&format!("{ns}/{n}"));
+                    snap.devices.remove_claim(&ns, &n);
+                    false
+                }
+                Change::Relist(all) => {
+                    let keep: std::collections::HashSet<String> = all.iter().map(|o| claim_key(&o.metadata)).map(|(ns, n)| format!("{ns}/{n}")).collect();
+                    for k in names.claims.iter().filter(|k| !keep.contains(*k)) {
+                        if let Some((ns, n)) = k.split_once('/') {
+                            snap.devices.remove_claim(ns, n);
+                        }
+                    }
+                    for o in &all {
+                        snap.devices.upsert_claim(o);
+                    }
+                    names.claims = keep;
+                    true
+                }
+            };
+            (done.then_some(0), Events::RESOURCE_CLAIM)
+        }
+        DraChange::Slice(c) => {
+            let done = by_name(snap, &mut names.slices, c, |s, o| warn(s.devices.upsert_slice(o)), |s, n| s.devices.remove_slice(n));
+            (done.then_some(1), Events::RESOURCE_SLICE)
+        }
+        DraChange::Class(c) => {
+            let done = by_name(snap, &mut names.classes, c, |s, o| warn(s.upsert_device_class(o)), |s, n| s.remove_device_class(n));
+            (done.then_some(2), Events::DEVICE_CLASS)
+        }
+        DraChange::TaintRule(c) => {
+            let done = by_name(snap, &mut names.taint_rules, c, |s, o| warn(s.devices.upsert_taint_rule(o)), |s, n| s.devices.remove_taint_rule(n));
+            (done.then_some(3), Events::RESOURCE_SLICE)
+        }
+    }
+}
+
+/// Starts the watchers of the four DRA kinds, all optional: when
+/// resource.k8s.io/v1 is not served, dynamic resource allocation is off
+/// (one line logged) and readiness does not wait for them; when it is
+/// served, readiness waits for their first lists. DeviceTaintRules are
+/// served from 1.37 only: their own feature.
+pub fn spawn_dra(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
+    use DraChange as D;
+    let [claims, slices, classes, rules] = DRA_KINDS;
+    let dra = Need::Optional { feature: DRA_FEATURE };
+    spawn_watch(Api::<res::ResourceClaim>::all(client.clone()), claims, dra, |c| WatchEvent::Dra(Box::new(D::Claim(c))), tx, stop, health, tasks);
+    spawn_watch(Api::<res::ResourceSlice>::all(client.clone()), slices, dra, |c| WatchEvent::Dra(Box::new(D::Slice(c))), tx, stop, health, tasks);
+    spawn_watch(Api::<res::DeviceClass>::all(client.clone()), classes, dra, |c| WatchEvent::Dra(Box::new(D::Class(c))), tx, stop, health, tasks);
+    let taints = Need::Optional { feature: DRA_TAINT_RULES_FEATURE };
+    spawn_watch(Api::<res::DeviceTaintRule>::all(client), rules, taints, |c| WatchEvent::Dra(Box::new(D::TaintRule(c))), tx, stop, health, tasks);
 }
 
 // ---------------------------------------------------------------- one watch, one state machine
@@ -817,13 +972,22 @@ impl WatchHealth {
             if before.name() != after.name() {
                 e.changes += 1;
             }
-            let feature_was = e.feature_on;
+            let mut feature_was = e.feature_on;
             match after {
                 WatchState::Synced => e.feature_on = Some(true),
                 WatchState::NotServed { .. } => e.feature_on = Some(false),
                 _ => {}
             }
-            (before, after, e.need, feature_was, e.recheck.as_secs())
+            let (need, recheck) = (e.need, e.recheck.as_secs());
+            // Kinds of one feature (one API group) report it once: the
+            // first to say on or off says it for all.
+            if feature_was.is_none() && matches!(need, Need::Optional { .. }) {
+                let said = kinds.iter().filter(|(k, o)| **k != kind && o.need == need).find_map(|(_, o)| o.feature_on);
+                if said.is_some() && said == kinds.get(kind).and_then(|e| e.feature_on) {
+                    feature_was = said;
+                }
+            }
+            (before, after, need, feature_was, recheck)
         };
         if before.name() == after.name() {
             return;
@@ -1212,6 +1376,38 @@ mod tests {
         assert_eq!(apply_storage_event(&mut st, StorageChange::CsiNode(Change::Relist(vec![]))), (Some(3), Events::CSI_NODE));
         assert_eq!(apply_storage_event(&mut st, StorageChange::CsiDriver(Change::Relist(vec![]))), (Some(4), Events::CSI_DRIVER));
         assert_eq!(apply_storage_event(&mut st, StorageChange::Capacity(Change::Relist(vec![]))), (Some(5), Events::CSI_STORAGE_CAPACITY));
+    }
+
+    #[test]
+    fn dra_events_feed_the_devices_and_relists_drop_what_is_gone() {
+        use berth_engine::cache::Snapshot;
+        let slice = |name: &str, node: &str| -> res::ResourceSlice {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": {"driver": "gpu.example.com", "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": [{"name": "gpu-0"}]}})).expect("slice")
+        };
+        let claim = |name: &str| -> res::ResourceClaim {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})).expect("claim")
+        };
+        let class: res::DeviceClass = serde_json::from_value(serde_json::json!({"metadata": {"name": "gpu.example.com"}, "spec": {}})).expect("class");
+        let mut snap = Snapshot::default();
+        let mut names = DraNames::default();
+        let r = apply_dra_event(&mut snap, &mut names, DraChange::Slice(Change::Relist(vec![slice("s1", "n1"), slice("s2", "n2")])));
+        assert_eq!(r, (Some(1), Events::RESOURCE_SLICE));
+        assert_eq!(apply_dra_event(&mut snap, &mut names, DraChange::Class(Change::Relist(vec![class]))), (Some(2), Events::DEVICE_CLASS));
+        assert!(snap.devices.classes().get("gpu.example.com").is_some());
+        assert_eq!(apply_dra_event(&mut snap, &mut names, DraChange::Claim(Change::Relist(vec![claim("a"), claim("b")]))), (Some(0), Events::RESOURCE_CLAIM));
+        assert!(snap.devices.claim("default", "a").is_some());
+        assert_eq!(apply_dra_event(&mut snap, &mut names, DraChange::Claim(Change::Apply(claim("c")))), (None, Events::RESOURCE_CLAIM));
+        // A relist without "a": removed; "b" and "c" are listed.
+        apply_dra_event(&mut snap, &mut names, DraChange::Claim(Change::Relist(vec![claim("b"), claim("c")])));
+        assert!(snap.devices.claim("default", "a").is_none() && snap.devices.claim("default", "c").is_some());
+        apply_dra_event(&mut snap, &mut names, DraChange::Claim(Change::Delete(claim("b"))));
+        assert!(snap.devices.claim("default", "b").is_none());
+        // Not served any more: the empty relist drops every class.
+        apply_dra_event(&mut snap, &mut names, DraChange::Class(Change::Relist(vec![])));
+        assert!(snap.devices.classes().get("gpu.example.com").is_none());
+        assert_eq!(apply_dra_event(&mut snap, &mut names, DraChange::TaintRule(Change::Relist(vec![]))), (Some(3), Events::RESOURCE_SLICE));
     }
 
     #[test]

@@ -33,6 +33,17 @@
 //! lease, read back when their outcome is unknown; then a bounded wait until
 //! the claims are bound. Only then is the pod bound. A failure names the
 //! plugin the work came from.
+//!
+//! DynamicResources' work is its ResourceClaims' (upstream `bindClaim`):
+//! the delete-protection finalizer, then the allocation and the pod's
+//! reservedFor entry in one status write, each conditional on the claim's
+//! uid and resourceVersion. A 409 or an unknown outcome is resolved by
+//! reading the claim back: allocated as decided and reserved for the pod,
+//! the write is done; allocated otherwise, deleted or re-created, the bind
+//! fails and the loop forgets the pod's assumed devices and retries it.
+//! The claim of extended resources a DeviceClass backs is created first
+//! (found again if an earlier attempt created it) and recorded in the pod's
+//! status.extendedResourceClaimStatus.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -148,6 +159,13 @@ pub struct WriteCounts {
     pub volume_writes: u64,
     /// PreBind writes whose outcome was unknown and had to be read back.
     pub volume_writes_unknown: u64,
+    /// ResourceClaim writes of PreBind that reached the API (finalizer,
+    /// allocation and reservation, the extended-resource claim).
+    pub claim_writes: u64,
+    /// ResourceClaim writes whose outcome was unknown and had to be read back.
+    pub claim_writes_unknown: u64,
+    /// ResourceClaim writes answered 409 (read back, then retried or given up).
+    pub claim_conflicts: u64,
 }
 
 /// Counters shared by the writer's tasks.
@@ -224,6 +242,8 @@ pub struct Writer {
     tasks: Arc<Mutex<tokio::task::JoinSet<()>>>,
     event_task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
     bind_task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    /// The metrics of claim allocations (set once by the daemon).
+    metrics: Arc<std::sync::OnceLock<super::metrics::Metrics>>,
 }
 
 /// Aborts the task held in `slot`, if still there.
@@ -289,6 +309,7 @@ impl Writer {
             tasks: Arc::new(Mutex::new(tokio::task::JoinSet::new())),
             event_task: Arc::new(std::sync::Mutex::new(None)),
             bind_task: Arc::new(std::sync::Mutex::new(None)),
+            metrics: Arc::new(std::sync::OnceLock::new()),
         };
         let h = tokio::spawn(w.clone().event_loop(erx, Arc::new(RateLimiter::new(qps, burst))));
         if let Ok(mut t) = w.event_task.lock() {
@@ -299,6 +320,11 @@ impl Writer {
             *t = Some(h);
         }
         w
+    }
+
+    /// Records claim allocations in `m` from now on (every clone of this writer).
+    pub fn set_metrics(&self, m: super::metrics::Metrics) {
+        let _ = self.metrics.set(m);
     }
 
     /// Counters so far.
@@ -850,8 +876,17 @@ impl Writer {
             match w {
                 ApiWrite::BindVolume(b) => self.bind_pv(b, deadline).await?,
                 ApiWrite::SelectNode { namespace, name } => self.select_node(namespace, name, node, deadline).await?,
-                ApiWrite::AllocateClaim { .. } | ApiWrite::CreateExtendedResourceClaim { .. } => {
-                    return Err(stop("claim allocation writes are not implemented yet".to_string()));
+                ApiWrite::AllocateClaim { namespace, name, uid, allocation, pod_name, pod_uid } => {
+                    let t = Instant::now();
+                    let r = self.allocate_claim(namespace, name, uid, allocation.as_ref(), pod_name, pod_uid, deadline).await;
+                    self.observe_allocation(if allocation.is_some() { "allocated" } else { "reserved" }, &r, t);
+                    r?;
+                }
+                ApiWrite::CreateExtendedResourceClaim { namespace, pod_name, pod_uid, claim, request_mappings } => {
+                    let t = Instant::now();
+                    let r = self.create_extended_claim(namespace, pod_name, pod_uid, claim, request_mappings, deadline).await;
+                    self.observe_allocation("allocated", &r, t);
+                    r?;
                 }
             }
         }
@@ -1185,6 +1220,47 @@ mod tests {
         );
     }
 
+    fn rc(v: serde_json::Value) -> k8s_openapi::api::resource::v1::ResourceClaim {
+        serde_json::from_value(v).expect("claim")
+    }
+
+    fn alloc(device: &str) -> k8s_openapi::api::resource::v1::AllocationResult {
+        serde_json::from_value(json!({"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "node-0", "device": device}]}})).expect("allocation")
+    }
+
+    #[test]
+    fn claim_writes_follow_what_the_api_shows() {
+        let key = "default/c";
+        let fresh = rc(json!({"metadata": {"name": "c", "namespace": "default", "uid": "u1", "resourceVersion": "5"}, "spec": {}}));
+        let ours = alloc("gpu-0");
+        // Unallocated: the finalizer first, then the status.
+        assert_eq!(claim_next(&fresh, key, "u1", Some(&ours), "p1"), ClaimNext::Finalizer);
+        let protected = rc(json!({"metadata": {"name": "c", "uid": "u1", "finalizers": [CLAIM_FINALIZER]}, "spec": {}}));
+        assert_eq!(claim_next(&protected, key, "u1", Some(&ours), "p1"), ClaimNext::Status);
+        // Re-created under the same name, or being deleted: the bind fails.
+        assert_eq!(claim_next(&protected, key, "u2", Some(&ours), "p1"), ClaimNext::Fail("claim default/c got deleted in the meantime".into()));
+        let deleting = rc(json!({"metadata": {"name": "c", "uid": "u1", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}));
+        assert!(matches!(claim_next(&deleting, key, "u1", Some(&ours), "p1"), ClaimNext::Fail(_)));
+        // Our allocation and reservation already there (a lost reply): done.
+        let mine = rc(json!({"metadata": {"name": "c", "uid": "u1", "finalizers": [CLAIM_FINALIZER]}, "spec": {},
+            "status": {"allocation": serde_json::to_value(&ours).expect("json"), "reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}]}}));
+        assert_eq!(claim_next(&mine, key, "u1", Some(&ours), "p1"), ClaimNext::Done);
+        // Another allocation: the pod goes back to the queue.
+        assert_eq!(claim_next(&mine, key, "u1", Some(&alloc("gpu-1")), "p1"), ClaimNext::Fail("claim default/c got allocated elsewhere in the meantime".into()));
+        // Allocated already: only the reservation, added to the others.
+        assert_eq!(claim_next(&mine, key, "u1", None, "p2"), ClaimNext::Status);
+        assert_eq!(claim_next(&mine, key, "u1", None, "p1"), ClaimNext::Done);
+        assert!(matches!(claim_next(&protected, key, "u1", None, "p1"), ClaimNext::Fail(m) if m.contains("deallocated")));
+        let patch = claim_status_patch(&mine, None, "q", "p2");
+        assert_eq!(patch["status"]["reservedFor"].as_array().map(Vec::len), Some(2));
+        assert!(patch["status"].get("allocation").is_none());
+        assert_eq!(patch["metadata"]["uid"], "u1");
+        let patch = claim_status_patch(&fresh, Some(&serde_json::to_value(&ours).expect("json")), "p", "p1");
+        assert_eq!(patch["metadata"]["resourceVersion"], "5");
+        assert_eq!(patch["status"]["allocation"]["devices"]["results"][0]["device"], "gpu-0");
+        assert_eq!(patch["status"]["reservedFor"], json!([{"resource": "pods", "name": "p", "uid": "p1"}]));
+    }
+
     #[test]
     fn unknown_outcomes_are_transport_errors_and_5xx() {
         let api = |code| kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }));
@@ -1193,5 +1269,283 @@ mod tests {
         assert!(!outcome_unknown(&api(429)));
         assert!(!outcome_unknown(&api(409)));
         assert!(!outcome_unknown(&api(422)));
+    }
+}
+
+// ---------------------------------------------------------------- ResourceClaims (DynamicResources' PreBind)
+
+/// The finalizer that keeps an allocated claim until it is deallocated
+/// (upstream `resourceapi.Finalizer`).
+pub const CLAIM_FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+/// The annotation of the claim PreBind creates for extended resources.
+pub const EXTENDED_CLAIM_ANNOTATION: &str = "resource.kubernetes.io/extended-resource-claim";
+/// Attempts at one claim when it conflicts (409) with another writer
+/// (upstream retries with `retry.DefaultRetry`: 5 steps).
+const CLAIM_WRITE_TRIES: u32 = 5;
+
+/// What the claim as the API shows it asks of PreBind next.
+#[derive(Debug, PartialEq, Eq)]
+enum ClaimNext {
+    /// Allocated as we decided (or allocated already, for a reservation)
+    /// and reserved for the pod: nothing to write.
+    Done,
+    /// The delete-protection finalizer must be added first.
+    Finalizer,
+    /// The status update (allocation and reservation) is due.
+    Status,
+    /// PreBind cannot succeed: the reason.
+    Fail(String),
+}
+
+/// The devices of an allocation, as (request, driver, pool, device), sorted.
+fn allocated_devices(a: &k8s_openapi::api::resource::v1::AllocationResult) -> Vec<(String, String, String, String)> {
+    let mut v: Vec<_> = a.devices.iter().flat_map(|d| d.results.iter().flatten()).map(|r| (r.request.clone(), r.driver.clone(), r.pool.clone(), r.device.clone())).collect();
+    v.sort();
+    v
+}
+
+/// Decides PreBind's next step for `claim` (namespace/name `key`, whose uid
+/// must be `uid`): write `ours` (None: the claim is allocated already) and a
+/// reservation for the pod `pod_uid` (upstream `bindClaim`).
+fn claim_next(claim: &k8s_openapi::api::resource::v1::ResourceClaim, key: &str, uid: &str, ours: Option<&k8s_openapi::api::resource::v1::AllocationResult>, pod_uid: &str) -> ClaimNext {
+    let m = &claim.metadata;
+    if m.uid.as_deref() != Some(uid) || m.deletion_timestamp.is_some() {
+        return ClaimNext::Fail(format!("claim {key} got deleted in the meantime"));
+    }
+    let status = claim.status.as_ref();
+    let current = status.and_then(|s| s.allocation.as_ref());
+    let reserved = status.and_then(|s| s.reserved_for.as_ref()).is_some_and(|r| r.iter().any(|c| c.uid == pod_uid));
+    match (ours, current) {
+        (Some(a), Some(c)) if allocated_devices(a) == allocated_devices(c) => {
+            if reserved { ClaimNext::Done } else { ClaimNext::Status }
+        }
+        (Some(_), Some(_)) => ClaimNext::Fail(format!("claim {key} got allocated elsewhere in the meantime")),
+        (Some(_), None) => {
+            if m.finalizers.iter().flatten().any(|f| f == CLAIM_FINALIZER) { ClaimNext::Status } else { ClaimNext::Finalizer }
+        }
+        (None, Some(_)) => {
+            if reserved { ClaimNext::Done } else { ClaimNext::Status }
+        }
+        (None, None) => ClaimNext::Fail(format!("claim {key} got deallocated in the meantime")),
+    }
+}
+
+/// The status PreBind writes: the allocation (when it makes one) and the
+/// reservedFor list with the pod added, under the claim's uid and
+/// resourceVersion (a claim changed since it was read answers 409).
+fn claim_status_patch(claim: &k8s_openapi::api::resource::v1::ResourceClaim, ours: Option<&serde_json::Value>, pod_name: &str, pod_uid: &str) -> serde_json::Value {
+    let mut reserved: Vec<serde_json::Value> = claim.status.as_ref().and_then(|s| s.reserved_for.as_ref()).into_iter().flatten().map(|r| json!({"resource": r.resource, "name": r.name, "uid": r.uid, "apiGroup": r.api_group})).collect();
+    reserved.push(json!({"resource": "pods", "name": pod_name, "uid": pod_uid}));
+    let mut status = json!({ "reservedFor": reserved });
+    if let Some(a) = ours {
+        status["allocation"] = a.clone();
+    }
+    json!({"metadata": {"uid": claim.metadata.uid, "resourceVersion": claim.metadata.resource_version}, "status": status})
+}
+
+/// How one claim write ended.
+enum ClaimWrite {
+    /// Written (or found written when read back).
+    Done,
+    /// Conflict, or an unknown outcome that did not land: read again.
+    Again(String),
+    /// Known not written, for this reason.
+    Refused(String),
+}
+
+impl Writer {
+    fn observe_allocation(&self, what: &str, r: &Result<(), PreBindStop>, t: Instant) {
+        let Some(m) = self.metrics.get() else { return };
+        let result = match r {
+            Ok(()) => what,
+            Err(PreBindStop::Failed(_)) => "error",
+            Err(PreBindStop::Gone) => "pod_gone",
+            Err(PreBindStop::NotLeader) => "not_leader",
+        };
+        m.dra_allocation_attempts.with_label_values(&[result]).inc();
+        m.dra_allocation_duration.with_label_values(&[result]).observe(t.elapsed().as_secs_f64());
+    }
+
+    /// One claim write through the bind budget and the lease permit; an
+    /// unknown outcome is resolved by `landed` (reading the claim back).
+    async fn claim_write<W, WFut, L, LFut>(&self, deadline: tokio::time::Instant, write: W, landed: L) -> Result<ClaimWrite, PreBindStop>
+    where
+        W: FnOnce() -> WFut,
+        WFut: std::future::Future<Output = Result<(), kube::Error>>,
+        L: Fn() -> LFut,
+        LFut: std::future::Future<Output = Result<bool, kube::Error>>,
+    {
+        let r = {
+            let Ok(_slot) = self.bind_slots.acquire().await else { return Ok(ClaimWrite::Refused("writer closed".into())) };
+            self.bind_limiter.acquire().await;
+            let Some(_permit) = self.lease.write_permit().await else {
+                self.count(|c| c.refused_not_leader += 1);
+                return Err(PreBindStop::NotLeader);
+            };
+            tokio::time::timeout(Duration::from_secs(30), write()).await
+        };
+        let why = match r {
+            Ok(Ok(())) => {
+                self.count(|c| c.claim_writes += 1);
+                return Ok(ClaimWrite::Done);
+            }
+            Ok(Err(e)) if api_code(&e) == Some(409) => {
+                self.count(|c| c.claim_conflicts += 1);
+                return Ok(ClaimWrite::Again(e.to_string()));
+            }
+            Ok(Err(e)) if !outcome_unknown(&e) => return Ok(ClaimWrite::Refused(e.to_string())),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "write timed out after 30s".to_string(),
+        };
+        self.count(|c| c.claim_writes_unknown += 1);
+        tracing::info!(error = %why, "claim write outcome unknown; reading the claim back");
+        if self.read(deadline, landed).await? {
+            self.count(|c| c.claim_writes += 1);
+            Ok(ClaimWrite::Done)
+        } else {
+            Ok(ClaimWrite::Again(why))
+        }
+    }
+
+    /// DynamicResources' PreBind for one claim (upstream `bindClaim`): on a
+    /// fresh read, the delete-protection finalizer when missing, then in
+    /// one status update the allocation (when `allocation` is Some) and the
+    /// pod's reservedFor entry, each conditional on the claim's uid and
+    /// resourceVersion. A conflict (409) or a write whose outcome is unknown
+    /// is resolved by reading the claim back: allocated as decided and
+    /// reserved for the pod, it is done; allocated otherwise, deleted or
+    /// re-created, PreBind fails (the loop forgets the assumed devices and
+    /// retries the pod).
+    #[allow(clippy::too_many_arguments)] // the fields of ApiWrite::AllocateClaim
+    async fn allocate_claim(&self, ns: &str, name: &str, uid: &str, allocation: Option<&serde_json::Value>, pod_name: &str, pod_uid: &str, deadline: tokio::time::Instant) -> Result<(), PreBindStop> {
+        use k8s_openapi::api::resource::v1 as res;
+        let key = format!("{ns}/{name}");
+        let ours: Option<res::AllocationResult> = match allocation {
+            Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| stop(format!("claim {key}: the allocation cannot be written: {e}")))?),
+            None => None,
+        };
+        let claims: Api<res::ResourceClaim> = Api::namespaced(self.client.clone(), ns);
+        let pp = PatchParams::default();
+        let judge = |c: &res::ResourceClaim| claim_next(c, &key, uid, ours.as_ref(), pod_uid);
+        let mut last = String::new();
+        for _ in 0..CLAIM_WRITE_TRIES {
+            let Some(claim) = self.read(deadline, || claims.get_opt(name)).await? else {
+                return Err(stop(format!("claim {key} got deleted in the meantime")));
+            };
+            // Landed: the finalizer is there (`finalizer`), or the claim
+            // is allocated as decided and reserved for the pod.
+            let landed = |finalizer: bool| {
+                let (claims, judge) = (&claims, &judge);
+                move || async move {
+                    let c = claims.get_opt(name).await?;
+                    Ok::<bool, kube::Error>(c.as_ref().is_some_and(|c| {
+                        let next = judge(c);
+                        next == ClaimNext::Done || (finalizer && next == ClaimNext::Status)
+                    }))
+                }
+            };
+            match judge(&claim) {
+                ClaimNext::Done => return Ok(()),
+                ClaimNext::Fail(m) => return Err(stop(m)),
+                ClaimNext::Finalizer => {
+                    let mut finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
+                    finalizers.push(CLAIM_FINALIZER.to_string());
+                    let patch = json!({"metadata": {"uid": uid, "resourceVersion": claim.metadata.resource_version, "finalizers": finalizers}});
+                    let mp = Patch::Merge(&patch);
+                    match self.claim_write(deadline, || claims.patch(name, &pp, &mp).map_ok(|_| ()), landed(true)).await? {
+                        // The status is written on the next read.
+                        ClaimWrite::Done => {}
+                        ClaimWrite::Again(m) => last = m,
+                        ClaimWrite::Refused(m) => return Err(stop(format!("add finalizer to claim {key}: {m}"))),
+                    }
+                }
+                ClaimNext::Status => {
+                    let patch = claim_status_patch(&claim, allocation, pod_name, pod_uid);
+                    let mp = Patch::Merge(&patch);
+                    match self.claim_write(deadline, || claims.patch_status(name, &pp, &mp).map_ok(|_| ()), landed(false)).await? {
+                        ClaimWrite::Done => return Ok(()),
+                        ClaimWrite::Again(m) => last = m,
+                        ClaimWrite::Refused(m) if allocation.is_some() => return Err(stop(format!("add allocation and reservation to claim {key}: {m}"))),
+                        ClaimWrite::Refused(m) => return Err(stop(format!("add reservation to claim {key}: {m}"))),
+                    }
+                }
+            }
+        }
+        Err(stop(format!("claim {key}: {last}")))
+    }
+
+    /// The claim of the pod's extended resources a DeviceClass backs
+    /// (DRAExtendedResource): found when an earlier attempt created it (the
+    /// annotation, the pod as controller), else created from `claim`
+    /// (without its status); then allocated and reserved for the pod as any
+    /// claim ([`Writer::allocate_claim`]), and recorded in the pod's
+    /// status.extendedResourceClaimStatus.
+    async fn create_extended_claim(&self, ns: &str, pod_name: &str, pod_uid: &str, claim: &serde_json::Value, mappings: &[(String, String, String)], deadline: tokio::time::Instant) -> Result<(), PreBindStop> {
+        use k8s_openapi::api::resource::v1 as res;
+        let claims: Api<res::ResourceClaim> = Api::namespaced(self.client.clone(), ns);
+        let find = || async {
+            let all = claims.list(&kube::api::ListParams::default()).await?;
+            Ok::<Option<res::ResourceClaim>, kube::Error>(all.items.into_iter().find(|c| {
+                let m = &c.metadata;
+                m.deletion_timestamp.is_none()
+                    && m.annotations.as_ref().is_some_and(|a| a.get(EXTENDED_CLAIM_ANNOTATION).is_some_and(|v| v == "true"))
+                    && m.owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == pod_uid)
+            }))
+        };
+        let mut body = claim.clone();
+        let allocation = body.as_object_mut().and_then(|o| o.remove("status")).and_then(|mut st| st.get_mut("allocation").map(serde_json::Value::take));
+        let body: res::ResourceClaim = serde_json::from_value(body).map_err(|e| stop(format!("the extended-resource claim cannot be written: {e}")))?;
+        let mut created = self.read(deadline, find).await?;
+        let mut last = String::new();
+        for _ in 0..CLAIM_WRITE_TRIES {
+            if created.is_some() {
+                break;
+            }
+            let pp = PostParams::default();
+            let r = {
+                let Ok(_slot) = self.bind_slots.acquire().await else { return Err(stop("writer closed")) };
+                self.bind_limiter.acquire().await;
+                let Some(_permit) = self.lease.write_permit().await else {
+                    self.count(|c| c.refused_not_leader += 1);
+                    return Err(PreBindStop::NotLeader);
+                };
+                tokio::time::timeout(Duration::from_secs(30), claims.create(&pp, &body)).await
+            };
+            match r {
+                Ok(Ok(c)) => {
+                    self.count(|c| c.claim_writes += 1);
+                    created = Some(c);
+                }
+                Ok(Err(e)) if !outcome_unknown(&e) => return Err(stop(format!("create claim for extended resources: {e}"))),
+                Ok(Err(e)) => {
+                    self.count(|c| c.claim_writes_unknown += 1);
+                    last = e.to_string();
+                    created = self.read(deadline, find).await?;
+                }
+                Err(_) => {
+                    self.count(|c| c.claim_writes_unknown += 1);
+                    last = "write timed out after 30s".into();
+                    created = self.read(deadline, find).await?;
+                }
+            }
+        }
+        let Some(c) = created else { return Err(stop(format!("create claim for extended resources: {last}"))) };
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let uid = c.metadata.uid.clone().unwrap_or_default();
+        self.allocate_claim(ns, &name, &uid, allocation.as_ref(), pod_name, pod_uid, deadline).await?;
+        let mappings: Vec<serde_json::Value> = mappings.iter().map(|(c, r, q)| json!({"containerName": c, "resourceName": r, "requestName": q})).collect();
+        let patch = json!({"status": {"extendedResourceClaimStatus": {"resourceClaimName": name, "requestMappings": mappings}}});
+        let pods: Api<core::Pod> = Api::namespaced(self.client.clone(), ns);
+        let pp = PatchParams::default();
+        let mp = Patch::Merge(&patch);
+        let landed = || async {
+            let p = pods.get_opt(pod_name).await?;
+            let v = p.map(|p| serde_json::to_value(p.status).unwrap_or_default()).unwrap_or_default();
+            Ok::<bool, kube::Error>(v.pointer("/extendedResourceClaimStatus/resourceClaimName").and_then(serde_json::Value::as_str) == Some(name.as_str()))
+        };
+        match self.claim_write(deadline, || pods.patch_status(pod_name, &pp, &mp).map_ok(|_| ()), landed).await? {
+            ClaimWrite::Done => Ok(()),
+            ClaimWrite::Again(m) | ClaimWrite::Refused(m) => Err(stop(format!("update pod {ns}/{pod_name} extended resource claim status: {m}"))),
+        }
     }
 }

@@ -22,6 +22,7 @@ mod cluster_controllers;
 mod cluster_support;
 mod conformance;
 mod default_spreading;
+mod dra;
 mod e2e_daemon;
 mod e2e_recovery;
 mod e2e_shadow;
