@@ -548,7 +548,7 @@ impl Engine {
                 placements[idx].message = Some("no scheduling profile is configured".into());
                 continue;
             };
-            let gate = fw.run_pre_enqueue(&q.pod);
+            let gate = fw.run_pre_enqueue_in(&q.pod, &self.cluster.snapshot);
             if !gate.is_success() {
                 placements[idx].message = Some(gate.message());
                 continue;
@@ -562,7 +562,7 @@ impl Engine {
                 queue.retain(|x| if same(&x.pod) { rest.push(x.clone()); false } else { true });
                 retries.retain(|x| if same(&x.pod) { rest.push(x.clone()); false } else { true });
                 for x in rest {
-                    let gate = fw.run_pre_enqueue(&x.pod);
+                    let gate = fw.run_pre_enqueue_in(&x.pod, &self.cluster.snapshot);
                     if gate.is_success() {
                         members.push(x.pod);
                     } else {
@@ -647,6 +647,18 @@ impl Engine {
                 continue;
             }
             placements[idx].message = o.message.clone();
+            if !o.deallocations.is_empty() {
+                // PostFilter deallocated claims: the claims' update requeues
+                // the pod, which tries again.
+                for d in &o.deallocations {
+                    self.cluster.snapshot.devices.deallocate_claim(&d.namespace, &d.name, &d.uid);
+                }
+                q.attempts += 1;
+                if q.attempts <= 3 {
+                    retries.push(q);
+                }
+                continue;
+            }
             let Some(pf) = o.post_filter.filter(|pf| pf.nominated_node.is_some()) else { continue };
             let Some(nominated) = pf.nominated_node.clone() else { continue };
             for v in &pf.victims {
@@ -700,7 +712,7 @@ pub fn explain_member(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo
     let (Some(f), Some(r)) = (fw, pod.group.as_ref()) else { return explain_pod(fw, snap, pod) };
     let mut members: Vec<QueuedPod> = pending
         .iter()
-        .filter(|p| p.namespace == pod.namespace && p.group.as_ref() == Some(r) && f.run_pre_enqueue(p).is_success())
+        .filter(|p| p.namespace == pod.namespace && p.group.as_ref() == Some(r) && f.run_pre_enqueue_in(p, snap).is_success())
         .map(|p| QueuedPod { pod: p.clone(), timestamp_ms: p.created_ms, attempts: 0 })
         .collect();
     if !members.iter().any(|m| m.pod.uid == pod.uid) {
@@ -764,7 +776,7 @@ pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) 
         return out;
     };
     out.profile = fw.profile.clone();
-    let gate = fw.run_pre_enqueue(pod);
+    let gate = fw.run_pre_enqueue_in(pod, snap);
     if !gate.is_success() {
         out.message = Some(format!("not scheduled: {} ({})", gate.message(), gate.plugin));
         out.nodes = snap

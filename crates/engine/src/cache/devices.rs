@@ -279,6 +279,25 @@ impl Devices {
         self.claims.remove(&key);
     }
 
+    /// Clears the claim's allocation and reservations, as the API shows it
+    /// once a deallocation is written (DynamicResources' PostFilter). No-op
+    /// when no claim `namespace/name` with metadata.uid `uid` exists.
+    pub fn deallocate_claim(&mut self, namespace: &str, name: &str, uid: &str) {
+        let key = format!("{namespace}/{name}");
+        if self.claims.get(&key).is_none_or(|c| c.uid != uid) {
+            return;
+        }
+        if let Some(a) = self.assumed.remove(&key) {
+            Arc::make_mut(&mut self.in_use).remove_results(&a.results);
+            self.claims.insert(key.clone(), a.before);
+        }
+        self.remove_claim_allocation(&key);
+        if let Some(c) = self.claims.get_mut(&key) {
+            c.allocation = None;
+            c.reserved_for.clear();
+        }
+    }
+
     /// Assumes that `claim` is allocated (`results`, `allocation`; empty
     /// results when it was allocated already) and reserved for the pod.
     pub fn assume_claim(&mut self, key: &str, pod: &Consumer, allocation: Option<(&[DeviceResult], res::AllocationResult)>) {
