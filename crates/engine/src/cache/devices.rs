@@ -173,6 +173,11 @@ impl Devices {
         self.claims.get(&format!("{namespace}/{name}"))
     }
 
+    /// Every claim (as assumed, when it is).
+    pub fn claims(&self) -> impl Iterator<Item = &Claim> {
+        self.claims.values()
+    }
+
     /// Objects that could not be compiled, with the reason.
     pub fn errors(&self) -> impl Iterator<Item = (&String, &String)> {
         self.errors.iter()

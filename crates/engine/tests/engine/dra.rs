@@ -208,3 +208,45 @@ fn a_claim_over_the_device_limit_is_refused() {
     assert!(node.is_none(), "{m}");
     assert!(m.contains("claim default/big: number of requested devices 33 exceeds the claim limit of 32"), "{m}");
 }
+
+/// explain names, per node, the request that cannot be met and who holds
+/// the devices, and lists the devices the selected node would give;
+/// simulate reports each pod's allocations.
+#[test]
+fn explain_and_simulate_show_devices() {
+    let mut held = allocated_claim("train-3-gpu-x7k2p", "node-a", &[]);
+    held = held.replace("      - {request: gpu, driver: gpu.example.com, pool: node-a, device: gpu-0}\n", "      - {request: gpu, driver: gpu.example.com, pool: node-a, device: gpu-0}\n      - {request: gpu, driver: gpu.example.com, pool: node-a, device: gpu-1}\n");
+    let docs = [
+        node("node-a", "4"),
+        node("node-b", "4"),
+        class("gpu", "device.driver == \"gpu.example.com\""),
+        slice("node-a", 2),
+        slice("node-b", 2),
+        held,
+        claim("c1", "gpu", 1, ""),
+        claim("c2", "gpu", 1, ""),
+        pod("p1", "100m", "resourceClaimName: c1", ""),
+        pod("p2", "100m", "resourceClaimName: c2", ""),
+    ];
+    let mut e = engine(&docs);
+    let x = e.explain("default/p1").unwrap();
+    assert_eq!(x.selected.as_deref(), Some("node-b"));
+    let a = x.nodes.iter().find(|n| n.name == "node-a").unwrap();
+    assert!(!a.feasible);
+    assert_eq!(a.details, vec!["request gpu: 2 devices of class gpu on this node, both allocated to default/train-3-gpu-x7k2p; 1 wanted".to_string()]);
+    assert_eq!(x.allocations.len(), 1);
+    assert_eq!((x.allocations[0].claim.as_str(), x.allocations[0].request.as_str()), ("default/c1", "gpu"));
+    assert!(x.allocations[0].device.starts_with("gpu.example.com/node-b/gpu-"), "{:?}", x.allocations);
+    let json = serde_json::to_value(&x).unwrap();
+    assert!(json["nodes"][0].get("details").is_some() || json["nodes"][1].get("details").is_some());
+
+    let s = e.simulate();
+    let mut devices: Vec<String> = Vec::new();
+    for p in &s.placements {
+        assert_eq!(p.node.as_deref(), Some("node-b"), "{p:?}");
+        assert_eq!(p.allocations.len(), 1, "{p:?}");
+        devices.push(p.allocations[0].device.clone());
+    }
+    devices.sort();
+    assert_eq!(devices, vec!["gpu.example.com/node-b/gpu-0", "gpu.example.com/node-b/gpu-1"]);
+}

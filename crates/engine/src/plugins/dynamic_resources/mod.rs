@@ -34,6 +34,7 @@
 
 pub mod binding;
 pub mod claims;
+pub mod explain;
 pub mod filtering;
 #[cfg(test)]
 mod tests;
