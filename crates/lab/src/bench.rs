@@ -511,3 +511,22 @@ mod tests {
         }
     }
 }
+
+/// Figures of the DRA workloads in this build (`cargo test -p berth-lab
+/// --lib dra_figures -- --ignored --nocapture`): to find hot spots, not to
+/// judge speed (a dev build).
+#[cfg(test)]
+mod dra_figures {
+    #[test]
+    #[ignore = "prints figures; run by hand"]
+    fn dra_figures() {
+        let nodes: usize = std::env::var("BERTH_DRA_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+        for w in ["SchedulingWithResourceClaimTemplate", "SteadyStateClusterResourceClaimTemplate", "SchedulingWithResourceClaimTemplate8Devices", "SchedulingWithExtendedResource"] {
+            for p in [0, 100] {
+                if let Some(f) = super::run(w, nodes, p, false) {
+                    println!("{w} nodes={nodes} pct={p} pods={} pods/s={:.0} p50={:.3}ms p99={:.3}ms scheduled={}", f.pods, f.pods_per_second, f.p50_ms, f.p99_ms, f.scheduled);
+                }
+            }
+        }
+    }
+}

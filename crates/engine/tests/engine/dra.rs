@@ -250,3 +250,140 @@ fn explain_and_simulate_show_devices() {
     devices.sort();
     assert_eq!(devices, vec!["gpu.example.com/node-b/gpu-0", "gpu.example.com/node-b/gpu-1"]);
 }
+
+mod properties {
+    //! Random slices and claims, pods scheduled in sequence (simulate): no
+    //! device is in two allocations, and every bound pod's claims are
+    //! allocated, reserved for it, and on its node.
+
+    use std::collections::{HashMap, HashSet};
+
+    use proptest::prelude::*;
+
+    use super::{class, engine, node, pod};
+
+    #[derive(Debug, Clone)]
+    struct Spec {
+        /// Per node: its devices' models (0 or 1).
+        nodes: Vec<Vec<u8>>,
+        /// Devices of a pool every node can use (allNodes).
+        shared_pool: Vec<u8>,
+        /// Devices already allocated: (node, device index) to a claim of a bound pod.
+        taken: Vec<(usize, usize)>,
+        /// Pending pods: their claims, each (class: any/model-0/model-1, count); and whether it also names the shared claim.
+        pods: Vec<(Vec<(u8, u32)>, bool)>,
+    }
+
+    fn spec() -> impl Strategy<Value = Spec> {
+        (1usize..4).prop_flat_map(|n| {
+            (
+                prop::collection::vec(prop::collection::vec(0u8..2, 0..4), n),
+                prop::collection::vec(0u8..2, 0..3),
+                prop::collection::vec((0..n, 0usize..4), 0..4),
+                prop::collection::vec((prop::collection::vec((0u8..3, 1u32..3), 1..3), any::<bool>()), 1..7),
+            )
+                .prop_map(|(nodes, shared_pool, taken, pods)| Spec { nodes, shared_pool, taken, pods })
+        })
+    }
+
+    fn slice_yaml(name: &str, pool: &str, placement: &str, models: &[u8]) -> String {
+        let devices: Vec<String> = models.iter().enumerate().map(|(k, m)| format!("  - name: dev-{k}\n    attributes:\n      model: {{int: {m}}}\n")).collect();
+        let list = if devices.is_empty() { " []\n".to_string() } else { format!("\n{}", devices.concat()) };
+        format!("---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {name}}}\nspec:\n  driver: gpu.example.com\n  pool: {{name: {pool}, generation: 1, resourceSliceCount: 1}}\n  {placement}\n  devices:{list}")
+    }
+
+    fn claim_yaml(name: &str, class: &str, count: u32, status: &str) -> String {
+        format!("---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: default, uid: uid-{name}}}\nspec:\n  devices:\n    requests:\n    - name: r\n      exactly: {{deviceClassName: {class}, count: {count}}}\n{status}")
+    }
+
+    fn build(s: &Spec) -> (String, HashMap<String, Vec<String>>) {
+        let mut docs = vec![class("any", "device.driver == \"gpu.example.com\""), class("model-0", "device.attributes[\"gpu.example.com\"].model == 0"), class("model-1", "device.attributes[\"gpu.example.com\"].model == 1")];
+        for (i, models) in s.nodes.iter().enumerate() {
+            docs.push(node(&format!("n{i}"), "8"));
+            docs.push(slice_yaml(&format!("n{i}-gpus"), &format!("n{i}"), &format!("nodeName: n{i}"), models));
+        }
+        docs.push(slice_yaml("shared-gpus", "shared", "allNodes: true", &s.shared_pool));
+        let mut seen = HashSet::new();
+        for (j, (n, k)) in s.taken.iter().enumerate() {
+            if *k >= s.nodes[*n].len() || !seen.insert((*n, *k)) {
+                continue;
+            }
+            let status = format!("status:\n  allocation:\n    devices:\n      results:\n      - {{request: r, driver: gpu.example.com, pool: n{n}, device: dev-{k}}}\n    nodeSelector:\n      nodeSelectorTerms:\n      - matchFields:\n        - {{key: metadata.name, operator: In, values: [n{n}]}}\n  reservedFor:\n  - {{resource: pods, name: holder-{j}, uid: uid-holder-{j}}}\n");
+            docs.push(claim_yaml(&format!("held-{j}"), "any", 1, &status));
+            docs.push(pod(&format!("holder-{j}"), "100m", &format!("resourceClaimName: held-{j}"), "").replace("spec:\n  containers", &format!("spec:\n  nodeName: n{n}\n  containers")));
+        }
+        docs.push(claim_yaml("shared", "any", 1, ""));
+        let mut claims_of = HashMap::new();
+        for (j, (claims, shared)) in s.pods.iter().enumerate() {
+            let mut names = Vec::new();
+            for (k, (c, count)) in claims.iter().enumerate() {
+                let name = format!("p{j}-c{k}");
+                let class = ["any", "model-0", "model-1"][usize::from(*c)];
+                docs.push(claim_yaml(&name, class, *count, ""));
+                names.push(name);
+            }
+            if *shared {
+                names.push("shared".into());
+            }
+            let refs: Vec<String> = names.iter().map(|n| format!("  - {{name: {n}, resourceClaimName: {n}}}\n")).collect();
+            let mut p = pod(&format!("p{j}"), "100m", "resourceClaimName: unused", "");
+            p = p.replace("  resourceClaims:\n  - name: gpu\n    resourceClaimName: unused\n", &format!("  resourceClaims:\n{}", refs.concat()));
+            p = p.replace("claims: [{name: gpu}]", &format!("claims: [{}]", names.iter().map(|n| format!("{{name: {n}}}")).collect::<Vec<_>>().join(", ")));
+            docs.push(p);
+            claims_of.insert(format!("default/p{j}"), names);
+        }
+        (docs.concat(), claims_of)
+    }
+
+    /// The generated clusters place pods (the property is not vacuous): two
+    /// nodes with models [0, 1] and [1], one shared model-0 device, n0's
+    /// dev-0 taken; p0 wants any device plus the shared claim, p1 a model-1
+    /// device, p2 two model-1 devices (only n0 + shared cannot give them:
+    /// n1 has one, n0 has one free).
+    #[test]
+    fn the_generator_places_pods() {
+        let s = Spec { nodes: vec![vec![0, 1], vec![1]], shared_pool: vec![0], taken: vec![(0, 0)], pods: vec![(vec![(0, 1)], true), (vec![(2, 1)], false), (vec![(2, 2)], false)] };
+        let (text, _) = build(&s);
+        let mut e = engine(&[text]);
+        let placed: Vec<(String, Option<String>)> = e.simulate().placements.into_iter().map(|p| (p.pod, p.node)).collect();
+        assert_eq!(placed.iter().filter(|p| p.1.is_some()).count(), 2, "{placed:?}");
+        assert_eq!(placed.iter().find(|p| p.0 == "default/p2").and_then(|p| p.1.clone()), None, "{placed:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_device_twice_and_claims_follow_their_pods(s in spec()) {
+            let (text, claims_of) = build(&s);
+            let mut e = engine(&[text]);
+            let placements = e.simulate().placements;
+            let devices = &e.cluster.snapshot.devices;
+            // No device in two allocations (nor twice in one).
+            let mut owner: HashMap<String, String> = HashMap::new();
+            for c in devices.claims() {
+                let results = c.allocation.as_ref().and_then(|a| a.devices.as_ref()).and_then(|d| d.results.clone()).unwrap_or_default();
+                for r in results {
+                    let id = format!("{}/{}/{}", r.driver, r.pool, r.device);
+                    if let Some(other) = owner.insert(id.clone(), c.key()) {
+                        prop_assert!(false, "device {} allocated to {} and {}", id, other, c.key());
+                    }
+                }
+            }
+            // Every bound pod's claims: allocated, reserved for it, on its node.
+            for p in &placements {
+                let Some(node) = &p.node else { continue };
+                for name in &claims_of[&p.pod] {
+                    let c = devices.claim("default", name).expect("claim exists");
+                    let uid = format!("uid-{}", p.pod.trim_start_matches("default/"));
+                    prop_assert!(c.reserved_for_pod(&uid), "{} not reserved for {}", name, p.pod);
+                    let a = c.allocation.as_ref();
+                    prop_assert!(a.is_some(), "{} of {} not allocated", name, p.pod);
+                    for r in a.and_then(|a| a.devices.as_ref()).and_then(|d| d.results.clone()).unwrap_or_default() {
+                        prop_assert!(r.pool == *node || r.pool == "shared", "{} of {} on {} got {}/{}", name, p.pod, node, r.pool, r.device);
+                    }
+                }
+            }
+        }
+    }
+}
