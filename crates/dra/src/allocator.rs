@@ -490,6 +490,25 @@ pub enum NodeVerdict {
     WorkLimit,
 }
 
+/// What a node offers one request ([`Prepared::diagnose`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestDiagnosis {
+    /// The claim, namespace/name.
+    pub claim: String,
+    /// `request` or `request/subrequest`.
+    pub request: String,
+    /// Its device class.
+    pub class: String,
+    /// Devices wanted (None: allocationMode All).
+    pub wanted: Option<usize>,
+    /// The node's devices that the class and the request's selectors admit.
+    pub matching: Vec<DeviceId>,
+    /// Of those, the ones allocated (or in flight) for another claim.
+    pub in_use: Vec<DeviceId>,
+    /// Of the others, those with a taint the request does not tolerate.
+    pub tainted: Vec<DeviceId>,
+}
+
 /// What [`Prepared::allocate`] reads.
 #[derive(Clone, Copy, Debug)]
 pub struct AllocateInput<'a> {
@@ -584,14 +603,9 @@ impl Prepared {
         self.claims.is_empty()
     }
 
-    /// Allocates all prepared claims on one node, or says why not. `Err` is
-    /// an error for the whole scheduling attempt (CEL runtime error, "All"
-    /// over an incomplete pool, ...), as upstream's Filter Status Error.
-    pub fn allocate(&self, inp: AllocateInput<'_>) -> Result<NodeVerdict> {
-        if self.claims.is_empty() {
-            return Ok(NodeVerdict::Allocated(Vec::new()));
-        }
-        let pools = inp.inventory.pools_for_node(inp.node).map_err(AllocError::Pools)?;
+    /// The search state over the node's candidates (every device of the
+    /// node's ready pools, in pool order).
+    fn search<'s>(&'s self, inp: AllocateInput<'s>, pools: &'s [Pool]) -> Search<'s> {
         let mut cands = Vec::new();
         for (pi, pool) in pools.iter().enumerate() {
             if pool.state != PoolState::Ready {
@@ -615,10 +629,10 @@ impl Prepared {
             flat.push(fc);
         }
         let nc = cands.len();
-        let mut s = Search {
+        Search {
             p: self,
             inp,
-            pools: &pools,
+            pools,
             device_vals: (0..nc).map(|_| None).collect(),
             expr_memo: vec![Vec::new(); self.exprs.len()],
             select_memo: vec![Vec::new(); n],
@@ -649,7 +663,57 @@ impl Prepared {
             results: self.claims.iter().map(|_| Vec::new()).collect(),
             chosen: self.claims.iter().map(|c| vec![None; c.requests.len()]).collect(),
             steps: 0,
-        };
+        }
+    }
+
+    /// For explain: per request (each firstAvailable subrequest on its own)
+    /// of every prepared claim, the node's devices its class and selectors
+    /// admit, and which of them are in use or carry a taint it does not
+    /// tolerate. An error is the one [`Prepared::allocate`] would give.
+    pub fn diagnose(&self, inp: AllocateInput<'_>) -> Result<Vec<RequestDiagnosis>> {
+        let pools = inp.inventory.pools_for_node(inp.node).map_err(AllocError::Pools)?;
+        let mut s = self.search(inp, &pools);
+        let mut out = Vec::new();
+        for (ci, claim) in self.claims.iter().enumerate() {
+            for (ri, r) in claim.requests.iter().enumerate() {
+                for (si, sub) in r.alts.iter().enumerate() {
+                    let mut d = RequestDiagnosis {
+                        claim: claim.key.clone(),
+                        request: sub.full_name.clone(),
+                        class: sub.class_name.clone(),
+                        wanted: (!sub.all).then_some(sub.count),
+                        matching: Vec::new(),
+                        in_use: Vec::new(),
+                        tainted: Vec::new(),
+                    };
+                    for k in 0..s.cands.len() {
+                        if !s.selectable(ci, ri, si, k)? {
+                            continue;
+                        }
+                        let id = s.cands[k].id;
+                        d.matching.push(id);
+                        if s.in_use(id) {
+                            d.in_use.push(id);
+                        } else if s.taint_blocks(k, sub) {
+                            d.tainted.push(id);
+                        }
+                    }
+                    out.push(d);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Allocates all prepared claims on one node, or says why not. `Err` is
+    /// an error for the whole scheduling attempt (CEL runtime error, "All"
+    /// over an incomplete pool, ...), as upstream's Filter Status Error.
+    pub fn allocate(&self, inp: AllocateInput<'_>) -> Result<NodeVerdict> {
+        if self.claims.is_empty() {
+            return Ok(NodeVerdict::Allocated(Vec::new()));
+        }
+        let pools = inp.inventory.pools_for_node(inp.node).map_err(AllocError::Pools)?;
+        let mut s = self.search(inp, &pools);
         // "All" requests: which devices, and the per-claim minimum.
         for (ci, claim) in self.claims.iter().enumerate() {
             let mut min_total = 0usize;

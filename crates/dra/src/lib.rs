@@ -24,4 +24,4 @@ pub mod semver;
 
 pub use claims::{ClaimView, Classes, ClassView};
 pub use inventory::{DeviceId, Inventory, NodeRef};
-pub use allocator::{AllocError, AllocateInput, ClaimAllocation, DeviceResult, InUse, NodeVerdict, Prepared, prepare};
+pub use allocator::{AllocError, AllocateInput, ClaimAllocation, DeviceResult, InUse, NodeVerdict, Prepared, RequestDiagnosis, prepare};

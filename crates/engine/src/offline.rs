@@ -17,7 +17,8 @@ use crate::cache::{Pdb, Snapshot};
 use crate::framework::group::{schedule_group, SnapshotHost};
 use berth_model::pod::GroupApi;
 use crate::config::Config;
-use crate::framework::{CycleOptions, CycleOutcome, Framework, QueuedPod};
+use crate::framework::{CycleOptions, CycleOutcome, CycleState, Framework, QueuedPod};
+use crate::plugins::dynamic_resources::{self as dra, explain::DeviceChoice};
 use berth_model::pod::SpecError;
 use berth_model::{NodeSpec, PodInfo};
 
@@ -374,6 +375,10 @@ pub struct NodeExplain {
     /// Weighted total (feasible nodes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total: Option<i64>,
+    /// More about a rejection: for DynamicResources, which request the
+    /// node cannot meet and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
 }
 
 /// What preemption would do.
@@ -405,6 +410,9 @@ pub struct Explain {
     /// The pod's group, when it belongs to one: the group cycle's decision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<GroupExplain>,
+    /// The devices the pod's claims would get on the selected node.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocations: Vec<DeviceChoice>,
 }
 
 /// The group cycle's decision for the group of an explained pod.
@@ -441,6 +449,9 @@ pub struct Placement {
     pub victims: Vec<String>,
     /// Why it stays pending.
     pub message: Option<String>,
+    /// The devices its claims were allocated.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocations: Vec<DeviceChoice>,
 }
 
 /// simulate's output.
@@ -541,14 +552,14 @@ impl Engine {
             let Some(mut q) = next else { break };
             let key = q.pod.key();
             let idx = *by_key.entry(key.clone()).or_insert_with(|| {
-                placements.push(Placement { pod: key.clone(), node: None, nominated_node: None, victims: vec![], message: None });
+                placements.push(Placement { pod: key.clone(), node: None, nominated_node: None, victims: vec![], message: None, allocations: vec![] });
                 placements.len() - 1
             });
             let Some(fw) = self.framework_for(&q.pod) else {
                 placements[idx].message = Some("no scheduling profile is configured".into());
                 continue;
             };
-            let gate = fw.run_pre_enqueue(&q.pod);
+            let gate = fw.run_pre_enqueue_in(&q.pod, &self.cluster.snapshot);
             if !gate.is_success() {
                 placements[idx].message = Some(gate.message());
                 continue;
@@ -562,13 +573,13 @@ impl Engine {
                 queue.retain(|x| if same(&x.pod) { rest.push(x.clone()); false } else { true });
                 retries.retain(|x| if same(&x.pod) { rest.push(x.clone()); false } else { true });
                 for x in rest {
-                    let gate = fw.run_pre_enqueue(&x.pod);
+                    let gate = fw.run_pre_enqueue_in(&x.pod, &self.cluster.snapshot);
                     if gate.is_success() {
                         members.push(x.pod);
                     } else {
                         let key = x.pod.key();
                         let k = *by_key.entry(key.clone()).or_insert_with(|| {
-                            placements.push(Placement { pod: key, node: None, nominated_node: None, victims: vec![], message: None });
+                            placements.push(Placement { pod: key, node: None, nominated_node: None, victims: vec![], message: None, allocations: vec![] });
                             placements.len() - 1
                         });
                         placements[k].message = Some(gate.message());
@@ -605,7 +616,7 @@ impl Engine {
                 }
                 for (key, (node, victims)) in victims_of {
                     let k = *by_key.entry(key.clone()).or_insert_with(|| {
-                        placements.push(Placement { pod: key, node: None, nominated_node: None, victims: vec![], message: None });
+                        placements.push(Placement { pod: key, node: None, nominated_node: None, victims: vec![], message: None, allocations: vec![] });
                         placements.len() - 1
                     });
                     placements[k].nominated_node = Some(node);
@@ -613,7 +624,7 @@ impl Engine {
                 }
                 let mut slot = |key: String| {
                     *by_key.entry(key.clone()).or_insert_with(|| {
-                        placements.push(Placement { pod: key, node: None, nominated_node: None, victims: vec![], message: None });
+                        placements.push(Placement { pod: key, node: None, nominated_node: None, victims: vec![], message: None, allocations: vec![] });
                         placements.len() - 1
                     })
                 };
@@ -644,9 +655,22 @@ impl Engine {
                 }
                 placements[idx].node = Some(node);
                 placements[idx].message = None;
+                placements[idx].allocations = dra::explain::reserved_allocations(&state);
                 continue;
             }
             placements[idx].message = o.message.clone();
+            if !o.deallocations.is_empty() {
+                // PostFilter deallocated claims: the claims' update requeues
+                // the pod, which tries again.
+                for d in &o.deallocations {
+                    self.cluster.snapshot.devices.deallocate_claim(&d.namespace, &d.name, &d.uid);
+                }
+                q.attempts += 1;
+                if q.attempts <= 3 {
+                    retries.push(q);
+                }
+                continue;
+            }
             let Some(pf) = o.post_filter.filter(|pf| pf.nominated_node.is_some()) else { continue };
             let Some(nominated) = pf.nominated_node.clone() else { continue };
             for v in &pf.victims {
@@ -700,7 +724,7 @@ pub fn explain_member(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo
     let (Some(f), Some(r)) = (fw, pod.group.as_ref()) else { return explain_pod(fw, snap, pod) };
     let mut members: Vec<QueuedPod> = pending
         .iter()
-        .filter(|p| p.namespace == pod.namespace && p.group.as_ref() == Some(r) && f.run_pre_enqueue(p).is_success())
+        .filter(|p| p.namespace == pod.namespace && p.group.as_ref() == Some(r) && f.run_pre_enqueue_in(p, snap).is_success())
         .map(|p| QueuedPod { pod: p.clone(), timestamp_ms: p.created_ms, attempts: 0 })
         .collect();
     if !members.iter().any(|m| m.pod.uid == pod.uid) {
@@ -758,28 +782,32 @@ pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) 
         preemption: None,
         weights: serde_json::Map::new(),
         group: None,
+        allocations: Vec::new(),
     };
     let Some(fw) = fw else {
         out.message = Some("no scheduling profile is configured".into());
         return out;
     };
     out.profile = fw.profile.clone();
-    let gate = fw.run_pre_enqueue(pod);
+    let gate = fw.run_pre_enqueue_in(pod, snap);
     if !gate.is_success() {
         out.message = Some(format!("not scheduled: {} ({})", gate.message(), gate.plugin));
         out.nodes = snap
             .nodes
             .iter()
-            .map(|n| NodeExplain { name: n.name().into(), feasible: false, reasons: vec![Rejection { plugin: gate.plugin.into(), reason: gate.message() }], scores: None, total: None })
+            .map(|n| NodeExplain { name: n.name().into(), feasible: false, reasons: vec![Rejection { plugin: gate.plugin.into(), reason: gate.message() }], scores: None, total: None, details: vec![] })
             .collect();
         return out;
     }
-    let (o, _) = fw.schedule(pod, snap, CycleOptions { explain: true, ..Default::default() });
+    let (o, state) = fw.schedule(pod, snap, CycleOptions { explain: true, ..Default::default() });
     for name in &o.score_plugins {
         out.weights.insert((*name).into(), Value::from(fw.weight(name).unwrap_or(1)));
     }
-    out.nodes = node_explains(&o, snap);
+    out.nodes = node_explains(&o, &state, snap);
     out.selected = o.selected.map(|i| snap.nodes[i].name().to_string());
+    if let Some(n) = &out.selected {
+        out.allocations = dra::explain::node_allocations(&state, n);
+    }
     out.message = o.message.clone();
     if let Some(pf) = &o.post_filter
         && let Some(n) = &pf.nominated_node {
@@ -788,7 +816,7 @@ pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) 
     out
 }
 
-fn node_explains(o: &CycleOutcome, snap: &Snapshot) -> Vec<NodeExplain> {
+fn node_explains(o: &CycleOutcome, state: &CycleState, snap: &Snapshot) -> Vec<NodeExplain> {
     let pos: HashMap<usize, usize> = o.feasible.iter().enumerate().map(|(k, &i)| (i, k)).collect();
     snap.nodes
         .iter()
@@ -799,13 +827,17 @@ fn node_explains(o: &CycleOutcome, snap: &Snapshot) -> Vec<NodeExplain> {
                 for (pi, name) in o.score_plugins.iter().enumerate() {
                     scores.insert((*name).into(), Value::from(o.scores.get(pi).and_then(|s| s.get(k)).copied().unwrap_or(0)));
                 }
-                NodeExplain { name: n.name().into(), feasible: true, reasons: vec![], scores: Some(scores), total: o.totals.get(k).copied() }
+                NodeExplain { name: n.name().into(), feasible: true, reasons: vec![], scores: Some(scores), total: o.totals.get(k).copied(), details: vec![] }
             } else {
                 let reasons = match o.statuses.get(i) {
                     Some(s) => s.reasons.iter().map(|r| Rejection { plugin: s.plugin.into(), reason: r.to_string() }).collect(),
                     None => vec![],
                 };
-                NodeExplain { name: n.name().into(), feasible: false, reasons, scores: None, total: None }
+                let details = match o.statuses.get(i) {
+                    Some(s) if s.plugin == dra::NAME && s.reasons.iter().any(|r| r == dra::filtering::CANNOT_ALLOCATE) => dra::explain::node_reasons(state, snap, n),
+                    _ => vec![],
+                };
+                NodeExplain { name: n.name().into(), feasible: false, reasons, scores: None, total: None, details }
             }
         })
         .collect()

@@ -26,6 +26,11 @@ pub const WORKLOADS: &[&str] = &[
     "PreemptionBasic",
     "Unschedulable",
     "GangScheduling",
+    // Dynamic resource allocation (scheduler_perf's dra/performance-config.yaml).
+    "SchedulingWithResourceClaimTemplate",
+    "SteadyStateClusterResourceClaimTemplate",
+    "SchedulingWithResourceClaimTemplate8Devices",
+    "SchedulingWithExtendedResource",
 ];
 
 /// GangScheduling: members per group.
@@ -244,6 +249,9 @@ pub fn peak_rss_mb() -> f64 {
 /// Runs one workload.
 /// `no_reuse`: do not reuse work across pods of one signature (to measure what it saves).
 pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Option<Figures> {
+    if let Some(w) = DraWorkload::named(workload) {
+        return run_dra(workload, w, nodes, percentage, no_reuse);
+    }
     let (mut snap, pods) = setup(workload, nodes)?;
     let cfg = berth_engine::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(percentage), ..Default::default() };
     let config = Config::from_raw(cfg).ok()?;
@@ -303,6 +311,186 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
     })
 }
 
+// ---------------------------------------------------------------------------
+// Dynamic resource allocation
+
+/// The driver of scheduler_perf's DRA workloads.
+const DRA_DRIVER: &str = "test-driver.cdi.k8s.io";
+
+/// A DRA workload: the cluster, the claims already allocated, and the pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DraWorkload {
+    /// SchedulingWithResourceClaimTemplate (5000pods_500nodes): 10 devices
+    /// per node, half of them allocated to init pods, then as many pods,
+    /// each with a claim from a template, fill the cluster up.
+    Template,
+    /// SteadyStateClusterResourceClaimTemplate (half_500nodes): half of the
+    /// devices allocated to claims, then pods with a template claim in
+    /// batches of 10, each batch deleted (with its claims) once scheduled.
+    SteadyState,
+    /// SchedulingWithResourceClaimTemplate with 8 devices per node (every
+    /// node evaluated when run at percentageOfNodesToScore 100): half of
+    /// the devices allocated to init pods, then pods fill the rest.
+    EightDevices,
+    /// Extended resources via DRA (DRAExtendedResource): a DeviceClass with
+    /// extendedResourceName example.com/gpu, pods asking for 1 of it, nodes
+    /// that do not list it (10 devices per node, half in use).
+    Extended,
+}
+
+impl DraWorkload {
+    fn named(w: &str) -> Option<DraWorkload> {
+        Some(match w {
+            "SchedulingWithResourceClaimTemplate" => DraWorkload::Template,
+            "SteadyStateClusterResourceClaimTemplate" => DraWorkload::SteadyState,
+            "SchedulingWithResourceClaimTemplate8Devices" => DraWorkload::EightDevices,
+            "SchedulingWithExtendedResource" => DraWorkload::Extended,
+            _ => return None,
+        })
+    }
+
+    fn devices_per_node(self) -> usize {
+        if self == DraWorkload::EightDevices { 8 } else { 10 }
+    }
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Option<T> {
+    serde_json::from_value(v).ok()
+}
+
+/// Nodes with their slices, the class, claims allocated beforehand (with
+/// their bound pods, except in the steady state), and the measured pods with
+/// their generated claims.
+fn setup_dra(w: DraWorkload, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>>)> {
+    let devs = w.devices_per_node();
+    let mut snap = Snapshot::new();
+    for i in 0..nodes {
+        snap.upsert_node(NodeSpec::from_node(&node(i, 3)));
+        let devices: Vec<serde_json::Value> = (0..devs).map(|k| serde_json::json!({"name": format!("claim-{k:04}")})).collect();
+        let slice = serde_json::json!({
+            "metadata": {"name": format!("node-{i}-{DRA_DRIVER}")},
+            "spec": {"driver": DRA_DRIVER, "nodeName": format!("node-{i}"), "pool": {"name": format!("node-{i}"), "generation": 1, "resourceSliceCount": 1}, "devices": devices},
+        });
+        snap.devices.upsert_slice(&from_json(slice)?).ok()?;
+    }
+    let mut class = serde_json::json!({"metadata": {"name": "test-class"}, "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRA_DRIVER}\"")}}]}});
+    if w == DraWorkload::Extended {
+        class["spec"]["extendedResourceName"] = "example.com/gpu".into();
+    }
+    snap.upsert_device_class(&from_json(class)?).ok()?;
+    // Half of the devices allocated (scheduler_perf's init pods, or
+    // allocResourceClaims in the steady state): claim j on node j % nodes.
+    let init = nodes * devs / 2;
+    for j in 0..init {
+        let (n, k) = (j % nodes, j / nodes);
+        let owner = format!("init-{j}");
+        let claim = serde_json::json!({
+            "metadata": {"name": format!("init-claim-{j}"), "namespace": "init", "uid": format!("uid-init-claim-{j}")},
+            "spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": "test-class"}}]}},
+            "status": {
+                "allocation": {
+                    "devices": {"results": [{"request": "req-0", "driver": DRA_DRIVER, "pool": format!("node-{n}"), "device": format!("claim-{k:04}")}]},
+                    "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [format!("node-{n}")]}]}]},
+                },
+                "reservedFor": if w == DraWorkload::SteadyState { serde_json::json!([]) } else { serde_json::json!([{"resource": "pods", "name": owner, "uid": owner}]) },
+            },
+        });
+        snap.devices.upsert_claim(&from_json(claim)?);
+        if w != DraWorkload::SteadyState {
+            let mut p = pod(&owner, "100m", "500Mi", 0, &[]);
+            if let Some(s) = p.spec.as_mut() {
+                s.node_name = Some(format!("node-{n}"));
+            }
+            snap.add_pod(PodInfo::from_pod(&p));
+        }
+    }
+    let measured = (nodes * devs - init).min(10_000);
+    let mut pods = Vec::with_capacity(measured);
+    for i in 0..measured {
+        let name = format!("p-{i}");
+        let mut p = pod(&name, "100m", "500Mi", 0, &[]);
+        if w == DraWorkload::Extended {
+            if let Some(r) = p.spec.as_mut().and_then(|s| s.containers.first_mut()).and_then(|c| c.resources.as_mut()) {
+                for m in [&mut r.requests, &mut r.limits] {
+                    m.get_or_insert_with(Default::default).insert("example.com/gpu".into(), q("1"));
+                }
+            }
+            pods.push(p);
+            continue;
+        }
+        // The resourceclaim controller's claim for the pod's template claim.
+        let claim_name = format!("{name}-resource-x7k2p");
+        let claim = serde_json::json!({
+            "metadata": {
+                "name": claim_name, "namespace": "default", "uid": format!("uid-{claim_name}"),
+                "annotations": {"resource.kubernetes.io/pod-claim-name": "resource"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": name, "controller": true, "blockOwnerDeletion": true}],
+            },
+            "spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": "test-class"}}]}},
+        });
+        snap.devices.upsert_claim(&from_json(claim)?);
+        let v = serde_json::to_value(&p).ok()?;
+        let mut v = v;
+        v["spec"]["resourceClaims"] = serde_json::json!([{"name": "resource", "resourceClaimTemplateName": "test-claim-template"}]);
+        v["spec"]["containers"][0]["resources"]["claims"] = serde_json::json!([{"name": "resource"}]);
+        v["status"] = serde_json::json!({"resourceClaimStatuses": [{"name": "resource", "resourceClaimName": claim_name}]});
+        pods.push(from_json(v)?);
+    }
+    Some((snap, pods.iter().map(PodInfo::from_pod).collect()))
+}
+
+/// Runs a DRA workload: each pod scheduled, then reserved and assumed (its
+/// allocation in flight for the next pods, as the daemon assumes it before
+/// PreBind writes it). The steady state deletes each batch of 10 once placed.
+fn run_dra(workload: &str, w: DraWorkload, nodes: usize, percentage: i32, no_reuse: bool) -> Option<Figures> {
+    let (mut snap, pods) = setup_dra(w, nodes)?;
+    let cfg = berth_engine::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(percentage), ..Default::default() };
+    let config = Config::from_raw(cfg).ok()?;
+    let fw = berth_engine::profile::frameworks(&config, 42).into_iter().next()?;
+    let batch = if w == DraWorkload::SteadyState { 10 } else { pods.len().max(1) };
+    let mut lat = Vec::with_capacity(pods.len());
+    let mut scheduled = 0;
+    let start = Instant::now();
+    for chunk in pods.chunks(batch) {
+        for p in chunk {
+            let t = Instant::now();
+            let (o, mut state) = fw.schedule(p, &snap, CycleOptions { no_reuse, ..Default::default() });
+            if let Some(i) = o.selected {
+                let node = snap.nodes[i].name().to_string();
+                if fw.reserve_and_assume(&mut snap, &mut state, p, &node).is_ok() {
+                    scheduled += 1;
+                }
+            }
+            lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        if w == DraWorkload::SteadyState {
+            for p in chunk {
+                snap.forget_reservations(&p.uid);
+                snap.remove_pod(&p.uid);
+                for c in &p.resource_claims {
+                    if let berth_model::pod::ClaimSource::FromTemplate(Some(Some(n))) = &c.source {
+                        snap.devices.remove_claim(&p.namespace, n);
+                    }
+                }
+            }
+        }
+    }
+    let total = start.elapsed().as_secs_f64();
+    lat.sort_by(f64::total_cmp);
+    let pct = |q: f64| lat.get(((lat.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+    Some(Figures {
+        workload: workload.into(),
+        nodes,
+        percentage,
+        pods: pods.len(),
+        pods_per_second: pods.len() as f64 / total.max(1e-9),
+        p50_ms: pct(0.5),
+        p99_ms: pct(0.99),
+        peak_rss_mb: peak_rss_mb(),
+        scheduled,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,10 +500,32 @@ mod tests {
         for w in WORKLOADS {
             let f = run(w, 30, 100, false).expect("workload runs");
             assert!(f.pods > 0, "{w}");
+            if DraWorkload::named(w).is_some() {
+                assert_eq!(f.scheduled, f.pods, "{w}: every pod gets a device");
+            }
             if *w == "Unschedulable" {
                 assert_eq!(f.scheduled, 0, "{w}");
             } else {
                 assert!(f.scheduled > 0, "{w}: nothing scheduled");
+            }
+        }
+    }
+}
+
+/// Figures of the DRA workloads in this build (`cargo test -p berth-lab
+/// --lib dra_figures -- --ignored --nocapture`): to find hot spots, not to
+/// judge speed (a dev build).
+#[cfg(test)]
+mod dra_figures {
+    #[test]
+    #[ignore = "prints figures; run by hand"]
+    fn dra_figures() {
+        let nodes: usize = std::env::var("BERTH_DRA_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+        for w in ["SchedulingWithResourceClaimTemplate", "SteadyStateClusterResourceClaimTemplate", "SchedulingWithResourceClaimTemplate8Devices", "SchedulingWithExtendedResource"] {
+            for p in [0, 100] {
+                if let Some(f) = super::run(w, nodes, p, false) {
+                    println!("{w} nodes={nodes} pct={p} pods={} pods/s={:.0} p50={:.3}ms p99={:.3}ms scheduled={}", f.pods, f.pods_per_second, f.p50_ms, f.p99_ms, f.scheduled);
+                }
             }
         }
     }

@@ -173,6 +173,11 @@ impl Devices {
         self.claims.get(&format!("{namespace}/{name}"))
     }
 
+    /// Every claim (as assumed, when it is).
+    pub fn claims(&self) -> impl Iterator<Item = &Claim> {
+        self.claims.values()
+    }
+
     /// Objects that could not be compiled, with the reason.
     pub fn errors(&self) -> impl Iterator<Item = (&String, &String)> {
         self.errors.iter()
@@ -277,6 +282,25 @@ impl Devices {
         }
         self.remove_claim_allocation(&key);
         self.claims.remove(&key);
+    }
+
+    /// Clears the claim's allocation and reservations, as the API shows it
+    /// once a deallocation is written (DynamicResources' PostFilter). No-op
+    /// when no claim `namespace/name` with metadata.uid `uid` exists.
+    pub fn deallocate_claim(&mut self, namespace: &str, name: &str, uid: &str) {
+        let key = format!("{namespace}/{name}");
+        if self.claims.get(&key).is_none_or(|c| c.uid != uid) {
+            return;
+        }
+        if let Some(a) = self.assumed.remove(&key) {
+            Arc::make_mut(&mut self.in_use).remove_results(&a.results);
+            self.claims.insert(key.clone(), a.before);
+        }
+        self.remove_claim_allocation(&key);
+        if let Some(c) = self.claims.get_mut(&key) {
+            c.allocation = None;
+            c.reserved_for.clear();
+        }
     }
 
     /// Assumes that `claim` is allocated (`results`, `allocation`; empty

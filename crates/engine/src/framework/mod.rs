@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 pub use assume::{assume, AssumeView, Refusal, Reservation, Reservations};
 pub use cycle_state::CycleState;
-pub use pre_bind::{ApiWrite, PreBindWork, WaitFor};
+pub use pre_bind::{ApiWrite, DeallocateClaim, PreBindWork, WaitFor};
 pub use runner::{CycleOptions, CycleOutcome, Framework, NodeStatuses, PluginEntry};
 pub use status::{Code, Reasons, Status};
 
@@ -179,6 +179,9 @@ pub struct PostFilterResult {
     pub victims: Vec<Arc<PodInfo>>,
     /// Why no node was nominated (upstream's "preemption: ..." message).
     pub message: Option<String>,
+    /// Claims to deallocate (DynamicResources' PostFilter), kept whatever
+    /// the status: the caller makes the writes, as it evicts victims.
+    pub deallocations: Vec<DeallocateClaim>,
 }
 
 /// Highest normalized score a plugin may give.
@@ -241,8 +244,13 @@ pub trait Plugin: Send + Sync {
         a.timestamp_ms < b.timestamp_ms
     }
 
-    /// PreEnqueue: may the pod enter the active queue?
-    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+    /// PreEnqueue: may the pod enter the active queue? `cluster` is the
+    /// cache's snapshot (upstream's plugins read their listers); None when
+    /// the caller has no cluster view at hand, and then a plugin whose gate
+    /// reads the cluster lets the pod in (its PreFilter repeats the check).
+    /// A pod refused here waits gated until one of the plugin's
+    /// [`Plugin::events`] (or an update of the pod) lets PreEnqueue run again.
+    fn pre_enqueue(&self, pod: &PodInfo, cluster: Option<&Snapshot>) -> Status {
         Status::success()
     }
 

@@ -80,6 +80,29 @@ pub enum ApiWrite {
     },
 }
 
+/// A claim deallocation a PostFilter plugin asks for when no node fits
+/// (upstream's DynamicResources PostFilter, which makes the update itself):
+/// on the ResourceClaim `namespace/name` whose metadata.uid is `uid`, in one
+/// status update conditional on the resourceVersion read, clear
+/// status.allocation, status.reservedFor and status.devices, provided that
+/// reservedFor is still empty or holds only the pod `pod_uid` (otherwise the
+/// write is dropped: the claim is in use by someone else). Nothing waits on
+/// it: the claim's update event requeues the pod, which then allocates anew.
+///
+/// Meant to become an [`ApiWrite`] variant once the daemon's writer carries
+/// it out (a new variant breaks the writer's exhaustive match until then).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeallocateClaim {
+    /// The claim's namespace (the pod's).
+    pub namespace: String,
+    /// The claim's name.
+    pub name: String,
+    /// The claim's metadata.uid.
+    pub uid: String,
+    /// The pod that could not be scheduled (the only consumer allowed).
+    pub pod_uid: String,
+}
+
 /// What the work waits for once its writes are made.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WaitFor {

@@ -108,6 +108,9 @@ pub struct CycleOutcome {
     pub pre_filter_rejection: Option<Status>,
     /// PostFilter (preemption) result when nothing fits.
     pub post_filter: Option<PostFilterResult>,
+    /// Claims PostFilter plugins deallocate when nothing fits (whatever
+    /// their status), for the caller to write.
+    pub deallocations: Vec<super::DeallocateClaim>,
     /// An internal error that failed the cycle.
     pub error: Option<Status>,
     /// Nodes evaluated by Filter.
@@ -303,15 +306,34 @@ impl Framework {
         }
     }
 
-    /// PreEnqueue: the first non-success status.
+    /// PreEnqueue without a cluster view: the first non-success status of
+    /// the gates that read only the pod (see [`Plugin::pre_enqueue`]).
+    /// Prefer [`Self::run_pre_enqueue_in`].
     pub fn run_pre_enqueue(&self, pod: &PodInfo) -> Status {
+        self.pre_enqueue_with(pod, None)
+    }
+
+    /// PreEnqueue over the cluster as `snap` shows it: the first
+    /// non-success status, naming its plugin (the pod waits gated for that
+    /// plugin's events, [`Self::gate_events`]).
+    pub fn run_pre_enqueue_in(&self, pod: &PodInfo, snap: &Snapshot) -> Status {
+        self.pre_enqueue_with(pod, Some(snap))
+    }
+
+    fn pre_enqueue_with(&self, pod: &PodInfo, snap: Option<&Snapshot>) -> Status {
         for &i in &self.pre_enqueue {
-            let s = self.p(i).pre_enqueue(pod);
+            let s = self.p(i).pre_enqueue(pod, snap);
             if !s.is_success() {
                 return s.with_plugin(self.p(i).name());
             }
         }
         Status::success()
+    }
+
+    /// The events that may let a pod that `plugin`'s PreEnqueue refused in
+    /// (upstream's GatingPluginEvents); every event for an unknown plugin.
+    pub fn gate_events(&self, plugin: &str) -> super::Events {
+        self.entries.iter().find(|e| e.plugin.name() == plugin).map_or(super::Events::ALL, |e| e.plugin.events())
     }
 
     /// PreFilter: runs every plugin; returns the merged node subset or the first rejection.
@@ -1096,7 +1118,8 @@ impl Framework {
         if !opts.skip_post_filter && !self.post_filter.is_empty() {
             for &i in &self.post_filter {
                 let p = self.p(i);
-                let (s, r) = p.post_filter(self, state, pod, snap, &out.statuses);
+                let (s, mut r) = p.post_filter(self, state, pod, snap, &out.statuses);
+                out.deallocations.append(&mut r.deallocations);
                 if s.is_success() {
                     out.post_filter = Some(r);
                     break;

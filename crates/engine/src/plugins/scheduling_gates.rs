@@ -1,5 +1,6 @@
 //! SchedulingGates: a pod with scheduling gates waits outside the active queue.
 
+use crate::cache::Snapshot;
 use crate::framework::{Code, Events, Plugin, Points, Status};
 use berth_model::PodInfo;
 
@@ -20,7 +21,7 @@ impl Plugin for SchedulingGates {
     fn events(&self) -> Events {
         Events::POD_SELF
     }
-    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+    fn pre_enqueue(&self, pod: &PodInfo, _cluster: Option<&Snapshot>) -> Status {
         if pod.scheduling_gates.is_empty() {
             return Status::success();
         }
@@ -35,8 +36,8 @@ mod tests {
 
     #[test]
     fn gates() {
-        assert!(SchedulingGates.pre_enqueue(&pod("p").info()).is_success());
-        let s = SchedulingGates.pre_enqueue(&pod("p").gate("a").gate("b").info());
+        assert!(SchedulingGates.pre_enqueue(&pod("p").info(), None).is_success());
+        let s = SchedulingGates.pre_enqueue(&pod("p").gate("a").gate("b").info(), None);
         assert_eq!(s.code, Code::UnschedulableAndUnresolvable);
         assert_eq!(s.message(), "waiting for scheduling gates: [a b]");
     }

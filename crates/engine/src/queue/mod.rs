@@ -8,8 +8,11 @@
 //! - **unschedulable pool**: pods no node could take. A cluster event that could
 //!   make one schedulable (one of the events its rejecting plugins declared)
 //!   moves it to backoffQ (or activeQ when its backoff is over); none stays
-//!   longer than five minutes. Gated pods (PreEnqueue failed) wait here too,
-//!   and only an update of the pod itself can release them.
+//!   longer than five minutes. Gated pods (PreEnqueue failed) wait here too:
+//!   an update of the pod releases them, and so does one of the gating
+//!   plugin's events once recorded ([`SchedulingQueue::set_gate_events`]):
+//!   the caller then runs PreEnqueue again for each pod
+//!   [`SchedulingQueue::gated_for`] names (upstream's GatingPluginEvents).
 //!
 //! A pod that fails while a move request happened during its cycle goes to
 //! backoffQ rather than the pool, so that no event is lost. Time is passed in,
@@ -308,6 +311,11 @@ impl SchedulingQueue {
             seen: None,
             rejected: None,
         };
+        let mut e = e;
+        if gated {
+            // Only an update of the pod releases it until its gate's events are set.
+            e.events = Events::default();
+        }
         self.put(e, if gated { Place::Gated } else { Place::Active }, now);
     }
 
@@ -330,6 +338,9 @@ impl SchedulingQueue {
             Place::Active | Place::Gated => Place::Active,
             Place::Backoff | Place::Unschedulable => self.after_backoff(&mut e, now),
         };
+        if to == Place::Gated && place != Place::Gated {
+            e.events = Events::default();
+        }
         self.put(e, to, now);
     }
 
@@ -425,6 +436,22 @@ impl SchedulingQueue {
         let Some(mut e) = self.unlink(uid) else { return };
         e.backoff_until = Some(now + self.backoff_for(e.qp.attempts));
         self.put(e, Place::Backoff, now);
+    }
+
+    /// A gated pod waits for `events` (those of the plugin whose PreEnqueue
+    /// refused it); no-op for a pod that is not gated.
+    pub fn set_gate_events(&mut self, uid: &str, events: Events) {
+        if let Some(e) = self.entries.get_mut(uid).filter(|e| e.place == Place::Gated) {
+            e.events = events;
+        }
+    }
+
+    /// The gated pods waiting for one of `event` ([`Self::set_gate_events`]).
+    /// The caller runs PreEnqueue again for each and hands the verdict to
+    /// [`Self::update`], which lets a pod that passes into activeQ and keeps
+    /// the others gated.
+    pub fn gated_for(&self, event: Events) -> Vec<Arc<PodInfo>> {
+        self.entries.values().filter(|e| e.place == Place::Gated && e.events.intersects(event)).map(|e| e.qp.pod.clone()).collect()
     }
 
     /// A cluster event: pool pods whose rejectors care about it move on.

@@ -258,3 +258,27 @@ fn a_drained_burst_gives_its_room_back() {
     let left: Vec<String> = std::iter::from_fn(|| sq.pop(t0).map(|p| p.pod.name.clone())).collect();
     assert_eq!(left.len(), 10);
 }
+
+#[test]
+fn a_gated_pod_waits_for_its_gate_events() {
+    let t0 = Instant::now();
+    let mut sq = q(t0);
+    let p = pod("p").info();
+    sq.add(p.clone(), true, t0);
+    assert!(sq.gated_for(Events::RESOURCE_CLAIM).is_empty(), "no gate events recorded yet");
+    sq.set_gate_events(&p.uid, Events::RESOURCE_CLAIM.or(Events::POD_SELF));
+    assert!(sq.gated_for(Events::NODE_ADD).is_empty());
+    let waiting = sq.gated_for(Events::RESOURCE_CLAIM);
+    assert_eq!(waiting.len(), 1);
+    // PreEnqueue refuses it again: still gated, still waiting for claims.
+    sq.update(waiting[0].clone(), true, t0);
+    assert_eq!(sq.place(&p.uid), Some(Place::Gated));
+    assert_eq!(sq.gated_for(Events::RESOURCE_CLAIM).len(), 1);
+    // Now it passes: activeQ.
+    sq.update(p.clone(), false, t0);
+    assert_eq!(sq.place(&p.uid), Some(Place::Active));
+    assert!(sq.gated_for(Events::RESOURCE_CLAIM).is_empty());
+    // set_gate_events leaves a pod that is not gated alone.
+    sq.set_gate_events(&p.uid, Events::ALL);
+    assert_eq!(sq.place(&p.uid), Some(Place::Active));
+}

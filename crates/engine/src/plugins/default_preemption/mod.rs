@@ -199,7 +199,7 @@ impl Plugin for DefaultPreemption {
         let c = &candidates[best];
         (
             Status::success(),
-            PostFilterResult { nominated_node: Some(snap.nodes[c.node].name().to_string()), victims: c.victims.clone(), message: None },
+            PostFilterResult { nominated_node: Some(snap.nodes[c.node].name().to_string()), victims: c.victims.clone(), message: None, deallocations: vec![] },
         )
     }
 }

@@ -134,7 +134,12 @@ pub fn pre_filter(state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Sta
                 None
             }
         };
-        states.push(PodClaimState { key: c.key(), name: c.name.clone(), uid: c.uid.clone(), allocated, view });
+        let reserved_only_for_pod = match c.reserved_for.as_slice() {
+            [] => true,
+            [only] => only.uid == pod.uid,
+            _ => false,
+        };
+        states.push(PodClaimState { key: c.key(), name: c.name.clone(), uid: c.uid.clone(), allocated, view, reserved_only_for_pod });
     }
     let admin_access = snap.namespaces.get(&pod.namespace).and_then(|l| l.get(ADMIN_ACCESS_LABEL)).is_some_and(|v| v == "true");
     let extended_view = if extended.is_empty() { None } else { extended_claim(pod, &extended).map(Arc::new) };
@@ -162,6 +167,7 @@ pub fn pre_filter(state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Sta
         cel: devices.cel().clone(),
         admin_access,
         by_node: Arc::new(Mutex::new(Default::default())),
+        unavailable: Arc::new(Mutex::new(Default::default())),
     });
     Status::success()
 }

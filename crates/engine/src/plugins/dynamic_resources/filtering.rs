@@ -8,7 +8,7 @@ use berth_model::{NodeInfo, PodInfo};
 
 use super::claims::extended_claim;
 use super::{NodeAllocation, State, MAX_SUBREQUEST_SCORE};
-use crate::framework::{CycleState, Status};
+use crate::framework::{CycleState, DeallocateClaim, PostFilterResult, Status};
 
 /// Upstream's reason for an allocated claim whose node selector excludes the node.
 pub const NOT_AVAILABLE: &str = "resourceclaim not available on the node";
@@ -19,12 +19,18 @@ pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
 pub fn filter(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
     let Some(s) = state.get::<State>() else { return Status::success() };
     let labels = &node.node.labels;
-    for c in &s.claims {
+    // Every allocated claim the node cannot use is remembered (PostFilter).
+    let mut any = false;
+    for (i, c) in s.claims.iter().enumerate() {
         if let Some(Some(sel)) = &c.allocated
             && !sel.matches(node.name(), labels)
         {
-            return Status::unresolvable(NOT_AVAILABLE);
+            any = true;
+            s.unavailable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(i);
         }
+    }
+    if any {
+        return Status::unresolvable(NOT_AVAILABLE);
     }
     // Extended resources the node lists are the device plugin's (NodeResourcesFit).
     let needed: Vec<(String, String, i64)> = match &s.extended {
@@ -96,3 +102,24 @@ pub fn score(state: &CycleState, node: &str) -> i64 {
         .sum();
     total.min(crate::framework::MAX_NODE_SCORE)
 }
+
+/// Upstream's PostFilter: no node fits. One allocated claim that some node
+/// found unavailable and that is reserved for no one but this pod is
+/// deallocated (the lowest index; upstream picks one at random), so that the
+/// next attempt may allocate it where the pod fits. Always Unschedulable:
+/// the pod is tried again once the claim's update arrives.
+pub fn post_filter(state: &CycleState, pod: &PodInfo) -> (Status, PostFilterResult) {
+    let Some(s) = state.get::<State>().filter(|s| !s.claims.is_empty()) else {
+        return (Status::unschedulable("no new claims to deallocate"), PostFilterResult::default());
+    };
+    let unavailable = s.unavailable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    for i in unavailable {
+        let Some(c) = s.claims.get(i).filter(|c| c.reserved_only_for_pod) else { continue };
+        let d = DeallocateClaim { namespace: pod.namespace.clone(), name: c.name.clone(), uid: c.uid.clone(), pod_uid: pod.uid.clone() };
+        return (Status::unschedulable(DEALLOCATED), PostFilterResult { deallocations: vec![d], ..Default::default() });
+    }
+    (Status::unschedulable("still not schedulable"), PostFilterResult::default())
+}
+
+/// PostFilter's message when it deallocated a claim.
+pub const DEALLOCATED: &str = "deallocation of ResourceClaim completed";

@@ -2,16 +2,25 @@
 //! pod's ResourceClaims get devices from ResourceSlices through berth's
 //! structured allocator ([`berth_dra`]).
 //!
-//! - PreFilter ([`claims`]) resolves the pod's claims (missing, being deleted
-//!   or not owned by the pod: unresolvable with upstream's messages; berth's
-//!   PreEnqueue takes no cluster view, so the same check runs here), checks
-//!   the device classes, keeps allocated claims' node selectors and prepares
-//!   the unallocated claims (and the special claim of extended resources a
-//!   DeviceClass backs) once for every node.
-//! - Filter ([`filtering`]) matches allocated claims' node selectors, then
+//! - PreEnqueue ([`claims::pod_claims`]): a pod whose claim is missing, not
+//!   generated yet, not owned by it or being deleted waits gated, with
+//!   upstream's message, until a claim event (or an update of the pod) lets
+//!   it in.
+//! - PreFilter ([`claims`]) resolves the pod's claims again (the same checks
+//!   as PreEnqueue, unresolvable, as upstream's PreFilter repeats them),
+//!   checks the device classes, keeps allocated claims' node selectors and
+//!   prepares the unallocated claims (and the special claim of extended
+//!   resources a DeviceClass backs) once for every node.
+//! - Filter ([`filtering`]) matches allocated claims' node selectors
+//!   (remembering the claims unavailable on some node, for PostFilter), then
 //!   allocates on the node with the cache's inventory and devices in use
 //!   (assumed allocations included); the node's allocation is kept for
 //!   Reserve. An allocator error is an Error status: the attempt fails.
+//! - PostFilter ([`filtering::post_filter`]): when no node fits, one
+//!   allocated claim that was unavailable on some node and is reserved for
+//!   no one but this pod is deallocated ([`DeallocateClaim`]; the lowest
+//!   index where upstream picks at random), so that the next attempt may
+//!   allocate it elsewhere.
 //! - Score: with firstAvailable requests, 8 minus the chosen subrequest's
 //!   index, summed over the requests.
 //! - Reserve/PreBind ([`binding`]): the node's allocations are assumed
@@ -19,17 +28,18 @@
 //!   writes ([`ApiWrite::AllocateClaim`](crate::framework::ApiWrite)).
 //!
 //! Every DRA rejection is UnschedulableAndUnresolvable: preemption evicts no
-//! pod to free devices. PostFilter (deallocating a claim allocated for this
-//! pod alone on a node where it cannot run) is not implemented: berth
-//! reports the pod unschedulable and leaves the claim as it is.
+//! pod to free devices.
+//!
+//! [`DeallocateClaim`]: crate::framework::DeallocateClaim
 
 pub mod binding;
 pub mod claims;
+pub mod explain;
 pub mod filtering;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use berth_dra::cel::CelCache;
@@ -38,7 +48,7 @@ use berth_model::selector::NodeSelector;
 use berth_model::{NodeInfo, PodInfo};
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Plugin, Points, PreFilterNodes, Status};
+use crate::framework::{CycleState, Events, Framework, NodeStatuses, Plugin, Points, PostFilterResult, PreFilterNodes, Status};
 
 /// The plugin's name.
 pub const NAME: &str = "DynamicResources";
@@ -63,6 +73,9 @@ pub struct PodClaimState {
     pub allocated: Option<Option<Arc<NodeSelector>>>,
     /// The claim's view (unallocated claims are allocated from it).
     pub view: Arc<ClaimView>,
+    /// status.reservedFor is empty or holds only this pod (PostFilter may
+    /// deallocate the claim).
+    pub reserved_only_for_pod: bool,
 }
 
 /// The special claim for extended resources a DeviceClass backs.
@@ -96,6 +109,9 @@ pub struct State {
     /// Filter's result per node: the allocations of the unallocated claims
     /// (in order), then the extended claim's when there is one.
     pub by_node: Arc<Mutex<HashMap<String, NodeAllocation>>>,
+    /// Indexes (into `claims`) of allocated claims that some node's Filter
+    /// found unavailable (upstream's `unavailableClaims`), for PostFilter.
+    pub unavailable: Arc<Mutex<BTreeSet<usize>>>,
 }
 
 /// What Filter found on one node.
@@ -113,7 +129,7 @@ impl Plugin for DynamicResources {
     }
 
     fn points(&self) -> Points {
-        Points::PRE_FILTER.or(Points::FILTER).or(Points::PRE_SCORE).or(Points::SCORE).or(Points::RESERVE).or(Points::PRE_BIND)
+        Points::PRE_ENQUEUE.or(Points::PRE_FILTER).or(Points::FILTER).or(Points::POST_FILTER).or(Points::PRE_SCORE).or(Points::SCORE).or(Points::RESERVE).or(Points::PRE_BIND)
     }
 
     fn events(&self) -> Events {
@@ -129,12 +145,27 @@ impl Plugin for DynamicResources {
             .or(Events::RESOURCE_SLICE)
     }
 
+    fn pre_enqueue(&self, pod: &PodInfo, cluster: Option<&Snapshot>) -> Status {
+        let Some(snap) = cluster else { return Status::success() };
+        if pod.resource_claims.is_empty() {
+            return Status::success();
+        }
+        match claims::pod_claims(pod, &snap.devices) {
+            Ok(_) => Status::success(),
+            Err(m) => Status::unresolvable(m),
+        }
+    }
+
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         (claims::pre_filter(state, pod, snap), None)
     }
 
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         filtering::filter(state, pod, node)
+    }
+
+    fn post_filter(&self, _fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, _snap: &Snapshot, _statuses: &NodeStatuses) -> (Status, PostFilterResult) {
+        filtering::post_filter(state, pod)
     }
 
     fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[usize], _snap: &Snapshot) -> Status {
