@@ -956,6 +956,11 @@ impl Loop {
                 if let Some(sh) = &mut self.shadow {
                     let profiles: Vec<String> = self.frameworks.iter().map(|f| f.profile.clone()).collect();
                     sh.tick(&profiles, Self::now());
+                    let q = &self.queue;
+                    let pending = sh.review_pending(&self.frameworks, self.cache.snapshot(), q.pods().filter_map(|p| q.first_seen(&p.uid).map(|t| (p, t))), Self::now());
+                    for ((profile, view), n) in pending {
+                        self.metrics.shadow_pending.with_label_values(&[profile.as_str(), view.as_str()]).set(n);
+                    }
                 }
                 last_tick = Instant::now();
             }

@@ -36,6 +36,9 @@ pub struct Metrics {
     /// berth_shadow_score_gap{profile}: berth's best total minus the bound
     /// node's total, for the `lower` and `tie` verdicts.
     pub shadow_score_gap: HistogramVec,
+    /// berth_shadow_pending_pods{profile, view}: shadow mode's view of the
+    /// pods the other scheduler leaves Pending (placeable, unplaceable).
+    pub shadow_pending: IntGaugeVec,
 }
 
 fn exp(start: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -60,6 +63,7 @@ impl Metrics {
             watch_state: IntGaugeVec::new(Opts::new("berth_watch_state", "State of each watched kind (starting, synced, retrying, not_served): 1 for the current state, 0 for the others."), &["kind", "state"])?,
             shadow_decisions: IntCounterVec::new(Opts::new("berth_shadow_decisions_total", "Shadow mode: verdicts on bindings made by another scheduler for a judged profile. 'same': berth selects the bound node; 'tie': the bound node has berth's best total but berth picked another; 'lower': feasible for berth with a lower total; 'infeasible': a berth Filter rejects the node; 'unschedulable': berth finds no node."), &["profile", "verdict"])?,
             shadow_score_gap: HistogramVec::new(HistogramOpts::new("berth_shadow_score_gap", "Shadow mode: berth's best total score minus the bound node's total, for the 'lower' and 'tie' verdicts.").buckets(vec![0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]), &["profile"])?,
+            shadow_pending: IntGaugeVec::new(Opts::new("berth_shadow_pending_pods", "Shadow mode: pods of a judged profile that the other scheduler leaves Pending (pending 10 s or more), by berth's view: 'placeable' means berth would place the pod, 'unplaceable' that berth cannot place it either (preemption aside)."), &["profile", "view"])?,
             registry,
         };
         m.registry.register(Box::new(m.schedule_attempts.clone()))?;
@@ -75,6 +79,7 @@ impl Metrics {
         m.registry.register(Box::new(m.watch_state.clone()))?;
         m.registry.register(Box::new(m.shadow_decisions.clone()))?;
         m.registry.register(Box::new(m.shadow_score_gap.clone()))?;
+        m.registry.register(Box::new(m.shadow_pending.clone()))?;
         for q in ["active", "backoff", "unschedulable", "gated"] {
             m.pending_pods.with_label_values(&[q]).set(0);
         }
@@ -111,6 +116,7 @@ mod tests {
         m.watch_state.with_label_values(&["pods", "synced"]).set(1);
         m.shadow_decisions.with_label_values(&["default-scheduler", "same"]).inc();
         m.shadow_score_gap.with_label_values(&["default-scheduler"]).observe(3.0);
+        m.shadow_pending.with_label_values(&["default-scheduler", "placeable"]).set(1);
         let text = m.render();
         for name in [
             "scheduler_schedule_attempts_total",
@@ -126,6 +132,7 @@ mod tests {
             "berth_watch_state",
             "berth_shadow_decisions_total",
             "berth_shadow_score_gap",
+            "berth_shadow_pending_pods",
         ] {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

@@ -19,8 +19,15 @@
 //! disagreements (every verdict but `same`) are kept in a ring buffer
 //! ([`ShadowLog`], served as JSON on `/debug/shadow`) and logged, at most one
 //! line a second.
+//!
+//! Pods the other scheduler leaves Pending (waiting in the shadow's queue for
+//! [`PENDING_AFTER`] or longer) get berth's view too ([`Shadow::review_pending`]):
+//! `placeable` ("berth would place it on X") or `unplaceable` ("berth cannot
+//! place it either", with berth's failure message). They are served in
+//! `/debug/shadow`'s `pending` section and counted in
+//! `berth_shadow_pending_pods{profile,view}`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,7 +35,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use berth_engine::cache::Snapshot;
-use berth_engine::framework::Framework;
+use berth_engine::framework::{CycleOptions, Framework};
 use berth_engine::offline::{explain_pod, NodeExplain, Rejection};
 use berth_model::PodInfo;
 
@@ -191,6 +198,7 @@ pub struct ShadowLog {
 struct LogInner {
     ring: VecDeque<Disagreement>,
     counts: BTreeMap<Verdict, u64>,
+    pending: PendingReport,
 }
 
 /// What `/debug/shadow` serves.
@@ -200,6 +208,71 @@ pub struct ShadowReport {
     pub counts: BTreeMap<Verdict, u64>,
     /// The last disagreements, oldest first.
     pub disagreements: Vec<Disagreement>,
+    /// Berth's view of the pods the other scheduler leaves Pending.
+    pub pending: PendingReport,
+}
+
+/// Berth's view of a pod that the other scheduler leaves Pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PendingVerdict {
+    /// Berth would place it (on `berth_node`).
+    Placeable,
+    /// Berth cannot place it either (preemption aside).
+    Unplaceable,
+}
+
+impl PendingVerdict {
+    /// Both views, in order.
+    pub const ALL: [PendingVerdict; 2] = [PendingVerdict::Placeable, PendingVerdict::Unplaceable];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PendingVerdict::Placeable => "placeable",
+            PendingVerdict::Unplaceable => "unplaceable",
+        }
+    }
+}
+
+/// One pod the other scheduler leaves Pending, as berth last saw it.
+#[derive(Clone, Debug, Serialize)]
+pub struct PendingView {
+    /// "namespace/name".
+    pub pod: String,
+    /// The profile (schedulerName).
+    pub profile: String,
+    /// `placeable` or `unplaceable`.
+    pub view: PendingVerdict,
+    /// Where berth would place it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub berth_node: Option<String>,
+    /// Berth's failure message ("0/N nodes are available: ...").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// How long it had waited pending when berth looked (seconds).
+    pub waiting_seconds: u64,
+    /// When berth looked (RFC 3339).
+    pub at: String,
+}
+
+impl PendingView {
+    /// The sentence a person reads.
+    pub fn summary(&self) -> String {
+        match (&self.view, &self.berth_node) {
+            (PendingVerdict::Placeable, Some(n)) => format!("berth would place it on {n}"),
+            _ => format!("berth cannot place it either: {}", self.message.as_deref().unwrap_or("no node fits")),
+        }
+    }
+}
+
+/// `/debug/shadow`'s `pending` section.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PendingReport {
+    /// Pods per view.
+    pub counts: BTreeMap<PendingVerdict, u64>,
+    /// The pods, by namespace/name (at most [`RING`]; `counts` has them all).
+    pub pods: Vec<PendingView>,
 }
 
 impl ShadowLog {
@@ -227,7 +300,17 @@ impl ShadowLog {
     /// The report (counts and the kept disagreements).
     pub fn report(&self) -> ShadowReport {
         let g = self.lock();
-        ShadowReport { counts: g.counts.clone(), disagreements: g.ring.iter().cloned().collect() }
+        ShadowReport { counts: g.counts.clone(), disagreements: g.ring.iter().cloned().collect(), pending: g.pending.clone() }
+    }
+
+    /// Replaces the pending section.
+    pub fn set_pending(&self, pending: PendingReport) {
+        self.lock().pending = pending;
+    }
+
+    /// Berth's view of the pods left Pending.
+    pub fn pending(&self) -> PendingReport {
+        self.lock().pending.clone()
     }
 
     /// The report as JSON.
@@ -266,6 +349,18 @@ impl LogLimiter {
 /// How long after the caches synced a shadow that judged no binding warns (once).
 pub const IDLE_WARNING: Duration = Duration::from_secs(600);
 
+/// A pod of a judged profile that has waited pending this long is one the
+/// other scheduler leaves Pending (kube-scheduler binds a pod that fits
+/// within a second; one that fits nowhere waits in its unschedulable queue).
+pub const PENDING_AFTER: Duration = Duration::from_secs(10);
+
+/// How often berth's view of a pod left Pending is recomputed.
+pub const PENDING_REFRESH: Duration = Duration::from_secs(30);
+
+/// The most time one review of the pending pods may take (the rest wait for
+/// the next review), so that the loop keeps up with the bindings it judges.
+pub const PENDING_BUDGET: Duration = Duration::from_millis(50);
+
 /// The loop's shadow state.
 #[derive(Debug)]
 pub struct Shadow {
@@ -275,12 +370,78 @@ pub struct Shadow {
     judged: u64,
     synced_at: Option<Instant>,
     warned_idle: bool,
+    /// Berth's view of the pods left Pending, by uid, with when it was computed.
+    pending: HashMap<String, (PendingView, Instant)>,
 }
 
 impl Shadow {
     /// A shadow recording into `log`.
     pub fn new(log: Arc<ShadowLog>) -> Shadow {
-        Shadow { log, limiter: LogLimiter::new(LOG_INTERVAL), judged: 0, synced_at: None, warned_idle: false }
+        Shadow { log, limiter: LogLimiter::new(LOG_INTERVAL), judged: 0, synced_at: None, warned_idle: false, pending: HashMap::new() }
+    }
+
+    /// Gives berth's view of the pods the other scheduler leaves Pending:
+    /// `pods` are the pending pods of the judged profiles with when each was
+    /// first seen; those that have waited [`PENDING_AFTER`] at `now` get one
+    /// scheduling cycle on `snap` (nothing changes; no preemption), at most
+    /// once per [`PENDING_REFRESH`] and within [`PENDING_BUDGET`] per call
+    /// (the least recently seen first). Gated pods wait on their gates, not
+    /// on a scheduler, and gang members on their group: neither is reviewed.
+    /// Publishes the views to the log and returns the count per profile and view.
+    pub fn review_pending<'a>(&mut self, frameworks: &[Framework], snap: &Snapshot, pods: impl Iterator<Item = (&'a Arc<PodInfo>, Instant)>, now: Instant) -> BTreeMap<(String, PendingVerdict), i64> {
+        let started = Instant::now();
+        let mut due: Vec<(Option<Instant>, &'a Arc<PodInfo>, &Framework, Instant)> = Vec::new();
+        let mut live: HashSet<&str> = HashSet::new();
+        for (pod, first_seen) in pods {
+            if now.saturating_duration_since(first_seen) < PENDING_AFTER || pod.group.is_some() || pod.terminating {
+                continue;
+            }
+            let Some(fw) = frameworks.iter().find(|f| f.profile == pod.scheduler_name) else { continue };
+            if !fw.run_pre_enqueue(pod).is_success() {
+                continue;
+            }
+            live.insert(pod.uid.as_str());
+            let last = self.pending.get(&pod.uid).map(|(_, at)| *at);
+            if last.is_none_or(|at| now.saturating_duration_since(at) >= PENDING_REFRESH) {
+                due.push((last, pod, fw, first_seen));
+            }
+        }
+        self.pending.retain(|uid, _| live.contains(uid.as_str()));
+        // Never seen first, then the stalest.
+        due.sort_by_key(|(last, ..)| *last);
+        for (i, (_, pod, fw, first_seen)) in due.into_iter().enumerate() {
+            if i > 0 && started.elapsed() >= PENDING_BUDGET {
+                break;
+            }
+            let (o, _) = fw.schedule(pod, snap, CycleOptions { skip_post_filter: true, ..Default::default() });
+            let berth_node = o.selected.and_then(|n| snap.nodes.get(n)).map(|n| n.name().to_string());
+            let view = PendingView {
+                pod: pod.key(),
+                profile: fw.profile.clone(),
+                view: if berth_node.is_some() { PendingVerdict::Placeable } else { PendingVerdict::Unplaceable },
+                message: if berth_node.is_some() { None } else { o.message.clone().or_else(|| o.error.as_ref().map(|e| e.message())) },
+                berth_node,
+                waiting_seconds: now.saturating_duration_since(first_seen).as_secs(),
+                at: k8s_openapi::jiff::Timestamp::now().to_string(),
+            };
+            self.pending.insert(pod.uid.clone(), (view, now));
+        }
+        let mut views: Vec<&PendingView> = self.pending.values().map(|(v, _)| v).collect();
+        views.sort_by(|a, b| a.pod.cmp(&b.pod));
+        let mut report = PendingReport::default();
+        let mut counts: BTreeMap<(String, PendingVerdict), i64> = BTreeMap::new();
+        for f in frameworks {
+            for v in PendingVerdict::ALL {
+                counts.insert((f.profile.clone(), v), 0);
+            }
+        }
+        for v in &views {
+            *report.counts.entry(v.view).or_insert(0) += 1;
+            *counts.entry((v.profile.clone(), v.view)).or_insert(0) += 1;
+        }
+        report.pods = views.into_iter().take(RING).cloned().collect();
+        self.log.set_pending(report);
+        counts
     }
 
     /// Records `j` and logs it when it is a disagreement (rate-limited).
@@ -305,24 +466,30 @@ impl Shadow {
 
     /// Called once when the caches have synced, with how many pods of the
     /// judged profiles exist (bound or pending): warns when there are none.
-    pub fn synced(&mut self, pods: usize, profiles: &[String], now: Instant) {
+    /// True when it warned.
+    pub fn synced(&mut self, pods: usize, profiles: &[String], now: Instant) -> bool {
         self.synced_at = Some(now);
-        if pods == 0 {
+        if pods == 0 && !self.warned_idle {
             self.warned_idle = true;
             tracing::warn!(?profiles, "shadow: no pod of the judged profiles exists; check that the configuration's profiles name the schedulerName the cluster's pods use (usually default-scheduler)");
+            return true;
         }
+        false
     }
 
-    /// Called periodically: warns once when no binding was judged within
-    /// [`IDLE_WARNING`] of the caches' sync.
-    pub fn tick(&mut self, profiles: &[String], now: Instant) {
+    /// Called periodically: warns when no binding was judged within
+    /// [`IDLE_WARNING`] of the caches' sync, unless it warned already (here
+    /// or at sync). True when it warned.
+    pub fn tick(&mut self, profiles: &[String], now: Instant) -> bool {
         if self.warned_idle || self.judged > 0 {
-            return;
+            return false;
         }
         if self.synced_at.is_some_and(|s| now.saturating_duration_since(s) >= IDLE_WARNING) {
             self.warned_idle = true;
             tracing::warn!(?profiles, minutes = IDLE_WARNING.as_secs() / 60, "shadow: no binding of a judged profile was seen since the caches synced; check that the configuration's profiles name the schedulerName the cluster's pods use");
+            return true;
         }
+        false
     }
 }
 
@@ -397,6 +564,120 @@ mod tests {
 
         let j = verdict("1500m", "gone");
         assert_eq!(j.verdict, Verdict::Infeasible);
+    }
+
+    /// Logs written while `f` runs.
+    fn logs(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let w = buf.clone();
+        let sub = tracing_subscriber::fmt().with_writer(move || w.clone()).with_ansi(false).finish();
+        tracing::subscriber::with_default(sub, f);
+        let out = buf.0.lock().unwrap().clone();
+        String::from_utf8(out).unwrap()
+    }
+
+    const NO_POD: &str = "shadow: no pod of the judged profiles exists";
+    const NO_BINDING: &str = "shadow: no binding of a judged profile was seen";
+
+    #[test]
+    fn profiles_matching_no_pod_warn_once() {
+        let profiles = vec!["default-scheduler".to_string()];
+        let t = Instant::now();
+        // No pod at sync: one warning, and the idle warning does not follow.
+        let mut sh = Shadow::new(Arc::default());
+        let out = logs(|| {
+            assert!(sh.synced(0, &profiles, t));
+            for m in [1, 11, 60, 600] {
+                assert!(!sh.tick(&profiles, t + Duration::from_secs(60 * m)));
+            }
+        });
+        assert_eq!(out.matches(NO_POD).count(), 1, "{out}");
+        assert!(out.contains("WARN") && out.contains("default-scheduler"), "{out}");
+        assert!(!out.contains(NO_BINDING), "{out}");
+
+        // Pods exist but no binding is judged: one warning after IDLE_WARNING.
+        let mut sh = Shadow::new(Arc::default());
+        let out = logs(|| {
+            assert!(!sh.synced(3, &profiles, t));
+            assert!(!sh.tick(&profiles, t + IDLE_WARNING - Duration::from_secs(1)));
+            assert!(sh.tick(&profiles, t + IDLE_WARNING));
+            assert!(!sh.tick(&profiles, t + IDLE_WARNING * 2));
+        });
+        assert_eq!(out.matches(NO_BINDING).count(), 1, "{out}");
+        assert!(!out.contains(NO_POD), "{out}");
+
+        // A judged binding: never a warning.
+        let mut sh = Shadow::new(Arc::default());
+        let out = logs(|| {
+            assert!(!sh.synced(3, &profiles, t));
+            sh.record(&Judgement { verdict: Verdict::Same, score_gap: None, disagreement: None }, t);
+            assert!(!sh.tick(&profiles, t + IDLE_WARNING * 2));
+        });
+        assert_eq!(out, "");
+    }
+
+    #[test]
+    fn pods_left_pending_get_berths_view() {
+        use berth_engine::testing::{node, pod, snapshot};
+        let config = berth_engine::config::Config::parse("").unwrap();
+        let fws = berth_engine::profile::frameworks(&config, 1);
+        // a: 2 of 4 cores used; b: 1 core in all.
+        let snap = snapshot(&[node("a"), node("b").alloc("1", "32Gi", 110)], &[pod("old").node("a").req("2", "1Gi")]);
+        let fits = pod("fits").req("1500m", "1Gi").info();
+        let huge = pod("huge").req("10", "1Gi").info();
+        let young = pod("young").req("100m", "1Gi").info();
+        let gated = pod("gated").req("100m", "1Gi").gate("wait").info();
+        let other = pod("other").req("100m", "1Gi").info();
+        let mut other_profile = (*other).clone();
+        other_profile.scheduler_name = "someone-else".into();
+        let other = Arc::new(other_profile);
+        let t0 = Instant::now();
+        let now = t0 + PENDING_AFTER + Duration::from_secs(5);
+        let old = t0;
+        let log = Arc::new(ShadowLog::default());
+        let mut sh = Shadow::new(log.clone());
+        let pods = [(&fits, old), (&huge, old), (&young, now - Duration::from_secs(1)), (&gated, old), (&other, old)];
+        let counts = sh.review_pending(&fws, &snap, pods.iter().map(|(p, t)| (*p, *t)), now);
+        assert_eq!(counts[&("default-scheduler".to_string(), PendingVerdict::Placeable)], 1);
+        assert_eq!(counts[&("default-scheduler".to_string(), PendingVerdict::Unplaceable)], 1);
+        let r = log.pending();
+        assert_eq!(r.pods.iter().map(|v| v.pod.as_str()).collect::<Vec<_>>(), ["default/fits", "default/huge"]);
+        let (f, h) = (&r.pods[0], &r.pods[1]);
+        assert_eq!((f.view, f.berth_node.as_deref(), f.message.as_deref()), (PendingVerdict::Placeable, Some("a"), None));
+        assert_eq!(f.summary(), "berth would place it on a");
+        assert_eq!(f.waiting_seconds, (PENDING_AFTER + Duration::from_secs(5)).as_secs());
+        assert_eq!((h.view, h.berth_node.as_deref()), (PendingVerdict::Unplaceable, None));
+        let msg = h.message.as_deref().unwrap();
+        assert!(msg.starts_with("0/2 nodes are available") && msg.contains("Insufficient cpu"), "{msg}");
+        assert!(h.summary().starts_with("berth cannot place it either: 0/2 nodes"), "{}", h.summary());
+        let v: serde_json::Value = serde_json::from_str(&log.to_json().unwrap()).unwrap();
+        assert_eq!(v["pending"]["counts"], serde_json::json!({"placeable": 1, "unplaceable": 1}));
+        assert_eq!(v["pending"]["pods"][0]["view"], "placeable");
+        assert_eq!(v["pending"]["pods"][0]["berth_node"], "a");
+
+        // Within PENDING_REFRESH the views are kept, not recomputed; "fits" bound
+        // (gone from the queue) leaves the section, "young" has waited long enough.
+        let later = now + Duration::from_secs(10);
+        let pods = [(&huge, old), (&young, now - Duration::from_secs(1))];
+        let counts = sh.review_pending(&fws, &snap, pods.iter().map(|(p, t)| (*p, *t)), later);
+        assert_eq!(counts[&("default-scheduler".to_string(), PendingVerdict::Placeable)], 1);
+        let r = log.pending();
+        assert_eq!(r.pods.iter().map(|v| (v.pod.as_str(), v.waiting_seconds)).collect::<Vec<_>>(), [("default/huge", 15), ("default/young", 11)]);
+        // After PENDING_REFRESH, recomputed.
+        let refreshed = now + PENDING_REFRESH;
+        sh.review_pending(&fws, &snap, pods.iter().map(|(p, t)| (*p, *t)), refreshed);
+        assert_eq!(log.pending().pods[0].waiting_seconds, (refreshed - old).as_secs());
     }
 
     #[test]
