@@ -218,7 +218,10 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     let writer = (!opts.shadow).then(|| Writer::new(client, lease.clone(), cc.qps, cc.burst, opts.write_concurrency, bind_tx, &opts.identity));
     let writes = writer.as_ref().map(Writer::shared_counts).unwrap_or_default();
     let writer_handle = writer.clone();
-    let frameworks = profiles.frameworks(opts.seed);
+    let mut frameworks = profiles.frameworks(opts.seed);
+    if opts.shadow {
+        shadow::judge_every_node(&mut frameworks);
+    }
     let now = Instant::now().into_std();
     let lp = Loop {
         profiles: frameworks.iter().map(|f| f.profile.clone()).collect(),
@@ -412,7 +415,9 @@ impl Loop {
         let mut pending = (*qp.pod).clone();
         pending.node_name = None;
         let pending = Arc::new(pending);
-        let j = shadow::judge(fw, self.cache.snapshot(), &pending, node);
+        let now = Self::now();
+        let detail = self.shadow.as_mut().map(|sh| &mut sh.detail);
+        let j = shadow::judge_with(fw, self.cache.snapshot(), &pending, node, || detail.is_some_and(|d| d.take(now)));
         let profile = fw.profile.as_str();
         self.metrics.shadow_decisions.with_label_values(&[profile, j.verdict.as_str()]).inc();
         if let Some(g) = j.score_gap {

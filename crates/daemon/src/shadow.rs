@@ -15,6 +15,12 @@
 //! | `infeasible`    | a berth Filter rejects the bound node                     |
 //! | `unschedulable` | berth finds no node at all                                |
 //!
+//! The verdict comes from the daemon's own cycle over every node (per-node
+//! results reused across pods of one shape, [`judge_with`]); only up to
+//! [`DETAIL_RATE`] disagreements a second (ties aside) are explained with
+//! every plugin's score, which keeps the shadow at 1,000 bindings a second on
+//! 5,000 nodes (`berth bench --shadow`).
+//!
 //! Every verdict is counted in `berth_shadow_decisions_total{profile,verdict}`;
 //! disagreements (every verdict but `same`) are kept in a ring buffer
 //! ([`ShadowLog`], served as JSON on `/debug/shadow`) and logged, at most one
@@ -149,10 +155,87 @@ pub struct Judgement {
 }
 
 /// Runs one scheduling cycle for `pod` with `fw` over `snap` (nothing is
-/// changed: explain's cycle, every node evaluated and scored) and compares
-/// berth's choice with `bound_node`. `pod` must be the pending pod (no
-/// `nodeName`), and `snap` must not hold it bound yet.
+/// changed) and compares berth's choice with `bound_node`, with every
+/// disagreement's details (both nodes' per-plugin scores). `pod` must be the
+/// pending pod (no `nodeName`), and `snap` must not hold it bound yet.
 pub fn judge(fw: &Framework, snap: &Snapshot, pod: &Arc<PodInfo>, bound_node: &str) -> Judgement {
+    judge_with(fw, snap, pod, bound_node, || true)
+}
+
+/// [`judge`], in two steps: the verdict comes from the scheduling cycle the
+/// daemon runs (per-node results reused across pods of one shape), over
+/// every node when `fw` scores every node ([`judge_every_node`]); otherwise,
+/// or when that cycle did not see the bound node, from explain's cycle.
+/// Only a disagreement other than a tie for which `detail()` says yes is
+/// explained (explain's cycle: every plugin's score); ties and the others
+/// keep both nodes' totals and the Filter reasons, without per-plugin scores.
+pub fn judge_with(fw: &Framework, snap: &Snapshot, pod: &Arc<PodInfo>, bound_node: &str, detail: impl FnOnce() -> bool) -> Judgement {
+    let (o, _) = fw.schedule(pod, snap, CycleOptions { skip_post_filter: true, keep_statuses: true, ..Default::default() });
+    let n = snap.nodes.len();
+    if o.error.is_some() || o.evaluated < n || !fw.run_pre_enqueue(pod).is_success() {
+        return judge_explained(fw, snap, pod, bound_node);
+    }
+    let bound_idx = snap.node_index(bound_node);
+    let total_of = |i: usize| o.feasible.iter().position(|&f| f == i).and_then(|k| o.totals.get(k).copied());
+    let bound_total = bound_idx.and_then(total_of);
+    let best = o.selected.and_then(total_of);
+    let bound_feasible = bound_idx.is_some_and(|i| o.feasible.contains(&i));
+    // One feasible node is not scored: its total is moot.
+    let single = o.feasible.len() == 1;
+    let (verdict, gap) = match o.selected {
+        None => (Verdict::Unschedulable, None),
+        Some(s) if Some(s) == bound_idx => (Verdict::Same, None),
+        Some(_) if bound_feasible && !single => {
+            let gap = best.zip(bound_total).map(|(b, t)| b - t);
+            if gap.is_some_and(|g| g <= 0) { (Verdict::Tie, Some(0)) } else { (Verdict::Lower, gap) }
+        }
+        Some(_) => (Verdict::Infeasible, None),
+    };
+    if verdict == Verdict::Same {
+        return Judgement { verdict, score_gap: None, disagreement: None };
+    }
+    // A tie needs no per-plugin scores: both nodes have berth's best total.
+    if verdict != Verdict::Tie && detail() {
+        return judge_explained(fw, snap, pod, bound_node);
+    }
+    let view = |i: usize| NodeView {
+        name: snap.nodes[i].name().to_string(),
+        feasible: o.feasible.contains(&i),
+        total: if single { None } else { total_of(i) },
+        scores: None,
+        reasons: o.statuses.get(i).map(|s| s.reasons.iter().map(|r| Rejection { plugin: s.plugin.into(), reason: r.to_string() }).collect()).unwrap_or_default(),
+    };
+    let berth_node = o.selected.map(|s| snap.nodes[s].name().to_string());
+    let disagreement = Disagreement {
+        at: k8s_openapi::jiff::Timestamp::now().to_string(),
+        pod: pod.key(),
+        profile: fw.profile.clone(),
+        verdict,
+        bound_node: bound_node.to_string(),
+        berth_node,
+        score_gap: gap,
+        bound: bound_idx.map(view).unwrap_or_else(|| not_cached(bound_node)),
+        berth: o.selected.map(view),
+        message: o.message.clone(),
+    };
+    Judgement { verdict, score_gap: gap, disagreement: Some(disagreement) }
+}
+
+fn not_cached(node: &str) -> NodeView {
+    NodeView { name: node.to_string(), feasible: false, total: None, scores: None, reasons: vec![Rejection { plugin: "NodeCache".into(), reason: "node not in berth's cache".into() }] }
+}
+
+/// Makes `fws` score every node (percentageOfNodesToScore 100), as a shadow's
+/// frameworks do: a verdict compares the bound node with berth's best over
+/// the whole cluster, and [`judge_with`]'s fast step needs every node seen.
+pub fn judge_every_node(fws: &mut [Framework]) {
+    for f in fws {
+        f.percentage_of_nodes_to_score = Some(100);
+    }
+}
+
+/// Explain's cycle (every node evaluated and scored by every plugin).
+fn judge_explained(fw: &Framework, snap: &Snapshot, pod: &Arc<PodInfo>, bound_node: &str) -> Judgement {
     let e = explain_pod(Some(fw), snap, pod);
     let bound = e.nodes.iter().find(|n| n.name == bound_node);
     let berth = e.selected.as_deref().and_then(|s| e.nodes.iter().find(|n| n.name == s));
@@ -174,17 +257,44 @@ pub fn judge(fw: &Framework, snap: &Snapshot, pod: &Arc<PodInfo>, bound_node: &s
         bound_node: bound_node.to_string(),
         berth_node: e.selected.clone(),
         score_gap: gap,
-        bound: bound.map(NodeView::from_explain).unwrap_or_else(|| NodeView {
-            name: bound_node.to_string(),
-            feasible: false,
-            total: None,
-            scores: None,
-            reasons: vec![Rejection { plugin: "NodeCache".into(), reason: "node not in berth's cache".into() }],
-        }),
+        bound: bound.map(NodeView::from_explain).unwrap_or_else(|| not_cached(bound_node)),
         berth: berth.map(NodeView::from_explain),
         message: e.message.clone(),
     });
     Judgement { verdict, score_gap: gap, disagreement }
+}
+
+/// How many disagreements a second get per-plugin scores (explain's cycle,
+/// which reuses nothing); the others keep totals and Filter reasons.
+pub const DETAIL_RATE: f64 = 50.0;
+
+/// A token bucket of [`DETAIL_RATE`] a second (as many in a burst).
+#[derive(Debug)]
+pub struct DetailLimiter {
+    tokens: f64,
+    last: Option<Instant>,
+}
+
+impl Default for DetailLimiter {
+    fn default() -> Self {
+        DetailLimiter { tokens: DETAIL_RATE, last: None }
+    }
+}
+
+impl DetailLimiter {
+    /// True (and a token taken) when a disagreement may be explained at `now`.
+    pub fn take(&mut self, now: Instant) -> bool {
+        if let Some(l) = self.last {
+            self.tokens = (self.tokens + now.saturating_duration_since(l).as_secs_f64() * DETAIL_RATE).min(DETAIL_RATE);
+        }
+        self.last = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// The last [`RING`] disagreements and the count of every verdict, shared
@@ -372,12 +482,14 @@ pub struct Shadow {
     warned_idle: bool,
     /// Berth's view of the pods left Pending, by uid, with when it was computed.
     pending: HashMap<String, (PendingView, Instant)>,
+    /// Which disagreements get per-plugin scores.
+    pub detail: DetailLimiter,
 }
 
 impl Shadow {
     /// A shadow recording into `log`.
     pub fn new(log: Arc<ShadowLog>) -> Shadow {
-        Shadow { log, limiter: LogLimiter::new(LOG_INTERVAL), judged: 0, synced_at: None, warned_idle: false, pending: HashMap::new() }
+        Shadow { log, limiter: LogLimiter::new(LOG_INTERVAL), judged: 0, synced_at: None, warned_idle: false, pending: HashMap::new(), detail: DetailLimiter::default() }
     }
 
     /// Gives berth's view of the pods the other scheduler leaves Pending:
@@ -678,6 +790,50 @@ mod tests {
         let refreshed = now + PENDING_REFRESH;
         sh.review_pending(&fws, &snap, pods.iter().map(|(p, t)| (*p, *t)), refreshed);
         assert_eq!(log.pending().pods[0].waiting_seconds, (refreshed - old).as_secs());
+    }
+
+    /// The fast step alone (no disagreement explained) gives explain's verdicts.
+    #[test]
+    fn verdicts_without_details_match_explains() {
+        use berth_engine::testing::{node, pod, snapshot};
+        let config = berth_engine::config::Config::parse("").unwrap();
+        let mut fws = berth_engine::profile::frameworks(&config, 1);
+        judge_every_node(&mut fws);
+        let fw = &fws[0];
+        let snap = snapshot(&[node("a"), node("b"), node("c").alloc("1", "32Gi", 110), node("d")], &[pod("old").node("a").req("2", "1Gi")]);
+        for (cpu, bound) in [("1500m", "a"), ("1500m", "b"), ("1500m", "c"), ("1500m", "d"), ("10", "b"), ("1500m", "gone"), ("3", "a"), ("3", "b")] {
+            let p = pod("p").req(cpu, "1Gi").info();
+            let full = judge(fw, &snap, &p, bound);
+            let mut asked = false;
+            let fast = judge_with(fw, &snap, &p, bound, || {
+                asked = true;
+                false
+            });
+            let both = [full.verdict, fast.verdict];
+            // b and d tie: which one berth picks is a draw (same or tie).
+            assert!(full.verdict == fast.verdict || both.iter().all(|v| matches!(v, Verdict::Same | Verdict::Tie)), "{cpu} on {bound}: {both:?}");
+            if full.verdict == fast.verdict {
+                assert_eq!(full.score_gap, fast.score_gap, "{cpu} on {bound}");
+            }
+            assert_eq!(asked, !matches!(fast.verdict, Verdict::Same | Verdict::Tie), "{cpu} on {bound}: {:?}", fast.verdict);
+            let (Some(f), Some(d)) = (full.disagreement, fast.disagreement) else { continue };
+            assert_eq!((&f.bound_node, f.bound.feasible, f.bound.total), (&d.bound_node, d.bound.feasible, d.bound.total), "{cpu} on {bound}");
+            assert_eq!(f.bound.reasons.len(), d.bound.reasons.len(), "{cpu} on {bound}");
+            // Explain's message adds what preemption would do.
+            assert!(f.message.as_deref().unwrap_or("").starts_with(d.message.as_deref().unwrap_or("")), "{cpu} on {bound}: {:?} {:?}", f.message, d.message);
+            assert_eq!(d.bound.scores, None);
+        }
+    }
+
+    #[test]
+    fn detail_limiter_refills_at_its_rate() {
+        let mut l = DetailLimiter::default();
+        let t = Instant::now();
+        let burst = (0..200).filter(|_| l.take(t)).count();
+        assert_eq!(burst, DETAIL_RATE as usize);
+        assert!(!l.take(t));
+        assert!(l.take(t + Duration::from_secs_f64(1.0 / DETAIL_RATE)));
+        assert!(!l.take(t + Duration::from_secs_f64(1.0 / DETAIL_RATE)));
     }
 
     #[test]
