@@ -3,7 +3,8 @@
 # schema), the checked-in manifests in deploy/ (must equal the chart's default
 # render), every rendered object against Kubernetes' OpenAPI schemas, the
 # scheduler configuration the chart writes (parsed by berth itself), the
-# PrometheusRule (promtool), the Grafana dashboard (JSON), the Dockerfile
+# shadow render (read-only RBAC, no Lease), the PrometheusRule (promtool),
+# the Grafana dashboard (JSON), the Dockerfile
 # (hadolint), and `berth demo` (exit status, zero violations, /metrics over
 # HTTPS with a bearer token through promtool).
 #
@@ -139,6 +140,8 @@ step "helm template (defaults, and every optional feature on)"
 "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" >"$WORK/default.yaml"
 "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" -f "$ALL_ON" >"$WORK/all.yaml"
 "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --set leaderElection.enabled=false,replicas=1,service.enabled=false,rbac.create=false,serviceAccount.create=false >"$WORK/minimal.yaml"
+"$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --set shadow.enabled=true >"$WORK/shadow.yaml"
+"$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" -f "$ALL_ON" --set shadow.enabled=true >"$WORK/shadow-all.yaml"
 # values.schema.json is enforced.
 for bad in replicas=-1 logFormat=xml 'profiles=null' unknownKey=1 'leaderElection.leaseDuration=15'; do
   if "$HELM" template "$RELEASE" "$CHART" --set "$bad" >/dev/null 2>&1; then
@@ -150,7 +153,66 @@ if out=$("$HELM" template "$RELEASE" "$CHART" --set replicas=2,leaderElection.en
   fail "the chart rendered 2 replicas with leader election off"
 fi
 grep -q "over-fill nodes" <<<"$out" || fail "the refusal of 2 replicas without leader election does not say why: $out"
-echo "rendered: $(grep -c '^kind:' "$WORK/default.yaml") objects by default, $(grep -c '^kind:' "$WORK/all.yaml") with every feature on; schema rejects bad values"
+echo "rendered: $(grep -c '^kind:' "$WORK/default.yaml") objects by default, $(grep -c '^kind:' "$WORK/all.yaml") with every feature on, $(grep -c '^kind:' "$WORK/shadow.yaml") as a shadow; schema rejects bad values"
+
+step "shadow.enabled=true: read-only RBAC, no Lease, berth run --shadow"
+# The only write verbs a shadow may hold are the creates of its secure port's
+# delegated authentication and authorization (TokenReview, SubjectAccessReview):
+# they persist nothing. Checked on the shadow renders; the checker must also
+# object to the default render (which binds, patches and deletes).
+"$PY" - "$WORK/shadow.yaml" "$WORK/shadow-all.yaml" "$WORK/default.yaml" <<'EOF' || fail "shadow.enabled=true renders more than a read-only shadow"
+import sys, yaml
+READ = {"get", "list", "watch"}
+REVIEWS = {("authentication.k8s.io", "tokenreviews"), ("authorization.k8s.io", "subjectaccessreviews")}
+def problems(path):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    out = []
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    if not roles:
+        out.append("no Role or ClusterRole rendered")
+    for d in roles:
+        who = f"{d['kind']} {d['metadata']['name']}"
+        for r in d.get("rules", []):
+            if "coordination.k8s.io" in r.get("apiGroups", []):
+                out.append(f"{who}: a rule on Leases")
+            extra = set(r.get("verbs", [])) - READ
+            if not extra:
+                continue
+            pairs = {(g, res) for g in r.get("apiGroups", []) for res in r.get("resources", [])}
+            if extra == {"create"} and pairs and pairs <= REVIEWS:
+                continue
+            out.append(f"{who}: verbs {sorted(extra)} on {r.get('apiGroups')} {r.get('resources') or r.get('nonResourceURLs')}")
+    deps = [d for d in docs if d["kind"] == "Deployment"]
+    if len(deps) != 1:
+        out.append(f"expected one Deployment, found {len(deps)}")
+    else:
+        spec = deps[0]["spec"]
+        args = spec["template"]["spec"]["containers"][0]["args"]
+        if "--shadow" not in args:
+            out.append(f"the Deployment does not run --shadow: {args}")
+        if spec["replicas"] != 1:
+            out.append(f"the Deployment runs {spec['replicas']} replicas")
+    for cm in [d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in d.get("data", {})]:
+        cfg = yaml.safe_load(cm["data"]["config.yaml"])
+        if cfg.get("leaderElection", {}).get("leaderElect"):
+            out.append("the configuration elects a leader")
+        names = [p.get("schedulerName") for p in cfg.get("profiles", [])]
+        if names != ["default-scheduler"]:
+            out.append(f"the shadow judges {names}, expected [default-scheduler]")
+    return out
+shadow, default = sys.argv[1:-1], sys.argv[-1]
+bad = False
+for path in shadow:
+    for line in problems(path):
+        print(f"{path}: {line}")
+        bad = True
+if bad:
+    sys.exit(1)
+if not problems(default):
+    print(f"the check finds nothing wrong with the non-shadow render {default}: it checks nothing")
+    sys.exit(1)
+print(f"{len(shadow)} shadow renders: read-only RBAC (the two reviews excepted), no Lease, one replica running --shadow, judging default-scheduler")
+EOF
 
 step "deploy/ equals the chart's default render"
 {
@@ -170,7 +232,7 @@ echo "deploy/berth.yaml is up to date"
 
 step "kubernetes-validate --strict (Kubernetes $KUBE_VERSIONS)"
 # Split every render into one file of the kinds Kubernetes knows; CRD kinds are skipped by name.
-"$PY" - "$CRD_KINDS" "$WORK" "$WORK/default.yaml" "$WORK/all.yaml" "$WORK/minimal.yaml" deploy/*.yaml <<'EOF'
+"$PY" - "$CRD_KINDS" "$WORK" "$WORK/default.yaml" "$WORK/all.yaml" "$WORK/minimal.yaml" "$WORK/shadow-all.yaml" deploy/*.yaml <<'EOF'
 import os, sys, yaml
 skip = set(sys.argv[1].split(","))
 out = sys.argv[2]
@@ -192,7 +254,7 @@ for v in $KUBE_VERSIONS; do
 done
 
 step "the chart's KubeSchedulerConfiguration parses in berth"
-"$PY" - "$WORK" "$WORK/default.yaml" "$WORK/all.yaml" "$WORK/minimal.yaml" <<'EOF'
+"$PY" - "$WORK" "$WORK/default.yaml" "$WORK/all.yaml" "$WORK/minimal.yaml" "$WORK/shadow.yaml" <<'EOF'
 import sys, yaml
 out = sys.argv[1]
 for i, path in enumerate(sys.argv[2:]):

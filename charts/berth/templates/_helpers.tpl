@@ -51,6 +51,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default .Release.Namespace .Values.leaderElection.resourceNamespace }}
 {{- end }}
 
+{{/* Replicas: one in shadow mode (a second shadow would only repeat the verdicts). */}}
+{{- define "berth.replicas" -}}
+{{- if .Values.shadow.enabled }}1{{ else }}{{ .Values.replicas }}{{ end }}
+{{- end }}
+
+{{/* Leader election: never in shadow mode (a shadow takes no Lease). */}}
+{{- define "berth.leaderElect" -}}
+{{- and .Values.leaderElection.enabled (not .Values.shadow.enabled) }}
+{{- end }}
+
 {{- define "berth.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
@@ -65,7 +75,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 leaderElection:
-  leaderElect: {{ .Values.leaderElection.enabled }}
+  leaderElect: {{ include "berth.leaderElect" . }}
   resourceLock: leases
   resourceName: {{ include "berth.leaseName" . }}
   resourceNamespace: {{ include "berth.leaseNamespace" . }}
@@ -79,5 +89,5 @@ clientConnection:
 {{ toYaml . }}
 {{- end }}
 profiles:
-{{ toYaml .Values.profiles }}
+{{ toYaml (ternary .Values.shadow.profiles .Values.profiles .Values.shadow.enabled) }}
 {{- end }}

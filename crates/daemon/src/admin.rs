@@ -606,15 +606,21 @@ async fn explain(State(s): State<AppState>, Query(q): Query<HashMap<String, Stri
     }
 }
 
-/// /debug/shadow (shadow mode only): the verdicts so far by verdict and the
-/// last disagreements, oldest first, as JSON:
+/// /debug/shadow (shadow mode only): the verdicts so far by verdict, the
+/// last disagreements, oldest first, and berth's view of the pods the other
+/// scheduler leaves Pending, as JSON:
 ///
 /// ```text
 /// {"counts": {"same": 97, "lower": 3},
 ///  "disagreements": [{"at": "...", "pod": "ns/name", "profile": "default-scheduler",
 ///    "verdict": "lower", "bound_node": "n1", "berth_node": "n4", "score_gap": 12,
 ///    "bound": {"name": "n1", "feasible": true, "total": 170, "scores": {...}},
-///    "berth": {"name": "n4", "feasible": true, "total": 182, "scores": {...}}}]}
+///    "berth": {"name": "n4", "feasible": true, "total": 182, "scores": {...}}}],
+///  "pending": {"counts": {"placeable": 1, "unplaceable": 1},
+///    "pods": [{"pod": "ns/a", "profile": "default-scheduler", "view": "placeable",
+///      "berth_node": "n2", "waiting_seconds": 40, "at": "..."},
+///     {"pod": "ns/b", "profile": "default-scheduler", "view": "unplaceable",
+///      "message": "0/8 nodes are available: ...", "waiting_seconds": 95, "at": "..."}]}}
 /// ```
 async fn shadow(State(s): State<AppState>) -> Response {
     let Some(log) = s.shadow else {

@@ -223,7 +223,10 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     }
     let writes = writer.as_ref().map(Writer::shared_counts).unwrap_or_default();
     let writer_handle = writer.clone();
-    let frameworks = profiles.frameworks(opts.seed);
+    let mut frameworks = profiles.frameworks(opts.seed);
+    if opts.shadow {
+        shadow::judge_every_node(&mut frameworks);
+    }
     let now = Instant::now().into_std();
     let lp = Loop {
         profiles: frameworks.iter().map(|f| f.profile.clone()).collect(),
@@ -420,7 +423,9 @@ impl Loop {
         let mut pending = (*qp.pod).clone();
         pending.node_name = None;
         let pending = Arc::new(pending);
-        let j = shadow::judge(fw, self.cache.snapshot(), &pending, node);
+        let now = Self::now();
+        let detail = self.shadow.as_mut().map(|sh| &mut sh.detail);
+        let j = shadow::judge_with(fw, self.cache.snapshot(), &pending, node, || detail.is_some_and(|d| d.take(now)));
         let profile = fw.profile.as_str();
         self.metrics.shadow_decisions.with_label_values(&[profile, j.verdict.as_str()]).inc();
         if let Some(g) = j.score_gap {
@@ -971,6 +976,11 @@ impl Loop {
                 if let Some(sh) = &mut self.shadow {
                     let profiles: Vec<String> = self.frameworks.iter().map(|f| f.profile.clone()).collect();
                     sh.tick(&profiles, Self::now());
+                    let q = &self.queue;
+                    let pending = sh.review_pending(&self.frameworks, self.cache.snapshot(), q.pods().filter_map(|p| q.first_seen(&p.uid).map(|t| (p, t))), Self::now());
+                    for ((profile, view), n) in pending {
+                        self.metrics.shadow_pending.with_label_values(&[profile.as_str(), view.as_str()]).set(n);
+                    }
                 }
                 last_tick = Instant::now();
             }

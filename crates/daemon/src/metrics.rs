@@ -42,6 +42,9 @@ pub struct Metrics {
     /// berth_dra_allocation_duration_seconds{result}: how long they took,
     /// conflicts and read-backs included.
     pub dra_allocation_duration: HistogramVec,
+    /// berth_shadow_pending_pods{profile, view}: shadow mode's view of the
+    /// pods the other scheduler leaves Pending (placeable, unplaceable).
+    pub shadow_pending: IntGaugeVec,
 }
 
 fn exp(start: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -68,6 +71,7 @@ impl Metrics {
             shadow_score_gap: HistogramVec::new(HistogramOpts::new("berth_shadow_score_gap", "Shadow mode: berth's best total score minus the bound node's total, for the 'lower' and 'tie' verdicts.").buckets(vec![0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]), &["profile"])?,
             dra_allocation_attempts: IntCounterVec::new(Opts::new("berth_dra_allocation_attempts_total", "ResourceClaim allocations written by PreBind, by result. 'allocated': the claim's allocation and the pod's reservation were written (or found written); 'reserved': the claim was allocated already and the pod was added to reservedFor; 'error': PreBind failed (allocated elsewhere, deleted, refused); 'pod_gone' and 'not_leader': given up."), &["result"])?,
             dra_allocation_duration: HistogramVec::new(HistogramOpts::new("berth_dra_allocation_duration_seconds", "Duration of the ResourceClaim writes of PreBind for one claim (finalizer, allocation and reservation, read-backs), by result.").buckets(exp(0.001, 2.0, 15)), &["result"])?,
+            shadow_pending: IntGaugeVec::new(Opts::new("berth_shadow_pending_pods", "Shadow mode: pods of a judged profile that the other scheduler leaves Pending (pending 10 s or more), by berth's view: 'placeable' means berth would place the pod, 'unplaceable' that berth cannot place it either (preemption aside)."), &["profile", "view"])?,
             registry,
         };
         m.registry.register(Box::new(m.schedule_attempts.clone()))?;
@@ -85,6 +89,7 @@ impl Metrics {
         m.registry.register(Box::new(m.shadow_score_gap.clone()))?;
         m.registry.register(Box::new(m.dra_allocation_attempts.clone()))?;
         m.registry.register(Box::new(m.dra_allocation_duration.clone()))?;
+        m.registry.register(Box::new(m.shadow_pending.clone()))?;
         for q in ["active", "backoff", "unschedulable", "gated"] {
             m.pending_pods.with_label_values(&[q]).set(0);
         }
@@ -123,6 +128,7 @@ mod tests {
         m.shadow_score_gap.with_label_values(&["default-scheduler"]).observe(3.0);
         m.dra_allocation_attempts.with_label_values(&["allocated"]).inc();
         m.dra_allocation_duration.with_label_values(&["allocated"]).observe(0.01);
+        m.shadow_pending.with_label_values(&["default-scheduler", "placeable"]).set(1);
         let text = m.render();
         for name in [
             "scheduler_schedule_attempts_total",
@@ -140,6 +146,7 @@ mod tests {
             "berth_shadow_score_gap",
             "berth_dra_allocation_attempts_total",
             "berth_dra_allocation_duration_seconds",
+            "berth_shadow_pending_pods",
         ] {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

@@ -1,9 +1,11 @@
 //! berth's lab: `berth demo`, the in-process benchmarks (`berth bench`), the
-//! end-to-end benchmark over HTTP (`berth bench --e2e`) and the local
+//! end-to-end benchmark over HTTP (`berth bench --e2e`), the shadow's
+//! throughput (`berth bench --shadow`) and the local
 //! cluster's own benchmark (`berth cluster-bench`). Everything here drives the
 //! crates below it; nothing below depends on it.
 
 pub mod bench;
 pub mod bench_e2e;
+pub mod bench_shadow;
 pub mod cluster_bench;
 pub mod demo;

@@ -31,7 +31,12 @@ pub struct BenchArgs {
     /// TopologySpreading, Unschedulable; default nodes 5000).
     #[arg(long)]
     pub e2e: bool,
-    /// With --e2e: pods measured.
+    /// Shadow mode's throughput instead: verdicts per second judging a
+    /// binder's bindings on a cluster of --nodes nodes (default 5000), in
+    /// process.
+    #[arg(long, conflicts_with = "e2e")]
+    pub shadow: bool,
+    /// With --e2e: pods measured; with --shadow: bindings judged.
     #[arg(long, default_value_t = 10_000)]
     pub pods: usize,
     /// With --e2e: concurrent clients creating pods.
@@ -54,6 +59,9 @@ pub const CHART_BURST: i64 = 20_000;
 pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     if a.e2e {
         return run_e2e(a);
+    }
+    if a.shadow {
+        return run_shadow(a);
     }
     let workloads: Vec<&str> = match &a.workload {
         Some(w) => vec![w.as_str()],
@@ -111,6 +119,30 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
                 "{:<20} {:>6} {:>7} {:>7} {:>10.0} {:>9.1} {:>9.1} {:>10.1} {:>10.1}",
                 f.workload, f.nodes, f.pods, f.unschedulable_pods, f.pods_per_second, f.p50_ms, f.p99_ms, f.scheduler_peak_rss_mb, f.cluster_peak_rss_mb
             ),
+        }
+    }
+    Ok(())
+}
+
+fn run_shadow(a: &BenchArgs) -> anyhow::Result<()> {
+    let sizes = if a.nodes.is_empty() { vec![5000] } else { a.nodes.clone() };
+    if sizes.iter().any(|n| *n == 0 || *n > 100_000) {
+        anyhow::bail!("--nodes: must be between 1 and 100000");
+    }
+    if a.pods == 0 || a.pods > 1_000_000 {
+        anyhow::bail!("--pods: must be between 1 and 1000000");
+    }
+    if a.output == Output::Table {
+        println!("{:<20} {:>6} {:>8} {:>11} {:>8} {:>8} {:>8}  VERDICTS", "SHADOW", "NODES", "BINDINGS", "VERDICTS/S", "P50 ms", "P99 ms", "RSS MB");
+    }
+    for n in sizes {
+        let f = berth_lab::bench_shadow::run(n, a.pods).ok_or_else(|| anyhow::anyhow!("the shadow benchmark's cluster could not be set up"))?;
+        match a.output {
+            Output::Json => println!("{}", serde_json::to_string(&f)?),
+            Output::Table => {
+                let counts: Vec<String> = f.counts.iter().map(|(v, c)| format!("{}={c}", v.as_str())).collect();
+                println!("{:<20} {:>6} {:>8} {:>11.0} {:>8.3} {:>8.3} {:>8.1}  {} (explained {})", "judge (round-robin)", f.nodes, f.verdicts, f.verdicts_per_second, f.p50_ms, f.p99_ms, f.peak_rss_mb, counts.join(" "), f.detailed);
+            }
         }
     }
     Ok(())

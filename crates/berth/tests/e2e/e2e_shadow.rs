@@ -9,7 +9,8 @@
 //!
 //! and in both the shadow wrote nothing: the only requests it sent that were
 //! not GETs (lists and watches) are its admin port's TokenReviews and
-//! SubjectAccessReviews.
+//! SubjectAccessReviews. Each also leaves one pod Pending (one that fits
+//! nowhere, one the binder skips): the shadow gives berth's view of it.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,7 +18,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use berth_cluster::{FaultConfig, LocalCluster};
-use berth_daemon::shadow::{ShadowLog, Verdict};
+use berth_daemon::shadow::{self, ShadowLog, Verdict};
 use berth_daemon::{self as daemon, Handle, Options};
 use k8s_openapi::api::core::v1::{Binding, Pod};
 use kube::api::{Api, PostParams};
@@ -87,6 +88,27 @@ async fn check_admin(h: &Handle, counts: &BTreeMap<Verdict, u64>) -> serde_json:
     serde_json::from_str(&body).unwrap()
 }
 
+/// Waits until /debug/shadow's pending section lists `pod` (the shadow
+/// looks at pods pending for PENDING_AFTER), and checks the gauge.
+async fn until_pending_view(h: &Handle, pod: &str, view: &str) -> serde_json::Value {
+    let t = tokio::time::Instant::now();
+    loop {
+        let (code, body) = http_get(h.admin_addr, "/debug/shadow").await;
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if let Some(p) = v["pending"]["pods"].as_array().unwrap().iter().find(|p| p["pod"] == format!("default/{pod}")) {
+            assert_eq!(p["view"], view, "{p}");
+            assert_eq!(v["pending"]["counts"][view], 1, "{v}");
+            let (_, metrics) = http_get(h.admin_addr, "/metrics").await;
+            let line = format!("berth_shadow_pending_pods{{profile=\"{PROFILE}\",view=\"{view}\"}} 1");
+            assert!(metrics.contains(&line), "{line} missing from /metrics");
+            return p.clone();
+        }
+        assert!(t.elapsed() < shadow::PENDING_AFTER + Duration::from_secs(10), "no pending view of {pod}: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn binding(pod: &str, node: &str) -> Binding {
     serde_json::from_value(json!({"metadata": {"name": pod}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}})).unwrap()
 }
@@ -100,6 +122,8 @@ async fn shadow_agrees_with_berth() {
         let berth = start_daemon(&c, &config(""), "binder").await;
         until_leading(&berth, 30).await;
         let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        // Fits nowhere: the binder leaves it Pending, and so would berth.
+        api.create(&PostParams::default(), &pod("huge", "64", json!({}))).await.unwrap();
         // One at a time: each is bound, and judged, before the next exists,
         // so that both see the same cache at each decision.
         for i in 0..PODS {
@@ -113,6 +137,9 @@ async fn shadow_agrees_with_berth() {
         assert_eq!(counts.get(&Verdict::Infeasible), None, "{counts:?}");
         let report = check_admin(&shadow, &counts).await;
         assert_eq!(report["counts"]["same"].as_u64().unwrap_or(0) + report["counts"]["tie"].as_u64().unwrap_or(0), agree);
+        let p = until_pending_view(&shadow, "huge", "unplaceable").await;
+        assert!(p["message"].as_str().unwrap().contains("Insufficient cpu"), "{p}");
+        assert_eq!(p.get("berth_node"), None, "{p}");
         assert_eq!(shadow_writes(&proxy), Vec::<String>::new(), "the shadow wrote");
         assert_eq!(shadow.write_counts().binds, 0);
         assert_eq!(berth.shutdown().await, 0);
@@ -129,6 +156,8 @@ async fn shadow_judges_bin_packing_lower() {
         let log = shadow.shadow.clone().unwrap();
         let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
         let mut used: HashMap<String, i64> = (0..NODES).map(|i| (format!("node-{i}"), 0)).collect();
+        // The binder skips this one: berth would place it.
+        api.create(&PostParams::default(), &pod("skipped", "250m", json!({}))).await.unwrap();
         for i in 0..PODS {
             let name = format!("p{i}");
             api.create(&PostParams::default(), &pod(&name, "250m", json!({}))).await.unwrap();
@@ -153,10 +182,12 @@ async fn shadow_judges_bin_packing_lower() {
         assert!(d["berth"]["total"].as_i64() > d["bound"]["total"].as_i64(), "{d}");
         let gap = shadow.metrics.shadow_score_gap.with_label_values(&[PROFILE]).get_sample_count();
         assert_eq!(gap, lower + counts.get(&Verdict::Tie).copied().unwrap_or(0));
+        let p = until_pending_view(&shadow, "skipped", "placeable").await;
+        assert!(p["berth_node"].as_str().unwrap().starts_with("node-"), "{p}");
         assert_eq!(shadow_writes(&proxy), Vec::<String>::new(), "the shadow wrote");
         // Nothing else bound them: every pod is where the binder put it.
         for p in pods(&api).await {
-            assert!(node_of(&p).is_some(), "{:?} not bound", p.metadata.name);
+            assert_eq!(node_of(&p).is_some(), p.metadata.name.as_deref() != Some("skipped"), "{:?}", p.metadata.name);
         }
         assert_eq!(shadow.shutdown().await, 0);
     })

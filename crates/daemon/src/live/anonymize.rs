@@ -26,9 +26,15 @@
 //!   match them by name), the `system-` PriorityClasses;
 //! - integers (NodeAffinity's Gt and Lt compare label values as numbers),
 //!   "", and the wildcard host IPs `0.0.0.0` and `::`;
-//! - DRA device definitions (a ResourceSlice's devices, their attributes
-//!   and capacity, CEL selectors, device names): CEL expressions name them
-//!   and cannot be rewritten reliably.
+//! - DRA device definitions (a ResourceSlice's devices, their attributes,
+//!   capacity and taints, CEL selectors, device names): CEL expressions name
+//!   them and cannot be rewritten reliably; a claim's device request keeps
+//!   its tolerations, which match those taints.
+//!
+//! DRA references are hashed as the names they point to: a pod's
+//! resourceClaimName and resourceClaimTemplateName, a claim's
+//! deviceClassName, its request and subrequest names (containers'
+//! `claims[].request`, allocation results), a pool's name, reservedFor.
 //!
 //! Structure the scheduler relies on is kept: image names are normalized
 //! (`:latest`) before hashing, as ImageLocality compares them; zone label
@@ -154,6 +160,9 @@ pub struct Anonymizer {
     map: BTreeMap<String, String>,
     /// Anonymized → original, to detect collisions.
     back: HashMap<String, String>,
+    /// Walking a ResourceClaim's device request (its tolerations are kept,
+    /// as the device taints they match are).
+    in_device_request: bool,
 }
 
 impl std::fmt::Debug for Anonymizer {
@@ -176,13 +185,13 @@ impl Anonymizer {
     pub fn random() -> Result<Anonymizer> {
         let rng = ring::rand::SystemRandom::new();
         let key = hmac::Key::generate(hmac::HMAC_SHA256, &rng).map_err(|_| Error::Random)?;
-        Ok(Anonymizer { key, map: BTreeMap::new(), back: HashMap::new() })
+        Ok(Anonymizer { key, map: BTreeMap::new(), back: HashMap::new(), in_device_request: false })
     }
 
     /// With a given key: the same names give the same output in every dump
     /// (tests; never for a dump that leaves the house).
     pub fn with_key(key: &[u8]) -> Anonymizer {
-        Anonymizer { key: hmac::Key::new(hmac::HMAC_SHA256, key), map: BTreeMap::new(), back: HashMap::new() }
+        Anonymizer { key: hmac::Key::new(hmac::HMAC_SHA256, key), map: BTreeMap::new(), back: HashMap::new(), in_device_request: false }
     }
 
     /// Every string replaced so far: original → anonymized.
@@ -334,6 +343,9 @@ impl Anonymizer {
             // is a list of request names instead.
             "requests" if is_object => Ok(()),
             "requests" => self.walk_request_names(child),
+            // A device request's tolerations match device taints, which are
+            // kept with the devices.
+            "tolerations" if self.in_device_request => Ok(()),
             _ if is_object && KEEP_OBJECTS.contains(&k) => Ok(()),
             _ if child.is_array() && KEEP_ARRAYS.contains(&k) => Ok(()),
             _ => self.walk(child, k),
@@ -350,6 +362,16 @@ impl Anonymizer {
                 for x in a {
                     self.walk_request_names(x)?;
                 }
+            }
+            // A claim's device request: its name (referenced by containers'
+            // `claims[].request` and allocation results, hashed as they
+            // are), its deviceClassName (hashed as the DeviceClass's name),
+            // its subrequests (firstAvailable).
+            Value::Object(_) => {
+                let outer = std::mem::replace(&mut self.in_device_request, true);
+                let r = self.walk(v, "");
+                self.in_device_request = outer;
+                r?;
             }
             _ => {}
         }
@@ -508,6 +530,56 @@ mod tests {
     }
 
     #[test]
+    fn device_claims_follow_their_classes_and_requests() {
+        let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "gpu-claim", "namespace": "ml"},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "big-gpu", "allocationMode": "ExactCount", "count": 1,
+                    "tolerations": [{"key": "example.com/broken", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}]}},
+                {"name": "any", "firstAvailable": [{"name": "small", "deviceClassName": "small-gpu"}]}],
+                "config": [{"requests": ["gpu"], "opaque": {"driver": "gpu.example.com", "parameters": {}}}]}},
+            "status": {"allocation": {"devices": {"results": [{"request": "any/small", "driver": "gpu.example.com", "pool": "rack-1", "device": "gpu-0"}]}},
+                "reservedFor": [{"resource": "pods", "name": "trainer", "uid": "u-1"}]}});
+        let (c, mut a) = anon(&claim);
+        let h = |a: &mut Anonymizer, s: &str| a.hash(s).expect("hash");
+        let r = &c["spec"]["devices"]["requests"];
+        assert_eq!(r[0]["name"], h(&mut a, "gpu"));
+        assert_eq!(r[0]["exactly"]["deviceClassName"], h(&mut a, "big-gpu"));
+        assert_eq!(r[0]["exactly"]["tolerations"], claim["spec"]["devices"]["requests"][0]["exactly"]["tolerations"]);
+        assert_eq!(r[0]["exactly"]["allocationMode"], "ExactCount");
+        assert_eq!(r[1]["firstAvailable"][0]["name"], h(&mut a, "small"));
+        assert_eq!(r[1]["firstAvailable"][0]["deviceClassName"], h(&mut a, "small-gpu"));
+        assert_eq!(c["spec"]["devices"]["config"][0]["requests"][0], h(&mut a, "gpu"));
+        let res = &c["status"]["allocation"]["devices"]["results"][0];
+        assert_eq!(res["request"], format!("{}/{}", h(&mut a, "any"), h(&mut a, "small")));
+        assert_eq!((res["driver"].as_str(), res["device"].as_str()), (Some("gpu.example.com"), Some("gpu-0")));
+        assert_eq!(res["pool"], h(&mut a, "rack-1"));
+        assert_eq!(c["status"]["reservedFor"][0]["name"], h(&mut a, "trainer"));
+        // The class and the slice's pool under the same names.
+        let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "big-gpu"}});
+        let mut k = class.clone();
+        a.object(&mut k).expect("anonymize");
+        assert_eq!(k["metadata"]["name"], h(&mut a, "big-gpu"));
+        let slice = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+            "spec": {"driver": "gpu.example.com", "pool": {"name": "rack-1", "generation": 1, "resourceSliceCount": 1}, "nodeName": "n1",
+                "devices": [{"name": "gpu-0", "taints": [{"key": "example.com/broken", "value": "yes", "effect": "NoSchedule"}]}]}});
+        let mut sl = slice.clone();
+        a.object(&mut sl).expect("anonymize");
+        assert_eq!(sl["spec"]["pool"]["name"], h(&mut a, "rack-1"));
+        assert_eq!(sl["spec"]["nodeName"], h(&mut a, "n1"));
+        assert_eq!(sl["spec"]["devices"], slice["spec"]["devices"]);
+        // A pod's claim references.
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": "ml"},
+            "spec": {"containers": [{"name": "c", "resources": {"claims": [{"name": "gpu", "request": "gpu"}]}}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}, {"name": "t", "resourceClaimTemplateName": "gpu-template"}]}});
+        let mut p = pod.clone();
+        a.object(&mut p).expect("anonymize");
+        assert_eq!(p["spec"]["resourceClaims"][0]["resourceClaimName"], c["metadata"]["name"]);
+        assert_eq!(p["spec"]["resourceClaims"][1]["resourceClaimTemplateName"], h(&mut a, "gpu-template"));
+        assert_eq!(p["spec"]["containers"][0]["resources"]["claims"][0]["request"], r[0]["name"]);
+    }
+
+    #[test]
     fn well_known_keys() {
         for k in ["kubernetes.io/hostname", "topology.kubernetes.io/zone", "node.kubernetes.io/instance-type", "scheduling.x-k8s.io/pod-group", "app.kubernetes.io/name", "metadata.name"] {
             assert!(well_known_key(k), "{k}");
@@ -539,12 +611,6 @@ mod tests {
         let mut checked = 0;
         let mut failures = Vec::new();
         for case in cases {
-            // Dynamic resources are not anonymized consistently yet (claim,
-            // class and slice references keep their names while the objects'
-            // names are hashed): their cases are left out until they are.
-            if case.components().any(|c| c.as_os_str() == "dynamic-resources") {
-                continue;
-            }
             let Ok(text) = std::fs::read_to_string(case.join("cluster.yaml")) else { continue };
             let config_text = std::fs::read_to_string(case.join("config.yaml")).ok();
             if config_text.as_deref().is_some_and(|c| c.contains("addedAffinity") || c.contains("defaultConstraints")) {
