@@ -20,6 +20,7 @@ mod cluster_cli;
 mod cluster_controllers;
 #[path = "../../../cluster/tests/it/support.rs"]
 mod cluster_support;
+mod data_dir;
 mod conformance;
 mod default_spreading;
 mod dra;
