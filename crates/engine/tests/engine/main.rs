@@ -2,6 +2,7 @@
 //! and no tokio: invariants over random clusters (`properties`), the
 //! offline engine's pending set, and storage decisions.
 
+mod many_constraints;
 mod offline_pending;
 mod properties;
 mod storage;
