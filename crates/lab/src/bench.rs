@@ -31,10 +31,17 @@ pub const WORKLOADS: &[&str] = &[
     "SteadyStateClusterResourceClaimTemplate",
     "SchedulingWithResourceClaimTemplate8Devices",
     "SchedulingWithExtendedResource",
+    // One pod with 8,000 ScheduleAnyway spread constraints, and a plain pod behind it.
+    "PathologicalSpread",
 ];
 
 /// GangScheduling: members per group.
 pub const GANG_SIZE: usize = 32;
+
+/// PathologicalSpread: the ScheduleAnyway constraints of its one pod.
+pub const PATHOLOGICAL_CONSTRAINTS: usize = 8000;
+/// PathologicalSpread: nodes at most (each carries every topology key).
+pub const PATHOLOGICAL_NODES: usize = 100;
 
 /// One workload's figures.
 #[derive(Clone, Debug, Serialize)]
@@ -57,6 +64,13 @@ pub struct Figures {
     pub peak_rss_mb: f64,
     /// Pods that found a node (or were nominated, for preemption).
     pub scheduled: usize,
+    /// PathologicalSpread: the cycle of the pod with many constraints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_pod_ms: Option<f64>,
+    /// PathologicalSpread: how long the plain pod queued behind it waited
+    /// until it was bound (both cycles).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub behind_ms: Option<f64>,
 }
 
 fn q(s: &str) -> Quantity {
@@ -252,6 +266,9 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
     if let Some(w) = DraWorkload::named(workload) {
         return run_dra(workload, w, nodes, percentage, no_reuse);
     }
+    if workload == "PathologicalSpread" {
+        return run_pathological_spread(nodes.min(PATHOLOGICAL_NODES), PATHOLOGICAL_CONSTRAINTS, percentage, no_reuse);
+    }
     let (mut snap, pods) = setup(workload, nodes)?;
     let cfg = berth_engine::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(percentage), ..Default::default() };
     let config = Config::from_raw(cfg).ok()?;
@@ -308,6 +325,77 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
         p99_ms: pct(0.99),
         peak_rss_mb: peak_rss_mb(),
         scheduled,
+        first_pod_ms: None,
+        behind_ms: None,
+    })
+}
+
+/// PathologicalSpread: one pod with `constraints` ScheduleAnyway topology
+/// spread constraints, each on a topology key of its own (the API rejects
+/// two with the same key and whenUnsatisfiable), on `nodes` nodes that carry
+/// every key, with a plain pod queued behind it. Figures: the first pod's
+/// cycle, and how long the plain pod waited until it was bound.
+pub fn run_pathological_spread(nodes: usize, constraints: usize, percentage: i32, no_reuse: bool) -> Option<Figures> {
+    let key = |k: usize| format!("spread.berth.example/key-{k}");
+    let mut snap = Snapshot::new();
+    for i in 0..nodes {
+        let mut n = node(i, 3);
+        if let Some(l) = n.metadata.labels.as_mut() {
+            // A few domains per key, shifted key by key.
+            l.extend((0..constraints).map(|k| (key(k), format!("d{}", (i + k) % 4))));
+        }
+        snap.upsert_node(NodeSpec::from_node(&n));
+        let mut p = pod(&format!("init-{i}"), "100m", "500Mi", 0, &[("app", "spread")]);
+        if let Some(s) = p.spec.as_mut() {
+            s.node_name = Some(format!("node-{i}"));
+        }
+        snap.add_pod(PodInfo::from_pod(&p));
+    }
+    let mut first = pod("pathological", "100m", "500Mi", 0, &[("app", "spread")]);
+    if let Some(s) = first.spec.as_mut() {
+        let tsc = |k: usize| core::TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key(k),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(sel("app", "spread")),
+            ..Default::default()
+        };
+        s.topology_spread_constraints = Some((0..constraints).map(tsc).collect());
+    }
+    let pods = [PodInfo::from_pod(&first), PodInfo::from_pod(&pod("plain", "100m", "500Mi", 0, &[]))];
+    let cfg = berth_engine::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(percentage), ..Default::default() };
+    let config = Config::from_raw(cfg).ok()?;
+    let fw = berth_engine::profile::frameworks(&config, 42).into_iter().next()?;
+    let mut lat = Vec::with_capacity(pods.len());
+    let mut scheduled = 0;
+    let start = Instant::now();
+    for p in &pods {
+        let t = Instant::now();
+        let (o, _) = fw.schedule(p, &snap, CycleOptions { no_reuse, ..Default::default() });
+        if let Some(i) = o.selected {
+            let mut b = (**p).clone();
+            b.node_name = Some(snap.nodes[i].name().to_string());
+            snap.add_pod(Arc::new(b));
+            scheduled += 1;
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let total = start.elapsed().as_secs_f64();
+    let first_pod_ms = lat.first().copied();
+    let behind_ms = Some(lat.iter().sum());
+    lat.sort_by(f64::total_cmp);
+    Some(Figures {
+        workload: "PathologicalSpread".into(),
+        nodes,
+        percentage,
+        pods: pods.len(),
+        pods_per_second: pods.len() as f64 / total.max(1e-9),
+        p50_ms: lat.first().copied().unwrap_or(0.0),
+        p99_ms: lat.last().copied().unwrap_or(0.0),
+        peak_rss_mb: peak_rss_mb(),
+        scheduled,
+        first_pod_ms,
+        behind_ms,
     })
 }
 
@@ -488,6 +576,8 @@ fn run_dra(workload: &str, w: DraWorkload, nodes: usize, percentage: i32, no_reu
         p99_ms: pct(0.99),
         peak_rss_mb: peak_rss_mb(),
         scheduled,
+        first_pod_ms: None,
+        behind_ms: None,
     })
 }
 

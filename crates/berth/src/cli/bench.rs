@@ -155,6 +155,9 @@ fn line(f: &Figures, o: Output) -> anyhow::Result<String> {
             let mut s = String::new();
             let pct = if f.percentage == 0 { "auto".to_string() } else { f.percentage.to_string() };
             let _ = write!(s, "{:<28} {:>6} {:>5} {:>6} {:>10.0} {:>8.3} {:>8.3} {:>8.1}", f.workload, f.nodes, pct, f.pods, f.pods_per_second, f.p50_ms, f.p99_ms, f.peak_rss_mb);
+            if let (Some(first), Some(behind)) = (f.first_pod_ms, f.behind_ms) {
+                let _ = write!(s, "  first pod {first:.1} ms, the pod behind it bound after {behind:.1} ms");
+            }
             s
         }
     })

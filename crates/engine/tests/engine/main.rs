@@ -3,6 +3,7 @@
 //! offline engine's pending set, and storage decisions.
 
 mod dra;
+mod many_constraints;
 mod offline_pending;
 mod properties;
 mod storage;

@@ -77,6 +77,9 @@ pub(super) struct Domains {
     /// equal address is the same object).
     pub(super) specs: Vec<usize>,
     pub(super) keys: Vec<KeyDomains>,
+    /// Key → its index in `keys` (a pod may name thousands of keys: no
+    /// search along them).
+    pub(super) by_key: HashMap<String, usize>,
 }
 
 pub(super) fn spec_addr(ni: &NodeInfo) -> usize {
@@ -85,7 +88,7 @@ pub(super) fn spec_addr(ni: &NodeInfo) -> usize {
 
 impl Domains {
     pub(super) fn new(snap: &Snapshot) -> Self {
-        Domains { specs: snap.nodes.iter().map(spec_addr).collect(), keys: Vec::new() }
+        Domains { specs: snap.nodes.iter().map(spec_addr).collect(), keys: Vec::new(), by_key: HashMap::new() }
     }
 
     /// Were the tables built from these node objects?
@@ -95,7 +98,7 @@ impl Domains {
 
     /// The index of `key`'s table, built on first use.
     pub(super) fn key_index(&mut self, key: &str, snap: &Snapshot) -> usize {
-        if let Some(k) = self.keys.iter().position(|d| d.key == key) {
+        if let Some(&k) = self.by_key.get(key) {
             return k;
         }
         let mut ids: HashMap<String, u32, FxBuild> = HashMap::default();
@@ -115,6 +118,7 @@ impl Domains {
             })
             .collect();
         self.keys.push(KeyDomains { key: key.to_string(), of_node, ids });
+        self.by_key.insert(key.to_string(), self.keys.len() - 1);
         self.keys.len() - 1
     }
 
@@ -133,14 +137,14 @@ impl Domains {
 
 /// The index of `key`'s table in shared `domains`, copying them only when the key is new.
 pub(super) fn key_index(domains: &mut Arc<Domains>, key: &str, snap: &Snapshot) -> usize {
-    match domains.keys.iter().position(|d| d.key == key) {
-        Some(k) => k,
+    match domains.by_key.get(key) {
+        Some(&k) => k,
         None => Arc::make_mut(domains).key_index(key, snap),
     }
 }
 
 /// What a count is of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Kind {
     /// Existing pods whose required anti-affinity terms select the incoming pod.
     ExistingAnti,
@@ -241,6 +245,11 @@ impl Tally {
             return;
         }
         let slots = Arc::make_mut(&mut self.slots);
+        // Each slot found by (kind, key) and each node's share of a slot by
+        // the slot, without a search (a pod may have thousands of terms).
+        let mut slot_of = slot_index(slots);
+        const NONE: u32 = u32::MAX;
+        let mut share_at: Vec<u32> = vec![NONE; slots.len()];
         let mut found: Vec<Contribution<'a>> = Vec::new();
         for i in changed {
             let old = std::mem::take(&mut self.shares[i]);
@@ -258,27 +267,40 @@ impl Tally {
                 if !ni.node.labels.contains_key(key) {
                     continue;
                 }
-                let s = match slots.iter().position(|s| s.kind == kind && self.domains.keys[s.key].key == key) {
-                    Some(s) => s,
+                let k = key_index(&mut self.domains, key, snap);
+                let s = match slot_of.get(&(kind, k)) {
+                    Some(&s) => s,
                     None => {
-                        let k = key_index(&mut self.domains, key, snap);
                         slots.push(Slot { kind, key: k, counts: vec![0; self.domains.keys[k].ids.len()], nonzero: 0, hits: 0 });
+                        slot_of.insert((kind, k), slots.len() - 1);
+                        share_at.push(NONE);
                         slots.len() - 1
                     }
                 };
                 let dom = self.domains.keys[slots[s].key].of_node[i];
                 slots[s].add(dom, amount, 1);
-                match new.iter_mut().find(|x| x.0 == s as u32) {
+                match new.get_mut(share_at[s] as usize) {
                     Some(x) => {
                         x.1 += amount;
                         x.2 += 1;
                     }
-                    None => new.push((s as u32, amount, 1)),
+                    None => {
+                        share_at[s] = new.len() as u32;
+                        new.push((s as u32, amount, 1));
+                    }
                 }
+            }
+            for x in &new {
+                share_at[x.0 as usize] = NONE;
             }
             self.shares[i] = new;
         }
     }
+}
+
+/// Each slot's index by (kind, key index).
+pub(super) fn slot_index(slots: &[Slot]) -> HashMap<(Kind, usize), usize, FxBuild> {
+    slots.iter().enumerate().map(|(i, s)| ((s.kind, s.key), i)).collect()
 }
 
 /// How many pod shapes' tallies are kept.

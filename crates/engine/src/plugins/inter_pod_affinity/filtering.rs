@@ -2,6 +2,7 @@
 //! symmetry of existing pods' required anti-affinity), with the
 //! AddPod/RemovePod extensions preemption and nominated pods rely on.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cache::{JournalMark, Snapshot};
@@ -47,6 +48,8 @@ pub(super) struct Delta {
 pub(super) struct PreFilterState {
     pub(super) domains: Arc<Domains>,
     pub(super) slots: Arc<Vec<Slot>>,
+    /// Each slot's index by (kind, key index).
+    pub(super) slot_of: Arc<HashMap<(Kind, usize), usize, FxBuild>>,
     /// Per required affinity term: its key's table and its slot (None: no count).
     pub(super) affinity: Vec<(usize, Option<usize>)>,
     /// Per required anti-affinity term: the same.
@@ -74,9 +77,11 @@ pub(super) fn kind_index(kind: Kind) -> usize {
 impl PreFilterState {
     /// The shared count of (kind, key, value).
     pub(super) fn base_count(&self, kind: Kind, key: &str, value: &str) -> i64 {
-        self.slots
-            .iter()
-            .find(|s| s.kind == kind && self.domains.keys[s.key].key == key)
+        self.domains
+            .by_key
+            .get(key)
+            .and_then(|&k| self.slot_of.get(&(kind, k)))
+            .and_then(|&s| self.slots.get(s))
             .and_then(|s| self.domains.keys[s.key].ids.get(value).map(|&d| s.get(d)))
             .unwrap_or(0)
     }
@@ -242,12 +247,13 @@ pub(super) fn pre_filter(pl: &InterPodAffinity, state: &mut CycleState, pod: &Po
         put_tally(&pl.filter_cache, t);
         return (Status::skip(), None);
     }
+    let slot_of = Arc::new(slot_index(&t.slots));
     let mut resolve = |terms: &[AffinityTerm], kind: Kind| -> Vec<(usize, Option<usize>)> {
         terms
             .iter()
             .map(|term| {
                 let k = key_index(&mut t.domains, &term.topology_key, snap);
-                (k, t.slots.iter().position(|s| s.kind == kind && s.key == k))
+                (k, slot_of.get(&(kind, k)).copied())
             })
             .collect()
     };
@@ -256,6 +262,7 @@ pub(super) fn pre_filter(pl: &InterPodAffinity, state: &mut CycleState, pod: &Po
     state.insert(PreFilterState {
         domains: t.domains.clone(),
         slots: t.slots.clone(),
+        slot_of,
         affinity,
         anti,
         existing,

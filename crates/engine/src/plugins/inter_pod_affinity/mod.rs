@@ -327,6 +327,76 @@ mod test_support {
 mod tests {
     use super::test_support::*;
 
+    /// A pod with many terms, each on a topology key of its own (the shape
+    /// whose cost once grew with the square of the terms): scores and
+    /// Filter verdicts equal a count from scratch, node by node.
+    #[test]
+    fn many_terms_match_a_count_from_scratch() {
+        const KEYS: usize = 60;
+        let key = |k: usize| format!("key-{k}");
+        let mut r = Rng(0x2545_F491_4F6C_DD1D);
+        let mut nodes: Vec<NodeBuilder> = Vec::new();
+        for i in 0..8 {
+            let mut n = node(&format!("n{i}"));
+            // Every key but a few, with one of three values.
+            for k in 0..KEYS {
+                if r.below(10) != 0 {
+                    n = n.label(&key(k), ["x", "y", "z"][r.below(3)]);
+                }
+                // The anti-affinity keys: n6 and n7 lack them, n0 and n4 share each with n0.
+                if i < 6 {
+                    n = n.label(&format!("anti-{k}"), &format!("v{}", (i + k) % 4));
+                }
+            }
+            nodes.push(n);
+        }
+        let apps = ["a", "b", "c"];
+        let mut pods: Vec<PodBuilder> = (0..20).map(|j| pod(&format!("e{j}")).label("app", apps[r.below(3)]).node(&format!("n{}", r.below(8)))).collect();
+        pods.push(pod("d").label("app", "d").node("n0"));
+        let snap = snap_with_ns(&nodes, &pods, &[("default", &[])]);
+        // Preferred terms (weight, app, key, sign) and required anti-affinity terms (app, key).
+        let preferred: Vec<(i64, &str, String, i64)> = (0..KEYS).map(|k| (1 + r.below(50) as i64, apps[r.below(3)], key(k), if r.below(2) == 0 { 1 } else { -1 })).collect();
+        let anti: Vec<(&str, String)> = (0..KEYS).map(|k| ("d", format!("anti-{k}"))).collect();
+        let a = preferred.iter().fold(aff(), |a, (w, app, k, sign)| if *sign > 0 { a.pref(*w as i32, term(&[("app", app)], k)) } else { a.pref_anti(*w as i32, term(&[("app", app)], k)) });
+        let scored = pod("p").affinity(a.build()).info();
+        let filtered = pod("q").affinity(anti.iter().fold(aff(), |a, (app, k)| a.anti(term(&[("app", app)], k))).build()).info();
+        // From scratch: a node's raw score sums, over every term and every
+        // existing pod it selects, the weight when both nodes share the key's value.
+        let value = |n: &str, k: &str| snap.nodes.iter().find(|x| x.name() == n).and_then(|x| x.node.labels.get(k).cloned());
+        let same = |a: &str, b: &str, k: &str| value(a, k).is_some_and(|v| Some(v) == value(b, k));
+        let on = |e: &PodInfo| e.node_name.clone().unwrap_or_default();
+        let raw: Vec<i64> = snap
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut sum = 0;
+                for (w, app, k, sign) in &preferred {
+                    for e in snap.nodes.iter().flat_map(|m| m.pods.iter()) {
+                        if e.labels.get("app") == Some(*app) && same(n.name(), &on(e), k) {
+                            sum += sign * w;
+                        }
+                    }
+                }
+                sum
+            })
+            .collect();
+        let (min, max) = (raw.iter().copied().min().unwrap_or(0), raw.iter().copied().max().unwrap_or(0));
+        let want: Vec<i64> = raw.iter().map(|&s| if max > min { (100.0 * ((s - min) as f64 / (max - min) as f64)) as i64 } else { 0 }).collect();
+        let pl = InterPodAffinity::default();
+        assert_ne!(min, max, "the nodes score differently");
+        assert_eq!(scores(&pl, &snap, &scored), want);
+        let rejected: Vec<Code> = snap
+            .nodes
+            .iter()
+            .map(|n| {
+                let hit = anti.iter().any(|(app, k)| snap.nodes.iter().flat_map(|m| m.pods.iter()).any(|e| e.labels.get("app") == Some(*app) && same(n.name(), &on(e), k)));
+                if hit { Code::Unschedulable } else { Code::Success }
+            })
+            .collect();
+        assert_eq!(rejected.iter().filter(|c| **c == Code::Unschedulable).count(), 2, "{rejected:?}");
+        assert_eq!(filter_both(&pl, &snap, &filtered), rejected);
+    }
+
 
     #[test]
     fn args() {

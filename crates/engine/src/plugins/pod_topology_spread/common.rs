@@ -2,6 +2,7 @@
 //! defaults), each node's domain per topology key, and the matching pods per
 //! domain kept across cycles.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
@@ -36,6 +37,25 @@ impl PodTopologySpread {
     }
 }
 
+/// Per-node entries the cross-cycle caches (node domains per key, tallies)
+/// hold, about, each: how many keys or tallies are kept depends on the
+/// cluster's size (one pod may name thousands of keys).
+pub(super) const CACHE_BUDGET: usize = 1 << 20;
+
+/// Tallies kept across cycles whatever the cluster's size.
+pub(super) const MIN_TALLIES: usize = 256;
+
+/// Topology keys whose node domains are kept whatever the cluster's size.
+pub(super) const MIN_CACHED_KEYS: usize = 64;
+
+/// Is a cache of `entries` (each holding something per node) full?
+pub(super) fn cache_full(entries: usize, nodes: usize, min: usize) -> bool {
+    entries >= min.max(CACHE_BUDGET / nodes.max(1))
+}
+
+/// Sets of required keys named at once, at most.
+pub(super) const MAX_REQUIRED_SETS: usize = 256;
+
 /// A topology key's domain ids (value → id) and each snapshot node's id.
 pub(super) type Domains = (Arc<HashMap<String, u32>>, Vec<u32>);
 
@@ -61,6 +81,10 @@ impl PodTopologySpread {
     pub(super) fn node_domains(&self, key: &str, snap: &Snapshot) -> Domains {
         let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         if !cache.contains_key(key) {
+            // Bounded: pods may name any number of keys (a layout keeps its own ids).
+            if cache_full(cache.len(), snap.nodes.len(), MIN_CACHED_KEYS) {
+                cache.clear();
+            }
             cache.insert(key.to_string(), KeyDomains::default());
         }
         let Some(kd) = cache.get_mut(key) else { return (Arc::default(), vec![MISSING; snap.nodes.len()]) };
@@ -166,19 +190,81 @@ pub(super) struct Tally {
     pub(super) sums: Vec<i64>,
 }
 
+/// The keys a node must have to count, the same for every constraint of a
+/// cycle: named by a short id, so that a tally's name does not spell them
+/// out, and with each node's verdict worked out once, on first need (not
+/// once per constraint: a pod may have thousands of constraints, each with
+/// a key of its own).
+pub(super) struct Required<'a> {
+    pub(super) keys: &'a [&'a str],
+    /// 0 when no key is required, else the id `keys` were given.
+    pub(super) id: u64,
+    /// By snapshot node index: the node has every key.
+    mask: OnceCell<Vec<bool>>,
+}
+
+/// Ids given to sets of required keys (never reused).
+#[derive(Debug, Default)]
+pub(super) struct RequiredIds {
+    ids: HashMap<String, u64>,
+    last: u64,
+}
+
+impl PodTopologySpread {
+    /// `keys` as a required set, with its id.
+    pub(super) fn required<'a>(&self, keys: &'a [&'a str]) -> Required<'a> {
+        let id = if keys.is_empty() {
+            0
+        } else {
+            // Label keys hold no NUL.
+            let text = keys.join("\u{0}");
+            let mut r = self.required_ids.lock().unwrap_or_else(PoisonError::into_inner);
+            match r.ids.get(&text) {
+                Some(&id) => id,
+                None => {
+                    if r.ids.len() >= MAX_REQUIRED_SETS {
+                        // Tallies named by a forgotten id are merely never found again.
+                        r.ids.clear();
+                    }
+                    r.last += 1;
+                    let id = r.last;
+                    r.ids.insert(text, id);
+                    id
+                }
+            }
+        };
+        Required { keys, id, mask: OnceCell::new() }
+    }
+}
+
+impl Required<'_> {
+    /// By snapshot node index: the node has every key (computed once).
+    pub(super) fn mask(&self, pl: &PodTopologySpread, snap: &Snapshot) -> &[bool] {
+        self.mask.get_or_init(|| {
+            let mut mask = vec![true; snap.nodes.len()];
+            for key in self.keys {
+                for (m, d) in mask.iter_mut().zip(pl.node_domains(key, snap).1) {
+                    *m &= d != MISSING;
+                }
+            }
+            mask
+        })
+    }
+}
+
 /// What identifies a tally: the pods counted (namespace, selector) and the
 /// nodes (topology key, keys a node must have, missing key read as "").
 pub(super) struct TallyKey<'a> {
     pub(super) ns: &'a str,
     pub(super) sel: &'a Selector,
     pub(super) key: &'a str,
-    pub(super) required: &'a [&'a str],
+    pub(super) required: &'a Required<'a>,
     pub(super) missing_as_empty: bool,
 }
 
 impl TallyKey<'_> {
     pub(super) fn text(&self) -> String {
-        format!("{}\u{0}{:?}\u{0}{}\u{0}{:?}\u{0}{}", self.ns, self.sel, self.key, self.required, self.missing_as_empty)
+        format!("{}\u{0}{:?}\u{0}{}\u{0}{}\u{0}{}", self.ns, self.sel, self.key, self.required.id, self.missing_as_empty)
     }
 }
 
@@ -213,12 +299,11 @@ impl Tally {
     /// Builds the layout anew and recounts the nodes whose state is not the one counted.
     pub(super) fn rebuild(&mut self, pl: &PodTopologySpread, k: &TallyKey, snap: &Snapshot) {
         let (ids, dom) = pl.node_domains(k.key, snap);
-        let others: Vec<Vec<u32>> = k.required.iter().filter(|r| **r != k.key).map(|r| pl.node_domains(r, snap).1).collect();
-        let own_required = k.required.contains(&k.key);
+        let mask = if k.required.keys.is_empty() { None } else { Some(k.required.mask(pl, snap)) };
         let empty_slot = if k.missing_as_empty { ids.get("").copied().unwrap_or(ids.len() as u32) } else { MISSING };
         let slot: Vec<u32> = (0..snap.nodes.len())
             .map(|i| {
-                let counts = (!own_required || dom[i] != MISSING) && others.iter().all(|o| o[i] != MISSING);
+                let counts = mask.is_none_or(|m| m.get(i).copied().unwrap_or(false));
                 match dom[i] {
                     _ if !counts => MISSING,
                     MISSING => empty_slot,
@@ -267,7 +352,7 @@ impl PodTopologySpread {
     pub(super) fn with_tally<R>(&self, k: &TallyKey, snap: &Snapshot, f: impl FnOnce(&Tally) -> R) -> R {
         let text = k.text();
         let mut tallies = self.tallies.lock().unwrap_or_else(PoisonError::into_inner);
-        if tallies.len() > 256 && !tallies.contains_key(&text) {
+        if cache_full(tallies.len(), snap.nodes.len(), MIN_TALLIES) && !tallies.contains_key(&text) {
             tallies.clear();
         }
         let t = tallies.entry(text).or_default();
@@ -550,7 +635,8 @@ mod tests {
             // The kept tallies equal a count from scratch.
             let sel = pods[0].spread_constraints[0].selector.clone();
             for (key, required) in [("zone", vec!["zone"]), ("zone", vec!["zone", HOST]), (HOST, vec!["zone", HOST])] {
-                let k = TallyKey { ns: "default", sel: &sel, key, required: &required, missing_as_empty: false };
+                let req = pl.required(&required);
+                let k = TallyKey { ns: "default", sel: &sel, key, required: &req, missing_as_empty: false };
                 let got: std::collections::BTreeMap<String, i64> = pl.with_tally(&k, &snap, |t| {
                     t.layout.ids.iter().filter(|(_, d)| t.layout.present[**d as usize]).map(|(v, d)| (v.clone(), t.sums[*d as usize])).collect()
                 });
@@ -566,6 +652,51 @@ mod tests {
                     assert_eq!(decisions(&pl, p, &snap, true, every), want, "step {step}/{every}: {:?}", p.spread_constraints);
                     assert_eq!(decisions(&pl, p, &snap, false, every), want, "step {step}/{every}: {:?}", p.spread_constraints);
                 }
+            }
+        }
+    }
+
+    /// A pod with many constraints, each on a topology key of its own (the
+    /// shape whose cost once grew with the square of the constraints):
+    /// scores equal a count from scratch, node by node, and the batch and
+    /// per-node paths agree, as the cluster changes between cycles.
+    #[test]
+    fn many_constraints_score_as_counted_from_scratch() {
+        const KEYS: usize = 60;
+        let mut r = Rng(0x2545_F491_4F6C_DD1D);
+        let key = |k: usize| format!("key-{k}");
+        // Most nodes carry every key (a few values each); some lack one and are ignored.
+        let random_node = |r: &mut Rng, name: &str| {
+            let mut n = node(name);
+            let lacking = if r.below(5) == 0 { Some(r.below(KEYS)) } else { None };
+            for k in (0..KEYS).filter(|k| Some(*k) != lacking) {
+                n = n.label(&key(k), ["a", "b", "c"][r.below(3)]);
+            }
+            n
+        };
+        let foo = &[("foo", "")];
+        let soft = (0..KEYS).fold(incoming(), |p, k| p.spread(1 + (k % 3) as i32, &key(k), SA, foo)).info();
+        let hard = (0..KEYS).fold(incoming(), |p, k| p.spread(KEYS as i32, &key(k), DNS, foo)).info();
+        let pl = plugin();
+        let mut snap = snapshot(&(0..10).map(|i| random_node(&mut r, &format!("node-{i}"))).collect::<Vec<_>>(), &[]);
+        for step in 0..12 {
+            for _ in 0..6 {
+                let i = r.below(snap.nodes.len());
+                let b = pod(&format!("q{step}-{}", r.below(1 << 20))).node(snap.nodes[i].name());
+                snap.add_pod(if r.below(4) == 0 { b } else { b.label("foo", "") }.info());
+            }
+            if step % 4 == 3 {
+                let i = r.below(snap.nodes.len());
+                let name = snap.nodes[i].name().to_string();
+                snap.upsert_node(random_node(&mut r, &name).spec());
+            }
+            for every in [1, 2] {
+                let want = decisions(&plugin(), &soft, &snap, false, every);
+                assert!(!want.1.is_empty(), "step {step}: scored");
+                assert_eq!(want.1, reference_scores(&pl, &soft, &snap, every), "step {step}/{every}");
+                assert_eq!(decisions(&pl, &soft, &snap, true, every), want, "step {step}/{every}");
+                let hard_want = decisions(&plugin(), &hard, &snap, false, every);
+                assert_eq!(decisions(&pl, &hard, &snap, true, every), hard_want, "step {step}/{every}: hard");
             }
         }
     }

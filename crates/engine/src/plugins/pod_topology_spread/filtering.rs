@@ -174,12 +174,13 @@ pub(super) fn pre_filter(pl: &PodTopologySpread, state: &mut CycleState, pod: &P
     }
     // Nodes count when they have every constraint's key.
     let keys: Vec<&str> = cs.iter().map(|c| c.topology_key.as_str()).collect();
+    let required = pl.required(&keys);
     let every_node = cs.iter().all(|c| admits_every_node(pod, c));
     let mut layouts = Vec::with_capacity(cs.len());
     let mut counts = Vec::with_capacity(cs.len());
     let mut per_node = Vec::new();
     for c in &cs {
-        let k = TallyKey { ns: &pod.namespace, sel: &c.selector, key: &c.topology_key, required: &keys, missing_as_empty: false };
+        let k = TallyKey { ns: &pod.namespace, sel: &c.selector, key: &c.topology_key, required: &required, missing_as_empty: false };
         pl.with_tally(&k, snap, |t| {
             let l = &t.layout;
             if every_node {

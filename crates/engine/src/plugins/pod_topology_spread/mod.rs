@@ -30,7 +30,7 @@ use berth_model::pod::{InclusionPolicy, SpreadConstraint, WhenUnsatisfiable};
 use berth_model::selector::{validate_key, Selector};
 use berth_model::{NodeInfo, PodInfo};
 
-use common::{KeyDomains, Tally};
+use common::{KeyDomains, RequiredIds, Tally};
 
 /// Plugin name.
 pub const NAME: &str = "PodTopologySpread";
@@ -105,6 +105,8 @@ pub struct PodTopologySpread {
     /// Matching pods per domain, kept up to date across cycles, per
     /// (namespace, selector, topology key, keys a node must have).
     tallies: Mutex<HashMap<String, Tally>>,
+    /// Ids of the sets of keys a node must have (see `Required`).
+    required_ids: Mutex<RequiredIds>,
 }
 
 fn policy(v: Option<&str>, default: InclusionPolicy, path: &str) -> Result<InclusionPolicy, String> {
@@ -182,7 +184,7 @@ impl PodTopologySpread {
         if system {
             defaults = system_defaults();
         }
-        Ok(PodTopologySpread { defaults, system_defaulted: system, cache: Mutex::default(), tallies: Mutex::default() })
+        Ok(PodTopologySpread { defaults, system_defaulted: system, cache: Mutex::default(), tallies: Mutex::default(), required_ids: Mutex::default() })
     }
 }
 

@@ -144,11 +144,12 @@ pub(super) fn pre_score(pl: &PodTopologySpread, state: &mut CycleState, pod: &Po
     let require_all = !pod.spread_constraints.is_empty() || !pl.system_defaulted;
     let owned: Vec<String> = if require_all { cs.iter().map(|c| c.topology_key.clone()).collect() } else { Vec::new() };
     let keys: Vec<&str> = owned.iter().map(String::as_str).collect();
+    let required = pl.required(&keys);
     let every_node = cs.iter().all(|c| admits_every_node(pod, c));
     let mut soft = Vec::with_capacity(cs.len());
     let mut sums = Vec::with_capacity(cs.len());
     for c in cs {
-        let k = TallyKey { ns: &pod.namespace, sel: &c.selector, key: &c.topology_key, required: &keys, missing_as_empty: !require_all };
+        let k = TallyKey { ns: &pod.namespace, sel: &c.selector, key: &c.topology_key, required: &required, missing_as_empty: !require_all };
         let (layout, per_node, s) = pl.with_tally(&k, snap, |t| (Arc::clone(&t.layout), Arc::clone(&t.per_node), if every_node { t.sums.clone() } else { Vec::new() }));
         sums.push(s);
         soft.push(SoftConstraint {
