@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 use crate::resources::{PDBS, PODS, ResId};
 
 use super::obj::{Obj, kept_lean, lean_fields};
+use super::ttl::key_of;
 use super::{Error, Inner, Key, KindStore, Result, Store, StoreConfig, meta_mut};
 
 /// Watch event types.
@@ -164,6 +165,9 @@ impl Store {
         }
         if r == PODS && ty != EventType::Deleted {
             inner.recent_pods.keep(&obj);
+        }
+        if r == self.registry.storage(crate::resources::EVENTS) {
+            inner.written_event(key_of(&obj), ty == EventType::Deleted);
         }
         if ty == EventType::Deleted && !obj.namespace().is_empty() && inner.terminating_ns.contains(obj.namespace()) {
             let ns = obj.namespace().to_string();

@@ -15,4 +15,5 @@ mod cluster_openapi;
 mod cluster_recovery;
 mod cluster_rbac;
 mod cluster_storage;
+mod cluster_validation;
 mod support;
