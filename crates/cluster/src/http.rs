@@ -562,6 +562,10 @@ fn resource_list(store: &Store, g: &str, v: &str) -> Value {
                 s["group"] = json!("authentication.k8s.io");
                 s["version"] = json!("v1");
             }
+            if *sub == "scale" {
+                s["group"] = json!("autoscaling");
+                s["version"] = json!("v1");
+            }
             out.push(s);
         }
     }
@@ -724,6 +728,9 @@ async fn resource_request(
                 && !info.subresources.iter().any(|(n, _, _)| *n == s) {
                     return Err(Error::NotFound);
                 }
+            if sub == Some("scale") {
+                return scale_request(st, method, (r, &info), &ns, &name, &q, headers, &raw);
+            }
             let verb = match (method.clone(), sub) {
                 (Method::GET, None) if truthy(q.get("watch")) => "watch",
                 (Method::GET, _) => "get",
@@ -809,6 +816,65 @@ async fn resource_request(
             }
         }
     }
+}
+
+/// The patch types of a PATCH request (415 for any other).
+fn patch_type(headers: &HeaderMap) -> HResult<PatchType> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    match ct.split(';').next().unwrap_or("").trim() {
+        "application/merge-patch+json" => Ok(PatchType::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+        "application/json-patch+json" => Ok(PatchType::Json),
+        "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchType::Apply),
+        other => Err(store::Error::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {other:?})")).into()),
+    }
+}
+
+/// `.../<name>/scale`: GET answers the object's autoscaling/v1 Scale; PUT
+/// and PATCH (of the Scale) change only the object's replicas, with the
+/// Scale's resourceVersion as a precondition (see [`super::scale`]).
+#[allow(clippy::too_many_arguments)]
+fn scale_request(st: &AppState, method: &Method, (r, info): (ResId, &ResourceInfo), ns: &str, name: &str, q: &HashMap<String, String>, headers: &HeaderMap, body: &Bytes) -> HResult<Response> {
+    use super::scale;
+    let verb = match *method {
+        Method::GET => "get",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        _ => return Err(Error::MethodNotAllowed),
+    };
+    st.faults.check(verb, &format!("{}/scale", info.plural)).map_err(Error::Injected)?;
+    let store = &st.store;
+    let current = store.get(r, ns, name)?;
+    let shown = scale::scale_of(info, &current.full().value).ok_or(Error::NotFound)?;
+    let wanted = match verb {
+        "get" => return Ok(ok_json(&shown)),
+        "update" => parse_json(body, headers)?,
+        _ => {
+            let pt = patch_type(headers)?;
+            let mut patched = shown.clone();
+            if pt == PatchType::Json {
+                let ops: json_patch::Patch = serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("error decoding patch: {e}")))?;
+                json_patch::patch(&mut patched, &ops).map_err(|e| {
+                    Error::Store(store::Error::Invalid { kind: "Scale.autoscaling".into(), name: name.to_string(), message: format!("JSON patch failed: {e}") })
+                })?;
+            } else {
+                let mut p = parse_json(body, headers)?;
+                strip_directives(&mut p);
+                json_patch::merge(&mut patched, &p);
+            }
+            patched
+        }
+    };
+    let errs = scale::validate(&wanted);
+    if !errs.is_empty() {
+        let message = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
+        return Err(store::Error::Invalid { kind: "Scale.autoscaling".into(), name: name.to_string(), message }.into());
+    }
+    let patch = scale::replicas_patch(info, &wanted).ok_or(Error::NotFound)?;
+    let ctx = write_ctx(q, headers, info, None)?;
+    let (updated, _) = store.patch_with(r, ns, name, PatchType::Merge, patch.to_string().as_bytes(), false, &ctx)?;
+    let answer = scale::scale_of(info, &updated.full().value).ok_or(Error::NotFound)?;
+    Ok(ok_json(&answer))
 }
 
 fn list_response(info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListResult) -> Response {

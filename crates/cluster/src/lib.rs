@@ -160,6 +160,7 @@ pub mod openapi;
 pub mod podgc;
 pub mod proto;
 pub mod rbac;
+pub mod scale;
 pub mod resources;
 pub mod selector;
 pub mod store;

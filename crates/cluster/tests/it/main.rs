@@ -14,6 +14,7 @@ mod cluster_lifecycle;
 mod cluster_openapi;
 mod cluster_recovery;
 mod cluster_rbac;
+mod cluster_scale;
 mod cluster_storage;
 mod cluster_validation;
 mod support;
