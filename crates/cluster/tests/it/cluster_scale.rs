@@ -113,6 +113,19 @@ async fn scale_subresource_over_http_and_kubectl() {
         let replicas = if target.starts_with("widget") { &obj["spec"]["size"] } else { &obj["spec"]["replicas"] };
         assert_eq!(replicas, 5, "{target}: {obj}");
     }
+    // Server-side printer columns, as kube-apiserver's (`get -o wide`).
+    for (what, header) in [
+        ("deployments", "NAME           READY   UP-TO-DATE   AVAILABLE   AGE   CONTAINERS   IMAGES   SELECTOR"),
+        ("rs", "NAME           DESIRED   CURRENT   READY   AGE   CONTAINERS   IMAGES   SELECTOR"),
+        ("statefulsets", "NAME            READY   AGE   CONTAINERS   IMAGES"),
+    ] {
+        let (ok, out) = kubectl(&kc, &["get", what, "-o", "wide"]).await;
+        assert!(ok, "{out}");
+        let columns: Vec<&str> = out.lines().next().unwrap_or("").split_whitespace().collect();
+        assert_eq!(columns, header.split_whitespace().collect::<Vec<_>>(), "{out}");
+    }
+    let (ok, out) = kubectl(&kc, &["get", "rs", "replicaset-x", "-o", "wide", "--no-headers"]).await;
+    assert!(ok && out.split_whitespace().collect::<Vec<_>>()[..4] == ["replicaset-x", "5", "5", "0"] && out.contains("app=replicaset-x"), "{out}");
     // --current-replicas is a precondition kubectl checks against the Scale.
     let (ok, out) = kubectl(&kc, &["scale", "deployment/deployment-x", "--current-replicas=2", "--replicas=1"]).await;
     assert!(!ok && out.contains("Expected replicas to be 2, was 5"), "{out}");
