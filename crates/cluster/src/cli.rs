@@ -76,6 +76,29 @@ pub struct ClusterArgs {
     /// without credentials) or RBAC (bearer tokens, RBAC policy).
     #[arg(long, value_enum, default_value_t = super::authz::AuthorizationMode::AlwaysAllow)]
     pub authorization_mode: super::authz::AuthorizationMode,
+    /// How long an Event is kept after its last write, as kube-apiserver's
+    /// `--event-ttl` (a Go duration: `1h`, `1h0m0s`, `90s`, `500ms`).
+    #[arg(long, default_value = "1h", value_parser = go_duration)]
+    pub event_ttl: Duration,
+}
+
+/// A Go duration (`1h0m0s`, `90s`, `1.5m`, `500ms`): one or more number
+/// and unit pairs.
+fn go_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {s:?}: expected a Go duration such as 1h, 30m, 90s, 500ms");
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+        let unit_end = rest[num_end..].find(|c: char| c.is_ascii_digit() || c == '.').map_or(rest.len(), |i| num_end + i);
+        let part = super::resources::parse_duration(&rest[..unit_end]).filter(|_| num_end > 0 && matches!(&rest[num_end..unit_end], "h" | "m" | "s" | "ms")).ok_or_else(bad)?;
+        total += part;
+        rest = &rest[unit_end..];
+    }
+    Ok(total)
 }
 
 impl ClusterArgs {
@@ -104,6 +127,7 @@ impl ClusterArgs {
             data_dir: self.data_dir.clone(),
             kubernetes_version: self.kubernetes_version,
             authorization: self.authorization_mode,
+            event_ttl: self.event_ttl,
         })
     }
 }
@@ -142,5 +166,21 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_ttl_reads_go_durations() {
+        assert_eq!(go_duration("1h0m0s"), Ok(Duration::from_secs(3600)));
+        assert_eq!(go_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(go_duration("90s"), Ok(Duration::from_secs(90)));
+        assert!(go_duration("soon").is_err());
+        assert!(go_duration("5").is_err());
+        assert!(go_duration("").is_err());
     }
 }

@@ -162,6 +162,12 @@ pub fn definition(crd: &Value) -> Definition {
             continue;
         }
         let has_status = v.at("/subresources/status").is_some_and(|x| !x.is_null());
+        let pointer = |p: &str| -> String { p.trim_start_matches('.').split('.').map(|seg| format!("/{seg}")).collect() };
+        let scale = v.at("/subresources/scale").filter(|x| x.is_object()).map(|sc| res::ScalePaths {
+            spec_replicas: pointer(s(sc, "/specReplicasPath")),
+            status_replicas: pointer(s(sc, "/statusReplicasPath")),
+            label_selector: sc.get("labelSelectorPath").and_then(Value::as_str).filter(|p| !p.is_empty()).map(pointer),
+        });
         let fields: Vec<String> = v
             .get("selectableFields")
             .and_then(Value::as_array)
@@ -178,7 +184,7 @@ pub fn definition(crd: &Value) -> Definition {
             kind,
             namespaced,
             short_names,
-            subresources: res::custom_subresources(kind, has_status),
+            subresources: res::custom_subresources(kind, has_status, scale.is_some()),
             has_status,
             create_on_update: false,
             fields: res::intern_list(&fields),
@@ -191,6 +197,7 @@ pub fn definition(crd: &Value) -> Definition {
                 categories: strings(&names, "/categories"),
                 schema: v.at("/schema/openAPIV3Schema").cloned(),
                 printer_columns: v.get("additionalPrinterColumns").and_then(Value::as_array).cloned().unwrap_or_default(),
+                scale,
             })),
         });
     }

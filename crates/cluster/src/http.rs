@@ -562,6 +562,10 @@ fn resource_list(store: &Store, g: &str, v: &str) -> Value {
                 s["group"] = json!("authentication.k8s.io");
                 s["version"] = json!("v1");
             }
+            if *sub == "scale" {
+                s["group"] = json!("autoscaling");
+                s["version"] = json!("v1");
+            }
             out.push(s);
         }
     }
@@ -724,6 +728,9 @@ async fn resource_request(
                 && !info.subresources.iter().any(|(n, _, _)| *n == s) {
                     return Err(Error::NotFound);
                 }
+            if sub == Some("scale") {
+                return scale_request(st, method, (r, &info), &ns, &name, &q, headers, &raw);
+            }
             let verb = match (method.clone(), sub) {
                 (Method::GET, None) if truthy(q.get("watch")) => "watch",
                 (Method::GET, _) => "get",
@@ -811,6 +818,65 @@ async fn resource_request(
     }
 }
 
+/// The patch types of a PATCH request (415 for any other).
+fn patch_type(headers: &HeaderMap) -> HResult<PatchType> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    match ct.split(';').next().unwrap_or("").trim() {
+        "application/merge-patch+json" => Ok(PatchType::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+        "application/json-patch+json" => Ok(PatchType::Json),
+        "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchType::Apply),
+        other => Err(store::Error::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {other:?})")).into()),
+    }
+}
+
+/// `.../<name>/scale`: GET answers the object's autoscaling/v1 Scale; PUT
+/// and PATCH (of the Scale) change only the object's replicas, with the
+/// Scale's resourceVersion as a precondition (see [`super::scale`]).
+#[allow(clippy::too_many_arguments)]
+fn scale_request(st: &AppState, method: &Method, (r, info): (ResId, &ResourceInfo), ns: &str, name: &str, q: &HashMap<String, String>, headers: &HeaderMap, body: &Bytes) -> HResult<Response> {
+    use super::scale;
+    let verb = match *method {
+        Method::GET => "get",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        _ => return Err(Error::MethodNotAllowed),
+    };
+    st.faults.check(verb, &format!("{}/scale", info.plural)).map_err(Error::Injected)?;
+    let store = &st.store;
+    let current = store.get(r, ns, name)?;
+    let shown = scale::scale_of(info, &current.full().value).ok_or(Error::NotFound)?;
+    let wanted = match verb {
+        "get" => return Ok(ok_json(&shown)),
+        "update" => parse_json(body, headers)?,
+        _ => {
+            let pt = patch_type(headers)?;
+            let mut patched = shown.clone();
+            if pt == PatchType::Json {
+                let ops: json_patch::Patch = serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("error decoding patch: {e}")))?;
+                json_patch::patch(&mut patched, &ops).map_err(|e| {
+                    Error::Store(store::Error::Invalid { kind: "Scale.autoscaling".into(), name: name.to_string(), message: format!("JSON patch failed: {e}") })
+                })?;
+            } else {
+                let mut p = parse_json(body, headers)?;
+                strip_directives(&mut p);
+                json_patch::merge(&mut patched, &p);
+            }
+            patched
+        }
+    };
+    let errs = scale::validate(&wanted);
+    if !errs.is_empty() {
+        let message = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
+        return Err(store::Error::Invalid { kind: "Scale.autoscaling".into(), name: name.to_string(), message }.into());
+    }
+    let patch = scale::replicas_patch(info, &wanted).ok_or(Error::NotFound)?;
+    let ctx = write_ctx(q, headers, info, None)?;
+    let (updated, _) = store.patch_with(r, ns, name, PatchType::Merge, patch.to_string().as_bytes(), false, &ctx)?;
+    let answer = scale::scale_of(info, &updated.full().value).ok_or(Error::NotFound)?;
+    Ok(ok_json(&answer))
+}
+
 fn list_response(info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListResult) -> Response {
     let mut meta = json!({"resourceVersion": lr.rv.to_string()});
     if let Some(c) = &lr.cont {
@@ -851,7 +917,19 @@ struct WatchState {
     table: Option<(ResId, Arc<ResourceInfo>, super::table::Include)>,
     /// Objects shown through another version.
     alias: Option<Alias>,
+    /// What is ready to write. Hyper asks for more only while its own
+    /// queue has room (16 pieces), so a client that reads slowly holds
+    /// at most that much here and there: the watcher's buffer is bounded.
     pending: VecDeque<Bytes>,
+    /// The snapshot a watch from "now" starts with, sent a few objects at
+    /// a time as the client reads (never encoded all at once).
+    initial: Vec<Arc<Obj>>,
+    next_initial: usize,
+    /// Retained events after the requested resourceVersion, the same way.
+    backlog: Vec<Arc<WatchEvent>>,
+    next_backlog: usize,
+    /// The initial-events-end bookmark (`sendInitialEvents`), after the snapshot.
+    initial_end: Option<Bytes>,
     rx: broadcast::Receiver<Arc<WatchEvent>>,
     filter: Filter,
     bookmarks: bool,
@@ -860,15 +938,30 @@ struct WatchState {
     done: bool,
 }
 
+/// Events of the snapshot or backlog encoded per poll of the stream.
+const BATCH: usize = 16;
+
 impl WatchState {
-    /// Encode one live event into `buf` after selector transitions.
-    fn encode(&self, ev: &WatchEvent, buf: &mut Vec<u8>) {
+    /// Objects served as stored, in their own version: each event's
+    /// encoding is then shared by every such watcher ([`WatchEvent::frame`]).
+    fn plain(&self) -> bool {
+        self.table.is_none() && self.alias.is_none()
+    }
+
+    /// One live or retained event, after selector transitions, into `out`.
+    fn encode(&self, ev: &WatchEvent, out: &mut VecDeque<Bytes>) {
         let ty = match ev.ty {
             EventType::Bookmark => {
                 if self.bookmarks {
                     // In the watched resource's apiVersion, as an API
                     // server sends it (clients decode it as that kind).
-                    push_event(buf, "BOOKMARK", &show_obj(self.alias.as_ref(), &ev.obj));
+                    if self.alias.is_none() {
+                        out.push_back(ev.frame());
+                    } else {
+                        let mut buf = Vec::new();
+                        push_event(&mut buf, "BOOKMARK", &show_obj(self.alias.as_ref(), &ev.obj));
+                        out.push_back(buf.into());
+                    }
                 }
                 return;
             }
@@ -889,22 +982,61 @@ impl WatchState {
                 }
             }
         };
-        self.push_obj(buf, ty, &ev.obj);
+        if self.plain() && ty == ev.ty.as_str() {
+            out.push_back(ev.frame());
+        } else {
+            self.push_obj(out, ty, &ev.obj);
+        }
     }
 
-    fn push_obj(&self, buf: &mut Vec<u8>, ty: &str, obj: &Arc<Obj>) {
+    fn push_obj(&self, out: &mut VecDeque<Bytes>, ty: &str, obj: &Arc<Obj>) {
+        let mut buf = Vec::with_capacity(obj.bytes.len() + 32);
         match (&self.table, &self.alias) {
             (Some((r, info, include)), alias) => {
                 let lr = store::ListResult { items: vec![obj.full()], rv: obj.rv, cont: None };
-                push_event(buf, ty, table_of(*r, info, alias.as_ref(), &lr, *include).to_string().as_bytes());
+                push_event(&mut buf, ty, table_of(*r, info, alias.as_ref(), &lr, *include).to_string().as_bytes());
             }
-            (None, Some(a)) if ty != "BOOKMARK" => push_event(buf, ty, &a.outgoing(&obj.bytes)),
-            (None, _) => push_event(buf, ty, &obj.bytes),
+            (None, Some(a)) if ty != "BOOKMARK" => push_event(&mut buf, ty, &a.outgoing(&obj.bytes)),
+            (None, _) => push_event(&mut buf, ty, &obj.bytes),
         }
+        out.push_back(buf.into());
+    }
+
+    /// The next few events of the snapshot, then of the backlog, into
+    /// `pending`; false once both are sent.
+    fn fill_start(&mut self) -> bool {
+        let mut out = std::mem::take(&mut self.pending);
+        let more = if self.next_initial < self.initial.len() {
+            let end = (self.next_initial + BATCH).min(self.initial.len());
+            for o in &self.initial[self.next_initial..end] {
+                if o.matches(&self.filter) {
+                    self.push_obj(&mut out, "ADDED", o);
+                }
+            }
+            self.next_initial = end;
+            if end == self.initial.len() {
+                // The snapshot is no longer needed: free it now.
+                self.initial = Vec::new();
+                self.next_initial = 0;
+                out.extend(self.initial_end.take());
+            }
+            true
+        } else if self.next_backlog < self.backlog.len() {
+            let end = (self.next_backlog + BATCH).min(self.backlog.len());
+            for ev in &self.backlog[self.next_backlog..end] {
+                self.encode(ev, &mut out);
+            }
+            self.next_backlog = end;
+            true
+        } else {
+            out.extend(self.initial_end.take());
+            false
+        };
+        self.pending = out;
+        more
     }
 }
 
-const CHUNK: usize = 256 * 1024;
 
 /// A watch that fails once started: one ERROR event with the Status (as
 /// upstream, whose watch errors after the resourceVersion is parsed are
@@ -958,13 +1090,24 @@ fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Opti
         timeout = timeout.min(cut);
     }
     let stop = st.watch_gen.subscribe();
-    let mut pending = VecDeque::new();
     let sub = match st.store.watch(r, start) {
         Ok(s) => s,
         Err(e) => return watch_error(e),
     };
-    let mut state = WatchState {
+    let initial_end = send_initial.then(|| {
+        let bm = json!({"kind": info.kind, "apiVersion": info.api_version(),
+            "metadata": {"resourceVersion": sub.rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
+        let mut buf = Vec::new();
+        push_event(&mut buf, "BOOKMARK", bm.to_string().as_bytes());
+        Bytes::from(buf)
+    });
+    let state = WatchState {
         pending: VecDeque::new(),
+        initial: sub.initial,
+        next_initial: 0,
+        backlog: sub.backlog,
+        next_backlog: 0,
+        initial_end,
         rx: sub.rx,
         filter,
         bookmarks: truthy(q.get("allowWatchBookmarks")),
@@ -974,69 +1117,47 @@ fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Opti
         stop,
         done: false,
     };
-    let mut buf = Vec::new();
-    for o in &sub.initial {
-        if o.matches(&state.filter) {
-            state.push_obj(&mut buf, "ADDED", o);
-            if buf.len() >= CHUNK {
-                pending.push_back(Bytes::from(std::mem::take(&mut buf)));
-            }
-        }
-    }
-    if send_initial {
-        let bm = json!({"kind": info.kind, "apiVersion": info.api_version(),
-            "metadata": {"resourceVersion": sub.rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
-        push_event(&mut buf, "BOOKMARK", bm.to_string().as_bytes());
-    }
-    for ev in &sub.backlog {
-        state.encode(ev, &mut buf);
-        if buf.len() >= CHUNK {
-            pending.push_back(Bytes::from(std::mem::take(&mut buf)));
-        }
-    }
-    if !buf.is_empty() {
-        pending.push_back(Bytes::from(buf));
-    }
-    state.pending = pending;
     let stream = futures::stream::unfold(state, |mut s| async move {
-        if let Some(chunk) = s.pending.pop_front() {
-            return Some((Ok::<Bytes, std::convert::Infallible>(chunk), s));
-        }
-        if s.done {
-            return None;
-        }
         loop {
+            if let Some(chunk) = s.pending.pop_front() {
+                return Some((Ok::<Bytes, std::convert::Infallible>(chunk), s));
+            }
+            if s.done {
+                return None;
+            }
+            if s.fill_start() {
+                continue;
+            }
             tokio::select! {
                 biased;
                 _ = s.stop.changed() => return None,
                 _ = tokio::time::sleep_until(s.deadline) => return None,
                 r = s.rx.recv() => match r {
                     Ok(ev) => {
-                        let mut buf = Vec::new();
-                        s.encode(&ev, &mut buf);
-                        // Coalesce what is ready into one write; once empty,
-                        // let the other tasks run once (writers in flight
-                        // commit more) before writing.
+                        let mut out = std::mem::take(&mut s.pending);
+                        s.encode(&ev, &mut out);
+                        // Take what else is ready (up to a batch); once
+                        // nothing is, let the other tasks run once (writers
+                        // in flight commit more) before writing.
                         let mut yielded = false;
-                        while buf.len() < CHUNK {
+                        while out.len() < BATCH {
                             match s.rx.try_recv() {
-                                Ok(ev) => s.encode(&ev, &mut buf),
+                                Ok(ev) => s.encode(&ev, &mut out),
                                 Err(broadcast::error::TryRecvError::Empty) if !yielded => {
                                     yielded = true;
                                     tokio::task::yield_now().await;
                                 }
                                 Err(broadcast::error::TryRecvError::Empty) => break,
+                                // Too far behind (or closed): end after what is ready.
                                 Err(_) => { s.done = true; break; }
                             }
                         }
-                        if !buf.is_empty() {
-                            return Some((Ok(Bytes::from(buf)), s));
-                        }
-                        if s.done {
-                            return None;
-                        }
+                        s.pending = out;
                     }
-                    // Too far behind (or closed): end the watch so the client relists.
+                    // Too far behind the store (more than the channel holds:
+                    // the watcher's bound) or closed: end the watch so the
+                    // client relists, as upstream's cacher ends a watcher
+                    // that does not keep up.
                     Err(_) => return None,
                 }
             }

@@ -160,6 +160,7 @@ pub mod openapi;
 pub mod podgc;
 pub mod proto;
 pub mod rbac;
+pub mod scale;
 pub mod resources;
 pub mod selector;
 pub mod store;
@@ -271,6 +272,9 @@ pub struct ClusterConfig {
     /// How requests are authorized: [`authz::AuthorizationMode::AlwaysAllow`]
     /// (the default for now) or RBAC (see [`authz`]).
     pub authorization: authz::AuthorizationMode,
+    /// How long an Event is kept after its last write (kube-apiserver's
+    /// `--event-ttl`, one hour by default).
+    pub event_ttl: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -294,8 +298,30 @@ impl Default for ClusterConfig {
             data_dir: None,
             kubernetes_version: version::KubeVersion::default(),
             authorization: authz::AuthorizationMode::default(),
+            event_ttl: Duration::from_secs(3600),
         }
     }
+}
+
+/// Delete Events once they are `ttl` old (see [`Store::expire_events`]),
+/// checking every tenth of the TTL (at most every minute).
+fn spawn_event_expiry(store: Arc<Store>, ttl: Duration, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    let every = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(60));
+    tokio::spawn(async move {
+        let mut iv = tokio::time::interval(every);
+        iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                _ = iv.tick() => {
+                    let n = store.expire_events(ttl);
+                    if n > 0 {
+                        tracing::debug!(expired = n, "events past their TTL deleted");
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// Name of zone `i` (`zone-a`, ..., `zone-z`, `zone-26`, ...).
@@ -546,6 +572,7 @@ impl LocalCluster {
             })
         };
         tasks.push(ticker);
+        tasks.push(spawn_event_expiry(store.clone(), cfg.event_ttl, stop.subscribe()));
         Ok(LocalCluster { cfg, addr, store, faults, server, stop, tasks: Mutex::new(tasks) })
     }
 

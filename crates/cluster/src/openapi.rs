@@ -272,6 +272,7 @@ macro_rules! with_builtin_kinds {
             api::batch::v1::Job,
             api::batch::v1::CronJob,
             api::autoscaling::v2::HorizontalPodAutoscaler,
+            api::autoscaling::v1::Scale,
             api::networking::v1::Ingress,
             api::networking::v1::IngressClass,
             api::networking::v1::NetworkPolicy,
@@ -334,6 +335,7 @@ fn subresource_gvk<'a>(info: &'a ResourceInfo, sub: &str, kind: &'a str) -> (&'a
     match sub {
         "eviction" => ("policy", "v1", "Eviction"),
         "token" => ("authentication.k8s.io", "v1", "TokenRequest"),
+        "scale" => ("autoscaling", "v1", "Scale"),
         _ => (info.group, info.version, kind),
     }
 }

@@ -134,6 +134,20 @@ pub struct CustomInfo {
     pub schema: Option<Value>,
     /// The version's `additionalPrinterColumns`.
     pub printer_columns: Vec<Value>,
+    /// The version's `subresources.scale`, if any.
+    pub scale: Option<ScalePaths>,
+}
+
+/// Where a custom resource keeps what its `scale` subresource shows
+/// (JSON pointers, from the CRD's JSON paths).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// `specReplicasPath`.
+    pub spec_replicas: String,
+    /// `statusReplicasPath`.
+    pub status_replicas: String,
+    /// `labelSelectorPath`, if any.
+    pub label_selector: Option<String>,
 }
 
 impl ResourceInfo {
@@ -489,7 +503,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         kind: "ReplicationController",
         namespaced: true,
         short_names: &["rc"],
-        subresources: &[("status", "ReplicationController", STATUS_VERBS)],
+        subresources: &[("status", "ReplicationController", STATUS_VERBS), ("scale", "Scale", STATUS_VERBS)],
         has_status: true,
         create_on_update: false,
         fields: &[],
@@ -523,7 +537,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         kind: "ReplicaSet",
         namespaced: true,
         short_names: &["rs"],
-        subresources: &[("status", "ReplicaSet", STATUS_VERBS)],
+        subresources: &[("status", "ReplicaSet", STATUS_VERBS), ("scale", "Scale", STATUS_VERBS)],
         has_status: true,
         create_on_update: false,
         fields: &[],
@@ -540,7 +554,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         kind: "StatefulSet",
         namespaced: true,
         short_names: &["sts"],
-        subresources: &[("status", "StatefulSet", STATUS_VERBS)],
+        subresources: &[("status", "StatefulSet", STATUS_VERBS), ("scale", "Scale", STATUS_VERBS)],
         has_status: true,
         create_on_update: false,
         fields: &[],
@@ -557,7 +571,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         kind: "Deployment",
         namespaced: true,
         short_names: &["deploy"],
-        subresources: &[("status", "Deployment", STATUS_VERBS)],
+        subresources: &[("status", "Deployment", STATUS_VERBS), ("scale", "Scale", STATUS_VERBS)],
         has_status: true,
         create_on_update: false,
         fields: &[],
@@ -1038,10 +1052,12 @@ pub fn intern_list(items: &[String]) -> &'static [&'static str] {
 
 /// The subresource table of a custom resource of kind `kind` (status only
 /// when its CRD declares it; `scale` is not served).
-pub fn custom_subresources(kind: &str, status: bool) -> &'static [(&'static str, &'static str, &'static [&'static str])] {
+pub fn custom_subresources(kind: &str, status: bool, scale: bool) -> &'static [(&'static str, &'static str, &'static [&'static str])] {
     type Subs = &'static [(&'static str, &'static str, &'static [&'static str])];
-    static POOL: Mutex<Option<HashMap<String, Subs>>> = Mutex::new(None);
-    if !status {
+    /// (kind, status, scale).
+    type Key = (String, bool, bool);
+    static POOL: Mutex<Option<HashMap<Key, Subs>>> = Mutex::new(None);
+    if !status && !scale {
         return &[];
     }
     let mut g = match POOL.lock() {
@@ -1049,11 +1065,19 @@ pub fn custom_subresources(kind: &str, status: bool) -> &'static [(&'static str,
         Err(p) => p.into_inner(),
     };
     let pool = g.get_or_insert_with(HashMap::new);
-    if let Some(s) = pool.get(kind) {
+    let key = (kind.to_string(), status, scale);
+    if let Some(s) = pool.get(&key) {
         return s;
     }
-    let leaked: Subs = Box::leak(vec![("status", intern(kind), STATUS_VERBS)].into_boxed_slice());
-    pool.insert(kind.to_string(), leaked);
+    let mut subs = Vec::new();
+    if status {
+        subs.push(("status", intern(kind), STATUS_VERBS));
+    }
+    if scale {
+        subs.push(("scale", "Scale", STATUS_VERBS));
+    }
+    let leaked: Subs = Box::leak(subs.into_boxed_slice());
+    pool.insert(key, leaked);
     leaked
 }
 

@@ -23,8 +23,10 @@ pub mod namespaces;
 pub mod pdbs;
 pub mod pods;
 pub mod priority;
+pub mod quantity;
 pub mod secrets;
 pub mod storage;
+pub mod validation;
 
 use crate::resources::{self as res, Admission, ResId};
 

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use crate::jsonptr::Pointer as _;
 use crate::object::{now_rfc3339, set_condition, set_path};
+use super::validation;
 use crate::resources::{self as res, Admission, Error, PRIORITY_CLASSES, View};
 
 /// The Pod rules.
@@ -29,6 +30,13 @@ fn create(view: &dyn View, _name: &str, v: &mut Value) -> Result<(), Error> {
     spec.entry("restartPolicy").or_insert_with(|| json!("Always"));
     spec.entry("dnsPolicy").or_insert_with(|| json!("ClusterFirst"));
     spec.entry("terminationGracePeriodSeconds").or_insert_with(|| json!(30));
+    let spec_value = v.get_mut("spec").ok_or_else(|| invalid("spec: Required value"))?;
+    validation::default_requests_from_limits(spec_value);
+    let errs = validation::pod_spec(spec_value, "spec");
+    if !errs.is_empty() {
+        return Err(Error::Invalid(errs));
+    }
+    let spec = v.get_mut("spec").and_then(Value::as_object_mut).ok_or_else(|| invalid("spec: Required value"))?;
     // Priority admission.
     let class_name = spec.get("priorityClassName").and_then(Value::as_str).unwrap_or("").to_string();
     let class = if class_name.is_empty() {
@@ -87,6 +95,9 @@ fn update(old: &Value, new: &mut Value) -> Result<(), Error> {
         set_path(new, &["spec", "priority"], p);
     }
     let mut errs = added_scheduling_gates(old, new);
+    if let Some(spec) = new.get("spec") {
+        errs.extend(validation::pod_spec(spec, "spec"));
+    }
     if let Some(e) = scheduling_group_changed(old, new) {
         errs.push(e);
     }

@@ -19,6 +19,7 @@ use crate::jsonptr::Pointer as _;
 use crate::resources::{self as res, ResId};
 
 use super::delete::owned_by;
+use super::ttl::key_of;
 use super::{EventType, Inner, Obj, Result, Store, has_finalizers, is_deleting};
 
 /// A kind's hooks. Every method has the plain behaviour as its default.
@@ -64,6 +65,7 @@ pub(super) fn of(r: ResId) -> &'static dyn Lifecycle {
         res::NAMESPACES => &Namespaces,
         res::CRDS => &Crds,
         res::NODES => &Nodes,
+        res::EVENTS_V1 => &Events,
         _ => &Plain,
     }
 }
@@ -171,5 +173,14 @@ impl Lifecycle for Nodes {
             store.delete_object_locked(inner, res::CSINODES, csinode)?;
         }
         Ok(obj)
+    }
+}
+
+/// Events (their storage, events.k8s.io/v1): each write starts the
+/// event's time to live again (`--event-ttl`), a deletion ends it.
+struct Events;
+impl Lifecycle for Events {
+    fn committed(&self, inner: &mut Inner, ty: EventType, obj: &Arc<Obj>) {
+        inner.written_event(key_of(obj), ty == EventType::Deleted);
     }
 }

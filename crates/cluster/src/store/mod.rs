@@ -41,6 +41,7 @@ mod obj;
 mod persist;
 mod pods;
 mod tokens;
+mod ttl;
 mod typed;
 mod watch;
 mod write;
@@ -333,6 +334,8 @@ struct Inner {
     /// With a data directory: the persisted bound on resourceVersions
     /// (see `persist`).
     ceiling: u64,
+    /// When each Event was last written (see `ttl`).
+    event_writes: HashMap<Key, std::time::Instant>,
 }
 
 /// Called on each commit with the resource, the event and the whole
@@ -449,7 +452,7 @@ impl Store {
         let registry = Registry::with_admission(crate::admission::rules);
         let kinds = (0..registry.len()).map(|_| KindStore::new(&cfg)).collect();
         Store {
-            inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new(), terminating_ns: HashSet::new(), recent_pods: RecentPods::default(), ceiling: 0 }),
+            inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new(), terminating_ns: HashSet::new(), recent_pods: RecentPods::default(), ceiling: 0, event_writes: HashMap::new() }),
             registry,
             cfg,
             kubelet: OnceLock::new(),

@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use axum::body::Bytes;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -50,6 +52,34 @@ pub struct WatchEvent {
     pub obj: Arc<Obj>,
     /// The object before the change (MODIFIED only), for selector transitions.
     pub old: Option<Arc<Obj>>,
+    /// The event as a watch stream line, encoded once for all watchers
+    /// (see [`WatchEvent::frame`]).
+    frame: OnceLock<Bytes>,
+}
+
+impl WatchEvent {
+    /// A new event.
+    pub fn new(ty: EventType, rv: u64, obj: Arc<Obj>, old: Option<Arc<Obj>>) -> WatchEvent {
+        WatchEvent { ty, rv, obj, old, frame: OnceLock::new() }
+    }
+
+    /// The event as a line of a watch stream (`{"type":...,"object":...}`
+    /// and a newline), encoded on first use and then shared by every
+    /// watcher that sends it as it is (each holds a reference, not a copy).
+    pub fn frame(&self) -> Bytes {
+        self.frame
+            .get_or_init(|| {
+                let ty = self.ty.as_str();
+                let mut buf = Vec::with_capacity(self.obj.bytes.len() + ty.len() + 24);
+                buf.extend_from_slice(b"{\"type\":\"");
+                buf.extend_from_slice(ty.as_bytes());
+                buf.extend_from_slice(b"\",\"object\":");
+                buf.extend_from_slice(&self.obj.bytes);
+                buf.extend_from_slice(b"}\n");
+                Bytes::from(buf)
+            })
+            .clone()
+    }
 }
 
 /// Where a watch starts.
@@ -133,7 +163,7 @@ impl Store {
                 && !ks.history[i].obj.is_lean()
             {
                 let e = &ks.history[i];
-                ks.history[i] = Arc::new(WatchEvent { ty: e.ty, rv: e.rv, obj: lean.clone(), old: e.old.clone() });
+                ks.history[i] = Arc::new(WatchEvent::new(e.ty, e.rv, lean.clone(), e.old.clone()));
             }
             lean
         });
@@ -145,10 +175,10 @@ impl Store {
             _ => None,
         };
         self.persist_change(r, ty == EventType::Deleted, &obj);
-        let ev = Arc::new(WatchEvent { ty, rv, obj: stored.clone(), old });
+        let ev = Arc::new(WatchEvent::new(ty, rv, stored.clone(), old));
         // A deletion is final: history keeps it lean from the start.
         let kept = if ty == EventType::Deleted {
-            Arc::new(WatchEvent { ty, rv, obj: stored.lean(fields), old: None })
+            Arc::new(WatchEvent::new(ty, rv, stored.lean(fields), None))
         } else {
             ev.clone()
         };
@@ -211,7 +241,7 @@ impl Store {
             let info = self.info(r);
             let v = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv.to_string()}});
             if let Ok(obj) = Obj::new(v, rv) {
-                ks.send(Arc::new(WatchEvent { ty: EventType::Bookmark, rv, obj, old: None }));
+                ks.send(Arc::new(WatchEvent::new(EventType::Bookmark, rv, obj, None)));
             }
         }
     }

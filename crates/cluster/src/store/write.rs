@@ -67,11 +67,34 @@ pub(super) fn normalize(info: &ResourceInfo, mut v: Value) -> Result<Value> {
         _ => None,
     };
     let mut v = (info.normalize)(v).map_err(|e| Error::BadRequest(e.to_string()))?;
+    decoded(info, &v)?;
     custom_schema(info, &mut v)?;
     if let (Some(m), Some(meta)) = (stored_managed, v.get_mut("metadata").and_then(Value::as_object_mut)) {
         meta.insert("managedFields".into(), m);
     }
     Ok(v)
+}
+
+/// What kube-apiserver's decoder refuses of a built-in kind beyond its
+/// JSON shape: a quantity that does not parse (400, with its message).
+pub(super) fn decoded(info: &ResourceInfo, v: &Value) -> Result<()> {
+    if info.custom.is_some() {
+        return Ok(());
+    }
+    match crate::admission::validation::quantity_decode_error(info.kind, v) {
+        None => Ok(()),
+        Some(e) => Err(Error::BadRequest(format!("{kind} in version \"{version}\" cannot be handled as a {kind}: {e}", kind = info.kind, version = info.version))),
+    }
+}
+
+/// Object metadata every kind's validation checks (upstream's
+/// `ValidateObjectMeta`, the parts not checked elsewhere): the total size
+/// of annotations.
+pub(super) fn validate_meta(info: &ResourceInfo, name: &str, v: &Value) -> Result<()> {
+    match crate::admission::validation::annotations(v) {
+        None => Ok(()),
+        Some(e) => Err(invalid(info, name, e)),
+    }
 }
 
 /// A custom resource's schema, applied to an object already checked.
@@ -191,6 +214,7 @@ impl Store {
         if !v.is_object() {
             return Err(Error::BadRequest("the body of the request must be a JSON object".into()));
         }
+        decoded(&info, &v)?;
         self.create_normalized(r, ns, v, ctx)
     }
 
@@ -253,6 +277,7 @@ impl Store {
         if inner.kinds[r].objects.contains_key(&key) {
             return Err(Error::AlreadyExists { resource: qualified(&info), name });
         }
+        validate_meta(&info, &name, &v)?;
         self.admit_create(&inner, &info, &name, &mut v)?;
         if ctx.manager.is_some() {
             self.record_fields(&info, None, &mut v, ctx, false)?;
@@ -493,6 +518,7 @@ impl Store {
             }
             n
         };
+        validate_meta(&info, &name, &new)?;
         if !status_only {
             if let Some(update) = info.admission.update {
                 update(&old.value, &mut new).map_err(|e| refused(&info, &name, e))?;

@@ -14,5 +14,13 @@ mod cluster_lifecycle;
 mod cluster_openapi;
 mod cluster_recovery;
 mod cluster_rbac;
+mod cluster_scale;
 mod cluster_storage;
+mod cluster_validation;
+mod cluster_watch_memory;
 mod support;
+
+/// jemalloc, as the berth binary runs the cluster (see crates/berth): what
+/// the memory measurements see is what `berth cluster` would.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
