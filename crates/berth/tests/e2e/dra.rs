@@ -251,6 +251,38 @@ async fn shared_claims_follow_their_allocation_and_unmatched_selectors_wait() {
     .await;
 }
 
+// A pod naming a claim that does not exist yet is gated by PreEnqueue: it
+// stays Pending with no PodScheduled condition (upstream reports no
+// PreEnqueue rejection), and the claim's creation lets it in: it binds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_waits_gated_for_its_claim_and_binds_once_it_exists() {
+    deadline(90, async {
+        let c = gpu_cluster(2, 2).await;
+        let d = start_daemon(&c, &config(""), "dra-gate").await;
+        until_leading(&d, 20).await;
+        let client = c.client().unwrap();
+        let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
+        let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
+        pods_api.create(&PostParams::default(), &gpu_pod("early", json!({"resourceClaimName": "later"}))).await.unwrap();
+        // A pod update (a label) while the claim is still missing: it stays gated.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
+        pods_api.patch("early", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let p = pods_api.get("early").await.unwrap();
+        assert!(node_of(&p).is_none(), "bound without its claim");
+        assert_eq!(scheduled_condition(&p), None, "a gated pod is not reported");
+        create_claim(&client, "later", None).await;
+        let node = eventually(30, "early bound once its claim exists", || async { pods_api.get("early").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
+        let claim = claims_api.get("later").await.unwrap();
+        assert_eq!(devices_of(&claim).first().map(|d| d.1.clone()), Some(node));
+        check_allocations(&client).await;
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
 // Claim writes through a fault proxy: replies lost after the commit, and
 // 409s without a commit. berth reads the claim back each time (it counts
 // them), every pod ends bound with its claim allocated and reserved, and
