@@ -680,6 +680,13 @@ impl Loop {
                 self.queue.set_nominated(&pod.uid, Some(n.clone()));
             }
         }
+        // PostFilter's deallocations (DynamicResources): the claim's update
+        // event requeues the pod, which then allocates anew.
+        if let Some(w) = &self.writer {
+            for d in &o.deallocations {
+                w.deallocate_claim(d.clone()).await;
+            }
+        }
         let message = o.message.clone().unwrap_or_default();
         tracing::info!(pod = %pod.key(), %message, "unschedulable");
         let was_nominated = nominated.is_some();

@@ -1262,6 +1262,28 @@ mod tests {
     }
 
     #[test]
+    fn deallocation_only_of_a_claim_reserved_for_no_other_pod() {
+        let d = berth_engine::framework::DeallocateClaim { namespace: "default".into(), name: "c".into(), uid: "u1".into(), pod_uid: "p1".into() };
+        let allocation = serde_json::to_value(alloc("gpu-0")).expect("json");
+        let claim = |uid: &str, status: serde_json::Value| rc(json!({"metadata": {"name": "c", "uid": uid, "resourceVersion": "7"}, "spec": {}, "status": status}));
+        let free = claim("u1", json!({"allocation": allocation}));
+        assert_eq!(dealloc_next(&free, &d), DeallocNext::Write);
+        let ours = claim("u1", json!({"allocation": allocation, "reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}]}));
+        assert_eq!(dealloc_next(&ours, &d), DeallocNext::Write);
+        // Another pod holds it (alone or beside ours): no write.
+        let other = claim("u1", json!({"allocation": allocation, "reservedFor": [{"resource": "pods", "name": "q", "uid": "p2"}]}));
+        assert!(matches!(dealloc_next(&other, &d), DeallocNext::Skip(m) if m.contains("another")));
+        let both = claim("u1", json!({"allocation": allocation, "reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}, {"resource": "pods", "name": "q", "uid": "p2"}]}));
+        assert!(matches!(dealloc_next(&both, &d), DeallocNext::Skip(_)));
+        // Re-created, or deallocated already: nothing to do.
+        assert!(matches!(dealloc_next(&claim("u2", json!({"allocation": allocation})), &d), DeallocNext::Skip(_)));
+        assert!(matches!(dealloc_next(&claim("u1", json!({})), &d), DeallocNext::Skip(_)));
+        let patch = dealloc_patch(&ours);
+        assert_eq!(patch["metadata"], json!({"uid": "u1", "resourceVersion": "7"}));
+        assert_eq!(patch["status"], json!({"allocation": null, "reservedFor": null, "devices": null}));
+    }
+
+    #[test]
     fn unknown_outcomes_are_transport_errors_and_5xx() {
         let api = |code| kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }));
         assert!(outcome_unknown(&api(500)));
@@ -1341,6 +1363,41 @@ fn claim_status_patch(claim: &k8s_openapi::api::resource::v1::ResourceClaim, our
         status["allocation"] = a.clone();
     }
     json!({"metadata": {"uid": claim.metadata.uid, "resourceVersion": claim.metadata.resource_version}, "status": status})
+}
+
+/// What PostFilter's deallocation does with the claim as read.
+#[derive(Debug, PartialEq, Eq)]
+enum DeallocNext {
+    /// Clear the allocation (conditional on what was read).
+    Write,
+    /// Leave the claim alone, for this reason.
+    Skip(&'static str),
+}
+
+/// Decides the deallocation `d` on `claim` as read (upstream's PostFilter
+/// condition): the same claim (uid), allocated, and reserved for no one or
+/// only for the pod that could not be scheduled.
+fn dealloc_next(claim: &k8s_openapi::api::resource::v1::ResourceClaim, d: &berth_engine::framework::DeallocateClaim) -> DeallocNext {
+    if claim.metadata.uid.as_deref() != Some(d.uid.as_str()) {
+        return DeallocNext::Skip("the claim was re-created");
+    }
+    let status = claim.status.as_ref();
+    if status.and_then(|s| s.allocation.as_ref()).is_none() {
+        return DeallocNext::Skip("the claim is not allocated");
+    }
+    let reserved = status.and_then(|s| s.reserved_for.as_deref()).unwrap_or_default();
+    if reserved.iter().any(|r| r.uid != d.pod_uid) {
+        return DeallocNext::Skip("the claim is reserved for another consumer");
+    }
+    DeallocNext::Write
+}
+
+/// The deallocation: status.allocation, reservedFor and devices cleared,
+/// under the claim's uid and resourceVersion (a claim changed since it was
+/// read answers 409).
+fn dealloc_patch(claim: &k8s_openapi::api::resource::v1::ResourceClaim) -> serde_json::Value {
+    json!({"metadata": {"uid": claim.metadata.uid, "resourceVersion": claim.metadata.resource_version},
+        "status": {"allocation": null, "reservedFor": null, "devices": null}})
 }
 
 /// How one claim write ended.
@@ -1472,6 +1529,55 @@ impl Writer {
             }
         }
         Err(stop(format!("claim {key}: {last}")))
+    }
+
+    /// DynamicResources' PostFilter write (leader only, through the lease
+    /// permit): deallocates a claim allocated where the pod cannot go, so
+    /// that the claim's update requeues the pod and it allocates anew. Each
+    /// try reads the claim fresh and writes only when [`dealloc_next`]
+    /// allows; a conflict or an unknown outcome is read back. Nothing waits
+    /// for it: a failure is logged (the pod stays unschedulable until some
+    /// other event).
+    pub async fn deallocate_claim(&self, d: berth_engine::framework::DeallocateClaim) {
+        let w = self.clone();
+        self.spawn(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let key = format!("{}/{}", d.namespace, d.name);
+            match w.deallocate(&d, deadline).await {
+                Ok(Some(why)) => tracing::info!(claim = %key, %why, "claim left allocated"),
+                Ok(None) => tracing::info!(claim = %key, "claim deallocated (usable by no node for its pod)"),
+                Err(PreBindStop::NotLeader | PreBindStop::Gone) => {}
+                Err(PreBindStop::Failed(e)) => tracing::warn!(claim = %key, error = %e, "claim deallocation failed"),
+            }
+        })
+        .await;
+    }
+
+    /// [`Writer::deallocate_claim`]'s work: None when deallocated, else why not.
+    async fn deallocate(&self, d: &berth_engine::framework::DeallocateClaim, deadline: tokio::time::Instant) -> Result<Option<&'static str>, PreBindStop> {
+        use k8s_openapi::api::resource::v1 as res;
+        let claims: Api<res::ResourceClaim> = Api::namespaced(self.client.clone(), &d.namespace);
+        let pp = PatchParams::default();
+        let mut last = String::new();
+        for _ in 0..CLAIM_WRITE_TRIES {
+            let Some(claim) = self.read(deadline, || claims.get_opt(&d.name)).await? else { return Ok(Some("the claim is gone")) };
+            if let DeallocNext::Skip(why) = dealloc_next(&claim, d) {
+                return Ok(Some(why));
+            }
+            let patch = dealloc_patch(&claim);
+            let mp = Patch::Merge(&patch);
+            // Landed: the claim (this uid) is no longer allocated.
+            let landed = || async {
+                let c = claims.get_opt(&d.name).await?;
+                Ok::<bool, kube::Error>(c.is_none_or(|c| c.metadata.uid.as_deref() != Some(d.uid.as_str()) || c.status.and_then(|s| s.allocation).is_none()))
+            };
+            match self.claim_write(deadline, || claims.patch_status(&d.name, &pp, &mp).map_ok(|_| ()), landed).await? {
+                ClaimWrite::Done => return Ok(None),
+                ClaimWrite::Again(m) => last = m,
+                ClaimWrite::Refused(m) => return Err(stop(format!("deallocate claim {}/{}: {m}", d.namespace, d.name))),
+            }
+        }
+        Err(stop(format!("deallocate claim {}/{}: {last}", d.namespace, d.name)))
     }
 
     /// The claim of the pod's extended resources a DeviceClass backs

@@ -283,6 +283,54 @@ async fn a_pod_waits_gated_for_its_claim_and_binds_once_it_exists() {
     .await;
 }
 
+// A claim allocated (by a driver, say) on a node the pod cannot go to
+// (cordoned), reserved for no one: PostFilter finds it usable nowhere,
+// berth deallocates it, and the claim's update brings the pod back: it
+// binds on the other node with a new allocation there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_allocated_where_the_pod_cannot_go_is_deallocated_and_moved() {
+    deadline(120, async {
+        let c = gpu_cluster(2, 2).await;
+        let d = start_daemon(&c, &config(""), "dra-dealloc").await;
+        until_leading(&d, 20).await;
+        let client = c.client().unwrap();
+        let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
+        let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
+        let nodes_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+        // A real allocation, taken from a first pod, which then goes (the
+        // controller deallocates the claim when it is released).
+        create_claim(&client, "stale", None).await;
+        pods_api.create(&PostParams::default(), &gpu_pod("first", json!({"resourceClaimName": "stale"}))).await.unwrap();
+        let old = eventually(30, "first bound", || async { pods_api.get("first").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
+        let allocation = serde_json::to_value(claims_api.get("stale").await.unwrap().status.and_then(|s| s.allocation)).unwrap();
+        assert!(!allocation.is_null());
+        pods_api.delete("first", &DeleteParams::default()).await.unwrap();
+        eventually(30, "first gone and its claim deallocated", || async {
+            let gone = pods_api.get_opt("first").await.unwrap().is_none();
+            let free = devices_of(&claims_api.get("stale").await.unwrap()).is_empty();
+            (gone && free).then_some(())
+        })
+        .await;
+        // The node is cordoned, then the claim allocated there again,
+        // reserved for no one.
+        let pp = kube::api::PatchParams::default();
+        nodes_api.patch(&old, &pp, &kube::api::Patch::Merge(json!({"spec": {"unschedulable": true}}))).await.unwrap();
+        claims_api.patch_status("stale", &pp, &kube::api::Patch::Merge(json!({"status": {"allocation": allocation}}))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        pods_api.create(&PostParams::default(), &gpu_pod("second", json!({"resourceClaimName": "stale"}))).await.unwrap();
+        let new = eventually(30, "second bound", || async { pods_api.get("second").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
+        assert_ne!(new, old, "bound on the cordoned node");
+        let claim = claims_api.get("stale").await.unwrap();
+        let devs = devices_of(&claim);
+        assert_eq!(devs.len(), 1);
+        assert_eq!(devs[0].1, new, "allocated anew on second's node");
+        check_allocations(&client).await;
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
 // Claim writes through a fault proxy: replies lost after the commit, and
 // 409s without a commit. berth reads the claim back each time (it counts
 // them), every pod ends bound with its claim allocated and reserved, and
