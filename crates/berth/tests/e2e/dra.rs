@@ -496,6 +496,21 @@ async fn extended_resources_backed_by_a_class_get_their_claim() {
         assert_eq!(reserved_for(claim), vec![uid]);
         let status = serde_json::to_value(pods_api.get("ext").await.unwrap().status).unwrap();
         assert_eq!(status.pointer("/extendedResourceClaimStatus/resourceClaimName").and_then(Value::as_str), m.name.as_deref(), "{status}");
+        // The class's implicit name, deviceclass.resource.kubernetes.io/<class>, works alike.
+        let implicit = "deviceclass.resource.kubernetes.io/gpu-ext".to_string();
+        let p = pod("implicit", "100m", json!({"spec": {"containers": [{"name": "c", "image": "cuda",
+            "resources": {"requests": {"cpu": "100m", implicit.clone(): "1"}, "limits": {implicit.clone(): "1"}}}]}}));
+        pods_api.create(&PostParams::default(), &p).await.unwrap();
+        let (node, uid) = eventually(30, "implicit bound", || async { pods_api.get("implicit").await.ok().and_then(|p| Some((node_of(&p)?.to_string(), p.metadata.uid.clone()?))) }).await;
+        let claims = claims_api.list(&ListParams::default()).await.unwrap().items;
+        let claim = claims.iter().find(|c| c.metadata.name.as_deref().is_some_and(|n| n.starts_with("implicit-extended-resources-"))).unwrap_or_else(|| panic!("{claims:?}"));
+        let devs = devices_of(claim);
+        assert_eq!(devs.len(), 1);
+        assert_eq!(devs[0].1, node);
+        assert_eq!(reserved_for(claim), vec![uid]);
+        let status = serde_json::to_value(pods_api.get("implicit").await.unwrap().status).unwrap();
+        assert_eq!(status.pointer("/extendedResourceClaimStatus/requestMappings/0/resourceName").and_then(Value::as_str), Some(implicit.as_str()), "{status}");
+        check_allocations(&client).await;
         d.shutdown().await;
         c.shutdown().await;
     })
