@@ -1284,6 +1284,20 @@ mod tests {
     }
 
     #[test]
+    fn request_mappings_name_the_containers_asking_for_the_resource() {
+        let pod: core::Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
+            "initContainers": [{"name": "init", "resources": {"limits": {"example.com/gpu": "1"}}}],
+            "containers": [{"name": "a", "resources": {"requests": {"example.com/gpu": "2"}}}, {"name": "b", "resources": {"requests": {"example.com/gpu": "0m", "cpu": "1"}}},
+                {"name": "c", "resources": {"requests": {"deviceclass.resource.kubernetes.io/nic": "1"}}}]}}))
+        .expect("pod");
+        let m = |c: &str, r: &str, q: &str| (c.to_string(), r.to_string(), q.to_string());
+        let got = request_mappings(&pod, &[m("", "example.com/gpu", "container-0-request-0"), m("", "deviceclass.resource.kubernetes.io/nic", "container-0-request-1"), m("x", "y", "z")]);
+        let names: Vec<(&str, &str)> = got.iter().map(|v| (v["containerName"].as_str().unwrap_or(""), v["requestName"].as_str().unwrap_or(""))).collect();
+        assert_eq!(names, vec![("init", "container-0-request-0"), ("a", "container-0-request-0"), ("c", "container-0-request-1"), ("x", "z")]);
+        assert_eq!(got[2]["resourceName"], "deviceclass.resource.kubernetes.io/nic");
+    }
+
+    #[test]
     fn unknown_outcomes_are_transport_errors_and_5xx() {
         let api = |code| kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }));
         assert!(outcome_unknown(&api(500)));
@@ -1398,6 +1412,30 @@ fn dealloc_next(claim: &k8s_openapi::api::resource::v1::ResourceClaim, d: &berth
 fn dealloc_patch(claim: &k8s_openapi::api::resource::v1::ResourceClaim) -> serde_json::Value {
     json!({"metadata": {"uid": claim.metadata.uid, "resourceVersion": claim.metadata.resource_version},
         "status": {"allocation": null, "reservedFor": null, "devices": null}})
+}
+
+/// The pod's status.extendedResourceClaimStatus.requestMappings: each
+/// (container, resource, request) of `mappings` whose container is unnamed
+/// (the engine sees the pod's summed requests) names every container (init
+/// or regular) that asks for the resource. Upstream makes one request per
+/// container; berth's claim has one request per resource, which each such
+/// container maps to.
+fn request_mappings(pod: &core::Pod, mappings: &[(String, String, String)]) -> Vec<serde_json::Value> {
+    let spec = pod.spec.as_ref();
+    let containers = spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(s.containers.iter()));
+    let asks = |c: &core::Container, resource: &str| {
+        let r = c.resources.as_ref();
+        let nonzero = |l: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| l.and_then(|l| l.get(resource)).is_some_and(|q| q.0.chars().take_while(|c| c.is_ascii_digit() || *c == '.').any(|c| matches!(c, '1'..='9')));
+        nonzero(r.and_then(|r| r.requests.as_ref())) || nonzero(r.and_then(|r| r.limits.as_ref()))
+    };
+    let mut out = Vec::new();
+    for (container, resource, request) in mappings {
+        let names: Vec<&str> = if container.is_empty() { containers.clone().filter(|c| asks(c, resource)).map(|c| c.name.as_str()).collect() } else { vec![container.as_str()] };
+        for c in names {
+            out.push(json!({"containerName": c, "resourceName": resource, "requestName": request}));
+        }
+    }
+    out
 }
 
 /// How one claim write ended.
@@ -1639,9 +1677,10 @@ impl Writer {
         let name = c.metadata.name.clone().unwrap_or_default();
         let uid = c.metadata.uid.clone().unwrap_or_default();
         self.allocate_claim(ns, &name, &uid, allocation.as_ref(), pod_name, pod_uid, deadline).await?;
-        let mappings: Vec<serde_json::Value> = mappings.iter().map(|(c, r, q)| json!({"containerName": c, "resourceName": r, "requestName": q})).collect();
-        let patch = json!({"status": {"extendedResourceClaimStatus": {"resourceClaimName": name, "requestMappings": mappings}}});
         let pods: Api<core::Pod> = Api::namespaced(self.client.clone(), ns);
+        let pod = self.read(deadline, || pods.get_opt(pod_name)).await?.filter(|p| p.metadata.uid.as_deref() == Some(pod_uid)).ok_or(PreBindStop::Gone)?;
+        let mappings = request_mappings(&pod, mappings);
+        let patch = json!({"status": {"extendedResourceClaimStatus": {"resourceClaimName": name, "requestMappings": mappings}}});
         let pp = PatchParams::default();
         let mp = Patch::Merge(&patch);
         let landed = || async {

@@ -510,6 +510,7 @@ async fn extended_resources_backed_by_a_class_get_their_claim() {
         assert_eq!(reserved_for(claim), vec![uid]);
         let status = serde_json::to_value(pods_api.get("implicit").await.unwrap().status).unwrap();
         assert_eq!(status.pointer("/extendedResourceClaimStatus/requestMappings/0/resourceName").and_then(Value::as_str), Some(implicit.as_str()), "{status}");
+        assert_eq!(status.pointer("/extendedResourceClaimStatus/requestMappings/0/containerName").and_then(Value::as_str), Some("c"), "{status}");
         check_allocations(&client).await;
         d.shutdown().await;
         c.shutdown().await;
