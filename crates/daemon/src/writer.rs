@@ -449,6 +449,11 @@ impl Writer {
             BindOutcome::Failed(m) if pre_failed => Some(m.clone()),
             _ => None,
         };
+        // Unreserve: the extended-resource claim PreBind created goes with
+        // the failed attempt (before the result, which allows the retry).
+        if matches!(outcome, BindOutcome::Failed(_)) && work.iter().flat_map(|w| &w.writes).any(|w| matches!(w, ApiWrite::CreateExtendedResourceClaim { .. })) {
+            self.delete_extended_claim(&pod).await;
+        }
         if let Some(message) = report {
             // Before the result: the retry it allows cannot bind the pod
             // before this False condition is written.
@@ -1298,6 +1303,15 @@ mod tests {
     }
 
     #[test]
+    fn unreserve_removes_only_the_pods_entry() {
+        let c = rc(json!({"metadata": {"name": "c", "uid": "u1"}, "spec": {}, "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}, {"resource": "pods", "name": "q", "uid": "p2"}]}}));
+        assert_eq!(reserved_without(&c, "p1"), Some(Some(vec![json!({"resource": "pods", "name": "q", "uid": "p2", "apiGroup": null})])));
+        assert_eq!(reserved_without(&c, "p3"), None);
+        let only = rc(json!({"metadata": {"name": "c", "uid": "u1"}, "spec": {}, "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}]}}));
+        assert_eq!(reserved_without(&only, "p1"), Some(None));
+    }
+
+    #[test]
     fn unknown_outcomes_are_transport_errors_and_5xx() {
         let api = |code| kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }));
         assert!(outcome_unknown(&api(500)));
@@ -1436,6 +1450,29 @@ fn request_mappings(pod: &core::Pod, mappings: &[(String, String, String)]) -> V
         }
     }
     out
+}
+
+/// The pod's extended-resource claim, when one exists and is not being
+/// deleted: annotated, with the pod (`pod_uid`) as controller.
+async fn find_extended_claim(claims: &Api<k8s_openapi::api::resource::v1::ResourceClaim>, pod_uid: &str) -> Result<Option<k8s_openapi::api::resource::v1::ResourceClaim>, kube::Error> {
+    let all = claims.list(&kube::api::ListParams::default()).await?;
+    Ok(all.items.into_iter().find(|c| {
+        let m = &c.metadata;
+        m.deletion_timestamp.is_none()
+            && m.annotations.as_ref().is_some_and(|a| a.get(EXTENDED_CLAIM_ANNOTATION).is_some_and(|v| v == "true"))
+            && m.owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == pod_uid)
+    }))
+}
+
+/// The reservedFor list without the pod `pod_uid` (None when nothing is
+/// left), or None-of-None when the pod holds no entry (nothing to write).
+fn reserved_without(claim: &k8s_openapi::api::resource::v1::ResourceClaim, pod_uid: &str) -> Option<Option<Vec<serde_json::Value>>> {
+    let reserved = claim.status.as_ref().and_then(|s| s.reserved_for.as_deref()).unwrap_or_default();
+    if !reserved.iter().any(|r| r.uid == pod_uid) {
+        return None;
+    }
+    let rest: Vec<serde_json::Value> = reserved.iter().filter(|r| r.uid != pod_uid).map(|r| json!({"resource": r.resource, "name": r.name, "uid": r.uid, "apiGroup": r.api_group})).collect();
+    Some((!rest.is_empty()).then_some(rest))
 }
 
 /// How one claim write ended.
@@ -1618,6 +1655,48 @@ impl Writer {
         Err(stop(format!("deallocate claim {}/{}: {last}", d.namespace, d.name)))
     }
 
+    /// Upstream's Unreserve for the extended-resource claim PreBind created,
+    /// once the bind failed: the pod's reservedFor entry removed (so that the
+    /// claim controller lets the claim go), then the claim deleted under its
+    /// uid. Unknown outcomes are read back; failures are logged (the next
+    /// attempt finds and reuses a claim left behind).
+    async fn delete_extended_claim(&self, pod: &PodInfo) {
+        use k8s_openapi::api::resource::v1 as res;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let claims: Api<res::ResourceClaim> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let Ok(Some(claim)) = self.read(deadline, || find_extended_claim(&claims, &pod.uid)).await else { return };
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let key = format!("{}/{name}", pod.namespace);
+        let pp = PatchParams::default();
+        if let Some(rest) = reserved_without(&claim, &pod.uid) {
+            let patch = json!({"metadata": {"uid": uid, "resourceVersion": claim.metadata.resource_version}, "status": {"reservedFor": rest}});
+            let mp = Patch::Merge(&patch);
+            let landed = || async {
+                let c = claims.get_opt(&name).await?;
+                Ok::<bool, kube::Error>(c.is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()) || reserved_without(&c, &pod.uid).is_none()))
+            };
+            match self.claim_write(deadline, || claims.patch_status(&name, &pp, &mp).map_ok(|_| ()), landed).await {
+                Ok(ClaimWrite::Done) => {}
+                Ok(ClaimWrite::Again(m) | ClaimWrite::Refused(m)) => {
+                    tracing::warn!(claim = %key, error = %m, "extended-resource claim left behind: its reservation could not be removed");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+        let dp = DeleteParams { preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }), ..DeleteParams::default() };
+        let landed = || async {
+            let c = claims.get_opt(&name).await?;
+            Ok::<bool, kube::Error>(c.is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()) || c.metadata.deletion_timestamp.is_some()))
+        };
+        match self.claim_write(deadline, || claims.delete(&name, &dp).map_ok(|_| ()), landed).await {
+            Ok(ClaimWrite::Done) => tracing::info!(claim = %key, pod = %pod.key(), "extended-resource claim deleted after a failed bind"),
+            Ok(ClaimWrite::Again(m) | ClaimWrite::Refused(m)) => tracing::warn!(claim = %key, error = %m, "extended-resource claim left behind"),
+            Err(_) => {}
+        }
+    }
+
     /// The claim of the pod's extended resources a DeviceClass backs
     /// (DRAExtendedResource): found when an earlier attempt created it (the
     /// annotation, the pod as controller), else created from `claim`
@@ -1627,15 +1706,7 @@ impl Writer {
     async fn create_extended_claim(&self, ns: &str, pod_name: &str, pod_uid: &str, claim: &serde_json::Value, mappings: &[(String, String, String)], deadline: tokio::time::Instant) -> Result<(), PreBindStop> {
         use k8s_openapi::api::resource::v1 as res;
         let claims: Api<res::ResourceClaim> = Api::namespaced(self.client.clone(), ns);
-        let find = || async {
-            let all = claims.list(&kube::api::ListParams::default()).await?;
-            Ok::<Option<res::ResourceClaim>, kube::Error>(all.items.into_iter().find(|c| {
-                let m = &c.metadata;
-                m.deletion_timestamp.is_none()
-                    && m.annotations.as_ref().is_some_and(|a| a.get(EXTENDED_CLAIM_ANNOTATION).is_some_and(|v| v == "true"))
-                    && m.owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == pod_uid)
-            }))
-        };
+        let find = || find_extended_claim(&claims, pod_uid);
         let mut body = claim.clone();
         let allocation = body.as_object_mut().and_then(|o| o.remove("status")).and_then(|mut st| st.get_mut("allocation").map(serde_json::Value::take));
         let body: res::ResourceClaim = serde_json::from_value(body).map_err(|e| stop(format!("the extended-resource claim cannot be written: {e}")))?;

@@ -518,6 +518,47 @@ async fn extended_resources_backed_by_a_class_get_their_claim() {
     .await;
 }
 
+// PreBind fails after creating the extended-resource claim (the pod's
+// status write is refused): berth deletes that claim (upstream's
+// Unreserve), so no device stays allocated to a claim nobody uses; once
+// the writes pass, the pod binds with a single claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_bind_deletes_the_extended_resource_claim_it_created() {
+    deadline(120, async {
+        let c = gpu_cluster(2, 2).await;
+        let client = c.client().unwrap();
+        let proxy = FaultProxy::start(client.clone()).await;
+        let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: "dra-unreserve".into(), ..Options::default() };
+        let d = daemon::start(proxy.client(), &config(""), opts).await.unwrap();
+        until_leading(&d, 20).await;
+        let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
+        let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
+        let classes: Api<k8s_openapi::api::resource::v1::DeviceClass> = Api::all(client.clone());
+        classes.create(&PostParams::default(), &from(json!({"metadata": {"name": "gpu-ext"}, "spec": {"extendedResourceName": "example.com/gpu"}}))).await.unwrap();
+        proxy.set_rules(vec![Rule::new(Some(Method::PATCH), "/pods/ext/status", Fault::Status(422), 1.0)]);
+        let p = pod("ext", "100m", json!({"spec": {"containers": [{"name": "c", "image": "cuda",
+            "resources": {"requests": {"cpu": "100m", "example.com/gpu": "1"}, "limits": {"example.com/gpu": "1"}}}]}}));
+        pods_api.create(&PostParams::default(), &p).await.unwrap();
+        eventually(30, "a created claim deleted after the failed bind", || async {
+            proxy.writes().iter().any(|w| w.method == Method::DELETE && w.path.contains("/resourceclaims/ext-extended-resources-")).then_some(())
+        })
+        .await;
+        proxy.set_rules(vec![]);
+        let uid = eventually(60, "ext bound", || async { pods_api.get("ext").await.ok().and_then(|p| node_of(&p).and(p.metadata.uid.clone())) }).await;
+        let claim = eventually(30, "only the bound attempt's claim left", || async {
+            let claims = claims_api.list(&ListParams::default()).await.unwrap().items;
+            (claims.len() == 1).then(|| claims.into_iter().next()).flatten()
+        })
+        .await;
+        assert_eq!(reserved_for(&claim), vec![uid]);
+        check_allocations(&client).await;
+        assert!(no_claim_without_its_pod(&client).await);
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
 /// The documents of deploy/berth.yaml of these kinds, as (kind, namespace, name, YAML).
 fn manifests(kinds: &[&str]) -> Vec<(String, Option<String>, String, String)> {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/berth.yaml")).unwrap();
