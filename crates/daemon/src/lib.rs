@@ -327,9 +327,34 @@ impl Loop {
     }
 
     fn event(&mut self, e: Events) {
-        if e != Events::default() {
-            self.queue.on_event(e, Self::now());
+        if e == Events::default() {
+            return;
         }
+        let now = Self::now();
+        self.queue.on_event(e, now);
+        // Gated pods whose gate cares about the event ask PreEnqueue again
+        // (upstream's GatingPluginEvents): a pod whose claim is created
+        // after the pod goes to activeQ now, the others stay gated.
+        for pod in self.queue.gated_for(e) {
+            let gate = self.gate(&pod);
+            self.queue.update(pod.clone(), gate.is_some(), now);
+            if let Some(events) = gate {
+                self.queue.set_gate_events(&pod.uid, events);
+            }
+        }
+    }
+
+    /// PreEnqueue over the cluster as the cache shows it: None when the pod
+    /// may enter activeQ, else the events its gate waits for. Upstream
+    /// reports no condition for a gated pod (it only logs the message).
+    fn gate(&self, pod: &PodInfo) -> Option<Events> {
+        let fw = self.framework(pod)?;
+        let s = fw.run_pre_enqueue_in(pod, self.cache.snapshot());
+        if s.is_success() {
+            return None;
+        }
+        tracing::debug!(pod = %pod.key(), plugin = s.plugin, message = %s.message(), "gated by PreEnqueue");
+        Some(fw.gate_events(s.plugin))
     }
 
     fn apply_pod(&mut self, pod: &core::Pod) {
@@ -389,7 +414,8 @@ impl Loop {
             self.queue.refresh(info, seen);
             return;
         }
-        let gated = self.framework(&info).is_some_and(|f| !f.run_pre_enqueue(&info).is_success());
+        let gate = self.gate(&info);
+        let gated = gate.is_some();
         let q = if gated { "gated" } else { "active" };
         if change == queue::Change::New {
             self.metrics.incoming_pods.with_label_values(&[q, "PodAdd"]).inc();
@@ -402,6 +428,9 @@ impl Loop {
         } else {
             self.metrics.incoming_pods.with_label_values(&[q, "PodUpdate"]).inc();
             self.queue.update(info, gated, Self::now());
+        }
+        if let Some(events) = gate {
+            self.queue.set_gate_events(&uid, events);
         }
         self.queue.set_seen(&uid, seen);
     }
@@ -654,6 +683,13 @@ impl Loop {
                 // attempt sees it (PodEligibleToPreemptOthers) even before the
                 // watch brings the status back.
                 self.queue.set_nominated(&pod.uid, Some(n.clone()));
+            }
+        }
+        // PostFilter's deallocations (DynamicResources): the claim's update
+        // event requeues the pod, which then allocates anew.
+        if let Some(w) = &self.writer {
+            for d in &o.deallocations {
+                w.deallocate_claim(d.clone()).await;
             }
         }
         let message = o.message.clone().unwrap_or_default();

@@ -449,6 +449,11 @@ impl Writer {
             BindOutcome::Failed(m) if pre_failed => Some(m.clone()),
             _ => None,
         };
+        // Unreserve: the extended-resource claim PreBind created goes with
+        // the failed attempt (before the result, which allows the retry).
+        if matches!(outcome, BindOutcome::Failed(_)) && work.iter().flat_map(|w| &w.writes).any(|w| matches!(w, ApiWrite::CreateExtendedResourceClaim { .. })) {
+            self.delete_extended_claim(&pod).await;
+        }
         if let Some(message) = report {
             // Before the result: the retry it allows cannot bind the pod
             // before this False condition is written.
@@ -1262,6 +1267,51 @@ mod tests {
     }
 
     #[test]
+    fn deallocation_only_of_a_claim_reserved_for_no_other_pod() {
+        let d = berth_engine::framework::DeallocateClaim { namespace: "default".into(), name: "c".into(), uid: "u1".into(), pod_uid: "p1".into() };
+        let allocation = serde_json::to_value(alloc("gpu-0")).expect("json");
+        let claim = |uid: &str, status: serde_json::Value| rc(json!({"metadata": {"name": "c", "uid": uid, "resourceVersion": "7"}, "spec": {}, "status": status}));
+        let free = claim("u1", json!({"allocation": allocation}));
+        assert_eq!(dealloc_next(&free, &d), DeallocNext::Write);
+        let ours = claim("u1", json!({"allocation": allocation, "reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}]}));
+        assert_eq!(dealloc_next(&ours, &d), DeallocNext::Write);
+        // Another pod holds it (alone or beside ours): no write.
+        let other = claim("u1", json!({"allocation": allocation, "reservedFor": [{"resource": "pods", "name": "q", "uid": "p2"}]}));
+        assert!(matches!(dealloc_next(&other, &d), DeallocNext::Skip(m) if m.contains("another")));
+        let both = claim("u1", json!({"allocation": allocation, "reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}, {"resource": "pods", "name": "q", "uid": "p2"}]}));
+        assert!(matches!(dealloc_next(&both, &d), DeallocNext::Skip(_)));
+        // Re-created, or deallocated already: nothing to do.
+        assert!(matches!(dealloc_next(&claim("u2", json!({"allocation": allocation})), &d), DeallocNext::Skip(_)));
+        assert!(matches!(dealloc_next(&claim("u1", json!({})), &d), DeallocNext::Skip(_)));
+        let patch = dealloc_patch(&ours);
+        assert_eq!(patch["metadata"], json!({"uid": "u1", "resourceVersion": "7"}));
+        assert_eq!(patch["status"], json!({"allocation": null, "reservedFor": null, "devices": null}));
+    }
+
+    #[test]
+    fn request_mappings_name_the_containers_asking_for_the_resource() {
+        let pod: core::Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
+            "initContainers": [{"name": "init", "resources": {"limits": {"example.com/gpu": "1"}}}],
+            "containers": [{"name": "a", "resources": {"requests": {"example.com/gpu": "2"}}}, {"name": "b", "resources": {"requests": {"example.com/gpu": "0m", "cpu": "1"}}},
+                {"name": "c", "resources": {"requests": {"deviceclass.resource.kubernetes.io/nic": "1"}}}]}}))
+        .expect("pod");
+        let m = |c: &str, r: &str, q: &str| (c.to_string(), r.to_string(), q.to_string());
+        let got = request_mappings(&pod, &[m("", "example.com/gpu", "container-0-request-0"), m("", "deviceclass.resource.kubernetes.io/nic", "container-0-request-1"), m("x", "y", "z")]);
+        let names: Vec<(&str, &str)> = got.iter().map(|v| (v["containerName"].as_str().unwrap_or(""), v["requestName"].as_str().unwrap_or(""))).collect();
+        assert_eq!(names, vec![("init", "container-0-request-0"), ("a", "container-0-request-0"), ("c", "container-0-request-1"), ("x", "z")]);
+        assert_eq!(got[2]["resourceName"], "deviceclass.resource.kubernetes.io/nic");
+    }
+
+    #[test]
+    fn unreserve_removes_only_the_pods_entry() {
+        let c = rc(json!({"metadata": {"name": "c", "uid": "u1"}, "spec": {}, "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}, {"resource": "pods", "name": "q", "uid": "p2"}]}}));
+        assert_eq!(reserved_without(&c, "p1"), Some(Some(vec![json!({"resource": "pods", "name": "q", "uid": "p2", "apiGroup": null})])));
+        assert_eq!(reserved_without(&c, "p3"), None);
+        let only = rc(json!({"metadata": {"name": "c", "uid": "u1"}, "spec": {}, "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}]}}));
+        assert_eq!(reserved_without(&only, "p1"), Some(None));
+    }
+
+    #[test]
     fn unknown_outcomes_are_transport_errors_and_5xx() {
         let api = |code| kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }));
         assert!(outcome_unknown(&api(500)));
@@ -1341,6 +1391,88 @@ fn claim_status_patch(claim: &k8s_openapi::api::resource::v1::ResourceClaim, our
         status["allocation"] = a.clone();
     }
     json!({"metadata": {"uid": claim.metadata.uid, "resourceVersion": claim.metadata.resource_version}, "status": status})
+}
+
+/// What PostFilter's deallocation does with the claim as read.
+#[derive(Debug, PartialEq, Eq)]
+enum DeallocNext {
+    /// Clear the allocation (conditional on what was read).
+    Write,
+    /// Leave the claim alone, for this reason.
+    Skip(&'static str),
+}
+
+/// Decides the deallocation `d` on `claim` as read (upstream's PostFilter
+/// condition): the same claim (uid), allocated, and reserved for no one or
+/// only for the pod that could not be scheduled.
+fn dealloc_next(claim: &k8s_openapi::api::resource::v1::ResourceClaim, d: &berth_engine::framework::DeallocateClaim) -> DeallocNext {
+    if claim.metadata.uid.as_deref() != Some(d.uid.as_str()) {
+        return DeallocNext::Skip("the claim was re-created");
+    }
+    let status = claim.status.as_ref();
+    if status.and_then(|s| s.allocation.as_ref()).is_none() {
+        return DeallocNext::Skip("the claim is not allocated");
+    }
+    let reserved = status.and_then(|s| s.reserved_for.as_deref()).unwrap_or_default();
+    if reserved.iter().any(|r| r.uid != d.pod_uid) {
+        return DeallocNext::Skip("the claim is reserved for another consumer");
+    }
+    DeallocNext::Write
+}
+
+/// The deallocation: status.allocation, reservedFor and devices cleared,
+/// under the claim's uid and resourceVersion (a claim changed since it was
+/// read answers 409).
+fn dealloc_patch(claim: &k8s_openapi::api::resource::v1::ResourceClaim) -> serde_json::Value {
+    json!({"metadata": {"uid": claim.metadata.uid, "resourceVersion": claim.metadata.resource_version},
+        "status": {"allocation": null, "reservedFor": null, "devices": null}})
+}
+
+/// The pod's status.extendedResourceClaimStatus.requestMappings: each
+/// (container, resource, request) of `mappings` whose container is unnamed
+/// (the engine sees the pod's summed requests) names every container (init
+/// or regular) that asks for the resource. Upstream makes one request per
+/// container; berth's claim has one request per resource, which each such
+/// container maps to.
+fn request_mappings(pod: &core::Pod, mappings: &[(String, String, String)]) -> Vec<serde_json::Value> {
+    let spec = pod.spec.as_ref();
+    let containers = spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(s.containers.iter()));
+    let asks = |c: &core::Container, resource: &str| {
+        let r = c.resources.as_ref();
+        let nonzero = |l: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| l.and_then(|l| l.get(resource)).is_some_and(|q| q.0.chars().take_while(|c| c.is_ascii_digit() || *c == '.').any(|c| matches!(c, '1'..='9')));
+        nonzero(r.and_then(|r| r.requests.as_ref())) || nonzero(r.and_then(|r| r.limits.as_ref()))
+    };
+    let mut out = Vec::new();
+    for (container, resource, request) in mappings {
+        let names: Vec<&str> = if container.is_empty() { containers.clone().filter(|c| asks(c, resource)).map(|c| c.name.as_str()).collect() } else { vec![container.as_str()] };
+        for c in names {
+            out.push(json!({"containerName": c, "resourceName": resource, "requestName": request}));
+        }
+    }
+    out
+}
+
+/// The pod's extended-resource claim, when one exists and is not being
+/// deleted: annotated, with the pod (`pod_uid`) as controller.
+async fn find_extended_claim(claims: &Api<k8s_openapi::api::resource::v1::ResourceClaim>, pod_uid: &str) -> Result<Option<k8s_openapi::api::resource::v1::ResourceClaim>, kube::Error> {
+    let all = claims.list(&kube::api::ListParams::default()).await?;
+    Ok(all.items.into_iter().find(|c| {
+        let m = &c.metadata;
+        m.deletion_timestamp.is_none()
+            && m.annotations.as_ref().is_some_and(|a| a.get(EXTENDED_CLAIM_ANNOTATION).is_some_and(|v| v == "true"))
+            && m.owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == pod_uid)
+    }))
+}
+
+/// The reservedFor list without the pod `pod_uid` (None when nothing is
+/// left), or None-of-None when the pod holds no entry (nothing to write).
+fn reserved_without(claim: &k8s_openapi::api::resource::v1::ResourceClaim, pod_uid: &str) -> Option<Option<Vec<serde_json::Value>>> {
+    let reserved = claim.status.as_ref().and_then(|s| s.reserved_for.as_deref()).unwrap_or_default();
+    if !reserved.iter().any(|r| r.uid == pod_uid) {
+        return None;
+    }
+    let rest: Vec<serde_json::Value> = reserved.iter().filter(|r| r.uid != pod_uid).map(|r| json!({"resource": r.resource, "name": r.name, "uid": r.uid, "apiGroup": r.api_group})).collect();
+    Some((!rest.is_empty()).then_some(rest))
 }
 
 /// How one claim write ended.
@@ -1474,6 +1606,97 @@ impl Writer {
         Err(stop(format!("claim {key}: {last}")))
     }
 
+    /// DynamicResources' PostFilter write (leader only, through the lease
+    /// permit): deallocates a claim allocated where the pod cannot go, so
+    /// that the claim's update requeues the pod and it allocates anew. Each
+    /// try reads the claim fresh and writes only when [`dealloc_next`]
+    /// allows; a conflict or an unknown outcome is read back. Nothing waits
+    /// for it: a failure is logged (the pod stays unschedulable until some
+    /// other event).
+    pub async fn deallocate_claim(&self, d: berth_engine::framework::DeallocateClaim) {
+        let w = self.clone();
+        self.spawn(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let key = format!("{}/{}", d.namespace, d.name);
+            match w.deallocate(&d, deadline).await {
+                Ok(Some(why)) => tracing::info!(claim = %key, %why, "claim left allocated"),
+                Ok(None) => tracing::info!(claim = %key, "claim deallocated (usable by no node for its pod)"),
+                Err(PreBindStop::NotLeader | PreBindStop::Gone) => {}
+                Err(PreBindStop::Failed(e)) => tracing::warn!(claim = %key, error = %e, "claim deallocation failed"),
+            }
+        })
+        .await;
+    }
+
+    /// [`Writer::deallocate_claim`]'s work: None when deallocated, else why not.
+    async fn deallocate(&self, d: &berth_engine::framework::DeallocateClaim, deadline: tokio::time::Instant) -> Result<Option<&'static str>, PreBindStop> {
+        use k8s_openapi::api::resource::v1 as res;
+        let claims: Api<res::ResourceClaim> = Api::namespaced(self.client.clone(), &d.namespace);
+        let pp = PatchParams::default();
+        let mut last = String::new();
+        for _ in 0..CLAIM_WRITE_TRIES {
+            let Some(claim) = self.read(deadline, || claims.get_opt(&d.name)).await? else { return Ok(Some("the claim is gone")) };
+            if let DeallocNext::Skip(why) = dealloc_next(&claim, d) {
+                return Ok(Some(why));
+            }
+            let patch = dealloc_patch(&claim);
+            let mp = Patch::Merge(&patch);
+            // Landed: the claim (this uid) is no longer allocated.
+            let landed = || async {
+                let c = claims.get_opt(&d.name).await?;
+                Ok::<bool, kube::Error>(c.is_none_or(|c| c.metadata.uid.as_deref() != Some(d.uid.as_str()) || c.status.and_then(|s| s.allocation).is_none()))
+            };
+            match self.claim_write(deadline, || claims.patch_status(&d.name, &pp, &mp).map_ok(|_| ()), landed).await? {
+                ClaimWrite::Done => return Ok(None),
+                ClaimWrite::Again(m) => last = m,
+                ClaimWrite::Refused(m) => return Err(stop(format!("deallocate claim {}/{}: {m}", d.namespace, d.name))),
+            }
+        }
+        Err(stop(format!("deallocate claim {}/{}: {last}", d.namespace, d.name)))
+    }
+
+    /// Upstream's Unreserve for the extended-resource claim PreBind created,
+    /// once the bind failed: the pod's reservedFor entry removed (so that the
+    /// claim controller lets the claim go), then the claim deleted under its
+    /// uid. Unknown outcomes are read back; failures are logged (the next
+    /// attempt finds and reuses a claim left behind).
+    async fn delete_extended_claim(&self, pod: &PodInfo) {
+        use k8s_openapi::api::resource::v1 as res;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let claims: Api<res::ResourceClaim> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let Ok(Some(claim)) = self.read(deadline, || find_extended_claim(&claims, &pod.uid)).await else { return };
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let key = format!("{}/{name}", pod.namespace);
+        let pp = PatchParams::default();
+        if let Some(rest) = reserved_without(&claim, &pod.uid) {
+            let patch = json!({"metadata": {"uid": uid, "resourceVersion": claim.metadata.resource_version}, "status": {"reservedFor": rest}});
+            let mp = Patch::Merge(&patch);
+            let landed = || async {
+                let c = claims.get_opt(&name).await?;
+                Ok::<bool, kube::Error>(c.is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()) || reserved_without(&c, &pod.uid).is_none()))
+            };
+            match self.claim_write(deadline, || claims.patch_status(&name, &pp, &mp).map_ok(|_| ()), landed).await {
+                Ok(ClaimWrite::Done) => {}
+                Ok(ClaimWrite::Again(m) | ClaimWrite::Refused(m)) => {
+                    tracing::warn!(claim = %key, error = %m, "extended-resource claim left behind: its reservation could not be removed");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+        let dp = DeleteParams { preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }), ..DeleteParams::default() };
+        let landed = || async {
+            let c = claims.get_opt(&name).await?;
+            Ok::<bool, kube::Error>(c.is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()) || c.metadata.deletion_timestamp.is_some()))
+        };
+        match self.claim_write(deadline, || claims.delete(&name, &dp).map_ok(|_| ()), landed).await {
+            Ok(ClaimWrite::Done) => tracing::info!(claim = %key, pod = %pod.key(), "extended-resource claim deleted after a failed bind"),
+            Ok(ClaimWrite::Again(m) | ClaimWrite::Refused(m)) => tracing::warn!(claim = %key, error = %m, "extended-resource claim left behind"),
+            Err(_) => {}
+        }
+    }
+
     /// The claim of the pod's extended resources a DeviceClass backs
     /// (DRAExtendedResource): found when an earlier attempt created it (the
     /// annotation, the pod as controller), else created from `claim`
@@ -1483,15 +1706,7 @@ impl Writer {
     async fn create_extended_claim(&self, ns: &str, pod_name: &str, pod_uid: &str, claim: &serde_json::Value, mappings: &[(String, String, String)], deadline: tokio::time::Instant) -> Result<(), PreBindStop> {
         use k8s_openapi::api::resource::v1 as res;
         let claims: Api<res::ResourceClaim> = Api::namespaced(self.client.clone(), ns);
-        let find = || async {
-            let all = claims.list(&kube::api::ListParams::default()).await?;
-            Ok::<Option<res::ResourceClaim>, kube::Error>(all.items.into_iter().find(|c| {
-                let m = &c.metadata;
-                m.deletion_timestamp.is_none()
-                    && m.annotations.as_ref().is_some_and(|a| a.get(EXTENDED_CLAIM_ANNOTATION).is_some_and(|v| v == "true"))
-                    && m.owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == pod_uid)
-            }))
-        };
+        let find = || find_extended_claim(&claims, pod_uid);
         let mut body = claim.clone();
         let allocation = body.as_object_mut().and_then(|o| o.remove("status")).and_then(|mut st| st.get_mut("allocation").map(serde_json::Value::take));
         let body: res::ResourceClaim = serde_json::from_value(body).map_err(|e| stop(format!("the extended-resource claim cannot be written: {e}")))?;
@@ -1533,9 +1748,10 @@ impl Writer {
         let name = c.metadata.name.clone().unwrap_or_default();
         let uid = c.metadata.uid.clone().unwrap_or_default();
         self.allocate_claim(ns, &name, &uid, allocation.as_ref(), pod_name, pod_uid, deadline).await?;
-        let mappings: Vec<serde_json::Value> = mappings.iter().map(|(c, r, q)| json!({"containerName": c, "resourceName": r, "requestName": q})).collect();
-        let patch = json!({"status": {"extendedResourceClaimStatus": {"resourceClaimName": name, "requestMappings": mappings}}});
         let pods: Api<core::Pod> = Api::namespaced(self.client.clone(), ns);
+        let pod = self.read(deadline, || pods.get_opt(pod_name)).await?.filter(|p| p.metadata.uid.as_deref() == Some(pod_uid)).ok_or(PreBindStop::Gone)?;
+        let mappings = request_mappings(&pod, mappings);
+        let patch = json!({"status": {"extendedResourceClaimStatus": {"resourceClaimName": name, "requestMappings": mappings}}});
         let pp = PatchParams::default();
         let mp = Patch::Merge(&patch);
         let landed = || async {

@@ -251,6 +251,86 @@ async fn shared_claims_follow_their_allocation_and_unmatched_selectors_wait() {
     .await;
 }
 
+// A pod naming a claim that does not exist yet is gated by PreEnqueue: it
+// stays Pending with no PodScheduled condition (upstream reports no
+// PreEnqueue rejection), and the claim's creation lets it in: it binds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_waits_gated_for_its_claim_and_binds_once_it_exists() {
+    deadline(90, async {
+        let c = gpu_cluster(2, 2).await;
+        let d = start_daemon(&c, &config(""), "dra-gate").await;
+        until_leading(&d, 20).await;
+        let client = c.client().unwrap();
+        let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
+        let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
+        pods_api.create(&PostParams::default(), &gpu_pod("early", json!({"resourceClaimName": "later"}))).await.unwrap();
+        // A pod update (a label) while the claim is still missing: it stays gated.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
+        pods_api.patch("early", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let p = pods_api.get("early").await.unwrap();
+        assert!(node_of(&p).is_none(), "bound without its claim");
+        assert_eq!(scheduled_condition(&p), None, "a gated pod is not reported");
+        create_claim(&client, "later", None).await;
+        let node = eventually(30, "early bound once its claim exists", || async { pods_api.get("early").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
+        let claim = claims_api.get("later").await.unwrap();
+        assert_eq!(devices_of(&claim).first().map(|d| d.1.clone()), Some(node));
+        check_allocations(&client).await;
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
+// A claim allocated (by a driver, say) on a node the pod cannot go to
+// (cordoned), reserved for no one: PostFilter finds it usable nowhere,
+// berth deallocates it, and the claim's update brings the pod back: it
+// binds on the other node with a new allocation there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_allocated_where_the_pod_cannot_go_is_deallocated_and_moved() {
+    deadline(120, async {
+        let c = gpu_cluster(2, 2).await;
+        let d = start_daemon(&c, &config(""), "dra-dealloc").await;
+        until_leading(&d, 20).await;
+        let client = c.client().unwrap();
+        let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
+        let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
+        let nodes_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+        // A real allocation, taken from a first pod, which then goes (the
+        // controller deallocates the claim when it is released).
+        create_claim(&client, "stale", None).await;
+        pods_api.create(&PostParams::default(), &gpu_pod("first", json!({"resourceClaimName": "stale"}))).await.unwrap();
+        let old = eventually(30, "first bound", || async { pods_api.get("first").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
+        let allocation = serde_json::to_value(claims_api.get("stale").await.unwrap().status.and_then(|s| s.allocation)).unwrap();
+        assert!(!allocation.is_null());
+        pods_api.delete("first", &DeleteParams::default()).await.unwrap();
+        eventually(30, "first gone and its claim deallocated", || async {
+            let gone = pods_api.get_opt("first").await.unwrap().is_none();
+            let free = devices_of(&claims_api.get("stale").await.unwrap()).is_empty();
+            (gone && free).then_some(())
+        })
+        .await;
+        // The node is cordoned, then the claim allocated there again,
+        // reserved for no one.
+        let pp = kube::api::PatchParams::default();
+        nodes_api.patch(&old, &pp, &kube::api::Patch::Merge(json!({"spec": {"unschedulable": true}}))).await.unwrap();
+        claims_api.patch_status("stale", &pp, &kube::api::Patch::Merge(json!({"status": {"allocation": allocation}}))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        pods_api.create(&PostParams::default(), &gpu_pod("second", json!({"resourceClaimName": "stale"}))).await.unwrap();
+        let new = eventually(30, "second bound", || async { pods_api.get("second").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
+        assert_ne!(new, old, "bound on the cordoned node");
+        let claim = claims_api.get("stale").await.unwrap();
+        let devs = devices_of(&claim);
+        assert_eq!(devs.len(), 1);
+        assert_eq!(devs[0].1, new, "allocated anew on second's node");
+        check_allocations(&client).await;
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
 // Claim writes through a fault proxy: replies lost after the commit, and
 // 409s without a commit. berth reads the claim back each time (it counts
 // them), every pod ends bound with its claim allocated and reserved, and
@@ -416,6 +496,63 @@ async fn extended_resources_backed_by_a_class_get_their_claim() {
         assert_eq!(reserved_for(claim), vec![uid]);
         let status = serde_json::to_value(pods_api.get("ext").await.unwrap().status).unwrap();
         assert_eq!(status.pointer("/extendedResourceClaimStatus/resourceClaimName").and_then(Value::as_str), m.name.as_deref(), "{status}");
+        // The class's implicit name, deviceclass.resource.kubernetes.io/<class>, works alike.
+        let implicit = "deviceclass.resource.kubernetes.io/gpu-ext".to_string();
+        let p = pod("implicit", "100m", json!({"spec": {"containers": [{"name": "c", "image": "cuda",
+            "resources": {"requests": {"cpu": "100m", implicit.clone(): "1"}, "limits": {implicit.clone(): "1"}}}]}}));
+        pods_api.create(&PostParams::default(), &p).await.unwrap();
+        let (node, uid) = eventually(30, "implicit bound", || async { pods_api.get("implicit").await.ok().and_then(|p| Some((node_of(&p)?.to_string(), p.metadata.uid.clone()?))) }).await;
+        let claims = claims_api.list(&ListParams::default()).await.unwrap().items;
+        let claim = claims.iter().find(|c| c.metadata.name.as_deref().is_some_and(|n| n.starts_with("implicit-extended-resources-"))).unwrap_or_else(|| panic!("{claims:?}"));
+        let devs = devices_of(claim);
+        assert_eq!(devs.len(), 1);
+        assert_eq!(devs[0].1, node);
+        assert_eq!(reserved_for(claim), vec![uid]);
+        let status = serde_json::to_value(pods_api.get("implicit").await.unwrap().status).unwrap();
+        assert_eq!(status.pointer("/extendedResourceClaimStatus/requestMappings/0/resourceName").and_then(Value::as_str), Some(implicit.as_str()), "{status}");
+        assert_eq!(status.pointer("/extendedResourceClaimStatus/requestMappings/0/containerName").and_then(Value::as_str), Some("c"), "{status}");
+        check_allocations(&client).await;
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
+// PreBind fails after creating the extended-resource claim (the pod's
+// status write is refused): berth deletes that claim (upstream's
+// Unreserve), so no device stays allocated to a claim nobody uses; once
+// the writes pass, the pod binds with a single claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_bind_deletes_the_extended_resource_claim_it_created() {
+    deadline(120, async {
+        let c = gpu_cluster(2, 2).await;
+        let client = c.client().unwrap();
+        let proxy = FaultProxy::start(client.clone()).await;
+        let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: "dra-unreserve".into(), ..Options::default() };
+        let d = daemon::start(proxy.client(), &config(""), opts).await.unwrap();
+        until_leading(&d, 20).await;
+        let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
+        let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
+        let classes: Api<k8s_openapi::api::resource::v1::DeviceClass> = Api::all(client.clone());
+        classes.create(&PostParams::default(), &from(json!({"metadata": {"name": "gpu-ext"}, "spec": {"extendedResourceName": "example.com/gpu"}}))).await.unwrap();
+        proxy.set_rules(vec![Rule::new(Some(Method::PATCH), "/pods/ext/status", Fault::Status(422), 1.0)]);
+        let p = pod("ext", "100m", json!({"spec": {"containers": [{"name": "c", "image": "cuda",
+            "resources": {"requests": {"cpu": "100m", "example.com/gpu": "1"}, "limits": {"example.com/gpu": "1"}}}]}}));
+        pods_api.create(&PostParams::default(), &p).await.unwrap();
+        eventually(30, "a created claim deleted after the failed bind", || async {
+            proxy.writes().iter().any(|w| w.method == Method::DELETE && w.path.contains("/resourceclaims/ext-extended-resources-")).then_some(())
+        })
+        .await;
+        proxy.set_rules(vec![]);
+        let uid = eventually(60, "ext bound", || async { pods_api.get("ext").await.ok().and_then(|p| node_of(&p).and(p.metadata.uid.clone())) }).await;
+        let claim = eventually(30, "only the bound attempt's claim left", || async {
+            let claims = claims_api.list(&ListParams::default()).await.unwrap().items;
+            (claims.len() == 1).then(|| claims.into_iter().next()).flatten()
+        })
+        .await;
+        assert_eq!(reserved_for(&claim), vec![uid]);
+        check_allocations(&client).await;
+        assert!(no_claim_without_its_pod(&client).await);
         d.shutdown().await;
         c.shutdown().await;
     })

@@ -89,8 +89,9 @@ pub enum ApiWrite {
 /// write is dropped: the claim is in use by someone else). Nothing waits on
 /// it: the claim's update event requeues the pod, which then allocates anew.
 ///
-/// Meant to become an [`ApiWrite`] variant once the daemon's writer carries
-/// it out (a new variant breaks the writer's exhaustive match until then).
+/// Kept apart from [`ApiWrite`]: it is no PreBind step but a write the
+/// caller makes after an unschedulable cycle (the daemon's writer,
+/// `Writer::deallocate_claim`; the offline run applies it to its snapshot).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeallocateClaim {
     /// The claim's namespace (the pod's).

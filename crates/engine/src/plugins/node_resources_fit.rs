@@ -238,7 +238,7 @@ impl Plugin for NodeResourcesFit {
             .requests
             .scalar
             .iter()
-            .filter(|(n, v)| *v > 0 && berth_model::resources::is_extended(n) && snap.devices.class_for_extended_resource(n).is_some())
+            .filter(|(n, v)| *v > 0 && super::dynamic_resources::claims::is_dra_extended(n) && snap.devices.class_for_extended_resource(n).is_some())
             .map(|(n, _)| n.clone())
             .collect();
         if !backed.is_empty() {

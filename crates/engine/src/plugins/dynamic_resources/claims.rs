@@ -51,13 +51,21 @@ pub fn pod_claims<'a>(pod: &PodInfo, devices: &'a Devices) -> Result<Vec<&'a Cla
     Ok(out)
 }
 
+/// A resource name DRA may back (upstream `IsDRAExtendedResourceName`): an
+/// extended resource (`example.com/gpu`), or the implicit name of a class,
+/// `deviceclass.resource.kubernetes.io/<class>`, which is no extended
+/// resource for the API (a `kubernetes.io` domain) but is one for DRA.
+pub fn is_dra_extended(name: &str) -> bool {
+    is_extended(name) || name.starts_with(crate::cache::devices::IMPLICIT_EXTENDED_RESOURCE_PREFIX)
+}
+
 /// The pod's extended resources that no node lists but a DeviceClass backs
 /// candidates: every extended resource with a backing class.
 fn extended_resources(pod: &PodInfo, devices: &Devices) -> Vec<(String, String, i64)> {
     pod.requests
         .scalar
         .iter()
-        .filter(|(n, v)| *v > 0 && is_extended(n))
+        .filter(|(n, v)| *v > 0 && is_dra_extended(n))
         .filter_map(|(n, v)| devices.class_for_extended_resource(n).map(|c| (n.clone(), c.name.clone(), *v)))
         .collect()
 }

@@ -45,3 +45,24 @@ fn test_plugin_pre_enqueue_rows() {
         assert_eq!(got.as_ref().map(|n| *n).map_err(String::as_str), want, "{name}");
     }
 }
+
+/// DRAExtendedResource: the implicit `deviceclass.resource.kubernetes.io/<class>`
+/// is a name DRA backs (upstream `IsDRAExtendedResourceName`), though the
+/// API does not count it as an extended resource; other kubernetes.io
+/// names are neither.
+#[test]
+fn implicit_class_names_are_dra_extended_resources() {
+    use super::claims::is_dra_extended;
+    assert!(is_dra_extended("example.com/gpu"));
+    assert!(is_dra_extended("deviceclass.resource.kubernetes.io/gpu"));
+    assert!(!berth_model::resources::is_extended("deviceclass.resource.kubernetes.io/gpu"));
+    assert!(!is_dra_extended("kubernetes.io/gpu"));
+    assert!(!is_dra_extended("other.kubernetes.io/gpu"));
+    assert!(!is_dra_extended("cpu"));
+    // A class named by the implicit name backs it, with no extendedResourceName.
+    let mut d = Devices::new();
+    let class: res::DeviceClass = serde_json::from_value(serde_json::json!({"metadata": {"name": "gpu"}, "spec": {}})).expect("class");
+    d.upsert_class(&class).expect("class");
+    assert_eq!(d.class_for_extended_resource("deviceclass.resource.kubernetes.io/gpu").map(|c| c.name.as_str()), Some("gpu"));
+    assert!(d.class_for_extended_resource("deviceclass.resource.kubernetes.io/nic").is_none());
+}
