@@ -1664,27 +1664,33 @@ impl Writer {
         use k8s_openapi::api::resource::v1 as res;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         let claims: Api<res::ResourceClaim> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let Ok(Some(claim)) = self.read(deadline, || find_extended_claim(&claims, &pod.uid)).await else { return };
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let key = format!("{}/{name}", pod.namespace);
         let pp = PatchParams::default();
-        if let Some(rest) = reserved_without(&claim, &pod.uid) {
+        // The pod's reservedFor entry goes first, on a fresh read each try:
+        // the claim controller may change the claim meanwhile (409).
+        let mut tries = 0;
+        let (name, uid) = loop {
+            let Ok(Some(claim)) = self.read(deadline, || find_extended_claim(&claims, &pod.uid)).await else { return };
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            let uid = claim.metadata.uid.clone().unwrap_or_default();
+            let Some(rest) = reserved_without(&claim, &pod.uid) else { break (name, uid) };
             let patch = json!({"metadata": {"uid": uid, "resourceVersion": claim.metadata.resource_version}, "status": {"reservedFor": rest}});
             let mp = Patch::Merge(&patch);
             let landed = || async {
                 let c = claims.get_opt(&name).await?;
                 Ok::<bool, kube::Error>(c.is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()) || reserved_without(&c, &pod.uid).is_none()))
             };
+            tries += 1;
             match self.claim_write(deadline, || claims.patch_status(&name, &pp, &mp).map_ok(|_| ()), landed).await {
-                Ok(ClaimWrite::Done) => {}
+                Ok(ClaimWrite::Done) => break (name, uid),
+                Ok(ClaimWrite::Again(_)) if tries < CLAIM_WRITE_TRIES => continue,
                 Ok(ClaimWrite::Again(m) | ClaimWrite::Refused(m)) => {
-                    tracing::warn!(claim = %key, error = %m, "extended-resource claim left behind: its reservation could not be removed");
+                    tracing::warn!(claim = %format!("{}/{name}", pod.namespace), error = %m, "extended-resource claim left behind: its reservation could not be removed");
                     return;
                 }
                 Err(_) => return,
             }
-        }
+        };
+        let key = format!("{}/{name}", pod.namespace);
         let dp = DeleteParams { preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }), ..DeleteParams::default() };
         let landed = || async {
             let c = claims.get_opt(&name).await?;
