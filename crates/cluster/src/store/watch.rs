@@ -176,11 +176,14 @@ impl Store {
         };
         self.persist_change(r, ty == EventType::Deleted, &obj);
         let ev = Arc::new(WatchEvent::new(ty, rv, stored.clone(), old));
-        // A deletion is final: history keeps it lean from the start.
+        // A deletion is final: history keeps it lean from the start. Other
+        // events get their own entry, so that the frame encoded for the
+        // live watchers is not kept for as long as the history keeps the
+        // event (a resuming watcher encodes it again).
         let kept = if ty == EventType::Deleted {
             Arc::new(WatchEvent::new(ty, rv, stored.lean(fields), None))
         } else {
-            ev.clone()
+            Arc::new(WatchEvent::new(ty, rv, ev.obj.clone(), ev.old.clone()))
         };
         ks.history.push_back(kept);
         while ks.history.len() > self.cfg.history_limit {
