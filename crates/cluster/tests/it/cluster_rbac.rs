@@ -4,16 +4,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use berth_cluster::auth::{AuthConfig, StaticToken};
 use berth_cluster::authz::AuthorizationMode;
 use berth_cluster::{ClusterConfig, LocalCluster};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster_kubectl::{kubectl, kubectl_available, temp_dir};
-use crate::support::{dechunk, eventually};
+use crate::support::{eventually, raw_http};
 
 const ADMIN: &str = "rbac-admin-token";
 const EVE: &str = "rbac-eve-token";
@@ -26,21 +24,10 @@ async fn rbac_cluster() -> LocalCluster {
 
 /// One HTTP/1.1 request with an optional bearer token: (status, body as JSON or a string).
 async fn call(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> (u16, Value) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let ct = if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Content-Type: {ct}\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.unwrap().unwrap();
-    let text = String::from_utf8_lossy(&out).to_string();
-    let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = match text.split_once("\r\n\r\n") {
-        Some((head, body)) if head.to_ascii_lowercase().contains("transfer-encoding: chunked") => dechunk(body),
-        Some((_, body)) => body.to_string(),
-        None => String::new(),
-    };
+    let (code, body) = raw_http(addr, method, path, &format!("{auth}Content-Type: {ct}\r\n"), &body).await;
     (code, serde_json::from_str(&body).unwrap_or(Value::String(body)))
 }
 

@@ -9,24 +9,12 @@ use std::time::Duration;
 
 use berth_cluster::{ClusterConfig, LocalCluster};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::dechunk;
+use crate::support::raw_http;
 
 /// One HTTP/1.1 request: (status, body as JSON or a string).
 pub(crate) async fn call(addr: SocketAddr, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut out)).await.unwrap().unwrap();
-    let text = String::from_utf8_lossy(&out).to_string();
-    let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = match text.split_once("\r\n\r\n") {
-        Some((head, body)) if head.to_ascii_lowercase().contains("transfer-encoding: chunked") => dechunk(body),
-        Some((_, body)) => body.to_string(),
-        None => String::new(),
-    };
+    let (code, body) = raw_http(addr, method, path, &format!("Content-Type: {content_type}\r\n"), body).await;
     (code, serde_json::from_str(&body).unwrap_or(Value::String(body)))
 }
 

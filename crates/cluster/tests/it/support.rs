@@ -217,12 +217,16 @@ pub fn pod_milli_cpu(p: &Pod) -> i64 {
         .unwrap_or(0)
 }
 
-/// A plain-HTTP/1.1 GET: (status, body); 0 when the answer is not HTTP.
-pub async fn plain_http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+/// One plain HTTP/1.1 request with extra header lines `headers` (each
+/// ending in CRLF) and `body`: (status, body, de-chunked); status 0 when
+/// the answer is not HTTP.
+pub async fn raw_http(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let length = if body.is_empty() && method == "GET" { String::new() } else { format!("Content-Length: {}\r\n", body.len()) };
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}{length}\r\n{body}");
+    s.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut out)).await.unwrap().unwrap();
     let text = String::from_utf8_lossy(&out).to_string();
     let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = match text.split_once("\r\n\r\n") {
@@ -231,6 +235,11 @@ pub async fn plain_http_get(addr: SocketAddr, path: &str) -> (u16, String) {
         None => String::new(),
     };
     (code, body)
+}
+
+/// A plain-HTTP/1.1 GET: (status, body); 0 when the answer is not HTTP.
+pub async fn plain_http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    raw_http(addr, "GET", path, "", "").await
 }
 
 /// The body of a chunked HTTP/1.1 answer.
