@@ -17,8 +17,7 @@ use crate::cache::{Pdb, Snapshot};
 use crate::framework::group::{schedule_group, SnapshotHost};
 use berth_model::pod::GroupApi;
 use crate::config::Config;
-use crate::framework::{CycleOptions, CycleOutcome, CycleState, Framework, QueuedPod};
-use crate::plugins::dynamic_resources::{self as dra, explain::DeviceChoice};
+use crate::framework::{CycleOptions, CycleOutcome, CycleState, DeviceChoice, Framework, QueuedPod};
 use berth_model::pod::SpecError;
 use berth_model::{NodeSpec, PodInfo};
 
@@ -655,7 +654,7 @@ impl Engine {
                 }
                 placements[idx].node = Some(node);
                 placements[idx].message = None;
-                placements[idx].allocations = dra::explain::reserved_allocations(&state);
+                placements[idx].allocations = fw.plugins().flat_map(|p| p.device_choices(&state, None)).collect();
                 continue;
             }
             placements[idx].message = o.message.clone();
@@ -803,10 +802,10 @@ pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) 
     for name in &o.score_plugins {
         out.weights.insert((*name).into(), Value::from(fw.weight(name).unwrap_or(1)));
     }
-    out.nodes = node_explains(&o, &state, snap);
+    out.nodes = node_explains(fw, &o, &state, snap);
     out.selected = o.selected.map(|i| snap.nodes[i].name().to_string());
     if let Some(n) = &out.selected {
-        out.allocations = dra::explain::node_allocations(&state, n);
+        out.allocations = fw.plugins().flat_map(|p| p.device_choices(&state, Some(n))).collect();
     }
     out.message = o.message.clone();
     if let Some(pf) = &o.post_filter
@@ -816,7 +815,7 @@ pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) 
     out
 }
 
-fn node_explains(o: &CycleOutcome, state: &CycleState, snap: &Snapshot) -> Vec<NodeExplain> {
+fn node_explains(fw: &Framework, o: &CycleOutcome, state: &CycleState, snap: &Snapshot) -> Vec<NodeExplain> {
     let pos: HashMap<usize, usize> = o.feasible.iter().enumerate().map(|(k, &i)| (i, k)).collect();
     snap.nodes
         .iter()
@@ -834,8 +833,8 @@ fn node_explains(o: &CycleOutcome, state: &CycleState, snap: &Snapshot) -> Vec<N
                     None => vec![],
                 };
                 let details = match o.statuses.get(i) {
-                    Some(s) if s.plugin == dra::NAME && s.reasons.iter().any(|r| r == dra::filtering::CANNOT_ALLOCATE) => dra::explain::node_reasons(state, snap, n),
-                    _ => vec![],
+                    Some(s) => fw.plugins().filter(|p| p.name() == s.plugin).flat_map(|p| p.explain_rejection(state, snap, n, s)).collect(),
+                    None => vec![],
                 };
                 NodeExplain { name: n.name().into(), feasible: false, reasons, scores: None, total: None, details }
             }

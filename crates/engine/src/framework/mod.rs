@@ -213,12 +213,36 @@ pub fn filter_each<P: Plugin + ?Sized>(
     });
 }
 
+/// One device a claim gets (explain and simulate show them).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceChoice {
+    /// The claim, namespace/name (`<pod>-extended-resources` for the claim
+    /// PreBind creates for extended resources).
+    pub claim: String,
+    /// `request` or `request/subrequest`.
+    pub request: String,
+    /// `driver/pool/device`.
+    pub device: String,
+}
+
 /// A scheduling plugin. Every method has a default for plugins that do not
 /// implement that extension point; `points` says which ones it does.
 #[allow(unused_variables)] // default methods ignore their arguments
 pub trait Plugin: Send + Sync {
     /// The plugin's name, as in configuration.
     fn name(&self) -> &'static str;
+
+    /// explain: more about this plugin's rejection `status` of `node` than
+    /// its reasons say (none by default).
+    fn explain_rejection(&self, state: &CycleState, snap: &Snapshot, node: &NodeInfo, status: &Status) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// explain and simulate: the devices this cycle gives the pod on `node`,
+    /// or, with None, those its Reserve took (none by default).
+    fn device_choices(&self, state: &CycleState, node: Option<&str>) -> Vec<DeviceChoice> {
+        Vec::new()
+    }
 
     /// Extension points implemented.
     fn points(&self) -> Points;

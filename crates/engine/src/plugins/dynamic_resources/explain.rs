@@ -14,19 +14,8 @@ use super::binding::reserved;
 use super::filtering::allocation;
 use super::State;
 use crate::cache::Snapshot;
-use crate::framework::CycleState;
+use crate::framework::{CycleState, DeviceChoice};
 
-/// One device a claim gets.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct DeviceChoice {
-    /// The claim, namespace/name (`<pod>-extended-resources` for the claim
-    /// PreBind creates for extended resources).
-    pub claim: String,
-    /// `request` or `request/subrequest`.
-    pub request: String,
-    /// `driver/pool/device`.
-    pub device: String,
-}
 
 /// The devices the pod's unallocated claims get on `node`, as Filter found
 /// them (empty when the pod has none or the node was not feasible).

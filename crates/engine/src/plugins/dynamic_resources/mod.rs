@@ -124,6 +124,19 @@ pub struct NodeAllocation {
 }
 
 impl Plugin for DynamicResources {
+    fn explain_rejection(&self, state: &CycleState, snap: &Snapshot, node: &NodeInfo, status: &Status) -> Vec<String> {
+        if status.reasons.iter().any(|r| r == filtering::CANNOT_ALLOCATE) {
+            explain::node_reasons(state, snap, node)
+        } else {
+            Vec::new()
+        }
+    }
+    fn device_choices(&self, state: &CycleState, node: Option<&str>) -> Vec<crate::framework::DeviceChoice> {
+        match node {
+            Some(n) => explain::node_allocations(state, n),
+            None => explain::reserved_allocations(state),
+        }
+    }
     fn name(&self) -> &'static str {
         NAME
     }
