@@ -4,6 +4,7 @@
 #   - model, dra and engine: no kube, tokio, axum or hyper in their dependency tree;
 #   - cluster: no scheduler (engine, daemon) and no lab;
 #   - daemon: no local cluster and no lab;
+#   - no file outside the plugins names a plugin's module;
 #   - the production binary (`-p berth --no-default-features`): no local cluster and no lab.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,4 +39,15 @@ forbid berth-engine "kube kube-client kube-runtime tokio axum hyper berth-daemon
 forbid berth-cluster "berth-engine berth-daemon berth-lab kube kube-client kube-runtime"
 forbid berth-daemon "berth-cluster berth-lab"
 forbid berth "berth-cluster berth-lab" --no-default-features --features jemalloc
+
+# Only the registry names plugins: no file outside crates/engine/src/plugins
+# reaches into a plugin's module (the framework, the offline engine, the
+# daemon, the lab and the CLI ask plugins through the Plugin trait's hooks).
+if named=$(grep -rnE 'plugins::(\{|[a-z_]+::)' crates/*/src --include='*.rs' | grep -v '^crates/engine/src/plugins/'); then
+  echo "FAIL: a plugin's module is named outside the plugins:"
+  echo "$named"
+  fail=1
+else
+  echo "ok: no plugin's module is named outside crates/engine/src/plugins"
+fi
 exit $fail

@@ -173,3 +173,28 @@ impl NodeInfo {
         Some(p)
     }
 }
+
+/// Adds ":latest" to an image name without a tag, as upstream compares them
+/// (ImageLocality, and the anonymizer of `berth dump`).
+pub fn normalized_image_name(name: &str) -> String {
+    let colon = name.rfind(':');
+    let slash = name.rfind('/');
+    if colon.map(|c| c as i64).unwrap_or(-1) <= slash.map(|s| s as i64).unwrap_or(-1) {
+        format!("{name}:latest")
+    } else {
+        name.to_string()
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::normalized_image_name;
+
+    #[test]
+    fn image_names_get_latest_when_untagged() {
+        assert_eq!(normalized_image_name("nginx"), "nginx:latest");
+        assert_eq!(normalized_image_name("reg:5000/nginx"), "reg:5000/nginx:latest");
+        assert_eq!(normalized_image_name("nginx:1.2"), "nginx:1.2");
+    }
+}

@@ -170,7 +170,12 @@ async fn missing_class_and_read_write_once_pod_conflict_stay_pending() {
             let all = pods(&pods_api).await;
             let rw: Vec<&Pod> = all.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("rwop-"))).collect();
             let bound = rw.iter().filter(|p| node_of(p).is_some()).count();
-            let waiting = rw.iter().find(|p| node_of(p).is_none() && scheduled_condition(p).is_some_and(|c| c.0 == "False" && c.1 == "Unschedulable"));
+            // The final verdict, not the PreBind failure of a first attempt
+            // (which is also reported Unschedulable, with its own message).
+            let waiting = rw.iter().find(|p| {
+                node_of(p).is_none()
+                    && scheduled_condition(p).is_some_and(|c| c.0 == "False" && c.1 == "Unschedulable" && c.2.contains("ReadWriteOncePod access mode already in-use"))
+            });
             (bound == 1).then_some(waiting.map(|p| p.metadata.name.clone().unwrap())).flatten()
         })
         .await;

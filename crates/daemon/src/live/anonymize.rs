@@ -232,7 +232,7 @@ impl Anonymizer {
     }
 
     fn image(&mut self, s: &str) -> Result<String> {
-        self.hash(&berth_engine::plugins::image_locality::normalized_image_name(s))
+        self.hash(&berth_model::node::normalized_image_name(s))
     }
 
     fn priority_class(&mut self, s: &str) -> Result<String> {

@@ -3,6 +3,7 @@
 
 use crate::cache::Snapshot;
 use crate::framework::{CycleState, Events, Plugin, Points, Status, MAX_NODE_SCORE};
+use berth_model::node::normalized_image_name;
 use berth_model::{NodeInfo, PodInfo};
 
 /// Plugin name.
@@ -15,17 +16,6 @@ const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
 /// Image locality.
 #[derive(Debug, Default)]
 pub struct ImageLocality;
-
-/// Adds ":latest" to an image name without a tag, as upstream compares them.
-pub fn normalized_image_name(name: &str) -> String {
-    let colon = name.rfind(':');
-    let slash = name.rfind('/');
-    if colon.map(|c| c as i64).unwrap_or(-1) <= slash.map(|s| s as i64).unwrap_or(-1) {
-        format!("{name}:latest")
-    } else {
-        name.to_string()
-    }
-}
 
 #[derive(Clone)]
 struct PreScoreState {
@@ -91,13 +81,6 @@ impl Plugin for ImageLocality {
 mod tests {
     use super::*;
     use crate::testing::{node, pod, snapshot};
-
-    #[test]
-    fn names() {
-        assert_eq!(normalized_image_name("nginx"), "nginx:latest");
-        assert_eq!(normalized_image_name("reg:5000/nginx"), "reg:5000/nginx:latest");
-        assert_eq!(normalized_image_name("nginx:1.2"), "nginx:1.2");
-    }
 
     #[test]
     fn prefers_node_with_image() {
