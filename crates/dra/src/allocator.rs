@@ -29,12 +29,12 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::resource::v1 as res;
 use thiserror::Error;
 
-use crate::cel::{AttrIn, CelCache, CelError, Compiled, DeviceVal};
+use crate::cel::{AttrIn, CelCache, Compiled, DeviceVal};
 use crate::claims::{AllocationMode, ClaimView, Classes, Constraint, Toleration};
-use crate::intern::Sym;
+use crate::intern::{Sym, SymMap};
 use crate::inventory::{
-    AttrValue, Capacity, Device, DeviceId, Inventory, InventoryError, NodeRef, NodeSel, Pool, PoolState, Slice,
-    TaintEffect,
+    AttrValue, CandRef, Capacity, Device, DeviceId, Inventory, InventoryError, NodePools, NodeRef, NodeSel, Pool,
+    PoolState, SelectorMemo, Slice, TaintEffect,
 };
 use crate::quantity::Quantity;
 
@@ -174,9 +174,9 @@ type ApiResult = (DeviceId, bool, Vec<(Sym, Quantity)>);
 /// devices, and the capacity they consume. Admin-access results do not count.
 #[derive(Clone, Debug, Default)]
 pub struct InUse {
-    dedicated: HashMap<DeviceId, u32>,
-    shared: HashMap<DeviceId, u32>,
-    capacity: HashMap<DeviceId, Vec<(Sym, Quantity)>>,
+    dedicated: SymMap<DeviceId, u32>,
+    shared: SymMap<DeviceId, u32>,
+    capacity: SymMap<DeviceId, Vec<(Sym, Quantity)>>,
 }
 
 impl InUse {
@@ -310,6 +310,18 @@ struct PClaim {
 /// A pod's unallocated claims, prepared for per-node allocation.
 pub struct Prepared {
     claims: Vec<PClaim>,
+    /// Flat index of each (claim, request, subrequest).
+    flat: Vec<Vec<Vec<usize>>>,
+    /// How many (claim, request, subrequest) there are.
+    n_flat: usize,
+    /// Some subrequest asks for all devices.
+    any_all: bool,
+    /// Some request is a firstAvailable list.
+    any_first_available: bool,
+    /// Some claim has constraints.
+    any_constraints: bool,
+    /// A buffer the per-node searches reuse (Filter calls them one after another).
+    scratch: std::sync::Mutex<Vec<u8>>,
     exprs: Vec<Arc<Compiled>>,
     cel_env: Arc<cel::Env>,
 }
@@ -400,7 +412,30 @@ pub fn prepare(claims: &[&ClaimView], classes: &Classes, cel: &CelCache, admin_a
         }
         out.push(PClaim { key, requests, constraints });
     }
-    Ok(Prepared { claims: out, exprs, cel_env: cel.env().clone() })
+    let mut flat = Vec::with_capacity(out.len());
+    let mut n_flat = 0usize;
+    for c in &out {
+        let mut fc = Vec::with_capacity(c.requests.len());
+        for r in &c.requests {
+            fc.push((n_flat..n_flat + r.alts.len()).collect::<Vec<usize>>());
+            n_flat += r.alts.len();
+        }
+        flat.push(fc);
+    }
+    let any_all = out.iter().any(|c| c.requests.iter().any(|r| r.alts.iter().any(|s| s.all)));
+    let any_first_available = out.iter().any(|c| c.requests.iter().any(|r| r.first_available));
+    let any_constraints = out.iter().any(|c| !c.constraints.is_empty());
+    Ok(Prepared {
+        claims: out,
+        flat,
+        n_flat,
+        any_all,
+        any_first_available,
+        any_constraints,
+        scratch: std::sync::Mutex::new(Vec::new()),
+        exprs,
+        cel_env: cel.env().clone(),
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -475,11 +510,12 @@ impl ClaimAllocation {
     }
 }
 
-/// What a node offers the pod's claims.
+/// What a node offers the pod's claims (`A`: the allocations, or a compact
+/// [`Solution`] from [`Prepared::allocate_compact`]).
 #[derive(Clone, Debug, PartialEq)]
-pub enum NodeVerdict {
+pub enum NodeVerdict<A = Vec<ClaimAllocation>> {
     /// All claims allocated, in the order given to [`prepare`].
-    Allocated(Vec<ClaimAllocation>),
+    Allocated(A),
     /// Not possible on this node ("cannot allocate all claims").
     CannotAllocate,
     /// Not possible, and some pool was invalid: upstream's "invalid resource
@@ -525,13 +561,6 @@ pub struct AllocateInput<'a> {
 // ---------------------------------------------------------------------------
 // The search
 
-struct Cand<'a> {
-    pool: usize,
-    slice: &'a Slice,
-    dev: &'a Device,
-    id: DeviceId,
-}
-
 enum CState {
     Match { all: bool, requests: Vec<String>, attr: String, value: Option<AttrValue>, n: usize },
     Distinct { all: bool, requests: Vec<String>, attr: String, values: Vec<(String, AttrValue)>, n: usize },
@@ -541,6 +570,7 @@ fn applies(requests: &[String], all: bool, base: &str, sub: Option<&str>) -> boo
     all || requests.iter().any(|r| r == base || sub.is_some_and(|s| r.len() == base.len() + 1 + s.len() && r.starts_with(base) && r[base.len()..].starts_with('/') && r.ends_with(s)))
 }
 
+#[derive(Debug)]
 struct Picked {
     cand: usize,
     req: usize,
@@ -549,14 +579,14 @@ struct Picked {
     shared: bool,
 }
 
-struct Undo {
+struct Undo<'a> {
     claim: usize,
     cand: usize,
     multi: bool,
     counters: bool,
     consumed: Vec<(Sym, Quantity)>,
-    base: String,
-    sub: Option<String>,
+    base: &'a str,
+    sub: Option<&'a str>,
 }
 
 enum Flow {
@@ -574,18 +604,24 @@ impl From<AllocError> for Flow {
 struct Search<'a> {
     p: &'a Prepared,
     inp: AllocateInput<'a>,
+    np: &'a NodePools,
     pools: &'a [Pool],
-    cands: Vec<Cand<'a>>,
+    cands: &'a [CandRef],
     /// Flat index of each (claim, request, sub).
-    flat: Vec<Vec<Vec<usize>>>,
+    flat: &'a [Vec<Vec<usize>>],
     all_devices: Vec<Vec<usize>>,
-    device_vals: Vec<Option<std::result::Result<DeviceVal, CelError>>>,
-    expr_memo: Vec<Vec<u8>>,
-    select_memo: Vec<Vec<u8>>,
-    allocating: HashMap<DeviceId, Vec<usize>>,
-    allocating_capacity: HashMap<DeviceId, Vec<(Sym, Quantity)>>,
-    available: HashMap<usize, HashMap<(Sym, Sym), Quantity>>,
-    consumed_counters: HashMap<(usize, Sym, Sym), Quantity>,
+    /// Selector results kept with the node's pools (across cycles).
+    memo: std::sync::MutexGuard<'a, SelectorMemo>,
+    /// Per (flat subrequest, candidate): 0 unknown, 1 not selectable, 2 selectable.
+    select_memo: Vec<u8>,
+    /// Devices taken in this search (not multi-allocatable ones) and the
+    /// claim taking each; a device appears once per claim (admin access lets
+    /// several claims take one device). A short list: a claim has at most
+    /// [`ALLOCATION_RESULTS_MAX_SIZE`] devices.
+    allocating: Vec<(DeviceId, usize)>,
+    allocating_capacity: SymMap<DeviceId, Vec<(Sym, Quantity)>>,
+    available: SymMap<usize, SymMap<(Sym, Sym), Quantity>>,
+    consumed_counters: SymMap<(usize, Sym, Sym), Quantity>,
     constraints: Vec<Vec<CState>>,
     results: Vec<Vec<Picked>>,
     chosen: Vec<Vec<Option<usize>>>,
@@ -605,46 +641,31 @@ impl Prepared {
 
     /// The search state over the node's candidates (every device of the
     /// node's ready pools, in pool order).
-    fn search<'s>(&'s self, inp: AllocateInput<'s>, pools: &'s [Pool]) -> Search<'s> {
-        let mut cands = Vec::new();
-        for (pi, pool) in pools.iter().enumerate() {
-            if pool.state != PoolState::Ready {
-                continue;
-            }
-            for slice in &pool.slices {
-                for dev in slice.devices.iter() {
-                    cands.push(Cand { pool: pi, slice, dev, id: DeviceId { driver: pool.driver, pool: pool.pool, device: dev.name } });
-                }
-            }
-        }
-        let mut flat = Vec::new();
-        let mut n = 0usize;
-        for c in &self.claims {
-            let mut fc = Vec::new();
-            for r in &c.requests {
-                let fr: Vec<usize> = (0..r.alts.len()).map(|i| n + i).collect();
-                n += r.alts.len();
-                fc.push(fr);
-            }
-            flat.push(fc);
-        }
-        let nc = cands.len();
+    fn search<'s>(&'s self, inp: AllocateInput<'s>, np: &'s NodePools) -> Search<'s> {
+        let n = self.n_flat;
         Search {
             p: self,
             inp,
-            pools,
-            device_vals: (0..nc).map(|_| None).collect(),
-            expr_memo: vec![Vec::new(); self.exprs.len()],
-            select_memo: vec![Vec::new(); n],
-            all_devices: vec![Vec::new(); n],
-            cands,
-            flat,
-            allocating: HashMap::new(),
-            allocating_capacity: HashMap::new(),
-            available: HashMap::new(),
-            consumed_counters: HashMap::new(),
-            constraints: self
-                .claims
+            np,
+            pools: &np.pools,
+            memo: np.memo(),
+            select_memo: {
+                let mut b = std::mem::take(&mut *self.scratch.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+                b.clear();
+                b.resize(n * np.cands.len(), 0);
+                b
+            },
+            all_devices: if self.any_all { vec![Vec::new(); n] } else { Vec::new() },
+            cands: &np.cands,
+            flat: &self.flat,
+            allocating: Vec::new(),
+            allocating_capacity: SymMap::default(),
+            available: SymMap::default(),
+            consumed_counters: SymMap::default(),
+            constraints: if !self.any_constraints {
+                Vec::new()
+            } else {
+                self.claims
                 .iter()
                 .map(|c| {
                     c.constraints
@@ -659,9 +680,10 @@ impl Prepared {
                         })
                         .collect()
                 })
-                .collect(),
+                .collect()
+            },
             results: self.claims.iter().map(|_| Vec::new()).collect(),
-            chosen: self.claims.iter().map(|c| vec![None; c.requests.len()]).collect(),
+            chosen: if self.any_first_available { self.claims.iter().map(|c| vec![None; c.requests.len()]).collect() } else { Vec::new() },
             steps: 0,
         }
     }
@@ -671,8 +693,8 @@ impl Prepared {
     /// admit, and which of them are in use or carry a taint it does not
     /// tolerate. An error is the one [`Prepared::allocate`] would give.
     pub fn diagnose(&self, inp: AllocateInput<'_>) -> Result<Vec<RequestDiagnosis>> {
-        let pools = inp.inventory.pools_for_node(inp.node).map_err(AllocError::Pools)?;
-        let mut s = self.search(inp, &pools);
+        let np = inp.inventory.node_pools(inp.node).map_err(AllocError::Pools)?;
+        let mut s = self.search(inp, &np);
         let mut out = Vec::new();
         for (ci, claim) in self.claims.iter().enumerate() {
             for (ri, r) in claim.requests.iter().enumerate() {
@@ -709,11 +731,21 @@ impl Prepared {
     /// an error for the whole scheduling attempt (CEL runtime error, "All"
     /// over an incomplete pool, ...), as upstream's Filter Status Error.
     pub fn allocate(&self, inp: AllocateInput<'_>) -> Result<NodeVerdict> {
+        Ok(match self.allocate_compact(inp)? {
+            NodeVerdict::Allocated(sol) => NodeVerdict::Allocated(self.materialize(&sol, inp.inventory, inp.node.name)),
+            NodeVerdict::CannotAllocate => NodeVerdict::CannotAllocate,
+            NodeVerdict::InvalidPools => NodeVerdict::InvalidPools,
+            NodeVerdict::WorkLimit => NodeVerdict::WorkLimit,
+        })
+    }
+
+    /// [`Prepared::allocate`] with the solution kept compact (see [`Solution`]).
+    pub fn allocate_compact(&self, inp: AllocateInput<'_>) -> Result<NodeVerdict<Solution>> {
         if self.claims.is_empty() {
-            return Ok(NodeVerdict::Allocated(Vec::new()));
+            return Ok(NodeVerdict::Allocated(Solution { np: None, picked: Vec::new(), chosen: Vec::new() }));
         }
-        let pools = inp.inventory.pools_for_node(inp.node).map_err(AllocError::Pools)?;
-        let mut s = self.search(inp, &pools);
+        let np = inp.inventory.node_pools(inp.node).map_err(AllocError::Pools)?;
+        let mut s = self.search(inp, &np);
         // "All" requests: which devices, and the per-claim minimum.
         for (ci, claim) in self.claims.iter().enumerate() {
             let mut min_total = 0usize;
@@ -758,10 +790,13 @@ impl Prepared {
                 return Err(AllocError::TooManyDevices { claim: claim.key.clone(), count: min_total });
             }
         }
-        match s.allocate_one(0, 0, 0, 0, false, 0) {
-            Ok(true) => Ok(NodeVerdict::Allocated(s.finish())),
+        let found = s.allocate_one(0, 0, 0, 0, false, 0);
+        let (picked, chosen) = (std::mem::take(&mut s.results), std::mem::take(&mut s.chosen));
+        s.give_back();
+        match found {
+            Ok(true) => Ok(NodeVerdict::Allocated(Solution { np: Some(np), picked, chosen })),
             Ok(false) | Err(Flow::MaxSize) => {
-                if pools.iter().any(|p| matches!(p.state, PoolState::Invalid(_))) {
+                if np.pools.iter().any(|p| matches!(p.state, PoolState::Invalid(_))) {
                     Ok(NodeVerdict::InvalidPools)
                 } else {
                     Ok(NodeVerdict::CannotAllocate)
@@ -819,6 +854,20 @@ fn violates_policy(v: Quantity, cap: &Capacity) -> bool {
 }
 
 impl<'a> Search<'a> {
+    /// Returns the reusable buffer to the prepared claims.
+    fn give_back(self) {
+        let mut b = self.p.scratch.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *b = self.select_memo;
+    }
+
+    fn slice(&self, k: usize) -> &'a Slice {
+        self.np.slice(&self.cands[k])
+    }
+
+    fn dev(&self, k: usize) -> &'a Device {
+        self.np.device(&self.cands[k])
+    }
+
     fn owner_class(&self, class: &str) -> String {
         format!("class {class}")
     }
@@ -828,22 +877,30 @@ impl<'a> Search<'a> {
     }
 
     fn eval(&mut self, e: usize, k: usize, owner: impl FnOnce() -> String, index: usize) -> Result<bool> {
-        if self.expr_memo[e].is_empty() {
-            self.expr_memo[e] = vec![0; self.cands.len()];
-        }
-        match self.expr_memo[e][k] {
-            1 => return Ok(false),
-            2 => return Ok(true),
+        let compiled = &self.p.exprs[e];
+        let id = compiled.id();
+        let slot = match self.memo.iter().position(|(i, _)| *i == id) {
+            Some(slot) => slot,
+            None => {
+                self.memo.push((id, vec![0; self.cands.len()].into()));
+                self.memo.len() - 1
+            }
+        };
+        match self.memo[slot].1.get(k) {
+            Some(1) => return Ok(false),
+            Some(2) => return Ok(true),
             _ => {}
         }
-        let compiled = &self.p.exprs[e];
         if let Some(msg) = compiled.error() {
             return Err(AllocError::CelCompile { owner: owner(), index, message: format!("compilation failed: {msg}") });
         }
-        if self.device_vals[k].is_none() {
+        // Evaluated at most once per device and expression while the node's
+        // pools stay valid: the value is built here, not kept.
+        let r = {
             let st = self.inp.inventory.strings();
             let c = &self.cands[k];
-            let attrs = c.dev.attributes.iter().map(|(n, v)| {
+            let dev = self.np.device(c);
+            let attrs = dev.attributes.iter().map(|(n, v)| {
                 (
                     st.get(*n),
                     match v {
@@ -854,17 +911,17 @@ impl<'a> Search<'a> {
                     },
                 )
             });
-            let caps = c.dev.capacity.iter().map(|(n, cap)| (st.get(*n), cap.value));
-            self.device_vals[k] = Some(DeviceVal::new(st.get(c.id.driver), c.dev.allow_multiple_allocations, attrs, caps));
-        }
-        let r = match &self.device_vals[k] {
-            Some(Ok(d)) => compiled.matches(&self.p.cel_env, d),
-            Some(Err(e)) => Err(e.clone()),
-            None => Ok(false),
+            let caps = dev.capacity.iter().map(|(n, cap)| (st.get(*n), cap.value));
+            match DeviceVal::new(st.get(c.id.driver), dev.allow_multiple_allocations, attrs, caps) {
+                Ok(d) => compiled.matches(&self.p.cel_env, &d),
+                Err(e) => Err(e),
+            }
         };
         match r {
             Ok(b) => {
-                self.expr_memo[e][k] = if b { 2 } else { 1 };
+                if let Some(m) = self.memo[slot].1.get_mut(k) {
+                    *m = if b { 2 } else { 1 };
+                }
                 Ok(b)
             }
             Err(err) => Err(AllocError::CelRuntime { owner: owner(), index, device: self.device_string(k), message: err.to_string() }),
@@ -874,10 +931,8 @@ impl<'a> Search<'a> {
     /// Class and request selectors, and per-device node selection.
     fn selectable(&mut self, c: usize, r: usize, s: usize, k: usize) -> Result<bool> {
         let f = self.flat[c][r][s];
-        if self.select_memo[f].is_empty() {
-            self.select_memo[f] = vec![0; self.cands.len()];
-        }
-        match self.select_memo[f][k] {
+        let slot = f * self.cands.len() + k;
+        match self.select_memo[slot] {
             1 => return Ok(false),
             2 => return Ok(true),
             _ => {}
@@ -901,23 +956,23 @@ impl<'a> Search<'a> {
                 }
             }
         }
-        if ok && self.cands[k].slice.per_device_node_selection {
+        if ok && self.slice(k).per_device_node_selection {
             let st = self.inp.inventory.strings();
-            ok = match &self.cands[k].dev.node {
+            ok = match &self.dev(k).node {
                 Some(sel) => sel.matches(st, self.inp.node).map_err(|message| {
-                    AllocError::Pools(InventoryError::NodeSelector { slice: st.get(self.cands[k].slice.name).to_string(), message })
+                    AllocError::Pools(InventoryError::NodeSelector { slice: st.get(self.slice(k).name).to_string(), message })
                 })?,
                 None => false,
             };
         }
-        self.select_memo[f][k] = if ok { 2 } else { 1 };
+        self.select_memo[slot] = if ok { 2 } else { 1 };
         Ok(ok)
     }
 
     /// Upstream's `CmpRequestOverCapacity`: None when a requested capacity
     /// is not defined by the device.
     fn capacity_ok(&self, sub: &PSub, k: usize) -> Option<bool> {
-        let dev = self.cands[k].dev;
+        let dev = self.dev(k);
         let st = self.inp.inventory.strings();
         let mut requested: Vec<(Sym, Quantity)> = Vec::with_capacity(sub.capacity.len());
         for (name, q) in &sub.capacity {
@@ -951,17 +1006,17 @@ impl<'a> Search<'a> {
     }
 
     fn in_use(&self, id: DeviceId) -> bool {
-        self.inp.in_use.is_dedicated(id) || self.allocating.get(&id).is_some_and(|v| !v.is_empty())
+        self.allocating.iter().any(|(d, _)| *d == id) || self.inp.in_use.is_dedicated(id)
     }
 
     fn allocating_for(&self, id: DeviceId, claim: usize) -> bool {
-        self.allocating.get(&id).is_some_and(|v| v.contains(&claim))
+        self.allocating.iter().any(|x| *x == (id, claim))
     }
 
     fn taint_blocks(&self, k: usize, sub: &PSub) -> bool {
         let st = self.inp.inventory.strings();
         let c = &self.cands[k];
-        self.inp.inventory.taints(c.id, c.dev).any(|t| {
+        self.inp.inventory.taints(c.id, self.np.device(c)).any(|t| {
             let effect = match t.effect {
                 TaintEffect::NoSchedule => "NoSchedule",
                 TaintEffect::NoExecute => "NoExecute",
@@ -972,12 +1027,12 @@ impl<'a> Search<'a> {
     }
 
     /// Counters available in a pool, less those of allocated devices (computed once).
-    fn available_counters(&mut self, pool: usize) -> &HashMap<(Sym, Sym), Quantity> {
+    fn available_counters(&mut self, pool: usize) -> &SymMap<(Sym, Sym), Quantity> {
         let inp = self.inp;
         let pools = self.pools;
         self.available.entry(pool).or_insert_with(|| {
             let p = &pools[pool];
-            let mut avail = HashMap::new();
+            let mut avail = SymMap::default();
             for (set, counters) in &p.counter_sets {
                 for (n, q) in counters.iter() {
                     avail.insert((*set, *n), *q);
@@ -1003,10 +1058,10 @@ impl<'a> Search<'a> {
     }
 
     fn dealloc_counters(&mut self, k: usize) {
-        let c = &self.cands[k];
-        for cu in c.dev.consumes_counters.iter() {
+        let pool = self.cands[k].pool as usize;
+        for cu in self.dev(k).consumes_counters.iter() {
             for (n, q) in cu.counters.iter() {
-                if let Some(v) = self.consumed_counters.get_mut(&(c.pool, cu.counter_set, *n)) {
+                if let Some(v) = self.consumed_counters.get_mut(&(pool, cu.counter_set, *n)) {
                     *v = v.saturating_sub(*q);
                 }
             }
@@ -1014,9 +1069,9 @@ impl<'a> Search<'a> {
     }
 
     fn check_counters(&mut self, k: usize) -> bool {
-        let pool = self.cands[k].pool;
+        let pool = self.cands[k].pool as usize;
         let avail = self.available_counters(pool).clone();
-        let dev = self.cands[k].dev;
+        let dev = self.dev(k);
         for cu in dev.consumes_counters.iter() {
             for (n, q) in cu.counters.iter() {
                 let e = self.consumed_counters.entry((pool, cu.counter_set, *n)).or_default();
@@ -1036,12 +1091,13 @@ impl<'a> Search<'a> {
     fn constraint_add(&mut self, c: usize, i: usize, base: &str, sub: Option<&str>, k: usize) -> bool {
         let st = self.inp.inventory.strings();
         let cand = &self.cands[k];
+        let dev = self.np.device(cand);
         match &mut self.constraints[c][i] {
             CState::Match { all, requests, attr, value, n } => {
                 if !applies(requests, *all, base, sub) {
                     return true;
                 }
-                let Some(v) = cand.dev.attribute(st, cand.id.driver, attr) else { return false };
+                let Some(v) = dev.attribute(st, cand.id.driver, attr) else { return false };
                 if *n == 0 {
                     *value = Some(v);
                     *n = 1;
@@ -1057,7 +1113,7 @@ impl<'a> Search<'a> {
                 if !applies(requests, *all, base, sub) {
                     return true;
                 }
-                let Some(v) = cand.dev.attribute(st, cand.id.driver, attr) else { return false };
+                let Some(v) = dev.attribute(st, cand.id.driver, attr) else { return false };
                 if *n > 0 && values.iter().any(|(_, x)| *x == v) {
                     return false;
                 }
@@ -1089,11 +1145,11 @@ impl<'a> Search<'a> {
     }
 
     /// Upstream's `allocateDevice`: Some(undo) when the device was taken.
-    fn allocate_device(&mut self, c: usize, r: usize, s: usize, k: usize, must: bool) -> Result<Option<Undo>> {
+    fn allocate_device(&mut self, c: usize, r: usize, s: usize, k: usize, must: bool) -> Result<Option<Undo<'a>>> {
         let p = self.p;
         let req = &p.claims[c].requests[r];
         let sub = &req.alts[s];
-        let (id, dev) = (self.cands[k].id, self.cands[k].dev);
+        let (id, dev) = (self.cands[k].id, self.dev(k));
         let multi = dev.allow_multiple_allocations;
         if !multi && sub.admin && self.allocating_for(id, c) {
             return Ok(None);
@@ -1111,10 +1167,10 @@ impl<'a> Search<'a> {
         if self.taint_blocks(k, sub) {
             return Ok(None);
         }
-        let base = req.name.clone();
-        let subname = req.first_available.then(|| sub.name.clone());
-        for i in 0..self.constraints[c].len() {
-            if !self.constraint_add(c, i, &base, subname.as_deref(), k) {
+        let base: &'a str = &req.name;
+        let subname: Option<&'a str> = req.first_available.then_some(sub.name.as_str());
+        for i in 0..self.constraints.get(c).map_or(0, Vec::len) {
+            if !self.constraint_add(c, i, base, subname, k) {
                 if must {
                     return Err(AllocError::ConstraintUnsatisfiable {
                         claim: p.claims[c].key.clone(),
@@ -1123,14 +1179,13 @@ impl<'a> Search<'a> {
                     });
                 }
                 for e in 0..i {
-                    self.constraint_remove(c, e, &base, subname.as_deref());
+                    self.constraint_remove(c, e, base, subname);
                 }
                 return Ok(None);
             }
         }
-        let entry = self.allocating.entry(id).or_default();
         if !multi {
-            entry.push(c);
+            self.allocating.push((id, c));
         }
         if self.capacity_ok(sub, k) != Some(true) {
             // As upstream: this late check does not roll back.
@@ -1163,16 +1218,14 @@ impl<'a> Search<'a> {
         }))
     }
 
-    fn undo(&mut self, u: Undo) {
+    fn undo(&mut self, u: Undo<'a>) {
         let c = u.claim;
-        for i in 0..self.constraints[c].len() {
-            self.constraint_remove(c, i, &u.base, u.sub.as_deref());
+        for i in 0..self.constraints.get(c).map_or(0, Vec::len) {
+            self.constraint_remove(c, i, u.base, u.sub);
         }
         let id = self.cands[u.cand].id;
-        if let Some(v) = self.allocating.get_mut(&id)
-            && let Some(pos) = v.iter().position(|x| *x == c)
-        {
-            v.remove(pos);
+        if let Some(pos) = self.allocating.iter().rposition(|x| *x == (id, c)) {
+            self.allocating.remove(pos);
         }
         if u.multi {
             if let Some(agg) = self.allocating_capacity.get_mut(&id) {
@@ -1211,7 +1264,9 @@ impl<'a> Search<'a> {
                     Err(Flow::MaxSize) => continue,
                     Err(e) => return Err(e),
                     Ok(true) => {
-                        self.chosen[c][r] = Some(si);
+                        if let Some(x) = self.chosen.get_mut(c).and_then(|v| v.get_mut(r)) {
+                            *x = Some(si);
+                        }
                         return Ok(true);
                     }
                     Ok(false) => all_exceeded = false,
@@ -1269,52 +1324,42 @@ impl<'a> Search<'a> {
         }
         Ok(false)
     }
+}
 
-    fn node_selector(&self, picked: &[Picked]) -> Option<core::NodeSelector> {
-        let st = self.inp.inventory.strings();
-        let mut term = core::NodeSelectorTerm::default();
-        let name_only = || core::NodeSelector {
-            node_selector_terms: vec![core::NodeSelectorTerm {
-                match_fields: Some(vec![core::NodeSelectorRequirement {
-                    key: "metadata.name".into(),
-                    operator: "In".into(),
-                    values: Some(vec![self.inp.node.name.to_string()]),
-                }]),
-                match_expressions: None,
-            }],
-        };
-        for pk in picked {
-            let c = &self.cands[pk.cand];
-            let sel = if c.slice.per_device_node_selection { c.dev.node.as_deref() } else { c.slice.node.as_ref() };
-            if matches!(sel, Some(NodeSel::Name(_))) || c.dev.binds_to_node {
-                return Some(name_only());
-            }
-            if let Some(NodeSel::Selector(_, api)) = sel
-                && let [t] = api.node_selector_terms.as_slice()
-            {
-                merge_reqs(t.match_fields.as_deref().unwrap_or_default(), &mut term.match_fields);
-                merge_reqs(t.match_expressions.as_deref().unwrap_or_default(), &mut term.match_expressions);
-            }
-        }
-        let _ = st;
-        if term.match_fields.as_ref().is_some_and(|v| !v.is_empty()) || term.match_expressions.as_ref().is_some_and(|v| !v.is_empty()) {
-            Some(core::NodeSelector { node_selector_terms: vec![term] })
-        } else {
-            None
-        }
+/// A node's solution, compact: which candidate each claim's devices are.
+/// [`Prepared::materialize`] turns it into [`ClaimAllocation`]s; the
+/// plugin does that only for the node it reserves (or explains).
+#[derive(Debug)]
+pub struct Solution {
+    /// The node's pools (None when there was nothing to allocate).
+    np: Option<Arc<NodePools>>,
+    picked: Vec<Vec<Picked>>,
+    chosen: Vec<Vec<Option<usize>>>,
+}
+
+impl Solution {
+    /// Per claim, per request: the index of the chosen firstAvailable
+    /// subrequest (as [`ClaimAllocation::chosen_subrequests`]).
+    pub fn chosen_subrequests(&self) -> &[Vec<Option<usize>>] {
+        &self.chosen
     }
+}
 
-    fn finish(&self) -> Vec<ClaimAllocation> {
-        let st = self.inp.inventory.strings();
-        let mut out = Vec::with_capacity(self.p.claims.len());
-        for (ci, claim) in self.p.claims.iter().enumerate() {
-            let picked = &self.results[ci];
+impl Prepared {
+    /// The allocations of a [`Solution`] found by [`Prepared::allocate_compact`]
+    /// on `node` with `inventory` (the same the search read).
+    pub fn materialize(&self, sol: &Solution, inventory: &Inventory, node: &str) -> Vec<ClaimAllocation> {
+        let st = inventory.strings();
+        let Some(np) = sol.np.as_deref() else { return Vec::new() };
+        let mut out = Vec::with_capacity(self.claims.len());
+        for (ci, claim) in self.claims.iter().enumerate() {
+            let Some(picked) = sol.picked.get(ci) else { break };
             let results = picked
                 .iter()
                 .enumerate()
                 .map(|(i, pk)| {
                     let sub = &claim.requests[pk.req].alts[pk.sub];
-                    let id = self.cands[pk.cand].id;
+                    let id = np.cands[pk.cand].id;
                     let share_id = pk.shared.then(|| {
                         let mut h = DefaultHasher::new();
                         (&claim.key, &sub.full_name, st.get(id.device), i).hash(&mut h);
@@ -1346,11 +1391,44 @@ impl<'a> Search<'a> {
                 .collect();
             out.push(ClaimAllocation {
                 results,
-                node_selector: self.node_selector(picked),
-                chosen_subrequests: self.chosen[ci].clone(),
+                node_selector: node_selector(np, node, picked),
+                chosen_subrequests: sol.chosen.get(ci).cloned().unwrap_or_else(|| vec![None; claim.requests.len()]),
             });
         }
         out
+    }
+}
+
+fn node_selector(np: &NodePools, node: &str, picked: &[Picked]) -> Option<core::NodeSelector> {
+    let mut term = core::NodeSelectorTerm::default();
+    let name_only = || core::NodeSelector {
+        node_selector_terms: vec![core::NodeSelectorTerm {
+            match_fields: Some(vec![core::NodeSelectorRequirement {
+                key: "metadata.name".into(),
+                operator: "In".into(),
+                values: Some(vec![node.to_string()]),
+            }]),
+            match_expressions: None,
+        }],
+    };
+    for pk in picked {
+        let c = &np.cands[pk.cand];
+        let (slice, dev) = (np.slice(c), np.device(c));
+        let sel = if slice.per_device_node_selection { dev.node.as_deref() } else { slice.node.as_ref() };
+        if matches!(sel, Some(NodeSel::Name(_))) || dev.binds_to_node {
+            return Some(name_only());
+        }
+        if let Some(NodeSel::Selector(_, api)) = sel
+            && let [t] = api.node_selector_terms.as_slice()
+        {
+            merge_reqs(t.match_fields.as_deref().unwrap_or_default(), &mut term.match_fields);
+            merge_reqs(t.match_expressions.as_deref().unwrap_or_default(), &mut term.match_expressions);
+        }
+    }
+    if term.match_fields.as_ref().is_some_and(|v| !v.is_empty()) || term.match_expressions.as_ref().is_some_and(|v| !v.is_empty()) {
+        Some(core::NodeSelector { node_selector_terms: vec![term] })
+    } else {
+        None
     }
 }
 

@@ -504,12 +504,23 @@ fn cost(e: &IdedExpr, range: u64) -> u64 {
 pub struct Compiled {
     /// The expression text.
     pub expression: String,
+    /// Unique in the process: keys memoized results ([`crate::inventory::SelectorMemo`]).
+    id: u64,
     program: std::result::Result<Program, String>,
     /// The static worst-case cost bound.
     pub max_cost: u64,
 }
 
+/// The next [`Compiled::id`].
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl Compiled {
+    /// Unique in the process (two compilations of the same text differ):
+    /// what selector results are memoized under.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The compile error, if the expression does not compile.
     pub fn error(&self) -> Option<&str> {
         self.program.as_ref().err().map(String::as_str)
@@ -603,7 +614,12 @@ impl CelCache {
             }
             Err(_) => u64::MAX,
         };
-        let c = Arc::new(Compiled { expression: expression.to_string(), program, max_cost });
+        let c = Arc::new(Compiled {
+            expression: expression.to_string(),
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            program,
+            max_cost,
+        });
         if let Ok(mut m) = self.compiled.lock() {
             m.entry(expression.to_string()).or_insert_with(|| c.clone());
         }

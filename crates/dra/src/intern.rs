@@ -2,7 +2,49 @@
 //! as 4-byte symbols so that a device's state stays small.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
+
+/// A fast hasher for keys made of [`Sym`]s (device ids, counter names): the
+/// multiply-rotate step of rustc's FxHasher. Symbols are small integers the
+/// process hands out itself, so no input chooses collisions; keys an API
+/// object spells (names) keep the standard hasher.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SymHasher(u64);
+
+impl SymHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for SymHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A hash map keyed by symbols (see [`SymHasher`]).
+pub type SymMap<K, V> = HashMap<K, V, BuildHasherDefault<SymHasher>>;
 
 /// An interned string; resolve it with [`Interner::get`] of the interner that made it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,7 +9,7 @@
 //! names or bad counter references is invalid (with upstream's reason).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use berth_model::selector::{Labels, NodeSelector};
 use k8s_openapi::api::resource::v1 as res;
@@ -319,7 +319,115 @@ pub struct Pool {
     pub counter_sets: HashMap<Sym, Box<[(Sym, Quantity)]>>,
 }
 
-/// All ResourceSlices and DeviceTaintRules, kept incrementally.
+/// A device of a node's ready pools, by position in [`NodePools::pools`].
+#[derive(Clone, Copy, Debug)]
+pub struct CandRef {
+    /// Index of the pool.
+    pub pool: u32,
+    /// Index of the slice in the pool's `slices`.
+    pub slice: u32,
+    /// Index of the device in the slice's `devices`.
+    pub dev: u32,
+    /// The device's id.
+    pub id: DeviceId,
+}
+
+/// Results of selector expressions on a node's devices: per compiled
+/// expression (by [`crate::cel::Compiled::id`]), one byte per candidate
+/// (0: not evaluated yet, 1: false, 2: true).
+pub type SelectorMemo = Vec<(u64, Box<[u8]>)>;
+
+/// A node's pools, gathered once ([`Inventory::node_pools`]) and kept while
+/// nothing they were gathered from changes.
+#[derive(Debug)]
+pub struct NodePools {
+    /// The pools, as [`Inventory::pools_for_node`] returns them.
+    pub pools: Vec<Pool>,
+    /// Every device of the ready pools, in pool order (driver, pool, slice
+    /// name, device order): the allocator's candidates.
+    pub cands: Vec<CandRef>,
+    /// Selector results per device. A device's result depends only on the
+    /// expression and the device, and the device does not change while this
+    /// entry is valid (a change of its slice drops the entry), so results
+    /// carry over from one scheduling cycle to the next.
+    memo: Mutex<SelectorMemo>,
+    /// (driver, pool) and its generation for every pool seen while gathering.
+    pool_gens: Box<[((Sym, Sym), u64)]>,
+    /// The node's labels when a slice's node selector was consulted (a label
+    /// change can change the pools then).
+    labels: Option<Labels>,
+}
+
+impl NodePools {
+    /// The selector memo (see [`SelectorMemo`]); the allocator holds it for one search.
+    pub fn memo(&self) -> MutexGuard<'_, SelectorMemo> {
+        self.memo.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The slice of a candidate.
+    pub fn slice(&self, c: &CandRef) -> &Slice {
+        &self.pools[c.pool as usize].slices[c.slice as usize]
+    }
+
+    /// The device of a candidate.
+    pub fn device(&self, c: &CandRef) -> &Device {
+        &self.slice(c).devices[c.dev as usize]
+    }
+
+    /// Bytes held by this entry beyond the slices it shares (candidates,
+    /// pool records and memo), for memory figures.
+    pub fn size_bytes(&self) -> usize {
+        let memo: usize = self.memo().iter().map(|(_, m)| 24 + m.len()).sum();
+        std::mem::size_of::<NodePools>()
+            + self.cands.len() * std::mem::size_of::<CandRef>()
+            + self
+                .pools
+                .iter()
+                .map(|p| {
+                    std::mem::size_of::<Pool>()
+                        + (p.slices.len() + p.other_slices.len()) * 8
+                        + p.counter_sets.iter().map(|(_, c)| 32 + c.len() * std::mem::size_of::<(Sym, Quantity)>()).sum::<usize>()
+                })
+                .sum::<usize>()
+            + self.pool_gens.len() * std::mem::size_of::<((Sym, Sym), u64)>()
+            + memo
+    }
+}
+
+/// The per-node pools kept across cycles, by node name. Cloning the
+/// inventory (copy on write) shares the entries: an entry is immutable but
+/// for its memo, which stays right for the same devices.
+#[derive(Default)]
+struct NodeCache(Mutex<HashMap<String, Arc<NodePools>>>);
+
+impl NodeCache {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<NodePools>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Clone for NodeCache {
+    fn clone(&self) -> Self {
+        NodeCache(Mutex::new(self.lock().clone()))
+    }
+}
+
+impl std::fmt::Debug for NodeCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeCache").field("nodes", &self.lock().len()).finish()
+    }
+}
+
+/// All ResourceSlices and DeviceTaintRules, kept incrementally, and each
+/// node's gathered pools ([`Inventory::node_pools`]).
+///
+/// A node's entry is dropped when a slice published for that node
+/// (spec.nodeName) is added, updated or removed; all entries are dropped
+/// when a slice for allNodes, a nodeSelector or perDeviceNodeSelection
+/// changes; an entry is stale when a slice of one of its pools (on any
+/// node) changed since (per-pool generations), or when the node's labels
+/// changed and a node selector was consulted. DeviceTaintRules are not part
+/// of the entries: taints are read at allocation time.
 #[derive(Debug, Default, Clone)]
 pub struct Inventory {
     strings: Interner,
@@ -328,6 +436,11 @@ pub struct Inventory {
     not_on_node: BTreeSet<String>,
     by_pool: HashMap<(Sym, Sym), BTreeSet<String>>,
     taint_rules: BTreeMap<String, TaintRule>,
+    /// Generation of each pool: bumped when one of its slices changes.
+    pool_gen: HashMap<(Sym, Sym), u64>,
+    /// The last generation handed out.
+    last_gen: u64,
+    node_cache: NodeCache,
 }
 
 fn qty(slice: &str, field: impl FnOnce() -> String, q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Result<Quantity> {
@@ -375,6 +488,7 @@ impl Inventory {
         let name = s.metadata.name.clone().ok_or(InventoryError::NoName)?;
         let compiled = self.compile_slice(&name, &s.spec)?;
         self.remove_slice(&name);
+        self.invalidate(&compiled);
         let node_name = match &compiled.node {
             Some(NodeSel::Name(n)) => Some(*n),
             _ => None,
@@ -395,6 +509,7 @@ impl Inventory {
     /// Removes a slice (no-op when unknown).
     pub fn remove_slice(&mut self, name: &str) {
         let Some(old) = self.slices.remove(name) else { return };
+        self.invalidate(&old);
         if let Some(NodeSel::Name(n)) = &old.node {
             if let Some(set) = self.on_node.get_mut(n) {
                 set.remove(name);
@@ -536,6 +651,72 @@ impl Inventory {
         })
     }
 
+    /// Drops the cached pools a change of `slice` can affect (see the type's docs).
+    fn invalidate(&mut self, slice: &Slice) {
+        self.last_gen += 1;
+        self.pool_gen.insert((slice.driver, slice.pool), self.last_gen);
+        let mut cache = self.node_cache.lock();
+        match &slice.node {
+            Some(NodeSel::Name(n)) => {
+                cache.remove(self.strings.get(*n));
+            }
+            _ => cache.clear(),
+        }
+    }
+
+    /// How many nodes have their pools cached.
+    pub fn cached_nodes(&self) -> usize {
+        self.node_cache.lock().len()
+    }
+
+    /// Bytes held by the per-node cache (beyond the slices it shares), for memory figures.
+    pub fn cache_bytes(&self) -> usize {
+        self.node_cache.lock().iter().map(|(n, e)| n.len() + 48 + e.size_bytes()).sum()
+    }
+
+    /// The pools that can serve a node with their candidate devices, kept
+    /// across calls while still valid (see the type's docs); the same pools
+    /// as [`Inventory::pools_for_node`].
+    pub fn node_pools(&self, node: NodeRef<'_>) -> Result<Arc<NodePools>> {
+        if let Some(e) = self.node_cache.lock().get(node.name)
+            && self.still_valid(e, node)
+        {
+            return Ok(e.clone());
+        }
+        let (pools, seen, label_dependent) = self.gather(node)?;
+        let mut cands = Vec::new();
+        for (pi, pool) in pools.iter().enumerate() {
+            if pool.state != PoolState::Ready {
+                continue;
+            }
+            for (si, slice) in pool.slices.iter().enumerate() {
+                for (di, dev) in slice.devices.iter().enumerate() {
+                    cands.push(CandRef {
+                        pool: u32::try_from(pi).unwrap_or(u32::MAX),
+                        slice: u32::try_from(si).unwrap_or(u32::MAX),
+                        dev: u32::try_from(di).unwrap_or(u32::MAX),
+                        id: DeviceId { driver: pool.driver, pool: pool.pool, device: dev.name },
+                    });
+                }
+            }
+        }
+        let pool_gens = seen.into_iter().map(|k| (k, self.pool_gen.get(&k).copied().unwrap_or(0))).collect();
+        let entry = Arc::new(NodePools {
+            pools,
+            cands,
+            memo: Mutex::new(Vec::new()),
+            pool_gens,
+            labels: label_dependent.then(|| node.labels.clone()),
+        });
+        self.node_cache.lock().insert(node.name.to_string(), entry.clone());
+        Ok(entry)
+    }
+
+    fn still_valid(&self, e: &NodePools, node: NodeRef<'_>) -> bool {
+        e.pool_gens.iter().all(|(k, g)| self.pool_gen.get(k).copied().unwrap_or(0) == *g)
+            && e.labels.as_ref().is_none_or(|l| l == node.labels)
+    }
+
     /// Does a slice serve the node at all? (the relevance test of upstream's `GatherPools`)
     fn relevant(&self, slice: &Slice, node: NodeRef<'_>) -> Result<bool> {
         let err = |message: String| InventoryError::NodeSelector { slice: self.strings.get(slice.name).to_string(), message };
@@ -557,11 +738,22 @@ impl Inventory {
     /// The pools that can serve a node, in upstream's order (by driver, then
     /// pool name; pools with binding conditions last).
     pub fn pools_for_node(&self, node: NodeRef<'_>) -> Result<Vec<Pool>> {
+        self.gather(node).map(|(pools, _, _)| pools)
+    }
+
+    /// Gathers the node's pools; also returns every (driver, pool) seen and
+    /// whether a node selector was consulted.
+    #[allow(clippy::type_complexity)] // a private helper's three results
+    fn gather(&self, node: NodeRef<'_>) -> Result<(Vec<Pool>, Vec<(Sym, Sym)>, bool)> {
         // (driver, pool) -> slices of the highest generation seen among the relevant ones
         let mut found: BTreeMap<(String, String), Vec<Arc<Slice>>> = BTreeMap::new();
+        let mut label_dependent = false;
         let on_node = self.strings.lookup(node.name).and_then(|n| self.on_node.get(&n));
         for name in on_node.into_iter().flatten().chain(self.not_on_node.iter()) {
             let Some(slice) = self.slices.get(name) else { continue };
+            if matches!(slice.node, Some(NodeSel::Selector(..))) || slice.per_device_node_selection {
+                label_dependent = true;
+            }
             if !self.relevant(slice, node)? {
                 continue;
             }
@@ -575,6 +767,7 @@ impl Inventory {
         }
         let mut ready = Vec::new();
         let mut with_binding = Vec::new();
+        let seen: Vec<(Sym, Sym)> = found.values().filter_map(|v| v.first().map(|s| (s.driver, s.pool))).collect();
         for (_, mut slices) in found {
             let Some(first) = slices.first().cloned() else { continue };
             let (driver, pool, generation, count) = (first.driver, first.pool, first.generation, first.slice_count);
@@ -614,7 +807,7 @@ impl Inventory {
             if binding { with_binding.push(pool) } else { ready.push(pool) }
         }
         ready.extend(with_binding);
-        Ok(ready)
+        Ok((ready, seen, label_dependent))
     }
 
     fn build_pool(&self, driver: Sym, pool: Sym, slices: Vec<Arc<Slice>>, all: Option<Vec<Arc<Slice>>>) -> Pool {

@@ -609,3 +609,123 @@ mod props {
         }
     }
 }
+
+/// The per-node cache ([`Inventory::node_pools`]) gives what gathering
+/// afresh gives after every kind of change it must notice: a node's own
+/// slice, a slice of the same pool published for another node, an
+/// allNodes slice, a nodeSelector slice and a label change; and the kept
+/// selector results follow a device whose attributes changed.
+#[test]
+fn cached_pools_follow_every_change() {
+    let mut classes = Classes::new();
+    classes.upsert(class("a100", &[&format!("device.attributes[\"{DRIVER}\"].model == \"a100\"")]));
+    let cel = CelCache::new();
+    let c = claim("c").req("r", "a100", 1).0;
+    let p = prepare(&[&c], &classes, &cel, false).unwrap();
+    let in_use = InUse::new();
+    let mut labels = BTreeMap::new();
+    let got = |inv: &Inventory, labels: &BTreeMap<String, String>| -> Option<String> {
+        let node = NodeRef { name: "node-1", labels };
+        let fresh: Vec<String> = inv.pools_for_node(node).unwrap().iter().map(|p| format!("{:?} {}", p.state, p.slices.len())).collect();
+        let cached: Vec<String> = inv.node_pools(node).unwrap().pools.iter().map(|p| format!("{:?} {}", p.state, p.slices.len())).collect();
+        assert_eq!(cached, fresh, "cached pools differ from fresh ones");
+        match p.allocate(AllocateInput { node, inventory: inv, in_use: &in_use, max_steps: DEFAULT_MAX_STEPS }) {
+            Ok(NodeVerdict::Allocated(a)) => Some(format!("{}/{}", a[0].results[0].pool, a[0].results[0].device)),
+            Ok(_) => None,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let mut inv = Inventory::new();
+    // The node's own slice, then the same device with another model.
+    inv.upsert_slice(&slice("s1", Some("node-1"), "pool-1", 1, 1, vec![dev("d1").attr_str("model", "t4")]).0).unwrap();
+    assert_eq!(got(&inv, &labels), None);
+    assert_eq!(inv.cached_nodes(), 1);
+    inv.upsert_slice(&slice("s1", Some("node-1"), "pool-1", 1, 1, vec![dev("d1").attr_str("model", "a100")]).0).unwrap();
+    assert_eq!(got(&inv, &labels).as_deref(), Some("pool-1/d1"));
+    // A pool of two slices, one published for node-2: a newer generation
+    // there makes node-1's slice obsolete.
+    inv.upsert_slice(&slice("s1", Some("node-1"), "pool-1", 1, 2, vec![dev("d1").attr_str("model", "a100")]).0).unwrap();
+    inv.upsert_slice(&slice("s2", Some("node-2"), "pool-1", 1, 2, vec![dev("d2").attr_str("model", "a100")]).0).unwrap();
+    assert_eq!(got(&inv, &labels).as_deref(), Some("pool-1/d1"));
+    inv.upsert_slice(&slice("s2", Some("node-2"), "pool-1", 2, 2, vec![dev("d2").attr_str("model", "a100")]).0).unwrap();
+    assert_eq!(got(&inv, &labels), None);
+    // An allNodes slice.
+    inv.upsert_slice(&slice("net", None, "net", 1, 1, vec![dev("n1").attr_str("model", "a100")]).0).unwrap();
+    assert_eq!(got(&inv, &labels).as_deref(), Some("net/n1"));
+    inv.remove_slice("net");
+    assert_eq!(got(&inv, &labels), None);
+    // A nodeSelector slice: the node's labels decide.
+    let mut sel = slice("rack", None, "rack", 1, 1, vec![dev("r1").attr_str("model", "a100")]);
+    sel.0.spec.all_nodes = None;
+    sel.0.spec.node_selector = Some(k8s_openapi::api::core::v1::NodeSelector {
+        node_selector_terms: vec![k8s_openapi::api::core::v1::NodeSelectorTerm {
+            match_expressions: Some(vec![k8s_openapi::api::core::v1::NodeSelectorRequirement {
+                key: "rack".into(),
+                operator: "In".into(),
+                values: Some(vec!["r1".into()]),
+            }]),
+            match_fields: None,
+        }],
+    });
+    inv.upsert_slice(&sel.0).unwrap();
+    assert_eq!(got(&inv, &labels), None);
+    labels.insert("rack".to_string(), "r1".to_string());
+    assert_eq!(got(&inv, &labels).as_deref(), Some("rack/r1"));
+    labels.clear();
+    assert_eq!(got(&inv, &labels), None);
+    // A copy of the inventory (copy on write) keeps answering for itself.
+    let before = inv.clone();
+    inv.upsert_slice(&slice("s1", Some("node-1"), "pool-9", 1, 1, vec![dev("d9").attr_str("model", "a100")]).0).unwrap();
+    assert_eq!(got(&inv, &labels).as_deref(), Some("pool-9/d9"));
+    assert_eq!(got(&before, &labels), None);
+}
+
+/// Allocator state per device, with the per-node cache filled: the compiled
+/// devices, their share of the slice records, the node's cached pools and
+/// candidates, a selector memo, and the in-use entry of an allocated device
+/// (the issue's bound: 1 KiB per device). Printed with `--nocapture`.
+#[test]
+fn allocator_state_per_device_is_small() {
+    let (nodes, per_node) = (200usize, 8usize);
+    let mut inv = Inventory::new();
+    for n in 0..nodes {
+        let devs = (0..per_node).map(|d| dev(&format!("gpu-{d}")).attr_str("model", "a100").attr_int("index", i64::try_from(d).unwrap_or(0)).capacity("memory", "80Gi")).collect();
+        inv.upsert_slice(&slice(&format!("node-{n}-gpus"), Some(&format!("node-{n}")), &format!("node-{n}"), 1, 1, devs).0).unwrap();
+    }
+    let mut classes = Classes::new();
+    classes.upsert(class("a100", &[&format!("device.attributes[\"{DRIVER}\"].model == \"a100\"")]));
+    let cel = CelCache::new();
+    let c = claim("c").req("r", "a100", 1).0;
+    let p = prepare(&[&c], &classes, &cel, false).unwrap();
+    let mut in_use = InUse::new();
+    for n in 0..nodes {
+        for d in 0..per_node / 2 {
+            let id = inv.device_id(DRIVER, &format!("node-{n}"), &format!("gpu-{d}"));
+            in_use.apply(id, false, &[], true);
+        }
+    }
+    let labels = BTreeMap::new();
+    for n in 0..nodes {
+        let name = format!("node-{n}");
+        let v = p.allocate(AllocateInput { node: NodeRef { name: &name, labels: &labels }, inventory: &inv, in_use: &in_use, max_steps: DEFAULT_MAX_STEPS });
+        assert!(matches!(v, Ok(NodeVerdict::Allocated(_))), "{v:?}");
+    }
+    assert_eq!(inv.cached_nodes(), nodes);
+    let devices = nodes * per_node;
+    let slices: usize = (0..nodes)
+        .filter_map(|n| inv.slice(&format!("node-{n}-gpus")))
+        .map(|s| std::mem::size_of::<crate::inventory::Slice>() + s.devices.iter().map(|d| d.size_bytes()).sum::<usize>())
+        .sum();
+    let cache = inv.cache_bytes();
+    let strings = inv.strings().heap_bytes();
+    let in_use_bytes = in_use.dedicated.capacity() * (std::mem::size_of::<(DeviceId, u32)>() + 1);
+    let per_device = (slices + cache + strings + in_use_bytes) / devices;
+    eprintln!(
+        "allocator state: {per_device} B per device ({devices} devices: slices {} B, node cache {} B, strings {} B, in use {} B per device)",
+        slices / devices,
+        cache / devices,
+        strings / devices,
+        in_use_bytes / devices
+    );
+    assert!(per_device <= 1024, "{per_device} B per device");
+}

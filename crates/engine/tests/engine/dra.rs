@@ -387,3 +387,47 @@ mod properties {
         }
     }
 }
+
+/// The allocator keeps each node's pools and selector results from one
+/// cycle to the next: a slice update between two cycles must change the
+/// decision. The class wants model a100: first node-a has it; then the two
+/// slices swap models (same names, same generation), so node-b has it; then
+/// node-b's slice is removed and nothing fits.
+#[test]
+fn slice_updates_between_cycles_change_the_decision() {
+    fn model_slice(node: &str, model: &str) -> k8s_openapi::api::resource::v1::ResourceSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{node}-gpus")},
+            "spec": {
+                "driver": "gpu.example.com", "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0", "attributes": {"model": {"string": model}}}],
+            },
+        }))
+        .unwrap()
+    }
+    let docs = [
+        node("node-a", "4"),
+        node("node-b", "4"),
+        class("gpu", "device.attributes[\"gpu.example.com\"].model == \"a100\""),
+        claim("c", "gpu", 1, ""),
+        pod("p", "100m", "resourceClaimName: c", ""),
+    ];
+    let mut e = engine(&docs);
+    let p = e.cluster.pending[0].clone();
+    let snap = &mut e.cluster.snapshot;
+    snap.devices.upsert_slice(&model_slice("node-a", "a100")).unwrap();
+    snap.devices.upsert_slice(&model_slice("node-b", "t4")).unwrap();
+    let selected = |e: &Engine| {
+        let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions { no_reuse: true, ..Default::default() });
+        o.selected.map(|i| e.cluster.snapshot.nodes[i].name().to_string())
+    };
+    assert_eq!(selected(&e).as_deref(), Some("node-a"));
+    assert_eq!(selected(&e).as_deref(), Some("node-a"), "the same decision from the kept pools");
+    let snap = &mut e.cluster.snapshot;
+    snap.devices.upsert_slice(&model_slice("node-a", "t4")).unwrap();
+    snap.devices.upsert_slice(&model_slice("node-b", "a100")).unwrap();
+    assert_eq!(selected(&e).as_deref(), Some("node-b"));
+    e.cluster.snapshot.devices.remove_slice("node-b-gpus");
+    assert_eq!(selected(&e), None);
+}

@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use berth_dra::allocator::DEFAULT_MAX_STEPS;
 use berth_dra::{prepare, AllocateInput, ClaimView, NodeRef, NodeVerdict, Prepared};
+
+use super::Found;
 use berth_model::{NodeInfo, PodInfo};
 
 use super::claims::extended_claim;
@@ -33,16 +35,16 @@ pub fn filter(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         return Status::unresolvable(NOT_AVAILABLE);
     }
     // Extended resources the node lists are the device plugin's (NodeResourcesFit).
-    let needed: Vec<(String, String, i64)> = match &s.extended {
-        Some(e) => e.resources.iter().filter(|(n, _, _)| node.allocatable.scalar(n) == 0).cloned().collect(),
-        None => Vec::new(),
-    };
-    let all_extended = s.extended.as_ref().is_none_or(|e| e.resources.len() == needed.len());
-    let unallocated: Vec<&ClaimView> = s.claims.iter().filter(|c| c.allocated.is_none()).map(|c| &*c.view).collect();
-    let n_claims = unallocated.len();
+    let all_extended = s.extended.as_ref().is_none_or(|e| e.resources.iter().all(|(n, _, _)| node.allocatable.scalar(n) == 0));
+    let n_claims = s.claims.iter().filter(|c| c.allocated.is_none()).count();
     let local: Option<(Arc<Prepared>, Option<Arc<ClaimView>>)> = if all_extended {
         s.prepared.clone().map(|p| (p, s.extended_view.clone()))
     } else {
+        let needed: Vec<(String, String, i64)> = match &s.extended {
+            Some(e) => e.resources.iter().filter(|(n, _, _)| node.allocatable.scalar(n) == 0).cloned().collect(),
+            None => Vec::new(),
+        };
+        let unallocated: Vec<&ClaimView> = s.claims.iter().filter(|c| c.allocated.is_none()).map(|c| &*c.view).collect();
         let ext = if needed.is_empty() { None } else { extended_claim(pod, &needed).map(Arc::new) };
         let mut views = unallocated.clone();
         if let Some(v) = &ext {
@@ -58,33 +60,38 @@ pub fn filter(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         }
     };
     let Some((prepared, ext_view)) = local else {
-        record(s, node.name(), NodeAllocation::default());
+        record(s, node.name(), Found::default());
         return Status::success();
     };
     let input = AllocateInput { node: NodeRef { name: node.name(), labels }, inventory: &s.inventory, in_use: &s.in_use, max_steps: DEFAULT_MAX_STEPS };
-    match prepared.allocate(input) {
+    match prepared.allocate_compact(input) {
         Err(e) => Status::error(e.to_string()),
         Ok(NodeVerdict::CannotAllocate) => Status::unresolvable(CANNOT_ALLOCATE),
         Ok(NodeVerdict::InvalidPools) => Status::unresolvable("invalid resource pools were encountered"),
         Ok(NodeVerdict::WorkLimit) => Status::unresolvable("timed out trying to allocate devices"),
-        Ok(NodeVerdict::Allocated(mut all)) => {
-            let extended = if all.len() > n_claims { all.pop().zip(ext_view) } else { None };
-            record(s, node.name(), NodeAllocation { claims: all, extended });
+        Ok(NodeVerdict::Allocated(sol)) => {
+            record(s, node.name(), Found { prepared: Some(prepared), solution: Some(sol), n_claims, ext_view });
             Status::success()
         }
     }
 }
 
-fn record(s: &State, node: &str, a: NodeAllocation) {
+fn record(s: &State, node: &str, a: Found) {
     let mut m = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     m.insert(node.to_string(), a);
 }
 
-/// The node's allocation as Filter found it.
+/// The node's allocation as Filter found it (made from the compact
+/// solution Filter kept: only the node that is reserved or explained pays
+/// for the allocation results).
 pub fn allocation(state: &CycleState, node: &str) -> Option<NodeAllocation> {
     let s = state.get::<State>()?;
     let m = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    m.get(node).cloned()
+    let f = m.get(node)?;
+    let (Some(p), Some(sol)) = (&f.prepared, &f.solution) else { return Some(NodeAllocation::default()) };
+    let mut all = p.materialize(sol, &s.inventory, node);
+    let extended = if all.len() > f.n_claims { all.pop().zip(f.ext_view.clone()) } else { None };
+    Some(NodeAllocation { claims: all, extended })
 }
 
 /// Upstream's Score: for each firstAvailable request, 8 minus the index of
@@ -92,11 +99,13 @@ pub fn allocation(state: &CycleState, node: &str) -> Option<NodeAllocation> {
 pub fn score(state: &CycleState, node: &str) -> i64 {
     let Some(s) = state.get::<State>() else { return 0 };
     let m = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let Some(a) = m.get(node) else { return 0 };
-    let total: i64 = a
-        .claims
+    let Some(sol) = m.get(node).and_then(|f| f.solution.as_ref()) else { return 0 };
+    let n_claims = m.get(node).map_or(0, |f| f.n_claims);
+    let total: i64 = sol
+        .chosen_subrequests()
         .iter()
-        .flat_map(|c| c.chosen_subrequests.iter())
+        .take(n_claims)
+        .flat_map(|c| c.iter())
         .flatten()
         .map(|&i| (MAX_SUBREQUEST_SCORE - i64::try_from(i).unwrap_or(MAX_SUBREQUEST_SCORE)).max(0))
         .sum();

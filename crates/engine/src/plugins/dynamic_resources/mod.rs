@@ -43,6 +43,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use berth_dra::cel::CelCache;
+use berth_dra::allocator::Solution;
 use berth_dra::{ClaimAllocation, ClaimView, Classes, InUse, Inventory, Prepared};
 use berth_model::selector::NodeSelector;
 use berth_model::{NodeInfo, PodInfo};
@@ -106,15 +107,30 @@ pub struct State {
     pub cel: Arc<CelCache>,
     /// Whether the namespace allows admin access.
     pub admin_access: bool,
-    /// Filter's result per node: the allocations of the unallocated claims
-    /// (in order), then the extended claim's when there is one.
-    pub by_node: Arc<Mutex<HashMap<String, NodeAllocation>>>,
+    /// Filter's result per node, compact ([`filtering::allocation`] makes
+    /// the [`NodeAllocation`]).
+    pub by_node: Arc<Mutex<HashMap<String, Found>>>,
     /// Indexes (into `claims`) of allocated claims that some node's Filter
     /// found unavailable (upstream's `unavailableClaims`), for PostFilter.
     pub unavailable: Arc<Mutex<BTreeSet<usize>>>,
 }
 
-/// What Filter found on one node.
+/// What Filter found on one node, as the allocator left it.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// What was allocated from (None: nothing to allocate on this node).
+    pub prepared: Option<Arc<Prepared>>,
+    /// The solution.
+    pub solution: Option<Solution>,
+    /// How many of the solution's claims are the pod's unallocated claims
+    /// (one more is the extended-resource claim).
+    pub n_claims: usize,
+    /// The extended-resource claim's view, when it was allocated from.
+    pub ext_view: Option<Arc<ClaimView>>,
+}
+
+/// What Filter found on one node: the allocations of the unallocated claims
+/// (in order), then the extended claim's when there is one.
 #[derive(Clone, Debug, Default)]
 pub struct NodeAllocation {
     /// One per unallocated claim, in order.
