@@ -6,6 +6,17 @@
 //! Figures: pods bound per second (first create to last bind), p50/p99 from
 //! the create call to the watch event that shows the pod bound, and each
 //! child's peak RSS (`VmHWM`). Nothing here asserts a time.
+//!
+//! SchedulingWithResourceClaimTemplate (scheduler_perf's DRA workload) runs
+//! the cluster with its simulated DRA driver (`--devices-per-node 10`,
+//! which also creates the driver's DeviceClass): every pod names one
+//! ResourceClaimTemplate, the cluster's resourceclaim controller generates
+//! each pod's claim, and the daemon allocates it, writes it (finalizer,
+//! `status.allocation`, `reservedFor`) and binds the pod. As upstream, half
+//! of the devices go to init pods first (created and bound before the
+//! measurement), then the measured pods take at most the other half. At the
+//! end the claims are read back: each measured and init pod's claim
+//! allocated, no device in two allocations, or the run fails.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +34,14 @@ use thiserror::Error;
 use tokio::process::{Child, Command};
 
 /// The end-to-end workloads.
-pub const WORKLOADS: &[&str] = &["SchedulingBasic", "TopologySpreading", "Unschedulable"];
+pub const WORKLOADS: &[&str] = &["SchedulingBasic", "TopologySpreading", "Unschedulable", DRA_WORKLOAD];
+
+/// The DRA workload: pods with a claim from a ResourceClaimTemplate.
+pub const DRA_WORKLOAD: &str = "SchedulingWithResourceClaimTemplate";
+/// Devices per node of the DRA workload (scheduler_perf's maxClaimsPerNode).
+pub const DRA_DEVICES_PER_NODE: usize = 10;
+/// The ResourceClaimTemplate of the DRA workload's pods.
+const DRA_TEMPLATE: &str = "bench-gpu";
 
 /// The scheduler name the benchmark's pods ask for.
 const PROFILE: &str = "berth-bench";
@@ -47,8 +65,11 @@ pub enum Error {
     #[error("API client: {0}")]
     Client(String),
     /// Unknown workload.
-    #[error("--workload: unknown end-to-end workload {0:?} (one of SchedulingBasic, TopologySpreading, Unschedulable)")]
+    #[error("--workload: unknown end-to-end workload {0:?} (one of SchedulingBasic, TopologySpreading, Unschedulable, SchedulingWithResourceClaimTemplate)")]
     Workload(String),
+    /// The claims read back after the DRA workload break an invariant.
+    #[error("claims after the run: {0}")]
+    Claims(String),
 }
 
 /// How to run it.
@@ -81,6 +102,10 @@ pub struct E2eFigures {
     pub pods: usize,
     /// Unschedulable pods created beside them (Unschedulable workload).
     pub unschedulable_pods: usize,
+    /// Pods bound before the measurement that hold devices (the DRA workload's init pods).
+    pub init_pods: usize,
+    /// Claims found allocated after the run (the DRA workload), none sharing a device.
+    pub claims_allocated: usize,
     /// Measured pods bound per second, first create to last bind.
     pub pods_per_second: f64,
     /// Median create-to-bound latency.
@@ -119,7 +144,7 @@ fn free_port() -> Result<u16, Error> {
 
 /// A pod's JSON, ready to post.
 fn pod(name: &str, cpu: &str, spread: bool) -> Vec<u8> {
-    PodBody::new(cpu, spread).with_name(name)
+    PodBody::new(cpu, spread, false).with_name(name)
 }
 
 /// The JSON of the benchmark's pods of one kind, serialized once: the text
@@ -131,13 +156,18 @@ struct PodBody {
 }
 
 impl PodBody {
-    fn new(cpu: &str, spread: bool) -> PodBody {
+    /// `claim`: the pod's claim `resource` comes from the template [`DRA_TEMPLATE`].
+    fn new(cpu: &str, spread: bool, claim: bool) -> PodBody {
         const MARK: &str = "\u{1}name\u{1}";
         let mut spec = json!({
             "schedulerName": PROFILE,
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
                             "resources": {"requests": {"cpu": cpu, "memory": "500Mi"}}}],
         });
+        if claim {
+            spec["resourceClaims"] = json!([{"name": "resource", "resourceClaimTemplateName": DRA_TEMPLATE}]);
+            spec["containers"][0]["resources"]["claims"] = json!([{"name": "resource"}]);
+        }
         if spread {
             spec["topologySpreadConstraints"] = json!([{
                 "maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
@@ -330,8 +360,11 @@ pub async fn run(o: &E2eOptions) -> Result<E2eFigures, Error> {
 async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E2eFigures, Error> {
     let kc = dir.join("kubeconfig");
     let port = free_port()?;
+    let dra = o.workload == DRA_WORKLOAD;
+    let devices = if dra { vec!["--devices-per-node".to_string(), DRA_DEVICES_PER_NODE.to_string()] } else { Vec::new() };
     let cluster = Command::new(&o.exe)
         .args(["cluster", "--listen", &format!("127.0.0.1:{port}"), "--nodes", &o.nodes.to_string(), "--zones", "3", "--no-kubelet", "--history", "500000"])
+        .args(&devices)
         .arg("--write-kubeconfig")
         .arg(&kc)
         .stdin(Stdio::null())
@@ -376,20 +409,26 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
     let bound: Arc<Bound> = Arc::default();
     let watching = tokio::spawn(watch_bound(client.clone(), bound.clone()));
 
-    // Warm-up: the daemon is ready (caches synced, leading) once it binds these.
-    let spread = o.workload == "TopologySpreading";
-    let warm = 50usize;
-    for i in 0..warm {
-        create(&client, pod(&format!("warm-{i}"), "100m", spread)).await.map_err(|e| Error::Client(format!("creating warm-up pods: {e}")))?;
+    if dra {
+        create_template(&client).await?;
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let spread = o.workload == "TopologySpreading";
+    let template = Arc::new(PodBody::new("100m", spread, dra));
+    let creators = o.creators.max(1);
+
+    // Warm-up: the daemon is ready (caches synced, leading) once it binds
+    // these. The DRA workload's are its init pods: half of the devices.
+    let devices = o.nodes * DRA_DEVICES_PER_NODE;
+    let warm = if dra { (devices / 2).max(1) } else { 50 };
+    create_many(&client, &template, "warm", warm, if dra { creators } else { 1 }, None).await?;
+    let deadline = Instant::now() + Duration::from_secs(if dra { 300 } else { 120 });
     loop {
         let n = bound.len();
         if n >= warm {
             break;
         }
         if Instant::now() > deadline {
-            return Err(Error::Stuck(format!("the scheduler bound {n} of {warm} warm-up pods within 120 s (see its log in {})", dir.display())));
+            return Err(Error::Stuck(format!("the scheduler bound {n} of {warm} warm-up pods within {} s (see its log in {})", if dra { 300 } else { 120 }, dir.display())));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -400,43 +439,20 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
         create(&client, pod(&format!("big-{i}"), "100", false)).await.map_err(|e| Error::Client(format!("creating unschedulable pods: {e}")))?;
     }
 
-    // The measured pods, from `creators` concurrent clients.
+    // The measured pods, from `creators` concurrent clients (for DRA, at
+    // most as many as there are free devices).
+    let measured = if dra { o.pods.min(devices - warm) } else { o.pods };
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let first = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    let creators = o.creators.max(1);
-    let template = Arc::new(PodBody::new("100m", spread));
-    for c in 0..creators {
-        let client = client.clone();
-        let created = created.clone();
-        let total = o.pods;
-        let template = template.clone();
-        tasks.spawn(async move {
-            let mut i = c;
-            while i < total {
-                let name = format!("p-{i}");
-                let body = template.with_name(&name);
-                let t = Instant::now();
-                create(&client, body).await.map_err(|e| Error::Client(format!("creating {name}: {e}")))?;
-                if let Ok(mut m) = created.lock() {
-                    m.insert(name, t);
-                }
-                i += creators;
-            }
-            Ok::<(), Error>(())
-        });
-    }
-    while let Some(r) = tasks.join_next().await {
-        r.map_err(|e| Error::Client(e.to_string()))??;
-    }
+    create_many(&client, &template, "p", measured, creators, Some(created.clone())).await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let done = bound.measured.load(Ordering::Relaxed);
-        if done >= o.pods {
+        if done >= measured {
             break;
         }
         if Instant::now() > deadline {
-            return Err(Error::Stuck(format!("{done} of {} pods bound within 300 s", o.pods)));
+            return Err(Error::Stuck(format!("{done} of {measured} pods bound within 300 s")));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -448,7 +464,8 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
         (Ok(b), Ok(c)) => (b.clone(), c.clone()),
         _ => return Err(Error::Stuck("a recording thread panicked".into())),
     };
-    let mut lat: Vec<f64> = Vec::with_capacity(o.pods);
+    let claims_allocated = if dra { check_claims(&client, warm + measured).await? } else { 0 };
+    let mut lat: Vec<f64> = Vec::with_capacity(measured);
     let mut last = first;
     for (name, t0) in &created {
         if let Some(t1) = bound.get(name) {
@@ -463,6 +480,8 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
         nodes: o.nodes,
         pods: lat.len(),
         unschedulable_pods: unschedulable,
+        init_pods: if dra { warm } else { 0 },
+        claims_allocated,
         pods_per_second: lat.len() as f64 / last.saturating_duration_since(first).as_secs_f64().max(1e-9),
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
@@ -473,6 +492,77 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
     })
 }
 
+/// Creates `total` pods named `<prefix>-<i>` from `template`, from
+/// `creators` concurrent clients, recording each create's start in `created`.
+async fn create_many(client: &kube::Client, template: &Arc<PodBody>, prefix: &'static str, total: usize, creators: usize, created: Option<Arc<Mutex<HashMap<String, Instant>>>>) -> Result<(), Error> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..creators.max(1) {
+        let client = client.clone();
+        let created = created.clone();
+        let template = template.clone();
+        tasks.spawn(async move {
+            let mut i = c;
+            while i < total {
+                let name = format!("{prefix}-{i}");
+                let body = template.with_name(&name);
+                let t = Instant::now();
+                create(&client, body).await.map_err(|e| Error::Client(format!("creating {name}: {e}")))?;
+                if let Some(Ok(mut m)) = created.as_ref().map(|c| c.lock()) {
+                    m.insert(name, t);
+                }
+                i += creators.max(1);
+            }
+            Ok::<(), Error>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(|e| Error::Client(e.to_string()))??;
+    }
+    Ok(())
+}
+
+/// The DRA workload's ResourceClaimTemplate: one device of the simulated
+/// driver's class (scheduler_perf's template asks for one of its class).
+async fn create_template(client: &kube::Client) -> Result<(), Error> {
+    use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+    let class = berth_cluster::dra_driver::DEFAULT_DRIVER;
+    let t: ResourceClaimTemplate = serde_json::from_value(json!({
+        "metadata": {"name": DRA_TEMPLATE, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": class}}]}}},
+    }))
+    .map_err(|e| Error::Client(format!("the ResourceClaimTemplate: {e}")))?;
+    kube::Api::<ResourceClaimTemplate>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &t)
+        .await
+        .map_err(|e| Error::Client(format!("creating ResourceClaimTemplate {DRA_TEMPLATE}: {e}")))?;
+    Ok(())
+}
+
+/// Reads the claims back once every pod is bound: at least `want` of them
+/// allocated (one per pod), and no device in two allocations. Returns how
+/// many are allocated.
+async fn check_claims(client: &kube::Client, want: usize) -> Result<usize, Error> {
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    let claims = kube::Api::<ResourceClaim>::namespaced(client.clone(), "default").list(&ListParams::default()).await.map_err(|e| Error::Client(format!("listing claims: {e}")))?;
+    let mut given: HashMap<(String, String, String), String> = HashMap::new();
+    let mut allocated = 0;
+    for c in &claims.items {
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let results = c.status.as_ref().and_then(|s| s.allocation.as_ref()).and_then(|a| a.devices.as_ref()).and_then(|d| d.results.as_ref());
+        let Some(results) = results.filter(|r| !r.is_empty()) else { continue };
+        allocated += 1;
+        for r in results {
+            if let Some(other) = given.insert((r.driver.clone(), r.pool.clone(), r.device.clone()), name.clone()) {
+                return Err(Error::Claims(format!("device {}/{}/{} is allocated to both {other} and {name}", r.driver, r.pool, r.device)));
+            }
+        }
+    }
+    if allocated < want {
+        return Err(Error::Claims(format!("{allocated} of {want} claims allocated, with every pod bound")));
+    }
+    Ok(allocated)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,13 +570,23 @@ mod tests {
     #[test]
     fn a_pod_body_is_the_template_with_its_name() {
         for spread in [false, true] {
-            let t = PodBody::new("100m", spread);
+            let t = PodBody::new("100m", spread, false);
             for name in ["p-0", "warm-17", "odd \"name\""] {
                 let v: serde_json::Value = serde_json::from_slice(&t.with_name(name)).unwrap_or_else(|e| panic!("{e}"));
                 assert_eq!(v["metadata"]["name"], name);
                 assert_eq!(v["spec"]["containers"][0]["resources"]["requests"]["cpu"], "100m");
                 assert_eq!(v["spec"]["topologySpreadConstraints"].is_array(), spread);
+                assert!(v["spec"]["resourceClaims"].is_null());
             }
         }
+    }
+
+    #[test]
+    fn a_dra_pod_body_names_the_template_and_uses_its_claim() {
+        let v: serde_json::Value = serde_json::from_slice(&PodBody::new("100m", false, true).with_name("p-3")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["metadata"]["name"], "p-3");
+        assert_eq!(v["spec"]["resourceClaims"][0]["resourceClaimTemplateName"], DRA_TEMPLATE);
+        assert_eq!(v["spec"]["containers"][0]["resources"]["claims"][0]["name"], "resource");
+        assert!(serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(v).is_ok());
     }
 }

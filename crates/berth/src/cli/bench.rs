@@ -28,7 +28,8 @@ pub struct BenchArgs {
     pub no_reuse: bool,
     /// End to end instead: the local cluster and the daemon as two processes
     /// over loopback HTTP, this one creating pods (workloads SchedulingBasic,
-    /// TopologySpreading, Unschedulable; default nodes 5000).
+    /// TopologySpreading, Unschedulable, default nodes 5000; and, when asked
+    /// by --workload, SchedulingWithResourceClaimTemplate, default nodes 500).
     #[arg(long)]
     pub e2e: bool,
     /// Shadow mode's throughput instead: verdicts per second judging a
@@ -94,7 +95,11 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
         Some(w) => vec![w.as_str()],
         None => vec!["SchedulingBasic", "TopologySpreading", "Unschedulable"],
     };
+    if let Some(w) = workloads.iter().find(|w| !berth_lab::bench_e2e::WORKLOADS.contains(w)) {
+        anyhow::bail!("--workload: {w} does not run end to end (with --e2e: {})", berth_lab::bench_e2e::WORKLOADS.join(", "));
+    }
     let nodes = match a.nodes.as_slice() {
+        [] if workloads == [berth_lab::bench_e2e::DRA_WORKLOAD] => 500,
         [] => 5000,
         [n] if (1..=100_000).contains(n) => *n,
         _ => anyhow::bail!("--nodes: with --e2e, give one size between 1 and 100000"),

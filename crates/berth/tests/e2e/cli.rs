@@ -171,3 +171,21 @@ fn bench_e2e_runs_the_pipeline_end_to_end() {
     let (ok, _, err) = berth(&["bench", "--e2e", "--workload", "Nope"]);
     assert!(!ok && err.contains("--workload"), "{err}");
 }
+
+/// `bench --e2e --workload SchedulingWithResourceClaimTemplate`: the
+/// cluster's simulated driver publishes 10 devices per node, init pods take
+/// half of them, and the measured pods (at most the free half) each get a
+/// claim generated from the template, allocated and bound; the benchmark
+/// reads the claims back (all allocated, no device twice) before printing.
+#[test]
+fn bench_e2e_runs_the_dra_workload() {
+    let w = "SchedulingWithResourceClaimTemplate";
+    let (ok, out, err) = berth(&["bench", "--e2e", "--workload", w, "--nodes", "6", "--pods", "100", "--output", "json"]);
+    assert!(ok, "{err}");
+    let f: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    // 60 devices: 30 to init pods, 30 left for the 100 asked.
+    assert_eq!((f["workload"].as_str(), f["pods"].as_u64(), f["init_pods"].as_u64()), (Some(w), Some(30), Some(30)), "{f}");
+    assert_eq!(f["claims_allocated"].as_u64(), Some(60), "{f}");
+    let (ok, _, err) = berth(&["bench", "--e2e", "--workload", "SchedulingWithExtendedResource"]);
+    assert!(!ok && err.contains("does not run end to end"), "{err}");
+}

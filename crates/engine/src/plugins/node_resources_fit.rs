@@ -229,7 +229,10 @@ impl Plugin for NodeResourcesFit {
         Points::PRE_FILTER.or(Points::FILTER).or(Points::PRE_SCORE).or(Points::SCORE)
     }
     fn events(&self) -> Events {
-        Events::NODE_ADD.or(Events::NODE_ALLOCATABLE).or(Events::POD_DELETE)
+        // DeviceClass Add/Update as upstream with DRAExtendedResource: a pod
+        // rejected for an extended resource no node lists may wait for the
+        // class that backs it (then DynamicResources allocates it).
+        Events::NODE_ADD.or(Events::NODE_ALLOCATABLE).or(Events::POD_DELETE).or(Events::DEVICE_CLASS)
     }
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         // DRAExtendedResource: an extended resource a DeviceClass backs is
