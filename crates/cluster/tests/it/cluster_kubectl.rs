@@ -532,12 +532,7 @@ spec:
     spec: {terminationGracePeriodSeconds: 0, containers: [{name: c, image: "agent:1"}]}
 "#;
 
-// Passes its DaemonSet half and the StatefulSet's status and history, but
-// one run of two saw `rollout status statefulset/db` exit non-zero after
-// "Waiting for 1 pods to be ready..." (not yet understood): ignored until
-// that is, so the branch stays green. Run with --ignored.
 #[tokio::test]
-#[ignore = "flaky: rollout status of a StatefulSet once exited early (see comment)"]
 async fn kubectl_rollout_statefulset_and_daemonset() {
     if !kubectl_available() {
         eprintln!("SKIPPED: kubectl is not installed");
