@@ -1,6 +1,8 @@
 //! The Kubernetes-compatible HTTP API (axum): discovery, CRUD, list,
 //! watch, subresources, Table output for kubectl, and fault injection.
 
+mod streams;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -730,6 +732,9 @@ async fn resource_request(
                 }
             if sub == Some("scale") {
                 return scale_request(st, method, (r, &info), &ns, &name, &q, headers, &raw);
+            }
+            if let Some(s) = sub.filter(|s| r == res::PODS && streams::SUBRESOURCES.contains(s)) {
+                return streams::answer(store, method, s, &ns, &name, &q);
             }
             let verb = match (method.clone(), sub) {
                 (Method::GET, None) if truthy(q.get("watch")) => "watch",

@@ -326,8 +326,12 @@ pub static RESOURCES: &[ResourceInfo] = &[
         namespaced: true,
         short_names: &["po"],
         subresources: &[
+            ("attach", "PodAttachOptions", &["create", "get"]),
             ("binding", "Binding", &["create"]),
             ("eviction", "Eviction", &["create"]),
+            ("exec", "PodExecOptions", &["create", "get"]),
+            ("log", "Pod", &["get"]),
+            ("portforward", "PodPortForwardOptions", &["create", "get"]),
             ("status", "Pod", STATUS_VERBS),
         ],
         has_status: true,

@@ -1,5 +1,7 @@
 //! meta.k8s.io/v1 Table output (server-side printing) for kubectl `get`.
 
+mod printers;
+
 use super::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 
@@ -471,13 +473,15 @@ fn wire(v: &Value) -> Value {
 /// object); custom resources get their CRD's additionalPrinterColumns.
 pub fn table(r: ResId, info: &ResourceInfo, lr: &ListResult, include: Include) -> Value {
     let printer = info.custom.as_ref().map(|c| c.printer_columns.clone()).filter(|c| !c.is_empty());
+    let builtin = if info.custom.is_none() { printers::printer(info.group, info.plural) } else { None };
     let rows: Vec<Value> = lr
         .items
         .iter()
         .map(|o| {
-            let cells = match &printer {
-                Some(cols) => custom_cells(cols, &o.value),
-                None => cells(r, &o.value),
+            let cells = match (&printer, builtin) {
+                (Some(cols), _) => custom_cells(cols, &o.value),
+                (None, Some((_, f))) => f(&o.value, s(&o.value, "/metadata/name"), &age(s(&o.value, "/metadata/creationTimestamp"))),
+                (None, None) => cells(r, &o.value),
             };
             let object = match include {
                 Include::None => Value::Null,
@@ -507,7 +511,10 @@ pub fn table(r: ResId, info: &ResourceInfo, lr: &ListResult, include: Include) -
             }))
             .collect(),
         None if info.custom.is_some() => vec![col("Name", "string", 0), col("Age", "string", 0)],
-        None => columns(r),
+        None => match builtin {
+            Some((cols, _)) => cols.iter().map(|(name, ty, priority)| col(name, ty, *priority)).collect(),
+            None => columns(r),
+        },
     };
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": column_defs, "rows": rows})
 }

@@ -27,6 +27,7 @@ pub mod quantity;
 pub mod secrets;
 pub mod storage;
 pub mod validation;
+pub mod workloads;
 
 use crate::resources::{self as res, Admission, ResId};
 
@@ -42,6 +43,8 @@ pub fn rules(r: ResId) -> Admission {
         res::PVCS => storage::CLAIMS,
         res::PVS => storage::VOLUMES,
         res::STORAGE_CLASSES => storage::CLASSES,
+        res::STATEFULSETS => workloads::STATEFULSETS,
+        res::DAEMONSETS => workloads::DAEMONSETS,
         _ => Admission::NONE,
     }
 }

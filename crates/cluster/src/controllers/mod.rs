@@ -418,9 +418,12 @@ fn set_replicas(store: &Store, rs: &Obj, n: i64) {
 fn sync_deployments(store: &Store, pods: &Owned) {
     let all_rs = list(store, REPLICASETS, None);
     for d in list(store, DEPLOYMENTS, None) {
-        if is_deleting(&d.value) || d.value.at("/spec/paused").and_then(Value::as_bool) == Some(true) {
+        if is_deleting(&d.value) {
             continue;
         }
+        // A paused Deployment keeps its ReplicaSets as they are (no new
+        // one, no rolling) but its status is still kept, as upstream does.
+        let paused = d.value.at("/spec/paused").and_then(Value::as_bool) == Some(true);
         let ns = d.namespace().to_string();
         let desired = replicas(&d.value);
         let template = d.value.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
@@ -446,9 +449,23 @@ fn sync_deployments(store: &Store, pods: &Owned) {
                 (current + room).min(desired).max(current.min(desired))
             }
         };
+        let revision_of = |r: &Obj| s(&r.value, "/metadata/annotations/deployment.kubernetes.io~1revision").parse::<i64>().unwrap_or(0);
         let new_rs = match new_rs {
+            Some(r) if paused => Some((*r).clone()),
+            None if paused => None,
             Some(r) => {
                 set_replicas(store, r, new_target(replicas(&r.value)));
+                // A template seen before (`rollout undo`) makes its old
+                // ReplicaSet the newest revision again.
+                let newest_old = old.iter().map(|o| revision_of(o)).max().unwrap_or(0);
+                if revision_of(r) <= newest_old {
+                    let revision = (newest_old + 1).to_string();
+                    let _ = store.modify(REPLICASETS, &ns, r.name(), Some(r.uid()), |v| {
+                        let mut n = v.clone();
+                        meta_map(&mut n, "annotations")?.insert("deployment.kubernetes.io/revision".into(), json!(revision));
+                        Some(n)
+                    });
+                }
                 Some((*r).clone())
             }
             None => {
@@ -493,7 +510,9 @@ fn sync_deployments(store: &Store, pods: &Owned) {
         // Scale the old ReplicaSets down while enough pods stay available.
         let (new_pods, new_ready) = new_rs.as_ref().map(|r| counts(r)).unwrap_or((0, 0));
         let old_counts: Vec<(i64, i64)> = old.iter().map(|r| counts(r)).collect();
-        if recreate {
+        if paused {
+            // Nothing to roll while paused.
+        } else if recreate {
             for r in &old {
                 set_replicas(store, r, 0);
             }
@@ -516,6 +535,17 @@ fn sync_deployments(store: &Store, pods: &Owned) {
         let total_ready = new_ready + old_counts.iter().map(|c| c.1).sum::<i64>();
         let available_ok = total_ready >= desired - max_unavailable;
         let now = now_rfc3339();
+        let rs_name = format!("{}-{hash}", d.name());
+        let progressing = if paused {
+            json!({"type": "Progressing", "status": "Unknown", "reason": "DeploymentPaused", "message": "Deployment is paused",
+                "lastUpdateTime": now, "lastTransitionTime": now})
+        } else if new_pods == desired && total_pods == desired && new_ready == desired {
+            json!({"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                "message": format!("ReplicaSet \"{rs_name}\" has successfully progressed."), "lastUpdateTime": now, "lastTransitionTime": now})
+        } else {
+            json!({"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
+                "message": format!("ReplicaSet \"{rs_name}\" is progressing."), "lastUpdateTime": now, "lastTransitionTime": now})
+        };
         let status = json!({
             "observedGeneration": d.value.at("/metadata/generation").cloned().unwrap_or(json!(1)),
             "replicas": total_pods,
@@ -528,24 +558,32 @@ fn sync_deployments(store: &Store, pods: &Owned) {
                     "reason": if available_ok { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
                     "message": if available_ok { "Deployment has minimum availability." } else { "Deployment does not have minimum availability." },
                     "lastUpdateTime": now, "lastTransitionTime": now},
-                {"type": "Progressing", "status": "True", "reason": if new_pods == desired && total_pods == desired { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" },
-                    "message": format!("ReplicaSet \"{}-{hash}\" is progressing.", d.name()),
-                    "lastUpdateTime": now, "lastTransitionTime": now},
+                progressing,
             ],
         });
         let unchanged = d.value.get("status").is_some_and(|old| {
             let strip = |v: &Value| {
                 let mut v = v.clone();
-                if let Some(m) = v.as_object_mut() {
-                    m.remove("conditions");
+                if let Some(m) = v.as_object_mut()
+                    && let Some(Value::Array(conds)) = m.get_mut("conditions")
+                {
+                    for c in conds.iter_mut() {
+                        *c = json!([c.get("type"), c.get("status"), c.get("reason")]);
+                    }
                 }
                 v
             };
             strip(old) == strip(&status)
         });
-        if !unchanged {
+        // The Deployment carries its newest ReplicaSet's revision.
+        let revision = new_rs.as_ref().map(|r| s(&r.value, "/metadata/annotations/deployment.kubernetes.io~1revision").to_string()).filter(|r| !r.is_empty());
+        let revision_shown = revision.as_deref().is_none_or(|r| s(&d.value, "/metadata/annotations/deployment.kubernetes.io~1revision") == r);
+        if !unchanged || !revision_shown {
             let _ = store.modify(DEPLOYMENTS, &ns, d.name(), Some(d.uid()), |v| {
                 let mut n = v.clone();
+                if let Some(r) = &revision {
+                    meta_map(&mut n, "annotations")?.insert("deployment.kubernetes.io/revision".into(), json!(r));
+                }
                 n.as_object_mut()?.insert("status".into(), status.clone());
                 Some(n)
             });
@@ -627,15 +665,29 @@ fn sync_jobs(store: &Store, pods: &Owned, burst: usize) {
 fn ensure_revision(store: &Store, revisions: &Owned, kind: &str, owner: &Obj, hash: &str, template: &Value) -> Option<String> {
     let name = format!("{}-{hash}", owner.name());
     let mine: Vec<&Arc<Obj>> = revisions.of_owner(owner).collect();
-    if mine.iter().any(|r| r.name() == name) {
+    let number = |r: &Obj| r.value.get("revision").and_then(Value::as_i64).unwrap_or(0);
+    if let Some(r) = mine.iter().find(|r| r.name() == name) {
+        // A template seen before (`rollout undo`) becomes the newest
+        // revision again, as upstream renumbers it.
+        let newest_other = mine.iter().filter(|o| o.name() != name).map(|o| number(o)).max().unwrap_or(0);
+        if number(r) <= newest_other {
+            let _ = store.modify(CONTROLLERREVISIONS, owner.namespace(), &name, Some(r.uid()), |v| {
+                let mut n = v.clone();
+                n.as_object_mut()?.insert("revision".into(), json!(newest_other + 1));
+                Some(n)
+            });
+        }
         return Some(name);
     }
-    let revision = mine.iter().filter_map(|r| r.value.get("revision").and_then(Value::as_i64)).max().unwrap_or(0) + 1;
+    let revision = mine.iter().map(|r| number(r)).max().unwrap_or(0) + 1;
     let mut data_template = template.clone();
     if let Some(t) = data_template.as_object_mut() {
         t.insert("$patch".into(), json!("replace"));
     }
-    let labels = template.at("/metadata/labels").cloned().unwrap_or_else(|| json!({}));
+    let mut labels = template.at("/metadata/labels").cloned().unwrap_or_else(|| json!({}));
+    if let Some(l) = labels.as_object_mut() {
+        l.insert("controller.kubernetes.io/hash".into(), json!(hash));
+    }
     let cr = json!({
         "apiVersion": "apps/v1",
         "kind": "ControllerRevision",

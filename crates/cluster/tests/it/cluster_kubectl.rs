@@ -151,3 +151,423 @@ async fn kubectl_get_create_delete_events() {
     let _ = std::fs::remove_dir_all(&dir);
     c.shutdown().await;
 }
+
+/// kubectl's header line of `get KIND -o wide`: the column names, as the
+/// Table's columnDefinitions name them (upper-cased by kubectl).
+fn header(out: &str) -> Vec<String> {
+    let line = out.lines().next().unwrap_or("");
+    line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(str::to_string).collect()
+}
+
+/// One object of each kind below, applied in one go.
+const PRINTED: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cm}
+data: {a: "1"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: sec}
+stringData: {a: "1"}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: sa}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: rc}
+spec:
+  replicas: 0
+  selector: {app: rc}
+  template:
+    metadata: {labels: {app: rc}}
+    spec: {containers: [{name: c, image: nginx}]}
+---
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: lease}
+spec: {holderIdentity: me}
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: pdb}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: web}}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: sc}
+provisioner: example.com/sc
+---
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {name: drv.example.com}
+spec: {attachRequired: false}
+---
+apiVersion: storage.k8s.io/v1
+kind: VolumeAttachment
+metadata: {name: va}
+spec:
+  attacher: drv.example.com
+  nodeName: node-0
+  source: {persistentVolumeName: pv-1}
+---
+apiVersion: apps/v1
+kind: ControllerRevision
+metadata: {name: cr}
+revision: 1
+data: {}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: r}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: rb}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: r}
+subjects: [{kind: ServiceAccount, name: sa, namespace: default}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: cr-test}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: crb-test}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cr-test}
+subjects: [{kind: Group, name: testers, apiGroup: rbac.authorization.k8s.io}]
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu}
+spec: {}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: claim}
+spec:
+  devices:
+    requests: [{name: r, exactly: {deviceClassName: gpu}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: tmpl}
+spec:
+  spec:
+    devices:
+      requests: [{name: r, exactly: {deviceClassName: gpu}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: slice}
+spec:
+  driver: drv.example.com
+  nodeName: node-0
+  pool: {name: node-0, generation: 1, resourceSliceCount: 1}
+  devices: [{name: d0}]
+"#;
+
+#[tokio::test]
+async fn kubectl_get_wide_prints_upstream_columns() {
+    if !kubectl_available() {
+        eprintln!("SKIPPED: kubectl is not installed");
+        return;
+    }
+    let c = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
+    let dir = temp_dir();
+    let kc = dir.join("kubeconfig");
+    c.write_kubeconfig(&kc).unwrap();
+    let manifest = dir.join("all.yaml");
+    std::fs::write(&manifest, PRINTED).unwrap();
+    let (ok, out) = kubectl(&kc, &["apply", "-f", manifest.to_str().unwrap()]).await;
+    assert!(ok, "{out}");
+    let cases: &[(&str, &[&str])] = &[
+        ("configmaps", &["NAME", "DATA", "AGE"]),
+        ("secrets", &["NAME", "TYPE", "DATA", "AGE"]),
+        ("serviceaccounts", &["NAME", "SECRETS", "AGE"]),
+        ("services", &["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE", "SELECTOR"]),
+        ("replicationcontrollers", &["NAME", "DESIRED", "CURRENT", "READY", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"]),
+        ("leases", &["NAME", "HOLDER", "AGE"]),
+        ("priorityclasses", &["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]),
+        ("poddisruptionbudgets", &["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS", "AGE"]),
+        ("storageclasses", &["NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"]),
+        ("csinodes", &["NAME", "DRIVERS", "AGE"]),
+        (
+            "csidrivers",
+            &["NAME", "ATTACHREQUIRED", "PODINFOONMOUNT", "STORAGECAPACITY", "TOKENREQUESTS", "REQUIRESREPUBLISH", "SELINUXMOUNT", "MODES", "AGE"],
+        ),
+        ("volumeattachments", &["NAME", "ATTACHER", "PV", "NODE", "ATTACHED", "AGE"]),
+        ("controllerrevisions", &["NAME", "CONTROLLER", "REVISION", "AGE"]),
+        ("roles", &["NAME", "CREATED AT"]),
+        ("rolebindings", &["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]),
+        ("clusterroles", &["NAME", "CREATED AT"]),
+        ("clusterrolebindings", &["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]),
+        ("deviceclasses", &["NAME", "AGE"]),
+        ("resourceclaims", &["NAME", "STATE", "AGE"]),
+        ("resourceclaimtemplates", &["NAME", "AGE"]),
+        ("resourceslices", &["NAME", "NODE", "DRIVER", "POOL", "AGE"]),
+    ];
+    for (kind, want) in cases {
+        let (ok, out) = kubectl(&kc, &["get", kind, "-o", "wide"]).await;
+        assert!(ok, "{kind}: {out}");
+        assert_eq!(header(&out), *want, "{kind}: {out}");
+    }
+    // Cells, not only headers: the RoleBinding's subjects and the Service's ports.
+    let (_, out) = kubectl(&kc, &["get", "rolebinding", "rb", "-o", "wide"]).await;
+    assert!(out.contains("Role/r") && out.contains("default:sa"), "{out}");
+    let (_, out) = kubectl(&kc, &["get", "service", "svc", "-o", "wide"]).await;
+    assert!(out.contains("80/TCP") && out.contains("app=web"), "{out}");
+    let (_, out) = kubectl(&kc, &["get", "resourceclaim", "claim"]).await;
+    assert!(out.contains("pending"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+    c.shutdown().await;
+}
+
+/// Bind every unbound pod to `node-0`, or a DaemonSet's pod to its node
+/// (a stand-in scheduler), until aborted.
+fn binder(c: &LocalCluster) -> tokio::task::JoinHandle<()> {
+    let store = c.store().clone();
+    tokio::spawn(async move {
+        loop {
+            if let Ok(lr) = store.list(berth_cluster::resources::PODS, &berth_cluster::selector::Filter::default(), None, None) {
+                for p in &lr.items {
+                    let bound = p.value.pointer("/spec/nodeName").and_then(|n| n.as_str()).is_some_and(|n| !n.is_empty());
+                    if !bound && p.value.pointer("/metadata/deletionTimestamp").is_none() {
+                        // A DaemonSet's pod names its node in a matchFields term.
+                        let node = p
+                            .value
+                            .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
+                            .and_then(|n| n.as_str())
+                            .unwrap_or("node-0");
+                        let b = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": p.name()}, "target": {"kind": "Node", "name": node}});
+                        let _ = store.bind(p.namespace(), p.name(), b);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
+async fn kubectl_cluster() -> (LocalCluster, PathBuf, PathBuf) {
+    let cfg = ClusterConfig {
+        nodes: 2,
+        kubelet: KubeletConfig { enabled: true, start_delay: Duration::from_millis(10) },
+        controllers: berth_cluster::controllers::ControllersConfig { resync: Duration::from_millis(200), ..Default::default() },
+        ..Default::default()
+    };
+    let c = LocalCluster::start(cfg).await.unwrap();
+    let dir = temp_dir();
+    let kc = dir.join("kubeconfig");
+    c.write_kubeconfig(&kc).unwrap();
+    (c, dir, kc)
+}
+
+#[tokio::test]
+async fn kubectl_rollout_status_restart_undo_history_pause() {
+    if !kubectl_available() {
+        eprintln!("SKIPPED: kubectl is not installed");
+        return;
+    }
+    let (c, dir, kc) = kubectl_cluster().await;
+    let bind = binder(&c);
+    let (ok, out) = kubectl(&kc, &["create", "deployment", "web", "--image=nginx:1.0", "--replicas=3"]).await;
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
+    assert!(ok && out.contains("successfully rolled out"), "{out}");
+
+    let (ok, out) = kubectl(&kc, &["set", "image", "deployment/web", "nginx=nginx:2.0"]).await;
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
+    assert!(ok && out.contains("successfully rolled out"), "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "restart", "deployment/web"]).await;
+    assert!(ok && out.contains("restarted"), "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
+    assert!(ok && out.contains("successfully rolled out"), "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "history", "deployment/web"]).await;
+    assert!(ok, "{out}");
+    for rev in ["1", "2", "3"] {
+        assert!(out.lines().any(|l| l.split_whitespace().next() == Some(rev)), "revision {rev}: {out}");
+    }
+    // Undo to revision 1 (nginx:1.0): its ReplicaSet comes back as revision 4.
+    let (ok, out) = kubectl(&kc, &["rollout", "undo", "deployment/web", "--to-revision=1"]).await;
+    assert!(ok && out.contains("rolled back"), "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
+    assert!(ok && out.contains("successfully rolled out"), "{out}");
+    let (ok, out) = kubectl(&kc, &["get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image}"]).await;
+    assert!(ok && out.trim() == "nginx:1.0", "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "history", "deployment/web"]).await;
+    assert!(ok && out.lines().any(|l| l.split_whitespace().next() == Some("4")) && !out.lines().any(|l| l.split_whitespace().next() == Some("1")), "{out}");
+    let (ok, out) = kubectl(&kc, &["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].spec.containers[0].image}"]).await;
+    assert!(ok, "{out}");
+
+    // Paused: a template change makes no new ReplicaSet until resumed.
+    let (ok, out) = kubectl(&kc, &["rollout", "pause", "deployment/web"]).await;
+    assert!(ok && out.contains("paused"), "{out}");
+    let (ok, out) = kubectl(&kc, &["set", "image", "deployment/web", "nginx=nginx:3.0"]).await;
+    assert!(ok, "{out}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (ok, out) = kubectl(&kc, &["get", "rs", "-o", "jsonpath={.items[*].spec.template.spec.containers[0].image}"]).await;
+    assert!(ok && !out.contains("nginx:3.0"), "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "resume", "deployment/web"]).await;
+    assert!(ok && out.contains("resumed"), "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
+    assert!(ok && out.contains("successfully rolled out"), "{out}");
+    let (ok, out) = kubectl(&kc, &["get", "rs", "-o", "jsonpath={.items[*].spec.template.spec.containers[0].image}"]).await;
+    assert!(ok && out.contains("nginx:3.0"), "{out}");
+
+    bind.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_logs_and_exec_say_no_containers_run() {
+    if !kubectl_available() {
+        eprintln!("SKIPPED: kubectl is not installed");
+        return;
+    }
+    let (c, dir, kc) = kubectl_cluster().await;
+    let pod_yaml = dir.join("pod.yaml");
+    std::fs::write(&pod_yaml, "apiVersion: v1\nkind: Pod\nmetadata: {name: lp}\nspec:\n  containers:\n  - {name: a, image: nginx}\n  - {name: b, image: nginx}\n").unwrap();
+    let (ok, out) = kubectl(&kc, &["create", "-f", pod_yaml.to_str().unwrap()]).await;
+    assert!(ok, "{out}");
+    // Not bound yet: no node to ask, so no logs (upstream's empty answer).
+    let (ok, out) = kubectl(&kc, &["logs", "lp", "-c", "a"]).await;
+    assert!(ok && out.trim().is_empty(), "{out}");
+    let (ok, out) = kubectl(&kc, &["logs", "lp", "-c", "zz"]).await;
+    assert!(!ok && out.contains("container zz is not valid for pod lp"), "{out}");
+    let (ok, out) = kubectl(&kc, &["exec", "lp", "-c", "a", "--", "true"]).await;
+    assert!(!ok && out.contains("pod lp does not have a host assigned"), "{out}");
+    let bind = binder(&c);
+    let (ok, out) = kubectl(&kc, &["wait", "--for=condition=Ready", "pod/lp", "--timeout=20s"]).await;
+    assert!(ok && out.contains("condition met"), "{out}");
+    let (ok, out) = kubectl(&kc, &["logs", "lp", "-c", "a"]).await;
+    assert!(!ok && out.contains("BadRequest") && out.contains("run no containers") && !out.contains("NotFound"), "{out}");
+    let (ok, out) = kubectl(&kc, &["exec", "lp", "-c", "b", "--", "ls"]).await;
+    assert!(!ok && out.contains("run no containers") && !out.contains("NotFound"), "{out}");
+    let (ok, out) = kubectl(&kc, &["attach", "lp", "-c", "b"]).await;
+    assert!(!ok && out.contains("run no containers"), "{out}");
+    bind.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_cordon_drain_describe() {
+    if !kubectl_available() {
+        eprintln!("SKIPPED: kubectl is not installed");
+        return;
+    }
+    let (c, dir, kc) = kubectl_cluster().await;
+    let bind = binder(&c);
+    let (ok, out) = kubectl(&kc, &["create", "deployment", "web", "--image=nginx", "--replicas=2"]).await;
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&kc, &["create", "pdb", "web", "--selector=app=web", "--min-available=2"]).await;
+    assert!(ok, "{out}");
+
+    for (what, needle) in [("pod", "Containers:"), ("node/node-0", "Allocated resources"), ("deployment/web", "NewReplicaSet:")] {
+        let args: Vec<&str> = if what == "pod" { vec!["describe", "pods", "-l", "app=web"] } else { vec!["describe", what] };
+        let (ok, out) = kubectl(&kc, &args).await;
+        assert!(ok && out.contains(needle), "describe {what}: {out}");
+    }
+
+    let (ok, out) = kubectl(&kc, &["cordon", "node-0"]).await;
+    assert!(ok && out.contains("cordoned"), "{out}");
+    let (ok, out) = kubectl(&kc, &["get", "node", "node-0"]).await;
+    assert!(ok && out.contains("SchedulingDisabled"), "{out}");
+    // The PDB allows no disruption: drain keeps retrying the evictions.
+    let (ok, out) = kubectl(&kc, &["drain", "node-0", "--ignore-daemonsets", "--grace-period=1", "--timeout=3s"]).await;
+    assert!(!ok && out.contains("disruption budget"), "{out}");
+    let (ok, out) = kubectl(&kc, &["delete", "pdb", "web"]).await;
+    assert!(ok, "{out}");
+    bind.abort();
+    let (ok, out) = kubectl(&kc, &["drain", "node-0", "--ignore-daemonsets", "--grace-period=1", "--timeout=30s"]).await;
+    assert!(ok && out.contains("drained"), "{out}");
+    let (ok, out) = kubectl(&kc, &["uncordon", "node-0"]).await;
+    assert!(ok && out.contains("uncordoned"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+    c.shutdown().await;
+}
+
+const STS_DS: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 2
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {terminationGracePeriodSeconds: 0, containers: [{name: c, image: "db:1"}]}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {terminationGracePeriodSeconds: 0, containers: [{name: c, image: "agent:1"}]}
+"#;
+
+#[tokio::test]
+async fn kubectl_rollout_statefulset_and_daemonset() {
+    if !kubectl_available() {
+        eprintln!("SKIPPED: kubectl is not installed");
+        return;
+    }
+    let (c, dir, kc) = kubectl_cluster().await;
+    let bind = binder(&c);
+    let manifest = dir.join("sts.yaml");
+    std::fs::write(&manifest, STS_DS).unwrap();
+    let (ok, out) = kubectl(&kc, &["apply", "-f", manifest.to_str().unwrap()]).await;
+    assert!(ok, "{out}");
+    for (w, image) in [("statefulset/db", "c=db:2"), ("daemonset/agent", "c=agent:2")] {
+        let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
+        assert!(ok, "{w}: {out}");
+        let (ok, out) = kubectl(&kc, &["set", "image", w, image]).await;
+        assert!(ok, "{w}: {out}");
+        let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
+        // A StatefulSet's defaulted partition (0) makes kubectl say "partitioned roll out complete", as against any cluster.
+        assert!(ok && (out.contains("roll out complete") || out.contains("rolling update complete") || out.contains("successfully rolled out")), "{w}: {out}");
+        let (ok, out) = kubectl(&kc, &["rollout", "history", w]).await;
+        assert!(ok && out.lines().any(|l| l.split_whitespace().next() == Some("2")), "{w}: {out}");
+        let (ok, out) = kubectl(&kc, &["rollout", "undo", w]).await;
+        assert!(ok && out.contains("rolled back"), "{w}: {out}");
+        let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
+        assert!(ok, "{w}: {out}");
+        let (ok, out) = kubectl(&kc, &["get", w, "-o", "jsonpath={.spec.template.spec.containers[0].image}"]).await;
+        assert!(ok && out.trim().ends_with(":1"), "{w}: {out}");
+        let (ok, out) = kubectl(&kc, &["rollout", "restart", w]).await;
+        assert!(ok && out.contains("restarted"), "{w}: {out}");
+        let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
+        assert!(ok, "{w}: {out}");
+    }
+    let (ok, out) = kubectl(&kc, &["get", "controllerrevisions", "-l", "app=db", "-o", "wide"]).await;
+    assert!(ok && out.contains("statefulset.apps/db"), "{out}");
+    bind.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+    c.shutdown().await;
+}
