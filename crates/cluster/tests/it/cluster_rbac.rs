@@ -205,11 +205,16 @@ async fn kubectl_auth_can_i_and_whoami() {
     let dir = temp_dir();
     let kc = dir.join("kubeconfig");
 
-    let c = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
-    assert!(c.url().starts_with("https://"), "{}", c.url());
-    c.write_kubeconfig(&kc).unwrap();
+    // The defaults: HTTPS, RBAC; the written kubeconfig is the admin's.
+    let d = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
+    assert!(d.url().starts_with("https://"), "{}", d.url());
+    d.write_kubeconfig(&kc).unwrap();
     let (ok, out) = kubectl(&kc, &["auth", "whoami", "-o", "json"]).await;
     assert!(ok && out.contains("berth-admin") && out.contains("system:masters"), "{out}");
+    d.shutdown().await;
+
+    let c = rbac_cluster().await;
+    c.write_kubeconfig(&kc).unwrap();
     let (ok, out) = kubectl(&kc, &["auth", "can-i", "delete", "pods"]).await;
     assert!(ok && out.trim() == "yes", "{out}");
     let (ok, out) = kubectl(&kc, &["get", "clusterroles", "-o", "name"]).await;
