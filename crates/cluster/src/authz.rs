@@ -1,7 +1,7 @@
 //! The request-authorization layer and the RBAC objects' upkeep.
 //!
-//! [`AuthorizationMode::AlwaysAllow`] (the default for now) serves every
-//! request as before; [`AuthorizationMode::Rbac`] does what kube-apiserver
+//! [`AuthorizationMode::AlwaysAllow`] serves every request, even
+//! anonymous, with full access; [`AuthorizationMode::Rbac`] (the default) does what kube-apiserver
 //! does with `--authorization-mode=RBAC`: each request is authenticated
 //! ([`crate::authn`]: 401 for an unknown bearer token), turned into
 //! attributes ([`RequestInfo::parse`]) and authorized by the RBAC
@@ -61,11 +61,11 @@ pub enum Error {
 /// How requests are authorized (kube-apiserver's `--authorization-mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum AuthorizationMode {
-    /// Every request is allowed, with or without credentials (today's default).
-    #[default]
+    /// Every request, even anonymous, has full access.
     #[value(name = "AlwaysAllow")]
     AlwaysAllow,
-    /// Requests are authenticated and authorized by RBAC.
+    /// Requests are authenticated and authorized by RBAC (the default).
+    #[default]
     #[value(name = "RBAC")]
     Rbac,
 }
@@ -515,6 +515,6 @@ mod tests {
         use clap::ValueEnum as _;
         assert_eq!(AuthorizationMode::from_str("RBAC", false), Ok(AuthorizationMode::Rbac));
         assert_eq!(AuthorizationMode::from_str("AlwaysAllow", false), Ok(AuthorizationMode::AlwaysAllow));
-        assert_eq!(AuthorizationMode::default(), AuthorizationMode::AlwaysAllow);
+        assert_eq!(AuthorizationMode::default(), AuthorizationMode::Rbac);
     }
 }

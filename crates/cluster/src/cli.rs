@@ -72,9 +72,11 @@ pub struct ClusterArgs {
     /// `/version`, and only the API groups and versions it serves by default.
     #[arg(long, default_value = "1.37")]
     pub kubernetes_version: super::version::KubeVersion,
-    /// How requests are authorized: AlwaysAllow (every request, with or
-    /// without credentials) or RBAC (bearer tokens, RBAC policy).
-    #[arg(long, value_enum, default_value_t = super::authz::AuthorizationMode::AlwaysAllow)]
+    /// How requests are authorized: RBAC (bearer tokens, RBAC policy; the
+    /// written kubeconfig carries the admin token) or AlwaysAllow (every
+    /// request, even anonymous, has full access; a warning is logged when
+    /// --listen is not a loopback address).
+    #[arg(long, value_enum, default_value_t = super::authz::AuthorizationMode::Rbac)]
     pub authorization_mode: super::authz::AuthorizationMode,
     /// How long an Event is kept after its last write, as kube-apiserver's
     /// `--event-ttl` (a Go duration: `1h`, `1h0m0s`, `90s`, `500ms`).
@@ -128,6 +130,8 @@ impl ClusterArgs {
             kubernetes_version: self.kubernetes_version,
             authorization: self.authorization_mode,
             event_ttl: self.event_ttl,
+            tls: true,
+            ca: None,
         })
     }
 }

@@ -2,7 +2,7 @@
 //! with simulated kubelets, for running and testing a scheduler (like
 //! KWOK/envtest, for the resources a scheduler touches).
 //!
-//! Served (JSON over HTTP/1.1, no auth): discovery (`/version`, `/api`,
+//! Served (JSON over HTTPS/1.1 with RBAC, see "Security" below): discovery (`/version`, `/api`,
 //! `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`); core/v1 namespaces,
 //! nodes (+status), pods (+binding, +status, +eviction), events;
 //! events.k8s.io/v1 events (one stored Event, core/v1 a view of it: see
@@ -80,9 +80,18 @@
 //! volume in the selected node's zone), pvc/pv-protection, and a kubelet
 //! that keeps a pod Pending while its claims are not usable on its node.
 //!
-//! Known simplifications: no auth unless [`ClusterConfig::authorization`]
-//! is RBAC ([`authz`], [`authn`]), and no TLS (kubectl sends no token over
-//! plain HTTP); bodies are JSON, or protobuf for the
+//! Security, as kube-apiserver with `--authorization-mode=RBAC`: HTTPS
+//! with a CA of the cluster's own ([`tls`]; kept in the data directory),
+//! bearer tokens ([`authn`]: the admin token in `system:masters` that the
+//! written kubeconfig carries, ServiceAccount tokens; 401 for an unknown
+//! one), RBAC over the stored roles and bindings with upstream's
+//! bootstrap policy and Forbidden messages ([`authz`], [`rbac`]).
+//! `--authorization-mode AlwaysAllow` ([`ClusterConfig::authorization`])
+//! gives every request, even anonymous, full access (a warning is logged
+//! when the address is not loopback); [`ClusterConfig::tls`] off serves
+//! plain HTTP, for tests that write HTTP by hand.
+//!
+//! Known simplifications: no client certificates (tokens only); bodies are JSON, or protobuf for the
 //! built-in kinds (requests only, decoded into the same JSON: [`proto`];
 //! responses are JSON, which protobuf clients accept), no CBOR; lists
 //! always answer the current state (a resourceVersion ahead of the
@@ -165,6 +174,7 @@ pub mod resources;
 pub mod selector;
 pub mod store;
 pub mod table;
+pub mod tls;
 pub mod version;
 pub mod volumes;
 
@@ -224,6 +234,17 @@ pub enum Error {
     /// The simulated DRA driver's devices are invalid or could not be published.
     #[error("{0}")]
     Devices(#[from] dra_driver::Error),
+    /// The cluster's certificates could not be made.
+    #[error("{0}")]
+    Tls(#[from] tls::Error),
+    /// The admin token kept in the data directory could not be read or written.
+    #[error("{path}: {source}")]
+    AdminToken {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
 }
 
 /// Configuration of a local cluster.
@@ -269,9 +290,19 @@ pub struct ClusterConfig {
     /// The Kubernetes release answered as: `/version`, and the built-in
     /// resources it serves by default (see [`version`]).
     pub kubernetes_version: version::KubeVersion,
-    /// How requests are authorized: [`authz::AuthorizationMode::AlwaysAllow`]
-    /// (the default for now) or RBAC (see [`authz`]).
+    /// How requests are authorized: RBAC (the default, see [`authz`]) or
+    /// [`authz::AuthorizationMode::AlwaysAllow`] (every request, even
+    /// anonymous, has full access).
     pub authorization: authz::AuthorizationMode,
+    /// Serve HTTPS (the default; see [`tls`]). Off, the cluster speaks
+    /// plain HTTP, over which client-go (kubectl, helm) sends no token:
+    /// only for tests that speak raw HTTP.
+    pub tls: bool,
+    /// The CA that signs the serving certificate; None: the data
+    /// directory's, else a new one. A cluster that replaces another on
+    /// its address (an etcd restore) passes the other's
+    /// ([`tls::Identity::ca`]), so that its clients still trust it.
+    pub ca: Option<tls::Ca>,
     /// How long an Event is kept after its last write (kube-apiserver's
     /// `--event-ttl`, one hour by default).
     pub event_ttl: Duration,
@@ -299,6 +330,8 @@ impl Default for ClusterConfig {
             kubernetes_version: version::KubeVersion::default(),
             authorization: authz::AuthorizationMode::default(),
             event_ttl: Duration::from_secs(3600),
+            tls: true,
+            ca: None,
         }
     }
 }
@@ -407,6 +440,8 @@ struct Running {
 struct ServerCtl {
     addr: SocketAddr,
     app: axum::Router,
+    /// TLS, unless the cluster speaks plain HTTP.
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
     watch_gen: Arc<watch::Sender<u64>>,
     running: tokio::sync::Mutex<Option<Running>>,
 }
@@ -417,13 +452,26 @@ impl ServerCtl {
         for _ in 0..100 {
             match bind(self.addr) {
                 Ok(l) => {
+                    let mut plain = None;
                     let (stop, mut rx) = watch::channel(false);
                     let app = self.app.clone();
+                    let tls = match &self.acceptor {
+                        Some(a) => Some(tls::TlsListener::new(l, a.clone()).map_err(|source| Error::Listen { addr: self.addr, source })?),
+                        None => {
+                            plain = Some(l);
+                            None
+                        }
+                    };
                     let task = tokio::spawn(async move {
                         let signal = async move {
                             let _ = rx.wait_for(|s| *s).await;
                         };
-                        if let Err(e) = axum::serve(l, app).with_graceful_shutdown(signal).await {
+                        let served = match (tls, plain) {
+                            (Some(l), _) => axum::serve(l, app).with_graceful_shutdown(signal).await,
+                            (None, Some(l)) => axum::serve(l, app).with_graceful_shutdown(signal).await,
+                            (None, None) => Ok(()),
+                        };
+                        if let Err(e) = served {
                             tracing::warn!(error = %e, "local cluster server stopped with an error");
                         }
                     });
@@ -476,6 +524,7 @@ fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
 pub struct LocalCluster {
     cfg: ClusterConfig,
     addr: SocketAddr,
+    identity: Option<tls::Identity>,
     store: Arc<Store>,
     faults: Faults,
     server: Arc<ServerCtl>,
@@ -496,8 +545,16 @@ impl LocalCluster {
             return Err(Error::Config("zones must be at least 1".into()));
         }
         if authn::admin_token(&cfg.auth).is_none() {
-            cfg.auth.tokens.push(auth::StaticToken::new(&authn::new_admin_token(), authn::ADMIN_USER, &[rbac::SYSTEM_MASTERS]));
+            let token = match &cfg.data_dir {
+                Some(dir) => kept_admin_token(dir)?,
+                None => authn::new_admin_token(),
+            };
+            cfg.auth.tokens.push(auth::StaticToken::new(&token, authn::ADMIN_USER, &[rbac::SYSTEM_MASTERS]));
         }
+        if cfg.authorization == authz::AuthorizationMode::AlwaysAllow && !cfg.listen.ip().is_loopback() {
+            tracing::warn!(listen = %cfg.listen, "--authorization-mode AlwaysAllow on a non-loopback address: every request, even anonymous, has full access to this cluster");
+        }
+        let identity = if cfg.tls { Some(tls::Identity::new(cfg.listen, cfg.data_dir.as_deref(), cfg.ca.as_ref())?) } else { None };
         let (store, restored) = match &cfg.data_dir {
             Some(dir) => Store::open(cfg.store.clone(), dir)?,
             None => (Store::new(cfg.store.clone()), false),
@@ -537,7 +594,8 @@ impl LocalCluster {
         }
         // Authorization is the outermost layer: a refused request reaches nothing.
         app = app.layer(axum::middleware::from_fn_with_state(access.clone(), authz::middleware));
-        let server = Arc::new(ServerCtl { addr, app, watch_gen, running: tokio::sync::Mutex::new(None) });
+        let acceptor = identity.as_ref().map(tls::Identity::acceptor);
+        let server = Arc::new(ServerCtl { addr, app, acceptor, watch_gen, running: tokio::sync::Mutex::new(None) });
         server.listen().await?;
         let weak: std::sync::Weak<dyn faults::Restarter> = Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));
         faults.set_server(weak);
@@ -573,7 +631,7 @@ impl LocalCluster {
         };
         tasks.push(ticker);
         tasks.push(spawn_event_expiry(store.clone(), cfg.event_ttl, stop.subscribe()));
-        Ok(LocalCluster { cfg, addr, store, faults, server, stop, tasks: Mutex::new(tasks) })
+        Ok(LocalCluster { cfg, addr, identity, store, faults, server, stop, tasks: Mutex::new(tasks) })
     }
 
     /// The listen address.
@@ -581,9 +639,21 @@ impl LocalCluster {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `https://127.0.0.1:PORT` (`http://` when [`ClusterConfig::tls`] is off).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.identity.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The cluster's CA and serving certificate (None over plain HTTP).
+    pub fn identity(&self) -> Option<&tls::Identity> {
+        self.identity.as_ref()
+    }
+
+    /// A raw connection to the server (TLS trusting the cluster's CA, or
+    /// plain TCP without TLS), for clients that write HTTP themselves.
+    pub async fn connect(&self) -> std::io::Result<tls::Conn> {
+        tls::connect(self.addr, self.identity.as_ref()).await
     }
 
     #[cfg(feature = "client")]
@@ -595,6 +665,7 @@ impl LocalCluster {
         cfg.default_namespace = "default".into();
         cfg.read_timeout = Some(Duration::from_secs(60));
         cfg.auth_info.token = Some(self.admin_token().to_string().into());
+        cfg.root_cert = self.identity.as_ref().map(|i| vec![i.ca_der().to_vec()]);
         Ok(cfg)
     }
 
@@ -612,9 +683,14 @@ impl LocalCluster {
         kube::Client::try_from(cfg).map_err(|e| Error::Client(e.to_string()))
     }
 
-    /// The kubeconfig YAML pointing at this cluster, with the admin token.
+    /// The kubeconfig YAML pointing at this cluster: its CA
+    /// (`certificate-authority-data`) and the admin token.
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig_yaml_with_token(&self.url(), self.admin_token())
+        let yaml = kubeconfig_yaml_with_token(&self.url(), self.admin_token());
+        match &self.identity {
+            Some(id) => with_certificate_authority(&yaml, id.ca_pem()),
+            None => yaml,
+        }
     }
 
     /// The admin bearer token (a static token in `system:masters`).
@@ -779,12 +855,40 @@ pub fn kubeconfig_yaml(url: &str) -> String {
 }
 
 /// A kubeconfig for `url` whose user sends the bearer `token`. Note:
-/// client-go (so kubectl) reads a user's credentials only for an
-/// `https://` server (`IsConfigTransportTLS` on the URL alone), so over
-/// the local cluster's plain HTTP kubectl sends no token and is
-/// `system:anonymous`; kube-rs sends it.
+/// client-go (so kubectl and helm) sends a user's credentials only to an
+/// `https://` server (`IsConfigTransportTLS` on the URL alone): the
+/// local cluster serves HTTPS and [`LocalCluster::kubeconfig_yaml`] adds
+/// its CA ([`with_certificate_authority`]); over plain HTTP
+/// ([`ClusterConfig::tls`] off) kubectl would be `system:anonymous`
+/// (kube-rs sends the token either way).
 pub fn kubeconfig_yaml_with_token(url: &str, token: &str) -> String {
     kubeconfig_yaml(url).replace("  user: {}\n", &format!("  user:\n    token: {token}\n"))
+}
+
+/// `yaml` (a kubeconfig of [`kubeconfig_yaml`]) with the cluster's CA
+/// certificate (PEM) as its `certificate-authority-data`.
+pub fn with_certificate_authority(yaml: &str, ca_pem: &str) -> String {
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    yaml.replacen("  cluster:\n", &format!("  cluster:\n    certificate-authority-data: {data}\n"), 1)
+}
+
+/// The admin token kept in `dir` (file `admin-token`, readable by its
+/// owner only), made and written there the first time, so that a
+/// restarted cluster accepts the kubeconfigs written before.
+fn kept_admin_token(dir: &Path) -> Result<String, Error> {
+    let path = dir.join("admin-token");
+    let err = |source| Error::AdminToken { path: path.display().to_string(), source };
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let token = authn::new_admin_token();
+    tls::write_private(&path, token.as_bytes()).map_err(err)?;
+    Ok(token)
 }
 
 /// Write `bytes` to `path` so that a reader never sees part of them: into

@@ -754,7 +754,13 @@ impl Writer {
                 }
                 Err(e) if api_code(&e).is_some_and(|c| (400..500).contains(&c) && c != 429) => {
                     // Refused for good (namespace gone, invalid): retrying cannot help.
-                    tracing::debug!(pod = %pod.key(), error = %e, "event refused");
+                    // Refused access is the operator's to fix (the account's
+                    // RBAC): said at warning level, with the server's message.
+                    if matches!(api_code(&e), Some(401 | 403)) {
+                        tracing::warn!(pod = %pod.key(), reason = item.reason, error = %e, "event refused");
+                    } else {
+                        tracing::debug!(pod = %pod.key(), error = %e, "event refused");
+                    }
                     self.count(|c| c.events_lost += 1);
                     return;
                 }

@@ -1,5 +1,8 @@
-//! `berth cluster-bench`: pod creates/s and bindings/s over loopback HTTP
-//! from concurrent clients, while several watchers receive every pod event.
+//! `berth cluster-bench`: pod creates/s and bindings/s over loopback HTTPS
+//! (the admin token, authorized by RBAC, as `berth cluster` serves by
+//! default) from concurrent clients, while several watchers receive every
+//! pod event. `--authorization-mode AlwaysAllow` and `--plain-http`
+//! measure what authorization and TLS cost.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,11 +38,17 @@ pub struct BenchArgs {
     /// and removed after it.
     #[arg(long)]
     pub data_dir: Option<std::path::PathBuf>,
+    /// How the cluster authorizes requests (as `berth cluster`).
+    #[arg(long, value_enum, default_value_t = berth_cluster::authz::AuthorizationMode::Rbac)]
+    pub authorization_mode: berth_cluster::authz::AuthorizationMode,
+    /// Serve plain HTTP instead of HTTPS.
+    #[arg(long)]
+    pub plain_http: bool,
 }
 
 impl Default for BenchArgs {
     fn default() -> Self {
-        Self { nodes: 5000, pods: 50_000, clients: 8, inflight: 4, watchers: 4, kubelet: false, data_dir: None }
+        Self { nodes: 5000, pods: 50_000, clients: 8, inflight: 4, watchers: 4, kubelet: false, data_dir: None, authorization_mode: Default::default(), plain_http: false }
     }
 }
 
@@ -50,6 +59,8 @@ pub struct BenchReport {
     pub nodes: usize,
     /// Kept in a data directory (`--data-dir`).
     pub persistent: bool,
+    /// The authorization mode and transport, as printed (`RBAC over HTTPS`).
+    pub access: String,
     /// Pods created and bound.
     pub pods: usize,
     /// Clients.
@@ -92,7 +103,7 @@ fn rss_bytes() -> Option<u64> {
 impl std::fmt::Display for BenchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kept = if self.persistent { ", kept in a data directory" } else { "" };
-        writeln!(f, "cluster-bench: {} nodes, {} pods, {} clients, {} watchers{kept}", self.nodes, self.pods, self.clients, self.watchers)?;
+        writeln!(f, "cluster-bench: {} nodes, {} pods, {} clients, {} watchers{kept}, {}", self.nodes, self.pods, self.clients, self.watchers, self.access)?;
         writeln!(f, "  pod creates/s:      {:>10.0}", self.creates_per_sec)?;
         writeln!(f, "  memory per pod:     {:>10.0} bytes (resident growth over the run / pods)", self.rss_per_pod_bytes)?;
         writeln!(f, "  bindings/s:         {:>10.0}", self.binds_per_sec)?;
@@ -174,8 +185,18 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
         nodes: args.nodes,
         kubelet: KubeletConfig { enabled: args.kubelet, ..Default::default() },
         store: StoreConfig { history_limit: 200_000, channel_capacity: 262_144, ..Default::default() },
+        authorization: args.authorization_mode,
+        tls: !args.plain_http,
         ..Default::default()
     };
+    let access = format!(
+        "{} over {}",
+        match args.authorization_mode {
+            berth_cluster::authz::AuthorizationMode::Rbac => "RBAC",
+            berth_cluster::authz::AuthorizationMode::AlwaysAllow => "AlwaysAllow",
+        },
+        if args.plain_http { "HTTP" } else { "HTTPS" }
+    );
     let cluster = LocalCluster::start(cfg).await?;
     let store = cluster.store().clone();
     let clients: Vec<kube::Client> = (0..args.clients.max(1)).map(|_| cluster.client()).collect::<Result<_, _>>()?;
@@ -270,6 +291,7 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
     let report = BenchReport {
         nodes: args.nodes,
         persistent: data_dir.is_some(),
+        access,
         pods: args.pods,
         clients: clients.len(),
         creates_per_sec: creates,

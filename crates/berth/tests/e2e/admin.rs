@@ -57,7 +57,7 @@ async fn https_with_delegated_authentication_and_authorization() {
         let a = d.admin_addr;
 
         // Plain HTTP is refused (Go's answer), never served.
-        let (code, body) = plain_http_get(a, "/healthz").await;
+        let (code, body) = plain_http_get_addr(a, "/healthz").await;
         assert_eq!(code, 400, "plain HTTP: {body}");
         assert!(body.contains("Client sent an HTTP request to an HTTPS server"), "{body}");
 
@@ -92,6 +92,28 @@ async fn https_with_delegated_authentication_and_authorization() {
         assert_eq!(code, 200);
         assert!(body.contains("scheduler_pending_pods"), "{body}");
         assert_eq!(admin_get(a, "/debug/explain?pod=default/x", Some(METRICS_TOKEN)).await.0, 403);
+
+        // README's monitoring instructions, on the cluster's RBAC: a
+        // ServiceAccount bound to a ClusterRole with nonResourceURLs
+        // /metrics get reads /metrics; an unbound one gets 403.
+        let sa_token = |name: &'static str| {
+            let client = c.client().unwrap();
+            async move {
+                let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::default_namespaced(client);
+                sas.create(&kube::api::PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()).await.unwrap();
+                let tr: k8s_openapi::api::authentication::v1::TokenRequest =
+                    sas.create_subresource("token", name, &kube::api::PostParams::default(), &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await.unwrap();
+                serde_json::to_value(tr.status).unwrap()["token"].as_str().unwrap().to_string()
+            }
+        };
+        let (scraper, unbound) = (sa_token("scraper").await, sa_token("unbound").await);
+        grant_metrics(&c, "ServiceAccount", "scraper", "default").await;
+        let (code, body) = admin_get(a, "/metrics", Some(&scraper)).await;
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("scheduler_pending_pods"), "{body}");
+        let (code, body) = admin_get(a, "/metrics", Some(&unbound)).await;
+        assert_eq!(code, 403, "{body}");
+        assert!(body.contains(r#"User \"system:serviceaccount:default:unbound\" cannot get path \"/metrics\""#), "{body}");
 
         // system:masters may do everything; an unknown path is a 404 once authorized.
         assert_eq!(admin_get(a, "/metrics", Some(ADMIN_TOKEN)).await.0, 200);

@@ -19,9 +19,19 @@ async fn cli_binary_serves_and_stops_on_sigterm() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let text = eventually(10, "the kubeconfig written", || async { std::fs::read_to_string(&kc).ok().filter(|t| t.contains("server: http://127.0.0.1:")) }).await;
+    let text = eventually(10, "the kubeconfig written", || async { std::fs::read_to_string(&kc).ok().filter(|t| t.contains("server: https://127.0.0.1:")) }).await;
+    // HTTPS with the cluster's CA and the admin token (RBAC is on).
+    assert!(text.contains("certificate-authority-data: ") && text.contains("token: berth-admin."), "{text}");
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).unwrap();
     let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    // Without the token: anonymous, refused as kube-apiserver refuses it.
+    let mut anonymous = cfg.clone();
+    anonymous.auth_info.token = None;
+    let anon: Api<Node> = Api::all(kube::Client::try_from(anonymous).unwrap());
+    match anon.list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{s:?}"),
+        other => panic!("expected 403, got {other:?}"),
+    }
     let client = kube::Client::try_from(cfg).unwrap();
     let nodes: Api<Node> = Api::all(client);
     let list = nodes.list(&ListParams::default().labels("topology.kubernetes.io/zone=zone-b")).await.unwrap();
@@ -46,7 +56,7 @@ pub(crate) async fn spawn_cluster(args: &[&str], kc: &std::path::Path) -> (tokio
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let text = eventually(20, "the kubeconfig written", || async { std::fs::read_to_string(kc).ok().filter(|t| t.contains("server: http://127.0.0.1:")) }).await;
+    let text = eventually(20, "the kubeconfig written", || async { std::fs::read_to_string(kc).ok().filter(|t| t.contains("server: https://127.0.0.1:")) }).await;
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).unwrap();
     let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
     (child, kube::Client::try_from(cfg).unwrap())

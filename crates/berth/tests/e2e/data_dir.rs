@@ -28,7 +28,7 @@ async fn start_cluster(listen: &str, data: &Path, kc: &Path) -> (tokio::process:
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let text = eventually(30, "the kubeconfig written", || async { std::fs::read_to_string(kc).ok().filter(|t| t.contains("server: http://127.0.0.1:")) }).await;
+    let text = eventually(30, "the kubeconfig written", || async { std::fs::read_to_string(kc).ok().filter(|t| t.contains("server: https://127.0.0.1:")) }).await;
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).unwrap();
     let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
     (child, kube::Client::try_from(cfg).unwrap())

@@ -282,6 +282,8 @@ async fn a_cluster_that_comes_back_with_fewer_nodes_is_relisted() {
     init_logs();
     let first = LocalCluster::start(cfg.clone()).await.unwrap();
     let addr = first.addr();
+    // The same server to its clients: its address, its CA.
+    let ca = first.identity().map(|i| i.ca().clone());
     let d = start_daemon(&first, &config(""), "shrink").await;
     until_leading(&d, 30).await;
     // Enough writes that the first cluster's resourceVersion is well ahead
@@ -291,7 +293,7 @@ async fn a_cluster_that_comes_back_with_fewer_nodes_is_relisted() {
     eventually(60, "the first 40 pods bound", || async { pods(&api).await.iter().all(|p| node_of(p).is_some()).then_some(()) }).await;
     first.shutdown().await;
 
-    let second = LocalCluster::start(berth_cluster::ClusterConfig { listen: addr, nodes: 5, ..cfg }).await.unwrap();
+    let second = LocalCluster::start(berth_cluster::ClusterConfig { listen: addr, nodes: 5, ca, ..cfg }).await.unwrap();
     let api: Api<Pod> = Api::namespaced(second.client().unwrap(), "default");
     create_all(&api, (0..20).map(|i| pod(&format!("after-{i}"), "100m", json!({}))).collect(), 4).await;
     let bound = eventually(90, "the 20 new pods bound", || async {

@@ -37,9 +37,18 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// A kubeconfig for a server without auth or TLS (the fault proxy, which
+/// adds the admin's credentials upstream).
 fn write_kubeconfig(dir: &Path, url: &str) -> String {
     let p = dir.join("kubeconfig");
     std::fs::write(&p, berth_cluster::kubeconfig_yaml(url)).expect("kubeconfig");
+    p.to_string_lossy().into_owned()
+}
+
+/// The cluster's own kubeconfig (HTTPS, its CA, the admin token).
+fn cluster_kubeconfig(dir: &Path, c: &berth_cluster::LocalCluster) -> String {
+    let p = dir.join("kubeconfig");
+    c.write_kubeconfig(&p).expect("kubeconfig");
     p.to_string_lossy().into_owned()
 }
 
@@ -104,7 +113,7 @@ async fn live_explain_and_simulate_match_the_dump_and_the_anonymized_dump() {
     let c = cluster(3, 3, "2", 20, FaultConfig::default()).await;
     seed(&c).await;
     let dir = temp_dir("same");
-    let kc = write_kubeconfig(&dir, &c.url());
+    let kc = cluster_kubeconfig(&dir, &c);
     let dump = dir.join("cluster.yaml");
 
     // A pod that fits nowhere: every node, with its reason.

@@ -6,6 +6,7 @@
 //! - `e2e_*`, `default_spreading`, `gangs`: the daemon over HTTP against the local cluster
 //!   (`e2e_recovery`: outages between them; `e2e_shadow`: `--shadow` judging another binder);
 //! - `admin`: the daemon's secure port (TLS, delegated auth, limits, explain);
+//! - `chart_rbac`: `berth run` with the chart's RBAC and no more (each rule needed);
 //! - `cluster_bench`: the local cluster's benchmark;
 //! - `live`: explain, simulate and dump against the local cluster's API;
 //! - `versions`: the daemon against a cluster of an older release (1.34).
@@ -14,6 +15,7 @@
 //! engine's with the engine.
 
 mod admin;
+mod chart_rbac;
 mod cli;
 mod cluster_bench;
 mod cluster_cli;

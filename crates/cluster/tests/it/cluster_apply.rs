@@ -4,7 +4,6 @@
 //! is not installed; CI installs it).
 #![allow(clippy::unwrap_used)]
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,17 +19,19 @@ const MERGE: &str = "application/merge-patch+json";
 const DEPLOY: &str = "/apis/apps/v1/namespaces/default/deployments";
 
 /// One HTTP/1.1 request: (status, JSON body).
-async fn req(addr: SocketAddr, method: &str, path: &str, ct: &str, body: &Value) -> (u16, Value) {
+async fn req(c: &LocalCluster, method: &str, path: &str, ct: &str, body: &Value) -> (u16, Value) {
     let body = if body.is_null() { Vec::new() } else { body.to_string().into_bytes() };
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut s = c.connect().await.unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nUser-Agent: apply-test/1.0 (linux)\r\nContent-Type: {ct}\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\nUser-Agent: apply-test/1.0 (linux)\r\nContent-Type: {ct}\r\nContent-Length: {}\r\n\r\n",
+        c.admin_token(),
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();
     s.write_all(&body).await.unwrap();
     let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out)).await.unwrap().unwrap();
+    // A TLS peer may close without close_notify: keep what came.
+    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out)).await.unwrap();
     let text = String::from_utf8_lossy(&out).to_string();
     let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
@@ -70,7 +71,7 @@ fn entry<'a>(obj: &'a Value, manager: &str) -> &'a Value {
 #[tokio::test]
 async fn apply_ownership_conflicts_force_and_removal() {
     let c = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
-    let addr = c.addr();
+    let addr = &c;
     let item = format!("{DEPLOY}/web");
 
     // Apply names its manager (as upstream's PatchOptions validation).

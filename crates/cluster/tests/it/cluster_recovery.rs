@@ -227,7 +227,7 @@ async fn a_resource_version_ahead_of_the_server_is_too_large() {
         format!("/api/v1/pods?watch=1&resourceVersion={ahead}&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"),
     ] {
         let started = std::time::Instant::now();
-        let (code, body) = plain_http_get(c.addr(), &path).await;
+        let (code, body) = plain_http_get(&c, &path).await;
         assert_eq!(code, 200, "{path}");
         assert!(started.elapsed() >= Duration::from_millis(250), "{path} answered without waiting");
         let ev = status_of(&body);
@@ -240,7 +240,7 @@ async fn a_resource_version_ahead_of_the_server_is_too_large() {
         format!("/api/v1/nodes?resourceVersion={ahead}&resourceVersionMatch=Exact"),
         format!("/api/v1/nodes/node-0?resourceVersion={ahead}"),
     ] {
-        let (code, body) = plain_http_get(c.addr(), &path).await;
+        let (code, body) = plain_http_get(&c, &path).await;
         assert_eq!(code, 504, "{path}: {body}");
         check(&status_of(&body));
     }
@@ -252,7 +252,7 @@ async fn a_resource_version_ahead_of_the_server_is_too_large() {
     }
     // Versions the server has, "0" and none are served as before.
     for path in [format!("/api/v1/nodes?resourceVersion={current}"), "/api/v1/nodes?resourceVersion=0".to_string(), "/api/v1/nodes".to_string()] {
-        assert_eq!(plain_http_get(c.addr(), &path).await.0, 200, "{path}");
+        assert_eq!(plain_http_get(&c, &path).await.0, 200, "{path}");
     }
     // A version the store reaches while the request waits is served.
     let next = c.store().current_rv() + 1;
@@ -298,7 +298,7 @@ async fn a_new_cluster_on_the_same_address_refuses_the_old_resource_versions() {
 }
 
 async fn get_json(c: &LocalCluster, path: &str) -> (u16, Value) {
-    let (code, body) = plain_http_get(c.addr(), path).await;
+    let (code, body) = plain_http_get(c, path).await;
     (code, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
@@ -341,14 +341,14 @@ async fn the_kubernetes_version_decides_what_is_served() {
         "/apis/certificates.k8s.io/v1/clustertrustbundles/b",
         "/openapi/v3/apis/scheduling.k8s.io/v1beta1",
     ] {
-        assert_eq!(plain_http_get(c.addr(), path).await.0, 404, "{path}");
+        assert_eq!(plain_http_get(&c, path).await.0, 404, "{path}");
     }
     // DRA is GA in 1.34; DeviceTaintRule is not yet v1.
     let (_, dra) = get_json(&c, "/apis/resource.k8s.io/v1").await;
     let dra = resources_of(&dra);
     assert!(dra.contains(&"resourceclaims".to_string()) && dra.contains(&"resourceslices".to_string()), "{dra:?}");
     assert!(!dra.iter().any(|r| r.starts_with("devicetaintrules")), "{dra:?}");
-    assert_eq!(plain_http_get(c.addr(), "/apis/resource.k8s.io/v1/resourceclaims").await.0, 200);
+    assert_eq!(plain_http_get(&c, "/apis/resource.k8s.io/v1/resourceclaims").await.0, 200);
     let (_, adm) = get_json(&c, "/apis/admissionregistration.k8s.io/v1").await;
     assert!(!resources_of(&adm).iter().any(|r| r.starts_with("mutatingadmissionpolicies")));
     let (_, v3) = get_json(&c, "/openapi/v3").await;
@@ -359,8 +359,8 @@ async fn the_kubernetes_version_decides_what_is_served() {
     let c = start("1.36").await.unwrap();
     let (_, adm) = get_json(&c, "/apis/admissionregistration.k8s.io/v1").await;
     assert!(resources_of(&adm).contains(&"mutatingadmissionpolicies".to_string()));
-    assert_eq!(plain_http_get(c.addr(), "/apis/scheduling.k8s.io/v1beta1/podgroups").await.0, 404);
-    assert_eq!(plain_http_get(c.addr(), "/apis/certificates.k8s.io/v1/clustertrustbundles").await.0, 404);
+    assert_eq!(plain_http_get(&c, "/apis/scheduling.k8s.io/v1beta1/podgroups").await.0, 404);
+    assert_eq!(plain_http_get(&c, "/apis/certificates.k8s.io/v1/clustertrustbundles").await.0, 404);
     c.shutdown().await;
 
     let c = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
@@ -369,7 +369,7 @@ async fn the_kubernetes_version_decides_what_is_served() {
     let (_, g) = get_json(&c, "/apis/scheduling.k8s.io").await;
     assert_eq!(versions_of(&g), ["v1", "v1beta1"]);
     for path in ["/apis/scheduling.k8s.io/v1beta1/podgroups", "/apis/resource.k8s.io/v1/devicetaintrules", "/apis/certificates.k8s.io/v1/clustertrustbundles"] {
-        assert_eq!(plain_http_get(c.addr(), path).await.0, 200, "{path}");
+        assert_eq!(plain_http_get(&c, path).await.0, 200, "{path}");
     }
     c.shutdown().await;
 }

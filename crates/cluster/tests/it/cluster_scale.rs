@@ -33,7 +33,7 @@ const WIDGETS_CRD: &str = r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scale_subresource_over_http_and_kubectl() {
     let c = crate::support::cluster_with_controllers(2, 1, "8", 110).await;
-    let addr = c.addr();
+    let addr = &c;
     let apps = "/apis/apps/v1/namespaces/default";
     for (kind, plural) in [("Deployment", "deployments"), ("ReplicaSet", "replicasets"), ("StatefulSet", "statefulsets")] {
         let name = format!("{}-x", kind.to_lowercase());

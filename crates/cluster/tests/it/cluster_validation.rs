@@ -4,7 +4,6 @@
 //! upstream's message), and the server stays up.
 #![allow(clippy::unwrap_used)]
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use berth_cluster::{ClusterConfig, LocalCluster};
@@ -13,7 +12,7 @@ use serde_json::{Value, json};
 use crate::support::raw_http;
 
 /// One HTTP/1.1 request: (status, body as JSON or a string).
-pub(crate) async fn call(addr: SocketAddr, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
+pub(crate) async fn call(addr: &LocalCluster, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
     let (code, body) = raw_http(addr, method, path, &format!("Content-Type: {content_type}\r\n"), body).await;
     (code, serde_json::from_str(&body).unwrap_or(Value::String(body)))
 }
@@ -32,7 +31,7 @@ const QUANTITY_RE: &str = "quantities must match the regular expression '^([+-]?
 async fn bad_pods_get_upstreams_answers() {
     crate::support::init_logs();
     let c = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
-    let addr = c.addr();
+    let addr = &c;
     let pods = "/api/v1/namespaces/default/pods";
     let spread = |key: &str, when: &str| json!({"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": when, "labelSelector": {"matchLabels": {"app": "a"}}});
     let cases: Vec<(Value, u16, String)> = vec![
@@ -109,7 +108,7 @@ async fn events_expire_after_the_event_ttl() {
     crate::support::init_logs();
     let ttl = Duration::from_secs(3);
     let c = LocalCluster::start(ClusterConfig { nodes: 1, event_ttl: ttl, ..Default::default() }).await.unwrap();
-    let addr = c.addr();
+    let addr = &c;
     let event = |name: &str| {
         json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
             "reason": "Tested", "message": "m", "type": "Normal", "source": {"component": "test"}})

@@ -39,6 +39,8 @@ async fn slow_watchers_are_bounded_and_closed() {
         // A short history, so that the same changes leave the same
         // history with and without watchers.
         store: StoreConfig { channel_capacity: CAPACITY, history_limit: 2_000, ..Default::default() },
+        // Plain HTTP: the figure is the server's watch buffers, not 1,000 TLS sessions'.
+        tls: false,
         ..Default::default()
     };
     let c = LocalCluster::start(cfg).await.unwrap();
@@ -87,7 +89,7 @@ async fn slow_watchers_are_bounded_and_closed() {
         let mut conns = Vec::with_capacity(WATCHERS);
         for _ in 0..WATCHERS {
             let mut s = tokio::net::TcpStream::connect(c.addr()).await.unwrap();
-            s.write_all(b"GET /api/v1/pods?watch=true HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+            s.write_all(format!("GET /api/v1/pods?watch=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n", c.admin_token()).as_bytes()).await.unwrap();
             conns.push(s);
         }
         tokio::time::sleep(Duration::from_secs(2)).await;

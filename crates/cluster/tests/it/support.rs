@@ -55,7 +55,33 @@ pub fn cluster_config(nodes: usize, zones: usize, cpu: &str, pods: u32) -> Clust
 
 async fn start_cluster(cfg: ClusterConfig) -> LocalCluster {
     init_logs();
-    LocalCluster::start(cfg).await.unwrap()
+    let c = LocalCluster::start(cfg).await.unwrap();
+    grant_metrics(&c, "User", "prometheus", "").await;
+    c
+}
+
+/// Binds the subject (`kind` User, Group or ServiceAccount, `namespace`
+/// for a ServiceAccount) to a ClusterRole allowing `get` on `/metrics`,
+/// as README's monitoring instructions do (the cluster's RBAC answers
+/// the daemon's SubjectAccessReviews).
+pub async fn grant_metrics(c: &LocalCluster, kind: &str, name: &str, namespace: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let client = c.client().unwrap();
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    if roles.get_opt("berth-metrics-reader").await.unwrap().is_none() {
+        let role = json!({"metadata": {"name": "berth-metrics-reader"}, "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]});
+        roles.create(&PostParams::default(), &serde_json::from_value(role).unwrap()).await.unwrap();
+    }
+    let mut subject = json!({"kind": kind, "name": name});
+    if kind == "ServiceAccount" {
+        subject["namespace"] = json!(namespace);
+    } else {
+        subject["apiGroup"] = json!("rbac.authorization.k8s.io");
+    }
+    let binding = json!({"metadata": {"name": format!("berth-metrics-reader-{}", name.replace(':', "-"))},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "berth-metrics-reader"}, "subjects": [subject]});
+    let bindings: Api<ClusterRoleBinding> = Api::all(client);
+    bindings.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.unwrap();
 }
 
 /// A token of group system:masters: everything on the admin port.
@@ -217,16 +243,33 @@ pub fn pod_milli_cpu(p: &Pod) -> i64 {
         .unwrap_or(0)
 }
 
-/// One plain HTTP/1.1 request with extra header lines `headers` (each
-/// ending in CRLF) and `body`: (status, body, de-chunked); status 0 when
-/// the answer is not HTTP.
-pub async fn raw_http(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+/// One HTTP/1.1 request to the cluster (over its TLS, trusting its CA)
+/// with the admin token, extra header lines `headers` (each ending in
+/// CRLF; an `Authorization` line there replaces the admin token) and
+/// `body`: (status, body, de-chunked); status 0 when the answer is not HTTP.
+pub async fn raw_http(c: &LocalCluster, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+    let token = (!headers.to_ascii_lowercase().contains("authorization:")).then(|| c.admin_token());
+    raw_http_as(c, token, method, path, headers, body).await
+}
+
+/// As [`raw_http`] with the bearer `token`, or anonymous when None.
+pub async fn raw_http_as(c: &LocalCluster, token: Option<&str>, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    raw_http_on(c.connect().await.unwrap(), method, path, &format!("{auth}{headers}"), body).await
+}
+
+/// One plain HTTP/1.1 request to any server at `addr` (no TLS, no token).
+pub async fn raw_http_plain(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+    raw_http_on(tokio::net::TcpStream::connect(addr).await.unwrap(), method, path, headers, body).await
+}
+
+async fn raw_http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
     let length = if body.is_empty() && method == "GET" { String::new() } else { format!("Content-Length: {}\r\n", body.len()) };
     let req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}{length}\r\n{body}");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut out)).await.unwrap().unwrap();
+    // A TLS peer may close without close_notify: keep what came.
+    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut out)).await.unwrap();
     let text = String::from_utf8_lossy(&out).to_string();
     let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = match text.split_once("\r\n\r\n") {
@@ -237,9 +280,14 @@ pub async fn raw_http(addr: SocketAddr, method: &str, path: &str, headers: &str,
     (code, body)
 }
 
-/// A plain-HTTP/1.1 GET: (status, body); 0 when the answer is not HTTP.
-pub async fn plain_http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    raw_http(addr, "GET", path, "", "").await
+/// A GET to the cluster with the admin token: (status, body); 0 when the answer is not HTTP.
+pub async fn plain_http_get(c: &LocalCluster, path: &str) -> (u16, String) {
+    raw_http(c, "GET", path, "", "").await
+}
+
+/// A plain-HTTP/1.1 GET to any server at `addr`: (status, body).
+pub async fn plain_http_get_addr(addr: SocketAddr, path: &str) -> (u16, String) {
+    raw_http_plain(addr, "GET", path, "", "").await
 }
 
 /// The body of a chunked HTTP/1.1 answer.
