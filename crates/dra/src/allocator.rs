@@ -1010,7 +1010,7 @@ impl<'a> Search<'a> {
     }
 
     fn allocating_for(&self, id: DeviceId, claim: usize) -> bool {
-        self.allocating.iter().any(|x| *x == (id, claim))
+        self.allocating.contains(&(id, claim))
     }
 
     fn taint_blocks(&self, k: usize, sub: &PSub) -> bool {

@@ -386,7 +386,7 @@ impl NodePools {
                 .map(|p| {
                     std::mem::size_of::<Pool>()
                         + (p.slices.len() + p.other_slices.len()) * 8
-                        + p.counter_sets.iter().map(|(_, c)| 32 + c.len() * std::mem::size_of::<(Sym, Quantity)>()).sum::<usize>()
+                        + p.counter_sets.values().map(|c| 32 + c.len() * std::mem::size_of::<(Sym, Quantity)>()).sum::<usize>()
                 })
                 .sum::<usize>()
             + self.pool_gens.len() * std::mem::size_of::<((Sym, Sym), u64)>()
