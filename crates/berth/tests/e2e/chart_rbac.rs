@@ -34,7 +34,7 @@ fn manifests(kinds: &[&str]) -> Vec<(String, Option<String>, String, String)> {
 }
 
 /// Applies the chart's ServiceAccount, roles and bindings; returns a token of its ServiceAccount.
-async fn apply_chart_rbac(admin: &kube::Client) -> String {
+pub(crate) async fn apply_chart_rbac(admin: &kube::Client) -> String {
     let plural = |k: &str| match k {
         "ServiceAccount" => "/api/v1/namespaces/{ns}/serviceaccounts",
         "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles",

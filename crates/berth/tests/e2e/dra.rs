@@ -589,18 +589,6 @@ async fn a_failed_bind_deletes_the_extended_resource_claim_it_created() {
     .await;
 }
 
-/// The documents of deploy/berth.yaml of these kinds, as (kind, namespace, name, YAML).
-fn manifests(kinds: &[&str]) -> Vec<(String, Option<String>, String, String)> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/berth.yaml")).unwrap();
-    let field = |doc: &str, prefix: &str| doc.lines().find_map(|l| l.strip_prefix(prefix)).map(|v| v.trim().trim_matches('"').to_string());
-    text.split("\n---\n")
-        .filter_map(|doc| {
-            let kind = field(doc, "kind: ")?;
-            kinds.contains(&kind.as_str()).then(|| (kind, field(doc, "  namespace: "), field(doc, "  name: ").unwrap(), doc.to_string()))
-        })
-        .collect()
-}
-
 // The daemon as berth's service account under RBAC, with exactly the
 // ClusterRole, Role and bindings of deploy/berth.yaml: it becomes ready
 // (the DRA kinds may be listed and watched) and allocates claims (the
@@ -618,24 +606,8 @@ async fn the_manifests_rbac_is_enough_for_claims() {
         };
         let c = LocalCluster::start(cfg).await.unwrap();
         let admin = c.client().unwrap();
-        let plural = |k: &str| match k {
-            "ServiceAccount" => "/api/v1/namespaces/{ns}/serviceaccounts",
-            "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            "ClusterRoleBinding" => "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            "Role" => "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-            _ => "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-        };
-        let docs = manifests(&["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]);
-        assert!(docs.len() >= 6, "{docs:?}");
-        for (kind, ns, name, doc) in docs {
-            let path = plural(&kind).replace("{ns}", ns.as_deref().unwrap_or("default"));
-            let req = axum::http::Request::patch(format!("{path}/{name}?fieldManager=e2e")).header("Content-Type", "application/apply-patch+yaml").body(doc.into_bytes()).unwrap();
-            admin.request_text(req).await.unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
-        }
-        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
-        let tr: k8s_openapi::api::authentication::v1::TokenRequest = sas.create_subresource("token", "berth", &PostParams::default(), &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await.unwrap();
+        let token = crate::chart_rbac::apply_chart_rbac(&admin).await;
         let mut kc = c.client_config().unwrap();
-        let token: String = serde_json::to_value(tr.status).unwrap()["token"].as_str().unwrap().to_string();
         kc.auth_info.token = Some(token.into());
         let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: "dra-rbac".into(), ..Options::default() };
         let d = daemon::start(kube::Client::try_from(kc).unwrap(), &config(""), opts).await.unwrap();
