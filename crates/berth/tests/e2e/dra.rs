@@ -173,6 +173,8 @@ async fn ten_pods_from_one_template_share_eight_gpus() {
         .await;
         for (name, message) in &waiting {
             assert!(message.starts_with("0/4 nodes are available: ") && message.contains("cannot allocate all claims"), "{name}: {message}");
+            // The message names the pod's own claim (generated: "<pod>-gpu-<suffix>").
+            assert!(message.contains(&format!("still not schedulable: ResourceClaim default/{name}-gpu-")), "{name}: {message}");
         }
         let claims = check_allocations(&client).await;
         let allocated = claims.values().filter(|c| !devices_of(c).is_empty()).count();
@@ -242,7 +244,7 @@ async fn shared_claims_follow_their_allocation_and_unmatched_selectors_wait() {
         })
         .await;
         assert_eq!(reason, "Unschedulable");
-        assert!(message.contains("cannot allocate all claims"), "{message}");
+        assert!(message.contains("cannot allocate all claims") && message.contains("ResourceClaim default/nomatch cannot be allocated"), "{message}");
         assert!(devices_of(&claims_api.get("nomatch").await.unwrap()).is_empty());
         assert!(node_of(&pods_api.get("lonely").await.unwrap()).is_none());
         d.shutdown().await;

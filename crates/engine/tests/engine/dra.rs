@@ -209,6 +209,36 @@ fn a_claim_over_the_device_limit_is_refused() {
     assert!(m.contains("claim default/big: number of requested devices 33 exceeds the claim limit of 32"), "{m}");
 }
 
+/// The failure message names the claim that kept the pod out (upstream's
+/// "still not schedulable" alone leaves a user guessing); a pod that fails
+/// for cpu only, on nodes whose devices it could have, names none.
+#[test]
+fn the_failure_message_names_the_claim_no_node_can_allocate() {
+    let docs = [
+        node("node-a", "4"),
+        node("node-b", "200m"),
+        class("gpu", "device.driver == \"gpu.example.com\""),
+        slice("node-a", 1),
+        slice("node-b", 1),
+        claim("two", "gpu", 2, ""),
+        claim("one", "gpu", 1, ""),
+        pod("p-two", "100m", "resourceClaimName: two", ""),
+        pod("p-cpu", "5", "resourceClaimName: one", ""),
+    ];
+    let mut e = engine(&docs);
+    let got = placement(&mut e);
+    let get = |k: &str| got.iter().find(|p| p.0 == k).unwrap().clone();
+    let (_, node, m) = get("default/p-two");
+    let m = m.unwrap_or_default();
+    assert!(node.is_none(), "{m}");
+    assert!(m.starts_with("0/2 nodes are available: 2 cannot allocate all claims."), "{m}");
+    assert!(m.contains("still not schedulable: ResourceClaim default/two cannot be allocated on any node that passed the other filters"), "{m}");
+    let (_, node, m) = get("default/p-cpu");
+    let m = m.unwrap_or_default();
+    assert!(node.is_none(), "{m}");
+    assert!(m.contains("Insufficient cpu") && !m.contains("default/one"), "{m}");
+}
+
 /// explain names, per node, the request that cannot be met and who holds
 /// the devices, and lists the devices the selected node would give;
 /// simulate reports each pod's allocations.

@@ -193,8 +193,8 @@ impl Plugin for DynamicResources {
         filtering::filter(state, pod, node)
     }
 
-    fn post_filter(&self, _fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, _snap: &Snapshot, _statuses: &NodeStatuses) -> (Status, PostFilterResult) {
-        filtering::post_filter(state, pod)
+    fn post_filter(&self, _fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, _snap: &Snapshot, statuses: &NodeStatuses) -> (Status, PostFilterResult) {
+        filtering::post_filter(state, pod, statuses)
     }
 
     fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[usize], _snap: &Snapshot) -> Status {
