@@ -204,6 +204,54 @@ pub struct PodInfo {
     /// empty for most pods. Part of the signature: pods whose claims differ
     /// never share verdicts.
     pub resource_claims: Vec<PodClaim>,
+    /// Per container, the extended resources a DeviceClass may back (DRA
+    /// extended resources), for the claim DynamicResources writes: upstream
+    /// makes one request per container and resource. Filled for pending
+    /// pods only; empty for most.
+    pub extended_containers: Vec<ContainerExtended>,
+}
+
+/// One container's requests of resources DRA may back
+/// ([`PodInfo::extended_containers`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ContainerExtended {
+    /// Its index in initContainers followed by containers.
+    pub index: usize,
+    /// The container's name.
+    pub name: String,
+    /// An init container that is not a sidecar (restartPolicy Always): it
+    /// ends before the others start, so it may reuse their devices.
+    pub short_lived: bool,
+    /// (resource, the resource's index among the container's request names
+    /// in sorted order, count), for each nonzero request of such a resource.
+    pub resources: Vec<(String, usize, i64)>,
+}
+
+/// May a DeviceClass back this resource (upstream `IsDRAExtendedResourceName`):
+/// an extended resource, or a class's implicit `deviceclass.resource.kubernetes.io/<class>`.
+pub fn is_dra_extended(name: &str) -> bool {
+    super::resources::is_extended(name) || name.starts_with("deviceclass.resource.kubernetes.io/")
+}
+
+/// [`PodInfo::extended_containers`] of a spec.
+fn extended_containers(spec: &core::PodSpec) -> Vec<ContainerExtended> {
+    let inits = spec.init_containers.iter().flatten().map(|c| (c, c.restart_policy.as_deref() != Some("Always")));
+    let all = inits.chain(spec.containers.iter().map(|c| (c, false)));
+    let mut out = Vec::new();
+    for (index, (c, short_lived)) in all.enumerate() {
+        let Some(requests) = c.resources.as_ref().and_then(|r| r.requests.as_ref()) else { continue };
+        // A BTreeMap: its keys are already in the sorted order upstream numbers them in.
+        let resources: Vec<(String, usize, i64)> = requests
+            .iter()
+            .enumerate()
+            .filter(|(_, (name, _))| is_dra_extended(name))
+            .filter_map(|(j, (name, q))| super::quantity::parse_value(&q.0).ok().filter(|v| *v > 0).map(|v| (name.clone(), j, v)))
+            .collect();
+        if !resources.is_empty() {
+            out.push(ContainerExtended { index, name: c.name.clone(), short_lived, resources });
+        }
+    }
+    out
 }
 
 /// Which ResourceClaim a pod claim (an entry of spec.resourceClaims) is.
@@ -360,6 +408,9 @@ impl PodInfo {
         p.volumes = super::volumes::from_spec(&p.name, spec);
         p.group = group_of(spec, &p.labels);
         p.resource_claims = pod_claims(spec, status);
+        if p.node_name.is_none() {
+            p.extended_containers = extended_containers(spec);
+        }
         p
     }
 
@@ -783,6 +834,27 @@ mod tests {
     }
 
     const MI: i64 = 1024 * 1024;
+
+    /// Per container, the resources DRA may back, with the resource's index
+    /// among the container's sorted request names; sidecars are long-lived.
+    #[test]
+    fn extended_containers_number_resources_as_upstream() {
+        let mut sidecar = c("side", json!({"example.com/nic": "1"}));
+        sidecar["restartPolicy"] = json!("Always");
+        let p = info(json!({"metadata": {"name": "p"}, "spec": {
+            "initContainers": [c("init", json!({"example.com/gpu": "2"})), sidecar],
+            "containers": [c("main", json!({"cpu": "1", "example.com/gpu": "1", "deviceclass.resource.kubernetes.io/fpga": "1", "memory": "1Gi"})), c("plain", json!({"cpu": "1"}))]}}));
+        type Row<'a> = (usize, &'a str, bool, Vec<(&'a str, usize, i64)>);
+        let got: Vec<Row> = p.extended_containers.iter().map(|c| (c.index, c.name.as_str(), c.short_lived, c.resources.iter().map(|r| (r.0.as_str(), r.1, r.2)).collect())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, "init", true, vec![("example.com/gpu", 0, 2)]),
+                (1, "side", false, vec![("example.com/nic", 0, 1)]),
+                (2, "main", false, vec![("deviceclass.resource.kubernetes.io/fpga", 1, 1), ("example.com/gpu", 2, 1)]),
+            ]
+        );
+    }
 
     #[test]
     fn a_bound_pod_keeps_what_existing_pods_are_read_for() {

@@ -466,7 +466,7 @@ async fn without_device_taint_rules_claims_are_still_allocated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_resources_backed_by_a_class_get_their_claim() {
     deadline(90, async {
-        let c = gpu_cluster(2, 2).await;
+        let c = gpu_cluster(2, 3).await;
         let d = start_daemon(&c, &config(""), "dra-extended").await;
         until_leading(&d, 20).await;
         let client = c.client().unwrap();
@@ -513,6 +513,25 @@ async fn extended_resources_backed_by_a_class_get_their_claim() {
         let status = serde_json::to_value(pods_api.get("implicit").await.unwrap().status).unwrap();
         assert_eq!(status.pointer("/extendedResourceClaimStatus/requestMappings/0/resourceName").and_then(Value::as_str), Some(implicit.as_str()), "{status}");
         assert_eq!(status.pointer("/extendedResourceClaimStatus/requestMappings/0/containerName").and_then(Value::as_str), Some("c"), "{status}");
+        // Two containers asking for one each: a request per container (as
+        // upstream names them: the container's index, the resource's among
+        // its sorted request names), each container mapped to its own, so
+        // that the kubelet gives each container its own device.
+        let gpu = |name: &str| json!({"name": name, "image": "cuda", "resources": {"requests": {"cpu": "100m", resource.clone(): "1"}, "limits": {resource.clone(): "1"}}});
+        pods_api.create(&PostParams::default(), &pod("two", "100m", json!({"spec": {"containers": [gpu("a"), gpu("b")]}}))).await.unwrap();
+        eventually(30, "two bound", || async { pods_api.get("two").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
+        let claims = claims_api.list(&ListParams::default()).await.unwrap().items;
+        let claim = claims.iter().find(|c| c.metadata.name.as_deref().is_some_and(|n| n.starts_with("two-extended-resources-"))).unwrap_or_else(|| panic!("{claims:?}"));
+        let requests: Vec<(String, i64)> = claim.spec.as_ref().and_then(|s| s.devices.as_ref()).and_then(|d| d.requests.clone()).unwrap_or_default().into_iter().map(|r| (r.name, r.exactly.and_then(|e| e.count).unwrap_or(0))).collect();
+        assert_eq!(requests, vec![("container-0-request-1".to_string(), 1), ("container-1-request-1".to_string(), 1)]);
+        assert_eq!(devices_of(claim).len(), 2);
+        let status = serde_json::to_value(pods_api.get("two").await.unwrap().status).unwrap();
+        let mappings: Vec<(&str, &str)> = status
+            .pointer("/extendedResourceClaimStatus/requestMappings")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(|m| (m["containerName"].as_str().unwrap_or(""), m["requestName"].as_str().unwrap_or(""))).collect())
+            .unwrap_or_default();
+        assert_eq!(mappings, vec![("a", "container-0-request-1"), ("b", "container-1-request-1")], "{status}");
         check_allocations(&client).await;
         d.shutdown().await;
         c.shutdown().await;

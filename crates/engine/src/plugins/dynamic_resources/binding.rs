@@ -110,16 +110,14 @@ pub fn reserve(state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         };
         claims.push(ClaimDecision { key: c.key.clone(), name: c.name.clone(), uid: c.uid.clone(), allocation });
     }
-    let resources = s.extended.as_ref().map(|e| e.resources.clone()).unwrap_or_default();
     let mut request_mappings = Vec::new();
     let extended = a.extended.map(|(ca, view)| {
         let spec = extended_spec(&view);
-        for r in &view.requests {
-            let class = r.alternatives.first().map(|a| a.class.as_str()).unwrap_or_default();
-            if let Some((resource, _, _)) = resources.iter().find(|(_, c, _)| c == class) {
-                request_mappings.push((String::new(), resource.clone(), r.name.clone()));
-            }
-        }
+        // The node's claim asks only for what the node does not list as
+        // allocatable: the mappings of the requests it has.
+        let resources = s.extended.as_ref().map(|e| e.resources.as_slice()).unwrap_or_default();
+        let (_, mappings) = super::claims::extended_layout(pod, resources);
+        request_mappings = mappings.into_iter().filter(|m| view.requests.iter().any(|r| r.name == m.2)).collect();
         (ca.results.clone(), ca.to_api(), spec)
     });
     let d = ClaimDecisions { namespace: pod.namespace.clone(), pod_name: pod.name.clone(), pod_uid: pod.uid.clone(), node: node.to_string(), claims, extended, request_mappings };

@@ -70,16 +70,99 @@ fn extended_resources(pod: &PodInfo, devices: &Devices) -> Vec<(String, String, 
         .collect()
 }
 
-/// The special claim for `resources` (upstream names its requests
-/// `container-<i>-request-<j>`; berth sees the pod's summed requests, so
-/// they are numbered in resource order).
+/// One entry of the pod's request mappings: (container, resource, request).
+pub type Mapping = (String, String, String);
+
+/// One request of the special claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtendedRequest {
+    /// `container-<i>-request-<j>`: the container's index in initContainers
+    /// followed by containers, the resource's among its sorted request names.
+    pub name: String,
+    /// The backing class.
+    pub class: String,
+    /// Devices.
+    pub count: i64,
+}
+
+/// The special claim's requests for `resources` (extended resource, backing
+/// class, pod-level count) and the pod's request mappings (container,
+/// resource, request), as upstream lays them out: for each resource in
+/// name order, one request per long-lived container (a regular container
+/// or a sidecar) for what it asks; a short-lived init container first
+/// reuses the requests of the long-lived containers that come after it and
+/// asks only for the rest; of the init containers' own requests only the
+/// largest is kept, and they all map to it (they never run at once).
+/// Requests are sorted by name. A pod compiled without per-container data
+/// gets one request per resource for the pod's total, mapped to every
+/// container asking for it.
+pub fn extended_layout(pod: &PodInfo, resources: &[(String, String, i64)]) -> (Vec<ExtendedRequest>, Vec<Mapping>) {
+    let mut sorted: Vec<&(String, String, i64)> = resources.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let (mut requests, mut mappings) = (Vec::new(), Vec::new());
+    if pod.extended_containers.is_empty() {
+        for (j, (resource, class, count)) in sorted.into_iter().enumerate() {
+            let name = format!("container-0-request-{j}");
+            mappings.push((String::new(), resource.clone(), name.clone()));
+            requests.push(ExtendedRequest { name, class: class.clone(), count: *count });
+        }
+        return (requests, mappings);
+    }
+    for (resource, class, _) in sorted {
+        let asks = |short: bool| {
+            pod.extended_containers
+                .iter()
+                .filter(move |c| c.short_lived == short)
+                .filter_map(move |c| c.resources.iter().find(|r| &r.0 == resource).map(|r| (c, format!("container-{}-request-{}", c.index, r.1), r.2)))
+        };
+        let long: Vec<_> = asks(false).collect();
+        for (c, name, count) in &long {
+            mappings.push((c.name.clone(), resource.clone(), name.clone()));
+            requests.push(ExtendedRequest { name: name.clone(), class: class.clone(), count: *count });
+        }
+        let mut short_maps: Vec<Mapping> = Vec::new();
+        let mut short_names: Vec<String> = Vec::new();
+        let mut largest: Option<ExtendedRequest> = None;
+        for (c, name, wanted) in asks(true) {
+            let mut have = 0;
+            for (_, reused, count) in long.iter().filter(|(l, _, _)| l.index > c.index) {
+                have += count;
+                short_maps.push((c.name.clone(), resource.clone(), reused.clone()));
+                if have >= wanted {
+                    break;
+                }
+            }
+            if have >= wanted {
+                continue;
+            }
+            short_maps.push((c.name.clone(), resource.clone(), name.clone()));
+            short_names.push(name.clone());
+            if largest.as_ref().is_none_or(|l| l.count < wanted - have) {
+                largest = Some(ExtendedRequest { name, class: class.clone(), count: wanted - have });
+            }
+        }
+        if let Some(l) = &largest {
+            for m in &mut short_maps {
+                if short_names.contains(&m.2) {
+                    m.2.clone_from(&l.name);
+                }
+            }
+        }
+        requests.extend(largest);
+        mappings.append(&mut short_maps);
+    }
+    requests.sort_by(|a, b| a.name.cmp(&b.name));
+    (requests, mappings)
+}
+
+/// The special claim for `resources` ([`extended_layout`]).
 pub fn extended_claim(pod: &PodInfo, resources: &[(String, String, i64)]) -> Option<ClaimView> {
-    let requests = resources
-        .iter()
-        .enumerate()
-        .map(|(j, (_, class, count))| res::DeviceRequest {
-            name: format!("container-0-request-{j}"),
-            exactly: Some(res::ExactDeviceRequest { device_class_name: class.clone(), allocation_mode: Some("ExactCount".into()), count: Some(*count), ..Default::default() }),
+    let requests = extended_layout(pod, resources)
+        .0
+        .into_iter()
+        .map(|r| res::DeviceRequest {
+            name: r.name,
+            exactly: Some(res::ExactDeviceRequest { device_class_name: r.class, allocation_mode: Some("ExactCount".into()), count: Some(r.count), ..Default::default() }),
             ..Default::default()
         })
         .collect();
@@ -178,4 +261,58 @@ pub fn pre_filter(state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Sta
         unavailable: Arc::new(Mutex::new(Default::default())),
     });
     Status::success()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_model::pod::ContainerExtended;
+
+    fn container(index: usize, name: &str, short_lived: bool, ridx: usize, count: i64) -> ContainerExtended {
+        ContainerExtended { index, name: name.into(), short_lived, resources: vec![("example.com/gpu".into(), ridx, count)] }
+    }
+
+    type Pairs<B> = Vec<(String, B)>;
+
+    fn layout(containers: Vec<ContainerExtended>) -> (Pairs<i64>, Pairs<String>) {
+        let pod = PodInfo { extended_containers: containers, ..Default::default() };
+        let (requests, mappings) = extended_layout(&pod, &[("example.com/gpu".into(), "gpu".into(), 99)]);
+        assert!(requests.iter().all(|r| r.class == "gpu") && mappings.iter().all(|m| m.1 == "example.com/gpu"));
+        (requests.into_iter().map(|r| (r.name, r.count)).collect(), mappings.into_iter().map(|m| (m.0, m.2)).collect())
+    }
+
+    fn pairs<B: Copy>(v: &[(&str, B)]) -> Vec<(String, B)> {
+        v.iter().map(|(a, b)| (a.to_string(), *b)).collect()
+    }
+
+    fn names(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    /// Upstream `createRequestsAndMappings`: one request per long-lived
+    /// container; an init container reuses the later containers' requests
+    /// and asks for the rest; of the init containers' own requests only the
+    /// largest stays, and every init container maps to it.
+    #[test]
+    fn the_special_claim_has_a_request_per_container_as_upstream() {
+        // Two containers: a request each, no sharing.
+        let (r, m) = layout(vec![container(0, "a", false, 0, 1), container(1, "b", false, 1, 2)]);
+        assert_eq!(r, pairs(&[("container-0-request-0", 1), ("container-1-request-1", 2)]));
+        assert_eq!(m, names(&[("a", "container-0-request-0"), ("b", "container-1-request-1")]));
+        // An init container wanting 2 reuses main's 1 and asks for 1 more.
+        let (r, m) = layout(vec![container(0, "init", true, 0, 2), container(1, "main", false, 1, 1)]);
+        assert_eq!(r, pairs(&[("container-0-request-0", 1), ("container-1-request-1", 1)]));
+        assert_eq!(m, names(&[("main", "container-1-request-1"), ("init", "container-1-request-1"), ("init", "container-0-request-0")]));
+        // An init container that the later requests cover asks for nothing.
+        let (r, m) = layout(vec![container(0, "i0", true, 0, 3), container(1, "i1", true, 0, 1), container(2, "main", false, 0, 1)]);
+        assert_eq!(r, pairs(&[("container-0-request-0", 2), ("container-2-request-0", 1)]));
+        assert_eq!(m, names(&[("main", "container-2-request-0"), ("i0", "container-2-request-0"), ("i0", "container-0-request-0"), ("i1", "container-2-request-0")]));
+        // Two init containers with requests of their own: only the largest stays.
+        let (r, m) = layout(vec![container(0, "i0", true, 0, 2), container(1, "i1", true, 0, 3)]);
+        assert_eq!(r, pairs(&[("container-1-request-0", 3)]));
+        assert_eq!(m, names(&[("i0", "container-1-request-0"), ("i1", "container-1-request-0")]));
+        // A sidecar before the init container is long-lived but not reusable by it.
+        let (r, _) = layout(vec![container(0, "side", false, 0, 1), container(1, "init", true, 0, 1)]);
+        assert_eq!(r, pairs(&[("container-0-request-0", 1), ("container-1-request-0", 1)]));
+    }
 }
