@@ -469,7 +469,7 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
             "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
         }));
         snap.upsert_node(NodeSpec::from_node(&n));
-        snap.devices.upsert_slice(&obj(node_slice(i, i % 3))).unwrap();
+        snap.devices.upsert_slice(&obj(node_slice(i, 2 + i % 3))).unwrap();
     }
     let fpga = |name: &str| json!({"name": name, "attributes": {"kind": {"string": "fpga"}}});
     snap.devices
@@ -577,7 +577,7 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
         batched.reserve_and_assume(&mut snap, &mut state, &pod, &node).unwrap();
         placed += 1;
         bound.push_back((pod, generated));
-        if k % 9 == 8 {
+        if k % 3 == 2 {
             // The oldest pod leaves, and its generated claim with it.
             let (gone, claim) = bound.pop_front().unwrap();
             snap.forget_reservations(&gone.uid);
@@ -588,7 +588,7 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
         }
         if k == 40 {
             // A node-local pool grows by two devices.
-            snap.devices.upsert_slice(&obj(node_slice(3, 4))).unwrap();
+            snap.devices.upsert_slice(&obj(node_slice(3, 6))).unwrap();
         }
         if k == 60 {
             // A taint rule keeps pods off the devices of n5's pool.
@@ -596,7 +596,7 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
             snap.devices.upsert_taint_rule(&obj(rule)).unwrap();
         }
     }
-    assert!(placed > 30 && failed > 5, "placed {placed}, failed {failed}");
+    assert!(placed >= 40 && failed >= 5, "placed {placed}, failed {failed}");
     assert!(batched.reused_cycles() > 30, "reused {} cycles", batched.reused_cycles());
     assert_eq!(batched.reuse_divergences(), 0);
 }
