@@ -531,7 +531,9 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
     let first = |c: &Config| -> Framework { berth_engine::profile::frameworks(c, 3).into_iter().next().unwrap() };
     let (batched, full) = (first(&config), first(&config));
     let dra = |fw: &Framework| fw.plugins().find(|p| p.name() == "DynamicResources").unwrap().clone();
-    let verdicts = |o: &CycleOutcome, snap: &Snapshot| -> (Option<String>, Vec<(String, i64)>, Option<String>, Vec<(usize, String)>) {
+    /// Selected node, feasible nodes with totals, message, statuses when nothing fits.
+    type Verdicts = (Option<String>, Vec<(String, i64)>, Option<String>, Vec<(usize, String)>);
+    let verdicts = |o: &CycleOutcome, snap: &Snapshot| -> Verdicts {
         let one = o.feasible.len() == 1;
         let mut v: Vec<(String, i64)> = o.feasible.iter().zip(&o.totals).map(|(&i, &t)| (snap.nodes[i].name().to_string(), if one { 0 } else { t })).collect();
         v.sort();
