@@ -229,18 +229,28 @@ impl InUse {
         out
     }
 
-    /// Adds the devices of a claim's status.allocation.
-    pub fn add_allocation(&mut self, inv: &mut Inventory, a: &res::AllocationResult) {
-        for (id, shared, consumed) in Self::api_results(inv, a) {
-            self.apply(id, shared, &consumed, true);
-        }
+    /// Adds the devices of a claim's status.allocation; returns them (those
+    /// that count: admin access does not).
+    pub fn add_allocation(&mut self, inv: &mut Inventory, a: &res::AllocationResult) -> Vec<DeviceId> {
+        Self::api_results(inv, a)
+            .into_iter()
+            .map(|(id, shared, consumed)| {
+                self.apply(id, shared, &consumed, true);
+                id
+            })
+            .collect()
     }
 
-    /// Removes what [`InUse::add_allocation`] added for the same allocation.
-    pub fn remove_allocation(&mut self, inv: &mut Inventory, a: &res::AllocationResult) {
-        for (id, shared, consumed) in Self::api_results(inv, a) {
-            self.apply(id, shared, &consumed, false);
-        }
+    /// Removes what [`InUse::add_allocation`] added for the same allocation;
+    /// returns the devices.
+    pub fn remove_allocation(&mut self, inv: &mut Inventory, a: &res::AllocationResult) -> Vec<DeviceId> {
+        Self::api_results(inv, a)
+            .into_iter()
+            .map(|(id, shared, consumed)| {
+                self.apply(id, shared, &consumed, false);
+                id
+            })
+            .collect()
     }
 
     /// Adds berth's own (assumed, in-flight) results.

@@ -212,6 +212,11 @@ pub struct ClaimView {
     pub config: Vec<res::DeviceClaimConfiguration>,
     /// status.allocation, when allocated.
     pub allocation: Option<res::AllocationResult>,
+    /// A hash of what allocation reads of the spec (requests and
+    /// constraints; not the config, not the claim's identity): two claims
+    /// with the same hash get the same devices on the same node
+    /// ([`ClaimView::allocation_hash`]).
+    pub spec_hash: u64,
 }
 
 fn mode(m: Option<&str>, count: Option<i64>) -> AllocationMode {
@@ -293,7 +298,7 @@ impl ClaimView {
             };
             requests.push(Request { name: r.name.clone(), alternatives, first_available });
         }
-        let constraints = spec
+        let constraints: Vec<Constraint> = spec
             .as_ref()
             .and_then(|d| d.constraints.as_ref())
             .into_iter()
@@ -307,6 +312,7 @@ impl ClaimView {
                 }
             })
             .collect();
+        let spec_hash = Self::allocation_hash(&requests, &constraints);
         Ok(ClaimView {
             namespace,
             name,
@@ -315,7 +321,28 @@ impl ClaimView {
             constraints,
             config: spec.as_ref().and_then(|d| d.config.clone()).unwrap_or_default(),
             allocation: c.status.as_ref().and_then(|s| s.allocation.clone()),
+            spec_hash,
         })
+    }
+
+    /// The hash of [`ClaimView::spec_hash`]: the compiled requests and
+    /// constraints, every field of them (through their `Debug` form, so that
+    /// a field added later counts without anyone remembering it here), with
+    /// fixed keys (equal specs, equal hashes, in every process).
+    pub fn allocation_hash(requests: &[Request], constraints: &[Constraint]) -> u64 {
+        use std::fmt::Write;
+        use std::hash::Hasher;
+        struct W(std::hash::DefaultHasher);
+        impl Write for W {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                self.0.write(s.as_bytes());
+                Ok(())
+            }
+        }
+        let mut w = W(std::hash::DefaultHasher::new());
+        // Writing to a hasher cannot fail.
+        let _ = write!(w, "{requests:?}|{constraints:?}");
+        w.0.finish()
     }
 
     /// Does any request ask for admin access?

@@ -97,6 +97,17 @@ impl NodeSel {
     }
 }
 
+/// Which nodes a change can affect ([`Inventory::pool_reach`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// No node.
+    Nowhere,
+    /// That node only.
+    Node(Sym),
+    /// Any node.
+    Everywhere,
+}
+
 /// A device attribute's value. List values (the alpha DRAListTypeAttributes
 /// gate, off in 1.37) are not kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -527,6 +538,32 @@ impl Inventory {
                 self.by_pool.remove(&key);
             }
         }
+    }
+
+    /// Which nodes a change of `slice` (added, updated or removed) can
+    /// affect: its node for a node-local slice, any node otherwise.
+    pub fn slice_reach(&self, slice: &Slice) -> Reach {
+        match &slice.node {
+            Some(NodeSel::Name(n)) => Reach::Node(*n),
+            _ => Reach::Everywhere,
+        }
+    }
+
+    /// Which nodes a change in the use of a device of pool `driver`/`pool`
+    /// can affect: no node when no slice publishes the pool, its node when
+    /// every slice of the pool is that node's, any node otherwise (allNodes,
+    /// nodeSelector, perDeviceNodeSelection, or slices on several nodes).
+    pub fn pool_reach(&self, driver: Sym, pool: Sym) -> Reach {
+        let mut reach = Reach::Nowhere;
+        for name in self.by_pool.get(&(driver, pool)).into_iter().flatten() {
+            let Some(slice) = self.slices.get(name) else { continue };
+            match (reach, self.slice_reach(slice)) {
+                (Reach::Nowhere, r) => reach = r,
+                (Reach::Node(a), Reach::Node(b)) if a == b => {}
+                _ => return Reach::Everywhere,
+            }
+        }
+        reach
     }
 
     /// Adds or replaces a DeviceTaintRule.

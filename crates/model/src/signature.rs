@@ -9,9 +9,17 @@
 //! start time, nomination), hashed through `PodInfo`'s derived `Hash`, so a
 //! field added to [`PodInfo`] later is covered without anyone remembering
 //! to add it here (its type must be `Hash` for the crate to build).
+//!
+//! One exception: the name of the claim a pod's ResourceClaimTemplate made
+//! for it (every pod has its own) is left out, so that pods of one template
+//! can share a signature. What their claims ask for is not in the pod: the
+//! DynamicResources plugin adds it to the cycle's signature from the claims
+//! themselves (`Plugin::sign_pod` in the engine), and leaves pods whose
+//! claims are allocated already unsigned.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use super::pod::ClaimSource;
 use super::PodInfo;
 
 /// The signature of `p` (never 0; 0 means "no signature").
@@ -23,6 +31,11 @@ pub fn of(p: &PodInfo) -> u64 {
     shape.start_ms = 0;
     shape.nominated_node = None;
     shape.signature = 0;
+    for c in &mut shape.resource_claims {
+        if let ClaimSource::FromTemplate(Some(Some(name))) = &mut c.source {
+            name.clear();
+        }
+    }
     // The derived `Hash` reads every field (fixed keys: equal pods, equal
     // signatures, in every process).
     let mut h = DefaultHasher::new();
@@ -60,5 +73,16 @@ mod tests {
         n.nominated_node = Some("n".into());
         n.start_ms = 9;
         assert_eq!(of(&a), of(&n));
+        // The claim a template made for the pod does not count (the plugin
+        // signs what it asks for); whether it exists, and named claims, do.
+        use crate::pod::PodClaim;
+        let with = |source: ClaimSource| PodInfo { resource_claims: vec![PodClaim { name: "gpu".into(), source }], ..b.clone() };
+        let t1 = with(ClaimSource::FromTemplate(Some(Some("b-gpu-x7k2p".into()))));
+        let t2 = with(ClaimSource::FromTemplate(Some(Some("c-gpu-p2k7x".into()))));
+        assert_eq!(of(&t1), of(&t2));
+        assert_ne!(of(&t1), of(&a));
+        assert_ne!(of(&t1), of(&with(ClaimSource::FromTemplate(None))));
+        assert_ne!(of(&t1), of(&with(ClaimSource::FromTemplate(Some(None)))));
+        assert_ne!(of(&with(ClaimSource::Named("x".into()))), of(&with(ClaimSource::Named("y".into()))));
     }
 }

@@ -101,6 +101,7 @@ fn claim(name: &str) -> ClaimB {
         constraints: Vec::new(),
         config: Vec::new(),
         allocation: None,
+        spec_hash: 0,
     })
 }
 impl ClaimB {

@@ -19,12 +19,20 @@
 //! The inventory, the classes and the devices in use sit behind `Arc`s, so
 //! that PreFilter hands them to Filter without a copy; a change made while
 //! a cycle state still holds one copies that part once (copy on write).
+//!
+//! Every change that can change what a node offers a claim (a device taken
+//! or given back, a slice, a taint rule, a class) is written to a journal of
+//! the nodes it reaches ([`Devices::mark`], [`Devices::changed_since`]): a
+//! device of a node-local pool reaches that node, anything else every node.
+//! Opportunistic batching reads it to recompute only those nodes' verdicts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use berth_dra::cel::CelCache;
-use berth_dra::{ClaimView, Classes, ClassView, DeviceResult, InUse, Inventory};
+use berth_dra::inventory::Reach;
+use berth_dra::{ClaimView, Classes, ClassView, DeviceId, DeviceResult, InUse, Inventory};
 use k8s_openapi::api::resource::v1 as res;
 use thiserror::Error;
 
@@ -127,9 +135,71 @@ struct Assumed {
     before: Claim,
 }
 
+/// Where the device journal stands ([`Devices::mark`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceMark {
+    id: u64,
+    seq: u64,
+}
+
+/// How many node changes the journal keeps (older marks read as "cannot tell").
+const JOURNAL_KEEP: usize = 8192;
+
+fn next_journal_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The nodes that device changes reached, in order (see the module docs).
+#[derive(Debug)]
+struct Journal {
+    /// Identifies this history; a clone gets a new one (the two diverge).
+    id: u64,
+    /// The last change's number.
+    seq: u64,
+    /// (change number, node name) of the changes that reached one node.
+    nodes: VecDeque<(u64, Box<str>)>,
+    /// Marks below this cannot tell: a change reached every node then, or
+    /// older entries were dropped.
+    floor: u64,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Journal { id: next_journal_id(), seq: 0, nodes: VecDeque::new(), floor: 0 }
+    }
+}
+
+impl Clone for Journal {
+    fn clone(&self) -> Self {
+        Journal { id: next_journal_id(), seq: self.seq, nodes: self.nodes.clone(), floor: self.floor }
+    }
+}
+
+impl Journal {
+    fn everywhere(&mut self) {
+        self.seq += 1;
+        self.floor = self.seq;
+        self.nodes.clear();
+    }
+
+    fn node(&mut self, name: &str) {
+        self.seq += 1;
+        self.nodes.push_back((self.seq, name.into()));
+        if self.nodes.len() > JOURNAL_KEEP {
+            while self.nodes.len() > JOURNAL_KEEP / 2 {
+                if let Some((s, _)) = self.nodes.pop_front() {
+                    self.floor = s;
+                }
+            }
+        }
+    }
+}
+
 /// Devices, classes and claims (see the module docs).
 #[derive(Clone, Debug, Default)]
 pub struct Devices {
+    journal: Journal,
     inventory: Arc<Inventory>,
     classes: Arc<Classes>,
     claims: HashMap<String, Claim>,
@@ -146,6 +216,60 @@ impl Devices {
     /// Nothing known.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Where the journal of device changes stands now.
+    pub fn mark(&self) -> DeviceMark {
+        DeviceMark { id: self.journal.id, seq: self.journal.seq }
+    }
+
+    /// Calls `node` with the name of every node a device change since
+    /// `mark` reached (a node may come more than once), or returns None
+    /// when that cannot be told: a change since reached every node, the
+    /// mark is another journal's, or it is too old to be kept.
+    pub fn changed_since(&self, mark: DeviceMark, mut node: impl FnMut(&str)) -> Option<()> {
+        let j = &self.journal;
+        if mark.id != j.id || mark.seq < j.floor || mark.seq > j.seq {
+            return None;
+        }
+        let from = j.nodes.partition_point(|(s, _)| *s <= mark.seq);
+        for (_, n) in j.nodes.range(from..) {
+            node(n);
+        }
+        Some(())
+    }
+
+    fn reach(&mut self, r: Reach) {
+        match r {
+            Reach::Nowhere => {}
+            Reach::Node(n) => {
+                let name = self.inventory.strings().get(n).to_string();
+                self.journal.node(&name);
+            }
+            Reach::Everywhere => self.journal.everywhere(),
+        }
+    }
+
+    /// Journals the nodes that the use of `ids` reaches.
+    fn devices_changed(&mut self, ids: impl IntoIterator<Item = DeviceId>) {
+        let mut last = None;
+        for id in ids {
+            let r = self.inventory.pool_reach(id.driver, id.pool);
+            if last != Some(r) {
+                self.reach(r);
+                last = Some(r);
+            }
+        }
+    }
+
+    fn add_results(&mut self, results: &[DeviceResult]) {
+        Arc::make_mut(&mut self.in_use).add_results(results);
+        self.devices_changed(results.iter().filter(|r| r.admin_access != Some(true)).map(|r| r.id));
+    }
+
+    fn remove_results(&mut self, results: &[DeviceResult]) {
+        Arc::make_mut(&mut self.in_use).remove_results(results);
+        self.devices_changed(results.iter().filter(|r| r.admin_access != Some(true)).map(|r| r.id));
     }
 
     /// The slices and taint rules.
@@ -186,8 +310,10 @@ impl Devices {
     /// Adds or replaces a ResourceSlice.
     pub fn upsert_slice(&mut self, s: &res::ResourceSlice) -> Result<(), Error> {
         let name = s.metadata.name.clone().unwrap_or_default();
+        self.slice_changed(&name);
         match Arc::make_mut(&mut self.inventory).upsert_slice(s) {
             Ok(()) => {
+                self.slice_changed(&name);
                 self.errors.remove(&format!("ResourceSlice {name}"));
                 Ok(())
             }
@@ -200,12 +326,21 @@ impl Devices {
 
     /// Removes a ResourceSlice.
     pub fn remove_slice(&mut self, name: &str) {
+        self.slice_changed(name);
         Arc::make_mut(&mut self.inventory).remove_slice(name);
         self.errors.remove(&format!("ResourceSlice {name}"));
     }
 
+    /// Journals the nodes the slice `name` (as the inventory has it) reaches.
+    fn slice_changed(&mut self, name: &str) {
+        if let Some(r) = self.inventory.slice(name).map(|sl| self.inventory.slice_reach(sl)) {
+            self.reach(r);
+        }
+    }
+
     /// Adds or replaces a DeviceTaintRule.
     pub fn upsert_taint_rule(&mut self, r: &res::DeviceTaintRule) -> Result<(), Error> {
+        self.journal.everywhere();
         let name = r.metadata.name.clone().unwrap_or_default();
         Arc::make_mut(&mut self.inventory)
             .upsert_taint_rule(r)
@@ -214,12 +349,14 @@ impl Devices {
 
     /// Removes a DeviceTaintRule.
     pub fn remove_taint_rule(&mut self, name: &str) {
+        self.journal.everywhere();
         Arc::make_mut(&mut self.inventory).remove_taint_rule(name);
     }
 
     /// Adds or replaces a DeviceClass. Prefer [`crate::cache::Snapshot::upsert_device_class`],
     /// which also drops reused verdicts (NodeResourcesFit reads classes).
     pub fn upsert_class(&mut self, c: &res::DeviceClass) -> Result<(), Error> {
+        self.journal.everywhere();
         let v = ClassView::from_api(c).map_err(|e| Error::Malformed { kind: "DeviceClass", name: c.metadata.name.clone().unwrap_or_default(), message: e.to_string() })?;
         Arc::make_mut(&mut self.classes).upsert(v);
         Ok(())
@@ -227,6 +364,7 @@ impl Devices {
 
     /// Removes a DeviceClass.
     pub fn remove_class(&mut self, name: &str) {
+        self.journal.everywhere();
         Arc::make_mut(&mut self.classes).remove(name);
     }
 
@@ -252,14 +390,15 @@ impl Devices {
                 return;
             }
             if let Some(a) = self.assumed.remove(&key) {
-                Arc::make_mut(&mut self.in_use).remove_results(&a.results);
+                self.remove_results(&a.results);
                 self.claims.insert(key.clone(), a.before);
             }
         }
         self.remove_claim_allocation(&key);
         if let Some(alloc) = &claim.allocation {
             let inv = Arc::make_mut(&mut self.inventory);
-            Arc::make_mut(&mut self.in_use).add_allocation(inv, alloc);
+            let ids = Arc::make_mut(&mut self.in_use).add_allocation(inv, alloc);
+            self.devices_changed(ids);
         }
         self.claims.insert(key, claim);
     }
@@ -269,7 +408,8 @@ impl Devices {
             && let Some(alloc) = old.allocation.clone()
         {
             let inv = Arc::make_mut(&mut self.inventory);
-            Arc::make_mut(&mut self.in_use).remove_allocation(inv, &alloc);
+            let ids = Arc::make_mut(&mut self.in_use).remove_allocation(inv, &alloc);
+            self.devices_changed(ids);
         }
     }
 
@@ -277,7 +417,7 @@ impl Devices {
     pub fn remove_claim(&mut self, namespace: &str, name: &str) {
         let key = format!("{namespace}/{name}");
         if let Some(a) = self.assumed.remove(&key) {
-            Arc::make_mut(&mut self.in_use).remove_results(&a.results);
+            self.remove_results(&a.results);
             self.claims.insert(key.clone(), a.before);
         }
         self.remove_claim_allocation(&key);
@@ -293,7 +433,7 @@ impl Devices {
             return;
         }
         if let Some(a) = self.assumed.remove(&key) {
-            Arc::make_mut(&mut self.in_use).remove_results(&a.results);
+            self.remove_results(&a.results);
             self.claims.insert(key.clone(), a.before);
         }
         self.remove_claim_allocation(&key);
@@ -320,7 +460,7 @@ impl Devices {
         }
         let before = match self.assumed.remove(key) {
             Some(a) => {
-                Arc::make_mut(&mut self.in_use).remove_results(&a.results);
+                self.remove_results(&a.results);
                 a.before
             }
             None => current.clone(),
@@ -330,7 +470,7 @@ impl Devices {
         if let Some((r, alloc)) = allocation
             && now.allocation.is_none()
         {
-            Arc::make_mut(&mut self.in_use).add_results(r);
+            self.add_results(r);
             results = r.to_vec();
             now.allocation = Some(alloc);
         }
@@ -347,7 +487,7 @@ impl Devices {
         match self.assumed.get(key) {
             Some(a) if a.pod_uid == pod_uid => {
                 if let Some(a) = self.assumed.remove(key) {
-                    Arc::make_mut(&mut self.in_use).remove_results(&a.results);
+                    self.remove_results(&a.results);
                     self.claims.insert(key.to_string(), a.before);
                 }
             }
@@ -362,14 +502,14 @@ impl Devices {
     /// Assumes the devices of a pod's extended-resource claim (not an API object yet).
     pub fn assume_extended(&mut self, pod_uid: &str, results: &[DeviceResult]) {
         self.forget_extended(pod_uid);
-        Arc::make_mut(&mut self.in_use).add_results(results);
+        self.add_results(results);
         self.extended.insert(pod_uid.to_string(), results.to_vec());
     }
 
     /// Reverts [`Devices::assume_extended`].
     pub fn forget_extended(&mut self, pod_uid: &str) {
         if let Some(r) = self.extended.remove(pod_uid) {
-            Arc::make_mut(&mut self.in_use).remove_results(&r);
+            self.remove_results(&r);
         }
     }
 

@@ -16,6 +16,14 @@
 //! the set of nodes drops everything: ImageLocality's score on one node
 //! depends on how many nodes have the image.
 //!
+//! Devices count as part of a node: a device taken or given back marks the
+//! nodes its pool serves as changed (the snapshot's device journal,
+//! [`crate::cache::devices::Devices::changed_since`]), and a change that
+//! can reach any node (a shared pool, a taint rule, a class) drops
+//! everything. Pods whose claims differ never share a signature: the
+//! DynamicResources plugin signs what the claims ask for
+//! ([`super::Plugin::sign_pod`]).
+//!
 //! The weighted sum of the node-local scores that need no normalization is
 //! kept per node, so a cycle adds one number per node for all of them.
 //!
@@ -30,6 +38,7 @@
 use std::sync::Arc;
 
 use super::{CycleOutcome, Status};
+use crate::cache::devices::DeviceMark;
 use crate::cache::{JournalMark, Snapshot};
 
 /// `rej` of a node every node-local Filter passed.
@@ -79,12 +88,14 @@ pub(crate) struct BatchCache {
     signature: u64,
     /// The node-local Filter plugins (entry indexes) the verdicts come from.
     filters: Vec<usize>,
-    /// The snapshot's history when the results were last brought up to date
-    /// (None: nothing kept).
-    mark: Option<JournalMark>,
+    /// The snapshot's history (nodes, devices) when the results were last
+    /// brought up to date (None: nothing kept).
+    mark: Option<(JournalMark, DeviceMark)>,
     /// Per node index: when its node-local results were last recomputed.
     stamp: Vec<u64>,
     next_stamp: u64,
+    /// `next_stamp` when the current cycle began.
+    cycle_from: u64,
     /// Per node index: the position, in the cycle's active Filter list, of
     /// the node-local plugin that rejected it, or [`PASS`].
     pub(crate) rej: Vec<u8>,
@@ -129,8 +140,19 @@ impl BatchCache {
         let kept = self.signature == signature
             && self.filters == filters
             && self.stamp.len() == n
-            && self.mark.is_some_and(|m| snap.changed_since(m, changed).is_some());
-        self.mark = Some(snap.journal_mark());
+            && self.mark.is_some_and(|(m, d)| {
+                snap.changed_since(m, changed).is_some() && {
+                    let before = changed.len();
+                    let known = snap.devices.changed_since(d, |name| changed.extend(snap.node_index(name))).is_some();
+                    if changed.len() > before {
+                        changed.sort_unstable();
+                        changed.dedup();
+                    }
+                    known
+                }
+            });
+        self.mark = Some((snap.journal_mark(), snap.devices.mark()));
+        self.cycle_from = self.next_stamp;
         if kept {
             self.reused += 1;
             if !changed.is_empty() {
@@ -182,6 +204,12 @@ impl BatchCache {
                 Arc::make_mut(&mut self.statuses)[i] = Some(s);
             }
         }
+    }
+
+    /// Were node `i`'s node-local verdicts recomputed in the current cycle
+    /// (rather than reused)?
+    pub(crate) fn fresh(&self, i: usize) -> bool {
+        self.stamp.get(i).is_some_and(|&s| s > self.cycle_from)
     }
 
     /// Forgets everything (a cycle failed half-way).

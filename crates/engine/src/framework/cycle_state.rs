@@ -40,6 +40,9 @@ pub struct CycleState {
     pub skip_score: Vec<&'static str>,
     /// Indexes of the Filter plugins to run, computed once after PreFilter.
     pub(crate) active_filters: Option<Vec<usize>>,
+    /// The cycle's signature: the pod's with what plugins added after
+    /// PreFilter ([`super::Plugin::sign_pod`]); 0 when the pod is unsigned.
+    pub(crate) signature: u64,
     /// What Reserve plugins decided, for the framework's assume step.
     reservations: Reservations,
     /// PreBind's API work, for the binding cycle.
@@ -53,6 +56,7 @@ impl Clone for CycleState {
             skip_filter: self.skip_filter.clone(),
             skip_score: self.skip_score.clone(),
             active_filters: self.active_filters.clone(),
+            signature: self.signature,
             reservations: self.reservations.clone(),
             pre_bind: self.pre_bind.clone(),
         }
@@ -95,6 +99,11 @@ impl CycleState {
     /// Where a Reserve plugin records its decision (and Unreserve clears it).
     pub fn reservations_mut(&mut self) -> &mut Reservations {
         &mut self.reservations
+    }
+
+    /// The cycle's signature (see [`super::Plugin::sign_pod`]; 0: unsigned).
+    pub fn signature(&self) -> u64 {
+        self.signature
     }
 
     /// Is the plugin's Filter skipped this cycle?

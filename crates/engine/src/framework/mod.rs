@@ -248,14 +248,27 @@ pub trait Plugin: Send + Sync {
     fn points(&self) -> Points;
 
     /// Opportunistic batching (upstream KEP-5598): are this plugin's Filter
-    /// verdict and raw Score for a node a function of the pod's signature and
-    /// of that one node (its object and its pods) alone? Then a later pod with
-    /// the same signature reuses them on every node that has not changed since.
-    /// Plugins whose results depend on other nodes (spreading, inter-pod
-    /// affinity) keep the default, no; a plugin that PreFilter or PreScore
-    /// skipped for the pod does not matter either way.
+    /// verdict and raw Score for a node a function of the cycle's signature
+    /// (the pod's, with what [`Plugin::sign_pod`] adds) and of that one node
+    /// (its object, its pods, and its devices as the snapshot's device
+    /// journal follows them) alone? Then a later pod with the same signature
+    /// reuses them on every node that has not changed since. Plugins whose
+    /// results depend on other nodes (spreading, inter-pod affinity) keep the
+    /// default, no; a plugin that PreFilter or PreScore skipped for the pod
+    /// does not matter either way. A plugin that keeps per-node results from
+    /// Filter for Reserve may be reusable: the cycle runs the node-local
+    /// Filters once more on the node it selects when its verdict was reused.
     fn reusable(&self) -> bool {
         false
+    }
+
+    /// Opportunistic batching: what this plugin's Filter and Score read of
+    /// the pod that the pod's own signature does not cover (objects the pod
+    /// names, such as its ResourceClaims), called after PreFilter. `Some(h)`
+    /// mixes `h` into the cycle's signature (`Some(0)`, the default: nothing
+    /// to add); None leaves the pod unsigned for this cycle (no reuse).
+    fn sign_pod(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot) -> Option<u64> {
+        Some(0)
     }
 
     /// Cluster events that can make a pod this plugin rejected schedulable.

@@ -4,6 +4,7 @@
 //! random choice among the best).
 
 use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -140,6 +141,8 @@ pub struct Framework {
     rng: AtomicU64,
     /// Per-node results of the last cycle, reused by the next pod with the same signature.
     batch: std::sync::Mutex<BatchCaches>,
+    /// Cycles whose selected node no longer passed the Filter verdict reused for it.
+    diverged: AtomicU64,
     /// The score buffer, kept between cycles: one pass's worth per node,
     /// large enough at thousands of nodes that allocating and freeing it
     /// every cycle showed in profiles (glibc consolidates on such frees).
@@ -224,6 +227,7 @@ impl Framework {
             next_start: AtomicUsize::new(0),
             rng: AtomicU64::new(seed | 1),
             batch: std::sync::Mutex::new(BatchCaches::default()),
+            diverged: AtomicU64::new(0),
             scratch: std::sync::Mutex::new(Vec::new()),
         };
         for (e, pts) in plugins {
@@ -535,6 +539,14 @@ impl Framework {
         self.batch.lock().map(|c| c.reused()).unwrap_or(0)
     }
 
+    /// How many cycles selected a node on a reused verdict that the node no
+    /// longer gave when its Filters ran again (each then ran in full); a
+    /// bug in some plugin's [`Plugin::reusable`] or [`Plugin::sign_pod`]
+    /// when not 0.
+    pub fn reuse_divergences(&self) -> u64 {
+        self.diverged.load(Ordering::Relaxed)
+    }
+
     /// Is there any Filter plugin?
     pub fn has_filter(&self) -> bool {
         !self.filter.is_empty()
@@ -581,6 +593,7 @@ impl Framework {
             }
         }
         state.active_filters = Some(self.filter.iter().copied().filter(|&i| !state.filter_skipped(self.p(i).name())).collect());
+        state.signature = self.cycle_signature(&state, pod, snap);
         let candidate = |i: usize| subset.as_ref().is_none_or(|s| s.contains(snap.nodes[i].name()));
         // The nominated node first, as upstream evaluates it before the others.
         if !opts.explain
@@ -608,13 +621,13 @@ impl Framework {
         // that runs is node-local (the others would have to run node by node).
         let reuse = !opts.explain
             && !opts.no_reuse
-            && pod.signature != 0
+            && state.signature != 0
             && subset.is_none()
             && pod.nominated_node.is_none()
             && snap.nominated.is_empty()
             && state.active_filters.as_ref().is_some_and(|l| l.len() < usize::from(PASS) && (to_find >= n || l.iter().all(|&i| self.p(i).reusable())));
         let mut caches = if reuse { Some(self.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) } else { None };
-        let mut guard = caches.as_deref_mut().map(|c| c.for_signature(pod.signature));
+        let mut guard = caches.as_deref_mut().map(|c| c.for_signature(state.signature));
         let processed = match guard.as_deref_mut() {
             Some(cache) => match self.filter_reusing(cache, &state, pod, snap, start, to_find, opts, &mut out) {
                 Ok(p) => p,
@@ -654,20 +667,63 @@ impl Framework {
         if out.feasible.len() == 1 && !opts.explain {
             out.selected = Some(out.feasible[0]);
             out.totals = vec![0];
-            return (out, state);
-        }
-        // Score.
-        if let Err(s) = self.prioritize(&mut out, &mut state, pod, snap, opts.explain, guard.as_deref_mut()) {
-            if let Some(c) = guard {
-                c.clear();
+        } else {
+            // Score.
+            if let Err(s) = self.prioritize(&mut out, &mut state, pod, snap, opts.explain, guard.as_deref_mut()) {
+                if let Some(c) = guard {
+                    c.clear();
+                }
+                out.message = Some(format!("running Score plugins: {}", s));
+                out.error = Some(s);
+                out.feasible.clear();
+                return (out, state);
             }
-            out.message = Some(format!("running Score plugins: {}", s));
-            out.error = Some(s);
-            out.feasible.clear();
-            return (out, state);
+            out.selected = self.select_host(&out.feasible, &out.totals);
         }
-        out.selected = self.select_host(&out.feasible, &out.totals);
+        if let (Some(c), Some(i)) = (guard, out.selected)
+            && !c.fresh(i)
+            && !self.refilter(&state, pod, snap, i)
+        {
+            // A reused verdict the node no longer gives (never expected;
+            // tests read the count): nothing is kept, and the pod gets a
+            // full cycle.
+            self.diverged.fetch_add(1, Ordering::Relaxed);
+            c.clear();
+            drop(caches);
+            return self.schedule(pod, snap, CycleOptions { no_reuse: true, ..opts });
+        }
         (out, state)
+    }
+
+    /// The cycle's signature (see [`Plugin::sign_pod`]): the pod's, with
+    /// what each plugin adds; 0 when the pod or some plugin leaves it unsigned.
+    fn cycle_signature(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot) -> u64 {
+        if pod.signature == 0 {
+            return 0;
+        }
+        let mut sig = pod.signature;
+        for e in &self.entries {
+            match e.plugin.sign_pod(state, pod, snap) {
+                None => return 0,
+                Some(0) => {}
+                Some(h) => {
+                    let mut hasher = std::hash::DefaultHasher::new();
+                    (sig, e.plugin.name(), h).hash(&mut hasher);
+                    sig = hasher.finish().max(1);
+                }
+            }
+        }
+        sig
+    }
+
+    /// Runs the node-local Filter plugins once more on node `i`, selected on
+    /// a reused verdict, so that the plugins that keep per-node results for
+    /// Reserve have them in this cycle's state; false when it no longer passes.
+    fn refilter(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, i: usize) -> bool {
+        let active: &[usize] = state.active_filters.as_deref().unwrap_or(&self.filter);
+        let local: Vec<usize> = active.iter().copied().filter(|&k| self.p(k).reusable()).collect();
+        let (mut alive, mut rejected) = (vec![i], Vec::new());
+        self.filter_list(&local, state, pod, snap, &mut alive, &mut rejected).is_ok() && rejected.is_empty() && alive == [i]
     }
 
     /// Filter over a window of nodes starting at `start`, until `to_find`
@@ -802,7 +858,7 @@ impl Framework {
         let local: Vec<usize> = active.iter().copied().filter(|&i| self.p(i).reusable()).collect();
         let all_local = local.len() == active.len();
         let mut changed = Vec::new();
-        cache.refresh(pod.signature, &local, snap, &mut changed);
+        cache.refresh(state.signature, &local, snap, &mut changed);
         cache.replayable = all_local;
         if all_local && let Some(o) = cache.failure(start, skip_post_filter) {
             // Nothing changed since the last pod of this signature failed from

@@ -461,3 +461,174 @@ fn slice_updates_between_cycles_change_the_decision() {
     e.cluster.snapshot.devices.remove_slice("node-b-gpus");
     assert_eq!(selected(&e), None);
 }
+
+/// Opportunistic batching with claims: a framework that reuses the last
+/// same-signature pod's per-node results places every pod where one that
+/// runs every cycle in full (`--no-reuse`) does, with the same feasible
+/// nodes, totals, devices, statuses and messages. The cluster mixes
+/// node-local pools with a nodeSelector pool, an allNodes pool and a
+/// perDeviceNodeSelection pool; the pods come in turn with template claims
+/// of several shapes (one model-1 GPU, any GPU, a firstAvailable list, an
+/// FPGA from the shared pools, two GPUs with matchAttribute), a named claim
+/// several pods share (allocated after the first: not signed), extended
+/// resources a class backs, and no claims at all; between cycles pods
+/// leave with their claims, a slice grows and a taint rule comes.
+#[test]
+fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
+    use std::sync::Arc;
+
+    use berth_engine::cache::Snapshot;
+    use berth_engine::framework::{CycleOutcome, Framework};
+    use berth_model::{NodeSpec, PodInfo};
+    use serde_json::{json, Value};
+
+    fn obj<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+    const D: &str = "gpu.example.com";
+    let gpu = |i: usize, k: usize| json!({"name": format!("gpu-{k}"), "attributes": {"kind": {"string": "gpu"}, "model": {"int": (i + k) % 2}}});
+    let node_slice = |i: usize, n: usize| json!({
+        "metadata": {"name": format!("n{i}-gpus")},
+        "spec": {"driver": D, "nodeName": format!("n{i}"), "pool": {"name": format!("n{i}"), "generation": 1, "resourceSliceCount": 1}, "devices": (0..n).map(|k| gpu(i, k)).collect::<Vec<_>>()},
+    });
+    let mut snap = Snapshot::new();
+    for i in 0..12 {
+        let zone = if i < 6 { "a" } else { "b" };
+        let n: k8s_openapi::api::core::v1::Node = obj(json!({
+            "metadata": {"name": format!("n{i}"), "labels": {"kubernetes.io/hostname": format!("n{i}"), "zone": zone}},
+            "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
+        }));
+        snap.upsert_node(NodeSpec::from_node(&n));
+        snap.devices.upsert_slice(&obj(node_slice(i, 2 + i % 3))).unwrap();
+    }
+    let fpga = |name: &str| json!({"name": name, "attributes": {"kind": {"string": "fpga"}}});
+    snap.devices
+        .upsert_slice(&obj(json!({
+            "metadata": {"name": "rack-a"},
+            "spec": {"driver": D, "pool": {"name": "rack-a", "generation": 1, "resourceSliceCount": 1},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]},
+                "devices": [fpga("fpga-0"), fpga("fpga-1")]},
+        })))
+        .unwrap();
+    snap.devices
+        .upsert_slice(&obj(json!({
+            "metadata": {"name": "net"},
+            "spec": {"driver": D, "pool": {"name": "net", "generation": 1, "resourceSliceCount": 1}, "allNodes": true,
+                "devices": [{"name": "nic-0", "attributes": {"kind": {"string": "nic"}}}, {"name": "nic-1", "attributes": {"kind": {"string": "nic"}}}]},
+        })))
+        .unwrap();
+    snap.devices
+        .upsert_slice(&obj(json!({
+            "metadata": {"name": "per-device"},
+            "spec": {"driver": D, "pool": {"name": "per-device", "generation": 1, "resourceSliceCount": 1}, "perDeviceNodeSelection": true,
+                "devices": [{"name": "pd-0", "nodeName": "n7", "attributes": {"kind": {"string": "fpga"}}}, {"name": "pd-1", "nodeName": "n8", "attributes": {"kind": {"string": "fpga"}}}]},
+        })))
+        .unwrap();
+    let class = |name: &str, cel: &str, ext: Option<&str>| {
+        let mut c = json!({"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": cel}}]}});
+        if let Some(e) = ext {
+            c["spec"]["extendedResourceName"] = e.into();
+        }
+        obj::<k8s_openapi::api::resource::v1::DeviceClass>(c)
+    };
+    let kind = |k: &str| format!("device.attributes[\"{D}\"].kind == \"{k}\"");
+    snap.upsert_device_class(&class("gpu", &kind("gpu"), Some("example.com/gpu"))).unwrap();
+    snap.upsert_device_class(&class("gpu-m1", &format!("{} && device.attributes[\"{D}\"].model == 1", kind("gpu")), None)).unwrap();
+    snap.upsert_device_class(&class("fpga", &kind("fpga"), None)).unwrap();
+    snap.upsert_device_class(&class("nic", &kind("nic"), None)).unwrap();
+    let exactly = |class: &str, count: u32| json!([{"name": "r", "exactly": {"deviceClassName": class, "count": count}}]);
+    let claim = |name: &str, owner: Option<&str>, devices: Value| {
+        let mut c = json!({"metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")}, "spec": {"devices": devices}});
+        if let Some(o) = owner {
+            c["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Pod", "name": o, "uid": format!("uid-{o}"), "controller": true}]);
+        }
+        obj::<k8s_openapi::api::resource::v1::ResourceClaim>(c)
+    };
+    snap.devices.upsert_claim(&claim("team", None, json!({"requests": exactly("nic", 1)})));
+    // The claim shapes of the pods' templates, by kind.
+    let shape = |kind: char| -> Option<Value> {
+        Some(match kind {
+            'A' => json!({"requests": exactly("gpu-m1", 1)}),
+            'B' => json!({"requests": exactly("gpu", 1)}),
+            'C' => json!({"requests": [{"name": "r", "firstAvailable": [{"name": "two", "deviceClassName": "gpu-m1", "count": 2}, {"name": "one", "deviceClassName": "gpu", "count": 1}]}]}),
+            'D' => json!({"requests": exactly("fpga", 1)}),
+            'H' => json!({"requests": exactly("gpu", 2), "constraints": [{"requests": ["r"], "matchAttribute": format!("{D}/model")}]}),
+            _ => return None,
+        })
+    };
+    let cfg = berth_engine::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(100), ..Default::default() };
+    let config = Config::from_raw(cfg).unwrap();
+    let first = |c: &Config| -> Framework { berth_engine::profile::frameworks(c, 3).into_iter().next().unwrap() };
+    let (batched, full) = (first(&config), first(&config));
+    let dra = |fw: &Framework| fw.plugins().find(|p| p.name() == "DynamicResources").unwrap().clone();
+    /// Selected node, feasible nodes with totals, message, statuses when nothing fits.
+    type Verdicts = (Option<String>, Vec<(String, i64)>, Option<String>, Vec<(usize, String)>);
+    let verdicts = |o: &CycleOutcome, snap: &Snapshot| -> Verdicts {
+        let one = o.feasible.len() == 1;
+        let mut v: Vec<(String, i64)> = o.feasible.iter().zip(&o.totals).map(|(&i, &t)| (snap.nodes[i].name().to_string(), if one { 0 } else { t })).collect();
+        v.sort();
+        let statuses = if o.selected.is_none() { o.statuses.statuses.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message()))).collect() } else { Vec::new() };
+        (o.selected.map(|i| snap.nodes[i].name().to_string()), v, o.message.clone(), statuses)
+    };
+    let pattern: Vec<char> = "AAABACCDAEFGCAAHBBDAECCG".chars().collect();
+    let mut bound: std::collections::VecDeque<(Arc<PodInfo>, Option<String>)> = Default::default();
+    let (mut placed, mut failed) = (0, 0);
+    for k in 0..96 {
+        let kind = pattern[k % pattern.len()];
+        let name = format!("p{k}-{kind}");
+        let mut containers = json!([{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m"}}}]);
+        let mut p = json!({"metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")}, "spec": {}});
+        let mut generated = None;
+        if let Some(devices) = shape(kind) {
+            let claim_name = format!("{name}-gpu-x7k2p");
+            snap.devices.upsert_claim(&claim(&claim_name, Some(&name), devices));
+            p["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimTemplateName": format!("t-{kind}")}]);
+            p["status"] = json!({"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": claim_name}]});
+            containers[0]["resources"]["claims"] = json!([{"name": "gpu"}]);
+            generated = Some(claim_name);
+        } else if kind == 'E' {
+            p["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimName": "team"}]);
+            containers[0]["resources"]["claims"] = json!([{"name": "gpu"}]);
+        } else if kind == 'G' {
+            containers[0]["resources"]["requests"]["example.com/gpu"] = "1".into();
+            containers[0]["resources"]["limits"] = json!({"example.com/gpu": "1"});
+        }
+        p["spec"]["containers"] = containers;
+        let pod = PodInfo::from_pod(&obj(p));
+        let opts = CycleOptions { skip_post_filter: true, ..Default::default() };
+        let (o, mut state) = batched.schedule(&pod, &snap, opts);
+        let (x, full_state) = full.schedule(&pod, &snap, CycleOptions { no_reuse: true, ..opts });
+        assert!(o.error.is_none() && x.error.is_none(), "pod {name}: {:?} {:?}", o.error, x.error);
+        assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap), "pod {name}");
+        let Some(i) = o.selected else {
+            failed += 1;
+            continue;
+        };
+        let node = snap.nodes[i].name().to_string();
+        assert_eq!(dra(&batched).device_choices(&state, Some(&node)), dra(&full).device_choices(&full_state, Some(&node)), "pod {name} on {node}");
+        batched.reserve_and_assume(&mut snap, &mut state, &pod, &node).unwrap();
+        placed += 1;
+        bound.push_back((pod, generated));
+        if k % 3 == 2 {
+            // The oldest pod leaves, and its generated claim with it.
+            let (gone, claim) = bound.pop_front().unwrap();
+            snap.forget_reservations(&gone.uid);
+            snap.remove_pod(&gone.uid);
+            if let Some(c) = claim {
+                snap.devices.remove_claim("default", &c);
+            }
+        }
+        if k == 40 {
+            // A node-local pool grows by two devices.
+            snap.devices.upsert_slice(&obj(node_slice(3, 6))).unwrap();
+        }
+        if k == 60 {
+            // A taint rule keeps pods off the devices of n5's pool.
+            let rule = json!({"metadata": {"name": "drain-n5"}, "spec": {"deviceSelector": {"driver": D, "pool": "n5"}, "taint": {"key": "drain", "effect": "NoSchedule"}}});
+            snap.devices.upsert_taint_rule(&obj(rule)).unwrap();
+        }
+    }
+    assert!(placed >= 40 && failed >= 5, "placed {placed}, failed {failed}");
+    assert!(batched.reused_cycles() > 30, "reused {} cycles", batched.reused_cycles());
+    assert_eq!(batched.reuse_divergences(), 0);
+}

@@ -19,8 +19,13 @@ pub(super) type Victims = Result<(Vec<Arc<PodInfo>>, usize), Status>;
 pub(super) struct DryRunKey {
     /// The framework (its address while it runs this cycle).
     pub(super) framework: usize,
-    /// The preemptor's signature: every field of the pod but its identity.
+    /// The preemptor's signature: every field of the pod but its identity,
+    /// with what plugins signed of the objects it names (the cycle's).
     pub(super) signature: u64,
+    /// The snapshot's device journal (a dry run's DynamicResources verdict
+    /// reads the devices of the node's pools, which the node's generation
+    /// does not follow).
+    pub(super) devices: crate::cache::devices::DeviceMark,
     /// The Filter plugins that run, all node-local.
     pub(super) filters: Vec<&'static str>,
     /// The PreFilter plugins that answered Skip (their AddPod/RemovePod do not run).
@@ -74,8 +79,8 @@ impl<H: Hasher> std::fmt::Write for HashWriter<'_, H> {
 
 /// What a dry run over this cycle depends on beyond the nodes, or None when
 /// a Filter plugin that runs is not node-local (or the pod has no signature).
-pub(super) fn dry_run_key(fw: &Framework, state: &CycleState, pod: &PodInfo, snap: &Snapshot) -> Option<DryRunKey> {
-    if pod.signature == 0 {
+pub(super) fn dry_run_key(fw: &Framework, state: &CycleState, _pod: &PodInfo, snap: &Snapshot) -> Option<DryRunKey> {
+    if state.signature() == 0 {
         return None;
     }
     let filters: Vec<&'static str> = fw.plugins_at(Points::FILTER).into_iter().filter(|n| !state.filter_skipped(n)).collect();
@@ -90,7 +95,8 @@ pub(super) fn dry_run_key(fw: &Framework, state: &CycleState, pod: &PodInfo, sna
     }
     Some(DryRunKey {
         framework: fw as *const Framework as usize,
-        signature: pod.signature,
+        signature: state.signature(),
+        devices: snap.devices.mark(),
         filters,
         skipped: state.skip_filter.clone(),
         pdbs: h.finish(),

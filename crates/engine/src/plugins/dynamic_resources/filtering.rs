@@ -95,10 +95,19 @@ pub fn allocation(state: &CycleState, node: &str) -> Option<NodeAllocation> {
 }
 
 /// Upstream's Score: for each firstAvailable request, 8 minus the index of
-/// the subrequest allocated on the node, summed (at most 100).
-pub fn score(state: &CycleState, node: &str) -> i64 {
+/// the subrequest allocated on the node, summed (at most 100). A node whose
+/// Filter verdict this cycle reused (opportunistic batching) is allocated
+/// on here first.
+pub fn score(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
     let Some(s) = state.get::<State>() else { return 0 };
+    let known = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(node.name());
+    if !known {
+        // Its verdict was reused: the same allocation as the pod that
+        // computed it, since nothing it read changed.
+        let _ = filter(state, pod, node);
+    }
     let m = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let node = node.name();
     let Some(sol) = m.get(node).and_then(|f| f.solution.as_ref()) else { return 0 };
     let n_claims = m.get(node).map_or(0, |f| f.n_claims);
     let total: i64 = sol

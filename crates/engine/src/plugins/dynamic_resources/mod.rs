@@ -40,6 +40,7 @@ pub mod filtering;
 mod tests;
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use berth_dra::cel::CelCache;
@@ -157,6 +158,35 @@ impl Plugin for DynamicResources {
         NAME
     }
 
+    /// The node's verdict and score are a function of what the pod's
+    /// unallocated claims ask for (signed by [`Plugin::sign_pod`]) and of
+    /// the node: its labels and allocatable (its object), and the devices of
+    /// the pools that serve it, which the snapshot's device journal follows.
+    fn reusable(&self) -> bool {
+        true
+    }
+
+    /// What the pod's claims ask for: per claim, the hash of its requests and
+    /// constraints ([`berth_dra::ClaimView::spec_hash`]; not its name, so that
+    /// the claims one template made for several pods sign alike), and
+    /// whether the namespace allows admin access. Extended resources are in
+    /// the pod's own signature (its requests), the classes that back them in
+    /// the snapshot's layout. A pod with an allocated claim is not signed:
+    /// its Filter reads the claim's allocation and remembers, for PostFilter,
+    /// the nodes where it is unavailable.
+    fn sign_pod(&self, state: &CycleState, _pod: &PodInfo, _snap: &Snapshot) -> Option<u64> {
+        let Some(s) = state.get::<State>() else { return Some(0) };
+        if s.claims.iter().any(|c| c.allocated.is_some()) {
+            return None;
+        }
+        let mut h = std::hash::DefaultHasher::new();
+        s.admin_access.hash(&mut h);
+        for c in &s.claims {
+            c.view.spec_hash.hash(&mut h);
+        }
+        Some(h.finish().max(1))
+    }
+
     fn points(&self) -> Points {
         Points::PRE_ENQUEUE.or(Points::PRE_FILTER).or(Points::FILTER).or(Points::POST_FILTER).or(Points::PRE_SCORE).or(Points::SCORE).or(Points::RESERVE).or(Points::PRE_BIND)
     }
@@ -202,8 +232,8 @@ impl Plugin for DynamicResources {
         if any { Status::success() } else { Status::skip() }
     }
 
-    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        Ok(filtering::score(state, node.name()))
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(filtering::score(state, pod, node))
     }
 
     fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
