@@ -11,9 +11,11 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 # No debug info in the shipped binary (Cargo.toml keeps line tables for profiling).
+# jemalloc's options as .cargo/config.toml sets them for every other build.
 ENV CARGO_PROFILE_RELEASE_DEBUG=false \
     CARGO_PROFILE_RELEASE_STRIP=symbols \
-    CARGO_TERM_COLOR=never
+    CARGO_TERM_COLOR=never \
+    JEMALLOC_SYS_WITH_MALLOC_CONF=dirty_decay_ms:1000
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
