@@ -232,6 +232,15 @@ pub trait Plugin: Send + Sync {
     /// The plugin's name, as in configuration.
     fn name(&self) -> &'static str;
 
+    /// A sentence added to the failure message of `pod` when no node fits
+    /// (none by default): what this plugin can say of the pod's own objects
+    /// that upstream's per-node reasons do not name. Added after the cycle,
+    /// also to a failure replayed from an identical pod, so it must read
+    /// only `pod`, `state` and `statuses`.
+    fn failure_detail(&self, state: &CycleState, pod: &PodInfo, statuses: &NodeStatuses) -> Option<String> {
+        None
+    }
+
     /// explain: more about this plugin's rejection `status` of `node` than
     /// its reasons say (none by default).
     fn explain_rejection(&self, state: &CycleState, snap: &Snapshot, node: &NodeInfo, status: &Status) -> Vec<String> {

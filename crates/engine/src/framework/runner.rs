@@ -659,9 +659,11 @@ impl Framework {
                     self.fail(&mut out, &state, pod, snap, opts);
                     c.set_failure(start, opts.skip_post_filter, &out);
                 }
+                self.add_failure_details(&mut out, &state, pod);
                 return (out, state);
             }
             self.fail(&mut out, &state, pod, snap, opts);
+            self.add_failure_details(&mut out, &state, pod);
             return (out, state);
         }
         if out.feasible.len() == 1 && !opts.explain {
@@ -1152,6 +1154,21 @@ impl Framework {
             0
         };
         feasible.iter().zip(totals).filter(|&(_, &t)| t == best).nth(pick).map(|(&i, _)| i)
+    }
+
+    /// Appends the Filter plugins' [`super::Plugin::failure_detail`] to the
+    /// failure message (after [`Self::fail`] or a replayed failure, which
+    /// is kept without them: they are the pod's own).
+    fn add_failure_details(&self, out: &mut CycleOutcome, state: &CycleState, pod: &PodInfo) {
+        let active: &[usize] = state.active_filters.as_deref().unwrap_or(&self.filter);
+        for &i in active {
+            if let Some(d) = self.p(i).failure_detail(state, pod, &out.statuses)
+                && let Some(m) = out.message.as_mut()
+            {
+                m.push(' ');
+                m.push_str(&d);
+            }
+        }
     }
 
     fn fail(&self, out: &mut CycleOutcome, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot, opts: CycleOptions) {

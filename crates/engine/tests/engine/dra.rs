@@ -232,7 +232,7 @@ fn the_failure_message_names_the_claim_no_node_can_allocate() {
     let m = m.unwrap_or_default();
     assert!(node.is_none(), "{m}");
     assert!(m.starts_with("0/2 nodes are available: 2 cannot allocate all claims."), "{m}");
-    assert!(m.contains("still not schedulable: ResourceClaim default/two cannot be allocated on any node that passed the other filters"), "{m}");
+    assert!(m.contains("still not schedulable.") && m.ends_with(" ResourceClaim default/two cannot be allocated on any node that passed the other filters."), "{m}");
     let (_, node, m) = get("default/p-cpu");
     let m = m.unwrap_or_default();
     assert!(node.is_none(), "{m}");

@@ -126,7 +126,7 @@ pub fn score(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
 /// deallocated (the lowest index; upstream picks one at random), so that the
 /// next attempt may allocate it where the pod fits. Always Unschedulable:
 /// the pod is tried again once the claim's update arrives.
-pub fn post_filter(state: &CycleState, pod: &PodInfo, statuses: &NodeStatuses) -> (Status, PostFilterResult) {
+pub fn post_filter(state: &CycleState, pod: &PodInfo) -> (Status, PostFilterResult) {
     let Some(s) = state.get::<State>().filter(|s| !s.claims.is_empty()) else {
         return (Status::unschedulable("no new claims to deallocate"), PostFilterResult::default());
     };
@@ -136,16 +136,17 @@ pub fn post_filter(state: &CycleState, pod: &PodInfo, statuses: &NodeStatuses) -
         let d = DeallocateClaim { namespace: pod.namespace.clone(), name: c.name.clone(), uid: c.uid.clone(), pod_uid: pod.uid.clone() };
         return (Status::unschedulable(DEALLOCATED), PostFilterResult { deallocations: vec![d], ..Default::default() });
     }
-    (Status::unschedulable(still_not_schedulable(&s.claims, statuses)), PostFilterResult::default())
+    (Status::unschedulable("still not schedulable"), PostFilterResult::default())
 }
 
-/// Upstream's "still not schedulable", followed by the claims that kept the
-/// pod out where this plugin rejected nodes (upstream names none, and a
-/// user is left to guess which of the pod's claims to look at): the
-/// unallocated claims when some node could not allocate them, the allocated
-/// ones when some node could not use them. The per-node reasons of the
-/// "0/N nodes are available" part stay upstream's.
-fn still_not_schedulable(claims: &[PodClaimState], statuses: &NodeStatuses) -> String {
+/// The failure message's sentence naming the claims that kept the pod out
+/// where this plugin rejected nodes (upstream names none, and a user is
+/// left to guess which of the pod's claims to look at): the unallocated
+/// claims when some node could not allocate them, the allocated ones when
+/// some node could not use them. The per-node reasons of the "0/N nodes are
+/// available" part stay upstream's.
+pub fn failure_detail(state: &CycleState, statuses: &NodeStatuses) -> Option<String> {
+    let claims = &state.get::<State>()?.claims;
     let rejected = |reason: &str| statuses.statuses.iter().flatten().any(|s| s.reasons.iter().any(|r| r == reason));
     let keys = |allocated: bool| claims.iter().filter(|c| c.allocated.is_some() == allocated).map(|c| c.key.as_str()).collect::<Vec<_>>();
     let noun = |n: usize| if n == 1 { "ResourceClaim" } else { "ResourceClaims" };
@@ -158,11 +159,7 @@ fn still_not_schedulable(claims: &[PodClaimState], statuses: &NodeStatuses) -> S
     if !allocated.is_empty() && rejected(NOT_AVAILABLE) {
         parts.push(format!("allocated {} {} cannot be used on the nodes that passed the other filters", noun(allocated.len()), allocated.join(", ")));
     }
-    if parts.is_empty() {
-        "still not schedulable".to_string()
-    } else {
-        format!("still not schedulable: {}", parts.join("; "))
-    }
+    (!parts.is_empty()).then(|| format!("{}.", parts.join("; ")))
 }
 
 /// PostFilter's message when it deallocated a claim.

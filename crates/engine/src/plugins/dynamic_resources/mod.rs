@@ -223,8 +223,12 @@ impl Plugin for DynamicResources {
         filtering::filter(state, pod, node)
     }
 
-    fn post_filter(&self, _fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, _snap: &Snapshot, statuses: &NodeStatuses) -> (Status, PostFilterResult) {
-        filtering::post_filter(state, pod, statuses)
+    fn post_filter(&self, _fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, _snap: &Snapshot, _statuses: &NodeStatuses) -> (Status, PostFilterResult) {
+        filtering::post_filter(state, pod)
+    }
+
+    fn failure_detail(&self, state: &CycleState, _pod: &PodInfo, statuses: &NodeStatuses) -> Option<String> {
+        filtering::failure_detail(state, statuses)
     }
 
     fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[usize], _snap: &Snapshot) -> Status {
