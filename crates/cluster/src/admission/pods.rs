@@ -371,7 +371,7 @@ mod tests {
         let pc = |name: &str, value: i64, default: bool| (PRIORITY_CLASSES, json!({"metadata": {"name": name}, "value": value, "globalDefault": default}));
         let view = Objects { objects: vec![pc("low", 1, true), pc("high", 100, false)], ..Default::default() };
         let pod = |extra: Value| {
-            let mut v = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}});
+            let mut v = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
             if let (Some(s), Some(e)) = (v["spec"].as_object_mut(), extra.as_object()) {
                 s.extend(e.clone());
             }
