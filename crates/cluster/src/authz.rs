@@ -88,7 +88,26 @@ pub struct Access {
 pub struct Upkeep {
     aggregate: mpsc::UnboundedReceiver<()>,
     namespaces: mpsc::UnboundedReceiver<String>,
+    root_ca: String,
 }
+
+impl Upkeep {
+    /// The CA bundle (PEM) every namespace's `kube-root-ca.crt` ConfigMap
+    /// carries as `ca.crt`: the cluster's CA. Without one (TLS off) the
+    /// ConfigMap is still published, with an empty `ca.crt`: there is no
+    /// CA to trust, and clients that mount the ConfigMap find their key.
+    pub fn root_ca(mut self, pem: &str) -> Upkeep {
+        self.root_ca = pem.to_string();
+        self
+    }
+}
+
+/// The ConfigMap kube-controller-manager's root-ca-cert-publisher keeps
+/// in every namespace.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+
+/// Its annotation, as upstream writes it.
+const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
 
 /// A stored object's value as the authorizer decodes it: without
 /// `metadata.managedFields`, which the store holds as its JSON text.
@@ -117,6 +136,7 @@ impl Access {
         let authz = Arc::new(RwLock::new(Authorizer::new()));
         let (agg_tx, aggregate) = mpsc::unbounded_channel();
         let (ns_tx, namespaces) = mpsc::unbounded_channel();
+        let configmaps = store.lookup("", "v1", "configmaps");
         let observed = {
             let authz = authz.clone();
             store.observe_commits(Box::new(move |r, ty, obj: &Obj| {
@@ -133,7 +153,12 @@ impl Access {
                     if resource == "clusterroles" && !a.aggregation_updates().is_empty() {
                         let _ = agg_tx.send(());
                     }
-                } else if (r == res::NAMESPACES && ty == EventType::Added) || (r == res::SERVICE_ACCOUNTS && ty == EventType::Deleted && obj.name() == "default") {
+                } else if (r == res::NAMESPACES && ty == EventType::Added)
+                    || (r == res::SERVICE_ACCOUNTS && ty == EventType::Deleted && obj.name() == "default")
+                    || (Some(r) == configmaps && ty != EventType::Added && obj.name() == ROOT_CA_CONFIGMAP)
+                {
+                    // A namespace's upkeep: its default ServiceAccount and
+                    // its root CA ConfigMap, (re)created or put back.
                     let ns = if r == res::NAMESPACES { obj.name() } else { obj.namespace() };
                     let _ = ns_tx.send(ns.to_string());
                 }
@@ -158,7 +183,7 @@ impl Access {
         }
         let access = Arc::new(Access { mode, authn: Authenticator::new(auth, store.clone()), authz, store: store.clone(), rbac_ids });
         access.write_bootstrap_policy()?;
-        Ok((access, Upkeep { aggregate, namespaces }))
+        Ok((access, Upkeep { aggregate, namespaces, root_ca: String::new() }))
     }
 
     fn write_bootstrap_policy(&self) -> Result<(), Error> {
@@ -175,15 +200,18 @@ impl Access {
         Ok(())
     }
 
-    /// Starts the upkeep: aggregated ClusterRoles' rules written back,
-    /// `default` ServiceAccounts created, until `stop` turns true.
+    /// Starts the upkeep until `stop` turns true: aggregated ClusterRoles'
+    /// rules written back; in every namespace, a `default` ServiceAccount
+    /// (the serviceaccounts controller) and the `kube-root-ca.crt`
+    /// ConfigMap (the root-ca-cert-publisher), created, and recreated or
+    /// put back when deleted or changed.
     pub fn spawn(self: &Arc<Self>, upkeep: Upkeep, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
         let access = self.clone();
-        let Upkeep { mut aggregate, mut namespaces } = upkeep;
+        let Upkeep { mut aggregate, mut namespaces, root_ca } = upkeep;
         // Namespaces created before the observer was set.
         if let Ok(list) = self.store.list(res::NAMESPACES, &Filter::default(), None, None) {
             for ns in &list.items {
-                access.default_service_account(ns.name());
+                access.namespace_upkeep(ns.name(), &root_ca);
             }
         }
         tokio::spawn(async move {
@@ -191,11 +219,46 @@ impl Access {
                 tokio::select! {
                     _ = stop.changed() => break,
                     Some(()) = aggregate.recv() => access.write_aggregation(),
-                    Some(ns) = namespaces.recv() => access.default_service_account(&ns),
+                    Some(ns) = namespaces.recv() => access.namespace_upkeep(&ns, &root_ca),
                     else => break,
                 }
             }
         })
+    }
+
+    fn namespace_upkeep(&self, ns: &str, root_ca: &str) {
+        let exists = self.store.get(res::NAMESPACES, "", ns).is_ok_and(|n| !store::is_deleting(&n.value));
+        if !exists {
+            return;
+        }
+        self.default_service_account(ns);
+        self.root_ca_configmap(ns, root_ca);
+    }
+
+    /// Upstream's root-ca-cert-publisher: `kube-root-ca.crt` holds
+    /// `ca.crt` (and its description annotation); created when missing,
+    /// its data put back when it differs.
+    fn root_ca_configmap(&self, ns: &str, root_ca: &str) {
+        let Some(cms) = self.store.lookup("", "v1", "configmaps") else { return };
+        let data = json!({"ca.crt": root_ca});
+        match self.store.get(cms, ns, ROOT_CA_CONFIGMAP) {
+            Ok(cm) if cm.value.get("data") == Some(&data) => {}
+            Ok(_) => {
+                let written = self.store.modify(cms, ns, ROOT_CA_CONFIGMAP, None, |v| {
+                    let mut v = v.clone();
+                    v["data"] = data.clone();
+                    Some(v)
+                });
+                if let Err(e) = written {
+                    tracing::debug!(error = %e, namespace = %ns, "kube-root-ca.crt not put back");
+                }
+            }
+            Err(_) => {
+                let cm = json!({"metadata": {"name": ROOT_CA_CONFIGMAP, "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}}, "data": data});
+                // AlreadyExists (a race with another write) or the namespace going away: nothing to do.
+                let _ = self.store.create(cms, ns, cm);
+            }
+        }
     }
 
     fn write_aggregation(&self) {
@@ -215,11 +278,8 @@ impl Access {
     }
 
     fn default_service_account(&self, ns: &str) {
-        let exists = self.store.get(res::NAMESPACES, "", ns).is_ok_and(|n| !store::is_deleting(&n.value));
-        if exists {
-            // AlreadyExists, or the namespace going away meanwhile: nothing to do.
-            let _ = self.store.create(res::SERVICE_ACCOUNTS, ns, json!({"metadata": {"name": "default"}}));
-        }
+        // AlreadyExists, or the namespace going away meanwhile: nothing to do.
+        let _ = self.store.create(res::SERVICE_ACCOUNTS, ns, json!({"metadata": {"name": "default"}}));
     }
 
     /// The mode.

@@ -601,6 +601,10 @@ impl LocalCluster {
         faults.set_server(weak);
 
         let kubelet = kubelet::spawn(store.clone(), cfg.kubelet.clone(), krx, stop_rx.clone());
+        let upkeep = match &identity {
+            Some(id) => upkeep.root_ca(id.ca_pem()),
+            None => upkeep,
+        };
         let mut tasks = vec![kubelet, access.spawn(upkeep, stop_rx.clone())];
         if cfg.storage.enabled {
             tasks.push(volumes::spawn(store.clone(), cfg.storage.clone(), stop_rx.clone()));

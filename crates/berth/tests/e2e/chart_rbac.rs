@@ -1,10 +1,17 @@
 //! The chart's RBAC, proven on the local cluster (RBAC on, as by default):
-//! `berth run`, as a process with a token of the chart's ServiceAccount
-//! and exactly the RBAC documents of deploy/berth.yaml (what the chart
-//! renders), schedules a Deployment of 30 pods. With one rule removed at a
-//! time, the matching operation fails and berth's log carries
-//! kube-apiserver's Forbidden message: the `pods/binding` create, the
-//! `events` create, and the `pods` watch (then readiness says so too).
+//! the chart is installed with `helm install` (into kube-system, release
+//! `berth`, `replicas=0` so that the chart's own Deployment runs no pod:
+//! the berth under test is a process here), and `berth run`, as a process
+//! with a token of the chart's ServiceAccount, schedules a Deployment of 30
+//! pods. With one rule removed at a time from the installed ClusterRole,
+//! the matching operation fails and berth's log carries kube-apiserver's
+//! Forbidden message: the `pods/binding` create, the `events` create, and
+//! the `pods` watch (then readiness says so too).
+//!
+//! Helm is `$BERTH_HELM`, else `/opt/berth-tools/helm/helm` (installed by
+//! ci/validate.sh), else `helm` on PATH. Without helm the test says so and
+//! applies the RBAC documents of deploy/berth.yaml (what the chart renders
+//! with its defaults) instead.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -49,10 +56,7 @@ pub(crate) async fn apply_chart_rbac(admin: &kube::Client) -> String {
         let req = axum::http::Request::patch(format!("{path}/{name}?fieldManager=e2e")).header("Content-Type", "application/apply-patch+yaml").body(doc.into_bytes()).unwrap();
         admin.request_text(req).await.unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
     }
-    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
-    let tr: k8s_openapi::api::authentication::v1::TokenRequest =
-        sas.create_subresource("token", "berth", &PostParams::default(), &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await.unwrap();
-    serde_json::to_value(tr.status).unwrap()["token"].as_str().unwrap().to_string()
+    service_account_token(admin).await
 }
 
 /// The ClusterRole `berth` with `edit` applied to its rules (a rule
@@ -68,6 +72,56 @@ async fn edit_role(admin: &kube::Client, edit: impl Fn(&mut Vec<Value>)) {
 fn is_rule(r: &Value, group: &str, resource: &str) -> bool {
     let has = |k: &str, v: &str| r[k].as_array().is_some_and(|a| a.iter().any(|x| x == v));
     has("apiGroups", group) && has("resources", resource)
+}
+
+/// The helm binary: `$BERTH_HELM`, ci/validate.sh's, or the one on PATH.
+fn helm_bin() -> Option<String> {
+    let candidates = [std::env::var("BERTH_HELM").ok(), Some("/opt/berth-tools/helm/helm".to_string()), Some("helm".to_string())];
+    candidates.into_iter().flatten().find(|h| std::process::Command::new(h).arg("version").output().is_ok_and(|o| o.status.success()))
+}
+
+/// Installs charts/berth with `helm` into kube-system as release `berth`
+/// (its Deployment scaled to 0 through values), then returns a token of
+/// the ServiceAccount the chart created.
+async fn helm_install_chart(helm: &str, admin: &kube::Client, kubeconfig: &Path, dir: &Path) -> String {
+    let chart = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("charts/berth");
+    let args: Vec<String> = vec![
+        "install".into(),
+        "berth".into(),
+        chart.to_string_lossy().into(),
+        "--namespace".into(),
+        "kube-system".into(),
+        "--set".into(),
+        "replicas=0".into(),
+        "--kubeconfig".into(),
+        kubeconfig.to_string_lossy().into(),
+        "--repository-cache".into(),
+        dir.join("helm-cache").to_string_lossy().into(),
+        "--repository-config".into(),
+        dir.join("helm-config/repositories.yaml").to_string_lossy().into(),
+    ];
+    let out = tokio::time::timeout(Duration::from_secs(120), tokio::process::Command::new(helm).args(&args).env("HELM_CONFIG_HOME", dir.join("helm-config")).env("HELM_CACHE_HOME", dir.join("helm-cache")).env("HELM_DATA_HOME", dir.join("helm-data")).kill_on_drop(true).output())
+        .await
+        .expect("helm install timed out")
+        .unwrap();
+    assert!(out.status.success(), "helm install: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // What helm created is what the rest of the test edits.
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let role = roles.get("berth").await.unwrap();
+    let labels = role.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("app.kubernetes.io/managed-by").map(String::as_str), Some("Helm"), "the ClusterRole is the chart's");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), "kube-system");
+    let dep = deployments.get("berth").await.unwrap();
+    assert_eq!(dep.spec.replicas, Some(0), "the chart's own berth runs no pod here");
+    service_account_token(admin).await
+}
+
+/// A token (TokenRequest) of the ServiceAccount kube-system/berth.
+async fn service_account_token(admin: &kube::Client) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
+    let tr: k8s_openapi::api::authentication::v1::TokenRequest =
+        sas.create_subresource("token", "berth", &PostParams::default(), &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await.unwrap();
+    serde_json::to_value(tr.status).unwrap()["token"].as_str().unwrap().to_string()
 }
 
 /// `berth run` as the chart's ServiceAccount, logging to `log`.
@@ -145,9 +199,17 @@ async fn the_charts_rbac_schedules_and_each_missing_rule_is_named() {
         let c = LocalCluster::start(ClusterConfig { controllers, ..cluster_config(3, 3, "8", 110) }).await.unwrap();
         assert_eq!(c.config().authorization, berth_cluster::authz::AuthorizationMode::Rbac, "RBAC is the default");
         let admin = c.client().unwrap();
-        let token = apply_chart_rbac(&admin).await;
         let dir = std::env::temp_dir().join(format!("berth-chart-rbac-{}-{}", std::process::id(), rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
+        let admin_kc = dir.join("admin-kubeconfig");
+        c.write_kubeconfig(&admin_kc).unwrap();
+        let token = match helm_bin() {
+            Some(helm) => helm_install_chart(&helm, &admin, &admin_kc, &dir).await,
+            None => {
+                eprintln!("helm is not installed (ci/validate.sh installs it under /opt/berth-tools/helm): applying deploy/berth.yaml's RBAC documents instead of `helm install`");
+                apply_chart_rbac(&admin).await
+            }
+        };
         let kc = dir.join("kubeconfig");
         std::fs::write(&kc, c.kubeconfig_yaml().replace(c.admin_token(), &token)).unwrap();
 

@@ -19,6 +19,7 @@
 //! admission, never the reverse.
 
 pub mod crds;
+pub mod names;
 pub mod namespaces;
 pub mod pdbs;
 pub mod pods;

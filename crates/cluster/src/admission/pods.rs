@@ -82,9 +82,13 @@ fn create(view: &dyn View, _name: &str, v: &mut Value) -> Result<(), Error> {
     Ok(())
 }
 
-/// An update of a pod's main resource: spec.nodeName changes only through
-/// a binding, the priority set at admission stays, gates may only go, and
-/// spec.schedulingGroup is immutable.
+/// An update of a pod's main resource (upstream's `ValidatePodUpdate`):
+/// spec.nodeName changes only through a binding, the priority set at
+/// admission stays, the new spec is valid, and only the fields upstream
+/// lets change do: container images, activeDeadlineSeconds (set, or
+/// lowered), tolerations (added; tolerationSeconds of existing ones),
+/// scheduling gates (removed), terminationGracePeriodSeconds (a negative
+/// one to 1) and, while the pod is gated, nodeSelector and affinity.
 fn update(old: &Value, new: &mut Value) -> Result<(), Error> {
     let (o, n) = (get_str(old, "/spec/nodeName"), get_str(new, "/spec/nodeName"));
     if o != n {
@@ -94,17 +98,161 @@ fn update(old: &Value, new: &mut Value) -> Result<(), Error> {
     if let Some(p) = old.at("/spec/priority").cloned() {
         set_path(new, &["spec", "priority"], p);
     }
-    let mut errs = added_scheduling_gates(old, new);
+    // What create defaulted and this write left out is defaulted again
+    // (upstream decodes every write through its defaulting).
+    if let (Some(before), Some(after)) = (old.get("spec").and_then(Value::as_object), new.get_mut("spec").and_then(Value::as_object_mut)) {
+        for key in DEFAULTED_AT_CREATE {
+            if after.get(*key).is_none_or(Value::is_null)
+                && let Some(v) = before.get(*key)
+            {
+                after.insert((*key).to_string(), v.clone());
+            }
+        }
+    }
+    if let Some(spec) = new.get_mut("spec") {
+        validation::default_requests_from_limits(spec);
+    }
+    let mut errs = Vec::new();
     if let Some(spec) = new.get("spec") {
         errs.extend(validation::pod_spec(spec, "spec"));
     }
-    if let Some(e) = scheduling_group_changed(old, new) {
-        errs.push(e);
-    }
+    errs.extend(spec_update(old, new));
     if !errs.is_empty() {
+        // Upstream's aggregate drops repeated messages.
+        let mut seen = std::collections::HashSet::new();
+        errs.retain(|e| seen.insert(e.clone()));
         return Err(Error::Invalid(errs));
     }
     Ok(())
+}
+
+/// Spec fields the pod strategy and admission default at create.
+const DEFAULTED_AT_CREATE: &[&str] = &["schedulerName", "restartPolicy", "dnsPolicy", "terminationGracePeriodSeconds", "priorityClassName", "preemptionPolicy"];
+
+fn items<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
+}
+
+/// The update rules of upstream's `ValidatePodUpdate` after the new
+/// spec's own validation.
+fn spec_update(old: &Value, new: &Value) -> Vec<String> {
+    let (os, ns) = (old.get("spec").unwrap_or(&Value::Null), new.get("spec").unwrap_or(&Value::Null));
+    let mut errs = Vec::new();
+    for key in ["containers", "initContainers"] {
+        if items(os, key).len() != items(ns, key).len() {
+            errs.push(format!("spec.{key}: Forbidden: pod updates may not add or remove containers"));
+            return errs;
+        }
+        for (i, c) in items(ns, key).iter().enumerate() {
+            if c.get("image").and_then(Value::as_str).unwrap_or("").is_empty() {
+                errs.push(format!("spec.{key}[{i}].image: Required value"));
+            }
+        }
+    }
+    let deadline = |s: &Value| s.get("activeDeadlineSeconds").and_then(Value::as_i64);
+    match (deadline(os), deadline(ns)) {
+        (_, Some(n)) if !(0..=i64::from(i32::MAX)).contains(&n) => {
+            errs.push(format!("spec.activeDeadlineSeconds: Invalid value: {n}: must be between 0 and 2147483647, inclusive"));
+            return errs;
+        }
+        (Some(o), Some(n)) if o < n => {
+            errs.push(format!("spec.activeDeadlineSeconds: Invalid value: {n}: must be less than or equal to previous value"));
+            return errs;
+        }
+        (Some(_), None) => errs.push("spec.activeDeadlineSeconds: Invalid value: \"null\": must not update from a positive integer to nil value".into()),
+        _ => {}
+    }
+    // Tolerations: existing ones stay (their tolerationSeconds may change).
+    let without_seconds = |t: &Value| {
+        let mut t = t.clone();
+        if let Some(m) = t.as_object_mut() {
+            m.remove("tolerationSeconds");
+        }
+        normalized(&t)
+    };
+    let new_tolerations: Vec<Value> = items(ns, "tolerations").iter().map(without_seconds).collect();
+    if items(os, "tolerations").iter().any(|t| !new_tolerations.contains(&without_seconds(t))) {
+        errs.push("spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds".into());
+    }
+    errs.extend(added_scheduling_gates(old, new));
+    if let Some(e) = scheduling_group_changed(old, new) {
+        errs.push(e);
+        return errs;
+    }
+    // Everything else must be equal once the updatable fields are set
+    // back to their old values.
+    let mut munged = ns.clone();
+    if let Some(m) = munged.as_object_mut() {
+        for key in ["containers", "initContainers"] {
+            if let Some(cs) = m.get_mut(key).and_then(Value::as_array_mut) {
+                for (c, before) in cs.iter_mut().zip(items(os, key)) {
+                    if let Some(c) = c.as_object_mut() {
+                        match before.get("image") {
+                            Some(image) => c.insert("image".into(), image.clone()),
+                            None => c.remove("image"),
+                        };
+                    }
+                }
+            }
+        }
+        let gated = !items(os, "schedulingGates").is_empty();
+        let mut restore = vec!["activeDeadlineSeconds", "tolerations", "schedulingGates", "schedulingGroup"];
+        if gated {
+            restore.extend(["nodeSelector", "affinity"]);
+        }
+        let grace = |s: &Value| s.get("terminationGracePeriodSeconds").and_then(Value::as_i64);
+        if grace(os).is_some_and(|g| g < 0) && grace(ns) == Some(1) {
+            restore.push("terminationGracePeriodSeconds");
+        }
+        for key in restore {
+            match os.get(key) {
+                Some(v) => m.insert(key.into(), v.clone()),
+                None => m.remove(key),
+            };
+        }
+    }
+    let (before, after) = (normalized(os), normalized(&munged));
+    if before != after {
+        errs.push(format!("spec: Forbidden: pod updates may not change fields other than {UPDATABLE_POD_SPEC_FIELDS}\n{}", spec_diff(&before, &after)));
+    }
+    errs
+}
+
+/// A value with nulls, empty lists and empty maps left out (upstream's
+/// semantic equality treats nil and empty alike).
+fn normalized(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), normalized(v)))
+                .filter(|(_, v)| !(v.is_null() || v.as_array().is_some_and(Vec::is_empty) || v.as_object().is_some_and(|o| o.is_empty())))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(normalized).collect()),
+        v => v.clone(),
+    }
+}
+
+/// The fields that differ, in the shape of the `cmp.Diff` upstream
+/// appends (field names as Go's; values as JSON, not Go syntax).
+fn spec_diff(before: &Value, after: &Value) -> String {
+    let empty = serde_json::Map::new();
+    let (b, a) = (before.as_object().unwrap_or(&empty), after.as_object().unwrap_or(&empty));
+    let mut keys: Vec<&String> = b.keys().chain(a.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut out = String::from("  core.PodSpec{\n  \t... // other fields identical\n");
+    for k in keys.into_iter().filter(|k| b.get(k.as_str()) != a.get(k.as_str())) {
+        let go = format!("{}{}", k.get(..1).unwrap_or("").to_uppercase(), k.get(1..).unwrap_or(""));
+        if let Some(v) = b.get(k.as_str()) {
+            out.push_str(&format!("- \t{go}: {v},\n"));
+        }
+        if let Some(v) = a.get(k.as_str()) {
+            out.push_str(&format!("+ \t{go}: {v},\n"));
+        }
+    }
+    out.push_str("  }\n");
+    out
 }
 
 /// The kubelet's status manager: Ready follows the readiness gates.
@@ -223,7 +371,7 @@ mod tests {
         let pc = |name: &str, value: i64, default: bool| (PRIORITY_CLASSES, json!({"metadata": {"name": name}, "value": value, "globalDefault": default}));
         let view = Objects { objects: vec![pc("low", 1, true), pc("high", 100, false)], ..Default::default() };
         let pod = |extra: Value| {
-            let mut v = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}});
+            let mut v = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
             if let (Some(s), Some(e)) = (v["spec"].as_object_mut(), extra.as_object()) {
                 s.extend(e.clone());
             }

@@ -450,6 +450,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
             }
         };
         let revision_of = |r: &Obj| s(&r.value, "/metadata/annotations/deployment.kubernetes.io~1revision").parse::<i64>().unwrap_or(0);
+        let mut created = false;
         let new_rs = match new_rs {
             Some(r) if paused => Some((*r).clone()),
             None if paused => None,
@@ -499,7 +500,10 @@ fn sync_deployments(store: &Store, pods: &Owned) {
                     "spec": {"replicas": new_target(0), "selector": selector, "template": tmpl},
                 });
                 match store.create(REPLICASETS, &ns, rs) {
-                    Ok(o) => Some(o),
+                    Ok(o) => {
+                        created = true;
+                        Some(o)
+                    }
                     Err(e) => {
                         tracing::debug!(deployment = d.name(), error = %e, "creating a ReplicaSet failed");
                         None
@@ -536,16 +540,11 @@ fn sync_deployments(store: &Store, pods: &Owned) {
         let available_ok = total_ready >= desired - max_unavailable;
         let now = now_rfc3339();
         let rs_name = format!("{}-{hash}", d.name());
-        let progressing = if paused {
-            json!({"type": "Progressing", "status": "Unknown", "reason": "DeploymentPaused", "message": "Deployment is paused",
-                "lastUpdateTime": now, "lastTransitionTime": now})
-        } else if new_pods == desired && total_pods == desired && new_ready == desired {
-            json!({"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
-                "message": format!("ReplicaSet \"{rs_name}\" has successfully progressed."), "lastUpdateTime": now, "lastTransitionTime": now})
-        } else {
-            json!({"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
-                "message": format!("ReplicaSet \"{rs_name}\" is progressing."), "lastUpdateTime": now, "lastTransitionTime": now})
-        };
+        let complete = new_pods == desired && total_pods == desired && new_ready == desired;
+        let progressing = progressing_condition(&d.value, &rs_name, paused, complete, created, (total_pods, new_pods, total_ready), &now);
+        if complete || paused {
+            cleanup_history(store, &d.value, &old, &old_counts);
+        }
         let status = json!({
             "observedGeneration": d.value.at("/metadata/generation").cloned().unwrap_or(json!(1)),
             "replicas": total_pods,
@@ -588,6 +587,82 @@ fn sync_deployments(store: &Store, pods: &Owned) {
                 Some(n)
             });
         }
+    }
+}
+
+/// Upstream's `cleanupDeployment` (run when a rollout is complete or the
+/// Deployment paused): beyond `revisionHistoryLimit` (default 10) old
+/// ReplicaSets, the oldest revisions are deleted, those scaled to zero
+/// with no pods left.
+fn cleanup_history(store: &Store, d: &Value, old: &[&Arc<Obj>], counts: &[(i64, i64)]) {
+    let limit = d.at("/spec/revisionHistoryLimit").and_then(Value::as_i64).unwrap_or(10).max(0);
+    let mut alive: Vec<(&Arc<Obj>, i64)> = old.iter().zip(counts).filter(|(r, _)| !is_deleting(&r.value)).map(|(r, c)| (*r, c.0)).collect();
+    let diff = alive.len() as i64 - limit;
+    if diff <= 0 {
+        return;
+    }
+    let revision = |r: &Obj| s(&r.value, "/metadata/annotations/deployment.kubernetes.io~1revision").parse::<i64>().unwrap_or(0);
+    alive.sort_by_key(|(r, _)| (revision(r), s(&r.value, "/metadata/creationTimestamp").to_string()));
+    for (r, pods) in alive.into_iter().take(diff as usize) {
+        let status_replicas = r.value.at("/status/replicas").and_then(Value::as_i64).unwrap_or(0);
+        if pods == 0 && status_replicas == 0 && replicas(&r.value) == 0 {
+            delete_obj(store, REPLICASETS, r);
+        }
+    }
+}
+
+/// The Progressing condition as upstream's `syncRolloutStatus` keeps it:
+/// paused (Unknown, DeploymentPaused); complete (NewReplicaSetAvailable);
+/// a new ReplicaSet (NewReplicaSetCreated); progress since the last status
+/// (more updated, ready or available pods, fewer old ones: ReplicaSetUpdated,
+/// its lastUpdateTime now); no progress for `progressDeadlineSeconds`
+/// (default 600) since then (False, ProgressDeadlineExceeded, which
+/// `kubectl rollout status` reports as a failed rollout); else unchanged.
+/// `counts` is (pods, updated pods, ready pods) of this pass.
+fn progressing_condition(d: &Value, rs_name: &str, paused: bool, complete: bool, created: bool, counts: (i64, i64, i64), now: &str) -> Value {
+    let (total, updated, ready) = counts;
+    let cond = |status: &str, reason: &str, message: String, since: Option<&Value>| {
+        let since = since.cloned().unwrap_or_else(|| json!(now));
+        json!({"type": "Progressing", "status": status, "reason": reason, "message": message, "lastUpdateTime": now, "lastTransitionTime": since})
+    };
+    let old = d
+        .at("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Progressing")));
+    let old_field = |k: &str| old.and_then(|c| c.get(k)).and_then(Value::as_str).unwrap_or("");
+    // lastTransitionTime moves only when the status does.
+    let same_status = |status: &str| old.filter(|_| old_field("status") == status).and_then(|c| c.get("lastTransitionTime"));
+    if paused {
+        return cond("Unknown", "DeploymentPaused", "Deployment is paused".into(), same_status("Unknown"));
+    }
+    if complete {
+        if old_field("reason") == "NewReplicaSetAvailable"
+            && let Some(c) = old
+        {
+            return c.clone();
+        }
+        return cond("True", "NewReplicaSetAvailable", format!("ReplicaSet \"{rs_name}\" has successfully progressed."), same_status("True"));
+    }
+    if created {
+        return cond("True", "NewReplicaSetCreated", format!("Created new replica set \"{rs_name}\""), same_status("True"));
+    }
+    let before = |k: &str| d.at(&format!("/status/{k}")).and_then(Value::as_i64).unwrap_or(0);
+    let progressed = updated > before("updatedReplicas")
+        || total - updated < before("replicas") - before("updatedReplicas")
+        || ready > before("readyReplicas")
+        || ready > before("availableReplicas");
+    if progressed || old.is_none() || old_field("reason") == "DeploymentPaused" {
+        return cond("True", "ReplicaSetUpdated", format!("ReplicaSet \"{rs_name}\" is progressing."), same_status("True"));
+    }
+    let deadline = d.at("/spec/progressDeadlineSeconds").and_then(Value::as_i64).unwrap_or(600);
+    let last = chrono::DateTime::parse_from_rfc3339(old_field("lastUpdateTime")).ok();
+    let timed_out = old_field("reason") == "ProgressDeadlineExceeded"
+        || (deadline < i64::from(i32::MAX) && last.is_some_and(|t| chrono::Utc::now().signed_duration_since(t).num_seconds() > deadline));
+    match old {
+        Some(c) if old_field("reason") == "ProgressDeadlineExceeded" => c.clone(),
+        _ if timed_out => cond("False", "ProgressDeadlineExceeded", format!("ReplicaSet \"{rs_name}\" has timed out progressing."), same_status("False")),
+        Some(c) => c.clone(),
+        None => cond("True", "ReplicaSetUpdated", format!("ReplicaSet \"{rs_name}\" is progressing."), None),
     }
 }
 

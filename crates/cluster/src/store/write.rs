@@ -88,13 +88,12 @@ pub(super) fn decoded(info: &ResourceInfo, v: &Value) -> Result<()> {
 }
 
 /// Object metadata every kind's validation checks (upstream's
-/// `ValidateObjectMeta`, the parts not checked elsewhere): the total size
-/// of annotations.
+/// `ValidateObjectMeta`, the parts not checked elsewhere): label keys and
+/// values, annotation keys, and the total size of annotations.
 pub(super) fn validate_meta(info: &ResourceInfo, name: &str, v: &Value) -> Result<()> {
-    match crate::admission::validation::annotations(v) {
-        None => Ok(()),
-        Some(e) => Err(invalid(info, name, e)),
-    }
+    let mut errs = crate::admission::validation::metadata_labels_and_annotations(v);
+    errs.extend(crate::admission::validation::annotations(v));
+    if errs.is_empty() { Ok(()) } else { Err(invalid_all(info, name, &errs)) }
 }
 
 /// A custom resource's schema, applied to an object already checked.

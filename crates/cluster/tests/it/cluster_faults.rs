@@ -59,7 +59,7 @@ async fn error_rules_429_500_409() {
     let pp = PostParams::default();
     assert_eq!(code(pods.create(&pp, &pod("a")).await.unwrap_err()), (429, "TooManyRequests".into()));
     // Retry-After header and Status body on the wire.
-    let body = r#"{"metadata":{"name":"raw"},"spec":{"containers":[{"name":"c"}]}}"#;
+    let body = r#"{"metadata":{"name":"raw"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#;
     let resp = raw_http(
         &c,
         &format!("POST /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()),
@@ -245,7 +245,7 @@ async fn slow_watcher_is_closed_instead_of_buffering_forever() {
     for i in 0..10_000 {
         let p: Pod = serde_json::from_value(json!({
             "metadata": {"name": format!("p{i}"), "annotations": {"pad": pad}},
-            "spec": {"containers": [{"name": "c"}]}
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
         }))
         .unwrap();
         c.store().create_typed(&p).unwrap();

@@ -439,6 +439,59 @@ async fn kubectl_rollout_status_restart_undo_history_pause() {
     c.shutdown().await;
 }
 
+/// The Deployment controller's revision history limit and progress
+/// deadline: beyond `revisionHistoryLimit` old ReplicaSets are deleted,
+/// and a rollout whose pods never become ready is reported by `kubectl
+/// rollout status` as a real cluster reports it.
+#[tokio::test]
+async fn kubectl_rollout_status_reports_a_stalled_rollout() {
+    if !kubectl_available() {
+        eprintln!("SKIPPED: kubectl is not installed");
+        return;
+    }
+    let (c, dir, kc) = kubectl_cluster().await;
+    let bind = binder(&c);
+    let manifest = |image: &str, gated: bool| {
+        let gates = if gated { "\n      readinessGates:\n      - conditionType: example.com/never" } else { "" };
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: stall\nspec:\n  replicas: 2\n  revisionHistoryLimit: 1\n  progressDeadlineSeconds: 3\n  selector:\n    matchLabels:\n      app: stall\n  template:\n    metadata:\n      labels:\n        app: stall\n    spec:{gates}\n      containers:\n      - name: c\n        image: {image}\n"
+        )
+    };
+    let file = dir.join("stall.yaml");
+    for image in ["nginx:1", "nginx:2", "nginx:3"] {
+        std::fs::write(&file, manifest(image, false)).unwrap();
+        let (ok, out) = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]).await;
+        assert!(ok, "{out}");
+        let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/stall", "--timeout=30s"]).await;
+        assert!(ok && out.contains("successfully rolled out"), "{out}");
+    }
+    // Three revisions, a history of one: the newest and one old ReplicaSet stay.
+    crate::support::eventually(20, "old ReplicaSets beyond revisionHistoryLimit deleted", || async {
+        let (ok, out) = kubectl(&kc, &["get", "rs", "-l", "app=stall", "-o", "jsonpath={.items[*].spec.template.spec.containers[0].image}"]).await;
+        let mut images: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+        images.sort();
+        (ok && images == ["nginx:2", "nginx:3"]).then_some(())
+    })
+    .await;
+    // A template whose pods never become ready: no progress for 3 s.
+    std::fs::write(&file, manifest("nginx:4", true)).unwrap();
+    let (ok, out) = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]).await;
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/stall", "--timeout=60s"]).await;
+    assert!(!ok && out.contains("error: deployment \"stall\" exceeded its progress deadline"), "{out}");
+    let (ok, out) = kubectl(&kc, &["get", "deployment", "stall", "-o", "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}"]).await;
+    assert!(ok && out.trim() == "ProgressDeadlineExceeded", "{out}");
+    // A new template starts a new rollout, which completes.
+    std::fs::write(&file, manifest("nginx:5", false)).unwrap();
+    let (ok, out) = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]).await;
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/stall", "--timeout=30s"]).await;
+    assert!(ok && out.contains("successfully rolled out"), "{out}");
+    bind.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+    c.shutdown().await;
+}
+
 #[tokio::test]
 async fn kubectl_logs_and_exec_say_no_containers_run() {
     if !kubectl_available() {

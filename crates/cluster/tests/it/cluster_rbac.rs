@@ -71,6 +71,35 @@ async fn anonymous_and_unknown_tokens() {
     c.shutdown().await;
 }
 
+/// kube-controller-manager's root-ca-cert-publisher: every namespace has
+/// `kube-root-ca.crt` with the cluster's CA as `ca.crt`, recreated when
+/// deleted and put back when edited.
+#[tokio::test]
+async fn every_namespace_publishes_the_root_ca() {
+    let c = rbac_cluster().await;
+    let ca = c.identity().map(|i| i.ca_pem().to_string()).unwrap_or_default();
+    assert!(ca.contains("BEGIN CERTIFICATE"), "the cluster serves TLS by default");
+    let path = |ns: &str| format!("/api/v1/namespaces/{ns}/configmaps/kube-root-ca.crt");
+    let published = |ns: &'static str| {
+        let (c, ca, path) = (&c, ca.clone(), path(ns));
+        async move {
+            let (code, v) = call(c, "GET", &path, Some(ADMIN), None).await;
+            (code == 200 && v["data"]["ca.crt"] == ca.as_str()).then_some(v)
+        }
+    };
+    for ns in ["default", "kube-system", "kube-public"] {
+        eventually(10, ns, || published(ns)).await;
+    }
+    admin(&c, "POST", "/api/v1/namespaces", json!({"metadata": {"name": "fresh"}})).await;
+    let v = eventually(10, "a new namespace's root CA", || published("fresh")).await;
+    assert!(v["metadata"]["annotations"]["kubernetes.io/description"].as_str().unwrap().starts_with("Contains a CA bundle"), "{v}");
+    admin(&c, "DELETE", &path("fresh"), json!(null)).await;
+    eventually(10, "recreated after a delete", || published("fresh")).await;
+    admin(&c, "PATCH", &path("fresh"), json!({"data": {"ca.crt": "forged"}})).await;
+    eventually(10, "put back after an edit", || published("fresh")).await;
+    c.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_service_account_that_may_get_pods_may_not_delete_them() {
     let c = rbac_cluster().await;
