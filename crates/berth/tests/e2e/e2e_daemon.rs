@@ -437,7 +437,13 @@ async fn bad_objects_get_clear_reasons_others_schedule() {
             }]}}}}}),
         );
         let absurd = pod("absurd", "1000000", json!({}));
-        let mut all = vec![bad_selector, bad_node_selector, absurd];
+        // The API server refuses the unknown operator (422, as kube-apiserver
+        // does): the pod goes into the store past admission, as an object
+        // from a laxer or older server would reach the daemon.
+        let mut bad_selector = bad_selector;
+        bad_selector.metadata.namespace = Some("default".into());
+        c.store().create_typed(&bad_selector).unwrap();
+        let mut all = vec![bad_node_selector, absurd];
         all.extend((0..20).map(|i| pod(&format!("ok-{i:02}"), "100m", json!({}))));
         create_all(&api, all, 8).await;
         eventually(20, "good pods bound", || async {
