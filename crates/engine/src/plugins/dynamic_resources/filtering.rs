@@ -9,7 +9,7 @@ use super::Found;
 use berth_model::{NodeInfo, PodInfo};
 
 use super::claims::extended_claim;
-use super::{NodeAllocation, PodClaimState, State, MAX_SUBREQUEST_SCORE};
+use super::{NodeAllocation, State, MAX_SUBREQUEST_SCORE};
 use crate::framework::{CycleState, DeallocateClaim, NodeStatuses, PostFilterResult, Status};
 
 /// Upstream's reason for an allocated claim whose node selector excludes the node.
