@@ -118,6 +118,17 @@ fn text(v: &Value, key: &str) -> String {
 }
 
 
+/// A container's name must not repeat one `seen` before it (across
+/// containers, init and ephemeral containers), as upstream's
+/// `validateContainers` checks, an empty name included.
+fn unique(seen: &mut Vec<String>, name: String, path: &str, errs: &mut Vec<String>) {
+    if seen.contains(&name) {
+        errs.push(format!("{path}.name: Duplicate value: {}", quoted(&name)));
+    } else {
+        seen.push(name);
+    }
+}
+
 /// Upstream's `ValidatePodSpec`, the parts covered here, at `path`
 /// (`spec`, `spec.template.spec`), in upstream's order: volumes,
 /// containers, init and ephemeral containers, restart and DNS policies,
@@ -133,12 +144,7 @@ pub fn pod_spec(spec: &Value, path: &str) -> Vec<String> {
     for (i, c) in list("containers").iter().enumerate() {
         let p = format!("{path}.containers[{i}]");
         container(c, &p, &volumes, &mut errs);
-        let name = name_of(c);
-        if seen.contains(&name) {
-            errs.push(format!("{p}.name: Duplicate value: {}", quoted(&name)));
-        } else {
-            seen.push(name);
-        }
+        unique(&mut seen, name_of(c), &p, &mut errs);
         if let Some(l) = c.get("lifecycle").filter(|l| !l.is_null()) {
             for hook in ["postStart", "preStop"] {
                 if let Some(h) = l.get(hook).filter(|h| !h.is_null()) {
@@ -159,12 +165,7 @@ pub fn pod_spec(spec: &Value, path: &str) -> Vec<String> {
         if let Some(r) = restart.filter(|r| *r != "Always") {
             errs.push(format!("{p}.restartPolicy: Unsupported value: {}: supported values: \"Always\"", quoted(r)));
         }
-        let name = name_of(c);
-        if seen.contains(&name) {
-            errs.push(format!("{p}.name: Duplicate value: {}", quoted(&name)));
-        } else if !name.is_empty() {
-            seen.push(name);
-        }
+        unique(&mut seen, name_of(c), &p, &mut errs);
         if restart == Some("Always") {
             probes(c, &p, &mut errs);
         } else {
@@ -179,12 +180,7 @@ pub fn pod_spec(spec: &Value, path: &str) -> Vec<String> {
     for (i, c) in list("ephemeralContainers").iter().enumerate() {
         let p = format!("{path}.ephemeralContainers[{i}]");
         container(c, &p, &volumes, &mut errs);
-        let name = name_of(c);
-        if seen.contains(&name) {
-            errs.push(format!("{p}.name: Duplicate value: {}", quoted(&name)));
-        } else {
-            seen.push(name);
-        }
+        unique(&mut seen, name_of(c), &p, &mut errs);
     }
     if let Some(r) = spec.get("resources") {
         errs.extend(resource_requirements(r, &format!("{path}.resources"), false));
