@@ -374,11 +374,10 @@ fn handler(h: &Value, p: &str, kinds: &[&str], errs: &mut Vec<String>) {
         found += 1;
         let ap = format!("{p}.{kind}");
         match *kind {
-            "exec" => {
-                if action.get("command").and_then(Value::as_array).is_none_or(|c| c.is_empty()) {
-                    errs.push(format!("{ap}.command: Required value"));
-                }
+            "exec" if action.get("command").and_then(Value::as_array).is_none_or(|c| c.is_empty()) => {
+                errs.push(format!("{ap}.command: Required value"));
             }
+            "exec" => {}
             "httpGet" | "tcpSocket" | "grpc" => match action.get("port") {
                 Some(Value::String(name)) => errs.extend(invalid_each(&format!("{ap}.port"), name, names::port_name(name))),
                 Some(n) => {
