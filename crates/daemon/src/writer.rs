@@ -167,6 +167,10 @@ pub struct WriteCounts {
     pub claim_writes_unknown: u64,
     /// ResourceClaim writes answered 409 (read back, then retried or given up).
     pub claim_conflicts: u64,
+    /// ResourceClaim reads of PreBind's allocations (after a conflict or an
+    /// unknown outcome, when the cache's claim was behind or had
+    /// reservations; none when the cache is current).
+    pub claim_reads: u64,
 }
 
 /// Counters shared by the writer's tasks.
@@ -1636,6 +1640,7 @@ impl Writer {
         let landed = |finalizer: bool| {
             let (claims, judge) = (&claims, &judge);
             move || async move {
+                self.count(|c| c.claim_reads += 1);
                 let c = claims.get_opt(name).await?;
                 Ok::<bool, kube::Error>(c.as_ref().is_some_and(|c| {
                     let next = judge(c);
@@ -1650,7 +1655,12 @@ impl Writer {
         for _ in 0..CLAIM_WRITE_TRIES {
             let (claim, fresh) = match next.take() {
                 Some(c) => c,
-                None => match self.read(deadline, || claims.get_opt(name)).await? {
+                None => match self.read(deadline, || {
+                    self.count(|c| c.claim_reads += 1);
+                    claims.get_opt(name)
+                })
+                .await?
+                {
                     Some(c) => (c, true),
                     None => return Err(stop(format!("claim {key} got deleted in the meantime"))),
                 },
