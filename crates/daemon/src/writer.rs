@@ -37,8 +37,10 @@
 //! DynamicResources' work is its ResourceClaims' (upstream `bindClaim`):
 //! the delete-protection finalizer, then the allocation and the pod's
 //! reservedFor entry in one status write, each conditional on the claim's
-//! uid and resourceVersion. A 409 or an unknown outcome is resolved by
-//! reading the claim back: allocated as decided and reserved for the pod,
+//! uid and resourceVersion: the first against the claim as the scheduler's
+//! cache shows it, the second against the first one's reply, so that a
+//! current cache costs two writes and no read. A 409 or an unknown outcome
+//! is resolved by reading the claim back: allocated as decided and reserved for the pod,
 //! the write is done; allocated otherwise, deleted or re-created, the bind
 //! fails and the loop forgets the pod's assumed devices and retries it.
 //! The claim of extended resources a DeviceClass backs is created first
