@@ -206,6 +206,9 @@ type Owned = HashMap<String, BTreeSet<Key>>;
 /// done); the pass's own writes to a pod drop it from here.
 type Pods = HashMap<Key, Option<Arc<Obj>>>;
 
+/// Most pods a pass keeps parsed (a parsed pod is several times its bytes).
+const PASS_PODS: usize = 256;
+
 /// What is left to do after the events seen so far.
 #[derive(Default)]
 struct Work {
@@ -444,8 +447,13 @@ impl Controller {
         }
     }
 
-    /// The pod `ns/name`, read once per pass (see [`Pods`]).
+    /// The pod `ns/name`, read once per pass (see [`Pods`]). At most
+    /// [`PASS_PODS`] parsed pods are held at once (a full sweep reads
+    /// every pod).
     fn pod(&self, pods: &mut Pods, ns: &str, name: &str) -> Option<Arc<Obj>> {
+        if pods.len() >= PASS_PODS {
+            pods.clear();
+        }
         pods.entry((ns.to_string(), name.to_string())).or_insert_with(|| self.store.get(PODS, ns, name).ok()).clone()
     }
 
