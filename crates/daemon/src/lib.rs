@@ -31,7 +31,7 @@ use berth_engine::cache::{Cache, Pdb};
 use berth_engine::config::Config;
 use berth_engine::profile::Profiles;
 use berth_engine::framework::group::{preempt_for_group, schedule_group, GroupHost, GroupOutcome};
-use berth_engine::framework::{AssumeView, CycleOptions, CycleState, Events, Framework, QueuedPod};
+use berth_engine::framework::{ApiWrite, AssumeView, CycleOptions, CycleState, Events, Framework, QueuedPod};
 use berth_model::{NodeSpec, PodInfo};
 use berth_engine::queue::{self, Rejection, SchedulingQueue};
 
@@ -41,7 +41,7 @@ use self::leader::Lease;
 use self::metrics::Metrics;
 use self::shadow::{Shadow, ShadowLog};
 use self::watch::{Change, WatchEvent, WatchHealth};
-use self::writer::{BindOutcome, BindResult, SharedCounts, Writer};
+use self::writer::{seen_claim, BindOutcome, BindResult, SharedCounts, Writer};
 
 /// Why the daemon could not start.
 #[derive(Debug, Error)]
@@ -916,7 +916,16 @@ impl Loop {
         }
         let work = state.take_pre_bind_work();
         if let Some(w) = &self.writer {
-            w.bind_with_work(pod, node, start.into_std(), work).await;
+            let devices = &self.cache.snapshot().devices;
+            let seen = work
+                .iter()
+                .flat_map(|w| &w.writes)
+                .filter_map(|w| match w {
+                    ApiWrite::AllocateClaim { namespace, name, .. } => devices.api_claim(namespace, name).and_then(seen_claim),
+                    _ => None,
+                })
+                .collect();
+            w.bind_with_work(pod, node, start.into_std(), work, seen).await;
         }
     }
 

@@ -37,8 +37,10 @@
 //! DynamicResources' work is its ResourceClaims' (upstream `bindClaim`):
 //! the delete-protection finalizer, then the allocation and the pod's
 //! reservedFor entry in one status write, each conditional on the claim's
-//! uid and resourceVersion. A 409 or an unknown outcome is resolved by
-//! reading the claim back: allocated as decided and reserved for the pod,
+//! uid and resourceVersion: the first against the claim as the scheduler's
+//! cache shows it, the second against the first one's reply, so that a
+//! current cache costs two writes and no read. A 409 or an unknown outcome
+//! is resolved by reading the claim back: allocated as decided and reserved for the pod,
 //! the write is done; allocated otherwise, deleted or re-created, the bind
 //! fails and the loop forgets the pod's assumed devices and retries it.
 //! The claim of extended resources a DeviceClass backs is created first
@@ -53,6 +55,7 @@ use std::time::{Duration, Instant};
 use futures::TryFutureExt;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::events::v1 as events;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::Api;
@@ -166,6 +169,10 @@ pub struct WriteCounts {
     pub claim_writes_unknown: u64,
     /// ResourceClaim writes answered 409 (read back, then retried or given up).
     pub claim_conflicts: u64,
+    /// ResourceClaim reads of PreBind's allocations (after a conflict or an
+    /// unknown outcome, when the cache's claim was behind or had
+    /// reservations; none when the cache is current).
+    pub claim_reads: u64,
 }
 
 /// Counters shared by the writer's tasks.
@@ -362,7 +369,7 @@ impl Writer {
             let Ok(permit) = live.clone().acquire_owned().await else { return };
             let w = self.clone();
             self.spawn(async move {
-                w.run_bind(job.pod, job.node, job.started, Vec::new()).await;
+                w.run_bind(job.pod, job.node, job.started, Vec::new(), Vec::new()).await;
                 drop(permit);
             })
             .await;
@@ -396,7 +403,7 @@ impl Writer {
 
     /// Binds `pod` to `node` through `pods/binding`, off the caller's task.
     pub async fn bind(&self, pod: Arc<PodInfo>, node: String, started: Instant) {
-        self.bind_with_work(pod, node, started, Vec::new()).await;
+        self.bind_with_work(pod, node, started, Vec::new(), Vec::new()).await;
     }
 
     /// Binds `pod` to `node` off the caller's task, after carrying out the
@@ -404,12 +411,15 @@ impl Writer {
     /// [`Writer::pre_bind_work`]). A PreBind failure is reported on the pod
     /// (PodScheduled=False, SchedulerError, and a FailedScheduling event) and
     /// comes back as `Failed`, `Gone` or `NotLeader`; the pod is not bound.
-    pub async fn bind_with_work(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Vec<PreBindWork>) {
+    /// `seen`: the ResourceClaims the work writes, as the scheduler's cache
+    /// last showed them (see [`Writer::allocate_claim`]; any missing one is
+    /// read first).
+    pub async fn bind_with_work(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Vec<PreBindWork>, seen: Vec<ResourceClaim>) {
         match work.is_empty() {
             // PreBind may wait long (for volumes): its own task, never holding up other binds.
             false => {
                 let w = self.clone();
-                self.spawn(async move { w.run_bind(pod, node, started, work).await }).await;
+                self.spawn(async move { w.run_bind(pod, node, started, work, seen).await }).await;
             }
             true => {
                 self.binds_queued.fetch_add(1, Ordering::AcqRel);
@@ -423,10 +433,10 @@ impl Writer {
 
     /// One bind job: PreBind's API work when there is some, the binding,
     /// the failure report, the result to the loop and the Scheduled event.
-    async fn run_bind(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Vec<PreBindWork>) {
+    async fn run_bind(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Vec<PreBindWork>, seen: Vec<ResourceClaim>) {
         let mut pre = Ok(());
         for w in &work {
-            pre = self.pre_bind_work(&pod, &node, w).await.map_err(|e| e.outcome(w.plugin));
+            pre = self.pre_bind_work(&pod, &node, w, &seen).await.map_err(|e| e.outcome(w.plugin));
             if pre.is_err() {
                 break;
             }
@@ -881,7 +891,7 @@ impl Writer {
     /// upstream: the PV controller finishes or undoes a binding); the loop
     /// forgets the assumed decisions when the result says the pod was not
     /// bound.
-    async fn pre_bind_work(&self, pod: &PodInfo, node: &str, work: &PreBindWork) -> Result<(), PreBindStop> {
+    async fn pre_bind_work(&self, pod: &PodInfo, node: &str, work: &PreBindWork, seen: &[ResourceClaim]) -> Result<(), PreBindStop> {
         let deadline = tokio::time::Instant::now() + work.timeout;
         for w in &work.writes {
             match w {
@@ -889,7 +899,8 @@ impl Writer {
                 ApiWrite::SelectNode { namespace, name } => self.select_node(namespace, name, node, deadline).await?,
                 ApiWrite::AllocateClaim { namespace, name, uid, allocation, pod_name, pod_uid } => {
                     let t = Instant::now();
-                    let r = self.allocate_claim(namespace, name, uid, allocation.as_ref(), pod_name, pod_uid, deadline).await;
+                    let seen = seen.iter().find(|c| c.metadata.namespace.as_deref() == Some(namespace.as_str()) && c.metadata.name.as_deref() == Some(name.as_str())).cloned();
+                    let r = self.allocate_claim(namespace, name, uid, allocation.as_ref(), pod_name, pod_uid, seen, deadline).await;
                     self.observe_allocation(if allocation.is_some() { "allocated" } else { "reserved" }, &r, t);
                     r?;
                 }
@@ -1273,6 +1284,37 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_claim_is_the_base_of_the_first_write_unless_it_has_reservations() {
+        use berth_engine::cache::devices::Claim;
+        let key = "default/c";
+        let ours = alloc("gpu-0");
+        let fresh = Claim::from_api(&rc(json!({"metadata": {"name": "c", "namespace": "default", "uid": "u1", "resourceVersion": "5"}, "spec": {}})));
+        let seen = seen_claim(&fresh).expect("seen");
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("5"));
+        assert_eq!(claim_next(&seen, key, "u1", Some(&ours), "p1"), ClaimNext::Finalizer);
+        // The finalizer there already (an earlier attempt): the status next,
+        // under the cache's resourceVersion.
+        let protected = Claim::from_api(&rc(json!({"metadata": {"name": "c", "namespace": "default", "uid": "u1", "resourceVersion": "6", "finalizers": [CLAIM_FINALIZER]}, "spec": {}})));
+        let seen = seen_claim(&protected).expect("seen");
+        assert_eq!(claim_next(&seen, key, "u1", Some(&ours), "p1"), ClaimNext::Status);
+        assert_eq!(claim_status_patch(&seen, None, "p", "p1")["metadata"]["resourceVersion"], "6");
+        // Allocated already and unreserved: only the reservation.
+        let allocated = Claim::from_api(&rc(json!({"metadata": {"name": "c", "namespace": "default", "uid": "u1", "resourceVersion": "7", "finalizers": [CLAIM_FINALIZER]}, "spec": {},
+            "status": {"allocation": serde_json::to_value(&ours).expect("json")}})));
+        let seen = seen_claim(&allocated).expect("seen");
+        assert_eq!(claim_next(&seen, key, "u1", None, "p1"), ClaimNext::Status);
+        // Reserved for others (the cache drops their API group), being
+        // deleted, or without a resourceVersion: read first.
+        let shared = Claim::from_api(&rc(json!({"metadata": {"name": "c", "namespace": "default", "uid": "u1", "resourceVersion": "8"}, "spec": {},
+            "status": {"allocation": serde_json::to_value(&ours).expect("json"), "reservedFor": [{"resource": "pods", "name": "q", "uid": "p2"}]}})));
+        assert!(seen_claim(&shared).is_none());
+        let deleting = Claim::from_api(&rc(json!({"metadata": {"name": "c", "namespace": "default", "uid": "u1", "resourceVersion": "9", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}})));
+        assert!(seen_claim(&deleting).is_none());
+        let unversioned = Claim::from_api(&rc(json!({"metadata": {"name": "c", "namespace": "default", "uid": "u1"}, "spec": {}})));
+        assert!(seen_claim(&unversioned).is_none());
+    }
+
+    #[test]
     fn deallocation_only_of_a_claim_reserved_for_no_other_pod() {
         let d = berth_engine::framework::DeallocateClaim { namespace: "default".into(), name: "c".into(), uid: "u1".into(), pod_uid: "p1".into() };
         let allocation = serde_json::to_value(alloc("gpu-0")).expect("json");
@@ -1386,6 +1428,28 @@ fn claim_next(claim: &k8s_openapi::api::resource::v1::ResourceClaim, key: &str, 
     }
 }
 
+/// The claim as the scheduler's cache shows it (the API's view, nothing
+/// assumed), as the base of PreBind's first conditional write
+/// ([`Writer::allocate_claim`]): its uid, resourceVersion, finalizers and
+/// allocation. None (read the claim first) when the cache has no
+/// resourceVersion, the claim is being deleted, or it has reservations:
+/// the cache keeps a consumer's resource, name and uid but not its API
+/// group, and the status write carries the whole reservedFor list.
+pub fn seen_claim(c: &berth_engine::cache::devices::Claim) -> Option<ResourceClaim> {
+    if c.resource_version.is_empty() || c.deleting || !c.reserved_for.is_empty() {
+        return None;
+    }
+    let mut claim = ResourceClaim::default();
+    let m = &mut claim.metadata;
+    m.namespace = Some(c.namespace.clone());
+    m.name = Some(c.name.clone());
+    m.uid = Some(c.uid.clone());
+    m.resource_version = Some(c.resource_version.clone());
+    m.finalizers = (!c.finalizers.is_empty()).then(|| c.finalizers.clone());
+    claim.status = Some(k8s_openapi::api::resource::v1::ResourceClaimStatus { allocation: c.allocation.clone(), ..Default::default() });
+    Some(claim)
+}
+
 /// The status PreBind writes: the allocation (when it makes one) and the
 /// reservedFor list with the pod added, under the claim's uid and
 /// resourceVersion (a claim changed since it was read answers 409).
@@ -1482,9 +1546,10 @@ fn reserved_without(claim: &k8s_openapi::api::resource::v1::ResourceClaim, pod_u
 }
 
 /// How one claim write ended.
-enum ClaimWrite {
-    /// Written (or found written when read back).
-    Done,
+enum ClaimWrite<T> {
+    /// Written: the reply (None when the outcome was unknown and the
+    /// write was found landed by reading it back).
+    Done(Option<T>),
     /// Conflict, or an unknown outcome that did not land: read again.
     Again(String),
     /// Known not written, for this reason.
@@ -1506,10 +1571,10 @@ impl Writer {
 
     /// One claim write through the bind budget and the lease permit; an
     /// unknown outcome is resolved by `landed` (reading the claim back).
-    async fn claim_write<W, WFut, L, LFut>(&self, deadline: tokio::time::Instant, write: W, landed: L) -> Result<ClaimWrite, PreBindStop>
+    async fn claim_write<T, W, WFut, L, LFut>(&self, deadline: tokio::time::Instant, write: W, landed: L) -> Result<ClaimWrite<T>, PreBindStop>
     where
         W: FnOnce() -> WFut,
-        WFut: std::future::Future<Output = Result<(), kube::Error>>,
+        WFut: std::future::Future<Output = Result<T, kube::Error>>,
         L: Fn() -> LFut,
         LFut: std::future::Future<Output = Result<bool, kube::Error>>,
     {
@@ -1523,9 +1588,9 @@ impl Writer {
             tokio::time::timeout(Duration::from_secs(30), write()).await
         };
         let why = match r {
-            Ok(Ok(())) => {
+            Ok(Ok(reply)) => {
                 self.count(|c| c.claim_writes += 1);
-                return Ok(ClaimWrite::Done);
+                return Ok(ClaimWrite::Done(Some(reply)));
             }
             Ok(Err(e)) if api_code(&e) == Some(409) => {
                 self.count(|c| c.claim_conflicts += 1);
@@ -1539,23 +1604,30 @@ impl Writer {
         tracing::info!(error = %why, "claim write outcome unknown; reading the claim back");
         if self.read(deadline, landed).await? {
             self.count(|c| c.claim_writes += 1);
-            Ok(ClaimWrite::Done)
+            Ok(ClaimWrite::Done(None))
         } else {
             Ok(ClaimWrite::Again(why))
         }
     }
 
-    /// DynamicResources' PreBind for one claim (upstream `bindClaim`): on a
-    /// fresh read, the delete-protection finalizer when missing, then in
-    /// one status update the allocation (when `allocation` is Some) and the
-    /// pod's reservedFor entry, each conditional on the claim's uid and
-    /// resourceVersion. A conflict (409) or a write whose outcome is unknown
-    /// is resolved by reading the claim back: allocated as decided and
-    /// reserved for the pod, it is done; allocated otherwise, deleted or
-    /// re-created, PreBind fails (the loop forgets the assumed devices and
-    /// retries the pod).
-    #[allow(clippy::too_many_arguments)] // the fields of ApiWrite::AllocateClaim
-    async fn allocate_claim(&self, ns: &str, name: &str, uid: &str, allocation: Option<&serde_json::Value>, pod_name: &str, pod_uid: &str, deadline: tokio::time::Instant) -> Result<(), PreBindStop> {
+    /// DynamicResources' PreBind for one claim (upstream `bindClaim`): the
+    /// delete-protection finalizer when missing, then in one status update
+    /// the allocation (when `allocation` is Some) and the pod's reservedFor
+    /// entry, each conditional on the claim's uid and resourceVersion.
+    ///
+    /// The first write is made against `seen`, the claim as the scheduler's
+    /// cache last showed it (upstream writes against its informer's claim
+    /// too), and the status write against the finalizer write's reply: no
+    /// read on the way when the cache is current. Only the API's answer
+    /// decides that nothing is left to write or that PreBind fails: a
+    /// verdict other than a write on `seen` is checked on a fresh read. A
+    /// conflict (409), meaning the cache was behind or another writer came
+    /// first, or a write whose outcome is unknown, is resolved by reading
+    /// the claim back: allocated as decided and reserved for the pod, it is
+    /// done; allocated otherwise, deleted or re-created, PreBind fails (the
+    /// loop forgets the assumed devices and retries the pod).
+    #[allow(clippy::too_many_arguments)] // the fields of ApiWrite::AllocateClaim, and the claim as seen
+    async fn allocate_claim(&self, ns: &str, name: &str, uid: &str, allocation: Option<&serde_json::Value>, pod_name: &str, pod_uid: &str, seen: Option<k8s_openapi::api::resource::v1::ResourceClaim>, deadline: tokio::time::Instant) -> Result<(), PreBindStop> {
         use k8s_openapi::api::resource::v1 as res;
         let key = format!("{ns}/{name}");
         let ours: Option<res::AllocationResult> = match allocation {
@@ -1565,34 +1637,50 @@ impl Writer {
         let claims: Api<res::ResourceClaim> = Api::namespaced(self.client.clone(), ns);
         let pp = PatchParams::default();
         let judge = |c: &res::ResourceClaim| claim_next(c, &key, uid, ours.as_ref(), pod_uid);
+        // Landed: the finalizer is there (`finalizer`), or the claim is
+        // allocated as decided and reserved for the pod.
+        let landed = |finalizer: bool| {
+            let (claims, judge) = (&claims, &judge);
+            move || async move {
+                self.count(|c| c.claim_reads += 1);
+                let c = claims.get_opt(name).await?;
+                Ok::<bool, kube::Error>(c.as_ref().is_some_and(|c| {
+                    let next = judge(c);
+                    next == ClaimNext::Done || (finalizer && next == ClaimNext::Status)
+                }))
+            }
+        };
+        // The claim to judge next and whether the API just gave it (a read
+        // or a write's reply); None: read it.
+        let mut next: Option<(res::ResourceClaim, bool)> = seen.map(|c| (c, false));
         let mut last = String::new();
         for _ in 0..CLAIM_WRITE_TRIES {
-            let Some(claim) = self.read(deadline, || claims.get_opt(name)).await? else {
-                return Err(stop(format!("claim {key} got deleted in the meantime")));
-            };
-            // Landed: the finalizer is there (`finalizer`), or the claim
-            // is allocated as decided and reserved for the pod.
-            let landed = |finalizer: bool| {
-                let (claims, judge) = (&claims, &judge);
-                move || async move {
-                    let c = claims.get_opt(name).await?;
-                    Ok::<bool, kube::Error>(c.as_ref().is_some_and(|c| {
-                        let next = judge(c);
-                        next == ClaimNext::Done || (finalizer && next == ClaimNext::Status)
-                    }))
-                }
+            let (claim, fresh) = match next.take() {
+                Some(c) => c,
+                None => match self.read(deadline, || {
+                    self.count(|c| c.claim_reads += 1);
+                    claims.get_opt(name)
+                })
+                .await?
+                {
+                    Some(c) => (c, true),
+                    None => return Err(stop(format!("claim {key} got deleted in the meantime"))),
+                },
             };
             match judge(&claim) {
-                ClaimNext::Done => return Ok(()),
-                ClaimNext::Fail(m) => return Err(stop(m)),
+                ClaimNext::Done if fresh => return Ok(()),
+                ClaimNext::Fail(m) if fresh => return Err(stop(m)),
+                // The cache may be behind the API: read before deciding.
+                ClaimNext::Done | ClaimNext::Fail(_) => {}
                 ClaimNext::Finalizer => {
                     let mut finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
                     finalizers.push(CLAIM_FINALIZER.to_string());
                     let patch = json!({"metadata": {"uid": uid, "resourceVersion": claim.metadata.resource_version, "finalizers": finalizers}});
                     let mp = Patch::Merge(&patch);
-                    match self.claim_write(deadline, || claims.patch(name, &pp, &mp).map_ok(|_| ()), landed(true)).await? {
-                        // The status is written on the next read.
-                        ClaimWrite::Done => {}
+                    match self.claim_write(deadline, || claims.patch(name, &pp, &mp), landed(true)).await? {
+                        // The status is written against the reply (or, found
+                        // landed after an unknown outcome, a fresh read).
+                        ClaimWrite::Done(reply) => next = reply.map(|c| (c, true)),
                         ClaimWrite::Again(m) => last = m,
                         ClaimWrite::Refused(m) => return Err(stop(format!("add finalizer to claim {key}: {m}"))),
                     }
@@ -1601,7 +1689,7 @@ impl Writer {
                     let patch = claim_status_patch(&claim, allocation, pod_name, pod_uid);
                     let mp = Patch::Merge(&patch);
                     match self.claim_write(deadline, || claims.patch_status(name, &pp, &mp).map_ok(|_| ()), landed(false)).await? {
-                        ClaimWrite::Done => return Ok(()),
+                        ClaimWrite::Done(_) => return Ok(()),
                         ClaimWrite::Again(m) => last = m,
                         ClaimWrite::Refused(m) if allocation.is_some() => return Err(stop(format!("add allocation and reservation to claim {key}: {m}"))),
                         ClaimWrite::Refused(m) => return Err(stop(format!("add reservation to claim {key}: {m}"))),
@@ -1653,7 +1741,7 @@ impl Writer {
                 Ok::<bool, kube::Error>(c.is_none_or(|c| c.metadata.uid.as_deref() != Some(d.uid.as_str()) || c.status.and_then(|s| s.allocation).is_none()))
             };
             match self.claim_write(deadline, || claims.patch_status(&d.name, &pp, &mp).map_ok(|_| ()), landed).await? {
-                ClaimWrite::Done => return Ok(None),
+                ClaimWrite::Done(_) => return Ok(None),
                 ClaimWrite::Again(m) => last = m,
                 ClaimWrite::Refused(m) => return Err(stop(format!("deallocate claim {}/{}: {m}", d.namespace, d.name))),
             }
@@ -1687,7 +1775,7 @@ impl Writer {
             };
             tries += 1;
             match self.claim_write(deadline, || claims.patch_status(&name, &pp, &mp).map_ok(|_| ()), landed).await {
-                Ok(ClaimWrite::Done) => break (name, uid),
+                Ok(ClaimWrite::Done(_)) => break (name, uid),
                 Ok(ClaimWrite::Again(_)) if tries < CLAIM_WRITE_TRIES => continue,
                 Ok(ClaimWrite::Again(m) | ClaimWrite::Refused(m)) => {
                     tracing::warn!(claim = %format!("{}/{name}", pod.namespace), error = %m, "extended-resource claim left behind: its reservation could not be removed");
@@ -1703,7 +1791,7 @@ impl Writer {
             Ok::<bool, kube::Error>(c.is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()) || c.metadata.deletion_timestamp.is_some()))
         };
         match self.claim_write(deadline, || claims.delete(&name, &dp).map_ok(|_| ()), landed).await {
-            Ok(ClaimWrite::Done) => tracing::info!(claim = %key, pod = %pod.key(), "extended-resource claim deleted after a failed bind"),
+            Ok(ClaimWrite::Done(_)) => tracing::info!(claim = %key, pod = %pod.key(), "extended-resource claim deleted after a failed bind"),
             Ok(ClaimWrite::Again(m) | ClaimWrite::Refused(m)) => tracing::warn!(claim = %key, error = %m, "extended-resource claim left behind"),
             Err(_) => {}
         }
@@ -1759,7 +1847,7 @@ impl Writer {
         let Some(c) = created else { return Err(stop(format!("create claim for extended resources: {last}"))) };
         let name = c.metadata.name.clone().unwrap_or_default();
         let uid = c.metadata.uid.clone().unwrap_or_default();
-        self.allocate_claim(ns, &name, &uid, allocation.as_ref(), pod_name, pod_uid, deadline).await?;
+        self.allocate_claim(ns, &name, &uid, allocation.as_ref(), pod_name, pod_uid, Some(c), deadline).await?;
         let pods: Api<core::Pod> = Api::namespaced(self.client.clone(), ns);
         let pod = self.read(deadline, || pods.get_opt(pod_name)).await?.filter(|p| p.metadata.uid.as_deref() == Some(pod_uid)).ok_or(PreBindStop::Gone)?;
         let mappings = request_mappings(&pod, mappings);
@@ -1772,7 +1860,7 @@ impl Writer {
             Ok::<bool, kube::Error>(v.pointer("/extendedResourceClaimStatus/resourceClaimName").and_then(serde_json::Value::as_str) == Some(name.as_str()))
         };
         match self.claim_write(deadline, || pods.patch_status(pod_name, &pp, &mp).map_ok(|_| ()), landed).await? {
-            ClaimWrite::Done => Ok(()),
+            ClaimWrite::Done(_) => Ok(()),
             ClaimWrite::Again(m) | ClaimWrite::Refused(m) => Err(stop(format!("update pod {ns}/{pod_name} extended resource claim status: {m}"))),
         }
     }

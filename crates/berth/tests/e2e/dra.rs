@@ -333,14 +333,17 @@ async fn a_claim_allocated_where_the_pod_cannot_go_is_deallocated_and_moved() {
     .await;
 }
 
-// Claim writes through a fault proxy: replies lost after the commit, and
-// 409s without a commit. berth reads the claim back each time (it counts
-// them), every pod ends bound with its claim allocated and reserved, and
-// no device is ever in two allocations (checked all along).
+// Claim writes through a fault proxy: none lost first, then replies lost
+// after the commit, and 409s without a commit. Without faults, PreBind
+// writes each claim twice (finalizer, then allocation and reservation)
+// against the cache's claim and the first write's reply, reading nothing;
+// with them, berth reads the claim back each time (it counts them), every
+// pod ends bound with its claim allocated and reserved, and no device is
+// ever in two allocations (checked all along).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_and_conflicting_claim_writes_are_read_back() {
     deadline(150, async {
-        let c = gpu_cluster(4, 2).await;
+        let c = gpu_cluster(5, 2).await;
         let client = c.client().unwrap();
         let proxy = FaultProxy::start(client.clone()).await;
         let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: "dra-faults".into(), ..Options::default() };
@@ -348,29 +351,38 @@ async fn lost_and_conflicting_claim_writes_are_read_back() {
         until_leading(&d, 20).await;
         let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
         create_template(&client).await;
-        // 1. Every claim write is committed but its reply lost.
-        proxy.set_rules(vec![Rule::new(Some(Method::PATCH), "/resourceclaims/", Fault::DropReplyAfterCommit, 1.0)]);
-        create_all(&pods_api, (0..4).map(|i| gpu_pod(&format!("lost-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect(), 4).await;
-        eventually(60, "the 4 pods bound", || async {
+        // 0. No fault: two writes per claim, no read.
+        create_all(&pods_api, (0..2).map(|i| gpu_pod(&format!("clean-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect(), 2).await;
+        eventually(60, "the 2 pods bound", || async {
             check_allocations(&client).await;
-            (bound_count(&pods(&pods_api).await) == 4).then_some(())
+            (bound_count(&pods(&pods_api).await) == 2).then_some(())
         })
         .await;
         let counts = d.write_counts();
-        assert!(counts.claim_writes_unknown >= 4, "{counts:?}");
+        assert_eq!((counts.claim_writes, counts.claim_reads, counts.claim_conflicts, counts.claim_writes_unknown), (4, 0, 0, 0), "{counts:?}");
+        // 1. Every claim write is committed but its reply lost.
+        proxy.set_rules(vec![Rule::new(Some(Method::PATCH), "/resourceclaims/", Fault::DropReplyAfterCommit, 1.0)]);
+        create_all(&pods_api, (0..4).map(|i| gpu_pod(&format!("lost-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect(), 4).await;
+        eventually(60, "the 6 pods bound", || async {
+            check_allocations(&client).await;
+            (bound_count(&pods(&pods_api).await) == 6).then_some(())
+        })
+        .await;
+        let counts = d.write_counts();
+        assert!(counts.claim_writes_unknown >= 4 && counts.claim_reads >= 4, "{counts:?}");
         // 2. Half the claim writes answered 409 without reaching the API.
         proxy.set_rules(vec![Rule::new(Some(Method::PATCH), "/resourceclaims/", Fault::Status(409), 0.5)]);
         create_all(&pods_api, (0..4).map(|i| gpu_pod(&format!("conflict-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect(), 4).await;
-        eventually(60, "the 8 pods bound", || async {
+        eventually(60, "the 10 pods bound", || async {
             check_allocations(&client).await;
-            (bound_count(&pods(&pods_api).await) == 8).then_some(())
+            (bound_count(&pods(&pods_api).await) == 10).then_some(())
         })
         .await;
         let counts = d.write_counts();
         assert!(counts.claim_conflicts >= 1, "{counts:?}");
         proxy.set_rules(vec![]);
         let claims = check_allocations(&client).await;
-        assert_eq!(claims.values().filter(|c| !devices_of(c).is_empty()).count(), 8);
+        assert_eq!(claims.values().filter(|c| !devices_of(c).is_empty()).count(), 10);
         assert!(no_claim_without_its_pod(&client).await);
         d.shutdown().await;
         c.shutdown().await;

@@ -40,7 +40,7 @@
 //! and no ResourceClaimTemplate (pod events are not even read): a cluster
 //! without DRA pays nothing.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -196,19 +196,18 @@ fn claim_from_template(template: &Value, pod: &Value, pod_claim: &str) -> Value 
     })
 }
 
-/// Claims by the uid of their controller.
-type Owned = HashMap<String, Vec<Arc<Obj>>>;
+/// The claims that have a controller, by its uid (kept from claim events;
+/// rebuilt by a full sweep).
+type Owned = HashMap<String, BTreeSet<Key>>;
 
-/// Every claim that has a controller, by its uid.
-fn owned_claims(store: &Store) -> Owned {
-    let mut owned = Owned::new();
-    for c in store.list(RESOURCECLAIMS, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default() {
-        if let Some(uid) = controller_of(&c.value) {
-            owned.entry(uid.to_string()).or_default().push(c.clone());
-        }
-    }
-    owned
-}
+/// Pods read in one pass, by key (None: not found): a pod read by several
+/// syncs of a pass is parsed once. A version older than the store's within
+/// the pass only delays a release (a pod does not come back from gone or
+/// done); the pass's own writes to a pod drop it from here.
+type Pods = HashMap<Key, Option<Arc<Obj>>>;
+
+/// Most pods a pass keeps parsed (a parsed pod is several times its bytes).
+const PASS_PODS: usize = 256;
 
 /// What is left to do after the events seen so far.
 #[derive(Default)]
@@ -228,9 +227,12 @@ pub(super) struct Controller {
     pods: broadcast::Receiver<Arc<WatchEvent>>,
     claims: broadcast::Receiver<Arc<WatchEvent>>,
     templates: broadcast::Receiver<Arc<WatchEvent>>,
-    /// (namespace, claim) -> names of the pods that use it (kept from pod
-    /// events: `spec.resourceClaims` does not change, the status only grows).
-    users: HashMap<Key, HashSet<String>>,
+    /// (namespace, claim) -> names and uids of the pods that use it (kept
+    /// from pod events: `spec.resourceClaims` does not change, the status
+    /// only grows).
+    users: HashMap<Key, HashMap<String, String>>,
+    /// The claims each controller (a pod) has.
+    owned: Owned,
     /// Pods whose last sync failed.
     retry: BTreeSet<Key>,
     /// Whether the cluster had claims or templates at the last look.
@@ -244,7 +246,7 @@ impl Controller {
         let pods = store.subscribe(PODS);
         let claims = store.subscribe(RESOURCECLAIMS);
         let templates = store.subscribe(RESOURCECLAIMTEMPLATES);
-        Self { store, pods, claims, templates, users: HashMap::new(), retry: BTreeSet::new(), in_use: false }
+        Self { store, pods, claims, templates, users: HashMap::new(), owned: Owned::new(), retry: BTreeSet::new(), in_use: false }
     }
 
     fn dra_in_use(&self) -> bool {
@@ -331,7 +333,7 @@ impl Controller {
             return true;
         }
         for n in names {
-            self.users.entry((key.0.clone(), n)).or_default().insert(key.1.clone());
+            self.users.entry((key.0.clone(), n)).or_default().insert(key.1.clone(), pod.uid().to_string());
         }
         work.pods.insert(key);
         true
@@ -343,11 +345,29 @@ impl Controller {
             Ok(ev) => {
                 let key = (ev.obj.namespace().to_string(), ev.obj.name().to_string());
                 if ev.ty == EventType::Deleted {
+                    if let Some(uid) = ev.obj.controller_uid()
+                        && let Some(set) = self.owned.get_mut(uid)
+                    {
+                        set.remove(&key);
+                        if set.is_empty() {
+                            self.owned.remove(uid);
+                        }
+                    }
                     return true;
                 }
-                // Pods using it may need a reservation (or a new claim).
-                for p in self.users.get(&key).into_iter().flatten() {
-                    work.pods.insert((key.0.clone(), p.clone()));
+                if let Some(uid) = ev.obj.controller_uid() {
+                    self.owned.entry(uid.to_string()).or_default().insert(key.clone());
+                }
+                // Bound pods using it may need a reservation: those it is
+                // allocated for and not reserved for (the rest of what a pod
+                // sync does follows the pod's own events).
+                let claim = &ev.obj.value;
+                if claim.at("/status/allocation").is_some_and(|a| !a.is_null()) {
+                    for (p, uid) in self.users.get(&key).into_iter().flatten() {
+                        if !reserved_for(claim, uid) {
+                            work.pods.insert((key.0.clone(), p.clone()));
+                        }
+                    }
                 }
                 work.claims.insert(key);
                 true
@@ -379,18 +399,23 @@ impl Controller {
     /// Every pod that uses claims, and every claim.
     fn full_sweep(&mut self, work: &mut Work) {
         self.users.clear();
+        self.owned.clear();
         for o in self.store.list_bytes(PODS, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default() {
             if !mentions_claims(&o) {
                 continue;
             }
             let pod = o.full();
             for n in claim_names(&pod.value) {
-                self.users.entry((pod.namespace().to_string(), n)).or_default().insert(pod.name().to_string());
+                self.users.entry((pod.namespace().to_string(), n)).or_default().insert(pod.name().to_string(), pod.uid().to_string());
             }
             work.pods.insert((pod.namespace().to_string(), pod.name().to_string()));
         }
         for c in self.store.list_bytes(RESOURCECLAIMS, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default() {
-            work.claims.insert((c.namespace().to_string(), c.name().to_string()));
+            let key = (c.namespace().to_string(), c.name().to_string());
+            if let Some(uid) = c.controller_uid() {
+                self.owned.entry(uid.to_string()).or_default().insert(key.clone());
+            }
+            work.claims.insert(key);
         }
     }
 
@@ -398,16 +423,14 @@ impl Controller {
         if work.full {
             self.full_sweep(&mut work);
         }
-        // The claims each pod controls, read once for the whole pass when
-        // a deleted pod or a pod without its claims needs them.
-        let mut owned: Option<Owned> = None;
         for (ns, uid) in &work.gone {
-            for c in owned.get_or_insert_with(|| owned_claims(&self.store)).get(uid).into_iter().flatten().filter(|c| c.namespace() == ns) {
-                work.claims.insert((ns.clone(), c.name().to_string()));
+            for key in self.owned.get(uid).into_iter().flatten().filter(|k| &k.0 == ns) {
+                work.claims.insert(key.clone());
             }
         }
+        let mut pods = Pods::new();
         for key in &work.pods {
-            match self.sync_pod(key, &mut owned, &mut work.claims) {
+            match self.sync_pod(key, &mut pods, &mut work.claims) {
                 Ok(()) => {
                     self.retry.remove(key);
                 }
@@ -418,16 +441,26 @@ impl Controller {
             }
         }
         for key in &work.claims {
-            if let Err(e) = self.sync_claim(key) {
+            if let Err(e) = self.sync_claim(key, &mut pods) {
                 tracing::debug!(claim = %format!("{}/{}", key.0, key.1), error = %e, "resourceclaim controller: claim sync failed");
             }
         }
     }
 
+    /// The pod `ns/name`, read once per pass (see [`Pods`]). At most
+    /// [`PASS_PODS`] parsed pods are held at once (a full sweep reads
+    /// every pod).
+    fn pod(&self, pods: &mut Pods, ns: &str, name: &str) -> Option<Arc<Obj>> {
+        if pods.len() >= PASS_PODS {
+            pods.clear();
+        }
+        pods.entry((ns.to_string(), name.to_string())).or_insert_with(|| self.store.get(PODS, ns, name).ok()).clone()
+    }
+
     /// Claims from templates, the pod's status, reservations of a bound
     /// pod; the claims of a pod that is done are released.
-    fn sync_pod(&mut self, key: &Key, owned: &mut Option<Owned>, claims: &mut BTreeSet<Key>) -> Result<(), Error> {
-        let Ok(pod) = self.store.get(PODS, &key.0, &key.1) else { return Ok(()) };
+    fn sync_pod(&mut self, key: &Key, pods: &mut Pods, claims: &mut BTreeSet<Key>) -> Result<(), Error> {
+        let Some(pod) = self.pod(pods, &key.0, &key.1) else { return Ok(()) };
         let pod = &pod.value;
         let (ns, uid) = (key.0.as_str(), s(pod, "/metadata/uid"));
         if pod_done(pod) {
@@ -449,12 +482,13 @@ impl Controller {
                 continue;
             }
             // Made before, not recorded (or recorded and since lost).
-            let owned = owned.get_or_insert_with(|| owned_claims(&self.store));
-            let found = owned.get(uid).into_iter().flatten().find(|c| {
-                !deleting(&c.value) && match c.value.at("/metadata/annotations").and_then(|a| a.get(POD_CLAIM_NAME)).and_then(Value::as_str) {
-                    Some(n) => n == name,
-                    None => c.name() == format!("{}-{name}", key.1),
-                }
+            let found = self.owned.get(uid).into_iter().flatten().filter(|k| k.0 == ns).filter_map(|k| self.store.get(RESOURCECLAIMS, &k.0, &k.1).ok()).find(|c| {
+                mine(&c.value)
+                    && !deleting(&c.value)
+                    && match c.value.at("/metadata/annotations").and_then(|a| a.get(POD_CLAIM_NAME)).and_then(Value::as_str) {
+                        Some(n) => n == name,
+                        None => c.name() == format!("{}-{name}", key.1),
+                    }
             });
             if let Some(c) = found {
                 recorded.push((name.to_string(), c.name().to_string()));
@@ -470,7 +504,7 @@ impl Controller {
             match self.store.create(RESOURCECLAIMS, ns, claim_from_template(&t.value, pod, name)) {
                 Ok(c) => {
                     recorded.push((name.to_string(), c.name().to_string()));
-                    owned.entry(uid.to_string()).or_default().push(c);
+                    self.owned.entry(uid.to_string()).or_default().insert((ns.to_string(), c.name().to_string()));
                 }
                 Err(source) => {
                     first_error.get_or_insert(Error::Store { what: format!("creating the claim {name} from template {template}"), source });
@@ -479,8 +513,9 @@ impl Controller {
         }
         if !recorded.is_empty() {
             for (_, c) in &recorded {
-                self.users.entry((key.0.clone(), c.clone())).or_default().insert(key.1.clone());
+                self.users.entry((key.0.clone(), c.clone())).or_default().insert(key.1.clone(), uid.to_string());
             }
+            pods.remove(key);
             self.store
                 .modify_pod(ns, &key.1, uid, |v| {
                     let mut p = v.clone();
@@ -505,10 +540,16 @@ impl Controller {
             return Err(e);
         }
         if !s(pod, "/spec/nodeName").is_empty() {
-            // Reread: the status may have just been written.
-            let Ok(pod) = self.store.get(PODS, ns, &key.1) else { return Ok(()) };
-            for claim in claim_names(&pod.value) {
-                self.reserve(&pod.value, &claim)?;
+            // Reread when the status was just written.
+            let pod = match recorded.is_empty() {
+                true => pod.clone(),
+                false => match self.pod(pods, ns, &key.1) {
+                    Some(p) => p.value.clone(),
+                    None => return Ok(()),
+                },
+            };
+            for claim in claim_names(&pod) {
+                self.reserve(&pod, &claim)?;
             }
         }
         Ok(())
@@ -539,19 +580,18 @@ impl Controller {
 
     /// Drop stale reservations, deallocate and unprotect an unused claim,
     /// delete a generated claim whose pod is gone or done.
-    fn sync_claim(&self, key: &Key) -> Result<(), Error> {
+    fn sync_claim(&self, key: &Key, pods: &mut Pods) -> Result<(), Error> {
         let Ok(claim) = self.store.get(RESOURCECLAIMS, &key.0, &key.1) else { return Ok(()) };
         let c = &claim.value;
         let reserved: &[Value] = c.at("/status/reservedFor").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        let keep = |e: &Value| {
+        let mut keep = |e: &Value| {
             if !s(e, "/apiGroup").is_empty() || s(e, "/resource") != "pods" {
                 // Only pods are known consumers; others stay.
                 return true;
             }
-            match self.store.get(PODS, &key.0, s(e, "/name")) {
-                Ok(p) => p.uid() == s(e, "/uid") && !pod_done(&p.value),
-                Err(_) => false,
-            }
+            // Dropped only on the store's word, not the pass's copy.
+            let live = |p: Option<Arc<Obj>>| p.is_some_and(|p| p.uid() == s(e, "/uid") && !pod_done(&p.value));
+            live(self.pod(pods, &key.0, s(e, "/name"))) || live(self.store.get(PODS, &key.0, s(e, "/name")).ok())
         };
         let valid: Vec<Value> = reserved.iter().filter(|e| keep(e)).cloned().collect();
         let protected = has_protection(c);
@@ -593,8 +633,13 @@ impl Controller {
         else {
             return Ok(());
         };
-        let pod = self.store.get(PODS, &key.0, s(owner, "/name")).ok();
-        let gone = pod.as_ref().is_none_or(|p| p.uid() != s(owner, "/uid"));
+        let mut pod = self.pod(pods, &key.0, s(owner, "/name"));
+        let is_gone = |p: &Option<Arc<Obj>>| p.as_ref().is_none_or(|p| p.uid() != s(owner, "/uid"));
+        if is_gone(&pod) {
+            // The claim goes only on the store's word, not the pass's copy.
+            pod = self.store.get(PODS, &key.0, s(owner, "/name")).ok();
+        }
+        let gone = is_gone(&pod);
         let done = pod.as_ref().is_some_and(|p| pod_done(&p.value));
         if (gone || (done && valid.is_empty())) && !deleting(c) {
             let opts = DeleteOpts { uid: Some(claim.uid().to_string()), ..Default::default() };

@@ -71,6 +71,8 @@ pub struct Claim {
     pub name: String,
     /// metadata.uid.
     pub uid: String,
+    /// metadata.resourceVersion (PreBind's writes are conditional on it).
+    pub resource_version: String,
     /// metadata.deletionTimestamp is set.
     pub deleting: bool,
     /// uid of the controller in metadata.ownerReferences.
@@ -100,6 +102,7 @@ impl Claim {
             namespace: m.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into()),
             name: m.name.clone().unwrap_or_default(),
             uid: m.uid.clone().unwrap_or_default(),
+            resource_version: m.resource_version.clone().unwrap_or_default(),
             deleting: m.deletion_timestamp.is_some(),
             controller_uid: m.owner_references.iter().flatten().find(|o| o.controller == Some(true)).map(|o| o.uid.clone()),
             finalizers: m.finalizers.clone().unwrap_or_default(),
@@ -295,6 +298,16 @@ impl Devices {
     /// A claim by namespace and name (as assumed, when it is).
     pub fn claim(&self, namespace: &str, name: &str) -> Option<&Claim> {
         self.claims.get(&format!("{namespace}/{name}"))
+    }
+
+    /// A claim by namespace and name as the API last showed it (what was
+    /// assumed for it left out): the base of PreBind's conditional writes.
+    pub fn api_claim(&self, namespace: &str, name: &str) -> Option<&Claim> {
+        let key = format!("{namespace}/{name}");
+        match self.assumed.get(&key) {
+            Some(a) => Some(&a.before),
+            None => self.claims.get(&key),
+        }
     }
 
     /// Every claim (as assumed, when it is).
@@ -574,9 +587,15 @@ mod tests {
         d.assume_claim("default/a", &pod, Some((std::slice::from_ref(&r), alloc)));
         assert!(d.in_use().is_dedicated(id1));
         assert!(d.claim("default", "a").is_some_and(|c| c.allocation.is_some() && c.reserved_for_pod("uid-p")));
-        // A stale watch event (no allocation yet) keeps the assumption.
-        d.upsert_claim(&claim("a", None));
+        // PreBind's base is the API's claim, without the assumption.
+        assert!(d.api_claim("default", "a").is_some_and(|c| c.allocation.is_none() && !c.reserved_for_pod("uid-p")));
+        // A stale watch event (no allocation yet) keeps the assumption;
+        // the API's view follows it (its resourceVersion too).
+        let mut newer = claim("a", None);
+        newer.metadata.resource_version = Some("8".into());
+        d.upsert_claim(&newer);
         assert!(d.in_use().is_dedicated(id1));
+        assert_eq!(d.api_claim("default", "a").map(|c| c.resource_version.as_str()), Some("8"));
         d.forget_claim("default/a", "uid-p");
         assert!(!d.in_use().is_dedicated(id1) && d.claim("default", "a").is_some_and(|c| c.allocation.is_none()));
         // The API's allocation supersedes an assumption.
