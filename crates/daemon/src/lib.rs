@@ -13,6 +13,7 @@ pub mod live;
 pub mod metrics;
 pub mod shadow;
 mod shutdown;
+mod slots;
 pub mod watch;
 pub mod writer;
 

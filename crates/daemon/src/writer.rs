@@ -63,6 +63,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, Mutex, Semaphore};
 
 use super::leader::Lease;
+use super::slots::Slots;
 use berth_engine::cache::storage::{self as vol, StaticBinding};
 use berth_engine::framework::{ApiWrite, PreBindWork, WaitFor};
 use berth_model::PodInfo;
@@ -235,7 +236,8 @@ pub struct Writer {
     lease: Lease,
     bind_limiter: Arc<RateLimiter>,
     status_limiter: Arc<RateLimiter>,
-    bind_slots: Arc<Semaphore>,
+    /// Slots of the binds and PreBind writes (see [`crate::slots`]).
+    bind_slots: Arc<Slots>,
     status_slots: Arc<Semaphore>,
     results: mpsc::UnboundedSender<BindResult>,
     binds: mpsc::UnboundedSender<BindJob>,
@@ -303,7 +305,7 @@ impl Writer {
             lease,
             bind_limiter: Arc::new(RateLimiter::new(qps, burst)),
             status_limiter: Arc::new(RateLimiter::new(qps, burst)),
-            bind_slots: Arc::new(Semaphore::new(concurrency.max(1))),
+            bind_slots: Slots::new(concurrency),
             status_slots: Arc::new(Semaphore::new(concurrency.max(1))),
             results,
             binds: btx,
@@ -445,7 +447,7 @@ impl Writer {
         // `took` is the binding call's, as before (PreBind's wait is not Bind's).
         let t = Instant::now();
         let outcome = match pre {
-            Ok(()) => self.bind_now(&pod, &node).await,
+            Ok(()) => self.bind_now(&pod, &node, started).await,
             Err(o) => o,
         };
         let took = t.elapsed();
@@ -481,9 +483,10 @@ impl Writer {
         }
     }
 
-    async fn bind_now(&self, pod: &PodInfo, node: &str) -> BindOutcome {
+    async fn bind_now(&self, pod: &PodInfo, node: &str, started: Instant) -> BindOutcome {
         let r = {
-            let Ok(_slot) = self.bind_slots.acquire().await else { return BindOutcome::Failed("writer closed".into()) };
+            // A binding's key is its pod's start: ahead of every PreBind write (keyed by its deadline).
+            let _slot = self.bind_slots.acquire(tokio::time::Instant::from_std(started)).await;
             self.bind_limiter.acquire().await;
             let Some(_permit) = self.lease.write_permit().await else {
                 self.count(|c| c.refused_not_leader += 1);
@@ -969,7 +972,7 @@ impl Writer {
         LFut: std::future::Future<Output = Result<bool, kube::Error>>,
     {
         let r = {
-            let Ok(_slot) = self.bind_slots.acquire().await else { return Ok(VolumeWrite::Refused("writer closed".into())) };
+            let _slot = self.bind_slots.acquire(deadline).await;
             self.bind_limiter.acquire().await;
             let Some(_permit) = self.lease.write_permit().await else {
                 self.count(|c| c.refused_not_leader += 1);
@@ -1579,7 +1582,7 @@ impl Writer {
         LFut: std::future::Future<Output = Result<bool, kube::Error>>,
     {
         let r = {
-            let Ok(_slot) = self.bind_slots.acquire().await else { return Ok(ClaimWrite::Refused("writer closed".into())) };
+            let _slot = self.bind_slots.acquire(deadline).await;
             self.bind_limiter.acquire().await;
             let Some(_permit) = self.lease.write_permit().await else {
                 self.count(|c| c.refused_not_leader += 1);
@@ -1818,7 +1821,7 @@ impl Writer {
             }
             let pp = PostParams::default();
             let r = {
-                let Ok(_slot) = self.bind_slots.acquire().await else { return Err(stop("writer closed")) };
+                let _slot = self.bind_slots.acquire(deadline).await;
                 self.bind_limiter.acquire().await;
                 let Some(_permit) = self.lease.write_permit().await else {
                     self.count(|c| c.refused_not_leader += 1);
