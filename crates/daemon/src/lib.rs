@@ -71,7 +71,10 @@ pub struct Options {
     pub bind_address: SocketAddr,
     /// This replica's identity in the Lease.
     pub identity: String,
-    /// Concurrent API writes.
+    /// Concurrent binds and PreBind writes (64 by default: kube-scheduler
+    /// binds each pod in a goroutine of its own, bounded only by the
+    /// client's qps; a pod with claims makes three writes in a row, and 16
+    /// slots left a burst of them waiting on round trips with the CPU idle).
     pub write_concurrency: usize,
     /// Seed for tie-breaking.
     pub seed: u64,
@@ -90,7 +93,7 @@ impl Default for Options {
         Options {
             bind_address: SocketAddr::from(([0, 0, 0, 0], 10259)),
             identity: format!("berth-{}", std::process::id()),
-            write_concurrency: 16,
+            write_concurrency: 64,
             seed: 0x5eed,
             leader_healthz_tolerance: leader::HEALTHZ_TOLERANCE,
             admin: admin::AdminOptions::default(),

@@ -103,6 +103,80 @@ fn pod_done(pod: &Value) -> bool {
     matches!(s(pod, "/status/phase"), "Succeeded" | "Failed") || (deleting(pod) && s(pod, "/spec/nodeName").is_empty())
 }
 
+/// What the controller reads of a pod; the rest of it (containers,
+/// volumes, managed fields) is skipped by the parser, never built.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct SlimPod {
+    metadata: SlimMeta,
+    spec: SlimSpec,
+    status: SlimStatus,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct SlimMeta {
+    name: Option<Value>,
+    namespace: Option<Value>,
+    uid: Option<Value>,
+    deletion_timestamp: Option<Value>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct SlimSpec {
+    resource_claims: Option<Value>,
+    node_name: Option<Value>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct SlimStatus {
+    phase: Option<Value>,
+    resource_claim_statuses: Option<Value>,
+}
+
+impl SlimPod {
+    fn into_value(self) -> Value {
+        fn object<const N: usize>(fields: [(&str, Option<Value>); N]) -> Value {
+            Value::Object(fields.into_iter().filter_map(|(k, v)| Some((k.to_string(), v?))).collect())
+        }
+        let m = self.metadata;
+        object([
+            ("metadata", Some(object([("name", m.name), ("namespace", m.namespace), ("uid", m.uid), ("deletionTimestamp", m.deletion_timestamp)]))),
+            ("spec", Some(object([("resourceClaims", self.spec.resource_claims), ("nodeName", self.spec.node_name)]))),
+            ("status", Some(object([("phase", self.status.phase), ("resourceClaimStatuses", self.status.resource_claim_statuses)]))),
+        ])
+    }
+}
+
+/// A stored pod with only what the controller reads of it (see
+/// [`SlimPod`]): parsing a whole pod back from its bytes costs several
+/// times more.
+fn slim_pod(o: &Arc<Obj>) -> Arc<Obj> {
+    if o.bytes.is_empty() {
+        return o.clone();
+    }
+    match serde_json::from_slice::<SlimPod>(&o.bytes) {
+        Ok(p) => Obj::from_value(p.into_value(), o.rv),
+        Err(_) => o.full(),
+    }
+}
+
+/// [`pod_done`] of a pod as stored, read without parsing it back: the
+/// phase and node are kept beside a lean copy; only a pod that may be
+/// deleted before it was bound is parsed.
+fn stored_pod_done(o: &Arc<Obj>) -> bool {
+    const NEEDLE: &[u8] = b"\"deletionTimestamp\"";
+    if matches!(&*o.field("status.phase"), "Succeeded" | "Failed") {
+        return true;
+    }
+    if !o.field("spec.nodeName").is_empty() || (o.is_lean() && !o.bytes.windows(NEEDLE.len()).any(|w| w == NEEDLE)) {
+        return false;
+    }
+    pod_done(&slim_pod(o).value)
+}
+
 /// Does a stored pod have `spec.resourceClaims`? (Read from its bytes,
 /// without parsing a lean copy.)
 fn mentions_claims(o: &Obj) -> bool {
@@ -206,7 +280,7 @@ type Owned = HashMap<String, BTreeSet<Key>>;
 /// done); the pass's own writes to a pod drop it from here.
 type Pods = HashMap<Key, Option<Arc<Obj>>>;
 
-/// Most pods a pass keeps parsed (a parsed pod is several times its bytes).
+/// Most pods a pass keeps parsed.
 const PASS_PODS: usize = 256;
 
 /// What is left to do after the events seen so far.
@@ -318,7 +392,7 @@ impl Controller {
         if !mentions_claims(&ev.obj) {
             return true;
         }
-        let pod = ev.obj.full();
+        let pod = slim_pod(&ev.obj);
         let key = (pod.namespace().to_string(), pod.name().to_string());
         let names = claim_names(&pod.value);
         if ev.ty == EventType::Deleted {
@@ -404,7 +478,7 @@ impl Controller {
             if !mentions_claims(&o) {
                 continue;
             }
-            let pod = o.full();
+            let pod = slim_pod(&o);
             for n in claim_names(&pod.value) {
                 self.users.entry((pod.namespace().to_string(), n)).or_default().insert(pod.name().to_string(), pod.uid().to_string());
             }
@@ -441,7 +515,7 @@ impl Controller {
             }
         }
         for key in &work.claims {
-            if let Err(e) = self.sync_claim(key, &mut pods) {
+            if let Err(e) = self.sync_claim(key) {
                 tracing::debug!(claim = %format!("{}/{}", key.0, key.1), error = %e, "resourceclaim controller: claim sync failed");
             }
         }
@@ -454,7 +528,7 @@ impl Controller {
         if pods.len() >= PASS_PODS {
             pods.clear();
         }
-        pods.entry((ns.to_string(), name.to_string())).or_insert_with(|| self.store.get(PODS, ns, name).ok()).clone()
+        pods.entry((ns.to_string(), name.to_string())).or_insert_with(|| self.store.get_stored(PODS, ns, name).ok().map(|o| slim_pod(&o))).clone()
     }
 
     /// Claims from templates, the pod's status, reservations of a bound
@@ -580,18 +654,17 @@ impl Controller {
 
     /// Drop stale reservations, deallocate and unprotect an unused claim,
     /// delete a generated claim whose pod is gone or done.
-    fn sync_claim(&self, key: &Key, pods: &mut Pods) -> Result<(), Error> {
+    fn sync_claim(&self, key: &Key) -> Result<(), Error> {
         let Ok(claim) = self.store.get(RESOURCECLAIMS, &key.0, &key.1) else { return Ok(()) };
         let c = &claim.value;
         let reserved: &[Value] = c.at("/status/reservedFor").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        let mut keep = |e: &Value| {
+        let keep = |e: &Value| {
             if !s(e, "/apiGroup").is_empty() || s(e, "/resource") != "pods" {
                 // Only pods are known consumers; others stay.
                 return true;
             }
-            // Dropped only on the store's word, not the pass's copy.
-            let live = |p: Option<Arc<Obj>>| p.is_some_and(|p| p.uid() == s(e, "/uid") && !pod_done(&p.value));
-            live(self.pod(pods, &key.0, s(e, "/name"))) || live(self.store.get(PODS, &key.0, s(e, "/name")).ok())
+            // On the store's word (as stored: not parsed), not the pass's copy.
+            self.store.get_stored(PODS, &key.0, s(e, "/name")).is_ok_and(|p| p.uid() == s(e, "/uid") && !stored_pod_done(&p))
         };
         let valid: Vec<Value> = reserved.iter().filter(|e| keep(e)).cloned().collect();
         let protected = has_protection(c);
@@ -633,14 +706,9 @@ impl Controller {
         else {
             return Ok(());
         };
-        let mut pod = self.pod(pods, &key.0, s(owner, "/name"));
-        let is_gone = |p: &Option<Arc<Obj>>| p.as_ref().is_none_or(|p| p.uid() != s(owner, "/uid"));
-        if is_gone(&pod) {
-            // The claim goes only on the store's word, not the pass's copy.
-            pod = self.store.get(PODS, &key.0, s(owner, "/name")).ok();
-        }
-        let gone = is_gone(&pod);
-        let done = pod.as_ref().is_some_and(|p| pod_done(&p.value));
+        let pod = self.store.get_stored(PODS, &key.0, s(owner, "/name")).ok();
+        let gone = pod.as_ref().is_none_or(|p| p.uid() != s(owner, "/uid"));
+        let done = pod.as_ref().is_some_and(stored_pod_done);
         if (gone || (done && valid.is_empty())) && !deleting(c) {
             let opts = DeleteOpts { uid: Some(claim.uid().to_string()), ..Default::default() };
             match self.store.delete(RESOURCECLAIMS, &key.0, &key.1, &opts) {
@@ -656,6 +724,36 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slim_pod_reads_what_the_controller_reads_and_nothing_else() {
+        let store = super::super::test_store();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default", "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}});
+        let stored = store.create(PODS, "default", pod).unwrap_or_else(|e| panic!("{e}"));
+        let status = |f: fn(&mut Value)| {
+            store
+                .modify_pod("default", "p", stored.uid(), |v| {
+                    let mut p = v.clone();
+                    f(&mut p);
+                    Some(p)
+                })
+                .unwrap_or_else(|e| panic!("{e}"))
+                .unwrap_or_else(|| panic!("the pod is there"))
+        };
+        status(|p| p["status"]["resourceClaimStatuses"] = json!([{"name": "gpu", "resourceClaimName": "p-gpu-x"}]));
+        let o = store.get_stored(PODS, "default", "p").unwrap_or_else(|e| panic!("{e}"));
+        let slim = slim_pod(&o);
+        assert_eq!(slim.uid(), stored.uid());
+        assert_eq!(claim_names(&slim.value), ["p-gpu-x"]);
+        assert!(slim.value.at("/spec/containers").is_none() && slim.value.at("/metadata/labels").is_none());
+        assert!(!stored_pod_done(&o));
+        // Deleted before it was bound: done, read from the bytes.
+        let deleting = status(|p| p["metadata"]["deletionTimestamp"] = json!("2026-11-28T00:00:00Z"));
+        assert!(pod_done(&deleting.full().value));
+        let o = store.get_stored(PODS, "default", "p").unwrap_or_else(|e| panic!("{e}"));
+        assert!(stored_pod_done(&o));
+    }
 
     #[test]
     fn generated_names_keep_both_parts_when_long() {

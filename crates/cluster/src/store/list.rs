@@ -49,8 +49,15 @@ pub(super) fn decode_continue(s: &str) -> Option<(u64, Key)> {
 impl Store {
     /// Get one object.
     pub fn get(&self, r: ResId, ns: &str, name: &str) -> Result<Arc<Obj>> {
-        let inner = self.lock();
-        inner.kinds[r].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full).ok_or_else(|| not_found(&self.info(r), name))
+        // A lean copy is parsed back after the lock is let go.
+        self.get_stored(r, ns, name).map(|o| o.full())
+    }
+
+    /// One object as stored: for a kind kept lean (pods), its bytes and
+    /// what selectors read, without parsing it (see [`Obj::full`]).
+    pub fn get_stored(&self, r: ResId, ns: &str, name: &str) -> Result<Arc<Obj>> {
+        let found = self.lock().kinds[r].objects.get(&(ns.to_string(), name.to_string())).cloned();
+        found.ok_or_else(|| not_found(&self.info(r), name))
     }
 
     /// Is there an object of resource `r` named `name` in `ns`? (Reads
