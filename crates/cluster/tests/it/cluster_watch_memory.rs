@@ -181,7 +181,7 @@ async fn slow_watchers_are_bounded_and_closed() {
     let peak = peak.load(Ordering::Relaxed);
     let above = |b: u64| mb(b) - mb(baseline);
     println!(
-        "slow watchers (dev build): {WATCHERS} on {PODS_N} pods ({} events each behind): baseline {:.1} MB; with watchers {:+.1} MB; peak {:+.1} MB ({:.0} KB per watcher); after the first set closed {:+.1} MB, after a second set closed {:+.1} MB ({:+.1}%); a lagging watcher got {} KB before its stream ended",
+        "slow watchers: {WATCHERS} on {PODS_N} pods ({} events each behind): baseline {:.1} MB; with watchers {:+.1} MB; peak {:+.1} MB ({:.0} KB per watcher); after the first set closed {:+.1} MB, after a second set closed {:+.1} MB ({:+.1}%); a lagging watcher got {} KB before its stream ended",
         rounds * PODS_N,
         mb(baseline),
         above(with_watchers),
