@@ -916,6 +916,18 @@ fn push_event(buf: &mut Vec<u8>, ty: &str, obj: &[u8]) {
     buf.extend_from_slice(b"}\n");
 }
 
+/// `{"type":"<ty>","object":`, the head of a watch event (see
+/// [`push_event`]), static for the event types.
+fn event_head(ty: &str) -> Bytes {
+    match ty {
+        "ADDED" => Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":"),
+        "MODIFIED" => Bytes::from_static(b"{\"type\":\"MODIFIED\",\"object\":"),
+        "DELETED" => Bytes::from_static(b"{\"type\":\"DELETED\",\"object\":"),
+        "BOOKMARK" => Bytes::from_static(b"{\"type\":\"BOOKMARK\",\"object\":"),
+        other => Bytes::from(format!("{{\"type\":\"{other}\",\"object\":")),
+    }
+}
+
 struct WatchState {
     /// kubectl asked for Tables: send each object as a one-row Table (of
     /// this store and resource).
@@ -995,14 +1007,25 @@ impl WatchState {
     }
 
     fn push_obj(&self, out: &mut VecDeque<Bytes>, ty: &str, obj: &Arc<Obj>) {
+        if self.table.is_none() && (self.alias.is_none() || ty == "BOOKMARK") {
+            // The object as stored, between a static head and tail: three
+            // pieces, none copied. (A slow watcher's snapshot held a copy
+            // of each object it had not sent yet; those copies, freed when
+            // it closed, left the store's objects allocated meanwhile
+            // scattered over half-empty pages.)
+            out.push_back(event_head(ty));
+            out.push_back(obj.bytes.clone());
+            out.push_back(Bytes::from_static(b"}\n"));
+            return;
+        }
         let mut buf = Vec::with_capacity(obj.bytes.len() + 32);
         match (&self.table, &self.alias) {
             (Some((r, info, include)), alias) => {
                 let lr = store::ListResult { items: vec![obj.full()], rv: obj.rv, cont: None };
                 push_event(&mut buf, ty, table_of(*r, info, alias.as_ref(), &lr, *include).to_string().as_bytes());
             }
-            (None, Some(a)) if ty != "BOOKMARK" => push_event(&mut buf, ty, &a.outgoing(&obj.bytes)),
-            (None, _) => push_event(&mut buf, ty, &obj.bytes),
+            (None, Some(a)) => push_event(&mut buf, ty, &a.outgoing(&obj.bytes)),
+            (None, None) => push_event(&mut buf, ty, &obj.bytes),
         }
         out.push_back(buf.into());
     }

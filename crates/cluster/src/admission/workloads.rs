@@ -1,7 +1,9 @@
-//! StatefulSets and DaemonSets: the `updateStrategy` default of upstream's
-//! `SetDefaults_StatefulSet` and `SetDefaults_DaemonSet` (RollingUpdate,
-//! with partition 0, or maxUnavailable 1 and maxSurge 0), which
-//! `kubectl rollout status` reads.
+//! StatefulSets and DaemonSets: the defaults of upstream's
+//! `SetDefaults_StatefulSet` and `SetDefaults_DaemonSet` that clients read:
+//! `updateStrategy` RollingUpdate, with partition 0, or maxUnavailable 1
+//! and maxSurge 0 (`kubectl rollout status` reads it), and
+//! `revisionHistoryLimit` 10 (the controllers keep that many old
+//! ControllerRevisions).
 
 use serde_json::{Value, json};
 
@@ -14,29 +16,34 @@ pub const STATEFULSETS: Admission = Admission { create: Some(create_set), update
 pub const DAEMONSETS: Admission = Admission { create: Some(create_daemon), update: Some(update_daemon), ..Admission::NONE };
 
 fn create_set(_: &dyn View, _: &str, v: &mut Value) -> Result<(), Error> {
-    default_strategy(v, json!({"partition": 0}));
+    set_defaults(v, json!({"partition": 0}));
     Ok(())
 }
 
 fn update_set(_: &Value, v: &mut Value) -> Result<(), Error> {
-    default_strategy(v, json!({"partition": 0}));
+    set_defaults(v, json!({"partition": 0}));
     Ok(())
 }
 
 fn create_daemon(_: &dyn View, _: &str, v: &mut Value) -> Result<(), Error> {
-    default_strategy(v, json!({"maxUnavailable": 1, "maxSurge": 0}));
+    set_defaults(v, json!({"maxUnavailable": 1, "maxSurge": 0}));
     Ok(())
 }
 
 fn update_daemon(_: &Value, v: &mut Value) -> Result<(), Error> {
-    default_strategy(v, json!({"maxUnavailable": 1, "maxSurge": 0}));
+    set_defaults(v, json!({"maxUnavailable": 1, "maxSurge": 0}));
     Ok(())
 }
 
 /// `spec.updateStrategy` defaults to RollingUpdate; a RollingUpdate
 /// strategy gets `rolling`'s fields where it has none.
-fn default_strategy(v: &mut Value, rolling: Value) {
+/// `spec.revisionHistoryLimit` defaults to 10.
+fn set_defaults(v: &mut Value, rolling: Value) {
     let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    let limit = spec.entry("revisionHistoryLimit").or_insert(Value::Null);
+    if limit.is_null() {
+        *limit = json!(10);
+    }
     let strategy = spec.entry("updateStrategy").or_insert_with(|| json!({}));
     let Some(strategy) = strategy.as_object_mut() else { return };
     let ty = strategy.entry("type").or_insert_with(|| json!("RollingUpdate"));
@@ -58,10 +65,12 @@ mod tests {
     #[test]
     fn update_strategy_defaults_to_rolling_update() {
         let mut v = json!({"spec": {"replicas": 2}});
-        default_strategy(&mut v, json!({"partition": 0}));
+        set_defaults(&mut v, json!({"partition": 0}));
         assert_eq!(v["spec"]["updateStrategy"], json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}));
-        let mut v = json!({"spec": {"updateStrategy": {"type": "OnDelete"}}});
-        default_strategy(&mut v, json!({"partition": 0}));
+        assert_eq!(v["spec"]["revisionHistoryLimit"], json!(10));
+        let mut v = json!({"spec": {"updateStrategy": {"type": "OnDelete"}, "revisionHistoryLimit": 2}});
+        set_defaults(&mut v, json!({"partition": 0}));
         assert_eq!(v["spec"]["updateStrategy"], json!({"type": "OnDelete"}));
+        assert_eq!(v["spec"]["revisionHistoryLimit"], json!(2));
     }
 }

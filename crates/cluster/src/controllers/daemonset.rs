@@ -19,10 +19,12 @@
 //! `RollingUpdate` (the default) deletes pods of an older revision while
 //! no more than `maxUnavailable` (default 1; int or percent of the desired
 //! number, rounded up) nodes lack an available pod; the replacement follows
-//! once the old pod is gone. `OnDelete` waits for the user.
+//! once the old pod is gone. `OnDelete` waits for the user. Beyond
+//! `revisionHistoryLimit` (default 10) old ControllerRevisions, the oldest
+//! no pod uses are deleted (upstream's `cleanupHistory`).
 //!
 //! Simplified: no `maxSurge`, no `minReadySeconds` (ready is available),
-//! no backoff on failed pods, no revision history limit.
+//! no backoff on failed pods.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,7 +33,7 @@ use k8s_openapi::api::core::v1 as core;
 use crate::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 
-use super::{CONTROLLER_REVISION_HASH, Owned, active, delete_obj, ensure_revision, is_deleting, list, meta_map, pod_from_template, s, scaled, template_hash, write_status};
+use super::{CONTROLLER_REVISION_HASH, Owned, active, delete_obj, ensure_revision, history_limit, is_deleting, list, meta_map, pod_from_template, revisions_oldest_first, s, scaled, template_hash, write_status};
 use crate::resources::{CONTROLLERREVISIONS, DAEMONSETS, NODES, PODS};
 use crate::store::{Obj, Store};
 use berth_model::selector::{Labels, NodeSelector};
@@ -313,6 +315,31 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, nodes: &[Arc<Obj>], 
         "updatedNumberScheduled": updated,
     });
     write_status(store, DAEMONSETS, ds, status);
+    cleanup_history(store, pods, revisions, ds, &hash);
+}
+
+/// Upstream's `cleanupHistory`: beyond `revisionHistoryLimit` revisions
+/// other than the current one, the oldest are deleted, skipping those a
+/// pod still uses (by its `controller-revision-hash`, the template hash).
+fn cleanup_history(store: &Store, pods: &Owned, revisions: &Owned, ds: &Obj, hash: &str) {
+    let current = format!("{}-{hash}", ds.name());
+    let old: Vec<&Arc<Obj>> = revisions_oldest_first(revisions, ds).into_iter().filter(|r| r.name() != current).collect();
+    let mut to_kill = old.len().saturating_sub(history_limit(&ds.value));
+    if to_kill == 0 {
+        return;
+    }
+    let live: std::collections::HashSet<String> =
+        pods.of_owner(ds).map(|p| s(&p.value, &format!("/metadata/labels/{CONTROLLER_REVISION_HASH}"))).filter(|h| !h.is_empty()).map(|h| format!("{}-{h}", ds.name())).collect();
+    for r in old {
+        if to_kill == 0 {
+            break;
+        }
+        if live.contains(r.name()) {
+            continue;
+        }
+        delete_obj(store, CONTROLLERREVISIONS, r);
+        to_kill -= 1;
+    }
 }
 
 #[cfg(test)]
@@ -339,6 +366,37 @@ mod tests {
         assert_eq!(p.should_run(&node("a", json!({}), json!([{"key": "x", "effect": "NoExecute"}]))), (true, true));
         assert_eq!(p.should_run(&node("b", json!({}), json!([]))), (false, false));
         assert!(Placement::of(&json!({"spec": {"tolerations": "nope"}})).is_err_and(|e| e.contains("spec.template.spec.tolerations")));
+    }
+
+    /// Upstream's `cleanupHistory` counts every old revision against the
+    /// limit and skips those a pod uses: with limit 1, a pod still on the
+    /// first of four templates (OnDelete) keeps it, and the two between go.
+    #[test]
+    fn old_revisions_beyond_the_limit_go_unless_a_pod_uses_them() {
+        let store = test_store();
+        store.create(NODES, "", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})).unwrap_or_else(|e| panic!("{e}"));
+        store
+            .create(
+                DAEMONSETS,
+                "default",
+                json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "default"},
+                    "spec": {"revisionHistoryLimit": 1, "updateStrategy": {"type": "OnDelete"}, "selector": {"matchLabels": {"app": "agent"}},
+                        "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "c", "image": "agent:1"}]}}}}),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        let pass = || sync(&store, &Owned::of(&store, PODS), 500);
+        pass();
+        pass();
+        for image in ["agent:2", "agent:3", "agent:4"] {
+            let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}}).to_string();
+            store.patch(DAEMONSETS, "default", "agent", crate::store::PatchType::Merge, patch.as_bytes(), false).unwrap_or_else(|e| panic!("{e}"));
+            pass();
+            pass();
+        }
+        let mut left: Vec<i64> = list(&store, CONTROLLERREVISIONS, None).iter().map(|r| r.value["revision"].as_i64().unwrap_or(0)).collect();
+        left.sort_unstable();
+        assert_eq!(left, [1, 4]);
+        assert_eq!(list(&store, PODS, None).len(), 1);
     }
 
     #[test]

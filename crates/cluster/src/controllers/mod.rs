@@ -13,7 +13,7 @@
 //! (background propagation through ownerReferences).
 //!
 //! Simplified: no proportional scaling of several old ReplicaSets during a
-//! resize, no revision history limit, no `minReadySeconds` (ready is
+//! resize, no `minReadySeconds` (ready is
 //! available), no progress deadline; Jobs have no indexed completion
 //! mode, pod failure policy or TTL.
 
@@ -779,6 +779,27 @@ fn ensure_revision(store: &Store, revisions: &Owned, kind: &str, owner: &Obj, ha
             None
         }
     }
+}
+
+/// `spec.revisionHistoryLimit` of a StatefulSet or DaemonSet (upstream
+/// defaults it to 10; a negative one keeps none).
+fn history_limit(owner: &Value) -> usize {
+    owner.at("/spec/revisionHistoryLimit").and_then(Value::as_i64).unwrap_or(10).max(0) as usize
+}
+
+/// `owner`'s ControllerRevisions not being deleted, the oldest first
+/// (upstream's `SortControllerRevisions`: by revision number, then
+/// creation time, then name).
+fn revisions_oldest_first<'a>(revisions: &'a Owned, owner: &'a Obj) -> Vec<&'a Arc<Obj>> {
+    let mut mine: Vec<&Arc<Obj>> = revisions.of_owner(owner).filter(|r| !is_deleting(&r.value)).collect();
+    mine.sort_by(|a, b| {
+        let number = |r: &Obj| r.value.get("revision").and_then(Value::as_i64).unwrap_or(0);
+        number(a)
+            .cmp(&number(b))
+            .then_with(|| s(&a.value, "/metadata/creationTimestamp").cmp(s(&b.value, "/metadata/creationTimestamp")))
+            .then_with(|| a.name().cmp(b.name()))
+    });
+    mine
 }
 
 /// The template a ControllerRevision recorded (None when it is gone).

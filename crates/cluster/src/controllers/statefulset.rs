@@ -19,9 +19,13 @@
 //! a surplus ordinal's claims once its pod is gone, `whenDeleted` the set's
 //! claims when the set goes.
 //!
+//! Beyond `revisionHistoryLimit` (default 10) ControllerRevisions that
+//! are neither the current nor the update revision nor used by a pod, the
+//! oldest are deleted (upstream's `truncateHistory`).
+//!
 //! Simplified: no `minReadySeconds` (ready is available), no
-//! `maxUnavailable` above one, no revision history limit, no
-//! `collisionCount` (the template hash is not salted).
+//! `maxUnavailable` above one, no `collisionCount` (the template hash is
+//! not salted).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -29,7 +33,7 @@ use std::sync::Arc;
 use crate::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 
-use super::{CONTROLLER_REVISION_HASH, Owned, active, delete_obj, ensure_revision, is_deleting, list, meta_map, pod_from_template, revision_template, s, template_hash, write_status};
+use super::{CONTROLLER_REVISION_HASH, Owned, active, delete_obj, ensure_revision, history_limit, is_deleting, list, meta_map, pod_from_template, revision_template, revisions_oldest_first, s, template_hash, write_status};
 use crate::resources::{CONTROLLERREVISIONS, PODS, PVCS, STATEFULSETS};
 use crate::store::{Obj, Store};
 
@@ -321,6 +325,19 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burs
         "collisionCount": 0,
     });
     write_status(store, STATEFULSETS, set, status);
+    truncate_history(store, pods, revisions, set, &current_revision, &update_revision);
+}
+
+/// Upstream's `truncateHistory`: the revisions that are neither `current`
+/// nor `update` nor named by a pod's `controller-revision-hash` are the
+/// history; beyond `revisionHistoryLimit` of them, the oldest are deleted.
+fn truncate_history(store: &Store, pods: &Owned, revisions: &Owned, set: &Obj, current: &str, update: &str) {
+    let live: HashSet<&str> = pods.of_owner(set).map(|p| revision_of(&p.value)).chain([current, update]).collect();
+    let history: Vec<&Arc<Obj>> = revisions_oldest_first(revisions, set).into_iter().filter(|r| !live.contains(r.name())).collect();
+    let excess = history.len().saturating_sub(history_limit(&set.value));
+    for r in &history[..excess] {
+        delete_obj(store, CONTROLLERREVISIONS, r);
+    }
 }
 
 #[cfg(test)]
@@ -365,6 +382,41 @@ mod tests {
         assert_eq!(claims.len(), 1);
         assert_eq!(s(&claims[0], "/metadata/name"), "data-db-2");
         assert_eq!(claims[0]["metadata"]["labels"], json!({"tier": "x", "app": "db"}));
+    }
+
+    /// Template changes beyond `revisionHistoryLimit`: the oldest unused
+    /// revisions go; the current one, still used by the pod (OnDelete
+    /// replaces no pod), stays.
+    #[test]
+    fn history_beyond_the_limit_is_truncated_but_live_revisions_stay() {
+        let store = test_store();
+        let set = |image: &str| {
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "default"},
+                "spec": {"replicas": 1, "serviceName": "db", "revisionHistoryLimit": 1, "updateStrategy": {"type": "OnDelete"},
+                    "selector": {"matchLabels": {"app": "db"}},
+                    "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "c", "image": image}]}}}})
+        };
+        store.create(STATEFULSETS, "default", set("db:1")).unwrap_or_else(|e| panic!("{e}"));
+        let pass = || sync(&store, &Owned::of(&store, PODS), 500);
+        pass();
+        pass();
+        let first = revision_of(&store.get(PODS, "default", "db-0").unwrap_or_else(|e| panic!("{e}")).value).to_string();
+        for image in ["db:2", "db:3", "db:4"] {
+            let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}}).to_string();
+            store.patch(STATEFULSETS, "default", "db", crate::store::PatchType::Merge, patch.as_bytes(), false).unwrap_or_else(|e| panic!("{e}"));
+            pass();
+            pass();
+        }
+        let numbers = || {
+            let mut n: Vec<(i64, String)> = list(&store, CONTROLLERREVISIONS, None).iter().map(|r| (r.value["revision"].as_i64().unwrap_or(0), r.name().to_string())).collect();
+            n.sort();
+            n
+        };
+        let left = numbers();
+        // db:1 (the pod's and the current revision), db:3 (the one old
+        // revision the limit keeps) and db:4 (the update revision).
+        assert_eq!(left.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [1, 3, 4], "{left:?}");
+        assert_eq!(left[0].1, first);
     }
 
     #[test]

@@ -624,3 +624,54 @@ async fn kubectl_rollout_statefulset_and_daemonset() {
     let _ = std::fs::remove_dir_all(&dir);
     c.shutdown().await;
 }
+
+/// StatefulSets and DaemonSets keep `revisionHistoryLimit` old
+/// ControllerRevisions (default 10, read back as upstream defaults it):
+/// four template changes with a limit of 2 leave the current revision and
+/// the two before it, and `kubectl rollout history` agrees.
+#[tokio::test]
+async fn kubectl_rollout_history_is_truncated_to_the_limit() {
+    if !kubectl_available() {
+        eprintln!("SKIPPED: kubectl is not installed");
+        return;
+    }
+    let (c, dir, kc) = kubectl_cluster().await;
+    let bind = binder(&c);
+    let manifest = dir.join("sts.yaml");
+    std::fs::write(&manifest, STS_DS).unwrap();
+    let (ok, out) = kubectl(&kc, &["apply", "-f", manifest.to_str().unwrap()]).await;
+    assert!(ok, "{out}");
+    for (w, container) in [("statefulset/db", "c=db"), ("daemonset/agent", "c=agent")] {
+        let (ok, out) = kubectl(&kc, &["get", w, "-o", "jsonpath={.spec.revisionHistoryLimit}"]).await;
+        assert!(ok && out.trim() == "10", "{w}: {out}");
+        let (ok, out) = kubectl(&kc, &["patch", w, "--type=merge", "-p", r#"{"spec":{"revisionHistoryLimit":2}}"#]).await;
+        assert!(ok, "{w}: {out}");
+        let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
+        assert!(ok, "{w}: {out}");
+        for version in 2..=5 {
+            let (ok, out) = kubectl(&kc, &["set", "image", w, &format!("{container}:{version}")]).await;
+            assert!(ok, "{w}: {out}");
+            let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
+            assert!(ok, "{w}: {out}");
+        }
+        let name = w.split('/').nth(1).unwrap();
+        let owned = || {
+            let lr = c.store().list(berth_cluster::resources::CONTROLLERREVISIONS, &berth_cluster::selector::Filter::default(), None, None).unwrap();
+            let mut n: Vec<i64> = lr
+                .items
+                .iter()
+                .filter(|r| r.value.pointer("/metadata/ownerReferences/0/name").and_then(|v| v.as_str()) == Some(name))
+                .map(|r| r.value["revision"].as_i64().unwrap())
+                .collect();
+            n.sort_unstable();
+            n
+        };
+        crate::support::eventually(20, "revisions beyond revisionHistoryLimit deleted", || async { (owned() == [3, 4, 5]).then_some(()) }).await;
+        let (ok, out) = kubectl(&kc, &["rollout", "history", w]).await;
+        let shown: Vec<&str> = out.lines().filter_map(|l| l.split_whitespace().next()).filter(|f| f.parse::<u32>().is_ok()).collect();
+        assert!(ok && shown == ["3", "4", "5"], "{w}: {out}");
+    }
+    bind.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+    c.shutdown().await;
+}
