@@ -44,6 +44,7 @@ pub fn rules(r: ResId) -> Admission {
         res::PVCS => storage::CLAIMS,
         res::PVS => storage::VOLUMES,
         res::STORAGE_CLASSES => storage::CLASSES,
+        res::DEPLOYMENTS => workloads::DEPLOYMENTS,
         res::STATEFULSETS => workloads::STATEFULSETS,
         res::DAEMONSETS => workloads::DAEMONSETS,
         _ => Admission::NONE,
