@@ -26,6 +26,28 @@ fn pod_spec_pointers(kind: &str) -> &'static [&'static str] {
     }
 }
 
+/// The pod templates of a workload kind (Deployment, ReplicaSet,
+/// StatefulSet, DaemonSet, Job, CronJob, ReplicationController,
+/// PodTemplate), checked as a pod's spec is (upstream's
+/// `ValidatePodTemplateSpec`, its pod spec part), each error under the
+/// template's path (`spec.template.spec.containers[0].name: ...`).
+pub fn pod_templates(kind: &str, v: &Value) -> Vec<String> {
+    if kind == "Pod" {
+        return Vec::new();
+    }
+    let mut errs = Vec::new();
+    for pointer in pod_spec_pointers(kind) {
+        if let Some(spec) = v.at(pointer).filter(|s| s.is_object()) {
+            // A template's containers may leave the image out (upstream
+            // requires it of pods only, "to allow higher level config
+            // management to default or override container images").
+            let image_left_out = |e: &String| e.ends_with(".image: Required value");
+            errs.extend(pod_spec(spec, &pointer.trim_start_matches('/').replace('/', ".")).into_iter().filter(|e| !image_left_out(e)));
+        }
+    }
+    errs
+}
+
 /// Resource lists (maps of quantities) inside a pod spec.
 const POD_SPEC_LISTS: &[&str] = &[
     "/containers/*/resources/requests",
@@ -745,6 +767,25 @@ pub fn default_requests_from_limits(spec: &mut Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn workload_templates_are_checked_as_pods_under_their_path() {
+        let template = json!({"spec": {"containers": [{"name": "Bad_Name", "image": "i"}, {"name": "ok", "image": "i"}]}});
+        let deployment = json!({"spec": {"template": template}});
+        let errs = pod_templates("Deployment", &deployment);
+        assert!(errs.len() == 1 && errs[0].starts_with("spec.template.spec.containers[0].name: Invalid value: \"Bad_Name\""), "{errs:?}");
+        let cron = json!({"spec": {"jobTemplate": {"spec": {"template": template}}}});
+        let errs = pod_templates("CronJob", &cron);
+        assert!(errs.len() == 1 && errs[0].starts_with("spec.jobTemplate.spec.template.spec.containers[0].name:"), "{errs:?}");
+        // A pod is checked by its own admission; a template-less object passes.
+        assert!(pod_templates("Pod", &json!({"spec": {"containers": [{"name": "Bad_Name"}]}})).is_empty());
+        assert!(pod_templates("Deployment", &json!({"spec": {}})).is_empty());
+        let good = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        assert!(pod_templates("StatefulSet", &good).is_empty());
+        // Unlike a pod's, a template's image may be left out.
+        let no_image = json!({"spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}});
+        assert!(pod_templates("ReplicaSet", &no_image).is_empty());
+    }
 
     #[test]
     fn resources_are_checked_as_upstream_does() {

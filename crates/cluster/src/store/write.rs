@@ -96,6 +96,16 @@ pub(super) fn validate_meta(info: &ResourceInfo, name: &str, v: &Value) -> Resul
     if errs.is_empty() { Ok(()) } else { Err(invalid_all(info, name, &errs)) }
 }
 
+/// A workload's pod templates, checked as pods are (see
+/// [`crate::admission::validation::pod_templates`]).
+pub(super) fn validate_templates(info: &ResourceInfo, name: &str, v: &Value) -> Result<()> {
+    if info.custom.is_some() {
+        return Ok(());
+    }
+    let errs = crate::admission::validation::pod_templates(info.kind, v);
+    if errs.is_empty() { Ok(()) } else { Err(invalid_all(info, name, &errs)) }
+}
+
 /// A custom resource's schema, applied to an object already checked.
 pub(super) fn custom_schema(info: &ResourceInfo, v: &mut Value) -> Result<()> {
     if let Some(schema) = info.custom.as_ref().and_then(|c| c.schema.as_ref()) {
@@ -277,6 +287,7 @@ impl Store {
             return Err(Error::AlreadyExists { resource: qualified(&info), name });
         }
         validate_meta(&info, &name, &v)?;
+        validate_templates(&info, &name, &v)?;
         self.admit_create(&inner, &info, &name, &mut v)?;
         if ctx.manager.is_some() {
             self.record_fields(&info, None, &mut v, ctx, false)?;
@@ -519,6 +530,7 @@ impl Store {
         };
         validate_meta(&info, &name, &new)?;
         if !status_only {
+            validate_templates(&info, &name, &new)?;
             if let Some(update) = info.admission.update {
                 update(&old.value, &mut new).map_err(|e| refused(&info, &name, e))?;
             }
