@@ -1024,8 +1024,8 @@ impl WatchState {
                 let lr = store::ListResult { items: vec![obj.full()], rv: obj.rv, cont: None };
                 push_event(&mut buf, ty, table_of(*r, info, alias.as_ref(), &lr, *include).to_string().as_bytes());
             }
-            (None, Some(a)) => push_event(&mut buf, ty, &a.outgoing(&obj.bytes)),
-            (None, None) => push_event(&mut buf, ty, &obj.bytes),
+            // (Without an alias, and for bookmarks, the object went out above.)
+            (None, alias) => push_event(&mut buf, ty, &alias.as_ref().map_or_else(|| obj.bytes.clone(), |a| a.outgoing(&obj.bytes))),
         }
         out.push_back(buf.into());
     }
@@ -1167,10 +1167,15 @@ fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Opti
                         // Take what else is ready (up to a batch); once
                         // nothing is, let the other tasks run once (writers
                         // in flight commit more) before writing.
+                        // Counted in events: an event may be several chunks (see `push_obj`).
                         let mut yielded = false;
-                        while out.len() < BATCH {
+                        let mut events = 1;
+                        while events < BATCH {
                             match s.rx.try_recv() {
-                                Ok(ev) => s.encode(&ev, &mut out),
+                                Ok(ev) => {
+                                    s.encode(&ev, &mut out);
+                                    events += 1;
+                                }
                                 Err(broadcast::error::TryRecvError::Empty) if !yielded => {
                                     yielded = true;
                                     tokio::task::yield_now().await;
