@@ -17,6 +17,8 @@ ENV CARGO_PROFILE_RELEASE_DEBUG=false \
     CARGO_TERM_COLOR=never \
     JEMALLOC_SYS_WITH_MALLOC_CONF=dirty_decay_ms:1000
 COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY tests/e2e ./tests/e2e
 COPY crates ./crates
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \

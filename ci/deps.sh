@@ -43,7 +43,7 @@ forbid berth "berth-cluster berth-lab" --no-default-features --features jemalloc
 # Only the registry names plugins: no file outside crates/engine/src/plugins
 # reaches into a plugin's module (the framework, the offline engine, the
 # daemon, the lab and the CLI ask plugins through the Plugin trait's hooks).
-if named=$(grep -rnE 'plugins::(\{|[a-z_]+::)' crates/*/src --include='*.rs' | grep -v '^crates/engine/src/plugins/'); then
+if named=$(grep -rnE 'plugins::(\{|[a-z_]+::)' src crates/*/src --include='*.rs' | grep -v '^crates/engine/src/plugins/'); then
   echo "FAIL: a plugin's module is named outside the plugins:"
   echo "$named"
   fail=1

@@ -174,6 +174,8 @@ pub mod resources;
 pub mod selector;
 pub mod store;
 pub mod table;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tls;
 pub mod version;
 pub mod volumes;

@@ -18,7 +18,7 @@ mod cluster_scale;
 mod cluster_storage;
 mod cluster_validation;
 mod cluster_watch_memory;
-mod support;
+use berth_cluster::testing as support;
 
 /// jemalloc, as the berth binary runs the cluster (see crates/berth): what
 /// the memory measurements see is what `berth cluster` would.
