@@ -49,6 +49,24 @@ pub struct BenchArgs {
     /// With --e2e: the daemon's clientConnection.burst (default: the chart's).
     #[arg(long, default_value_t = CHART_BURST)]
     pub burst: i64,
+    /// With --e2e: run against the API server of this kubeconfig (a real
+    /// control plane from tools/kube/up, a test cluster) instead of a local
+    /// cluster; the pods go to a namespace of their own, deleted afterwards.
+    #[arg(long, requires = "e2e")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// With --e2e --kubeconfig: create the --nodes nodes as KWOK nodes
+    /// (3 zones, 4 CPUs, 32Gi, 110 pods each; deleted afterwards).
+    #[arg(long, requires = "kubeconfig")]
+    pub kwok_nodes: bool,
+    /// With --e2e: the scheduler the pods name. Another scheduler's name
+    /// (kube-scheduler's default-scheduler) measures that scheduler: berth's
+    /// daemon is not started.
+    #[arg(long, requires = "e2e")]
+    pub scheduler_name: Option<String>,
+    /// With --e2e --scheduler-name: that scheduler's process id, for its CPU
+    /// seconds and peak RSS (from /proc).
+    #[arg(long, requires = "scheduler_name")]
+    pub scheduler_pid: Option<u32>,
 }
 
 /// The chart's default clientConnection.qps (charts/berth/values.yaml).
@@ -113,16 +131,42 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
     // but cross-thread wake-ups (3–10% of their throughput on two cores).
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     if a.output == Output::Table {
-        println!("{:<20} {:>6} {:>7} {:>7} {:>10} {:>9} {:>9} {:>10} {:>10}", "E2E WORKLOAD", "NODES", "PODS", "UNSCHED", "PODS/S", "P50 ms", "P99 ms", "SCHED MB", "CLUSTER MB");
+        println!(
+            "{:<20} {:<18} {:>6} {:>7} {:>7} {:>10} {:>9} {:>9} {:>12} {:>10} {:>10}  BACKEND",
+            "E2E WORKLOAD", "SCHEDULER", "NODES", "PODS", "UNSCHED", "PODS/S", "P50 ms", "P99 ms", "CPU s/1000", "SCHED MB", "CLUSTER MB"
+        );
     }
     for w in workloads {
-        let o = berth_lab::bench_e2e::E2eOptions { workload: w.into(), nodes, pods: a.pods, creators: a.creators, qps: a.qps, burst: a.burst, exe: exe.clone() };
+        let o = berth_lab::bench_e2e::E2eOptions {
+            workload: w.into(),
+            nodes,
+            pods: a.pods,
+            creators: a.creators,
+            qps: a.qps,
+            burst: a.burst,
+            exe: exe.clone(),
+            kubeconfig: a.kubeconfig.clone(),
+            scheduler_name: a.scheduler_name.clone(),
+            kwok_nodes: a.kwok_nodes,
+            scheduler_pid: a.scheduler_pid,
+        };
         let f = rt.block_on(berth_lab::bench_e2e::run(&o))?;
         match a.output {
             Output::Json => println!("{}", serde_json::to_string(&f)?),
             Output::Table => println!(
-                "{:<20} {:>6} {:>7} {:>7} {:>10.0} {:>9.1} {:>9.1} {:>10.1} {:>10.1}",
-                f.workload, f.nodes, f.pods, f.unschedulable_pods, f.pods_per_second, f.p50_ms, f.p99_ms, f.scheduler_peak_rss_mb, f.cluster_peak_rss_mb
+                "{:<20} {:<18} {:>6} {:>7} {:>7} {:>10.0} {:>9.1} {:>9.1} {:>12.2} {:>10.1} {:>10.1}  {}",
+                f.workload,
+                f.scheduler,
+                f.nodes,
+                f.pods,
+                f.unschedulable_pods,
+                f.pods_per_second,
+                f.p50_ms,
+                f.p99_ms,
+                f.scheduler_cpu_s_per_1000_pods,
+                f.scheduler_peak_rss_mb,
+                f.cluster_peak_rss_mb,
+                f.backend
             ),
         }
     }

@@ -9,12 +9,17 @@
 //! - `chart_rbac`: `berth run` with the chart's RBAC and no more (each rule needed);
 //! - `cluster_bench`: the local cluster's benchmark;
 //! - `live`: explain, simulate and dump against the local cluster's API;
-//! - `versions`: the daemon against a cluster of an older release (1.34).
+//! - `versions`: the daemon against a cluster of an older release (1.34);
+//! - `both` (over `backend`): scenarios written once, run on the local cluster
+//!   (`local_*`) and on a real control plane from `tools/kube/up` (`real_*`,
+//!   ignored unless `BERTH_KUBE_DIR` names one and `--ignored` is given).
 //!
 //! The local cluster's own tests live with it (`crates/cluster/tests`), the
 //! engine's with the engine.
 
 mod admin;
+mod backend;
+mod both;
 mod chart_rbac;
 mod cli;
 mod cluster_bench;

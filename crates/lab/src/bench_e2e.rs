@@ -7,6 +7,15 @@
 //! the create call to the watch event that shows the pod bound, and each
 //! child's peak RSS (`VmHWM`). Nothing here asserts a time.
 //!
+//! With `--kubeconfig` it runs against that API server instead (a real
+//! control plane from `tools/kube/up`, or a test cluster): no local cluster
+//! is started, the pods live in a namespace of their own
+//! (`berth-bench-<pid>`, deleted afterwards), and `--kwok-nodes` creates the
+//! nodes as KWOK nodes (deleted afterwards). With `--scheduler-name` naming
+//! another scheduler (kube-scheduler's `default-scheduler`), berth's daemon
+//! is not started and that scheduler is measured; `--scheduler-pid` lets
+//! its CPU and peak RSS be read from /proc as the daemon's are.
+//!
 //! SchedulingWithResourceClaimTemplate (scheduler_perf's DRA workload) runs
 //! the cluster with its simulated DRA driver (`--devices-per-node 10`,
 //! which also creates the driver's DeviceClass): every pod names one
@@ -89,6 +98,15 @@ pub struct E2eOptions {
     pub burst: i64,
     /// The berth binary to start the children from.
     pub exe: PathBuf,
+    /// An API server to run against instead of a local cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// The scheduler the pods name (berth's daemon is started only when
+    /// this is berth's profile, the default).
+    pub scheduler_name: Option<String>,
+    /// With `kubeconfig`: create `nodes` KWOK nodes for the run.
+    pub kwok_nodes: bool,
+    /// The process of a scheduler this run does not start, for its CPU and RSS.
+    pub scheduler_pid: Option<u32>,
 }
 
 /// The figures of one end-to-end run.
@@ -96,6 +114,10 @@ pub struct E2eOptions {
 pub struct E2eFigures {
     /// Workload name.
     pub workload: String,
+    /// Where it ran: `local cluster`, or the API server's URL.
+    pub backend: String,
+    /// The scheduler measured (the pods' schedulerName).
+    pub scheduler: String,
     /// Nodes.
     pub nodes: usize,
     /// Pods measured (bound).
@@ -112,8 +134,11 @@ pub struct E2eFigures {
     pub p50_ms: f64,
     /// 99th percentile create-to-bound latency.
     pub p99_ms: f64,
-    /// Peak RSS of the daemon process.
+    /// Peak RSS of the scheduler's process (0 when unknown).
     pub scheduler_peak_rss_mb: f64,
+    /// The scheduler process's CPU seconds (user + system) per 1,000
+    /// measured pods, from their first create to the last bind (0 when unknown).
+    pub scheduler_cpu_s_per_1000_pods: f64,
     /// Peak RSS of the local cluster process.
     pub cluster_peak_rss_mb: f64,
     /// The daemon's clientConnection.qps.
@@ -125,6 +150,19 @@ pub struct E2eFigures {
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
     move |source| Error::Io { what, source }
+}
+
+/// CPU seconds (user + system) a process has used, 0 when unknown.
+fn cpu_seconds(pid: Option<u32>) -> f64 {
+    let Some(pid) = pid else { return 0.0 };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    // Fields after the command (which may hold spaces) start at state (3);
+    // utime and stime are fields 14 and 15, in clock ticks of USER_HZ,
+    // which Linux fixes at 100 on every architecture it runs on.
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Peak RSS (VmHWM) of a process in MiB, 0 when unknown.
@@ -142,9 +180,22 @@ fn free_port() -> Result<u16, Error> {
     Ok(l.local_addr().map_err(io("finding a free port"))?.port())
 }
 
+/// Where the pods go and whom they ask.
+#[derive(Clone, Debug)]
+struct Target {
+    ns: String,
+    scheduler: String,
+}
+
+impl Target {
+    fn pods_path(&self) -> String {
+        format!("/api/v1/namespaces/{}/pods", self.ns)
+    }
+}
+
 /// A pod's JSON, ready to post.
-fn pod(name: &str, cpu: &str, spread: bool) -> Vec<u8> {
-    PodBody::new(cpu, spread, false).with_name(name)
+fn pod(t: &Target, name: &str, cpu: &str, spread: bool) -> Vec<u8> {
+    PodBody::new(t, cpu, spread, false).with_name(name)
 }
 
 /// The JSON of the benchmark's pods of one kind, serialized once: the text
@@ -157,10 +208,10 @@ struct PodBody {
 
 impl PodBody {
     /// `claim`: the pod's claim `resource` comes from the template [`DRA_TEMPLATE`].
-    fn new(cpu: &str, spread: bool, claim: bool) -> PodBody {
+    fn new(t: &Target, cpu: &str, spread: bool, claim: bool) -> PodBody {
         const MARK: &str = "\u{1}name\u{1}";
         let mut spec = json!({
-            "schedulerName": PROFILE,
+            "schedulerName": t.scheduler,
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
                             "resources": {"requests": {"cpu": cpu, "memory": "500Mi"}}}],
         });
@@ -176,7 +227,7 @@ impl PodBody {
         }
         let v = json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": MARK, "namespace": "default", "labels": {"color": "blue", "bench": "e2e"}},
+            "metadata": {"name": MARK, "namespace": t.ns, "labels": {"color": "blue", "bench": "e2e"}},
             "spec": spec,
         });
         let text = v.to_string();
@@ -197,13 +248,10 @@ impl PodBody {
     }
 }
 
-/// Where the benchmark's pods are created and watched.
-const PODS_PATH: &str = "/api/v1/namespaces/default/pods";
-
 /// Creates a pod from its JSON. The reply is checked for being JSON and not
 /// decoded: this process is the load, and should cost the machine little.
-async fn create(client: &kube::Client, body: Vec<u8>) -> Result<(), kube::Error> {
-    let req = kube::core::Request::new(PODS_PATH).create(&PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
+async fn create(client: &kube::Client, t: &Target, body: Vec<u8>) -> Result<(), kube::Error> {
+    let req = kube::core::Request::new(t.pods_path()).create(&PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
     client.request::<serde::de::IgnoredAny>(req).await.map(|_| ())
 }
 
@@ -273,11 +321,12 @@ impl Bound {
 /// or fails. The field selector leaves the server to send only the bind of
 /// each pod (as ADDED, the event of a pod entering the selection), not its
 /// creation: half the events, for a process that should cost the machine little.
-async fn watch_bound(client: kube::Client, bound: Arc<Bound>) {
+async fn watch_bound(client: kube::Client, t: Target, bound: Arc<Bound>) {
+    let path = t.pods_path();
     let labels = "bench=e2e";
     let fields = "spec.nodeName!=";
     loop {
-        let Ok(req) = kube::core::Request::new(PODS_PATH).list(&ListParams::default().labels(labels).fields(fields)) else { return };
+        let Ok(req) = kube::core::Request::new(&path).list(&ListParams::default().labels(labels).fields(fields)) else { return };
         let list: BoundList = match client.request(req).await {
             Ok(l) => l,
             Err(_) => {
@@ -291,7 +340,7 @@ async fn watch_bound(client: kube::Client, bound: Arc<Bound>) {
         }
         let mut rv = list.metadata.resource_version.unwrap_or_default();
         loop {
-            let Ok(req) = kube::core::Request::new(PODS_PATH).watch(&WatchParams::default().labels(labels).fields(fields).timeout(290), &rv) else { return };
+            let Ok(req) = kube::core::Request::new(&path).watch(&WatchParams::default().labels(labels).fields(fields).timeout(290), &rv) else { return };
             let Ok(stream) = client.request_events::<BoundPod>(req).await else { break };
             let mut stream = std::pin::pin!(stream);
             let mut ended_cleanly = true;
@@ -348,79 +397,143 @@ pub async fn run(o: &E2eOptions) -> Result<E2eFigures, Error> {
     if !WORKLOADS.contains(&o.workload.as_str()) {
         return Err(Error::Workload(o.workload.clone()));
     }
+    if o.kubeconfig.is_some() && o.workload == DRA_WORKLOAD && !o.kwok_nodes {
+        return Err(Error::Stuck(format!("--workload {DRA_WORKLOAD} with --kubeconfig needs --kwok-nodes: the run publishes the devices of the nodes it creates")));
+    }
     let dir = std::env::temp_dir().join(format!("berth-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
     let mut children = Children { cluster: None, daemon: None };
-    let r = run_in(o, &dir, &mut children).await;
+    let mut made = Made::default();
+    let r = run_in(o, &dir, &mut children, &mut made).await;
     children.stop().await;
+    made.clean().await;
     let _ = std::fs::remove_dir_all(&dir);
     r
 }
 
-async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E2eFigures, Error> {
-    let kc = dir.join("kubeconfig");
-    let port = free_port()?;
+/// What a run against an external API server created there, to delete
+/// afterwards.
+#[derive(Default)]
+struct Made {
+    client: Option<kube::Client>,
+    namespace: Option<String>,
+    nodes: Vec<String>,
+}
+
+impl Made {
+    async fn clean(&mut self) {
+        let Some(client) = &self.client else { return };
+        if let Some(ns) = &self.namespace {
+            let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()).delete(ns, &Default::default()).await;
+        }
+        crate::kwok::delete_nodes(client, &self.nodes).await;
+    }
+}
+
+async fn client_of(kc: &Path) -> Result<kube::Client, Error> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kc).map_err(|e| Error::Client(format!("{}: {e}", kc.display())))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.map_err(|e| Error::Client(format!("{}: {e}", kc.display())))?;
+    kube::Client::try_from(config).map_err(|e| Error::Client(format!("{}: {e}", kc.display())))
+}
+
+async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children, made: &mut Made) -> Result<E2eFigures, Error> {
     let dra = o.workload == DRA_WORKLOAD;
-    let devices = if dra { vec!["--devices-per-node".to_string(), DRA_DEVICES_PER_NODE.to_string()] } else { Vec::new() };
-    let cluster = Command::new(&o.exe)
-        .args(["cluster", "--listen", &format!("127.0.0.1:{port}"), "--nodes", &o.nodes.to_string(), "--zones", "3", "--no-kubelet", "--history", "500000"])
-        .args(&devices)
-        .arg("--write-kubeconfig")
-        .arg(&kc)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(io(format!("starting {} cluster", o.exe.display())))?;
-    let cluster_pid = cluster.id();
-    children.cluster = Some(cluster);
-    wait_for_file(&kc, "the local cluster").await?;
+    let (kc, backend, cluster_pid) = match &o.kubeconfig {
+        Some(kc) => (kc.clone(), String::new(), None),
+        None => {
+            let kc = dir.join("kubeconfig");
+            let port = free_port()?;
+            let devices = if dra { vec!["--devices-per-node".to_string(), DRA_DEVICES_PER_NODE.to_string()] } else { Vec::new() };
+            let cluster = Command::new(&o.exe)
+                .args(["cluster", "--listen", &format!("127.0.0.1:{port}"), "--nodes", &o.nodes.to_string(), "--zones", "3", "--no-kubelet", "--history", "500000"])
+                .args(&devices)
+                .arg("--write-kubeconfig")
+                .arg(&kc)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(io(format!("starting {} cluster", o.exe.display())))?;
+            let pid = cluster.id();
+            children.cluster = Some(cluster);
+            wait_for_file(&kc, "the local cluster").await?;
+            (kc, "local cluster".to_string(), pid)
+        }
+    };
+    let client = client_of(&kc).await?;
+    let backend = if backend.is_empty() { server_of(&kc) } else { backend };
+    let scheduler = o.scheduler_name.clone().unwrap_or_else(|| PROFILE.to_string());
+    let ours = scheduler == PROFILE;
+    let target = if o.kubeconfig.is_some() {
+        // A namespace of its own on a server that is not the benchmark's.
+        let ns = format!("berth-bench-{}", std::process::id());
+        made.client = Some(client.clone());
+        let obj: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).map_err(|e| Error::Client(e.to_string()))?;
+        kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .create(&PostParams::default(), &obj)
+            .await
+            .map_err(|e| Error::Client(format!("creating namespace {ns}: {e}")))?;
+        made.namespace = Some(ns.clone());
+        if o.kwok_nodes {
+            let specs = crate::kwok::spread_nodes(&format!("bench-{}", std::process::id()), o.nodes, "4", "32Gi", 110);
+            made.nodes = specs.iter().map(|s| s.name.clone()).collect();
+            let nodes = crate::kwok::create_nodes(&client, &specs, 32).await.map_err(|e| Error::Stuck(e.to_string()))?;
+            crate::kwok::wait_schedulable(&client, &made.nodes, true, 300).await.map_err(|e| Error::Stuck(e.to_string()))?;
+            if dra {
+                crate::kwok::publish_devices(&client, &nodes, DRA_DEVICES_PER_NODE).await.map_err(|e| Error::Stuck(e.to_string()))?;
+            }
+        }
+        Target { ns, scheduler: scheduler.clone() }
+    } else {
+        Target { ns: "default".into(), scheduler: scheduler.clone() }
+    };
 
-    let cfg = dir.join("config.yaml");
-    let yaml = format!(
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: false\nclientConnection:\n  qps: {}\n  burst: {}\nprofiles:\n- schedulerName: {PROFILE}\n",
-        o.qps, o.burst
-    );
-    std::fs::write(&cfg, yaml).map_err(io(format!("writing {}", cfg.display())))?;
-    let log = std::fs::File::create(dir.join("daemon.log")).map_err(io("creating the daemon log"))?;
-    let daemon = Command::new(&o.exe)
-        .arg("run")
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--kubeconfig")
-        .arg(&kc)
-        .args(["--bind-address", "127.0.0.1:0"])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(io(format!("starting {} run", o.exe.display())))?;
-    let daemon_pid = daemon.id();
-    children.daemon = Some(daemon);
-
-    let kubeconfig = kube::config::Kubeconfig::read_from(&kc).map_err(|e| Error::Client(e.to_string()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.map_err(|e| Error::Client(e.to_string()))?;
-    let client = kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))?;
+    let daemon_pid = if ours {
+        let cfg = dir.join("config.yaml");
+        let yaml = format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: false\nclientConnection:\n  qps: {}\n  burst: {}\nprofiles:\n- schedulerName: {PROFILE}\n",
+            o.qps, o.burst
+        );
+        std::fs::write(&cfg, yaml).map_err(io(format!("writing {}", cfg.display())))?;
+        let log = std::fs::File::create(dir.join("daemon.log")).map_err(io("creating the daemon log"))?;
+        let daemon = Command::new(&o.exe)
+            .arg("run")
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["--bind-address", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io(format!("starting {} run", o.exe.display())))?;
+        let pid = daemon.id();
+        children.daemon = Some(daemon);
+        pid
+    } else {
+        o.scheduler_pid
+    };
 
     // Bound times, from the watch.
     let bound: Arc<Bound> = Arc::default();
-    let watching = tokio::spawn(watch_bound(client.clone(), bound.clone()));
+    let watching = tokio::spawn(watch_bound(client.clone(), target.clone(), bound.clone()));
 
     if dra {
-        create_template(&client).await?;
+        create_template(&client, &target).await?;
     }
     let spread = o.workload == "TopologySpreading";
-    let template = Arc::new(PodBody::new("100m", spread, dra));
+    let template = Arc::new(PodBody::new(&target, "100m", spread, dra));
     let creators = o.creators.max(1);
 
-    // Warm-up: the daemon is ready (caches synced, leading) once it binds
+    // Warm-up: the scheduler is ready (caches synced, leading) once it binds
     // these. The DRA workload's are its init pods: half of the devices.
     let devices = o.nodes * DRA_DEVICES_PER_NODE;
     let warm = if dra { (devices / 2).max(1) } else { 50 };
-    create_many(&client, &template, "warm", warm, if dra { creators } else { 1 }, None).await?;
+    create_many(&client, &target, &template, "warm", warm, if dra { creators } else { 1 }, None).await?;
     let deadline = Instant::now() + Duration::from_secs(if dra { 300 } else { 120 });
     loop {
         let n = bound.len();
@@ -436,15 +549,16 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
     // Unschedulable pods first, so that they sit in the queue while the others are measured.
     let unschedulable = if o.workload == "Unschedulable" { o.pods / 10 } else { 0 };
     for i in 0..unschedulable {
-        create(&client, pod(&format!("big-{i}"), "100", false)).await.map_err(|e| Error::Client(format!("creating unschedulable pods: {e}")))?;
+        create(&client, &target, pod(&target, &format!("big-{i}"), "100", false)).await.map_err(|e| Error::Client(format!("creating unschedulable pods: {e}")))?;
     }
 
     // The measured pods, from `creators` concurrent clients (for DRA, at
     // most as many as there are free devices).
     let measured = if dra { o.pods.min(devices - warm) } else { o.pods };
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let cpu_before = cpu_seconds(daemon_pid);
     let first = Instant::now();
-    create_many(&client, &template, "p", measured, creators, Some(created.clone())).await?;
+    create_many(&client, &target, &template, "p", measured, creators, Some(created.clone())).await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let done = bound.measured.load(Ordering::Relaxed);
@@ -456,6 +570,7 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let cpu = cpu_seconds(daemon_pid) - cpu_before;
     watching.abort();
     let scheduler_peak_rss_mb = peak_rss_mb(daemon_pid);
     let cluster_peak_rss_mb = peak_rss_mb(cluster_pid);
@@ -464,7 +579,7 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
         (Ok(b), Ok(c)) => (b.clone(), c.clone()),
         _ => return Err(Error::Stuck("a recording thread panicked".into())),
     };
-    let claims_allocated = if dra { check_claims(&client, warm + measured).await? } else { 0 };
+    let claims_allocated = if dra { check_claims(&client, &target, warm + measured).await? } else { 0 };
     let mut lat: Vec<f64> = Vec::with_capacity(measured);
     let mut last = first;
     for (name, t0) in &created {
@@ -477,6 +592,8 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
     let pct = |q: f64| lat.get(((lat.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
     Ok(E2eFigures {
         workload: o.workload.clone(),
+        backend,
+        scheduler,
         nodes: o.nodes,
         pods: lat.len(),
         unschedulable_pods: unschedulable,
@@ -486,27 +603,41 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children) -> Result<E
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
         scheduler_peak_rss_mb,
+        scheduler_cpu_s_per_1000_pods: if daemon_pid.is_some() && measured > 0 { cpu / measured as f64 * 1000.0 } else { 0.0 },
         cluster_peak_rss_mb,
         qps: o.qps,
         burst: o.burst,
     })
 }
 
+/// The server URL of a kubeconfig's current context, for the figures.
+fn server_of(kc: &Path) -> String {
+    kube::config::Kubeconfig::read_from(kc)
+        .ok()
+        .and_then(|k| {
+            let ctx = k.current_context.clone()?;
+            let cluster = k.contexts.iter().find(|c| c.name == ctx)?.context.as_ref()?.cluster.clone();
+            k.clusters.iter().find(|c| c.name == cluster)?.cluster.as_ref()?.server.clone()
+        })
+        .unwrap_or_else(|| kc.display().to_string())
+}
+
 /// Creates `total` pods named `<prefix>-<i>` from `template`, from
 /// `creators` concurrent clients, recording each create's start in `created`.
-async fn create_many(client: &kube::Client, template: &Arc<PodBody>, prefix: &'static str, total: usize, creators: usize, created: Option<Arc<Mutex<HashMap<String, Instant>>>>) -> Result<(), Error> {
+async fn create_many(client: &kube::Client, target: &Target, template: &Arc<PodBody>, prefix: &'static str, total: usize, creators: usize, created: Option<Arc<Mutex<HashMap<String, Instant>>>>) -> Result<(), Error> {
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..creators.max(1) {
         let client = client.clone();
         let created = created.clone();
         let template = template.clone();
+        let target = target.clone();
         tasks.spawn(async move {
             let mut i = c;
             while i < total {
                 let name = format!("{prefix}-{i}");
                 let body = template.with_name(&name);
                 let t = Instant::now();
-                create(&client, body).await.map_err(|e| Error::Client(format!("creating {name}: {e}")))?;
+                create(&client, &target, body).await.map_err(|e| Error::Client(format!("creating {name}: {e}")))?;
                 if let Some(Ok(mut m)) = created.as_ref().map(|c| c.lock()) {
                     m.insert(name, t);
                 }
@@ -523,16 +654,16 @@ async fn create_many(client: &kube::Client, template: &Arc<PodBody>, prefix: &'s
 
 /// The DRA workload's ResourceClaimTemplate: one device of the simulated
 /// driver's class (scheduler_perf's template asks for one of its class).
-async fn create_template(client: &kube::Client) -> Result<(), Error> {
+async fn create_template(client: &kube::Client, t: &Target) -> Result<(), Error> {
     use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
     let class = berth_cluster::dra_driver::DEFAULT_DRIVER;
-    let t: ResourceClaimTemplate = serde_json::from_value(json!({
-        "metadata": {"name": DRA_TEMPLATE, "namespace": "default"},
+    let template: ResourceClaimTemplate = serde_json::from_value(json!({
+        "metadata": {"name": DRA_TEMPLATE, "namespace": t.ns},
         "spec": {"spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": class}}]}}},
     }))
     .map_err(|e| Error::Client(format!("the ResourceClaimTemplate: {e}")))?;
-    kube::Api::<ResourceClaimTemplate>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &t)
+    kube::Api::<ResourceClaimTemplate>::namespaced(client.clone(), &t.ns)
+        .create(&PostParams::default(), &template)
         .await
         .map_err(|e| Error::Client(format!("creating ResourceClaimTemplate {DRA_TEMPLATE}: {e}")))?;
     Ok(())
@@ -541,9 +672,9 @@ async fn create_template(client: &kube::Client) -> Result<(), Error> {
 /// Reads the claims back once every pod is bound: at least `want` of them
 /// allocated (one per pod), and no device in two allocations. Returns how
 /// many are allocated.
-async fn check_claims(client: &kube::Client, want: usize) -> Result<usize, Error> {
+async fn check_claims(client: &kube::Client, t: &Target, want: usize) -> Result<usize, Error> {
     use k8s_openapi::api::resource::v1::ResourceClaim;
-    let claims = kube::Api::<ResourceClaim>::namespaced(client.clone(), "default").list(&ListParams::default()).await.map_err(|e| Error::Client(format!("listing claims: {e}")))?;
+    let claims = kube::Api::<ResourceClaim>::namespaced(client.clone(), &t.ns).list(&ListParams::default()).await.map_err(|e| Error::Client(format!("listing claims: {e}")))?;
     let mut given: HashMap<(String, String, String), String> = HashMap::new();
     let mut allocated = 0;
     for c in &claims.items {
@@ -567,10 +698,14 @@ async fn check_claims(client: &kube::Client, want: usize) -> Result<usize, Error
 mod tests {
     use super::*;
 
+    fn target() -> Target {
+        Target { ns: "default".into(), scheduler: PROFILE.into() }
+    }
+
     #[test]
     fn a_pod_body_is_the_template_with_its_name() {
         for spread in [false, true] {
-            let t = PodBody::new("100m", spread, false);
+            let t = PodBody::new(&target(), "100m", spread, false);
             for name in ["p-0", "warm-17", "odd \"name\""] {
                 let v: serde_json::Value = serde_json::from_slice(&t.with_name(name)).unwrap_or_else(|e| panic!("{e}"));
                 assert_eq!(v["metadata"]["name"], name);
@@ -583,7 +718,7 @@ mod tests {
 
     #[test]
     fn a_dra_pod_body_names_the_template_and_uses_its_claim() {
-        let v: serde_json::Value = serde_json::from_slice(&PodBody::new("100m", false, true).with_name("p-3")).unwrap_or_else(|e| panic!("{e}"));
+        let v: serde_json::Value = serde_json::from_slice(&PodBody::new(&target(), "100m", false, true).with_name("p-3")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(v["metadata"]["name"], "p-3");
         assert_eq!(v["spec"]["resourceClaims"][0]["resourceClaimTemplateName"], DRA_TEMPLATE);
         assert_eq!(v["spec"]["containers"][0]["resources"]["claims"][0]["name"], "resource");

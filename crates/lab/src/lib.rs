@@ -9,3 +9,4 @@ pub mod bench_e2e;
 pub mod bench_shadow;
 pub mod cluster_bench;
 pub mod demo;
+pub mod kwok;
