@@ -5,7 +5,7 @@ mod cli;
 use clap::Parser;
 
 #[cfg(feature = "local")]
-use crate::cli::{bench, demo};
+use crate::cli::{bench, demo, differential};
 use crate::cli::{offline, run, Cli, Command};
 
 /// jemalloc for every berth process (the daemon, the local cluster, the
@@ -25,6 +25,8 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(a) => return bench::run(a),
         #[cfg(feature = "local")]
         Command::Demo(a) => return demo::run(a),
+        #[cfg(feature = "local")]
+        Command::Differential(a) => return differential::run(a),
         #[cfg(feature = "local")]
         Command::Cluster(a) => {
             run::init_logging(run::LogFormat::Text);

@@ -4,6 +4,8 @@
 pub mod bench;
 #[cfg(feature = "local")]
 pub mod demo;
+#[cfg(feature = "local")]
+pub mod differential;
 pub mod offline;
 pub mod run;
 
@@ -41,6 +43,9 @@ pub enum Command {
     /// Run a local cluster, the scheduler against it and a workload (spread, affinity, taints, preemption), then summarize.
     #[cfg(feature = "local")]
     Demo(demo::DemoArgs),
+    /// Judge another scheduler's decisions on a live API server, pod by pod, on a seeded workload.
+    #[cfg(feature = "local")]
+    Differential(differential::DifferentialArgs),
 }
 
 /// Output format.

@@ -67,12 +67,14 @@ pub struct NodeSpec {
     pub labels: BTreeMap<String, String>,
     /// Taints: (key, value, effect).
     pub taints: Vec<(String, String, String)>,
+    /// Extended resources (name, quantity) beside cpu, memory and pods.
+    pub extended: BTreeMap<String, String>,
 }
 
 impl NodeSpec {
     /// `name` in `zone` with `cpu` cores, 64 GiB and 110 pod slots.
     pub fn new(name: &str, zone: &str, cpu: &str) -> NodeSpec {
-        NodeSpec { name: name.into(), zone: zone.into(), cpu: cpu.into(), memory: "64Gi".into(), pods: 110, labels: BTreeMap::new(), taints: Vec::new() }
+        NodeSpec { name: name.into(), zone: zone.into(), cpu: cpu.into(), memory: "64Gi".into(), pods: 110, labels: BTreeMap::new(), taints: Vec::new(), extended: BTreeMap::new() }
     }
 
     /// With a label.
@@ -97,7 +99,10 @@ impl NodeSpec {
         labels.insert("kubernetes.io/arch".into(), "amd64".into());
         labels.insert("type".into(), "kwok".into());
         let taints: Vec<Value> = self.taints.iter().map(|(k, v, e)| json!({"key": k, "value": v, "effect": e})).collect();
-        let resources = json!({"cpu": self.cpu, "memory": self.memory, "pods": self.pods.to_string()});
+        let mut resources = json!({"cpu": self.cpu, "memory": self.memory, "pods": self.pods.to_string()});
+        for (k, v) in &self.extended {
+            resources[k] = json!(v);
+        }
         json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": self.name, "labels": labels, "annotations": {ANNOTATION.0: ANNOTATION.1, "node.alpha.kubernetes.io/ttl": "0"}},

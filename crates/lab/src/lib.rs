@@ -9,4 +9,5 @@ pub mod bench_e2e;
 pub mod bench_shadow;
 pub mod cluster_bench;
 pub mod demo;
+pub mod differential;
 pub mod kwok;
