@@ -281,6 +281,46 @@ fn explain_and_simulate_show_devices() {
     assert_eq!(devices, vec!["gpu.example.com/node-b/gpu-0", "gpu.example.com/node-b/gpu-1"]);
 }
 
+/// Upstream normalizes DynamicResources' Score (NormalizeScore,
+/// DefaultNormalizeScore to 0..=100), and its weight (2) applies to the
+/// normalized score. node-a offers only the pod's second choice (raw 7),
+/// node-b its first (raw 8), but node-b is busier: the other plugins favor
+/// node-a by more than the raw difference weighs (2 × 1) and less than the
+/// normalized one (2 × (100 - 87)). Raw scores would place the pod on
+/// node-a; upstream, and berth, place it on node-b.
+#[test]
+fn normalized_first_available_score_changes_the_node() {
+    let claim = "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c, namespace: default, uid: uid-c}\nspec:\n  devices:\n    requests:\n    - name: gpu\n      firstAvailable:\n      - name: m0\n        deviceClassName: gpu\n        selectors:\n        - cel:\n            expression: 'device.attributes[\"gpu.example.com\"].model == 0'\n      - name: m1\n        deviceClassName: gpu\n        selectors:\n        - cel:\n            expression: 'device.attributes[\"gpu.example.com\"].model == 1'\n";
+    let model_slice = |node: &str, model: u8| {
+        format!("---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {node}-gpus}}\nspec:\n  driver: gpu.example.com\n  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}\n  nodeName: {node}\n  devices:\n  - name: gpu-0\n    attributes:\n      model: {{int: {model}}}\n")
+    };
+    let busy = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: busy, namespace: default, uid: uid-busy}\nspec:\n  nodeName: node-b\n  containers:\n  - name: c\n    image: i\n    resources: {requests: {cpu: 500m}}\n".to_string();
+    let docs = [
+        node("node-a", "4"),
+        node("node-b", "4"),
+        class("gpu", "device.driver == \"gpu.example.com\""),
+        model_slice("node-a", 1),
+        model_slice("node-b", 0),
+        claim.to_string(),
+        busy,
+        pod("p", "100m", "resourceClaimName: c", ""),
+    ];
+    let e = engine(&docs);
+    let x = e.explain("default/p").unwrap();
+    let get = |n: &str| x.nodes.iter().find(|k| k.name == n).unwrap();
+    let dra = |n: &str| get(n).scores.as_ref().unwrap()["DynamicResources"].as_i64().unwrap();
+    assert_eq!((dra("node-a"), dra("node-b")), (87, 100), "normalized 7 and 8");
+    let weight = x.weights["DynamicResources"].as_i64().unwrap();
+    assert_eq!(weight, 2);
+    // What the other plugins give each node.
+    let rest = |n: &str| get(n).total.unwrap() - weight * dra(n);
+    let lead = rest("node-a") - rest("node-b");
+    assert!(weight * (8 - 7) < lead && lead < weight * (100 - 87), "the other plugins favor node-a by {lead}");
+    // With raw scores node-a would win; normalized, node-b does.
+    assert!(rest("node-a") + weight * 7 > rest("node-b") + weight * 8);
+    assert_eq!(x.selected.as_deref(), Some("node-b"));
+}
+
 mod properties {
     //! Random slices and claims, pods scheduled in sequence (simulate): no
     //! device is in two allocations, and every bound pod's claims are

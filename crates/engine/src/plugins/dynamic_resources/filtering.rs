@@ -94,12 +94,20 @@ pub fn allocation(state: &CycleState, node: &str) -> Option<NodeAllocation> {
     Some(NodeAllocation { claims: all, extended })
 }
 
-/// Upstream's Score: for each firstAvailable request, 8 minus the index of
-/// the subrequest allocated on the node, summed (at most 100). A node whose
-/// Filter verdict this cycle reused (opportunistic batching) is allocated
-/// on here first.
+/// Upstream's Score (`Score` and `computeScore` in
+/// pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go,
+/// v1.37): 0 on a node where Filter allocated nothing (no claim to allocate
+/// this cycle); otherwise, over every claim of the pod, for each
+/// firstAvailable request, 8 minus the index of the subrequest its devices
+/// came from: on this node for the claims allocated this cycle, in
+/// status.allocation for the claims allocated before. The raw sum is not
+/// capped: NormalizeScore scales it. A node whose Filter verdict this cycle
+/// reused (opportunistic batching) is allocated on here first.
 pub fn score(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
     let Some(s) = state.get::<State>() else { return 0 };
+    if s.prepared.is_none() {
+        return 0;
+    }
     let known = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(node.name());
     if !known {
         // Its verdict was reused: the same allocation as the pod that
@@ -107,18 +115,49 @@ pub fn score(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
         let _ = filter(state, pod, node);
     }
     let m = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let node = node.name();
-    let Some(sol) = m.get(node).and_then(|f| f.solution.as_ref()) else { return 0 };
-    let n_claims = m.get(node).map_or(0, |f| f.n_claims);
-    let total: i64 = sol
+    let Some(found) = m.get(node.name()) else { return 0 };
+    let before: i64 = s.claims.iter().map(|c| c.allocated_score).sum();
+    let Some(sol) = found.solution.as_ref() else { return before };
+    let now: i64 = sol
         .chosen_subrequests()
         .iter()
-        .take(n_claims)
+        .take(found.n_claims)
         .flat_map(|c| c.iter())
         .flatten()
-        .map(|&i| (MAX_SUBREQUEST_SCORE - i64::try_from(i).unwrap_or(MAX_SUBREQUEST_SCORE)).max(0))
+        .map(|&i| subrequest_score(i))
         .sum();
-    total.min(crate::framework::MAX_NODE_SCORE)
+    before + now
+}
+
+/// What choosing the `index`th subrequest of a firstAvailable list is worth:
+/// upstream's `FirstAvailableDeviceRequestMaxSize` (8) minus the index.
+fn subrequest_score(index: usize) -> i64 {
+    (MAX_SUBREQUEST_SCORE - i64::try_from(index).unwrap_or(MAX_SUBREQUEST_SCORE)).max(0)
+}
+
+/// An allocated claim's part of upstream's `computeScore`: the subrequests
+/// named by its allocation's results (`request/subrequest`), each counted
+/// once per request, worth [`subrequest_score`] of its index in the
+/// request's firstAvailable list.
+pub fn allocated_score(view: &ClaimView, allocation: &k8s_openapi::api::resource::v1::AllocationResult) -> i64 {
+    let results = allocation.devices.as_ref().and_then(|d| d.results.as_deref()).unwrap_or_default();
+    let used: std::collections::HashSet<&str> = results.iter().map(|r| r.request.as_str()).filter(|r| r.contains('/')).collect();
+    let mut total = 0;
+    for r in view.requests.iter().filter(|r| r.first_available) {
+        for (i, sub) in r.alternatives.iter().enumerate() {
+            if used.contains(format!("{}/{}", r.name, sub.name).as_str()) {
+                total += subrequest_score(i);
+            }
+        }
+    }
+    total
+}
+
+/// Can Score give any node more than 0 this cycle? Only when something is
+/// allocated (upstream keeps no node allocation otherwise) and some claim
+/// has a firstAvailable request, unallocated or allocated from one.
+pub fn may_score(s: &State) -> bool {
+    s.prepared.is_some() && s.claims.iter().any(|c| c.allocated_score > 0 || (c.allocated.is_none() && c.view.requests.iter().any(|r| r.first_available)))
 }
 
 /// Upstream's PostFilter: no node fits. One allocated claim that some node
