@@ -321,6 +321,61 @@ fn normalized_first_available_score_changes_the_node() {
     assert_eq!(x.selected.as_deref(), Some("node-b"));
 }
 
+/// DRADeviceBindingConditions (upstream's Filter and PostFilter, v1.37):
+/// the pod's claim is allocated on node-a, where the pod fits, but the
+/// driver reports the device's binding failed (a bindingFailureCondition
+/// True in status.devices). Filter refuses the claim on every node, and
+/// PostFilter deallocates it; the next attempt allocates it afresh. With
+/// the condition False the pod goes to node-a at once.
+#[test]
+fn a_claim_whose_binding_failed_is_usable_nowhere() {
+    let with_status = |failed: &str| {
+        let mut c = allocated_claim("bound-badly", "node-a", &[]);
+        c = c.replace(
+            "      - {request: gpu, driver: gpu.example.com, pool: node-a, device: gpu-0}\n",
+            "      - {request: gpu, driver: gpu.example.com, pool: node-a, device: gpu-0, bindingConditions: [Attached], bindingFailureConditions: [AttachFailed]}\n",
+        );
+        c.push_str(&format!(
+            "  devices:\n  - driver: gpu.example.com\n    pool: node-a\n    device: gpu-0\n    conditions:\n    - {{type: AttachFailed, status: '{failed}', reason: Timeout, message: fabric down, lastTransitionTime: '2026-01-01T00:00:00Z'}}\n"
+        ));
+        c
+    };
+    let docs = |failed: &str| {
+        [
+            node("node-a", "4"),
+            node("node-b", "4"),
+            class("gpu", "device.driver == \"gpu.example.com\""),
+            slice("node-a", 1),
+            slice("node-b", 1),
+            with_status(failed),
+            pod("p", "100m", "resourceClaimName: bound-badly", ""),
+        ]
+    };
+    let mut e = engine(&docs("True"));
+    let p = e.cluster.pending[0].clone();
+    let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions { explain: true, ..Default::default() });
+    assert_eq!(o.selected, None);
+    for s in o.statuses.statuses.iter().flatten() {
+        assert_eq!((s.plugin, s.message()), ("DynamicResources", "resourceclaim not available on the node".to_string()));
+    }
+    assert_eq!(o.deallocations.len(), 1, "{:?}", o.message);
+    assert_eq!((o.deallocations[0].name.as_str(), o.deallocations[0].pod_uid.as_str()), ("bound-badly", "uid-p"));
+    let m = o.message.unwrap_or_default();
+    assert!(m.starts_with("0/2 nodes are available: 2 resourceclaim not available on the node. deallocation of ResourceClaim completed"), "{m}");
+    // Deallocated, the claim is allocated again where the pod goes.
+    let got = placement(&mut e);
+    assert!(got[0].1.is_some(), "{got:?}");
+    let c = e.cluster.snapshot.devices.claim("default", "bound-badly").unwrap();
+    assert!(c.allocation.is_some() && c.binding_failure.is_none());
+
+    let mut e = engine(&docs("False"));
+    let p = e.cluster.pending[0].clone();
+    let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions::default());
+    assert_eq!(o.selected.map(|i| e.cluster.snapshot.nodes[i].name().to_string()).as_deref(), Some("node-a"), "{:?}", o.message);
+    assert!(o.deallocations.is_empty());
+    assert_eq!(placement(&mut e)[0].1.as_deref(), Some("node-a"));
+}
+
 mod properties {
     //! Random slices and claims, pods scheduled in sequence (simulate): no
     //! device is in two allocations, and every bound pod's claims are

@@ -21,12 +21,15 @@ pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
 pub fn filter(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
     let Some(s) = state.get::<State>() else { return Status::success() };
     let labels = &node.node.labels;
-    // Every allocated claim the node cannot use is remembered (PostFilter).
+    // Every allocated claim the node cannot use is remembered (PostFilter):
+    // one whose node selector excludes the node, and (upstream's Filter with
+    // DRADeviceBindingConditions, on by default in v1.37) one whose device
+    // binding failed, which no node can use.
     let mut any = false;
     for (i, c) in s.claims.iter().enumerate() {
-        if let Some(Some(sel)) = &c.allocated
-            && !sel.matches(node.name(), labels)
-        {
+        let Some(allocated) = &c.allocated else { continue };
+        let elsewhere = allocated.as_ref().is_some_and(|sel| !sel.matches(node.name(), labels));
+        if elsewhere || c.binding_failure.is_some() {
             any = true;
             s.unavailable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(i);
         }
@@ -197,6 +200,11 @@ pub fn failure_detail(state: &CycleState, statuses: &NodeStatuses) -> Option<Str
     let allocated = keys(true);
     if !allocated.is_empty() && rejected(NOT_AVAILABLE) {
         parts.push(format!("allocated {} {} cannot be used on the nodes that passed the other filters", noun(allocated.len()), allocated.join(", ")));
+        for c in claims {
+            if let Some(why) = &c.binding_failure {
+                parts.push(format!("ResourceClaim {}: {why}", c.key));
+            }
+        }
     }
     (!parts.is_empty()).then(|| format!("{}.", parts.join("; ")))
 }

@@ -11,8 +11,10 @@
 //!   checks the device classes, keeps allocated claims' node selectors and
 //!   prepares the unallocated claims (and the special claim of extended
 //!   resources a DeviceClass backs) once for every node.
-//! - Filter ([`filtering`]) matches allocated claims' node selectors
-//!   (remembering the claims unavailable on some node, for PostFilter), then
+//! - Filter ([`filtering`]) matches allocated claims' node selectors and
+//!   refuses, on every node, an allocated claim whose device binding failed
+//!   (a bindingFailureCondition True in status.devices; remembering the
+//!   claims unavailable on some node, for PostFilter), then
 //!   allocates on the node with the cache's inventory and devices in use
 //!   (assumed allocations included); the node's allocation is kept for
 //!   Reserve. An allocator error is an Error status: the attempt fails.
@@ -87,6 +89,10 @@ pub struct PodClaimState {
     /// subrequests in status.allocation are worth ([`filtering::allocated_score`]);
     /// 0 for an unallocated claim.
     pub allocated_score: i64,
+    /// An allocated claim whose device binding failed (DRADeviceBindingConditions,
+    /// [`crate::cache::devices::binding_failure`]): why. Filter finds it
+    /// unavailable on every node.
+    pub binding_failure: Option<String>,
 }
 
 /// The special claim for extended resources a DeviceClass backs.

@@ -212,3 +212,52 @@ fn score_is_normalized_as_upstream() {
         assert_eq!(out.scores[k], r.normalized, "{}: normalized", r.name);
     }
 }
+
+/// DRADeviceBindingConditions (upstream `isClaimReadyForBinding`, v1.37):
+/// which statuses make an allocated claim's binding failed.
+#[test]
+fn binding_failure_rows() {
+    use crate::cache::devices::binding_failure;
+    let result = |device: &str, conds: &[&str], failures: &[&str]| {
+        serde_json::json!({"request": "gpu", "driver": "gpu.example.com", "pool": "node-a", "device": device,
+            "bindingConditions": conds, "bindingFailureConditions": failures})
+    };
+    let device_status = |device: &str, conds: &[(&str, &str)]| {
+        let conds: Vec<serde_json::Value> = conds
+            .iter()
+            .map(|(t, s)| serde_json::json!({"type": t, "status": s, "reason": "Boom", "message": "attach \"failed\"", "lastTransitionTime": "2026-01-01T00:00:00Z"}))
+            .collect();
+        serde_json::json!({"driver": "gpu.example.com", "pool": "node-a", "device": device, "conditions": conds})
+    };
+    let failed = Some(r#"device binding failed: claim=c, reason=Boom, message="attach \"failed\"""#);
+    type Row = (&'static str, Vec<serde_json::Value>, Vec<serde_json::Value>, Option<&'static str>);
+    let rows: Vec<Row> = vec![
+        ("failure condition True", vec![result("d0", &["Ready"], &["Failed"])], vec![device_status("d0", &[("Failed", "True")])], failed),
+        ("failure condition False", vec![result("d0", &["Ready"], &["Failed"])], vec![device_status("d0", &[("Failed", "False"), ("Ready", "False")])], None),
+        ("no bindingConditions: failure conditions not read", vec![result("d0", &[], &["Failed"])], vec![device_status("d0", &[("Failed", "True")])], None),
+        ("no status for the device", vec![result("d0", &["Ready"], &["Failed"])], vec![device_status("d1", &[("Failed", "True")])], None),
+        ("condition types are case-sensitive", vec![result("d0", &["Ready"], &["Failed"])], vec![device_status("d0", &[("failed", "True")])], None),
+        ("failure before the binding conditions", vec![result("d0", &["Ready"], &["Failed"])], vec![device_status("d0", &[("Ready", "True"), ("Failed", "True")])], failed),
+        (
+            "a device not ready ends the check",
+            vec![result("d0", &["Ready"], &["Failed"]), result("d1", &["Ready"], &["Failed"])],
+            vec![device_status("d0", &[("Ready", "False")]), device_status("d1", &[("Failed", "True")])],
+            None,
+        ),
+        (
+            "after a ready device, the next one's failure counts",
+            vec![result("d0", &["Ready"], &["Failed"]), result("d1", &["Ready"], &["Failed"])],
+            vec![device_status("d0", &[("Ready", "True")]), device_status("d1", &[("Failed", "True")])],
+            failed,
+        ),
+    ];
+    for (name, results, devices, want) in rows {
+        let status: k8s_openapi::api::resource::v1::ResourceClaimStatus =
+            serde_json::from_value(serde_json::json!({"allocation": {"devices": {"results": results}}, "devices": devices})).expect("status");
+        assert_eq!(binding_failure("c", &status).as_deref(), want, "{name}");
+    }
+    // Not allocated: nothing to bind.
+    let status: k8s_openapi::api::resource::v1::ResourceClaimStatus =
+        serde_json::from_value(serde_json::json!({"devices": [device_status("d0", &[("Failed", "True")])]})).expect("status");
+    assert_eq!(binding_failure("c", &status), None);
+}
