@@ -154,7 +154,13 @@ fn post_filter_deallocates_a_claim_usable_nowhere() {
     let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions::default());
     assert_eq!(o.selected, None);
     assert!(o.deallocations.is_empty());
-    assert!(o.message.unwrap_or_default().contains("still not schedulable"));
+    // Upstream v1.37's PostFilter gives no reason when it deallocates
+    // nothing; 500m over node-a's 100m is unresolvable, so preemption helps
+    // on neither node.
+    assert_eq!(
+        o.message.as_deref(),
+        Some("0/2 nodes are available: 1 Insufficient cpu, 1 resourceclaim not available on the node. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+    );
 }
 
 /// A DeviceClass or a claim whose selector does not compile keeps its pod
@@ -209,11 +215,13 @@ fn a_claim_over_the_device_limit_is_refused() {
     assert!(m.contains("claim default/big: number of requested devices 33 exceeds the claim limit of 32"), "{m}");
 }
 
-/// The failure message names the claim that kept the pod out (upstream's
-/// "still not schedulable" alone leaves a user guessing); a pod that fails
-/// for cpu only, on nodes whose devices it could have, names none.
+/// The failure message is upstream's word for word (v1.37: DynamicResources'
+/// PostFilter adds nothing when it deallocates nothing); explain's `detail`
+/// names the claim that kept the pod out (upstream names none, and a user
+/// is left to guess). A pod that fails for cpu only, on nodes whose devices
+/// it could have, gets no detail.
 #[test]
-fn the_failure_message_names_the_claim_no_node_can_allocate() {
+fn the_failure_detail_names_the_claim_no_node_can_allocate() {
     let docs = [
         node("node-a", "4"),
         node("node-b", "200m"),
@@ -226,17 +234,17 @@ fn the_failure_message_names_the_claim_no_node_can_allocate() {
         pod("p-cpu", "5", "resourceClaimName: one", ""),
     ];
     let mut e = engine(&docs);
+    let x = e.explain("default/p-two").unwrap();
+    assert_eq!(x.message.as_deref(), Some("0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."));
+    assert_eq!(x.detail.as_deref(), Some("ResourceClaim default/two cannot be allocated on any node that passed the other filters."));
+    let x = e.explain("default/p-cpu").unwrap();
+    assert!(x.message.as_deref().is_some_and(|m| m.contains("Insufficient cpu")), "{:?}", x.message);
+    assert_eq!(x.detail, None);
     let got = placement(&mut e);
     let get = |k: &str| got.iter().find(|p| p.0 == k).unwrap().clone();
     let (_, node, m) = get("default/p-two");
-    let m = m.unwrap_or_default();
-    assert!(node.is_none(), "{m}");
-    assert!(m.starts_with("0/2 nodes are available: 2 cannot allocate all claims."), "{m}");
-    assert!(m.contains("still not schedulable.") && m.ends_with(" ResourceClaim default/two cannot be allocated on any node that passed the other filters."), "{m}");
-    let (_, node, m) = get("default/p-cpu");
-    let m = m.unwrap_or_default();
-    assert!(node.is_none(), "{m}");
-    assert!(m.contains("Insufficient cpu") && !m.contains("default/one"), "{m}");
+    assert!(node.is_none());
+    assert_eq!(m.as_deref(), Some("0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."));
 }
 
 /// explain names, per node, the request that cannot be met and who holds
@@ -374,6 +382,21 @@ fn a_claim_whose_binding_failed_is_usable_nowhere() {
     assert_eq!(o.selected.map(|i| e.cluster.snapshot.nodes[i].name().to_string()).as_deref(), Some("node-a"), "{:?}", o.message);
     assert!(o.deallocations.is_empty());
     assert_eq!(placement(&mut e)[0].1.as_deref(), Some("node-a"));
+}
+
+/// Upstream v1.37's message when a PreFilter before DynamicResources'
+/// (VolumeBinding's) rejects the pod: DynamicResources' PreFilter never ran,
+/// so its PostFilter finds no state of its own and answers with that error,
+/// "not found" (`getStateData` and `fwk.ErrNotFound`), which ends the
+/// PostFilter run: preemption is not tried, and the message ends with it.
+#[test]
+fn a_pre_filter_rejection_before_dynamic_resources_ends_with_not_found() {
+    let pvc = "---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: default}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n".to_string();
+    let p = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default, uid: uid-p}\nspec:\n  containers: [{name: c, image: i}]\n  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]\n".to_string();
+    let e = engine(&[node("node-a", "4"), pvc, p]);
+    let x = e.explain("default/p").unwrap();
+    assert_eq!(x.selected, None);
+    assert_eq!(x.message.as_deref(), Some("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"));
 }
 
 mod properties {

@@ -187,6 +187,7 @@ fn class_check(view: &ClaimView, devices: &Devices) -> Result<(), String> {
 
 /// Upstream's PreFilter (see the module docs).
 pub fn pre_filter(state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Status {
+    state.insert(super::filtering::PreFiltered);
     let devices = &snap.devices;
     let extended = if pod.requests.scalar.is_empty() { Vec::new() } else { extended_resources(pod, devices) };
     if pod.resource_claims.is_empty() && extended.is_empty() {

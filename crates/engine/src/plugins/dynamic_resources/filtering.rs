@@ -10,7 +10,7 @@ use berth_model::{NodeInfo, PodInfo};
 
 use super::claims::extended_claim;
 use super::{NodeAllocation, State, MAX_SUBREQUEST_SCORE};
-use crate::framework::{CycleState, DeallocateClaim, NodeStatuses, PostFilterResult, Status};
+use crate::framework::{Code, CycleState, DeallocateClaim, NodeStatuses, PostFilterResult, Reasons, Status};
 
 /// Upstream's reason for an allocated claim whose node selector excludes the node.
 pub const NOT_AVAILABLE: &str = "resourceclaim not available on the node";
@@ -163,14 +163,26 @@ pub fn may_score(s: &State) -> bool {
     s.prepared.is_some() && s.claims.iter().any(|c| c.allocated_score > 0 || (c.allocated.is_none() && c.view.requests.iter().any(|r| r.first_available)))
 }
 
-/// Upstream's PostFilter: no node fits. One allocated claim that some node
-/// found unavailable and that is reserved for no one but this pod is
-/// deallocated (the lowest index; upstream picks one at random), so that the
-/// next attempt may allocate it where the pod fits. Always Unschedulable:
-/// the pod is tried again once the claim's update arrives.
+/// Upstream's PostFilter (`PostFilter` and `deallocateOrDeletePodClaims`
+/// in pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go,
+/// v1.37): no node fits. One allocated claim that some node found
+/// unavailable and that is reserved for no one but this pod is deallocated
+/// (the lowest index; upstream picks one at random), so that the next
+/// attempt may allocate it where the pod fits: Unschedulable, "deallocation
+/// of ResourceClaim completed". Otherwise Unschedulable without a reason
+/// (v1.34's "no new claims to deallocate" and "still not schedulable" are
+/// gone in v1.37), so the failure message says nothing of this plugin.
+///
+/// When the plugin's PreFilter never ran (an earlier PreFilter rejected the
+/// pod), upstream finds no state of its own and answers with that error,
+/// "not found", which ends the PostFilter run and the message with it.
 pub fn post_filter(state: &CycleState, pod: &PodInfo) -> (Status, PostFilterResult) {
+    if state.get::<PreFiltered>().is_none() {
+        return (Status::error(STATE_NOT_FOUND), PostFilterResult::default());
+    }
+    let silent = || Status { code: Code::Unschedulable, reasons: Reasons::new(), plugin: "" };
     let Some(s) = state.get::<State>().filter(|s| !s.claims.is_empty()) else {
-        return (Status::unschedulable("no new claims to deallocate"), PostFilterResult::default());
+        return (silent(), PostFilterResult::default());
     };
     let unavailable = s.unavailable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
     for i in unavailable {
@@ -178,15 +190,24 @@ pub fn post_filter(state: &CycleState, pod: &PodInfo) -> (Status, PostFilterResu
         let d = DeallocateClaim { namespace: pod.namespace.clone(), name: c.name.clone(), uid: c.uid.clone(), pod_uid: pod.uid.clone() };
         return (Status::unschedulable(DEALLOCATED), PostFilterResult { deallocations: vec![d], ..Default::default() });
     }
-    (Status::unschedulable("still not schedulable"), PostFilterResult::default())
+    (silent(), PostFilterResult::default())
 }
 
-/// The failure message's sentence naming the claims that kept the pod out
-/// where this plugin rejected nodes (upstream names none, and a user is
-/// left to guess which of the pod's claims to look at): the unallocated
-/// claims when some node could not allocate them, the allocated ones when
-/// some node could not use them. The per-node reasons of the "0/N nodes are
-/// available" part stay upstream's.
+/// Upstream's `fwk.ErrNotFound` text: what reading the plugin's cycle state
+/// gives when its PreFilter did not run.
+pub const STATE_NOT_FOUND: &str = "not found";
+
+/// Written first by PreFilter, as upstream writes its (empty) state before
+/// anything else: PostFilter tells "PreFilter never ran" from "no claims".
+#[derive(Clone, Copy, Debug)]
+pub struct PreFiltered;
+
+/// berth's sentence naming the claims that kept the pod out where this
+/// plugin rejected nodes (upstream names none, and a user is left to guess
+/// which of the pod's claims to look at): the unallocated claims when some
+/// node could not allocate them, the allocated ones when some node could
+/// not use them, with the driver's word when their binding failed. Kept
+/// beside the failure message (explain's `detail`), which stays upstream's.
 pub fn failure_detail(state: &CycleState, statuses: &NodeStatuses) -> Option<String> {
     let claims = &state.get::<State>()?.claims;
     let rejected = |reason: &str| statuses.statuses.iter().flatten().any(|s| s.reasons.iter().any(|r| r == reason));
