@@ -323,9 +323,12 @@ fn normalized_first_available_score_changes_the_node() {
     // What the other plugins give each node.
     let rest = |n: &str| get(n).total.unwrap() - weight * dra(n);
     let lead = rest("node-a") - rest("node-b");
-    assert!(weight * (8 - 7) < lead && lead < weight * (100 - 87), "the other plugins favor node-a by {lead}");
+    // Raw: 8 minus the subrequest index on each node.
+    let (raw_a, raw_b) = (7, 8);
+    let (raw_gap, normalized_gap) = (weight * (raw_b - raw_a), weight * (dra("node-b") - dra("node-a")));
+    assert!(raw_gap < lead && lead < normalized_gap, "the other plugins favor node-a by {lead}");
     // With raw scores node-a would win; normalized, node-b does.
-    assert!(rest("node-a") + weight * 7 > rest("node-b") + weight * 8);
+    assert!(rest("node-a") + weight * raw_a > rest("node-b") + weight * raw_b);
     assert_eq!(x.selected.as_deref(), Some("node-b"));
 }
 
