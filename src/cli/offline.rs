@@ -266,6 +266,9 @@ pub fn explain_table(x: &Explain) -> String {
         }
         None => {
             let _ = writeln!(s, "Unschedulable: {}", x.message.clone().unwrap_or_default());
+            if let Some(d) = &x.detail {
+                let _ = writeln!(s, "Detail: {d}");
+            }
         }
     }
     if let Some(p) = &x.preemption {

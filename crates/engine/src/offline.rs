@@ -400,8 +400,13 @@ pub struct Explain {
     pub nodes: Vec<NodeExplain>,
     /// The chosen node.
     pub selected: Option<String>,
-    /// The failure message.
+    /// The failure message, upstream's word for word.
     pub message: Option<String>,
+    /// What berth adds about the pod's own objects when it fits nowhere
+    /// (for DynamicResources, the claims that kept it out), kept out of
+    /// `message`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
     /// Preemption, when the pod fits nowhere and preemption finds a node.
     pub preemption: Option<PreemptionExplain>,
     /// Score weights per plugin.
@@ -778,6 +783,7 @@ pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) 
         nodes: Vec::new(),
         selected: None,
         message: None,
+        detail: None,
         preemption: None,
         weights: serde_json::Map::new(),
         group: None,
@@ -808,6 +814,7 @@ pub fn explain_pod(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo>) 
         out.allocations = fw.plugins().flat_map(|p| p.device_choices(&state, Some(n))).collect();
     }
     out.message = o.message.clone();
+    out.detail = o.failure_detail.clone();
     if let Some(pf) = &o.post_filter
         && let Some(n) = &pf.nominated_node {
             out.preemption = Some(PreemptionExplain { nominated_node: n.clone(), victims: pf.victims.iter().map(|v| v.key()).collect() });

@@ -85,6 +85,46 @@ pub struct Claim {
     pub allocation: Option<res::AllocationResult>,
     /// The compiled spec (an error names what cannot be read).
     pub view: Result<Arc<ClaimView>, String>,
+    /// DRADeviceBindingConditions: an allocated device whose status shows
+    /// one of its bindingFailureConditions as True ([`binding_failure`]):
+    /// why, as upstream's `isClaimReadyForBinding` words it.
+    pub binding_failure: Option<String>,
+}
+
+/// Upstream's `ErrDeviceBindingFailed` text.
+pub const DEVICE_BINDING_FAILED: &str = "device binding failed";
+
+/// Has the binding of the claim's allocated devices failed? Upstream's
+/// `isClaimReadyForBinding` (pkg/scheduler/framework/plugins/dynamicresources/
+/// dynamicresources.go, v1.37), of which only the failure matters to the
+/// scheduler's Filter: the allocation's results are read in order, those
+/// without bindingConditions skipped; a result whose device has no entry
+/// in status.devices (same driver, pool and device), or whose
+/// bindingConditions are not all True, ends the check (not ready, not
+/// failed); before that, the first of its bindingFailureConditions whose
+/// condition (same type) is True is the failure.
+pub fn binding_failure(name: &str, status: &res::ResourceClaimStatus) -> Option<String> {
+    let allocation = status.allocation.as_ref()?;
+    let results = allocation.devices.as_ref().and_then(|d| d.results.as_deref()).unwrap_or_default();
+    let devices = status.devices.as_deref().unwrap_or_default();
+    for r in results {
+        let wanted = r.binding_conditions.as_deref().unwrap_or_default();
+        if wanted.is_empty() {
+            continue;
+        }
+        let device = devices.iter().find(|d| d.driver == r.driver && d.pool == r.pool && d.device == r.device)?;
+        let conditions = device.conditions.as_deref().unwrap_or_default();
+        let find = |t: &str| conditions.iter().find(|c| c.type_ == t);
+        for t in r.binding_failure_conditions.as_deref().unwrap_or_default() {
+            if let Some(c) = find(t).filter(|c| c.status == "True") {
+                return Some(format!("{DEVICE_BINDING_FAILED}: claim={name}, reason={}, message={:?}", c.reason, c.message));
+            }
+        }
+        if !wanted.iter().all(|t| find(t).is_some_and(|c| c.status == "True")) {
+            return None;
+        }
+    }
+    None
 }
 
 impl Claim {
@@ -114,6 +154,7 @@ impl Claim {
                 .collect(),
             allocation: status.and_then(|s| s.allocation.clone()),
             view,
+            binding_failure: status.and_then(|s| binding_failure(m.name.as_deref().unwrap_or_default(), s)),
         }
     }
 
@@ -437,8 +478,9 @@ impl Devices {
         self.claims.remove(&key);
     }
 
-    /// Clears the claim's allocation and reservations, as the API shows it
-    /// once a deallocation is written (DynamicResources' PostFilter). No-op
+    /// Clears the claim's allocation, reservations and device statuses (so
+    /// any binding failure), as the API shows it once a deallocation is
+    /// written (DynamicResources' PostFilter). No-op
     /// when no claim `namespace/name` with metadata.uid `uid` exists.
     pub fn deallocate_claim(&mut self, namespace: &str, name: &str, uid: &str) {
         let key = format!("{namespace}/{name}");
@@ -453,6 +495,7 @@ impl Devices {
         if let Some(c) = self.claims.get_mut(&key) {
             c.allocation = None;
             c.reserved_for.clear();
+            c.binding_failure = None;
         }
     }
 

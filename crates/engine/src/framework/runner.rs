@@ -101,8 +101,13 @@ pub struct CycleOutcome {
     pub scores: Vec<Vec<i64>>,
     /// Weighted total per feasible node (same order as `feasible`).
     pub totals: Vec<i64>,
-    /// The failure message when nothing fits ("0/N nodes are available: ...").
+    /// The failure message when nothing fits ("0/N nodes are available: ..."),
+    /// upstream's word for word.
     pub message: Option<String>,
+    /// What the Filter plugins can add about the pod's own objects when
+    /// nothing fits ([`super::Plugin::failure_detail`]; berth's, kept out of
+    /// the message so that the message stays upstream's).
+    pub failure_detail: Option<String>,
     /// Plugins that rejected the pod (for requeueing on events).
     pub unschedulable_plugins: Vec<&'static str>,
     /// A PreFilter rejection applied to every node.
@@ -1156,19 +1161,13 @@ impl Framework {
         feasible.iter().zip(totals).filter(|&(_, &t)| t == best).nth(pick).map(|(&i, _)| i)
     }
 
-    /// Appends the Filter plugins' [`super::Plugin::failure_detail`] to the
-    /// failure message (after [`Self::fail`] or a replayed failure, which
-    /// is kept without them: they are the pod's own).
+    /// Collects the Filter plugins' [`super::Plugin::failure_detail`] into
+    /// `failure_detail` (after [`Self::fail`] or a replayed failure: they
+    /// are the pod's own), one sentence after the other.
     fn add_failure_details(&self, out: &mut CycleOutcome, state: &CycleState, pod: &PodInfo) {
         let active: &[usize] = state.active_filters.as_deref().unwrap_or(&self.filter);
-        for &i in active {
-            if let Some(d) = self.p(i).failure_detail(state, pod, &out.statuses)
-                && let Some(m) = out.message.as_mut()
-            {
-                m.push(' ');
-                m.push_str(&d);
-            }
-        }
+        let details: Vec<String> = active.iter().filter_map(|&i| self.p(i).failure_detail(state, pod, &out.statuses)).collect();
+        out.failure_detail = (!details.is_empty()).then(|| details.join(" "));
     }
 
     fn fail(&self, out: &mut CycleOutcome, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot, opts: CycleOptions) {
@@ -1189,25 +1188,44 @@ impl Framework {
             }
         }
         if !opts.skip_post_filter && !self.post_filter.is_empty() {
-            for &i in &self.post_filter {
-                let p = self.p(i);
-                let (s, mut r) = p.post_filter(self, state, pod, snap, &out.statuses);
-                out.deallocations.append(&mut r.deallocations);
-                if s.is_success() {
-                    out.post_filter = Some(r);
-                    break;
-                }
-                if let Some(m) = &r.message {
-                    msg.push_str(&format!(" {m}"));
-                } else if !s.reasons.is_empty() {
-                    msg.push_str(&format!(" {}.", s.message()));
-                }
-                if s.code == Code::UnschedulableAndUnresolvable || s.code == Code::Error {
-                    break;
-                }
+            let post = self.run_post_filter(out, state, pod, snap);
+            if !post.is_empty() {
+                msg.push(' ');
+                msg.push_str(&post);
             }
         }
         out.message = Some(msg);
+    }
+
+    /// Runs the PostFilter plugins in order and returns upstream's
+    /// PostFilter message (`RunPostFilterPlugins` in
+    /// pkg/scheduler/framework/runtime/framework.go and its `Status.Message`,
+    /// v1.37): the first plugin that succeeds ends the run with its own
+    /// reasons (none, for DefaultPreemption); one that answers
+    /// UnschedulableAndUnresolvable or Error ends it with its own message
+    /// alone; otherwise the reasons of every plugin, in order, joined by
+    /// ", " ("deallocation of ResourceClaim completed, preemption: 0/3
+    /// nodes are available: ..."). Upstream's `FitError.Error` appends it
+    /// after a space, with no period of its own.
+    fn run_post_filter(&self, out: &mut CycleOutcome, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot) -> String {
+        let mut reasons: Vec<String> = Vec::new();
+        for &i in &self.post_filter {
+            let (s, mut r) = self.p(i).post_filter(self, state, pod, snap, &out.statuses);
+            out.deallocations.append(&mut r.deallocations);
+            match s.code {
+                Code::Success => {
+                    let m = s.message();
+                    out.post_filter = Some(r);
+                    return m;
+                }
+                Code::Unschedulable => match r.message.take() {
+                    Some(m) => reasons.push(m),
+                    None => reasons.extend(s.reasons.iter().map(|r| r.to_string())),
+                },
+                _ => return r.message.take().unwrap_or_else(|| s.message()),
+            }
+        }
+        reasons.join(", ")
     }
 }
 
@@ -1660,6 +1678,83 @@ mod window_tests {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod post_filter_message_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::framework::{NodeStatuses, PluginEntry};
+    use crate::testing::{node, pod, snapshot};
+
+    /// Rejects every node for cpu.
+    struct Full;
+    impl Plugin for Full {
+        fn name(&self) -> &'static str {
+            "Full"
+        }
+        fn points(&self) -> Points {
+            Points::FILTER
+        }
+        fn filter(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Status {
+            Status::unschedulable("Insufficient cpu")
+        }
+    }
+
+    /// A PostFilter plugin answering `code` with `reasons`.
+    struct Post(&'static str, Code, &'static [&'static str]);
+    impl Plugin for Post {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn points(&self) -> Points {
+            Points::POST_FILTER
+        }
+        fn post_filter(&self, _: &Framework, _: &CycleState, _: &Arc<PodInfo>, _: &Snapshot, _: &NodeStatuses) -> (Status, PostFilterResult) {
+            let s = Status { code: self.1, reasons: self.2.iter().map(|r| std::borrow::Cow::Borrowed(*r)).collect(), plugin: "" };
+            (s, PostFilterResult::default())
+        }
+    }
+
+    /// Upstream's `RunPostFilterPlugins` and `FitError.Error` (v1.37): the
+    /// rejecting plugins' reasons joined by ", " after the Filter part's
+    /// period, with no period of their own; a plugin answering
+    /// UnschedulableAndUnresolvable or Error ends the run with its message
+    /// alone; one that succeeds, with its own (none).
+    #[test]
+    fn the_post_filter_message_is_assembled_as_upstream() {
+        const PRE: &str = "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.";
+        type Row = (&'static str, (Code, &'static [&'static str]), (Code, &'static [&'static str]), &'static str);
+        let rows: [Row; 7] = [
+            ("DRA silent, preemption", (Code::Unschedulable, &[]), (Code::Unschedulable, &[PRE]), "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."),
+            (
+                "both give reasons: a comma",
+                (Code::Unschedulable, &["deallocation of ResourceClaim completed"]),
+                (Code::Unschedulable, &[PRE]),
+                "0/2 nodes are available: 2 Insufficient cpu. deallocation of ResourceClaim completed, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
+            ),
+            ("nothing to say", (Code::Unschedulable, &[]), (Code::Unschedulable, &[]), "0/2 nodes are available: 2 Insufficient cpu."),
+            ("unresolvable ends the run, alone", (Code::Unschedulable, &["a"]), (Code::UnschedulableAndUnresolvable, &["b"]), "0/2 nodes are available: 2 Insufficient cpu. b"),
+            ("an error ends the run, alone", (Code::Error, &["not found"]), (Code::Unschedulable, &[PRE]), "0/2 nodes are available: 2 Insufficient cpu. not found"),
+            ("success: its own reasons only", (Code::Unschedulable, &["a"]), (Code::Success, &[]), "0/2 nodes are available: 2 Insufficient cpu."),
+            ("several reasons of one plugin", (Code::Unschedulable, &["a", "b"]), (Code::Unschedulable, &["c"]), "0/2 nodes are available: 2 Insufficient cpu. a, b, c"),
+        ];
+        for (name, first, second, want) in rows {
+            let plugins: Vec<Arc<dyn Plugin>> = vec![Arc::new(Full), Arc::new(Post("First", first.0, first.1)), Arc::new(Post("Second", second.0, second.1))];
+            let entries = plugins
+                .into_iter()
+                .map(|p| {
+                    let pts = p.points();
+                    (PluginEntry { plugin: p, weight: 1 }, pts)
+                })
+                .collect();
+            let fw = Framework::new("test".into(), entries, None, 1);
+            let snap = snapshot(&[node("n1"), node("n2")], &[]);
+            let (o, _) = fw.schedule(&pod("p").info(), &snap, CycleOptions { explain: true, ..Default::default() });
+            assert_eq!(o.message.as_deref(), Some(want), "{name}");
         }
     }
 }

@@ -39,8 +39,9 @@ pub fn default_plugins() -> &'static [DefaultPlugin] {
         DefaultPlugin { name: "VolumeZone", weight: 0 },
         DefaultPlugin { name: "PodTopologySpread", weight: 2 },
         DefaultPlugin { name: "InterPodAffinity", weight: 2 },
-        // No weight upstream: a score plugin without one weighs 1.
-        DefaultPlugin { name: "DynamicResources", weight: 1 },
+        // v1.37 applyDynamicResources inserts it before DefaultPreemption
+        // with weight 2 (v1.34 gave none, so 1).
+        DefaultPlugin { name: "DynamicResources", weight: 2 },
         DefaultPlugin { name: "DefaultPreemption", weight: 0 },
         DefaultPlugin { name: "NodeResourcesBalancedAllocation", weight: 1 },
         DefaultPlugin { name: "ImageLocality", weight: 1 },

@@ -154,7 +154,13 @@ fn post_filter_deallocates_a_claim_usable_nowhere() {
     let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions::default());
     assert_eq!(o.selected, None);
     assert!(o.deallocations.is_empty());
-    assert!(o.message.unwrap_or_default().contains("still not schedulable"));
+    // Upstream v1.37's PostFilter gives no reason when it deallocates
+    // nothing; 500m over node-a's 100m is unresolvable, so preemption helps
+    // on neither node.
+    assert_eq!(
+        o.message.as_deref(),
+        Some("0/2 nodes are available: 1 Insufficient cpu, 1 resourceclaim not available on the node. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+    );
 }
 
 /// A DeviceClass or a claim whose selector does not compile keeps its pod
@@ -209,11 +215,13 @@ fn a_claim_over_the_device_limit_is_refused() {
     assert!(m.contains("claim default/big: number of requested devices 33 exceeds the claim limit of 32"), "{m}");
 }
 
-/// The failure message names the claim that kept the pod out (upstream's
-/// "still not schedulable" alone leaves a user guessing); a pod that fails
-/// for cpu only, on nodes whose devices it could have, names none.
+/// The failure message is upstream's word for word (v1.37: DynamicResources'
+/// PostFilter adds nothing when it deallocates nothing); explain's `detail`
+/// names the claim that kept the pod out (upstream names none, and a user
+/// is left to guess). A pod that fails for cpu only, on nodes whose devices
+/// it could have, gets no detail.
 #[test]
-fn the_failure_message_names_the_claim_no_node_can_allocate() {
+fn the_failure_detail_names_the_claim_no_node_can_allocate() {
     let docs = [
         node("node-a", "4"),
         node("node-b", "200m"),
@@ -226,17 +234,17 @@ fn the_failure_message_names_the_claim_no_node_can_allocate() {
         pod("p-cpu", "5", "resourceClaimName: one", ""),
     ];
     let mut e = engine(&docs);
+    let x = e.explain("default/p-two").unwrap();
+    assert_eq!(x.message.as_deref(), Some("0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."));
+    assert_eq!(x.detail.as_deref(), Some("ResourceClaim default/two cannot be allocated on any node that passed the other filters."));
+    let x = e.explain("default/p-cpu").unwrap();
+    assert!(x.message.as_deref().is_some_and(|m| m.contains("Insufficient cpu")), "{:?}", x.message);
+    assert_eq!(x.detail, None);
     let got = placement(&mut e);
     let get = |k: &str| got.iter().find(|p| p.0 == k).unwrap().clone();
     let (_, node, m) = get("default/p-two");
-    let m = m.unwrap_or_default();
-    assert!(node.is_none(), "{m}");
-    assert!(m.starts_with("0/2 nodes are available: 2 cannot allocate all claims."), "{m}");
-    assert!(m.contains("still not schedulable.") && m.ends_with(" ResourceClaim default/two cannot be allocated on any node that passed the other filters."), "{m}");
-    let (_, node, m) = get("default/p-cpu");
-    let m = m.unwrap_or_default();
-    assert!(node.is_none(), "{m}");
-    assert!(m.contains("Insufficient cpu") && !m.contains("default/one"), "{m}");
+    assert!(node.is_none());
+    assert_eq!(m.as_deref(), Some("0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."));
 }
 
 /// explain names, per node, the request that cannot be met and who holds
@@ -279,6 +287,119 @@ fn explain_and_simulate_show_devices() {
     }
     devices.sort();
     assert_eq!(devices, vec!["gpu.example.com/node-b/gpu-0", "gpu.example.com/node-b/gpu-1"]);
+}
+
+/// Upstream normalizes DynamicResources' Score (NormalizeScore,
+/// DefaultNormalizeScore to 0..=100), and its weight (2) applies to the
+/// normalized score. node-a offers only the pod's second choice (raw 7),
+/// node-b its first (raw 8), but node-b is busier: the other plugins favor
+/// node-a by more than the raw difference weighs (2 × 1) and less than the
+/// normalized one (2 × (100 - 87)). Raw scores would place the pod on
+/// node-a; upstream, and berth, place it on node-b.
+#[test]
+fn normalized_first_available_score_changes_the_node() {
+    let claim = "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c, namespace: default, uid: uid-c}\nspec:\n  devices:\n    requests:\n    - name: gpu\n      firstAvailable:\n      - name: m0\n        deviceClassName: gpu\n        selectors:\n        - cel:\n            expression: 'device.attributes[\"gpu.example.com\"].model == 0'\n      - name: m1\n        deviceClassName: gpu\n        selectors:\n        - cel:\n            expression: 'device.attributes[\"gpu.example.com\"].model == 1'\n";
+    let model_slice = |node: &str, model: u8| {
+        format!("---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {node}-gpus}}\nspec:\n  driver: gpu.example.com\n  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}\n  nodeName: {node}\n  devices:\n  - name: gpu-0\n    attributes:\n      model: {{int: {model}}}\n")
+    };
+    let busy = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: busy, namespace: default, uid: uid-busy}\nspec:\n  nodeName: node-b\n  containers:\n  - name: c\n    image: i\n    resources: {requests: {cpu: 500m}}\n".to_string();
+    let docs = [
+        node("node-a", "4"),
+        node("node-b", "4"),
+        class("gpu", "device.driver == \"gpu.example.com\""),
+        model_slice("node-a", 1),
+        model_slice("node-b", 0),
+        claim.to_string(),
+        busy,
+        pod("p", "100m", "resourceClaimName: c", ""),
+    ];
+    let e = engine(&docs);
+    let x = e.explain("default/p").unwrap();
+    let get = |n: &str| x.nodes.iter().find(|k| k.name == n).unwrap();
+    let dra = |n: &str| get(n).scores.as_ref().unwrap()["DynamicResources"].as_i64().unwrap();
+    assert_eq!((dra("node-a"), dra("node-b")), (87, 100), "normalized 7 and 8");
+    let weight = x.weights["DynamicResources"].as_i64().unwrap();
+    assert_eq!(weight, 2);
+    // What the other plugins give each node.
+    let rest = |n: &str| get(n).total.unwrap() - weight * dra(n);
+    let lead = rest("node-a") - rest("node-b");
+    // Raw: 8 minus the subrequest index on each node.
+    let (raw_a, raw_b) = (7, 8);
+    let (raw_gap, normalized_gap) = (weight * (raw_b - raw_a), weight * (dra("node-b") - dra("node-a")));
+    assert!(raw_gap < lead && lead < normalized_gap, "the other plugins favor node-a by {lead}");
+    // With raw scores node-a would win; normalized, node-b does.
+    assert!(rest("node-a") + weight * raw_a > rest("node-b") + weight * raw_b);
+    assert_eq!(x.selected.as_deref(), Some("node-b"));
+}
+
+/// DRADeviceBindingConditions (upstream's Filter and PostFilter, v1.37):
+/// the pod's claim is allocated on node-a, where the pod fits, but the
+/// driver reports the device's binding failed (a bindingFailureCondition
+/// True in status.devices). Filter refuses the claim on every node, and
+/// PostFilter deallocates it; the next attempt allocates it afresh. With
+/// the condition False the pod goes to node-a at once.
+#[test]
+fn a_claim_whose_binding_failed_is_usable_nowhere() {
+    let with_status = |failed: &str| {
+        let mut c = allocated_claim("bound-badly", "node-a", &[]);
+        c = c.replace(
+            "      - {request: gpu, driver: gpu.example.com, pool: node-a, device: gpu-0}\n",
+            "      - {request: gpu, driver: gpu.example.com, pool: node-a, device: gpu-0, bindingConditions: [Attached], bindingFailureConditions: [AttachFailed]}\n",
+        );
+        c.push_str(&format!(
+            "  devices:\n  - driver: gpu.example.com\n    pool: node-a\n    device: gpu-0\n    conditions:\n    - {{type: AttachFailed, status: '{failed}', reason: Timeout, message: fabric down, lastTransitionTime: '2026-01-01T00:00:00Z'}}\n"
+        ));
+        c
+    };
+    let docs = |failed: &str| {
+        [
+            node("node-a", "4"),
+            node("node-b", "4"),
+            class("gpu", "device.driver == \"gpu.example.com\""),
+            slice("node-a", 1),
+            slice("node-b", 1),
+            with_status(failed),
+            pod("p", "100m", "resourceClaimName: bound-badly", ""),
+        ]
+    };
+    let mut e = engine(&docs("True"));
+    let p = e.cluster.pending[0].clone();
+    let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions { explain: true, ..Default::default() });
+    assert_eq!(o.selected, None);
+    for s in o.statuses.statuses.iter().flatten() {
+        assert_eq!((s.plugin, s.message()), ("DynamicResources", "resourceclaim not available on the node".to_string()));
+    }
+    assert_eq!(o.deallocations.len(), 1, "{:?}", o.message);
+    assert_eq!((o.deallocations[0].name.as_str(), o.deallocations[0].pod_uid.as_str()), ("bound-badly", "uid-p"));
+    let m = o.message.unwrap_or_default();
+    assert!(m.starts_with("0/2 nodes are available: 2 resourceclaim not available on the node. deallocation of ResourceClaim completed"), "{m}");
+    // Deallocated, the claim is allocated again where the pod goes.
+    let got = placement(&mut e);
+    assert!(got[0].1.is_some(), "{got:?}");
+    let c = e.cluster.snapshot.devices.claim("default", "bound-badly").unwrap();
+    assert!(c.allocation.is_some() && c.binding_failure.is_none());
+
+    let mut e = engine(&docs("False"));
+    let p = e.cluster.pending[0].clone();
+    let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions::default());
+    assert_eq!(o.selected.map(|i| e.cluster.snapshot.nodes[i].name().to_string()).as_deref(), Some("node-a"), "{:?}", o.message);
+    assert!(o.deallocations.is_empty());
+    assert_eq!(placement(&mut e)[0].1.as_deref(), Some("node-a"));
+}
+
+/// Upstream v1.37's message when a PreFilter before DynamicResources'
+/// (VolumeBinding's) rejects the pod: DynamicResources' PreFilter never ran,
+/// so its PostFilter finds no state of its own and answers with that error,
+/// "not found" (`getStateData` and `fwk.ErrNotFound`), which ends the
+/// PostFilter run: preemption is not tried, and the message ends with it.
+#[test]
+fn a_pre_filter_rejection_before_dynamic_resources_ends_with_not_found() {
+    let pvc = "---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: default}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n".to_string();
+    let p = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default, uid: uid-p}\nspec:\n  containers: [{name: c, image: i}]\n  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]\n".to_string();
+    let e = engine(&[node("node-a", "4"), pvc, p]);
+    let x = e.explain("default/p").unwrap();
+    assert_eq!(x.selected, None);
+    assert_eq!(x.message.as_deref(), Some("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"));
 }
 
 mod properties {

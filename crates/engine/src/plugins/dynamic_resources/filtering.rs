@@ -10,7 +10,7 @@ use berth_model::{NodeInfo, PodInfo};
 
 use super::claims::extended_claim;
 use super::{NodeAllocation, State, MAX_SUBREQUEST_SCORE};
-use crate::framework::{CycleState, DeallocateClaim, NodeStatuses, PostFilterResult, Status};
+use crate::framework::{Code, CycleState, DeallocateClaim, NodeStatuses, PostFilterResult, Reasons, Status};
 
 /// Upstream's reason for an allocated claim whose node selector excludes the node.
 pub const NOT_AVAILABLE: &str = "resourceclaim not available on the node";
@@ -21,12 +21,15 @@ pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
 pub fn filter(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
     let Some(s) = state.get::<State>() else { return Status::success() };
     let labels = &node.node.labels;
-    // Every allocated claim the node cannot use is remembered (PostFilter).
+    // Every allocated claim the node cannot use is remembered (PostFilter):
+    // one whose node selector excludes the node, and (upstream's Filter with
+    // DRADeviceBindingConditions, on by default in v1.37) one whose device
+    // binding failed, which no node can use.
     let mut any = false;
     for (i, c) in s.claims.iter().enumerate() {
-        if let Some(Some(sel)) = &c.allocated
-            && !sel.matches(node.name(), labels)
-        {
+        let Some(allocated) = &c.allocated else { continue };
+        let elsewhere = allocated.as_ref().is_some_and(|sel| !sel.matches(node.name(), labels));
+        if elsewhere || c.binding_failure.is_some() {
             any = true;
             s.unavailable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(i);
         }
@@ -94,12 +97,20 @@ pub fn allocation(state: &CycleState, node: &str) -> Option<NodeAllocation> {
     Some(NodeAllocation { claims: all, extended })
 }
 
-/// Upstream's Score: for each firstAvailable request, 8 minus the index of
-/// the subrequest allocated on the node, summed (at most 100). A node whose
-/// Filter verdict this cycle reused (opportunistic batching) is allocated
-/// on here first.
+/// Upstream's Score (`Score` and `computeScore` in
+/// pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go,
+/// v1.37): 0 on a node where Filter allocated nothing (no claim to allocate
+/// this cycle); otherwise, over every claim of the pod, for each
+/// firstAvailable request, 8 minus the index of the subrequest its devices
+/// came from: on this node for the claims allocated this cycle, in
+/// status.allocation for the claims allocated before. The raw sum is not
+/// capped: NormalizeScore scales it. A node whose Filter verdict this cycle
+/// reused (opportunistic batching) is allocated on here first.
 pub fn score(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
     let Some(s) = state.get::<State>() else { return 0 };
+    if s.prepared.is_none() {
+        return 0;
+    }
     let known = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(node.name());
     if !known {
         // Its verdict was reused: the same allocation as the pod that
@@ -107,28 +118,71 @@ pub fn score(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
         let _ = filter(state, pod, node);
     }
     let m = s.by_node.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let node = node.name();
-    let Some(sol) = m.get(node).and_then(|f| f.solution.as_ref()) else { return 0 };
-    let n_claims = m.get(node).map_or(0, |f| f.n_claims);
-    let total: i64 = sol
+    let Some(found) = m.get(node.name()) else { return 0 };
+    let before: i64 = s.claims.iter().map(|c| c.allocated_score).sum();
+    let Some(sol) = found.solution.as_ref() else { return before };
+    let now: i64 = sol
         .chosen_subrequests()
         .iter()
-        .take(n_claims)
+        .take(found.n_claims)
         .flat_map(|c| c.iter())
         .flatten()
-        .map(|&i| (MAX_SUBREQUEST_SCORE - i64::try_from(i).unwrap_or(MAX_SUBREQUEST_SCORE)).max(0))
+        .map(|&i| subrequest_score(i))
         .sum();
-    total.min(crate::framework::MAX_NODE_SCORE)
+    before + now
 }
 
-/// Upstream's PostFilter: no node fits. One allocated claim that some node
-/// found unavailable and that is reserved for no one but this pod is
-/// deallocated (the lowest index; upstream picks one at random), so that the
-/// next attempt may allocate it where the pod fits. Always Unschedulable:
-/// the pod is tried again once the claim's update arrives.
+/// What choosing the `index`th subrequest of a firstAvailable list is worth:
+/// upstream's `FirstAvailableDeviceRequestMaxSize` (8) minus the index.
+fn subrequest_score(index: usize) -> i64 {
+    (MAX_SUBREQUEST_SCORE - i64::try_from(index).unwrap_or(MAX_SUBREQUEST_SCORE)).max(0)
+}
+
+/// An allocated claim's part of upstream's `computeScore`: the subrequests
+/// named by its allocation's results (`request/subrequest`), each counted
+/// once per request, worth [`subrequest_score`] of its index in the
+/// request's firstAvailable list.
+pub fn allocated_score(view: &ClaimView, allocation: &k8s_openapi::api::resource::v1::AllocationResult) -> i64 {
+    let results = allocation.devices.as_ref().and_then(|d| d.results.as_deref()).unwrap_or_default();
+    let used: std::collections::HashSet<&str> = results.iter().map(|r| r.request.as_str()).filter(|r| r.contains('/')).collect();
+    let mut total = 0;
+    for r in view.requests.iter().filter(|r| r.first_available) {
+        for (i, sub) in r.alternatives.iter().enumerate() {
+            if used.contains(format!("{}/{}", r.name, sub.name).as_str()) {
+                total += subrequest_score(i);
+            }
+        }
+    }
+    total
+}
+
+/// Can Score give any node more than 0 this cycle? Only when something is
+/// allocated (upstream keeps no node allocation otherwise) and some claim
+/// has a firstAvailable request, unallocated or allocated from one.
+pub fn may_score(s: &State) -> bool {
+    s.prepared.is_some() && s.claims.iter().any(|c| c.allocated_score > 0 || (c.allocated.is_none() && c.view.requests.iter().any(|r| r.first_available)))
+}
+
+/// Upstream's PostFilter (`PostFilter` and `deallocateOrDeletePodClaims`
+/// in pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go,
+/// v1.37): no node fits. One allocated claim that some node found
+/// unavailable and that is reserved for no one but this pod is deallocated
+/// (the lowest index; upstream picks one at random), so that the next
+/// attempt may allocate it where the pod fits: Unschedulable, "deallocation
+/// of ResourceClaim completed". Otherwise Unschedulable without a reason
+/// (v1.34's "no new claims to deallocate" and "still not schedulable" are
+/// gone in v1.37), so the failure message says nothing of this plugin.
+///
+/// When the plugin's PreFilter never ran (an earlier PreFilter rejected the
+/// pod), upstream finds no state of its own and answers with that error,
+/// "not found", which ends the PostFilter run and the message with it.
 pub fn post_filter(state: &CycleState, pod: &PodInfo) -> (Status, PostFilterResult) {
+    if state.get::<PreFiltered>().is_none() {
+        return (Status::error(STATE_NOT_FOUND), PostFilterResult::default());
+    }
+    let silent = || Status { code: Code::Unschedulable, reasons: Reasons::new(), plugin: "" };
     let Some(s) = state.get::<State>().filter(|s| !s.claims.is_empty()) else {
-        return (Status::unschedulable("no new claims to deallocate"), PostFilterResult::default());
+        return (silent(), PostFilterResult::default());
     };
     let unavailable = s.unavailable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
     for i in unavailable {
@@ -136,15 +190,24 @@ pub fn post_filter(state: &CycleState, pod: &PodInfo) -> (Status, PostFilterResu
         let d = DeallocateClaim { namespace: pod.namespace.clone(), name: c.name.clone(), uid: c.uid.clone(), pod_uid: pod.uid.clone() };
         return (Status::unschedulable(DEALLOCATED), PostFilterResult { deallocations: vec![d], ..Default::default() });
     }
-    (Status::unschedulable("still not schedulable"), PostFilterResult::default())
+    (silent(), PostFilterResult::default())
 }
 
-/// The failure message's sentence naming the claims that kept the pod out
-/// where this plugin rejected nodes (upstream names none, and a user is
-/// left to guess which of the pod's claims to look at): the unallocated
-/// claims when some node could not allocate them, the allocated ones when
-/// some node could not use them. The per-node reasons of the "0/N nodes are
-/// available" part stay upstream's.
+/// Upstream's `fwk.ErrNotFound` text: what reading the plugin's cycle state
+/// gives when its PreFilter did not run.
+pub const STATE_NOT_FOUND: &str = "not found";
+
+/// Written first by PreFilter, as upstream writes its (empty) state before
+/// anything else: PostFilter tells "PreFilter never ran" from "no claims".
+#[derive(Clone, Copy, Debug)]
+pub struct PreFiltered;
+
+/// berth's sentence naming the claims that kept the pod out where this
+/// plugin rejected nodes (upstream names none, and a user is left to guess
+/// which of the pod's claims to look at): the unallocated claims when some
+/// node could not allocate them, the allocated ones when some node could
+/// not use them, with the driver's word when their binding failed. Kept
+/// beside the failure message (explain's `detail`), which stays upstream's.
 pub fn failure_detail(state: &CycleState, statuses: &NodeStatuses) -> Option<String> {
     let claims = &state.get::<State>()?.claims;
     let rejected = |reason: &str| statuses.statuses.iter().flatten().any(|s| s.reasons.iter().any(|r| r == reason));
@@ -158,6 +221,11 @@ pub fn failure_detail(state: &CycleState, statuses: &NodeStatuses) -> Option<Str
     let allocated = keys(true);
     if !allocated.is_empty() && rejected(NOT_AVAILABLE) {
         parts.push(format!("allocated {} {} cannot be used on the nodes that passed the other filters", noun(allocated.len()), allocated.join(", ")));
+        for c in claims {
+            if let Some(why) = &c.binding_failure {
+                parts.push(format!("ResourceClaim {}: {why}", c.key));
+            }
+        }
     }
     (!parts.is_empty()).then(|| format!("{}.", parts.join("; ")))
 }

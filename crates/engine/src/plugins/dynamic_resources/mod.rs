@@ -11,8 +11,10 @@
 //!   checks the device classes, keeps allocated claims' node selectors and
 //!   prepares the unallocated claims (and the special claim of extended
 //!   resources a DeviceClass backs) once for every node.
-//! - Filter ([`filtering`]) matches allocated claims' node selectors
-//!   (remembering the claims unavailable on some node, for PostFilter), then
+//! - Filter ([`filtering`]) matches allocated claims' node selectors and
+//!   refuses, on every node, an allocated claim whose device binding failed
+//!   (a bindingFailureCondition True in status.devices; remembering the
+//!   claims unavailable on some node, for PostFilter), then
 //!   allocates on the node with the cache's inventory and devices in use
 //!   (assumed allocations included); the node's allocation is kept for
 //!   Reserve. An allocator error is an Error status: the attempt fails.
@@ -22,7 +24,11 @@
 //!   index where upstream picks at random), so that the next attempt may
 //!   allocate it elsewhere.
 //! - Score: with firstAvailable requests, 8 minus the chosen subrequest's
-//!   index, summed over the requests.
+//!   index, summed over the requests of all the pod's claims (those
+//!   allocated already count their allocation's subrequests), on the nodes
+//!   where Filter allocated something; NormalizeScore scales the raw sums
+//!   to 0..=100 (upstream's DefaultNormalizeScore, not reversed), so that a
+//!   node with the best choices gets 100 whatever the number of requests.
 //! - Reserve/PreBind ([`binding`]): the node's allocations are assumed
 //!   through the framework's assume step, and PreBind describes the claim
 //!   writes ([`ApiWrite::AllocateClaim`](crate::framework::ApiWrite)).
@@ -50,7 +56,8 @@ use berth_model::selector::NodeSelector;
 use berth_model::{NodeInfo, PodInfo};
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Framework, NodeStatuses, Plugin, Points, PostFilterResult, PreFilterNodes, Status};
+use super::helper::default_normalize;
+use crate::framework::{CycleState, Events, Framework, NodeScore, NodeStatuses, Plugin, Points, PostFilterResult, PreFilterNodes, Status};
 
 /// The plugin's name.
 pub const NAME: &str = "DynamicResources";
@@ -78,6 +85,14 @@ pub struct PodClaimState {
     /// status.reservedFor is empty or holds only this pod (PostFilter may
     /// deallocate the claim).
     pub reserved_only_for_pod: bool,
+    /// An allocated claim's part of Score: what its firstAvailable
+    /// subrequests in status.allocation are worth ([`filtering::allocated_score`]);
+    /// 0 for an unallocated claim.
+    pub allocated_score: i64,
+    /// An allocated claim whose device binding failed (DRADeviceBindingConditions,
+    /// [`crate::cache::devices::binding_failure`]): why. Filter finds it
+    /// unavailable on every node.
+    pub binding_failure: Option<String>,
 }
 
 /// The special claim for extended resources a DeviceClass backs.
@@ -231,13 +246,29 @@ impl Plugin for DynamicResources {
         filtering::failure_detail(state, statuses)
     }
 
+    /// Upstream has no PreScore: its Score gives 0 to every node when
+    /// nothing is allocated in the cycle or no claim has a firstAvailable
+    /// request, and 0 everywhere normalizes to 0, as a skipped plugin scores.
     fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[usize], _snap: &Snapshot) -> Status {
-        let any = state.get::<State>().is_some_and(|s| s.claims.iter().any(|c| c.allocated.is_none() && c.view.requests.iter().any(|r| r.first_available)));
-        if any { Status::success() } else { Status::skip() }
+        if state.get::<State>().is_some_and(filtering::may_score) { Status::success() } else { Status::skip() }
     }
 
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         Ok(filtering::score(state, pod, node))
+    }
+
+    fn has_normalize(&self) -> bool {
+        true
+    }
+
+    fn default_normalized(&self) -> Option<bool> {
+        Some(false)
+    }
+
+    /// Upstream `NormalizeScore`: `DefaultNormalizeScore(MaxNodeScore, false, scores)`.
+    fn normalize_score(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore], _: &Snapshot) -> Status {
+        default_normalize(scores, false);
+        Status::success()
     }
 
     fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
