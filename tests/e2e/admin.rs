@@ -5,7 +5,9 @@
 //! client, and explain answered off the scheduling loop under a flood.
 //!
 //! Figures asserted: status codes per credential; connections held ≤ the
-//! limit while 1,100 idle connections knock; explain answers ∈ {200, 429}
+//! limit while 1,100 idle connections knock; probes answered within a
+//! second while more idle sockets and keep-alive connections than the
+//! limit are open; explain answers ∈ {200, 429}
 //! with every pod of a wave bound; snapshots published ≤ one a second.
 #![allow(clippy::unwrap_used)]
 
@@ -149,7 +151,12 @@ async fn https_with_delegated_authentication_and_authorization() {
 async fn idle_and_slow_connections_are_closed() {
     tokio::time::timeout(Duration::from_secs(60), async {
         let c = cluster(1, 1, "4", 110, FaultConfig::default()).await;
-        let opts = AdminOptions { idle_timeout: Duration::from_millis(500), header_read_timeout: Duration::from_millis(500), ..AdminOptions::default() };
+        let opts = AdminOptions {
+            idle_timeout: Duration::from_millis(500),
+            header_read_timeout: Duration::from_millis(500),
+            handshake_timeout: Duration::from_millis(500),
+            ..AdminOptions::default()
+        };
         let d = start_with(&c, "idle", opts).await;
         let a = d.admin_addr;
 
@@ -203,6 +210,70 @@ async fn idle_connection_flood_is_bounded_and_the_api_client_keeps_working() {
         // Once they go, the port serves again.
         drop(conns);
         eventually(20, "/healthz after the flood", || async { (admin_get(a, "/healthz", None).await.0 == 200).then_some(()) }).await;
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await
+    .expect("test deadline");
+}
+
+/// One HTTPS GET of `path` that must answer 200 within `within`.
+async fn answered_within(a: SocketAddr, path: &str, within: Duration) -> Result<Duration, String> {
+    let t = Instant::now();
+    match tokio::time::timeout(within, berth_daemon::admin::https_get(a, path, None, None)).await {
+        Ok(Ok((200, _))) => Ok(t.elapsed()),
+        Ok(Ok((code, body))) => Err(format!("{path}: {code} {body}")),
+        Ok(Err(e)) => Err(format!("{path}: {e}")),
+        Err(_) => Err(format!("{path}: no answer within {within:?}")),
+    }
+}
+
+/// Idle raw sockets and keep-alive TLS connections, each more than the
+/// limit, with the default timeouts (so that no timeout is what frees a
+/// slot): probes are still answered within a second, because a new
+/// connection takes the slot of the one idle the longest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn probes_are_answered_while_idle_and_keep_alive_connections_hold_every_slot() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let c = cluster(1, 1, "4", 110, FaultConfig::default()).await;
+        const LIMIT: usize = 32;
+        let d = start_with(&c, "starve", AdminOptions { max_connections: LIMIT, ..AdminOptions::default() }).await;
+        let a = d.admin_addr;
+        eventually(20, "/readyz 200", || async { (admin_get(a, "/readyz", None).await.0 == 200).then_some(()) }).await;
+
+        // More silent TCP sockets than the limit.
+        let mut raw = Vec::new();
+        for _ in 0..LIMIT + 8 {
+            raw.push(TcpStream::connect(a).await.unwrap());
+        }
+        // More keep-alive TLS connections than the limit, each having asked
+        // once and kept open (a scraper that never closes).
+        let mut kept = Vec::new();
+        for i in 0..LIMIT + 8 {
+            let mut s = tls(a).await;
+            s.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+            let mut buf = [0u8; 1024];
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.unwrap().unwrap();
+            assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"), "keep-alive connection {i}: {}", String::from_utf8_lossy(&buf[..n]));
+            kept.push(s);
+        }
+        // And silent sockets again, the newest connections.
+        for _ in 0..LIMIT + 8 {
+            raw.push(TcpStream::connect(a).await.unwrap());
+        }
+        eventually(10, "every slot held", || async { (d.admin.stats.open_connections() == LIMIT).then_some(()) }).await;
+
+        let mut took = Vec::new();
+        for path in ["/readyz", "/livez", "/healthz", "/readyz", "/readyz"] {
+            took.push(answered_within(a, path, Duration::from_secs(1)).await.unwrap());
+        }
+        let slowest = took.iter().max().copied().unwrap_or_default();
+        let (held, evicted) = (d.admin.stats.peak_connections(), d.admin.stats.evicted_connections());
+        println!("starved port: {} raw sockets and {} keep-alive connections (limit {LIMIT}); 5 probes answered, slowest {slowest:?}; {evicted} idle connections closed for a slot; {held} held at most", raw.len(), kept.len());
+        assert!(held <= LIMIT, "{held} connections held, limit {LIMIT}");
+        assert!(evicted >= (LIMIT + 8) as u64, "{evicted} evictions");
+        drop(raw);
+        drop(kept);
         d.shutdown().await;
         c.shutdown().await;
     })

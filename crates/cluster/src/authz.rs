@@ -381,7 +381,7 @@ fn rebuild(parts: &axum::http::request::Parts, uri: Uri, body: Bytes) -> Request
 }
 
 async fn body_bytes(body: Body) -> Result<Bytes, Response> {
-    axum::body::to_bytes(body, BODY_LIMIT).await.map_err(|_| status_response(413, "RequestEntityTooLarge", "the request body is too large", None))
+    axum::body::to_bytes(body, BODY_LIMIT).await.map_err(|_| status_response(413, "RequestEntityTooLarge", &format!("Request entity too large: limit is {BODY_LIMIT}"), None))
 }
 
 /// Runs an RBAC write as a dry run first, checks the object it would

@@ -82,6 +82,14 @@ pub struct ClusterArgs {
     /// `--event-ttl` (a Go duration: `1h`, `1h0m0s`, `90s`, `500ms`).
     #[arg(long, default_value = "1h", value_parser = go_duration)]
     pub event_ttl: Duration,
+    /// Read-only requests in flight at most, as kube-apiserver's flag
+    /// (watches are not counted; system:masters is never refused); the
+    /// excess gets 429 with Retry-After: 1. 0: no limit.
+    #[arg(long, default_value_t = super::inflight::DEFAULT_MAX_REQUESTS_INFLIGHT)]
+    pub max_requests_inflight: usize,
+    /// Mutating requests in flight at most, as kube-apiserver's flag. 0: no limit.
+    #[arg(long, default_value_t = super::inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
+    pub max_mutating_requests_inflight: usize,
 }
 
 /// A Go duration (`1h0m0s`, `90s`, `1.5m`, `500ms`): one or more number
@@ -132,6 +140,8 @@ impl ClusterArgs {
             event_ttl: self.event_ttl,
             tls: true,
             ca: None,
+            max_requests_inflight: self.max_requests_inflight,
+            max_mutating_requests_inflight: self.max_mutating_requests_inflight,
         })
     }
 }

@@ -37,8 +37,8 @@ pub enum Error {
     /// The request body or query is malformed.
     #[error("{0}")]
     BadRequest(String),
-    /// The body exceeds the size limit.
-    #[error("the request body is too large")]
+    /// The body exceeds kube-apiserver's limit (`MaxRequestBodyBytes`, 3 MiB).
+    #[error("Request entity too large: limit is {BODY_LIMIT}")]
     TooLarge,
     /// An injected fault.
     #[error("injected fault: {0:?}")]
@@ -102,6 +102,12 @@ pub fn status_json(code: u16, reason: &str, message: &str, details: Option<Value
         "reason": reason,
         "code": code,
     });
+    // An error that is not a Status (etcd's, passed on) has no reason.
+    if reason.is_empty()
+        && let Some(m) = s.as_object_mut()
+    {
+        m.remove("reason");
+    }
     if let Some(d) = details {
         s["details"] = d;
     }
@@ -160,7 +166,10 @@ fn obj_response(code: StatusCode, alias: Option<&Alias>, o: &Obj) -> Response {
     json_response(code, show_obj(alias, o))
 }
 
-const BODY_LIMIT: usize = 3 * 1024 * 1024;
+/// kube-apiserver's limit on a request body (`MaxRequestBodyBytes`: 3 MiB,
+/// twice etcd's default request limit, as JSON is larger than the
+/// protobuf it stores); beyond it, 413.
+pub(crate) const BODY_LIMIT: usize = 3 * 1024 * 1024;
 
 async fn handle(State(st): State<AppState>, req: Request) -> Response {
     let (mut parts, body) = req.into_parts();
@@ -892,6 +901,9 @@ fn list_response(info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListRes
         _ => format!("{}List", info.kind),
     };
     let head = format!("{{\"kind\":\"{list_kind}\",\"apiVersion\":\"{}\",\"metadata\":{meta},\"items\":[", info.api_version());
+    if alias.is_none() {
+        return streamed_list(head, lr.items.clone());
+    }
     let total: usize = lr.items.iter().map(|o| o.bytes.len() + 1).sum::<usize>() + head.len() + 2;
     let mut buf = Vec::with_capacity(total);
     buf.extend_from_slice(head.as_bytes());
@@ -907,6 +919,44 @@ fn list_response(info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListRes
     buf.extend_from_slice(b"]}");
     json_response(StatusCode::OK, buf.into())
 }
+
+/// A list written as it is sent, in pieces of about [`LIST_CHUNK`] bytes
+/// copied from the stored objects' bytes: a list of thousands of objects
+/// costs a piece at a time, not its whole text, however many are sent at
+/// once (the objects are shared with the store).
+fn streamed_list(head: String, items: Vec<Arc<Obj>>) -> Response {
+    let mut head = Some(head);
+    let mut next = 0usize;
+    let mut done = false;
+    let pieces = std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let mut buf = Vec::with_capacity(LIST_CHUNK + 4096);
+        if let Some(h) = head.take() {
+            buf.extend_from_slice(h.as_bytes());
+        }
+        while buf.len() < LIST_CHUNK {
+            let Some(o) = items.get(next) else {
+                buf.extend_from_slice(b"]}");
+                done = true;
+                break;
+            };
+            if next > 0 {
+                buf.push(b',');
+            }
+            buf.extend_from_slice(&o.bytes);
+            next += 1;
+        }
+        Some(Ok::<_, std::convert::Infallible>(Bytes::from(buf)))
+    });
+    let mut r = Response::new(Body::from_stream(futures::stream::iter(pieces)));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// The size of the pieces a list is written in.
+const LIST_CHUNK: usize = 64 * 1024;
 
 fn push_event(buf: &mut Vec<u8>, ty: &str, obj: &[u8]) {
     buf.extend_from_slice(b"{\"type\":\"");

@@ -161,6 +161,7 @@ pub mod dra_driver;
 pub mod eventview;
 pub mod faults;
 pub mod http;
+pub mod inflight;
 pub mod jsonptr;
 pub mod kubelet;
 pub mod managed;
@@ -308,6 +309,13 @@ pub struct ClusterConfig {
     /// How long an Event is kept after its last write (kube-apiserver's
     /// `--event-ttl`, one hour by default).
     pub event_ttl: Duration,
+    /// Read-only requests in flight at most, watches not counted
+    /// (kube-apiserver's `--max-requests-inflight`, 400; 0: no limit);
+    /// the excess gets 429 (see [`inflight`]).
+    pub max_requests_inflight: usize,
+    /// Mutating requests in flight at most (kube-apiserver's
+    /// `--max-mutating-requests-inflight`, 200; 0: no limit).
+    pub max_mutating_requests_inflight: usize,
 }
 
 impl Default for ClusterConfig {
@@ -334,6 +342,8 @@ impl Default for ClusterConfig {
             event_ttl: Duration::from_secs(3600),
             tls: true,
             ca: None,
+            max_requests_inflight: inflight::DEFAULT_MAX_REQUESTS_INFLIGHT,
+            max_mutating_requests_inflight: inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
         }
     }
 }
@@ -530,6 +540,7 @@ pub struct LocalCluster {
     store: Arc<Store>,
     faults: Faults,
     server: Arc<ServerCtl>,
+    inflight: Arc<inflight::Inflight>,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -594,8 +605,11 @@ impl LocalCluster {
         if store.is_persistent() {
             app = app.layer(axum::middleware::from_fn_with_state(store.clone(), durable_writes));
         }
-        // Authorization is the outermost layer: a refused request reaches nothing.
+        // Authorization: a refused request reaches nothing.
         app = app.layer(axum::middleware::from_fn_with_state(access.clone(), authz::middleware));
+        // Requests in flight, outermost: the excess costs no more than a 429.
+        let inflight = Arc::new(inflight::Inflight::new(cfg.max_requests_inflight, cfg.max_mutating_requests_inflight, authn::Authenticator::new(&cfg.auth, store.clone())));
+        app = app.layer(axum::middleware::from_fn_with_state(inflight.clone(), inflight::middleware));
         let acceptor = identity.as_ref().map(tls::Identity::acceptor);
         let server = Arc::new(ServerCtl { addr, app, acceptor, watch_gen, running: tokio::sync::Mutex::new(None) });
         server.listen().await?;
@@ -637,7 +651,7 @@ impl LocalCluster {
         };
         tasks.push(ticker);
         tasks.push(spawn_event_expiry(store.clone(), cfg.event_ttl, stop.subscribe()));
-        Ok(LocalCluster { cfg, addr, identity, store, faults, server, stop, tasks: Mutex::new(tasks) })
+        Ok(LocalCluster { cfg, addr, identity, store, faults, server, inflight, stop, tasks: Mutex::new(tasks) })
     }
 
     /// The listen address.
@@ -720,6 +734,11 @@ impl LocalCluster {
     /// Direct store access (seeding, assertions).
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// Requests refused with 429 so far (over the in-flight limits).
+    pub fn inflight_refused(&self) -> inflight::Refused {
+        self.inflight.refused()
     }
 
     /// Add a simulated node named `name` with the standard labels and the

@@ -237,6 +237,8 @@ pub const DEPLOYMENTS: ResId = 15;
 pub const SERVICE_ACCOUNTS: ResId = 29;
 /// core/v1 Secrets.
 pub const SECRETS: ResId = 30;
+/// core/v1 ConfigMaps.
+pub const CONFIGMAPS: ResId = 12;
 /// batch/v1 Jobs.
 pub const JOBS: ResId = 40;
 /// apps/v1 StatefulSets.
@@ -1361,7 +1363,7 @@ mod tests {
 
     #[test]
     fn resource_ids_match_the_table() {
-        for (id, plural) in [(JOBS, "jobs"), (REPLICASETS, "replicasets"), (DEPLOYMENTS, "deployments"), (SERVICE_ACCOUNTS, "serviceaccounts"), (SECRETS, "secrets"), (PODGROUPS, "podgroups"), (WORKLOADS, "workloads"), (CRDS, "customresourcedefinitions"), (NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
+        for (id, plural) in [(JOBS, "jobs"), (REPLICASETS, "replicasets"), (DEPLOYMENTS, "deployments"), (SERVICE_ACCOUNTS, "serviceaccounts"), (SECRETS, "secrets"), (CONFIGMAPS, "configmaps"), (PODGROUPS, "podgroups"), (WORKLOADS, "workloads"), (CRDS, "customresourcedefinitions"), (NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
             (PVCS, "persistentvolumeclaims"), (STORAGE_CLASSES, "storageclasses"), (CSINODES, "csinodes"), (CSIDRIVERS, "csidrivers")] {
             assert_eq!(RESOURCES[id].plural, plural);
         }

@@ -264,7 +264,18 @@ pub async fn raw_http_plain(addr: SocketAddr, method: &str, path: &str, headers:
     raw_http_on(tokio::net::TcpStream::connect(addr).await.unwrap(), method, path, headers, body).await
 }
 
-async fn raw_http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+async fn raw_http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(s: S, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+    let (code, _, body) = raw_http_with_head(s, method, path, headers, body).await;
+    (code, body)
+}
+
+/// As [`raw_http_as`], with the response head too: (status, head, body).
+pub async fn raw_http_head_as(c: &LocalCluster, token: Option<&str>, method: &str, path: &str, headers: &str, body: &str) -> (u16, String, String) {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    raw_http_with_head(c.connect().await.unwrap(), method, path, &format!("{auth}{headers}"), body).await
+}
+
+async fn raw_http_with_head<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S, method: &str, path: &str, headers: &str, body: &str) -> (u16, String, String) {
     let length = if body.is_empty() && method == "GET" { String::new() } else { format!("Content-Length: {}\r\n", body.len()) };
     let req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}{length}\r\n{body}");
     s.write_all(req.as_bytes()).await.unwrap();
@@ -273,12 +284,12 @@ async fn raw_http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mu
     let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut out)).await.unwrap();
     let text = String::from_utf8_lossy(&out).to_string();
     let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = match text.split_once("\r\n\r\n") {
-        Some((head, body)) if head.to_ascii_lowercase().contains("transfer-encoding: chunked") => dechunk(body),
-        Some((_, body)) => body.to_string(),
-        None => String::new(),
+    let (head, body) = match text.split_once("\r\n\r\n") {
+        Some((head, body)) if head.to_ascii_lowercase().contains("transfer-encoding: chunked") => (head.to_string(), dechunk(body)),
+        Some((head, body)) => (head.to_string(), body.to_string()),
+        None => (text.clone(), String::new()),
     };
-    (code, body)
+    (code, head, body)
 }
 
 /// A GET to the cluster with the admin token: (status, body); 0 when the answer is not HTTP.
@@ -303,4 +314,11 @@ pub fn dechunk(mut s: &str) -> String {
         s = rest[n..].trim_start_matches("\r\n");
     }
     out
+}
+
+/// Writes `bytes` as the stored object `resource/namespace/name` of the
+/// data directory `dir` (the cluster must be stopped): for tests of what
+/// the cluster does with an object it cannot read back.
+pub fn plant_object(dir: &std::path::Path, resource: &str, namespace: &str, name: &str, bytes: &[u8]) -> Result<(), crate::store::DataDirError> {
+    crate::store::plant_object(dir, resource, namespace, name, bytes)
 }

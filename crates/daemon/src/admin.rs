@@ -15,12 +15,30 @@
 //! and only when a request asked for one ([`ExplainHub`]); explain runs on a
 //! blocking thread, one at a time, behind a token bucket (429 beyond it).
 //!
-//! Connections are bounded: at most [`AdminOptions::max_connections`] are
-//! held (the rest wait in the kernel's backlog, holding no descriptor of
-//! ours); a connection is closed when its TLS handshake or a request's
-//! headers take longer than [`AdminOptions::header_read_timeout`], or when
-//! it sits idle between requests for [`AdminOptions::idle_timeout`]
-//! (upstream's 32 s and 90 s).
+//! Connections are bounded, and no client can starve the probes:
+//!
+//! - at most [`AdminOptions::max_connections`] are held. Every connection
+//!   is accepted at once; when the limit is reached, the new one takes the
+//!   slot of the held connection that has been idle the longest: one that
+//!   has finished its requests (a keep-alive connection between requests)
+//!   or has not sent a whole request yet (a silent socket, a slow
+//!   handshake, unfinished headers), oldest first. Only a connection with
+//!   a request in flight keeps its slot; requests are short (explain
+//!   waits at most 5 s, a TokenReview or SubjectAccessReview 10 s), so a
+//!   new connection waits at most [`AdminOptions::handshake_timeout`] for
+//!   one of them to end. A kubelet probe, which opens a new connection
+//!   each time, is therefore answered whatever idle sockets or keep-alive
+//!   connections others hold. kube-scheduler's Go server has no limit at
+//!   all (one goroutine per connection); this is that behaviour with a
+//!   bound on descriptors.
+//! - a connection is closed when its TLS handshake (from the accept)
+//!   takes longer than [`AdminOptions::handshake_timeout`] (5 s), when a
+//!   request's headers take longer than
+//!   [`AdminOptions::header_read_timeout`] (10 s), or when it sits idle
+//!   between requests for [`AdminOptions::idle_timeout`] (30 s).
+//!   Upstream's are 32 s for headers (the handshake included) and 90 s
+//!   idle; shorter ones cost a scraper a reconnection, and free slots
+//!   sooner.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -115,9 +133,12 @@ pub struct AdminOptions {
     pub tls_cert_file: Option<PathBuf>,
     /// PEM private key (`--tls-private-key-file`).
     pub tls_private_key_file: Option<PathBuf>,
-    /// Connections held at once; more wait in the listen backlog.
+    /// Connections held at once; beyond it a new connection takes the
+    /// slot of the one idle the longest (see the module's doc).
     pub max_connections: usize,
-    /// Time allowed for the TLS handshake and for each request's headers.
+    /// Time allowed from the accept to the end of the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Time allowed for each request's headers, from their first byte.
     pub header_read_timeout: Duration,
     /// An idle keep-alive connection is closed after this long.
     pub idle_timeout: Duration,
@@ -143,8 +164,9 @@ impl Default for AdminOptions {
             tls_cert_file: None,
             tls_private_key_file: None,
             max_connections: 256,
-            header_read_timeout: Duration::from_secs(32),
-            idle_timeout: Duration::from_secs(90),
+            handshake_timeout: Duration::from_secs(5),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
             always_allow_paths: vec!["/healthz".into(), "/readyz".into(), "/livez".into()],
             always_allow_groups: vec!["system:masters".into()],
             authn_cache_ttl: Duration::from_secs(10),
@@ -162,6 +184,7 @@ pub struct AdminStats {
     open: Arc<AtomicUsize>,
     peak: Arc<AtomicUsize>,
     accepted: Arc<AtomicU64>,
+    evicted: Arc<AtomicU64>,
     snapshots: Arc<AtomicU64>,
     explained: Arc<AtomicU64>,
     refused: Arc<AtomicU64>,
@@ -179,6 +202,10 @@ impl AdminStats {
     /// Connections accepted so far.
     pub fn accepted_connections(&self) -> u64 {
         self.accepted.load(Ordering::Relaxed)
+    }
+    /// Idle connections closed to free a slot for a new one.
+    pub fn evicted_connections(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
     }
     /// Snapshots the scheduling loop published for explain.
     pub fn explain_snapshots(&self) -> u64 {
@@ -712,11 +739,24 @@ struct Activity {
     /// are not complete yet; 0 when none.
     partial_since: AtomicU64,
     in_flight: AtomicUsize,
+    /// Millis since `base` (+1) of the end of the last request; 0 when none.
+    served: AtomicU64,
 }
 
 impl Activity {
+    /// `base` is the accept.
     fn new() -> Self {
-        Activity { base: Instant::now(), last: AtomicU64::new(0), partial_since: AtomicU64::new(0), in_flight: AtomicUsize::new(0) }
+        Activity { base: Instant::now(), last: AtomicU64::new(0), partial_since: AtomicU64::new(0), in_flight: AtomicUsize::new(0), served: AtomicU64::new(0) }
+    }
+    /// Since when the connection holds its slot without a request in
+    /// flight: the end of its last request, or its accept when it has
+    /// finished none. None while a request is in flight (never evicted).
+    fn idle_since(&self) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        let served = self.served.load(Ordering::Relaxed);
+        Some(self.base + Duration::from_millis(served.saturating_sub(1)))
     }
     fn now(&self) -> u64 {
         u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
@@ -736,6 +776,7 @@ impl Activity {
     fn end(&self) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.partial_since.store(0, Ordering::Relaxed);
+        self.served.store(self.now(), Ordering::Relaxed);
         self.wrote();
     }
     /// Why the connection should be closed now, if it should.
@@ -794,23 +835,71 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 /// Go's answer to plain HTTP on a TLS port.
 const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
 
+/// A held connection, as the accept loop sees it: what it is doing, and
+/// how to close it when a new connection needs its slot.
+struct Held {
+    activity: Arc<Activity>,
+    close: Arc<tokio::sync::Notify>,
+}
+
 struct Server {
     acceptor: TlsAcceptor,
     app: Router,
     opts: AdminOptions,
     stats: AdminStats,
+    /// The connections holding a slot, by id.
+    held: Mutex<HashMap<u64, Held>>,
 }
 
+/// How often a new connection that found every slot busy with a request
+/// looks again for one to free.
+const SLOT_RETRY: Duration = Duration::from_millis(20);
+
 impl Server {
+    /// Closes the held connection idle the longest (see the module's doc);
+    /// false when every held connection has a request in flight.
+    fn evict_one(&self) -> bool {
+        let mut held = lock(&self.held);
+        let victim = held.iter().filter_map(|(id, h)| h.activity.idle_since().map(|t| (t, *id))).min();
+        let Some((_, id)) = victim else { return false };
+        if let Some(h) = held.remove(&id) {
+            h.close.notify_one();
+            self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// A slot for a connection just accepted: a free one, or one freed by
+    /// closing the connection idle the longest. None when every slot stays
+    /// busy with a request for [`AdminOptions::handshake_timeout`], or on stop.
+    async fn slot(&self, slots: &Arc<Semaphore>, stop: &mut watch::Receiver<bool>) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let deadline = tokio::time::Instant::now() + self.opts.handshake_timeout;
+        loop {
+            if let Ok(p) = slots.clone().try_acquire_owned() {
+                return Some(p);
+            }
+            // The evicted connection releases its slot as soon as its task
+            // sees the notice; otherwise wait for a request to end.
+            let evicted = self.evict_one();
+            let wake = if evicted { deadline } else { (tokio::time::Instant::now() + SLOT_RETRY).min(deadline) };
+            tokio::select! {
+                p = slots.clone().acquire_owned() => return p.ok(),
+                _ = tokio::time::sleep_until(wake) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return None;
+                    }
+                }
+                _ = stopped(stop) => return None,
+            }
+        }
+    }
+
     async fn accept_loop(self: Arc<Self>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
         let slots = Arc::new(Semaphore::new(self.opts.max_connections.max(1)));
+        let mut next_id = 0u64;
         loop {
-            // Take a slot before accepting: beyond the limit, connections
-            // wait in the kernel's backlog and hold no descriptor of ours.
-            let permit = tokio::select! {
-                p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-                _ = stopped(&mut stop) => break,
-            };
+            // Accept at once (a connection left in the kernel's backlog
+            // would wait behind idle ones), then find it a slot.
             let tcp = tokio::select! {
                 r = listener.accept() => match r {
                     Ok((tcp, _)) => tcp,
@@ -823,24 +912,42 @@ impl Server {
                 },
                 _ = stopped(&mut stop) => break,
             };
+            if *stop.borrow() {
+                break;
+            }
+            let Some(permit) = self.slot(&slots, &mut stop).await else {
+                tracing::debug!("admin port: every slot busy with a request; a new connection is closed");
+                continue;
+            };
             let open = self.stats.open.fetch_add(1, Ordering::Relaxed) + 1;
             self.stats.peak.fetch_max(open, Ordering::Relaxed);
             self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+            let id = next_id;
+            next_id += 1;
+            let activity = Arc::new(Activity::new());
+            let close = Arc::new(tokio::sync::Notify::new());
+            lock(&self.held).insert(id, Held { activity: activity.clone(), close: close.clone() });
             let me = self.clone();
             let stop = stop.clone();
             tokio::spawn(async move {
-                me.connection(tcp, stop).await;
+                // Closing is dropping the connection (and its stream).
+                tokio::select! {
+                    _ = me.connection(tcp, activity, stop) => {}
+                    _ = close.notified() => tracing::debug!("admin port: an idle connection closed to free its slot"),
+                }
+                lock(&me.held).remove(&id);
                 me.stats.open.fetch_sub(1, Ordering::Relaxed);
                 drop(permit);
             });
         }
     }
 
-    async fn connection(&self, tcp: TcpStream, mut stop: watch::Receiver<bool>) {
+    async fn connection(&self, tcp: TcpStream, activity: Arc<Activity>, mut stop: watch::Receiver<bool>) {
         let _ = tcp.set_nodelay(true);
-        let deadline = self.opts.header_read_timeout;
+        // One deadline from the accept to the end of the handshake.
+        let deadline = tokio::time::Instant::now() + self.opts.handshake_timeout;
         let mut first = [0u8; 1];
-        match tokio::time::timeout(deadline, tcp.peek(&mut first)).await {
+        match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
             // A TLS handshake record.
             Ok(Ok(1)) if first[0] == 0x16 => {}
             Ok(Ok(1)) if first[0].is_ascii_alphabetic() => {
@@ -863,7 +970,7 @@ impl Server {
             }
             _ => return,
         }
-        let tls = match tokio::time::timeout(deadline, self.acceptor.accept(tcp)).await {
+        let tls = match tokio::time::timeout_at(deadline, self.acceptor.accept(tcp)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "admin port: TLS handshake failed");
@@ -871,7 +978,6 @@ impl Server {
             }
             Err(_) => return,
         };
-        let activity = Arc::new(Activity::new());
         let io = hyper_util::rt::TokioIo::new(Tracked { inner: tls, activity: activity.clone() });
         let app = self.app.clone();
         let act = activity.clone();
@@ -952,7 +1058,7 @@ pub async fn start(
         calls: Semaphore::new(16),
     });
     let app = router(AppState { metrics, ready, explain: hub.clone(), health, shadow }, guard);
-    let server = Arc::new(Server { acceptor: TlsAcceptor::from(tls), app, opts: opts.clone(), stats: stats.clone() });
+    let server = Arc::new(Server { acceptor: TlsAcceptor::from(tls), app, opts: opts.clone(), stats: stats.clone(), held: Mutex::new(HashMap::new()) });
     tasks.spawn(server.accept_loop(listener, stop));
     Ok(Started { info: AdminInfo { addr: bound, cert_der, stats }, explain: hub })
 }
@@ -1112,6 +1218,20 @@ mod tests {
         assert_eq!(a.expired(h, Duration::ZERO), None, "a request in flight is never cut");
         a.end();
         assert_eq!(a.expired(Duration::from_secs(3600), Duration::ZERO), Some("idle"));
+    }
+
+    #[test]
+    fn idle_since_ranks_connections_for_eviction() {
+        let silent = Activity::new();
+        assert_eq!(silent.idle_since(), Some(silent.base), "a connection that sent nothing is idle since its accept");
+        let busy = Activity::new();
+        busy.begin();
+        assert_eq!(busy.idle_since(), None, "a request in flight keeps its slot");
+        std::thread::sleep(Duration::from_millis(3));
+        busy.end();
+        let after = busy.idle_since().unwrap();
+        assert!(after > busy.base, "idle since the end of its request");
+        assert!(silent.idle_since().unwrap() < after, "the older idle connection goes first");
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! rules; the store, the kubelet and the storage controllers import
 //! admission, never the reverse.
 
+pub mod configmaps;
 pub mod crds;
 pub mod names;
 pub mod namespaces;
@@ -35,6 +36,7 @@ use crate::resources::{self as res, Admission, ResId};
 /// The admission rules of built-in resource `r` (none for most kinds).
 pub fn rules(r: ResId) -> Admission {
     match r {
+        res::CONFIGMAPS => configmaps::ADMISSION,
         res::CRDS => crds::ADMISSION,
         res::NAMESPACES => namespaces::ADMISSION,
         res::PDBS => pdbs::ADMISSION,

@@ -1,6 +1,7 @@
 //! Secrets, as the API server's Secret strategy: `stringData` is written
 //! into `data`, `type` defaults to Opaque, and an immutable Secret's data
-//! stays as it is.
+//! stays as it is; as `ValidateSecret`, `data` holds at most 1 MiB
+//! (decoded).
 
 use serde_json::{Value, json};
 
@@ -11,15 +12,26 @@ pub const ADMISSION: Admission = Admission { create: Some(create), update: Some(
 
 fn create(_: &dyn View, _name: &str, v: &mut Value) -> Result<(), Error> {
     fold_string_data(v);
-    Ok(())
+    data_size(v)
 }
 
 fn update(old: &Value, new: &mut Value) -> Result<(), Error> {
     fold_string_data(new);
+    data_size(new)?;
     if old.get("immutable").and_then(Value::as_bool) == Some(true)
         && (old.get("data") != new.get("data") || new.get("immutable").and_then(Value::as_bool) != Some(true))
     {
         return Err(Error::Invalid(vec!["data: Forbidden: field is immutable when `immutable` is set".into()]));
+    }
+    Ok(())
+}
+
+/// The decoded `data` (stringData folded in) over 1 MiB is refused on the
+/// `data` path, as upstream's `ValidateSecret` words it.
+fn data_size(v: &Value) -> Result<(), Error> {
+    use super::configmaps::{MAX_DATA_BYTES, decoded_len, values};
+    if values(v, "data").map(decoded_len).sum::<usize>() > MAX_DATA_BYTES {
+        return Err(Error::Invalid(vec![format!("data: Too long: may not be more than {MAX_DATA_BYTES} bytes")]));
     }
     Ok(())
 }
@@ -48,6 +60,15 @@ fn fold_string_data(v: &mut Value) {
 mod tests {
     use super::*;
     use crate::admission::testing::Objects;
+
+    #[test]
+    fn data_over_one_mebibyte_is_refused_after_string_data_is_folded_in() {
+        let mut ok = json!({"stringData": {"k": "x".repeat(1024 * 1024)}});
+        assert!(create(&Objects::default(), "s", &mut ok).is_ok());
+        let mut over = json!({"stringData": {"k": "x".repeat(1024 * 1024), "l": "y"}});
+        let Err(Error::Invalid(errs)) = create(&Objects::default(), "s", &mut over) else { panic!("1 MiB + 1 byte admitted") };
+        assert_eq!(errs, vec!["data: Too long: may not be more than 1048576 bytes".to_string()]);
+    }
 
     #[test]
     fn string_data_goes_into_data_and_immutable_data_stays() {

@@ -36,6 +36,7 @@ use tokens::IssuedToken;
 mod delete;
 mod fields;
 mod lifecycle;
+pub mod limits;
 mod list;
 mod obj;
 mod persist;
@@ -51,6 +52,8 @@ pub use list::ListResult;
 pub(crate) use obj::controller_of;
 pub use obj::Obj;
 pub use persist::{Error as DataDirError, FILE as DATA_FILE};
+#[cfg(feature = "testing")]
+pub(crate) use persist::plant_object;
 pub use tokens::TokenUser;
 pub use watch::{EventType, WatchEvent, WatchStart, WatchSub};
 pub use fields::WriteCtx;
@@ -146,6 +149,10 @@ pub enum Error {
     /// Something unexpected (500).
     #[error("{0}")]
     Internal(String),
+    /// The object is larger than etcd takes (500 with etcd's message and
+    /// no reason, as kube-apiserver passes etcd's refusal on; see [`limits`]).
+    #[error("{}", limits::TOO_LARGE)]
+    RequestTooLarge,
     /// A read or watch from a resourceVersion the store has not reached
     /// (504 Timeout, as kube-apiserver's `NewTooLargeResourceVersionError`):
     /// the server's state went backwards (a new cluster on the same
@@ -171,7 +178,7 @@ impl Error {
             Error::Gone(_) => 410,
             Error::TooManyRequests { .. } => 429,
             Error::UnsupportedMediaType(_) => 415,
-            Error::Internal(_) => 500,
+            Error::Internal(_) | Error::RequestTooLarge => 500,
             Error::TooLargeResourceVersion { .. } => 504,
         }
     }
@@ -189,6 +196,7 @@ impl Error {
             Error::TooManyRequests { .. } => "TooManyRequests",
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Error::Internal(_) => "InternalError",
+            Error::RequestTooLarge => "",
             Error::TooLargeResourceVersion { .. } => "Timeout",
         }
     }
@@ -245,8 +253,10 @@ impl Error {
 
 /// A metav1.StatusCause for a field error written as upstream prints it
 /// (`spec.x: Forbidden: why`): the field, the cause type and the body.
+/// The whole object's path prints as `[]` (a list of errors is `[a, b]`).
 fn field_cause(message: &str) -> Value {
-    let parsed = message.split_once(": ").filter(|(field, _)| !field.is_empty() && !field.contains(' ') && !message.starts_with('['));
+    let whole = message.starts_with("[]: ");
+    let parsed = message.split_once(": ").filter(|(field, _)| !field.is_empty() && !field.contains(' ') && (whole || !message.starts_with('[')));
     let Some((field, body)) = parsed else {
         return json!({"reason": "FieldValueInvalid", "message": message});
     };
@@ -360,6 +370,9 @@ pub struct Store {
     kube_minor: std::sync::atomic::AtomicU32,
     /// What [`Store::observe_commits`] set.
     observer: OnceLock<CommitObserver>,
+    /// The objects of the data directory that could not be read back when
+    /// it was opened (kept aside; see [`Store::open`]).
+    quarantined: Vec<DataDirError>,
 }
 
 impl std::fmt::Debug for Store {
@@ -461,6 +474,7 @@ impl Store {
             persist: None,
             kube_minor: std::sync::atomic::AtomicU32::new(0),
             observer: OnceLock::new(),
+            quarantined: Vec::new(),
         }
     }
 

@@ -56,6 +56,10 @@ const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
 const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
 /// Counters: [`CEILING`].
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Objects that could not be read back when the directory was opened,
+/// kept aside: the same key as in [`OBJECTS`] → the bytes as they were
+/// (see [`Store::open`]).
+const QUARANTINE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("quarantine");
 /// The key of the resourceVersion ceiling in [`META`].
 const CEILING: &str = "resource-version-ceiling";
 /// The database file in the data directory.
@@ -84,12 +88,13 @@ pub enum Error {
         /// What redb said.
         message: String,
     },
-    /// A stored object does not read back.
+    /// A stored object does not read back (reported, then kept aside:
+    /// see [`Store::open`]).
     #[error("data directory {path}: object {key}: {message}")]
     Corrupt {
         /// The database file.
         path: String,
-        /// The object's key.
+        /// The object's key (`plural.group/namespace/name`).
         key: String,
         /// Why.
         message: String,
@@ -167,8 +172,25 @@ pub(super) struct Persist {
 struct Restored {
     /// The ceiling, if the directory was used before.
     ceiling: Option<u64>,
-    objects: Vec<(String, String, String, Vec<u8>)>,
+    /// (resource, namespace, name, bytes, the key as stored).
+    objects: Vec<(String, String, String, Vec<u8>, Vec<u8>)>,
     tokens: Vec<(String, Vec<u8>)>,
+}
+
+/// Moves the objects at `keys` from [`OBJECTS`] to [`QUARANTINE`], in one
+/// transaction: kept aside, they are not read at the next start.
+fn quarantine(db: &Database, keys: &[(Vec<u8>, Vec<u8>)]) -> Result<(), redb::Error> {
+    let tx = db.begin_write()?;
+    {
+        let mut objects = tx.open_table(OBJECTS)?;
+        let mut aside = tx.open_table(QUARANTINE)?;
+        for (key, bytes) in keys {
+            aside.insert(key.as_slice(), bytes.as_slice())?;
+            objects.remove(key.as_slice())?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
 }
 
 /// One batch in one transaction, committed (durably) when it returns.
@@ -344,6 +366,7 @@ fn read_all(db: &Database) -> Result<Restored, redb::Error> {
     tx.open_table(OBJECTS)?;
     tx.open_table(TOKENS)?;
     tx.open_table(META)?;
+    tx.open_table(QUARANTINE)?;
     tx.commit()?;
     let tx = db.begin_read()?;
     let mut out = Restored { ceiling: tx.open_table(META)?.get(CEILING)?.map(|v| v.value()), ..Default::default() };
@@ -352,13 +375,23 @@ fn read_all(db: &Database) -> Result<Restored, redb::Error> {
         let key = String::from_utf8_lossy(k.value()).into_owned();
         let mut parts = key.splitn(3, '\0');
         let (Some(r), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else { continue };
-        out.objects.push((r.to_string(), ns.to_string(), name.to_string(), v.value().to_vec()));
+        out.objects.push((r.to_string(), ns.to_string(), name.to_string(), v.value().to_vec(), k.value().to_vec()));
     }
     for entry in tx.open_table(TOKENS)?.iter()? {
         let (k, v) = entry?;
         out.tokens.push((k.value().to_string(), v.value().to_vec()));
     }
     Ok(out)
+}
+
+/// Writes `bytes` as the object `resource/namespace/name` of the data
+/// directory `dir`, which no store holds open (tests of unreadable objects).
+#[cfg(feature = "testing")]
+pub fn plant_object(dir: &Path, resource: &str, namespace: &str, name: &str, bytes: &[u8]) -> Result<(), Error> {
+    let path = dir.join(FILE);
+    let db_err = |e: redb::Error| Error::Db { path: path.display().to_string(), message: e.to_string() };
+    let db = Database::create(&path).map_err(|e| db_err(e.into()))?;
+    write_ops(&db, vec![Op::Put { key: object_key(resource, namespace, name), bytes: Bytes::copy_from_slice(bytes) }]).map_err(db_err)
 }
 
 impl Store {
@@ -375,7 +408,20 @@ impl Store {
         let existing = restored.ceiling.is_some();
         let count = restored.objects.len();
         let mut inner = store.lock();
-        store.restore(&mut inner, restored, &path)?;
+        let unreadable = store.restore(&mut inner, restored, &path);
+        // One object that does not read back never stops the cluster: it
+        // is named, moved aside (the `quarantine` table, the same key, the
+        // bytes as they were) and left out; the rest is served.
+        if !unreadable.is_empty() {
+            let keys: Vec<_> = unreadable.iter().map(|(k, b, _)| (k.clone(), b.clone())).collect();
+            let db = lock(&persist.shared.db);
+            if let Some(db) = db.as_ref() {
+                quarantine(db, &keys).map_err(|e| Error::Db { path: path.clone(), message: e.to_string() })?;
+            }
+        }
+        for (_, _, e) in &unreadable {
+            tracing::error!(error = %e, "data directory: an object that cannot be read back is left out and kept aside in the quarantine table");
+        }
         // Above every resourceVersion handed out before; the history
         // starts here (older resumes get 410 Gone).
         let start = inner.ceiling.max(inner.rv) + 1;
@@ -387,24 +433,34 @@ impl Store {
         persist.reserve(inner.ceiling)?;
         drop(inner);
         store.persist = Some(persist);
+        store.quarantined = unreadable.into_iter().map(|(_, _, e)| e).collect();
         tracing::info!(objects = count, rv = start, took = ?started.elapsed(), path, "data directory opened");
         Ok((store, existing))
     }
 
-    fn restore(&self, inner: &mut Inner, restored: Restored, path: &str) -> Result<(), Error> {
+    /// Reads back what the directory held; returns the objects that do not
+    /// read back (their stored key, their bytes, why), which are left out.
+    fn restore(&self, inner: &mut Inner, restored: Restored, path: &str) -> Vec<(Vec<u8>, Vec<u8>, Error)> {
         let corrupt = |key: String, message: String| Error::Corrupt { path: path.to_string(), key, message };
+        let mut unreadable = Vec::new();
         inner.ceiling = restored.ceiling.unwrap_or(0);
         // CRDs first: their resources must be served before their objects are read.
         let crds = qualified(&self.info(res::CRDS));
         let (crd_objects, objects): (Vec<_>, Vec<_>) = restored.objects.into_iter().partition(|o| o.0 == crds);
         let mut ids: HashMap<String, Option<usize>> = HashMap::new();
-        for (r, ns, name, bytes) in crd_objects.into_iter().chain(objects) {
+        for (r, ns, name, bytes, stored_key) in crd_objects.into_iter().chain(objects) {
             let id = *ids.entry(r.clone()).or_insert_with(|| self.storage_id(&r));
             let Some(id) = id else {
                 tracing::warn!(resource = %r, namespace = %ns, name = %name, "data directory: an object of a resource no longer served is left out");
                 continue;
             };
-            let mut value: Value = serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("{r}/{ns}/{name}"), e.to_string()))?;
+            let mut value: Value = match serde_json::from_slice(&bytes) {
+                Ok(v) => v,
+                Err(e) => {
+                    unreadable.push((stored_key, bytes, corrupt(format!("{r}/{ns}/{name}"), e.to_string())));
+                    continue;
+                }
+            };
             // managedFields are held as their JSON text (see `managed`).
             if let Some(m) = value.at_mut("/metadata/managedFields")
                 && m.is_array()
@@ -412,7 +468,13 @@ impl Store {
                 *m = Value::String(m.to_string());
             }
             let rv = get_str(&value, "/metadata/resourceVersion").parse::<u64>().unwrap_or(0);
-            let obj = Obj::new(value, rv).map_err(|e| corrupt(format!("{r}/{ns}/{name}"), e.to_string()))?;
+            let obj = match Obj::new(value, rv) {
+                Ok(o) => o,
+                Err(e) => {
+                    unreadable.push((stored_key, bytes, corrupt(format!("{r}/{ns}/{name}"), e.to_string())));
+                    continue;
+                }
+            };
             inner.rv = inner.rv.max(rv);
             if id == res::CRDS {
                 self.define_crd(inner, &obj.value);
@@ -431,7 +493,14 @@ impl Store {
                 tokens.insert(token, t);
             }
         }
-        Ok(())
+        unreadable
+    }
+
+    /// The objects of the data directory that could not be read back when
+    /// it was opened: each names the object and why; they were left out
+    /// and kept aside in the database's `quarantine` table.
+    pub fn quarantined(&self) -> &[Error] {
+        &self.quarantined
     }
 
     /// The id whose store holds the objects of resource `plural.group`.
@@ -573,6 +642,46 @@ mod tests {
 
     /// Objects, deletions and the resourceVersion survive a reopen; the
     /// first resourceVersion after it is above every one before.
+    #[tokio::test]
+    async fn an_unreadable_object_is_named_kept_aside_and_left_out() {
+        let d = dir("quarantine");
+        let (store, _) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
+        let cms = res::lookup("", "v1", "configmaps").unwrap_or_else(|| panic!("configmaps"));
+        let cm = |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "default"}, "data": {"a": n}});
+        store.create(res::NAMESPACES, "", json!({"metadata": {"name": "default"}})).unwrap_or_else(|e| panic!("{e}"));
+        store.create(cms, "default", cm("good")).unwrap_or_else(|e| panic!("{e}"));
+        store.synced().await.unwrap_or_else(|e| panic!("{e}"));
+        let resource = qualified(&store.info(cms));
+        drop(store);
+        // One object that does not read back (nested past serde_json's
+        // limit, as an older berth could store through a JSON patch).
+        let key = object_key(&resource, "default", "bad");
+        let deep = format!("{{\"metadata\":{{\"name\":\"bad\"}},\"data\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        write_ops(&Database::create(d.join(FILE)).unwrap_or_else(|e| panic!("{e}")), vec![Op::Put { key: key.clone(), bytes: Bytes::from(deep) }]).unwrap_or_else(|e| panic!("{e}"));
+
+        let (store, existing) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("one unreadable object stopped the start: {e}"));
+        assert!(existing);
+        let named: Vec<String> = store.quarantined().iter().map(ToString::to_string).collect();
+        assert_eq!(named.len(), 1, "{named:?}");
+        assert!(named[0].contains("object configmaps/default/bad: recursion limit exceeded"), "{named:?}");
+        assert!(store.exists(cms, "default", "good"), "the rest is served");
+        assert!(!store.exists(cms, "default", "bad"));
+        drop(store);
+        // Kept aside, not read again.
+        {
+            let db = Database::create(d.join(FILE)).unwrap_or_else(|e| panic!("{e}"));
+            let tx = db.begin_read().unwrap_or_else(|e| panic!("{e}"));
+            let aside = tx.open_table(QUARANTINE).unwrap_or_else(|e| panic!("{e}"));
+            assert!(aside.get(key.as_slice()).unwrap_or_else(|e| panic!("{e}")).is_some(), "the bytes are kept in the quarantine table");
+            let objects = tx.open_table(OBJECTS).unwrap_or_else(|e| panic!("{e}"));
+            assert!(objects.get(key.as_slice()).unwrap_or_else(|e| panic!("{e}")).is_none());
+        }
+        let (store, _) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
+        assert!(store.quarantined().is_empty());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     #[tokio::test]
     async fn a_store_reads_back_what_it_wrote() {
         let d = dir("roundtrip");

@@ -140,12 +140,16 @@ impl KindStore {
 
 impl Store {
     pub(super) fn commit(&self, inner: &mut Inner, r: ResId, ty: EventType, mut value: Value, old: Option<Arc<Obj>>) -> Result<Arc<Obj>> {
-        let next = inner.rv + 1;
-        self.reserve_rv(inner, next)?;
-        inner.rv += 1;
-        let rv = inner.rv;
+        let rv = inner.rv + 1;
         meta_mut(&mut value)?.insert("resourceVersion".into(), json!(rv.to_string()));
         let obj = Obj::new(value, rv)?;
+        // Nothing is kept that could not be loaded back (or that etcd
+        // would refuse); refused, the write takes no resourceVersion.
+        if ty != EventType::Deleted {
+            super::limits::storable(&self.info(r), obj.name(), &obj.bytes)?;
+        }
+        self.reserve_rv(inner, rv)?;
+        inner.rv = rv;
         let key = (obj.namespace().to_string(), obj.name().to_string());
         let fields = lean_fields(r, &self.info(r));
         // What the store keeps (and sends to watchers): the object, or for

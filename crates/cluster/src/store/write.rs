@@ -293,7 +293,9 @@ impl Store {
             self.record_fields(&info, None, &mut v, ctx, false)?;
         }
         if ctx.dry_run {
-            return Obj::new(v, inner.rv);
+            let o = Obj::new(v, inner.rv)?;
+            super::limits::storable(&info, &name, &o.bytes)?;
+            return Ok(o);
         }
         let obj = self.commit(&mut inner, r, EventType::Added, v, None)?;
         self.after_write(&mut inner, r, None, &obj.value);
@@ -566,7 +568,9 @@ impl Store {
             }
         }
         if ctx.dry_run {
-            return Obj::new(new, old.rv);
+            let o = Obj::new(new, old.rv)?;
+            super::limits::storable(&info, &name, &o.bytes)?;
+            return Ok(o);
         }
         self.commit_update(inner, r, old, new)
     }

@@ -11,6 +11,7 @@ mod cluster_helm;
 mod cluster_kube;
 mod cluster_kubectl;
 mod cluster_lifecycle;
+mod cluster_limits;
 mod cluster_openapi;
 mod cluster_recovery;
 mod cluster_rbac;
