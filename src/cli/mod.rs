@@ -4,7 +4,9 @@
 pub mod bench;
 #[cfg(feature = "local")]
 pub mod demo;
+pub mod logging;
 pub mod offline;
+pub mod out;
 pub mod run;
 
 use clap::{Parser, Subcommand};
