@@ -151,7 +151,7 @@ fn help_flags(sub: &str) -> Vec<String> {
 fn repo_paths(w: &[String]) -> Vec<String> {
     const DIRS: [&str; 8] = ["examples/", "deploy/", "charts/", "tools/", "docs/", "ci/", "crates/", "tests/"];
     w.iter()
-        .flat_map(|s| s.split('=').map(String::from).collect::<Vec<_>>())
+        .flat_map(|s| s.split('=').map(|p| p.trim_matches(|c| c == '[' || c == ']').to_string()).collect::<Vec<_>>())
         .filter(|s| DIRS.iter().any(|d| s.starts_with(d)) && !s.contains('*') && !s.contains('$'))
         .collect()
 }

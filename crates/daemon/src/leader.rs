@@ -367,4 +367,18 @@ mod tests {
         // Without election this replica always writes.
         assert!(Lease::new(false, Duration::ZERO, Duration::ZERO).may_write());
     }
+
+    #[test]
+    fn a_waiting_replica_says_whom_it_waits_for_once() {
+        let l = Lease::new(true, Duration::from_secs(10), Duration::from_secs(15));
+        assert!(l.readyz_line().contains("starting") && !l.waiting());
+        let w = Seen::Waiting { lease: "kube-system/berth".into(), holder: "replica-a".into() };
+        assert!(l.set_seen(w.clone()), "a change");
+        assert!(!l.set_seen(w), "the same holder again is no change (no second log line)");
+        assert!(l.waiting());
+        assert_eq!(l.readyz_line(), r#"[+]leaderElection waiting: the Lease kube-system/berth is held by "replica-a"; this replica schedules nothing until it is released or expires"#);
+        assert!(l.set_seen(Seen::Leading));
+        assert!(!l.waiting() && l.readyz_line().contains("leading"));
+        assert!(Lease::new(false, Duration::ZERO, Duration::ZERO).readyz_line().contains("off"));
+    }
 }
