@@ -2,11 +2,13 @@
 
 mod cli;
 
-use clap::Parser;
+use std::process::ExitCode;
+
+use clap::Parser as _;
 
 #[cfg(feature = "local")]
 use crate::cli::{bench, demo, differential};
-use crate::cli::{offline, run, Cli, Command};
+use crate::cli::{logging, offline, out, run, Cli, Command};
 
 /// jemalloc for every berth process (the daemon, the local cluster, the
 /// offline commands); see the `jemalloc` feature in Cargo.toml.
@@ -14,30 +16,68 @@ use crate::cli::{offline, run, Cli, Command};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let out = match &cli.command {
-        Command::Explain(a) => offline::explain(a)?,
-        Command::Simulate(a) => offline::simulate(a)?,
-        Command::Dump(a) => return offline::dump(a),
-        Command::Run(a) => return tokio::runtime::Runtime::new()?.block_on(run::run(a)),
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version go to stdout through the same door as every
+        // other output (a closed pipe is 141, not a silent 0).
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
+            return match out::print(&e.render().to_string()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if out::is_closed(&e) => ExitCode::from(out::CLOSED_STATUS),
+                Err(_) => ExitCode::FAILURE,
+            };
+        }
+        Err(e) => e.exit(),
+    };
+    match dispatch(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output has gone (`| head`): nothing to say, as kubectl says nothing.
+        Err(e) if out::is_closed(&e) => ExitCode::from(out::CLOSED_STATUS),
+        Err(e) => {
+            // A closed stderr leaves nothing to tell; the status still says it failed.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "Error: {}", out::report(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: &Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Explain(a) => {
+            logging::init(logging::Format::Text, logging::OFFLINE);
+            out::print(&offline::explain(a)?)
+        }
+        Command::Simulate(a) => {
+            logging::init(logging::Format::Text, logging::OFFLINE);
+            out::print(&offline::simulate(a)?)
+        }
+        Command::Dump(a) => {
+            logging::init(logging::Format::Text, logging::OFFLINE);
+            offline::dump(a)
+        }
+        Command::Run(a) => tokio::runtime::Runtime::new()?.block_on(run::run(a)),
         #[cfg(feature = "local")]
-        Command::Bench(a) => return bench::run(a),
+        Command::Bench(a) => bench::run(a),
         #[cfg(feature = "local")]
-        Command::Demo(a) => return demo::run(a),
+        // The demo prints its summary itself (before it keeps running): a closed pipe there is ours too.
+        Command::Demo(a) => demo::run(a).map_err(out::broken_pipe_is_closed),
         #[cfg(feature = "local")]
-        Command::Differential(a) => return differential::run(a),
+        Command::Differential(a) => {
+            logging::init(logging::Format::Text, logging::OFFLINE);
+            out::print(&differential::run(a)?)
+        }
         #[cfg(feature = "local")]
         Command::Cluster(a) => {
-            run::init_logging(run::LogFormat::Text);
-            return Ok(tokio::runtime::Runtime::new()?.block_on(berth_cluster::cli::run(a.clone()))?);
+            logging::init(logging::Format::Text, logging::DAEMON);
+            Ok(tokio::runtime::Runtime::new()?.block_on(berth_cluster::cli::run(a.clone()))?)
         }
         #[cfg(feature = "local")]
         Command::ClusterBench(a) => {
-            run::init_logging(run::LogFormat::Text);
-            return Ok(tokio::runtime::Runtime::new()?.block_on(berth_lab::cluster_bench::run(a.clone()))?);
+            logging::init(logging::Format::Text, logging::DAEMON);
+            let report = tokio::runtime::Runtime::new()?.block_on(berth_lab::cluster_bench::run_bench(a))?;
+            out::print(&report.to_string())
         }
-    };
-    println!("{out}");
-    Ok(())
+    }
 }

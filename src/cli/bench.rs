@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use clap::Args;
 
+use super::out::print;
 use super::Output;
 use berth_lab::bench::{self, Figures};
 
@@ -20,7 +21,7 @@ pub struct BenchArgs {
     #[arg(long, value_parser = clap::value_parser!(i32).range(0..=100))]
     pub percentage_of_nodes_to_score: Option<i32>,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Output::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,
     /// Do not reuse work across pods of one scheduling signature
     /// (opportunistic batching), to measure what it saves.
@@ -95,13 +96,13 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         None => vec![0, 100],
     };
     if a.output == Output::Table {
-        println!("{:<28} {:>6} {:>5} {:>6} {:>10} {:>8} {:>8} {:>8}", "WORKLOAD", "NODES", "PCT", "PODS", "PODS/S", "P50 ms", "P99 ms", "RSS MB");
+        print(&format!("{:<28} {:>6} {:>5} {:>6} {:>10} {:>8} {:>8} {:>8}", "WORKLOAD", "NODES", "PCT", "PODS", "PODS/S", "P50 ms", "P99 ms", "RSS MB"))?;
     }
     for &n in &sizes {
         for w in &workloads {
             for &p in &percentages {
                 let f = bench::run(w, n, p, a.no_reuse).ok_or_else(|| anyhow::anyhow!("workload {w} could not be set up"))?;
-                println!("{}", line(&f, a.output)?);
+                print(&line(&f, a.output)?)?;
             }
         }
     }
@@ -131,10 +132,10 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
     // but cross-thread wake-ups (3–10% of their throughput on two cores).
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     if a.output == Output::Table {
-        println!(
+        print(&format!(
             "{:<20} {:<18} {:>6} {:>7} {:>7} {:>10} {:>9} {:>9} {:>12} {:>10} {:>10}  BACKEND",
             "E2E WORKLOAD", "SCHEDULER", "NODES", "PODS", "UNSCHED", "PODS/S", "P50 ms", "P99 ms", "CPU s/1000", "SCHED MB", "CLUSTER MB"
-        );
+        ))?;
     }
     for w in workloads {
         let o = berth_lab::bench_e2e::E2eOptions {
@@ -152,8 +153,8 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
         };
         let f = rt.block_on(berth_lab::bench_e2e::run(&o))?;
         match a.output {
-            Output::Json => println!("{}", serde_json::to_string(&f)?),
-            Output::Table => println!(
+            Output::Json => print(&serde_json::to_string(&f)?)?,
+            Output::Table => print(&format!(
                 "{:<20} {:<18} {:>6} {:>7} {:>7} {:>10.0} {:>9.1} {:>9.1} {:>12.2} {:>10.1} {:>10.1}  {}",
                 f.workload,
                 f.scheduler,
@@ -167,7 +168,7 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
                 f.scheduler_peak_rss_mb,
                 f.cluster_peak_rss_mb,
                 f.backend
-            ),
+            ))?,
         }
     }
     Ok(())
@@ -182,15 +183,15 @@ fn run_shadow(a: &BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("--pods: must be between 1 and 1000000");
     }
     if a.output == Output::Table {
-        println!("{:<20} {:>6} {:>8} {:>11} {:>8} {:>8} {:>8}  VERDICTS", "SHADOW", "NODES", "BINDINGS", "VERDICTS/S", "P50 ms", "P99 ms", "RSS MB");
+        print(&format!("{:<20} {:>6} {:>8} {:>11} {:>8} {:>8} {:>8}  VERDICTS", "SHADOW", "NODES", "BINDINGS", "VERDICTS/S", "P50 ms", "P99 ms", "RSS MB"))?;
     }
     for n in sizes {
         let f = berth_lab::bench_shadow::run(n, a.pods).ok_or_else(|| anyhow::anyhow!("the shadow benchmark's cluster could not be set up"))?;
         match a.output {
-            Output::Json => println!("{}", serde_json::to_string(&f)?),
+            Output::Json => print(&serde_json::to_string(&f)?)?,
             Output::Table => {
                 let counts: Vec<String> = f.counts.iter().map(|(v, c)| format!("{}={c}", v.as_str())).collect();
-                println!("{:<20} {:>6} {:>8} {:>11.0} {:>8.3} {:>8.3} {:>8.1}  {} (explained {})", "judge (round-robin)", f.nodes, f.verdicts, f.verdicts_per_second, f.p50_ms, f.p99_ms, f.peak_rss_mb, counts.join(" "), f.detailed);
+                print(&format!("{:<20} {:>6} {:>8} {:>11.0} {:>8.3} {:>8.3} {:>8.1}  {} (explained {})", "judge (round-robin)", f.nodes, f.verdicts, f.verdicts_per_second, f.p50_ms, f.p99_ms, f.peak_rss_mb, counts.join(" "), f.detailed))?;
             }
         }
     }

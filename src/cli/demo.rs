@@ -11,8 +11,8 @@ pub struct DemoArgs {
     /// Number of simulated nodes, spread over 3 zones (the third zone is tainted dedicated=batch:NoSchedule).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(6..=3000))]
     pub nodes: u32,
-    /// Seed for the scheduler's tie-breaking.
-    #[arg(long, default_value_t = 0x5eed)]
+    /// Seed for the scheduler's tie-breaking (decimal or 0x hex).
+    #[arg(long, default_value = "0x5eed", value_parser = super::offline::parse_seed)]
     pub seed: u64,
     /// Leave the cluster and the scheduler running after the summary (until Ctrl-C),
     /// printing the kubeconfig path and the metrics URL.
@@ -28,8 +28,7 @@ pub struct DemoArgs {
 
 /// Runs `berth demo`; an error (non-zero exit) when a placement violates a constraint.
 pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    super::logging::init(super::logging::Format::Text, super::logging::OFFLINE);
     tokio::runtime::Runtime::new()?.block_on(berth_lab::demo::run(berth_lab::demo::DemoOptions {
         nodes: a.nodes as usize,
         seed: a.seed,

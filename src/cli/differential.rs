@@ -40,8 +40,9 @@ pub struct DifferentialArgs {
     pub output: Output,
 }
 
-/// Runs one seed and prints its report.
-pub fn run(a: &DifferentialArgs) -> anyhow::Result<()> {
+/// Runs one seed; its report as text.
+pub fn run(a: &DifferentialArgs) -> anyhow::Result<String> {
+    use std::fmt::Write as _;
     let o = Options {
         kubeconfig: a.kubeconfig.clone(),
         seed: a.seed,
@@ -52,13 +53,15 @@ pub fn run(a: &DifferentialArgs) -> anyhow::Result<()> {
     };
     let rt = tokio::runtime::Runtime::new()?;
     let r = rt.block_on(differential::run(&o))?;
+    let mut out = String::new();
     match a.output {
-        Output::Json => println!("{}", serde_json::to_string(&r)?),
+        Output::Json => out.push_str(&serde_json::to_string(&r)?),
         Output::Table => {
-            println!("{}", r.line());
+            out.push_str(&r.line());
             for d in &r.disagreements {
-                println!(
-                    "  {} {}: bound to {} (total {:?}), berth picks {} (total {:?}); bound node's scores {}; berth's {}",
+                write!(
+                    out,
+                    "\n  {} {}: bound to {} (total {:?}), berth picks {} (total {:?}); bound node's scores {}; berth's {}",
                     d.verdict.as_str(),
                     d.pod,
                     d.bound_node,
@@ -67,12 +70,12 @@ pub fn run(a: &DifferentialArgs) -> anyhow::Result<()> {
                     d.berth.as_ref().and_then(|b| b.total),
                     serde_json::to_string(&d.bound.scores)?,
                     serde_json::to_string(&d.berth.as_ref().map(|b| &b.scores))?,
-                );
+                )?;
             }
             for p in r.pending.iter().filter(|p| !p.same_message) {
-                println!("  pending {}: {} says {:?}; berth says {:?}", p.pod, a.scheduler_name, p.message, p.berth_message.as_deref().unwrap_or("it would place it"));
+                write!(out, "\n  pending {}: {} says {:?}; berth says {:?}", p.pod, a.scheduler_name, p.message, p.berth_message.as_deref().unwrap_or("it would place it"))?;
             }
         }
     }
-    Ok(())
+    Ok(out)
 }

@@ -6,7 +6,9 @@ pub mod bench;
 pub mod demo;
 #[cfg(feature = "local")]
 pub mod differential;
+pub mod logging;
 pub mod offline;
+pub mod out;
 pub mod run;
 
 use clap::{Parser, Subcommand};

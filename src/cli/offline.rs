@@ -3,53 +3,67 @@
 //! which writes the dump they read.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
 
 use super::Output;
+use berth_daemon::connect::Connection;
 use berth_daemon::live::{self, Anonymizer};
 use berth_engine::config::Config;
-use berth_engine::offline::{Cluster, Engine, Explain, Simulation};
+use berth_engine::offline::{Cluster, Engine, Explain, Simulation, SkipReason, Skipped};
 
-/// Where the cluster comes from: a dump or an API server (one of them).
-#[derive(Debug, Args)]
-#[group(id = "source", multiple = false)]
-pub struct Source {
-    /// Multi-document YAML dump of the cluster (`berth dump` writes one):
-    /// Nodes, Pods, Namespaces, PriorityClasses, PodDisruptionBudgets,
-    /// workloads, storage and DRA objects.
-    #[arg(long, required_unless_present = "kubeconfig")]
-    pub cluster: Option<String>,
-    /// Read the cluster from this kubeconfig's API server instead of a dump
-    /// (one paginated list per kind, no watches; needs "list" on every kind).
-    #[arg(long)]
+/// How to reach an API server, as kubectl finds it: `--kubeconfig`, else
+/// `$KUBECONFIG`, else `~/.kube/config`, else the in-cluster service account.
+#[derive(Debug, Clone, Args)]
+pub struct Connect {
+    /// The kubeconfig of the cluster (default: $KUBECONFIG, else
+    /// ~/.kube/config, else the in-cluster service account, as kubectl).
+    #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<String>,
+    /// The kubeconfig context to use (its current context by default).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
 }
 
-/// Arguments shared by the offline commands.
+/// Arguments shared by `explain` and `simulate`.
 #[derive(Debug, Args)]
 pub struct Common {
-    /// The cluster.
+    /// A multi-document YAML dump of the cluster to read instead of an API
+    /// server (`-` reads standard input; `berth dump` writes one): Nodes,
+    /// Pods, Namespaces, PriorityClasses, PodDisruptionBudgets, workloads,
+    /// storage and DRA objects. Without it, the cluster of the kubeconfig is
+    /// read (one paginated list per kind, no watches; needs "list" on every kind).
+    #[arg(long, short = 'f', value_name = "FILE", conflicts_with_all = ["kubeconfig", "context"])]
+    pub cluster: Option<String>,
+    /// The API server, when no --cluster is given.
     #[command(flatten)]
-    pub source: Source,
-    /// The kubeconfig context to use with --kubeconfig (its current context by default).
-    #[arg(long, requires = "kubeconfig")]
-    pub context: Option<String>,
-    /// Objects per list page with --kubeconfig.
+    pub connect: Connect,
+    /// Objects per list page when reading an API server.
     #[arg(long, default_value_t = live::DEFAULT_PAGE)]
     pub chunk_size: u32,
-    /// A KubeSchedulerConfiguration (v1); upstream defaults when absent.
-    #[arg(long)]
+    /// A KubeSchedulerConfiguration (v1); without it, upstream's defaults,
+    /// whose one profile is default-scheduler (pending pods of other
+    /// schedulerNames are skipped, and named on stderr).
+    #[arg(long, value_name = "FILE")]
     pub config: Option<String>,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Output::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,
-    /// Seed for breaking ties between equally scored nodes.
-    #[arg(long, default_value_t = 0x5eed)]
+    /// Seed for breaking ties between equally scored nodes (decimal or 0x hex).
+    #[arg(long, default_value = "0x5eed", value_parser = parse_seed)]
     pub seed: u64,
+}
+
+/// A seed in decimal or `0x` hexadecimal.
+pub fn parse_seed(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s:?} is not a number (decimal or 0x hex): {e}"))
 }
 
 /// `berth explain`.
@@ -61,8 +75,11 @@ pub struct ExplainArgs {
     /// The pod, as namespace/name (or name, in "default"). A pending pod of
     /// another scheduler, or a bound pod, is explained as if it were
     /// pending for the first profile (a note on stderr says so).
-    #[arg(long)]
-    pub pod: String,
+    #[arg(value_name = "POD", required_unless_present = "pod_flag")]
+    pub pod: Option<String>,
+    /// The pod, as a flag (the same as the positional POD).
+    #[arg(long = "pod", id = "pod_flag", value_name = "POD", conflicts_with = "pod")]
+    pub pod_flag: Option<String>,
 }
 
 /// `berth simulate`.
@@ -73,19 +90,27 @@ pub struct SimulateArgs {
     pub common: Common,
 }
 
+/// The formats `berth dump` writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DumpFormat {
+    /// Multi-document YAML, the format explain and simulate read.
+    #[default]
+    Yaml,
+}
+
 /// `berth dump`.
 #[derive(Debug, Args)]
 pub struct DumpArgs {
-    /// kubeconfig of the cluster to dump.
-    #[arg(long)]
-    pub kubeconfig: String,
-    /// The kubeconfig context (its current context by default).
-    #[arg(long)]
-    pub context: Option<String>,
-    /// The file to write: whole, or not at all (it is written beside and
-    /// renamed at the end).
-    #[arg(short = 'o', long = "output")]
-    pub output: PathBuf,
+    /// The cluster to dump.
+    #[command(flatten)]
+    pub connect: Connect,
+    /// The file to write, whole or not at all (it is written beside and
+    /// renamed at the end); `-` or absent: standard output.
+    #[arg(long, short = 'f', value_name = "FILE", default_value = "-")]
+    pub file: String,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = DumpFormat::Yaml)]
+    pub output: DumpFormat,
     /// Hash names, namespaces, uids, label keys and values, annotations,
     /// images and every other identifying value with a random per-dump key,
     /// keeping every scheduling decision (references are rewritten alike;
@@ -94,7 +119,7 @@ pub struct DumpArgs {
     pub anonymize: bool,
     /// With --anonymize: write the mapping (original -> anonymized, JSON) to
     /// this file, to read results on the dump back. Keep it private.
-    #[arg(long, requires = "anonymize")]
+    #[arg(long, requires = "anonymize", value_name = "FILE")]
     pub anonymize_map: Option<PathBuf>,
     /// Objects per list page.
     #[arg(long, default_value_t = live::DEFAULT_PAGE)]
@@ -105,26 +130,53 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
-/// A kube client for `path` (and `context`).
-async fn client(path: &str, context: Option<&str>) -> anyhow::Result<kube::Client> {
-    Ok(berth_daemon::connect::client(Some(path), context).await?)
+/// A connection as kubectl would make it.
+async fn connect(c: &Connect) -> anyhow::Result<Connection> {
+    Ok(berth_daemon::connect::connect(c.kubeconfig.as_deref(), c.context.as_deref()).await?)
 }
 
-/// Loads the cluster from the dump or, with --kubeconfig, from the API server.
-fn load_cluster(c: &Common) -> anyhow::Result<Cluster> {
-    match (&c.source.kubeconfig, &c.source.cluster) {
-        (Some(kc), _) => {
-            let listing = runtime()?.block_on(async {
-                let client = client(kc, c.context.as_deref()).await?;
-                anyhow::Ok(live::list_for_scheduler(&client, c.chunk_size).await?)
-            })?;
-            for n in &listing.notes {
-                eprintln!("note: {n}");
-            }
-            Ok(Cluster::from_documents(listing.objects, &format!("the API server of {kc}"))?)
+/// A listing error, with the server and the kubeconfig it came from when
+/// the server did not answer (once, with the innermost cause).
+fn live_error(e: live::Error, conn: &Connection) -> anyhow::Error {
+    match e {
+        live::Error::Unreachable { resource, error } => {
+            anyhow::anyhow!("cannot list {resource}: the API server did not answer: {}: {}", conn.describe(), innermost(&error))
         }
-        (None, Some(path)) => Ok(Cluster::load(path)?),
-        (None, None) => anyhow::bail!("one of --cluster or --kubeconfig is required"),
+        other => other.into(),
+    }
+}
+
+/// The innermost cause of `e` (kube's connection errors nest four deep,
+/// each repeating the next): "Connection refused (os error 111)".
+pub fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+/// Loads the cluster from the dump (`-`: standard input) or from the API server.
+fn load_cluster(c: &Common) -> anyhow::Result<Cluster> {
+    match c.cluster.as_deref() {
+        Some("-") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut text).context("reading the dump from standard input")?;
+            Ok(Cluster::parse(&text, "<stdin>")?)
+        }
+        Some(path) => Ok(Cluster::load(path)?),
+        None => {
+            let listing = runtime()?.block_on(async {
+                let conn = connect(&c.connect).await?;
+                let listing = live::list_for_scheduler(&conn.client, c.chunk_size).await.map_err(|e| live_error(e, &conn))?;
+                anyhow::Ok((listing, conn.describe()))
+            })?;
+            let (listing, source) = listing;
+            for n in &listing.notes {
+                tracing::debug!("{n}");
+            }
+            Ok(Cluster::from_documents(listing.objects, &format!("the API server {source}"))?)
+        }
     }
 }
 
@@ -139,7 +191,38 @@ fn engine(c: &Common, config: &Config, cluster: Cluster) -> Engine {
     for w in &cluster.warnings {
         eprintln!("warning: {w}");
     }
-    Engine::new(config, cluster, c.seed)
+    let e = Engine::new(config, cluster, c.seed);
+    note_skipped(c, config, &e.skipped);
+    e
+}
+
+/// One note per reason on stderr for the pods left out: another
+/// scheduler's (naming it, and what --config would take them), being
+/// deleted, finished.
+fn note_skipped(c: &Common, config: &Config, skipped: &[Skipped]) {
+    let profiles = config.profile_names();
+    let mut by_reason: Vec<(&SkipReason, Vec<String>)> = Vec::new();
+    for s in skipped {
+        match by_reason.iter_mut().find(|(r, _)| *r == &s.reason) {
+            Some((_, pods)) => pods.push(s.pod.clone()),
+            None => by_reason.push((&s.reason, vec![s.pod.clone()])),
+        }
+    }
+    for (reason, pods) in by_reason {
+        let n = pods.len();
+        let pl = if n == 1 { "pod" } else { "pods" };
+        let why = match reason {
+            SkipReason::OtherScheduler(name) => {
+                let have = match &c.config {
+                    Some(path) => format!("--config {path} has profiles {}", profiles.join(", ")),
+                    None => format!("no --config: the default configuration's one profile is {}", profiles.join(", ")),
+                };
+                format!("schedulerName {name:?} names no profile ({have}); give --config with a profile named {name:?} to include them")
+            }
+            other => other.to_string(),
+        };
+        eprintln!("note: {n} unbound {pl} skipped: {why}: {}", berth_engine::offline::name_list(&pods));
+    }
 }
 
 /// Makes `key` explainable when it is not pending for one of `profiles`: a
@@ -175,11 +258,16 @@ pub fn adopt(cluster: &mut Cluster, key: &str, profiles: &[String]) -> Option<St
 pub fn explain(a: &ExplainArgs) -> anyhow::Result<String> {
     let config = config(&a.common)?;
     let mut cluster = load_cluster(&a.common)?;
-    let key = if a.pod.contains('/') { a.pod.clone() } else { format!("default/{}", a.pod) };
+    let pod = a.pod.as_deref().or(a.pod_flag.as_deref()).unwrap_or_default();
+    let key = if pod.contains('/') { pod.to_string() } else { format!("default/{pod}") };
     if let Some(note) = adopt(&mut cluster, &key, &config.profile_names()) {
         eprintln!("note: {note}");
     }
-    let e = engine(&a.common, &config, cluster);
+    for w in &cluster.warnings {
+        eprintln!("warning: {w}");
+    }
+    // Only the pod asked about matters here: no notes about the others.
+    let e = Engine::new(&config, cluster, a.common.seed);
     let x = e.explain(&key)?;
     Ok(match a.common.output {
         Output::Json => serde_json::to_string_pretty(&x)?,
@@ -199,15 +287,27 @@ pub fn simulate(a: &SimulateArgs) -> anyhow::Result<String> {
     })
 }
 
-/// Runs `berth dump`: a summary goes to stderr.
+/// Runs `berth dump`: the dump to the file (or standard output), a summary to stderr.
 pub fn dump(a: &DumpArgs) -> anyhow::Result<()> {
+    let DumpFormat::Yaml = a.output;
     let mut anonymizer = if a.anonymize { Some(Anonymizer::random()?) } else { None };
+    let to_stdout = a.file == "-";
     let summary = runtime()?.block_on(async {
-        let client = client(&a.kubeconfig, a.context.as_deref()).await?;
-        anyhow::Ok(live::dump(&client, &a.output, a.chunk_size, anonymizer.as_mut()).await?)
+        let conn = connect(&a.connect).await?;
+        let r = if to_stdout {
+            let mut o = std::io::stdout().lock();
+            let r = live::dump_to(&conn.client, live::DumpTo::Writer { name: "standard output", writer: &mut o }, a.chunk_size, anonymizer.as_mut()).await;
+            match r {
+                Err(live::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => return Err(anyhow::Error::new(super::out::Closed)),
+                r => r,
+            }
+        } else {
+            live::dump(&conn.client, Path::new(&a.file), a.chunk_size, anonymizer.as_mut()).await
+        };
+        anyhow::Ok(r.map_err(|e| live_error(e, &conn))?)
     })?;
     for n in &summary.notes {
-        eprintln!("note: {n}");
+        tracing::debug!("{n}");
     }
     if let (Some(path), Some(an)) = (&a.anonymize_map, &anonymizer) {
         let text = serde_json::to_string_pretty(an.mapping())?;
@@ -215,7 +315,8 @@ pub fn dump(a: &DumpArgs) -> anyhow::Result<()> {
     }
     let total: usize = summary.counts.iter().map(|(_, n)| n).sum();
     let kinds: Vec<String> = summary.counts.iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{n} {k}")).collect();
-    eprintln!("wrote {total} objects to {}{}: {}", a.output.display(), if a.anonymize { " (anonymized)" } else { "" }, kinds.join(", "));
+    let dest = if to_stdout { "standard output".to_string() } else { a.file.clone() };
+    eprintln!("wrote {total} objects to {dest}{}: {}", if a.anonymize { " (anonymized)" } else { "" }, kinds.join(", "));
     Ok(())
 }
 
@@ -298,5 +399,8 @@ pub fn simulate_table(sim: &Simulation) -> String {
     }
     let placed = sim.placements.iter().filter(|p| p.node.is_some()).count();
     let _ = writeln!(s, "\n{placed}/{} pods placed", sim.placements.len());
+    if !sim.skipped.is_empty() {
+        let _ = writeln!(s, "{} unbound pods skipped (named on stderr)", sim.skipped.len());
+    }
     s
 }

@@ -9,15 +9,7 @@ use berth_engine::config::Config;
 use berth_daemon::admin::AdminOptions;
 use berth_daemon::{self as daemon, shutdown_signal, Options};
 
-/// Log format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+use super::logging::{self, Format as LogFormat};
 
 /// `berth run`.
 #[derive(Debug, Args)]
@@ -27,11 +19,16 @@ pub struct RunArgs {
     /// another scheduler by default.
     #[arg(long, env = "BERTH_CONFIG")]
     pub config: Option<String>,
-    /// kubeconfig to reach the API server; in-cluster configuration when absent
-    /// (then clientConnection.kubeconfig, then the usual kubeconfig lookup).
-    #[arg(long, env = "KUBECONFIG")]
+    /// kubeconfig to reach the API server (default: the configuration's
+    /// clientConnection.kubeconfig, else $KUBECONFIG, else ~/.kube/config,
+    /// else the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<String>,
-    /// Address of the secure (HTTPS) port: /metrics, /healthz, /livez, /readyz, /debug/explain.
+    /// The kubeconfig context to use (its current context by default).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Address of the secure (HTTPS) port: /metrics, /healthz, /livez,
+    /// /readyz, /debug/explain, /debug/shadow.
     #[arg(long, default_value = "0.0.0.0:10259")]
     pub bind_address: SocketAddr,
     /// PEM certificate (chain) of the secure port; a self-signed certificate when absent.
@@ -57,19 +54,9 @@ pub struct RunArgs {
     pub shadow: bool,
 }
 
-/// Initializes logging (RUST_LOG filters; info by default).
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => b.json().try_init(),
-        LogFormat::Text => b.try_init(),
-    };
-}
-
 /// Runs the daemon until SIGTERM or Ctrl-C (a second one aborts).
 pub async fn run(a: &RunArgs) -> anyhow::Result<()> {
-    init_logging(a.log_format);
+    logging::init(a.log_format, logging::DAEMON);
     let Some(path) = a.config.as_deref() else {
         anyhow::bail!(
             "no --config given: berth run needs a KubeSchedulerConfiguration file (apiVersion: kubescheduler.config.k8s.io/v1, kind: KubeSchedulerConfiguration) whose profiles name the schedulerName berth serves; without one it would take every default-scheduler pod and race the cluster's own scheduler"
@@ -77,7 +64,9 @@ pub async fn run(a: &RunArgs) -> anyhow::Result<()> {
     };
     let config = Config::load_for_scheduler(path)?;
     let kubeconfig = a.kubeconfig.clone().or_else(|| config.raw.client_connection.kubeconfig.clone()).filter(|s| !s.is_empty());
-    let client = daemon::connect::client(kubeconfig.as_deref(), None).await?;
+    let conn = daemon::connect::connect(kubeconfig.as_deref(), a.context.as_deref()).await?;
+    tracing::info!(server = %conn.server, from = %conn.origin, context = conn.context.as_deref().unwrap_or(""), "API server");
+    let client = conn.client;
     let admin = AdminOptions {
         tls_cert_file: a.tls_cert_file.clone(),
         tls_private_key_file: a.tls_private_key_file.clone(),

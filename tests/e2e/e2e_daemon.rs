@@ -463,6 +463,36 @@ async fn bad_objects_get_clear_reasons_others_schedule() {
     .await;
 }
 
+// 7b. A second replica on the same Lease waits, and says so: whom it waits
+// for in /readyz?verbose and berth_leader_election_waiting (the log line is
+// written once per holder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_waiting_on_a_lease_names_the_holder() {
+    deadline(60, async {
+        let c = cluster(3, 3, "2", 110, FaultConfig::default()).await;
+        let cfg = config_short_lease("");
+        let a = start_daemon(&c, &cfg, "replica-a").await;
+        until_leading(&a, 20).await;
+        let b = start_daemon(&c, &cfg, "replica-b").await;
+        let waiting = eventually(20, "replica-b waiting in /readyz?verbose", || async {
+            let (_, body) = http_get(b.admin_addr, "/readyz?verbose").await;
+            body.contains("leaderElection waiting").then_some(body)
+        })
+        .await;
+        assert!(waiting.contains(r#"[+]leaderElection waiting: the Lease kube-system/berth is held by "replica-a""#), "{waiting}");
+        let (_, leader) = http_get(a.admin_addr, "/readyz?verbose").await;
+        assert!(leader.contains("[+]leaderElection leading"), "{leader}");
+        let (_, text) = http_get(b.admin_addr, "/metrics").await;
+        assert!(text.contains("berth_leader_election_waiting 1"), "{text}");
+        let (_, text) = http_get(a.admin_addr, "/metrics").await;
+        assert!(text.contains("berth_leader_election_waiting 0"), "{text}");
+        a.shutdown().await;
+        b.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
 // 8. The admin listener and shutdown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_endpoints_and_shutdown_releases_the_lease() {

@@ -128,14 +128,31 @@ async fn live_explain_and_simulate_match_the_dump_and_the_anonymized_dump() {
         assert!(reasons.contains("Insufficient cpu") || reasons.contains("taint"), "{n}");
     }
     assert!(x["selected"].is_null());
-    // A kind the local cluster does not serve (scheduler-plugins' PodGroup CRD) is skipped with a note.
-    assert!(err.contains("note: podgroups.scheduling.x-k8s.io (scheduling.x-k8s.io/v1alpha1) is not served by this API server: skipped"), "{err}");
+    // A kind the local cluster does not serve (scheduler-plugins' PodGroup
+    // CRD) is skipped; the note is a debug log line, not printed every run.
+    assert!(!err.contains("podgroups.scheduling.x-k8s.io"), "{err}");
 
     // The dump, then the same commands on it: the same output.
-    let (ok, _, err) = berth(args(&["dump", "--kubeconfig", &kc, "--chunk-size", "3", "-o", &s(&dump)])).await;
+    let (ok, _, err) = berth(args(&["dump", "--kubeconfig", &kc, "--chunk-size", "3", "-f", &s(&dump)])).await;
     assert!(ok, "{err}");
     assert!(err.contains("wrote ") && err.contains(" pods"), "{err}");
     let text = std::fs::read_to_string(&dump).expect("dump written");
+    // Without -f, the same dump on standard output.
+    let (ok, stdout_dump, err) = berth(args(&["dump", "--kubeconfig", &kc])).await;
+    assert!(ok && err.contains("to standard output"), "{err}");
+    assert_eq!(stdout_dump, text, "dump to stdout and dump -f write the same");
+    // A reader that goes away: quiet, 141, no partial file anywhere.
+    let kc2 = kc.clone();
+    let (code, err) = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_berth")).args(["dump", "--kubeconfig", &kc2]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("berth runs");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("berth ends");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+    .await
+    .expect("berth's thread");
+    assert_eq!(code, Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
     assert!(!text.contains("managedFields"));
     for kind in ["kind: Node", "kind: Pod", "kind: Namespace", "kind: PriorityClass", "kind: Service", "apiVersion: scheduling.k8s.io/v1"] {
         assert!(text.contains(kind), "{kind} missing from the dump");
@@ -160,6 +177,9 @@ async fn live_explain_and_simulate_match_the_dump_and_the_anonymized_dump() {
     assert!(placements["shop/huge"]["node"].is_null());
     assert_eq!(placements["shop/urgent"]["victims"], json!(["shop/low-1"]), "{live_sim}");
     assert!(!placements.contains_key("shop/other"), "another scheduler's pod is not simulated");
+    // ... and it is named, with the reason, not left out without a word.
+    assert!(e1.contains(r#"skipped: schedulerName "other-scheduler" names no profile"#) && e1.contains("shop/other"), "{e1}");
+    assert!(live_sim.contains("\"skipped\"") && live_sim.contains("other-scheduler"), "{live_sim}");
     for p in ["shop/web-1", "shop/web-2"] {
         let n = placements[p]["node"].as_str().unwrap_or("");
         assert!(n == "node-0" || n == "node-1", "{p} on {n:?}: {live_sim}");
@@ -180,7 +200,7 @@ async fn live_explain_and_simulate_match_the_dump_and_the_anonymized_dump() {
     // The anonymized dump: nothing readable of the names, the same decisions under the mapping.
     let anon = dir.join("anon.yaml");
     let map_file = dir.join("map.json");
-    let (ok, _, err) = berth(args(&["dump", "--kubeconfig", &kc, "-o", &s(&anon), "--anonymize", "--anonymize-map", &s(&map_file)])).await;
+    let (ok, _, err) = berth(args(&["dump", "--kubeconfig", &kc, "-f", &s(&anon), "--anonymize", "--anonymize-map", &s(&map_file)])).await;
     assert!(ok, "{err}");
     let text = std::fs::read_to_string(&anon).expect("anonymized dump");
     for word in ["shop", "web-1", "huge", "node-1", "payments", "dedicated", "nginx", "zone-"] {
@@ -243,13 +263,13 @@ async fn a_dump_cut_short_leaves_no_file_and_a_forbidden_kind_is_named() {
     // The server goes away after the core and apps lists: every storage.k8s.io list is reset.
     proxy.set_rules(vec![Rule::new(None, "/apis/storage.k8s.io/", Fault::ResetBefore, 1.0)]);
     let out = dir.join("cluster.yaml");
-    let (ok, _, err) = berth(args(&["dump", "--kubeconfig", &kc, "-o", &s(&out)])).await;
+    let (ok, _, err) = berth(args(&["dump", "--kubeconfig", &kc, "-f", &s(&out)])).await;
     assert!(!ok);
     assert!(err.contains("cannot list storageclasses.storage.k8s.io: the API server did not answer"), "{err}");
     assert!(!out.exists(), "a partial dump was left behind");
     // An earlier dump at the same path stays as it was.
     std::fs::write(&out, "earlier dump\n").expect("earlier dump");
-    let (ok, _, _) = berth(args(&["dump", "--kubeconfig", &kc, "-o", &s(&out), "--anonymize"])).await;
+    let (ok, _, _) = berth(args(&["dump", "--kubeconfig", &kc, "-f", &s(&out), "--anonymize"])).await;
     assert!(!ok);
     assert_eq!(std::fs::read_to_string(&out).expect("still there"), "earlier dump\n");
     let left: Vec<String> = std::fs::read_dir(&dir).expect("dir").filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
@@ -265,12 +285,12 @@ async fn a_dump_cut_short_leaves_no_file_and_a_forbidden_kind_is_named() {
         assert!(err.contains(r#"cannot list resourceslices.resource.k8s.io: forbidden (needs "list" on resourceslices in API group "resource.k8s.io")"#), "{err}");
         assert!(err.lines().count() <= 3, "one clear error, not a stack: {err}");
     }
-    let (ok, _, err) = berth(args(&["dump", "--kubeconfig", &kc, "-o", &s(&out)])).await;
+    let (ok, _, err) = berth(args(&["dump", "--kubeconfig", &kc, "-f", &s(&out)])).await;
     assert!(!ok && err.contains("forbidden (needs \"list\" on resourceslices"), "{err}");
 
     // Without faults the same proxy serves a whole dump.
     proxy.set_rules(vec![]);
-    let (ok, _, err) = berth(args(&["dump", "--kubeconfig", &kc, "-o", &s(&out)])).await;
+    let (ok, _, err) = berth(args(&["dump", "--kubeconfig", &kc, "-f", &s(&out)])).await;
     assert!(ok, "{err}");
     assert!(std::fs::read_to_string(&out).expect("dump").contains("kind: Node"));
     let _ = std::fs::remove_dir_all(&dir);

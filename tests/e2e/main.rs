@@ -2,6 +2,7 @@
 //! tokio again, so areas are modules here rather than files of their own).
 //!
 //! - `cli`: the offline commands from the outside;
+//! - `docs_commands`: every shell command of README.md and docs/ run (or skipped by a stated rule), every flag documented;
 //! - `conformance`: the shared cases that pin decisions to upstream's;
 //! - `e2e_*`, `default_spreading`, `gangs`: the daemon over HTTP against the local cluster
 //!   (`e2e_recovery`: outages between them; `e2e_shadow`: `--shadow` judging another binder);
@@ -29,6 +30,7 @@ use berth_cluster::testing as cluster_support;
 mod data_dir;
 mod conformance;
 mod default_spreading;
+mod docs_commands;
 mod dra;
 mod e2e_daemon;
 mod e2e_recovery;

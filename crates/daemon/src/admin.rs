@@ -571,6 +571,7 @@ async fn readyz(State(s): State<AppState>, Query(q): Query<HashMap<String, Strin
     if q.contains_key("verbose") {
         let mut lines = watches.verbose();
         lines.push(if caches { "[+]caches synced".into() } else { "[-]caches not synced: the first lists are not applied yet".into() });
+        lines.push(s.health.lease.readyz_line());
         lines.push(if ok { "readyz check passed".into() } else { "readyz check failed".into() });
         return (code, lines.join("\n") + "\n").into_response();
     }
@@ -586,6 +587,7 @@ async fn readyz(State(s): State<AppState>, Query(q): Query<HashMap<String, Strin
 
 async fn metrics(State(s): State<AppState>) -> Response {
     s.health.watches.export(&s.metrics.watch_state);
+    s.metrics.leader_waiting.set(i64::from(s.health.lease.waiting()));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics.render()).into_response()
 }
 

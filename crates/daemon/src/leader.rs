@@ -55,6 +55,26 @@ struct LeaseInner {
     renew_deadline: Duration,
     lease_duration: Duration,
     gate: tokio::sync::RwLock<()>,
+    /// What the election last saw, for /readyz?verbose and the metrics.
+    seen: std::sync::Mutex<Seen>,
+}
+
+/// What the election last saw of the Lease.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Seen {
+    /// No attempt has been answered yet (or election is off).
+    #[default]
+    Unknown,
+    /// This replica holds the Lease.
+    Leading,
+    /// Another identity holds the Lease; this replica schedules nothing
+    /// until it is released or expires.
+    Waiting {
+        /// `namespace/name` of the Lease.
+        lease: String,
+        /// The identity holding it.
+        holder: String,
+    },
 }
 
 /// This replica's view of its leadership, shared by the election, the
@@ -79,6 +99,7 @@ impl Lease {
                 renew_deadline,
                 lease_duration,
                 gate: tokio::sync::RwLock::new(()),
+                seen: std::sync::Mutex::new(Seen::Unknown),
             }),
         }
     }
@@ -119,6 +140,42 @@ impl Lease {
         tokio::time::timeout(timeout, self.inner.gate.write()).await.is_ok()
     }
 
+    /// What the election last saw of the Lease.
+    pub fn seen(&self) -> Seen {
+        self.inner.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Records what the election saw; true when it changed.
+    fn set_seen(&self, now: Seen) -> bool {
+        match self.inner.seen.lock() {
+            Ok(mut s) if *s != now => {
+                *s = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The leader-election line of `/readyz?verbose`. A replica waiting for
+    /// another's Lease is ready (it takes over as soon as it may), but says
+    /// whom it waits for.
+    pub fn readyz_line(&self) -> String {
+        if !self.inner.elect {
+            return "[+]leaderElection off: this replica schedules".into();
+        }
+        match self.seen() {
+            Seen::Unknown => "[+]leaderElection starting: the Lease has not been read yet".into(),
+            Seen::Leading => "[+]leaderElection leading: this replica holds the Lease and schedules".into(),
+            Seen::Waiting { lease, holder } => format!("[+]leaderElection waiting: the Lease {lease} is held by {holder:?}; this replica schedules nothing until it is released or expires"),
+        }
+    }
+
+    /// 1 while another identity holds the Lease and this replica waits for
+    /// it (berth_leader_election_waiting).
+    pub fn waiting(&self) -> bool {
+        matches!(self.seen(), Seen::Waiting { .. })
+    }
+
     /// Upstream's leader-election health check: failing when this replica
     /// believes it leads but has not renewed within leaseDuration + `tolerance`.
     pub fn check(&self, tolerance: Duration) -> Result<(), String> {
@@ -138,6 +195,8 @@ impl Lease {
 struct Observed {
     record: Option<(Option<String>, Option<String>)>,
     at: Option<Instant>,
+    /// Another identity holding the Lease at the last read.
+    holder: Option<String>,
 }
 
 fn now_micro() -> meta::MicroTime {
@@ -156,7 +215,8 @@ fn spec_for(cfg: &LeaderConfig, prev: Option<&coord::LeaseSpec>, taking_over: bo
     }
 }
 
-/// One attempt to acquire or renew. Ok(true): we hold the lease now.
+/// One attempt to acquire or renew. Ok(true): we hold the lease now;
+/// Ok(false): another identity does (`obs.holder` names it).
 async fn try_acquire_or_renew(api: &Api<coord::Lease>, cfg: &LeaderConfig, obs: &mut Observed) -> Result<bool, kube::Error> {
     let current = match api.get_opt(&cfg.name).await? {
         Some(l) => l,
@@ -180,6 +240,7 @@ async fn try_acquire_or_renew(api: &Api<coord::Lease>, cfg: &LeaderConfig, obs: 
         obs.at = Some(Instant::now());
     }
     let mine = holder.as_deref() == Some(cfg.identity.as_str());
+    obs.holder = holder.clone().filter(|_| !mine);
     if !mine && holder.is_some() {
         let duration = spec.lease_duration_seconds.map(|s| Duration::from_secs(s.max(1) as u64)).unwrap_or(cfg.lease_duration);
         let unchanged_for = obs.at.map(|t| t.elapsed()).unwrap_or_default();
@@ -222,6 +283,20 @@ pub async fn run(client: kube::Client, cfg: LeaderConfig, lease: Lease, leading:
             tracing::warn!(error = %e, "lease update failed");
         }
         let was = *leading.borrow();
+        let name = format!("{}/{}", cfg.namespace, cfg.name);
+        match (&attempt, &obs.holder) {
+            (Ok(Ok(true)), _) => {
+                lease.set_seen(Seen::Leading);
+            }
+            (Ok(Ok(false)), Some(holder)) => {
+                let waiting = Seen::Waiting { lease: name.clone(), holder: holder.clone() };
+                if lease.set_seen(waiting) {
+                    // Once per holder, not once per retry.
+                    tracing::info!(lease = %name, holder = %holder, identity = %cfg.identity, "waiting for the Lease: another identity holds it; this replica schedules nothing until it is released or expires (a second scheduler with other profiles needs its own leaderElection.resourceName)");
+                }
+            }
+            _ => {}
+        }
         if ok {
             last_renew = Some(Instant::now());
             lease.renewed();
@@ -291,5 +366,19 @@ mod tests {
         assert!(l.check(Duration::ZERO).is_ok(), "stepped down: healthy");
         // Without election this replica always writes.
         assert!(Lease::new(false, Duration::ZERO, Duration::ZERO).may_write());
+    }
+
+    #[test]
+    fn a_waiting_replica_says_whom_it_waits_for_once() {
+        let l = Lease::new(true, Duration::from_secs(10), Duration::from_secs(15));
+        assert!(l.readyz_line().contains("starting") && !l.waiting());
+        let w = Seen::Waiting { lease: "kube-system/berth".into(), holder: "replica-a".into() };
+        assert!(l.set_seen(w.clone()), "a change");
+        assert!(!l.set_seen(w), "the same holder again is no change (no second log line)");
+        assert!(l.waiting());
+        assert_eq!(l.readyz_line(), r#"[+]leaderElection waiting: the Lease kube-system/berth is held by "replica-a"; this replica schedules nothing until it is released or expires"#);
+        assert!(l.set_seen(Seen::Leading));
+        assert!(!l.waiting() && l.readyz_line().contains("leading"));
+        assert!(Lease::new(false, Duration::ZERO, Duration::ZERO).readyz_line().contains("off"));
     }
 }

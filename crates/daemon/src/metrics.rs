@@ -1,6 +1,6 @@
 //! Prometheus metrics with upstream kube-scheduler's names, types and labels.
 
-use prometheus::{Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 /// All of berth's metrics, registered in one registry.
 #[derive(Clone)]
@@ -45,6 +45,9 @@ pub struct Metrics {
     /// berth_shadow_pending_pods{profile, view}: shadow mode's view of the
     /// pods the other scheduler leaves Pending (placeable, unplaceable).
     pub shadow_pending: IntGaugeVec,
+    /// berth_leader_election_waiting: 1 while another identity holds the
+    /// Lease and this replica waits for it (set at scrape time).
+    pub leader_waiting: IntGauge,
 }
 
 fn exp(start: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -72,6 +75,7 @@ impl Metrics {
             dra_allocation_attempts: IntCounterVec::new(Opts::new("berth_dra_allocation_attempts_total", "ResourceClaim allocations written by PreBind, by result. 'allocated': the claim's allocation and the pod's reservation were written (or found written); 'reserved': the claim was allocated already and the pod was added to reservedFor; 'error': PreBind failed (allocated elsewhere, deleted, refused); 'pod_gone' and 'not_leader': given up."), &["result"])?,
             dra_allocation_duration: HistogramVec::new(HistogramOpts::new("berth_dra_allocation_duration_seconds", "Duration of the ResourceClaim writes of PreBind for one claim (finalizer, allocation and reservation, read-backs), by result.").buckets(exp(0.001, 2.0, 15)), &["result"])?,
             shadow_pending: IntGaugeVec::new(Opts::new("berth_shadow_pending_pods", "Shadow mode: pods of a judged profile that the other scheduler leaves Pending (pending 10 s or more), by berth's view: 'placeable' means berth would place the pod, 'unplaceable' that berth cannot place it either (preemption aside)."), &["profile", "view"])?,
+            leader_waiting: IntGauge::new("berth_leader_election_waiting", "1 while another identity holds the leader-election Lease and this replica waits for it (schedules nothing); 0 while it leads, before the Lease is read, or without leader election.")?,
             registry,
         };
         m.registry.register(Box::new(m.schedule_attempts.clone()))?;
@@ -90,6 +94,7 @@ impl Metrics {
         m.registry.register(Box::new(m.dra_allocation_attempts.clone()))?;
         m.registry.register(Box::new(m.dra_allocation_duration.clone()))?;
         m.registry.register(Box::new(m.shadow_pending.clone()))?;
+        m.registry.register(Box::new(m.leader_waiting.clone()))?;
         for q in ["active", "backoff", "unschedulable", "gated"] {
             m.pending_pods.with_label_values(&[q]).set(0);
         }

@@ -722,7 +722,7 @@ enum Link {
     /// Listed, or watching.
     Up,
     /// Failing.
-    Down { since: Instant, attempts: u32, error: String },
+    Down { since: Instant, attempts: u32, error: String, retry_in: Duration },
     /// 404 for an optional kind.
     NotServed { since: Instant },
 }
@@ -761,7 +761,7 @@ impl Entry {
             Link::New => WatchState::Starting,
             Link::Up if self.applied >= self.wanted => WatchState::Synced,
             Link::Up => WatchState::Starting,
-            Link::Down { since, attempts, error } => WatchState::Retrying { since: *since, attempts: *attempts, error: error.clone() },
+            Link::Down { since, attempts, error, .. } => WatchState::Retrying { since: *since, attempts: *attempts, error: error.clone() },
             Link::NotServed { since } => WatchState::NotServed { since: *since },
         }
     }
@@ -933,14 +933,16 @@ impl WatchHealth {
         });
     }
 
-    fn failed(&self, kind: &'static str, error: &Error) {
+    /// The list or watch failed; the next attempt is in `retry_in`.
+    fn failed(&self, kind: &'static str, error: &Error, retry_in: Duration) {
         let error = error.to_string();
         self.update(kind, |e| match &mut e.link {
-            Link::Down { attempts, error: last, .. } => {
+            Link::Down { attempts, error: last, retry_in: next, .. } => {
                 *attempts += 1;
                 *last = error;
+                *next = retry_in;
             }
-            _ => e.link = Link::Down { since: Instant::now(), attempts: 1, error },
+            _ => e.link = Link::Down { since: Instant::now(), attempts: 1, error, retry_in },
         });
     }
 
@@ -960,12 +962,16 @@ impl WatchHealth {
     /// Applies `f` to the kind's entry and logs the change of state, if any:
     /// one line per change, never one per retry.
     fn update(&self, kind: &'static str, f: impl FnOnce(&mut Entry)) {
-        let (before, after, need, feature_was, recheck) = {
+        let (before, after, need, feature_was, recheck, retry_in) = {
             let mut kinds = self.lock();
             let e = kinds.entry(kind).or_insert_with(|| Entry::new(Need::Required));
             let before = e.state();
             f(e);
             let after = e.state();
+            let retry_in = match &e.link {
+                Link::Down { retry_in, .. } => *retry_in,
+                _ => Duration::ZERO,
+            };
             if after != WatchState::Starting {
                 e.settled = true;
             }
@@ -987,13 +993,15 @@ impl WatchHealth {
                     feature_was = said;
                 }
             }
-            (before, after, need, feature_was, recheck)
+            (before, after, need, feature_was, recheck, retry_in)
         };
         if before.name() == after.name() {
             return;
         }
         match (&before, &after, need) {
-            (_, WatchState::Retrying { error, .. }, _) => tracing::warn!(kind, %error, "watch failing; retrying with backoff (no further warning until it recovers)"),
+            (_, WatchState::Retrying { error, .. }, _) => {
+                tracing::warn!(kind, %error, retry_in = %format!("{:.1}s", retry_in.as_secs_f64()), "watch failing; retrying with backoff (no further line until it recovers)")
+            }
             (WatchState::Retrying { since, attempts, .. }, WatchState::Synced, _) => {
                 tracing::info!(kind, down_for_s = %format!("{:.1}", since.elapsed().as_secs_f64()), attempts, "watch recovered");
             }
@@ -1191,14 +1199,14 @@ where
                     }
                     Phase::List
                 } else {
-                    health.failed(kind, &e);
+                    let delay = backoff.next().unwrap_or(timing.backoff_max);
+                    health.failed(kind, &e, delay);
                     if health.needs_stand_in(kind) {
                         health.relist_sent(kind, false);
                         if tx.send(wrap(Change::Relist(Vec::new()))).await.is_err() {
                             return;
                         }
                     }
-                    let delay = backoff.next().unwrap_or(timing.backoff_max);
                     tracing::debug!(kind, error = %e, delay_ms = delay.as_millis() as u64, "watch retry");
                     if !pause(&mut stop, delay).await {
                         return;
@@ -1449,8 +1457,8 @@ mod tests {
         ]);
         // An outage: the failing watch holds readiness back, with its error.
         let refused = Error::Api(kube::Error::Service("connection refused".into()));
-        h.failed(NODES, &refused);
-        h.failed(NODES, &refused);
+        h.failed(NODES, &refused, Duration::from_millis(200));
+        h.failed(NODES, &refused, Duration::from_millis(200));
         assert!(!h.ready());
         let p = h.problems();
         assert_eq!(p.len(), 1);
@@ -1460,7 +1468,7 @@ mod tests {
         h.connected(NODES);
         assert!(h.ready());
         // A relist after an outage counts only once the loop applied it.
-        h.failed(PODS, &refused);
+        h.failed(PODS, &refused, Duration::from_millis(200));
         h.relist_sent(PODS, true);
         assert_eq!(h.state(PODS), Some(WatchState::Starting));
         assert!(!h.ready());

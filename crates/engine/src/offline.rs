@@ -25,7 +25,7 @@ use berth_model::{NodeSpec, PodInfo};
 #[derive(Debug, Error)]
 pub enum Error {
     /// The file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Io {
         /// The file.
         path: String,
@@ -53,9 +53,32 @@ pub enum Error {
         /// The field at fault and why.
         message: String,
     },
-    /// The pod named on the command line is not a pending pod of the dump.
-    #[error("pod {0} is not a pending pod of the cluster (known pending pods: {1})")]
-    NoSuchPod(String, String),
+    /// The pod named on the command line is not in the cluster at all.
+    #[error("pod {0} not found in the cluster (pending pods: {1})")]
+    NotFound(String, String),
+    /// The pod is in the cluster but not waiting for one of the profiles.
+    #[error("pod {pod} is not pending: {why}")]
+    NotPending {
+        /// "ns/name".
+        pod: String,
+        /// Why (bound to a node, being deleted, another scheduler's).
+        why: String,
+    },
+}
+
+/// At most this many pod names in one message; the rest are counted.
+const NAMES_SHOWN: usize = 20;
+
+/// `names` joined with ", ", at most [`NAMES_SHOWN`] of them, then "and N more".
+pub fn name_list(names: &[String]) -> String {
+    if names.is_empty() {
+        return "none".into();
+    }
+    let mut s = names.iter().take(NAMES_SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > NAMES_SHOWN {
+        s += &format!(" and {} more", names.len() - NAMES_SHOWN);
+    }
+    s
 }
 
 /// Result alias for this module.
@@ -130,7 +153,7 @@ impl Cluster {
                 max_nodes: 200_000_000,
             },
         };
-        let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options).map_err(|e| Error::Yaml { path: path.into(), message: e.to_string() })?;
+        let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options).map_err(|e| Error::Yaml { path: path.into(), message: e.to_string().replace("<input>", path) })?;
         Self::from_documents(docs, path)
     }
 
@@ -463,6 +486,41 @@ pub struct Placement {
 pub struct Simulation {
     /// Every pending pod, in the order it was decided.
     pub placements: Vec<Placement>,
+    /// The unbound pods left out, and why (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+}
+
+/// An unbound pod that explain and simulate leave out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// "ns/name".
+    pub pod: String,
+    /// Why.
+    pub reason: SkipReason,
+}
+
+/// Why an unbound pod is left out (upstream's informers and
+/// `skipPodSchedule` leave out the same pods).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "type", content = "schedulerName")]
+pub enum SkipReason {
+    /// Its schedulerName names no profile of the configuration.
+    OtherScheduler(String),
+    /// It is being deleted.
+    Terminating,
+    /// It has finished (Succeeded or Failed).
+    Finished,
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SkipReason::OtherScheduler(s) => write!(f, "its schedulerName {s:?} names no profile"),
+            SkipReason::Terminating => f.write_str("it is being deleted"),
+            SkipReason::Finished => f.write_str("it has finished"),
+        }
+    }
 }
 
 /// Frameworks plus a cluster.
@@ -471,6 +529,8 @@ pub struct Engine {
     pub frameworks: Vec<Framework>,
     /// The cluster.
     pub cluster: Cluster,
+    /// The unbound pods that are not pending for any profile, in file order.
+    pub skipped: Vec<Skipped>,
 }
 
 impl Engine {
@@ -487,14 +547,30 @@ impl Engine {
                 cluster.snapshot.groups.note_foreign(&p.namespace, r, &p.uid, &p.scheduler_name);
             }
         }
-        cluster.pending = pending_set(std::mem::take(&mut cluster.pending), &cluster.unnamed_scheduler, &frameworks);
+        let unbound = std::mem::take(&mut cluster.pending);
+        let skipped = unbound
+            .iter()
+            .filter_map(|p| {
+                let reason = if p.terminating {
+                    SkipReason::Terminating
+                } else if p.terminated {
+                    SkipReason::Finished
+                } else if !cluster.unnamed_scheduler.contains(&p.uid) && !frameworks.iter().any(|f| f.profile == p.scheduler_name) {
+                    SkipReason::OtherScheduler(p.scheduler_name.clone())
+                } else {
+                    return None;
+                };
+                Some(Skipped { pod: p.key(), reason })
+            })
+            .collect();
+        cluster.pending = pending_set(unbound, &cluster.unnamed_scheduler, &frameworks);
         // Nominations of pods that are not pending hold nothing either.
         let keep: std::collections::HashSet<&str> = cluster.pending.iter().map(|p| p.uid.as_str()).collect();
         let drop: Vec<String> = cluster.snapshot.nominated.values().flatten().filter(|p| !keep.contains(p.uid.as_str())).map(|p| p.uid.clone()).collect();
         for uid in drop {
             cluster.snapshot.clear_nomination(&uid);
         }
-        Engine { frameworks, cluster }
+        Engine { frameworks, cluster, skipped }
     }
 
     /// The profile for a pod: the one its schedulerName names, else the first.
@@ -505,8 +581,17 @@ impl Engine {
     /// Explains one scheduling cycle for a pending pod.
     pub fn explain(&self, key: &str) -> Result<Explain> {
         let pod = self.cluster.pending.iter().find(|p| p.key() == key).cloned().ok_or_else(|| {
-            let known: Vec<String> = self.cluster.pending.iter().map(|p| p.key()).collect();
-            Error::NoSuchPod(key.into(), if known.is_empty() { "none".into() } else { known.join(", ") })
+            if let Some(s) = self.skipped.iter().find(|s| s.pod == key) {
+                return Error::NotPending { pod: key.into(), why: s.reason.to_string() };
+            }
+            if let Some(p) = self.cluster.snapshot.bound_pods().find(|p| p.key() == key) {
+                return Error::NotPending { pod: key.into(), why: format!("it is bound to {}", p.node_name.as_deref().unwrap_or("a node")) };
+            }
+            // Every pod explain could be asked about: the pending ones of every scheduler.
+            let mut known: Vec<String> = self.cluster.pending.iter().map(|p| p.key()).collect();
+            known.extend(self.skipped.iter().filter(|s| matches!(s.reason, SkipReason::OtherScheduler(_))).map(|s| s.pod.clone()));
+            known.sort();
+            Error::NotFound(key.into(), name_list(&known))
         })?;
         let fw = self.framework_for(&pod);
         Ok(explain_member(fw, &self.cluster.snapshot, &pod, &self.cluster.pending))
@@ -693,7 +778,7 @@ impl Engine {
                 retries.push(q);
             }
         }
-        Simulation { placements }
+        Simulation { placements, skipped: self.skipped.clone() }
     }
 }
 

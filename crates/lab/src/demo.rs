@@ -495,25 +495,30 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         workload_secs,
     };
     let (text, failures) = report.render();
-    println!("{text}");
-    println!("finished in {:.1}s", t0.elapsed().as_secs_f64());
-
-    if opts.keep_running {
+    // Written, not println!ed: a reader that has gone (`berth demo | head`)
+    // is an error the CLI ends quietly on, not a panic.
+    use std::io::Write as _;
+    let mut summary = format!("{text}\nfinished in {:.1}s\n", t0.elapsed().as_secs_f64());
+    let keep = if opts.keep_running {
         let dir = std::env::temp_dir().join(format!("berth-demo-{}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let kubeconfig: PathBuf = dir.join("kubeconfig");
         cluster.write_kubeconfig(&kubeconfig)?;
-        println!();
-        println!("The cluster and the scheduler keep running (Ctrl-C to stop):");
-        println!("kubeconfig: {}", kubeconfig.display());
-        println!("api:        {}", cluster.url());
-        println!("metrics:    https://{admin}/metrics");
-        println!("explain:    https://{admin}/debug/explain?pod={NAMESPACE}/{GIANT}");
-        println!("token:      {token}");
-        println!("try:        curl -k -H \"Authorization: Bearer {token}\" https://{admin}/metrics");
-        println!("try:        KUBECONFIG={} kubectl get pods -n {NAMESPACE} -o wide", kubeconfig.display());
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
+        summary += &format!(
+            "\nThe cluster and the scheduler keep running (Ctrl-C to stop):\nkubeconfig: {}\napi:        {}\nmetrics:    https://{admin}/metrics\nexplain:    https://{admin}/debug/explain?pod={NAMESPACE}/{GIANT}\ntoken:      {token}\ntry:        curl -k -H \"Authorization: Bearer {token}\" https://{admin}/metrics\ntry:        KUBECONFIG={} kubectl get pods -n {NAMESPACE} -o wide\n",
+            kubeconfig.display(),
+            cluster.url(),
+            kubeconfig.display()
+        );
+        Some(dir)
+    } else {
+        None
+    };
+    {
+        let mut o = std::io::stdout().lock();
+        o.write_all(summary.as_bytes()).and_then(|()| o.flush())?;
+    }
+    if let Some(dir) = keep {
         berth_daemon::shutdown_signal().await;
         eprintln!("shutting down");
         let _ = std::fs::remove_dir_all(&dir);

@@ -14,7 +14,7 @@
 
 pub mod anonymize;
 
-use std::io::Write as _;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use kube::api::ListParams;
@@ -55,13 +55,13 @@ pub enum Error {
         message: String,
     },
     /// The server could not be reached, or the connection broke.
-    #[error("cannot list {resource}: the API server did not answer: {source}")]
+    #[error("cannot list {resource}: the API server did not answer")]
     Unreachable {
         /// `plural.group`.
         resource: String,
         /// The cause.
         #[source]
-        source: kube::Error,
+        error: kube::Error,
     },
     /// The answer is not a list.
     #[error("cannot list {resource}: the answer is not a list ({message})")]
@@ -72,7 +72,7 @@ pub enum Error {
         message: String,
     },
     /// The dump file could not be written.
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}")]
     Io {
         /// The file.
         path: String,
@@ -203,7 +203,7 @@ pub async fn list_kind(client: &kube::Client, k: &Kind, page: u32) -> Result<Opt
             Ok(v) => v,
             Err(kube::Error::Api(s)) if s.code == 404 && k.optional && token.is_none() => return Ok(None),
             Err(kube::Error::Api(s)) => return Err(api_error(k, &s)),
-            Err(source) => return Err(Error::Unreachable { resource: k.resource(), source }),
+            Err(error) => return Err(Error::Unreachable { resource: k.resource(), error }),
         };
         let Value::Object(mut list) = list else {
             return Err(Error::NotAList { resource: k.resource(), message: "not a JSON object".into() });
@@ -349,9 +349,50 @@ pub fn yaml_document(o: &Value, out: &mut String) -> std::result::Result<(), Str
 /// multi-document YAML into `path`, through a temporary file beside it that
 /// is renamed at the end, so a failure leaves no file (and an existing
 /// `path` untouched). With an anonymizer, every object is rewritten by it.
-pub async fn dump(client: &kube::Client, path: &Path, page: u32, mut anonymizer: Option<&mut Anonymizer>) -> Result<DumpSummary> {
-    let mut file = Partial::create(path)?;
-    let display = path.display().to_string();
+pub async fn dump(client: &kube::Client, path: &Path, page: u32, anonymizer: Option<&mut Anonymizer>) -> Result<DumpSummary> {
+    dump_to(client, DumpTo::File(path), page, anonymizer).await
+}
+
+/// Where [`dump_to`] writes.
+pub enum DumpTo<'a> {
+    /// A file, whole or not at all (see [`dump`]).
+    File(&'a Path),
+    /// A stream (standard output), as the objects arrive.
+    Writer {
+        /// Its name in messages.
+        name: &'a str,
+        /// The stream.
+        writer: &'a mut dyn Write,
+    },
+}
+
+enum Sink<'a> {
+    File(Partial),
+    Writer(&'a str, &'a mut dyn Write),
+}
+
+impl Sink<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        match self {
+            Sink::File(f) => f.write(bytes),
+            Sink::Writer(name, w) => w.write_all(bytes).map_err(|source| Error::Io { path: (*name).to_string(), source }),
+        }
+    }
+
+    fn commit(self) -> Result<()> {
+        match self {
+            Sink::File(f) => f.commit(),
+            Sink::Writer(name, w) => w.flush().map_err(|source| Error::Io { path: name.to_string(), source }),
+        }
+    }
+}
+
+/// [`dump`] to a file or a stream.
+pub async fn dump_to(client: &kube::Client, to: DumpTo<'_>, page: u32, mut anonymizer: Option<&mut Anonymizer>) -> Result<DumpSummary> {
+    let (mut file, display) = match to {
+        DumpTo::File(path) => (Sink::File(Partial::create(path)?), path.display().to_string()),
+        DumpTo::Writer { name, writer } => (Sink::Writer(name, writer), name.to_string()),
+    };
     let mut counts = Vec::new();
     let mut buf = String::new();
     let notes = list_each(client, KINDS, page, |k, mut objects| {

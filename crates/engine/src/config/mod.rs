@@ -20,7 +20,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum Error {
     /// The file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Io {
         /// The file.
         path: String,
@@ -53,7 +53,8 @@ impl Error {
     /// The error as reported for the file at `path` (its name before the line or field).
     pub(crate) fn in_file(self, path: &str) -> Error {
         match self {
-            Error::Parse(m) => Error::Parse(format!("{path}: {m}")),
+            // The parser calls the text `<input>`: call it by its file's name.
+            Error::Parse(m) => Error::Parse(format!("{path}: {}", m.replace("<input>", path))),
             Error::Invalid { field, message } => Error::Invalid { field: format!("{path}: {field}"), message },
             other => other,
         }
@@ -393,7 +394,24 @@ pub(crate) fn read(path: &str) -> Result<String> {
 
 /// Parses configuration text (YAML or JSON), without validating it.
 pub(crate) fn parse_raw(text: &str) -> Result<KubeSchedulerConfiguration> {
-    serde_saphyr::from_str(text).map_err(|e| Error::Parse(e.to_string()))
+    serde_saphyr::from_str(text).map_err(|e| {
+        let m = e.to_string();
+        // The YAML parser names the line, not always the field ("invalid
+        // i32"): find the field by reading the text again through a path tracker.
+        match field_path(text) {
+            Some(path) if !m.starts_with(&path) => Error::Parse(format!("{path}: {m}")),
+            _ => Error::Parse(m),
+        }
+    })
+}
+
+/// The path (`profiles[0].percentageOfNodesToScore`) of the field that does
+/// not fit the configuration's types, when the text is YAML at all.
+fn field_path(text: &str) -> Option<String> {
+    let v: serde_json::Value = serde_saphyr::from_str(text).ok()?;
+    let e = serde_path_to_error::deserialize::<_, KubeSchedulerConfiguration>(v).err()?;
+    let path = e.path().to_string();
+    (path != ".").then_some(path)
 }
 
 impl Config {

@@ -64,3 +64,27 @@ fn the_scheduler_refuses_configurations_that_would_take_every_pod() {
     // Validation still applies.
     assert!(msg(&format!("{head}percentageOfNodesToScore: 101\nprofiles:\n- schedulerName: berth\n")).contains("percentageOfNodesToScore"));
 }
+
+#[test]
+fn a_wrong_type_names_the_field_path_and_a_file_its_name() {
+    for (text, field) in [
+        ("percentageOfNodesToScore: lots\n", "percentageOfNodesToScore"),
+        ("profiles:\n- schedulerName: a\n  percentageOfNodesToScore: many\n", "profiles[0].percentageOfNodesToScore"),
+        ("podInitialBackoffSeconds: [1]\n", "podInitialBackoffSeconds"),
+    ] {
+        match check(text) {
+            Err(Error::Parse(m)) => assert!(m.contains(field), "{text}: {m}"),
+            other => panic!("{text}: expected a parse error naming {field}, got {other:?}"),
+        }
+    }
+    let path = std::env::temp_dir().join(format!("berth-config-{}.yaml", std::process::id()));
+    std::fs::write(&path, "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: lots\n").expect("write");
+    let p = path.to_string_lossy().into_owned();
+    let m = Config::load(&p).err().map(|e| e.to_string()).unwrap_or_default();
+    let _ = std::fs::remove_file(&path);
+    assert!(m.starts_with(&p) && m.contains("percentageOfNodesToScore") && !m.contains("<input>"), "{m}");
+    // A file that cannot be read: named once, its cause left to the source.
+    let e = Config::load("/nonexistent/sched.yaml").err().expect("refused");
+    assert_eq!(e.to_string(), "reading /nonexistent/sched.yaml");
+    assert!(std::error::Error::source(&e).is_some());
+}
