@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use super::names::{self, invalid_each, quoted};
-use super::quantity::{self, Quantity};
+use berth_model::quantity::{self, Quantity};
 use crate::jsonptr::Pointer as _;
 
 /// Upstream's `TotalAnnotationSizeLimitB`.
@@ -99,7 +99,7 @@ fn each_at<'a>(v: &'a Value, pointer: &str, out: &mut Vec<&'a Value>) {
 /// The first quantity of `kind`'s object that does not parse: the decoding
 /// error kube-apiserver answers 400 (its message, without the
 /// "cannot be handled as" prefix the caller adds).
-pub fn quantity_decode_error(kind: &str, v: &Value) -> Option<quantity::Error> {
+pub fn quantity_decode_error(kind: &str, v: &Value) -> Option<quantity::SyntaxError> {
     let mut lists = Vec::new();
     for spec in pod_spec_pointers(kind) {
         let mut specs = Vec::new();
@@ -121,7 +121,7 @@ pub fn quantity_decode_error(kind: &str, v: &Value) -> Option<quantity::Error> {
     })
 }
 
-fn quantity_error(q: &Value) -> Option<quantity::Error> {
+fn quantity_error(q: &Value) -> Option<quantity::SyntaxError> {
     match q {
         Value::String(s) => Quantity::parse(s).err(),
         Value::Number(n) => Quantity::parse(&n.to_string()).err(),
@@ -811,9 +811,9 @@ mod tests {
     #[test]
     fn bad_quantities_anywhere_in_a_pod_are_found() {
         let pod = json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}, {"resources": {"limits": {"cpu": "lots"}}}]}});
-        assert_eq!(quantity_decode_error("Pod", &pod), Some(quantity::Error::Format));
+        assert_eq!(quantity_decode_error("Pod", &pod), Some(quantity::SyntaxError::Format));
         let dep = json!({"spec": {"template": {"spec": {"volumes": [{"emptyDir": {"sizeLimit": "1Xi"}}]}}}});
-        assert_eq!(quantity_decode_error("Deployment", &dep), Some(quantity::Error::Format));
+        assert_eq!(quantity_decode_error("Deployment", &dep), Some(quantity::SyntaxError::Format));
         assert_eq!(quantity_decode_error("Node", &json!({"status": {"capacity": {"cpu": "4"}}})), None);
     }
 }
