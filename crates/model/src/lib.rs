@@ -5,7 +5,6 @@ pub mod pod;
 pub mod quantity;
 pub mod resources;
 pub mod selector;
-pub mod signature;
 pub mod taints;
 pub mod volumes;
 
