@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use berth_cluster::auth::{AuthConfig, AuthRule, StaticToken};
-use berth_cluster::{ClusterConfig, FaultConfig, KubeletConfig, LocalCluster};
+use crate::auth::{AuthConfig, AuthRule, StaticToken};
+use crate::{ClusterConfig, FaultConfig, KubeletConfig, LocalCluster};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
@@ -29,14 +29,14 @@ pub fn init_logs() {
 pub async fn cluster(nodes: usize, zones: usize, cpu: &str, pods: u32, faults: FaultConfig) -> LocalCluster {
     // The e2e tests hand-craft their pods (some owned by a ReplicaSet
     // that must not run); cluster_controllers turns them on.
-    let controllers = berth_cluster::controllers::ControllersConfig { enabled: false, ..Default::default() };
+    let controllers = crate::controllers::ControllersConfig { enabled: false, ..Default::default() };
     start_cluster(ClusterConfig { faults, controllers, ..cluster_config(nodes, zones, cpu, pods) }).await
 }
 
 /// A cluster as [`cluster`] (no faults) with the workload controllers on
 /// (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, garbage collection).
 pub async fn cluster_with_controllers(nodes: usize, zones: usize, cpu: &str, pods: u32) -> LocalCluster {
-    let controllers = berth_cluster::controllers::ControllersConfig { resync: Duration::from_millis(500), ..Default::default() };
+    let controllers = crate::controllers::ControllersConfig { resync: Duration::from_millis(500), ..Default::default() };
     start_cluster(ClusterConfig { controllers, ..cluster_config(nodes, zones, cpu, pods) }).await
 }
 
