@@ -3,6 +3,7 @@
 # the stack (berth -> lab -> daemon -> engine -> model; cluster -> model).
 #   - model, dra and engine: no kube, tokio, axum, hyper or schemars in their dependency tree
 #     (k8s-openapi's `schemars` feature is the local cluster's alone);
+#   - tls: no kube, axum, hyper, schemars or berth crate (it sits below the daemon and the cluster);
 #   - cluster: no scheduler (engine, daemon) and no lab;
 #   - daemon: no local cluster and no lab;
 #   - no file outside the plugins names a plugin's module;
@@ -37,6 +38,7 @@ forbid() {
 forbid berth-model "kube kube-client kube-runtime tokio axum hyper schemars berth-engine berth-daemon berth-cluster berth-lab"
 forbid berth-dra "kube kube-client kube-runtime tokio axum hyper schemars berth-engine berth-daemon berth-cluster berth-lab"
 forbid berth-engine "kube kube-client kube-runtime tokio axum hyper schemars berth-daemon berth-cluster berth-lab"
+forbid berth-tls "kube kube-client kube-runtime axum hyper schemars berth-model berth-dra berth-engine berth-daemon berth-cluster berth-lab"
 forbid berth-cluster "berth-engine berth-daemon berth-lab kube kube-client kube-runtime"
 forbid berth-daemon "berth-cluster berth-lab"
 forbid berth "berth-cluster berth-lab schemars" --no-default-features --features jemalloc

@@ -443,7 +443,7 @@ struct ServerCtl {
     addr: SocketAddr,
     app: axum::Router,
     /// TLS, unless the cluster speaks plain HTTP.
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    acceptor: Option<berth_tls::tokio_rustls::TlsAcceptor>,
     watch_gen: Arc<watch::Sender<u64>>,
     running: tokio::sync::Mutex<Option<Running>>,
 }
