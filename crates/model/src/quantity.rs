@@ -137,7 +137,7 @@ impl Quantity {
     /// A whole number of units?
     pub fn is_integer(&self) -> bool {
         // Upstream checks MilliValue() % 1000.
-        div_up(self.nanos.unsigned_abs(), 1_000_000) % 1000 == 0
+        div_up(self.nanos.unsigned_abs(), 1_000_000).is_multiple_of(1000)
     }
 }
 
@@ -287,7 +287,7 @@ fn pow10(e: i64) -> u128 {
 }
 
 fn div_up(n: u128, d: u128) -> u128 {
-    n / d + u128::from(n % d != 0)
+    n / d + u128::from(!n.is_multiple_of(d))
 }
 
 /// The quantity's signed nano-units, refused beyond ±(2^63 − 1) units (as
