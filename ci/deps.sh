@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The workspace's dependency guards: every arrow between crates points down
 # the stack (berth -> lab -> daemon -> engine -> model; cluster -> model).
-#   - model, dra and engine: no kube, tokio, axum or hyper in their dependency tree;
+#   - model, dra and engine: no kube, tokio, axum, hyper or schemars in their dependency tree
+#     (k8s-openapi's `schemars` feature is the local cluster's alone);
+#   - tls: no kube, axum, hyper, schemars or berth crate (it sits below the daemon and the cluster);
 #   - cluster: no scheduler (engine, daemon) and no lab;
 #   - daemon: no local cluster and no lab;
 #   - no file outside the plugins names a plugin's module;
-#   - the production binary (`-p berth --no-default-features`): no local cluster and no lab.
+#   - the production binary (`-p berth --no-default-features`): no local cluster, no lab, no schemars.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,12 +35,13 @@ forbid() {
   fi
 }
 
-forbid berth-model "kube kube-client kube-runtime tokio axum hyper berth-engine berth-daemon berth-cluster berth-lab"
-forbid berth-dra "kube kube-client kube-runtime tokio axum hyper berth-engine berth-daemon berth-cluster berth-lab"
-forbid berth-engine "kube kube-client kube-runtime tokio axum hyper berth-daemon berth-cluster berth-lab"
+forbid berth-model "kube kube-client kube-runtime tokio axum hyper schemars berth-engine berth-daemon berth-cluster berth-lab"
+forbid berth-dra "kube kube-client kube-runtime tokio axum hyper schemars berth-engine berth-daemon berth-cluster berth-lab"
+forbid berth-engine "kube kube-client kube-runtime tokio axum hyper schemars berth-daemon berth-cluster berth-lab"
+forbid berth-tls "kube kube-client kube-runtime axum hyper schemars berth-model berth-dra berth-engine berth-daemon berth-cluster berth-lab"
 forbid berth-cluster "berth-engine berth-daemon berth-lab kube kube-client kube-runtime"
 forbid berth-daemon "berth-cluster berth-lab"
-forbid berth "berth-cluster berth-lab" --no-default-features --features jemalloc
+forbid berth "berth-cluster berth-lab schemars" --no-default-features --features jemalloc
 
 # Only the registry names plugins: no file outside crates/engine/src/plugins
 # reaches into a plugin's module (the framework, the offline engine, the

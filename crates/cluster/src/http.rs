@@ -316,8 +316,6 @@ struct Alias {
     stored: String,
     /// The requested one.
     shown: String,
-    /// The id of the requested resource (for Table columns).
-    shown_id: ResId,
     /// core/v1 Events.
     event: bool,
 }
@@ -333,7 +331,7 @@ impl Alias {
         let shown = view.api_version();
         let shown_id = store.lookup(view.group, view.version, view.plural).unwrap_or(r);
         let event = shown_id == res::EVENTS;
-        (stored != shown).then_some(Alias { stored, shown, shown_id, event })
+        (stored != shown).then_some(Alias { stored, shown, event })
     }
 
     fn set(v: &mut Value, api_version: &str) {
@@ -406,10 +404,10 @@ impl Alias {
 }
 
 /// A Table of objects of store `r`, shown as the requested resource.
-fn table_of(r: ResId, info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListResult, include: super::table::Include) -> Value {
+fn table_of(info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListResult, include: super::table::Include) -> Value {
     match alias {
-        Some(a) => super::table::table(a.shown_id, info, &a.shown_list(lr), include),
-        None => super::table::table(r, info, lr, include),
+        Some(a) => super::table::table(info, &a.shown_list(lr), include),
+        None => super::table::table(info, lr, include),
     }
 }
 
@@ -689,7 +687,7 @@ async fn resource_request(
                     let cont = q.get("continue").map(String::as_str);
                     if let Some(include) = table_request(headers, &q)? {
                         let lr = store.list(r, &filter, limit, cont)?;
-                        return Ok(ok_json(&table_of(r, &info, alias.as_ref(), &lr, include)));
+                        return Ok(ok_json(&table_of(&info, alias.as_ref(), &lr, include)));
                     }
                     let lr = store.list_bytes(r, &filter, limit, cont)?;
                     Ok(list_response(&info, alias.as_ref(), &lr))
@@ -775,7 +773,7 @@ async fn resource_request(
                     let o = store.get(r, &ns, &name)?;
                     if let Some(include) = table_request(headers, &q)? {
                         let lr = store::ListResult { items: vec![o], rv: store.current_rv(), cont: None };
-                        return Ok(ok_json(&table_of(r, &info, alias.as_ref(), &lr, include)));
+                        return Ok(ok_json(&table_of(&info, alias.as_ref(), &lr, include)));
                     }
                     Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
                 }
@@ -981,7 +979,7 @@ fn event_head(ty: &str) -> Bytes {
 struct WatchState {
     /// kubectl asked for Tables: send each object as a one-row Table (of
     /// this store and resource).
-    table: Option<(ResId, Arc<ResourceInfo>, super::table::Include)>,
+    table: Option<(Arc<ResourceInfo>, super::table::Include)>,
     /// Objects shown through another version.
     alias: Option<Alias>,
     /// What is ready to write. Hyper asks for more only while its own
@@ -1070,9 +1068,9 @@ impl WatchState {
         }
         let mut buf = Vec::with_capacity(obj.bytes.len() + 32);
         match (&self.table, &self.alias) {
-            (Some((r, info, include)), alias) => {
+            (Some((info, include)), alias) => {
                 let lr = store::ListResult { items: vec![obj.full()], rv: obj.rv, cont: None };
-                push_event(&mut buf, ty, table_of(*r, info, alias.as_ref(), &lr, *include).to_string().as_bytes());
+                push_event(&mut buf, ty, table_of(info, alias.as_ref(), &lr, *include).to_string().as_bytes());
             }
             // (Without an alias, and for bookmarks, the object went out above.)
             (None, alias) => push_event(&mut buf, ty, &alias.as_ref().map_or_else(|| obj.bytes.clone(), |a| a.outgoing(&obj.bytes))),
@@ -1189,7 +1187,7 @@ fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Opti
         rx: sub.rx,
         filter,
         bookmarks: truthy(q.get("allowWatchBookmarks")),
-        table: table.map(|include| (r, info.clone(), include)),
+        table: table.map(|include| (info.clone(), include)),
         alias,
         deadline: tokio::time::Instant::now() + timeout,
         stop,

@@ -2,6 +2,11 @@
 //! with simulated kubelets, for running and testing a scheduler (like
 //! KWOK/envtest, for the resources a scheduler touches).
 //!
+//! Must never depend on: the scheduler (engine, daemon), the lab, or kube-rs
+//! outside its `client`/`testing` features (`ci/deps.sh` checks it): it
+//! stands in for a real API server, and uses the model and the TLS front door
+//! only.
+//!
 //! Served (JSON over HTTPS/1.1 with RBAC, see "Security" below): discovery (`/version`, `/api`,
 //! `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`); core/v1 namespaces,
 //! nodes (+status), pods (+binding, +status, +eviction), events;
@@ -453,7 +458,7 @@ struct ServerCtl {
     addr: SocketAddr,
     app: axum::Router,
     /// TLS, unless the cluster speaks plain HTTP.
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    acceptor: Option<berth_tls::tokio_rustls::TlsAcceptor>,
     watch_gen: Arc<watch::Sender<u64>>,
     running: tokio::sync::Mutex<Option<Running>>,
 }

@@ -9,7 +9,9 @@
 //! sends the kubeconfig's token (it sends none over plain HTTP).
 //!
 //! A plain-HTTP request to the TLS port is answered as Go's `net/http`
-//! answers it (`400 Client sent an HTTP request to an HTTPS server.`).
+//! answers it (`400 Client sent an HTTP request to an HTTPS server.`); the
+//! provider, the configurations and that answer are `berth-tls`'s, shared
+//! with the daemon's admin port.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -17,12 +19,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_rustls::rustls::{self, pki_types};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use berth_tls::tokio_rustls::rustls::{self, pki_types};
+use berth_tls::tokio_rustls::{TlsAcceptor, TlsConnector};
+use berth_tls::rcgen;
 
 /// Why the cluster's TLS identity could not be made or used.
 #[derive(Debug, thiserror::Error)]
@@ -51,8 +54,6 @@ const CA_CERT_FILE: &str = "ca.crt";
 const CA_KEY_FILE: &str = "ca.key";
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Go's answer to plain HTTP on a TLS port.
-const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
 
 /// A certificate authority: its certificate and private key (PEM).
 #[derive(Clone)]
@@ -81,27 +82,14 @@ impl std::fmt::Debug for Identity {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 fn ca_params() -> Result<rcgen::CertificateParams, Error> {
     let mut p = rcgen::CertificateParams::new(Vec::<String>::new())?;
     p.distinguished_name = rcgen::DistinguishedName::new();
     p.distinguished_name.push(rcgen::DnType::CommonName, CA_NAME);
     p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     p.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign, rcgen::KeyUsagePurpose::DigitalSignature];
-    valid_for(&mut p, 3650);
+    berth_tls::valid_for(&mut p, 3650);
     Ok(p)
-}
-
-/// Valid from yesterday for `days` days (whole days, as rcgen dates go).
-fn valid_for(p: &mut rcgen::CertificateParams, days: i64) {
-    use chrono::Datelike;
-    let day = |t: chrono::DateTime<chrono::Utc>| rcgen::date_time_ymd(t.year(), u8::try_from(t.month()).unwrap_or(1), u8::try_from(t.day()).unwrap_or(1));
-    let now = chrono::Utc::now();
-    p.not_before = day(now - chrono::Duration::days(1));
-    p.not_after = day(now + chrono::Duration::days(days));
 }
 
 fn file_err(path: &Path, e: impl std::fmt::Display) -> Error {
@@ -166,14 +154,12 @@ impl Identity {
         p.distinguished_name = rcgen::DistinguishedName::new();
         p.distinguished_name.push(rcgen::DnType::CommonName, "kube-apiserver");
         p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-        valid_for(&mut p, 365);
+        berth_tls::valid_for(&mut p, 365);
         let key = rcgen::KeyPair::generate()?;
         let leaf = p.signed_by(&key, &issuer)?;
-        let key = pki_types::PrivateKeyDer::Pkcs8(pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()));
         let chain = vec![leaf.der().clone(), ca_der.clone()];
-        let mut server = rustls::ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?.with_no_client_auth().with_single_cert(chain, key)?;
-        server.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Identity { ca, ca_der: ca_der.as_ref().to_vec(), server: Arc::new(server) })
+        let server = berth_tls::server_config(chain, berth_tls::private_key(&key))?;
+        Ok(Identity { ca, ca_der: ca_der.as_ref().to_vec(), server })
     }
 
     /// The CA certificate (PEM), as a kubeconfig's `certificate-authority-data` decodes.
@@ -196,9 +182,7 @@ impl Identity {
     pub fn connector(&self) -> Result<TlsConnector, Error> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(pki_types::CertificateDer::from(self.ca_der.clone()))?;
-        let mut cfg = rustls::ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?.with_root_certificates(roots).with_no_client_auth();
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(TlsConnector::from(Arc::new(cfg)))
+        Ok(TlsConnector::from(berth_tls::client_config(roots)?))
     }
 
     pub(crate) fn acceptor(&self) -> TlsAcceptor {
@@ -233,7 +217,7 @@ pub async fn connect(addr: SocketAddr, identity: Option<&Identity>) -> std::io::
 /// completed (handshakes run concurrently, each bounded in time), for
 /// `axum::serve`. Dropping it stops accepting and frees the address.
 pub(crate) struct TlsListener {
-    rx: mpsc::Receiver<(tokio_rustls::server::TlsStream<TcpStream>, SocketAddr)>,
+    rx: mpsc::Receiver<(berth_tls::tokio_rustls::server::TlsStream<TcpStream>, SocketAddr)>,
     addr: SocketAddr,
     task: JoinHandle<()>,
 }
@@ -266,7 +250,7 @@ impl TlsListener {
                 let _ = tcp.set_nodelay(true);
                 let (tx, acceptor) = (tx.clone(), acceptor.clone());
                 tokio::spawn(async move {
-                    if let Some(s) = handshake(tcp, &acceptor).await {
+                    if let Some(s) = berth_tls::accept(tcp, &acceptor, HANDSHAKE_TIMEOUT, "local cluster").await {
                         let _ = tx.send((s, peer)).await;
                     }
                 });
@@ -276,42 +260,8 @@ impl TlsListener {
     }
 }
 
-/// The TLS handshake of one connection; plain HTTP gets Go's 400.
-async fn handshake(mut tcp: TcpStream, acceptor: &TlsAcceptor) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
-    let mut first = [0u8; 1];
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await {
-        Ok(Ok(1)) if first[0] == 0x16 => {}
-        Ok(Ok(1)) if first[0].is_ascii_alphabetic() => {
-            // Read the request head first: closing with it unread would
-            // reset the connection and lose the answer.
-            let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                let (mut buf, mut seen) = ([0u8; 4096], Vec::new());
-                while let Ok(n @ 1..) = tcp.read(&mut buf).await {
-                    seen.extend_from_slice(&buf[..n]);
-                    if seen.windows(4).any(|w| w == b"\r\n\r\n") || seen.len() > 16 * 1024 {
-                        break;
-                    }
-                }
-                let _ = tcp.write_all(PLAIN_HTTP_ANSWER).await;
-                let _ = tcp.shutdown().await;
-            })
-            .await;
-            return None;
-        }
-        _ => return None,
-    }
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-        Ok(Ok(s)) => Some(s),
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "local cluster: TLS handshake failed");
-            None
-        }
-        Err(_) => None,
-    }
-}
-
 impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<TcpStream>;
+    type Io = berth_tls::tokio_rustls::server::TlsStream<TcpStream>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -330,6 +280,7 @@ impl axum::serve::Listener for TlsListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]
     async fn a_client_trusting_the_ca_talks_to_the_server_and_the_ca_is_kept() {

@@ -62,8 +62,9 @@ use kube::api::{Api, PostParams};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
-use tokio_rustls::rustls::{self, pki_types};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use berth_tls::tokio_rustls::rustls::{self, pki_types};
+use berth_tls::tokio_rustls::{TlsAcceptor, TlsConnector};
+use berth_tls::rcgen;
 
 use super::leader::Lease;
 use super::metrics::Metrics;
@@ -676,10 +677,6 @@ fn router(state: AppState, guard_state: Arc<Guard>) -> Router {
 
 // ---------------------------------------------------------------- TLS
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 fn pem_err(flag: &'static str, path: &Path, e: impl std::fmt::Display) -> Error {
     Error::Pem { flag, path: path.to_path_buf(), message: e.to_string() }
 }
@@ -702,20 +699,8 @@ fn certificate(opts: &AdminOptions) -> Result<(Vec<pki_types::CertificateDer<'st
             Ok((certs, key))
         }
         (None, None) => {
-            let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()])?;
-            params.subject_alt_names.push(rcgen::SanType::IpAddress(std::net::IpAddr::from([127, 0, 0, 1])));
-            let now = chrono::Utc::now();
-            params.distinguished_name.push(rcgen::DnType::CommonName, format!("localhost@{}", now.timestamp()));
-            let day = |t: chrono::DateTime<chrono::Utc>| {
-                use chrono::Datelike;
-                rcgen::date_time_ymd(t.year(), u8::try_from(t.month()).unwrap_or(1), u8::try_from(t.day()).unwrap_or(1))
-            };
-            params.not_before = day(now - chrono::Duration::days(1));
-            params.not_after = day(now + chrono::Duration::days(365));
-            let key = rcgen::KeyPair::generate()?;
-            let cert = params.self_signed(&key)?;
-            let key = pki_types::PrivateKeyDer::Pkcs8(pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()));
-            Ok((vec![cert.der().clone()], key))
+            let name = format!("localhost@{}", chrono::Utc::now().timestamp());
+            Ok(berth_tls::self_signed(&["localhost"], &[std::net::IpAddr::from([127, 0, 0, 1])], &name, 365)?)
         }
         _ => Err(Error::HalfPair),
     }
@@ -724,9 +709,7 @@ fn certificate(opts: &AdminOptions) -> Result<(Vec<pki_types::CertificateDer<'st
 fn server_tls(opts: &AdminOptions) -> Result<(Arc<rustls::ServerConfig>, Vec<u8>), Error> {
     let (certs, key) = certificate(opts)?;
     let leaf = certs.first().map(|c| c.as_ref().to_vec()).unwrap_or_default();
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?.with_no_client_auth().with_single_cert(certs, key)?;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok((Arc::new(cfg), leaf))
+    Ok((berth_tls::server_config(certs, key)?, leaf))
 }
 
 // ---------------------------------------------------------------- serving
@@ -833,9 +816,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
-
-/// Go's answer to plain HTTP on a TLS port.
-const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
 
 /// A held connection, as the accept loop sees it: what it is doing, and
 /// how to close it when a new connection needs its slot.
@@ -946,39 +926,8 @@ impl Server {
 
     async fn connection(&self, tcp: TcpStream, activity: Arc<Activity>, mut stop: watch::Receiver<bool>) {
         let _ = tcp.set_nodelay(true);
-        // One deadline from the accept to the end of the handshake.
-        let deadline = tokio::time::Instant::now() + self.opts.handshake_timeout;
-        let mut first = [0u8; 1];
-        match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
-            // A TLS handshake record.
-            Ok(Ok(1)) if first[0] == 0x16 => {}
-            Ok(Ok(1)) if first[0].is_ascii_alphabetic() => {
-                // Read the request head first: closing with it unread would
-                // reset the connection and lose the answer.
-                let mut tcp = tcp;
-                let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                    let (mut buf, mut seen) = ([0u8; 4096], Vec::new());
-                    while let Ok(n @ 1..) = tcp.read(&mut buf).await {
-                        seen.extend_from_slice(&buf[..n]);
-                        if seen.windows(4).any(|w| w == b"\r\n\r\n") || seen.len() > 16 * 1024 {
-                            break;
-                        }
-                    }
-                    let _ = tcp.write_all(PLAIN_HTTP_ANSWER).await;
-                    let _ = tcp.shutdown().await;
-                })
-                .await;
-                return;
-            }
-            _ => return,
-        }
-        let tls = match tokio::time::timeout_at(deadline, self.acceptor.accept(tcp)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "admin port: TLS handshake failed");
-                return;
-            }
-            Err(_) => return,
+        let Some(tls) = berth_tls::accept(tcp, &self.acceptor, self.opts.handshake_timeout, "admin port").await else {
+            return;
         };
         let io = hyper_util::rt::TokioIo::new(Tracked { inner: tls, activity: activity.clone() });
         let app = self.app.clone();
@@ -1102,7 +1051,7 @@ impl rustls::client::danger::ServerCertVerifier for Pinned {
 /// A TLS connector that trusts `pinned` only (its DER), or any certificate
 /// when None (loopback tests; what `curl -k` does).
 pub fn connector(pinned: Option<&[u8]>) -> Result<TlsConnector, Error> {
-    let provider = provider();
+    let provider = berth_tls::provider();
     let verifier = Arc::new(Pinned { cert: pinned.map(<[u8]>::to_vec), provider: provider.clone() });
     let mut cfg = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];

@@ -5,6 +5,11 @@
 //!
 //! In shadow mode ([`Options::shadow`]) there is no writer and no lease: the
 //! loop judges another scheduler's bindings instead ([`shadow`]).
+//!
+//! What it must never depend on: the local cluster or the lab (the
+//! production binary carries neither; `ci/deps.sh` checks it). It uses the
+//! engine, the model and the TLS front door below it, and kube-rs to talk
+//! to the API server.
 
 pub mod admin;
 pub mod connect;

@@ -232,22 +232,21 @@ impl InUse {
     /// Adds the devices of a claim's status.allocation; returns them (those
     /// that count: admin access does not).
     pub fn add_allocation(&mut self, inv: &mut Inventory, a: &res::AllocationResult) -> Vec<DeviceId> {
-        Self::api_results(inv, a)
-            .into_iter()
-            .map(|(id, shared, consumed)| {
-                self.apply(id, shared, &consumed, true);
-                id
-            })
-            .collect()
+        self.apply_allocation(inv, a, true)
     }
 
     /// Removes what [`InUse::add_allocation`] added for the same allocation;
     /// returns the devices.
     pub fn remove_allocation(&mut self, inv: &mut Inventory, a: &res::AllocationResult) -> Vec<DeviceId> {
+        self.apply_allocation(inv, a, false)
+    }
+
+    /// Adds (or removes) an API allocation's devices; returns them.
+    fn apply_allocation(&mut self, inv: &mut Inventory, a: &res::AllocationResult, add: bool) -> Vec<DeviceId> {
         Self::api_results(inv, a)
             .into_iter()
             .map(|(id, shared, consumed)| {
-                self.apply(id, shared, &consumed, false);
+                self.apply(id, shared, &consumed, add);
                 id
             })
             .collect()
@@ -255,15 +254,18 @@ impl InUse {
 
     /// Adds berth's own (assumed, in-flight) results.
     pub fn add_results(&mut self, results: &[DeviceResult]) {
-        for r in results.iter().filter(|r| r.admin_access != Some(true)) {
-            self.apply(r.id, r.share_id.is_some(), &r.consumed, true);
-        }
+        self.apply_results(results, true);
     }
 
     /// Removes what [`InUse::add_results`] added.
     pub fn remove_results(&mut self, results: &[DeviceResult]) {
+        self.apply_results(results, false);
+    }
+
+    /// Adds (or removes) berth's own results, but those for admin access.
+    fn apply_results(&mut self, results: &[DeviceResult], add: bool) {
         for r in results.iter().filter(|r| r.admin_access != Some(true)) {
-            self.apply(r.id, r.share_id.is_some(), &r.consumed, false);
+            self.apply(r.id, r.share_id.is_some(), &r.consumed, add);
         }
     }
 

@@ -12,6 +12,9 @@
 //!   allocate search.
 //!
 //! No kube, no tokio: the plugin, the cache and the daemon wire it up.
+//!
+//! Must never depend on: kube, tokio, axum, hyper, schemars, or a berth
+//! crate above the model (`ci/deps.sh` checks it).
 
 pub mod allocator;
 pub mod cel;

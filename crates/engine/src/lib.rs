@@ -6,6 +6,10 @@
 //! cycle runs the [`framework`] with the [`plugins`] a [`config`] profile
 //! names (resolved into frameworks by [`profile`]) over a snapshot and yields a decision; the front door (the daemon,
 //! [`offline`] `explain` and `simulate`, the benchmarks) acts on it.
+//!
+//! Must never depend on: kube, tokio, axum, hyper, schemars, the daemon, the
+//! local cluster or the lab (`ci/deps.sh` checks it); it uses the model and
+//! the DRA allocator only.
 
 pub mod cache;
 pub mod config;

@@ -25,7 +25,6 @@ pub mod namespaces;
 pub mod pdbs;
 pub mod pods;
 pub mod priority;
-pub mod quantity;
 pub mod secrets;
 pub mod storage;
 pub mod validation;

@@ -115,7 +115,8 @@ pub fn validate_claim(c: &Value) -> Vec<String> {
             Ok(n) if n <= 0 => errs.push(format!("spec.resources[storage]: Invalid value: \"{q}\": must be greater than zero")),
             Ok(_) => {}
             Err(_) => errs.push(format!(
-                "spec.resources.requests[storage]: Invalid value: \"{q}\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+                "spec.resources.requests[storage]: Invalid value: \"{q}\": {}",
+                quantity::SyntaxError::Format
             )),
         },
     }
@@ -133,7 +134,8 @@ pub fn validate_volume(pv: &Value) -> Vec<String> {
     match pv.at("/spec/capacity/storage").and_then(Value::as_str) {
         None => errs.push("spec.capacity: Required value".to_string()),
         Some(q) if quantity::parse_value(q).is_err() => errs.push(format!(
-            "spec.capacity[storage]: Invalid value: \"{q}\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+            "spec.capacity[storage]: Invalid value: \"{q}\": {}",
+            quantity::SyntaxError::Format
         )),
         Some(_) => {}
     }

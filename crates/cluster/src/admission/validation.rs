@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use super::names::{self, invalid_each, quoted};
-use super::quantity::{self, Quantity};
+use berth_model::quantity::{self, Quantity};
 use crate::jsonptr::Pointer as _;
 
 /// Upstream's `TotalAnnotationSizeLimitB`.
@@ -38,11 +38,7 @@ pub fn pod_templates(kind: &str, v: &Value) -> Vec<String> {
     let mut errs = Vec::new();
     for pointer in pod_spec_pointers(kind) {
         if let Some(spec) = v.at(pointer).filter(|s| s.is_object()) {
-            // A template's containers may leave the image out (upstream
-            // requires it of pods only, "to allow higher level config
-            // management to default or override container images").
-            let image_left_out = |e: &String| e.ends_with(".image: Required value");
-            errs.extend(pod_spec(spec, &pointer.trim_start_matches('/').replace('/', ".")).into_iter().filter(|e| !image_left_out(e)));
+            errs.extend(pod_spec_of(spec, &pointer.trim_start_matches('/').replace('/', "."), Of::Template));
         }
     }
     errs
@@ -99,7 +95,7 @@ fn each_at<'a>(v: &'a Value, pointer: &str, out: &mut Vec<&'a Value>) {
 /// The first quantity of `kind`'s object that does not parse: the decoding
 /// error kube-apiserver answers 400 (its message, without the
 /// "cannot be handled as" prefix the caller adds).
-pub fn quantity_decode_error(kind: &str, v: &Value) -> Option<quantity::Error> {
+pub fn quantity_decode_error(kind: &str, v: &Value) -> Option<quantity::SyntaxError> {
     let mut lists = Vec::new();
     for spec in pod_spec_pointers(kind) {
         let mut specs = Vec::new();
@@ -121,7 +117,7 @@ pub fn quantity_decode_error(kind: &str, v: &Value) -> Option<quantity::Error> {
     })
 }
 
-fn quantity_error(q: &Value) -> Option<quantity::Error> {
+fn quantity_error(q: &Value) -> Option<quantity::SyntaxError> {
     match q {
         Value::String(s) => Quantity::parse(s).err(),
         Value::Number(n) => Quantity::parse(&n.to_string()).err(),
@@ -157,6 +153,21 @@ fn unique(seen: &mut Vec<String>, name: String, path: &str, errs: &mut Vec<Strin
 /// nodeSelector, affinity, scheduling gates, spread constraints,
 /// activeDeadlineSeconds, tolerations, overhead.
 pub fn pod_spec(spec: &Value, path: &str) -> Vec<String> {
+    pod_spec_of(spec, path, Of::Pod)
+}
+
+/// Whose spec is checked: a pod's, or a workload's pod template's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Of {
+    /// A pod: every container names its image.
+    Pod,
+    /// A template: its containers may leave the image out (upstream
+    /// requires it of pods only, "to allow higher level config management
+    /// to default or override container images").
+    Template,
+}
+
+fn pod_spec_of(spec: &Value, path: &str, of: Of) -> Vec<String> {
     let mut errs = Vec::new();
     let volumes = volumes(spec, &format!("{path}.volumes"), &mut errs);
     let list = |key: &str| spec.get(key).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
@@ -165,7 +176,7 @@ pub fn pod_spec(spec: &Value, path: &str) -> Vec<String> {
     let mut seen: Vec<String> = Vec::new();
     for (i, c) in list("containers").iter().enumerate() {
         let p = format!("{path}.containers[{i}]");
-        container(c, &p, &volumes, &mut errs);
+        container(c, &p, &volumes, of, &mut errs);
         unique(&mut seen, name_of(c), &p, &mut errs);
         if let Some(l) = c.get("lifecycle").filter(|l| !l.is_null()) {
             for hook in ["postStart", "preStop"] {
@@ -182,7 +193,7 @@ pub fn pod_spec(spec: &Value, path: &str) -> Vec<String> {
     // Init containers: names unique across regular and init containers.
     for (i, c) in list("initContainers").iter().enumerate() {
         let p = format!("{path}.initContainers[{i}]");
-        container(c, &p, &volumes, &mut errs);
+        container(c, &p, &volumes, of, &mut errs);
         let restart = c.get("restartPolicy").and_then(Value::as_str);
         if let Some(r) = restart.filter(|r| *r != "Always") {
             errs.push(format!("{p}.restartPolicy: Unsupported value: {}: supported values: \"Always\"", quoted(r)));
@@ -201,7 +212,7 @@ pub fn pod_spec(spec: &Value, path: &str) -> Vec<String> {
     // Ephemeral containers: names unique across every container.
     for (i, c) in list("ephemeralContainers").iter().enumerate() {
         let p = format!("{path}.ephemeralContainers[{i}]");
-        container(c, &p, &volumes, &mut errs);
+        container(c, &p, &volumes, of, &mut errs);
         unique(&mut seen, name_of(c), &p, &mut errs);
     }
     if let Some(r) = spec.get("resources") {
@@ -283,14 +294,14 @@ fn volumes(spec: &Value, path: &str, errs: &mut Vec<String>) -> Vec<String> {
 
 /// Upstream's `validateContainerCommon`: name (a DNS label), image,
 /// ports, env, volume mounts and resources.
-fn container(c: &Value, p: &str, volumes: &[String], errs: &mut Vec<String>) {
+fn container(c: &Value, p: &str, volumes: &[String], of: Of, errs: &mut Vec<String>) {
     let name = text(c, "name");
     if name.is_empty() {
         errs.push(format!("{p}.name: Required value"));
     } else {
         errs.extend(invalid_each(&format!("{p}.name"), &name, names::dns1123_label(&name)));
     }
-    if text(c, "image").is_empty() {
+    if of == Of::Pod && text(c, "image").is_empty() {
         errs.push(format!("{p}.image: Required value"));
     }
     let mut port_names: Vec<String> = Vec::new();
@@ -811,9 +822,9 @@ mod tests {
     #[test]
     fn bad_quantities_anywhere_in_a_pod_are_found() {
         let pod = json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}, {"resources": {"limits": {"cpu": "lots"}}}]}});
-        assert_eq!(quantity_decode_error("Pod", &pod), Some(quantity::Error::Format));
+        assert_eq!(quantity_decode_error("Pod", &pod), Some(quantity::SyntaxError::Format));
         let dep = json!({"spec": {"template": {"spec": {"volumes": [{"emptyDir": {"sizeLimit": "1Xi"}}]}}}});
-        assert_eq!(quantity_decode_error("Deployment", &dep), Some(quantity::Error::Format));
+        assert_eq!(quantity_decode_error("Deployment", &dep), Some(quantity::SyntaxError::Format));
         assert_eq!(quantity_decode_error("Node", &json!({"status": {"capacity": {"cpu": "4"}}})), None);
     }
 }

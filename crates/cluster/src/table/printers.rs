@@ -1,8 +1,8 @@
-//! Server-side printer columns of the built-in kinds that have no
-//! controller behind them, as kube-apiserver 1.32 prints them
-//! (`pkg/printers/internalversion/printers.go`): the same column names, in
-//! the same order, with the same `-o wide` (priority 1) columns. A kind not
-//! listed here gets upstream's default (Name, Age).
+//! Server-side printer columns of the built-in kinds, as kube-apiserver
+//! 1.32 prints them (`pkg/printers/internalversion/printers.go`): the same
+//! column names, in the same order, with the same `-o wide` (priority 1)
+//! columns; one registry, by API group and plural. A kind not listed here
+//! gets upstream's default (Name, Age).
 
 use serde_json::{Value, json};
 
@@ -18,6 +18,121 @@ type Cells = fn(&Value, &str, &str) -> Vec<Value>;
 /// The printer of a built-in kind, by API group and plural.
 pub(super) fn printer(group: &str, plural: &str) -> Option<(&'static [Col], Cells)> {
     let p: (&'static [Col], Cells) = match (group, plural) {
+        ("", "pods") => (
+            &[
+                N,
+                ("Ready", "string", 0),
+                ("Status", "string", 0),
+                ("Restarts", "string", 0),
+                A,
+                ("IP", "string", 1),
+                ("Node", "string", 1),
+                ("Nominated Node", "string", 1),
+                ("Readiness Gates", "string", 1),
+            ],
+            pod,
+        ),
+        ("", "nodes") => (
+            &[
+                N,
+                ("Status", "string", 0),
+                ("Roles", "string", 0),
+                A,
+                ("Version", "string", 0),
+                ("Internal-IP", "string", 1),
+                ("External-IP", "string", 1),
+                ("OS-Image", "string", 1),
+                ("Kernel-Version", "string", 1),
+                ("Container-Runtime", "string", 1),
+            ],
+            node,
+        ),
+        ("", "events") => (
+            &[
+                ("Last Seen", "string", 0),
+                ("Type", "string", 0),
+                ("Reason", "string", 0),
+                ("Object", "string", 0),
+                ("Message", "string", 0),
+                ("Subobject", "string", 1),
+                ("Source", "string", 1),
+                ("First Seen", "string", 1),
+                ("Count", "string", 1),
+                ("Name", "string", 1),
+            ],
+            event,
+        ),
+        ("", "namespaces") => (&[N, ("Status", "string", 0), A], |v, n, a| vec![json!(n), json!(s(v, "/status/phase")), json!(a)]),
+        ("", "persistentvolumeclaims") => (
+            &[
+                N,
+                ("Status", "string", 0),
+                ("Volume", "string", 0),
+                ("Capacity", "string", 0),
+                ("Access Modes", "string", 0),
+                ("StorageClass", "string", 0),
+                ("VolumeAttributesClass", "string", 0),
+                A,
+                ("VolumeMode", "string", 1),
+            ],
+            pvc,
+        ),
+        ("", "persistentvolumes") => (
+            &[
+                N,
+                ("Capacity", "string", 0),
+                ("Access Modes", "string", 0),
+                ("Reclaim Policy", "string", 0),
+                ("Status", "string", 0),
+                ("Claim", "string", 0),
+                ("StorageClass", "string", 0),
+                ("VolumeAttributesClass", "string", 0),
+                ("Reason", "string", 0),
+                A,
+                ("VolumeMode", "string", 1),
+            ],
+            pv,
+        ),
+        ("apps", "deployments") => (&[N, ("Ready", "string", 0), ("Up-to-date", "string", 0), ("Available", "string", 0), A, CONTAINERS, IMAGES, SELECTOR], |v, n, a| {
+            let ready = format!("{}/{}", int(v, "/status/readyReplicas"), int(v, "/spec/replicas"));
+            with_template(v, vec![json!(n), json!(ready), json!(int(v, "/status/updatedReplicas").to_string()), json!(int(v, "/status/availableReplicas").to_string()), json!(a)], true)
+        }),
+        ("apps", "replicasets") => (&[N, ("Desired", "string", 0), ("Current", "string", 0), ("Ready", "string", 0), A, CONTAINERS, IMAGES, SELECTOR], |v, n, a| {
+            with_template(v, vec![json!(n), json!(int(v, "/spec/replicas").to_string()), json!(int(v, "/status/replicas").to_string()), json!(int(v, "/status/readyReplicas").to_string()), json!(a)], true)
+        }),
+        ("apps", "statefulsets") => (&[N, ("Ready", "string", 0), A, CONTAINERS, IMAGES], |v, n, a| {
+            with_template(v, vec![json!(n), json!(format!("{}/{}", int(v, "/status/readyReplicas"), int(v, "/spec/replicas"))), json!(a)], false)
+        }),
+        ("apps", "daemonsets") => (
+            &[
+                N,
+                ("Desired", "integer", 0),
+                ("Current", "integer", 0),
+                ("Ready", "integer", 0),
+                ("Up-to-date", "integer", 0),
+                ("Available", "integer", 0),
+                ("Node Selector", "string", 0),
+                A,
+                CONTAINERS,
+                IMAGES,
+                SELECTOR,
+            ],
+            |v, n, a| {
+                let selector = label_map(v.at("/spec/template/spec/nodeSelector"));
+                let cells = vec![
+                    json!(n),
+                    json!(int(v, "/status/desiredNumberScheduled")),
+                    json!(int(v, "/status/currentNumberScheduled")),
+                    json!(int(v, "/status/numberReady")),
+                    json!(int(v, "/status/updatedNumberScheduled")),
+                    json!(int(v, "/status/numberAvailable")),
+                    json!(or_none(&selector)),
+                    json!(a),
+                ];
+                with_template(v, cells, true)
+            },
+        ),
+        ("batch", "jobs") => (&[N, ("Status", "string", 0), ("Completions", "string", 0), ("Duration", "string", 0), A, CONTAINERS, IMAGES, SELECTOR], job),
         ("", "services") => (
             &[N, ("Type", "string", 0), ("Cluster-IP", "string", 0), ("External-IP", "string", 0), ("Port(s)", "string", 0), A, ("Selector", "string", 1)],
             service,
@@ -385,6 +500,194 @@ fn short_duration(secs: i64) -> String {
     }
 }
 
+fn deleting(v: &Value) -> bool {
+    v.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
+}
+
+fn pod(v: &Value, n: &str, a: &str) -> Vec<Value> {
+    let total = len(v, "/spec/containers");
+    let statuses = v.at("/status/containerStatuses").and_then(Value::as_array);
+    let ready = statuses.map_or(0, |l| l.iter().filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true)).count());
+    let restarts: i64 = statuses.map_or(0, |l| l.iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum());
+    let status = if deleting(v) {
+        "Terminating".to_string()
+    } else if s(v, "/status/phase") == "Succeeded" {
+        "Completed".to_string()
+    } else {
+        or_none(s(v, "/status/phase"))
+    };
+    vec![
+        json!(n),
+        json!(format!("{ready}/{total}")),
+        json!(status),
+        json!(restarts.to_string()),
+        json!(a),
+        json!(or_none(s(v, "/status/podIP"))),
+        json!(or_none(s(v, "/spec/nodeName"))),
+        json!(or_none(s(v, "/status/nominatedNodeName"))),
+        json!("<none>"),
+    ]
+}
+
+fn node(v: &Value, n: &str, a: &str) -> Vec<Value> {
+    let ready = arr(v, "/status/conditions").find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")).and_then(|c| c.get("status").and_then(Value::as_str)) == Some("True");
+    let mut status = if ready { "Ready".to_string() } else { "NotReady".to_string() };
+    if v.at("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        status.push_str(",SchedulingDisabled");
+    }
+    let addr = |ty: &str| {
+        arr(v, "/status/addresses")
+            .find(|x| x.get("type").and_then(Value::as_str) == Some(ty))
+            .and_then(|x| x.get("address").and_then(Value::as_str))
+            .unwrap_or("<none>")
+            .to_string()
+    };
+    vec![
+        json!(n),
+        json!(status),
+        json!("<none>"),
+        json!(a),
+        json!(s(v, "/status/nodeInfo/kubeletVersion")),
+        json!(addr("InternalIP")),
+        json!(addr("ExternalIP")),
+        json!(s(v, "/status/nodeInfo/osImage")),
+        json!(s(v, "/status/nodeInfo/kernelVersion")),
+        json!(s(v, "/status/nodeInfo/containerRuntimeVersion")),
+    ]
+}
+
+fn event(v: &Value, n: &str, _: &str) -> Vec<Value> {
+    let first_set = |paths: [&str; 3]| paths.into_iter().map(|p| s(v, p)).find(|x| !x.is_empty()).unwrap_or("");
+    let last = first_set(["/lastTimestamp", "/eventTime", "/metadata/creationTimestamp"]);
+    let first = first_set(["/firstTimestamp", "/eventTime", "/metadata/creationTimestamp"]);
+    let obj = format!("{}/{}", s(v, "/involvedObject/kind").to_lowercase(), s(v, "/involvedObject/name"));
+    let source = [s(v, "/source/component"), s(v, "/source/host")].into_iter().filter(|x| !x.is_empty()).collect::<Vec<_>>().join(", ");
+    let count = v.at("/count").and_then(Value::as_i64).or_else(|| v.at("/series/count").and_then(Value::as_i64)).unwrap_or(1);
+    vec![
+        json!(age(last)),
+        json!(s(v, "/type")),
+        json!(s(v, "/reason")),
+        json!(obj),
+        json!(s(v, "/message")),
+        json!(s(v, "/involvedObject/fieldPath")),
+        json!(source),
+        json!(age(first)),
+        json!(count.to_string()),
+        json!(n),
+    ]
+}
+
+fn pvc(v: &Value, n: &str, a: &str) -> Vec<Value> {
+    let phase = if deleting(v) { "Terminating" } else { s(v, "/status/phase") };
+    vec![
+        json!(n),
+        json!(phase),
+        json!(s(v, "/spec/volumeName")),
+        json!(s(v, "/status/capacity/storage")),
+        json!(access_modes(v, "/status/accessModes")),
+        json!(s(v, "/spec/storageClassName")),
+        json!(or(s(v, "/spec/volumeAttributesClassName"), "<unset>")),
+        json!(a),
+        json!(or(s(v, "/spec/volumeMode"), "Filesystem")),
+    ]
+}
+
+fn pv(v: &Value, n: &str, a: &str) -> Vec<Value> {
+    let claim = match (s(v, "/spec/claimRef/namespace"), s(v, "/spec/claimRef/name")) {
+        (_, "") => String::new(),
+        (ns, c) => format!("{ns}/{c}"),
+    };
+    let phase = if deleting(v) { "Terminating" } else { s(v, "/status/phase") };
+    vec![
+        json!(n),
+        json!(s(v, "/spec/capacity/storage")),
+        json!(access_modes(v, "/spec/accessModes")),
+        json!(s(v, "/spec/persistentVolumeReclaimPolicy")),
+        json!(phase),
+        json!(claim),
+        json!(s(v, "/spec/storageClassName")),
+        json!(or(s(v, "/spec/volumeAttributesClassName"), "<unset>")),
+        json!(s(v, "/status/reason")),
+        json!(a),
+        json!(or(s(v, "/spec/volumeMode"), "Filesystem")),
+    ]
+}
+
+fn job(v: &Value, n: &str, a: &str) -> Vec<Value> {
+    let succeeded = int(v, "/status/succeeded");
+    let completions = match v.at("/spec/completions").and_then(Value::as_i64) {
+        Some(c) => format!("{succeeded}/{c}"),
+        None => match v.at("/spec/parallelism").and_then(Value::as_i64).unwrap_or(1) {
+            p if p > 1 => format!("{succeeded}/1 of {p}"),
+            _ => format!("{succeeded}/1"),
+        },
+    };
+    let start = s(v, "/status/startTime");
+    let duration = if start.is_empty() { String::new() } else { between(start, s(v, "/status/completionTime")) };
+    with_template(v, vec![json!(n), json!(job_status(v)), json!(completions), json!(duration), json!(a)], true)
+}
+
+/// `cells` and the wide columns of a kind with a pod template: its
+/// containers' names and images and (with `selector`) its selector.
+fn with_template(v: &Value, mut cells: Vec<Value>, selector: bool) -> Vec<Value> {
+    let (c, i) = containers(v, "/spec/template/spec/containers");
+    cells.extend([json!(c), json!(i)]);
+    if selector {
+        let sel = v.at("/spec/selector").map(crate::scale::selector_string).unwrap_or_default();
+        cells.push(json!(or_none(&sel)));
+    }
+    cells
+}
+
+/// Access modes as kubectl abbreviates them.
+fn access_modes(v: &Value, p: &str) -> String {
+    arr(v, p)
+        .filter_map(Value::as_str)
+        .map(|m| match m {
+            "ReadWriteOnce" => "RWO",
+            "ReadOnlyMany" => "ROX",
+            "ReadWriteMany" => "RWX",
+            "ReadWriteOncePod" => "RWOP",
+            other => other,
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A Job's Status column (upstream's printer, 1.32): from its conditions.
+fn job_status(v: &Value) -> &'static str {
+    let has = |ty: &str| arr(v, "/status/conditions").any(|c| c.get("type").and_then(Value::as_str) == Some(ty) && c.get("status").and_then(Value::as_str) == Some("True"));
+    if has("Complete") {
+        "Complete"
+    } else if has("Failed") {
+        "Failed"
+    } else if deleting(v) {
+        "Terminating"
+    } else if has("FailureTarget") {
+        "FailureTarget"
+    } else if has("SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else if has("Suspended") {
+        "Suspended"
+    } else {
+        "Running"
+    }
+}
+
+/// The time from `from` to `to` (now when unset), as a Job's Duration.
+fn between(from: &str, to: &str) -> String {
+    let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok().map(|t| t.with_timezone(&chrono::Utc));
+    let (Some(a), end) = (parse(from), parse(to).unwrap_or_else(chrono::Utc::now)) else { return String::new() };
+    let secs = (end - a).num_seconds().max(0);
+    if secs < 120 {
+        format!("{secs}s")
+    } else if secs < 7200 {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{}h", secs / 3600)
+    }
+}
+
 fn service(v: &Value, n: &str, a: &str) -> Vec<Value> {
     let ty = or(s(v, "/spec/type"), "ClusterIP");
     let external_ips: Vec<String> = arr(v, "/spec/externalIPs").filter_map(Value::as_str).map(str::to_string).collect();
@@ -513,6 +816,17 @@ mod tests {
     #[test]
     fn every_row_has_a_cell_per_column() {
         let kinds = [
+            ("", "pods"),
+            ("", "nodes"),
+            ("", "events"),
+            ("", "namespaces"),
+            ("", "persistentvolumeclaims"),
+            ("", "persistentvolumes"),
+            ("apps", "deployments"),
+            ("apps", "replicasets"),
+            ("apps", "statefulsets"),
+            ("apps", "daemonsets"),
+            ("batch", "jobs"),
             ("", "services"),
             ("", "configmaps"),
             ("", "secrets"),
@@ -559,6 +873,32 @@ mod tests {
             let Some((cols, cells)) = printer(g, p) else { panic!("no printer for {p}") };
             assert_eq!(cells(&json!({}), "x", "1s").len(), cols.len(), "{p}");
         }
+    }
+
+    /// A row of a kind: its column names and its cells.
+    fn row_of(group: &str, plural: &str, v: &Value) -> (Vec<&'static str>, Vec<Value>) {
+        let Some((cols, cells)) = printer(group, plural) else { panic!("no printer for {plural}") };
+        (cols.iter().map(|c| c.0).collect(), cells(v, s(v, "/metadata/name"), "1s"))
+    }
+
+    #[test]
+    fn storage_and_job_rows_show_what_kubectl_shows() {
+        let pvc = json!({"metadata": {"name": "c"}, "spec": {"volumeName": "pv-1", "storageClassName": "standard"},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce", "ReadOnlyMany"]}});
+        let (names, row) = row_of("", "persistentvolumeclaims", &pvc);
+        assert_eq!(names, ["Name", "Status", "Volume", "Capacity", "Access Modes", "StorageClass", "VolumeAttributesClass", "Age", "VolumeMode"]);
+        assert_eq!(row.len(), names.len());
+        assert_eq!((&row[1], &row[2], &row[3], &row[4], &row[6], &row[8]), (&json!("Bound"), &json!("pv-1"), &json!("1Gi"), &json!("RWO,ROX"), &json!("<unset>"), &json!("Filesystem")));
+        let pv = json!({"metadata": {"name": "pv-1"}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "persistentVolumeReclaimPolicy": "Delete",
+            "claimRef": {"namespace": "default", "name": "c"}}, "status": {"phase": "Bound"}});
+        let (names, row) = row_of("", "persistentvolumes", &pv);
+        assert_eq!(row.len(), names.len());
+        assert_eq!(row[5], "default/c");
+        let job = json!({"metadata": {"name": "j"}, "spec": {"completions": 3, "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}, "selector": {"matchLabels": {"job": "j"}}},
+            "status": {"succeeded": 1}});
+        let (names, row) = row_of("batch", "jobs", &job);
+        assert_eq!(row.len(), names.len());
+        assert_eq!((&row[1], &row[2], &row[5], &row[6], &row[7]), (&json!("Running"), &json!("1/3"), &json!("c"), &json!("busybox"), &json!("job=j")));
     }
 
     #[test]

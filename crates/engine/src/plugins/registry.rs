@@ -5,79 +5,74 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use crate::framework::{Plugin, Points};
+use crate::framework::Plugin;
 
 use super::{
-    balanced_allocation, default_binder, default_preemption, image_locality, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources_fit,
-    node_unschedulable, pod_topology_spread, priority_sort, scheduling_gates, taint_toleration,
+    balanced_allocation, default_binder, default_preemption, dynamic_resources, gang_scheduling, image_locality, inter_pod_affinity, node_affinity, node_declared_features,
+    node_name, node_ports, node_resources_fit, node_unschedulable, node_volume_limits, pod_topology_spread, priority_sort, scheduling_gates, taint_toleration,
+    volume_binding, volume_restrictions, volume_zone,
 };
-use super::{node_volume_limits, volume_binding, volume_restrictions, volume_zone};
 
-/// A plugin of upstream's default set, with its default score weight.
+/// A plugin berth knows: its name, its default score weight, and how to
+/// build it from its (optional) args. Every one is in upstream's default set.
 #[derive(Clone, Copy, Debug)]
 pub struct DefaultPlugin {
     /// Name.
     pub name: &'static str,
     /// Weight (0 when not a score plugin).
     pub weight: i64,
+    /// Builds the plugin from its args (None: defaults); the error names the
+    /// args field at fault.
+    build: Build,
 }
+
+/// A plugin's constructor.
+type Build = fn(Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, String>;
+
+const fn plugin(name: &'static str, weight: i64, build: Build) -> DefaultPlugin {
+    DefaultPlugin { name, weight, build }
+}
+
+/// The one list of plugins: upstream's default multiPoint plugins, in
+/// upstream's order, with their weights and constructors. Adding a plugin
+/// is one line here.
+const PLUGINS: &[DefaultPlugin] = &[
+    plugin(scheduling_gates::NAME, 0, |_| Ok(Arc::new(scheduling_gates::SchedulingGates))),
+    plugin(priority_sort::NAME, 0, |_| Ok(Arc::new(priority_sort::PrioritySort))),
+    plugin(node_unschedulable::NAME, 0, |_| Ok(Arc::new(node_unschedulable::NodeUnschedulable))),
+    plugin(node_name::NAME, 0, |_| Ok(Arc::new(node_name::NodeName))),
+    plugin(taint_toleration::NAME, 3, |_| Ok(Arc::new(taint_toleration::TaintToleration))),
+    plugin(node_affinity::NAME, 2, |a| Ok(Arc::new(node_affinity::NodeAffinity::new(args(a)?)?))),
+    plugin(node_ports::NAME, 0, |_| Ok(Arc::new(node_ports::NodePorts))),
+    plugin(node_resources_fit::NAME, 1, |a| Ok(Arc::new(node_resources_fit::NodeResourcesFit::new(args(a)?)?))),
+    plugin(volume_restrictions::NAME, 0, |_| Ok(Arc::new(volume_restrictions::VolumeRestrictions))),
+    plugin(node_volume_limits::NAME, 0, |_| Ok(Arc::new(node_volume_limits::NodeVolumeLimits))),
+    plugin(volume_binding::NAME, 0, |a| Ok(Arc::new(volume_binding::VolumeBinding::new(args(a)?)?))),
+    plugin(volume_zone::NAME, 0, |_| Ok(Arc::new(volume_zone::VolumeZone))),
+    plugin(pod_topology_spread::NAME, 2, |a| Ok(Arc::new(pod_topology_spread::PodTopologySpread::new(args(a)?)?))),
+    plugin(inter_pod_affinity::NAME, 2, |a| Ok(Arc::new(inter_pod_affinity::InterPodAffinity::new(args(a)?)?))),
+    // v1.37 applyDynamicResources inserts it before DefaultPreemption
+    // with weight 2 (v1.34 gave none, so 1).
+    plugin(dynamic_resources::NAME, 2, |_| Ok(Arc::new(dynamic_resources::DynamicResources))),
+    plugin(default_preemption::NAME, 0, |a| Ok(Arc::new(default_preemption::DefaultPreemption::new(args(a)?)?))),
+    plugin(balanced_allocation::NAME, 1, |a| Ok(Arc::new(balanced_allocation::BalancedAllocation::new(args(a)?)?))),
+    plugin(image_locality::NAME, 1, |_| Ok(Arc::new(image_locality::ImageLocality))),
+    plugin(default_binder::NAME, 0, |_| Ok(Arc::new(default_binder::DefaultBinder))),
+    // Appended by applyFeatureGates (NodeDeclaredFeatures, GA and locked on in 1.37).
+    plugin(node_declared_features::NAME, 0, |_| Ok(Arc::new(node_declared_features::NodeDeclaredFeatures))),
+    // Appended by applyFeatureGates when the GangScheduling gate is on
+    // (beta with the scheduling.k8s.io/v1beta1 PodGroup API, on by default).
+    plugin(gang_scheduling::NAME, 0, |a| Ok(Arc::new(gang_scheduling::GangScheduling::new(args(a)?)?))),
+];
 
 /// Upstream's default multiPoint plugins, in upstream's order, with their weights.
 pub fn default_plugins() -> &'static [DefaultPlugin] {
-    const D: &[DefaultPlugin] = &[
-        DefaultPlugin { name: "SchedulingGates", weight: 0 },
-        DefaultPlugin { name: "PrioritySort", weight: 0 },
-        DefaultPlugin { name: "NodeUnschedulable", weight: 0 },
-        DefaultPlugin { name: "NodeName", weight: 0 },
-        DefaultPlugin { name: "TaintToleration", weight: 3 },
-        DefaultPlugin { name: "NodeAffinity", weight: 2 },
-        DefaultPlugin { name: "NodePorts", weight: 0 },
-        DefaultPlugin { name: "NodeResourcesFit", weight: 1 },
-        DefaultPlugin { name: "VolumeRestrictions", weight: 0 },
-        DefaultPlugin { name: "NodeVolumeLimits", weight: 0 },
-        DefaultPlugin { name: "VolumeBinding", weight: 0 },
-        DefaultPlugin { name: "VolumeZone", weight: 0 },
-        DefaultPlugin { name: "PodTopologySpread", weight: 2 },
-        DefaultPlugin { name: "InterPodAffinity", weight: 2 },
-        // v1.37 applyDynamicResources inserts it before DefaultPreemption
-        // with weight 2 (v1.34 gave none, so 1).
-        DefaultPlugin { name: "DynamicResources", weight: 2 },
-        DefaultPlugin { name: "DefaultPreemption", weight: 0 },
-        DefaultPlugin { name: "NodeResourcesBalancedAllocation", weight: 1 },
-        DefaultPlugin { name: "ImageLocality", weight: 1 },
-        DefaultPlugin { name: "DefaultBinder", weight: 0 },
-        // Appended by applyFeatureGates (NodeDeclaredFeatures, GA and locked on in 1.37).
-        DefaultPlugin { name: "NodeDeclaredFeatures", weight: 0 },
-        // Appended by applyFeatureGates when the GangScheduling gate is on
-        // (beta with the scheduling.k8s.io/v1beta1 PodGroup API, on by default).
-        DefaultPlugin { name: "GangScheduling", weight: 0 },
-    ];
-    D
+    PLUGINS
 }
-
-/// Plugins accepted in configuration that berth does not implement: they are
-/// enabled as no-ops.
-const NO_OPS: &[&str] = &[];
 
 /// Is this a plugin name berth knows?
 pub fn known(name: &str) -> bool {
-    build(name, None).is_ok()
-}
-
-/// A plugin that implements no extension point (see `NO_OPS`).
-struct NoOp(&'static str);
-
-impl Plugin for NoOp {
-    fn name(&self) -> &'static str {
-        self.0
-    }
-    fn points(&self) -> Points {
-        Points::default()
-    }
-    fn reusable(&self) -> bool {
-        // Does nothing, so it depends on nothing.
-        true
-    }
+    PLUGINS.iter().any(|p| p.name == name)
 }
 
 fn args<T: DeserializeOwned + Default>(v: Option<&serde_json::Value>) -> Result<T, String> {
@@ -91,35 +86,12 @@ fn args<T: DeserializeOwned + Default>(v: Option<&serde_json::Value>) -> Result<
 }
 
 /// Builds the named plugin from its args (None: defaults). The error names the
-/// args field at fault.
+/// args field at fault, or the unknown plugin.
 pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, String> {
-    Ok(match name {
-        priority_sort::NAME => Arc::new(priority_sort::PrioritySort),
-        scheduling_gates::NAME => Arc::new(scheduling_gates::SchedulingGates),
-        node_unschedulable::NAME => Arc::new(node_unschedulable::NodeUnschedulable),
-        super::node_declared_features::NAME => Arc::new(super::node_declared_features::NodeDeclaredFeatures),
-        node_name::NAME => Arc::new(node_name::NodeName),
-        taint_toleration::NAME => Arc::new(taint_toleration::TaintToleration),
-        node_affinity::NAME => Arc::new(node_affinity::NodeAffinity::new(args(a)?)?),
-        node_ports::NAME => Arc::new(node_ports::NodePorts),
-        node_resources_fit::NAME => Arc::new(node_resources_fit::NodeResourcesFit::new(args(a)?)?),
-        balanced_allocation::NAME => Arc::new(balanced_allocation::BalancedAllocation::new(args(a)?)?),
-        pod_topology_spread::NAME => Arc::new(pod_topology_spread::PodTopologySpread::new(args(a)?)?),
-        image_locality::NAME => Arc::new(image_locality::ImageLocality),
-        inter_pod_affinity::NAME => Arc::new(inter_pod_affinity::InterPodAffinity::new(args(a)?)?),
-        default_binder::NAME => Arc::new(default_binder::DefaultBinder),
-        default_preemption::NAME => Arc::new(default_preemption::DefaultPreemption::new(args(a)?)?),
-        volume_binding::NAME => Arc::new(volume_binding::VolumeBinding::new(args(a)?)?),
-        volume_zone::NAME => Arc::new(volume_zone::VolumeZone),
-        volume_restrictions::NAME => Arc::new(volume_restrictions::VolumeRestrictions),
-        node_volume_limits::NAME => Arc::new(node_volume_limits::NodeVolumeLimits),
-        super::dynamic_resources::NAME => Arc::new(super::dynamic_resources::DynamicResources),
-        super::gang_scheduling::NAME => Arc::new(super::gang_scheduling::GangScheduling::new(args(a)?)?),
-        n => match NO_OPS.iter().find(|x| **x == n) {
-            Some(x) => Arc::new(NoOp(x)),
-            None => return Err(format!("unknown plugin {n:?}")),
-        },
-    })
+    match PLUGINS.iter().find(|p| p.name == name) {
+        Some(p) => (p.build)(a),
+        None => Err(format!("unknown plugin {name:?}")),
+    }
 }
 
 #[cfg(test)]
@@ -127,14 +99,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_default_plugin_builds() {
+    fn every_plugin_builds_with_its_defaults_and_names_itself() {
         for d in default_plugins() {
-            let p = build(d.name, None);
-            // Plugins still to come are reported, not silently dropped.
-            if let Ok(p) = p {
-                assert_eq!(p.name(), d.name);
+            match build(d.name, None) {
+                Ok(p) => assert_eq!(p.name(), d.name),
+                Err(e) => panic!("{}: {e}", d.name),
             }
+            assert!(known(d.name));
         }
+        let mut names: Vec<_> = default_plugins().iter().map(|d| d.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), default_plugins().len(), "a plugin is listed twice");
         assert!(build("Nope", None).is_err());
+        assert!(!known("Nope"));
     }
 }
