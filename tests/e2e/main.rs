@@ -13,7 +13,10 @@
 //! - `versions`: the daemon against a cluster of an older release (1.34);
 //! - `both` (over `backend`): scenarios written once, run on the local cluster
 //!   (`local_*`) and on a real control plane from `tools/kube/up` (`real_*`,
-//!   ignored unless `BERTH_KUBE_DIR` names one and `--ignored` is given).
+//!   ignored unless `BERTH_KUBE_DIR` names one and `--ignored` is given);
+//! - `real_faults`: faults of the real control plane (kube-apiserver killed
+//!   and restarted, watches answered 410 after etcd's compaction, 429s from
+//!   priority and fairness), `real_*` only.
 //!
 //! The local cluster's own tests live with it (`crates/cluster/tests`), the
 //! engine's with the engine.
@@ -43,4 +46,5 @@ mod e2e_workloads;
 mod fault_proxy;
 mod gangs;
 mod live;
+mod real_faults;
 mod versions;
