@@ -12,7 +12,8 @@
 //! - `versions`: the daemon against a cluster of an older release (1.34);
 //! - `both` (over `backend`): scenarios written once, run on the local cluster
 //!   (`local_*`) and on a real control plane from `tools/kube/up` (`real_*`,
-//!   ignored unless `BERTH_KUBE_DIR` names one and `--ignored` is given).
+//!   ignored unless `BERTH_KUBE_DIR` names one and `--ignored` is given);
+//!   `both_workloads` adds volumes, gangs, the chart's RBAC and shadow mode.
 //!
 //! The local cluster's own tests live with it (`crates/cluster/tests`), the
 //! engine's with the engine.
@@ -20,6 +21,7 @@
 mod admin;
 mod backend;
 mod both;
+mod both_workloads;
 mod chart_rbac;
 mod cli;
 mod cluster_bench;
