@@ -12,8 +12,9 @@
 //!   one is reset, until it ends (a TCP relay in front of the HTTP proxy);
 //! - hold matching requests until released (e.g. all event writes).
 //!
-//! It records every write that passed (method, path, when, status), so a test
-//! can count the writes of one client after a given instant.
+//! It records every write that passed (method, path, when) and the status of
+//! every reply from upstream, so a test can count the writes of one client
+//! after a given instant, or find the requests the server refused.
 #![allow(clippy::unwrap_used, dead_code)]
 
 use std::net::SocketAddr;
@@ -82,6 +83,8 @@ struct State {
     upstream: kube::Client,
     rules: Mutex<Vec<Rule>>,
     writes: Mutex<Vec<Write>>,
+    /// Every request the upstream answered: (method, path, status).
+    replies: Mutex<Vec<(Method, String, u16)>>,
     blackout: AtomicBool,
     /// Watch bodies pause while true.
     hold_watches: watch::Sender<bool>,
@@ -198,6 +201,7 @@ impl FaultProxy {
             upstream,
             rules: Mutex::new(Vec::new()),
             writes: Mutex::new(Vec::new()),
+            replies: Mutex::new(Vec::new()),
             blackout: AtomicBool::new(false),
             hold_watches: watch::channel(false).0,
             cut: watch::channel(0).0,
@@ -287,6 +291,11 @@ impl FaultProxy {
         self.writes().into_iter().filter(|w| w.at >= t && !w.is_lease()).collect()
     }
 
+    /// Every request the upstream answered so far, as (method, path, status).
+    pub fn replies(&self) -> Vec<(Method, String, u16)> {
+        self.state.replies.lock().unwrap().clone()
+    }
+
     /// Faults injected so far.
     pub fn injected(&self) -> u64 {
         self.state.injected.load(Ordering::SeqCst)
@@ -350,6 +359,7 @@ async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
         Ok(r) => r,
         Err(_) => return reset(),
     };
+    st.replies.lock().unwrap().push((parts.method.clone(), path.clone(), resp.status().as_u16()));
     match fault {
         Some(Fault::DropReplyAfterCommit) => {
             // Let the write finish at the server, then lose the reply.

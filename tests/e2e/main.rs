@@ -14,6 +14,7 @@
 //! - `both` (over `backend`): scenarios written once, run on the local cluster
 //!   (`local_*`) and on a real control plane from `tools/kube/up` (`real_*`,
 //!   ignored unless `BERTH_KUBE_DIR` names one and `--ignored` is given);
+//!   `both_workloads` adds volumes, gangs, the chart's RBAC and shadow mode.
 //! - `real_faults`: faults of the real control plane (kube-apiserver killed
 //!   and restarted, watches answered 410 after etcd's compaction, 429s from
 //!   priority and fairness), `real_*` only.
@@ -24,6 +25,7 @@
 mod admin;
 mod backend;
 mod both;
+mod both_workloads;
 mod chart_rbac;
 mod cli;
 mod cluster_bench;
