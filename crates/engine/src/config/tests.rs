@@ -84,7 +84,7 @@ fn a_wrong_type_names_the_field_path_and_a_file_its_name() {
     let _ = std::fs::remove_file(&path);
     assert!(m.starts_with(&p) && m.contains("percentageOfNodesToScore") && !m.contains("<input>"), "{m}");
     // A file that cannot be read: named once, its cause left to the source.
-    let e = Config::load("/nonexistent/sched.yaml").err().expect("refused");
+    let Err(e) = Config::load("/nonexistent/sched.yaml") else { panic!("a missing file is refused") };
     assert_eq!(e.to_string(), "reading /nonexistent/sched.yaml");
     assert!(std::error::Error::source(&e).is_some());
 }
