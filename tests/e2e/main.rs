@@ -7,6 +7,7 @@
 //! - `e2e_*`, `default_spreading`, `gangs`: the daemon over HTTP against the local cluster
 //!   (`e2e_recovery`: outages between them; `e2e_shadow`: `--shadow` judging another binder);
 //! - `admin`: the daemon's secure port (TLS, delegated auth, limits, explain);
+//! - `inflight`: the daemon against the local cluster's in-flight limits (429s), and its memory under 1,000 lists;
 //! - `chart_rbac`: `berth run` with the chart's RBAC and no more (each rule needed);
 //! - `cluster_bench`: the local cluster's benchmark;
 //! - `live`: explain, simulate and dump against the local cluster's API;
@@ -47,6 +48,7 @@ mod e2e_trust;
 mod e2e_workloads;
 mod fault_proxy;
 mod gangs;
+mod inflight;
 mod live;
 mod real_faults;
 mod versions;
