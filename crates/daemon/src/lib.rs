@@ -604,7 +604,18 @@ impl Loop {
     }
 
     fn mark_synced(&mut self, kind: &'static str) {
-        if self.health.set_synced(kind) && !*self.ready.borrow() {
+        if self.health.set_synced(kind) {
+            self.caches_synced();
+        }
+    }
+
+    /// Every watch is synced: ready from now on (once). Called when a relist
+    /// is applied, and by the loop whenever the watches' health says so: the
+    /// last kind to come up may be one whose watch dropped after its list and
+    /// resumed where it was, with no relist to apply (seen with the real
+    /// server's 429s at start).
+    fn caches_synced(&mut self) {
+        if !*self.ready.borrow() {
             tracing::info!(nodes = self.cache.snapshot().nodes.len(), pods = self.cache.pod_count(), pending = self.queue.len(), "caches synced");
             let _ = self.ready.send(true);
             if self.shadow.is_some() {
@@ -1037,6 +1048,9 @@ impl Loop {
                     }
                 }
                 last_tick = Instant::now();
+            }
+            if !*self.ready.borrow() && self.health.ready() {
+                self.caches_synced();
             }
             // Schedule only while the lease allows writing (renewed within
             // renewDeadline), not merely while the election task says so.
