@@ -167,13 +167,15 @@ pub(super) struct Persist {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// A stored object as read: (resource, namespace, name, bytes, the key as stored).
+type StoredObject = (String, String, String, Vec<u8>, Vec<u8>);
+
 /// What a data directory held when it was opened.
 #[derive(Default)]
 struct Restored {
     /// The ceiling, if the directory was used before.
     ceiling: Option<u64>,
-    /// (resource, namespace, name, bytes, the key as stored).
-    objects: Vec<(String, String, String, Vec<u8>, Vec<u8>)>,
+    objects: Vec<StoredObject>,
     tokens: Vec<(String, Vec<u8>)>,
 }
 
