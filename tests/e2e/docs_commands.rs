@@ -263,6 +263,7 @@ fn every_flag_of_every_command_is_documented() {
         ("demo", "docs/local-cluster.md"),
         ("bench", "docs/benchmarks.md"),
         ("cluster-bench", "docs/benchmarks.md"),
+        ("differential", "docs/testing.md"),
     ];
     let mut missing = Vec::new();
     for (sub, page) in page_of {
