@@ -85,6 +85,8 @@ struct State {
     writes: Mutex<Vec<Write>>,
     /// Every request the upstream answered: (method, path, status).
     replies: Mutex<Vec<(Method, String, u16)>>,
+    /// The bodies of the error replies (status 400 and above): (method, path, status, body).
+    errors: Mutex<Vec<(Method, String, u16, String)>>,
     blackout: AtomicBool,
     /// Watch bodies pause while true.
     hold_watches: watch::Sender<bool>,
@@ -202,6 +204,7 @@ impl FaultProxy {
             rules: Mutex::new(Vec::new()),
             writes: Mutex::new(Vec::new()),
             replies: Mutex::new(Vec::new()),
+            errors: Mutex::new(Vec::new()),
             blackout: AtomicBool::new(false),
             hold_watches: watch::channel(false).0,
             cut: watch::channel(0).0,
@@ -296,6 +299,12 @@ impl FaultProxy {
         self.state.replies.lock().unwrap().clone()
     }
 
+    /// The error replies (status 400 and above) so far, with their bodies:
+    /// (method, path, status, body).
+    pub fn errors(&self) -> Vec<(Method, String, u16, String)> {
+        self.state.errors.lock().unwrap().clone()
+    }
+
     /// Faults injected so far.
     pub fn injected(&self) -> u64 {
         self.state.injected.load(Ordering::SeqCst)
@@ -359,7 +368,17 @@ async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
         Ok(r) => r,
         Err(_) => return reset(),
     };
-    st.replies.lock().unwrap().push((parts.method.clone(), path.clone(), resp.status().as_u16()));
+    let code = resp.status().as_u16();
+    st.replies.lock().unwrap().push((parts.method.clone(), path.clone(), code));
+    let resp = if code >= 400 && fault.is_none() {
+        // An error's body is small: read it, keep it, and pass it on.
+        let (rparts, rbody) = resp.into_parts();
+        let bytes = axum::body::to_bytes(Body::new(rbody), 1 << 20).await.unwrap_or_default();
+        st.errors.lock().unwrap().push((parts.method.clone(), path.clone(), code, String::from_utf8_lossy(&bytes).into_owned()));
+        Response::from_parts(rparts, kube::client::Body::from(bytes.to_vec()))
+    } else {
+        resp
+    };
     match fault {
         Some(Fault::DropReplyAfterCommit) => {
             // Let the write finish at the server, then lose the reply.

@@ -349,6 +349,14 @@ fn find_match<'a>(c: &Value, pvs: &'a [Arc<Obj>], delayed: bool) -> Option<&'a A
     best.map(|(pv, _)| pv)
 }
 
+/// An event's name as upstream's recorders make it: the object's name, a
+/// dot, and the time in hexadecimal nanoseconds (kube-apiserver refuses the
+/// generateName "<name>.", which ends in a dot).
+fn event_name(object: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{object}.{nanos:x}")
+}
+
 impl Controllers {
     fn event(&mut self, obj: &Value, kind: &str, ty: &str, reason: &'static str, message: String, component: &str) {
         if !self.said.insert((s(obj, "/metadata/uid").to_string(), reason)) {
@@ -359,7 +367,7 @@ impl Controllers {
         // Written as core/v1, as upstream's volume controllers do; stored
         // in the one Events store (see `eventview`).
         let mut ev = json!({
-            "metadata": {"generateName": format!("{}.", s(obj, "/metadata/name")), "namespace": ns},
+            "metadata": {"name": event_name(s(obj, "/metadata/name")), "namespace": ns},
             "involvedObject": {"kind": kind, "apiVersion": "v1", "namespace": ns, "name": s(obj, "/metadata/name"),
                 "uid": s(obj, "/metadata/uid"), "resourceVersion": s(obj, "/metadata/resourceVersion")},
             "reason": reason, "message": message, "type": ty, "count": 1,

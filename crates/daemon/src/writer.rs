@@ -747,11 +747,24 @@ impl Writer {
                 match (count, existing) {
                     (1, _) | (_, None) => {
                         let ev = self.event_object(item, now);
-                        create_reading_name(&self.client, &path, &ev).await.map(|created| {
-                            if let (Ok(mut n), Some(created)) = (name.lock(), created) {
-                                *n = Some(created);
+                        let ours = ev.metadata.name.clone();
+                        match create_reading_name(&self.client, &path, &ev).await {
+                            Ok(created) => {
+                                if let (Ok(mut n), Some(created)) = (name.lock(), created) {
+                                    *n = Some(created);
+                                }
+                                Ok(())
                             }
-                        })
+                            // The name is this event's own: an earlier attempt
+                            // whose reply was lost created it.
+                            Err(e) if api_code(&e) == Some(409) => {
+                                if let Ok(mut n) = name.lock() {
+                                    *n = ours;
+                                }
+                                Ok(())
+                            }
+                            Err(e) => Err(e),
+                        }
                     }
                     (_, Some(existing)) => {
                         let patch = json!({"series": {"count": count, "lastObservedTime": meta::MicroTime(now)}});
@@ -792,7 +805,10 @@ impl Writer {
     fn event_object(&self, item: &EventItem, now: k8s_openapi::jiff::Timestamp) -> events::Event {
         let pod = &item.pod;
         events::Event {
-            metadata: meta::ObjectMeta { generate_name: Some(format!("{}.", pod.name)), namespace: Some(pod.namespace.clone()), ..Default::default() },
+            // Named as upstream's recorder names it (`<regarding>.<unix nanos in hex>`):
+            // a generateName of "<pod>." is refused by kube-apiserver, which
+            // validates the prefix as a DNS subdomain (it may not end in a dot).
+            metadata: meta::ObjectMeta { name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())), namespace: Some(pod.namespace.clone()), ..Default::default() },
             event_time: Some(meta::MicroTime(now)),
             action: Some(item.action.into()),
             reason: Some(item.reason.into()),

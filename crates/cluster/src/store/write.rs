@@ -282,6 +282,19 @@ impl Store {
         } else {
             name
         };
+        // generateName is validated as the name it prefixes (a trailing
+        // '-' allowed), as kube-apiserver's ValidateObjectMeta does: "pod."
+        // is refused, since a DNS subdomain does not end in a dot.
+        if !gen_name.is_empty() {
+            let masked = match gen_name.strip_suffix('-') {
+                Some(base) if !base.is_empty() => format!("{base}a"),
+                _ => gen_name.clone(),
+            };
+            if let Some(msg) = res::validate_object_name(&info, &masked) {
+                let why = msg.rsplit_once("\": ").map_or(msg.as_str(), |(_, w)| w);
+                return Err(invalid(&info, &name, format!("metadata.generateName: Invalid value: \"{gen_name}\": {why}")));
+            }
+        }
         let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.clone());
         if inner.kinds[r].objects.contains_key(&key) {
             return Err(Error::AlreadyExists { resource: qualified(&info), name });
