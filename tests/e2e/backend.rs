@@ -15,7 +15,9 @@
 //! at a time (one process-wide lock), because one scheduler sees every node.
 #![allow(clippy::unwrap_used, dead_code)]
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_cluster::{ClusterConfig, LocalCluster};
@@ -23,7 +25,10 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use crate::e2e_support::{auth_config, eventually};
+use futures::StreamExt;
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::e2e_support::{auth_config, eventually, node_of, pod_milli_cpu};
 
 /// The environment variable naming the directory `tools/kube/up` wrote.
 pub const KUBE_DIR_ENV: &str = "BERTH_KUBE_DIR";
@@ -137,4 +142,62 @@ impl Backend {
 /// Every pod of `ns`.
 pub async fn pods_in(client: &kube::Client, ns: &str) -> Vec<Pod> {
     Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default()).await.unwrap().items
+}
+
+/// Every pod's node as bindings happen (a watch on `ns`, with backoff: the
+/// server goes away in the fault tests),
+/// and any pod whose node changed after it was first bound.
+#[derive(Clone, Default)]
+pub struct BindLog {
+    inner: Arc<Mutex<(HashMap<String, String>, Vec<String>)>>,
+}
+
+impl BindLog {
+    pub fn start(client: kube::Client, ns: &str) -> (BindLog, tokio::task::JoinHandle<()>) {
+        let log = BindLog::default();
+        let api: Api<Pod> = Api::namespaced(client, ns);
+        let l = log.clone();
+        let task = tokio::spawn(async move {
+            // With backoff: the server goes away in these tests.
+            let mut s = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
+            while let Some(ev) = s.next().await {
+                let Ok(p) = ev else { continue };
+                let (Some(name), Some(node)) = (p.metadata.name.clone(), node_of(&p).map(str::to_string)) else { continue };
+                let mut g = l.inner.lock().unwrap();
+                match g.0.get(&name).cloned() {
+                    None => {
+                        g.0.insert(name, node);
+                    }
+                    Some(prev) if prev != node => g.1.push(format!("{name}: {prev} -> {node}")),
+                    Some(_) => {}
+                }
+            }
+        });
+        (log, task)
+    }
+
+    pub fn bound(&self) -> usize {
+        self.inner.lock().unwrap().0.len()
+    }
+
+    pub fn rebinds(&self) -> Vec<String> {
+        self.inner.lock().unwrap().1.clone()
+    }
+}
+
+/// No node holds more CPU requests than it has (the scenario's pods are
+/// the only ones on its nodes); returns (used, capacity) in millicores.
+pub fn assert_capacity(pods: &[Pod], nodes: &[NodeSpec]) -> (i64, i64) {
+    let cap: HashMap<&str, i64> = nodes.iter().map(|n| (n.name.as_str(), n.cpu.parse::<i64>().unwrap() * 1000)).collect();
+    let mut used: HashMap<&str, i64> = HashMap::new();
+    for p in pods {
+        if let Some(n) = node_of(p) {
+            *used.entry(n).or_default() += pod_milli_cpu(p);
+        }
+    }
+    for (n, u) in &used {
+        let c = cap.get(n).copied().unwrap_or_else(|| panic!("a pod is bound to {n}, not one of the scenario's nodes"));
+        assert!(*u <= c, "node {n} is over capacity: {u}m of {c}m requested");
+    }
+    (used.values().sum(), cap.values().sum())
 }

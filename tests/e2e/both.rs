@@ -6,19 +6,16 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use berth_daemon::{self as daemon, Handle, Options};
 use berth_engine::config::Config;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-use crate::backend::{Backend, NodeSpec, pods_in};
-use crate::e2e_support::{PROFILE, create_all, eventually, node_of, pod, pod_milli_cpu};
+use crate::backend::{Backend, BindLog, NodeSpec, assert_capacity, pods_in};
+use crate::e2e_support::{PROFILE, create_all, eventually, node_of, pod};
 
 /// Runs `f` under a hard deadline.
 async fn deadline<F: std::future::Future<Output = ()>>(secs: u64, f: F) {
@@ -57,61 +54,6 @@ async fn until_leading(h: &Handle, secs: u64) {
     })
     .await
     .expect("daemon did not become ready and leading");
-}
-
-/// Every pod's node as bindings happen (through a watch on `ns`), and any
-/// pod whose node changed after it was first bound.
-#[derive(Clone, Default)]
-struct BindLog {
-    inner: Arc<Mutex<(HashMap<String, String>, Vec<String>)>>,
-}
-
-impl BindLog {
-    fn start(client: kube::Client, ns: &str) -> (BindLog, tokio::task::JoinHandle<()>) {
-        let log = BindLog::default();
-        let api: Api<Pod> = Api::namespaced(client, ns);
-        let l = log.clone();
-        let task = tokio::spawn(async move {
-            let mut s = watcher(api, watcher::Config::default()).applied_objects().boxed();
-            while let Some(ev) = s.next().await {
-                let Ok(p) = ev else { continue };
-                let (Some(name), Some(node)) = (p.metadata.name.clone(), node_of(&p).map(str::to_string)) else { continue };
-                let mut g = l.inner.lock().unwrap();
-                match g.0.get(&name).cloned() {
-                    None => {
-                        g.0.insert(name, node);
-                    }
-                    Some(prev) if prev != node => g.1.push(format!("{name}: {prev} -> {node}")),
-                    Some(_) => {}
-                }
-            }
-        });
-        (log, task)
-    }
-
-    fn bound(&self) -> usize {
-        self.inner.lock().unwrap().0.len()
-    }
-
-    fn rebinds(&self) -> Vec<String> {
-        self.inner.lock().unwrap().1.clone()
-    }
-}
-
-/// Asserts no node holds more CPU requests than it has, counting the
-/// scenario's pods (they are the only ones on its nodes).
-fn assert_capacity(pods: &[Pod], nodes: &[NodeSpec]) {
-    let cap: HashMap<&str, i64> = nodes.iter().map(|n| (n.name.as_str(), n.cpu.parse::<i64>().unwrap() * 1000)).collect();
-    let mut used: HashMap<&str, i64> = HashMap::new();
-    for p in pods {
-        if let Some(n) = node_of(p) {
-            *used.entry(n).or_default() += pod_milli_cpu(p);
-        }
-    }
-    for (n, u) in used {
-        let c = cap.get(n).copied().unwrap_or_else(|| panic!("a pod is bound to {n}, not one of the scenario's nodes"));
-        assert!(u <= c, "node {n} is over capacity: {u}m of {c}m requested");
-    }
 }
 
 // 1. Placement at scale: 1,000 pods over 100 nodes in 3 zones, with zone

@@ -35,11 +35,10 @@ use berth_engine::config::Config;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, PostParams, WatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-use crate::backend::{Backend, NodeSpec, pods_in};
-use crate::e2e_support::{PROFILE, eventually, node_of, pod, pod_milli_cpu};
+use crate::backend::{Backend, BindLog, NodeSpec, assert_capacity, pods_in};
+use crate::e2e_support::{PROFILE, eventually, node_of, pod};
 
 const APISERVER: &str = "kube-apiserver";
 
@@ -343,63 +342,6 @@ async fn time_until(secs: u64, f: impl Fn() -> bool) -> Option<Duration> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     None
-}
-
-/// Every pod's node as bindings happen (a watch on `ns`, as both.rs's),
-/// and any pod whose node changed after it was first bound.
-#[derive(Clone, Default)]
-struct BindLog {
-    inner: Arc<Mutex<(HashMap<String, String>, Vec<String>)>>,
-}
-
-impl BindLog {
-    fn start(client: kube::Client, ns: &str) -> (BindLog, tokio::task::JoinHandle<()>) {
-        let log = BindLog::default();
-        let api: Api<Pod> = Api::namespaced(client, ns);
-        let l = log.clone();
-        let task = tokio::spawn(async move {
-            // With backoff: the server goes away in these tests.
-            let mut s = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
-            while let Some(ev) = s.next().await {
-                let Ok(p) = ev else { continue };
-                let (Some(name), Some(node)) = (p.metadata.name.clone(), node_of(&p).map(str::to_string)) else { continue };
-                let mut g = l.inner.lock().unwrap();
-                match g.0.get(&name).cloned() {
-                    None => {
-                        g.0.insert(name, node);
-                    }
-                    Some(prev) if prev != node => g.1.push(format!("{name}: {prev} -> {node}")),
-                    Some(_) => {}
-                }
-            }
-        });
-        (log, task)
-    }
-
-    fn bound(&self) -> usize {
-        self.inner.lock().unwrap().0.len()
-    }
-
-    fn rebinds(&self) -> Vec<String> {
-        self.inner.lock().unwrap().1.clone()
-    }
-}
-
-/// No node holds more CPU requests than it has (the scenario's pods are
-/// the only ones on its nodes).
-fn assert_capacity(pods: &[Pod], nodes: &[NodeSpec]) -> (i64, i64) {
-    let cap: HashMap<&str, i64> = nodes.iter().map(|n| (n.name.as_str(), n.cpu.parse::<i64>().unwrap() * 1000)).collect();
-    let mut used: HashMap<&str, i64> = HashMap::new();
-    for p in pods {
-        if let Some(n) = node_of(p) {
-            *used.entry(n).or_default() += pod_milli_cpu(p);
-        }
-    }
-    for (n, u) in &used {
-        let c = cap.get(n).copied().unwrap_or_else(|| panic!("a pod is bound to {n}, not one of the scenario's nodes"));
-        assert!(*u <= c, "node {n} is over capacity: {u}m of {c}m requested");
-    }
-    (used.values().sum(), cap.values().sum())
 }
 
 /// The end state: every one of `n` pods bound, none twice, no node over capacity.
