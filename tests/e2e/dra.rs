@@ -343,7 +343,6 @@ async fn a_claim_allocated_where_the_pod_cannot_go_is_deallocated_and_moved() {
 // pod ends bound with its claim allocated and reserved, and no device is
 // ever in two allocations (checked all along).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 async fn lost_and_conflicting_claim_writes_are_read_back() {
     deadline(150, async {
         let c = gpu_cluster(5, 2).await;
@@ -399,7 +398,6 @@ async fn lost_and_conflicting_claim_writes_are_read_back() {
 // reserved for them go where their claims are; no device is allocated
 // twice, and no claim stays allocated without its pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 async fn a_restart_in_the_middle_allocates_no_device_twice() {
     deadline(150, async {
         let c = gpu_cluster(4, 2).await;
@@ -590,7 +588,6 @@ async fn a_pod_whose_extended_resource_has_no_class_yet_binds_once_the_class_exi
 // Unreserve), so no device stays allocated to a claim nobody uses; once
 // the writes pass, the pod binds with a single claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 async fn a_failed_bind_deletes_the_extended_resource_claim_it_created() {
     deadline(120, async {
         let c = gpu_cluster(2, 2).await;

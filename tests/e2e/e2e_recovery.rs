@@ -214,14 +214,12 @@ async fn outage_mid_burst(logs: Logs, name: &str, outage: Duration, n: usize) {
 }
 
 #[test]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 fn recovery_after_a_2s_outage_mid_burst() {
     let logs = Logs::default();
     run_logged(&logs.clone(), 150, outage_mid_burst(logs, "outage-2s", Duration::from_secs(2), 600));
 }
 
 #[test]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 fn recovery_after_a_20s_outage_mid_burst() {
     let logs = Logs::default();
     run_logged(&logs.clone(), 240, outage_mid_burst(logs, "outage-20s", Duration::from_secs(20), 2000));
@@ -231,7 +229,6 @@ fn recovery_after_a_20s_outage_mid_burst() {
 // scheduler-plugins PodGroup API (not served), and readiness never came
 // back. Here the recheck is held at the proxy until the outage resets it.
 #[test]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 fn recovery_after_an_outage_during_an_optional_apis_recheck() {
     let logs = Logs::default();
     let l = logs.clone();

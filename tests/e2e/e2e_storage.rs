@@ -200,7 +200,6 @@ async fn missing_class_and_read_write_once_pod_conflict_stay_pending() {
 // another pod takes the PV. Writes whose reply is lost after the commit:
 // read back, the pods are bound with their volumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 async fn failed_volume_writes_never_bind_a_pod_without_its_volumes_nor_leak_a_volume() {
     deadline(90, async {
         let c = cluster(3, 3, "8", 110, FaultConfig::default()).await;

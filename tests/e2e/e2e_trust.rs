@@ -162,7 +162,6 @@ async fn preemption_evicts_exactly_three_victims_for_three_preemptors() {
 // 10.2: replies of committed binds are lost and the pod watch is held (it
 // lags), on nodes that are exactly full: no node over capacity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 async fn lost_bind_replies_never_overfill_a_node() {
     deadline(90, async {
         const NODES: usize = 10;
@@ -214,7 +213,6 @@ async fn lost_bind_replies_never_overfill_a_node() {
 // lead, even with writes queued behind its rate limiter; after SIGTERM-style
 // shutdown (lease released) it writes nothing either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 async fn deposed_leader_writes_nothing_after_losing_the_lease() {
     deadline(90, async {
         let c = cluster(20, 2, "64", 110, FaultConfig::default()).await;
@@ -262,7 +260,6 @@ async fn deposed_leader_writes_nothing_after_losing_the_lease() {
 // 10.6: events held at the proxy never hold up binds; then, with event writes
 // failing half the time, every bound pod still gets its one Scheduled event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 async fn events_never_delay_binds_and_are_not_lost() {
     deadline(90, async {
         let c = cluster(10, 2, "64", 110, FaultConfig::default()).await;
@@ -301,7 +298,6 @@ async fn events_never_delay_binds_and_are_not_lost() {
 // 10.7: /readyz names a disconnected watch and recovers; /healthz is ok while
 // renewing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 async fn readyz_names_disconnected_watches() {
     deadline(60, async {
         let c = cluster(3, 1, "8", 110, FaultConfig::default()).await;
@@ -401,7 +397,6 @@ fn non_leader_writes(replicas: &[(&str, Vec<Write>)]) -> Vec<String> {
 // Each replica runs on the test's runtime, whose threads log the daemon's
 // crate into a buffer (see `e2e_recovery::run_logged`).
 #[test]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 fn fault_soak_two_replicas_leader_killed() {
     let logs = Logs::default();
     let l = logs.clone();

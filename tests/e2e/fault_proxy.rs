@@ -370,6 +370,12 @@ async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
     };
     let code = resp.status().as_u16();
     st.replies.lock().unwrap().push((parts.method.clone(), path.clone(), code));
+    // The body is passed on re-framed: the upstream's framing headers go
+    // (hyper frames what it sends itself).
+    let mut resp = resp;
+    for h in [axum::http::header::TRANSFER_ENCODING, axum::http::header::CONTENT_LENGTH, axum::http::header::CONNECTION] {
+        resp.headers_mut().remove(h);
+    }
     let resp = if code >= 400 && fault.is_none() {
         // An error's body is small: read it, keep it, and pass it on.
         let (rparts, rbody) = resp.into_parts();

@@ -253,7 +253,6 @@ async fn live_explain_and_simulate_match_the_dump_and_the_anonymized_dump() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): through the fault proxy every request of the daemon fails with SendRequest; fix first"]
 async fn a_dump_cut_short_leaves_no_file_and_a_forbidden_kind_is_named() {
     let c = cluster(2, 1, "2", 20, FaultConfig::default()).await;
     seed_small(&c).await;

@@ -30,7 +30,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::authn::Authenticator;
@@ -143,13 +142,34 @@ pub async fn middleware(State(limits): State<Arc<Inflight>>, req: Request, next:
 }
 
 /// The response, its body holding `permit` until it is written (or dropped).
+/// The body's size is kept, so that an answer written whole still goes out
+/// with `Content-Length` (as kube-apiserver's do), not chunked.
 fn held_until_written(resp: Response, permit: OwnedSemaphorePermit) -> Response {
     let (parts, body) = resp.into_parts();
-    let stream = body.into_data_stream().map(move |chunk| {
-        let _held = &permit;
-        chunk
-    });
-    Response::from_parts(parts, Body::from_stream(stream))
+    Response::from_parts(parts, Body::new(Held { body, _permit: permit }))
+}
+
+/// A body that holds its place in a pool until it is dropped.
+struct Held {
+    body: Body,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl http_body::Body for Held {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 #[cfg(test)]

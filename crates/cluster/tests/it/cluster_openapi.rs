@@ -46,7 +46,6 @@ async fn start() -> LocalCluster {
 }
 
 #[tokio::test]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): the cluster now answers these raw requests chunked (list streaming) and the test reads a plain body; fix first"]
 async fn openapi_documents_are_served_hashed_and_cached() {
     let c = start().await;
     let addr = &c;
@@ -138,7 +137,6 @@ fn widget_crd() -> Value {
 }
 
 #[tokio::test]
-#[ignore = "REGRESSED in the merges of 2026-11-28 (see that stop's closing note): the cluster now answers these raw requests chunked (list streaming) and the test reads a plain body; fix first"]
 async fn strict_field_validation_on_create_update_and_patch() {
     let c = start().await;
     let addr = &c;
