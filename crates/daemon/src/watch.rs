@@ -741,6 +741,9 @@ struct Entry {
     applied: u64,
     /// The relist whose application makes the kind synced again.
     wanted: u64,
+    /// The relist whose application makes the kind fresh enough to
+    /// schedule on after [`WatchHealth::relist_every_kind`].
+    fresh_wanted: u64,
     /// The generation of [`WatchHealth::relist_every_kind`] a relist must
     /// have been started in (or after) to count: a list already under way
     /// when a fresh view was asked for may predate what it must show.
@@ -757,7 +760,7 @@ struct Entry {
 
 impl Entry {
     fn new(need: Need) -> Self {
-        Entry { need, link: Link::New, sent: 0, applied: 0, wanted: 0, fresh_from: 0, settled: false, feature_on: None, changes: 0, recheck: RECHECK }
+        Entry { need, link: Link::New, sent: 0, applied: 0, wanted: 0, fresh_wanted: 0, fresh_from: 0, settled: false, feature_on: None, changes: 0, recheck: RECHECK }
     }
 
     fn state(&self) -> WatchState {
@@ -818,27 +821,41 @@ impl WatchHealth {
     /// scheduling loop (which schedules only while [`WatchHealth::ready`])
     /// never decides on objects that no longer exist.
     pub fn went_backwards(&self) {
-        self.relist_every_kind();
+        for e in self.lock().values_mut() {
+            if matches!(e.link, Link::Up) {
+                e.wanted = e.sent + 1;
+            }
+        }
+        self.backwards.send_modify(|g| *g += 1);
     }
 
-    /// Every kind relists now, and readiness (hence scheduling) waits until
-    /// each relist started after this call is applied. A replica that has
-    /// just taken the Lease calls it before it schedules anything: its
-    /// watches may lag behind what the previous leader bound (a lagging
-    /// follower, a watch held up by a slow link), and a decision on that
-    /// view could give a node room it no longer has. The lists are fresh
-    /// reads; the previous leader finished its writes before it released
-    /// the Lease, or they failed with it.
+    /// Every kind relists now, and [`WatchHealth::fresh`] (hence
+    /// scheduling, not readiness: the caches are synced, only refreshed)
+    /// waits until each relist started after this call is applied. A
+    /// replica that has just taken the Lease calls it before it schedules
+    /// anything: its watches may lag behind what the previous leader bound
+    /// (a lagging follower, a watch held up by a slow link), and a decision
+    /// on that view could give a node room it no longer has. The lists are
+    /// fresh reads; the previous leader finished its writes before it
+    /// released the Lease, or they failed with it.
     pub fn relist_every_kind(&self) {
         let mut kinds = self.lock();
         self.backwards.send_modify(|g| *g += 1);
         let generation = *self.backwards.borrow();
         for e in kinds.values_mut() {
             if !matches!(e.link, Link::NotServed { .. }) {
-                e.wanted = e.sent + 1;
+                e.fresh_wanted = e.sent + 1;
                 e.fresh_from = generation;
             }
         }
+    }
+
+    /// Ready, and every kind that is up has applied the relist asked for by
+    /// the last [`WatchHealth::relist_every_kind`]: the view may be
+    /// scheduled on.
+    pub fn fresh(&self) -> bool {
+        let kinds = self.lock();
+        kinds.values().all(|e| !e.blocking(&e.state())) && kinds.values().all(|e| !matches!(e.link, Link::Up) || e.applied >= e.fresh_wanted)
     }
 
     /// Every required kind is synced and every optional kind has had its
@@ -939,7 +956,7 @@ impl WatchHealth {
             if listed && generation < e.fresh_from {
                 // Started before a fresh view was asked for: the task lists
                 // again (it sees the signal), and that list is the one that counts.
-                e.wanted = e.wanted.max(e.sent + 1);
+                e.fresh_wanted = e.fresh_wanted.max(e.sent + 1);
             }
         });
     }
@@ -1469,20 +1486,23 @@ mod tests {
             h.set_synced(k);
         }
         assert!(h.ready());
-        // The replica takes the Lease: not ready until both kinds relisted.
+        assert!(h.fresh());
+        // The replica takes the Lease: still ready (the caches are synced),
+        // not fresh until both kinds relisted.
         h.relist_every_kind();
         let generation = *h.backwards.borrow();
-        assert!(!h.ready());
+        assert!(h.ready() && !h.fresh());
         // A pods list started before the request arrives and is applied: it does not count.
         h.relist_sent(PODS, true, generation - 1);
         h.set_synced(PODS);
-        assert_eq!(h.state(PODS), Some(WatchState::Starting));
+        assert!(!h.fresh());
         // The lists started after it do.
         h.relist_sent(PODS, true, generation);
         h.set_synced(PODS);
+        assert!(!h.fresh(), "nodes not relisted yet");
         h.relist_sent(NODES, true, generation);
-        assert!(h.set_synced(NODES));
-        assert!(h.ready());
+        h.set_synced(NODES);
+        assert!(h.ready() && h.fresh());
     }
 
     #[test]
