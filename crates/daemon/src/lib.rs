@@ -199,11 +199,8 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
     let admin = admin::start(&opts.admin, opts.bind_address, client.clone(), metrics.clone(), ready_rx.clone(), profiles.frameworks(opts.seed), health, shadow_log.clone(), stop_rx.clone(), &mut tasks).await?;
     let admin_addr = admin.info.addr;
 
-    watch::spawn_workloads(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
-    watch::spawn_storage(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
-    watch::spawn_groups(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
-    watch::spawn_dra(client.clone(), &watch_tx, &stop_rx, &watch_health, &mut tasks);
-    watch::spawn(client.clone(), watch_tx, stop_rx.clone(), &watch_health, &mut tasks);
+    scheduler::watch_all(&client, &watch_tx, &stop_rx, &watch_health, &mut tasks);
+    drop(watch_tx);
 
     if elect {
         let cfg = leader::LeaderConfig {

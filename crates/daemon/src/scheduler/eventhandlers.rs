@@ -2,7 +2,6 @@
 //! `eventhandlers.go`): each change of a watched kind updates the cache,
 //! and the cluster events it amounts to move the pods that wait for them.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
@@ -15,7 +14,8 @@ use berth_model::{NodeSpec, PodInfo};
 
 use super::Loop;
 use crate::shadow;
-use crate::watch::{self, Change, WatchEvent};
+use super::kinds::key;
+use crate::watch::{Change, WatchEvent};
 
 fn node_events(old: Option<&NodeSpec>, new: &NodeSpec) -> Events {
     let Some(old) = old else { return Events::NODE_ADD };
@@ -39,7 +39,7 @@ fn node_events(old: Option<&NodeSpec>, new: &NodeSpec) -> Events {
 }
 
 impl Loop {
-    fn event(&mut self, e: Events) {
+    pub(super) fn event(&mut self, e: Events) {
         if e == Events::default() {
             return;
         }
@@ -70,7 +70,7 @@ impl Loop {
         Some(fw.gate_events(s.plugin))
     }
 
-    fn apply_pod(&mut self, pod: &core::Pod) {
+    pub(super) fn apply_pod(&mut self, pod: &core::Pod) {
         let info = PodInfo::from_pod(pod);
         let uid = info.uid.clone();
         if info.node_name.is_some() || info.terminating || info.terminated {
@@ -188,103 +188,15 @@ impl Loop {
         }
     }
 
-    pub(super) fn apply(&mut self, ev: WatchEvent) {
-        match ev {
-            WatchEvent::Pod(c) => match c {
-                Change::Apply(p) => self.apply_pod(&p.0),
-                Change::Delete(p) => {
-                    let uid = PodInfo::from_pod(&p.0).uid.clone();
-                    self.delete_pod(&uid);
-                }
-                Change::Relist(all) => {
-                    let live: HashSet<String> = all.iter().map(|p| PodInfo::from_pod(&p.0).uid.clone()).collect();
-                    let gone: Vec<String> = self.cache.pod_uids().chain(self.queue.pods().map(|p| &p.uid)).filter(|u| !live.contains(*u)).cloned().collect();
-                    for u in gone {
-                        // Assumed pods are kept: their bind is still in flight.
-                        if self.cache.pod_state(&u) != Some(berth_engine::cache::PodState::Assumed) {
-                            self.delete_pod(&u);
-                        }
-                    }
-                    for p in all {
-                        self.apply_pod(&p.0);
-                    }
-                    self.mark_synced(watch::PODS);
-                }
-            },
-            WatchEvent::Node(c) => match *c {
-                Change::Apply(n) => self.apply_node(&n),
-                Change::Delete(n) => {
-                    self.cache.remove_node(n.metadata.name.as_deref().unwrap_or_default());
-                }
-                Change::Relist(all) => {
-                    let live: HashSet<&str> = all.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
-                    let gone: Vec<String> = self.cache.snapshot().nodes.iter().map(|n| n.name().to_string()).filter(|n| !live.contains(n.as_str())).collect();
-                    for n in gone {
-                        self.cache.remove_node(&n);
-                    }
-                    for n in &all {
-                        self.apply_node(n);
-                    }
-                    self.mark_synced(watch::NODES);
-                }
-            },
-            WatchEvent::Pdb(c) => {
-                match *c {
-                    Change::Apply(p) => self.apply_pdb(&p),
-                    Change::Delete(p) => {
-                        self.pdbs.remove(&key(&p.metadata));
-                    }
-                    Change::Relist(all) => {
-                        self.pdbs.clear();
-                        for p in &all {
-                            self.apply_pdb(p);
-                        }
-                        self.mark_synced(watch::PDBS);
-                    }
-                }
-                self.cache.snapshot_mut().pdbs = self.pdbs.values().cloned().collect();
-                self.event(Events::PDB);
-            }
-            WatchEvent::Namespace(c) => {
-                let snap = self.cache.snapshot_mut();
-                match *c {
-                    Change::Apply(n) => {
-                        snap.namespaces.insert(n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default());
-                    }
-                    Change::Delete(n) => {
-                        snap.namespaces.remove(n.metadata.name.as_deref().unwrap_or_default());
-                    }
-                    Change::Relist(all) => {
-                        snap.namespaces = all.iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default())).collect();
-                        self.mark_synced(watch::NAMESPACES);
-                    }
-                }
-                self.event(Events::NAMESPACE);
-            }
-            WatchEvent::PodGroup(api, c) => self.apply_groups(api, *c),
-            WatchEvent::Workload(w) => {
-                if let Some(i) = watch::apply_workload_event(&mut self.cache.snapshot_mut().workloads, *w) {
-                    self.mark_synced(watch::WORKLOAD_KINDS[i]);
-                }
-            }
-            WatchEvent::Dra(d) => {
-                let (synced, ev) = watch::apply_dra_event(self.cache.snapshot_mut(), &mut self.dra, *d);
-                if let Some(i) = synced {
-                    self.mark_synced(watch::DRA_KINDS[i]);
-                }
-                self.event(ev);
-            }
-            WatchEvent::Storage(st) => {
-                let (synced, ev) = watch::apply_storage_event(&mut self.cache.snapshot_mut().storage, *st);
-                if let Some(i) = synced {
-                    self.mark_synced(watch::STORAGE_KINDS[i]);
-                }
-                self.event(ev);
-            }
+    /// A change of one watched kind: applied (see `super::kinds`), and a
+    /// relist reported to the watches' health once it is in the cache.
+    pub(super) fn apply(&mut self, ev: WatchEvent<Loop>) {
+        if let Some(kind) = ev.apply(self) {
+            self.mark_synced(kind);
         }
     }
 
-    fn apply_node(&mut self, n: &core::Node) {
+    pub(super) fn apply_node(&mut self, n: &core::Node) {
         let spec = NodeSpec::from_node(n);
         for e in &spec.errors {
             tracing::warn!(node = %spec.name, error = %e, "node field ignored");
@@ -294,7 +206,7 @@ impl Loop {
         self.event(ev);
     }
 
-    fn apply_pdb(&mut self, p: &policy::PodDisruptionBudget) {
+    pub(super) fn apply_pdb(&mut self, p: &policy::PodDisruptionBudget) {
         match Pdb::from_api(p) {
             Ok(pdb) => {
                 self.pdbs.insert(key(&p.metadata), pdb);
@@ -310,7 +222,7 @@ impl Loop {
     /// A PodGroup change (either API). Members waiting in the pool move only
     /// when what the scheduler reads changed (minCount, topology, ...), not
     /// on the status writes that follow each attempt.
-    fn apply_groups(&mut self, api: berth_model::pod::GroupApi, c: Change<kube::api::DynamicObject>) {
+    pub(super) fn apply_groups(&mut self, api: berth_model::pod::GroupApi, c: Change<kube::api::DynamicObject>) {
         use berth_engine::cache::groups::GroupPolicy;
         fn compile(api: berth_model::pod::GroupApi, o: &kube::api::DynamicObject) -> (String, String, Result<GroupPolicy, berth_engine::cache::groups::Error>) {
             let ns = o.metadata.namespace.clone().unwrap_or_else(|| "default".into());
@@ -349,19 +261,10 @@ impl Loop {
                     groups.upsert(api, &ns, &name, g);
                 }
                 changed = before != 0 || !all.is_empty();
-                let kind = match api {
-                    berth_model::pod::GroupApi::V1beta1 => watch::PODGROUPS_V1BETA1,
-                    berth_model::pod::GroupApi::V1alpha1 => watch::PODGROUPS_V1ALPHA1,
-                };
-                self.mark_synced(kind);
             }
         }
         if changed {
             self.event(Events::POD_GROUP);
         }
     }
-}
-
-fn key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    format!("{}/{}", m.namespace.as_deref().unwrap_or("default"), m.name.as_deref().unwrap_or_default())
 }

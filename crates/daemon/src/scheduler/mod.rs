@@ -4,7 +4,10 @@
 //! ([`schedule_one`]) while this replica may write.
 
 mod eventhandlers;
+mod kinds;
 mod schedule_one;
+
+pub(crate) use self::kinds::watch_all;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -23,7 +26,7 @@ use crate::admin;
 use crate::leader::Lease;
 use crate::metrics::Metrics;
 use crate::shadow::{Shadow, ShadowLog};
-use crate::watch::{self, WatchEvent, WatchHealth};
+use crate::watch::{WatchEvent, WatchHealth};
 use crate::writer::{BindResult, Writer};
 
 /// What the loop is wired to: the watches' health, the readiness it
@@ -68,7 +71,7 @@ pub(crate) struct Loop {
     /// scheduler are judged.
     shadow: Option<Shadow>,
     /// The DRA objects in the cache, by name (for relists).
-    dra: watch::DraNames,
+    dra: kinds::DraNames,
 }
 
 impl Loop {
@@ -88,7 +91,7 @@ impl Loop {
             lease: w.lease,
             group_status: HashMap::new(),
             shadow: w.shadow.map(Shadow::new),
-            dra: watch::DraNames::default(),
+            dra: kinds::DraNames::default(),
         }
     }
 
@@ -145,7 +148,7 @@ impl Loop {
 
     pub(crate) async fn run(
         mut self,
-        mut watch_rx: mpsc::Receiver<WatchEvent>,
+        mut watch_rx: mpsc::Receiver<WatchEvent<Loop>>,
         mut bind_rx: mpsc::UnboundedReceiver<BindResult>,
         explain: Arc<admin::ExplainHub>,
         mut stop: signal::Receiver<bool>,
