@@ -567,13 +567,23 @@ impl Writer {
         })
     }
 
-    async fn patch_status(&self, pod: &PodInfo, patch: serde_json::Value) -> bool {
-        let Ok(_slot) = self.status_slots.acquire().await else { return false };
+    /// A status write's turn (PodScheduled, nominations, preemption,
+    /// PodGroup status: the status budget, not the binds'): a status slot,
+    /// the status limiter, then the lease, checked last, right before the
+    /// write. None when this replica may not write now (counted), or the
+    /// writer is closing. The write goes out while the turn is held.
+    async fn status_turn(&self) -> Option<(tokio::sync::SemaphorePermit<'_>, super::leader::WritePermit<'_>)> {
+        let slot = self.status_slots.acquire().await.ok()?;
         self.status_limiter.acquire().await;
-        let Some(_permit) = self.lease.write_permit().await else {
+        let Some(permit) = self.lease.write_permit().await else {
             self.count(|c| c.refused_not_leader += 1);
-            return false;
+            return None;
         };
+        Some((slot, permit))
+    }
+
+    async fn patch_status(&self, pod: &PodInfo, patch: serde_json::Value) -> bool {
+        let Some(_turn) = self.status_turn().await else { return false };
         let api: Api<core::Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         match api.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
             Ok(_) => true,
@@ -634,12 +644,7 @@ impl Writer {
             let mut pause = Duration::from_millis(200);
             for attempt in 1..=5 {
                 let r = {
-                    let Ok(_slot) = w.status_slots.acquire().await else { return };
-                    w.status_limiter.acquire().await;
-                    let Some(_permit) = w.lease.write_permit().await else {
-                        w.count(|c| c.refused_not_leader += 1);
-                        return;
-                    };
+                    let Some(_turn) = w.status_turn().await else { return };
                     api.delete(&victim.name, &dp).await
                 };
                 match r {
@@ -665,12 +670,7 @@ impl Writer {
         self.spawn(async move {
             let ar = super::watch::group_api_resource(api);
             let groups: Api<kube::api::DynamicObject> = Api::namespaced_with(w.client.clone(), &namespace, &ar);
-            let Ok(_slot) = w.status_slots.acquire().await else { return };
-            w.status_limiter.acquire().await;
-            let Some(_permit) = w.lease.write_permit().await else {
-                w.count(|c| c.refused_not_leader += 1);
-                return;
-            };
+            let Some(_turn) = w.status_turn().await else { return };
             if let Err(e) = groups.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": status }))).await {
                 tracing::warn!(group = %format!("{namespace}/{name}"), error = %e, "writing PodGroup status failed");
             }
