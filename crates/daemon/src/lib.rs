@@ -211,7 +211,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
             renew_deadline: config.renew_deadline,
             retry_period: config.retry_period,
         };
-        tasks.spawn(leader::run(client.clone(), cfg, lease.clone(), leading_tx, stop_rx.clone()));
+        tasks.spawn(leader::run(client.clone(), cfg, lease.clone(), leading_tx, stop_rx.clone(), watch_health.clone()));
     } else {
         // Keep the sender alive for the daemon's lifetime.
         let mut stop = stop_rx.clone();

@@ -437,6 +437,13 @@ struct Entry {
     applied: u64,
     /// The relist whose application makes the kind synced again.
     wanted: u64,
+    /// The relist whose application makes the kind fresh enough to
+    /// schedule on after [`WatchHealth::relist_every_kind`].
+    fresh_wanted: u64,
+    /// The generation of [`WatchHealth::relist_every_kind`] a relist must
+    /// have been started in (or after) to count: a list already under way
+    /// when a fresh view was asked for may predate what it must show.
+    fresh_from: u64,
     /// The kind has had a first answer (an optional kind blocks readiness until then).
     settled: bool,
     /// What the logs last said of an optional kind's feature.
@@ -449,7 +456,7 @@ struct Entry {
 
 impl Entry {
     fn new(need: Need) -> Self {
-        Entry { need, link: Link::New, sent: 0, applied: 0, wanted: 0, settled: false, feature_on: None, changes: 0, recheck: RECHECK }
+        Entry { need, link: Link::New, sent: 0, applied: 0, wanted: 0, fresh_wanted: 0, fresh_from: 0, settled: false, feature_on: None, changes: 0, recheck: RECHECK }
     }
 
     fn state(&self) -> WatchState {
@@ -516,6 +523,35 @@ impl WatchHealth {
             }
         }
         self.backwards.send_modify(|g| *g += 1);
+    }
+
+    /// Every kind relists now, and [`WatchHealth::fresh`] (hence
+    /// scheduling, not readiness: the caches are synced, only refreshed)
+    /// waits until each relist started after this call is applied. A
+    /// replica that has just taken the Lease calls it before it schedules
+    /// anything: its watches may lag behind what the previous leader bound
+    /// (a lagging follower, a watch held up by a slow link), and a decision
+    /// on that view could give a node room it no longer has. The lists are
+    /// fresh reads; the previous leader finished its writes before it
+    /// released the Lease, or they failed with it.
+    pub fn relist_every_kind(&self) {
+        let mut kinds = self.lock();
+        self.backwards.send_modify(|g| *g += 1);
+        let generation = *self.backwards.borrow();
+        for e in kinds.values_mut() {
+            if !matches!(e.link, Link::NotServed { .. }) {
+                e.fresh_wanted = e.sent + 1;
+                e.fresh_from = generation;
+            }
+        }
+    }
+
+    /// Ready, and every kind that is up has applied the relist asked for by
+    /// the last [`WatchHealth::relist_every_kind`]: the view may be
+    /// scheduled on.
+    pub fn fresh(&self) -> bool {
+        let kinds = self.lock();
+        kinds.values().all(|e| !e.blocking(&e.state())) && kinds.values().all(|e| !matches!(e.link, Link::Up) || e.applied >= e.fresh_wanted)
     }
 
     /// Every required kind is synced and every optional kind has had its
@@ -604,12 +640,19 @@ impl WatchHealth {
     /// The task is sending a relist: a list it made (`listed`), or an empty
     /// stand-in (the API is not served, or an optional kind's first answer
     /// was an error: nothing of it is known).
-    fn relist_sent(&self, kind: &'static str, listed: bool) {
+    /// A relist of `kind` went to the loop; `generation` is the value of
+    /// the relist signal when its list was started.
+    fn relist_sent(&self, kind: &'static str, listed: bool, generation: u64) {
         self.update(kind, |e| {
             e.sent += 1;
             if listed && !matches!(e.link, Link::Up) {
                 e.link = Link::Up;
                 e.wanted = e.sent;
+            }
+            if listed && generation < e.fresh_from {
+                // Started before a fresh view was asked for: the task lists
+                // again (it sees the signal), and that list is the one that counts.
+                e.fresh_wanted = e.fresh_wanted.max(e.sent + 1);
             }
         });
     }
@@ -797,13 +840,15 @@ where
     loop {
         phase = match phase {
             Phase::List => {
+                // A relist asked for from now on is answered by this list or a later one.
+                let generation = *backwards.borrow_and_update();
                 let r = tokio::select! {
                     r = list_all(&src, timing.page_size) => r,
                     _ = stop.changed() => return,
                 };
                 match r {
                     Ok((items, version)) => {
-                        health.relist_sent(kind, true);
+                        health.relist_sent(kind, true, generation);
                         if tx.send(wrap(Change::Relist(items))).await.is_err() {
                             return;
                         }
@@ -899,7 +944,7 @@ where
                     let delay = backoff.next().unwrap_or(timing.backoff_max);
                     health.failed(kind, &e, delay);
                     if health.needs_stand_in(kind) {
-                        health.relist_sent(kind, false);
+                        health.relist_sent(kind, false, *backwards.borrow());
                         if tx.send(wrap(Change::Relist(Vec::new()))).await.is_err() {
                             return;
                         }
@@ -914,7 +959,7 @@ where
             Phase::NotServed => {
                 if health.not_served(kind, timing.recheck) {
                     // Its objects (if it was served) are gone with it.
-                    health.relist_sent(kind, false);
+                    health.relist_sent(kind, false, *backwards.borrow());
                     if tx.send(wrap(Change::Relist(Vec::new()))).await.is_err() {
                         return;
                     }
@@ -977,6 +1022,35 @@ mod tests {
     }
 
     #[test]
+    fn a_fresh_view_waits_for_lists_started_after_it_was_asked_for() {
+        let h = WatchHealth::default();
+        h.register(PODS);
+        h.register(NODES);
+        for k in [PODS, NODES] {
+            h.relist_sent(k, true, 0);
+            h.set_synced(k);
+        }
+        assert!(h.ready());
+        assert!(h.fresh());
+        // The replica takes the Lease: still ready (the caches are synced),
+        // not fresh until both kinds relisted.
+        h.relist_every_kind();
+        let generation = *h.backwards.borrow();
+        assert!(h.ready() && !h.fresh());
+        // A pods list started before the request arrives and is applied: it does not count.
+        h.relist_sent(PODS, true, generation - 1);
+        h.set_synced(PODS);
+        assert!(!h.fresh());
+        // The lists started after it do.
+        h.relist_sent(PODS, true, generation);
+        h.set_synced(PODS);
+        assert!(!h.fresh(), "nodes not relisted yet");
+        h.relist_sent(NODES, true, generation);
+        h.set_synced(NODES);
+        assert!(h.ready() && h.fresh());
+    }
+
+    #[test]
     fn health_reports_each_kind_and_readiness_waits_for_required_kinds_only() {
         let h = WatchHealth::default();
         h.register(PODS);
@@ -985,14 +1059,14 @@ mod tests {
         assert!(!h.ready());
         assert_eq!(h.problems(), vec!["watch nodes: not synced", "watch podgroups.scheduling.x-k8s.io: not synced", "watch pods: not synced"]);
         // The loop applies the first lists.
-        h.relist_sent(PODS, true);
-        h.relist_sent(NODES, true);
+        h.relist_sent(PODS, true, 0);
+        h.relist_sent(NODES, true, 0);
         assert!(!h.set_synced(PODS));
         assert!(!h.set_synced(NODES), "the optional kind has not answered yet");
         // The optional API is not served: it no longer holds readiness back.
         assert!(h.not_served(PODGROUPS_V1ALPHA1, RECHECK));
         assert!(!h.not_served(PODGROUPS_V1ALPHA1, RECHECK), "reported once");
-        h.relist_sent(PODGROUPS_V1ALPHA1, false);
+        h.relist_sent(PODGROUPS_V1ALPHA1, false, 0);
         assert!(h.set_synced(PODGROUPS_V1ALPHA1));
         assert!(h.ready() && h.problems().is_empty());
         assert_eq!(h.verbose(), vec![
@@ -1014,12 +1088,12 @@ mod tests {
         assert!(h.ready());
         // A relist after an outage counts only once the loop applied it.
         h.failed(PODS, &refused, Duration::from_millis(200));
-        h.relist_sent(PODS, true);
+        h.relist_sent(PODS, true, 0);
         assert_eq!(h.state(PODS), Some(WatchState::Starting));
         assert!(!h.ready());
         assert!(h.set_synced(PODS));
         // A relist on 410 while synced (no outage) does not flip readiness.
-        h.relist_sent(PODS, true);
+        h.relist_sent(PODS, true, 0);
         assert_eq!(h.state(PODS), Some(WatchState::Synced));
         let nodes = h.states().into_iter().find(|s| s.kind == NODES).map(|s| s.changes);
         assert_eq!(nodes, Some(3), "starting -> synced -> retrying -> synced");

@@ -191,7 +191,7 @@ impl Loop {
             // renewDeadline), not merely while the election task says so.
             // A shadow never pops a pod for binding.
             let ready = *self.ready.borrow();
-            if self.shadow.is_none() && ready && self.health.ready() && *self.leading.borrow() && self.lease.may_write() && self.schedule_one().await {
+            if self.shadow.is_none() && ready && self.health.fresh() && *self.leading.borrow() && self.lease.may_write() && self.schedule_one().await {
                 continue;
             }
             let wait = self.queue.next_deadline().map(|d| d.saturating_duration_since(Self::now())).unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));
