@@ -317,6 +317,21 @@ fn decided(p: &Pod) -> Option<Result<String, (String, String)>> {
     Some(Err((c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default())))
 }
 
+/// A pod the judged scheduler left Pending: its condition against berth's
+/// `explain` of the same pod on the cluster as it is now.
+async fn explain_now(client: &kube::Client, cfg: &Config, ns: &str, name: &str, reason: String, message: String) -> Result<PendingCompare, Error> {
+    let listing = berth_daemon::live::list_for_scheduler(client, 500).await.map_err(|e| Error::Shadow(e.to_string()))?;
+    let cluster = berth_engine::offline::Cluster::from_documents(listing.objects, "the API server").map_err(|e| Error::Shadow(e.to_string()))?;
+    let engine = berth_engine::offline::Engine::new(cfg, cluster, 0);
+    let key = format!("{ns}/{name}");
+    let (berth_message, berth_node) = match engine.explain(&key) {
+        Ok(e) => (e.message.clone(), e.selected.clone()),
+        Err(e) => (Some(format!("berth could not explain it: {e}")), None),
+    };
+    let same_message = berth_message.as_deref() == Some(message.as_str());
+    Ok(PendingCompare { pod: key, reason, message, berth_message, berth_node, same_message })
+}
+
 /// Runs one seed.
 pub async fn run(o: &Options) -> Result<Report, Error> {
     let t0 = Instant::now();
@@ -364,7 +379,7 @@ async fn run_in(o: &Options, client: &kube::Client, w: &Workload, ns: &str) -> R
     // The pods, one at a time, each once the judged scheduler has decided the one before.
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let mut bound = 0;
-    let mut pending_names = Vec::new();
+    let mut pending = Vec::new();
     for v in &w.pods {
         let name = v["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let pod: Pod = serde_json::from_value(v.clone()).map_err(|e| api(format!("pod {name}"))(kube::Error::SerdeError(e)))?;
@@ -377,8 +392,12 @@ async fn run_in(o: &Options, client: &kube::Client, w: &Workload, ns: &str) -> R
                     bound += 1;
                     break;
                 }
-                Some(Err(_)) => {
-                    pending_names.push(name.clone());
+                Some(Err((reason, message))) => {
+                    // berth's explanation on the state the judged scheduler
+                    // decided on: now, before the next pod is created (later
+                    // pods change it: the message would then count nodes
+                    // that were full only afterwards).
+                    pending.push(explain_now(client, &cfg, ns, &name, reason, message).await?);
                     break;
                 }
                 None if Instant::now() > deadline => return Err(Error::Stuck(format!("{} did not decide pod {ns}/{name} within {:?}", o.scheduler_name, o.per_pod_timeout))),
@@ -394,24 +413,6 @@ async fn run_in(o: &Options, client: &kube::Client, w: &Workload, ns: &str) -> R
     let report = log.report();
     shadow.shutdown().await;
 
-    // The pods left Pending: the judged scheduler's condition against berth's explain.
-    let mut pending = Vec::new();
-    if !pending_names.is_empty() {
-        let listing = berth_daemon::live::list_for_scheduler(client, 500).await.map_err(|e| Error::Shadow(e.to_string()))?;
-        let cluster = berth_engine::offline::Cluster::from_documents(listing.objects, "the API server").map_err(|e| Error::Shadow(e.to_string()))?;
-        let engine = berth_engine::offline::Engine::new(&cfg, cluster, 0);
-        for name in &pending_names {
-            let p = pods.get(name).await.map_err(api(format!("reading pod {name}")))?;
-            let Some(Err((reason, message))) = decided(&p) else { continue };
-            let key = format!("{ns}/{name}");
-            let (berth_message, berth_node) = match engine.explain(&key) {
-                Ok(e) => (e.message.clone(), e.selected.clone()),
-                Err(e) => (Some(format!("berth could not explain it: {e}")), None),
-            };
-            let same_message = berth_message.as_deref() == Some(message.as_str());
-            pending.push(PendingCompare { pod: key, reason, message, berth_message, berth_node, same_message });
-        }
-    }
     Ok(Report { seed: o.seed, nodes: w.nodes.len(), pods: w.pods.len(), bound, counts: report.counts, disagreements: report.disagreements, pending, seconds: 0.0 })
 }
 
