@@ -10,17 +10,29 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::batch::{BatchCache, BatchCaches, PASS};
 use super::status::ReasonCounts;
-use super::{Code, CycleState, NodeScore, Plugin, Points, PostFilterResult, QueuedPod, Status, MAX_NODE_SCORE};
+use super::{
+    BindPlugin, Code, CycleState, FilterPlugin, NodeScore, PermitPlugin, Plugin, Points, PostBindPlugin, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
+    PreScorePlugin, QueueSortPlugin, QueuedPod, Registered, ReservePlugin, ScorePlugin, Status, MAX_NODE_SCORE,
+};
 use crate::cache::Snapshot;
 use berth_model::{NodeInfo, PodInfo};
 
 /// A plugin enabled in a profile, with its score weight.
 #[derive(Clone)]
 pub struct PluginEntry {
-    /// The plugin.
-    pub plugin: Arc<dyn Plugin>,
+    /// The plugin, under each extension-point trait it implements.
+    pub plugin: Registered,
     /// Score weight (1 when not a score plugin or unset).
     pub weight: i64,
+}
+
+impl PluginEntry {
+    /// The plugin with `weight`, enabled at every point it implements (as
+    /// multiPoint enables it).
+    pub fn at_every_point(plugin: Registered, weight: i64) -> (PluginEntry, Points) {
+        let points = plugin.points();
+        (PluginEntry { plugin, weight }, points)
+    }
 }
 
 /// Per-node Filter statuses of a cycle, by node index (Success: feasible or not evaluated).
@@ -128,18 +140,23 @@ pub struct Framework {
     /// The profile's schedulerName.
     pub profile: String,
     entries: Vec<PluginEntry>,
-    queue_sort: Option<usize>,
-    pre_enqueue: Vec<usize>,
-    pre_filter: Vec<usize>,
-    filter: Vec<usize>,
-    post_filter: Vec<usize>,
-    pre_score: Vec<usize>,
-    score: Vec<usize>,
-    reserve: Vec<usize>,
-    permit: Vec<usize>,
-    pre_bind: Vec<usize>,
-    bind: Vec<usize>,
-    post_bind: Vec<usize>,
+    // Each extension point's plugins, in the profile's order, through the
+    // trait of that point: the cycle calls a point's method only on a
+    // plugin that implements it.
+    queue_sort: Option<Arc<dyn QueueSortPlugin>>,
+    pre_enqueue: Vec<Arc<dyn PreEnqueuePlugin>>,
+    pre_filter: Vec<Arc<dyn PreFilterPlugin>>,
+    /// Filter plugins; [`CycleState`]'s active filters are positions here.
+    filter: Vec<Arc<dyn FilterPlugin>>,
+    post_filter: Vec<Arc<dyn PostFilterPlugin>>,
+    pre_score: Vec<Arc<dyn PreScorePlugin>>,
+    /// Score plugins with their weights.
+    score: Vec<(Arc<dyn ScorePlugin>, i64)>,
+    reserve: Vec<Arc<dyn ReservePlugin>>,
+    permit: Vec<Arc<dyn PermitPlugin>>,
+    pre_bind: Vec<Arc<dyn PreBindPlugin>>,
+    bind: Vec<Arc<dyn BindPlugin>>,
+    post_bind: Vec<Arc<dyn PostBindPlugin>>,
     /// percentageOfNodesToScore (None or 0: upstream's adaptive default).
     pub percentage_of_nodes_to_score: Option<i32>,
     next_start: AtomicUsize,
@@ -213,104 +230,95 @@ impl Framework {
     /// Builds a framework from plugins in configuration order, each listed
     /// with the extension points it is enabled at.
     pub fn new(profile: String, plugins: Vec<(PluginEntry, Points)>, percentage_of_nodes_to_score: Option<i32>, seed: u64) -> Self {
-        let mut fw = Framework {
+        let mut entries: Vec<PluginEntry> = Vec::new();
+        // Per extension point (in `Points::ALL` order), the entries enabled
+        // there, in order of first enabling.
+        let mut at: [Vec<usize>; 12] = Default::default();
+        for (e, pts) in plugins {
+            let i = match entries.iter().position(|x| x.plugin.name() == e.plugin.name()) {
+                Some(i) => {
+                    if pts.has(Points::SCORE) {
+                        entries[i].weight = e.weight;
+                    }
+                    i
+                }
+                None => {
+                    entries.push(e);
+                    entries.len() - 1
+                }
+            };
+            for ((p, _), list) in Points::ALL.iter().zip(at.iter_mut()) {
+                if pts.has(*p) && !list.contains(&i) {
+                    list.push(i);
+                }
+            }
+        }
+        // A point enabled for a plugin that does not implement it has
+        // nothing to run (profiles refuse such configurations).
+        fn handles<T: ?Sized>(entries: &[PluginEntry], list: &[usize], h: impl Fn(&PluginEntry) -> Option<Arc<T>>) -> Vec<Arc<T>> {
+            list.iter().filter_map(|&i| h(&entries[i])).collect()
+        }
+        let [queue_sort, pre_enqueue, pre_filter, filter, post_filter, pre_score, score, reserve, permit, pre_bind, bind, post_bind] = &at;
+        Framework {
             profile,
-            entries: Vec::new(),
-            queue_sort: None,
-            pre_enqueue: vec![],
-            pre_filter: vec![],
-            filter: vec![],
-            post_filter: vec![],
-            pre_score: vec![],
-            score: vec![],
-            reserve: vec![],
-            permit: vec![],
-            pre_bind: vec![],
-            bind: vec![],
-            post_bind: vec![],
+            queue_sort: handles(&entries, queue_sort, |e| e.plugin.queue_sort.clone()).into_iter().next(),
+            pre_enqueue: handles(&entries, pre_enqueue, |e| e.plugin.pre_enqueue.clone()),
+            pre_filter: handles(&entries, pre_filter, |e| e.plugin.pre_filter.clone()),
+            filter: handles(&entries, filter, |e| e.plugin.filter.clone()),
+            post_filter: handles(&entries, post_filter, |e| e.plugin.post_filter.clone()),
+            pre_score: handles(&entries, pre_score, |e| e.plugin.pre_score.clone()),
+            score: score.iter().filter_map(|&i| entries[i].plugin.score.clone().map(|p| (p, entries[i].weight))).collect(),
+            reserve: handles(&entries, reserve, |e| e.plugin.reserve.clone()),
+            permit: handles(&entries, permit, |e| e.plugin.permit.clone()),
+            pre_bind: handles(&entries, pre_bind, |e| e.plugin.pre_bind.clone()),
+            bind: handles(&entries, bind, |e| e.plugin.bind.clone()),
+            post_bind: handles(&entries, post_bind, |e| e.plugin.post_bind.clone()),
+            entries,
             percentage_of_nodes_to_score,
             next_start: AtomicUsize::new(0),
             rng: AtomicU64::new(seed | 1),
             batch: std::sync::Mutex::new(BatchCaches::default()),
             diverged: AtomicU64::new(0),
             scratch: std::sync::Mutex::new(Vec::new()),
-        };
-        for (e, pts) in plugins {
-            let i = match fw.entries.iter().position(|x| x.plugin.name() == e.plugin.name()) {
-                Some(i) => {
-                    if pts.has(Points::SCORE) {
-                        fw.entries[i].weight = e.weight;
-                    }
-                    i
-                }
-                None => {
-                    fw.entries.push(e);
-                    fw.entries.len() - 1
-                }
-            };
-            let lists: [(Points, &mut Vec<usize>); 11] = [
-                (Points::PRE_ENQUEUE, &mut fw.pre_enqueue),
-                (Points::PRE_FILTER, &mut fw.pre_filter),
-                (Points::FILTER, &mut fw.filter),
-                (Points::POST_FILTER, &mut fw.post_filter),
-                (Points::PRE_SCORE, &mut fw.pre_score),
-                (Points::SCORE, &mut fw.score),
-                (Points::RESERVE, &mut fw.reserve),
-                (Points::PERMIT, &mut fw.permit),
-                (Points::PRE_BIND, &mut fw.pre_bind),
-                (Points::BIND, &mut fw.bind),
-                (Points::POST_BIND, &mut fw.post_bind),
-            ];
-            for (p, list) in lists {
-                if pts.has(p) && !list.contains(&i) {
-                    list.push(i);
-                }
-            }
-            if pts.has(Points::QUEUE_SORT) && fw.queue_sort.is_none() {
-                fw.queue_sort = Some(i);
-            }
         }
-        fw
-    }
-
-    fn p(&self, i: usize) -> &dyn Plugin {
-        &*self.entries[i].plugin
     }
 
     /// Names of the plugins enabled at an extension point.
     pub fn plugins_at(&self, point: Points) -> Vec<&'static str> {
-        let list = match point {
-            Points::QUEUE_SORT => return self.queue_sort.map(|i| vec![self.p(i).name()]).unwrap_or_default(),
-            Points::PRE_ENQUEUE => &self.pre_enqueue,
-            Points::PRE_FILTER => &self.pre_filter,
-            Points::FILTER => &self.filter,
-            Points::POST_FILTER => &self.post_filter,
-            Points::PRE_SCORE => &self.pre_score,
-            Points::SCORE => &self.score,
-            Points::RESERVE => &self.reserve,
-            Points::PERMIT => &self.permit,
-            Points::PRE_BIND => &self.pre_bind,
-            Points::BIND => &self.bind,
-            Points::POST_BIND => &self.post_bind,
-            _ => return vec![],
-        };
-        list.iter().map(|&i| self.p(i).name()).collect()
+        fn names<T: Plugin + ?Sized>(list: &[Arc<T>]) -> Vec<&'static str> {
+            list.iter().map(|p| p.name()).collect()
+        }
+        match point {
+            Points::QUEUE_SORT => self.queue_sort.iter().map(|p| p.name()).collect(),
+            Points::PRE_ENQUEUE => names(&self.pre_enqueue),
+            Points::PRE_FILTER => names(&self.pre_filter),
+            Points::FILTER => names(&self.filter),
+            Points::POST_FILTER => names(&self.post_filter),
+            Points::PRE_SCORE => names(&self.pre_score),
+            Points::SCORE => self.score.iter().map(|(p, _)| p.name()).collect(),
+            Points::RESERVE => names(&self.reserve),
+            Points::PERMIT => names(&self.permit),
+            Points::PRE_BIND => names(&self.pre_bind),
+            Points::BIND => names(&self.bind),
+            Points::POST_BIND => names(&self.post_bind),
+            _ => vec![],
+        }
     }
 
     /// The score weight of a plugin.
     pub fn weight(&self, name: &str) -> Option<i64> {
-        self.score.iter().map(|&i| &self.entries[i]).find(|e| e.plugin.name() == name).map(|e| e.weight)
+        self.score.iter().find(|(p, _)| p.name() == name).map(|(_, w)| *w)
     }
 
     /// All plugins of the profile.
     pub fn plugins(&self) -> impl Iterator<Item = &Arc<dyn Plugin>> {
-        self.entries.iter().map(|e| &e.plugin)
+        self.entries.iter().map(|e| &e.plugin.plugin)
     }
 
     /// QueueSort: does `a` go before `b`? (priority, then age, when no plugin is enabled).
     pub fn less(&self, a: &QueuedPod, b: &QueuedPod) -> bool {
-        match self.queue_sort {
-            Some(i) => self.p(i).less(a, b),
+        match &self.queue_sort {
+            Some(p) => p.less(a, b),
             None => (b.pod.priority, a.timestamp_ms) < (a.pod.priority, b.timestamp_ms),
         }
     }
@@ -330,10 +338,10 @@ impl Framework {
     }
 
     fn pre_enqueue_with(&self, pod: &PodInfo, snap: Option<&Snapshot>) -> Status {
-        for &i in &self.pre_enqueue {
-            let s = self.p(i).pre_enqueue(pod, snap);
+        for p in &self.pre_enqueue {
+            let s = p.pre_enqueue(pod, snap);
             if !s.is_success() {
-                return s.with_plugin(self.p(i).name());
+                return s.with_plugin(p.name());
             }
         }
         Status::success()
@@ -342,7 +350,7 @@ impl Framework {
     /// The events that may let a pod that `plugin`'s PreEnqueue refused in
     /// (upstream's GatingPluginEvents); every event for an unknown plugin.
     pub fn gate_events(&self, plugin: &str) -> super::Events {
-        self.entries.iter().find(|e| e.plugin.name() == plugin).map_or(super::Events::ALL, |e| e.plugin.events())
+        self.entries.iter().find(|e| e.plugin.name() == plugin).map_or(super::Events::ALL, |e| e.plugin.plugin.events())
     }
 
     /// PreFilter: runs every plugin; returns the merged node subset or the first rejection.
@@ -359,9 +367,9 @@ impl Framework {
         }
         let mut nodes: Option<HashSet<String>> = None;
         let mut narrowing = Vec::new();
-        for &i in &self.pre_filter {
-            let name = self.p(i).name();
-            let (s, r) = self.p(i).pre_filter(state, pod, snap);
+        for p in &self.pre_filter {
+            let name = p.name();
+            let (s, r) = p.pre_filter(state, pod, snap);
             match s.code {
                 Code::Success => {}
                 Code::Skip => {
@@ -391,8 +399,7 @@ impl Framework {
 
     /// PreFilter extensions: `added` now sits on `node`.
     pub fn run_add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
-        for &i in &self.pre_filter {
-            let p = self.p(i);
+        for p in &self.pre_filter {
             if state.filter_skipped(p.name()) {
                 continue;
             }
@@ -406,8 +413,7 @@ impl Framework {
 
     /// PreFilter extensions: `removed` no longer sits on `node`.
     pub fn run_remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
-        for &i in &self.pre_filter {
-            let p = self.p(i);
+        for p in &self.pre_filter {
             if state.filter_skipped(p.name()) {
                 continue;
             }
@@ -419,12 +425,27 @@ impl Framework {
         Status::success()
     }
 
+    /// The Filter plugins PreFilter did not skip for this cycle, as
+    /// positions in the Filter list.
+    fn active_filters(&self, state: &CycleState) -> Vec<usize> {
+        (0..self.filter.len()).filter(|&i| !state.filter_skipped(self.filter[i].name())).collect()
+    }
+
+    /// The cycle's active Filter plugins, or every one when the cycle did
+    /// not record them.
+    fn active_or_all<'a>(&self, state: &'a CycleState) -> std::borrow::Cow<'a, [usize]> {
+        match state.active_filters.as_deref() {
+            Some(l) => std::borrow::Cow::Borrowed(l),
+            None => std::borrow::Cow::Owned((0..self.filter.len()).collect()),
+        }
+    }
+
     /// Filter: the first plugin that does not pass.
     pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         match &state.active_filters {
             Some(list) => self.run_filter_list(list, state, pod, node),
             None => {
-                let list: Vec<usize> = self.filter.iter().copied().filter(|&i| !state.filter_skipped(self.p(i).name())).collect();
+                let list: Vec<usize> = self.active_filters(state);
                 self.run_filter_list(&list, state, pod, node)
             }
         }
@@ -432,7 +453,7 @@ impl Framework {
 
     fn run_filter_list(&self, list: &[usize], state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         for &i in list {
-            let p = self.p(i);
+            let p = &self.filter[i];
             let s = p.filter(state, pod, node);
             if !s.is_success() {
                 let mut s = s.with_plugin(p.name());
@@ -479,13 +500,13 @@ impl Framework {
 
     /// Reserve: every plugin in order; on failure the ones already run are unreserved in reverse.
     pub fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-        for (k, &i) in self.reserve.iter().enumerate() {
-            let s = self.p(i).reserve(state, pod, node);
+        for (k, p) in self.reserve.iter().enumerate() {
+            let s = p.reserve(state, pod, node);
             if !s.is_success() {
-                for &j in self.reserve[..=k].iter().rev() {
-                    self.p(j).unreserve(state, pod, node);
+                for q in self.reserve[..=k].iter().rev() {
+                    q.unreserve(state, pod, node);
                 }
-                return s.with_plugin(self.p(i).name());
+                return s.with_plugin(p.name());
             }
         }
         Status::success()
@@ -493,17 +514,17 @@ impl Framework {
 
     /// Unreserve: every Reserve plugin, in reverse order.
     pub fn run_unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
-        for &i in self.reserve.iter().rev() {
-            self.p(i).unreserve(state, pod, node);
+        for p in self.reserve.iter().rev() {
+            p.unreserve(state, pod, node);
         }
     }
 
     /// Permit: the first status that is not Success (Wait included).
     pub fn run_permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-        for &i in &self.permit {
-            let s = self.p(i).permit(state, pod, node);
+        for p in &self.permit {
+            let s = p.permit(state, pod, node);
             if !s.is_success() {
-                return s.with_plugin(self.p(i).name());
+                return s.with_plugin(p.name());
             }
         }
         Status::success()
@@ -511,10 +532,10 @@ impl Framework {
 
     /// PreBind: the first failure.
     pub fn run_pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-        for &i in &self.pre_bind {
-            let s = self.p(i).pre_bind(state, pod, node);
+        for p in &self.pre_bind {
+            let s = p.pre_bind(state, pod, node);
             if !s.is_success() {
-                return s.with_plugin(self.p(i).name());
+                return s.with_plugin(p.name());
             }
         }
         Status::success()
@@ -522,10 +543,10 @@ impl Framework {
 
     /// Bind: the first plugin that does not Skip decides.
     pub fn run_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-        for &i in &self.bind {
-            let s = self.p(i).bind(state, pod, node);
+        for p in &self.bind {
+            let s = p.bind(state, pod, node);
             if !s.is_skip() {
-                return s.with_plugin(self.p(i).name());
+                return s.with_plugin(p.name());
             }
         }
         Status::skip()
@@ -533,8 +554,8 @@ impl Framework {
 
     /// PostBind: every plugin.
     pub fn run_post_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
-        for &i in &self.post_bind {
-            self.p(i).post_bind(state, pod, node);
+        for p in &self.post_bind {
+            p.post_bind(state, pod, node);
         }
     }
 
@@ -597,7 +618,7 @@ impl Framework {
                 }
             }
         }
-        state.active_filters = Some(self.filter.iter().copied().filter(|&i| !state.filter_skipped(self.p(i).name())).collect());
+        state.active_filters = Some(self.active_filters(&state));
         state.signature = self.cycle_signature(&state, pod, snap);
         let candidate = |i: usize| subset.as_ref().is_none_or(|s| s.contains(snap.nodes[i].name()));
         // The nominated node first, as upstream evaluates it before the others.
@@ -630,7 +651,7 @@ impl Framework {
             && subset.is_none()
             && pod.nominated_node.is_none()
             && snap.nominated.is_empty()
-            && state.active_filters.as_ref().is_some_and(|l| l.len() < usize::from(PASS) && (to_find >= n || l.iter().all(|&i| self.p(i).reusable())));
+            && state.active_filters.as_ref().is_some_and(|l| l.len() < usize::from(PASS) && (to_find >= n || l.iter().all(|&i| self.filter[i].reusable())));
         let mut caches = if reuse { Some(self.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) } else { None };
         let mut guard = caches.as_deref_mut().map(|c| c.for_signature(state.signature));
         let processed = match guard.as_deref_mut() {
@@ -710,7 +731,7 @@ impl Framework {
         }
         let mut sig = pod.signature;
         for e in &self.entries {
-            match e.plugin.sign_pod(state, pod, snap) {
+            match e.plugin.plugin.sign_pod(state, pod, snap) {
                 None => return 0,
                 Some(0) => {}
                 Some(h) => {
@@ -727,8 +748,9 @@ impl Framework {
     /// a reused verdict, so that the plugins that keep per-node results for
     /// Reserve have them in this cycle's state; false when it no longer passes.
     fn refilter(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, i: usize) -> bool {
-        let active: &[usize] = state.active_filters.as_deref().unwrap_or(&self.filter);
-        let local: Vec<usize> = active.iter().copied().filter(|&k| self.p(k).reusable()).collect();
+        let active = self.active_or_all(state);
+        let active: &[usize] = &active;
+        let local: Vec<usize> = active.iter().copied().filter(|&k| self.filter[k].reusable()).collect();
         let (mut alive, mut rejected) = (vec![i], Vec::new());
         self.filter_list(&local, state, pod, snap, &mut alive, &mut rejected).is_ok() && rejected.is_empty() && alive == [i]
     }
@@ -810,7 +832,7 @@ impl Framework {
         let list = match &state.active_filters {
             Some(l) => l,
             None => {
-                all = self.filter.iter().copied().filter(|&i| !state.filter_skipped(self.p(i).name())).collect();
+                all = self.active_filters(state);
                 &all
             }
         };
@@ -830,7 +852,7 @@ impl Framework {
             if alive.is_empty() {
                 break;
             }
-            let p = self.p(k);
+            let p = &self.filter[k];
             if lean && p.retain_feasible(state, pod, snap, alive) {
                 continue;
             }
@@ -861,8 +883,9 @@ impl Framework {
     fn filter_reusing(&self, cache: &mut BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, start: usize, to_find: usize, opts: CycleOptions, out: &mut CycleOutcome) -> Result<usize, Status> {
         let skip_post_filter = opts.skip_post_filter;
         let n = snap.nodes.len();
-        let active: &[usize] = state.active_filters.as_deref().unwrap_or(&self.filter);
-        let local: Vec<usize> = active.iter().copied().filter(|&i| self.p(i).reusable()).collect();
+        let active = self.active_or_all(state);
+        let active: &[usize] = &active;
+        let local: Vec<usize> = active.iter().copied().filter(|&i| self.filter[i].reusable()).collect();
         let all_local = local.len() == active.len();
         let mut changed = Vec::new();
         cache.refresh(state.signature, &local, snap, &mut changed);
@@ -882,7 +905,7 @@ impl Framework {
                 cache.set_verdict(i, None);
             }
             for (i, s) in rejected {
-                let at = active.iter().position(|&k| self.p(k).name() == s.plugin).unwrap_or(0);
+                let at = active.iter().position(|&k| self.filter[k].name() == s.plugin).unwrap_or(0);
                 cache.set_verdict(i, Some((at as u8, s)));
             }
         }
@@ -908,7 +931,7 @@ impl Framework {
                 }
                 if let Some(seen) = seen.get_mut(usize::from(r)).filter(|s| !**s) {
                     *seen = true;
-                    out.unschedulable_plugins.push(self.p(active[usize::from(r)]).name());
+                    out.unschedulable_plugins.push(self.filter[active[usize::from(r)]].name());
                 }
             }
             return Ok(processed);
@@ -925,7 +948,7 @@ impl Framework {
                     out.feasible.push(i);
                 } else if let Some(seen) = seen.get_mut(usize::from(r)).filter(|s| !**s) {
                     *seen = true;
-                    out.unschedulable_plugins.push(self.p(active[usize::from(r)]).name());
+                    out.unschedulable_plugins.push(self.filter[active[usize::from(r)]].name());
                 }
             }
             out.statuses = NodeStatuses { statuses: Arc::clone(&cache.statuses) };
@@ -934,8 +957,8 @@ impl Framework {
         // The plugins that look beyond the node run on every node the
         // node-local ones passed, and on those rejected by a node-local
         // plugin that comes after one of them (its status may come first).
-        let first_other = active.iter().position(|&i| !self.p(i).reusable()).unwrap_or(active.len());
-        let others: Vec<usize> = active.iter().copied().filter(|&i| !self.p(i).reusable()).collect();
+        let first_other = active.iter().position(|&i| !self.filter[i].reusable()).unwrap_or(active.len());
+        let others: Vec<usize> = active.iter().copied().filter(|&i| !self.filter[i].reusable()).collect();
         let mut late = Vec::new();
         passed_locally(&cache.rej, n, start, first_other, &mut out.feasible, &mut late);
         // The rejections of the other plugins go to a buffer kept across
@@ -984,7 +1007,7 @@ impl Framework {
     fn filter_others(&self, lean: bool, others: &[usize], active: &[usize], late: &[usize], cache: &BatchCache, state: &CycleState, pod: &PodInfo, snap: &Snapshot, feasible: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
         self.filter_list_as(lean, others, state, pod, snap, feasible, rejected)?;
         for &i in late {
-            let before: Vec<usize> = active[..usize::from(cache.rej[i])].iter().copied().filter(|&k| !self.p(k).reusable()).collect();
+            let before: Vec<usize> = active[..usize::from(cache.rej[i])].iter().copied().filter(|&k| !self.filter[k].reusable()).collect();
             let mut one = vec![i];
             self.filter_list_as(lean, &before, state, pod, snap, &mut one, rejected)?;
         }
@@ -1000,8 +1023,7 @@ impl Framework {
 
     #[allow(clippy::too_many_arguments)] // one cycle's inputs, all borrowed
     fn prioritize_over(&self, feasible: &[usize], out: &mut CycleOutcome, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot, record: bool, cache: Option<&mut BatchCache>) -> Result<(), Status> {
-        for &i in &self.pre_score {
-            let p = self.p(i);
+        for p in &self.pre_score {
             let s = p.pre_score(state, pod, feasible, snap);
             match s.code {
                 Code::Success => {}
@@ -1030,15 +1052,16 @@ impl Framework {
                 let scorers: Vec<(usize, i64, bool)> = self
                     .score
                     .iter()
-                    .filter(|&&i| self.p(i).reusable() && !state.score_skipped(self.p(i).name()))
-                    .map(|&i| (i, self.entries[i].weight, self.p(i).has_normalize()))
+                    .enumerate()
+                    .filter(|(_, (p, _))| p.reusable() && !state.score_skipped(p.name()))
+                    .map(|(i, (p, w))| (i, *w, p.has_normalize()))
                     .collect();
                 let mut stale = Vec::new();
                 c.stale_scores(&scorers, &mut stale);
                 let mut bad: Vec<(usize, &'static str, i64)> = Vec::new();
                 if !stale.is_empty() {
                     for (k, &(i, _, norm)) in scorers.iter().enumerate() {
-                        let p = self.p(i);
+                        let p = &self.score[i].0;
                         buf.clear();
                         buf.extend(stale.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
                         p.score_nodes(state, pod, snap, buf).map_err(|s| s.with_plugin(p.name()))?;
@@ -1064,7 +1087,7 @@ impl Framework {
                         continue;
                     }
                     let raw = c.raw(k);
-                    if let Some(reverse) = self.p(i).default_normalized() {
+                    if let Some(reverse) = self.score[i].0.default_normalized() {
                         // Upstream's DefaultNormalizeScore, over the cached raw scores.
                         let max = feasible.iter().map(|&ni| raw[ni]).max().unwrap_or(0);
                         if max == 0 {
@@ -1077,7 +1100,7 @@ impl Framework {
                                 let s = MAX_NODE_SCORE * raw[ni] / max;
                                 let s = if reverse { MAX_NODE_SCORE - s } else { s };
                                 if !(0..=MAX_NODE_SCORE).contains(&s) {
-                                    return Err(invalid_score(self.p(i).name(), s));
+                                    return Err(invalid_score(self.score[i].0.name(), s));
                                 }
                                 *t += s * weight;
                             }
@@ -1091,9 +1114,7 @@ impl Framework {
                 totals
             }
         };
-        for &i in &self.score {
-            let e = &self.entries[i];
-            let p = &*e.plugin;
+        for (i, (p, weight)) in self.score.iter().enumerate() {
             if reusing && p.reusable() {
                 continue;
             }
@@ -1109,7 +1130,7 @@ impl Framework {
             buf.clear();
             buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
             p.score_nodes(state, pod, snap, buf).map_err(|s| s.with_plugin(p.name()))?;
-            self.normalized_into(i, e.weight, state, pod, snap, buf, &mut totals)?;
+            self.normalized_into(i, *weight, state, pod, snap, buf, &mut totals)?;
             if record {
                 out.scores.push(buf.iter().map(|s| s.score).collect());
             }
@@ -1122,7 +1143,7 @@ impl Framework {
     /// checks them and adds them, weighted, to `totals`.
     #[allow(clippy::too_many_arguments)] // one plugin's scores and their context
     fn normalized_into(&self, i: usize, weight: i64, state: &CycleState, pod: &PodInfo, snap: &Snapshot, buf: &mut [NodeScore], totals: &mut [i64]) -> Result<(), Status> {
-        let p = self.p(i);
+        let p = &self.score[i].0;
         if p.has_normalize() {
             let s = p.normalize_score(state, pod, buf, snap);
             if !s.is_success() {
@@ -1165,8 +1186,9 @@ impl Framework {
     /// `failure_detail` (after [`Self::fail`] or a replayed failure: they
     /// are the pod's own), one sentence after the other.
     fn add_failure_details(&self, out: &mut CycleOutcome, state: &CycleState, pod: &PodInfo) {
-        let active: &[usize] = state.active_filters.as_deref().unwrap_or(&self.filter);
-        let details: Vec<String> = active.iter().filter_map(|&i| self.p(i).failure_detail(state, pod, &out.statuses)).collect();
+        let active = self.active_or_all(state);
+        let active: &[usize] = &active;
+        let details: Vec<String> = active.iter().filter_map(|&i| self.filter[i].failure_detail(state, pod, &out.statuses)).collect();
         out.failure_detail = (!details.is_empty()).then(|| details.join(" "));
     }
 
@@ -1209,8 +1231,8 @@ impl Framework {
     /// after a space, with no period of its own.
     fn run_post_filter(&self, out: &mut CycleOutcome, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot) -> String {
         let mut reasons: Vec<String> = Vec::new();
-        for &i in &self.post_filter {
-            let (s, mut r) = self.p(i).post_filter(self, state, pod, snap, &out.statuses);
+        for p in &self.post_filter {
+            let (s, mut r) = p.post_filter(self, state, pod, snap, &out.statuses);
             out.deallocations.append(&mut r.deallocations);
             match s.code {
                 Code::Success => {
@@ -1422,7 +1444,7 @@ mod batch_tests {
         use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
         use crate::cache::Snapshot;
-        use crate::framework::{CycleState, Plugin, Points, PreFilterNodes, Status};
+        use crate::framework::{CycleState, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, ScorePlugin, Status};
         use berth_model::{NodeInfo, PodInfo};
 
         /// Not node-local: rejects the nodes whose index has the parity of
@@ -1438,9 +1460,9 @@ mod batch_tests {
             fn name(&self) -> &'static str {
                 "Parity"
             }
-            fn points(&self) -> Points {
-                Points::PRE_FILTER.or(Points::FILTER)
-            }
+        }
+
+        impl PreFilterPlugin for Parity {
             fn pre_filter(&self, _: &mut CycleState, _: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
                 if self.off.load(Ordering::Relaxed) {
                     return (Status::skip(), None);
@@ -1448,6 +1470,9 @@ mod batch_tests {
                 self.bound.store(snap.pod_count(), Ordering::Relaxed);
                 (Status::success(), None)
             }
+        }
+
+        impl FilterPlugin for Parity {
             fn filter(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
                 if (node.index + self.bound.load(Ordering::Relaxed)).is_multiple_of(2) {
                     Status::unschedulable("parity")
@@ -1467,12 +1492,13 @@ mod batch_tests {
             fn name(&self) -> &'static str {
                 "Third"
             }
+
             fn reusable(&self) -> bool {
                 true
             }
-            fn points(&self) -> Points {
-                Points::FILTER.or(Points::SCORE)
-            }
+        }
+
+        impl FilterPlugin for Third {
             fn filter(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
                 if node.index.is_multiple_of(3) {
                     Status::unschedulable("third")
@@ -1480,6 +1506,9 @@ mod batch_tests {
                     Status::success()
                 }
             }
+        }
+
+        impl ScorePlugin for Third {
             fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
                 Ok(if node.index == self.bad { 150 } else { 100 - node.pods.len().min(100) as i64 })
             }
@@ -1498,8 +1527,8 @@ mod batch_tests {
         let frameworks = |bad: usize| {
             let parity = Arc::new(odd::Parity::default());
             let entries = vec![
-                (PluginEntry { plugin: parity.clone(), weight: 1 }, Points::PRE_FILTER.or(Points::FILTER)),
-                (PluginEntry { plugin: Arc::new(odd::Third { bad }), weight: 1 }, Points::FILTER.or(Points::SCORE)),
+                PluginEntry::at_every_point(crate::register!(parity.clone()), 1),
+                PluginEntry::at_every_point(crate::register!(Arc::new(odd::Third { bad })), 1),
             ];
             (Framework::new("p".into(), entries, Some(100), 7), parity)
         };
@@ -1665,7 +1694,7 @@ mod window_tests {
                 for start in [0, 1, 150, 299] {
                     let mut state = CycleState::new();
                     fw.run_pre_filter(&mut state, p, &snap).expect("PreFilter passes");
-                    state.active_filters = Some(fw.filter.iter().copied().filter(|&i| !state.filter_skipped(fw.p(i).name())).collect());
+                    state.active_filters = Some(fw.active_filters(&state));
                     let mut out = CycleOutcome::default();
                     let evaluated = fw.filter_window(&state, p, &snap, start, to_find, &|_| true, &mut out).expect("no error");
                     let (feasible, statuses, plugins, processed) = node_by_node(&fw, &state, p, &snap, start, to_find);
@@ -1696,9 +1725,9 @@ mod post_filter_message_tests {
         fn name(&self) -> &'static str {
             "Full"
         }
-        fn points(&self) -> Points {
-            Points::FILTER
-        }
+    }
+
+    impl FilterPlugin for Full {
         fn filter(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Status {
             Status::unschedulable("Insufficient cpu")
         }
@@ -1710,9 +1739,9 @@ mod post_filter_message_tests {
         fn name(&self) -> &'static str {
             self.0
         }
-        fn points(&self) -> Points {
-            Points::POST_FILTER
-        }
+    }
+
+    impl PostFilterPlugin for Post {
         fn post_filter(&self, _: &Framework, _: &CycleState, _: &Arc<PodInfo>, _: &Snapshot, _: &NodeStatuses) -> (Status, PostFilterResult) {
             let s = Status { code: self.1, reasons: self.2.iter().map(|r| std::borrow::Cow::Borrowed(*r)).collect(), plugin: "" };
             (s, PostFilterResult::default())
@@ -1743,14 +1772,8 @@ mod post_filter_message_tests {
             ("several reasons of one plugin", (Code::Unschedulable, &["a", "b"]), (Code::Unschedulable, &["c"]), "0/2 nodes are available: 2 Insufficient cpu. a, b, c"),
         ];
         for (name, first, second, want) in rows {
-            let plugins: Vec<Arc<dyn Plugin>> = vec![Arc::new(Full), Arc::new(Post("First", first.0, first.1)), Arc::new(Post("Second", second.0, second.1))];
-            let entries = plugins
-                .into_iter()
-                .map(|p| {
-                    let pts = p.points();
-                    (PluginEntry { plugin: p, weight: 1 }, pts)
-                })
-                .collect();
+            let plugins = vec![crate::register!(Arc::new(Full)), crate::register!(Arc::new(Post("First", first.0, first.1))), crate::register!(Arc::new(Post("Second", second.0, second.1)))];
+            let entries = plugins.into_iter().map(|p| PluginEntry::at_every_point(p, 1)).collect();
             let fw = Framework::new("test".into(), entries, None, 1);
             let snap = snapshot(&[node("n1"), node("n2")], &[]);
             let (o, _) = fw.schedule(&pod("p").info(), &snap, CycleOptions { explain: true, ..Default::default() });
