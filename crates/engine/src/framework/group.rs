@@ -255,7 +255,7 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
     }
     let Some(key) = policy.topology_key.clone() else {
         let mut a = attempt(host, members, min_count, bound);
-        return finish(host, a.stopped.take(), a, group, min_count, bound, None, false);
+        return finish(host, a.stopped.take(), a, GroupFacts { group, min_count, bound }, None, false);
     };
     // Topology: every domain of the key, the best one wins.
     // Members already bound fix the domain.
@@ -296,21 +296,34 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
         Some((_, _, d)) => {
             host.snapshot_mut().groups.placement = Some((key.clone(), d.clone()));
             let mut a = attempt(host, members, min_count, bound);
-            finish(host, a.stopped.take(), a, group, min_count, bound, Some((key, d)), true)
+            finish(host, a.stopped.take(), a, GroupFacts { group, min_count, bound }, Some((key, d)), true)
         }
         None => {
             let mut a = first_failure.unwrap_or(Attempt { placed: vec![], unplaced: vec![], score: 0, stopped: None });
             let why = a.stopped.take().unwrap_or_default();
             let m = format!("no domain of topology key {key:?} fits the pod group ({} tried; in the first: {why})", domains.len());
-            finish(host, Some(m), a, group, min_count, bound, None, true)
+            finish(host, Some(m), a, GroupFacts { group, min_count, bound }, None, true)
         }
     };
     host.snapshot_mut().groups.placement = None;
     out
 }
 
-#[allow(clippy::too_many_arguments)] // one group cycle's results, all moved in
-fn finish<H: GroupHost>(host: &mut H, failed: Option<String>, mut a: Attempt, group: String, min_count: u32, bound: u32, domain: Option<(String, String)>, topology: bool) -> GroupOutcome {
+/// What a group cycle knows of its group before it places anyone.
+struct GroupFacts {
+    /// The group's key.
+    group: String,
+    /// Members that must fit together.
+    min_count: u32,
+    /// Members already bound.
+    bound: u32,
+}
+
+/// The group cycle's outcome from its last attempt: every member assumed,
+/// or (with `failed`) every assumed member undone and the group's reason
+/// given to each.
+fn finish<H: GroupHost>(host: &mut H, failed: Option<String>, mut a: Attempt, facts: GroupFacts, domain: Option<(String, String)>, topology: bool) -> GroupOutcome {
+    let GroupFacts { group, min_count, bound } = facts;
     match failed {
         None => GroupOutcome { group, min_count, fits: true, placed: a.placed, unplaced: a.unplaced, message: String::new(), domain, bound, preemptable: false, waiting: false },
         Some(m) => {
