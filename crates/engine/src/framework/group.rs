@@ -28,7 +28,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::assume::AssumeView;
+use super::assume::{AssumeView, Assumed, ScheduledOne};
 use super::{CycleOptions, CycleState, Framework};
 use crate::cache::groups::GroupPolicy;
 use crate::cache::Snapshot;
@@ -186,20 +186,21 @@ fn attempt<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>], min_count: u32,
             a.stopped = Some(m);
             break;
         }
-        let (o, mut state) = host.framework().schedule(pod, host.snapshot(), opts);
-        let Some(i) = o.selected else {
-            let error = o.error.is_some();
-            a.unplaced.push(Unplaced { pod: pod.clone(), message: o.message.clone().unwrap_or_default(), plugins: o.unschedulable_plugins.clone(), error });
-            continue;
-        };
-        let node = host.snapshot().nodes[i].name().to_string();
-        let score = o.feasible.iter().position(|&f| f == i).and_then(|k| o.totals.get(k)).copied().unwrap_or(0);
         let (fw, view) = host.assume_view();
-        if fw.reserve_and_assume(view, &mut state, pod, &node).is_ok() {
-            a.score += score;
-            a.placed.push(Placed { pod: pod.clone(), node, state, score });
-        } else {
-            a.unplaced.push(Unplaced { pod: pod.clone(), message: format!("a Reserve or Permit plugin refused node {node}"), plugins: vec![], error: true });
+        let ScheduledOne { outcome: o, state, assumed } = fw.schedule_one(view, pod, opts);
+        match assumed {
+            Assumed::NoNode => {
+                let error = o.error.is_some();
+                a.unplaced.push(Unplaced { pod: pod.clone(), message: o.message.clone().unwrap_or_default(), plugins: o.unschedulable_plugins.clone(), error });
+            }
+            Assumed::On(node) => {
+                let score = o.selected.and_then(|i| o.feasible.iter().position(|&f| f == i)).and_then(|k| o.totals.get(k)).copied().unwrap_or(0);
+                a.score += score;
+                a.placed.push(Placed { pod: pod.clone(), node, state, score });
+            }
+            Assumed::Refused { node, .. } => {
+                a.unplaced.push(Unplaced { pod: pod.clone(), message: format!("a Reserve or Permit plugin refused node {node}"), plugins: vec![], error: true });
+            }
         }
     }
     if a.stopped.is_none() && bound + (a.placed.len() as u32) < min_count {

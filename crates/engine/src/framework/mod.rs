@@ -18,7 +18,7 @@ pub mod status;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-pub use assume::{assume, AssumeView, Refusal, Reservation, Reservations};
+pub use assume::{assume, AssumeView, Assumed, Refusal, Reservation, Reservations, ScheduledOne};
 pub use cycle_state::CycleState;
 pub use interface::{
     BindPlugin, FilterPlugin, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin, Registered,
