@@ -48,7 +48,7 @@ impl PluginEntry {
 /// Per-node Filter statuses of a cycle, by node index (Success: feasible or not evaluated).
 ///
 /// Shared, so that a cycle replaying the last identical pod's failure
-/// ([`BatchCache`]) hands out the same statuses without copying one per node.
+/// ([`super::batch::BatchCache`]) hands out the same statuses without copying one per node.
 #[derive(Clone, Debug, Default)]
 pub struct NodeStatuses {
     /// Status per node index of nodes that failed; None when the node passed or was not evaluated.
@@ -310,7 +310,7 @@ impl Framework {
     }
 
     /// PreEnqueue without a cluster view: the first non-success status of
-    /// the gates that read only the pod (see [`Plugin::pre_enqueue`]).
+    /// the gates that read only the pod (see [`PreEnqueuePlugin::pre_enqueue`]).
     /// Prefer [`Self::run_pre_enqueue_in`].
     pub fn run_pre_enqueue(&self, pod: &PodInfo) -> Status {
         self.pre_enqueue_with(pod, None)

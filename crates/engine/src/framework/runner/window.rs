@@ -127,13 +127,14 @@ impl CycleView<'_> {
         self.filter_list(list, alive, rejected)
     }
 
-    /// [`Self::filter_batch`] with the Filter plugins `list` (entry indexes, in order).
+    /// [`Self::filter_batch`] with the Filter plugins `list` (positions in the
+    /// framework's Filter list, in order).
     pub(super) fn filter_list(&self, list: &[usize], alive: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
         self.filter_list_as(false, list, alive, rejected)
     }
 
     /// [`Self::filter_list`]; with `lean`, a plugin that can leaves out the
-    /// statuses of the nodes it rejects ([`Plugin::retain_feasible`]).
+    /// statuses of the nodes it rejects ([`crate::framework::FilterPlugin::retain_feasible`]).
     pub(super) fn filter_list_as(&self, lean: bool, list: &[usize], alive: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
         let (state, pod, snap) = (self.state, self.pod, self.snap);
         for &k in list {
