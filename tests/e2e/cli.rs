@@ -191,25 +191,25 @@ fn bench_e2e_runs_the_dra_workload() {
     assert!(!ok && err.contains("does not run end to end"), "{err}");
 }
 
-/// Runs berth with stdout a pipe whose reader is closed at once (before
-/// berth writes) or after the first line; returns (status code, stderr).
+/// Runs berth with stdout a pipe whose reader is closed before berth
+/// starts, or after the first line; returns (status code, stderr).
 fn berth_into_closed_pipe(args: &[&str], after_one_line: bool) -> (Option<i32>, String) {
     use std::io::BufRead as _;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("berth runs");
-    let stdout = child.stdout.take().expect("stdout piped");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_berth"));
+    cmd.args(args).env_remove("RUST_BACKTRACE").stderr(std::process::Stdio::piped());
     if after_one_line {
+        let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().expect("berth runs");
+        let stdout = child.stdout.take().expect("stdout piped");
         let mut line = String::new();
         let _ = std::io::BufReader::new(stdout).read_line(&mut line);
-    } else {
-        drop(stdout);
+        let out = child.wait_with_output().expect("berth ends");
+        return (out.status.code(), String::from_utf8_lossy(&out.stderr).into());
     }
-    let out = child.wait_with_output().expect("berth ends");
+    // The reader is gone before berth writes a byte: its first write fails,
+    // however fast it is (a help text is written within a millisecond).
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = cmd.stdout(writer).output().expect("berth runs");
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into())
 }
 

@@ -102,6 +102,16 @@ async fn seed(c: &LocalCluster) {
     for p in list {
         pods.create(&pp, &p).await.expect("pod");
     }
+    // The simulated kubelets start the pods created with a nodeName: wait
+    // for it, so that every command below reads one unchanging cluster.
+    berth_cluster::testing::eventually(30, "the pods given a node running", || async {
+        let all = pods.list(&Default::default()).await.ok()?.items;
+        all.iter()
+            .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .then_some(())
+    })
+    .await;
 }
 
 fn json_of(out: &str) -> Value {

@@ -22,6 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch;
+
+use crate::watch::WatchHealth;
 use tokio::time::Instant;
 
 /// Lease settings.
@@ -272,7 +274,10 @@ async fn release(api: &Api<coord::Lease>, cfg: &LeaderConfig) {
 }
 
 /// Runs the election until `stop` changes; `leading` tells whether we lead.
-pub async fn run(client: kube::Client, cfg: LeaderConfig, lease: Lease, leading: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
+/// On taking the Lease, every watch relists before `leading` says so
+/// ([`WatchHealth::relist_every_kind`]): nothing is scheduled on a view
+/// older than the moment this replica became leader.
+pub async fn run(client: kube::Client, cfg: LeaderConfig, lease: Lease, leading: watch::Sender<bool>, mut stop: watch::Receiver<bool>, health: WatchHealth) {
     let api: Api<coord::Lease> = Api::namespaced(client, &cfg.namespace);
     let mut obs = Observed::default();
     let mut last_renew: Option<Instant> = None;
@@ -301,7 +306,8 @@ pub async fn run(client: kube::Client, cfg: LeaderConfig, lease: Lease, leading:
             last_renew = Some(Instant::now());
             lease.renewed();
             if !was {
-                tracing::info!(identity = %cfg.identity, lease = %format!("{}/{}", cfg.namespace, cfg.name), "became leader");
+                tracing::info!(identity = %cfg.identity, lease = %format!("{}/{}", cfg.namespace, cfg.name), "became leader; relisting every kind before scheduling");
+                health.relist_every_kind();
                 let _ = leading.send(true);
             }
         } else if was && last_renew.is_none_or(|t| t.elapsed() >= cfg.renew_deadline) {

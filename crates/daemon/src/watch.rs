@@ -1,6 +1,6 @@
-//! Watchers on Pods, Nodes, PodDisruptionBudgets, Namespaces, the workload
-//! kinds of default spreading, the storage kinds of the volume plugins,
-//! the PodGroup APIs and the kinds of dynamic resource allocation. Each kind is one task with explicit states
+//! The one list/watch plumbing of every watched kind (the kinds themselves,
+//! what they are and how their changes reach the cache, are the scheduling
+//! loop's: `scheduler::kinds`). Each kind is one task with explicit states
 //! ([`WatchState`]: starting, synced, retrying, not served) that lists, sends
 //! the list to the scheduling loop as one `Relist` (so the loop drops what
 //! disappeared while the watch was down: nothing is lost or counted twice),
@@ -16,10 +16,10 @@
 //! [`RECHECK`]. Each change of state is logged once, never each retry, and
 //! the kinds of one feature say it is on or off once between them.
 //!
-//! Adding a watched kind: a `WatchEvent` variant, one [`spawn_kind`] (or
-//! [`spawn_watch`], for an optional kind) line in [`spawn`], and the arm that
-//! applies it in the scheduling loop (which calls `WatchHealth::set_synced`
-//! after each relist).
+//! Adding a watched kind: one implementation of [`Kind`] (its name, its
+//! need, its API, how a change applies) and one line that spawns it; the
+//! plumbing carries its changes to the loop as [`WatchEvent`]s, and the loop
+//! reports each relist applied (`WatchHealth::set_synced`).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -29,12 +29,8 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::api::policy::v1 as policy;
-use k8s_openapi::api::resource::v1 as res;
-use k8s_openapi::api::storage::v1 as storage;
 use kube::api::{ListParams, ObjectList, VersionMatch, WatchParams};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::watcher::ExponentialBackoff;
@@ -42,10 +38,6 @@ use kube::Api;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch as signal};
 use tokio::time::Instant;
-
-use berth_engine::cache::storage::Storage;
-use berth_engine::cache::workloads::{self, Kind, Workloads};
-use berth_engine::framework::Events;
 
 /// A pod as the daemon's watcher decodes it: boxed, because a `Pod` is
 /// kilobytes and moves through the watcher's stream and the channel many
@@ -142,379 +134,83 @@ pub enum Change<K> {
     Relist(Vec<K>),
 }
 
-/// A change from one of the watchers.
-///
-/// A pod (the event of nearly every change) is already a box; the other
-/// kinds are boxed too, so that each event moved through the watcher's
-/// channel is a few words rather than the largest object's size.
-#[derive(Debug)]
-pub enum WatchEvent {
-    /// Pods.
-    Pod(Change<WatchedPod>),
-    /// Nodes.
-    Node(Box<Change<core::Node>>),
-    /// PodDisruptionBudgets.
-    Pdb(Box<Change<policy::PodDisruptionBudget>>),
-    /// Namespaces.
-    Namespace(Box<Change<core::Namespace>>),
-    /// Services, ReplicationControllers, ReplicaSets, StatefulSets (default topology spreading).
-    Workload(Box<WorkloadChange>),
-    /// PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes,
-    /// CSIDrivers and CSIStorageCapacities (the volume plugins).
-    Storage(Box<StorageChange>),
-    /// PodGroups of one API (gang scheduling), as dynamic objects.
-    PodGroup(berth_model::pod::GroupApi, Box<Change<kube::api::DynamicObject>>),
-    /// ResourceClaims, ResourceSlices, DeviceClasses and DeviceTaintRules
-    /// (dynamic resource allocation).
-    Dra(Box<DraChange>),
+/// One watched kind: its name, whether readiness waits for it, where it is
+/// listed and watched, and how its changes reach `I` (the scheduling loop's
+/// cache and queue). The per-kind piece of the one list/watch plumbing, as
+/// linkerd's `k8s/index` has one apply/delete implementation per kind: a
+/// new kind is one implementation and one line in the list that spawns
+/// the daemon's kinds (`scheduler::kinds::watch_all`).
+pub trait Kind<I>: Copy + Send + Sync + 'static {
+    /// The object as the watch decodes it.
+    type Object: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static;
+
+    /// Its name in the health checks and the logs (its plural, with its
+    /// group when it is not one of the core kinds).
+    fn name(self) -> &'static str;
+
+    /// Whether readiness waits for it (see [`Need`]).
+    fn need(self) -> Need {
+        Need::Required
+    }
+
+    /// Where it is listed and watched.
+    fn api(self, client: kube::Client) -> Api<Self::Object>;
+
+    /// Applies one change: an object added or modified, deleted, or the
+    /// whole set after a (re)list (what is not in it is gone).
+    fn apply(self, to: &mut I, change: Change<Self::Object>);
 }
 
-/// A change to one of the storage kinds the volume plugins read.
-// Boxed whole in `WatchEvent`; its variants stay unboxed (one allocation per event).
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum StorageChange {
-    /// PersistentVolumeClaims.
-    Claim(Change<core::PersistentVolumeClaim>),
-    /// PersistentVolumes.
-    Volume(Change<core::PersistentVolume>),
-    /// StorageClasses.
-    Class(Change<storage::StorageClass>),
-    /// CSINodes.
-    CsiNode(Change<storage::CSINode>),
-    /// CSIDrivers.
-    CsiDriver(Change<storage::CSIDriver>),
-    /// CSIStorageCapacities.
-    Capacity(Change<storage::CSIStorageCapacity>),
+/// A change of one watched kind on its way to `I` (boxed: each event moved
+/// through the watchers' channel is a few words, whatever the kind).
+pub struct WatchEvent<I> {
+    kind: &'static str,
+    relist: bool,
+    apply: Box<dyn FnOnce(&mut I) + Send>,
 }
 
-/// The storage kinds' names, in [`apply_storage_event`]'s index order.
-pub const STORAGE_KINDS: [&str; 6] = ["persistentvolumeclaims", "persistentvolumes", "storageclasses", "csinodes", "csidrivers", "csistoragecapacities"];
+impl<I> WatchEvent<I> {
+    /// `change` of `kind`.
+    pub fn new<K: Kind<I>>(kind: K, change: Change<K::Object>) -> Self {
+        WatchEvent { kind: kind.name(), relist: matches!(change, Change::Relist(_)), apply: Box::new(move |to: &mut I| kind.apply(to, change)) }
+    }
 
-/// Applies a storage change to the cache's storage objects. Returns the
-/// index (in [`STORAGE_KINDS`]) of a kind whose (re)list just completed, for
-/// readiness, and the cluster event to requeue pods with (the volume plugins
-/// declare PVC, PV, STORAGE_CLASS, CSI_NODE, CSI_DRIVER and
-/// CSI_STORAGE_CAPACITY).
-///
-/// Assumed volume decisions survive every update that does not show them
-/// yet: a PV keeps its assumed claimRef until the API shows one, a claim its
-/// assumed selected node until the API shows a selected node or a volume
-/// (see `cache::storage`). A relist drops only the objects that are gone.
-pub fn apply_storage_event(st: &mut Storage, ev: StorageChange) -> (Option<usize>, Events) {
-    fn ns_name(m: &ObjectMeta) -> (String, String) {
-        (m.namespace.clone().unwrap_or_else(|| "default".into()), m.name.clone().unwrap_or_default())
+    /// The kind's name.
+    pub fn kind(&self) -> &'static str {
+        self.kind
     }
-    fn capacity(st: &mut Storage, c: &storage::CSIStorageCapacity) {
-        if let Err(e) = st.upsert_capacity(c) {
-            tracing::warn!(error = %e, "CSIStorageCapacity ignored");
-        }
-    }
-    /// A cluster-scoped kind: upsert, remove by name, relist.
-    fn by_name<K: kube::Resource>(st: &mut Storage, c: Change<K>, i: usize, ev: Events, names: fn(&Storage) -> Vec<String>, up: fn(&mut Storage, &K), rm: fn(&mut Storage, &str)) -> (Option<usize>, Events) {
-        match c {
-            Change::Apply(o) => {
-                up(st, &o);
-                (None, ev)
-            }
-            Change::Delete(o) => {
-                rm(st, o.meta().name.as_deref().unwrap_or_default());
-                (None, ev)
-            }
-            Change::Relist(all) => {
-                let keep: std::collections::HashSet<&str> = all.iter().filter_map(|o| o.meta().name.as_deref()).collect();
-                for n in names(st) {
-                    if !keep.contains(n.as_str()) {
-                        rm(st, &n);
-                    }
-                }
-                for o in &all {
-                    up(st, o);
-                }
-                (Some(i), ev)
-            }
-        }
-    }
-    match ev {
-        StorageChange::Claim(c) => match c {
-            Change::Apply(o) => {
-                st.upsert_claim(&o);
-                (None, Events::PVC)
-            }
-            Change::Delete(o) => {
-                let (ns, n) = ns_name(&o.metadata);
-                st.remove_claim(&ns, &n);
-                (None, Events::PVC)
-            }
-            Change::Relist(all) => {
-                let keep: std::collections::HashSet<(String, String)> = all.iter().map(|o| ns_name(&o.metadata)).collect();
-                for (ns, n) in st.claim_keys() {
-                    if !keep.contains(&(ns.clone(), n.clone())) {
-                        st.remove_claim(&ns, &n);
-                    }
-                }
-                for o in &all {
-                    st.upsert_claim(o);
-                }
-                (Some(0), Events::PVC)
-            }
-        },
-        StorageChange::Volume(c) => by_name(st, c, 1, Events::PV, Storage::volume_names, Storage::upsert_volume, Storage::remove_volume),
-        StorageChange::Class(c) => by_name(st, c, 2, Events::STORAGE_CLASS, Storage::class_names, Storage::upsert_class, Storage::remove_class),
-        StorageChange::CsiNode(c) => by_name(st, c, 3, Events::CSI_NODE, Storage::csi_node_names, Storage::upsert_csi_node, Storage::remove_csi_node),
-        StorageChange::CsiDriver(c) => by_name(st, c, 4, Events::CSI_DRIVER, Storage::csi_driver_names, Storage::upsert_csi_driver, Storage::remove_csi_driver),
-        StorageChange::Capacity(c) => match c {
-            Change::Apply(o) => {
-                capacity(st, &o);
-                (None, Events::CSI_STORAGE_CAPACITY)
-            }
-            Change::Delete(o) => {
-                let (ns, n) = ns_name(&o.metadata);
-                st.remove_capacity(&format!("{ns}/{n}"));
-                (None, Events::CSI_STORAGE_CAPACITY)
-            }
-            Change::Relist(all) => {
-                for k in st.capacities().iter().map(|c| c.key.clone()).collect::<Vec<_>>() {
-                    st.remove_capacity(&k);
-                }
-                for o in &all {
-                    capacity(st, o);
-                }
-                (Some(5), Events::CSI_STORAGE_CAPACITY)
-            }
-        },
+
+    /// Applies the change to `to`. Returns the kind's name when the change
+    /// was a (re)list, which the caller reports to [`WatchHealth::set_synced`]
+    /// once applied (readiness means the cache holds the list).
+    pub fn apply(self, to: &mut I) -> Option<&'static str> {
+        (self.apply)(to);
+        self.relist.then_some(self.kind)
     }
 }
 
-/// A change to one of the kinds default topology spreading reads.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum WorkloadChange {
-    /// Services.
-    Service(Change<core::Service>),
-    /// ReplicationControllers.
-    ReplicationController(Change<core::ReplicationController>),
-    /// ReplicaSets.
-    ReplicaSet(Change<apps::ReplicaSet>),
-    /// StatefulSets.
-    StatefulSet(Change<apps::StatefulSet>),
+impl<I> Debug for WatchEvent<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchEvent").field("kind", &self.kind).field("relist", &self.relist).finish_non_exhaustive()
+    }
 }
 
-/// Applies a workload change to the cache's workloads. Returns the index
-/// (0..4: Service, ReplicationController, ReplicaSet, StatefulSet) of a kind
-/// whose (re)list just completed, for readiness. No pod is requeued: upstream's
-/// PodTopologySpread registers no event of these kinds.
-pub fn apply_workload_event(w: &mut Workloads, ev: WorkloadChange) -> Option<usize> {
-    fn apply<K>(w: &mut Workloads, c: Change<K>, kind: Kind, meta: fn(&K) -> &ObjectMeta, up: fn(&mut Workloads, &K) -> Result<(), workloads::Error>) -> bool {
-        let put = |w: &mut Workloads, o: &K| {
-            if let Err(e) = up(w, o) {
-                tracing::warn!(error = %e, "selector ignored for default topology spreading");
-            }
-        };
-        match c {
-            Change::Apply(o) => put(w, &o),
-            Change::Delete(o) => {
-                let m = meta(&o);
-                w.remove(kind, m.namespace.as_deref().unwrap_or("default"), m.name.as_deref().unwrap_or_default());
-            }
-            Change::Relist(all) => {
-                w.clear(kind);
-                for o in &all {
-                    put(w, o);
-                }
-                return true;
-            }
-        }
-        false
-    }
-    let (i, done) = match ev {
-        WorkloadChange::Service(c) => (0, apply(w, c, Kind::Service, |o| &o.metadata, |w, o| {
-            w.upsert_service(o);
-            Ok(())
-        })),
-        WorkloadChange::ReplicationController(c) => (1, apply(w, c, Kind::ReplicationController, |o| &o.metadata, |w, o| {
-            w.upsert_replication_controller(o);
-            Ok(())
-        })),
-        WorkloadChange::ReplicaSet(c) => (2, apply(w, c, Kind::ReplicaSet, |o| &o.metadata, Workloads::upsert_replica_set)),
-        WorkloadChange::StatefulSet(c) => (3, apply(w, c, Kind::StatefulSet, |o| &o.metadata, Workloads::upsert_stateful_set)),
+/// Registers `kind` in `health` and starts its watch task on `client`,
+/// which sends each change to `tx`; it stops when `stop` changes.
+pub fn spawn_kind<I: 'static, K: Kind<I>>(client: &kube::Client, kind: K, tx: &mpsc::Sender<WatchEvent<I>>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
+    health.register_as(kind.name(), kind.need());
+    let wrap = move |c| WatchEvent::new(kind, c);
+    tasks.spawn(run_kind(kind.api(client.clone()), kind.name(), wrap, tx.clone(), stop.clone(), health.clone(), Timing::default()));
+}
+
+/// The API resource of one PodGroup API.
+pub fn group_api_resource(api: berth_model::pod::GroupApi) -> kube::api::ApiResource {
+    use berth_model::pod::GroupApi;
+    let (g, v) = match api {
+        GroupApi::V1beta1 => ("scheduling.k8s.io", "v1beta1"),
+        GroupApi::V1alpha1 => ("scheduling.x-k8s.io", "v1alpha1"),
     };
-    done.then_some(i)
-}
-
-/// Starts the watchers of the four workload kinds (see `WorkloadChange`).
-pub fn spawn_workloads(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
-    use WorkloadChange as W;
-    let [svc, rc, rs, ss] = WORKLOAD_KINDS;
-    spawn_kind(Api::<core::Service>::all(client.clone()), svc, |c| WatchEvent::Workload(Box::new(W::Service(c))), tx, stop, health, tasks);
-    spawn_kind(Api::<core::ReplicationController>::all(client.clone()), rc, |c| WatchEvent::Workload(Box::new(W::ReplicationController(c))), tx, stop, health, tasks);
-    spawn_kind(Api::<apps::ReplicaSet>::all(client.clone()), rs, |c| WatchEvent::Workload(Box::new(W::ReplicaSet(c))), tx, stop, health, tasks);
-    spawn_kind(Api::<apps::StatefulSet>::all(client), ss, |c| WatchEvent::Workload(Box::new(W::StatefulSet(c))), tx, stop, health, tasks);
-}
-
-/// The workload kinds' names, in `apply_workload_event`'s index order.
-pub const WORKLOAD_KINDS: [&str; 4] = ["services", "replicationcontrollers", "replicasets", "statefulsets"];
-
-/// Starts the watchers of the six storage kinds (see `StorageChange`).
-pub fn spawn_storage(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
-    use StorageChange as S;
-    let [pvc, pv, sc, csin, csid, cap] = STORAGE_KINDS;
-    spawn_kind(Api::<core::PersistentVolumeClaim>::all(client.clone()), pvc, |c| WatchEvent::Storage(Box::new(S::Claim(c))), tx, stop, health, tasks);
-    spawn_kind(Api::<core::PersistentVolume>::all(client.clone()), pv, |c| WatchEvent::Storage(Box::new(S::Volume(c))), tx, stop, health, tasks);
-    spawn_kind(Api::<storage::StorageClass>::all(client.clone()), sc, |c| WatchEvent::Storage(Box::new(S::Class(c))), tx, stop, health, tasks);
-    spawn_kind(Api::<storage::CSINode>::all(client.clone()), csin, |c| WatchEvent::Storage(Box::new(S::CsiNode(c))), tx, stop, health, tasks);
-    spawn_kind(Api::<storage::CSIDriver>::all(client.clone()), csid, |c| WatchEvent::Storage(Box::new(S::CsiDriver(c))), tx, stop, health, tasks);
-    spawn_kind(Api::<storage::CSIStorageCapacity>::all(client), cap, |c| WatchEvent::Storage(Box::new(S::Capacity(c))), tx, stop, health, tasks);
-}
-
-// ---------------------------------------------------------------- dynamic resource allocation
-
-/// A change to one of the kinds of dynamic resource allocation
-/// (resource.k8s.io/v1), which the DynamicResources plugin reads.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum DraChange {
-    /// ResourceClaims.
-    Claim(Change<res::ResourceClaim>),
-    /// ResourceSlices.
-    Slice(Change<res::ResourceSlice>),
-    /// DeviceClasses.
-    Class(Change<res::DeviceClass>),
-    /// DeviceTaintRules.
-    TaintRule(Change<res::DeviceTaintRule>),
-}
-
-/// The DRA kinds' names, in [`apply_dra_event`]'s index order.
-pub const DRA_KINDS: [&str; 4] = ["resourceclaims", "resourceslices", "deviceclasses", "devicetaintrules"];
-
-/// The feature the claims, slices and classes turn on: off when
-/// resource.k8s.io/v1 is not served (before Kubernetes 1.34).
-pub const DRA_FEATURE: &str = "dynamic resource allocation (resource.k8s.io/v1)";
-/// The feature DeviceTaintRules turn on (resource.k8s.io/v1 serves them from 1.37).
-pub const DRA_TAINT_RULES_FEATURE: &str = "device taints from DeviceTaintRules";
-
-/// The names of the DRA objects the cache holds, so that a relist drops
-/// those that are gone (claims by `namespace/name`).
-#[derive(Debug, Default)]
-pub struct DraNames {
-    claims: std::collections::HashSet<String>,
-    slices: std::collections::HashSet<String>,
-    classes: std::collections::HashSet<String>,
-    taint_rules: std::collections::HashSet<String>,
-}
-
-/// Applies a DRA change to the snapshot's devices. Returns the index (in
-/// [`DRA_KINDS`]) of a kind whose (re)list just completed, for readiness,
-/// and the cluster event to requeue pods with: RESOURCE_CLAIM,
-/// RESOURCE_SLICE and DEVICE_CLASS, which DynamicResources declares (a
-/// DeviceTaintRule changes which devices of the slices are usable, so its
-/// changes count as slice changes).
-///
-/// An assumed allocation survives every claim update that does not show an
-/// allocation yet (the finalizer written before the status, a relist while
-/// the write is in flight): see `cache::devices`. An object that cannot be
-/// compiled is logged and left out (a slice) or kept with its error (a
-/// claim, whose pods then report it).
-pub fn apply_dra_event(snap: &mut berth_engine::cache::Snapshot, names: &mut DraNames, ev: DraChange) -> (Option<usize>, Events) {
-    fn name_of(m: &ObjectMeta) -> String {
-        m.name.clone().unwrap_or_default()
-    }
-    fn claim_key(m: &ObjectMeta) -> (String, String) {
-        (m.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into()), name_of(m))
-    }
-    fn warn<E: std::fmt::Display>(r: Result<(), E>) {
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "DRA object cannot be used");
-        }
-    }
-    /// Applies a change of a cluster-scoped kind: `up` adds or replaces,
-    /// `rm` removes by name; a relist removes the names not listed.
-    fn by_name<K: kube::Resource>(snap: &mut berth_engine::cache::Snapshot, known: &mut std::collections::HashSet<String>, c: Change<K>, up: fn(&mut berth_engine::cache::Snapshot, &K), rm: fn(&mut berth_engine::cache::Snapshot, &str)) -> bool {
-        match c {
-            Change::Apply(o) => {
-                known.insert(name_of(o.meta()));
-                up(snap, &o);
-                false
-            }
-            Change::Delete(o) => {
-                let n = name_of(o.meta());
-                known.remove(&n);
-                rm(snap, &n);
-                false
-            }
-            Change::Relist(all) => {
-                let keep: std::collections::HashSet<String> = all.iter().map(|o| name_of(o.meta())).collect();
-                for n in known.iter().filter(|n| !keep.contains(*n)) {
-                    rm(snap, n);
-                }
-                for o in &all {
-                    up(snap, o);
-                }
-                *known = keep;
-                true
-            }
-        }
-    }
-    match ev {
-        DraChange::Claim(c) => {
-            let done = match c {
-                Change::Apply(o) => {
-                    let (ns, n) = claim_key(&o.metadata);
-                    names.claims.insert(format!("{ns}/{n}"));
-                    snap.devices.upsert_claim(&o);
-                    false
-                }
-                Change::Delete(o) => {
-                    let (ns, n) = claim_key(&o.metadata);
-                    names.claims.remove(&format!("{ns}/{n}"));
-                    snap.devices.remove_claim(&ns, &n);
-                    false
-                }
-                Change::Relist(all) => {
-                    let keep: std::collections::HashSet<String> = all.iter().map(|o| claim_key(&o.metadata)).map(|(ns, n)| format!("{ns}/{n}")).collect();
-                    for k in names.claims.iter().filter(|k| !keep.contains(*k)) {
-                        if let Some((ns, n)) = k.split_once('/') {
-                            snap.devices.remove_claim(ns, n);
-                        }
-                    }
-                    for o in &all {
-                        snap.devices.upsert_claim(o);
-                    }
-                    names.claims = keep;
-                    true
-                }
-            };
-            (done.then_some(0), Events::RESOURCE_CLAIM)
-        }
-        DraChange::Slice(c) => {
-            let done = by_name(snap, &mut names.slices, c, |s, o| warn(s.devices.upsert_slice(o)), |s, n| s.devices.remove_slice(n));
-            (done.then_some(1), Events::RESOURCE_SLICE)
-        }
-        DraChange::Class(c) => {
-            let done = by_name(snap, &mut names.classes, c, |s, o| warn(s.upsert_device_class(o)), |s, n| s.remove_device_class(n));
-            (done.then_some(2), Events::DEVICE_CLASS)
-        }
-        DraChange::TaintRule(c) => {
-            let done = by_name(snap, &mut names.taint_rules, c, |s, o| warn(s.devices.upsert_taint_rule(o)), |s, n| s.devices.remove_taint_rule(n));
-            (done.then_some(3), Events::RESOURCE_SLICE)
-        }
-    }
-}
-
-/// Starts the watchers of the four DRA kinds, all optional: when
-/// resource.k8s.io/v1 is not served, dynamic resource allocation is off
-/// (one line logged) and readiness does not wait for them; when it is
-/// served, readiness waits for their first lists. DeviceTaintRules are
-/// served from 1.37 only: their own feature.
-pub fn spawn_dra(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
-    use DraChange as D;
-    let [claims, slices, classes, rules] = DRA_KINDS;
-    let dra = Need::Optional { feature: DRA_FEATURE };
-    spawn_watch(Api::<res::ResourceClaim>::all(client.clone()), claims, dra, |c| WatchEvent::Dra(Box::new(D::Claim(c))), tx, stop, health, tasks);
-    spawn_watch(Api::<res::ResourceSlice>::all(client.clone()), slices, dra, |c| WatchEvent::Dra(Box::new(D::Slice(c))), tx, stop, health, tasks);
-    spawn_watch(Api::<res::DeviceClass>::all(client.clone()), classes, dra, |c| WatchEvent::Dra(Box::new(D::Class(c))), tx, stop, health, tasks);
-    let taints = Need::Optional { feature: DRA_TAINT_RULES_FEATURE };
-    spawn_watch(Api::<res::DeviceTaintRule>::all(client), rules, taints, |c| WatchEvent::Dra(Box::new(D::TaintRule(c))), tx, stop, health, tasks);
+    kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(g, v, "PodGroup"), "podgroups")
 }
 
 // ---------------------------------------------------------------- one watch, one state machine
@@ -741,6 +437,13 @@ struct Entry {
     applied: u64,
     /// The relist whose application makes the kind synced again.
     wanted: u64,
+    /// The relist whose application makes the kind fresh enough to
+    /// schedule on after [`WatchHealth::relist_every_kind`].
+    fresh_wanted: u64,
+    /// The generation of [`WatchHealth::relist_every_kind`] a relist must
+    /// have been started in (or after) to count: a list already under way
+    /// when a fresh view was asked for may predate what it must show.
+    fresh_from: u64,
     /// The kind has had a first answer (an optional kind blocks readiness until then).
     settled: bool,
     /// What the logs last said of an optional kind's feature.
@@ -753,7 +456,7 @@ struct Entry {
 
 impl Entry {
     fn new(need: Need) -> Self {
-        Entry { need, link: Link::New, sent: 0, applied: 0, wanted: 0, settled: false, feature_on: None, changes: 0, recheck: RECHECK }
+        Entry { need, link: Link::New, sent: 0, applied: 0, wanted: 0, fresh_wanted: 0, fresh_from: 0, settled: false, feature_on: None, changes: 0, recheck: RECHECK }
     }
 
     fn state(&self) -> WatchState {
@@ -820,6 +523,35 @@ impl WatchHealth {
             }
         }
         self.backwards.send_modify(|g| *g += 1);
+    }
+
+    /// Every kind relists now, and [`WatchHealth::fresh`] (hence
+    /// scheduling, not readiness: the caches are synced, only refreshed)
+    /// waits until each relist started after this call is applied. A
+    /// replica that has just taken the Lease calls it before it schedules
+    /// anything: its watches may lag behind what the previous leader bound
+    /// (a lagging follower, a watch held up by a slow link), and a decision
+    /// on that view could give a node room it no longer has. The lists are
+    /// fresh reads; the previous leader finished its writes before it
+    /// released the Lease, or they failed with it.
+    pub fn relist_every_kind(&self) {
+        let mut kinds = self.lock();
+        self.backwards.send_modify(|g| *g += 1);
+        let generation = *self.backwards.borrow();
+        for e in kinds.values_mut() {
+            if !matches!(e.link, Link::NotServed { .. }) {
+                e.fresh_wanted = e.sent + 1;
+                e.fresh_from = generation;
+            }
+        }
+    }
+
+    /// Ready, and every kind that is up has applied the relist asked for by
+    /// the last [`WatchHealth::relist_every_kind`]: the view may be
+    /// scheduled on.
+    pub fn fresh(&self) -> bool {
+        let kinds = self.lock();
+        kinds.values().all(|e| !e.blocking(&e.state())) && kinds.values().all(|e| !matches!(e.link, Link::Up) || e.applied >= e.fresh_wanted)
     }
 
     /// Every required kind is synced and every optional kind has had its
@@ -908,12 +640,19 @@ impl WatchHealth {
     /// The task is sending a relist: a list it made (`listed`), or an empty
     /// stand-in (the API is not served, or an optional kind's first answer
     /// was an error: nothing of it is known).
-    fn relist_sent(&self, kind: &'static str, listed: bool) {
+    /// A relist of `kind` went to the loop; `generation` is the value of
+    /// the relist signal when its list was started.
+    fn relist_sent(&self, kind: &'static str, listed: bool, generation: u64) {
         self.update(kind, |e| {
             e.sent += 1;
             if listed && !matches!(e.link, Link::Up) {
                 e.link = Link::Up;
                 e.wanted = e.sent;
+            }
+            if listed && generation < e.fresh_from {
+                // Started before a fresh view was asked for: the task lists
+                // again (it sees the signal), and that list is the one that counts.
+                e.fresh_wanted = e.fresh_wanted.max(e.sent + 1);
             }
         });
     }
@@ -1086,11 +825,12 @@ async fn pause(stop: &mut signal::Receiver<bool>, d: Duration) -> bool {
 /// looked for again every `timing.recheck`; an error while looking (an
 /// outage) leaves it not served and it is looked for again at the next
 /// recheck. Returns when `stop` changes or the loop is gone.
-pub async fn run_kind<K, S, F>(src: S, kind: &'static str, wrap: F, tx: mpsc::Sender<WatchEvent>, mut stop: signal::Receiver<bool>, health: WatchHealth, timing: Timing)
+pub async fn run_kind<K, S, F, E>(src: S, kind: &'static str, wrap: F, tx: mpsc::Sender<E>, mut stop: signal::Receiver<bool>, health: WatchHealth, timing: Timing)
 where
     K: kube::Resource + Clone + Send + 'static,
     S: Source<K>,
-    F: Fn(Change<K>) -> WatchEvent + Send,
+    F: Fn(Change<K>) -> E + Send,
+    E: Send,
 {
     let optional = matches!(health.need(kind), Need::Optional { .. });
     let mut backoff = timing.backoff();
@@ -1100,13 +840,15 @@ where
     loop {
         phase = match phase {
             Phase::List => {
+                // A relist asked for from now on is answered by this list or a later one.
+                let generation = *backwards.borrow_and_update();
                 let r = tokio::select! {
                     r = list_all(&src, timing.page_size) => r,
                     _ = stop.changed() => return,
                 };
                 match r {
                     Ok((items, version)) => {
-                        health.relist_sent(kind, true);
+                        health.relist_sent(kind, true, generation);
                         if tx.send(wrap(Change::Relist(items))).await.is_err() {
                             return;
                         }
@@ -1202,7 +944,7 @@ where
                     let delay = backoff.next().unwrap_or(timing.backoff_max);
                     health.failed(kind, &e, delay);
                     if health.needs_stand_in(kind) {
-                        health.relist_sent(kind, false);
+                        health.relist_sent(kind, false, *backwards.borrow());
                         if tx.send(wrap(Change::Relist(Vec::new()))).await.is_err() {
                             return;
                         }
@@ -1217,7 +959,7 @@ where
             Phase::NotServed => {
                 if health.not_served(kind, timing.recheck) {
                     // Its objects (if it was served) are gone with it.
-                    health.relist_sent(kind, false);
+                    health.relist_sent(kind, false, *backwards.borrow());
                     if tx.send(wrap(Change::Relist(Vec::new()))).await.is_err() {
                         return;
                     }
@@ -1231,77 +973,15 @@ where
     }
 }
 
-/// Kind names, as the health checks report them.
-pub const PODS: &str = "pods";
-/// Nodes.
-pub const NODES: &str = "nodes";
-/// PodDisruptionBudgets.
-pub const PDBS: &str = "poddisruptionbudgets";
-/// Namespaces.
-pub const NAMESPACES: &str = "namespaces";
-
-/// Registers a required `kind` in `health` and starts its watch task, which
-/// sends each change wrapped by `wrap`; it stops when `stop` changes.
-pub fn spawn_kind<K, F>(api: Api<K>, kind: &'static str, wrap: F, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>)
-where
-    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    F: Fn(Change<K>) -> WatchEvent + Send + 'static,
-{
-    spawn_watch(api, kind, Need::Required, wrap, tx, stop, health, tasks);
-}
-
-/// As [`spawn_kind`], for a kind that is required or optional (see [`Need`]).
-#[allow(clippy::too_many_arguments)] // the watch's parts, as spawn_kind takes them, plus its need
-pub fn spawn_watch<K, F>(api: Api<K>, kind: &'static str, need: Need, wrap: F, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>)
-where
-    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    F: Fn(Change<K>) -> WatchEvent + Send + 'static,
-{
-    health.register_as(kind, need);
-    tasks.spawn(run_kind(api, kind, wrap, tx.clone(), stop.clone(), health.clone(), Timing::default()));
-}
-
-/// Starts the watchers of the core kinds; they stop when `stop` changes.
-pub fn spawn(client: kube::Client, tx: mpsc::Sender<WatchEvent>, stop: signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
-    spawn_kind(Api::<WatchedPod>::all(client.clone()), PODS, WatchEvent::Pod, &tx, &stop, health, tasks);
-    spawn_kind(Api::<core::Node>::all(client.clone()), NODES, |c| WatchEvent::Node(Box::new(c)), &tx, &stop, health, tasks);
-    spawn_kind(Api::<policy::PodDisruptionBudget>::all(client.clone()), PDBS, |c| WatchEvent::Pdb(Box::new(c)), &tx, &stop, health, tasks);
-    spawn_kind(Api::<core::Namespace>::all(client), NAMESPACES, |c| WatchEvent::Namespace(Box::new(c)), &tx, &stop, health, tasks);
-}
-
-/// Health names of the PodGroup watchers.
-pub const PODGROUPS_V1BETA1: &str = "podgroups.scheduling.k8s.io";
-/// scheduler-plugins' PodGroups.
-pub const PODGROUPS_V1ALPHA1: &str = "podgroups.scheduling.x-k8s.io";
-
-/// The API resource of one PodGroup API.
-pub fn group_api_resource(api: berth_model::pod::GroupApi) -> kube::api::ApiResource {
-    use berth_model::pod::GroupApi;
-    let (g, v) = match api {
-        GroupApi::V1beta1 => ("scheduling.k8s.io", "v1beta1"),
-        GroupApi::V1alpha1 => ("scheduling.x-k8s.io", "v1alpha1"),
-    };
-    kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(g, v, "PodGroup"), "podgroups")
-}
-
-/// Starts the watchers of both PodGroup APIs, both optional: scheduling.k8s.io/v1beta1
-/// is not served before Kubernetes 1.35 (nor later without its feature
-/// gate), and scheduler-plugins' CRD is installed on few clusters.
-pub fn spawn_groups(client: kube::Client, tx: &mpsc::Sender<WatchEvent>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
-    use berth_model::pod::GroupApi;
-    let apis = [
-        (GroupApi::V1beta1, PODGROUPS_V1BETA1, "gang scheduling of scheduling.k8s.io/v1beta1 PodGroups"),
-        (GroupApi::V1alpha1, PODGROUPS_V1ALPHA1, "gang scheduling of scheduler-plugins PodGroups (scheduling.x-k8s.io/v1alpha1)"),
-    ];
-    for (api, kind, feature) in apis {
-        let objects: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &group_api_resource(api));
-        spawn_watch(objects, kind, Need::Optional { feature }, move |c| WatchEvent::PodGroup(api, Box::new(c)), tx, stop, health, tasks);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Kind names, as the health checks would report them.
+    const PODS: &str = "pods";
+    const NODES: &str = "nodes";
+    const NAMESPACES: &str = "namespaces";
+    const PODGROUPS_V1ALPHA1: &str = "podgroups.scheduling.x-k8s.io";
 
     #[test]
     fn a_watched_pod_is_the_pod_without_its_managed_fields() {
@@ -1328,96 +1008,6 @@ mod tests {
         assert!(serde_json::from_str::<WatchedPod>(r#"{"metadata": {"name": 5}}"#).is_err());
     }
 
-    fn pv(name: &str, claim: Option<&str>) -> core::PersistentVolume {
-        let mut v = serde_json::json!({"metadata": {"name": name}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "sc"}});
-        if let Some(c) = claim {
-            v["spec"]["claimRef"] = serde_json::json!({"namespace": "default", "name": c, "uid": "uid-c"});
-        }
-        serde_json::from_value(v).expect("pv")
-    }
-
-    fn pvc(name: &str, selected: Option<&str>) -> core::PersistentVolumeClaim {
-        let mut v = serde_json::json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "sc"}});
-        if let Some(n) = selected {
-            v["metadata"]["annotations"] = serde_json::json!({"volume.kubernetes.io/selected-node": n});
-        }
-        serde_json::from_value(v).expect("pvc")
-    }
-
-    #[test]
-    fn storage_events_keep_assumptions_until_the_api_shows_them() {
-        use berth_engine::cache::storage::{ClaimRef, StaticBinding, VolumeDecisions};
-        let mut st = Storage::new();
-        assert_eq!(apply_storage_event(&mut st, StorageChange::Volume(Change::Relist(vec![pv("pv-1", None), pv("pv-3", None)]))), (Some(1), Events::PV));
-        assert_eq!(apply_storage_event(&mut st, StorageChange::Claim(Change::Relist(vec![pvc("c", None), pvc("d", None)]))), (Some(0), Events::PVC));
-        st.assume(&VolumeDecisions {
-            pod_uid: "uid-p".into(),
-            node: "n1".into(),
-            bindings: vec![StaticBinding { pv: "pv-1".into(), claim: ClaimRef { namespace: "default".into(), name: "c".into(), uid: "uid-c".into() } }],
-            provisions: vec![("default".into(), "d".into())],
-        });
-        // Updates that do not show the decisions (a status change, a relist
-        // while the writes are in flight) keep them.
-        apply_storage_event(&mut st, StorageChange::Volume(Change::Apply(pv("pv-1", None))));
-        apply_storage_event(&mut st, StorageChange::Volume(Change::Relist(vec![pv("pv-1", None), pv("pv-2", None)])));
-        apply_storage_event(&mut st, StorageChange::Claim(Change::Apply(pvc("d", None))));
-        assert_eq!(st.assumed_count(), 2);
-        let v = st.volume("pv-1").cloned().expect("pv-1");
-        assert_eq!(st.claim_ref(&v).map(|r| r.name.as_str()), Some("c"));
-        // The relist dropped pv-3 only.
-        assert!(st.volume("pv-3").is_none() && st.volume("pv-2").is_some());
-        // The API's objects take over once they show the decisions.
-        apply_storage_event(&mut st, StorageChange::Volume(Change::Apply(pv("pv-1", Some("c")))));
-        apply_storage_event(&mut st, StorageChange::Claim(Change::Apply(pvc("d", Some("n1")))));
-        assert_eq!(st.assumed_count(), 0);
-        let c = st.claim("default", "d").cloned().expect("d");
-        assert_eq!(st.selected_node(&c), Some("n1"));
-        // A claim relist without "c" removes it.
-        apply_storage_event(&mut st, StorageChange::Claim(Change::Relist(vec![pvc("d", Some("n1"))])));
-        assert!(st.claim("default", "c").is_none() && st.claim("default", "d").is_some());
-        // The other kinds report their own events and indexes.
-        let class: storage::StorageClass = serde_json::from_value(serde_json::json!({"metadata": {"name": "sc"}, "provisioner": "p"})).expect("class");
-        assert_eq!(apply_storage_event(&mut st, StorageChange::Class(Change::Relist(vec![class]))), (Some(2), Events::STORAGE_CLASS));
-        assert!(st.class("sc").is_some());
-        assert_eq!(apply_storage_event(&mut st, StorageChange::Class(Change::Relist(vec![]))).0, Some(2));
-        assert!(st.class("sc").is_none());
-        assert_eq!(apply_storage_event(&mut st, StorageChange::CsiNode(Change::Relist(vec![]))), (Some(3), Events::CSI_NODE));
-        assert_eq!(apply_storage_event(&mut st, StorageChange::CsiDriver(Change::Relist(vec![]))), (Some(4), Events::CSI_DRIVER));
-        assert_eq!(apply_storage_event(&mut st, StorageChange::Capacity(Change::Relist(vec![]))), (Some(5), Events::CSI_STORAGE_CAPACITY));
-    }
-
-    #[test]
-    fn dra_events_feed_the_devices_and_relists_drop_what_is_gone() {
-        use berth_engine::cache::Snapshot;
-        let slice = |name: &str, node: &str| -> res::ResourceSlice {
-            serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": {"driver": "gpu.example.com", "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": [{"name": "gpu-0"}]}})).expect("slice")
-        };
-        let claim = |name: &str| -> res::ResourceClaim {
-            serde_json::from_value(serde_json::json!({"metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})).expect("claim")
-        };
-        let class: res::DeviceClass = serde_json::from_value(serde_json::json!({"metadata": {"name": "gpu.example.com"}, "spec": {}})).expect("class");
-        let mut snap = Snapshot::default();
-        let mut names = DraNames::default();
-        let r = apply_dra_event(&mut snap, &mut names, DraChange::Slice(Change::Relist(vec![slice("s1", "n1"), slice("s2", "n2")])));
-        assert_eq!(r, (Some(1), Events::RESOURCE_SLICE));
-        assert_eq!(apply_dra_event(&mut snap, &mut names, DraChange::Class(Change::Relist(vec![class]))), (Some(2), Events::DEVICE_CLASS));
-        assert!(snap.devices.classes().get("gpu.example.com").is_some());
-        assert_eq!(apply_dra_event(&mut snap, &mut names, DraChange::Claim(Change::Relist(vec![claim("a"), claim("b")]))), (Some(0), Events::RESOURCE_CLAIM));
-        assert!(snap.devices.claim("default", "a").is_some());
-        assert_eq!(apply_dra_event(&mut snap, &mut names, DraChange::Claim(Change::Apply(claim("c")))), (None, Events::RESOURCE_CLAIM));
-        // A relist without "a": removed; "b" and "c" are listed.
-        apply_dra_event(&mut snap, &mut names, DraChange::Claim(Change::Relist(vec![claim("b"), claim("c")])));
-        assert!(snap.devices.claim("default", "a").is_none() && snap.devices.claim("default", "c").is_some());
-        apply_dra_event(&mut snap, &mut names, DraChange::Claim(Change::Delete(claim("b"))));
-        assert!(snap.devices.claim("default", "b").is_none());
-        // Not served any more: the empty relist drops every class.
-        apply_dra_event(&mut snap, &mut names, DraChange::Class(Change::Relist(vec![])));
-        assert!(snap.devices.classes().get("gpu.example.com").is_none());
-        assert_eq!(apply_dra_event(&mut snap, &mut names, DraChange::TaintRule(Change::Relist(vec![]))), (Some(3), Events::RESOURCE_SLICE));
-    }
-
     #[test]
     fn backoff_is_exponential_capped_and_jittered() {
         let t = Timing::default();
@@ -1432,6 +1022,35 @@ mod tests {
     }
 
     #[test]
+    fn a_fresh_view_waits_for_lists_started_after_it_was_asked_for() {
+        let h = WatchHealth::default();
+        h.register(PODS);
+        h.register(NODES);
+        for k in [PODS, NODES] {
+            h.relist_sent(k, true, 0);
+            h.set_synced(k);
+        }
+        assert!(h.ready());
+        assert!(h.fresh());
+        // The replica takes the Lease: still ready (the caches are synced),
+        // not fresh until both kinds relisted.
+        h.relist_every_kind();
+        let generation = *h.backwards.borrow();
+        assert!(h.ready() && !h.fresh());
+        // A pods list started before the request arrives and is applied: it does not count.
+        h.relist_sent(PODS, true, generation - 1);
+        h.set_synced(PODS);
+        assert!(!h.fresh());
+        // The lists started after it do.
+        h.relist_sent(PODS, true, generation);
+        h.set_synced(PODS);
+        assert!(!h.fresh(), "nodes not relisted yet");
+        h.relist_sent(NODES, true, generation);
+        h.set_synced(NODES);
+        assert!(h.ready() && h.fresh());
+    }
+
+    #[test]
     fn health_reports_each_kind_and_readiness_waits_for_required_kinds_only() {
         let h = WatchHealth::default();
         h.register(PODS);
@@ -1440,14 +1059,14 @@ mod tests {
         assert!(!h.ready());
         assert_eq!(h.problems(), vec!["watch nodes: not synced", "watch podgroups.scheduling.x-k8s.io: not synced", "watch pods: not synced"]);
         // The loop applies the first lists.
-        h.relist_sent(PODS, true);
-        h.relist_sent(NODES, true);
+        h.relist_sent(PODS, true, 0);
+        h.relist_sent(NODES, true, 0);
         assert!(!h.set_synced(PODS));
         assert!(!h.set_synced(NODES), "the optional kind has not answered yet");
         // The optional API is not served: it no longer holds readiness back.
         assert!(h.not_served(PODGROUPS_V1ALPHA1, RECHECK));
         assert!(!h.not_served(PODGROUPS_V1ALPHA1, RECHECK), "reported once");
-        h.relist_sent(PODGROUPS_V1ALPHA1, false);
+        h.relist_sent(PODGROUPS_V1ALPHA1, false, 0);
         assert!(h.set_synced(PODGROUPS_V1ALPHA1));
         assert!(h.ready() && h.problems().is_empty());
         assert_eq!(h.verbose(), vec![
@@ -1469,12 +1088,12 @@ mod tests {
         assert!(h.ready());
         // A relist after an outage counts only once the loop applied it.
         h.failed(PODS, &refused, Duration::from_millis(200));
-        h.relist_sent(PODS, true);
+        h.relist_sent(PODS, true, 0);
         assert_eq!(h.state(PODS), Some(WatchState::Starting));
         assert!(!h.ready());
         assert!(h.set_synced(PODS));
         // A relist on 410 while synced (no outage) does not flip readiness.
-        h.relist_sent(PODS, true);
+        h.relist_sent(PODS, true, 0);
         assert_eq!(h.state(PODS), Some(WatchState::Synced));
         let nodes = h.states().into_iter().find(|s| s.kind == NODES).map(|s| s.changes);
         assert_eq!(nodes, Some(3), "starting -> synced -> retrying -> synced");
@@ -1585,14 +1204,12 @@ mod tests {
 
     /// The scheduling loop's part: applies relists (reporting them to
     /// `health`) and records what each relist held.
-    fn fake_loop(mut rx: mpsc::Receiver<WatchEvent>, health: WatchHealth) -> Arc<Mutex<Vec<usize>>> {
+    fn fake_loop(mut rx: mpsc::Receiver<Change<core::Namespace>>, health: WatchHealth) -> Arc<Mutex<Vec<usize>>> {
         let relists: Arc<Mutex<Vec<usize>>> = Arc::default();
         let r = relists.clone();
         tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
-                if let WatchEvent::Namespace(c) = ev
-                    && let Change::Relist(all) = *c
-                {
+                if let Change::Relist(all) = ev {
                     r.lock().unwrap_or_else(|p| p.into_inner()).push(all.len());
                     health.set_synced(NAMESPACES);
                 }
@@ -1607,7 +1224,7 @@ mod tests {
         let (tx, rx) = mpsc::channel(64);
         let (stop_tx, stop) = signal::channel(false);
         let relists = fake_loop(rx, health.clone());
-        tokio::spawn(run_kind(fake.clone(), NAMESPACES, |c| WatchEvent::Namespace(Box::new(c)), tx, stop, health.clone(), Timing::default()));
+        tokio::spawn(run_kind(fake.clone(), NAMESPACES, |c| c, tx, stop, health.clone(), Timing::default()));
         (health, relists, stop_tx)
     }
 
@@ -1769,3 +1386,4 @@ mod tests {
         assert!(fake.state().watchers.is_empty());
     }
 }
+
