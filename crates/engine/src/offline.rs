@@ -17,7 +17,7 @@ use crate::cache::{Pdb, Snapshot};
 use crate::framework::group::{schedule_group, SnapshotHost};
 use berth_model::pod::GroupApi;
 use crate::config::Config;
-use crate::framework::{CycleOptions, CycleOutcome, CycleState, DeviceChoice, Framework, QueuedPod};
+use crate::framework::{Assumed, CycleOptions, CycleOutcome, CycleState, DeviceChoice, Framework, QueuedPod, ScheduledOne};
 use berth_model::pod::SpecError;
 use berth_model::{NodeSpec, PodInfo};
 
@@ -732,20 +732,21 @@ impl Engine {
             }
             // The profile again, borrowed from its field alone: the snapshot is assumed into below.
             let Some(fw) = self.frameworks.iter().find(|f| f.profile == q.pod.scheduler_name).or_else(|| self.frameworks.first()) else { continue };
-            let snap = &self.cluster.snapshot;
-            let (o, mut state) = fw.schedule(&q.pod, snap, CycleOptions::default());
-            if let Some(i) = o.selected {
-                let node = snap.nodes[i].name().to_string();
-                // Reserve and Permit, then the framework's assume step: the pod
-                // and its plugins' reservations, so later pods see the PVs taken.
-                if let Err(r) = fw.reserve_and_assume(&mut self.cluster.snapshot, &mut state, &q.pod, &node) {
+            // The cycle, then Reserve, Permit and the framework's assume step:
+            // the pod and its plugins' reservations, so later pods see the PVs taken.
+            let ScheduledOne { outcome: o, state, assumed } = fw.schedule_one(&mut self.cluster.snapshot, &q.pod, CycleOptions::default());
+            match assumed {
+                Assumed::On(node) => {
+                    placements[idx].node = Some(node);
+                    placements[idx].message = None;
+                    placements[idx].allocations = fw.plugins().flat_map(|p| p.device_choices(&state, None)).collect();
+                    continue;
+                }
+                Assumed::Refused { refusal: r, .. } => {
                     placements[idx].message = Some(format!("running {} plugin {:?}: {}", r.point, r.status.plugin, r.status.message()));
                     continue;
                 }
-                placements[idx].node = Some(node);
-                placements[idx].message = None;
-                placements[idx].allocations = fw.plugins().flat_map(|p| p.device_choices(&state, None)).collect();
-                continue;
+                Assumed::NoNode => {}
             }
             placements[idx].message = o.message.clone();
             if !o.deallocations.is_empty() {
@@ -827,12 +828,8 @@ pub fn explain_member(fw: Option<&Framework>, snap: &Snapshot, pod: &Arc<PodInfo
     let mut view = snap.clone();
     view.groups.placement = out.domain.clone();
     for m in members.iter().take_while(|m| m.uid != pod.uid) {
-        let (o, mut st) = f.schedule(m, &view, CycleOptions { skip_post_filter: true, ..Default::default() });
-        if let Some(i) = o.selected {
-            let n = view.nodes[i].name().to_string();
-            // A refused member is left out, as the group cycle leaves it.
-            let _ = f.reserve_and_assume(&mut view, &mut st, m, &n);
-        }
+        // A refused member is left out, as the group cycle leaves it.
+        f.schedule_one(&mut view, m, CycleOptions { skip_post_filter: true, ..Default::default() });
     }
     let mut e = explain_pod(fw, &view, pod);
     let mut listed: Vec<(String, Option<String>)> = out.placed.iter().map(|p| (p.pod.key(), Some(p.node.clone()))).collect();

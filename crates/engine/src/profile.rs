@@ -18,10 +18,9 @@
 //! callers match one type whichever module refused it.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
 
 use crate::config::{invalid, parse_raw, parse_raw_for_scheduler, read, Config, KubeSchedulerConfiguration, PluginSet, Plugins, Profile, Result};
-use crate::framework::{Framework, Plugin, PluginEntry, Points};
+use crate::framework::{Framework, PluginEntry, Points, Registered};
 use crate::plugins;
 
 /// One profile resolved against the registry.
@@ -30,7 +29,7 @@ struct Resolved {
     name: String,
     percentage: Option<i32>,
     /// (plugin, point, weight) registrations, in each point's order.
-    plugins: Vec<(Arc<dyn Plugin>, Points, i64)>,
+    plugins: Vec<(Registered, Points, i64)>,
 }
 
 impl std::fmt::Debug for Resolved {
@@ -229,8 +228,8 @@ fn resolve_profile(p: &Profile, name: &str, path: &str) -> Result<Resolved> {
     let defaults: Vec<(String, i64)> = plugins::default_plugins().iter().map(|d| (d.name.to_string(), d.weight)).collect();
     let (multi, _) = merge(&defaults, &plugins_cfg.multi_point);
     // Instantiate each plugin once.
-    let mut instances: BTreeMap<String, Arc<dyn Plugin>> = BTreeMap::new();
-    let mut instance = |n: &str| -> Result<Arc<dyn Plugin>> {
+    let mut instances: BTreeMap<String, Registered> = BTreeMap::new();
+    let mut instance = |n: &str| -> Result<Registered> {
         if let Some(p) = instances.get(n) {
             return Ok(p.clone());
         }
@@ -248,10 +247,10 @@ fn resolve_profile(p: &Profile, name: &str, path: &str) -> Result<Resolved> {
         }
     }
     // Expand each extension point (upstream expandMultiPointPlugins).
-    let mut out: Vec<(Arc<dyn Plugin>, Points, i64)> = Vec::new();
+    let mut out: Vec<(Registered, Points, i64)> = Vec::new();
     // One registration per (plugin, point), in each point's order: the
     // framework keeps that order per extension point.
-    let mut add = |pl: Arc<dyn Plugin>, pt: Points, w: i64| out.push((pl, pt, w));
+    let mut add = |pl: Registered, pt: Points, w: i64| out.push((pl, pt, w));
     for (pt, ptname) in Points::ALL {
         let (specific, disabled) = merge(&[], set_at(&plugins_cfg, pt));
         let mut seen = HashSet::new();

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use berth_engine::cache::Snapshot;
 use berth_engine::config::Config;
-use berth_engine::framework::CycleOptions;
+use berth_engine::framework::{Assumed, CycleOptions};
 use berth_model::{NodeSpec, PodInfo};
 
 /// The workloads, by name.
@@ -290,15 +290,17 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
         let t = Instant::now();
         let mut pod = p.clone();
         for _attempt in 0..2 {
-            let (o, _) = fw.schedule(&pod, &snap, CycleOptions { no_reuse, ..Default::default() });
-            if let Some(i) = o.selected {
-                let mut b = (*pod).clone();
-                b.node_name = Some(snap.nodes[i].name().to_string());
-                snap.add_pod(Arc::new(b));
-                scheduled += 1;
-                break;
+            // The daemon's step: the cycle, then the pod assumed on its node.
+            let one = fw.schedule_one(&mut snap, &pod, CycleOptions { no_reuse, ..Default::default() });
+            match one.assumed {
+                Assumed::On(_) => {
+                    scheduled += 1;
+                    break;
+                }
+                Assumed::Refused { .. } => break,
+                Assumed::NoNode => {}
             }
-            match o.post_filter.and_then(|pf| pf.nominated_node.clone().map(|n| (n, pf.victims))) {
+            match one.outcome.post_filter.and_then(|pf| pf.nominated_node.clone().map(|n| (n, pf.victims))) {
                 Some((n, victims)) => {
                     for v in &victims {
                         snap.remove_pod(&v.uid);
@@ -371,11 +373,7 @@ pub fn run_pathological_spread(nodes: usize, constraints: usize, percentage: i32
     let start = Instant::now();
     for p in &pods {
         let t = Instant::now();
-        let (o, _) = fw.schedule(p, &snap, CycleOptions { no_reuse, ..Default::default() });
-        if let Some(i) = o.selected {
-            let mut b = (**p).clone();
-            b.node_name = Some(snap.nodes[i].name().to_string());
-            snap.add_pod(Arc::new(b));
+        if let Assumed::On(_) = fw.schedule_one(&mut snap, p, CycleOptions { no_reuse, ..Default::default() }).assumed {
             scheduled += 1;
         }
         lat.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -542,12 +540,8 @@ fn run_dra(workload: &str, w: DraWorkload, nodes: usize, percentage: i32, no_reu
     for chunk in pods.chunks(batch) {
         for p in chunk {
             let t = Instant::now();
-            let (o, mut state) = fw.schedule(p, &snap, CycleOptions { no_reuse, ..Default::default() });
-            if let Some(i) = o.selected {
-                let node = snap.nodes[i].name().to_string();
-                if fw.reserve_and_assume(&mut snap, &mut state, p, &node).is_ok() {
-                    scheduled += 1;
-                }
+            if let Assumed::On(_) = fw.schedule_one(&mut snap, p, CycleOptions { no_reuse, ..Default::default() }).assumed {
+                scheduled += 1;
             }
             lat.push(t.elapsed().as_secs_f64() * 1000.0);
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use berth_engine::framework::group::{preempt_for_group, schedule_group, GroupHost, GroupOutcome};
-use berth_engine::framework::{ApiWrite, AssumeView, CycleOptions, CycleState, Events, Framework, QueuedPod};
+use berth_engine::framework::{ApiWrite, AssumeView, Assumed, CycleOptions, CycleState, Events, Framework, QueuedPod, ScheduledOne};
 use berth_engine::queue::Rejection;
 use berth_model::PodInfo;
 
@@ -58,22 +58,24 @@ impl Loop {
         let start = Instant::now();
         let fw = &self.frameworks[fi];
         let profile = fw.profile.clone();
-        let (o, mut state) = fw.schedule(&pod, self.cache.snapshot(), CycleOptions::default());
+        // The cycle, then Reserve and Permit and the framework's assume step
+        // into the cache: the pod and whatever its Reserve plugins decided
+        // (volume and device decisions), which `Cache::forget` reverts with it.
+        let ScheduledOne { outcome: o, state, assumed } = fw.schedule_one(&mut self.cache, &pod, CycleOptions::default());
         let elapsed = start.elapsed().as_secs_f64();
-        if let Some(i) = o.selected {
-            let node = self.cache.snapshot().nodes[i].name().to_string();
-            // Reserve and Permit, then the framework's assume step into the
-            // cache: the pod and whatever its Reserve plugins decided (volume
-            // decisions today), which `Cache::forget` reverts with it.
-            if fw.reserve_and_assume(&mut self.cache, &mut state, &pod, &node).is_err() {
+        match assumed {
+            Assumed::On(node) => {
+                self.metrics.schedule_attempts.with_label_values(&["scheduled", &profile]).inc();
+                self.metrics.attempt_duration.with_label_values(&["scheduled", &profile]).observe(elapsed);
+                self.bind_assumed(fi, state, pod, node, start).await;
+                return true;
+            }
+            Assumed::Refused { .. } => {
                 self.metrics.schedule_attempts.with_label_values(&["error", &profile]).inc();
                 self.queue.error(&pod.uid, now);
                 return true;
             }
-            self.metrics.schedule_attempts.with_label_values(&["scheduled", &profile]).inc();
-            self.metrics.attempt_duration.with_label_values(&["scheduled", &profile]).observe(elapsed);
-            self.bind_assumed(fi, state, pod, node, start).await;
-            return true;
+            Assumed::NoNode => {}
         }
         if let Some(err) = &o.error {
             tracing::warn!(pod = %pod.key(), error = %err, "scheduling error");

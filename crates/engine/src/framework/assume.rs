@@ -17,11 +17,17 @@
 //!   bind that failed, reported long after the cycle state is gone) reverts
 //!   them; [`Framework::unassume`] undoes the step while the state is at hand.
 //!
+//! - [`Framework::schedule_one`] is the whole step for one pod: the cycle
+//!   over the view's cluster, then Reserve, Permit and assume on the node it
+//!   selects (upstream's `scheduleOne` up to the binding cycle). The daemon,
+//!   the offline commands, the group cycle and the benchmarks call it; the
+//!   schedule → assume sequence is written here only.
+//!
 //! The daemon, the offline engine and the group cycle call these and name no
 //! plugin: a new kind of decision is a new [`Reservation`] type in its plugin
 //! (and the cache data it applies to), nothing else.
 
-use super::{CycleState, Framework, Status};
+use super::{CycleOptions, CycleOutcome, CycleState, Framework, Status};
 use std::sync::Arc;
 
 pub use crate::cache::reservations::{Reservation, Reservations};
@@ -31,6 +37,9 @@ use berth_model::PodInfo;
 /// Where pods are assumed: the daemon's [`Cache`] (which also tracks the
 /// pod as Assumed until the API confirms it) or a plain [`Snapshot`].
 pub trait AssumeView {
+    /// The cluster as the next cycle sees it (assumed pods included).
+    fn cluster(&self) -> &Snapshot;
+
     /// Adds `pod` (node name set) as assumed on its node, with its
     /// reservations applied and kept under its uid.
     fn assume_pod(&mut self, pod: Arc<PodInfo>, reservations: &Reservations);
@@ -41,6 +50,10 @@ pub trait AssumeView {
 }
 
 impl AssumeView for Cache {
+    fn cluster(&self) -> &Snapshot {
+        self.snapshot()
+    }
+
     fn assume_pod(&mut self, pod: Arc<PodInfo>, reservations: &Reservations) {
         let uid = pod.uid.clone();
         if pod.node_name.is_none() {
@@ -58,6 +71,10 @@ impl AssumeView for Cache {
 }
 
 impl AssumeView for Snapshot {
+    fn cluster(&self) -> &Snapshot {
+        self
+    }
+
     fn assume_pod(&mut self, pod: Arc<PodInfo>, reservations: &Reservations) {
         if pod.node_name.is_none() {
             return;
@@ -95,7 +112,53 @@ pub struct Refusal {
     pub status: Status,
 }
 
+/// Where [`Framework::schedule_one`] left a pod.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Assumed {
+    /// No node was selected (nothing fits, or the cycle failed): the
+    /// outcome says why.
+    NoNode,
+    /// Assumed on this node, with its reservations.
+    On(String),
+    /// The cycle selected `node`, and a Reserve or Permit plugin refused it:
+    /// nothing is assumed.
+    Refused {
+        /// The selected node.
+        node: String,
+        /// Who refused, and why.
+        refusal: Refusal,
+    },
+}
+
+/// What [`Framework::schedule_one`] did with one pod.
+pub struct ScheduledOne {
+    /// The scheduling cycle's outcome (the failure message, PostFilter's
+    /// answer, the scores).
+    pub outcome: CycleOutcome,
+    /// The cycle's state (the binding cycle's PreBind, and Unreserve if the
+    /// bind fails, read it).
+    pub state: CycleState,
+    /// Where the pod is now.
+    pub assumed: Assumed,
+}
+
 impl Framework {
+    /// One pod's scheduling cycle over the cluster `view` shows, then, on
+    /// the node it selects, Reserve, Permit and the assume step into `view`
+    /// ([`Self::reserve_and_assume`]): the one schedule → assume sequence.
+    pub fn schedule_one(&self, view: &mut dyn AssumeView, pod: &Arc<PodInfo>, opts: CycleOptions) -> ScheduledOne {
+        let (outcome, mut state) = self.schedule(pod, view.cluster(), opts);
+        let Some(i) = outcome.selected else {
+            return ScheduledOne { outcome, state, assumed: Assumed::NoNode };
+        };
+        let node = view.cluster().nodes[i].name().to_string();
+        let assumed = match self.reserve_and_assume(view, &mut state, pod, &node) {
+            Ok(()) => Assumed::On(node),
+            Err(refusal) => Assumed::Refused { node, refusal },
+        };
+        ScheduledOne { outcome, state, assumed }
+    }
+
     /// Reserve, then Permit, then [`assume`]. When a plugin refuses, every
     /// Reserve plugin is unreserved, nothing is assumed, and the refusal is
     /// returned.

@@ -38,7 +38,8 @@ pub struct CycleState {
     pub skip_filter: Vec<&'static str>,
     /// Plugins whose PreScore answered Skip: their Score is not run.
     pub skip_score: Vec<&'static str>,
-    /// Indexes of the Filter plugins to run, computed once after PreFilter.
+    /// The Filter plugins to run (positions in the framework's Filter
+    /// list), computed once after PreFilter.
     pub(crate) active_filters: Option<Vec<usize>>,
     /// The cycle's signature: the pod's with what plugins added after
     /// PreFilter ([`super::Plugin::sign_pod`]); 0 when the pod is unsigned.

@@ -28,7 +28,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::assume::AssumeView;
+use super::assume::{AssumeView, Assumed, ScheduledOne};
 use super::{CycleOptions, CycleState, Framework};
 use crate::cache::groups::GroupPolicy;
 use crate::cache::Snapshot;
@@ -186,20 +186,21 @@ fn attempt<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>], min_count: u32,
             a.stopped = Some(m);
             break;
         }
-        let (o, mut state) = host.framework().schedule(pod, host.snapshot(), opts);
-        let Some(i) = o.selected else {
-            let error = o.error.is_some();
-            a.unplaced.push(Unplaced { pod: pod.clone(), message: o.message.clone().unwrap_or_default(), plugins: o.unschedulable_plugins.clone(), error });
-            continue;
-        };
-        let node = host.snapshot().nodes[i].name().to_string();
-        let score = o.feasible.iter().position(|&f| f == i).and_then(|k| o.totals.get(k)).copied().unwrap_or(0);
         let (fw, view) = host.assume_view();
-        if fw.reserve_and_assume(view, &mut state, pod, &node).is_ok() {
-            a.score += score;
-            a.placed.push(Placed { pod: pod.clone(), node, state, score });
-        } else {
-            a.unplaced.push(Unplaced { pod: pod.clone(), message: format!("a Reserve or Permit plugin refused node {node}"), plugins: vec![], error: true });
+        let ScheduledOne { outcome: o, state, assumed } = fw.schedule_one(view, pod, opts);
+        match assumed {
+            Assumed::NoNode => {
+                let error = o.error.is_some();
+                a.unplaced.push(Unplaced { pod: pod.clone(), message: o.message.clone().unwrap_or_default(), plugins: o.unschedulable_plugins.clone(), error });
+            }
+            Assumed::On(node) => {
+                let score = o.selected.and_then(|i| o.feasible.iter().position(|&f| f == i)).and_then(|k| o.totals.get(k)).copied().unwrap_or(0);
+                a.score += score;
+                a.placed.push(Placed { pod: pod.clone(), node, state, score });
+            }
+            Assumed::Refused { node, .. } => {
+                a.unplaced.push(Unplaced { pod: pod.clone(), message: format!("a Reserve or Permit plugin refused node {node}"), plugins: vec![], error: true });
+            }
         }
     }
     if a.stopped.is_none() && bound + (a.placed.len() as u32) < min_count {
@@ -255,7 +256,7 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
     }
     let Some(key) = policy.topology_key.clone() else {
         let mut a = attempt(host, members, min_count, bound);
-        return finish(host, a.stopped.take(), a, group, min_count, bound, None, false);
+        return finish(host, a.stopped.take(), a, GroupFacts { group, min_count, bound }, None, false);
     };
     // Topology: every domain of the key, the best one wins.
     // Members already bound fix the domain.
@@ -296,21 +297,34 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
         Some((_, _, d)) => {
             host.snapshot_mut().groups.placement = Some((key.clone(), d.clone()));
             let mut a = attempt(host, members, min_count, bound);
-            finish(host, a.stopped.take(), a, group, min_count, bound, Some((key, d)), true)
+            finish(host, a.stopped.take(), a, GroupFacts { group, min_count, bound }, Some((key, d)), true)
         }
         None => {
             let mut a = first_failure.unwrap_or(Attempt { placed: vec![], unplaced: vec![], score: 0, stopped: None });
             let why = a.stopped.take().unwrap_or_default();
             let m = format!("no domain of topology key {key:?} fits the pod group ({} tried; in the first: {why})", domains.len());
-            finish(host, Some(m), a, group, min_count, bound, None, true)
+            finish(host, Some(m), a, GroupFacts { group, min_count, bound }, None, true)
         }
     };
     host.snapshot_mut().groups.placement = None;
     out
 }
 
-#[allow(clippy::too_many_arguments)] // one group cycle's results, all moved in
-fn finish<H: GroupHost>(host: &mut H, failed: Option<String>, mut a: Attempt, group: String, min_count: u32, bound: u32, domain: Option<(String, String)>, topology: bool) -> GroupOutcome {
+/// What a group cycle knows of its group before it places anyone.
+struct GroupFacts {
+    /// The group's key.
+    group: String,
+    /// Members that must fit together.
+    min_count: u32,
+    /// Members already bound.
+    bound: u32,
+}
+
+/// The group cycle's outcome from its last attempt: every member assumed,
+/// or (with `failed`) every assumed member undone and the group's reason
+/// given to each.
+fn finish<H: GroupHost>(host: &mut H, failed: Option<String>, mut a: Attempt, facts: GroupFacts, domain: Option<(String, String)>, topology: bool) -> GroupOutcome {
+    let GroupFacts { group, min_count, bound } = facts;
     match failed {
         None => GroupOutcome { group, min_count, fits: true, placed: a.placed, unplaced: a.unplaced, message: String::new(), domain, bound, preemptable: false, waiting: false },
         Some(m) => {

@@ -1,14 +1,16 @@
 //! The scheduling framework: extension points, statuses, cycle state and the
 //! runner that drives plugins through one scheduling cycle.
 //!
-//! Plugins implement [`Plugin`], overriding the methods of the extension points
-//! they declare in [`Plugin::points`]. The framework, not the plugins, enforces
-//! the score contract: normalize, check 0..=100, multiply by the weight.
+//! Plugins implement [`Plugin`] and one trait per extension point they have
+//! ([`interface`]); [`register!`](crate::register) stores a plugin under
+//! each. The framework, not the plugins, enforces the score contract:
+//! normalize, check 0..=100, multiply by the weight.
 
 pub mod assume;
 mod batch;
 pub mod cycle_state;
 pub mod group;
+pub mod interface;
 pub mod pre_bind;
 pub mod runner;
 pub mod status;
@@ -16,8 +18,12 @@ pub mod status;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-pub use assume::{assume, AssumeView, Refusal, Reservation, Reservations};
+pub use assume::{assume, AssumeView, Assumed, Refusal, Reservation, Reservations, ScheduledOne};
 pub use cycle_state::CycleState;
+pub use interface::{
+    BindPlugin, FilterPlugin, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin, Registered,
+    ReservePlugin, ScorePlugin,
+};
 pub use pre_bind::{ApiWrite, DeallocateClaim, PreBindWork, WaitFor};
 pub use runner::{CycleOptions, CycleOutcome, Framework, NodeStatuses, PluginEntry};
 pub use status::{Code, Reasons, Status};
@@ -25,7 +31,8 @@ pub use status::{Code, Reasons, Status};
 use crate::cache::Snapshot;
 use berth_model::{NodeInfo, PodInfo};
 
-/// Extension points a plugin implements, as a bit set.
+/// Extension points, as a bit set: those a profile enables a plugin at, and
+/// those a plugin implements ([`Registered::points`], from its traits).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Points(pub u32);
 
@@ -189,8 +196,8 @@ pub const MAX_NODE_SCORE: i64 = 100;
 
 /// Runs `plugin`'s Filter on the nodes `needs_look` picks, keeps the others
 /// as they are, and moves each rejected node with its status to `rejected`:
-/// the shared body of [`Plugin::filter_nodes`] and its node-local overrides.
-pub fn filter_each<P: Plugin + ?Sized>(
+/// the shared body of [`FilterPlugin::filter_nodes`] and its node-local overrides.
+pub fn filter_each<P: FilterPlugin + ?Sized>(
     plugin: &P,
     state: &CycleState,
     pod: &PodInfo,
@@ -223,192 +230,4 @@ pub struct DeviceChoice {
     pub request: String,
     /// `driver/pool/device`.
     pub device: String,
-}
-
-/// A scheduling plugin. Every method has a default for plugins that do not
-/// implement that extension point; `points` says which ones it does.
-#[allow(unused_variables)] // default methods ignore their arguments
-pub trait Plugin: Send + Sync {
-    /// The plugin's name, as in configuration.
-    fn name(&self) -> &'static str;
-
-    /// A sentence added to the failure message of `pod` when no node fits
-    /// (none by default): what this plugin can say of the pod's own objects
-    /// that upstream's per-node reasons do not name. Added after the cycle,
-    /// also to a failure replayed from an identical pod, so it must read
-    /// only `pod`, `state` and `statuses`.
-    fn failure_detail(&self, state: &CycleState, pod: &PodInfo, statuses: &NodeStatuses) -> Option<String> {
-        None
-    }
-
-    /// explain: more about this plugin's rejection `status` of `node` than
-    /// its reasons say (none by default).
-    fn explain_rejection(&self, state: &CycleState, snap: &Snapshot, node: &NodeInfo, status: &Status) -> Vec<String> {
-        Vec::new()
-    }
-
-    /// explain and simulate: the devices this cycle gives the pod on `node`,
-    /// or, with None, those its Reserve took (none by default).
-    fn device_choices(&self, state: &CycleState, node: Option<&str>) -> Vec<DeviceChoice> {
-        Vec::new()
-    }
-
-    /// Extension points implemented.
-    fn points(&self) -> Points;
-
-    /// Opportunistic batching (upstream KEP-5598): are this plugin's Filter
-    /// verdict and raw Score for a node a function of the cycle's signature
-    /// (the pod's, with what [`Plugin::sign_pod`] adds) and of that one node
-    /// (its object, its pods, and its devices as the snapshot's device
-    /// journal follows them) alone? Then a later pod with the same signature
-    /// reuses them on every node that has not changed since. Plugins whose
-    /// results depend on other nodes (spreading, inter-pod affinity) keep the
-    /// default, no; a plugin that PreFilter or PreScore skipped for the pod
-    /// does not matter either way. A plugin that keeps per-node results from
-    /// Filter for Reserve may be reusable: the cycle runs the node-local
-    /// Filters once more on the node it selects when its verdict was reused.
-    fn reusable(&self) -> bool {
-        false
-    }
-
-    /// Opportunistic batching: what this plugin's Filter and Score read of
-    /// the pod that the pod's own signature does not cover (objects the pod
-    /// names, such as its ResourceClaims), called after PreFilter. `Some(h)`
-    /// mixes `h` into the cycle's signature (`Some(0)`, the default: nothing
-    /// to add); None leaves the pod unsigned for this cycle (no reuse).
-    fn sign_pod(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot) -> Option<u64> {
-        Some(0)
-    }
-
-    /// Cluster events that can make a pod this plugin rejected schedulable.
-    fn events(&self) -> Events {
-        Events::ALL
-    }
-
-    /// QueueSort: does `a` go before `b`?
-    fn less(&self, a: &QueuedPod, b: &QueuedPod) -> bool {
-        a.timestamp_ms < b.timestamp_ms
-    }
-
-    /// PreEnqueue: may the pod enter the active queue? `cluster` is the
-    /// cache's snapshot (upstream's plugins read their listers); None when
-    /// the caller has no cluster view at hand, and then a plugin whose gate
-    /// reads the cluster lets the pod in (its PreFilter repeats the check).
-    /// A pod refused here waits gated until one of the plugin's
-    /// [`Plugin::events`] (or an update of the pod) lets PreEnqueue run again.
-    fn pre_enqueue(&self, pod: &PodInfo, cluster: Option<&Snapshot>) -> Status {
-        Status::success()
-    }
-
-    /// PreFilter: computes per-cycle state; may narrow the nodes or answer Skip.
-    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
-        (Status::success(), None)
-    }
-
-    /// PreFilter extension: `added` is now assumed on `node`.
-    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
-        Status::success()
-    }
-
-    /// PreFilter extension: `removed` is no longer on `node`.
-    fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
-        Status::success()
-    }
-
-    /// Filter: can the pod run on this node?
-    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        Status::success()
-    }
-
-    /// Filter over many nodes at once (a cycle that evaluates every node):
-    /// keeps in `nodes`, in order, the ones that pass, and pushes every other
-    /// one with its status (as `filter` gives it) to `rejected`. The default
-    /// calls `filter` per node; node-local plugins override it with a tight
-    /// loop that answers the common case without building a status, so that a
-    /// full cycle pays one dynamic call per plugin rather than per node.
-    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
-        filter_each(self, state, pod, snap, nodes, rejected, |_| true);
-    }
-
-    /// [`Self::filter_nodes`] for a cycle that will not read the rejected
-    /// nodes' statuses (it reuses earlier results and a node fits): keeps in
-    /// `nodes`, in order, the ones that pass and returns true; or returns
-    /// false with `nodes` untouched, and the caller runs `filter_nodes`. Only
-    /// a pass whose rejections are never errors may answer true.
-    fn retain_feasible(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>) -> bool {
-        false
-    }
-
-    /// PostFilter: called when no node fits.
-    fn post_filter(&self, fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot, statuses: &NodeStatuses) -> (Status, PostFilterResult) {
-        (Status::unschedulable("not implemented"), PostFilterResult::default())
-    }
-
-    /// PreScore: computes scoring state for the feasible nodes, or Skip.
-    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[usize], snap: &Snapshot) -> Status {
-        Status::success()
-    }
-
-    /// Score: the node's raw score.
-    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        Ok(0)
-    }
-
-    /// Scores every node of `scores` (their `node` index set, `score` to fill).
-    /// The default calls `score` per node; plugins may override it to hoist
-    /// per-cycle work out of the loop.
-    fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
-        for s in scores.iter_mut() {
-            s.score = self.score(state, pod, &snap.nodes[s.node])?;
-        }
-        Ok(())
-    }
-
-    /// Does the plugin normalize its scores?
-    fn has_normalize(&self) -> bool {
-        false
-    }
-
-    /// Is NormalizeScore upstream's DefaultNormalizeScore (raw × 100 / the
-    /// highest raw score, reversed when `Some(true)`)? Then a cycle reusing
-    /// cached raw scores applies it without a copy of them.
-    fn default_normalized(&self) -> Option<bool> {
-        None
-    }
-
-    /// NormalizeScore: rescales raw scores to 0..=100.
-    fn normalize_score(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore], snap: &Snapshot) -> Status {
-        Status::success()
-    }
-
-    /// Reserve: a decision later cycles must see before the API shows it
-    /// is recorded with [`CycleState::reservations_mut`] as a [`Reservation`];
-    /// the framework's assume step applies it with the pod.
-    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-        Status::success()
-    }
-
-    /// Unreserve: clears what Reserve recorded.
-    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {}
-
-    /// Permit.
-    fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-        Status::success()
-    }
-
-    /// PreBind: API writes are not made here but described as a
-    /// [`PreBindWork`] ([`CycleState::add_pre_bind_work`]) that the daemon
-    /// carries out before the bind.
-    fn pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-        Status::success()
-    }
-
-    /// Bind: the API call itself is made by the daemon's binder; this says
-    /// whether this plugin handles the pod (Skip to pass it on).
-    fn bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-        Status::skip()
-    }
-
-    /// PostBind.
-    fn post_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {}
 }

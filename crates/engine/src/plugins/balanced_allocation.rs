@@ -12,7 +12,7 @@
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, Status, MAX_NODE_SCORE};
+use crate::framework::{CycleState, Events, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::{NodeInfo, PodInfo};
 
 use super::resource_allocation::{allocatable_and_requested_k, default_resources, kind, pod_request, validate_resources, Kind, ResourceSpec};
@@ -100,17 +100,18 @@ impl Plugin for BalancedAllocation {
     fn name(&self) -> &'static str {
         NAME
     }
+
     fn reusable(&self) -> bool {
         // Node-local: see Plugin::reusable.
         true
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_SCORE.or(Points::SCORE)
-    }
     fn events(&self) -> Events {
         Events::NODE_ADD.or(Events::NODE_ALLOCATABLE).or(Events::POD_DELETE)
     }
+}
+
+impl PreScorePlugin for BalancedAllocation {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
         let requests: Vec<i64> = self.resources.iter().map(|r| pod_request(pod, &r.name, true)).collect();
         // Best-effort pods would all pile onto one node; upstream skips them.
@@ -120,10 +121,14 @@ impl Plugin for BalancedAllocation {
         state.insert(PreScoreState { requests });
         Status::success()
     }
+}
+
+impl ScorePlugin for BalancedAllocation {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let reqs = self.requests(state, pod);
         Ok(self.score_with(&reqs, node))
     }
+
     fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         let reqs = self.requests(state, pod);
         if self.kinds == [Kind::Cpu, Kind::Memory] {
@@ -250,7 +255,9 @@ mod tests {
         let cpu3 = |n: &str| pod(&format!("e-{n}")).node(n).req("3000m", "");
         let cpu3mem5 = |n: &str| pod(&format!("e-{n}")).node(n).req("3000m", "5000");
         let none: [PodBuilder; 0] = [];
-        let cases: Vec<(&str, Vec<NodeBuilder>, Vec<PodBuilder>, PodBuilder, Args, [i64; 2])> = vec![
+        // (name, nodes, bound pods, the pod, args, the two nodes' scores)
+        type Case = (&'static str, Vec<NodeBuilder>, Vec<PodBuilder>, PodBuilder, Args, [i64; 2]);
+        let cases: Vec<Case> = vec![
             (
                 "nothing scheduled, resources requested, differently sized nodes",
                 vec![node("node1").alloc("4000m", "10000", 32), node("node2").alloc("6000m", "10000", 32)],

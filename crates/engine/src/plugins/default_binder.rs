@@ -1,7 +1,7 @@
 //! DefaultBinder: binds through the API's `pods/binding` subresource. The
 //! engine only decides; the daemon's binder makes the call.
 
-use crate::framework::{CycleState, Plugin, Points, Status};
+use crate::framework::{BindPlugin, CycleState, Plugin, Status};
 use berth_model::PodInfo;
 
 /// Plugin name.
@@ -15,9 +15,9 @@ impl Plugin for DefaultBinder {
     fn name(&self) -> &'static str {
         NAME
     }
-    fn points(&self) -> Points {
-        Points::BIND
-    }
+}
+
+impl BindPlugin for DefaultBinder {
     fn bind(&self, _: &mut CycleState, _: &PodInfo, _: &str) -> Status {
         Status::success()
     }

@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use crate::cache::Snapshot;
 use crate::framework::group::GANG_PLUGIN;
-use crate::framework::{CycleState, Events, Plugin, Points, PreFilterNodes, Status};
+use crate::framework::{CycleState, Events, Plugin, PreFilterNodes, PreFilterPlugin, Status};
 use berth_model::PodInfo;
 
 pub use crate::framework::group::missing_group_message;
@@ -66,14 +66,12 @@ impl Plugin for GangScheduling {
         NAME
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_FILTER
-    }
-
     fn events(&self) -> Events {
         Events::POD_GROUP.or(Events::POD_ADD)
     }
+}
 
+impl PreFilterPlugin for GangScheduling {
     fn pre_filter(&self, _: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         let Some(r) = &pod.group else { return (Status::skip(), None) };
         match snap.groups.get(&pod.namespace, r) {

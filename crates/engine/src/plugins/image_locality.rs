@@ -2,7 +2,7 @@
 //! how widely each image is spread across the cluster.
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Plugin, Points, Status, MAX_NODE_SCORE};
+use crate::framework::{CycleState, Events, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::node::normalized_image_name;
 use berth_model::{NodeInfo, PodInfo};
 
@@ -28,17 +28,18 @@ impl Plugin for ImageLocality {
     fn name(&self) -> &'static str {
         NAME
     }
+
     fn reusable(&self) -> bool {
         // Node-local: see Plugin::reusable.
         true
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_SCORE.or(Points::SCORE)
-    }
     fn events(&self) -> Events {
         Events::NODE_ADD.or(Events::NODE_IMAGES)
     }
+}
+
+impl PreScorePlugin for ImageLocality {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], snap: &Snapshot) -> Status {
         let images = pod
             .images
@@ -57,6 +58,9 @@ impl Plugin for ImageLocality {
         state.insert(PreScoreState { images, total_nodes: snap.nodes.len() });
         Status::success()
     }
+}
+
+impl ScorePlugin for ImageLocality {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(s) = state.get::<PreScoreState>() else {
             return Err(Status::error("ImageLocality: PreScore state missing"));

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1 as core;
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::pod::PreferredNodeTerm;
 use berth_model::selector::{NodeSelector, NodeSelectorTerm, Op};
 use berth_model::{NodeInfo, NodeSpec, PodInfo};
@@ -126,17 +126,18 @@ impl Plugin for NodeAffinity {
     fn name(&self) -> &'static str {
         NAME
     }
+
     fn reusable(&self) -> bool {
         // Node-local: see Plugin::reusable.
         true
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_FILTER.or(Points::FILTER).or(Points::PRE_SCORE).or(Points::SCORE)
-    }
     fn events(&self) -> Events {
         Events::NODE_ADD.or(Events::NODE_LABEL).or(Events::POD_SELF)
     }
+}
+
+impl PreFilterPlugin for NodeAffinity {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         if pod.required_node_affinity.is_none() && pod.node_selector.is_none() && self.added_required.is_none() {
             return (Status::skip(), None);
@@ -169,6 +170,9 @@ impl Plugin for NodeAffinity {
         }
         (Status::success(), Some(names))
     }
+}
+
+impl FilterPlugin for NodeAffinity {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         if self.added_required.as_ref().is_some_and(|a| !a.matches(node.name(), &node.node.labels)) {
             return Status::unresolvable(REASON_ENFORCED);
@@ -183,6 +187,7 @@ impl Plugin for NodeAffinity {
         }
         Status::success()
     }
+
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // The verdicts PreFilter cached per node object, read in one loop; a
         // node without a current verdict (or a rejected one) gets `filter`.
@@ -201,6 +206,9 @@ impl Plugin for NodeAffinity {
             false
         });
     }
+}
+
+impl PreScorePlugin for NodeAffinity {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
         if pod.preferred_node_affinity.is_empty() && self.added_preferred.is_empty() {
             return Status::skip();
@@ -208,6 +216,9 @@ impl Plugin for NodeAffinity {
         state.insert(PreScoreState);
         Status::success()
     }
+}
+
+impl ScorePlugin for NodeAffinity {
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let labels = &node.node.labels;
         let sum = |terms: &[PreferredNodeTerm]| -> i64 {
@@ -215,6 +226,7 @@ impl Plugin for NodeAffinity {
         };
         Ok(sum(&self.added_preferred) + sum(&pod.preferred_node_affinity))
     }
+
     fn default_normalized(&self) -> Option<bool> {
         Some(false)
     }
@@ -222,6 +234,7 @@ impl Plugin for NodeAffinity {
     fn has_normalize(&self) -> bool {
         true
     }
+
     fn normalize_score(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore], _: &Snapshot) -> Status {
         default_normalize(scores, false);
         Status::success()

@@ -8,7 +8,7 @@
 //! only infers for updates (in-place resize) never reject a new pod.
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Plugin, Points, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, Plugin, Status};
 use berth_model::{NodeInfo, PodInfo};
 
 /// Plugin name.
@@ -24,20 +24,21 @@ impl Plugin for NodeDeclaredFeatures {
     fn name(&self) -> &'static str {
         NAME
     }
+
     fn reusable(&self) -> bool {
         // Node-local: the node's declared features against the pod's needs.
         true
     }
 
-    fn points(&self) -> Points {
-        Points::FILTER
-    }
     fn events(&self) -> Events {
         // upstream: Node Add | UpdateNodeDeclaredFeature, and updates of the pod
         // itself. berth's node events have no bit for a change of declared
         // features alone: such a pod is retried by the periodic flush.
         Events::NODE_ADD.or(Events::POD_SELF)
     }
+}
+
+impl FilterPlugin for NodeDeclaredFeatures {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         if pod.required_features.iter().all(|f| node.node.declared_features.iter().any(|d| d == f)) {
             Status::success()
@@ -45,6 +46,7 @@ impl Plugin for NodeDeclaredFeatures {
             Status::unresolvable(REASON)
         }
     }
+
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // A pod that needs no feature passes everywhere.
         if pod.required_features.is_empty() {

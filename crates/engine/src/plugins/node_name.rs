@@ -1,7 +1,7 @@
 //! NodeName: a pod that names a node (spec.nodeName) fits only there.
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Plugin, Points, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, Plugin, Status};
 use berth_model::{NodeInfo, PodInfo};
 
 /// Plugin name.
@@ -17,23 +17,25 @@ impl Plugin for NodeName {
     fn name(&self) -> &'static str {
         NAME
     }
+
     fn reusable(&self) -> bool {
         // Node-local: see Plugin::reusable.
         true
     }
 
-    fn points(&self) -> Points {
-        Points::FILTER
-    }
     fn events(&self) -> Events {
         Events::NODE_ADD
     }
+}
+
+impl FilterPlugin for NodeName {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         match &pod.node_name {
             Some(n) if n != node.name() => Status::unresolvable(REASON),
             _ => Status::success(),
         }
     }
+
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // A pod that names no node passes everywhere.
         if pod.node_name.is_none() {

@@ -1,7 +1,7 @@
 //! NodePorts: a pod's host ports must be free on the node.
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Plugin, Points, PreFilterNodes, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, Status};
 use berth_model::pod::HostPort;
 use berth_model::{NodeInfo, PodInfo};
 
@@ -31,23 +31,27 @@ impl Plugin for NodePorts {
     fn name(&self) -> &'static str {
         NAME
     }
+
     fn reusable(&self) -> bool {
         // Node-local: see Plugin::reusable.
         true
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_FILTER.or(Points::FILTER)
-    }
     fn events(&self) -> Events {
         Events::NODE_ADD.or(Events::POD_DELETE)
     }
+}
+
+impl PreFilterPlugin for NodePorts {
     fn pre_filter(&self, _: &mut CycleState, pod: &PodInfo, _: &Snapshot) -> (Status, PreFilterNodes) {
         if pod.host_ports.is_empty() {
             return (Status::skip(), None);
         }
         (Status::success(), None)
     }
+}
+
+impl FilterPlugin for NodePorts {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         if pod.host_ports.iter().any(|p| conflicts(&node.used_ports, p)) {
             return Status::unschedulable(REASON);

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{Code, CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Reasons, Status, MAX_NODE_SCORE};
+use crate::framework::{Code, CycleState, Events, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, Reasons, ScorePlugin, Status};
 use berth_model::resources::{is_extended, CPU};
 use berth_model::{NodeInfo, PodInfo};
 
@@ -220,20 +220,21 @@ impl Plugin for NodeResourcesFit {
     fn name(&self) -> &'static str {
         NAME
     }
+
     fn reusable(&self) -> bool {
         // Node-local: see Plugin::reusable.
         true
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_FILTER.or(Points::FILTER).or(Points::PRE_SCORE).or(Points::SCORE)
-    }
     fn events(&self) -> Events {
         // DeviceClass Add/Update as upstream with DRAExtendedResource: a pod
         // rejected for an extended resource no node lists may wait for the
         // class that backs it (then DynamicResources allocates it).
         Events::NODE_ADD.or(Events::NODE_ALLOCATABLE).or(Events::POD_DELETE).or(Events::DEVICE_CLASS)
     }
+}
+
+impl PreFilterPlugin for NodeResourcesFit {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         // DRAExtendedResource: an extended resource a DeviceClass backs is
         // left to DynamicResources on nodes that do not list it.
@@ -249,6 +250,9 @@ impl Plugin for NodeResourcesFit {
         }
         (Status::success(), None)
     }
+}
+
+impl FilterPlugin for NodeResourcesFit {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let backed = state.get::<DraBacked>();
         let (reasons, unresolvable) =
@@ -262,6 +266,7 @@ impl Plugin for NodeResourcesFit {
             plugin: NAME,
         }
     }
+
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // The native resources and the pod count in one tight loop; a node that
         // does not fit (or a pod with scalar requests) gets the full check,
@@ -289,10 +294,22 @@ impl Plugin for NodeResourcesFit {
             false
         });
     }
+}
+
+impl PreScorePlugin for NodeResourcesFit {
+    fn pre_score(&self, _: &mut CycleState, _: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
+        // Score reads the pod's requests itself; upstream's PreScore only
+        // caches them, so nothing to compute here.
+        Status::success()
+    }
+}
+
+impl ScorePlugin for NodeResourcesFit {
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let reqs = self.pod_requests(pod);
         Ok(self.score_with(&reqs, node))
     }
+
     fn score_nodes(&self, _: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         let reqs = self.pod_requests(pod);
         if self.default_least {

@@ -2,7 +2,7 @@
 //! tolerate the `node.kubernetes.io/unschedulable` NoSchedule taint.
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Plugin, Points, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, Plugin, Status};
 use berth_model::taints::{tolerated, Effect, Taint};
 use berth_model::{NodeInfo, PodInfo};
 
@@ -19,17 +19,18 @@ impl Plugin for NodeUnschedulable {
     fn name(&self) -> &'static str {
         NAME
     }
+
     fn reusable(&self) -> bool {
         // Node-local: see Plugin::reusable.
         true
     }
 
-    fn points(&self) -> Points {
-        Points::FILTER
-    }
     fn events(&self) -> Events {
         Events::NODE_ADD.or(Events::NODE_UNSCHEDULABLE).or(Events::POD_SELF)
     }
+}
+
+impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         if !node.unschedulable {
             return Status::success();
@@ -45,6 +46,7 @@ impl Plugin for NodeUnschedulable {
         }
         Status::unresolvable(REASON)
     }
+
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // Only cordoned nodes need a look.
         crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |ni| ni.unschedulable);

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use crate::cache::storage::{Claim, CsiNode, Storage};
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Plugin, Points, PreFilterNodes, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, Status};
 use berth_model::volumes::VolumeSource;
 use berth_model::{NodeInfo, PodInfo};
 
@@ -117,14 +117,12 @@ impl Plugin for NodeVolumeLimits {
         NAME
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_FILTER.or(Points::FILTER)
-    }
-
     fn events(&self) -> Events {
         Events::CSI_NODE.or(Events::POD_DELETE).or(Events::PVC)
     }
+}
 
+impl PreFilterPlugin for NodeVolumeLimits {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         let counts = pod.volumes.iter().any(|v| matches!(v.source, VolumeSource::Claim { .. } | VolumeSource::Ephemeral { .. } | VolumeSource::GcePd { .. } | VolumeSource::AwsEbs { .. }));
         if !counts {
@@ -133,7 +131,9 @@ impl Plugin for NodeVolumeLimits {
         state.insert(State { storage: snap.storage.clone() });
         (Status::success(), None)
     }
+}
 
+impl FilterPlugin for NodeVolumeLimits {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(State { storage: st }) = state.get::<State>() else { return Status::success() };
         let csi_node = st.csi_node(node.name()).map(|n| &**n);

@@ -1,6 +1,6 @@
 //! PrioritySort: the queue's order, higher priority first, then earlier arrival.
 
-use crate::framework::{Plugin, Points, QueuedPod};
+use crate::framework::{Plugin, QueueSortPlugin, QueuedPod};
 
 /// Plugin name.
 pub const NAME: &str = "PrioritySort";
@@ -13,9 +13,9 @@ impl Plugin for PrioritySort {
     fn name(&self) -> &'static str {
         NAME
     }
-    fn points(&self) -> Points {
-        Points::QUEUE_SORT
-    }
+}
+
+impl QueueSortPlugin for PrioritySort {
     fn less(&self, a: &QueuedPod, b: &QueuedPod) -> bool {
         a.pod.priority > b.pod.priority || (a.pod.priority == b.pod.priority && a.timestamp_ms < b.timestamp_ms)
     }

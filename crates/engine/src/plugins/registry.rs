@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use crate::framework::Plugin;
+use crate::framework::Registered;
+use crate::register;
 
 use super::{
     balanced_allocation, default_binder, default_preemption, dynamic_resources, gang_scheduling, image_locality, inter_pod_affinity, node_affinity, node_declared_features,
@@ -27,7 +28,9 @@ pub struct DefaultPlugin {
 }
 
 /// A plugin's constructor.
-type Build = fn(Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, String>;
+/// Its result is the plugin stored under each extension-point trait it
+/// implements ([`register!`]): what it implements is what it is enabled at.
+type Build = fn(Option<&serde_json::Value>) -> Result<Registered, String>;
 
 const fn plugin(name: &'static str, weight: i64, build: Build) -> DefaultPlugin {
     DefaultPlugin { name, weight, build }
@@ -37,32 +40,32 @@ const fn plugin(name: &'static str, weight: i64, build: Build) -> DefaultPlugin 
 /// upstream's order, with their weights and constructors. Adding a plugin
 /// is one line here.
 const PLUGINS: &[DefaultPlugin] = &[
-    plugin(scheduling_gates::NAME, 0, |_| Ok(Arc::new(scheduling_gates::SchedulingGates))),
-    plugin(priority_sort::NAME, 0, |_| Ok(Arc::new(priority_sort::PrioritySort))),
-    plugin(node_unschedulable::NAME, 0, |_| Ok(Arc::new(node_unschedulable::NodeUnschedulable))),
-    plugin(node_name::NAME, 0, |_| Ok(Arc::new(node_name::NodeName))),
-    plugin(taint_toleration::NAME, 3, |_| Ok(Arc::new(taint_toleration::TaintToleration))),
-    plugin(node_affinity::NAME, 2, |a| Ok(Arc::new(node_affinity::NodeAffinity::new(args(a)?)?))),
-    plugin(node_ports::NAME, 0, |_| Ok(Arc::new(node_ports::NodePorts))),
-    plugin(node_resources_fit::NAME, 1, |a| Ok(Arc::new(node_resources_fit::NodeResourcesFit::new(args(a)?)?))),
-    plugin(volume_restrictions::NAME, 0, |_| Ok(Arc::new(volume_restrictions::VolumeRestrictions))),
-    plugin(node_volume_limits::NAME, 0, |_| Ok(Arc::new(node_volume_limits::NodeVolumeLimits))),
-    plugin(volume_binding::NAME, 0, |a| Ok(Arc::new(volume_binding::VolumeBinding::new(args(a)?)?))),
-    plugin(volume_zone::NAME, 0, |_| Ok(Arc::new(volume_zone::VolumeZone))),
-    plugin(pod_topology_spread::NAME, 2, |a| Ok(Arc::new(pod_topology_spread::PodTopologySpread::new(args(a)?)?))),
-    plugin(inter_pod_affinity::NAME, 2, |a| Ok(Arc::new(inter_pod_affinity::InterPodAffinity::new(args(a)?)?))),
+    plugin(scheduling_gates::NAME, 0, |_| Ok(register!(Arc::new(scheduling_gates::SchedulingGates)))),
+    plugin(priority_sort::NAME, 0, |_| Ok(register!(Arc::new(priority_sort::PrioritySort)))),
+    plugin(node_unschedulable::NAME, 0, |_| Ok(register!(Arc::new(node_unschedulable::NodeUnschedulable)))),
+    plugin(node_name::NAME, 0, |_| Ok(register!(Arc::new(node_name::NodeName)))),
+    plugin(taint_toleration::NAME, 3, |_| Ok(register!(Arc::new(taint_toleration::TaintToleration)))),
+    plugin(node_affinity::NAME, 2, |a| Ok(register!(Arc::new(node_affinity::NodeAffinity::new(args(a)?)?)))),
+    plugin(node_ports::NAME, 0, |_| Ok(register!(Arc::new(node_ports::NodePorts)))),
+    plugin(node_resources_fit::NAME, 1, |a| Ok(register!(Arc::new(node_resources_fit::NodeResourcesFit::new(args(a)?)?)))),
+    plugin(volume_restrictions::NAME, 0, |_| Ok(register!(Arc::new(volume_restrictions::VolumeRestrictions)))),
+    plugin(node_volume_limits::NAME, 0, |_| Ok(register!(Arc::new(node_volume_limits::NodeVolumeLimits)))),
+    plugin(volume_binding::NAME, 0, |a| Ok(register!(Arc::new(volume_binding::VolumeBinding::new(args(a)?)?)))),
+    plugin(volume_zone::NAME, 0, |_| Ok(register!(Arc::new(volume_zone::VolumeZone)))),
+    plugin(pod_topology_spread::NAME, 2, |a| Ok(register!(Arc::new(pod_topology_spread::PodTopologySpread::new(args(a)?)?)))),
+    plugin(inter_pod_affinity::NAME, 2, |a| Ok(register!(Arc::new(inter_pod_affinity::InterPodAffinity::new(args(a)?)?)))),
     // v1.37 applyDynamicResources inserts it before DefaultPreemption
     // with weight 2 (v1.34 gave none, so 1).
-    plugin(dynamic_resources::NAME, 2, |_| Ok(Arc::new(dynamic_resources::DynamicResources))),
-    plugin(default_preemption::NAME, 0, |a| Ok(Arc::new(default_preemption::DefaultPreemption::new(args(a)?)?))),
-    plugin(balanced_allocation::NAME, 1, |a| Ok(Arc::new(balanced_allocation::BalancedAllocation::new(args(a)?)?))),
-    plugin(image_locality::NAME, 1, |_| Ok(Arc::new(image_locality::ImageLocality))),
-    plugin(default_binder::NAME, 0, |_| Ok(Arc::new(default_binder::DefaultBinder))),
+    plugin(dynamic_resources::NAME, 2, |_| Ok(register!(Arc::new(dynamic_resources::DynamicResources)))),
+    plugin(default_preemption::NAME, 0, |a| Ok(register!(Arc::new(default_preemption::DefaultPreemption::new(args(a)?)?)))),
+    plugin(balanced_allocation::NAME, 1, |a| Ok(register!(Arc::new(balanced_allocation::BalancedAllocation::new(args(a)?)?)))),
+    plugin(image_locality::NAME, 1, |_| Ok(register!(Arc::new(image_locality::ImageLocality)))),
+    plugin(default_binder::NAME, 0, |_| Ok(register!(Arc::new(default_binder::DefaultBinder)))),
     // Appended by applyFeatureGates (NodeDeclaredFeatures, GA and locked on in 1.37).
-    plugin(node_declared_features::NAME, 0, |_| Ok(Arc::new(node_declared_features::NodeDeclaredFeatures))),
+    plugin(node_declared_features::NAME, 0, |_| Ok(register!(Arc::new(node_declared_features::NodeDeclaredFeatures)))),
     // Appended by applyFeatureGates when the GangScheduling gate is on
     // (beta with the scheduling.k8s.io/v1beta1 PodGroup API, on by default).
-    plugin(gang_scheduling::NAME, 0, |a| Ok(Arc::new(gang_scheduling::GangScheduling::new(args(a)?)?))),
+    plugin(gang_scheduling::NAME, 0, |a| Ok(register!(Arc::new(gang_scheduling::GangScheduling::new(args(a)?)?)))),
 ];
 
 /// Upstream's default multiPoint plugins, in upstream's order, with their weights.
@@ -87,7 +90,7 @@ fn args<T: DeserializeOwned + Default>(v: Option<&serde_json::Value>) -> Result<
 
 /// Builds the named plugin from its args (None: defaults). The error names the
 /// args field at fault, or the unknown plugin.
-pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, String> {
+pub fn build(name: &str, a: Option<&serde_json::Value>) -> Result<Registered, String> {
     match PLUGINS.iter().find(|p| p.name == name) {
         Some(p) => (p.build)(a),
         None => Err(format!("unknown plugin {name:?}")),

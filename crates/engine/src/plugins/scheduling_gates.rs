@@ -1,7 +1,7 @@
 //! SchedulingGates: a pod with scheduling gates waits outside the active queue.
 
 use crate::cache::Snapshot;
-use crate::framework::{Code, Events, Plugin, Points, Status};
+use crate::framework::{Code, Events, Plugin, PreEnqueuePlugin, Status};
 use berth_model::PodInfo;
 
 /// Plugin name.
@@ -15,12 +15,13 @@ impl Plugin for SchedulingGates {
     fn name(&self) -> &'static str {
         NAME
     }
-    fn points(&self) -> Points {
-        Points::PRE_ENQUEUE
-    }
+
     fn events(&self) -> Events {
         Events::POD_SELF
     }
+}
+
+impl PreEnqueuePlugin for SchedulingGates {
     fn pre_enqueue(&self, pod: &PodInfo, _cluster: Option<&Snapshot>) -> Status {
         if pod.scheduling_gates.is_empty() {
             return Status::success();

@@ -2,7 +2,7 @@
 //! NoExecute taint; Score prefers nodes with fewer untolerated PreferNoSchedule taints.
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::taints::{first_untolerated_hard, tolerated, Effect, Toleration};
 use berth_model::{NodeInfo, PodInfo};
 
@@ -31,17 +31,18 @@ impl Plugin for TaintToleration {
     fn name(&self) -> &'static str {
         NAME
     }
+
     fn reusable(&self) -> bool {
         // Node-local: see Plugin::reusable.
         true
     }
 
-    fn points(&self) -> Points {
-        Points::FILTER.or(Points::PRE_SCORE).or(Points::SCORE)
-    }
     fn events(&self) -> Events {
         Events::NODE_ADD.or(Events::NODE_TAINT).or(Events::POD_SELF)
     }
+}
+
+impl FilterPlugin for TaintToleration {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         if !node.has_taints {
             return Status::success();
@@ -56,6 +57,9 @@ impl Plugin for TaintToleration {
         // Only tainted nodes need a look.
         crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |ni| ni.has_taints);
     }
+}
+
+impl PreScorePlugin for TaintToleration {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
         let prefer = pod
             .tolerations
@@ -66,6 +70,9 @@ impl Plugin for TaintToleration {
         state.insert(PreScoreState { prefer });
         Status::success()
     }
+}
+
+impl ScorePlugin for TaintToleration {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         if !node.has_taints {
             return Ok(0);
@@ -85,6 +92,7 @@ impl Plugin for TaintToleration {
             .filter(|t| t.effect == Effect::PreferNoSchedule && !tolerated(prefer, t))
             .count() as i64)
     }
+
     fn default_normalized(&self) -> Option<bool> {
         Some(true)
     }
@@ -92,6 +100,7 @@ impl Plugin for TaintToleration {
     fn has_normalize(&self) -> bool {
         true
     }
+
     fn normalize_score(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore], _: &Snapshot) -> Status {
         default_normalize(scores, true);
         Status::success()

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Plugin, Points, PreFilterNodes, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, Status};
 use berth_model::volumes::VolumeSource;
 use berth_model::{NodeInfo, PodInfo};
 
@@ -44,14 +44,12 @@ impl Plugin for VolumeRestrictions {
         NAME
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_FILTER.or(Points::FILTER)
-    }
-
     fn events(&self) -> Events {
         Events::POD_DELETE.or(Events::NODE_ADD).or(Events::PVC)
     }
+}
 
+impl PreFilterPlugin for VolumeRestrictions {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         if pod.volumes.is_empty() {
             return (Status::skip(), None);
@@ -98,7 +96,9 @@ impl Plugin for VolumeRestrictions {
         }
         Status::success()
     }
+}
 
+impl FilterPlugin for VolumeRestrictions {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         for v in pod.volumes.iter().filter(|v| v.is_disk()) {
             if node.pods.iter().any(|p| p.volumes.iter().any(|e| v.conflicts_with(e))) {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::cache::storage::{REGION, REGION_BETA, ZONE, ZONE_BETA};
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, Plugin, Points, PreFilterNodes, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, Status};
 use berth_model::volumes::VolumeSource;
 use berth_model::{NodeInfo, PodInfo};
 
@@ -101,14 +101,12 @@ impl Plugin for VolumeZone {
         NAME
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_FILTER.or(Points::FILTER)
-    }
-
     fn events(&self) -> Events {
         Events::STORAGE_CLASS.or(Events::NODE_ADD).or(Events::NODE_LABEL).or(Events::NODE_TAINT).or(Events::PVC).or(Events::PV)
     }
+}
 
+impl PreFilterPlugin for VolumeZone {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         if !pod.volumes.iter().any(|v| matches!(v.source, VolumeSource::Claim { .. })) {
             return (Status::skip(), None);
@@ -122,7 +120,9 @@ impl Plugin for VolumeZone {
             }
         }
     }
+}
 
+impl FilterPlugin for VolumeZone {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(s) = state.get::<State>() else { return Status::success() };
         let labels = &node.node.labels;

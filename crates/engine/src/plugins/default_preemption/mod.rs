@@ -35,7 +35,7 @@ use serde::Deserialize;
 
 use crate::cache::Snapshot;
 use crate::framework::status::ReasonCounts;
-use crate::framework::{Code, CycleState, Events, Framework, NodeStatuses, Plugin, Points, PostFilterResult, Status};
+use crate::framework::{Code, CycleState, Events, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult, Status};
 use berth_model::PodInfo;
 
 pub use candidates::Candidate;
@@ -159,13 +159,14 @@ impl Plugin for DefaultPreemption {
     fn name(&self) -> &'static str {
         NAME
     }
-    fn points(&self) -> Points {
-        Points::POST_FILTER
-    }
+
     fn events(&self) -> Events {
         // It never rejects a pod itself; the plugins whose rejections it tries to resolve requeue it.
         Events::default()
     }
+}
+
+impl PostFilterPlugin for DefaultPreemption {
     fn post_filter(&self, fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot, statuses: &NodeStatuses) -> (Status, PostFilterResult) {
         let fail = |code: Code, msg: String| (Status::new(code, format!("preemption: {msg}")), PostFilterResult::default());
         if let Err(m) = eligible(pod, snap, statuses) {
@@ -219,15 +220,15 @@ mod test_support {
     pub(super) use std::collections::BTreeMap;
 
     pub(super) fn framework() -> Framework {
-        let plugins: Vec<Arc<dyn Plugin>> =
-            vec![Arc::new(PrioritySort), Arc::new(NodeUnschedulable), Arc::new(NodePorts), Arc::new(NodeResourcesFit::default()), Arc::new(DefaultPreemption::default())];
-        let entries = plugins
-            .into_iter()
-            .map(|p| {
-                let pts = p.points();
-                (PluginEntry { plugin: p, weight: 1 }, pts)
-            })
-            .collect();
+        use crate::register;
+        let plugins = vec![
+            register!(Arc::new(PrioritySort)),
+            register!(Arc::new(NodeUnschedulable)),
+            register!(Arc::new(NodePorts)),
+            register!(Arc::new(NodeResourcesFit::default())),
+            register!(Arc::new(DefaultPreemption::default())),
+        ];
+        let entries = plugins.into_iter().map(|p| PluginEntry::at_every_point(p, 1)).collect();
         Framework::new("test".into(), entries, None, 1)
     }
 

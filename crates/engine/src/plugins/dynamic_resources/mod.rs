@@ -57,7 +57,7 @@ use berth_model::{NodeInfo, PodInfo};
 
 use crate::cache::Snapshot;
 use super::helper::default_normalize;
-use crate::framework::{CycleState, Events, Framework, NodeScore, NodeStatuses, Plugin, Points, PostFilterResult, PreFilterNodes, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, Framework, NodeScore, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, ReservePlugin, ScorePlugin, Status};
 
 /// The plugin's name.
 pub const NAME: &str = "DynamicResources";
@@ -163,12 +163,14 @@ impl Plugin for DynamicResources {
             Vec::new()
         }
     }
+
     fn device_choices(&self, state: &CycleState, node: Option<&str>) -> Vec<crate::framework::DeviceChoice> {
         match node {
             Some(n) => explain::node_allocations(state, n),
             None => explain::reserved_allocations(state),
         }
     }
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -202,10 +204,6 @@ impl Plugin for DynamicResources {
         Some(h.finish().max(1))
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_ENQUEUE.or(Points::PRE_FILTER).or(Points::FILTER).or(Points::POST_FILTER).or(Points::PRE_SCORE).or(Points::SCORE).or(Points::RESERVE).or(Points::PRE_BIND)
-    }
-
     fn events(&self) -> Events {
         // Upstream: Node Add|UpdateNodeLabel|UpdateNodeTaint, ResourceClaim
         // Add|Update, the pod's generated claims, DeviceClass Add|Update,
@@ -219,6 +217,12 @@ impl Plugin for DynamicResources {
             .or(Events::RESOURCE_SLICE)
     }
 
+    fn failure_detail(&self, state: &CycleState, _pod: &PodInfo, statuses: &NodeStatuses) -> Option<String> {
+        filtering::failure_detail(state, statuses)
+    }
+}
+
+impl PreEnqueuePlugin for DynamicResources {
     fn pre_enqueue(&self, pod: &PodInfo, cluster: Option<&Snapshot>) -> Status {
         let Some(snap) = cluster else { return Status::success() };
         if pod.resource_claims.is_empty() {
@@ -229,30 +233,36 @@ impl Plugin for DynamicResources {
             Err(m) => Status::unresolvable(m),
         }
     }
+}
 
+impl PreFilterPlugin for DynamicResources {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         (claims::pre_filter(state, pod, snap), None)
     }
+}
 
+impl FilterPlugin for DynamicResources {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         filtering::filter(state, pod, node)
     }
+}
 
+impl PostFilterPlugin for DynamicResources {
     fn post_filter(&self, _fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, _snap: &Snapshot, _statuses: &NodeStatuses) -> (Status, PostFilterResult) {
         filtering::post_filter(state, pod)
     }
+}
 
-    fn failure_detail(&self, state: &CycleState, _pod: &PodInfo, statuses: &NodeStatuses) -> Option<String> {
-        filtering::failure_detail(state, statuses)
-    }
-
+impl PreScorePlugin for DynamicResources {
     /// Upstream has no PreScore: its Score gives 0 to every node when
     /// nothing is allocated in the cycle or no claim has a firstAvailable
     /// request, and 0 everywhere normalizes to 0, as a skipped plugin scores.
     fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[usize], _snap: &Snapshot) -> Status {
         if state.get::<State>().is_some_and(filtering::may_score) { Status::success() } else { Status::skip() }
     }
+}
 
+impl ScorePlugin for DynamicResources {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         Ok(filtering::score(state, pod, node))
     }
@@ -270,7 +280,9 @@ impl Plugin for DynamicResources {
         default_normalize(scores, false);
         Status::success()
     }
+}
 
+impl ReservePlugin for DynamicResources {
     fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         binding::reserve(state, pod, node)
     }
@@ -278,7 +290,9 @@ impl Plugin for DynamicResources {
     fn unreserve(&self, state: &mut CycleState, _pod: &PodInfo, _node: &str) {
         state.reservations_mut().clear(NAME);
     }
+}
 
+impl PreBindPlugin for DynamicResources {
     fn pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         binding::pre_bind(state, pod, node)
     }

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::{NodeInfo, PodInfo};
 
 use common::Tally;
@@ -113,10 +113,6 @@ impl Plugin for InterPodAffinity {
         NAME
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_FILTER.or(Points::FILTER).or(Points::PRE_SCORE).or(Points::SCORE)
-    }
-
     fn events(&self) -> Events {
         // Upstream: Pod Add | UpdatePodLabel | Delete; Node Add | UpdateNodeLabel | UpdateNodeTaint.
         Events::POD_ADD
@@ -126,35 +122,51 @@ impl Plugin for InterPodAffinity {
             .or(Events::NODE_LABEL)
             .or(Events::NODE_TAINT)
     }
+}
 
+impl PreFilterPlugin for InterPodAffinity {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         filtering::pre_filter(self, state, pod, snap)
     }
+
     fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         filtering::add_pod(state, pod, added, node, snap)
     }
+
     fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         filtering::remove_pod(state, pod, removed, node, snap)
     }
+}
+
+impl FilterPlugin for InterPodAffinity {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         filtering::filter(state, pod, node)
     }
+
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         filtering::filter_nodes(self, state, pod, snap, nodes, rejected)
     }
+}
 
+impl PreScorePlugin for InterPodAffinity {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[usize], snap: &Snapshot) -> Status {
         scoring::pre_score(self, state, pod, nodes, snap)
     }
+}
+
+impl ScorePlugin for InterPodAffinity {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         scoring::score(state, pod, node)
     }
+
     fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         scoring::score_nodes(state, pod, snap, scores)
     }
+
     fn normalize_score(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore], snap: &Snapshot) -> Status {
         scoring::normalize_score(state, pod, scores, snap)
     }
+
     fn has_normalize(&self) -> bool {
         true
     }
@@ -451,10 +463,7 @@ mod bench {
         let plugins = names
             .iter()
             .filter_map(|n| crate::plugins::build(n, None).ok())
-            .map(|p| {
-                let pts = p.points();
-                (PluginEntry { plugin: p, weight: 1 }, pts)
-            })
+            .map(|p| PluginEntry::at_every_point(p, 1))
             .collect();
         let fw = Framework::new("default-scheduler".into(), plugins, None, 1);
         let pods: Vec<_> = (0..1000).map(|i| anti_pod(&format!("p-{i}")).info()).collect();

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Status};
+use crate::framework::{CycleState, Events, FilterPlugin, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::pod::{InclusionPolicy, SpreadConstraint, WhenUnsatisfiable};
 use berth_model::selector::{validate_key, Selector};
 use berth_model::{NodeInfo, PodInfo};
@@ -194,9 +194,7 @@ impl Plugin for PodTopologySpread {
     fn name(&self) -> &'static str {
         NAME
     }
-    fn points(&self) -> Points {
-        Points::PRE_FILTER.or(Points::FILTER).or(Points::PRE_SCORE).or(Points::SCORE)
-    }
+
     fn events(&self) -> Events {
         Events::NODE_ADD
             .or(Events::NODE_LABEL)
@@ -205,38 +203,55 @@ impl Plugin for PodTopologySpread {
             .or(Events::POD_DELETE)
             .or(Events::POD_LABEL)
     }
+}
 
+impl PreFilterPlugin for PodTopologySpread {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         filtering::pre_filter(self, state, pod, snap)
     }
+
     fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         filtering::add_pod(state, pod, added, node, snap)
     }
+
     fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         filtering::remove_pod(state, pod, removed, node, snap)
     }
+}
+
+impl FilterPlugin for PodTopologySpread {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         filtering::filter(state, pod, node)
     }
+
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         filtering::filter_nodes(self, state, pod, snap, nodes, rejected)
     }
+
     fn retain_feasible(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>) -> bool {
         filtering::retain_feasible(state, pod, snap, nodes)
     }
+}
 
+impl PreScorePlugin for PodTopologySpread {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[usize], snap: &Snapshot) -> Status {
         scoring::pre_score(self, state, pod, nodes, snap)
     }
+}
+
+impl ScorePlugin for PodTopologySpread {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         scoring::score(state, pod, node)
     }
+
     fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         scoring::score_nodes(self, state, pod, snap, scores)
     }
+
     fn normalize_score(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore], snap: &Snapshot) -> Status {
         scoring::normalize_score(state, pod, scores, snap)
     }
+
     fn has_normalize(&self) -> bool {
         true
     }

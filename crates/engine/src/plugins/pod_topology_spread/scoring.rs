@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::cache::{JournalMark, Snapshot};
-use crate::framework::{CycleState, NodeScore, Plugin, Status, MAX_NODE_SCORE};
+use crate::framework::{CycleState, NodeScore, ScorePlugin, Status, MAX_NODE_SCORE};
 use berth_model::pod::{SpreadConstraint, WhenUnsatisfiable};
 use berth_model::selector::Labels;
 use berth_model::{NodeInfo, PodInfo};

@@ -97,7 +97,7 @@ mod tests {
 
     use super::super::tests_support::*;
     use super::*;
-    use crate::framework::{assume, AssumeView, Plugin};
+    use crate::framework::{assume, AssumeView, PreBindPlugin, ReservePlugin};
 
     #[test]
     fn reserve_records_pre_bind_describes_and_assume_takes_the_pv() {

@@ -265,7 +265,7 @@ impl State {
 mod tests {
     use super::super::tests_support::*;
     use super::super::{REASON_BIND_CONFLICT, REASON_PV_NOT_EXIST, REASON_UNBOUND_IMMEDIATE};
-    use crate::framework::{Code, CycleState, Plugin};
+    use crate::framework::{Code, CycleState, PreFilterPlugin};
 
     #[test]
     fn prefilter_table() {

@@ -25,7 +25,7 @@ use serde::Deserialize;
 
 use super::node_resources_fit::ShapePoint;
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Events, NodeScore, Plugin, Points, PreFilterNodes, Status, MAX_NODE_SCORE};
+use crate::framework::{CycleState, Events, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreBindPlugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, ReservePlugin, ScorePlugin, Status};
 use berth_model::{NodeInfo, PodInfo};
 
 pub use binding::reserved;
@@ -102,10 +102,6 @@ impl Plugin for VolumeBinding {
         NAME
     }
 
-    fn points(&self) -> Points {
-        Points::PRE_FILTER.or(Points::FILTER).or(Points::PRE_SCORE).or(Points::SCORE).or(Points::RESERVE).or(Points::PRE_BIND)
-    }
-
     fn events(&self) -> Events {
         Events::STORAGE_CLASS
             .or(Events::PVC)
@@ -117,23 +113,37 @@ impl Plugin for VolumeBinding {
             .or(Events::CSI_DRIVER)
             .or(Events::CSI_STORAGE_CAPACITY)
     }
+}
 
+impl PreFilterPlugin for VolumeBinding {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         filtering::pre_filter(state, pod, snap)
     }
+}
 
+impl FilterPlugin for VolumeBinding {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
         filtering::filter(state, node)
     }
+}
 
+impl PreScorePlugin for VolumeBinding {
     fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[usize], _snap: &Snapshot) -> Status {
         scoring::pre_score(state)
+    }
+}
+
+impl ScorePlugin for VolumeBinding {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(scoring::score(self, state, node.name()))
     }
 
     fn score_nodes(&self, state: &CycleState, _pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         scoring::score_nodes(self, state, snap, scores)
     }
+}
 
+impl ReservePlugin for VolumeBinding {
     fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         binding::reserve(state, pod, node)
     }
@@ -141,7 +151,9 @@ impl Plugin for VolumeBinding {
     fn unreserve(&self, state: &mut CycleState, _pod: &PodInfo, _node: &str) {
         binding::unreserve(state)
     }
+}
 
+impl PreBindPlugin for VolumeBinding {
     fn pre_bind(&self, state: &mut CycleState, _pod: &PodInfo, node: &str) -> Status {
         binding::pre_bind(self, state, node)
     }

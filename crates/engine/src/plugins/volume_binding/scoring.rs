@@ -2,7 +2,7 @@
 //! by default from v1.37): nodes whose volumes fit tightly win, through the
 //! args' shape over each storage class's utilization.
 
-use super::common::State;
+use super::common::{NodeVolumes, State};
 use super::VolumeBinding;
 use crate::cache::Snapshot;
 use crate::framework::{CycleState, NodeScore, Status};
@@ -45,46 +45,55 @@ pub(super) fn score_nodes(pl: &VolumeBinding, state: &CycleState, snap: &Snapsho
     let Some(s) = state.get::<State>() else { return Ok(()) };
     let m = s.by_node.lock().unwrap_or_else(|e| e.into_inner());
     for ns in scores.iter_mut() {
-        let Some(v) = m.get(snap.nodes[ns.node].name()) else {
-            ns.score = 0;
-            continue;
-        };
-        // Per storage class: (class, requested, capacity).
-        let mut classes: Vec<(String, i64, i64)> = Vec::new();
-        fn entry<'a>(classes: &'a mut Vec<(String, i64, i64)>, class: &str) -> &'a mut (String, i64, i64) {
-            let i = match classes.iter().position(|c| c.0 == class) {
-                Some(i) => i,
-                None => {
-                    classes.push((class.to_string(), 0, 0));
-                    classes.len() - 1
-                }
-            };
-            &mut classes[i]
-        }
-        if !v.bindings.is_empty() {
-            for (c, pv) in &v.bindings {
-                let e = entry(&mut classes, &pv.class);
-                e.1 += c.request;
-                e.2 += pv.capacity;
-            }
-        } else {
-            for (c, cap) in &v.provisions {
-                let Some(cap) = cap else { continue };
-                let e = entry(&mut classes, &c.class);
-                e.2 = cap.capacity.unwrap_or(0);
-                e.1 += c.request;
-            }
-        }
-        ns.score = pl.class_score(&classes);
+        ns.score = m.get(snap.nodes[ns.node].name()).map_or(0, |v| node_score(pl, v));
     }
     Ok(())
+}
+
+/// Score for one node (the per-node body of [`score_nodes`]).
+pub(super) fn score(pl: &VolumeBinding, state: &CycleState, node: &str) -> i64 {
+    let Some(s) = state.get::<State>() else { return 0 };
+    let m = s.by_node.lock().unwrap_or_else(|e| e.into_inner());
+    m.get(node).map_or(0, |v| node_score(pl, v))
+}
+
+/// The score of the node whose decisions are `v`: per storage class, the
+/// capacity its claims would use.
+fn node_score(pl: &VolumeBinding, v: &NodeVolumes) -> i64 {
+    // Per storage class: (class, requested, capacity).
+    let mut classes: Vec<(String, i64, i64)> = Vec::new();
+    fn entry<'a>(classes: &'a mut Vec<(String, i64, i64)>, class: &str) -> &'a mut (String, i64, i64) {
+        let i = match classes.iter().position(|c| c.0 == class) {
+            Some(i) => i,
+            None => {
+                classes.push((class.to_string(), 0, 0));
+                classes.len() - 1
+            }
+        };
+        &mut classes[i]
+    }
+    if !v.bindings.is_empty() {
+        for (c, pv) in &v.bindings {
+            let e = entry(&mut classes, &pv.class);
+            e.1 += c.request;
+            e.2 += pv.capacity;
+        }
+    } else {
+        for (c, cap) in &v.provisions {
+            let Some(cap) = cap else { continue };
+            let e = entry(&mut classes, &c.class);
+            e.2 = cap.capacity.unwrap_or(0);
+            e.1 += c.request;
+        }
+    }
+    pl.class_score(&classes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::tests_support::*;
     use super::super::REASON_NOT_ENOUGH_SPACE;
-    use crate::framework::{NodeScore, Plugin};
+    use crate::framework::{NodeScore, PreScorePlugin, ScorePlugin};
 
     #[test]
     fn capacity_and_score() {

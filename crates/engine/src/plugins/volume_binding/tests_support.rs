@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::cache::storage::{ANN_BIND_COMPLETED, ANN_SELECTED_NODE};
 use super::{Args, VolumeBinding};
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, Plugin, Status};
+use crate::framework::{CycleState, FilterPlugin, PreFilterPlugin, Status};
 use berth_model::PodInfo;
 
 /// A claim under construction.
