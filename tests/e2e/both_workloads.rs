@@ -313,9 +313,12 @@ async fn volumes(b: &Backend, ns: &str, nodes: &[NodeSpec]) {
 
     // No PV of 10Gi: Unschedulable, in upstream's words.
     let all_nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.unwrap().items.len();
-    let (reason, message) = eventually(60, "big reported unschedulable", || async {
+    // Under load the pod can be tried before its claim reached the
+    // scheduler's cache ("persistentvolumeclaim ... not found", requeued
+    // when the claim arrives): wait for the verdict on the volumes.
+    let (reason, message) = eventually(60, "big reported unschedulable for want of a volume", || async {
         let c = scheduled_condition(&api.get("big").await.ok()?)?;
-        (c.0 == "False").then_some((c.1, c.2))
+        (c.0 == "False" && c.2.contains("persistent volumes")).then_some((c.1, c.2))
     })
     .await;
     assert_eq!(reason, "Unschedulable", "{message}");

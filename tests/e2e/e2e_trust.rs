@@ -361,7 +361,9 @@ async fn readyz_names_disconnected_watches() {
         assert_eq!(http_get(d.admin_addr, "/readyz").await.0, 200);
         assert_eq!(http_get(d.admin_addr, "/healthz").await.0, 200);
         proxy.blackout(true);
-        let body = eventually(15, "readyz failing", || async {
+        // Each watch notices on its own (a cut stream, then a reset retry);
+        // on a loaded machine that can take a while.
+        let body = eventually(30, "readyz failing", || async {
             let (code, body) = http_get(d.admin_addr, "/readyz").await;
             // Each watch notices the outage on its own: wait until both have.
             (code == 503 && body.contains("watch pods: disconnected") && body.contains("watch nodes: disconnected")).then_some(body)
