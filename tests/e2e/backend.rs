@@ -36,7 +36,8 @@ pub const KUBE_DIR_ENV: &str = "BERTH_KUBE_DIR";
 /// One real-backend scenario at a time in this process.
 static REAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A cluster a scenario runs against.
+/// A cluster a scenario runs against (one per test: its size does not matter).
+#[allow(clippy::large_enum_variant)]
 pub enum Backend {
     Local(LocalCluster),
     Real { client: kube::Client, dir: PathBuf, _turn: tokio::sync::MutexGuard<'static, ()> },
@@ -144,12 +145,15 @@ pub async fn pods_in(client: &kube::Client, ns: &str) -> Vec<Pod> {
     Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default()).await.unwrap().items
 }
 
+/// Each pod's first node, and the pods whose node changed.
+type Binds = (HashMap<String, String>, Vec<String>);
+
 /// Every pod's node as bindings happen (a watch on `ns`, with backoff: the
 /// server goes away in the fault tests),
 /// and any pod whose node changed after it was first bound.
 #[derive(Clone, Default)]
 pub struct BindLog {
-    inner: Arc<Mutex<(HashMap<String, String>, Vec<String>)>>,
+    inner: Arc<Mutex<Binds>>,
 }
 
 impl BindLog {
@@ -182,6 +186,11 @@ impl BindLog {
 
     pub fn rebinds(&self) -> Vec<String> {
         self.inner.lock().unwrap().1.clone()
+    }
+
+    /// The node `pod` was first seen bound to.
+    pub fn node(&self, pod: &str) -> Option<String> {
+        self.inner.lock().unwrap().0.get(pod).cloned()
     }
 }
 

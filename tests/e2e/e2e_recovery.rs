@@ -10,7 +10,6 @@
 //! into a buffer, so that its warnings can be counted.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -19,10 +18,8 @@ use std::time::{Duration, Instant};
 use axum::http::Method;
 use berth_cluster::{FaultConfig, LocalCluster};
 use berth_daemon::{self as daemon, Handle, Options};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 use crate::e2e_support::*;
@@ -87,49 +84,6 @@ async fn start_via(proxy: &FaultProxy, identity: &str) -> Handle {
     daemon::start(proxy.client(), &config(""), opts).await.unwrap()
 }
 
-/// Each pod's node, and the pods whose node changed.
-type BindingLog = (HashMap<String, String>, Vec<String>);
-
-/// Each pod's node as the cluster's watch shows it, and the pods whose node changed.
-#[derive(Clone, Default)]
-struct Bindings(Arc<Mutex<BindingLog>>);
-
-impl Bindings {
-    fn start(c: &LocalCluster) -> (Bindings, tokio::task::JoinHandle<()>) {
-        let b = Bindings::default();
-        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
-        let l = b.clone();
-        let task = tokio::spawn(async move {
-            let mut s = watcher(api, watcher::Config::default()).applied_objects().boxed();
-            while let Some(ev) = s.next().await {
-                let Ok(p) = ev else { continue };
-                let (Some(name), Some(node)) = (p.metadata.name.clone(), node_of(&p).map(str::to_string)) else { continue };
-                let mut g = l.0.lock().unwrap();
-                match g.0.get(&name).cloned() {
-                    None => {
-                        g.0.insert(name, node);
-                    }
-                    Some(prev) if prev != node => g.1.push(format!("{name}: {prev} -> {node}")),
-                    Some(_) => {}
-                }
-            }
-        });
-        (b, task)
-    }
-
-    fn bound(&self) -> usize {
-        self.0.lock().unwrap().0.len()
-    }
-
-    fn node(&self, pod: &str) -> Option<String> {
-        self.0.lock().unwrap().0.get(pod).cloned()
-    }
-
-    fn rebinds(&self) -> Vec<String> {
-        self.0.lock().unwrap().1.clone()
-    }
-}
-
 async fn readyz(d: &Handle) -> u16 {
     http_get(d.admin_addr, "/readyz").await.0
 }
@@ -149,7 +103,7 @@ async fn ready_again_and_stays(d: &Handle, back: Instant, hold: Duration) -> Dur
 }
 
 /// A pod created now is bound.
-async fn a_new_pod_is_bound(api: &Api<Pod>, b: &Bindings, name: &str) {
+async fn a_new_pod_is_bound(api: &Api<Pod>, b: &crate::backend::BindLog, name: &str) {
     api.create(&PostParams::default(), &pod(name, "100m", json!({}))).await.unwrap();
     eventually(20, "a pod created after the outage bound", || async { b.node(name).map(|_| ()) }).await;
 }
@@ -173,7 +127,7 @@ async fn assert_reports(d: &Handle) {
 async fn outage_mid_burst(logs: Logs, name: &str, outage: Duration, n: usize) {
     let c = cluster(20, 2, "64", 110, FaultConfig::default()).await;
     let proxy = FaultProxy::start(c.client_without_retry().unwrap()).await;
-    let (bindings, task) = Bindings::start(&c);
+    let (bindings, task) = crate::backend::BindLog::start(c.client().unwrap(), "default");
     let d = start_via(&proxy, name).await;
     until_leading(&d, 30).await;
     eventually(15, "/readyz 200", || async { (readyz(&d).await == 200).then_some(()) }).await;
@@ -235,7 +189,7 @@ fn recovery_after_an_outage_during_an_optional_apis_recheck() {
     run_logged(&logs, 120, async move {
         let c = cluster(4, 1, "8", 110, FaultConfig::default()).await;
         let proxy = FaultProxy::start(c.client_without_retry().unwrap()).await;
-        let (bindings, task) = Bindings::start(&c);
+        let (bindings, task) = crate::backend::BindLog::start(c.client().unwrap(), "default");
         let d = start_via(&proxy, "recheck").await;
         until_leading(&d, 30).await;
         eventually(15, "/readyz 200", || async { (readyz(&d).await == 200).then_some(()) }).await;

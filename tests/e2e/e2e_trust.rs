@@ -62,47 +62,6 @@ fn over_capacity(all: &[Pod], slots: usize) -> usize {
     per.values().filter(|n| **n > slots).count()
 }
 
-type BindingLog = (HashMap<String, String>, Vec<String>);
-
-/// Watches pod bindings; flags any pod whose node changed.
-#[derive(Clone, Default)]
-struct Bindings {
-    /// Each pod's node, and the pods whose node changed.
-    inner: Arc<Mutex<BindingLog>>,
-}
-
-impl Bindings {
-    fn start(c: &LocalCluster) -> (Bindings, tokio::task::JoinHandle<()>) {
-        let b = Bindings::default();
-        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
-        let l = b.clone();
-        let task = tokio::spawn(async move {
-            let mut s = watcher(api, watcher::Config::default()).applied_objects().boxed();
-            while let Some(ev) = s.next().await {
-                let Ok(p) = ev else { continue };
-                let (Some(name), Some(node)) = (p.metadata.name.clone(), node_of(&p).map(str::to_string)) else { continue };
-                let mut g = l.inner.lock().unwrap();
-                match g.0.get(&name).cloned() {
-                    None => {
-                        g.0.insert(name, node);
-                    }
-                    Some(prev) if prev != node => g.1.push(format!("{name}: {prev} -> {node}")),
-                    Some(_) => {}
-                }
-            }
-        });
-        (b, task)
-    }
-
-    fn bound(&self) -> usize {
-        self.inner.lock().unwrap().0.len()
-    }
-
-    fn rebinds(&self) -> Vec<String> {
-        self.inner.lock().unwrap().1.clone()
-    }
-}
-
 // 10.1: 3 nodes × 2 slots of low-priority pods (grace 1 s); three
 // high-priority pods 0.2 s apart: exactly three victims.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,7 +127,7 @@ async fn lost_bind_replies_never_overfill_a_node() {
         const SLOTS: u32 = 6;
         let c = cluster(NODES, 2, "64", SLOTS, FaultConfig::default()).await;
         let proxy = FaultProxy::start(c.client_without_retry().unwrap()).await;
-        let (log, task) = Bindings::start(&c);
+        let (log, task) = crate::backend::BindLog::start(c.client().unwrap(), "default");
         // The pods exist before berth starts: it learns them from its initial
         // lists, and from then on every watch lags (held at the proxy), so no
         // watch event confirms a bind.
@@ -485,7 +444,7 @@ fn fault_soak_two_replicas_leader_killed() {
         let b = start_via(&pb, &cfg, "soak-b", None).await;
         let mut b_ready = b.ready.clone();
         tokio::time::timeout(Duration::from_secs(20), b_ready.wait_for(|r| *r)).await.unwrap().unwrap();
-        let (log, task) = Bindings::start(&c);
+        let (log, task) = crate::backend::BindLog::start(c.client().unwrap(), "default");
         let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
         let t0 = Instant::now();
         let creator = {
