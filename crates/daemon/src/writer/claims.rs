@@ -13,7 +13,7 @@ use serde_json::json;
 
 use berth_model::PodInfo;
 
-use super::guarded::{Patience, WriteKind, Written};
+use super::guarded::{Patience, Subject, WriteKind, Written};
 use super::{api_code, stop, PreBindStop, Writer};
 
 
@@ -223,7 +223,7 @@ impl Writer {
         L: Fn() -> LFut,
         LFut: std::future::Future<Output = Result<bool, kube::Error>>,
     {
-        Ok(match self.guarded(WriteKind::Claim, deadline, Patience::Until(deadline), &subject, write, landed).await? {
+        Ok(match self.guarded(WriteKind::Claim, deadline, Patience::Until(deadline), Subject::Object(subject), write, landed).await? {
             Written::Done(reply) => ClaimWrite::Done(Some(reply)),
             Written::ReadBack { found: true, .. } => ClaimWrite::Done(None),
             Written::ReadBack { why, .. } => ClaimWrite::Again(why),
@@ -440,7 +440,7 @@ impl Writer {
                 break;
             }
             let pp = PostParams::default();
-            match self.guarded(WriteKind::Claim, deadline, Patience::Until(deadline), &pod_name, || claims.create(&pp, &body), find).await? {
+            match self.guarded(WriteKind::Claim, deadline, Patience::Until(deadline), Subject::Object(pod_name), || claims.create(&pp, &body), find).await? {
                 Written::Done(c) => created = Some(c),
                 Written::Refused(e) => return Err(stop(format!("create claim for extended resources: {e}"))),
                 // Found, an earlier try created it; not found, try again.

@@ -20,11 +20,12 @@
 //! `BindOutcome`, a claim write's retry after a conflict); what it is
 //! guarded by, and how, is said here once.
 
-use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use berth_model::PodInfo;
 
 use super::{outcome_unknown, api_code, PreBindStop, Verified, WriteCounts, Writer};
 
@@ -195,6 +196,15 @@ where
     }
 }
 
+/// What a guarded write is about, for its log line: a binding names its
+/// pod and node (`pod=`, `node=`, as every other line about one pod), a
+/// PreBind write the object it writes (`object=`).
+#[derive(Clone, Copy)]
+pub(super) enum Subject<'a> {
+    PodOn(&'a PodInfo, &'a str),
+    Object(&'a str),
+}
+
 impl Writer {
     /// PreBind's reads: [`read_back`] until `deadline`.
     pub(super) async fn read<T, F, Fut>(&self, deadline: tokio::time::Instant, f: F) -> Result<T, PreBindStop>
@@ -214,7 +224,7 @@ impl Writer {
     /// Errors only when reading back failed (the deadline came, or the read
     /// was refused): the outcome is still unknown.
     #[allow(clippy::too_many_arguments)] // what, when, how long, about what, and the two calls
-    pub(super) async fn guarded<T, W, WFut, V, R, RFut>(&self, kind: WriteKind, key: Instant, patience: Patience, subject: &(dyn Display + Sync), write: W, read: R) -> Result<Written<T, V>, ReadFailed>
+    pub(super) async fn guarded<T, W, WFut, V, R, RFut>(&self, kind: WriteKind, key: Instant, patience: Patience, subject: Subject<'_>, write: W, read: R) -> Result<Written<T, V>, ReadFailed>
     where
         W: FnOnce() -> WFut,
         WFut: Future<Output = Result<T, kube::Error>>,
@@ -248,7 +258,10 @@ impl Writer {
             Err(_) => format!("{} timed out after {}s", kind.timed_out(), WRITE_TIMEOUT.as_secs()),
         };
         self.count(|c| kind.unknown(c));
-        tracing::info!(write = kind.what(), %subject, error = %why, "write outcome unknown; reading it back");
+        match subject {
+            Subject::PodOn(pod, node) => tracing::info!(write = kind.what(), pod = %format_args!("{}/{}", pod.namespace, pod.name), %node, error = %why, "write outcome unknown; reading it back"),
+            Subject::Object(object) => tracing::info!(write = kind.what(), %object, error = %why, "write outcome unknown; reading it back"),
+        }
         let found = read_back(patience, read).await?;
         if found.landed() {
             self.count(|c| kind.written(c));

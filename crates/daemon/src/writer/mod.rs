@@ -79,7 +79,7 @@ use berth_engine::framework::{ApiWrite, PreBindWork};
 use berth_model::PodInfo;
 
 use self::events::{EventItem, EVENT_QUEUE};
-use self::guarded::{read_back, Patience, WriteKind, Written};
+use self::guarded::{read_back, Patience, Subject, WriteKind, Written};
 
 pub use self::claims::{seen_claim, CLAIM_FINALIZER, EXTENDED_CLAIM_ANNOTATION};
 
@@ -293,14 +293,6 @@ fn pre_bind_failed(plugin: &str, message: impl std::fmt::Display) -> BindOutcome
 }
 
 /// A pod and the node it is bound to, as a log line names them.
-struct PodOn<'a>(&'a PodInfo, &'a str);
-
-impl std::fmt::Display for PodOn<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "pod {}/{} on {}", self.0.namespace, self.0.name, self.1)
-    }
-}
-
 /// What reading a pod back after a bind says.
 #[derive(Debug, PartialEq, Eq)]
 enum Verified {
@@ -517,8 +509,7 @@ impl Writer {
         };
         // A binding's key is its pod's start: ahead of every PreBind write (keyed by its deadline).
         let key = tokio::time::Instant::from_std(started);
-        let subject = PodOn(pod, node);
-        let written = self.guarded(WriteKind::Binding, key, Patience::Forever, &subject, call, || self.where_is(pod, node)).await;
+        let written = self.guarded(WriteKind::Binding, key, Patience::Forever, Subject::PodOn(pod, node), call, || self.where_is(pod, node)).await;
         let (found, why) = match written {
             Ok(Written::Done(_)) => return BindOutcome::Bound,
             Ok(Written::NotLeader) => return BindOutcome::NotLeader,

@@ -13,7 +13,7 @@ use berth_engine::cache::storage::{self as vol, StaticBinding};
 use berth_engine::framework::{PreBindWork, WaitFor};
 use berth_model::PodInfo;
 
-use super::guarded::{Patience, WriteKind, Written};
+use super::guarded::{Patience, Subject, WriteKind, Written};
 use super::{api_code, stop, PreBindStop, Writer};
 
 
@@ -63,7 +63,7 @@ impl Writer {
         L: Fn() -> LFut,
         LFut: std::future::Future<Output = Result<bool, kube::Error>>,
     {
-        Ok(match self.guarded(WriteKind::Volume, deadline, Patience::Until(deadline), &subject, write, landed).await? {
+        Ok(match self.guarded(WriteKind::Volume, deadline, Patience::Until(deadline), Subject::Object(subject), write, landed).await? {
             Written::Done(()) | Written::ReadBack { found: true, .. } => VolumeWrite::Done,
             Written::Refused(e) if api_code(&e) == Some(409) => VolumeWrite::Conflict(e.to_string()),
             Written::Refused(e) => VolumeWrite::Refused(e.to_string()),
