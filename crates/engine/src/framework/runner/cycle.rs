@@ -9,13 +9,22 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::window::CycleView;
 use super::{CycleOptions, CycleOutcome, Framework};
 use crate::cache::Snapshot;
 use crate::framework::batch::BatchCache;
 use crate::framework::status::ReasonCounts;
 use crate::framework::{Code, CycleState, NodeScore, ScorePlugin, Status, MAX_NODE_SCORE};
 use berth_model::PodInfo;
+
+/// What every Filter step of a cycle reads, borrowed together: the
+/// framework, the cycle's state, the pod and the snapshot.
+#[derive(Clone, Copy)]
+pub(super) struct CycleView<'a> {
+    pub(super) fw: &'a Framework,
+    pub(super) state: &'a CycleState,
+    pub(super) pod: &'a PodInfo,
+    pub(super) snap: &'a Snapshot,
+}
 
 /// One scheduling cycle in progress.
 pub(super) struct Cycle<'a> {

@@ -6,8 +6,8 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use super::cycle::{invalid_score, Cycle};
-use super::window::{CycleView, Window};
+use super::cycle::{invalid_score, Cycle, CycleView};
+use super::window::Window;
 use super::{Framework, NodeStatuses};
 use crate::cache::Snapshot;
 use crate::framework::batch::{BatchCache, PASS};

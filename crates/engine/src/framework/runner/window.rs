@@ -5,12 +5,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::cycle::Cycle;
+use super::cycle::{Cycle, CycleView};
 use super::nominated::nominated_here;
-use super::{num_feasible_nodes_to_find, Framework};
-use crate::cache::Snapshot;
-use crate::framework::{Code, CycleState, Status};
-use berth_model::PodInfo;
+use super::num_feasible_nodes_to_find;
+use crate::framework::{Code, Status};
 
 /// Where a cycle's Filter starts and how many feasible nodes it looks for.
 #[derive(Clone, Copy, Debug)]
@@ -19,16 +17,6 @@ pub(super) struct Window {
     pub(super) start: usize,
     /// Feasible nodes to find before scoring.
     pub(super) to_find: usize,
-}
-
-/// What every Filter step of a cycle reads, borrowed together: the
-/// framework, the cycle's state, the pod and the snapshot.
-#[derive(Clone, Copy)]
-pub(super) struct CycleView<'a> {
-    pub(super) fw: &'a Framework,
-    pub(super) state: &'a CycleState,
-    pub(super) pod: &'a PodInfo,
-    pub(super) snap: &'a Snapshot,
 }
 
 impl Cycle<'_> {

@@ -187,7 +187,7 @@ fn class_check(view: &ClaimView, devices: &Devices) -> Result<(), String> {
 
 /// Upstream's PreFilter (see the module docs).
 pub fn pre_filter(state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Status {
-    state.insert(super::filtering::PreFiltered);
+    state.insert(super::PreFiltered);
     let devices = &snap.devices;
     let extended = if pod.requests.scalar.is_empty() { Vec::new() } else { extended_resources(pod, devices) };
     if pod.resource_claims.is_empty() && extended.is_empty() {
@@ -231,7 +231,7 @@ pub fn pre_filter(state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Sta
             [only] => only.uid == pod.uid,
             _ => false,
         };
-        let allocated_score = c.allocation.as_ref().map_or(0, |a| super::filtering::allocated_score(&view, a));
+        let allocated_score = c.allocation.as_ref().map_or(0, |a| super::allocated_score(&view, a));
         states.push(PodClaimState { key: c.key(), name: c.name.clone(), uid: c.uid.clone(), allocated, view, reserved_only_for_pod, allocated_score, binding_failure: c.binding_failure.clone() });
     }
     let admin_access = snap.namespaces.get(&pod.namespace).and_then(|l| l.get(ADMIN_ACCESS_LABEL)).is_some_and(|v| v == "true");

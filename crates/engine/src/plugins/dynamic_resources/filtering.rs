@@ -9,7 +9,7 @@ use super::Found;
 use berth_model::{NodeInfo, PodInfo};
 
 use super::claims::extended_claim;
-use super::{NodeAllocation, State, MAX_SUBREQUEST_SCORE};
+use super::{subrequest_score, NodeAllocation, PreFiltered, State};
 use crate::framework::{Code, CycleState, DeallocateClaim, NodeStatuses, PostFilterResult, Reasons, Status};
 
 /// Upstream's reason for an allocated claim whose node selector excludes the node.
@@ -132,30 +132,6 @@ pub fn score(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
     before + now
 }
 
-/// What choosing the `index`th subrequest of a firstAvailable list is worth:
-/// upstream's `FirstAvailableDeviceRequestMaxSize` (8) minus the index.
-fn subrequest_score(index: usize) -> i64 {
-    (MAX_SUBREQUEST_SCORE - i64::try_from(index).unwrap_or(MAX_SUBREQUEST_SCORE)).max(0)
-}
-
-/// An allocated claim's part of upstream's `computeScore`: the subrequests
-/// named by its allocation's results (`request/subrequest`), each counted
-/// once per request, worth [`subrequest_score`] of its index in the
-/// request's firstAvailable list.
-pub fn allocated_score(view: &ClaimView, allocation: &k8s_openapi::api::resource::v1::AllocationResult) -> i64 {
-    let results = allocation.devices.as_ref().and_then(|d| d.results.as_deref()).unwrap_or_default();
-    let used: std::collections::HashSet<&str> = results.iter().map(|r| r.request.as_str()).filter(|r| r.contains('/')).collect();
-    let mut total = 0;
-    for r in view.requests.iter().filter(|r| r.first_available) {
-        for (i, sub) in r.alternatives.iter().enumerate() {
-            if used.contains(format!("{}/{}", r.name, sub.name).as_str()) {
-                total += subrequest_score(i);
-            }
-        }
-    }
-    total
-}
-
 /// Can Score give any node more than 0 this cycle? Only when something is
 /// allocated (upstream keeps no node allocation otherwise) and some claim
 /// has a firstAvailable request, unallocated or allocated from one.
@@ -196,11 +172,6 @@ pub fn post_filter(state: &CycleState, pod: &PodInfo) -> (Status, PostFilterResu
 /// Upstream's `fwk.ErrNotFound` text: what reading the plugin's cycle state
 /// gives when its PreFilter did not run.
 pub const STATE_NOT_FOUND: &str = "not found";
-
-/// Written first by PreFilter, as upstream writes its (empty) state before
-/// anything else: PostFilter tells "PreFilter never ran" from "no claims".
-#[derive(Clone, Copy, Debug)]
-pub struct PreFiltered;
 
 /// berth's sentence naming the claims that kept the pod out where this
 /// plugin rejected nodes (upstream names none, and a user is left to guess

@@ -65,6 +65,35 @@ pub const NAME: &str = "DynamicResources";
 /// Highest per-request score (upstream: 8 minus the subrequest index).
 pub const MAX_SUBREQUEST_SCORE: i64 = 8;
 
+/// Written first by PreFilter, as upstream writes its (empty) state before
+/// anything else: PostFilter tells "PreFilter never ran" from "no claims".
+#[derive(Clone, Copy, Debug)]
+pub struct PreFiltered;
+
+/// What choosing the `index`th subrequest of a firstAvailable list is worth:
+/// upstream's `FirstAvailableDeviceRequestMaxSize` (8) minus the index.
+pub(crate) fn subrequest_score(index: usize) -> i64 {
+    (MAX_SUBREQUEST_SCORE - i64::try_from(index).unwrap_or(MAX_SUBREQUEST_SCORE)).max(0)
+}
+
+/// An allocated claim's part of upstream's `computeScore`: the subrequests
+/// named by its allocation's results (`request/subrequest`), each counted
+/// once per request, worth [`subrequest_score`] of its index in the
+/// request's firstAvailable list.
+pub fn allocated_score(view: &ClaimView, allocation: &k8s_openapi::api::resource::v1::AllocationResult) -> i64 {
+    let results = allocation.devices.as_ref().and_then(|d| d.results.as_deref()).unwrap_or_default();
+    let used: std::collections::HashSet<&str> = results.iter().map(|r| r.request.as_str()).filter(|r| r.contains('/')).collect();
+    let mut total = 0;
+    for r in view.requests.iter().filter(|r| r.first_available) {
+        for (i, sub) in r.alternatives.iter().enumerate() {
+            if used.contains(format!("{}/{}", r.name, sub.name).as_str()) {
+                total += subrequest_score(i);
+            }
+        }
+    }
+    total
+}
+
 /// The DynamicResources plugin.
 #[derive(Debug, Default)]
 pub struct DynamicResources;
@@ -86,7 +115,7 @@ pub struct PodClaimState {
     /// deallocate the claim).
     pub reserved_only_for_pod: bool,
     /// An allocated claim's part of Score: what its firstAvailable
-    /// subrequests in status.allocation are worth ([`filtering::allocated_score`]);
+    /// subrequests in status.allocation are worth ([`allocated_score`]);
     /// 0 for an unallocated claim.
     pub allocated_score: i64,
     /// An allocated claim whose device binding failed (DRADeviceBindingConditions,
