@@ -73,6 +73,34 @@ pub struct Figures {
     pub behind_ms: Option<f64>,
 }
 
+impl Figures {
+    /// The figures of `pods` pods run in `took`, one latency (ms) each in
+    /// `lat`, `scheduled` of them placed.
+    fn measured(workload: &str, nodes: usize, percentage: i32, pods: usize, took: std::time::Duration, mut lat: Vec<f64>, scheduled: usize) -> Figures {
+        lat.sort_by(f64::total_cmp);
+        Figures {
+            workload: workload.into(),
+            nodes,
+            percentage,
+            pods,
+            pods_per_second: pods as f64 / took.as_secs_f64().max(1e-9),
+            p50_ms: percentile(&lat, 0.5),
+            p99_ms: percentile(&lat, 0.99),
+            peak_rss_mb: peak_rss_mb(),
+            scheduled,
+            first_pod_ms: None,
+            behind_ms: None,
+        }
+    }
+}
+
+/// The `q` quantile of `sorted` (ascending): the value at the nearest rank
+/// of `(n - 1) * q`, 0 when there is none. Every figure the lab prints
+/// uses it.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0)
+}
+
 fn q(s: &str) -> Quantity {
     Quantity(s.into())
 }
@@ -314,22 +342,7 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
         }
         lat.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    let total = start.elapsed().as_secs_f64();
-    lat.sort_by(f64::total_cmp);
-    let pct = |q: f64| lat.get(((lat.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
-    Some(Figures {
-        workload: workload.into(),
-        nodes,
-        percentage,
-        pods: pods.len(),
-        pods_per_second: pods.len() as f64 / total.max(1e-9),
-        p50_ms: pct(0.5),
-        p99_ms: pct(0.99),
-        peak_rss_mb: peak_rss_mb(),
-        scheduled,
-        first_pod_ms: None,
-        behind_ms: None,
-    })
+    Some(Figures::measured(workload, nodes, percentage, pods.len(), start.elapsed(), lat, scheduled))
 }
 
 /// PathologicalSpread: one pod with `constraints` ScheduleAnyway topology
@@ -557,22 +570,7 @@ fn run_dra(workload: &str, w: DraWorkload, nodes: usize, percentage: i32, no_reu
             }
         }
     }
-    let total = start.elapsed().as_secs_f64();
-    lat.sort_by(f64::total_cmp);
-    let pct = |q: f64| lat.get(((lat.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
-    Some(Figures {
-        workload: workload.into(),
-        nodes,
-        percentage,
-        pods: pods.len(),
-        pods_per_second: pods.len() as f64 / total.max(1e-9),
-        p50_ms: pct(0.5),
-        p99_ms: pct(0.99),
-        peak_rss_mb: peak_rss_mb(),
-        scheduled,
-        first_pod_ms: None,
-        behind_ms: None,
-    })
+    Some(Figures::measured(workload, nodes, percentage, pods.len(), start.elapsed(), lat, scheduled))
 }
 
 #[cfg(test)]

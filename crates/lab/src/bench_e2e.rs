@@ -589,7 +589,7 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children, made: &mut 
         }
     }
     lat.sort_by(f64::total_cmp);
-    let pct = |q: f64| lat.get(((lat.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+    let pct = |q: f64| crate::bench::percentile(&lat, q);
     Ok(E2eFigures {
         workload: o.workload.clone(),
         backend,

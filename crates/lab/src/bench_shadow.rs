@@ -77,11 +77,7 @@ pub fn run(nodes: usize, verdicts: usize) -> Option<ShadowFigures> {
         snap.add_pod(Arc::new(b));
     }
     lat.sort_by(f64::total_cmp);
-    let pct = |q: f64| {
-        lat.get(((lat.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
+    let pct = |q: f64| crate::bench::percentile(&lat, q);
     Some(ShadowFigures {
         nodes,
         verdicts,

@@ -40,6 +40,7 @@ use berth_engine::config::Config;
 use berth_daemon::{self as daemon, Options};
 use berth_daemon::admin::https_get;
 use berth_model::quantity::{parse_milli, parse_value};
+use crate::bench::percentile;
 
 mod accelerators;
 
@@ -846,14 +847,6 @@ fn is_active(p: &Pod) -> bool {
 
 fn node_of(p: &Pod) -> Option<&str> {
     p.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i]
 }
 
 fn fmt_secs(s: f64) -> String {
