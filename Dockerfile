@@ -16,7 +16,7 @@ ENV CARGO_PROFILE_RELEASE_DEBUG=false \
     CARGO_PROFILE_RELEASE_STRIP=symbols \
     CARGO_TERM_COLOR=never \
     JEMALLOC_SYS_WITH_MALLOC_CONF=dirty_decay_ms:1000
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 COPY tests/e2e ./tests/e2e
 COPY crates ./crates

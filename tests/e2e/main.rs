@@ -8,6 +8,7 @@
 //!   (`e2e_recovery`: outages between them; `e2e_shadow`: `--shadow` judging another binder);
 //! - `admin`: the daemon's secure port (TLS, delegated auth, limits, explain);
 //! - `inflight`: the daemon against the local cluster's in-flight limits (429s), and its memory under 1,000 lists;
+//! - `chart`: the chart by the real Helm and deploy/berth.yaml by the real kubectl, on the local cluster;
 //! - `chart_rbac`: `berth run` with the chart's RBAC and no more (each rule needed);
 //! - `cluster_bench`: the local cluster's benchmark;
 //! - `live`: explain, simulate and dump against the local cluster's API;
@@ -27,6 +28,7 @@ mod admin;
 mod backend;
 mod both;
 mod both_workloads;
+mod chart;
 mod chart_rbac;
 mod cli;
 mod cluster_bench;

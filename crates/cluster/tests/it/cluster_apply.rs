@@ -10,7 +10,7 @@ use std::time::Duration;
 use berth_cluster::{ClusterConfig, LocalCluster};
 use serde_json::{Value, json};
 
-use crate::cluster_kubectl::{kubectl, kubectl_available, temp_dir};
+use crate::cluster_kubectl::{kubectl, temp_dir};
 use crate::support::dechunk;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -222,11 +222,8 @@ spec:
 "#;
 
 #[tokio::test]
+#[cfg_attr(berth_no_kubectl, ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)")]
 async fn kubectl_server_side_apply() {
-    if !kubectl_available() {
-        eprintln!("SKIPPED: kubectl is not installed (CI installs it: see README of the cluster module)");
-        return;
-    }
     let c = LocalCluster::start(ClusterConfig { nodes: 2, ..Default::default() }).await.unwrap();
     let dir = temp_dir();
     let kc = dir.join("kubeconfig");

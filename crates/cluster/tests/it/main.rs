@@ -1,5 +1,5 @@
-//! The local cluster's tests, in one binary: through kube-rs, kubectl and
-//! helm, its controllers, faults, OpenAPI and dynamic resource allocation.
+//! The local cluster's tests, in one binary: through kube-rs and kubectl,
+//! its controllers, faults, OpenAPI and dynamic resource allocation.
 //! No scheduler is linked.
 
 mod cluster_apply;
@@ -7,7 +7,6 @@ mod cluster_clients;
 mod cluster_crd;
 mod cluster_dra;
 mod cluster_faults;
-mod cluster_helm;
 mod cluster_kube;
 mod cluster_kubectl;
 mod cluster_lifecycle;
