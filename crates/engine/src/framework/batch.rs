@@ -98,12 +98,12 @@ pub(crate) struct BatchCache {
     cycle_from: u64,
     /// Per node index: the position, in the cycle's active Filter list, of
     /// the node-local plugin that rejected it, or [`PASS`].
-    pub(crate) rej: Vec<u8>,
+    rej: Vec<u8>,
     /// Per node index: the rejecting status (None: passed), shared with the
     /// outcomes of cycles that need nothing else.
-    pub(crate) statuses: Arc<Vec<Option<Status>>>,
+    statuses: Arc<Vec<Option<Status>>>,
     /// Nodes some node-local plugin rejected.
-    pub(crate) rejected: usize,
+    rejected: usize,
     /// The node-local Score plugins (entry indexes, with their weights and
     /// whether they normalize) the raw scores come from.
     scorers: Vec<(usize, i64, bool)>,
@@ -119,23 +119,26 @@ pub(crate) struct BatchCache {
     /// Nodes whose `base` is [`BAD`], with the plugin and the score.
     bad: Vec<(usize, &'static str, i64)>,
     /// Cycles that reused results (for tests and figures).
-    pub(crate) reused: u64,
+    reused: u64,
     /// The last cycle's outcome when no node fit, with the window's start
     /// and whether PostFilter was skipped; dropped as soon as any node changes.
     failed: Option<((usize, bool), CycleOutcome)>,
     /// Every Filter of the current cycle is node-local: its failure may be
     /// replayed.
-    pub(crate) replayable: bool,
+    replayable: bool,
     /// A buffer for the rejections of the Filter plugins that are not
     /// node-local, kept across cycles (its contents mean nothing between them).
-    pub(crate) scratch: Vec<(usize, Status)>,
+    scratch: Vec<(usize, Status)>,
 }
 
 impl BatchCache {
     /// Readies the cache for a pod with `signature` whose node-local Filter
     /// plugins are `filters`, and lists in `changed` the nodes whose
     /// verdicts must be recomputed (every node when nothing could be kept).
-    pub(crate) fn refresh(&mut self, signature: u64, filters: &[usize], snap: &Snapshot, changed: &mut Vec<usize>) {
+    /// `replayable`: every Filter of the cycle is node-local, so that a
+    /// failure may be kept and replayed ([`Self::set_failure`]).
+    pub(crate) fn refresh(&mut self, signature: u64, filters: &[usize], replayable: bool, snap: &Snapshot, changed: &mut Vec<usize>) {
+        self.replayable = replayable;
         let n = snap.nodes.len();
         let kept = self.signature == signature
             && self.filters == filters
@@ -204,6 +207,46 @@ impl BatchCache {
                 Arc::make_mut(&mut self.statuses)[i] = Some(s);
             }
         }
+    }
+
+    /// Node `i`'s node-local verdict: the position, in the cycle's active
+    /// Filter list, of the plugin that rejected it, or [`PASS`].
+    pub(crate) fn verdict(&self, i: usize) -> u8 {
+        self.rej[i]
+    }
+
+    /// Every node's verdict (see [`Self::verdict`]), by node index.
+    pub(crate) fn verdicts(&self) -> &[u8] {
+        &self.rej
+    }
+
+    /// Node `i`'s rejecting status (None: it passed).
+    pub(crate) fn status(&self, i: usize) -> Option<&Status> {
+        self.statuses.get(i).and_then(Option::as_ref)
+    }
+
+    /// Every node's rejecting status, shared (a cycle's outcome holds it
+    /// without a copy per node).
+    pub(crate) fn statuses(&self) -> Arc<Vec<Option<Status>>> {
+        Arc::clone(&self.statuses)
+    }
+
+    /// How many nodes some node-local plugin rejected.
+    pub(crate) fn rejected(&self) -> usize {
+        self.rejected
+    }
+
+    /// The buffer kept across cycles for the other plugins' rejections
+    /// (empty); give it back with [`Self::keep_scratch`].
+    pub(crate) fn take_scratch(&mut self) -> Vec<(usize, Status)> {
+        let mut s = std::mem::take(&mut self.scratch);
+        s.clear();
+        s
+    }
+
+    /// Keeps `scratch` for the next cycle.
+    pub(crate) fn keep_scratch(&mut self, scratch: Vec<(usize, Status)>) {
+        self.scratch = scratch;
     }
 
     /// Were node `i`'s node-local verdicts recomputed in the current cycle

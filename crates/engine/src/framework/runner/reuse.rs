@@ -4,7 +4,6 @@
 //! ([`BatchCache`]); the plugins that look beyond the node run as usual.
 
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 
 use super::cycle::{invalid_score, Cycle, CycleView};
 use super::window::Window;
@@ -84,8 +83,7 @@ impl Cycle<'_> {
         let local: Vec<usize> = active.iter().copied().filter(|&i| fw.filter[i].reusable()).collect();
         let all_local = local.len() == active.len();
         let mut changed = Vec::new();
-        cache.refresh(state.signature, &local, snap, &mut changed);
-        cache.replayable = all_local;
+        cache.refresh(state.signature, &local, all_local, snap, &mut changed);
         if all_local && let Some(o) = cache.failure(start, skip_post_filter) {
             // Nothing changed since the last pod of this signature failed from
             // the same start: its outcome (statuses, message, PostFilter's
@@ -114,7 +112,7 @@ impl Cycle<'_> {
             let mut processed = 0;
             for i in window {
                 processed += 1;
-                let r = cache.rej[i];
+                let r = cache.verdict(i);
                 if r == PASS {
                     out.feasible.push(i);
                     if out.feasible.len() >= to_find {
@@ -122,7 +120,7 @@ impl Cycle<'_> {
                     }
                     continue;
                 }
-                if let Some(s) = cache.statuses.get(i).and_then(Option::as_ref) {
+                if let Some(s) = cache.status(i) {
                     out.statuses.set(i, n, s.clone());
                 }
                 if let Some(seen) = seen.get_mut(usize::from(r)).filter(|s| !**s) {
@@ -133,13 +131,13 @@ impl Cycle<'_> {
             return Ok(processed);
         }
         if all_local {
-            if cache.rejected == 0 {
+            if cache.rejected() == 0 {
                 out.feasible.extend(window);
                 return Ok(n);
             }
             let mut seen = vec![false; active.len()];
             for i in window {
-                let r = cache.rej[i];
+                let r = cache.verdict(i);
                 if r == PASS {
                     out.feasible.push(i);
                 } else if let Some(seen) = seen.get_mut(usize::from(r)).filter(|s| !**s) {
@@ -147,7 +145,7 @@ impl Cycle<'_> {
                     out.unschedulable_plugins.push(fw.filter[active[usize::from(r)]].name());
                 }
             }
-            out.statuses = NodeStatuses { statuses: Arc::clone(&cache.statuses) };
+            out.statuses = NodeStatuses { statuses: cache.statuses() };
             return Ok(n);
         }
         // The plugins that look beyond the node run on every node the
@@ -156,19 +154,18 @@ impl Cycle<'_> {
         let first_other = active.iter().position(|&i| !fw.filter[i].reusable()).unwrap_or(active.len());
         let others: Vec<usize> = active.iter().copied().filter(|&i| !fw.filter[i].reusable()).collect();
         let mut late = Vec::new();
-        passed_locally(&cache.rej, n, start, first_other, &mut out.feasible, &mut late);
+        passed_locally(cache.verdicts(), n, start, first_other, &mut out.feasible, &mut late);
         // The rejections of the other plugins go to a buffer kept across
         // cycles: a spreading constraint may reject thousands of nodes per
         // cycle, and a fresh vector that size costs page faults each time.
-        let mut rejected = std::mem::take(&mut cache.scratch);
-        rejected.clear();
+        let mut rejected = cache.take_scratch();
         // Statuses are read only when nothing fits: first without them
         // where a plugin can, again with them if nothing fit.
         let lean = !opts.keep_statuses;
         let beyond = Beyond { others: &others, active, late: &late };
         let mut r = view.filter_others(lean, &beyond, cache, &mut out.feasible, &mut rejected);
         if lean && r.is_ok() && out.feasible.is_empty() {
-            passed_locally(&cache.rej, n, start, first_other, &mut out.feasible, &mut late);
+            passed_locally(cache.verdicts(), n, start, first_other, &mut out.feasible, &mut late);
             rejected.clear();
             let beyond = Beyond { others: &others, active, late: &late };
             r = view.filter_others(false, &beyond, cache, &mut out.feasible, &mut rejected);
@@ -178,10 +175,10 @@ impl Cycle<'_> {
             // nothing fits (the failure message, PostFilter, requeueing);
             // explain never reuses. A cycle that finds a node skips them
             // unless asked.
-            if cache.rejected > 0 {
-                out.statuses = NodeStatuses { statuses: Arc::clone(&cache.statuses) };
+            if cache.rejected() > 0 {
+                out.statuses = NodeStatuses { statuses: cache.statuses() };
             }
-            let any = cache.rejected > 0 || !rejected.is_empty();
+            let any = cache.rejected() > 0 || !rejected.is_empty();
             out.statuses.set_all(n, rejected.drain(..));
             if any {
                 for range in [start..n, 0..start] {
@@ -194,7 +191,7 @@ impl Cycle<'_> {
                 }
             }
         }
-        cache.scratch = rejected;
+        cache.keep_scratch(rejected);
         r.map(|()| n)
     }
 }
@@ -216,7 +213,7 @@ impl CycleView<'_> {
     fn filter_others(&self, lean: bool, beyond: &Beyond, cache: &BatchCache, feasible: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
         self.filter_list_as(lean, beyond.others, feasible, rejected)?;
         for &i in beyond.late {
-            let before: Vec<usize> = beyond.active[..usize::from(cache.rej[i])].iter().copied().filter(|&k| !self.fw.filter[k].reusable()).collect();
+            let before: Vec<usize> = beyond.active[..usize::from(cache.verdict(i))].iter().copied().filter(|&k| !self.fw.filter[k].reusable()).collect();
             let mut one = vec![i];
             self.filter_list_as(lean, &before, &mut one, rejected)?;
         }
