@@ -12,6 +12,7 @@ use berth_model::{NodeInfo, PodInfo};
 
 /// Does node `i` hold a nominated pod (other than `pod`) of equal or higher
 /// priority, which Filter must count there?
+#[inline]
 pub(super) fn nominated_here(snap: &Snapshot, pod: &PodInfo, i: usize) -> bool {
     !snap.nominated.is_empty() && snap.nominated.get(snap.nodes[i].name()).is_some_and(|v| v.iter().any(|p| p.uid != pod.uid && p.priority >= pod.priority))
 }

@@ -67,22 +67,32 @@ impl Cycle<'_> {
             }
             processed += chunk.len();
             alive.clear();
-            for &i in &chunk {
-                if !nominated_here(snap, pod, i) {
-                    alive.push(i);
-                    continue;
-                }
-                let s = fw.run_filter_with_nominated(&self.state, pod, &snap.nodes[i], snap);
-                match s.code {
-                    Code::Success => alive.push(i),
-                    Code::Error => return Err(s),
-                    _ => self.out.statuses.set(i, n, s),
+            if snap.nominated.is_empty() {
+                // No nominated pod anywhere: every node takes the batch path.
+                alive.extend_from_slice(&chunk);
+            } else {
+                for &i in &chunk {
+                    if !nominated_here(snap, pod, i) {
+                        alive.push(i);
+                        continue;
+                    }
+                    let s = fw.run_filter_with_nominated(&self.state, pod, &snap.nodes[i], snap);
+                    match s.code {
+                        Code::Success => alive.push(i),
+                        Code::Error => return Err(s),
+                        _ => self.out.statuses.set(i, n, s),
+                    }
                 }
             }
             rejected.clear();
             self.view().filter_batch(&mut alive, &mut rejected)?;
             for (i, s) in rejected.drain(..) {
                 self.out.statuses.set(i, n, s);
+            }
+            if self.out.statuses.statuses.is_empty() {
+                // No node rejected so far in this cycle: the chunk is feasible.
+                self.out.feasible.extend_from_slice(&chunk);
+                continue;
             }
             for &i in &chunk {
                 match self.out.statuses.get(i) {
