@@ -442,28 +442,37 @@ fn applied_value(field: &str, v: &Value, shape: Shape<'_>, path: &mut Vec<String
             MapType::Atomic => set.insert(path),
             mt => applied_object(m, mt, shape, false, path, set),
         },
-        Value::Array(items) => match list_type(field, shape, items) {
-            ListType::Atomic => set.insert(path),
-            ListType::Set => {
-                for i in items {
-                    path.push(value_pe(i));
-                    set.insert(path);
-                    path.pop();
-                }
+        Value::Array(items) => list_members(field, shape, items, path, set, |i, item_shape, path, set| {
+            set.insert(path);
+            if let Value::Object(m) = i {
+                applied_object(m, MapType::Struct, item_shape, false, path, set);
             }
-            ListType::Map(keys) => {
-                for i in items {
-                    let Some(pe) = item_key(i, &keys) else { continue };
-                    path.push(pe);
-                    set.insert(path);
-                    if let Value::Object(m) = i {
-                        applied_object(m, MapType::Struct, shape.item(), false, path, set);
-                    }
-                    path.pop();
-                }
-            }
-        },
+        }),
         _ => set.insert(path),
+    }
+}
+
+/// A list's members in a field set: the list itself when atomic, each
+/// value of a set, and each item of an associative list by its key, which
+/// `item` walks into (its path pushed).
+fn list_members(field: &str, shape: Shape<'_>, items: &[Value], path: &mut Vec<String>, set: &mut FieldSet, mut item: impl FnMut(&Value, Shape<'_>, &mut Vec<String>, &mut FieldSet)) {
+    match list_type(field, shape, items) {
+        ListType::Atomic => set.insert(path),
+        ListType::Set => {
+            for i in items {
+                path.push(value_pe(i));
+                set.insert(path);
+                path.pop();
+            }
+        }
+        ListType::Map(keys) => {
+            for i in items {
+                let Some(pe) = item_key(i, &keys) else { continue };
+                path.push(pe);
+                item(i, shape.item(), path, set);
+                path.pop();
+            }
+        }
     }
 }
 
@@ -653,24 +662,7 @@ fn all_paths(field: &str, v: &Value, shape: Shape<'_>, path: &mut Vec<String>, s
                 path.pop();
             }
         }
-        Value::Array(items) => match list_type(field, shape, items) {
-            ListType::Atomic => set.insert(path),
-            ListType::Set => {
-                for i in items {
-                    path.push(value_pe(i));
-                    set.insert(path);
-                    path.pop();
-                }
-            }
-            ListType::Map(keys) => {
-                for i in items {
-                    let Some(pe) = item_key(i, &keys) else { continue };
-                    path.push(pe);
-                    all_paths("", i, shape.item(), path, set, true);
-                    path.pop();
-                }
-            }
-        },
+        Value::Array(items) => list_members(field, shape, items, path, set, |i, item_shape, path, set| all_paths("", i, item_shape, path, set, true)),
         _ => {}
     }
 }

@@ -187,6 +187,12 @@ pub fn check_cluster_role_write(authz: &Authorizer, user: &UserInfo, new: &Clust
     Ok(())
 }
 
+/// A binding write that needs no check: by a privileged user, or an update
+/// that changes only what the garbage collector writes.
+fn binding_write_exempt<T: Clone + PartialEq + k8s_openapi::Metadata<Ty = ObjectMeta>>(user: &UserInfo, new: &T, write: Write<'_, T>) -> bool {
+    user.is_privileged() || matches!(write, Write::Update(old) if only_gc_fields(new, old, |r| r.metadata_mut()))
+}
+
 /// The binding checks common to both kinds.
 fn check_binding(authz: &Authorizer, user: &UserInfo, resource: &'static str, name: &str, namespace: &str, role_ref: &RoleRef) -> Result<(), Error> {
     if bind_authorized(authz, user, role_ref, namespace) {
@@ -198,12 +204,7 @@ fn check_binding(authz: &Authorizer, user: &UserInfo, resource: &'static str, na
 
 /// May `user` create or update the RoleBinding `new`?
 pub fn check_role_binding_write(authz: &Authorizer, user: &UserInfo, new: &RoleBinding, write: Write<'_, RoleBinding>) -> Result<(), Error> {
-    if user.is_privileged() {
-        return Ok(());
-    }
-    if let Write::Update(old) = write
-        && only_gc_fields(new, old, |r| &mut r.metadata)
-    {
+    if binding_write_exempt(user, new, write) {
         return Ok(());
     }
     let name = new.metadata.name.as_deref().unwrap_or_default();
@@ -213,12 +214,7 @@ pub fn check_role_binding_write(authz: &Authorizer, user: &UserInfo, new: &RoleB
 
 /// May `user` create or update the ClusterRoleBinding `new`?
 pub fn check_cluster_role_binding_write(authz: &Authorizer, user: &UserInfo, new: &ClusterRoleBinding, write: Write<'_, ClusterRoleBinding>) -> Result<(), Error> {
-    if user.is_privileged() {
-        return Ok(());
-    }
-    if let Write::Update(old) = write
-        && only_gc_fields(new, old, |r| &mut r.metadata)
-    {
+    if binding_write_exempt(user, new, write) {
         return Ok(());
     }
     let name = new.metadata.name.as_deref().unwrap_or_default();

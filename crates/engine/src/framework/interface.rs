@@ -123,7 +123,7 @@ pub trait FilterPlugin: Plugin {
     /// loop that answers the common case without building a status, so that a
     /// full cycle pays one dynamic call per plugin rather than per node.
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
-        super::filter_each(self, state, pod, snap, nodes, rejected, |_| true);
+        super::filter_each(self, state, pod, snap, nodes, rejected, |_, _| true);
     }
 
     /// [`Self::filter_nodes`] for a cycle that will not read the rejected

@@ -194,7 +194,7 @@ pub struct PostFilterResult {
 /// Highest normalized score a plugin may give.
 pub const MAX_NODE_SCORE: i64 = 100;
 
-/// Runs `plugin`'s Filter on the nodes `needs_look` picks, keeps the others
+/// Runs `plugin`'s Filter on the nodes `needs_look` picks (by index and node), keeps the others
 /// as they are, and moves each rejected node with its status to `rejected`:
 /// the shared body of [`FilterPlugin::filter_nodes`] and its node-local overrides.
 pub fn filter_each<P: FilterPlugin + ?Sized>(
@@ -204,11 +204,11 @@ pub fn filter_each<P: FilterPlugin + ?Sized>(
     snap: &Snapshot,
     nodes: &mut Vec<usize>,
     rejected: &mut Vec<(usize, Status)>,
-    needs_look: impl Fn(&NodeInfo) -> bool,
+    needs_look: impl Fn(usize, &NodeInfo) -> bool,
 ) {
     nodes.retain(|&i| {
         let ni = &snap.nodes[i];
-        if !needs_look(ni) {
+        if !needs_look(i, ni) {
             return true;
         }
         let s = plugin.filter(state, pod, ni);

@@ -192,19 +192,8 @@ impl FilterPlugin for NodeAffinity {
         // The verdicts PreFilter cached per node object, read in one loop; a
         // node without a current verdict (or a rejected one) gets `filter`.
         let cached = if self.added_required.is_none() { state.get::<PreFilterState>().map(|s| &s.matches[..]) } else { None };
-        nodes.retain(|&i| {
-            let ni = &snap.nodes[i];
-            if let Some((Some(p), true)) = cached.and_then(|m| m.get(i))
-                && Arc::ptr_eq(p, &ni.node) {
-                    return true;
-                }
-            let s = self.filter(state, pod, ni);
-            if s.is_success() {
-                return true;
-            }
-            rejected.push((i, s));
-            false
-        });
+        let passed = |i: usize, ni: &NodeInfo| matches!(cached.and_then(|m| m.get(i)), Some((Some(p), true)) if Arc::ptr_eq(p, &ni.node));
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |i, ni| !passed(i, ni));
     }
 }
 

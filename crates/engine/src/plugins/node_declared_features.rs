@@ -52,7 +52,7 @@ impl FilterPlugin for NodeDeclaredFeatures {
         if pod.required_features.is_empty() {
             return;
         }
-        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_| true);
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_, _| true);
     }
 }
 

@@ -41,7 +41,7 @@ impl FilterPlugin for NodeName {
         if pod.node_name.is_none() {
             return;
         }
-        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_| true);
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_, _| true);
     }
 }
 

@@ -274,25 +274,15 @@ impl FilterPlugin for NodeResourcesFit {
         let r = &pod.requests;
         let (cpu, mem, eph) = (r.milli_cpu, r.memory, r.ephemeral_storage);
         let scalars = r.scalar.iter().any(|(_, v)| *v != 0);
-        nodes.retain(|&i| {
-            let ni = &snap.nodes[i];
-            let a = &ni.allocatable;
-            let u = &ni.requested;
-            let fits = !scalars
+        let fits = |ni: &NodeInfo| {
+            let (a, u) = (&ni.allocatable, &ni.requested);
+            !scalars
                 && (ni.pods.len() as i64) < a.pods
                 && (cpu <= 0 || cpu <= a.milli_cpu - u.milli_cpu)
                 && (mem <= 0 || mem <= a.memory - u.memory)
-                && (eph <= 0 || eph <= a.ephemeral_storage - u.ephemeral_storage);
-            if fits {
-                return true;
-            }
-            let s = self.filter(state, pod, ni);
-            if s.is_success() {
-                return true;
-            }
-            rejected.push((i, s));
-            false
-        });
+                && (eph <= 0 || eph <= a.ephemeral_storage - u.ephemeral_storage)
+        };
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_, ni| !fits(ni));
     }
 }
 

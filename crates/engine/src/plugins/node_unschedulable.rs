@@ -49,7 +49,7 @@ impl FilterPlugin for NodeUnschedulable {
 
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // Only cordoned nodes need a look.
-        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |ni| ni.unschedulable);
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_, ni| ni.unschedulable);
     }
 }
 

@@ -55,7 +55,7 @@ impl FilterPlugin for TaintToleration {
 
     fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // Only tainted nodes need a look.
-        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |ni| ni.has_taints);
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_, ni| ni.has_taints);
     }
 }
 

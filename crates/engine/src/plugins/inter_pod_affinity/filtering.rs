@@ -294,7 +294,7 @@ pub(super) fn filter(state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status
 
 pub(super) fn filter_nodes(pl: &InterPodAffinity, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
     let Some(s) = state.get::<PreFilterState>() else {
-        filter_each(pl, state, pod, snap, nodes, rejected, |_| true);
+        filter_each(pl, state, pod, snap, nodes, rejected, |_, _| true);
         return;
     };
     if s.deltas.is_empty() && s.mark == snap.journal_mark() && s.affinity.is_empty() {

@@ -255,7 +255,7 @@ pub(super) fn filter(state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status
 
 pub(super) fn filter_nodes(pl: &PodTopologySpread, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
     let Some(tables) = state.get::<PreFilterState>().and_then(|s| s.domain_verdicts(snap)) else {
-        return filter_each(pl, state, pod, snap, nodes, rejected, |_| true);
+        return filter_each(pl, state, pod, snap, nodes, rejected, |_, _| true);
     };
     nodes.retain(|&i| match rejection(&tables, i) {
         None => true,
