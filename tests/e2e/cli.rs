@@ -238,8 +238,11 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
         assert!(matches!(code, Some(0) | Some(141)), "{args:?}: {code:?} {err}");
     }
     // The table of bench prints a header first, then each figure as it is
-    // measured: a reader gone after the header cuts it short.
-    let (code, err) = berth_into_closed_pipe(&["bench", "--workload", "SchedulingBasic", "--nodes", "50", "--percentage-of-nodes-to-score", "100"], true);
+    // measured: a reader gone after the header cuts it short. 5,000 nodes,
+    // so that the first figure comes long after the header (at 50 nodes it
+    // came within a millisecond, and a reader slower than that under load
+    // read the whole table: exit 0).
+    let (code, err) = berth_into_closed_pipe(&["bench", "--workload", "SchedulingBasic", "--nodes", "5000", "--percentage-of-nodes-to-score", "100"], true);
     assert_eq!(code, Some(141), "{err}");
 }
 
