@@ -296,6 +296,17 @@ step "hadolint Dockerfile"
 "$HADOLINT" Dockerfile
 echo "Dockerfile: no findings"
 
+# .dockerignore starts from `*` and lets named paths through: each source the
+# build stage copies must be one of them, or the image build fails on COPY.
+step "Dockerfile COPY sources pass .dockerignore"
+for src in $(awk '/^COPY / && !/--from/ { for (i = 2; i < NF; i++) print $i }' Dockerfile); do
+  grep -qxF "!${src%/}" .dockerignore || grep -qxF "!${src%/}/" .dockerignore || {
+    echo "Dockerfile copies $src, which .dockerignore leaves out" >&2
+    exit 1
+  }
+done
+echo "every COPY source is in the build context"
+
 # ---------------------------------------------------------------- berth demo
 
 step "berth demo"
