@@ -68,6 +68,11 @@ pub struct BenchArgs {
     /// seconds and peak RSS (from /proc).
     #[arg(long, requires = "scheduler_name")]
     pub scheduler_pid: Option<u32>,
+    /// With --e2e: no scheduler; each creating client binds its pod itself
+    /// (round-robin over the nodes): the API server's ceiling with no
+    /// scheduling work.
+    #[arg(long, requires = "e2e", conflicts_with = "scheduler_name")]
+    pub bind_directly: bool,
 }
 
 /// The chart's default clientConnection.qps (charts/berth/values.yaml).
@@ -150,6 +155,7 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
             scheduler_name: a.scheduler_name.clone(),
             kwok_nodes: a.kwok_nodes,
             scheduler_pid: a.scheduler_pid,
+            bind_directly: a.bind_directly,
         };
         let f = rt.block_on(berth_lab::bench_e2e::run(&o))?;
         match a.output {

@@ -173,6 +173,21 @@ fn bench_e2e_runs_the_pipeline_end_to_end() {
     assert!(!ok && err.contains("--workload"), "{err}");
 }
 
+/// `bench --e2e --bind-directly`: no daemon; the creating clients bind each
+/// pod themselves, and the figures are the API server's alone (no
+/// scheduler process, so no scheduler CPU or RSS). It refuses the DRA
+/// workload, whose claims need an allocator.
+#[test]
+fn bench_e2e_bind_directly_measures_the_server_alone() {
+    let (ok, out, err) = berth(&["bench", "--e2e", "--bind-directly", "--workload", "SchedulingBasic", "--nodes", "5", "--pods", "40", "--output", "json"]);
+    assert!(ok, "{err}");
+    let f: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((f["scheduler"].as_str(), f["pods"].as_u64()), (Some("none-the-bench-binds"), Some(40)), "{f}");
+    assert_eq!((f["scheduler_peak_rss_mb"].as_f64(), f["scheduler_cpu_s_per_1000_pods"].as_f64()), (Some(0.0), Some(0.0)), "{f}");
+    let (ok, _, err) = berth(&["bench", "--e2e", "--bind-directly", "--workload", "SchedulingWithResourceClaimTemplate", "--nodes", "2"]);
+    assert!(!ok && err.contains("--bind-directly"), "{err}");
+}
+
 /// `bench --e2e --workload SchedulingWithResourceClaimTemplate`: the
 /// cluster's simulated driver publishes 10 devices per node, init pods take
 /// half of them, and the measured pods (at most the free half) each get a

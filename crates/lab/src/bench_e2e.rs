@@ -16,6 +16,12 @@
 //! is not started and that scheduler is measured; `--scheduler-pid` lets
 //! its CPU and peak RSS be read from /proc as the daemon's are.
 //!
+//! `--bind-directly` measures the API server's own ceiling: no scheduler
+//! runs, and each creating client binds its pod itself (`pods/binding`,
+//! round-robin over the nodes) right after the create, so the same figures
+//! show what the server and the load take with no scheduling work (it
+//! writes no Scheduled event, so the ceiling is if anything high).
+//!
 //! SchedulingWithResourceClaimTemplate (scheduler_perf's DRA workload) runs
 //! the cluster with its simulated DRA driver (`--devices-per-node 10`,
 //! which also creates the driver's DeviceClass): every pod names one
@@ -54,6 +60,8 @@ const DRA_TEMPLATE: &str = "bench-gpu";
 
 /// The scheduler name the benchmark's pods ask for.
 const PROFILE: &str = "berth-bench";
+/// The scheduler name of `--bind-directly`'s pods: no scheduler serves it.
+const NO_SCHEDULER: &str = "none-the-bench-binds";
 
 /// Why the end-to-end benchmark could not run.
 #[derive(Debug, Error)]
@@ -107,6 +115,8 @@ pub struct E2eOptions {
     pub kwok_nodes: bool,
     /// The process of a scheduler this run does not start, for its CPU and RSS.
     pub scheduler_pid: Option<u32>,
+    /// No scheduler: the creating clients bind each pod themselves.
+    pub bind_directly: bool,
 }
 
 /// The figures of one end-to-end run.
@@ -397,6 +407,9 @@ pub async fn run(o: &E2eOptions) -> Result<E2eFigures, Error> {
     if !WORKLOADS.contains(&o.workload.as_str()) {
         return Err(Error::Workload(o.workload.clone()));
     }
+    if o.bind_directly && (o.workload == DRA_WORKLOAD || o.scheduler_name.is_some()) {
+        return Err(Error::Stuck(format!("--bind-directly measures the API server with no scheduler: not with --scheduler-name, nor with {DRA_WORKLOAD} (its claims need an allocator)")));
+    }
     if o.kubeconfig.is_some() && o.workload == DRA_WORKLOAD && !o.kwok_nodes {
         return Err(Error::Stuck(format!("--workload {DRA_WORKLOAD} with --kubeconfig needs --kwok-nodes: the run publishes the devices of the nodes it creates")));
     }
@@ -463,7 +476,11 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children, made: &mut 
     };
     let client = client_of(&kc).await?;
     let backend = if backend.is_empty() { server_of(&kc) } else { backend };
-    let scheduler = o.scheduler_name.clone().unwrap_or_else(|| PROFILE.to_string());
+    let scheduler = match &o.scheduler_name {
+        _ if o.bind_directly => NO_SCHEDULER.to_string(),
+        Some(name) => name.clone(),
+        None => PROFILE.to_string(),
+    };
     let ours = scheduler == PROFILE;
     let target = if o.kubeconfig.is_some() {
         // A namespace of its own on a server that is not the benchmark's.
@@ -518,6 +535,9 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children, made: &mut 
         o.scheduler_pid
     };
 
+    let bind_to = if o.bind_directly { Some(Arc::new(node_names(&client).await?)) } else { None };
+    let load = Load { client: client.clone(), target: target.clone(), bind_to };
+
     // Bound times, from the watch.
     let bound: Arc<Bound> = Arc::default();
     let watching = tokio::spawn(watch_bound(client.clone(), target.clone(), bound.clone()));
@@ -533,7 +553,7 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children, made: &mut 
     // these. The DRA workload's are its init pods: half of the devices.
     let devices = o.nodes * DRA_DEVICES_PER_NODE;
     let warm = if dra { (devices / 2).max(1) } else { 50 };
-    create_many(&client, &target, &template, "warm", warm, if dra { creators } else { 1 }, None).await?;
+    create_many(&load, &template, "warm", warm, if dra { creators } else { 1 }, None).await?;
     let deadline = Instant::now() + Duration::from_secs(if dra { 300 } else { 120 });
     loop {
         let n = bound.len();
@@ -558,7 +578,7 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children, made: &mut 
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let cpu_before = cpu_seconds(daemon_pid);
     let first = Instant::now();
-    create_many(&client, &target, &template, "p", measured, creators, Some(created.clone())).await?;
+    create_many(&load, &template, "p", measured, creators, Some(created.clone())).await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let done = bound.measured.load(Ordering::Relaxed);
@@ -622,15 +642,43 @@ fn server_of(kc: &Path) -> String {
         .unwrap_or_else(|| kc.display().to_string())
 }
 
+/// Where the pods go: the client, the namespace and scheduler, and with
+/// `--bind-directly` the nodes the creating clients bind them to.
+struct Load {
+    client: kube::Client,
+    target: Target,
+    bind_to: Option<Arc<Vec<String>>>,
+}
+
+/// The names of the cluster's nodes, for `--bind-directly`.
+async fn node_names(client: &kube::Client) -> Result<Vec<String>, Error> {
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()).list_metadata(&ListParams::default()).await.map_err(|e| Error::Client(format!("listing nodes: {e}")))?;
+    let names: Vec<String> = nodes.items.into_iter().filter_map(|n| n.metadata.name).collect();
+    if names.is_empty() {
+        return Err(Error::Stuck("--bind-directly: the cluster has no nodes to bind to".into()));
+    }
+    Ok(names)
+}
+
+/// Binds a pod to a node through `pods/binding`, as a scheduler does.
+async fn bind(client: &kube::Client, t: &Target, name: &str, node: &str) -> Result<(), kube::Error> {
+    let body = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": t.ns}, "target": {"kind": "Node", "name": node}});
+    let req = kube::core::Request::new(t.pods_path()).create_subresource("binding", name, &PostParams::default(), body.to_string().into_bytes()).map_err(kube::Error::BuildRequest)?;
+    client.request::<serde::de::IgnoredAny>(req).await.map(|_| ())
+}
+
 /// Creates `total` pods named `<prefix>-<i>` from `template`, from
-/// `creators` concurrent clients, recording each create's start in `created`.
-async fn create_many(client: &kube::Client, target: &Target, template: &Arc<PodBody>, prefix: &'static str, total: usize, creators: usize, created: Option<Arc<Mutex<HashMap<String, Instant>>>>) -> Result<(), Error> {
+/// `creators` concurrent clients, recording each create's start in
+/// `created`; with `bind_to`, each client binds its pod right after
+/// creating it (round-robin over those nodes).
+async fn create_many(load: &Load, template: &Arc<PodBody>, prefix: &'static str, total: usize, creators: usize, created: Option<Arc<Mutex<HashMap<String, Instant>>>>) -> Result<(), Error> {
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..creators.max(1) {
-        let client = client.clone();
+        let client = load.client.clone();
         let created = created.clone();
         let template = template.clone();
-        let target = target.clone();
+        let target = load.target.clone();
+        let bind_to = load.bind_to.clone();
         tasks.spawn(async move {
             let mut i = c;
             while i < total {
@@ -639,7 +687,11 @@ async fn create_many(client: &kube::Client, target: &Target, template: &Arc<PodB
                 let t = Instant::now();
                 create(&client, &target, body).await.map_err(|e| Error::Client(format!("creating {name}: {e}")))?;
                 if let Some(Ok(mut m)) = created.as_ref().map(|c| c.lock()) {
-                    m.insert(name, t);
+                    m.insert(name.clone(), t);
+                }
+                if let Some(nodes) = bind_to.as_deref().filter(|n| !n.is_empty()) {
+                    let node = &nodes[i % nodes.len()];
+                    bind(&client, &target, &name, node).await.map_err(|e| Error::Client(format!("binding {name} to {node}: {e}")))?;
                 }
                 i += creators.max(1);
             }
