@@ -59,6 +59,11 @@ pub struct BenchArgs {
     /// (3 zones, 4 CPUs, 32Gi, 110 pods each; deleted afterwards).
     #[arg(long, requires = "kubeconfig")]
     pub kwok_nodes: bool,
+    /// With --e2e --kubeconfig: create the --nodes nodes Ready at create,
+    /// for a control plane with no KWOK (tools/kube/up --static-nodes):
+    /// nothing heartbeats them, as scheduler_perf's nodes.
+    #[arg(long, requires = "kubeconfig", conflicts_with = "kwok_nodes")]
+    pub static_nodes: bool,
     /// With --e2e: the scheduler the pods name. Another scheduler's name
     /// (kube-scheduler's default-scheduler) measures that scheduler: berth's
     /// daemon is not started.
@@ -154,6 +159,7 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
             kubeconfig: a.kubeconfig.clone(),
             scheduler_name: a.scheduler_name.clone(),
             kwok_nodes: a.kwok_nodes,
+            static_nodes: a.static_nodes,
             scheduler_pid: a.scheduler_pid,
             bind_directly: a.bind_directly,
         };

@@ -11,7 +11,9 @@
 //! control plane from `tools/kube/up`, or a test cluster): no local cluster
 //! is started, the pods live in a namespace of their own
 //! (`berth-bench-<pid>`, deleted afterwards), and `--kwok-nodes` creates the
-//! nodes as KWOK nodes (deleted afterwards). With `--scheduler-name` naming
+//! nodes as KWOK nodes (deleted afterwards), `--static-nodes` as nodes
+//! created Ready that nothing heartbeats (`tools/kube/up --static-nodes`,
+//! no KWOK: scheduler_perf's nodes). With `--scheduler-name` naming
 //! another scheduler (kube-scheduler's `default-scheduler`), berth's daemon
 //! is not started and that scheduler is measured; `--scheduler-pid` lets
 //! its CPU and peak RSS be read from /proc as the daemon's are.
@@ -113,6 +115,9 @@ pub struct E2eOptions {
     pub scheduler_name: Option<String>,
     /// With `kubeconfig`: create `nodes` KWOK nodes for the run.
     pub kwok_nodes: bool,
+    /// With `kubeconfig`: create `nodes` nodes Ready at create, for a
+    /// control plane with no KWOK (`tools/kube/up --static-nodes`).
+    pub static_nodes: bool,
     /// The process of a scheduler this run does not start, for its CPU and RSS.
     pub scheduler_pid: Option<u32>,
     /// No scheduler: the creating clients bind each pod themselves.
@@ -410,8 +415,8 @@ pub async fn run(o: &E2eOptions) -> Result<E2eFigures, Error> {
     if o.bind_directly && (o.workload == DRA_WORKLOAD || o.scheduler_name.is_some()) {
         return Err(Error::Stuck(format!("--bind-directly measures the API server with no scheduler: not with --scheduler-name, nor with {DRA_WORKLOAD} (its claims need an allocator)")));
     }
-    if o.kubeconfig.is_some() && o.workload == DRA_WORKLOAD && !o.kwok_nodes {
-        return Err(Error::Stuck(format!("--workload {DRA_WORKLOAD} with --kubeconfig needs --kwok-nodes: the run publishes the devices of the nodes it creates")));
+    if o.kubeconfig.is_some() && o.workload == DRA_WORKLOAD && !o.kwok_nodes && !o.static_nodes {
+        return Err(Error::Stuck(format!("--workload {DRA_WORKLOAD} with --kubeconfig needs --kwok-nodes or --static-nodes: the run publishes the devices of the nodes it creates")));
     }
     let dir = std::env::temp_dir().join(format!("berth-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
@@ -492,8 +497,12 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children, made: &mut 
             .await
             .map_err(|e| Error::Client(format!("creating namespace {ns}: {e}")))?;
         made.namespace = Some(ns.clone());
-        if o.kwok_nodes {
-            let specs = crate::kwok::spread_nodes(&format!("bench-{}", std::process::id()), o.nodes, "4", "32Gi", 110);
+        wait_default_service_account(&client, &ns).await?;
+        if o.kwok_nodes || o.static_nodes {
+            let mut specs = crate::kwok::spread_nodes(&format!("bench-{}", std::process::id()), o.nodes, "4", "32Gi", 110);
+            for s in &mut specs {
+                s.ready_at_create = o.static_nodes;
+            }
             made.nodes = specs.iter().map(|s| s.name.clone()).collect();
             let nodes = crate::kwok::create_nodes(&client, &specs, 32).await.map_err(|e| Error::Stuck(e.to_string()))?;
             crate::kwok::wait_schedulable(&client, &made.nodes, true, 300).await.map_err(|e| Error::Stuck(e.to_string()))?;
@@ -648,6 +657,22 @@ struct Load {
     client: kube::Client,
     target: Target,
     bind_to: Option<Arc<Vec<String>>>,
+}
+
+/// Waits until kube-controller-manager has made the namespace's `default`
+/// ServiceAccount: until then the ServiceAccount admission plugin refuses
+/// every pod (the first creates of a run on a busy machine met it).
+async fn wait_default_service_account(client: &kube::Client, ns: &str) -> Result<(), Error> {
+    let api = kube::Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match api.get_opt("default").await {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(None) => return Err(Error::Stuck(format!("namespace {ns} got no default ServiceAccount within 60 s (is kube-controller-manager's serviceaccount-controller running?)"))),
+            Err(e) => return Err(Error::Client(format!("reading ServiceAccount {ns}/default: {e}"))),
+        }
+    }
 }
 
 /// The names of the cluster's nodes, for `--bind-directly`.

@@ -69,12 +69,17 @@ pub struct NodeSpec {
     pub taints: Vec<(String, String, String)>,
     /// Extended resources (name, quantity) beside cpu, memory and pods.
     pub extended: BTreeMap<String, String>,
+    /// Created Ready, for a control plane with no KWOK (`tools/kube/up
+    /// --static-nodes`): nothing initializes or heartbeats the node, as
+    /// scheduler_perf's nodes. (KWOK leaves a node created Ready alone, so
+    /// this is for static nodes only.)
+    pub ready_at_create: bool,
 }
 
 impl NodeSpec {
     /// `name` in `zone` with `cpu` cores, 64 GiB and 110 pod slots.
     pub fn new(name: &str, zone: &str, cpu: &str) -> NodeSpec {
-        NodeSpec { name: name.into(), zone: zone.into(), cpu: cpu.into(), memory: "64Gi".into(), pods: 110, labels: BTreeMap::new(), taints: Vec::new(), extended: BTreeMap::new() }
+        NodeSpec { name: name.into(), zone: zone.into(), cpu: cpu.into(), memory: "64Gi".into(), pods: 110, labels: BTreeMap::new(), taints: Vec::new(), extended: BTreeMap::new(), ready_at_create: false }
     }
 
     /// With a label.
@@ -103,12 +108,16 @@ impl NodeSpec {
         for (k, v) in &self.extended {
             resources[k] = json!(v);
         }
-        json!({
+        let mut node = json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": self.name, "labels": labels, "annotations": {ANNOTATION.0: ANNOTATION.1, "node.alpha.kubernetes.io/ttl": "0"}},
             "spec": {"taints": taints},
             "status": {"allocatable": resources, "capacity": resources}
-        })
+        });
+        if self.ready_at_create {
+            node["status"]["conditions"] = json!([{"type": "Ready", "status": "True", "reason": "StaticNode", "message": "created Ready; no kubelet"}]);
+        }
+        node
     }
 }
 
