@@ -173,6 +173,19 @@ fn bench_e2e_runs_the_pipeline_end_to_end() {
     assert!(!ok && err.contains("--workload"), "{err}");
 }
 
+/// `bench --e2e --workload PreemptionBasic`: every node is filled with four
+/// low-priority victims (900m of 4 CPUs), then one 3-CPU preemptor per node
+/// is measured; each is bound only once the daemon has preempted three
+/// victims on its node (deleted at once: grace 0).
+#[test]
+fn bench_e2e_runs_the_preemption_workload() {
+    let (ok, out, err) = berth(&["bench", "--e2e", "--workload", "PreemptionBasic", "--nodes", "6", "--pods", "100", "--output", "json"]);
+    assert!(ok, "{err}");
+    let f: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    // One preemptor per node, whatever --pods asks.
+    assert_eq!((f["workload"].as_str(), f["pods"].as_u64()), (Some("PreemptionBasic"), Some(6)), "{f}");
+}
+
 /// `bench --e2e --bind-directly`: no daemon; the creating clients bind each
 /// pod themselves, and the figures are the API server's alone (no
 /// scheduler process, so no scheduler CPU or RSS). It refuses the DRA

@@ -51,7 +51,18 @@ use thiserror::Error;
 use tokio::process::{Child, Command};
 
 /// The end-to-end workloads.
-pub const WORKLOADS: &[&str] = &["SchedulingBasic", "TopologySpreading", "Unschedulable", DRA_WORKLOAD];
+pub const WORKLOADS: &[&str] = &["SchedulingBasic", "TopologySpreading", "Unschedulable", PREEMPTION_WORKLOAD, DRA_WORKLOAD];
+
+/// The preemption workload: every node full of low-priority pods, then
+/// high-priority pods that fit only by preempting (scheduler_perf's
+/// PreemptionBasic).
+pub const PREEMPTION_WORKLOAD: &str = "PreemptionBasic";
+/// Low-priority pods per node of the preemption workload (scheduler_perf's
+/// 4,000 init pods on 1,000 nodes).
+pub const PREEMPTION_VICTIMS_PER_NODE: usize = 4;
+/// The PriorityClass of the preemption workload's measured pods
+/// (scheduler_perf's high-priority pods have priority 10).
+const HIGH_PRIORITY_CLASS: &str = "berth-bench-high";
 
 /// The DRA workload: pods with a claim from a ResourceClaimTemplate.
 pub const DRA_WORKLOAD: &str = "SchedulingWithResourceClaimTemplate";
@@ -84,7 +95,7 @@ pub enum Error {
     #[error("API client: {0}")]
     Client(String),
     /// Unknown workload.
-    #[error("--workload: unknown end-to-end workload {0:?} (one of SchedulingBasic, TopologySpreading, Unschedulable, SchedulingWithResourceClaimTemplate)")]
+    #[error("--workload: unknown end-to-end workload {0:?} (one of SchedulingBasic, TopologySpreading, Unschedulable, PreemptionBasic, SchedulingWithResourceClaimTemplate)")]
     Workload(String),
     /// The claims read back after the DRA workload break an invariant.
     #[error("claims after the run: {0}")]
@@ -208,9 +219,29 @@ impl Target {
     }
 }
 
+/// Where a pod's name goes in a [`PodBody`] before it is split.
+const NAME_MARK: &str = "\u{1}name\u{1}";
+
 /// A pod's JSON, ready to post.
 fn pod(t: &Target, name: &str, cpu: &str, spread: bool) -> Vec<u8> {
     PodBody::new(t, cpu, spread, false).with_name(name)
+}
+
+/// The preemption workload's pods, as scheduler_perf's templates: victims
+/// of 900m (four fill a 4-CPU node) with `terminationGracePeriodSeconds: 0`
+/// so that a preempted pod is gone at once, and preemptors of 3 CPUs at
+/// priority 10 (through a PriorityClass: the Priority admission plugin
+/// refuses a bare `priority`), each of which must evict three victims.
+fn preemption_body(t: &Target, high: bool) -> PodBody {
+    let mut body = PodBody::unsealed(t, if high { "3" } else { "900m" }, false, false);
+    if let Some(spec) = body.spec_mut() {
+        if high {
+            spec["priorityClassName"] = json!(HIGH_PRIORITY_CLASS);
+        } else {
+            spec["terminationGracePeriodSeconds"] = json!(0);
+        }
+    }
+    body.seal()
 }
 
 /// The JSON of the benchmark's pods of one kind, serialized once: the text
@@ -219,12 +250,19 @@ fn pod(t: &Target, name: &str, cpu: &str, spread: bool) -> Vec<u8> {
 struct PodBody {
     head: Vec<u8>,
     tail: Vec<u8>,
+    /// The pod before it is split (until [`PodBody::seal`]).
+    value: Option<serde_json::Value>,
 }
 
 impl PodBody {
     /// `claim`: the pod's claim `resource` comes from the template [`DRA_TEMPLATE`].
     fn new(t: &Target, cpu: &str, spread: bool, claim: bool) -> PodBody {
-        const MARK: &str = "\u{1}name\u{1}";
+        PodBody::unsealed(t, cpu, spread, claim).seal()
+    }
+
+    /// The pod as a value, to change through [`PodBody::spec_mut`] before
+    /// [`PodBody::seal`].
+    fn unsealed(t: &Target, cpu: &str, spread: bool, claim: bool) -> PodBody {
         let mut spec = json!({
             "schedulerName": t.scheduler,
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
@@ -242,14 +280,25 @@ impl PodBody {
         }
         let v = json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": MARK, "namespace": t.ns, "labels": {"color": "blue", "bench": "e2e"}},
+            "metadata": {"name": NAME_MARK, "namespace": t.ns, "labels": {"color": "blue", "bench": "e2e"}},
             "spec": spec,
         });
+        PodBody { head: Vec::new(), tail: Vec::new(), value: Some(v) }
+    }
+
+    /// The spec, to change before [`PodBody::seal`] (after it, `None`).
+    fn spec_mut(&mut self) -> Option<&mut serde_json::Value> {
+        self.value.as_mut().map(|v| &mut v["spec"])
+    }
+
+    /// Serializes the pod once, split around its name.
+    fn seal(mut self) -> PodBody {
+        let Some(v) = self.value.take() else { return self };
         let text = v.to_string();
-        let mark = serde_json::to_string(MARK).unwrap_or_default();
+        let mark = serde_json::to_string(NAME_MARK).unwrap_or_default();
         match text.split_once(&mark) {
-            Some((head, tail)) => PodBody { head: head.as_bytes().to_vec(), tail: tail.as_bytes().to_vec() },
-            None => PodBody { head: Vec::new(), tail: Vec::new() },
+            Some((head, tail)) => PodBody { head: head.as_bytes().to_vec(), tail: tail.as_bytes().to_vec(), value: None },
+            None => PodBody { head: Vec::new(), tail: Vec::new(), value: None },
         }
     }
 
@@ -412,8 +461,8 @@ pub async fn run(o: &E2eOptions) -> Result<E2eFigures, Error> {
     if !WORKLOADS.contains(&o.workload.as_str()) {
         return Err(Error::Workload(o.workload.clone()));
     }
-    if o.bind_directly && (o.workload == DRA_WORKLOAD || o.scheduler_name.is_some()) {
-        return Err(Error::Stuck(format!("--bind-directly measures the API server with no scheduler: not with --scheduler-name, nor with {DRA_WORKLOAD} (its claims need an allocator)")));
+    if o.bind_directly && (o.workload == DRA_WORKLOAD || o.workload == PREEMPTION_WORKLOAD || o.scheduler_name.is_some()) {
+        return Err(Error::Stuck(format!("--bind-directly measures the API server with no scheduler: not with --scheduler-name, nor with {DRA_WORKLOAD} or {PREEMPTION_WORKLOAD} (their pods need a scheduler's work)")));
     }
     if o.kubeconfig.is_some() && o.workload == DRA_WORKLOAD && !o.kwok_nodes && !o.static_nodes {
         return Err(Error::Stuck(format!("--workload {DRA_WORKLOAD} with --kubeconfig needs --kwok-nodes or --static-nodes: the run publishes the devices of the nodes it creates")));
@@ -439,9 +488,15 @@ struct Made {
 }
 
 impl Made {
+    /// Deletes the pods at once (grace 0: static nodes have no kubelet to
+    /// finish a graceful deletion, and the namespace controller's and pod
+    /// GC's deletions would otherwise load the server during the next run),
+    /// then the namespace and the nodes.
     async fn clean(&mut self) {
         let Some(client) = &self.client else { return };
         if let Some(ns) = &self.namespace {
+            let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+            let _ = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns).delete_collection(&now, &ListParams::default()).await;
             let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()).delete(ns, &Default::default()).await;
         }
         crate::kwok::delete_nodes(client, &self.nodes).await;
@@ -554,23 +609,32 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children, made: &mut 
     if dra {
         create_template(&client, &target).await?;
     }
+    let preempt = o.workload == PREEMPTION_WORKLOAD;
+    if preempt {
+        create_priority_class(&client).await?;
+    }
     let spread = o.workload == "TopologySpreading";
-    let template = Arc::new(PodBody::new(&target, "100m", spread, dra));
+    let template = Arc::new(if preempt { preemption_body(&target, true) } else { PodBody::new(&target, "100m", spread, dra) });
     let creators = o.creators.max(1);
 
     // Warm-up: the scheduler is ready (caches synced, leading) once it binds
-    // these. The DRA workload's are its init pods: half of the devices.
+    // these. The DRA workload's are its init pods: half of the devices; the
+    // preemption workload's fill every node with victims.
     let devices = o.nodes * DRA_DEVICES_PER_NODE;
-    let warm = if dra { (devices / 2).max(1) } else { 50 };
-    create_many(&load, &template, "warm", warm, if dra { creators } else { 1 }, None).await?;
-    let deadline = Instant::now() + Duration::from_secs(if dra { 300 } else { 120 });
+    let (warm, warm_template, warm_secs) = match () {
+        () if dra => ((devices / 2).max(1), template.clone(), 300),
+        () if preempt => (o.nodes * PREEMPTION_VICTIMS_PER_NODE, Arc::new(preemption_body(&target, false)), 300),
+        () => (50, template.clone(), 120),
+    };
+    create_many(&load, &warm_template, "warm", warm, if dra || preempt { creators } else { 1 }, None).await?;
+    let deadline = Instant::now() + Duration::from_secs(warm_secs);
     loop {
         let n = bound.len();
         if n >= warm {
             break;
         }
         if Instant::now() > deadline {
-            return Err(Error::Stuck(format!("the scheduler bound {n} of {warm} warm-up pods within {} s (see its log in {})", if dra { 300 } else { 120 }, dir.display())));
+            return Err(Error::Stuck(format!("the scheduler bound {n} of {warm} warm-up pods within {warm_secs} s (see its log in {})", dir.display())));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -582,8 +646,12 @@ async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children, made: &mut 
     }
 
     // The measured pods, from `creators` concurrent clients (for DRA, at
-    // most as many as there are free devices).
-    let measured = if dra { o.pods.min(devices - warm) } else { o.pods };
+    // most as many as there are free devices; for preemption, one per node).
+    let measured = match () {
+        () if dra => o.pods.min(devices - warm),
+        () if preempt => o.pods.min(o.nodes),
+        () => o.pods,
+    };
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let cpu_before = cpu_seconds(daemon_pid);
     let first = Instant::now();
@@ -746,6 +814,20 @@ async fn create_template(client: &kube::Client, t: &Target) -> Result<(), Error>
     Ok(())
 }
 
+/// The preemption workload's PriorityClass (value 10, as scheduler_perf's
+/// high-priority pods), unless the server has it already. Cluster-scoped:
+/// it is left for the next run.
+async fn create_priority_class(client: &kube::Client) -> Result<(), Error> {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let pc: PriorityClass = serde_json::from_value(json!({"metadata": {"name": HIGH_PRIORITY_CLASS}, "value": 10, "description": "berth bench --e2e PreemptionBasic's preemptors"}))
+        .map_err(|e| Error::Client(format!("the PriorityClass: {e}")))?;
+    match kube::Api::<PriorityClass>::all(client.clone()).create(&PostParams::default(), &pc).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(Error::Client(format!("creating PriorityClass {HIGH_PRIORITY_CLASS}: {e}"))),
+    }
+}
+
 /// Reads the claims back once every pod is bound: at least `want` of them
 /// allocated (one per pod), and no device in two allocations. Returns how
 /// many are allocated.
@@ -791,6 +873,16 @@ mod tests {
                 assert!(v["spec"]["resourceClaims"].is_null());
             }
         }
+    }
+
+    #[test]
+    fn the_preemption_bodies_are_scheduler_perfs_victims_and_preemptors() {
+        let low: serde_json::Value = serde_json::from_slice(&preemption_body(&target(), false).with_name("warm-0")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((low["spec"]["terminationGracePeriodSeconds"].as_i64(), low["spec"]["priorityClassName"].as_str()), (Some(0), None));
+        assert_eq!(low["spec"]["containers"][0]["resources"]["requests"]["cpu"], "900m");
+        let high: serde_json::Value = serde_json::from_slice(&preemption_body(&target(), true).with_name("p-0")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((high["metadata"]["name"].as_str(), high["spec"]["priorityClassName"].as_str()), (Some("p-0"), Some(HIGH_PRIORITY_CLASS)));
+        assert_eq!(high["spec"]["containers"][0]["resources"]["requests"]["cpu"], "3");
     }
 
     #[test]
