@@ -88,13 +88,18 @@ impl Cache {
     }
 
     /// A bound pod from the API (added or updated); confirms an assumed one.
-    /// A pod that finished is removed (it holds nothing).
+    /// A pod that finished is removed (it holds nothing). A bound pod holds
+    /// no nomination, whatever its status still says (a preemptor keeps
+    /// `nominatedNodeName` after another scheduler binds it): counted on
+    /// its node as nominated too, it would be counted twice there for every
+    /// pod of its priority or lower, as upstream's nominator never does.
     pub fn upsert_bound_pod(&mut self, pod: Arc<PodInfo>) {
         if pod.terminated {
             self.remove_pod(&pod.uid);
             return;
         }
         self.assumed.remove(&pod.uid);
+        self.snapshot.clear_nomination(&pod.uid);
         self.snapshot.add_pod(pod);
     }
 
@@ -153,6 +158,21 @@ mod tests {
         c.upsert_bound_pod(pod("a").node("n").req("1", "").phase("Succeeded").info());
         assert_eq!(c.snapshot().nodes[0].requested.milli_cpu, 0);
         assert_eq!(c.pod_count(), 0);
+    }
+
+    /// A preemptor nominated to a node and then bound there by another
+    /// scheduler (its status still naming the node) is counted once: bound,
+    /// not nominated as well.
+    #[test]
+    fn a_bound_pod_loses_its_nomination() {
+        let mut c = Cache::new();
+        c.upsert_node(node("n").spec());
+        let pending = pod("a").req("1", "").info();
+        c.snapshot_mut().nominate(pending, "n");
+        assert_eq!(c.snapshot().nominated.get("n").map(Vec::len), Some(1));
+        c.upsert_bound_pod(pod("a").node("n").req("1", "").info());
+        assert!(c.snapshot().nominated.is_empty(), "{:?}", c.snapshot().nominated.keys().collect::<Vec<_>>());
+        assert_eq!(c.snapshot().nodes[0].requested.milli_cpu, 1000);
     }
 
     #[test]
