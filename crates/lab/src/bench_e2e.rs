@@ -233,15 +233,39 @@ fn pod(t: &Target, name: &str, cpu: &str, spread: bool) -> Vec<u8> {
 /// priority 10 (through a PriorityClass: the Priority admission plugin
 /// refuses a bare `priority`), each of which must evict three victims.
 fn preemption_body(t: &Target, high: bool) -> PodBody {
-    let mut body = PodBody::unsealed(t, if high { "3" } else { "900m" }, false, false);
-    if let Some(spec) = body.spec_mut() {
-        if high {
-            spec["priorityClassName"] = json!(HIGH_PRIORITY_CLASS);
-        } else {
-            spec["terminationGracePeriodSeconds"] = json!(0);
-        }
+    let mut v = pod_value(t, if high { "3" } else { "900m" }, false, false);
+    if high {
+        v["spec"]["priorityClassName"] = json!(HIGH_PRIORITY_CLASS);
+    } else {
+        v["spec"]["terminationGracePeriodSeconds"] = json!(0);
     }
-    body.seal()
+    PodBody::of(&v)
+}
+
+/// A benchmark pod as a value, named [`NAME_MARK`]: `cpu` requested, the
+/// zone spread constraint with `spread`, and with `claim` the claim
+/// `resource` from the template [`DRA_TEMPLATE`].
+fn pod_value(t: &Target, cpu: &str, spread: bool, claim: bool) -> serde_json::Value {
+    let mut spec = json!({
+        "schedulerName": t.scheduler,
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": cpu, "memory": "500Mi"}}}],
+    });
+    if claim {
+        spec["resourceClaims"] = json!([{"name": "resource", "resourceClaimTemplateName": DRA_TEMPLATE}]);
+        spec["containers"][0]["resources"]["claims"] = json!([{"name": "resource"}]);
+    }
+    if spread {
+        spec["topologySpreadConstraints"] = json!([{
+            "maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"color": "blue"}},
+        }]);
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": NAME_MARK, "namespace": t.ns, "labels": {"color": "blue", "bench": "e2e"}},
+        "spec": spec,
+    })
 }
 
 /// The JSON of the benchmark's pods of one kind, serialized once: the text
@@ -250,55 +274,21 @@ fn preemption_body(t: &Target, high: bool) -> PodBody {
 struct PodBody {
     head: Vec<u8>,
     tail: Vec<u8>,
-    /// The pod before it is split (until [`PodBody::seal`]).
-    value: Option<serde_json::Value>,
 }
 
 impl PodBody {
-    /// `claim`: the pod's claim `resource` comes from the template [`DRA_TEMPLATE`].
+    /// The body of [`pod_value`].
     fn new(t: &Target, cpu: &str, spread: bool, claim: bool) -> PodBody {
-        PodBody::unsealed(t, cpu, spread, claim).seal()
+        PodBody::of(&pod_value(t, cpu, spread, claim))
     }
 
-    /// The pod as a value, to change through [`PodBody::spec_mut`] before
-    /// [`PodBody::seal`].
-    fn unsealed(t: &Target, cpu: &str, spread: bool, claim: bool) -> PodBody {
-        let mut spec = json!({
-            "schedulerName": t.scheduler,
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                            "resources": {"requests": {"cpu": cpu, "memory": "500Mi"}}}],
-        });
-        if claim {
-            spec["resourceClaims"] = json!([{"name": "resource", "resourceClaimTemplateName": DRA_TEMPLATE}]);
-            spec["containers"][0]["resources"]["claims"] = json!([{"name": "resource"}]);
-        }
-        if spread {
-            spec["topologySpreadConstraints"] = json!([{
-                "maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {"color": "blue"}},
-            }]);
-        }
-        let v = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": NAME_MARK, "namespace": t.ns, "labels": {"color": "blue", "bench": "e2e"}},
-            "spec": spec,
-        });
-        PodBody { head: Vec::new(), tail: Vec::new(), value: Some(v) }
-    }
-
-    /// The spec, to change before [`PodBody::seal`] (after it, `None`).
-    fn spec_mut(&mut self) -> Option<&mut serde_json::Value> {
-        self.value.as_mut().map(|v| &mut v["spec"])
-    }
-
-    /// Serializes the pod once, split around its name.
-    fn seal(mut self) -> PodBody {
-        let Some(v) = self.value.take() else { return self };
+    /// Serializes a pod named [`NAME_MARK`] once, split around its name.
+    fn of(v: &serde_json::Value) -> PodBody {
         let text = v.to_string();
         let mark = serde_json::to_string(NAME_MARK).unwrap_or_default();
         match text.split_once(&mark) {
-            Some((head, tail)) => PodBody { head: head.as_bytes().to_vec(), tail: tail.as_bytes().to_vec(), value: None },
-            None => PodBody { head: Vec::new(), tail: Vec::new(), value: None },
+            Some((head, tail)) => PodBody { head: head.as_bytes().to_vec(), tail: tail.as_bytes().to_vec() },
+            None => PodBody { head: Vec::new(), tail: Vec::new() },
         }
     }
 

@@ -258,6 +258,18 @@ mod tests {
         assert!(serde_json::from_value::<Node>(v).is_ok());
     }
 
+    /// A static node (no KWOK to initialize it) is Ready from its create;
+    /// a KWOK node is not (KWOK's node-initialize stage would skip a node
+    /// created Ready, and nothing would then heartbeat it).
+    #[test]
+    fn only_a_static_node_is_created_ready() {
+        let kwok = NodeSpec::new("n-1", "zone-a", "4");
+        assert!(kwok.object()["status"]["conditions"].is_null());
+        let v = NodeSpec { ready_at_create: true, ..kwok }.object();
+        assert_eq!((v["status"]["conditions"][0]["type"].as_str(), v["status"]["conditions"][0]["status"].as_str()), (Some("Ready"), Some("True")));
+        assert!(serde_json::from_value::<Node>(v).is_ok());
+    }
+
     #[test]
     fn spread_nodes_go_round_robin_over_three_zones() {
         let zones: Vec<String> = spread_nodes("b", 4, "32", "256Gi", 110).into_iter().map(|n| n.zone).collect();
