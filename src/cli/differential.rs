@@ -35,6 +35,11 @@ pub struct DifferentialArgs {
     /// Seconds one pod may wait for the judged scheduler's decision.
     #[arg(long, default_value_t = 30)]
     pub per_pod_timeout: u64,
+    /// The reverse direction: berth decides each pod first (it is created
+    /// behind a scheduling gate), then the judged scheduler, its node
+    /// selection narrowed to berth's node, accepts or refuses it.
+    #[arg(long)]
+    pub reverse: bool,
     /// Output format: a line per seed and each disagreement (table), or the whole report (json).
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -52,6 +57,23 @@ pub fn run(a: &DifferentialArgs) -> anyhow::Result<String> {
         per_pod_timeout: Duration::from_secs(a.per_pod_timeout),
     };
     let rt = tokio::runtime::Runtime::new()?;
+    if a.reverse {
+        let r = rt.block_on(differential::run_reverse(&o))?;
+        return Ok(match a.output {
+            Output::Json => serde_json::to_string(&r)?,
+            Output::Table => {
+                let mut out = r.line();
+                for d in &r.disagreements {
+                    write!(
+                        out,
+                        "\n  {}: berth {}; {} {}",
+                        d.pod, d.berth, a.scheduler_name, d.judged
+                    )?;
+                }
+                out
+            }
+        });
+    }
     let r = rt.block_on(differential::run(&o))?;
     let mut out = String::new();
     match a.output {
@@ -73,7 +95,14 @@ pub fn run(a: &DifferentialArgs) -> anyhow::Result<String> {
                 )?;
             }
             for p in r.pending.iter().filter(|p| !p.same_message) {
-                write!(out, "\n  pending {}: {} says {:?}; berth says {:?}", p.pod, a.scheduler_name, p.message, p.berth_message.as_deref().unwrap_or("it would place it"))?;
+                write!(
+                    out,
+                    "\n  pending {}: {} says {:?}; berth says {:?}",
+                    p.pod,
+                    a.scheduler_name,
+                    p.message,
+                    p.berth_message.as_deref().unwrap_or("it would place it")
+                )?;
             }
         }
     }
