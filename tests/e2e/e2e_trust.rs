@@ -129,6 +129,88 @@ async fn preemption_evicts_exactly_three_victims_for_three_preemptors() {
     .await;
 }
 
+// A preemptor is not tried again while its victims' deletions are in
+// flight: one victim's delete waits at the proxy while the watch shows the
+// other gone (the event that requeues the preemptor). Retried then, it would
+// find the held victim still running and preempt again, deleting it a
+// second time (or choosing another). Each victim is deleted once, and the
+// preemptor binds once the held delete goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemptor_waits_for_its_victims_deletes_before_trying_again() {
+    deadline(60, async {
+        let c = cluster(1, 1, "1", 110, FaultConfig::default()).await;
+        priority_class(&c, "low", 10).await;
+        priority_class(&c, "high", 1000).await;
+        let proxy = FaultProxy::start(c.client_without_retry().unwrap()).await;
+        let d = start_via(&proxy, &config(""), "held-victim", None).await;
+        until_leading(&d, 20).await;
+        let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
+        // Two low pods fill the node's one CPU; the preemptor needs both gone.
+        let low = json!({"spec": {"priorityClassName": "low", "terminationGracePeriodSeconds": 0}});
+        create_all(
+            &api,
+            (0..2)
+                .map(|i| pod(&format!("low-{i}"), "450m", low.clone()))
+                .collect(),
+            2,
+        )
+        .await;
+        eventually(15, "low pods bound", || async {
+            (pods(&api)
+                .await
+                .iter()
+                .filter(|p| node_of(p).is_some())
+                .count()
+                == 2)
+                .then_some(())
+        })
+        .await;
+        proxy.hold(Method::DELETE, "/pods/low-1");
+        let t = Instant::now();
+        api.create(
+            &PostParams::default(),
+            &pod(
+                "high",
+                "900m",
+                json!({"spec": {"priorityClassName": "high"}}),
+            ),
+        )
+        .await
+        .unwrap();
+        eventually(15, "low-0 deleted", || async {
+            api.get_opt("low-0").await.unwrap().is_none().then_some(())
+        })
+        .await;
+        // Time for retries after backoffs of 1 and 2 s.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        proxy.release();
+        eventually(20, "high bound", || async {
+            api.get("high")
+                .await
+                .ok()
+                .and_then(|p| node_of(&p).map(|_| ()))
+        })
+        .await;
+        let deletes: Vec<String> = proxy
+            .writes_since(t)
+            .into_iter()
+            .filter(|w| w.method == Method::DELETE)
+            .map(|w| w.path)
+            .collect();
+        println!("held victim: deletes {deletes:?}");
+        assert_eq!(deletes.len(), 2, "each victim deleted once: {deletes:?}");
+        for v in ["low-0", "low-1"] {
+            assert!(
+                deletes.iter().any(|p| p.contains(&format!("/pods/{v}"))),
+                "{v} not deleted: {deletes:?}"
+            );
+        }
+        d.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
 // 10.2: replies of committed binds are lost and the pod watch is held (it
 // lags), on nodes that are exactly full: no node over capacity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -63,6 +63,9 @@ impl Loop {
     /// may enter activeQ, else the events its gate waits for. Upstream
     /// reports no condition for a gated pod (it only logs the message).
     fn gate(&self, pod: &PodInfo) -> Option<Events> {
+        if self.waits_for_victims(&pod.uid) {
+            return Some(Events::POD_DELETE);
+        }
         let fw = self.framework(pod)?;
         let s = fw.run_pre_enqueue_in(pod, self.cache.snapshot());
         if s.is_success() {
@@ -70,6 +73,46 @@ impl Loop {
         }
         tracing::debug!(pod = %pod.key(), plugin = s.plugin, message = %s.message(), "gated by PreEnqueue");
         Some(fw.gate_events(s.plugin))
+    }
+
+    /// The preemptor `uid` still waits for a victim: one is bound in the
+    /// cache and not terminating, and the hold has not run out.
+    pub(super) fn waits_for_victims(&self, uid: &str) -> bool {
+        let Some(p) = self.preempting.get(uid) else {
+            return false;
+        };
+        let snap = self.cache.snapshot();
+        Self::now() < p.until
+            && p.victims
+                .iter()
+                .any(|v| snap.bound_pod(v).is_some_and(|b| !b.terminating))
+    }
+
+    /// Lets go the preemptors whose victims are gone or terminating (a
+    /// victim's delete event lets its preemptor go at once through its
+    /// gate; a graceful deletion shows as an update, seen here), and those
+    /// whose hold ran out.
+    pub(super) fn release_preemptors(&mut self) {
+        let done: Vec<String> = self
+            .preempting
+            .keys()
+            .filter(|u| !self.waits_for_victims(u))
+            .cloned()
+            .collect();
+        let now = Self::now();
+        for uid in done {
+            self.preempting.remove(&uid);
+            if self.queue.place(&uid) != Some(queue::Place::Gated) {
+                continue;
+            }
+            if let Some(pod) = self.queue.get(&uid).map(|q| q.pod.clone()) {
+                let gate = self.gate(&pod);
+                self.queue.update(pod, gate.is_some(), now);
+                if let Some(events) = gate {
+                    self.queue.set_gate_events(&uid, events);
+                }
+            }
+        }
     }
 
     pub(super) fn apply_pod(&mut self, pod: &core::Pod) {

@@ -72,6 +72,25 @@ pub(crate) struct Loop {
     shadow: Option<Shadow>,
     /// The DRA objects in the cache, by name (for relists).
     dra: kinds::DraNames,
+    /// Preemptors whose victims' deletions this loop issued, by uid.
+    preempting: HashMap<String, Preempting>,
+}
+
+/// How long a preemptor waits at most for its victims to show their
+/// deletion (a delete that failed for good must not strand it).
+const PREEMPTION_HOLD: Duration = Duration::from_secs(30);
+
+/// A preemptor whose victims' deletions were issued. It stays gated (out of
+/// activeQ) until every victim has left the cache or shows its graceful
+/// deletion there, as upstream's DefaultPreemption PreEnqueue holds a pod
+/// whose preemption is still being carried out: retried earlier, it would
+/// find the victims still on the node, not yet terminating, and preempt
+/// again, deleting them a second time or choosing others.
+struct Preempting {
+    /// The victims' uids.
+    victims: Vec<String>,
+    /// When it is let go whatever the victims show.
+    until: std::time::Instant,
 }
 
 impl Loop {
@@ -96,6 +115,7 @@ impl Loop {
             group_status: HashMap::new(),
             shadow: w.shadow.map(Shadow::new),
             dra: kinds::DraNames::default(),
+            preempting: HashMap::new(),
         }
     }
 
@@ -204,6 +224,7 @@ impl Loop {
             }
             if last_tick.elapsed() >= Duration::from_millis(500) {
                 self.queue.tick(Self::now());
+                self.release_preemptors();
                 self.gauges();
                 if let Some(sh) = &mut self.shadow {
                     let profiles: Vec<String> =

@@ -139,10 +139,23 @@ impl Loop {
                     .preemption_victims
                     .observe(pf.victims.len() as f64);
                 nominated = Some(n.clone());
-                for v in &pf.victims {
-                    if let Some(w) = &self.writer {
-                        w.preempt(v.clone(), pod.clone(), n.clone(), profile.clone())
+                // A victim whose graceful deletion has begun needs no second
+                // call (as upstream skips it).
+                let victims: Vec<&Arc<PodInfo>> =
+                    pf.victims.iter().filter(|v| !v.terminating).collect();
+                if let Some(w) = &self.writer {
+                    for v in &victims {
+                        w.preempt((*v).clone(), pod.clone(), n.clone(), profile.clone())
                             .await;
+                    }
+                    if !victims.is_empty() {
+                        self.preempting.insert(
+                            pod.uid.clone(),
+                            super::Preempting {
+                                victims: victims.iter().map(|v| v.uid.clone()).collect(),
+                                until: now + super::PREEMPTION_HOLD,
+                            },
+                        );
                     }
                 }
                 // Lower-priority pods nominated to the same node lose their nomination.
@@ -210,6 +223,14 @@ impl Loop {
             }),
         );
         self.queue.unschedulable(&pod.uid, mask, now);
+        // A preemptor whose victims' deletions are in flight waits gated
+        // until they show (see `Preempting`).
+        if self.waits_for_victims(&pod.uid)
+            && let Some(p) = self.queue.get(&pod.uid).map(|q| q.pod.clone())
+        {
+            self.queue.update(p, true, now);
+            self.queue.set_gate_events(&pod.uid, Events::POD_DELETE);
+        }
         true
     }
 
