@@ -40,6 +40,10 @@ pub struct DifferentialArgs {
     /// selection narrowed to berth's node, accepts or refuses it.
     #[arg(long)]
     pub reverse: bool,
+    /// Leave the seed's namespace and nodes in place afterwards, to look
+    /// into a disagreement (kubectl, `berth explain --kubeconfig`).
+    #[arg(long)]
+    pub keep: bool,
     /// Output format: a line per seed and each disagreement (table), or the whole report (json).
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -55,6 +59,7 @@ pub fn run(a: &DifferentialArgs) -> anyhow::Result<String> {
         pods: usize::try_from(a.pods)?,
         scheduler_name: a.scheduler_name.clone(),
         per_pod_timeout: Duration::from_secs(a.per_pod_timeout),
+        keep: a.keep,
     };
     let rt = tokio::runtime::Runtime::new()?;
     if a.reverse {

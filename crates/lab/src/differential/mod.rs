@@ -92,6 +92,9 @@ pub struct Options {
     pub scheduler_name: String,
     /// How long one pod may wait for the judged scheduler's decision.
     pub per_pod_timeout: Duration,
+    /// Leave the namespace and the nodes in place afterwards (to look into
+    /// a disagreement with kubectl or `berth explain`).
+    pub keep: bool,
 }
 
 /// A pod the judged scheduler left Pending, and berth's view of it.
@@ -253,15 +256,23 @@ pub async fn run(o: &Options) -> Result<Report, Error> {
     let client = client_of(&o.kubeconfig).await?;
     let w = generate(o.seed, o.nodes, o.pods, &o.scheduler_name);
     let ns = format!("differential-{}", o.seed);
-    let nsapi: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let names: Vec<String> = w.nodes.iter().map(|n| n.name.clone()).collect();
     let r = run_in(o, &client, &w, &ns).await;
-    // Cleanup, whatever happened.
-    let _ = nsapi.delete(&ns, &DeleteParams::default()).await;
-    crate::kwok::delete_nodes(&client, &names).await;
+    clean_up(o, &client, &w, &ns).await;
     let mut report = r?;
     report.seconds = t0.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Deletes the seed's namespace and nodes, whatever happened (unless
+/// `keep`).
+async fn clean_up(o: &Options, client: &kube::Client, w: &Workload, ns: &str) {
+    if o.keep {
+        return;
+    }
+    let nsapi: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let _ = nsapi.delete(ns, &DeleteParams::default()).await;
+    let names: Vec<String> = w.nodes.iter().map(|n| n.name.clone()).collect();
+    crate::kwok::delete_nodes(client, &names).await;
 }
 
 /// Upstream's default profile under the judged scheduler's name.

@@ -31,12 +31,12 @@ use std::time::{Duration, Instant};
 use berth_engine::config::Config;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{
-    Error, Options, Workload, api, client_of, decided, default_profile, generate, prepare,
+    Error, Options, Workload, api, clean_up, client_of, decided, default_profile, generate, prepare,
 };
 
 /// The gate every pod is created behind in the reverse direction.
@@ -178,11 +178,8 @@ pub async fn run_reverse(o: &Options) -> Result<ReverseReport, Error> {
     let client = client_of(&o.kubeconfig).await?;
     let w = generate(o.seed, o.nodes, o.pods, &o.scheduler_name);
     let ns = format!("differential-{}", o.seed);
-    let names: Vec<String> = w.nodes.iter().map(|n| n.name.clone()).collect();
     let r = reverse_in(o, &client, &w, &ns).await;
-    let nsapi: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let _ = nsapi.delete(&ns, &DeleteParams::default()).await;
-    crate::kwok::delete_nodes(&client, &names).await;
+    clean_up(o, &client, &w, &ns).await;
     let mut report = r?;
     report.seconds = t0.elapsed().as_secs_f64();
     Ok(report)
