@@ -147,12 +147,16 @@ enum Decision {
 
 /// What the judged scheduler did with the ungated pod.
 #[derive(Clone, Debug)]
-enum Outcome {
-    /// Bound to this node, after evicting these pods ("ns/name"; none
-    /// without preemption).
-    Bound(String, BTreeSet<String>),
-    /// Left Pending with this message.
-    Pending(String),
+struct Outcome {
+    /// The node it bound the pod to; None: it left the pod Pending.
+    bound: Option<String>,
+    /// Its PodScheduled message, when it left the pod Pending.
+    message: String,
+    /// The pods it evicted meanwhile ("ns/name"; none without preemption).
+    /// Preemption shows here: a nomination alone does not say it
+    /// (kube-scheduler also nominates a pod whose PreBind has work to do,
+    /// such as allocating its claims).
+    evicted: BTreeSet<String>,
 }
 
 /// A pod as the reverse direction creates it: behind [`GATE`], its spread
@@ -226,21 +230,19 @@ async fn reverse_in(
             Decision::Pending(_) => None,
         };
         ungate(&pods, &name, narrow).await?;
-        let outcome = match wait_outcome(&pods, &name, o).await? {
-            Outcome::Bound(node, _) => {
-                // Preemption shows in the pods it evicted (a nomination alone
-                // does not: kube-scheduler also nominates a pod whose PreBind
-                // has work to do, such as allocating its claims).
-                let after = pod_names(&pods).await?;
-                Outcome::Bound(
-                    node,
-                    before
-                        .difference(&after)
-                        .map(|n| format!("{ns}/{n}"))
-                        .collect(),
-                )
-            }
-            pending => pending,
+        let (bound, message) = match wait_outcome(&pods, &name, o).await? {
+            Ok(node) => (Some(node), String::new()),
+            Err(message) => (None, message),
+        };
+        let after = pod_names(&pods).await?;
+        let evicted = before
+            .difference(&after)
+            .map(|n| format!("{ns}/{n}"))
+            .collect();
+        let outcome = Outcome {
+            bound,
+            message,
+            evicted,
         };
         let mut disagree = |judged: String, berth: String| {
             disagreements.push(ReverseDisagreement {
@@ -249,9 +251,9 @@ async fn reverse_in(
                 judged,
             })
         };
-        match (&decision, &outcome) {
-            (Decision::Place(node, devices), Outcome::Bound(bound, evicted))
-                if bound == node && evicted.is_empty() =>
+        match &decision {
+            Decision::Place(node, devices)
+                if outcome.bound.as_ref() == Some(node) && outcome.evicted.is_empty() =>
             {
                 counts.placed += 1;
                 counts.accepted += 1;
@@ -276,48 +278,49 @@ async fn reverse_in(
                     }
                 }
             }
-            (Decision::Place(node, _), o) => {
+            Decision::Place(node, _) => {
                 counts.placed += 1;
-                disagree(describe(o), format!("places it on {node}"));
+                disagree(describe(&outcome), format!("places it on {node}"));
             }
-            (Decision::Preempt(node, victims), Outcome::Bound(bound, evicted)) if bound == node => {
+            // Narrowed to berth's node, the judged scheduler can only evict
+            // there: evicting at all is preempting on the same node. It may
+            // then still leave the pod Pending (a Filter the dry run does
+            // not re-check, as DynamicResources' with every device taken:
+            // berth's dry run does the same), which is no disagreement.
+            Decision::Preempt(node, victims) => {
                 counts.preempting += 1;
-                if evicted.is_empty() {
+                if outcome.evicted.is_empty() {
                     disagree(
-                        format!("bound it to {bound} without evicting a pod"),
+                        describe(&outcome),
                         format!("preempts on {node}, evicting {victims:?}"),
                     );
                 } else {
                     counts.preempting_same_node += 1;
-                    if evicted == victims {
+                    if &outcome.evicted == victims {
                         counts.preempting_same_victims += 1;
                     } else {
-                        disagree(
-                            format!("evicted {evicted:?} on {bound}"),
-                            format!("evicts {victims:?}"),
-                        );
+                        disagree(describe(&outcome), format!("evicts {victims:?} on {node}"));
                     }
                 }
             }
-            (Decision::Preempt(node, victims), o) => {
-                counts.preempting += 1;
-                disagree(
-                    describe(o),
-                    format!("preempts on {node}, evicting {victims:?}"),
-                );
-            }
-            (Decision::Pending(message), Outcome::Pending(judged)) => {
+            Decision::Pending(message) if outcome.bound.is_none() && outcome.evicted.is_empty() => {
                 counts.pending += 1;
                 counts.pending_agreed += 1;
-                if message == judged {
+                if *message == outcome.message {
                     counts.pending_same_message += 1;
                 } else {
-                    disagree(format!("says {judged:?}"), format!("says {message:?}"));
+                    disagree(
+                        format!("says {:?}", outcome.message),
+                        format!("says {message:?}"),
+                    );
                 }
             }
-            (Decision::Pending(message), o) => {
+            Decision::Pending(message) => {
                 counts.pending += 1;
-                disagree(describe(o), format!("leaves it Pending: {message:?}"));
+                disagree(
+                    describe(&outcome),
+                    format!("leaves it Pending: {message:?}"),
+                );
             }
         }
     }
@@ -332,10 +335,14 @@ async fn reverse_in(
 }
 
 fn describe(o: &Outcome) -> String {
-    match o {
-        Outcome::Bound(n, evicted) if evicted.is_empty() => format!("bound it to {n}"),
-        Outcome::Bound(n, evicted) => format!("bound it to {n} after evicting {evicted:?}"),
-        Outcome::Pending(m) => format!("left it Pending: {m:?}"),
+    let what = match &o.bound {
+        Some(n) => format!("bound it to {n}"),
+        None => format!("left it Pending: {:?}", o.message),
+    };
+    if o.evicted.is_empty() {
+        what
+    } else {
+        format!("{what} after evicting {:?}", o.evicted)
     }
 }
 
@@ -451,8 +458,13 @@ async fn ungate(pods: &Api<Pod>, name: &str, node: Option<&str>) -> Result<(), E
     Ok(())
 }
 
-/// Waits for the judged scheduler's decision on the ungated pod.
-async fn wait_outcome(pods: &Api<Pod>, name: &str, o: &Options) -> Result<Outcome, Error> {
+/// Waits for the judged scheduler's decision on the ungated pod: the node
+/// it bound it to, or its message when it left it Pending.
+async fn wait_outcome(
+    pods: &Api<Pod>,
+    name: &str,
+    o: &Options,
+) -> Result<Result<String, String>, Error> {
     let deadline = Instant::now() + o.per_pod_timeout;
     loop {
         let p = pods
@@ -460,8 +472,8 @@ async fn wait_outcome(pods: &Api<Pod>, name: &str, o: &Options) -> Result<Outcom
             .await
             .map_err(api(format!("reading pod {name}")))?;
         match decided(&p) {
-            Some(Ok(node)) => return Ok(Outcome::Bound(node, BTreeSet::new())),
-            Some(Err((_, message))) => return Ok(Outcome::Pending(message)),
+            Some(Ok(node)) => return Ok(Ok(node)),
+            Some(Err((_, message))) => return Ok(Err(message)),
             None if Instant::now() > deadline => {
                 return Err(Error::Stuck(format!(
                     "{} did not decide pod {name} within {:?}",
