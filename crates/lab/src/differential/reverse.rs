@@ -284,9 +284,10 @@ async fn reverse_in(
             }
             // Narrowed to berth's node, the judged scheduler can only evict
             // there: evicting at all is preempting on the same node. It may
-            // then still leave the pod Pending (a Filter the dry run does
-            // not re-check, as DynamicResources' with every device taken:
-            // berth's dry run does the same), which is no disagreement.
+            // then still leave the pod Pending, which is no disagreement:
+            // seen with a pod whose claim found no free device on the node
+            // once the victim was gone, where kube-scheduler's dry run had
+            // let the node through as berth's had.
             Decision::Preempt(node, victims) => {
                 counts.preempting += 1;
                 if outcome.evicted.is_empty() {
