@@ -309,6 +309,115 @@ async fn real_preemption_respects_pdb_and_binds_to_nominated_node() {
     deadline(240, async { preemption(Backend::real().await).await }).await;
 }
 
+// 2b. A preemptor is not tried again while its victims' deletions are in
+// flight: the second victim's DELETE waits at a proxy between the daemon and
+// the server while the first victim goes (the event that requeues the
+// preemptor). Retried then, it would find the held victim still running,
+// not yet terminating, and preempt again: a second DELETE for it (or
+// another victim). Each victim is deleted once, and the preemptor binds
+// once the held delete goes through.
+async fn held_victim(b: Backend) {
+    let ns = "e2e-held-victim";
+    let nodes = vec![NodeSpec::new("held-0", "zone-a", "1")];
+    b.namespace(ns).await;
+    b.add_nodes(&nodes).await;
+    let client = b.client();
+    for (name, value) in [("e2e-low", 10), ("e2e-high", 1000)] {
+        let api: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
+        let pc =
+            serde_json::from_value(json!({"metadata": {"name": name}, "value": value})).unwrap();
+        match api.create(&PostParams::default(), &pc).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("priority class {name}: {e}"),
+        }
+    }
+    let proxy = crate::fault_proxy::FaultProxy::start(client.clone()).await;
+    let cfg = config(&lease_name("held-victim"), "15s", "10s", "2s");
+    let opts = Options {
+        bind_address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        identity: "held-victim".into(),
+        ..Options::default()
+    };
+    let d = daemon::start(proxy.client(), &cfg, opts).await.unwrap();
+    until_leading(&d, 30).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    // Two low pods fill the node's one CPU; the preemptor needs both gone.
+    let low = json!({"spec": {"priorityClassName": "e2e-low", "terminationGracePeriodSeconds": 0, "nodeSelector": {"kubernetes.io/hostname": "held-0"}}});
+    create_all(
+        &api,
+        (0..2)
+            .map(|i| pod(&format!("low-{i}"), "450m", low.clone()))
+            .collect(),
+        2,
+    )
+    .await;
+    eventually(60, "low pods bound", || async {
+        (pods_in(&client, ns)
+            .await
+            .iter()
+            .filter(|p| node_of(p).is_some())
+            .count()
+            == 2)
+            .then_some(())
+    })
+    .await;
+    proxy.hold(axum::http::Method::DELETE, "/pods/low-1");
+    let t = std::time::Instant::now();
+    api.create(
+        &PostParams::default(),
+        &pod(
+            "high",
+            "900m",
+            json!({"spec": {"priorityClassName": "e2e-high"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    eventually(60, "low-0 gone", || async {
+        api.get_opt("low-0").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    // Time for retries after backoffs of 1 and 2 s.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    proxy.release();
+    eventually(90, "high bound", || async {
+        api.get("high")
+            .await
+            .ok()
+            .and_then(|p| node_of(&p).map(|_| ()))
+    })
+    .await;
+    let deletes: Vec<String> = proxy
+        .writes_since(t)
+        .into_iter()
+        .filter(|w| w.method == axum::http::Method::DELETE)
+        .map(|w| w.path)
+        .collect();
+    println!("held victim: deletes {deletes:?}");
+    assert_eq!(deletes.len(), 2, "each victim deleted once: {deletes:?}");
+    for v in ["low-0", "low-1"] {
+        assert!(
+            deletes.iter().any(|p| p.contains(&format!("/pods/{v}"))),
+            "{v} not deleted: {deletes:?}"
+        );
+    }
+    assert_capacity(&pods_in(&client, ns).await, &nodes);
+    d.shutdown().await;
+    b.finish(ns, &nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_a_preemptor_waits_for_its_victims_deletes() {
+    deadline(120, async { held_victim(Backend::local().await).await }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real control plane: tools/kube/up DIR, then BERTH_KUBE_DIR=DIR cargo test --test e2e real_ -- --ignored"]
+async fn real_a_preemptor_waits_for_its_victims_deletes() {
+    deadline(180, async { held_victim(Backend::real().await).await }).await;
+}
+
 // 3. Leader election through a real Lease: two replicas, the leader killed
 // mid-burst, every pod bound exactly once.
 async fn failover(b: Backend) {
