@@ -183,6 +183,20 @@ async fn real_placement_spread_affinity_taints_1000_pods() {
     deadline(300, async { placement(Backend::real().await).await }).await;
 }
 
+/// The PriorityClasses `e2e-low` (10) and `e2e-high` (1000), kept when they exist.
+async fn priority_classes(client: &kube::Client) {
+    for (name, value) in [("e2e-low", 10), ("e2e-high", 1000)] {
+        let api: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
+        let pc =
+            serde_json::from_value(json!({"metadata": {"name": name}, "value": value})).unwrap();
+        match api.create(&PostParams::default(), &pc).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("priority class {name}: {e}"),
+        }
+    }
+}
+
 // 2. Preemption with a PodDisruptionBudget: the preemptor goes where its
 // victims' eviction breaks no budget; the victims are deleted gracefully (by
 // the fake kubelets on the real control plane); the preemptor binds to its
@@ -196,16 +210,7 @@ async fn preemption(b: Backend) {
     b.namespace(ns).await;
     b.add_nodes(&nodes).await;
     let client = b.client();
-    for (name, value) in [("e2e-low", 10), ("e2e-high", 1000)] {
-        let api: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
-        let pc =
-            serde_json::from_value(json!({"metadata": {"name": name}, "value": value})).unwrap();
-        match api.create(&PostParams::default(), &pc).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("priority class {name}: {e}"),
-        }
-    }
+    priority_classes(&client).await;
     let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
         Api::namespaced(client.clone(), ns);
     let pdb = serde_json::from_value(json!({"metadata": {"name": "guarded"}, "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}})).unwrap();
@@ -322,16 +327,7 @@ async fn held_victim(b: Backend) {
     b.namespace(ns).await;
     b.add_nodes(&nodes).await;
     let client = b.client();
-    for (name, value) in [("e2e-low", 10), ("e2e-high", 1000)] {
-        let api: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
-        let pc =
-            serde_json::from_value(json!({"metadata": {"name": name}, "value": value})).unwrap();
-        match api.create(&PostParams::default(), &pc).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("priority class {name}: {e}"),
-        }
-    }
+    priority_classes(&client).await;
     let proxy = crate::fault_proxy::FaultProxy::start(client.clone()).await;
     let cfg = config(&lease_name("held-victim"), "15s", "10s", "2s");
     let opts = Options {

@@ -523,6 +523,40 @@ mod tests {
         }
     }
 
+    // Found by the reverse differential (seed 6): two candidate victims
+    // tied in MoreImportantPod (same priority, the same start time to the
+    // second) are reprieved in the order the node holds its pods, and an
+    // update moves a pod to the end (remove, swap the last into its place,
+    // append), as in upstream's NodeInfo; which of them is evicted follows.
+    #[test]
+    fn tied_victims_follow_the_nodes_pod_order_which_updates_change() {
+        let nodes = [node("n1")];
+        let pods = [
+            low("h", "n1", 1000, "2"),
+            low("a", "n1", 0, "1").started(1000),
+            low("b", "n1", 0, "500m").started(1000),
+            low("h2", "n1", 1000, "500m"),
+        ];
+        let p = pod("p").priority(100).req("250m", "");
+        let victims = |snap: &crate::cache::Snapshot| {
+            let o = framework()
+                .schedule(&p.info(), snap, CycleOptions::default())
+                .0;
+            o.post_filter
+                .unwrap_or_default()
+                .victims
+                .iter()
+                .map(|v| v.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let mut snap = snapshot(&nodes, &pods);
+        // Order h, a, b, h2: a is reprieved first, b goes.
+        assert_eq!(victims(&snap), ["b"]);
+        // a is updated (its status, say): h, h2, b, a; now b is reprieved first.
+        snap.add_pod(pods[1].info());
+        assert_eq!(victims(&snap), ["a"]);
+    }
+
     #[test]
     fn args_table() {
         type ArgsRow = (
