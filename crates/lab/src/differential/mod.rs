@@ -1,11 +1,11 @@
 //! `berth differential`: berth's decisions against another scheduler's (the
 //! real kube-scheduler), on the same cluster, pod by pod.
 //!
-//! A seed makes a cluster and a workload (nodes in zones with labels,
-//! taints, capacities and an extended resource; pods with requests,
-//! priorities, spread constraints explicit and default, required and
-//! preferred node and pod (anti-)affinity, tolerations, PodDisruptionBudgets
-//! and Services). The nodes are created as KWOK nodes on the API server of a
+//! A seed makes a cluster and a workload ([`generate`]: nodes in zones with
+//! labels, taints, capacities, an extended resource and DRA devices; pods
+//! with requests, priorities, spread constraints explicit and default,
+//! required and preferred node and pod (anti-)affinity, tolerations,
+//! PodDisruptionBudgets, Services and claims). The nodes are created as KWOK nodes on the API server of a
 //! kubeconfig (`tools/kube/up DIR --kube-scheduler` starts kube-scheduler
 //! 1.37.2 as `default-scheduler` beside it); the pods name the judged
 //! scheduler and are created one at a time, each once the one before it is
@@ -16,8 +16,8 @@
 //!
 //! The pods the judged scheduler leaves Pending are compared too: its
 //! PodScheduled condition (reason and message) against berth's `explain`
-//! of the same pod on a listing of the cluster taken at the end, word for
-//! word.
+//! of the same pod on a listing of the cluster taken right after the
+//! judged scheduler decided it (before the next pod), word for word.
 //!
 //! Pods with claims are judged on their node like every other pod; which
 //! devices the judged scheduler picked is compared in the reverse
