@@ -11,23 +11,13 @@ use std::path::PathBuf;
 fn find(named: &str, fixed: &[&str], bin: &str) -> Option<PathBuf> {
     println!("cargo::rerun-if-env-changed={named}");
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let candidates = std::env::var_os(named)
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(fixed.iter().map(PathBuf::from))
-        .chain(std::env::split_paths(&path).map(|d| d.join(bin)));
+    let candidates = std::env::var_os(named).map(PathBuf::from).into_iter().chain(fixed.iter().map(PathBuf::from)).chain(std::env::split_paths(&path).map(|d| d.join(bin)));
     candidates.into_iter().find(|p| p.is_file())
 }
 
 fn main() {
     println!("cargo::rerun-if-env-changed=PATH");
-    for (cfg, found) in [
-        (
-            "berth_no_helm",
-            find("BERTH_HELM", &["/opt/berth-tools/helm/helm"], "helm"),
-        ),
-        ("berth_no_kubectl", find("BERTH_KUBECTL", &[], "kubectl")),
-    ] {
+    for (cfg, found) in [("berth_no_helm", find("BERTH_HELM", &["/opt/berth-tools/helm/helm"], "helm")), ("berth_no_kubectl", find("BERTH_KUBECTL", &[], "kubectl"))] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
         match found {
             Some(p) => println!("cargo::rerun-if-changed={}", p.display()),

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 
-use crate::cli::{Cli, Command, logging, offline, out, run};
 #[cfg(feature = "local")]
 use crate::cli::{bench, demo, differential};
+use crate::cli::{logging, offline, out, run, Cli, Command};
 
 /// jemalloc for every berth process (the daemon, the local cluster, the
 /// offline commands); see the `jemalloc` feature in Cargo.toml.
@@ -21,12 +21,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         // --help and --version go to stdout through the same door as every
         // other output (a closed pipe is 141, not a silent 0).
-        Err(e)
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) =>
-        {
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
             return match out::print(&e.render().to_string()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) if out::is_closed(&e) => ExitCode::from(out::CLOSED_STATUS),
@@ -81,8 +76,7 @@ fn dispatch(cli: &Cli) -> anyhow::Result<()> {
         #[cfg(feature = "local")]
         Command::ClusterBench(a) => {
             logging::init(logging::Format::Text, logging::DAEMON);
-            let report =
-                tokio::runtime::Runtime::new()?.block_on(berth_lab::cluster_bench::run_bench(a))?;
+            let report = tokio::runtime::Runtime::new()?.block_on(berth_lab::cluster_bench::run_bench(a))?;
             out::print(&report.to_string())
         }
     }

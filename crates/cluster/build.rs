@@ -10,13 +10,7 @@ fn main() {
     println!("cargo::rerun-if-env-changed=PATH");
     println!("cargo::rerun-if-env-changed=BERTH_KUBECTL");
     let named = std::env::var_os("BERTH_KUBECTL").map(PathBuf::from);
-    let on_path = || {
-        std::env::var_os("PATH").and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("kubectl"))
-                .find(|k| k.is_file())
-        })
-    };
+    let on_path = || std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join("kubectl")).find(|k| k.is_file()));
     match named.filter(|k| k.is_file()).or_else(on_path) {
         Some(k) => println!("cargo::rerun-if-changed={}", k.display()),
         None => println!("cargo::rustc-cfg=berth_no_kubectl"),

@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 
 use clap::Args;
 
-use super::Output;
 use super::out::print;
+use super::Output;
 use berth_lab::bench::{self, Figures};
 
 /// `berth bench`.
@@ -97,11 +97,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         Some(w) => vec![w.as_str()],
         None => bench::WORKLOADS.to_vec(),
     };
-    let sizes = if a.nodes.is_empty() {
-        vec![500, 5000]
-    } else {
-        a.nodes.clone()
-    };
+    let sizes = if a.nodes.is_empty() { vec![500, 5000] } else { a.nodes.clone() };
     if sizes.iter().any(|n| *n == 0 || *n > 100_000) {
         anyhow::bail!("--nodes: must be between 1 and 100000");
     }
@@ -110,16 +106,12 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         None => vec![0, 100],
     };
     if a.output == Output::Table {
-        print(&format!(
-            "{:<28} {:>6} {:>5} {:>6} {:>10} {:>8} {:>8} {:>8}",
-            "WORKLOAD", "NODES", "PCT", "PODS", "PODS/S", "P50 ms", "P99 ms", "RSS MB"
-        ))?;
+        print(&format!("{:<28} {:>6} {:>5} {:>6} {:>10} {:>8} {:>8} {:>8}", "WORKLOAD", "NODES", "PCT", "PODS", "PODS/S", "P50 ms", "P99 ms", "RSS MB"))?;
     }
     for &n in &sizes {
         for w in &workloads {
             for &p in &percentages {
-                let f = bench::run(w, n, p, a.no_reuse)
-                    .ok_or_else(|| anyhow::anyhow!("workload {w} could not be set up"))?;
+                let f = bench::run(w, n, p, a.no_reuse).ok_or_else(|| anyhow::anyhow!("workload {w} could not be set up"))?;
                 print(&line(&f, a.output)?)?;
             }
         }
@@ -132,14 +124,8 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
         Some(w) => vec![w.as_str()],
         None => vec!["SchedulingBasic", "TopologySpreading", "Unschedulable"],
     };
-    if let Some(w) = workloads
-        .iter()
-        .find(|w| !berth_lab::bench_e2e::WORKLOADS.contains(w))
-    {
-        anyhow::bail!(
-            "--workload: {w} does not run end to end (with --e2e: {})",
-            berth_lab::bench_e2e::WORKLOADS.join(", ")
-        );
+    if let Some(w) = workloads.iter().find(|w| !berth_lab::bench_e2e::WORKLOADS.contains(w)) {
+        anyhow::bail!("--workload: {w} does not run end to end (with --e2e: {})", berth_lab::bench_e2e::WORKLOADS.join(", "));
     }
     let nodes = match a.nodes.as_slice() {
         [] if workloads == [berth_lab::bench_e2e::DRA_WORKLOAD] => 500,
@@ -154,24 +140,11 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
     // The load generator gets one worker thread: it shares the machine with
     // the two processes it measures, and a second worker bought it nothing
     // but cross-thread wake-ups (3–10% of their throughput on two cores).
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     if a.output == Output::Table {
         print(&format!(
             "{:<20} {:<18} {:>6} {:>7} {:>7} {:>10} {:>9} {:>9} {:>12} {:>10} {:>10}  BACKEND",
-            "E2E WORKLOAD",
-            "SCHEDULER",
-            "NODES",
-            "PODS",
-            "UNSCHED",
-            "PODS/S",
-            "P50 ms",
-            "P99 ms",
-            "CPU s/1000",
-            "SCHED MB",
-            "CLUSTER MB"
+            "E2E WORKLOAD", "SCHEDULER", "NODES", "PODS", "UNSCHED", "PODS/S", "P50 ms", "P99 ms", "CPU s/1000", "SCHED MB", "CLUSTER MB"
         ))?;
     }
     for w in workloads {
@@ -214,11 +187,7 @@ fn run_e2e(a: &BenchArgs) -> anyhow::Result<()> {
 }
 
 fn run_shadow(a: &BenchArgs) -> anyhow::Result<()> {
-    let sizes = if a.nodes.is_empty() {
-        vec![5000]
-    } else {
-        a.nodes.clone()
-    };
+    let sizes = if a.nodes.is_empty() { vec![5000] } else { a.nodes.clone() };
     if sizes.iter().any(|n| *n == 0 || *n > 100_000) {
         anyhow::bail!("--nodes: must be between 1 and 100000");
     }
@@ -226,34 +195,15 @@ fn run_shadow(a: &BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("--pods: must be between 1 and 1000000");
     }
     if a.output == Output::Table {
-        print(&format!(
-            "{:<20} {:>6} {:>8} {:>11} {:>8} {:>8} {:>8}  VERDICTS",
-            "SHADOW", "NODES", "BINDINGS", "VERDICTS/S", "P50 ms", "P99 ms", "RSS MB"
-        ))?;
+        print(&format!("{:<20} {:>6} {:>8} {:>11} {:>8} {:>8} {:>8}  VERDICTS", "SHADOW", "NODES", "BINDINGS", "VERDICTS/S", "P50 ms", "P99 ms", "RSS MB"))?;
     }
     for n in sizes {
-        let f = berth_lab::bench_shadow::run(n, a.pods)
-            .ok_or_else(|| anyhow::anyhow!("the shadow benchmark's cluster could not be set up"))?;
+        let f = berth_lab::bench_shadow::run(n, a.pods).ok_or_else(|| anyhow::anyhow!("the shadow benchmark's cluster could not be set up"))?;
         match a.output {
             Output::Json => print(&serde_json::to_string(&f)?)?,
             Output::Table => {
-                let counts: Vec<String> = f
-                    .counts
-                    .iter()
-                    .map(|(v, c)| format!("{}={c}", v.as_str()))
-                    .collect();
-                print(&format!(
-                    "{:<20} {:>6} {:>8} {:>11.0} {:>8.3} {:>8.3} {:>8.1}  {} (explained {})",
-                    "judge (round-robin)",
-                    f.nodes,
-                    f.verdicts,
-                    f.verdicts_per_second,
-                    f.p50_ms,
-                    f.p99_ms,
-                    f.peak_rss_mb,
-                    counts.join(" "),
-                    f.detailed
-                ))?;
+                let counts: Vec<String> = f.counts.iter().map(|(v, c)| format!("{}={c}", v.as_str())).collect();
+                print(&format!("{:<20} {:>6} {:>8} {:>11.0} {:>8.3} {:>8.3} {:>8.1}  {} (explained {})", "judge (round-robin)", f.nodes, f.verdicts, f.verdicts_per_second, f.p50_ms, f.p99_ms, f.peak_rss_mb, counts.join(" "), f.detailed))?;
             }
         }
     }
@@ -265,28 +215,10 @@ fn line(f: &Figures, o: Output) -> anyhow::Result<String> {
         Output::Json => serde_json::to_string(f)?,
         Output::Table => {
             let mut s = String::new();
-            let pct = if f.percentage == 0 {
-                "auto".to_string()
-            } else {
-                f.percentage.to_string()
-            };
-            let _ = write!(
-                s,
-                "{:<28} {:>6} {:>5} {:>6} {:>10.0} {:>8.3} {:>8.3} {:>8.1}",
-                f.workload,
-                f.nodes,
-                pct,
-                f.pods,
-                f.pods_per_second,
-                f.p50_ms,
-                f.p99_ms,
-                f.peak_rss_mb
-            );
+            let pct = if f.percentage == 0 { "auto".to_string() } else { f.percentage.to_string() };
+            let _ = write!(s, "{:<28} {:>6} {:>5} {:>6} {:>10.0} {:>8.3} {:>8.3} {:>8.1}", f.workload, f.nodes, pct, f.pods, f.pods_per_second, f.p50_ms, f.p99_ms, f.peak_rss_mb);
             if let (Some(first), Some(behind)) = (f.first_pod_ms, f.behind_ms) {
-                let _ = write!(
-                    s,
-                    "  first pod {first:.1} ms, the pod behind it bound after {behind:.1} ms"
-                );
+                let _ = write!(s, "  first pod {first:.1} ms, the pod behind it bound after {behind:.1} ms");
             }
             s
         }

@@ -36,12 +36,8 @@ pub fn colour() -> bool {
 /// Initializes logging once (later calls do nothing): `RUST_LOG` when set,
 /// else `default`.
 pub fn init(format: Format, default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colour());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour());
     let _ = match format {
         Format::Json => b.json().try_init(),
         Format::Text => b.try_init(),

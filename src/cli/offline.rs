@@ -78,12 +78,7 @@ pub struct ExplainArgs {
     #[arg(value_name = "POD", required_unless_present = "pod_flag")]
     pub pod: Option<String>,
     /// The pod, as a flag (the same as the positional POD).
-    #[arg(
-        long = "pod",
-        id = "pod_flag",
-        value_name = "POD",
-        conflicts_with = "pod"
-    )]
+    #[arg(long = "pod", id = "pod_flag", value_name = "POD", conflicts_with = "pod")]
     pub pod_flag: Option<String>,
 }
 
@@ -132,9 +127,7 @@ pub struct DumpArgs {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
 /// A connection as kubectl would make it.
@@ -147,11 +140,7 @@ async fn connect(c: &Connect) -> anyhow::Result<Connection> {
 fn live_error(e: live::Error, conn: &Connection) -> anyhow::Error {
     match e {
         live::Error::Unreachable { resource, error } => {
-            anyhow::anyhow!(
-                "cannot list {resource}: the API server did not answer: {}: {}",
-                conn.describe(),
-                innermost(&error)
-            )
+            anyhow::anyhow!("cannot list {resource}: the API server did not answer: {}: {}", conn.describe(), innermost(&error))
         }
         other => other.into(),
     }
@@ -172,27 +161,21 @@ fn load_cluster(c: &Common) -> anyhow::Result<Cluster> {
     match c.cluster.as_deref() {
         Some("-") => {
             let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut text)
-                .context("reading the dump from standard input")?;
+            std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut text).context("reading the dump from standard input")?;
             Ok(Cluster::parse(&text, "<stdin>")?)
         }
         Some(path) => Ok(Cluster::load(path)?),
         None => {
             let listing = runtime()?.block_on(async {
                 let conn = connect(&c.connect).await?;
-                let listing = live::list_for_scheduler(&conn.client, c.chunk_size)
-                    .await
-                    .map_err(|e| live_error(e, &conn))?;
+                let listing = live::list_for_scheduler(&conn.client, c.chunk_size).await.map_err(|e| live_error(e, &conn))?;
                 anyhow::Ok((listing, conn.describe()))
             })?;
             let (listing, source) = listing;
             for n in &listing.notes {
                 tracing::debug!("{n}");
             }
-            Ok(Cluster::from_documents(
-                listing.objects,
-                &format!("the API server {source}"),
-            )?)
+            Ok(Cluster::from_documents(listing.objects, &format!("the API server {source}"))?)
         }
     }
 }
@@ -232,21 +215,13 @@ fn note_skipped(c: &Common, config: &Config, skipped: &[Skipped]) {
             SkipReason::OtherScheduler(name) => {
                 let have = match &c.config {
                     Some(path) => format!("--config {path} has profiles {}", profiles.join(", ")),
-                    None => format!(
-                        "no --config: the default configuration's one profile is {}",
-                        profiles.join(", ")
-                    ),
+                    None => format!("no --config: the default configuration's one profile is {}", profiles.join(", ")),
                 };
-                format!(
-                    "schedulerName {name:?} names no profile ({have}); give --config with a profile named {name:?} to include them"
-                )
+                format!("schedulerName {name:?} names no profile ({have}); give --config with a profile named {name:?} to include them")
             }
             other => other.to_string(),
         };
-        eprintln!(
-            "note: {n} unbound {pl} skipped: {why}: {}",
-            berth_engine::offline::name_list(&pods)
-        );
+        eprintln!("note: {n} unbound {pl} skipped: {why}: {}", berth_engine::offline::name_list(&pods));
     }
 }
 
@@ -262,16 +237,9 @@ pub fn adopt(cluster: &mut Cluster, key: &str, profiles: &[String]) -> Option<St
             return None;
         }
         cluster.unnamed_scheduler.insert(p.uid.clone());
-        return Some(format!(
-            "pod {key} is pending for scheduler {:?}, which is not a profile here: explained with profile {first:?}",
-            p.scheduler_name
-        ));
+        return Some(format!("pod {key} is pending for scheduler {:?}, which is not a profile here: explained with profile {first:?}", p.scheduler_name));
     }
-    let p = cluster
-        .snapshot
-        .bound_pods()
-        .find(|p| p.key() == key && !p.terminated && !p.terminating)
-        .cloned()?;
+    let p = cluster.snapshot.bound_pods().find(|p| p.key() == key && !p.terminated && !p.terminating).cloned()?;
     let node = p.node_name.clone().unwrap_or_default();
     cluster.snapshot.remove_pod(&p.uid);
     let mut q = (*p).clone();
@@ -280,15 +248,8 @@ pub fn adopt(cluster: &mut Cluster, key: &str, profiles: &[String]) -> Option<St
     if !profiles.contains(&q.scheduler_name) {
         cluster.unnamed_scheduler.insert(q.uid.clone());
     }
-    let profile = if profiles.contains(&q.scheduler_name) {
-        q.scheduler_name.clone()
-    } else {
-        first.clone()
-    };
-    let note = format!(
-        "pod {key} is bound to {node} (scheduler {:?}): explained as if it were pending, off {node}, with profile {profile:?}",
-        p.scheduler_name
-    );
+    let profile = if profiles.contains(&q.scheduler_name) { q.scheduler_name.clone() } else { first.clone() };
+    let note = format!("pod {key} is bound to {node} (scheduler {:?}): explained as if it were pending, off {node}, with profile {profile:?}", p.scheduler_name);
     cluster.pending.push(Arc::new(q));
     Some(note)
 }
@@ -297,16 +258,8 @@ pub fn adopt(cluster: &mut Cluster, key: &str, profiles: &[String]) -> Option<St
 pub fn explain(a: &ExplainArgs) -> anyhow::Result<String> {
     let config = config(&a.common)?;
     let mut cluster = load_cluster(&a.common)?;
-    let pod = a
-        .pod
-        .as_deref()
-        .or(a.pod_flag.as_deref())
-        .unwrap_or_default();
-    let key = if pod.contains('/') {
-        pod.to_string()
-    } else {
-        format!("default/{pod}")
-    };
+    let pod = a.pod.as_deref().or(a.pod_flag.as_deref()).unwrap_or_default();
+    let key = if pod.contains('/') { pod.to_string() } else { format!("default/{pod}") };
     if let Some(note) = adopt(&mut cluster, &key, &config.profile_names()) {
         eprintln!("note: {note}");
     }
@@ -337,42 +290,19 @@ pub fn simulate(a: &SimulateArgs) -> anyhow::Result<String> {
 /// Runs `berth dump`: the dump to the file (or standard output), a summary to stderr.
 pub fn dump(a: &DumpArgs) -> anyhow::Result<()> {
     let DumpFormat::Yaml = a.output;
-    let mut anonymizer = if a.anonymize {
-        Some(Anonymizer::random()?)
-    } else {
-        None
-    };
+    let mut anonymizer = if a.anonymize { Some(Anonymizer::random()?) } else { None };
     let to_stdout = a.file == "-";
     let summary = runtime()?.block_on(async {
         let conn = connect(&a.connect).await?;
         let r = if to_stdout {
             let mut o = std::io::stdout().lock();
-            let r = live::dump_to(
-                &conn.client,
-                live::DumpTo::Writer {
-                    name: "standard output",
-                    writer: &mut o,
-                },
-                a.chunk_size,
-                anonymizer.as_mut(),
-            )
-            .await;
+            let r = live::dump_to(&conn.client, live::DumpTo::Writer { name: "standard output", writer: &mut o }, a.chunk_size, anonymizer.as_mut()).await;
             match r {
-                Err(live::Error::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::BrokenPipe =>
-                {
-                    return Err(anyhow::Error::new(super::out::Closed));
-                }
+                Err(live::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => return Err(anyhow::Error::new(super::out::Closed)),
                 r => r,
             }
         } else {
-            live::dump(
-                &conn.client,
-                Path::new(&a.file),
-                a.chunk_size,
-                anonymizer.as_mut(),
-            )
-            .await
+            live::dump(&conn.client, Path::new(&a.file), a.chunk_size, anonymizer.as_mut()).await
         };
         anyhow::Ok(r.map_err(|e| live_error(e, &conn))?)
     })?;
@@ -381,26 +311,12 @@ pub fn dump(a: &DumpArgs) -> anyhow::Result<()> {
     }
     if let (Some(path), Some(an)) = (&a.anonymize_map, &anonymizer) {
         let text = serde_json::to_string_pretty(an.mapping())?;
-        write_private(path, text.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+        write_private(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     }
     let total: usize = summary.counts.iter().map(|(_, n)| n).sum();
-    let kinds: Vec<String> = summary
-        .counts
-        .iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(k, n)| format!("{n} {k}"))
-        .collect();
-    let dest = if to_stdout {
-        "standard output".to_string()
-    } else {
-        a.file.clone()
-    };
-    eprintln!(
-        "wrote {total} objects to {dest}{}: {}",
-        if a.anonymize { " (anonymized)" } else { "" },
-        kinds.join(", ")
-    );
+    let kinds: Vec<String> = summary.counts.iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{n} {k}")).collect();
+    let dest = if to_stdout { "standard output".to_string() } else { a.file.clone() };
+    eprintln!("wrote {total} objects to {dest}{}: {}", if a.anonymize { " (anonymized)" } else { "" }, kinds.join(", "));
     Ok(())
 }
 
@@ -423,13 +339,7 @@ pub fn explain_table(x: &Explain) -> String {
     let _ = writeln!(s, "Pod {} (profile {})", x.pod, x.profile);
     let mut plugins: Vec<&String> = x.weights.keys().collect();
     plugins.sort();
-    let w = x
-        .nodes
-        .iter()
-        .map(|n| n.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let w = x.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
     let _ = write!(s, "\n{:<w$}  {:<8}", "NODE", "FEASIBLE");
     for p in &plugins {
         let weight = x.weights.get(*p).and_then(|v| v.as_i64()).unwrap_or(1);
@@ -437,37 +347,16 @@ pub fn explain_table(x: &Explain) -> String {
     }
     let _ = writeln!(s, "  TOTAL");
     for n in &x.nodes {
-        let _ = write!(
-            s,
-            "{:<w$}  {:<8}",
-            n.name,
-            if n.feasible { "yes" } else { "no" }
-        );
+        let _ = write!(s, "{:<w$}  {:<8}", n.name, if n.feasible { "yes" } else { "no" });
         if n.feasible {
             for p in &plugins {
-                let v = n
-                    .scores
-                    .as_ref()
-                    .and_then(|m| m.get(*p))
-                    .and_then(|v| v.as_i64())
-                    .unwrap_or(0);
-                let width = p.len()
-                    + 4
-                    + x.weights
-                        .get(*p)
-                        .and_then(|v| v.as_i64())
-                        .unwrap_or(1)
-                        .to_string()
-                        .len();
+                let v = n.scores.as_ref().and_then(|m| m.get(*p)).and_then(|v| v.as_i64()).unwrap_or(0);
+                let width = p.len() + 4 + x.weights.get(*p).and_then(|v| v.as_i64()).unwrap_or(1).to_string().len();
                 let _ = write!(s, "  {v:>width$}");
             }
             let _ = writeln!(s, "  {}", n.total.unwrap_or(0));
         } else {
-            let why: Vec<String> = n
-                .reasons
-                .iter()
-                .map(|r| format!("{}: {}", r.plugin, r.reason))
-                .collect();
+            let why: Vec<String> = n.reasons.iter().map(|r| format!("{}: {}", r.plugin, r.reason)).collect();
             let _ = writeln!(s, "  {}", why.join("; "));
         }
     }
@@ -477,27 +366,14 @@ pub fn explain_table(x: &Explain) -> String {
             let _ = writeln!(s, "Selected: {n}");
         }
         None => {
-            let _ = writeln!(
-                s,
-                "Unschedulable: {}",
-                x.message.clone().unwrap_or_default()
-            );
+            let _ = writeln!(s, "Unschedulable: {}", x.message.clone().unwrap_or_default());
             if let Some(d) = &x.detail {
                 let _ = writeln!(s, "Detail: {d}");
             }
         }
     }
     if let Some(p) = &x.preemption {
-        let _ = writeln!(
-            s,
-            "Preemption: nominate {} after evicting {}",
-            p.nominated_node,
-            if p.victims.is_empty() {
-                "nothing".into()
-            } else {
-                p.victims.join(", ")
-            }
-        );
+        let _ = writeln!(s, "Preemption: nominate {} after evicting {}", p.nominated_node, if p.victims.is_empty() { "nothing".into() } else { p.victims.join(", ") });
     }
     s
 }
@@ -505,13 +381,7 @@ pub fn explain_table(x: &Explain) -> String {
 /// simulate as a table for people.
 pub fn simulate_table(sim: &Simulation) -> String {
     let mut s = String::new();
-    let w = sim
-        .placements
-        .iter()
-        .map(|p| p.pod.len())
-        .max()
-        .unwrap_or(3)
-        .max(3);
+    let w = sim.placements.iter().map(|p| p.pod.len()).max().unwrap_or(3).max(3);
     let _ = writeln!(s, "{:<w$}  {:<20}  DETAILS", "POD", "NODE");
     for p in &sim.placements {
         let mut details = Vec::new();
@@ -522,26 +392,15 @@ pub fn simulate_table(sim: &Simulation) -> String {
             details.push(format!("preempted {}", p.victims.join(", ")));
         }
         if let Some(m) = &p.message
-            && p.node.is_none()
-        {
-            details.push(m.clone());
-        }
-        let _ = writeln!(
-            s,
-            "{:<w$}  {:<20}  {}",
-            p.pod,
-            p.node.as_deref().unwrap_or("<pending>"),
-            details.join("; ")
-        );
+            && p.node.is_none() {
+                details.push(m.clone());
+            }
+        let _ = writeln!(s, "{:<w$}  {:<20}  {}", p.pod, p.node.as_deref().unwrap_or("<pending>"), details.join("; "));
     }
     let placed = sim.placements.iter().filter(|p| p.node.is_some()).count();
     let _ = writeln!(s, "\n{placed}/{} pods placed", sim.placements.len());
     if !sim.skipped.is_empty() {
-        let _ = writeln!(
-            s,
-            "{} unbound pods skipped (named on stderr)",
-            sim.skipped.len()
-        );
+        let _ = writeln!(s, "{} unbound pods skipped (named on stderr)", sim.skipped.len());
     }
     s
 }

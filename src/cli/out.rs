@@ -44,30 +44,14 @@ pub fn is_closed(e: &anyhow::Error) -> bool {
 /// `e`, or [`Closed`] when one of its causes is a broken pipe: for the
 /// commands that write to standard output inside the lab (the demo's summary).
 pub fn broken_pipe_is_closed(e: anyhow::Error) -> anyhow::Error {
-    let closed = e.chain().any(|c| {
-        c.downcast_ref::<io::Error>()
-            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
-    });
-    if closed {
-        anyhow::Error::new(Closed)
-    } else {
-        e
-    }
+    let closed = e.chain().any(|c| c.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe));
+    if closed { anyhow::Error::new(Closed) } else { e }
 }
 
 /// Writes `text` and a newline to standard output, flushed.
 pub fn print(text: &str) -> anyhow::Result<()> {
     let mut o = io::stdout().lock();
-    o.write_all(text.as_bytes())
-        .and_then(|()| {
-            if text.ends_with('\n') {
-                Ok(())
-            } else {
-                o.write_all(b"\n")
-            }
-        })
-        .and_then(|()| o.flush())
-        .map_err(stdout_error)
+    o.write_all(text.as_bytes()).and_then(|()| if text.ends_with('\n') { Ok(()) } else { o.write_all(b"\n") }).and_then(|()| o.flush()).map_err(stdout_error)
 }
 
 /// An error as one line: its message, then each cause that the text so far
@@ -84,3 +68,4 @@ pub fn report(e: &anyhow::Error) -> String {
     }
     out
 }
+

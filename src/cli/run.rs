@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use berth_daemon::admin::AdminOptions;
-use berth_daemon::{self as daemon, Options, shutdown_signal};
 use berth_engine::config::Config;
+use berth_daemon::admin::AdminOptions;
+use berth_daemon::{self as daemon, shutdown_signal, Options};
 
 use super::logging::{self, Format as LogFormat};
 
@@ -63,35 +63,17 @@ pub async fn run(a: &RunArgs) -> anyhow::Result<()> {
         );
     };
     let config = Config::load_for_scheduler(path)?;
-    let kubeconfig = a
-        .kubeconfig
-        .clone()
-        .or_else(|| config.raw.client_connection.kubeconfig.clone())
-        .filter(|s| !s.is_empty());
+    let kubeconfig = a.kubeconfig.clone().or_else(|| config.raw.client_connection.kubeconfig.clone()).filter(|s| !s.is_empty());
     let conn = daemon::connect::connect(kubeconfig.as_deref(), a.context.as_deref()).await?;
     tracing::info!(server = %conn.server, from = %conn.origin, context = conn.context.as_deref().unwrap_or(""), "API server");
     let client = conn.client;
     let admin = AdminOptions {
         tls_cert_file: a.tls_cert_file.clone(),
         tls_private_key_file: a.tls_private_key_file.clone(),
-        always_allow_paths: a
-            .authorization_always_allow_paths
-            .iter()
-            .map(|p| p.trim().to_string())
-            .filter(|p| !p.is_empty())
-            .collect(),
+        always_allow_paths: a.authorization_always_allow_paths.iter().map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect(),
         ..AdminOptions::default()
     };
-    let opts = Options {
-        bind_address: a.bind_address,
-        identity: a
-            .identity
-            .clone()
-            .unwrap_or_else(|| Options::default().identity),
-        admin,
-        shadow: a.shadow,
-        ..Options::default()
-    };
+    let opts = Options { bind_address: a.bind_address, identity: a.identity.clone().unwrap_or_else(|| Options::default().identity), admin, shadow: a.shadow, ..Options::default() };
     let handle = daemon::start(client, &config, opts).await?;
     if a.shadow {
         tracing::info!(admin = %handle.admin_addr, profiles = ?config.profile_names(), "berth is running in shadow mode: judging other schedulers' bindings, writing nothing");

@@ -25,20 +25,9 @@ use tokio::net::TcpStream;
 
 use crate::e2e_support::*;
 
-async fn start_with(
-    c: &berth_cluster::LocalCluster,
-    identity: &str,
-    admin: AdminOptions,
-) -> Handle {
-    let opts = Options {
-        bind_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        identity: identity.into(),
-        admin,
-        ..Options::default()
-    };
-    daemon::start(c.client().unwrap(), &config(""), opts)
-        .await
-        .unwrap()
+async fn start_with(c: &berth_cluster::LocalCluster, identity: &str, admin: AdminOptions) -> Handle {
+    let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: identity.into(), admin, ..Options::default() };
+    daemon::start(c.client().unwrap(), &config(""), opts).await.unwrap()
 }
 
 /// Reads until the peer closes; true when it closed within `secs`.
@@ -59,11 +48,7 @@ async fn closed_within<S: tokio::io::AsyncRead + Unpin>(s: &mut S, secs: u64) ->
 async fn tls(addr: SocketAddr) -> tokio_rustls::client::TlsStream<TcpStream> {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    berth_daemon::admin::connector(None)
-        .unwrap()
-        .connect(name, tcp)
-        .await
-        .unwrap()
+    berth_daemon::admin::connector(None).unwrap().connect(name, tcp).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -177,42 +162,22 @@ async fn idle_and_slow_connections_are_closed() {
 
         // A connection that never starts its TLS handshake.
         let mut raw = TcpStream::connect(a).await.unwrap();
-        assert!(
-            closed_within(&mut raw, 10).await,
-            "a silent connection stays open"
-        );
+        assert!(closed_within(&mut raw, 10).await, "a silent connection stays open");
 
         // A request whose headers never end (slowloris).
         let mut slow = tls(a).await;
-        slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-            .await
-            .unwrap();
-        assert!(
-            closed_within(&mut slow, 10).await,
-            "a connection with unfinished headers stays open"
-        );
+        slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        assert!(closed_within(&mut slow, 10).await, "a connection with unfinished headers stays open");
 
         // A keep-alive connection left idle after a request.
         let mut idle = tls(a).await;
-        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
         let mut buf = [0u8; 1024];
         let n = idle.read(&mut buf).await.unwrap();
-        assert!(
-            String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"),
-            "{}",
-            String::from_utf8_lossy(&buf[..n])
-        );
-        assert!(
-            closed_within(&mut idle, 10).await,
-            "an idle keep-alive connection stays open"
-        );
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+        assert!(closed_within(&mut idle, 10).await, "an idle keep-alive connection stays open");
 
-        eventually(10, "every connection released", || async {
-            (d.admin.stats.open_connections() == 0).then_some(())
-        })
-        .await;
+        eventually(10, "every connection released", || async { (d.admin.stats.open_connections() == 0).then_some(()) }).await;
         d.shutdown().await;
         c.shutdown().await;
     })
@@ -225,69 +190,26 @@ async fn idle_connection_flood_is_bounded_and_the_api_client_keeps_working() {
     tokio::time::timeout(Duration::from_secs(90), async {
         let c = cluster(10, 2, "8", 110, FaultConfig::default()).await;
         const LIMIT: usize = 64;
-        let d = start_with(
-            &c,
-            "flood",
-            AdminOptions {
-                max_connections: LIMIT,
-                ..AdminOptions::default()
-            },
-        )
-        .await;
+        let d = start_with(&c, "flood", AdminOptions { max_connections: LIMIT, ..AdminOptions::default() }).await;
         until_leading(&d, 20).await;
         let a = d.admin_addr;
 
         // 1,100 idle connections (those beyond the backlog may not even connect).
-        let conns: Vec<TcpStream> = futures::future::join_all((0..1100).map(|_| async move {
-            tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(a))
-                .await
-                .ok()
-                .and_then(Result::ok)
-        }))
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+        let conns: Vec<TcpStream> = futures::future::join_all((0..1100).map(|_| async move { tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(a)).await.ok().and_then(Result::ok) })).await.into_iter().flatten().collect();
         assert!(conns.len() > LIMIT, "only {} connections made", conns.len());
-        eventually(10, "the limit reached", || async {
-            (d.admin.stats.open_connections() == LIMIT).then_some(())
-        })
-        .await;
+        eventually(10, "the limit reached", || async { (d.admin.stats.open_connections() == LIMIT).then_some(()) }).await;
 
         // The daemon's API client still works: a wave of pods gets bound.
         let api: Api<Pod> = Api::namespaced(c.client().unwrap(), "default");
-        create_all(
-            &api,
-            (0..60)
-                .map(|i| pod(&format!("w-{i}"), "100m", json!({})))
-                .collect(),
-            16,
-        )
-        .await;
-        eventually(30, "60 pods bound", || async {
-            (pods(&api)
-                .await
-                .iter()
-                .filter(|p| node_of(p).is_some())
-                .count()
-                == 60)
-                .then_some(())
-        })
-        .await;
+        create_all(&api, (0..60).map(|i| pod(&format!("w-{i}"), "100m", json!({}))).collect(), 16).await;
+        eventually(30, "60 pods bound", || async { (pods(&api).await.iter().filter(|p| node_of(p).is_some()).count() == 60).then_some(()) }).await;
         let held = d.admin.stats.peak_connections();
-        println!(
-            "idle flood: {} connections made, {} held at most (limit {LIMIT}), 60 of 60 pods bound",
-            conns.len(),
-            held
-        );
+        println!("idle flood: {} connections made, {} held at most (limit {LIMIT}), 60 of 60 pods bound", conns.len(), held);
         assert!(held <= LIMIT, "{held} connections held, limit {LIMIT}");
 
         // Once they go, the port serves again.
         drop(conns);
-        eventually(20, "/healthz after the flood", || async {
-            (admin_get(a, "/healthz", None).await.0 == 200).then_some(())
-        })
-        .await;
+        eventually(20, "/healthz after the flood", || async { (admin_get(a, "/healthz", None).await.0 == 200).then_some(()) }).await;
         d.shutdown().await;
         c.shutdown().await;
     })

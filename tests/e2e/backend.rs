@@ -40,11 +40,7 @@ static REAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[allow(clippy::large_enum_variant)]
 pub enum Backend {
     Local(LocalCluster),
-    Real {
-        client: kube::Client,
-        dir: PathBuf,
-        _turn: tokio::sync::MutexGuard<'static, ()>,
-    },
+    Real { client: kube::Client, dir: PathBuf, _turn: tokio::sync::MutexGuard<'static, ()> },
 }
 
 pub use berth_lab::kwok::NodeSpec;
@@ -56,17 +52,11 @@ impl Backend {
     /// generated ResourceClaims).
     pub async fn local() -> Backend {
         crate::e2e_support::init_logs();
-        let controllers = berth_cluster::controllers::ControllersConfig {
-            resync: Duration::from_millis(500),
-            ..Default::default()
-        };
+        let controllers = berth_cluster::controllers::ControllersConfig { resync: Duration::from_millis(500), ..Default::default() };
         let cfg = ClusterConfig {
             nodes: 0,
             controllers,
-            kubelet: berth_cluster::KubeletConfig {
-                enabled: true,
-                start_delay: Duration::from_millis(20),
-            },
+            kubelet: berth_cluster::KubeletConfig { enabled: true, start_delay: Duration::from_millis(20) },
             bookmark_interval: Duration::from_millis(500),
             auth: auth_config(),
             ..Default::default()
@@ -84,18 +74,10 @@ impl Backend {
         });
         let turn = REAL.lock().await;
         let kubeconfig = dir.join("kubeconfig");
-        let kc = kube::config::Kubeconfig::read_from(&kubeconfig)
-            .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
-        let cfg =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .unwrap();
+        let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.unwrap();
         let client = kube::Client::try_from(cfg).unwrap();
-        Backend::Real {
-            client,
-            dir,
-            _turn: turn,
-        }
+        Backend::Real { client, dir, _turn: turn }
     }
 
     pub fn name(&self) -> &'static str {
@@ -138,13 +120,9 @@ impl Backend {
     /// Returns each node's name and uid.
     pub async fn add_nodes(&self, specs: &[NodeSpec]) -> Vec<(String, String)> {
         let client = self.client();
-        let made = berth_lab::kwok::create_nodes(&client, specs, 16)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let made = berth_lab::kwok::create_nodes(&client, specs, 16).await.unwrap_or_else(|e| panic!("{e}"));
         let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-        berth_lab::kwok::wait_schedulable(&client, &names, self.is_real(), 120)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        berth_lab::kwok::wait_schedulable(&client, &names, self.is_real(), 120).await.unwrap_or_else(|e| panic!("{e}"));
         made
     }
 
@@ -164,11 +142,7 @@ impl Backend {
 
 /// Every pod of `ns`.
 pub async fn pods_in(client: &kube::Client, ns: &str) -> Vec<Pod> {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
+    Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default()).await.unwrap().items
 }
 
 /// Each pod's first node, and the pods whose node changed.
@@ -189,17 +163,10 @@ impl BindLog {
         let l = log.clone();
         let task = tokio::spawn(async move {
             // With backoff: the server goes away in these tests.
-            let mut s = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .applied_objects()
-                .boxed();
+            let mut s = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
             while let Some(ev) = s.next().await {
                 let Ok(p) = ev else { continue };
-                let (Some(name), Some(node)) =
-                    (p.metadata.name.clone(), node_of(&p).map(str::to_string))
-                else {
-                    continue;
-                };
+                let (Some(name), Some(node)) = (p.metadata.name.clone(), node_of(&p).map(str::to_string)) else { continue };
                 let mut g = l.inner.lock().unwrap();
                 match g.0.get(&name).cloned() {
                     None => {
@@ -230,10 +197,7 @@ impl BindLog {
 /// No node holds more CPU requests than it has (the scenario's pods are
 /// the only ones on its nodes); returns (used, capacity) in millicores.
 pub fn assert_capacity(pods: &[Pod], nodes: &[NodeSpec]) -> (i64, i64) {
-    let cap: HashMap<&str, i64> = nodes
-        .iter()
-        .map(|n| (n.name.as_str(), n.cpu.parse::<i64>().unwrap() * 1000))
-        .collect();
+    let cap: HashMap<&str, i64> = nodes.iter().map(|n| (n.name.as_str(), n.cpu.parse::<i64>().unwrap() * 1000)).collect();
     let mut used: HashMap<&str, i64> = HashMap::new();
     for p in pods {
         if let Some(n) = node_of(p) {
@@ -241,10 +205,7 @@ pub fn assert_capacity(pods: &[Pod], nodes: &[NodeSpec]) -> (i64, i64) {
         }
     }
     for (n, u) in &used {
-        let c = cap
-            .get(n)
-            .copied()
-            .unwrap_or_else(|| panic!("a pod is bound to {n}, not one of the scenario's nodes"));
+        let c = cap.get(n).copied().unwrap_or_else(|| panic!("a pod is bound to {n}, not one of the scenario's nodes"));
         assert!(*u <= c, "node {n} is over capacity: {u}m of {c}m requested");
     }
     (used.values().sum(), cap.values().sum())

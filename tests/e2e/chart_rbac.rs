@@ -30,24 +30,12 @@ const SA: &str = "system:serviceaccount:kube-system:berth";
 
 /// The documents of `kinds` in deploy/berth.yaml: (kind, namespace, name, YAML).
 fn manifests(kinds: &[&str]) -> Vec<(String, Option<String>, String, String)> {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/berth.yaml")).unwrap();
-    let field = |doc: &str, prefix: &str| {
-        doc.lines()
-            .find_map(|l| l.strip_prefix(prefix))
-            .map(|v| v.trim().trim_matches('"').to_string())
-    };
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/berth.yaml")).unwrap();
+    let field = |doc: &str, prefix: &str| doc.lines().find_map(|l| l.strip_prefix(prefix)).map(|v| v.trim().trim_matches('"').to_string());
     text.split("\n---\n")
         .filter_map(|doc| {
             let kind = field(doc, "kind: ")?;
-            kinds.contains(&kind.as_str()).then(|| {
-                (
-                    kind,
-                    field(doc, "  namespace: "),
-                    field(doc, "  name: ").unwrap(),
-                    doc.to_string(),
-                )
-            })
+            kinds.contains(&kind.as_str()).then(|| (kind, field(doc, "  namespace: "), field(doc, "  name: ").unwrap(), doc.to_string()))
         })
         .collect()
 }
@@ -61,24 +49,12 @@ pub(crate) async fn apply_chart_rbac(admin: &kube::Client) -> String {
         "Role" => "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
         _ => "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     };
-    let docs = manifests(&[
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
-    ]);
+    let docs = manifests(&["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]);
     assert!(docs.len() >= 6, "{docs:?}");
     for (kind, ns, name, doc) in docs {
         let path = plural(&kind).replace("{ns}", ns.as_deref().unwrap_or("default"));
-        let req = axum::http::Request::patch(format!("{path}/{name}?fieldManager=e2e"))
-            .header("Content-Type", "application/apply-patch+yaml")
-            .body(doc.into_bytes())
-            .unwrap();
-        admin
-            .request_text(req)
-            .await
-            .unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
+        let req = axum::http::Request::patch(format!("{path}/{name}?fieldManager=e2e")).header("Content-Type", "application/apply-patch+yaml").body(doc.into_bytes()).unwrap();
+        admin.request_text(req).await.unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
     }
     service_account_token(admin).await
 }
@@ -90,14 +66,7 @@ async fn edit_role(admin: &kube::Client, edit: impl Fn(&mut Vec<Value>)) {
     let role = serde_json::to_value(roles.get("berth").await.unwrap()).unwrap();
     let mut rules = role["rules"].as_array().cloned().unwrap();
     edit(&mut rules);
-    roles
-        .patch(
-            "berth",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": rules})),
-        )
-        .await
-        .unwrap();
+    roles.patch("berth", &PatchParams::default(), &Patch::Merge(json!({"rules": rules}))).await.unwrap();
 }
 
 fn is_rule(r: &Value, group: &str, resource: &str) -> bool {
@@ -107,28 +76,14 @@ fn is_rule(r: &Value, group: &str, resource: &str) -> bool {
 
 /// The helm binary: `$BERTH_HELM`, ci/validate.sh's, or the one on PATH.
 fn helm_bin() -> Option<String> {
-    let candidates = [
-        std::env::var("BERTH_HELM").ok(),
-        Some("/opt/berth-tools/helm/helm".to_string()),
-        Some("helm".to_string()),
-    ];
-    candidates.into_iter().flatten().find(|h| {
-        std::process::Command::new(h)
-            .arg("version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
+    let candidates = [std::env::var("BERTH_HELM").ok(), Some("/opt/berth-tools/helm/helm".to_string()), Some("helm".to_string())];
+    candidates.into_iter().flatten().find(|h| std::process::Command::new(h).arg("version").output().is_ok_and(|o| o.status.success()))
 }
 
 /// Installs charts/berth with `helm` into kube-system as release `berth`
 /// (its Deployment scaled to 0 through values), then returns a token of
 /// the ServiceAccount the chart created.
-async fn helm_install_chart(
-    helm: &str,
-    admin: &kube::Client,
-    kubeconfig: &Path,
-    dir: &Path,
-) -> String {
+async fn helm_install_chart(helm: &str, admin: &kube::Client, kubeconfig: &Path, dir: &Path) -> String {
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/berth");
     let args: Vec<String> = vec![
         "install".into(),
@@ -143,67 +98,30 @@ async fn helm_install_chart(
         "--repository-cache".into(),
         dir.join("helm-cache").to_string_lossy().into(),
         "--repository-config".into(),
-        dir.join("helm-config/repositories.yaml")
-            .to_string_lossy()
-            .into(),
+        dir.join("helm-config/repositories.yaml").to_string_lossy().into(),
     ];
-    let out = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new(helm)
-            .args(&args)
-            .env("HELM_CONFIG_HOME", dir.join("helm-config"))
-            .env("HELM_CACHE_HOME", dir.join("helm-cache"))
-            .env("HELM_DATA_HOME", dir.join("helm-data"))
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("helm install timed out")
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "helm install: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tokio::time::timeout(Duration::from_secs(120), tokio::process::Command::new(helm).args(&args).env("HELM_CONFIG_HOME", dir.join("helm-config")).env("HELM_CACHE_HOME", dir.join("helm-cache")).env("HELM_DATA_HOME", dir.join("helm-data")).kill_on_drop(true).output())
+        .await
+        .expect("helm install timed out")
+        .unwrap();
+    assert!(out.status.success(), "helm install: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     // What helm created is what the rest of the test edits.
     let roles: Api<ClusterRole> = Api::all(admin.clone());
     let role = roles.get("berth").await.unwrap();
     let labels = role.metadata.labels.unwrap_or_default();
-    assert_eq!(
-        labels
-            .get("app.kubernetes.io/managed-by")
-            .map(String::as_str),
-        Some("Helm"),
-        "the ClusterRole is the chart's"
-    );
-    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
-        Api::namespaced(admin.clone(), "kube-system");
+    assert_eq!(labels.get("app.kubernetes.io/managed-by").map(String::as_str), Some("Helm"), "the ClusterRole is the chart's");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), "kube-system");
     let dep = deployments.get("berth").await.unwrap();
-    assert_eq!(
-        dep.spec.replicas,
-        Some(0),
-        "the chart's own berth runs no pod here"
-    );
+    assert_eq!(dep.spec.replicas, Some(0), "the chart's own berth runs no pod here");
     service_account_token(admin).await
 }
 
 /// A token (TokenRequest) of the ServiceAccount kube-system/berth.
 async fn service_account_token(admin: &kube::Client) -> String {
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
-    let tr: k8s_openapi::api::authentication::v1::TokenRequest = sas
-        .create_subresource(
-            "token",
-            "berth",
-            &PostParams::default(),
-            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
-        )
-        .await
-        .unwrap();
-    serde_json::to_value(tr.status).unwrap()["token"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    let tr: k8s_openapi::api::authentication::v1::TokenRequest =
+        sas.create_subresource("token", "berth", &PostParams::default(), &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await.unwrap();
+    serde_json::to_value(tr.status).unwrap()["token"].as_str().unwrap().to_string()
 }
 
 /// `berth run` as the chart's ServiceAccount, logging to `log`.
@@ -223,11 +141,7 @@ impl Berth {
             ),
         )
         .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let admin = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         let log = dir.join(format!("{name}.log"));
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_berth"))
@@ -260,11 +174,7 @@ impl Berth {
             }
         })
         .await;
-        assert!(
-            found.is_ok(),
-            "berth's log never said {text:?}:\n{}",
-            self.log()
-        );
+        assert!(found.is_ok(), "berth's log never said {text:?}:\n{}", self.log());
     }
 
     async fn stop(mut self) {
@@ -274,19 +184,11 @@ impl Berth {
 }
 
 fn pod_of(name: &str) -> Pod {
-    pod(
-        name,
-        "100m",
-        json!({"metadata": {"labels": {"app": "single"}}}),
-    )
+    pod(name, "100m", json!({"metadata": {"labels": {"app": "single"}}}))
 }
 
 async fn bound(api: &Api<Pod>, name: &str) -> bool {
-    api.get(name)
-        .await
-        .ok()
-        .and_then(|p| p.spec?.node_name)
-        .is_some()
+    api.get(name).await.ok().and_then(|p| p.spec?.node_name).is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

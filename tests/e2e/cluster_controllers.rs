@@ -34,13 +34,7 @@ async fn cluster_with_controllers() -> berth_cluster::LocalCluster {
 }
 
 async fn web_pods(api: &Api<Pod>) -> Vec<Pod> {
-    api.list(&ListParams::default().labels("app=web"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect()
+    api.list(&ListParams::default().labels("app=web")).await.unwrap().items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
 }
 
 #[tokio::test]
@@ -52,10 +46,7 @@ async fn a_deployment_of_30_is_scheduled_by_berth_scaled_to_10_rolled_and_collec
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    deploys
-        .create(&PostParams::default(), &deployment(30, "nginx:1"))
-        .await
-        .unwrap();
+    deploys.create(&PostParams::default(), &deployment(30, "nginx:1")).await.unwrap();
 
     // 30 pods, each bound by berth (the template's schedulerName), and the Deployment available.
     eventually(60, "30 pods bound", || async {
@@ -64,24 +55,10 @@ async fn a_deployment_of_30_is_scheduled_by_berth_scaled_to_10_rolled_and_collec
     })
     .await;
     for p in web_pods(&pods).await {
-        assert_eq!(
-            p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()),
-            Some(PROFILE)
-        );
-        let owner = p
-            .metadata
-            .owner_references
-            .as_ref()
-            .and_then(|o| o.first())
-            .unwrap();
+        assert_eq!(p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()), Some(PROFILE));
+        let owner = p.metadata.owner_references.as_ref().and_then(|o| o.first()).unwrap();
         assert_eq!(owner.kind, "ReplicaSet");
-        assert!(
-            p.metadata
-                .labels
-                .as_ref()
-                .unwrap()
-                .contains_key(POD_TEMPLATE_HASH)
-        );
+        assert!(p.metadata.labels.as_ref().unwrap().contains_key(POD_TEMPLATE_HASH));
     }
     let scheduled = event_counts(&c, "Scheduled").await;
     assert_eq!(scheduled.values().sum::<usize>(), 30, "{scheduled:?}");
@@ -92,59 +69,26 @@ async fn a_deployment_of_30_is_scheduled_by_berth_scaled_to_10_rolled_and_collec
     .await;
 
     // Scale to 10: 20 go.
-    deploys
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"replicas": 10}})),
-        )
-        .await
-        .unwrap();
-    eventually(30, "10 pods left", || async {
-        (web_pods(&pods).await.len() == 10).then_some(())
-    })
-    .await;
-    assert_eq!(
-        rss.list(&ListParams::default()).await.unwrap().items.len(),
-        1
-    );
+    deploys.patch("web", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"replicas": 10}}))).await.unwrap();
+    eventually(30, "10 pods left", || async { (web_pods(&pods).await.len() == 10).then_some(()) }).await;
+    assert_eq!(rss.list(&ListParams::default()).await.unwrap().items.len(), 1);
 
     // A new template rolls to a second ReplicaSet; the old one ends at 0.
     deploys.patch("web", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:2"}]}}}}))).await.unwrap();
     eventually(60, "rolled to nginx:2", || async {
         let ps = web_pods(&pods).await;
-        let new = ps
-            .iter()
-            .filter(|p| {
-                p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:2")
-                    && node_of(p).is_some()
-            })
-            .count();
+        let new = ps.iter().filter(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:2") && node_of(p).is_some()).count();
         (ps.len() == 10 && new == 10).then_some(())
     })
     .await;
     let sets = rss.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(sets.len(), 2);
-    assert_eq!(
-        sets.iter()
-            .map(|r| r.spec.replicas.unwrap_or(1))
-            .sum::<i32>(),
-        10
-    );
+    assert_eq!(sets.iter().map(|r| r.spec.replicas.unwrap_or(1)).sum::<i32>(), 10);
 
     // Deleting the Deployment takes its ReplicaSets and their pods.
-    deploys
-        .delete("web", &DeleteParams::default())
-        .await
-        .unwrap();
+    deploys.delete("web", &DeleteParams::default()).await.unwrap();
     eventually(30, "all collected", || async {
-        (rss.list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-            && web_pods(&pods).await.is_empty())
-        .then_some(())
+        (rss.list(&ListParams::default()).await.unwrap().items.is_empty() && web_pods(&pods).await.is_empty()).then_some(())
     })
     .await;
     d.shutdown().await;
@@ -166,36 +110,19 @@ async fn a_job_runs_its_pods_to_completion() {
     jobs.create(&PostParams::default(), &job).await.unwrap();
     let status = eventually(30, "job complete", || async {
         let s = jobs.get("calc").await.unwrap().status?;
-        s.conditions
-            .as_ref()?
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True")
-            .then_some(s)
+        s.conditions.as_ref()?.iter().any(|c| c.type_ == "Complete" && c.status == "True").then_some(s)
     })
     .await;
     assert_eq!(status.succeeded, Some(3));
     assert!(status.completion_time.is_some());
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let owned = pods
-        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=calc"))
-        .await
-        .unwrap()
-        .items;
+    let owned = pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=calc")).await.unwrap().items;
     assert_eq!(owned.len(), 3, "{owned:?}");
-    assert!(
-        owned
-            .iter()
-            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
-    );
+    assert!(owned.iter().all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")));
     // Deleting the Job takes its pods.
     jobs.delete("calc", &DeleteParams::default()).await.unwrap();
     eventually(30, "pods collected", || async {
-        pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=calc"))
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-            .then_some(())
+        pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=calc")).await.unwrap().items.is_empty().then_some(())
     })
     .await;
     c.shutdown().await;

@@ -20,25 +20,14 @@ fn run_cases(root: &Path) {
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{}:\n{stdout}", root.display());
-    assert!(
-        out.status.success(),
-        "conformance failures in {}:\n{stdout}\n{}",
-        root.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "conformance failures in {}:\n{stdout}\n{}", root.display(), String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
 fn conformance_cases_pass() {
     let public = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance");
-    let count = std::fs::read_dir(public.join("cases"))
-        .map(|areas| areas.count())
-        .unwrap_or(0);
-    assert!(
-        count > 0 && public.join("run.py").exists(),
-        "the public conformance cases are missing from {}",
-        public.display()
-    );
+    let count = std::fs::read_dir(public.join("cases")).map(|areas| areas.count()).unwrap_or(0);
+    assert!(count > 0 && public.join("run.py").exists(), "the public conformance cases are missing from {}", public.display());
     run_cases(&public);
     let shared: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance");
     if shared.join("run.py").exists() {
@@ -49,15 +38,8 @@ fn conformance_cases_pass() {
         std::fs::create_dir_all(only.join("cases")).expect("temp dir");
         std::fs::copy(shared.join("run.py"), only.join("run.py")).expect("copy run.py");
         let (mut copied, mut overridden) = (0, Vec::new());
-        for area in std::fs::read_dir(shared.join("cases"))
-            .expect("shared cases")
-            .flatten()
-        {
-            for case in std::fs::read_dir(area.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
+        for area in std::fs::read_dir(shared.join("cases")).expect("shared cases").flatten() {
+            for case in std::fs::read_dir(area.path()).into_iter().flatten().flatten() {
                 let rel = Path::new(&area.file_name()).join(case.file_name());
                 if public.join("cases").join(&rel).exists() {
                     overridden.push(rel.display().to_string());
@@ -68,18 +50,13 @@ fn conformance_cases_pass() {
             }
         }
         overridden.sort();
-        println!(
-            "../shared/conformance: {copied} cases run from there; held in the repository too (run from it): {}",
-            overridden.join(", ")
-        );
+        println!("../shared/conformance: {copied} cases run from there; held in the repository too (run from it): {}", overridden.join(", "));
         if copied > 0 {
             run_cases(&only);
         }
         let _ = std::fs::remove_dir_all(&only);
     } else {
-        println!(
-            "note: ../shared/conformance is not beside the checkout; ran the public cases only"
-        );
+        println!("note: ../shared/conformance is not beside the checkout; ran the public cases only");
     }
 }
 

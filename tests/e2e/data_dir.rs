@@ -18,11 +18,7 @@ use serde_json::json;
 use crate::e2e_support::*;
 
 /// `berth cluster` on `listen` with `--data-dir data`, writing `kc`; a client for it.
-async fn start_cluster(
-    listen: &str,
-    data: &Path,
-    kc: &Path,
-) -> (tokio::process::Child, kube::Client) {
+async fn start_cluster(listen: &str, data: &Path, kc: &Path) -> (tokio::process::Child, kube::Client) {
     let _ = std::fs::remove_file(kc);
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_berth"))
         .args(["cluster", "--listen", listen, "--nodes", "4", "--data-dir"])
@@ -32,16 +28,9 @@ async fn start_cluster(
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let text = eventually(30, "the kubeconfig written", || async {
-        std::fs::read_to_string(kc)
-            .ok()
-            .filter(|t| t.contains("server: https://127.0.0.1:"))
-    })
-    .await;
+    let text = eventually(30, "the kubeconfig written", || async { std::fs::read_to_string(kc).ok().filter(|t| t.contains("server: https://127.0.0.1:")) }).await;
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
     (child, kube::Client::try_from(cfg).unwrap())
 }
 
@@ -50,57 +39,28 @@ async fn placements(api: &Api<Pod>) -> HashMap<String, (String, String)> {
     pods(api)
         .await
         .iter()
-        .filter_map(|p| {
-            Some((
-                p.metadata.name.clone()?,
-                (p.metadata.uid.clone()?, node_of(p)?.to_string()),
-            ))
-        })
+        .filter_map(|p| Some((p.metadata.name.clone()?, (p.metadata.uid.clone()?, node_of(p)?.to_string()))))
         .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_carries_on_through_a_data_dir_restart() {
-    let dir = std::env::temp_dir().join(format!(
-        "berth-datadir-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
+    let dir = std::env::temp_dir().join(format!("berth-datadir-{}-{}", std::process::id(), rand::random::<u32>()));
     std::fs::create_dir_all(&dir).unwrap();
     let (data, kc) = (dir.join("data"), dir.join("kubeconfig"));
     // A fixed address, so the restarted cluster is where the daemon looks.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
 
     let (mut cluster, client) = start_cluster(&listen, &data, &kc).await;
-    let opts = Options {
-        bind_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        identity: "through-restart".into(),
-        ..Options::default()
-    };
-    let d = daemon::start(client.clone(), &config(""), opts)
-        .await
-        .unwrap();
+    let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: "through-restart".into(), ..Options::default() };
+    let d = daemon::start(client.clone(), &config(""), opts).await.unwrap();
     let ready = |addr| async move { admin_get(addr, "/readyz", None).await.0 == 200 };
-    eventually(20, "/readyz 200", || async {
-        ready(d.admin_addr).await.then_some(())
-    })
-    .await;
+    eventually(20, "/readyz 200", || async { ready(d.admin_addr).await.then_some(()) }).await;
     until_leading(&d, 20).await;
 
     let api: Api<Pod> = Api::default_namespaced(client.clone());
-    create_all(
-        &api,
-        (0..20)
-            .map(|i| pod(&format!("before-{i:02}"), "100m", json!({})))
-            .collect(),
-        8,
-    )
-    .await;
+    create_all(&api, (0..20).map(|i| pod(&format!("before-{i:02}"), "100m", json!({}))).collect(), 8).await;
     let before = eventually(30, "20 pods bound before the restart", || async {
         let p = placements(&api).await;
         (p.len() == 20).then_some(p)
@@ -109,17 +69,8 @@ async fn a_daemon_carries_on_through_a_data_dir_restart() {
 
     // A graceful stop (SIGTERM), then the same command on the same address.
     let pid = cluster.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = tokio::time::timeout(Duration::from_secs(15), cluster.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = tokio::time::timeout(Duration::from_secs(15), cluster.wait()).await.unwrap().unwrap();
     assert!(status.success(), "{status:?}");
     let (mut cluster, client) = start_cluster(&listen, &data, &kc).await;
     let api: Api<Pod> = Api::default_namespaced(client.clone());
@@ -127,36 +78,18 @@ async fn a_daemon_carries_on_through_a_data_dir_restart() {
     // Every pod is back with its uid and node.
     let back = placements(&api).await;
     for (name, placed) in &before {
-        assert_eq!(
-            back.get(name),
-            Some(placed),
-            "{name} changed across the restart"
-        );
+        assert_eq!(back.get(name), Some(placed), "{name} changed across the restart");
     }
     // The daemon relists and is ready again, then binds new pods.
-    eventually(30, "/readyz 200 after the restart", || async {
-        ready(d.admin_addr).await.then_some(())
-    })
-    .await;
-    create_all(
-        &api,
-        (0..20)
-            .map(|i| pod(&format!("after-{i:02}"), "100m", json!({})))
-            .collect(),
-        8,
-    )
-    .await;
+    eventually(30, "/readyz 200 after the restart", || async { ready(d.admin_addr).await.then_some(()) }).await;
+    create_all(&api, (0..20).map(|i| pod(&format!("after-{i:02}"), "100m", json!({}))).collect(), 8).await;
     let after = eventually(40, "40 pods bound after the restart", || async {
         let p = placements(&api).await;
         (p.len() == 40).then_some(p)
     })
     .await;
     for (name, placed) in &before {
-        assert_eq!(
-            after.get(name),
-            Some(placed),
-            "{name} moved after the restart"
-        );
+        assert_eq!(after.get(name), Some(placed), "{name} moved after the restart");
     }
 
     // Bound once each: one Scheduled event per pod (events are written
@@ -179,13 +112,7 @@ async fn a_daemon_carries_on_through_a_data_dir_restart() {
 
     d.shutdown().await;
     let pid = cluster.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let _ = tokio::time::timeout(Duration::from_secs(15), cluster.wait()).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

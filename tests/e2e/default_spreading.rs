@@ -32,8 +32,7 @@ async fn skewed_cluster() -> LocalCluster {
             20..25 => 1,
             _ => 2,
         };
-        c.add_custom_node(&format!("node-{i:02}"), zone, 3, "8", "64Gi", 110)
-            .unwrap();
+        c.add_custom_node(&format!("node-{i:02}"), zone, 3, "8", "64Gi", 110).unwrap();
     }
     c
 }
@@ -51,10 +50,7 @@ async fn place(owned: bool) -> BTreeMap<String, usize> {
             "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}
         }))
         .unwrap();
-        Api::<Service>::default_namespaced(client.clone())
-            .create(&PostParams::default(), &svc)
-            .await
-            .unwrap();
+        Api::<Service>::default_namespaced(client.clone()).create(&PostParams::default(), &svc).await.unwrap();
         let rs: ReplicaSet = serde_json::from_value(json!({
             "apiVersion": "apps/v1", "kind": "ReplicaSet",
             "metadata": {"name": "web-6d4b"},
@@ -65,36 +61,20 @@ async fn place(owned: bool) -> BTreeMap<String, usize> {
             }
         }))
         .unwrap();
-        let rs = Api::<ReplicaSet>::default_namespaced(client.clone())
-            .create(&PostParams::default(), &rs)
-            .await
-            .unwrap();
+        let rs = Api::<ReplicaSet>::default_namespaced(client.clone()).create(&PostParams::default(), &rs).await.unwrap();
         owner = Some(json!([{
             "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4b",
             "uid": rs.metadata.uid.clone().unwrap_or_default(), "controller": true, "blockOwnerDeletion": true
         }]));
     }
-    let d = start_daemon(
-        &c,
-        &config(DEFAULTS),
-        if owned { "spread-owned" } else { "spread-bare" },
-    )
-    .await;
+    let d = start_daemon(&c, &config(DEFAULTS), if owned { "spread-owned" } else { "spread-bare" }).await;
     until_leading(&d, 20).await;
     let api: Api<Pod> = Api::default_namespaced(client);
     let mut meta = json!({"labels": {"app": "web"}});
     if let Some(o) = owner {
         meta["ownerReferences"] = o;
     }
-    let all: Vec<Pod> = (0..60)
-        .map(|i| {
-            pod(
-                &format!("web-{i:02}"),
-                "500m",
-                json!({"metadata": meta.clone()}),
-            )
-        })
-        .collect();
+    let all: Vec<Pod> = (0..60).map(|i| pod(&format!("web-{i:02}"), "500m", json!({"metadata": meta.clone()}))).collect();
     create_all(&api, all, 8).await;
     let bound = eventually(40, "60 pods bound", || async {
         let ps = pods(&api).await;
@@ -104,12 +84,7 @@ async fn place(owned: bool) -> BTreeMap<String, usize> {
     let zone_of: BTreeMap<String, String> = nodes(&c)
         .await
         .into_iter()
-        .map(|n| {
-            (
-                n.metadata.name.clone().unwrap(),
-                n.metadata.labels.unwrap()["topology.kubernetes.io/zone"].clone(),
-            )
-        })
+        .map(|n| (n.metadata.name.clone().unwrap(), n.metadata.labels.unwrap()["topology.kubernetes.io/zone"].clone()))
         .collect();
     let mut per: BTreeMap<String, usize> = BTreeMap::new();
     for p in &bound {
@@ -123,14 +98,8 @@ async fn place(owned: bool) -> BTreeMap<String, usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_defaults_spread_pods_of_a_service_and_replica_set() {
     let per = place(true).await;
-    let want: BTreeMap<String, usize> = [("zone-a", 20), ("zone-b", 20), ("zone-c", 20)]
-        .into_iter()
-        .map(|(z, n)| (z.to_string(), n))
-        .collect();
-    assert_eq!(
-        per, want,
-        "default zone constraint (maxSkew 1) levels the zones"
-    );
+    let want: BTreeMap<String, usize> = [("zone-a", 20), ("zone-b", 20), ("zone-c", 20)].into_iter().map(|(z, n)| (z.to_string(), n)).collect();
+    assert_eq!(per, want, "default zone constraint (maxSkew 1) levels the zones");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,9 +107,6 @@ async fn without_service_or_owner_only_resource_scores_decide() {
     // No default constraint applies: the least-allocated scores put two pods
     // on every node, so zone-a (20 of the 30 nodes) takes 40.
     let per = place(false).await;
-    let want: BTreeMap<String, usize> = [("zone-a", 40), ("zone-b", 10), ("zone-c", 10)]
-        .into_iter()
-        .map(|(z, n)| (z.to_string(), n))
-        .collect();
+    let want: BTreeMap<String, usize> = [("zone-a", 40), ("zone-b", 10), ("zone-c", 10)].into_iter().map(|(z, n)| (z.to_string(), n)).collect();
     assert_eq!(per, want);
 }

@@ -25,9 +25,7 @@ use crate::e2e_support::*;
 use crate::fault_proxy::{Fault, FaultProxy, Rule};
 
 async fn deadline<F: std::future::Future<Output = ()>>(secs: u64, f: F) {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .unwrap_or_else(|_| panic!("test deadline ({secs} s) exceeded"));
+    tokio::time::timeout(Duration::from_secs(secs), f).await.unwrap_or_else(|_| panic!("test deadline ({secs} s) exceeded"));
 }
 
 fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
@@ -40,10 +38,7 @@ async fn gpu_cluster(nodes: usize, gpus: usize) -> LocalCluster {
     init_logs();
     let cfg = ClusterConfig {
         devices: DevicesConfig::per_node(gpus),
-        controllers: ControllersConfig {
-            resync: Duration::from_millis(300),
-            ..Default::default()
-        },
+        controllers: ControllersConfig { resync: Duration::from_millis(300), ..Default::default() },
         ..cluster_config(nodes, 2, "8", 110)
     };
     LocalCluster::start(cfg).await.unwrap()
@@ -63,44 +58,23 @@ fn one_gpu(selector: Option<&str>) -> Value {
 fn gpu_pod(name: &str, source: Value) -> Pod {
     let mut claim = json!({"name": "gpu"});
     merge(&mut claim, &source);
-    pod(
-        name,
-        "100m",
-        json!({"spec": {"resourceClaims": [claim],
-        "containers": [{"name": "c", "image": "cuda", "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "gpu"}]}}]}}),
-    )
+    pod(name, "100m", json!({"spec": {"resourceClaims": [claim],
+        "containers": [{"name": "c", "image": "cuda", "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "gpu"}]}}]}}))
 }
 
 async fn create_template(client: &kube::Client) {
     let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(client.clone());
-    templates
-        .create(
-            &PostParams::default(),
-            &from(json!({"metadata": {"name": "one-gpu"}, "spec": {"spec": one_gpu(None)}})),
-        )
-        .await
-        .unwrap();
+    templates.create(&PostParams::default(), &from(json!({"metadata": {"name": "one-gpu"}, "spec": {"spec": one_gpu(None)}}))).await.unwrap();
 }
 
 async fn create_claim(client: &kube::Client, name: &str, selector: Option<&str>) {
     let claims: Api<ResourceClaim> = Api::default_namespaced(client.clone());
-    claims
-        .create(
-            &PostParams::default(),
-            &from(json!({"metadata": {"name": name}, "spec": one_gpu(selector)})),
-        )
-        .await
-        .unwrap();
+    claims.create(&PostParams::default(), &from(json!({"metadata": {"name": name}, "spec": one_gpu(selector)}))).await.unwrap();
 }
 
 /// The claims a pod uses: named, or generated from a template (as its status records them).
 fn claims_of(p: &Pod) -> Vec<String> {
-    let spec = p
-        .spec
-        .as_ref()
-        .and_then(|s| s.resource_claims.as_ref())
-        .cloned()
-        .unwrap_or_default();
+    let spec = p.spec.as_ref().and_then(|s| s.resource_claims.as_ref()).cloned().unwrap_or_default();
     let generated: HashMap<String, String> = p
         .status
         .as_ref()
@@ -109,34 +83,17 @@ fn claims_of(p: &Pod) -> Vec<String> {
         .flatten()
         .filter_map(|s| Some((s.name.clone(), s.resource_claim_name.clone()?)))
         .collect();
-    spec.iter()
-        .filter_map(|c| {
-            c.resource_claim_name
-                .clone()
-                .or_else(|| generated.get(&c.name).cloned())
-        })
-        .collect()
+    spec.iter().filter_map(|c| c.resource_claim_name.clone().or_else(|| generated.get(&c.name).cloned())).collect()
 }
 
 /// (driver, pool, device) of each device a claim is allocated.
 fn devices_of(c: &ResourceClaim) -> Vec<(String, String, String)> {
     let a = c.status.as_ref().and_then(|s| s.allocation.as_ref());
-    a.and_then(|a| a.devices.as_ref())
-        .and_then(|d| d.results.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|r| (r.driver.clone(), r.pool.clone(), r.device.clone()))
-        .collect()
+    a.and_then(|a| a.devices.as_ref()).and_then(|d| d.results.as_ref()).into_iter().flatten().map(|r| (r.driver.clone(), r.pool.clone(), r.device.clone())).collect()
 }
 
 fn reserved_for(c: &ResourceClaim) -> Vec<String> {
-    c.status
-        .as_ref()
-        .and_then(|s| s.reserved_for.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|r| r.uid.clone())
-        .collect()
+    c.status.as_ref().and_then(|s| s.reserved_for.as_ref()).into_iter().flatten().map(|r| r.uid.clone()).collect()
 }
 
 /// The invariants: no device in two allocations; every bound pod's claims
@@ -148,14 +105,7 @@ async fn check_allocations(client: &kube::Client) -> HashMap<String, ResourceCla
     // Pods first: a claim is written before its pod is bound, so the
     // claims read after the pods show every bound pod's allocation.
     let all_pods = pods(&pods_api).await;
-    let claims: HashMap<String, ResourceClaim> = claims_api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| (c.metadata.name.clone().unwrap(), c))
-        .collect();
+    let claims: HashMap<String, ResourceClaim> = claims_api.list(&ListParams::default()).await.unwrap().items.into_iter().map(|c| (c.metadata.name.clone().unwrap(), c)).collect();
     let mut seen: HashMap<(String, String, String), String> = HashMap::new();
     for (name, c) in &claims {
         for d in devices_of(c) {
@@ -169,22 +119,11 @@ async fn check_allocations(client: &kube::Client) -> HashMap<String, ResourceCla
         let pname = p.metadata.name.clone().unwrap();
         let uid = p.metadata.uid.clone().unwrap();
         for cn in claims_of(&p) {
-            let c = claims
-                .get(&cn)
-                .unwrap_or_else(|| panic!("bound pod {pname}: claim {cn} missing"));
+            let c = claims.get(&cn).unwrap_or_else(|| panic!("bound pod {pname}: claim {cn} missing"));
             let devs = devices_of(c);
-            assert!(
-                !devs.is_empty(),
-                "bound pod {pname} on {node}: claim {cn} not allocated"
-            );
-            assert!(
-                devs.iter().all(|(_, pool, _)| pool == node),
-                "bound pod {pname} on {node}: claim {cn} allocated on {devs:?}"
-            );
-            assert!(
-                reserved_for(c).contains(&uid),
-                "bound pod {pname}: claim {cn} not reserved for it"
-            );
+            assert!(!devs.is_empty(), "bound pod {pname} on {node}: claim {cn} not allocated");
+            assert!(devs.iter().all(|(_, pool, _)| pool == node), "bound pod {pname} on {node}: claim {cn} allocated on {devs:?}");
+            assert!(reserved_for(c).contains(&uid), "bound pod {pname}: claim {cn} not reserved for it");
         }
     }
     claims
@@ -195,19 +134,8 @@ async fn check_allocations(client: &kube::Client) -> HashMap<String, ResourceCla
 async fn no_claim_without_its_pod(client: &kube::Client) -> bool {
     let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
     let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
-    let uids: HashSet<String> = pods(&pods_api)
-        .await
-        .into_iter()
-        .filter_map(|p| p.metadata.uid)
-        .collect();
-    claims_api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|c| !devices_of(c).is_empty())
-        .all(|c| reserved_for(c).iter().any(|u| uids.contains(u)))
+    let uids: HashSet<String> = pods(&pods_api).await.into_iter().filter_map(|p| p.metadata.uid).collect();
+    claims_api.list(&ListParams::default()).await.unwrap().items.iter().filter(|c| !devices_of(c).is_empty()).all(|c| reserved_for(c).iter().any(|u| uids.contains(u)))
 }
 
 fn bound_count(all: &[Pod]) -> usize {
@@ -217,11 +145,7 @@ fn bound_count(all: &[Pod]) -> usize {
 fn unschedulable(all: &[Pod]) -> Vec<(&str, String)> {
     all.iter()
         .filter(|p| node_of(p).is_none())
-        .filter_map(|p| {
-            scheduled_condition(p)
-                .filter(|c| c.0 == "False" && c.1 == "Unschedulable")
-                .map(|c| (p.metadata.name.as_deref().unwrap_or(""), c.2))
-        })
+        .filter_map(|p| scheduled_condition(p).filter(|c| c.0 == "False" && c.1 == "Unschedulable").map(|c| (p.metadata.name.as_deref().unwrap_or(""), c.2)))
         .collect()
 }
 
@@ -238,97 +162,42 @@ async fn ten_pods_from_one_template_share_eight_gpus() {
         let client = c.client().unwrap();
         let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
         create_template(&client).await;
-        create_all(
-            &pods_api,
-            (0..10)
-                .map(|i| {
-                    gpu_pod(
-                        &format!("train-{i}"),
-                        json!({"resourceClaimTemplateName": "one-gpu"}),
-                    )
-                })
-                .collect(),
-            5,
-        )
-        .await;
+        create_all(&pods_api, (0..10).map(|i| gpu_pod(&format!("train-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect(), 5).await;
         let waiting = eventually(60, "8 pods bound, 2 reported unschedulable", || async {
             let all = pods(&pods_api).await;
             // Before the controller made its claim, a pod is reported
             // with "ResourceClaim not created yet": wait for the verdict on devices.
-            let u: Vec<(String, String)> = unschedulable(&all)
-                .into_iter()
-                .filter(|(_, m)| m.contains("cannot allocate all claims"))
-                .map(|(n, m)| (n.to_string(), m))
-                .collect();
+            let u: Vec<(String, String)> = unschedulable(&all).into_iter().filter(|(_, m)| m.contains("cannot allocate all claims")).map(|(n, m)| (n.to_string(), m)).collect();
             (bound_count(&all) == 8 && u.len() == 2).then_some(u)
         })
         .await;
         for (name, message) in &waiting {
-            assert!(
-                message.starts_with("0/4 nodes are available: ")
-                    && message.contains("cannot allocate all claims"),
-                "{name}: {message}"
-            );
+            assert!(message.starts_with("0/4 nodes are available: ") && message.contains("cannot allocate all claims"), "{name}: {message}");
         }
         let claims = check_allocations(&client).await;
-        let allocated = claims
-            .values()
-            .filter(|c| !devices_of(c).is_empty())
-            .count();
+        let allocated = claims.values().filter(|c| !devices_of(c).is_empty()).count();
         assert_eq!(allocated, 8, "one allocated claim per bound pod");
         // Still so a little later: the waiting pods are retried, never bound.
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(bound_count(&pods(&pods_api).await), 8);
         check_allocations(&client).await;
         // Delete two bound pods: their claims go, and the two waiting pods take the devices.
-        let bound: Vec<String> = pods(&pods_api)
-            .await
-            .into_iter()
-            .filter(|p| node_of(p).is_some())
-            .filter_map(|p| p.metadata.name)
-            .take(2)
-            .collect();
+        let bound: Vec<String> = pods(&pods_api).await.into_iter().filter(|p| node_of(p).is_some()).filter_map(|p| p.metadata.name).take(2).collect();
         for n in &bound {
             pods_api.delete(n, &DeleteParams::default()).await.unwrap();
         }
-        eventually(
-            60,
-            "the two waiting pods bound once devices freed up",
-            || async {
-                let all = pods(&pods_api).await;
-                let names: HashSet<String> = all
-                    .iter()
-                    .filter(|p| node_of(p).is_some())
-                    .filter_map(|p| p.metadata.name.clone())
-                    .collect();
-                (waiting.iter().all(|(n, _)| names.contains(n))
-                    && bound.iter().all(|n| !names.contains(n)))
-                .then_some(())
-            },
-        )
+        eventually(60, "the two waiting pods bound once devices freed up", || async {
+            let all = pods(&pods_api).await;
+            let names: HashSet<String> = all.iter().filter(|p| node_of(p).is_some()).filter_map(|p| p.metadata.name.clone()).collect();
+            (waiting.iter().all(|(n, _)| names.contains(n)) && bound.iter().all(|n| !names.contains(n))).then_some(())
+        })
         .await;
         check_allocations(&client).await;
-        eventually(
-            30,
-            "every allocated claim reserved for a pod that exists",
-            || async { no_claim_without_its_pod(&client).await.then_some(()) },
-        )
-        .await;
+        eventually(30, "every allocated claim reserved for a pod that exists", || async { no_claim_without_its_pod(&client).await.then_some(()) }).await;
         let text = d.metrics.render();
-        assert!(
-            text.contains("berth_dra_allocation_attempts_total{result=\"allocated\"} 10"),
-            "{}",
-            text.lines()
-                .filter(|l| l.contains("berth_dra"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
+        assert!(text.contains("berth_dra_allocation_attempts_total{result=\"allocated\"} 10"), "{}", text.lines().filter(|l| l.contains("berth_dra")).collect::<Vec<_>>().join("\n"));
         let (_, ready) = http_get(d.admin_addr, "/readyz?verbose").await;
-        assert!(
-            ready.contains("[+]watch resourceclaims synced")
-                && ready.contains("[+]watch resourceslices synced"),
-            "{ready}"
-        );
+        assert!(ready.contains("[+]watch resourceclaims synced") && ready.contains("[+]watch resourceslices synced"), "{ready}");
         d.shutdown().await;
         c.shutdown().await;
     })
@@ -348,82 +217,28 @@ async fn shared_claims_follow_their_allocation_and_unmatched_selectors_wait() {
         let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
         let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
         create_claim(&client, "shared", None).await;
-        create_claim(
-            &client,
-            "nomatch",
-            Some("device.attributes[\"gpu.example.com\"].model == \"NO-SUCH-MODEL\""),
-        )
-        .await;
-        pods_api
-            .create(
-                &PostParams::default(),
-                &gpu_pod("first", json!({"resourceClaimName": "shared"})),
-            )
-            .await
-            .unwrap();
-        let node = eventually(30, "first bound", || async {
-            pods_api
-                .get("first")
-                .await
-                .ok()
-                .and_then(|p| node_of(&p).map(str::to_string))
-        })
-        .await;
+        create_claim(&client, "nomatch", Some("device.attributes[\"gpu.example.com\"].model == \"NO-SUCH-MODEL\"")).await;
+        pods_api.create(&PostParams::default(), &gpu_pod("first", json!({"resourceClaimName": "shared"}))).await.unwrap();
+        let node = eventually(30, "first bound", || async { pods_api.get("first").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
         let claim = claims_api.get("shared").await.unwrap();
-        assert_eq!(
-            devices_of(&claim).first().map(|d| d.1.clone()),
-            Some(node.clone()),
-            "the claim is allocated on first's node"
-        );
+        assert_eq!(devices_of(&claim).first().map(|d| d.1.clone()), Some(node.clone()), "the claim is allocated on first's node");
         // Two more pods name the allocated claim: they go where it is.
-        create_all(
-            &pods_api,
-            vec![
-                gpu_pod("second", json!({"resourceClaimName": "shared"})),
-                gpu_pod("third", json!({"resourceClaimName": "shared"})),
-            ],
-            2,
-        )
-        .await;
-        pods_api
-            .create(
-                &PostParams::default(),
-                &gpu_pod("lonely", json!({"resourceClaimName": "nomatch"})),
-            )
-            .await
-            .unwrap();
+        create_all(&pods_api, vec![gpu_pod("second", json!({"resourceClaimName": "shared"})), gpu_pod("third", json!({"resourceClaimName": "shared"}))], 2).await;
+        pods_api.create(&PostParams::default(), &gpu_pod("lonely", json!({"resourceClaimName": "nomatch"}))).await.unwrap();
         eventually(30, "second and third bound", || async {
             let all = pods(&pods_api).await;
-            let on = |n: &str| {
-                all.iter()
-                    .find(|p| p.metadata.name.as_deref() == Some(n))
-                    .and_then(|p| node_of(p).map(str::to_string))
-            };
+            let on = |n: &str| all.iter().find(|p| p.metadata.name.as_deref() == Some(n)).and_then(|p| node_of(p).map(str::to_string));
             (on("second").is_some() && on("third").is_some()).then_some(())
         })
         .await;
         for n in ["second", "third"] {
-            assert_eq!(
-                node_of(&pods_api.get(n).await.unwrap()),
-                Some(node.as_str()),
-                "{n} left the claim's node"
-            );
+            assert_eq!(node_of(&pods_api.get(n).await.unwrap()), Some(node.as_str()), "{n} left the claim's node");
         }
         let claims = check_allocations(&client).await;
-        assert_eq!(
-            reserved_for(&claims["shared"]).len(),
-            3,
-            "shared by three pods"
-        );
+        assert_eq!(reserved_for(&claims["shared"]).len(), 3, "shared by three pods");
         assert_eq!(devices_of(&claims["shared"]).len(), 1);
         let (_, reason, message) = eventually(30, "lonely reported unschedulable", || async {
-            pods_api
-                .get("lonely")
-                .await
-                .ok()
-                .as_ref()
-                .and_then(scheduled_condition)
-                .filter(|c| c.0 == "False")
+            pods_api.get("lonely").await.ok().as_ref().and_then(scheduled_condition).filter(|c| c.0 == "False")
         })
         .await;
         assert_eq!(reason, "Unschedulable");
@@ -448,37 +263,17 @@ async fn a_pod_waits_gated_for_its_claim_and_binds_once_it_exists() {
         let client = c.client().unwrap();
         let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
         let claims_api: Api<ResourceClaim> = Api::default_namespaced(client.clone());
-        pods_api
-            .create(
-                &PostParams::default(),
-                &gpu_pod("early", json!({"resourceClaimName": "later"})),
-            )
-            .await
-            .unwrap();
+        pods_api.create(&PostParams::default(), &gpu_pod("early", json!({"resourceClaimName": "later"}))).await.unwrap();
         // A pod update (a label) while the claim is still missing: it stays gated.
         tokio::time::sleep(Duration::from_millis(800)).await;
         let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
-        pods_api
-            .patch(
-                "early",
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&patch),
-            )
-            .await
-            .unwrap();
+        pods_api.patch("early", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
         tokio::time::sleep(Duration::from_secs(2)).await;
         let p = pods_api.get("early").await.unwrap();
         assert!(node_of(&p).is_none(), "bound without its claim");
         assert_eq!(scheduled_condition(&p), None, "a gated pod is not reported");
         create_claim(&client, "later", None).await;
-        let node = eventually(30, "early bound once its claim exists", || async {
-            pods_api
-                .get("early")
-                .await
-                .ok()
-                .and_then(|p| node_of(&p).map(str::to_string))
-        })
-        .await;
+        let node = eventually(30, "early bound once its claim exists", || async { pods_api.get("early").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
         let claim = claims_api.get("later").await.unwrap();
         assert_eq!(devices_of(&claim).first().map(|d| d.1.clone()), Some(node));
         check_allocations(&client).await;
@@ -505,35 +300,11 @@ async fn a_claim_allocated_where_the_pod_cannot_go_is_deallocated_and_moved() {
         // A real allocation, taken from a first pod, which then goes (the
         // controller deallocates the claim when it is released).
         create_claim(&client, "stale", None).await;
-        pods_api
-            .create(
-                &PostParams::default(),
-                &gpu_pod("first", json!({"resourceClaimName": "stale"})),
-            )
-            .await
-            .unwrap();
-        let old = eventually(30, "first bound", || async {
-            pods_api
-                .get("first")
-                .await
-                .ok()
-                .and_then(|p| node_of(&p).map(str::to_string))
-        })
-        .await;
-        let allocation = serde_json::to_value(
-            claims_api
-                .get("stale")
-                .await
-                .unwrap()
-                .status
-                .and_then(|s| s.allocation),
-        )
-        .unwrap();
+        pods_api.create(&PostParams::default(), &gpu_pod("first", json!({"resourceClaimName": "stale"}))).await.unwrap();
+        let old = eventually(30, "first bound", || async { pods_api.get("first").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
+        let allocation = serde_json::to_value(claims_api.get("stale").await.unwrap().status.and_then(|s| s.allocation)).unwrap();
         assert!(!allocation.is_null());
-        pods_api
-            .delete("first", &DeleteParams::default())
-            .await
-            .unwrap();
+        pods_api.delete("first", &DeleteParams::default()).await.unwrap();
         eventually(30, "first gone and its claim deallocated", || async {
             let gone = pods_api.get_opt("first").await.unwrap().is_none();
             let free = devices_of(&claims_api.get("stale").await.unwrap()).is_empty();
@@ -543,38 +314,11 @@ async fn a_claim_allocated_where_the_pod_cannot_go_is_deallocated_and_moved() {
         // The node is cordoned, then the claim allocated there again,
         // reserved for no one.
         let pp = kube::api::PatchParams::default();
-        nodes_api
-            .patch(
-                &old,
-                &pp,
-                &kube::api::Patch::Merge(json!({"spec": {"unschedulable": true}})),
-            )
-            .await
-            .unwrap();
-        claims_api
-            .patch_status(
-                "stale",
-                &pp,
-                &kube::api::Patch::Merge(json!({"status": {"allocation": allocation}})),
-            )
-            .await
-            .unwrap();
+        nodes_api.patch(&old, &pp, &kube::api::Patch::Merge(json!({"spec": {"unschedulable": true}}))).await.unwrap();
+        claims_api.patch_status("stale", &pp, &kube::api::Patch::Merge(json!({"status": {"allocation": allocation}}))).await.unwrap();
         tokio::time::sleep(Duration::from_millis(500)).await;
-        pods_api
-            .create(
-                &PostParams::default(),
-                &gpu_pod("second", json!({"resourceClaimName": "stale"})),
-            )
-            .await
-            .unwrap();
-        let new = eventually(30, "second bound", || async {
-            pods_api
-                .get("second")
-                .await
-                .ok()
-                .and_then(|p| node_of(&p).map(str::to_string))
-        })
-        .await;
+        pods_api.create(&PostParams::default(), &gpu_pod("second", json!({"resourceClaimName": "stale"}))).await.unwrap();
+        let new = eventually(30, "second bound", || async { pods_api.get("second").await.ok().and_then(|p| node_of(&p).map(str::to_string)) }).await;
         assert_ne!(new, old, "bound on the cordoned node");
         let claim = claims_api.get("stale").await.unwrap();
         let devs = devices_of(&claim);
@@ -600,97 +344,33 @@ async fn lost_and_conflicting_claim_writes_are_read_back() {
         let c = gpu_cluster(5, 2).await;
         let client = c.client().unwrap();
         let proxy = FaultProxy::start(client.clone()).await;
-        let opts = Options {
-            bind_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-            identity: "dra-faults".into(),
-            ..Options::default()
-        };
-        let d = daemon::start(proxy.client(), &config(""), opts)
-            .await
-            .unwrap();
+        let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: "dra-faults".into(), ..Options::default() };
+        let d = daemon::start(proxy.client(), &config(""), opts).await.unwrap();
         until_leading(&d, 20).await;
         let pods_api: Api<Pod> = Api::default_namespaced(client.clone());
         create_template(&client).await;
         // 0. No fault: two writes per claim, no read.
-        create_all(
-            &pods_api,
-            (0..2)
-                .map(|i| {
-                    gpu_pod(
-                        &format!("clean-{i}"),
-                        json!({"resourceClaimTemplateName": "one-gpu"}),
-                    )
-                })
-                .collect(),
-            2,
-        )
-        .await;
+        create_all(&pods_api, (0..2).map(|i| gpu_pod(&format!("clean-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect(), 2).await;
         eventually(60, "the 2 pods bound", || async {
             check_allocations(&client).await;
             (bound_count(&pods(&pods_api).await) == 2).then_some(())
         })
         .await;
         let counts = d.write_counts();
-        assert_eq!(
-            (
-                counts.claim_writes,
-                counts.claim_reads,
-                counts.claim_conflicts,
-                counts.claim_writes_unknown
-            ),
-            (4, 0, 0, 0),
-            "{counts:?}"
-        );
+        assert_eq!((counts.claim_writes, counts.claim_reads, counts.claim_conflicts, counts.claim_writes_unknown), (4, 0, 0, 0), "{counts:?}");
         // 1. Every claim write is committed but its reply lost.
-        proxy.set_rules(vec![Rule::new(
-            Some(Method::PATCH),
-            "/resourceclaims/",
-            Fault::DropReplyAfterCommit,
-            1.0,
-        )]);
-        create_all(
-            &pods_api,
-            (0..4)
-                .map(|i| {
-                    gpu_pod(
-                        &format!("lost-{i}"),
-                        json!({"resourceClaimTemplateName": "one-gpu"}),
-                    )
-                })
-                .collect(),
-            4,
-        )
-        .await;
+        proxy.set_rules(vec![Rule::new(Some(Method::PATCH), "/resourceclaims/", Fault::DropReplyAfterCommit, 1.0)]);
+        create_all(&pods_api, (0..4).map(|i| gpu_pod(&format!("lost-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect(), 4).await;
         eventually(60, "the 6 pods bound", || async {
             check_allocations(&client).await;
             (bound_count(&pods(&pods_api).await) == 6).then_some(())
         })
         .await;
         let counts = d.write_counts();
-        assert!(
-            counts.claim_writes_unknown >= 4 && counts.claim_reads >= 4,
-            "{counts:?}"
-        );
+        assert!(counts.claim_writes_unknown >= 4 && counts.claim_reads >= 4, "{counts:?}");
         // 2. Half the claim writes answered 409 without reaching the API.
-        proxy.set_rules(vec![Rule::new(
-            Some(Method::PATCH),
-            "/resourceclaims/",
-            Fault::Status(409),
-            0.5,
-        )]);
-        create_all(
-            &pods_api,
-            (0..4)
-                .map(|i| {
-                    gpu_pod(
-                        &format!("conflict-{i}"),
-                        json!({"resourceClaimTemplateName": "one-gpu"}),
-                    )
-                })
-                .collect(),
-            4,
-        )
-        .await;
+        proxy.set_rules(vec![Rule::new(Some(Method::PATCH), "/resourceclaims/", Fault::Status(409), 0.5)]);
+        create_all(&pods_api, (0..4).map(|i| gpu_pod(&format!("conflict-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect(), 4).await;
         eventually(60, "the 10 pods bound", || async {
             check_allocations(&client).await;
             (bound_count(&pods(&pods_api).await) == 10).then_some(())
@@ -700,13 +380,7 @@ async fn lost_and_conflicting_claim_writes_are_read_back() {
         assert!(counts.claim_conflicts >= 1, "{counts:?}");
         proxy.set_rules(vec![]);
         let claims = check_allocations(&client).await;
-        assert_eq!(
-            claims
-                .values()
-                .filter(|c| !devices_of(c).is_empty())
-                .count(),
-            10
-        );
+        assert_eq!(claims.values().filter(|c| !devices_of(c).is_empty()).count(), 10);
         assert!(no_claim_without_its_pod(&client).await);
         d.shutdown().await;
         c.shutdown().await;
@@ -730,38 +404,15 @@ async fn a_restart_in_the_middle_allocates_no_device_twice() {
         let cfg = config_short_lease("");
         let proxy = FaultProxy::start(client.clone()).await;
         proxy.hold(Method::POST, "/binding");
-        let opts = Options {
-            bind_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-            identity: "dra-before".into(),
-            ..Options::default()
-        };
+        let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: "dra-before".into(), ..Options::default() };
         let d = daemon::start(proxy.client(), &cfg, opts).await.unwrap();
         until_leading(&d, 20).await;
-        create_all(
-            &pods_api,
-            (0..10)
-                .map(|i| {
-                    gpu_pod(
-                        &format!("wave-{i}"),
-                        json!({"resourceClaimTemplateName": "one-gpu"}),
-                    )
-                })
-                .collect(),
-            10,
-        )
-        .await;
-        eventually(
-            30,
-            "claims allocated and reserved, their pods' binds held",
-            || async {
-                let all = claims_api.list(&ListParams::default()).await.unwrap().items;
-                let done = all
-                    .iter()
-                    .filter(|c| !devices_of(c).is_empty() && !reserved_for(c).is_empty())
-                    .count();
-                (done >= 4 && proxy.holding() >= 4).then_some(())
-            },
-        )
+        create_all(&pods_api, (0..10).map(|i| gpu_pod(&format!("wave-{i}"), json!({"resourceClaimTemplateName": "one-gpu"}))).collect(), 10).await;
+        eventually(30, "claims allocated and reserved, their pods' binds held", || async {
+            let all = claims_api.list(&ListParams::default()).await.unwrap().items;
+            let done = all.iter().filter(|c| !devices_of(c).is_empty() && !reserved_for(c).is_empty()).count();
+            (done >= 4 && proxy.holding() >= 4).then_some(())
+        })
         .await;
         assert_eq!(bound_count(&pods(&pods_api).await), 0, "binds are held");
         d.abort();
@@ -775,26 +426,12 @@ async fn a_restart_in_the_middle_allocates_no_device_twice() {
             (bound_count(&all) == 8 && unschedulable(&all).len() == 2).then_some(())
         })
         .await;
-        eventually(
-            30,
-            "every allocated claim reserved for a pod that exists",
-            || async { no_claim_without_its_pod(&client).await.then_some(()) },
-        )
-        .await;
+        eventually(30, "every allocated claim reserved for a pod that exists", || async { no_claim_without_its_pod(&client).await.then_some(()) }).await;
         let claims = check_allocations(&client).await;
-        assert_eq!(
-            claims
-                .values()
-                .filter(|c| !devices_of(c).is_empty())
-                .count(),
-            8
-        );
+        assert_eq!(claims.values().filter(|c| !devices_of(c).is_empty()).count(), 8);
         // The new leader only reserved what the old one had allocated.
         let text = d.metrics.render();
-        assert!(
-            !text.contains("berth_dra_allocation_attempts_total{result=\"error\"}"),
-            "{text}"
-        );
+        assert!(!text.contains("berth_dra_allocation_attempts_total{result=\"error\"}"), "{text}");
         d.shutdown().await;
         c.shutdown().await;
     })

@@ -4,12 +4,14 @@
 //! objects, and the admin listener. Every test has a hard deadline.
 #![allow(clippy::unwrap_used)]
 
+
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::e2e_support::*;
 use berth_cluster::{ErrorRule, FaultConfig, FaultKind, LocalCluster};
+use crate::e2e_support::*;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -20,9 +22,7 @@ use serde_json::json;
 
 /// Runs `f` under a hard deadline.
 async fn deadline<F: std::future::Future<Output = ()>>(secs: u64, f: F) {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .unwrap_or_else(|_| panic!("test deadline ({secs} s) exceeded"));
+    tokio::time::timeout(Duration::from_secs(secs), f).await.unwrap_or_else(|_| panic!("test deadline ({secs} s) exceeded"));
 }
 
 /// Records every pod's node as bindings happen (through a watch), and flags
@@ -47,25 +47,17 @@ impl BindLog {
         let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
         let l = log.clone();
         let task = tokio::spawn(async move {
-            let mut s = watcher(api, watcher::Config::default())
-                .applied_objects()
-                .boxed();
+            let mut s = watcher(api, watcher::Config::default()).applied_objects().boxed();
             while let Some(ev) = s.next().await {
                 let Ok(p) = ev else { continue };
-                let (Some(name), Some(node)) =
-                    (p.metadata.name.clone(), node_of(&p).map(str::to_string))
-                else {
-                    continue;
-                };
+                let (Some(name), Some(node)) = (p.metadata.name.clone(), node_of(&p).map(str::to_string)) else { continue };
                 let mut g = l.inner.lock().unwrap();
                 match g.node.get(&name).cloned() {
                     None => {
                         g.node.insert(name.clone(), node.clone());
                         g.order.push((name, node));
                     }
-                    Some(prev) if prev != node => {
-                        g.rebinds.push(format!("{name}: {prev} -> {node}"))
-                    }
+                    Some(prev) if prev != node => g.rebinds.push(format!("{name}: {prev} -> {node}")),
                     Some(_) => {}
                 }
             }
@@ -324,10 +316,7 @@ async fn leader_failover_binds_every_pod_exactly_once() {
         until_leading(&a, 20).await;
         let b = start_daemon(&c, &cfg, "replica-b").await;
         let mut b_ready = b.ready.clone();
-        tokio::time::timeout(Duration::from_secs(20), b_ready.wait_for(|r| *r))
-            .await
-            .unwrap()
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(20), b_ready.wait_for(|r| *r)).await.unwrap().unwrap();
         assert!(!*b.leading.borrow(), "two leaders");
         let (log, watch_task) = BindLog::start(&c);
         let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
@@ -337,44 +326,23 @@ async fn leader_failover_binds_every_pod_exactly_once() {
             let api = api.clone();
             tokio::spawn(async move {
                 for chunk in 0..(N / 20) {
-                    create_all(
-                        &api,
-                        (0..20)
-                            .map(|i| pod(&format!("f-{:03}", chunk * 20 + i), "50m", json!({})))
-                            .collect(),
-                        20,
-                    )
-                    .await;
+                    create_all(&api, (0..20).map(|i| pod(&format!("f-{:03}", chunk * 20 + i), "50m", json!({}))).collect(), 20).await;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             })
         };
-        eventually(30, "some pods bound by the first leader", || async {
-            (log.bound() >= 60).then_some(())
-        })
-        .await;
+        eventually(30, "some pods bound by the first leader", || async { (log.bound() >= 60).then_some(()) }).await;
         let killed = Instant::now();
         a.abort();
         let mut bl = b.leading.clone();
-        tokio::time::timeout(Duration::from_secs(10), bl.wait_for(|l| *l))
-            .await
-            .expect("replica-b never took over")
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), bl.wait_for(|l| *l)).await.expect("replica-b never took over").unwrap();
         let takeover = killed.elapsed();
-        println!(
-            "failover: replica-b leads {takeover:?} after replica-a was killed (leaseDuration 3s)"
-        );
+        println!("failover: replica-b leads {takeover:?} after replica-a was killed (leaseDuration 3s)");
         // Judged by its own clock, b waits one lease duration after it last saw
         // a change; allow one retry period and some load on top.
-        assert!(
-            takeover <= Duration::from_millis(3000 + 500 + 1500),
-            "takeover took {takeover:?}"
-        );
+        assert!(takeover <= Duration::from_millis(3000 + 500 + 1500), "takeover took {takeover:?}");
         creator.await.unwrap();
-        eventually(40, "every pod bound", || async {
-            (log.bound() == N).then_some(())
-        })
-        .await;
+        eventually(40, "every pod bound", || async { (log.bound() == N).then_some(()) }).await;
         let all = pods(&api).await;
         assert_eq!(all.len(), N, "pods lost");
         assert!(all.iter().all(|p| node_of(p).is_some()));
@@ -382,19 +350,9 @@ async fn leader_failover_binds_every_pod_exactly_once() {
         // A bind succeeds once per pod (a second one gets 409), and each
         // success writes one Scheduled event: never two.
         let sched = event_counts(&c, "Scheduled").await;
-        assert!(
-            sched.values().all(|n| *n == 1),
-            "a pod has two Scheduled events"
-        );
-        let by_b = b
-            .metrics
-            .schedule_attempts
-            .with_label_values(&["scheduled", PROFILE])
-            .get();
-        println!(
-            "failover: replica-b scheduled {by_b} pods; Scheduled events for {} of {N}",
-            sched.len()
-        );
+        assert!(sched.values().all(|n| *n == 1), "a pod has two Scheduled events");
+        let by_b = b.metrics.schedule_attempts.with_label_values(&["scheduled", PROFILE]).get();
+        println!("failover: replica-b scheduled {by_b} pods; Scheduled events for {} of {N}", sched.len());
         assert!(by_b > 0);
         watch_task.abort();
         b.shutdown().await;
@@ -407,20 +365,10 @@ async fn leader_failover_binds_every_pod_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_every_pod_bound_exactly_once() {
     deadline(90, async {
-        let rule = |kind, fraction| ErrorRule {
-            verb: Some("create".into()),
-            resource: Some("pods/binding".into()),
-            kind,
-            fraction,
-        };
+        let rule = |kind, fraction| ErrorRule { verb: Some("create".into()), resource: Some("pods/binding".into()), kind, fraction };
         let faults = FaultConfig {
             error_rules: vec![
-                rule(
-                    FaultKind::TooManyRequests {
-                        retry_after_seconds: 0,
-                    },
-                    0.15,
-                ),
+                rule(FaultKind::TooManyRequests { retry_after_seconds: 0 }, 0.15),
                 rule(FaultKind::InternalError, 0.15),
                 rule(FaultKind::Conflict, 0.05),
             ],
@@ -433,14 +381,7 @@ async fn faults_every_pod_bound_exactly_once() {
         let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
         const N: usize = 300;
         for chunk in 0..(N / 50) {
-            create_all(
-                &api,
-                (0..50)
-                    .map(|i| pod(&format!("x-{:03}", chunk * 50 + i), "50m", json!({})))
-                    .collect(),
-                25,
-            )
-            .await;
+            create_all(&api, (0..50).map(|i| pod(&format!("x-{:03}", chunk * 50 + i), "50m", json!({}))).collect(), 25).await;
             // Compaction: watches resuming from an older resourceVersion get 410.
             c.faults().compact_history();
             c.faults().cut_watches();
@@ -450,10 +391,7 @@ async fn faults_every_pod_bound_exactly_once() {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        eventually(60, "every pod bound despite faults", || async {
-            (log.bound() == N).then_some(())
-        })
-        .await;
+        eventually(60, "every pod bound despite faults", || async { (log.bound() == N).then_some(()) }).await;
         let injected = c.faults().injected_count();
         println!("faults: {injected} binding faults injected; all {N} pods bound");
         assert!(injected > 10, "only {injected} faults injected");
@@ -467,10 +405,7 @@ async fn faults_every_pod_bound_exactly_once() {
             (m.len() == N).then_some(m)
         })
         .await;
-        assert!(
-            sched.values().all(|n| *n == 1),
-            "a pod has two Scheduled events"
-        );
+        assert!(sched.values().all(|n| *n == 1), "a pod has two Scheduled events");
         watch_task.abort();
         d.shutdown().await;
         c.shutdown().await;
@@ -544,12 +479,7 @@ async fn a_replica_waiting_on_a_lease_names_the_holder() {
             body.contains("leaderElection waiting").then_some(body)
         })
         .await;
-        assert!(
-            waiting.contains(
-                r#"[+]leaderElection waiting: the Lease kube-system/berth is held by "replica-a""#
-            ),
-            "{waiting}"
-        );
+        assert!(waiting.contains(r#"[+]leaderElection waiting: the Lease kube-system/berth is held by "replica-a""#), "{waiting}");
         let (_, leader) = http_get(a.admin_addr, "/readyz?verbose").await;
         assert!(leader.contains("[+]leaderElection leading"), "{leader}");
         let (_, text) = http_get(b.admin_addr, "/metrics").await;
@@ -646,14 +576,7 @@ async fn promtool_check(text: &str) {
     stdin.write_all(text.as_bytes()).await.unwrap();
     drop(stdin);
     let out = child.wait_with_output().await.unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     println!("promtool check metrics: {report}");
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed: {report}"
-    );
+    assert!(out.status.success(), "promtool check metrics failed: {report}");
 }

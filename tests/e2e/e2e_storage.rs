@@ -24,9 +24,7 @@ use crate::fault_proxy::{Fault, FaultProxy, Rule};
 const ZONE: &str = "topology.kubernetes.io/zone";
 
 async fn deadline<F: std::future::Future<Output = ()>>(secs: u64, f: F) {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .unwrap_or_else(|_| panic!("test deadline ({secs} s) exceeded"));
+    tokio::time::timeout(Duration::from_secs(secs), f).await.unwrap_or_else(|_| panic!("test deadline ({secs} s) exceeded"));
 }
 
 fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
@@ -50,52 +48,21 @@ fn pod_with_claim(name: &str, claim: &str, extra: Value) -> Pod {
 }
 
 fn claim_phase(c: &PersistentVolumeClaim) -> &str {
-    c.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
+    c.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
 }
 
 fn claim_volume(c: &PersistentVolumeClaim) -> Option<&str> {
-    c.spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .filter(|v| !v.is_empty())
+    c.spec.as_ref().and_then(|s| s.volume_name.as_deref()).filter(|v| !v.is_empty())
 }
 
 /// The zone a PV's node affinity requires (the provisioner writes one term).
 fn pv_zone(pv: &PersistentVolume) -> Option<String> {
-    let terms = &pv
-        .spec
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required
-        .as_ref()?
-        .node_selector_terms;
-    terms
-        .iter()
-        .flat_map(|t| t.match_expressions.iter().flatten())
-        .find(|e| e.key == ZONE)
-        .and_then(|e| e.values.as_ref()?.first().cloned())
+    let terms = &pv.spec.as_ref()?.node_affinity.as_ref()?.required.as_ref()?.node_selector_terms;
+    terms.iter().flat_map(|t| t.match_expressions.iter().flatten()).find(|e| e.key == ZONE).and_then(|e| e.values.as_ref()?.first().cloned())
 }
 
 async fn zones_of_nodes(c: &LocalCluster) -> HashMap<String, String> {
-    nodes(c)
-        .await
-        .into_iter()
-        .map(|n| {
-            (
-                n.metadata.name.clone().unwrap(),
-                n.metadata
-                    .labels
-                    .unwrap_or_default()
-                    .get(ZONE)
-                    .cloned()
-                    .unwrap_or_default(),
-            )
-        })
-        .collect()
+    nodes(c).await.into_iter().map(|n| (n.metadata.name.clone().unwrap(), n.metadata.labels.unwrap_or_default().get(ZONE).cloned().unwrap_or_default())).collect()
 }
 
 /// Every claim of a bound pod is Bound: the pod was bound only after its
@@ -105,25 +72,10 @@ async fn bound_pods_have_bound_claims(pods_api: &Api<Pod>, claims: &Api<Persiste
         if node_of(&p).is_none() {
             continue;
         }
-        for v in p
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .into_iter()
-            .flatten()
-        {
-            let Some(src) = &v.persistent_volume_claim else {
-                continue;
-            };
+        for v in p.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
+            let Some(src) = &v.persistent_volume_claim else { continue };
             let c = claims.get(&src.claim_name).await.unwrap();
-            assert_eq!(
-                claim_phase(&c),
-                "Bound",
-                "pod {:?} is bound but its claim {:?} is {:?}",
-                p.metadata.name,
-                src.claim_name,
-                claim_phase(&c)
-            );
+            assert_eq!(claim_phase(&c), "Bound", "pod {:?} is bound but its claim {:?} is {:?}", p.metadata.name, src.claim_name, claim_phase(&c));
         }
     }
 }

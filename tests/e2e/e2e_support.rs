@@ -15,9 +15,7 @@ pub use crate::cluster_support::*;
 /// An HTTPS GET against the admin port with `token` (any certificate
 /// accepted, as `curl -k`): (status, body).
 pub async fn admin_get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    berth_daemon::admin::https_get(addr, path, token, None)
-        .await
-        .unwrap()
+    berth_daemon::admin::https_get(addr, path, token, None).await.unwrap()
 }
 
 /// A configuration with one profile (`PROFILE`), short backoffs, a generous
@@ -45,11 +43,7 @@ fn config_with_lease(extra: &str, duration: &str, renew: &str, retry: &str) -> C
 
 /// Starts the daemon against `c` with `identity`, admin listener on an ephemeral port.
 pub async fn start_daemon(c: &LocalCluster, cfg: &Config, identity: &str) -> Handle {
-    let opts = Options {
-        bind_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        identity: identity.into(),
-        ..Options::default()
-    };
+    let opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: identity.into(), ..Options::default() };
     daemon::start(c.client().unwrap(), cfg, opts).await.unwrap()
 }
 

@@ -4,11 +4,13 @@
 //! Alone in its binary so that other tests do not share its two cores.
 #![allow(clippy::unwrap_used)]
 
+
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::e2e_support::*;
 use berth_cluster::FaultConfig;
+use crate::e2e_support::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::json;
@@ -18,9 +20,7 @@ const NODES: usize = 100;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_pods_onto_hundred_nodes() {
-    tokio::time::timeout(Duration::from_secs(120), run())
-        .await
-        .expect("test deadline (120 s) exceeded");
+    tokio::time::timeout(Duration::from_secs(120), run()).await.expect("test deadline (120 s) exceeded");
 }
 
 async fn run() {
@@ -32,9 +32,7 @@ async fn run() {
     let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
 
     let t0 = Instant::now();
-    let all: Vec<Pod> = (0..PODS)
-        .map(|i| pod(&format!("p-{i:04}"), "150m", json!({})))
-        .collect();
+    let all: Vec<Pod> = (0..PODS).map(|i| pod(&format!("p-{i:04}"), "150m", json!({}))).collect();
     create_all(&api, all, 64).await;
     let created = t0.elapsed();
     // Poll until every pod is bound; the time of the last bind is when the
@@ -46,11 +44,7 @@ async fn run() {
     })
     .await;
     let secs = bound_at.as_secs_f64();
-    println!(
-        "e2e throughput: {PODS} pods onto {NODES} nodes bound in {secs:.2}s (creates took {:.2}s) = {:.0} pods/s",
-        created.as_secs_f64(),
-        PODS as f64 / secs
-    );
+    println!("e2e throughput: {PODS} pods onto {NODES} nodes bound in {secs:.2}s (creates took {:.2}s) = {:.0} pods/s", created.as_secs_f64(), PODS as f64 / secs);
 
     // Capacity per node.
     let ps = pods(&api).await;
@@ -67,14 +61,8 @@ async fn run() {
         let cpu = milli(&alloc["cpu"].0);
         let slots: u32 = alloc["pods"].0.parse().unwrap();
         let (used_cpu, used_pods) = per.get(&name).copied().unwrap_or_default();
-        assert!(
-            used_cpu <= cpu,
-            "{name}: {used_cpu}m requested > {cpu}m allocatable"
-        );
-        assert!(
-            used_pods <= slots,
-            "{name}: {used_pods} pods > {slots} slots"
-        );
+        assert!(used_cpu <= cpu, "{name}: {used_cpu}m requested > {cpu}m allocatable");
+        assert!(used_pods <= slots, "{name}: {used_pods} pods > {slots} slots");
     }
     // One Scheduled event per pod (events are written after the binding; wait for them).
     let counts = eventually(20, "a Scheduled event per pod", || async {
@@ -82,15 +70,8 @@ async fn run() {
         (m.len() == PODS).then_some(m)
     })
     .await;
-    assert!(
-        counts.values().all(|n| *n == 1),
-        "some pod has more than one Scheduled event"
-    );
-    let attempts = d
-        .metrics
-        .schedule_attempts
-        .with_label_values(&["scheduled", PROFILE])
-        .get();
+    assert!(counts.values().all(|n| *n == 1), "some pod has more than one Scheduled event");
+    let attempts = d.metrics.schedule_attempts.with_label_values(&["scheduled", PROFILE]).get();
     assert_eq!(attempts, PODS as u64, "scheduled attempts");
     d.shutdown().await;
     c.shutdown().await;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::Method;
 use berth_cluster::{FaultConfig, LocalCluster};
-use berth_daemon::{self as daemon, Handle, Options};
 use berth_engine::config::Config;
+use berth_daemon::{self as daemon, Handle, Options};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -26,9 +26,7 @@ use crate::e2e_support::*;
 use crate::fault_proxy::{Fault, FaultProxy, Rule, Write};
 
 async fn deadline<F: std::future::Future<Output = ()>>(secs: u64, f: F) {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .unwrap_or_else(|_| panic!("test deadline ({secs} s) exceeded"));
+    tokio::time::timeout(Duration::from_secs(secs), f).await.unwrap_or_else(|_| panic!("test deadline ({secs} s) exceeded"));
 }
 
 /// The e2e configuration with the client's qps/burst set.
@@ -39,17 +37,8 @@ fn config_qps(qps: u32, burst: u32) -> Config {
     Config::parse(&yaml).unwrap()
 }
 
-async fn start_via(
-    proxy: &FaultProxy,
-    cfg: &Config,
-    identity: &str,
-    tolerance: Option<Duration>,
-) -> Handle {
-    let mut opts = Options {
-        bind_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        identity: identity.into(),
-        ..Options::default()
-    };
+async fn start_via(proxy: &FaultProxy, cfg: &Config, identity: &str, tolerance: Option<Duration>) -> Handle {
+    let mut opts = Options { bind_address: SocketAddr::from(([127, 0, 0, 1], 0)), identity: identity.into(), ..Options::default() };
     if let Some(t) = tolerance {
         opts.leader_healthz_tolerance = t;
     }
@@ -229,12 +218,7 @@ async fn deposed_leader_writes_nothing_after_losing_the_lease() {
 
 /// The pods a daemon holds pending (every queue), from its metrics.
 fn pending_in(d: &Handle) -> i64 {
-    d.metrics
-        .render()
-        .lines()
-        .filter(|l| l.starts_with("scheduler_pending_pods{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
-        .sum()
+    d.metrics.render().lines().filter(|l| l.starts_with("scheduler_pending_pods{")).filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok()).sum()
 }
 
 // A replica that takes the Lease while its watches lag behind the previous
@@ -341,19 +325,13 @@ async fn readyz_names_disconnected_watches() {
         let body = eventually(30, "readyz failing", || async {
             let (code, body) = http_get(d.admin_addr, "/readyz").await;
             // Each watch notices the outage on its own: wait until both have.
-            (code == 503
-                && body.contains("watch pods: disconnected")
-                && body.contains("watch nodes: disconnected"))
-            .then_some(body)
+            (code == 503 && body.contains("watch pods: disconnected") && body.contains("watch nodes: disconnected")).then_some(body)
         })
         .await;
         println!("readyz during the outage:\n{body}");
         assert!(body.contains("watch nodes: disconnected"), "{body}");
         proxy.blackout(false);
-        eventually(15, "readyz ok again", || async {
-            (http_get(d.admin_addr, "/readyz").await.0 == 200).then_some(())
-        })
-        .await;
+        eventually(15, "readyz ok again", || async { (http_get(d.admin_addr, "/readyz").await.0 == 200).then_some(()) }).await;
         d.shutdown().await;
         c.shutdown().await;
     })
@@ -368,15 +346,9 @@ async fn pod_scheduled_transition_time_kept_across_failures() {
         let d = start_daemon(&c, &config(""), "transition").await;
         until_leading(&d, 20).await;
         let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
-        api.create(&PostParams::default(), &pod("huge", "100", json!({})))
-            .await
-            .unwrap();
+        api.create(&PostParams::default(), &pod("huge", "100", json!({}))).await.unwrap();
         let ltt = |p: &Pod| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-                .and_then(|c| c.last_transition_time.clone())
+            p.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled")).and_then(|c| c.last_transition_time.clone())
         };
         let (first, msg) = eventually(15, "unschedulable", || async {
             let p = api.get_opt("huge").await.unwrap()?;
@@ -395,10 +367,7 @@ async fn pod_scheduled_transition_time_kept_across_failures() {
         })
         .await;
         println!("lastTransitionTime {first:?} then {second:?}; messages {msg:?} then {msg2:?}");
-        assert_eq!(
-            first, second,
-            "lastTransitionTime changed without a transition"
-        );
+        assert_eq!(first, second, "lastTransitionTime changed without a transition");
         d.shutdown().await;
         c.shutdown().await;
     })
@@ -416,27 +385,12 @@ async fn pod_scheduled_transition_time_kept_across_failures() {
 /// forth on a loaded machine; each replica's writes are judged against
 /// its own Lease writes.
 fn non_leader_writes(replicas: &[(&str, Vec<Write>)]) -> Vec<String> {
-    let leases: Vec<(usize, Instant)> = replicas
-        .iter()
-        .enumerate()
-        .flat_map(|(i, (_, ws))| ws.iter().filter(|w| w.is_lease()).map(move |w| (i, w.at)))
-        .collect();
+    let leases: Vec<(usize, Instant)> = replicas.iter().enumerate().flat_map(|(i, (_, ws))| ws.iter().filter(|w| w.is_lease()).map(move |w| (i, w.at))).collect();
     let mut out = Vec::new();
     for (i, (name, writes)) in replicas.iter().enumerate() {
-        for w in writes
-            .iter()
-            .filter(|w| !w.is_lease() && !w.path.contains("reviews"))
-        {
-            let own = leases
-                .iter()
-                .filter(|(j, at)| *j == i && *at <= w.at)
-                .map(|(_, at)| *at)
-                .max();
-            let taken_since = |own: Instant| {
-                leases
-                    .iter()
-                    .any(|(j, at)| *j != i && *at > own && *at < w.at)
-            };
+        for w in writes.iter().filter(|w| !w.is_lease() && !w.path.contains("reviews")) {
+            let own = leases.iter().filter(|(j, at)| *j == i && *at <= w.at).map(|(_, at)| *at).max();
+            let taken_since = |own: Instant| leases.iter().any(|(j, at)| *j != i && *at > own && *at < w.at);
             if own.is_none_or(taken_since) {
                 out.push(format!("{name}: {} {}", w.method, w.path));
             }
@@ -468,18 +422,8 @@ fn fault_soak_two_replicas_leader_killed() {
         let c = cluster(NODES, 4, "64", SLOTS, FaultConfig::default()).await;
         let rules = || {
             vec![
-                Rule::new(
-                    Some(Method::POST),
-                    "/binding",
-                    Fault::DropReplyAfterCommit,
-                    0.03,
-                ),
-                Rule::new(
-                    Some(Method::POST),
-                    "/binding",
-                    Fault::ErrorAfterCommit,
-                    0.02,
-                ),
+                Rule::new(Some(Method::POST), "/binding", Fault::DropReplyAfterCommit, 0.03),
+                Rule::new(Some(Method::POST), "/binding", Fault::ErrorAfterCommit, 0.02),
                 Rule::new(Some(Method::POST), "/binding", Fault::Status(429), 0.03),
                 Rule::new(Some(Method::POST), "/binding", Fault::ResetBefore, 0.02),
                 Rule::new(Some(Method::PATCH), "/status", Fault::Status(500), 0.05),
@@ -499,10 +443,7 @@ fn fault_soak_two_replicas_leader_killed() {
         until_leading(&a, 20).await;
         let b = start_via(&pb, &cfg, "soak-b", None).await;
         let mut b_ready = b.ready.clone();
-        tokio::time::timeout(Duration::from_secs(20), b_ready.wait_for(|r| *r))
-            .await
-            .unwrap()
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(20), b_ready.wait_for(|r| *r)).await.unwrap().unwrap();
         let (log, task) = crate::backend::BindLog::start(c.client().unwrap(), "default");
         let api: Api<Pod> = Api::default_namespaced(c.client().unwrap());
         let t0 = Instant::now();
@@ -510,23 +451,13 @@ fn fault_soak_two_replicas_leader_killed() {
             let api = api.clone();
             tokio::spawn(async move {
                 for chunk in 0..(N / 100) {
-                    create_all(
-                        &api,
-                        (0..100)
-                            .map(|i| pod(&format!("s-{:04}", chunk * 100 + i), "100m", json!({})))
-                            .collect(),
-                        50,
-                    )
-                    .await;
+                    create_all(&api, (0..100).map(|i| pod(&format!("s-{:04}", chunk * 100 + i), "100m", json!({}))).collect(), 50).await;
                     // Pods keep coming through the outage below.
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
             })
         };
-        eventually(60, "a quarter bound by the first leader", || async {
-            (log.bound() >= N / 4).then_some(())
-        })
-        .await;
+        eventually(60, "a quarter bound by the first leader", || async { (log.bound() >= N / 4).then_some(()) }).await;
         // Watch cuts and a short blackout on both sides, then the leader dies.
         pa.cut_watches();
         pb.cut_watches();
@@ -535,45 +466,24 @@ fn fault_soak_two_replicas_leader_killed() {
         tokio::time::sleep(Duration::from_millis(800)).await;
         pa.blackout(false);
         pb.blackout(false);
-        eventually(60, "two fifths bound", || async {
-            (log.bound() >= 2 * N / 5).then_some(())
-        })
-        .await;
+        eventually(60, "two fifths bound", || async { (log.bound() >= 2 * N / 5).then_some(()) }).await;
         a.abort();
         let mut bl = b.leading.clone();
-        tokio::time::timeout(Duration::from_secs(15), bl.wait_for(|l| *l))
-            .await
-            .expect("replica-b never took over")
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(15), bl.wait_for(|l| *l)).await.expect("replica-b never took over").unwrap();
         pb.cut_watches();
         // A restarts (same identity, a new process), mid-burst.
         let a = start_via(&pc, &cfg, "soak-a", None).await;
         let mut a_ready = a.ready.clone();
-        tokio::time::timeout(Duration::from_secs(20), a_ready.wait_for(|r| *r))
-            .await
-            .expect("restarted replica-a never ready")
-            .unwrap();
-        eventually(60, "half bound", || async {
-            (log.bound() >= N / 2).then_some(())
-        })
-        .await;
+        tokio::time::timeout(Duration::from_secs(20), a_ready.wait_for(|r| *r)).await.expect("restarted replica-a never ready").unwrap();
+        eventually(60, "half bound", || async { (log.bound() >= N / 2).then_some(()) }).await;
         // The leader B restarts too (stopped: it hands the Lease back; then
         // a new process, the same identity); one of the two takes over.
         let mut panics = b.shutdown().await;
         let b = start_via(&pd, &cfg, "soak-b", None).await;
         let mut b_ready = b.ready.clone();
-        tokio::time::timeout(Duration::from_secs(20), b_ready.wait_for(|r| *r))
-            .await
-            .expect("restarted replica-b never ready")
-            .unwrap();
-        eventually(15, "a restarted replica leads", || async {
-            (*a.leading.borrow() || *b.leading.borrow()).then_some(())
-        })
-        .await;
-        eventually(60, "three fifths bound", || async {
-            (log.bound() >= 3 * N / 5).then_some(())
-        })
-        .await;
+        tokio::time::timeout(Duration::from_secs(20), b_ready.wait_for(|r| *r)).await.expect("restarted replica-b never ready").unwrap();
+        eventually(15, "a restarted replica leads", || async { (*a.leading.borrow() || *b.leading.borrow()).then_some(()) }).await;
+        eventually(60, "three fifths bound", || async { (log.bound() >= 3 * N / 5).then_some(()) }).await;
         // The API server goes away for both replicas, mid-burst.
         pc.outage(true);
         pd.outage(true);
@@ -585,44 +495,20 @@ fn fault_soak_two_replicas_leader_killed() {
             let addr = d.admin_addr;
             async move { (http_get(addr, "/readyz").await.0 == 200).then_some(()) }
         };
-        eventually(
-            15,
-            "restarted replica-b /readyz 200 after the outage",
-            || ready(&b),
-        )
-        .await;
-        eventually(
-            15u64.saturating_sub(back.elapsed().as_secs()).max(1),
-            "restarted replica-a /readyz 200 after the outage",
-            || ready(&a),
-        )
-        .await;
+        eventually(15, "restarted replica-b /readyz 200 after the outage", || ready(&b)).await;
+        eventually(15u64.saturating_sub(back.elapsed().as_secs()).max(1), "restarted replica-a /readyz 200 after the outage", || ready(&a)).await;
         let ready_after = back.elapsed();
-        assert!(
-            ready_after <= Duration::from_secs(15),
-            "readiness back {ready_after:?} after the API's return"
-        );
+        assert!(ready_after <= Duration::from_secs(15), "readiness back {ready_after:?} after the API's return");
         let mark = l.mark();
         creator.await.unwrap();
-        eventually(90, "every pod bound", || async {
-            (log.bound() == N).then_some(())
-        })
-        .await;
+        eventually(90, "every pod bound", || async { (log.bound() == N).then_some(()) }).await;
         let took = t0.elapsed();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let all = pods(&api).await;
         let over = over_capacity(&all, SLOTS as usize);
-        let non_leader = non_leader_writes(&[
-            ("soak-a", pa.writes()),
-            ("soak-b", pb.writes()),
-            ("soak-a restarted", pc.writes()),
-            ("soak-b restarted", pd.writes()),
-        ]);
+        let non_leader = non_leader_writes(&[("soak-a", pa.writes()), ("soak-b", pb.writes()), ("soak-a restarted", pc.writes()), ("soak-b restarted", pd.writes())]);
         let after = l.lines_since(mark);
-        let warnings: Vec<&String> = after
-            .iter()
-            .filter(|x| x.contains(" WARN ") || x.contains(" ERROR "))
-            .collect();
+        let warnings: Vec<&String> = after.iter().filter(|x| x.contains(" WARN ") || x.contains(" ERROR ")).collect();
         // Lines about one pod (a bind fault injected after recovery) come
         // with the faults, which go on; the rest (watches, leadership,
         // readiness) must have quietened down.
@@ -649,22 +535,11 @@ fn fault_soak_two_replicas_leader_killed() {
         assert!(all.iter().all(|p| node_of(p).is_some()));
         assert!(log.rebinds().is_empty(), "{:?}", log.rebinds());
         assert_eq!(over, 0, "nodes over capacity");
-        assert!(
-            non_leader.is_empty(),
-            "writes by a non-leader: {non_leader:#?}"
-        );
+        assert!(non_leader.is_empty(), "writes by a non-leader: {non_leader:#?}");
         assert_eq!(panics, 0);
         // Once recovered, the log holds a few lines, not one per retry or per pod.
-        assert!(
-            general.len() <= 20,
-            "{} log lines after recovery not about one pod:\n{general:#?}",
-            general.len()
-        );
-        assert!(
-            after.len() <= N / 4,
-            "{} log lines after recovery",
-            after.len()
-        );
+        assert!(general.len() <= 20, "{} log lines after recovery not about one pod:\n{general:#?}", general.len());
+        assert!(after.len() <= N / 4, "{} log lines after recovery", after.len());
         task.abort();
         c.shutdown().await;
     });

@@ -57,12 +57,7 @@ pub struct Rule {
 impl Rule {
     /// A rule.
     pub fn new(method: Option<Method>, path: &str, fault: Fault, fraction: f64) -> Rule {
-        Rule {
-            method,
-            path: path.into(),
-            fault,
-            fraction,
-        }
+        Rule { method, path: path.into(), fault, fraction }
     }
 }
 
@@ -127,12 +122,7 @@ impl Drop for FaultProxy {
 /// Accepts on `addr` and relays each connection to the HTTP proxy at
 /// `inner`. During an outage nothing listens on `addr` (connections are
 /// refused) and every relayed connection is reset.
-async fn front(
-    addr: SocketAddr,
-    first: tokio::net::TcpListener,
-    inner: SocketAddr,
-    st: Arc<State>,
-) {
+async fn front(addr: SocketAddr, first: tokio::net::TcpListener, inner: SocketAddr, st: Arc<State>) {
     let mut outage = st.outage.subscribe();
     let mut listener = Some(first);
     loop {
@@ -166,21 +156,14 @@ async fn front(
                             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                         }
                     }
-                    assert!(
-                        listener.is_some(),
-                        "fault proxy: could not listen on {addr} again"
-                    );
+                    assert!(listener.is_some(), "fault proxy: could not listen on {addr} again");
                 }
             }
         }
     }
 }
 
-async fn relay(
-    mut client: tokio::net::TcpStream,
-    inner: SocketAddr,
-    mut outage: watch::Receiver<bool>,
-) {
+async fn relay(mut client: tokio::net::TcpStream, inner: SocketAddr, mut outage: watch::Receiver<bool>) {
     let Ok(mut server) = tokio::net::TcpStream::connect(inner).await else {
         let _ = client.set_zero_linger();
         return;
@@ -196,28 +179,17 @@ async fn relay(
 }
 
 fn reset_body() -> Body {
-    Body::from_stream(futures::stream::once(async {
-        Err::<Bytes, std::io::Error>(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            "fault proxy: connection reset",
-        ))
-    }))
+    Body::from_stream(futures::stream::once(async { Err::<Bytes, std::io::Error>(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fault proxy: connection reset")) }))
 }
 
 fn reset() -> Response<Body> {
     // The head goes out, then the body fails: the client sees the exchange die.
-    Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/json")
-        .body(reset_body())
-        .unwrap()
+    Response::builder().status(StatusCode::OK).header("content-type", "application/json").body(reset_body()).unwrap()
 }
 
 fn status(code: u16) -> Response<Body> {
     let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "injected by the fault proxy", "reason": if code == 429 { "TooManyRequests" } else { "InternalError" }, "code": code});
-    let mut r = Response::builder()
-        .status(code)
-        .header("content-type", "application/json");
+    let mut r = Response::builder().status(code).header("content-type", "application/json");
     if code == 429 {
         r = r.header("retry-after", "0");
     }
@@ -242,9 +214,7 @@ impl FaultProxy {
             holding: AtomicI64::new(0),
             outage: watch::channel(false).0,
         });
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .unwrap();
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
         let inner = listener.local_addr().unwrap();
         let st = state.clone();
         let app = axum::Router::new().fallback(move |req: Request<Body>| {
@@ -254,16 +224,10 @@ impl FaultProxy {
         let serve = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        let public = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .unwrap();
+        let public = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
         let addr = public.local_addr().unwrap();
         let relay = tokio::spawn(front(addr, public, inner, state.clone()));
-        FaultProxy {
-            addr,
-            state,
-            tasks: vec![serve, relay],
-        }
+        FaultProxy { addr, state, tasks: vec![serve, relay] }
     }
 
     /// An outage while on: connections are refused and every open one
@@ -327,10 +291,7 @@ impl FaultProxy {
 
     /// Writes (leases excluded) forwarded at or after `t`.
     pub fn writes_since(&self, t: Instant) -> Vec<Write> {
-        self.writes()
-            .into_iter()
-            .filter(|w| w.at >= t && !w.is_lease())
-            .collect()
+        self.writes().into_iter().filter(|w| w.at >= t && !w.is_lease()).collect()
     }
 
     /// Every request the upstream answered so far, as (method, path, status).
@@ -355,21 +316,11 @@ async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
         return reset();
     }
     let (parts, body) = req.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_default();
+    let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
     let is_watch = parts.method == Method::GET && path.contains("watch=true");
     // Held requests wait for a release.
     let mut rel = st.release.subscribe();
-    let is_held = || {
-        st.held
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|(m, p)| *m == parts.method && path.contains(p.as_str()))
-    };
+    let is_held = || st.held.lock().unwrap().iter().any(|(m, p)| *m == parts.method && path.contains(p.as_str()));
     if is_held() {
         /// Counts a held request until it goes on or is dropped (its client gone).
         struct Holding<'a>(&'a AtomicI64);
@@ -389,14 +340,7 @@ async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
     let fault = {
         let rules = st.rules.lock().unwrap();
         let mut rng = rand::rng();
-        rules
-            .iter()
-            .find(|r| {
-                r.method.as_ref().is_none_or(|m| *m == parts.method)
-                    && path.contains(r.path.as_str())
-                    && rng.random_bool(r.fraction.clamp(0.0, 1.0))
-            })
-            .map(|r| r.fault)
+        rules.iter().find(|r| r.method.as_ref().is_none_or(|m| *m == parts.method) && path.contains(r.path.as_str()) && rng.random_bool(r.fraction.clamp(0.0, 1.0))).map(|r| r.fault)
     };
     if let Some(f) = fault {
         st.injected.fetch_add(1, Ordering::SeqCst);
@@ -410,9 +354,7 @@ async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
         Ok(b) => b,
         Err(_) => return reset(),
     };
-    let mut up = Request::builder()
-        .method(parts.method.clone())
-        .uri(path.clone());
+    let mut up = Request::builder().method(parts.method.clone()).uri(path.clone());
     for (k, v) in parts.headers.iter() {
         if k != "host" && k != "content-length" {
             up = up.header(k, v);
@@ -420,43 +362,25 @@ async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
     }
     let up = up.body(kube::client::Body::from(bytes.to_vec())).unwrap();
     if parts.method != Method::GET {
-        st.writes.lock().unwrap().push(Write {
-            at: Instant::now(),
-            method: parts.method.clone(),
-            path: path.clone(),
-        });
+        st.writes.lock().unwrap().push(Write { at: Instant::now(), method: parts.method.clone(), path: path.clone() });
     }
     let resp = match st.upstream.send(up).await {
         Ok(r) => r,
         Err(_) => return reset(),
     };
     let code = resp.status().as_u16();
-    st.replies
-        .lock()
-        .unwrap()
-        .push((parts.method.clone(), path.clone(), code));
+    st.replies.lock().unwrap().push((parts.method.clone(), path.clone(), code));
     // The body is passed on re-framed: the upstream's framing headers go
     // (hyper frames what it sends itself).
     let mut resp = resp;
-    for h in [
-        axum::http::header::TRANSFER_ENCODING,
-        axum::http::header::CONTENT_LENGTH,
-        axum::http::header::CONNECTION,
-    ] {
+    for h in [axum::http::header::TRANSFER_ENCODING, axum::http::header::CONTENT_LENGTH, axum::http::header::CONNECTION] {
         resp.headers_mut().remove(h);
     }
     let resp = if code >= 400 && fault.is_none() {
         // An error's body is small: read it, keep it, and pass it on.
         let (rparts, rbody) = resp.into_parts();
-        let bytes = axum::body::to_bytes(Body::new(rbody), 1 << 20)
-            .await
-            .unwrap_or_default();
-        st.errors.lock().unwrap().push((
-            parts.method.clone(),
-            path.clone(),
-            code,
-            String::from_utf8_lossy(&bytes).into_owned(),
-        ));
+        let bytes = axum::body::to_bytes(Body::new(rbody), 1 << 20).await.unwrap_or_default();
+        st.errors.lock().unwrap().push((parts.method.clone(), path.clone(), code, String::from_utf8_lossy(&bytes).into_owned()));
         Response::from_parts(rparts, kube::client::Body::from(bytes.to_vec()))
     } else {
         resp
@@ -478,28 +402,25 @@ async fn handle(st: Arc<State>, req: Request<Body>) -> Response<Body> {
         let hold = st.hold_watches.subscribe();
         let cut = st.cut.subscribe();
         let inner = Body::new(rbody).into_data_stream();
-        let s = futures::stream::unfold(
-            (inner, hold, cut),
-            move |(mut inner, mut hold, mut cut)| async move {
-                loop {
-                    if cut.has_changed().unwrap_or(true) {
-                        return None;
-                    }
-                    if !*hold.borrow() {
-                        break;
-                    }
-                    tokio::select! {
-                        r = hold.changed() => if r.is_err() { return None },
-                        _ = cut.changed() => return None,
-                    }
+        let s = futures::stream::unfold((inner, hold, cut), move |(mut inner, mut hold, mut cut)| async move {
+            loop {
+                if cut.has_changed().unwrap_or(true) {
+                    return None;
                 }
-                let item = tokio::select! {
-                    item = inner.next() => item,
-                    _ = cut.changed() => None,
-                };
-                item.map(|i| (i, (inner, hold, cut)))
-            },
-        );
+                if !*hold.borrow() {
+                    break;
+                }
+                tokio::select! {
+                    r = hold.changed() => if r.is_err() { return None },
+                    _ = cut.changed() => return None,
+                }
+            }
+            let item = tokio::select! {
+                item = inner.next() => item,
+                _ = cut.changed() => None,
+            };
+            item.map(|i| (i, (inner, hold, cut)))
+        });
         Body::from_stream(s)
     } else {
         Body::new(rbody)

@@ -35,16 +35,9 @@ async fn install_coscheduling_crd(c: &LocalCluster) {
         }
     }))
     .unwrap();
-    Api::<CustomResourceDefinition>::all(c.client().unwrap())
-        .create(&PostParams::default(), &crd)
-        .await
-        .unwrap();
+    Api::<CustomResourceDefinition>::all(c.client().unwrap()).create(&PostParams::default(), &crd).await.unwrap();
     // Served once established.
-    let groups: Api<DynamicObject> = Api::namespaced_with(
-        c.client().unwrap(),
-        "default",
-        &group_api_resource(GroupApi::V1alpha1),
-    );
+    let groups: Api<DynamicObject> = Api::namespaced_with(c.client().unwrap(), "default", &group_api_resource(GroupApi::V1alpha1));
     eventually(10, "the CRD is served", || {
         let groups = groups.clone();
         async move { groups.list(&Default::default()).await.ok() }
@@ -53,13 +46,7 @@ async fn install_coscheduling_crd(c: &LocalCluster) {
 }
 
 /// Creates a PodGroup of `api` with minCount/minMember `min`.
-async fn create_group(
-    c: &LocalCluster,
-    api: GroupApi,
-    name: &str,
-    min: i32,
-    topology: Option<&str>,
-) {
+async fn create_group(c: &LocalCluster, api: GroupApi, name: &str, min: i32, topology: Option<&str>) {
     let ar = group_api_resource(api);
     let body = match api {
         GroupApi::V1beta1 => {
@@ -69,9 +56,7 @@ async fn create_group(
             }
             json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": {"name": name, "namespace": "default"}, "spec": spec})
         }
-        GroupApi::V1alpha1 => {
-            json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": name, "namespace": "default"}, "spec": {"minMember": min, "scheduleTimeoutSeconds": 60}})
-        }
+        GroupApi::V1alpha1 => json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": name, "namespace": "default"}, "spec": {"minMember": min, "scheduleTimeoutSeconds": 60}}),
     };
     let obj: DynamicObject = serde_json::from_value(body).unwrap();
     let groups: Api<DynamicObject> = Api::namespaced_with(c.client().unwrap(), "default", &ar);
@@ -79,16 +64,8 @@ async fn create_group(
 }
 
 async fn group_status(c: &LocalCluster, api: GroupApi, name: &str) -> serde_json::Value {
-    let groups: Api<DynamicObject> =
-        Api::namespaced_with(c.client().unwrap(), "default", &group_api_resource(api));
-    groups
-        .get(name)
-        .await
-        .unwrap()
-        .data
-        .get("status")
-        .cloned()
-        .unwrap_or_default()
+    let groups: Api<DynamicObject> = Api::namespaced_with(c.client().unwrap(), "default", &group_api_resource(api));
+    groups.get(name).await.unwrap().data.get("status").cloned().unwrap_or_default()
 }
 
 /// `n` members of group `g` (through `api`'s way of naming it), `cpu` each.
@@ -97,9 +74,7 @@ fn members(api: GroupApi, g: &str, n: usize, cpu: &str) -> Vec<Pod> {
         .map(|i| {
             let extra = match api {
                 GroupApi::V1beta1 => json!({"spec": {"schedulingGroup": {"podGroupName": g}}}),
-                GroupApi::V1alpha1 => {
-                    json!({"metadata": {"labels": {"scheduling.x-k8s.io/pod-group": g}}})
-                }
+                GroupApi::V1alpha1 => json!({"metadata": {"labels": {"scheduling.x-k8s.io/pod-group": g}}}),
             };
             pod(&format!("{g}-{i}"), cpu, extra)
         })
@@ -107,15 +82,7 @@ fn members(api: GroupApi, g: &str, n: usize, cpu: &str) -> Vec<Pod> {
 }
 
 fn bound_in(all: &[Pod], prefix: &str) -> usize {
-    all.iter()
-        .filter(|p| {
-            p.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with(prefix))
-                && node_of(p).is_some()
-        })
-        .count()
+    all.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with(prefix)) && node_of(p).is_some()).count()
 }
 
 /// A group of 4 with minCount 4 on room for 3 binds none and says why (on
@@ -136,50 +103,26 @@ async fn waits_whole_then_a_node_binds_all(api: GroupApi) {
         let pods_api = pods_api.clone();
         async move {
             let all = pods(&pods_api).await;
-            let reasons: Vec<String> = all
-                .iter()
-                .filter_map(|p| {
-                    scheduled_condition(p)
-                        .filter(|c| c.0 == "False")
-                        .map(|c| c.2)
-                })
-                .collect();
-            (reasons.len() == 4
-                && reasons
-                    .iter()
-                    .all(|m| m.contains("minCount (4) cannot be satisfied")))
-            .then_some(())
+            let reasons: Vec<String> = all.iter().filter_map(|p| scheduled_condition(p).filter(|c| c.0 == "False").map(|c| c.2)).collect();
+            (reasons.len() == 4 && reasons.iter().all(|m| m.contains("minCount (4) cannot be satisfied"))).then_some(())
         }
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        bound_in(&pods(&pods_api).await, "g4-"),
-        0,
-        "a partial gang was bound"
-    );
+    assert_eq!(bound_in(&pods(&pods_api).await, "g4-"), 0, "a partial gang was bound");
     // explain answers for a member with the group's decision.
     let (code, body) = http_get(h.admin_addr, "/debug/explain?pod=default/g4-0").await;
     assert_eq!(code, 200, "{body}");
     let x: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(x["group"]["fits"], false, "{body}");
     assert_eq!(x["group"]["min_count"], 4, "{body}");
-    assert!(
-        x["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("minCount (4) cannot be satisfied"),
-        "{body}"
-    );
+    assert!(x["message"].as_str().unwrap_or("").contains("minCount (4) cannot be satisfied"), "{body}");
     let status = eventually(10, "the PodGroup's status", || {
         let c = &c;
         async move {
             let s = group_status(c, api, "g4").await;
             let ok = match api {
-                GroupApi::V1beta1 => {
-                    s["conditions"][0]["type"] == "PodGroupInitiallyScheduled"
-                        && s["conditions"][0]["status"] == "False"
-                }
+                GroupApi::V1beta1 => s["conditions"][0]["type"] == "PodGroupInitiallyScheduled" && s["conditions"][0]["status"] == "False",
                 GroupApi::V1alpha1 => s["phase"] == "Pending",
             };
             ok.then_some(s)
@@ -188,13 +131,7 @@ async fn waits_whole_then_a_node_binds_all(api: GroupApi) {
     .await;
     if api == GroupApi::V1beta1 {
         assert_eq!(status["conditions"][0]["reason"], "Unschedulable");
-        assert!(
-            status["conditions"][0]["message"]
-                .as_str()
-                .unwrap_or("")
-                .contains("minCount (4)"),
-            "{status}"
-        );
+        assert!(status["conditions"][0]["message"].as_str().unwrap_or("").contains("minCount (4)"), "{status}");
     }
     // Room for the fourth.
     c.add_node("node-extra").unwrap();
@@ -255,10 +192,7 @@ async fn gang_two_gangs_on_room_for_one() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let all = pods(&pods_api).await;
     let (a, b) = (bound_in(&all, "ga-"), bound_in(&all, "gb-"));
-    assert!(
-        (a, b) == (6, 0) || (a, b) == (0, 6),
-        "ga {a} bound, gb {b} bound"
-    );
+    assert!((a, b) == (6, 0) || (a, b) == (0, 6), "ga {a} bound, gb {b} bound");
     // No node over its 2 cores.
     let mut used: HashMap<String, i64> = HashMap::new();
     for p in &all {
@@ -277,14 +211,7 @@ async fn gang_topology_group_lands_in_one_zone() {
     let c = cluster(6, 3, "4", 110, FaultConfig::default()).await;
     let h = start_daemon(&c, &config(""), "gang-c").await;
     until_leading(&h, 20).await;
-    create_group(
-        &c,
-        GroupApi::V1beta1,
-        "tz",
-        8,
-        Some("topology.kubernetes.io/zone"),
-    )
-    .await;
+    create_group(&c, GroupApi::V1beta1, "tz", 8, Some("topology.kubernetes.io/zone")).await;
     let pods_api: Api<Pod> = Api::namespaced(c.client().unwrap(), "default");
     create_all(&pods_api, members(GroupApi::V1beta1, "tz", 8, "1"), 8).await;
     let all = eventually(20, "the group bound", || {
@@ -299,20 +226,11 @@ async fn gang_topology_group_lands_in_one_zone() {
         .await
         .into_iter()
         .map(|n: Node| {
-            let z = n
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("topology.kubernetes.io/zone").cloned())
-                .unwrap_or_default();
+            let z = n.metadata.labels.as_ref().and_then(|l| l.get("topology.kubernetes.io/zone").cloned()).unwrap_or_default();
             (n.metadata.name.unwrap_or_default(), z)
         })
         .collect();
-    let zones: BTreeSet<&str> = all
-        .iter()
-        .filter_map(node_of)
-        .filter_map(|n| zone_of.get(n).map(String::as_str))
-        .collect();
+    let zones: BTreeSet<&str> = all.iter().filter_map(node_of).filter_map(|n| zone_of.get(n).map(String::as_str)).collect();
     assert_eq!(zones.len(), 1, "{zones:?}");
     assert_eq!(h.shutdown().await, 0);
     c.shutdown().await;
@@ -326,22 +244,13 @@ async fn gang_high_priority_preempts_exactly_enough() {
     let h = start_daemon(&c, &config(""), "gang-d").await;
     until_leading(&h, 20).await;
     let pods_api: Api<Pod> = Api::namespaced(c.client().unwrap(), "default");
-    let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
-        Api::all(c.client().unwrap());
+    let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(c.client().unwrap());
     for (name, value) in [("low", 1), ("high", 1000)] {
         let pc = serde_json::from_value(json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value})).unwrap();
         classes.create(&PostParams::default(), &pc).await.unwrap();
     }
     // Four low-priority pods fill both nodes.
-    let low: Vec<Pod> = (0..4)
-        .map(|i| {
-            pod(
-                &format!("low-{i}"),
-                "1",
-                json!({"spec": {"priorityClassName": "low"}}),
-            )
-        })
-        .collect();
+    let low: Vec<Pod> = (0..4).map(|i| pod(&format!("low-{i}"), "1", json!({"spec": {"priorityClassName": "low"}}))).collect();
     create_all(&pods_api, low, 4).await;
     eventually(20, "the low pods bound", || {
         let pods_api = pods_api.clone();
@@ -363,16 +272,7 @@ async fn gang_high_priority_preempts_exactly_enough() {
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let all = pods(&pods_api).await;
-    let low_left = all
-        .iter()
-        .filter(|p| {
-            p.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("low-"))
-                && p.metadata.deletion_timestamp.is_none()
-        })
-        .count();
+    let low_left = all.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("low-")) && p.metadata.deletion_timestamp.is_none()).count();
     assert_eq!(low_left, 2, "exactly two victims");
     assert_eq!(h.shutdown().await, 0);
     c.shutdown().await;
@@ -417,33 +317,11 @@ spec: {minMember: 2}
     let g = e.group.as_ref().expect("the group's decision");
     assert!(!g.fits && g.min_count == 3, "{g:?}");
     assert!(e.selected.is_none());
-    assert!(
-        e.message
-            .as_deref()
-            .unwrap_or("")
-            .contains("minCount (3) cannot be satisfied: 2 scheduled, 0 remaining"),
-        "{:?}",
-        e.message
-    );
+    assert!(e.message.as_deref().unwrap_or("").contains("minCount (3) cannot be satisfied: 2 scheduled, 0 remaining"), "{:?}", e.message);
     let mut engine = engine;
     let sim = engine.simulate();
-    let node = |k: &str| {
-        sim.placements
-            .iter()
-            .find(|p| p.pod == k)
-            .and_then(|p| p.node.clone())
-    };
+    let node = |k: &str| sim.placements.iter().find(|p| p.pod == k).and_then(|p| p.node.clone());
     // The group of three never fits the two cores; the pair does, whole.
-    assert!(
-        ["default/big-0", "default/big-1", "default/big-2"]
-            .iter()
-            .all(|k| node(k).is_none()),
-        "{:?}",
-        sim.placements
-    );
-    assert!(
-        node("default/pair-0").is_some() && node("default/pair-1").is_some(),
-        "{:?}",
-        sim.placements
-    );
+    assert!(["default/big-0", "default/big-1", "default/big-2"].iter().all(|k| node(k).is_none()), "{:?}", sim.placements);
+    assert!(node("default/pair-0").is_some() && node("default/pair-1").is_some(), "{:?}", sim.placements);
 }

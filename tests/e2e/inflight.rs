@@ -87,32 +87,17 @@ async fn the_daemon_backs_off_on_429_and_binds_every_pod() {
 /// Reads `/proc/PID/status` field `field` (kB) as MB.
 fn status_mb(pid: u32, field: &str) -> f64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb: f64 = text
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
+    let kb: f64 = text.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     kb / 1024.0
 }
 
 /// One list of every pod over TLS, its body read and dropped as it comes:
 /// the status code.
 async fn list_discarding(addr: SocketAddr, token: &str) -> u16 {
-    let Ok(tcp) = TcpStream::connect(addr).await else {
-        return 0;
-    };
+    let Ok(tcp) = TcpStream::connect(addr).await else { return 0 };
     let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let Ok(mut s) = berth_daemon::admin::connector(None)
-        .unwrap()
-        .connect(name, tcp)
-        .await
-    else {
-        return 0;
-    };
-    let req = format!(
-        "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-    );
+    let Ok(mut s) = berth_daemon::admin::connector(None).unwrap().connect(name, tcp).await else { return 0 };
+    let req = format!("GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n");
     // rustls keeps what the socket did not take: flush, or the request
     // may never leave.
     if s.write_all(req.as_bytes()).await.is_err() || s.flush().await.is_err() {
@@ -127,11 +112,7 @@ async fn list_discarding(addr: SocketAddr, token: &str) -> u16 {
             Ok(_) => {}
         }
     }
-    String::from_utf8_lossy(&head)
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    String::from_utf8_lossy(&head).split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
 /// 1,000 concurrent lists of 2,000 pods against `berth cluster` (a
@@ -144,33 +125,14 @@ async fn thousand_concurrent_lists_memory() {
         let dir = std::env::temp_dir().join(format!("berth-lists-{}-{limit}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let kc = dir.join("kubeconfig");
-        let (child, client) = crate::cluster_cli::spawn_cluster(
-            &[
-                "--nodes",
-                "0",
-                "--no-kubelet",
-                "--authorization-mode",
-                "AlwaysAllow",
-                "--max-requests-inflight",
-                limit,
-            ],
-            &kc,
-        )
-        .await;
+        let (child, client) = crate::cluster_cli::spawn_cluster(&["--nodes", "0", "--no-kubelet", "--authorization-mode", "AlwaysAllow", "--max-requests-inflight", limit], &kc).await;
         let pid = child.id().unwrap();
         let pods: Api<Pod> = Api::default_namespaced(client);
-        let env: Vec<_> = (0..8)
-            .map(|i| json!({"name": format!("SETTING_{i}"), "value": "v".repeat(100)}))
-            .collect();
-        let labels =
-            json!({"app": "web", "tier": "frontend", "release": "stable", "team": "platform"});
+        let env: Vec<_> = (0..8).map(|i| json!({"name": format!("SETTING_{i}"), "value": "v".repeat(100)})).collect();
+        let labels = json!({"app": "web", "tier": "frontend", "release": "stable", "team": "platform"});
         create_all(&pods, (0..2000).map(|i| pod(&format!("p-{i:04}"), "100m", json!({"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "registry.example.com/web:1.2.3", "env": env}]}}))).collect(), 32).await;
         let text = std::fs::read_to_string(&kc).unwrap();
-        let server = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server: https://"))
-            .unwrap()
-            .to_string();
+        let server = text.lines().find_map(|l| l.trim().strip_prefix("server: https://")).unwrap().to_string();
         let addr: SocketAddr = server.parse().unwrap();
         let before = status_mb(pid, "VmRSS:");
         let peak = Arc::new(AtomicU64::new(0));
@@ -185,15 +147,7 @@ async fn thousand_concurrent_lists_memory() {
             })
         };
         let t = Instant::now();
-        let codes = futures::future::join_all((0..1000).map(|_| async {
-            tokio::time::timeout(
-                Duration::from_secs(180),
-                list_discarding(addr, "not-a-master"),
-            )
-            .await
-            .unwrap_or(0)
-        }))
-        .await;
+        let codes = futures::future::join_all((0..1000).map(|_| async { tokio::time::timeout(Duration::from_secs(180), list_discarding(addr, "not-a-master")).await.unwrap_or(0) })).await;
         let took = t.elapsed();
         sampling.store(false, Ordering::Relaxed);
         let _ = sampler.await;

@@ -55,60 +55,34 @@ fn kube_dir(b: &Backend) -> PathBuf {
 /// DIR/env's assignments.
 fn kube_env(dir: &Path) -> HashMap<String, String> {
     let text = std::fs::read_to_string(dir.join("env")).unwrap();
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 /// The pid DIR/pids has for `comp`.
 fn pid_of(dir: &Path, comp: &str) -> u32 {
     let text = std::fs::read_to_string(dir.join("pids")).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(comp)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{comp} not in {}/pids", dir.display()))
+    text.lines().find_map(|l| l.strip_prefix(comp)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or_else(|| panic!("{comp} not in {}/pids", dir.display()))
 }
 
 /// Running (and not a zombie).
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
 }
 
 fn kill9(pid: u32) {
-    let st = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
+    let st = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
     assert!(st.success(), "kill -KILL {pid}");
 }
 
 /// `tools/kube/restart DIR COMP ARGS...`: returns once the component serves again.
 async fn restart(dir: &Path, comp: &str, args: &[&str]) {
-    try_restart(dir, comp, args)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    try_restart(dir, comp, args).await.unwrap_or_else(|e| panic!("{e}"));
 }
 
 async fn try_restart(dir: &Path, comp: &str, args: &[&str]) -> Result<(), String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/kube/restart");
-    let out = tokio::process::Command::new(script)
-        .arg(dir)
-        .arg(comp)
-        .args(args)
-        .output()
-        .await
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "tools/kube/restart {comp}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+    let out = tokio::process::Command::new(script).arg(dir).arg(comp).args(args).output().await.map_err(|e| e.to_string())?;
+    if out.status.success() { Ok(()) } else { Err(format!("tools/kube/restart {comp}: {}", String::from_utf8_lossy(&out.stderr))) }
 }
 
 /// Stops kube-apiserver as a rolling restart would: TERM, and KILL when it
@@ -116,14 +90,10 @@ async fn try_restart(dir: &Path, comp: &str, args: &[&str]) -> Result<(), String
 /// HTTP server's connections to close).
 async fn stop_apiserver(dir: &Path) {
     let pid = pid_of(dir, APISERVER);
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
+    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
     if time_until(10, || !alive(pid)).await.is_none() {
         kill9(pid);
-        time_until(10, || !alive(pid))
-            .await
-            .expect("kube-apiserver does not stop on KILL");
+        time_until(10, || !alive(pid)).await.expect("kube-apiserver does not stop on KILL");
     }
 }
 
@@ -150,41 +120,15 @@ async fn ensure_control_plane(dir: &Path) {
 
 /// The revision etcd is at (`etcdctl endpoint status`).
 fn etcd_revision(env: &HashMap<String, String>) -> u64 {
-    let out = std::process::Command::new(format!("{}/etcdctl", env["ETCD_BIN"]))
-        .args([
-            "--endpoints",
-            &env["ETCD_ENDPOINT"],
-            "endpoint",
-            "status",
-            "-w",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "etcdctl endpoint status: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = std::process::Command::new(format!("{}/etcdctl", env["ETCD_BIN"])).args(["--endpoints", &env["ETCD_ENDPOINT"], "endpoint", "status", "-w", "json"]).output().unwrap();
+    assert!(out.status.success(), "etcdctl endpoint status: {}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     v[0]["Status"]["header"]["revision"].as_u64().unwrap()
 }
 
 fn etcd_compact(env: &HashMap<String, String>, rev: u64) {
-    let out = std::process::Command::new(format!("{}/etcdctl", env["ETCD_BIN"]))
-        .args([
-            "--endpoints",
-            &env["ETCD_ENDPOINT"],
-            "compact",
-            &rev.to_string(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "etcdctl compact {rev}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = std::process::Command::new(format!("{}/etcdctl", env["ETCD_BIN"])).args(["--endpoints", &env["ETCD_ENDPOINT"], "compact", &rev.to_string()]).output().unwrap();
+    assert!(out.status.success(), "etcdctl compact {rev}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 // ---------------------------------------------------------------------------
@@ -214,10 +158,7 @@ struct CountLayer(Seen);
 impl<S> tower_layer::Layer<S> for CountLayer {
     type Service = CountService<S>;
     fn layer(&self, inner: S) -> CountService<S> {
-        CountService {
-            inner,
-            seen: self.0.clone(),
-        }
+        CountService { inner, seen: self.0.clone() }
     }
 }
 
@@ -244,10 +185,7 @@ where
     }
 
     fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
-        let watch = req
-            .uri()
-            .query()
-            .is_some_and(|q| q.contains("watch=true") || q.contains("watch=1"));
+        let watch = req.uri().query().is_some_and(|q| q.contains("watch=true") || q.contains("watch=1"));
         let bind = req.method() == http::Method::POST && req.uri().path().ends_with("/binding");
         let seen = self.seen.clone();
         let fut = self.inner.call(req);
@@ -268,11 +206,7 @@ where
                     seen.binds_conflict.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            Ok(resp.map(|b| Counted {
-                inner: Box::pin(b),
-                seen,
-                watch,
-            }))
+            Ok(resp.map(|b| Counted { inner: Box::pin(b), seen, watch }))
         })
     }
 }
@@ -288,17 +222,13 @@ impl<B: http_body::Body<Data = bytes::Bytes>> http_body::Body for Counted<B> {
     type Data = bytes::Bytes;
     type Error = B::Error;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, B::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, B::Error>>> {
         let this = self.get_mut();
         let r = this.inner.as_mut().poll_frame(cx);
         if this.watch
             && let Poll::Ready(Some(Ok(f))) = &r
             && let Some(d) = f.data_ref()
-            && d.windows(11)
-                .any(|w| w == b"\"code\":410}" || w == b"\"code\":410,")
+            && d.windows(11).any(|w| w == b"\"code\":410}" || w == b"\"code\":410,")
         {
             this.seen.expired.fetch_add(1, Ordering::Relaxed);
         }
@@ -323,25 +253,14 @@ async fn daemon_client(dir: &Path, token: Option<String>, seen: &Seen) -> kube::
 
 /// As [`daemon_client`]; `retries: false` turns kube's retries of 429, 503
 /// and 504 off, so that every 429 reaches berth's own code.
-async fn daemon_client_with(
-    dir: &Path,
-    token: Option<String>,
-    retries: bool,
-    seen: &Seen,
-) -> kube::Client {
+async fn daemon_client_with(dir: &Path, token: Option<String>, retries: bool, seen: &Seen) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(dir.join("kubeconfig")).unwrap();
-    let mut cfg =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .unwrap();
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.unwrap();
     if let Some(t) = token {
         cfg.auth_info.token = Some(t.into());
     }
     cfg.default_retry = retries;
-    kube::client::ClientBuilder::try_from(cfg)
-        .unwrap()
-        .with_layer(&CountLayer(seen.clone()))
-        .build()
+    kube::client::ClientBuilder::try_from(cfg).unwrap().with_layer(&CountLayer(seen.clone())).build()
 }
 
 // ---------------------------------------------------------------------------
@@ -349,10 +268,7 @@ async fn daemon_client_with(
 
 /// As both.rs's: one profile, short backoffs, a Lease of its own.
 fn config(scenario: &str) -> Config {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     let yaml = format!(
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npodInitialBackoffSeconds: 1\npodMaxBackoffSeconds: 2\n\
          clientConnection:\n  qps: 2000\n  burst: 4000\nleaderElection:\n  leaderElect: true\n  resourceName: berth-e2e-{scenario}-{nanos:x}\n  resourceNamespace: kube-system\n  \
@@ -362,14 +278,8 @@ fn config(scenario: &str) -> Config {
 }
 
 async fn start(client: kube::Client, scenario: &str) -> Handle {
-    let opts = Options {
-        bind_address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        identity: format!("faults-{scenario}"),
-        ..Options::default()
-    };
-    daemon::start(client, &config(scenario), opts)
-        .await
-        .unwrap()
+    let opts = Options { bind_address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)), identity: format!("faults-{scenario}"), ..Options::default() };
+    daemon::start(client, &config(scenario), opts).await.unwrap()
 }
 
 /// Ready as `/readyz` says it: synced once and every watch synced now.
@@ -412,11 +322,7 @@ impl Recovery {
     /// Seconds from `from` to the recovery (negative: before it).
     fn since(&self, from: Instant) -> Option<f64> {
         let at = (*self.at.lock().unwrap())?;
-        Some(if at >= from {
-            at.duration_since(from).as_secs_f64()
-        } else {
-            -from.duration_since(at).as_secs_f64()
-        })
+        Some(if at >= from { at.duration_since(from).as_secs_f64() } else { -from.duration_since(at).as_secs_f64() })
     }
 }
 
@@ -439,20 +345,10 @@ async fn time_until(secs: u64, f: impl Fn() -> bool) -> Option<Duration> {
 }
 
 /// The end state: every one of `n` pods bound, none twice, no node over capacity.
-async fn assert_end(
-    client: &kube::Client,
-    ns: &str,
-    n: usize,
-    log: &BindLog,
-    nodes: &[NodeSpec],
-) -> (i64, i64) {
+async fn assert_end(client: &kube::Client, ns: &str, n: usize, log: &BindLog, nodes: &[NodeSpec]) -> (i64, i64) {
     let pods = pods_in(client, ns).await;
     assert_eq!(pods.len(), n, "pods lost");
-    let unbound: Vec<&str> = pods
-        .iter()
-        .filter(|p| node_of(p).is_none())
-        .filter_map(|p| p.metadata.name.as_deref())
-        .collect();
+    let unbound: Vec<&str> = pods.iter().filter(|p| node_of(p).is_none()).filter_map(|p| p.metadata.name.as_deref()).collect();
     assert!(unbound.is_empty(), "not bound: {unbound:?}");
     assert!(log.rebinds().is_empty(), "bound twice: {:?}", log.rebinds());
     assert_capacity(&pods, nodes)
@@ -467,11 +363,7 @@ async fn create_patiently(api: &Api<Pod>, p: &Pod) {
             Ok(_) => return,
             Err(kube::Error::Api(s)) if s.code == 409 => return,
             Err(e) => {
-                assert!(
-                    t0.elapsed() < Duration::from_secs(120),
-                    "creating {:?}: {e}",
-                    p.metadata.name
-                );
+                assert!(t0.elapsed() < Duration::from_secs(120), "creating {:?}: {e}", p.metadata.name);
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
@@ -485,11 +377,7 @@ where
     F: Future<Output = ()>,
     C: Future<Output = ()>,
 {
-    let r = tokio::time::timeout(
-        Duration::from_secs(secs),
-        AssertUnwindSafe(body).catch_unwind(),
-    )
-    .await;
+    let r = tokio::time::timeout(Duration::from_secs(secs), AssertUnwindSafe(body).catch_unwind()).await;
     cleanup.await;
     match r {
         Err(_) => Err(Box::new(format!("test deadline ({secs} s) exceeded"))),
@@ -505,15 +393,7 @@ fn fail_as(r: Result<(), Box<dyn std::any::Any + Send>>) {
 }
 
 fn zoned_nodes(prefix: &str, n: usize, cpu: &str) -> Vec<NodeSpec> {
-    (0..n)
-        .map(|i| {
-            NodeSpec::new(
-                &format!("{prefix}-{i:02}"),
-                ["zone-a", "zone-b", "zone-c"][i % 3],
-                cpu,
-            )
-        })
-        .collect()
+    (0..n).map(|i| NodeSpec::new(&format!("{prefix}-{i:02}"), ["zone-a", "zone-b", "zone-c"][i % 3], cpu)).collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -537,23 +417,13 @@ async fn apiserver_killed(b: &Backend, ns: &str, nodes: &[NodeSpec]) {
         let api = api.clone();
         tokio::spawn(async move {
             for chunk in 0..(N / 25) {
-                let pods: Vec<Pod> = (0..25)
-                    .map(|i| pod(&format!("r-{:03}", chunk * 25 + i), "150m", json!({})))
-                    .collect();
-                futures::stream::iter(pods)
-                    .for_each_concurrent(8, |p| {
-                        let api = api.clone();
-                        async move { create_patiently(&api, &p).await }
-                    })
-                    .await;
+                let pods: Vec<Pod> = (0..25).map(|i| pod(&format!("r-{:03}", chunk * 25 + i), "150m", json!({}))).collect();
+                futures::stream::iter(pods).for_each_concurrent(8, |p| { let api = api.clone(); async move { create_patiently(&api, &p).await } }).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
     };
-    eventually(120, "100 pods bound before the kill", || async {
-        (log.bound() >= 100).then_some(())
-    })
-    .await;
+    eventually(120, "100 pods bound before the kill", || async { (log.bound() >= 100).then_some(()) }).await;
     let pid = pid_of(&dir, APISERVER);
     let recovery = Recovery::watch(&d);
     kill9(pid);
@@ -571,10 +441,7 @@ async fn apiserver_killed(b: &Backend, ns: &str, nodes: &[NodeSpec]) {
     ensure_control_plane(&dir).await;
     let to_leading = time_until(60, || ready(&d) && leading(&d)).await;
     creator.await.unwrap();
-    eventually(240, "every pod bound after the restart", || async {
-        (log.bound() == N).then_some(())
-    })
-    .await;
+    eventually(240, "every pod bound after the restart", || async { (log.bound() == N).then_some(()) }).await;
     let all_bound = t0.elapsed();
     let (used, cap) = assert_end(&client, ns, N, &log, nodes).await;
     let w = d.write_counts();
@@ -595,15 +462,9 @@ async fn apiserver_killed(b: &Backend, ns: &str, nodes: &[NodeSpec]) {
         w.binds_unknown,
         w.failures,
     );
-    assert!(
-        went_unready.is_some(),
-        "the daemon stayed ready with kube-apiserver down"
-    );
+    assert!(went_unready.is_some(), "the daemon stayed ready with kube-apiserver down");
     let to_ready = to_ready.expect("the daemon never became ready again");
-    assert!(
-        to_ready <= Duration::from_secs(15),
-        "ready again {to_ready:?} after kube-apiserver was back (more than 15 s)"
-    );
+    assert!(to_ready <= Duration::from_secs(15), "ready again {to_ready:?} after kube-apiserver was back (more than 15 s)");
     assert!(to_leading.is_some(), "the daemon never led again");
     watch_task.abort();
     d.shutdown().await;
@@ -616,12 +477,7 @@ async fn real_apiserver_killed_mid_burst_and_restarted() {
     let dir = kube_dir(&b);
     let ns = "e2e-fault-restart";
     let nodes = zoned_nodes("fault-restart", 20, "4");
-    let r = guarded(
-        480,
-        apiserver_killed(&b, ns, &nodes),
-        ensure_control_plane(&dir),
-    )
-    .await;
+    let r = guarded(480, apiserver_killed(&b, ns, &nodes), ensure_control_plane(&dir)).await;
     b.finish(ns, &nodes).await;
     fail_as(r);
 }
@@ -640,24 +496,11 @@ async fn compacted(b: &Backend, ns: &str, nodes: &[NodeSpec]) {
     let client = b.client();
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let (log, watch_task) = BindLog::start(client.clone(), ns);
-    let batch = |from: usize| {
-        (from..from + 100)
-            .map(|i| pod(&format!("c-{i:03}"), "100m", json!({})))
-            .collect::<Vec<_>>()
-    };
+    let batch = |from: usize| (from..from + 100).map(|i| pod(&format!("c-{i:03}"), "100m", json!({}))).collect::<Vec<_>>();
     crate::e2e_support::create_all(&api, batch(0), 16).await;
-    eventually(120, "100 pods bound", || async {
-        (log.bound() == 100).then_some(())
-    })
-    .await;
+    eventually(120, "100 pods bound", || async { (log.bound() == 100).then_some(()) }).await;
     // The version berth's pod watch is at, or older.
-    let old_rv = api
-        .list_metadata(&Default::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let old_rv = api.list_metadata(&Default::default()).await.unwrap().metadata.resource_version.unwrap();
 
     // Churn elsewhere (ConfigMaps, which berth does not watch), so the
     // revision moves past every version berth holds, then compact to it.
@@ -666,14 +509,9 @@ async fn compacted(b: &Backend, ns: &str, nodes: &[NodeSpec]) {
         .for_each_concurrent(16, |i| {
             let cms = cms.clone();
             async move {
-                let cm: ConfigMap = serde_json::from_value(
-                    json!({"metadata": {"name": format!("churn-{i}")}, "data": {"k": "v"}}),
-                )
-                .unwrap();
+                let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("churn-{i}")}, "data": {"k": "v"}})).unwrap();
                 cms.create(&PostParams::default(), &cm).await.unwrap();
-                cms.delete(&format!("churn-{i}"), &DeleteParams::default())
-                    .await
-                    .unwrap();
+                cms.delete(&format!("churn-{i}"), &DeleteParams::default()).await.unwrap();
             }
         })
         .await;
@@ -700,19 +538,10 @@ async fn compacted(b: &Backend, ns: &str, nodes: &[NodeSpec]) {
             other => panic!("watch from {old_rv} (compacted at {rev}) answered {other:?}"),
         },
     };
-    assert_eq!(
-        answered,
-        Some(410),
-        "a watch from the compacted version {old_rv} must be answered 410 Gone"
-    );
+    assert_eq!(answered, Some(410), "a watch from the compacted version {old_rv} must be answered 410 Gone");
 
     crate::e2e_support::create_all(&api, batch(100), 16).await;
-    eventually(
-        120,
-        "the 100 pods created after the compaction bound",
-        || async { (log.bound() == 200).then_some(()) },
-    )
-    .await;
+    eventually(120, "the 100 pods created after the compaction bound", || async { (log.bound() == 200).then_some(()) }).await;
     let to_leading = time_until(60, || ready(&d) && leading(&d)).await;
     let (used, cap) = assert_end(&client, ns, 200, &log, nodes).await;
     let expired = Seen::get(&seen.expired) - expired_before;
@@ -726,15 +555,9 @@ async fn compacted(b: &Backend, ns: &str, nodes: &[NodeSpec]) {
         Seen::get(&seen.binds),
         Seen::get(&seen.binds_conflict),
     );
-    assert!(
-        expired > 0,
-        "no watch of the daemon was answered 410 after the compaction"
-    );
+    assert!(expired > 0, "no watch of the daemon was answered 410 after the compaction");
     let to_ready = to_ready.expect("the daemon never became ready again");
-    assert!(
-        to_ready <= Duration::from_secs(15),
-        "ready again {to_ready:?} after kube-apiserver was back (more than 15 s)"
-    );
+    assert!(to_ready <= Duration::from_secs(15), "ready again {to_ready:?} after kube-apiserver was back (more than 15 s)");
     watch_task.abort();
     d.shutdown().await;
 }
@@ -763,29 +586,14 @@ async fn service_account(client: &kube::Client, ns: &str) -> String {
     use k8s_openapi::api::authentication::v1::TokenRequest;
     use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    sas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": SA}})).unwrap(),
-    )
-    .await
-    .unwrap();
+    sas.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": SA}})).unwrap()).await.unwrap();
     let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
     let _ = crbs.delete(PF_NAME, &DeleteParams::default()).await;
     let crb = json!({"metadata": {"name": PF_NAME}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
         "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": ns}]});
-    crbs.create(
-        &PostParams::default(),
-        &serde_json::from_value(crb).unwrap(),
-    )
-    .await
-    .unwrap();
-    let tr: TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    let tr = sas
-        .create_token_request(SA, &PostParams::default(), &tr)
-        .await
-        .unwrap();
+    crbs.create(&PostParams::default(), &serde_json::from_value(crb).unwrap()).await.unwrap();
+    let tr: TokenRequest = serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}})).unwrap();
+    let tr = sas.create_token_request(SA, &PostParams::default(), &tr).await.unwrap();
     tr.status.unwrap().token.unwrap()
 }
 
@@ -800,24 +608,14 @@ async fn throttle(client: &kube::Client, ns: &str) {
                 "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true, "namespaces": ["*"]}],
                 "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}});
     for (path, body) in [("prioritylevelconfigurations", plc), ("flowschemas", fs)] {
-        let req = http::Request::post(format!("/apis/flowcontrol.apiserver.k8s.io/v1/{path}"))
-            .header("Content-Type", "application/json")
-            .body(serde_json::to_vec(&body).unwrap())
-            .unwrap();
-        client
-            .request_text(req)
-            .await
-            .unwrap_or_else(|e| panic!("creating {path}/{PF_NAME}: {e}"));
+        let req = http::Request::post(format!("/apis/flowcontrol.apiserver.k8s.io/v1/{path}")).header("Content-Type", "application/json").body(serde_json::to_vec(&body).unwrap()).unwrap();
+        client.request_text(req).await.unwrap_or_else(|e| panic!("creating {path}/{PF_NAME}: {e}"));
     }
 }
 
 async fn unthrottle(client: &kube::Client) {
     for path in ["flowschemas", "prioritylevelconfigurations"] {
-        let req = http::Request::delete(format!(
-            "/apis/flowcontrol.apiserver.k8s.io/v1/{path}/{PF_NAME}"
-        ))
-        .body(Vec::new())
-        .unwrap();
+        let req = http::Request::delete(format!("/apis/flowcontrol.apiserver.k8s.io/v1/{path}/{PF_NAME}")).body(Vec::new()).unwrap();
         let _ = client.request_text(req).await;
     }
     let crbs: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
@@ -827,24 +625,14 @@ async fn unthrottle(client: &kube::Client) {
 /// The priority level `client`'s requests are put in (the server says so
 /// in a response header), by uid.
 async fn priority_level_of(client: &kube::Client) -> Option<String> {
-    let req = http::Request::get("/api/v1/namespaces/default")
-        .body(kube::client::Body::empty())
-        .unwrap();
+    let req = http::Request::get("/api/v1/namespaces/default").body(kube::client::Body::empty()).unwrap();
     let resp = client.send(req).await.ok()?;
-    resp.headers()
-        .get("X-Kubernetes-PF-PriorityLevel-UID")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
+    resp.headers().get("X-Kubernetes-PF-PriorityLevel-UID").and_then(|v| v.to_str().ok()).map(str::to_string)
 }
 
 async fn uid_of_level(client: &kube::Client) -> String {
-    let req = http::Request::get(format!(
-        "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/{PF_NAME}"
-    ))
-    .body(Vec::new())
-    .unwrap();
-    let v: serde_json::Value =
-        serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap();
+    let req = http::Request::get(format!("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/{PF_NAME}")).body(Vec::new()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap();
     v["metadata"]["uid"].as_str().unwrap().to_string()
 }
 
@@ -853,10 +641,7 @@ async fn rejected(client: &kube::Client) -> u64 {
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = client.request_text(req).await.unwrap();
     text.lines()
-        .filter(|l| {
-            l.starts_with("apiserver_flowcontrol_rejected_requests_total{")
-                && l.contains(&format!("priority_level=\"{PF_NAME}\""))
-        })
+        .filter(|l| l.starts_with("apiserver_flowcontrol_rejected_requests_total{") && l.contains(&format!("priority_level=\"{PF_NAME}\"")))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
@@ -872,12 +657,7 @@ async fn throttled(b: &Backend, ns: &str, nodes: &[NodeSpec], retries: bool) {
     let seen = Seen::default();
     let dclient = daemon_client_with(&dir, Some(token), retries, &seen).await;
     let level = uid_of_level(&client).await;
-    eventually(
-        60,
-        "the FlowSchema in effect for the daemon's ServiceAccount",
-        || async { (priority_level_of(&dclient).await? == level).then_some(()) },
-    )
-    .await;
+    eventually(60, "the FlowSchema in effect for the daemon's ServiceAccount", || async { (priority_level_of(&dclient).await? == level).then_some(()) }).await;
     let rejected_before = rejected(&client).await;
     let t_start = Instant::now();
     let d = start(dclient, "throttle").await;
@@ -887,14 +667,7 @@ async fn throttled(b: &Backend, ns: &str, nodes: &[NodeSpec], retries: bool) {
     let (log, watch_task) = BindLog::start(client.clone(), ns);
     // 500 pods of 100m on 10 nodes of 8 cores: 50 of 80 cores, created at once.
     let t0 = Instant::now();
-    crate::e2e_support::create_all(
-        &api,
-        (0..N)
-            .map(|i| pod(&format!("t-{i:03}"), "100m", json!({})))
-            .collect(),
-        32,
-    )
-    .await;
+    crate::e2e_support::create_all(&api, (0..N).map(|i| pod(&format!("t-{i:03}"), "100m", json!({}))).collect(), 32).await;
     let mut unready = false;
     eventually(300, "every pod bound under the limit", || {
         unready |= !ready(&d);
@@ -922,21 +695,12 @@ async fn throttled(b: &Backend, ns: &str, nodes: &[NodeSpec], retries: bool) {
         w.binds_unknown,
     );
     let _ = lifted;
-    assert!(
-        rejected_during > 0,
-        "the API server answered no 429: the priority level is not tight enough for this test"
-    );
+    assert!(rejected_during > 0, "the API server answered no 429: the priority level is not tight enough for this test");
     if !retries {
-        assert!(
-            Seen::get(&seen.too_many) > 0,
-            "no 429 reached berth with kube's retries off"
-        );
+        assert!(Seen::get(&seen.too_many) > 0, "no 429 reached berth with kube's retries off");
     }
     let to_ready = to_ready.expect("the daemon never became ready again");
-    assert!(
-        to_ready <= Duration::from_secs(15),
-        "ready again {to_ready:?} after the limit was lifted (more than 15 s)"
-    );
+    assert!(to_ready <= Duration::from_secs(15), "ready again {to_ready:?} after the limit was lifted (more than 15 s)");
     watch_task.abort();
     d.shutdown().await;
 }

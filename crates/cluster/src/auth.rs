@@ -53,12 +53,7 @@ pub struct StaticToken {
 impl StaticToken {
     /// A token for `user` in `groups` (uid = user).
     pub fn new(token: &str, user: &str, groups: &[&str]) -> Self {
-        StaticToken {
-            token: token.into(),
-            user: user.into(),
-            uid: user.into(),
-            groups: groups.iter().map(|g| (*g).to_string()).collect(),
-        }
+        StaticToken { token: token.into(), user: user.into(), uid: user.into(), groups: groups.iter().map(|g| (*g).to_string()).collect() }
     }
 
     /// Parses kube-apiserver's `--token-auth-file` format: one
@@ -71,16 +66,9 @@ impl StaticToken {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let bad = |m: &str| Error::TokenFile {
-                line: i + 1,
-                message: m.to_string(),
-            };
+            let bad = |m: &str| Error::TokenFile { line: i + 1, message: m.to_string() };
             let (fields, groups) = match line.split_once(",\"") {
-                Some((head, g)) => (
-                    head,
-                    g.strip_suffix('"')
-                        .ok_or_else(|| bad("unterminated quoted group list"))?,
-                ),
+                Some((head, g)) => (head, g.strip_suffix('"').ok_or_else(|| bad("unterminated quoted group list"))?),
                 None => (line, ""),
             };
             let f: Vec<&str> = fields.splitn(4, ',').map(str::trim).collect();
@@ -90,26 +78,11 @@ impl StaticToken {
             if f[0].is_empty() || f[1].is_empty() {
                 return Err(bad("the token and the user must not be empty"));
             }
-            let mut gs: Vec<String> = groups
-                .split(',')
-                .map(str::trim)
-                .filter(|g| !g.is_empty())
-                .map(String::from)
-                .collect();
+            let mut gs: Vec<String> = groups.split(',').map(str::trim).filter(|g| !g.is_empty()).map(String::from).collect();
             if let Some(g) = f.get(3) {
-                gs.extend(
-                    g.split(',')
-                        .map(str::trim)
-                        .filter(|g| !g.is_empty())
-                        .map(String::from),
-                );
+                gs.extend(g.split(',').map(str::trim).filter(|g| !g.is_empty()).map(String::from));
             }
-            out.push(StaticToken {
-                token: f[0].into(),
-                user: f[1].into(),
-                uid: f[2].into(),
-                groups: gs,
-            });
+            out.push(StaticToken { token: f[0].into(), user: f[1].into(), uid: f[2].into(), groups: gs });
         }
         Ok(out)
     }
@@ -135,13 +108,7 @@ pub struct AuthRule {
 impl AuthRule {
     /// Everything, for `group`.
     pub fn allow_group(group: &str) -> Self {
-        AuthRule {
-            users: vec![],
-            groups: vec![group.into()],
-            verbs: vec!["*".into()],
-            non_resource_urls: vec!["*".into()],
-            resources: vec!["*".into()],
-        }
+        AuthRule { users: vec![], groups: vec![group.into()], verbs: vec!["*".into()], non_resource_urls: vec!["*".into()], resources: vec!["*".into()] }
     }
 
     /// `verbs` on the non-resource `paths`, for `user`.
@@ -156,8 +123,7 @@ impl AuthRule {
     }
 
     fn subject(&self, user: &str, groups: &[String]) -> bool {
-        self.users.iter().any(|u| u == "*" || u == user)
-            || self.groups.iter().any(|g| g == "*" || groups.contains(g))
+        self.users.iter().any(|u| u == "*" || u == user) || self.groups.iter().any(|g| g == "*" || groups.contains(g))
     }
 }
 
@@ -172,10 +138,7 @@ pub struct AuthConfig {
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        AuthConfig {
-            tokens: vec![],
-            rules: vec![AuthRule::allow_group("system:masters")],
-        }
+        AuthConfig { tokens: vec![], rules: vec![AuthRule::allow_group("system:masters")] }
     }
 }
 
@@ -191,9 +154,7 @@ fn path_matches(list: &[String], path: &str) -> bool {
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
-    path.iter()
-        .try_fold(v, |v, k| v.get(*k))
-        .and_then(Value::as_str)
+    path.iter().try_fold(v, |v, k| v.get(*k)).and_then(Value::as_str)
 }
 
 impl AuthConfig {
@@ -201,15 +162,11 @@ impl AuthConfig {
     pub fn token_review(&self, req: &Value) -> Result<Value, Error> {
         let token = str_at(req, &["spec", "token"]).unwrap_or_default();
         if token.is_empty() {
-            return Err(Error::BadRequest(
-                "token is required for TokenReview in authentication".into(),
-            ));
+            return Err(Error::BadRequest("token is required for TokenReview in authentication".into()));
         }
         let mut out = json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null}, "spec": req.get("spec").cloned().unwrap_or(Value::Null)});
         out["status"] = match self.tokens.iter().find(|t| t.token == token) {
-            Some(t) => {
-                json!({"authenticated": true, "user": {"username": t.user, "uid": t.uid, "groups": t.groups}})
-            }
+            Some(t) => json!({"authenticated": true, "user": {"username": t.user, "uid": t.uid, "groups": t.groups}}),
             None => json!({"user": {}}),
         };
         Ok(out)
@@ -219,26 +176,10 @@ impl AuthConfig {
     pub fn subject_access_review(&self, req: &Value) -> Result<Value, Error> {
         let spec = req.get("spec").cloned().unwrap_or(Value::Null);
         let user = str_at(&spec, &["user"]).unwrap_or_default();
-        let groups: Vec<String> = spec
-            .get("groups")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let invalid = |field, message: &str| Error::Invalid {
-            kind: "SubjectAccessReview",
-            field,
-            message: message.to_string(),
-        };
+        let groups: Vec<String> = spec.get("groups").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect()).unwrap_or_default();
+        let invalid = |field, message: &str| Error::Invalid { kind: "SubjectAccessReview", field, message: message.to_string() };
         if user.is_empty() && groups.is_empty() {
-            return Err(invalid(
-                "spec.user",
-                "at least one of user or group must be specified",
-            ));
+            return Err(invalid("spec.user", "at least one of user or group must be specified"));
         }
         let nra = spec.get("nonResourceAttributes").filter(|v| !v.is_null());
         let ra = spec.get("resourceAttributes").filter(|v| !v.is_null());
@@ -246,41 +187,19 @@ impl AuthConfig {
             (Some(n), None) => {
                 let verb = str_at(n, &["verb"]).unwrap_or_default();
                 let path = str_at(n, &["path"]).unwrap_or_default();
-                self.rules.iter().any(|r| {
-                    r.subject(user, &groups)
-                        && matches_any(&r.verbs, verb)
-                        && path_matches(&r.non_resource_urls, path)
-                })
+                self.rules.iter().any(|r| r.subject(user, &groups) && matches_any(&r.verbs, verb) && path_matches(&r.non_resource_urls, path))
             }
             (None, Some(a)) => {
                 let verb = str_at(a, &["verb"]).unwrap_or_default();
                 let resource = str_at(a, &["resource"]).unwrap_or_default();
                 let group = str_at(a, &["group"]).unwrap_or_default();
-                let qualified = if group.is_empty() {
-                    resource.to_string()
-                } else {
-                    format!("{resource}.{group}")
-                };
-                self.rules.iter().any(|r| {
-                    r.subject(user, &groups)
-                        && matches_any(&r.verbs, verb)
-                        && (matches_any(&r.resources, resource)
-                            || matches_any(&r.resources, &qualified))
-                })
+                let qualified = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
+                self.rules.iter().any(|r| r.subject(user, &groups) && matches_any(&r.verbs, verb) && (matches_any(&r.resources, resource) || matches_any(&r.resources, &qualified)))
             }
-            _ => {
-                return Err(invalid(
-                    "spec.resourceAttributes",
-                    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-                ));
-            }
+            _ => return Err(invalid("spec.resourceAttributes", "exactly one of nonResourceAttributes or resourceAttributes must be specified")),
         };
         let mut out = json!({"kind": "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "metadata": {"creationTimestamp": null}, "spec": spec});
-        out["status"] = if allowed {
-            json!({"allowed": true, "reason": "allowed by the local cluster's rules"})
-        } else {
-            json!({"allowed": false})
-        };
+        out["status"] = if allowed { json!({"allowed": true, "reason": "allowed by the local cluster's rules"}) } else { json!({"allowed": false}) };
         Ok(out)
     }
 }
@@ -296,59 +215,28 @@ mod tests {
 
     #[test]
     fn tokens_authenticate_their_user_only() {
-        let c = AuthConfig {
-            tokens: vec![StaticToken::new("t1", "alice", &["ops"])],
-            ..AuthConfig::default()
-        };
+        let c = AuthConfig { tokens: vec![StaticToken::new("t1", "alice", &["ops"])], ..AuthConfig::default() };
         let ok = c.token_review(&json!({"spec": {"token": "t1"}})).unwrap();
         assert_eq!(ok["status"]["authenticated"], true);
         assert_eq!(ok["status"]["user"]["username"], "alice");
         assert_eq!(ok["status"]["user"]["groups"], json!(["ops"]));
         let no = c.token_review(&json!({"spec": {"token": "t2"}})).unwrap();
         assert_eq!(no["status"].get("authenticated"), None);
-        assert!(matches!(
-            c.token_review(&json!({"spec": {}})),
-            Err(Error::BadRequest(_))
-        ));
+        assert!(matches!(c.token_review(&json!({"spec": {}})), Err(Error::BadRequest(_))));
     }
 
     #[test]
     fn masters_allowed_others_by_rule() {
-        let c = AuthConfig {
-            tokens: vec![],
-            rules: vec![
-                AuthRule::allow_group("system:masters"),
-                AuthRule::user_paths("prom", &["get"], &["/metrics"]),
-            ],
-        };
+        let c = AuthConfig { tokens: vec![], rules: vec![AuthRule::allow_group("system:masters"), AuthRule::user_paths("prom", &["get"], &["/metrics"])] };
         let allowed = |v: Value| c.subject_access_review(&v).unwrap()["status"]["allowed"] == true;
-        assert!(allowed(sar(
-            "root",
-            &["system:masters"],
-            "get",
-            "/debug/explain"
-        )));
+        assert!(allowed(sar("root", &["system:masters"], "get", "/debug/explain")));
         assert!(allowed(sar("prom", &[], "get", "/metrics")));
         assert!(!allowed(sar("prom", &[], "get", "/debug/explain")));
         assert!(!allowed(sar("prom", &[], "post", "/metrics")));
-        assert!(!allowed(sar(
-            "system:anonymous",
-            &["system:unauthenticated"],
-            "get",
-            "/metrics"
-        )));
-        let e = c
-            .subject_access_review(
-                &json!({"spec": {"nonResourceAttributes": {"verb": "get", "path": "/"}}}),
-            )
-            .unwrap_err();
-        assert!(
-            e.to_string().contains("at least one of user or group"),
-            "{e}"
-        );
-        let e = c
-            .subject_access_review(&json!({"spec": {"user": "x"}}))
-            .unwrap_err();
+        assert!(!allowed(sar("system:anonymous", &["system:unauthenticated"], "get", "/metrics")));
+        let e = c.subject_access_review(&json!({"spec": {"nonResourceAttributes": {"verb": "get", "path": "/"}}})).unwrap_err();
+        assert!(e.to_string().contains("at least one of user or group"), "{e}");
+        let e = c.subject_access_review(&json!({"spec": {"user": "x"}})).unwrap_err();
         assert!(e.to_string().contains("exactly one of"), "{e}");
         let r = json!({"spec": {"user": "x", "groups": ["system:masters"], "resourceAttributes": {"verb": "list", "resource": "pods"}}});
         assert!(allowed(r));
@@ -357,23 +245,7 @@ mod tests {
     #[test]
     fn token_file_format() {
         let t = StaticToken::parse_file("# comment\nabc,alice,1,\"g1,g2\"\n\ndef,bob,2\n").unwrap();
-        assert_eq!(
-            t,
-            vec![
-                StaticToken {
-                    token: "abc".into(),
-                    user: "alice".into(),
-                    uid: "1".into(),
-                    groups: vec!["g1".into(), "g2".into()]
-                },
-                StaticToken {
-                    token: "def".into(),
-                    user: "bob".into(),
-                    uid: "2".into(),
-                    groups: vec![]
-                }
-            ]
-        );
+        assert_eq!(t, vec![StaticToken { token: "abc".into(), user: "alice".into(), uid: "1".into(), groups: vec!["g1".into(), "g2".into()] }, StaticToken { token: "def".into(), user: "bob".into(), uid: "2".into(), groups: vec![] }]);
         assert!(StaticToken::parse_file("abc,alice").is_err());
         assert!(StaticToken::parse_file("abc,alice,1,\"g1").is_err());
     }

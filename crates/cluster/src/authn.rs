@@ -44,10 +44,7 @@ pub fn new_admin_token() -> String {
 
 /// The first static token in `system:masters`, if any.
 pub fn admin_token(auth: &AuthConfig) -> Option<&str> {
-    auth.tokens
-        .iter()
-        .find(|t| t.groups.iter().any(|g| g == SYSTEM_MASTERS))
-        .map(|t| t.token.as_str())
+    auth.tokens.iter().find(|t| t.groups.iter().any(|g| g == SYSTEM_MASTERS)).map(|t| t.token.as_str())
 }
 
 /// Authenticates requests: static tokens, then the store's ServiceAccount tokens.
@@ -72,22 +69,9 @@ impl Authenticator {
         let tokens = auth
             .tokens
             .iter()
-            .map(|t| {
-                (
-                    t.token.clone(),
-                    with_authenticated(UserInfo {
-                        name: t.user.clone(),
-                        uid: t.uid.clone(),
-                        groups: t.groups.clone(),
-                        ..UserInfo::default()
-                    }),
-                )
-            })
+            .map(|t| (t.token.clone(), with_authenticated(UserInfo { name: t.user.clone(), uid: t.uid.clone(), groups: t.groups.clone(), ..UserInfo::default() })))
             .collect();
-        Authenticator {
-            tokens: Arc::new(tokens),
-            store,
-        }
+        Authenticator { tokens: Arc::new(tokens), store }
     }
 
     /// The user `token` authenticates, if any.
@@ -96,24 +80,15 @@ impl Authenticator {
             return Some(u.clone());
         }
         let u = self.store.review_token(token)?;
-        Some(with_authenticated(UserInfo {
-            name: u.username,
-            uid: u.uid,
-            groups: u.groups,
-            ..UserInfo::default()
-        }))
+        Some(with_authenticated(UserInfo { name: u.username, uid: u.uid, groups: u.groups, ..UserInfo::default() }))
     }
 
     /// The user a request's headers authenticate: anonymous without a
     /// bearer token (upstream reads `Authorization` as `Bearer TOKEN`,
     /// anything else is no token), [`Error::Unauthorized`] when the token is unknown.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<UserInfo, Error> {
-        let Some(value) = headers.get(header::AUTHORIZATION) else {
-            return Ok(UserInfo::anonymous());
-        };
-        let Ok(value) = value.to_str() else {
-            return Err(Error::Unauthorized);
-        };
+        let Some(value) = headers.get(header::AUTHORIZATION) else { return Ok(UserInfo::anonymous()) };
+        let Ok(value) = value.to_str() else { return Err(Error::Unauthorized) };
         let mut parts = value.split_whitespace();
         let scheme = parts.next().unwrap_or_default();
         let token = parts.next().unwrap_or_default();
@@ -133,38 +108,21 @@ mod tests {
     fn headers(auth: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();
         if let Some(a) = auth {
-            h.insert(
-                header::AUTHORIZATION,
-                HeaderValue::from_str(a).unwrap_or_else(|e| panic!("{e}")),
-            );
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(a).unwrap_or_else(|e| panic!("{e}")));
         }
         h
     }
 
     #[test]
     fn static_tokens_anonymous_and_unknown_tokens() {
-        let cfg = AuthConfig {
-            tokens: vec![StaticToken::new("root-token", "root", &[SYSTEM_MASTERS])],
-            ..AuthConfig::default()
-        };
+        let cfg = AuthConfig { tokens: vec![StaticToken::new("root-token", "root", &[SYSTEM_MASTERS])], ..AuthConfig::default() };
         let a = Authenticator::new(&cfg, Arc::new(Store::new(Default::default())));
-        let root = a
-            .authenticate(&headers(Some("Bearer root-token")))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let root = a.authenticate(&headers(Some("Bearer root-token"))).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(root.name, "root");
-        assert_eq!(
-            root.groups,
-            vec![SYSTEM_MASTERS.to_string(), ALL_AUTHENTICATED.to_string()]
-        );
+        assert_eq!(root.groups, vec![SYSTEM_MASTERS.to_string(), ALL_AUTHENTICATED.to_string()]);
         assert_eq!(a.authenticate(&headers(None)), Ok(UserInfo::anonymous()));
-        assert_eq!(
-            a.authenticate(&headers(Some("Basic abc"))),
-            Ok(UserInfo::anonymous())
-        );
-        assert_eq!(
-            a.authenticate(&headers(Some("Bearer nope"))),
-            Err(Error::Unauthorized)
-        );
+        assert_eq!(a.authenticate(&headers(Some("Basic abc"))), Ok(UserInfo::anonymous()));
+        assert_eq!(a.authenticate(&headers(Some("Bearer nope"))), Err(Error::Unauthorized));
         assert_eq!(admin_token(&cfg), Some("root-token"));
         assert_eq!(admin_token(&AuthConfig::default()), None);
     }

@@ -71,12 +71,7 @@ pub enum AuthorizationMode {
 }
 
 /// The plurals of the RBAC resources, as the authorizer names them.
-const RBAC_RESOURCES: [&str; 4] = [
-    "clusterroles",
-    "roles",
-    "clusterrolebindings",
-    "rolebindings",
-];
+const RBAC_RESOURCES: [&str; 4] = ["clusterroles", "roles", "clusterrolebindings", "rolebindings"];
 
 /// What the layer shares: the mode, the authenticator and the authorizer.
 #[derive(Debug)]
@@ -136,11 +131,7 @@ impl Access {
     /// must have no commit observer yet), applies the RBAC objects it
     /// holds, and writes the bootstrap policy into it. Call before
     /// anything else writes to the store; start [`Access::spawn`] next.
-    pub fn install(
-        store: &Arc<Store>,
-        mode: AuthorizationMode,
-        auth: &AuthConfig,
-    ) -> Result<(Arc<Access>, Upkeep), Error> {
+    pub fn install(store: &Arc<Store>, mode: AuthorizationMode, auth: &AuthConfig) -> Result<(Arc<Access>, Upkeep), Error> {
         let rbac_ids = RBAC_RESOURCES.map(|p| store.lookup(rbac::GROUP, "v1", p));
         let authz = Arc::new(RwLock::new(Authorizer::new()));
         let (agg_tx, aggregate) = mpsc::unbounded_channel();
@@ -156,29 +147,19 @@ impl Access {
                         Ok(g) => g,
                         Err(p) => p.into_inner(),
                     };
-                    if let Err(e) =
-                        a.apply_json(resource, obj.namespace(), obj.name(), value.as_ref())
-                    {
+                    if let Err(e) = a.apply_json(resource, obj.namespace(), obj.name(), value.as_ref()) {
                         tracing::warn!(error = %e, "RBAC object not applied to the authorizer");
                     }
                     if resource == "clusterroles" && !a.aggregation_updates().is_empty() {
                         let _ = agg_tx.send(());
                     }
                 } else if (r == res::NAMESPACES && ty == EventType::Added)
-                    || (r == res::SERVICE_ACCOUNTS
-                        && ty == EventType::Deleted
-                        && obj.name() == "default")
-                    || (Some(r) == configmaps
-                        && ty != EventType::Added
-                        && obj.name() == ROOT_CA_CONFIGMAP)
+                    || (r == res::SERVICE_ACCOUNTS && ty == EventType::Deleted && obj.name() == "default")
+                    || (Some(r) == configmaps && ty != EventType::Added && obj.name() == ROOT_CA_CONFIGMAP)
                 {
                     // A namespace's upkeep: its default ServiceAccount and
                     // its root CA ConfigMap, (re)created or put back.
-                    let ns = if r == res::NAMESPACES {
-                        obj.name()
-                    } else {
-                        obj.namespace()
-                    };
+                    let ns = if r == res::NAMESPACES { obj.name() } else { obj.namespace() };
                     let _ = ns_tx.send(ns.to_string());
                 }
             }))
@@ -195,43 +176,20 @@ impl Access {
                 Err(p) => p.into_inner(),
             };
             for o in &list.items {
-                if let Err(e) =
-                    a.apply_json(RBAC_RESOURCES[i], o.namespace(), o.name(), Some(&plain(o)))
-                {
+                if let Err(e) = a.apply_json(RBAC_RESOURCES[i], o.namespace(), o.name(), Some(&plain(o))) {
                     tracing::warn!(error = %e, "stored RBAC object not applied to the authorizer");
                 }
             }
         }
-        let access = Arc::new(Access {
-            mode,
-            authn: Authenticator::new(auth, store.clone()),
-            authz,
-            store: store.clone(),
-            rbac_ids,
-        });
+        let access = Arc::new(Access { mode, authn: Authenticator::new(auth, store.clone()), authz, store: store.clone(), rbac_ids });
         access.write_bootstrap_policy()?;
-        Ok((
-            access,
-            Upkeep {
-                aggregate,
-                namespaces,
-                root_ca: String::new(),
-            },
-        ))
+        Ok((access, Upkeep { aggregate, namespaces, root_ca: String::new() }))
     }
 
     fn write_bootstrap_policy(&self) -> Result<(), Error> {
-        let (Some(crs), Some(crbs)) = (self.rbac_ids[0], self.rbac_ids[2]) else {
-            return Ok(());
-        };
-        let objects = rbac::bootstrap::cluster_roles_aggregated()?
-            .into_iter()
-            .map(serde_json::to_value)
-            .map(|v| v.map(|v| (crs, v)));
-        let bindings = rbac::bootstrap::cluster_role_bindings()?
-            .into_iter()
-            .map(serde_json::to_value)
-            .map(|v| v.map(|v| (crbs, v)));
+        let (Some(crs), Some(crbs)) = (self.rbac_ids[0], self.rbac_ids[2]) else { return Ok(()) };
+        let objects = rbac::bootstrap::cluster_roles_aggregated()?.into_iter().map(serde_json::to_value).map(|v| v.map(|v| (crs, v)));
+        let bindings = rbac::bootstrap::cluster_role_bindings()?.into_iter().map(serde_json::to_value).map(|v| v.map(|v| (crbs, v)));
         for o in objects.chain(bindings) {
             let (id, v) = o?;
             match self.store.create(id, "", v) {
@@ -247,22 +205,11 @@ impl Access {
     /// (the serviceaccounts controller) and the `kube-root-ca.crt`
     /// ConfigMap (the root-ca-cert-publisher), created, and recreated or
     /// put back when deleted or changed.
-    pub fn spawn(
-        self: &Arc<Self>,
-        upkeep: Upkeep,
-        mut stop: watch::Receiver<bool>,
-    ) -> JoinHandle<()> {
+    pub fn spawn(self: &Arc<Self>, upkeep: Upkeep, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
         let access = self.clone();
-        let Upkeep {
-            mut aggregate,
-            mut namespaces,
-            root_ca,
-        } = upkeep;
+        let Upkeep { mut aggregate, mut namespaces, root_ca } = upkeep;
         // Namespaces created before the observer was set.
-        if let Ok(list) = self
-            .store
-            .list(res::NAMESPACES, &Filter::default(), None, None)
-        {
+        if let Ok(list) = self.store.list(res::NAMESPACES, &Filter::default(), None, None) {
             for ns in &list.items {
                 access.namespace_upkeep(ns.name(), &root_ca);
             }
@@ -280,10 +227,7 @@ impl Access {
     }
 
     fn namespace_upkeep(&self, ns: &str, root_ca: &str) {
-        let exists = self
-            .store
-            .get(res::NAMESPACES, "", ns)
-            .is_ok_and(|n| !store::is_deleting(&n.value));
+        let exists = self.store.get(res::NAMESPACES, "", ns).is_ok_and(|n| !store::is_deleting(&n.value));
         if !exists {
             return;
         }
@@ -295,9 +239,7 @@ impl Access {
     /// `ca.crt` (and its description annotation); created when missing,
     /// its data put back when it differs.
     fn root_ca_configmap(&self, ns: &str, root_ca: &str) {
-        let Some(cms) = self.store.lookup("", "v1", "configmaps") else {
-            return;
-        };
+        let Some(cms) = self.store.lookup("", "v1", "configmaps") else { return };
         let data = json!({"ca.crt": root_ca});
         match self.store.get(cms, ns, ROOT_CA_CONFIGMAP) {
             Ok(cm) if cm.value.get("data") == Some(&data) => {}
@@ -323,9 +265,7 @@ impl Access {
         let Some(crs) = self.rbac_ids[0] else { return };
         let updates = read(&self.authz).aggregation_updates();
         for (name, rules) in updates {
-            let Ok(rules) = serde_json::to_value(rules) else {
-                continue;
-            };
+            let Ok(rules) = serde_json::to_value(rules) else { continue };
             let written = self.store.modify(crs, "", &name, None, |v| {
                 let mut v = v.clone();
                 v["rules"] = rules;
@@ -339,11 +279,7 @@ impl Access {
 
     fn default_service_account(&self, ns: &str) {
         // AlreadyExists, or the namespace going away meanwhile: nothing to do.
-        let _ = self.store.create(
-            res::SERVICE_ACCOUNTS,
-            ns,
-            json!({"metadata": {"name": "default"}}),
-        );
+        let _ = self.store.create(res::SERVICE_ACCOUNTS, ns, json!({"metadata": {"name": "default"}}));
     }
 
     /// The mode.
@@ -367,19 +303,13 @@ const BODY_LIMIT: usize = 3 * 1024 * 1024;
 fn json_response(code: StatusCode, v: &Value) -> Response {
     let mut r = Response::new(Body::from(v.to_string()));
     *r.status_mut() = code;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
 fn status_response(code: u16, reason: &str, message: &str, details: Option<Value>) -> Response {
     let s = crate::http::status_json(code, reason, message, details);
-    json_response(
-        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        &s,
-    )
+    json_response(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), &s)
 }
 
 /// The review endpoints this layer answers.
@@ -396,26 +326,9 @@ fn review_of(path: &str) -> Option<Review<'_>> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segs.as_slice() {
         ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] => Some(Review::Subject),
-        [
-            "apis",
-            "authorization.k8s.io",
-            "v1",
-            "namespaces",
-            ns,
-            "localsubjectaccessreviews",
-        ] => Some(Review::Local(ns)),
-        [
-            "apis",
-            "authorization.k8s.io",
-            "v1",
-            "selfsubjectaccessreviews",
-        ] => Some(Review::SelfAccess),
-        [
-            "apis",
-            "authorization.k8s.io",
-            "v1",
-            "selfsubjectrulesreviews",
-        ] => Some(Review::SelfRules),
+        ["apis", "authorization.k8s.io", "v1", "namespaces", ns, "localsubjectaccessreviews"] => Some(Review::Local(ns)),
+        ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] => Some(Review::SelfAccess),
+        ["apis", "authorization.k8s.io", "v1", "selfsubjectrulesreviews"] => Some(Review::SelfRules),
         ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] => Some(Review::SelfSubject),
         _ => None,
     }
@@ -440,28 +353,13 @@ pub async fn middleware(State(access): State<Arc<Access>>, req: Request, next: N
     if rbac {
         let info = match RequestInfo::parse(req.method().as_str(), &path, req.uri().query()) {
             Ok(i) => i,
-            Err(e) => {
-                return status_response(
-                    500,
-                    "InternalError",
-                    &format!("Internal error occurred: failed to create RequestInfo: {e}"),
-                    None,
-                );
-            }
+            Err(e) => return status_response(500, "InternalError", &format!("Internal error occurred: failed to create RequestInfo: {e}"), None),
         };
         let decision = access.authorize(&user, &info);
         if !decision.is_allowed() {
-            return json_response(
-                StatusCode::FORBIDDEN,
-                &rbac::message::forbidden_status(&info.attributes(&user), &decision.reason()),
-            );
+            return json_response(StatusCode::FORBIDDEN, &rbac::message::forbidden_status(&info.attributes(&user), &decision.reason()));
         }
-        if info.resource_request
-            && info.api_group == rbac::GROUP
-            && info.subresource.is_empty()
-            && RBAC_RESOURCES.contains(&info.resource.as_str())
-            && matches!(info.verb.as_str(), "create" | "update" | "patch")
-        {
+        if info.resource_request && info.api_group == rbac::GROUP && info.subresource.is_empty() && RBAC_RESOURCES.contains(&info.resource.as_str()) && matches!(info.verb.as_str(), "create" | "update" | "patch") {
             return escalation_checked(&access, &user, &info, req, next).await;
         }
     }
@@ -483,25 +381,12 @@ fn rebuild(parts: &axum::http::request::Parts, uri: Uri, body: Bytes) -> Request
 }
 
 async fn body_bytes(body: Body) -> Result<Bytes, Response> {
-    axum::body::to_bytes(body, BODY_LIMIT).await.map_err(|_| {
-        status_response(
-            413,
-            "RequestEntityTooLarge",
-            &format!("Request entity too large: limit is {BODY_LIMIT}"),
-            None,
-        )
-    })
+    axum::body::to_bytes(body, BODY_LIMIT).await.map_err(|_| status_response(413, "RequestEntityTooLarge", &format!("Request entity too large: limit is {BODY_LIMIT}"), None))
 }
 
 /// Runs an RBAC write as a dry run first, checks the object it would
 /// store against the user's permissions, then runs it.
-async fn escalation_checked(
-    access: &Access,
-    user: &UserInfo,
-    info: &RequestInfo,
-    req: Request,
-    next: Next,
-) -> Response {
+async fn escalation_checked(access: &Access, user: &UserInfo, info: &RequestInfo, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     let bytes = match body_bytes(body).await {
         Ok(b) => b,
@@ -515,69 +400,33 @@ async fn escalation_checked(
         return status_response(400, "BadRequest", "malformed request URI", None);
     };
     let mut dry = rebuild(&parts, dry_uri, bytes.clone());
-    dry.headers_mut()
-        .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    dry.headers_mut().insert(header::ACCEPT, HeaderValue::from_static("application/json"));
     let answer = next.clone().run(dry).await;
     if !answer.status().is_success() {
         // The write itself fails (not found, invalid, conflict...): say so.
         return answer;
     }
-    let new: Value = match body_bytes(answer.into_body())
-        .await
-        .map(|b| serde_json::from_slice(&b))
-    {
+    let new: Value = match body_bytes(answer.into_body()).await.map(|b| serde_json::from_slice(&b)) {
         Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            return status_response(
-                500,
-                "InternalError",
-                &format!("Internal error occurred: {e}"),
-                None,
-            );
-        }
+        Ok(Err(e)) => return status_response(500, "InternalError", &format!("Internal error occurred: {e}"), None),
         Err(r) => return r,
     };
     if let Err(e) = check_write(access, user, info, &new) {
-        return json_response(
-            StatusCode::from_u16(e.code()).unwrap_or(StatusCode::FORBIDDEN),
-            &e.status(),
-        );
+        return json_response(StatusCode::from_u16(e.code()).unwrap_or(StatusCode::FORBIDDEN), &e.status());
     }
     next.run(rebuild(&parts, parts.uri.clone(), bytes)).await
 }
 
 fn decode<T: DeserializeOwned>(resource: &'static str, v: &Value) -> Result<T, escalation::Error> {
-    let name = v
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    serde_json::from_value(v.clone()).map_err(|e| escalation::Error::Forbidden {
-        resource,
-        name,
-        message: format!("cannot decode the object: {e}"),
-    })
+    let name = v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+    serde_json::from_value(v.clone()).map_err(|e| escalation::Error::Forbidden { resource, name, message: format!("cannot decode the object: {e}") })
 }
 
 /// The escalation check of a write whose result would be `new`.
-fn check_write(
-    access: &Access,
-    user: &UserInfo,
-    info: &RequestInfo,
-    new: &Value,
-) -> Result<(), escalation::Error> {
-    let i = RBAC_RESOURCES
-        .iter()
-        .position(|r| *r == info.resource)
-        .unwrap_or_default();
-    let ns = new
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let name = new
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+fn check_write(access: &Access, user: &UserInfo, info: &RequestInfo, new: &Value) -> Result<(), escalation::Error> {
+    let i = RBAC_RESOURCES.iter().position(|r| *r == info.resource).unwrap_or_default();
+    let ns = new.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default();
+    let name = new.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
     let old: Option<Value> = match access.rbac_ids[i] {
         Some(id) if info.verb != "create" => access.store.get(id, ns, name).ok().map(|o| plain(&o)),
         _ => None,
@@ -597,14 +446,8 @@ fn check_write(
             escalation::check_role_write(&authz, user, &decode(resource, new)?, write(&old))
         }
         "clusterrolebindings" => {
-            let old: Option<ClusterRoleBinding> =
-                old.as_ref().map(|v| decode(resource, v)).transpose()?;
-            escalation::check_cluster_role_binding_write(
-                &authz,
-                user,
-                &decode(resource, new)?,
-                write(&old),
-            )
+            let old: Option<ClusterRoleBinding> = old.as_ref().map(|v| decode(resource, v)).transpose()?;
+            escalation::check_cluster_role_binding_write(&authz, user, &decode(resource, new)?, write(&old))
         }
         _ => {
             let old: Option<RoleBinding> = old.as_ref().map(|v| decode(resource, v)).transpose()?;
@@ -615,10 +458,7 @@ fn check_write(
 
 /// A review request's body as JSON (protobuf decoded).
 fn review_body(headers: &axum::http::HeaderMap, bytes: &[u8]) -> Result<Value, Box<Response>> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if crate::proto::is_protobuf(ct) {
         return crate::proto::decode(bytes).map_err(|e| {
             Box::new(if e.unsupported_media_type() {
@@ -628,25 +468,11 @@ fn review_body(headers: &axum::http::HeaderMap, bytes: &[u8]) -> Result<Value, B
             })
         });
     }
-    serde_json::from_slice(bytes).map_err(|e| {
-        Box::new(status_response(
-            400,
-            "BadRequest",
-            &format!("the body of the request could not be decoded: {e}"),
-            None,
-        ))
-    })
+    serde_json::from_slice(bytes).map_err(|e| Box::new(status_response(400, "BadRequest", &format!("the body of the request could not be decoded: {e}"), None)))
 }
 
 fn invalid(kind: &str, group: &str, field: &str, message: &str) -> Response {
-    status_response(
-        422,
-        "Invalid",
-        &format!("{kind}.{group} \"\" is invalid: {field}: Invalid value: \"null\": {message}"),
-        Some(
-            json!({"group": group, "kind": kind, "causes": [{"reason": "FieldValueInvalid", "message": format!("Invalid value: \"null\": {message}"), "field": field}]}),
-        ),
-    )
+    status_response(422, "Invalid", &format!("{kind}.{group} \"\" is invalid: {field}: Invalid value: \"null\": {message}"), Some(json!({"group": group, "kind": kind, "causes": [{"reason": "FieldValueInvalid", "message": format!("Invalid value: \"null\": {message}"), "field": field}]})))
 }
 
 /// A SubjectAccessReview's `status` from a decision.
@@ -662,12 +488,7 @@ fn access_status(d: &Decision) -> Value {
     s
 }
 
-async fn answer_review(
-    access: &Access,
-    user: &UserInfo,
-    review: Review<'_>,
-    req: Request,
-) -> Response {
+async fn answer_review(access: &Access, user: &UserInfo, review: Review<'_>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let bytes = match body_bytes(body).await {
         Ok(b) => b,
@@ -678,83 +499,39 @@ async fn answer_review(
         Err(r) => return *r,
     };
     let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
-    let metadata = body
-        .get("metadata")
-        .cloned()
-        .filter(Value::is_object)
-        .unwrap_or_else(|| json!({"creationTimestamp": null}));
+    let metadata = body.get("metadata").cloned().filter(Value::is_object).unwrap_or_else(|| json!({"creationTimestamp": null}));
     let authz_group = "authorization.k8s.io";
     let open = access.mode == AuthorizationMode::AlwaysAllow;
     let (kind, group, status) = match review {
         Review::Subject | Review::Local(_) => {
-            let kind = if matches!(review, Review::Subject) {
-                "SubjectAccessReview"
-            } else {
-                "LocalSubjectAccessReview"
-            };
+            let kind = if matches!(review, Review::Subject) { "SubjectAccessReview" } else { "LocalSubjectAccessReview" };
             let subject = UserInfo::from_review_spec(&spec);
             if subject.name.is_empty() && subject.groups.is_empty() {
-                return invalid(
-                    kind,
-                    authz_group,
-                    "spec.user",
-                    "at least one of user or group must be specified",
-                );
+                return invalid(kind, authz_group, "spec.user", "at least one of user or group must be specified");
             }
             let Some(mut info) = RequestInfo::from_review_spec(&spec) else {
-                return invalid(
-                    kind,
-                    authz_group,
-                    "spec.resourceAttributes",
-                    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-                );
+                return invalid(kind, authz_group, "spec.resourceAttributes", "exactly one of nonResourceAttributes or resourceAttributes must be specified");
             };
             if let Review::Local(ns) = review {
                 if !info.resource_request {
-                    return invalid(
-                        kind,
-                        authz_group,
-                        "spec.nonResourceAttributes",
-                        "disallowed on this kind of request",
-                    );
+                    return invalid(kind, authz_group, "spec.nonResourceAttributes", "disallowed on this kind of request");
                 }
                 if info.namespace != ns {
-                    return invalid(
-                        kind,
-                        authz_group,
-                        "spec.resourceAttributes.namespace",
-                        "must match metadata.namespace",
-                    );
+                    return invalid(kind, authz_group, "spec.resourceAttributes.namespace", "must match metadata.namespace");
                 }
                 info.namespace = ns.to_string();
             }
-            (
-                kind,
-                authz_group,
-                access_status(&access.authorize(&subject, &info)),
-            )
+            (kind, authz_group, access_status(&access.authorize(&subject, &info)))
         }
         Review::SelfAccess => {
             let Some(info) = RequestInfo::from_review_spec(&spec) else {
-                return invalid(
-                    "SelfSubjectAccessReview",
-                    authz_group,
-                    "spec.resourceAttributes",
-                    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-                );
+                return invalid("SelfSubjectAccessReview", authz_group, "spec.resourceAttributes", "exactly one of nonResourceAttributes or resourceAttributes must be specified");
             };
-            let status = if open {
-                json!({"allowed": true})
-            } else {
-                access_status(&access.authorize(user, &info))
-            };
+            let status = if open { json!({"allowed": true}) } else { access_status(&access.authorize(user, &info)) };
             ("SelfSubjectAccessReview", authz_group, status)
         }
         Review::SelfRules => {
-            let ns = spec
-                .get("namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let ns = spec.get("namespace").and_then(Value::as_str).unwrap_or_default();
             let status = if open {
                 json!({"resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}], "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}], "incomplete": false})
             } else {
@@ -775,16 +552,10 @@ async fn answer_review(
             if !user.extra.is_empty() {
                 info["extra"] = json!(user.extra);
             }
-            return json_response(
-                StatusCode::CREATED,
-                &json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1", "metadata": metadata, "status": {"userInfo": info}}),
-            );
+            return json_response(StatusCode::CREATED, &json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1", "metadata": metadata, "status": {"userInfo": info}}));
         }
     };
-    json_response(
-        StatusCode::CREATED,
-        &json!({"kind": kind, "apiVersion": format!("{group}/v1"), "metadata": metadata, "spec": spec, "status": status}),
-    )
+    json_response(StatusCode::CREATED, &json!({"kind": kind, "apiVersion": format!("{group}/v1"), "metadata": metadata, "spec": spec, "status": status}))
 }
 
 #[cfg(test)]
@@ -793,35 +564,17 @@ mod tests {
 
     #[test]
     fn review_paths() {
-        assert_eq!(
-            review_of("/apis/authorization.k8s.io/v1/subjectaccessreviews"),
-            Some(Review::Subject)
-        );
-        assert_eq!(
-            review_of("/apis/authorization.k8s.io/v1/namespaces/ns/localsubjectaccessreviews"),
-            Some(Review::Local("ns"))
-        );
-        assert_eq!(
-            review_of("/apis/authentication.k8s.io/v1/selfsubjectreviews"),
-            Some(Review::SelfSubject)
-        );
-        assert_eq!(
-            review_of("/apis/authentication.k8s.io/v1/tokenreviews"),
-            None
-        );
+        assert_eq!(review_of("/apis/authorization.k8s.io/v1/subjectaccessreviews"), Some(Review::Subject));
+        assert_eq!(review_of("/apis/authorization.k8s.io/v1/namespaces/ns/localsubjectaccessreviews"), Some(Review::Local("ns")));
+        assert_eq!(review_of("/apis/authentication.k8s.io/v1/selfsubjectreviews"), Some(Review::SelfSubject));
+        assert_eq!(review_of("/apis/authentication.k8s.io/v1/tokenreviews"), None);
     }
 
     #[test]
     fn modes_parse_as_kube_apiserver_spells_them() {
         use clap::ValueEnum as _;
-        assert_eq!(
-            AuthorizationMode::from_str("RBAC", false),
-            Ok(AuthorizationMode::Rbac)
-        );
-        assert_eq!(
-            AuthorizationMode::from_str("AlwaysAllow", false),
-            Ok(AuthorizationMode::AlwaysAllow)
-        );
+        assert_eq!(AuthorizationMode::from_str("RBAC", false), Ok(AuthorizationMode::Rbac));
+        assert_eq!(AuthorizationMode::from_str("AlwaysAllow", false), Ok(AuthorizationMode::AlwaysAllow));
         assert_eq!(AuthorizationMode::default(), AuthorizationMode::Rbac);
     }
 }

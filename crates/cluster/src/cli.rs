@@ -95,23 +95,16 @@ pub struct ClusterArgs {
 /// A Go duration (`1h0m0s`, `90s`, `1.5m`, `500ms`): one or more number
 /// and unit pairs.
 fn go_duration(s: &str) -> Result<Duration, String> {
-    let bad =
-        || format!("invalid duration {s:?}: expected a Go duration such as 1h, 30m, 90s, 500ms");
+    let bad = || format!("invalid duration {s:?}: expected a Go duration such as 1h, 30m, 90s, 500ms");
     let mut rest = s.trim();
     if rest.is_empty() {
         return Err(bad());
     }
     let mut total = Duration::ZERO;
     while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let unit_end = rest[num_end..]
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .map_or(rest.len(), |i| num_end + i);
-        let part = super::resources::parse_duration(&rest[..unit_end])
-            .filter(|_| num_end > 0 && matches!(&rest[num_end..unit_end], "h" | "m" | "s" | "ms"))
-            .ok_or_else(bad)?;
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+        let unit_end = rest[num_end..].find(|c: char| c.is_ascii_digit() || c == '.').map_or(rest.len(), |i| num_end + i);
+        let part = super::resources::parse_duration(&rest[..unit_end]).filter(|_| num_end > 0 && matches!(&rest[num_end..unit_end], "h" | "m" | "s" | "ms")).ok_or_else(bad)?;
         total += part;
         rest = &rest[unit_end..];
     }
@@ -121,11 +114,7 @@ fn go_duration(s: &str) -> Result<Duration, String> {
 impl ClusterArgs {
     /// The cluster configuration these arguments describe.
     pub fn config(&self) -> Result<ClusterConfig, Error> {
-        let error_rules = self
-            .faults
-            .iter()
-            .map(|s| s.parse::<ErrorRule>())
-            .collect::<Result<Vec<_>, _>>()?;
+        let error_rules = self.faults.iter().map(|s| s.parse::<ErrorRule>()).collect::<Result<Vec<_>, _>>()?;
         Ok(ClusterConfig {
             listen: self.listen,
             nodes: self.nodes,
@@ -133,28 +122,13 @@ impl ClusterArgs {
             node_cpu: self.node_cpu.clone(),
             node_memory: self.node_memory.clone(),
             node_pods: self.node_pods,
-            kubelet: KubeletConfig {
-                enabled: !self.no_kubelet,
-                start_delay: Duration::from_millis(self.pod_start_delay_ms),
-            },
-            store: super::StoreConfig {
-                history_limit: self.history.max(1),
-                ..Default::default()
-            },
+            kubelet: KubeletConfig { enabled: !self.no_kubelet, start_delay: Duration::from_millis(self.pod_start_delay_ms) },
+            store: super::StoreConfig { history_limit: self.history.max(1), ..Default::default() },
             bookmark_interval: Duration::from_secs(self.bookmark_interval_secs.max(1)),
-            faults: FaultConfig {
-                error_rules,
-                watch_cut_interval: self.watch_cut_secs.map(Duration::from_secs),
-            },
+            faults: FaultConfig { error_rules, watch_cut_interval: self.watch_cut_secs.map(Duration::from_secs) },
             auth: Default::default(),
-            storage: super::StorageConfig {
-                attach_limit: self.attach_limit,
-                ..Default::default()
-            },
-            podgc: super::PodGcConfig {
-                quarantine: Duration::from_secs(self.podgc_quarantine_secs),
-                ..Default::default()
-            },
+            storage: super::StorageConfig { attach_limit: self.attach_limit, ..Default::default() },
+            podgc: super::PodGcConfig { quarantine: Duration::from_secs(self.podgc_quarantine_secs), ..Default::default() },
             controllers: Default::default(),
             devices: match &self.devices {
                 Some(path) => super::dra_driver::DevicesConfig::from_file(path)?,
@@ -180,10 +154,7 @@ pub async fn run(args: ClusterArgs) -> Result<(), Error> {
         eprintln!("kubeconfig written to {}", p.display());
     }
     let nodes = cluster.store().count(super::resources::NODES);
-    eprintln!(
-        "local cluster listening on {} with {nodes} nodes (Ctrl-C to stop)",
-        cluster.url()
-    );
+    eprintln!("local cluster listening on {} with {nodes} nodes (Ctrl-C to stop)", cluster.url());
     wait_for_signal().await;
     eprintln!("shutting down");
     cluster.shutdown().await;

@@ -31,15 +31,7 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
 }
 
 fn strings(v: &Value, p: &str) -> Vec<String> {
-    v.at(p)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    v.at(p).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
 }
 
 /// Upstream's CRD validation, the checks a client is likely to meet;
@@ -52,9 +44,7 @@ pub fn validate(crd: &Value) -> Vec<String> {
     if group.is_empty() {
         errs.push("spec.group: Required value".to_string());
     } else if !group.contains('.') {
-        errs.push(format!(
-            "spec.group: Invalid value: \"{group}\": should be a domain with at least one dot"
-        ));
+        errs.push(format!("spec.group: Invalid value: \"{group}\": should be a domain with at least one dot"));
     }
     if plural.is_empty() {
         errs.push("spec.names.plural: Required value".to_string());
@@ -63,42 +53,27 @@ pub fn validate(crd: &Value) -> Vec<String> {
         errs.push("spec.names.kind: Required value".to_string());
     }
     if !group.is_empty() && !plural.is_empty() && name != format!("{plural}.{group}") {
-        errs.push(format!(
-            "metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"
-        ));
+        errs.push(format!("metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"));
     }
     match s(crd, "/spec/scope") {
         "Namespaced" | "Cluster" => {}
         "" => errs.push("spec.scope: Required value".to_string()),
         other => errs.push(format!("spec.scope: Unsupported value: \"{other}\": supported values: \"Cluster\", \"Namespaced\"")),
     }
-    let versions = crd
-        .at("/spec/versions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let versions = crd.at("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
     if versions.is_empty() {
         errs.push("spec.versions: Invalid value: null: must have exactly one version marked as storage version".to_string());
         return errs;
     }
-    let storage = versions
-        .iter()
-        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
-        .count();
+    let storage = versions.iter().filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true)).count();
     if storage != 1 {
         errs.push(format!(
             "spec.versions: Invalid value: {}: must have exactly one version marked as storage version",
             Value::Array(versions.clone())
         ));
     }
-    if !versions
-        .iter()
-        .any(|v| v.get("served").and_then(Value::as_bool) == Some(true))
-    {
-        errs.push(format!(
-            "spec.versions: Invalid value: {}: must have at least one version served",
-            Value::Array(versions.clone())
-        ));
+    if !versions.iter().any(|v| v.get("served").and_then(Value::as_bool) == Some(true)) {
+        errs.push(format!("spec.versions: Invalid value: {}: must have at least one version served", Value::Array(versions.clone())));
     }
     let mut seen: Vec<&str> = Vec::new();
     for (i, v) in versions.iter().enumerate() {
@@ -106,17 +81,13 @@ pub fn validate(crd: &Value) -> Vec<String> {
         if vn.is_empty() {
             errs.push(format!("spec.versions[{i}].name: Required value"));
         } else if seen.contains(&vn) {
-            errs.push(format!(
-                "spec.versions[{i}].name: Duplicate value: \"{vn}\""
-            ));
+            errs.push(format!("spec.versions[{i}].name: Duplicate value: \"{vn}\""));
         } else if res::validate_name(vn).is_some() || vn.contains('.') {
             errs.push(format!("spec.versions[{i}].name: Invalid value: \"{vn}\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character"));
         }
         seen.push(vn);
         if v.at("/schema/openAPIV3Schema").is_none() {
-            errs.push(format!(
-                "spec.versions[{i}].schema.openAPIV3Schema: Required value: schemas are required"
-            ));
+            errs.push(format!("spec.versions[{i}].schema.openAPIV3Schema: Required value: schemas are required"));
         }
     }
     errs
@@ -129,15 +100,10 @@ pub fn status(crd: &Value, old_status: Option<&Value>, now: &str) -> Value {
     let storage = crd
         .at("/spec/versions")
         .and_then(Value::as_array)
-        .and_then(|a| {
-            a.iter()
-                .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
-        })
+        .and_then(|a| a.iter().find(|v| v.get("storage").and_then(Value::as_bool) == Some(true)))
         .map(|v| s(v, "/name").to_string())
         .unwrap_or_default();
-    let mut stored = old_status
-        .map(|st| strings(st, "/storedVersions"))
-        .unwrap_or_default();
+    let mut stored = old_status.map(|st| strings(st, "/storedVersions")).unwrap_or_default();
     if !storage.is_empty() && !stored.contains(&storage) {
         stored.push(storage);
     }
@@ -145,10 +111,7 @@ pub fn status(crd: &Value, old_status: Option<&Value>, now: &str) -> Value {
         old_status
             .and_then(|st| st.get("conditions"))
             .and_then(Value::as_array)
-            .and_then(|a| {
-                a.iter()
-                    .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
-            })
+            .and_then(|a| a.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(ty)))
             .and_then(|c| c.get("lastTransitionTime").and_then(Value::as_str))
             .unwrap_or(now)
             .to_string()
@@ -169,16 +132,10 @@ fn accepted_names(crd: &Value) -> Value {
     let mut names = crd.at("/spec/names").cloned().unwrap_or_else(|| json!({}));
     let kind = s(crd, "/spec/names/kind").to_string();
     if let Some(m) = names.as_object_mut() {
-        if m.get("singular")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
+        if m.get("singular").and_then(Value::as_str).is_none_or(str::is_empty) {
             m.insert("singular".into(), json!(kind.to_lowercase()));
         }
-        if m.get("listKind")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
+        if m.get("listKind").and_then(Value::as_str).is_none_or(str::is_empty) {
             m.insert("listKind".into(), json!(format!("{kind}List")));
         }
     }
@@ -197,12 +154,7 @@ pub fn definition(crd: &Value) -> Definition {
     let name = s(crd, "/metadata/name").to_string();
     let mut versions = Vec::new();
     let mut storage_version = String::new();
-    for v in crd
-        .at("/spec/versions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for v in crd.at("/spec/versions").and_then(Value::as_array).into_iter().flatten() {
         if v.get("storage").and_then(Value::as_bool) == Some(true) {
             storage_version = s(v, "/name").to_string();
         }
@@ -210,24 +162,12 @@ pub fn definition(crd: &Value) -> Definition {
             continue;
         }
         let has_status = v.at("/subresources/status").is_some_and(|x| !x.is_null());
-        let pointer = |p: &str| -> String {
-            p.trim_start_matches('.')
-                .split('.')
-                .map(|seg| format!("/{seg}"))
-                .collect()
-        };
-        let scale = v
-            .at("/subresources/scale")
-            .filter(|x| x.is_object())
-            .map(|sc| res::ScalePaths {
-                spec_replicas: pointer(s(sc, "/specReplicasPath")),
-                status_replicas: pointer(s(sc, "/statusReplicasPath")),
-                label_selector: sc
-                    .get("labelSelectorPath")
-                    .and_then(Value::as_str)
-                    .filter(|p| !p.is_empty())
-                    .map(pointer),
-            });
+        let pointer = |p: &str| -> String { p.trim_start_matches('.').split('.').map(|seg| format!("/{seg}")).collect() };
+        let scale = v.at("/subresources/scale").filter(|x| x.is_object()).map(|sc| res::ScalePaths {
+            spec_replicas: pointer(s(sc, "/specReplicasPath")),
+            status_replicas: pointer(s(sc, "/statusReplicasPath")),
+            label_selector: sc.get("labelSelectorPath").and_then(Value::as_str).filter(|p| !p.is_empty()).map(pointer),
+        });
         let fields: Vec<String> = v
             .get("selectableFields")
             .and_then(Value::as_array)
@@ -256,19 +196,12 @@ pub fn definition(crd: &Value) -> Definition {
                 list_kind: s(&names, "/listKind").to_string(),
                 categories: strings(&names, "/categories"),
                 schema: v.at("/schema/openAPIV3Schema").cloned(),
-                printer_columns: v
-                    .get("additionalPrinterColumns")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default(),
+                printer_columns: v.get("additionalPrinterColumns").and_then(Value::as_array).cloned().unwrap_or_default(),
                 scale,
             })),
         });
     }
-    Definition {
-        versions,
-        storage_version,
-    }
+    Definition { versions, storage_version }
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -291,11 +224,7 @@ fn show(v: &Value) -> String {
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
+    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
 }
 
 /// Apply a structural schema to a custom object at its root: drop
@@ -305,14 +234,9 @@ fn join(path: &str, key: &str) -> String {
 /// to the store.
 pub fn apply_schema(schema: &Value, obj: &mut Value) -> Vec<String> {
     let mut errs = Vec::new();
-    let Some(map) = obj.as_object_mut() else {
-        return errs;
-    };
+    let Some(map) = obj.as_object_mut() else { return errs };
     let props = schema.get("properties").and_then(Value::as_object);
-    let preserve = schema
-        .get("x-kubernetes-preserve-unknown-fields")
-        .and_then(Value::as_bool)
-        == Some(true);
+    let preserve = schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true);
     let keys: Vec<String> = map.keys().cloned().collect();
     for k in keys {
         if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
@@ -334,12 +258,7 @@ pub fn apply_schema(schema: &Value, obj: &mut Value) -> Vec<String> {
     errs
 }
 
-fn defaults_and_required(
-    schema: &Value,
-    map: &mut Map<String, Value>,
-    path: &str,
-    errs: &mut Vec<String>,
-) {
+fn defaults_and_required(schema: &Value, map: &mut Map<String, Value>, path: &str, errs: &mut Vec<String>) {
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (k, sub) in props {
             if !map.contains_key(k)
@@ -349,13 +268,7 @@ fn defaults_and_required(
             }
         }
     }
-    for r in schema
-        .get("required")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-    {
+    for r in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
         if map.get(r).is_none_or(Value::is_null) {
             errs.push(format!("{}: Required value", join(path, r)));
         }
@@ -364,20 +277,12 @@ fn defaults_and_required(
 
 fn walk(schema: &Value, v: &mut Value, path: &str, errs: &mut Vec<String>) {
     if v.is_null() {
-        if schema.get("nullable").and_then(Value::as_bool) != Some(true)
-            && schema.get("type").is_some()
-        {
-            errs.push(format!(
-                "{path}: Invalid value: \"null\": {path} in body must be of type {}: \"null\"",
-                s(schema, "/type")
-            ));
+        if schema.get("nullable").and_then(Value::as_bool) != Some(true) && schema.get("type").is_some() {
+            errs.push(format!("{path}: Invalid value: \"null\": {path} in body must be of type {}: \"null\"", s(schema, "/type")));
         }
         return;
     }
-    let int_or_string = schema
-        .get("x-kubernetes-int-or-string")
-        .and_then(Value::as_bool)
-        == Some(true);
+    let int_or_string = schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true);
     let ty = s(schema, "/type");
     let actual = type_name(v);
     let type_ok = int_or_string && matches!(actual, "integer" | "string")
@@ -385,63 +290,41 @@ fn walk(schema: &Value, v: &mut Value, path: &str, errs: &mut Vec<String>) {
         || ty == actual
         || (ty == "number" && actual == "integer");
     if !type_ok {
-        errs.push(format!(
-            "{path}: Invalid value: \"{actual}\": {path} in body must be of type {ty}: \"{actual}\""
-        ));
+        errs.push(format!("{path}: Invalid value: \"{actual}\": {path} in body must be of type {ty}: \"{actual}\""));
         return;
     }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
         && !allowed.contains(v)
     {
         let list: Vec<String> = allowed.iter().map(show).collect();
-        errs.push(format!(
-            "{path}: Unsupported value: {}: supported values: {}",
-            show(v),
-            list.join(", ")
-        ));
+        errs.push(format!("{path}: Unsupported value: {}: supported values: {}", show(v), list.join(", ")));
     }
     if let Some(n) = v.as_f64() {
         if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
             && n < min
         {
-            errs.push(format!(
-                "{path}: Invalid value: {v}: {path} in body should be greater than or equal to {}",
-                schema["minimum"]
-            ));
+            errs.push(format!("{path}: Invalid value: {v}: {path} in body should be greater than or equal to {}", schema["minimum"]));
         }
         if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
             && n > max
         {
-            errs.push(format!(
-                "{path}: Invalid value: {v}: {path} in body should be less than or equal to {}",
-                schema["maximum"]
-            ));
+            errs.push(format!("{path}: Invalid value: {v}: {path} in body should be less than or equal to {}", schema["maximum"]));
         }
     }
     if let (Some(t), Some(max)) = (v.as_str(), schema.get("maxLength").and_then(Value::as_u64))
         && t.chars().count() as u64 > max
     {
-        errs.push(format!(
-            "{path}: Too long: may not be more than {max} bytes"
-        ));
+        errs.push(format!("{path}: Too long: may not be more than {max} bytes"));
     }
     match v {
         Value::Object(map) => {
-            let preserve = schema
-                .get("x-kubernetes-preserve-unknown-fields")
-                .and_then(Value::as_bool)
-                == Some(true)
-                || schema
-                    .get("x-kubernetes-embedded-resource")
-                    .and_then(Value::as_bool)
-                    == Some(true);
+            let preserve = schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
+                || schema.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true);
             let props = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties");
             let keys: Vec<String> = map.keys().cloned().collect();
             for k in keys {
-                let sub = props
-                    .and_then(|p| p.get(&k))
-                    .or(additional.filter(|a| a.is_object()));
+                let sub = props.and_then(|p| p.get(&k)).or(additional.filter(|a| a.is_object()));
                 match sub {
                     Some(sub) => {
                         if let Some(child) = map.get_mut(&k) {
@@ -460,10 +343,7 @@ fn walk(schema: &Value, v: &mut Value, path: &str, errs: &mut Vec<String>) {
             if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
                 && items.len() as u64 > max
             {
-                errs.push(format!(
-                    "{path}: Too many: {}: must have at most {max} items",
-                    items.len()
-                ));
+                errs.push(format!("{path}: Too many: {}: must have at most {max} items", items.len()));
             }
             if let Some(sub) = schema.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
@@ -511,10 +391,7 @@ mod tests {
         assert_eq!(d.storage_version, "v1");
         assert_eq!(d.versions.len(), 1);
         let v = &d.versions[0];
-        assert_eq!(
-            (v.group, v.version, v.plural, v.singular, v.kind),
-            ("example.com", "v1", "widgets", "widget", "Widget")
-        );
+        assert_eq!((v.group, v.version, v.plural, v.singular, v.kind), ("example.com", "v1", "widgets", "widget", "Widget"));
         assert!(v.has_status && v.namespaced);
         assert_eq!(v.short_names, &["wd"]);
         let st = status(&c, None, "t");
@@ -529,16 +406,8 @@ mod tests {
         c["metadata"]["name"] = json!("gadgets.example.com");
         c["spec"]["versions"][0]["storage"] = json!(false);
         let errs = validate(&c);
-        assert!(
-            errs[0].starts_with(
-                "metadata.name: Invalid value: \"gadgets.example.com\": must be spec.names.plural"
-            ),
-            "{errs:?}"
-        );
-        assert!(
-            errs[1].ends_with("must have exactly one version marked as storage version"),
-            "{errs:?}"
-        );
+        assert!(errs[0].starts_with("metadata.name: Invalid value: \"gadgets.example.com\": must be spec.names.plural"), "{errs:?}");
+        assert!(errs[1].ends_with("must have exactly one version marked as storage version"), "{errs:?}");
     }
 
     #[test]
@@ -554,21 +423,12 @@ mod tests {
         assert_eq!(o["spec"]["color"], "blue");
         let mut bad = json!({"spec": {"size": "big", "color": "green"}});
         let errs = apply_schema(schema, &mut bad);
-        assert_eq!(
-            errs[0],
-            "spec.color: Unsupported value: \"green\": supported values: \"blue\", \"red\""
-        );
-        assert_eq!(
-            errs[1],
-            "spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\""
-        );
+        assert_eq!(errs[0], "spec.color: Unsupported value: \"green\": supported values: \"blue\", \"red\"");
+        assert_eq!(errs[1], "spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\"");
         let mut missing = json!({"spec": {"size": 0}});
         let errs = apply_schema(schema, &mut missing);
         assert_eq!(errs, vec!["spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1".to_string()]);
         let mut none = json!({"spec": {}});
-        assert_eq!(
-            apply_schema(schema, &mut none),
-            vec!["spec.size: Required value".to_string()]
-        );
+        assert_eq!(apply_schema(schema, &mut none), vec!["spec.size: Required value".to_string()]);
     }
 }

@@ -208,14 +208,8 @@ impl DevicesConfig {
                 driver: DEFAULT_DRIVER.into(),
                 attributes: BTreeMap::from([
                     ("model".into(), Attribute::String(GPU_MODEL.into())),
-                    (
-                        "index".into(),
-                        Attribute::Int(i64::try_from(i).unwrap_or(i64::MAX)),
-                    ),
-                    (
-                        "pcieRoot".into(),
-                        Attribute::String(format!("pci{:04x}:00", i / 2)),
-                    ),
+                    ("index".into(), Attribute::Int(i64::try_from(i).unwrap_or(i64::MAX))),
+                    ("pcieRoot".into(), Attribute::String(format!("pci{:04x}:00", i / 2))),
                     ("driverVersion".into(), Attribute::Version("1.0.0".into())),
                 ]),
                 capacity: BTreeMap::from([("memory".into(), GPU_MEMORY.into())]),
@@ -231,25 +225,16 @@ impl DevicesConfig {
     /// The devices described by a YAML file (format in the module doc).
     pub fn from_file(path: &Path) -> Result<Self> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-            path: shown.clone(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: shown.clone(), source })?;
         Self::from_yaml(&text).map_err(|e| match e {
-            Error::Parse { message, .. } => Error::Parse {
-                path: shown,
-                message,
-            },
+            Error::Parse { message, .. } => Error::Parse { path: shown, message },
             other => other,
         })
     }
 
     /// The devices described by YAML text (format in the module doc).
     pub fn from_yaml(text: &str) -> Result<Self> {
-        let spec: FileSpec = serde_saphyr::from_str(text).map_err(|e| Error::Parse {
-            path: "<text>".into(),
-            message: e.to_string(),
-        })?;
+        let spec: FileSpec = serde_saphyr::from_str(text).map_err(|e| Error::Parse { path: "<text>".into(), message: e.to_string() })?;
         let default_driver = spec.driver.unwrap_or_else(|| DEFAULT_DRIVER.to_string());
         let mut nodes = BTreeMap::new();
         for (node, devices) in spec.nodes {
@@ -266,12 +251,7 @@ impl DevicesConfig {
                             (None, Some(i), None, None) => Attribute::Int(i),
                             (None, None, Some(b), None) => Attribute::Bool(b),
                             (None, None, None, Some(v)) => Attribute::Version(v),
-                            _ => {
-                                return Err(Error::Invalid(format!(
-                                    "node {node}, device {}: attribute {k} must have exactly one of string, int, bool, version",
-                                    d.name
-                                )));
-                            }
+                            _ => return Err(Error::Invalid(format!("node {node}, device {}: attribute {k} must have exactly one of string, int, bool, version", d.name))),
                         },
                     };
                     attributes.insert(k, v);
@@ -287,12 +267,7 @@ impl DevicesConfig {
                         (k, q)
                     })
                     .collect();
-                out.push(Device {
-                    name: d.name,
-                    driver: d.driver.unwrap_or_else(|| default_driver.clone()),
-                    attributes,
-                    capacity,
-                });
+                out.push(Device { name: d.name, driver: d.driver.unwrap_or_else(|| default_driver.clone()), attributes, capacity });
             }
             nodes.insert(node, out);
         }
@@ -308,23 +283,13 @@ impl DevicesConfig {
 
     /// The drivers named by any device.
     pub fn drivers(&self) -> BTreeSet<&str> {
-        self.nodes
-            .values()
-            .flatten()
-            .map(|d| d.driver.as_str())
-            .collect()
+        self.nodes.values().flatten().map(|d| d.driver.as_str()).collect()
     }
 
     /// The devices of node `node`, by driver.
     pub fn devices_of(&self, node: &str) -> BTreeMap<&str, Vec<&Device>> {
         let mut out: BTreeMap<&str, Vec<&Device>> = BTreeMap::new();
-        for d in self
-            .nodes
-            .get(node)
-            .or_else(|| self.nodes.get(ALL_NODES))
-            .into_iter()
-            .flatten()
-        {
+        for d in self.nodes.get(node).or_else(|| self.nodes.get(ALL_NODES)).into_iter().flatten() {
             out.entry(d.driver.as_str()).or_default().push(d);
         }
         out
@@ -338,38 +303,21 @@ impl DevicesConfig {
             for d in devices {
                 let at = format!("node {node}, device {}", d.name);
                 if !is_dns_label(&d.name) {
-                    return Err(Error::Invalid(format!(
-                        "{at}: the name must be a DNS label (lowercase alphanumerics and '-', at most 63)"
-                    )));
+                    return Err(Error::Invalid(format!("{at}: the name must be a DNS label (lowercase alphanumerics and '-', at most 63)")));
                 }
                 if super::resources::validate_name(&d.driver).is_some() || !d.driver.contains('.') {
-                    return Err(Error::Invalid(format!(
-                        "{at}: driver {:?} must be a DNS subdomain with a dot",
-                        d.driver
-                    )));
+                    return Err(Error::Invalid(format!("{at}: driver {:?} must be a DNS subdomain with a dot", d.driver)));
                 }
                 if !seen.insert((d.driver.as_str(), d.name.as_str())) {
-                    return Err(Error::Invalid(format!(
-                        "{at}: duplicate device name for driver {}",
-                        d.driver
-                    )));
+                    return Err(Error::Invalid(format!("{at}: duplicate device name for driver {}", d.driver)));
                 }
                 for (k, q) in &d.capacity {
                     if berth_model::quantity::parse_value(q).is_err() {
-                        return Err(Error::Invalid(format!(
-                            "{at}: capacity {k}: {q:?} is not a quantity"
-                        )));
+                        return Err(Error::Invalid(format!("{at}: capacity {k}: {q:?} is not a quantity")));
                     }
                 }
-                if let Some(k) = d
-                    .attributes
-                    .keys()
-                    .chain(d.capacity.keys())
-                    .find(|k| k.is_empty())
-                {
-                    return Err(Error::Invalid(format!(
-                        "{at}: empty attribute or capacity name {k:?}"
-                    )));
+                if let Some(k) = d.attributes.keys().chain(d.capacity.keys()).find(|k| k.is_empty()) {
+                    return Err(Error::Invalid(format!("{at}: empty attribute or capacity name {k:?}")));
                 }
             }
         }
@@ -380,8 +328,7 @@ impl DevicesConfig {
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && s.starts_with(|c: char| c.is_ascii_alphanumeric())
         && s.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
@@ -404,26 +351,10 @@ pub fn slice_json(node: &str, node_uid: &str, driver: &str, devices: &[&Device])
             let mut dev = Map::new();
             dev.insert("name".into(), json!(d.name));
             if !d.attributes.is_empty() {
-                dev.insert(
-                    "attributes".into(),
-                    Value::Object(
-                        d.attributes
-                            .iter()
-                            .map(|(k, a)| (k.clone(), a.to_json()))
-                            .collect(),
-                    ),
-                );
+                dev.insert("attributes".into(), Value::Object(d.attributes.iter().map(|(k, a)| (k.clone(), a.to_json())).collect()));
             }
             if !d.capacity.is_empty() {
-                dev.insert(
-                    "capacity".into(),
-                    Value::Object(
-                        d.capacity
-                            .iter()
-                            .map(|(k, q)| (k.clone(), json!({"value": q})))
-                            .collect(),
-                    ),
-                );
+                dev.insert("capacity".into(), Value::Object(d.capacity.iter().map(|(k, q)| (k.clone(), json!({"value": q}))).collect()));
             }
             Value::Object(dev)
         })
@@ -467,20 +398,14 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
 fn owner_node_uid(v: &Value) -> &str {
     v.at("/metadata/ownerReferences")
         .and_then(Value::as_array)
-        .and_then(|refs| {
-            refs.iter()
-                .find(|r| r.get("kind").and_then(Value::as_str) == Some("Node"))
-        })
+        .and_then(|refs| refs.iter().find(|r| r.get("kind").and_then(Value::as_str) == Some("Node")))
         .and_then(|r| r.get("uid"))
         .and_then(Value::as_str)
         .unwrap_or("")
 }
 
 fn delete_slice(store: &Store, o: &Obj) {
-    let opts = DeleteOpts {
-        uid: Some(o.uid().to_string()),
-        ..Default::default()
-    };
+    let opts = DeleteOpts { uid: Some(o.uid().to_string()), ..Default::default() };
     if let Err(e) = store.delete(RESOURCESLICES, "", o.name(), &opts)
         && e.code() != 404
     {
@@ -498,21 +423,12 @@ pub fn reconcile(store: &Store, cfg: &DevicesConfig) -> Result<()> {
         .iter()
         .map(|n| (n.name().to_string(), n.uid().to_string()))
         .collect();
-    let slices = store
-        .list(RESOURCESLICES, &Filter::default(), None, None)
-        .map(|l| l.items)
-        .unwrap_or_default();
+    let slices = store.list(RESOURCESLICES, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default();
     let mut published: BTreeSet<(String, String)> = BTreeSet::new();
-    for o in slices
-        .iter()
-        .filter(|o| s(&o.value, "/metadata/labels/berth.dev~1simulated-driver") == "true")
-    {
+    for o in slices.iter().filter(|o| s(&o.value, "/metadata/labels/berth.dev~1simulated-driver") == "true") {
         let node = s(&o.value, "/spec/nodeName");
         let driver = s(&o.value, "/spec/driver");
-        let wanted = nodes
-            .get(node)
-            .is_some_and(|uid| uid == owner_node_uid(&o.value))
-            && cfg.devices_of(node).contains_key(driver);
+        let wanted = nodes.get(node).is_some_and(|uid| uid == owner_node_uid(&o.value)) && cfg.devices_of(node).contains_key(driver);
         if wanted && published.insert((node.to_string(), driver.to_string())) {
             continue;
         }
@@ -531,24 +447,15 @@ pub fn reconcile(store: &Store, cfg: &DevicesConfig) -> Result<()> {
 /// Publish the slices of a node that was just created.
 fn publish(store: &Store, cfg: &DevicesConfig, node: &Obj) -> Result<()> {
     for (driver, devices) in cfg.devices_of(node.name()) {
-        store.create(
-            RESOURCESLICES,
-            "",
-            slice_json(node.name(), node.uid(), driver, &devices),
-        )?;
+        store.create(RESOURCESLICES, "", slice_json(node.name(), node.uid(), driver, &devices))?;
     }
     Ok(())
 }
 
 /// Withdraw the slices of a node that was deleted.
 fn withdraw(store: &Store, node: &Obj) {
-    let slices = store
-        .list(RESOURCESLICES, &Filter::default(), None, None)
-        .map(|l| l.items)
-        .unwrap_or_default();
-    for o in slices.iter().filter(|o| {
-        s(&o.value, "/spec/nodeName") == node.name() && owner_node_uid(&o.value) == node.uid()
-    }) {
+    let slices = store.list(RESOURCESLICES, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default();
+    for o in slices.iter().filter(|o| s(&o.value, "/spec/nodeName") == node.name() && owner_node_uid(&o.value) == node.uid()) {
         if s(&o.value, "/metadata/labels/berth.dev~1simulated-driver") == "true" {
             delete_slice(store, o);
         }
@@ -558,11 +465,7 @@ fn withdraw(store: &Store, node: &Obj) {
 /// Start the driver: it publishes the slices of nodes created from now
 /// on, withdraws those of deleted nodes, and resyncs every few seconds.
 /// It stops when `stop` changes.
-pub fn spawn(
-    store: Arc<Store>,
-    cfg: DevicesConfig,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
+pub fn spawn(store: Arc<Store>, cfg: DevicesConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     // Subscribed before the task runs: a node created as soon as the
     // cluster is up is not missed.
     let mut nodes = store.subscribe(NODES);
@@ -599,29 +502,17 @@ mod tests {
     fn per_node_gpus_share_a_pcie_root_in_pairs() {
         let cfg = DevicesConfig::per_node(4);
         let devices = cfg.devices_of("node-7");
-        let gpus = devices
-            .get(DEFAULT_DRIVER)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        assert_eq!(
-            gpus.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
-            ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
-        );
+        let gpus = devices.get(DEFAULT_DRIVER).map(Vec::as_slice).unwrap_or_default();
+        assert_eq!(gpus.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]);
         let root = |i: usize| gpus[i].attributes.get("pcieRoot").cloned();
         assert_eq!(root(0), root(1));
         assert_ne!(root(1), root(2));
         assert!(!DevicesConfig::per_node(0).enabled());
         let slice = slice_json("node-7", "u1", DEFAULT_DRIVER, gpus);
         assert_eq!(slice["spec"]["pool"]["name"], "node-7");
-        assert_eq!(
-            slice["spec"]["devices"][0]["capacity"]["memory"]["value"],
-            "80Gi"
-        );
+        assert_eq!(slice["spec"]["devices"][0]["capacity"]["memory"]["value"], "80Gi");
         assert_eq!(slice["spec"]["devices"][1]["attributes"]["index"]["int"], 1);
-        assert_eq!(
-            device_class_json(DEFAULT_DRIVER)["spec"]["selectors"][0]["cel"]["expression"],
-            "device.driver == \"gpu.example.com\""
-        );
+        assert_eq!(device_class_json(DEFAULT_DRIVER)["spec"]["selectors"][0]["cel"]["expression"], "device.driver == \"gpu.example.com\"");
     }
 
     #[test]
@@ -631,54 +522,27 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let any = cfg.devices_of("node-0");
-        let gpu = any
-            .get("gpu.example.com")
-            .and_then(|d| d.first())
-            .unwrap_or_else(|| panic!("no gpu"));
-        assert_eq!(
-            gpu.attributes.get("model"),
-            Some(&Attribute::String("H100".into()))
-        );
+        let gpu = any.get("gpu.example.com").and_then(|d| d.first()).unwrap_or_else(|| panic!("no gpu"));
+        assert_eq!(gpu.attributes.get("model"), Some(&Attribute::String("H100".into())));
         assert_eq!(gpu.attributes.get("cores"), Some(&Attribute::Int(132)));
         assert_eq!(gpu.attributes.get("mig"), Some(&Attribute::Bool(false)));
-        assert_eq!(
-            gpu.attributes.get("driverVersion"),
-            Some(&Attribute::Version("1.2.0".into()))
-        );
+        assert_eq!(gpu.attributes.get("driverVersion"), Some(&Attribute::Version("1.2.0".into())));
         assert_eq!(gpu.capacity.get("slots").map(String::as_str), Some("7"));
-        assert_eq!(
-            cfg.devices_of("node-1").keys().copied().collect::<Vec<_>>(),
-            ["nic.example.com"]
-        );
-        assert_eq!(
-            cfg.drivers().into_iter().collect::<Vec<_>>(),
-            ["gpu.example.com", "nic.example.com"]
-        );
+        assert_eq!(cfg.devices_of("node-1").keys().copied().collect::<Vec<_>>(), ["nic.example.com"]);
+        assert_eq!(cfg.drivers().into_iter().collect::<Vec<_>>(), ["gpu.example.com", "nic.example.com"]);
     }
 
     #[test]
     fn bad_devices_files_are_refused_with_the_place() {
         for (yaml, want) in [
             ("nodes:\n  n:\n    - name: GPU_0\n", "DNS label"),
-            (
-                "nodes:\n  n:\n    - name: g\n      driver: nodot\n",
-                "DNS subdomain",
-            ),
+            ("nodes:\n  n:\n    - name: g\n      driver: nodot\n", "DNS subdomain"),
             ("nodes:\n  n:\n    - name: g\n    - name: g\n", "duplicate"),
-            (
-                "nodes:\n  n:\n    - name: g\n      capacity: {memory: lots}\n",
-                "not a quantity",
-            ),
-            (
-                "nodes:\n  n:\n    - name: g\n      attributes: {a: {int: 1, bool: true}}\n",
-                "exactly one",
-            ),
+            ("nodes:\n  n:\n    - name: g\n      capacity: {memory: lots}\n", "not a quantity"),
+            ("nodes:\n  n:\n    - name: g\n      attributes: {a: {int: 1, bool: true}}\n", "exactly one"),
             ("nodes:\n  n:\n    - name: g\n      colour: red\n", ""),
         ] {
-            let e = DevicesConfig::from_yaml(yaml)
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
+            let e = DevicesConfig::from_yaml(yaml).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(!e.is_empty() && e.contains(want), "{yaml}: {e}");
         }
     }
@@ -688,53 +552,28 @@ mod tests {
         let store = Store::new(store::StoreConfig::default());
         let cfg = DevicesConfig::per_node(2);
         let node = |n: &str| json!({"metadata": {"name": n}});
-        let n0 = store
-            .create(NODES, "", node("n0"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let n0 = store.create(NODES, "", node("n0")).unwrap_or_else(|e| panic!("{e}"));
         seed(&store, &cfg).unwrap_or_else(|e| panic!("{e}"));
         seed(&store, &cfg).unwrap_or_else(|e| panic!("{e}"));
-        let slices = || {
-            store
-                .list(RESOURCESLICES, &Filter::default(), None, None)
-                .map(|l| l.items)
-                .unwrap_or_default()
-        };
+        let slices = || store.list(RESOURCESLICES, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default();
         assert_eq!(slices().len(), 1);
         assert!(store.get(DEVICECLASSES, "", DEFAULT_DRIVER).is_ok());
-        let n1 = store
-            .create(NODES, "", node("n1"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let n1 = store.create(NODES, "", node("n1")).unwrap_or_else(|e| panic!("{e}"));
         publish(&store, &cfg, &n1).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(slices().len(), 2);
         // A slice made by someone else is left alone.
         let mut other = slice_json("n0", n0.uid(), "other.example.com", &[]);
         other["metadata"]["labels"] = json!({});
-        store
-            .create(RESOURCESLICES, "", other)
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(RESOURCESLICES, "", other).unwrap_or_else(|e| panic!("{e}"));
         let _ = store.delete(NODES, "", "n0", &DeleteOpts::default());
         withdraw(&store, &n0);
-        let left: Vec<String> = slices()
-            .iter()
-            .map(|o| {
-                format!(
-                    "{}/{}",
-                    s(&o.value, "/spec/nodeName"),
-                    s(&o.value, "/spec/driver")
-                )
-            })
-            .collect();
+        let left: Vec<String> = slices().iter().map(|o| format!("{}/{}", s(&o.value, "/spec/nodeName"), s(&o.value, "/spec/driver"))).collect();
         assert_eq!(left, ["n0/other.example.com", "n1/gpu.example.com"]);
         // n1 recreated under the same name: its old slice goes, a new one comes.
         let _ = store.delete(NODES, "", "n1", &DeleteOpts::default());
-        let n1b = store
-            .create(NODES, "", node("n1"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let n1b = store.create(NODES, "", node("n1")).unwrap_or_else(|e| panic!("{e}"));
         reconcile(&store, &cfg).unwrap_or_else(|e| panic!("{e}"));
-        let mine = slices()
-            .into_iter()
-            .filter(|o| s(&o.value, "/spec/driver") == DEFAULT_DRIVER)
-            .collect::<Vec<_>>();
+        let mine = slices().into_iter().filter(|o| s(&o.value, "/spec/driver") == DEFAULT_DRIVER).collect::<Vec<_>>();
         assert_eq!(mine.len(), 1);
         assert_eq!(owner_node_uid(&mine[0].value), n1b.uid());
     }

@@ -37,13 +37,7 @@ const RENAMED: &[(&str, &str)] = &[
 /// source form, is dropped first (the API server drops unknown fields;
 /// left in, it would be read as the renamed field).
 fn rename(m: &mut Map<String, Value>, to_stored: bool) {
-    let way = |&(core, stored): &(&'static str, &'static str)| {
-        if to_stored {
-            (core, stored)
-        } else {
-            (stored, core)
-        }
-    };
+    let way = |&(core, stored): &(&'static str, &'static str)| if to_stored { (core, stored) } else { (stored, core) };
     for (_, to) in RENAMED.iter().map(way) {
         m.remove(to);
     }
@@ -66,13 +60,7 @@ pub fn is_events(info: &ResourceInfo) -> bool {
 /// such entries' names to the stored form's, `!to_stored` back.
 pub fn entries_to(entries: &mut [Entry], to_stored: bool) {
     for e in entries.iter_mut().filter(|e| e.api_version == CORE) {
-        let way = |&(core, stored): &(&'static str, &'static str)| {
-            if to_stored {
-                (core, stored)
-            } else {
-                (stored, core)
-            }
-        };
+        let way = |&(core, stored): &(&'static str, &'static str)| if to_stored { (core, stored) } else { (stored, core) };
         // As `rename`: a target name unknown to the source form goes first.
         for (_, to) in RENAMED.iter().map(way) {
             e.set.remove_field(to);
@@ -116,9 +104,7 @@ pub fn pointer_to_stored(pointer: &str) -> Cow<'_, str> {
         Some((_, stored)) => Cow::Owned(format!("/{stored}{tail}")),
         // A name only the stored form has is unknown to core/v1: keep it
         // out of reach of a core/v1 patch.
-        None if RENAMED.iter().any(|(_, stored)| *stored == first) => {
-            Cow::Owned(format!("/-core-unknown-{first}{tail}"))
-        }
+        None if RENAMED.iter().any(|(_, stored)| *stored == first) => Cow::Owned(format!("/-core-unknown-{first}{tail}")),
         None => Cow::Borrowed(pointer),
     }
 }
@@ -127,9 +113,7 @@ pub fn pointer_to_stored(pointer: &str) -> Cow<'_, str> {
 /// stored form: every `path` and `from` renamed, and a whole-object value
 /// converted.
 pub fn json_patch_to_stored(ops: &mut Value) {
-    let Some(ops) = ops.as_array_mut() else {
-        return;
-    };
+    let Some(ops) = ops.as_array_mut() else { return };
     for op in ops.iter_mut().filter_map(Value::as_object_mut) {
         for key in ["path", "from"] {
             if let Some(Value::String(p)) = op.get_mut(key)
@@ -150,21 +134,12 @@ pub fn json_patch_to_stored(ops: &mut Value) {
 /// keeps it: `involvedObject.*` is `regarding.*`, `reportingComponent` is
 /// `reportingController`; `source` is [`source`], kept under its own name.
 pub fn selector_to_stored(pointer: &str) -> Cow<'_, str> {
-    if pointer == "/source" {
-        Cow::Borrowed(pointer)
-    } else {
-        pointer_to_stored(pointer)
-    }
+    if pointer == "/source" { Cow::Borrowed(pointer) } else { pointer_to_stored(pointer) }
 }
 
 /// The `source` field selectors compare, of a stored Event.
 pub fn source(stored: &Value) -> &str {
-    let text = |p: &[&str]| {
-        p.iter()
-            .try_fold(stored, |v, k| v.get(k))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-    };
+    let text = |p: &[&str]| p.iter().try_fold(stored, |v, k| v.get(k)).and_then(Value::as_str).unwrap_or("");
     match text(&["deprecatedSource", "component"]) {
         "" => text(&["reportingController"]),
         s => s,
@@ -189,23 +164,14 @@ mod tests {
             set: set(fields),
         };
         let core_fields = json!({"f:message": {}, "f:involvedObject": {"f:name": {}}, "f:reason": {}, "f:note": {}});
-        let mut entries = vec![
-            entry(CORE, core_fields),
-            entry(STORED, json!({"f:note": {}, "f:message": {}})),
-        ];
+        let mut entries = vec![entry(CORE, core_fields), entry(STORED, json!({"f:note": {}, "f:message": {}}))];
         entries_to(&mut entries, true);
         // core/v1's names become the stored ones; `note` is no core/v1 field.
-        assert_eq!(
-            entries[0].set,
-            set(json!({"f:note": {}, "f:regarding": {"f:name": {}}, "f:reason": {}}))
-        );
+        assert_eq!(entries[0].set, set(json!({"f:note": {}, "f:regarding": {"f:name": {}}, "f:reason": {}})));
         // An events.k8s.io/v1 entry is left as it is.
         assert_eq!(entries[1].set, set(json!({"f:note": {}, "f:message": {}})));
         entries_to(&mut entries, false);
-        assert_eq!(
-            entries[0].set,
-            set(json!({"f:message": {}, "f:involvedObject": {"f:name": {}}, "f:reason": {}}))
-        );
+        assert_eq!(entries[0].set, set(json!({"f:message": {}, "f:involvedObject": {"f:name": {}}, "f:reason": {}})));
     }
 
     fn core_event() -> Value {
@@ -259,17 +225,11 @@ mod tests {
         assert_eq!(pointer_to_stored("/involvedObject/name"), "/regarding/name");
         assert_eq!(pointer_to_stored("/count"), "/deprecatedCount");
         assert_eq!(pointer_to_stored("/reason"), "/reason");
-        assert_eq!(
-            pointer_to_stored("/metadata/labels/a"),
-            "/metadata/labels/a"
-        );
+        assert_eq!(pointer_to_stored("/metadata/labels/a"), "/metadata/labels/a");
         assert_eq!(pointer_to_stored(""), "");
         assert!(pointer_to_stored("/note").starts_with("/-core-unknown-"));
         assert_eq!(selector_to_stored("/involvedObject/uid"), "/regarding/uid");
-        assert_eq!(
-            selector_to_stored("/reportingComponent"),
-            "/reportingController"
-        );
+        assert_eq!(selector_to_stored("/reportingComponent"), "/reportingController");
         assert_eq!(selector_to_stored("/source"), "/source");
         let mut ops = json!([
             {"op": "replace", "path": "/message", "value": "m"},
@@ -277,28 +237,17 @@ mod tests {
             {"op": "replace", "path": "", "value": {"apiVersion": "v1", "message": "whole"}},
         ]);
         json_patch_to_stored(&mut ops);
-        assert_eq!(
-            ops,
-            json!([
-                {"op": "replace", "path": "/note", "value": "m"},
-                {"op": "move", "from": "/deprecatedFirstTimestamp", "path": "/deprecatedLastTimestamp"},
-                {"op": "replace", "path": "", "value": {"apiVersion": STORED, "note": "whole"}},
-            ])
-        );
+        assert_eq!(ops, json!([
+            {"op": "replace", "path": "/note", "value": "m"},
+            {"op": "move", "from": "/deprecatedFirstTimestamp", "path": "/deprecatedLastTimestamp"},
+            {"op": "replace", "path": "", "value": {"apiVersion": STORED, "note": "whole"}},
+        ]));
     }
 
     #[test]
     fn the_source_is_the_deprecated_source_or_the_reporting_controller() {
-        assert_eq!(
-            source(
-                &json!({"deprecatedSource": {"component": "kubelet"}, "reportingController": "x"})
-            ),
-            "kubelet"
-        );
-        assert_eq!(
-            source(&json!({"deprecatedSource": {}, "reportingController": "berth"})),
-            "berth"
-        );
+        assert_eq!(source(&json!({"deprecatedSource": {"component": "kubelet"}, "reportingController": "x"})), "kubelet");
+        assert_eq!(source(&json!({"deprecatedSource": {}, "reportingController": "berth"})), "berth");
         assert_eq!(source(&json!({})), "");
     }
 }

@@ -16,9 +16,7 @@ use super::store::Store;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A fault rule string could not be parsed.
-    #[error(
-        "invalid fault rule {0:?}: expected VERB:RESOURCE:KIND:FRACTION, e.g. create:pods:429:0.1 (KIND is 429, 500 or 409; * matches any verb or resource)"
-    )]
+    #[error("invalid fault rule {0:?}: expected VERB:RESOURCE:KIND:FRACTION, e.g. create:pods:429:0.1 (KIND is 429, 500 or 409; * matches any verb or resource)")]
     BadRule(String),
     /// The server could not be restarted.
     #[error("server restart failed: {0}")]
@@ -62,20 +60,10 @@ impl FromStr for ErrorRule {
     fn from_str(s: &str) -> Result<Self, Error> {
         let bad = || Error::BadRule(s.to_string());
         let parts: Vec<&str> = s.split(':').collect();
-        let [verb, resource, kind, fraction] = parts.as_slice() else {
-            return Err(bad());
-        };
-        let any = |x: &str| {
-            if x == "*" || x.is_empty() {
-                None
-            } else {
-                Some(x.to_string())
-            }
-        };
+        let [verb, resource, kind, fraction] = parts.as_slice() else { return Err(bad()) };
+        let any = |x: &str| if x == "*" || x.is_empty() { None } else { Some(x.to_string()) };
         let kind = match *kind {
-            "429" => FaultKind::TooManyRequests {
-                retry_after_seconds: 1,
-            },
+            "429" => FaultKind::TooManyRequests { retry_after_seconds: 1 },
             "500" => FaultKind::InternalError,
             "409" => FaultKind::Conflict,
             _ => return Err(bad()),
@@ -84,12 +72,7 @@ impl FromStr for ErrorRule {
         if !(0.0..=1.0).contains(&fraction) {
             return Err(bad());
         }
-        Ok(ErrorRule {
-            verb: any(verb),
-            resource: any(resource),
-            kind,
-            fraction,
-        })
+        Ok(ErrorRule { verb: any(verb), resource: any(resource), kind, fraction })
     }
 }
 
@@ -125,19 +108,12 @@ pub struct Faults {
 
 impl std::fmt::Debug for Faults {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Faults")
-            .field("rules", &self.rules())
-            .field("watch_cut", &self.watch_cut_interval())
-            .finish()
+        f.debug_struct("Faults").field("rules", &self.rules()).field("watch_cut", &self.watch_cut_interval()).finish()
     }
 }
 
 impl Faults {
-    pub(crate) fn new(
-        cfg: &FaultConfig,
-        store: Arc<Store>,
-        watch_gen: Arc<watch::Sender<u64>>,
-    ) -> Self {
+    pub(crate) fn new(cfg: &FaultConfig, store: Arc<Store>, watch_gen: Arc<watch::Sender<u64>>) -> Self {
         let f = Faults {
             inner: Arc::new(Inner {
                 rules: RwLock::new(Vec::new()),
@@ -202,9 +178,7 @@ impl Faults {
             Err(p) => p.into_inner(),
         };
         for r in rules.iter() {
-            if r.verb.as_deref().is_some_and(|v| v != verb)
-                || r.resource.as_deref().is_some_and(|x| x != resource)
-            {
+            if r.verb.as_deref().is_some_and(|v| v != verb) || r.resource.as_deref().is_some_and(|x| x != resource) {
                 continue;
             }
             if r.fraction > 0.0 && rand::random::<f64>() < r.fraction {
@@ -246,12 +220,7 @@ impl Faults {
     /// Restart the whole server: stop the listener and every connection
     /// and watch, then listen again on the same port. State is kept.
     pub async fn restart_server(&self) -> Result<(), Error> {
-        let server = self
-            .inner
-            .server
-            .get()
-            .and_then(Weak::upgrade)
-            .ok_or(Error::NotRunning)?;
+        let server = self.inner.server.get().and_then(Weak::upgrade).ok_or(Error::NotRunning)?;
         server.restart().await.map_err(Error::Restart)
     }
 }
@@ -264,12 +233,7 @@ mod tests {
     fn parse_rules() {
         let r: ErrorRule = "create:pods:429:0.5".parse().expect("valid");
         assert_eq!(r.verb.as_deref(), Some("create"));
-        assert_eq!(
-            r.kind,
-            FaultKind::TooManyRequests {
-                retry_after_seconds: 1
-            }
-        );
+        assert_eq!(r.kind, FaultKind::TooManyRequests { retry_after_seconds: 1 });
         let r: ErrorRule = "*:*:500:1".parse().expect("valid");
         assert_eq!(r.verb, None);
         assert!("x:y:418:0.1".parse::<ErrorRule>().is_err());

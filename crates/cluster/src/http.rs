@@ -9,12 +9,12 @@ use watches::{reached, watch_error, watch_response};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::jsonptr::Pointer as _;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use super::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -120,17 +120,11 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (code, _, _, _) = self.parts();
         let body = self.status();
-        let mut resp = json_response(
-            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            body.to_string().into(),
-        );
-        if let Error::Injected(FaultKind::TooManyRequests {
-            retry_after_seconds,
-        }) = &self
-            && let Ok(v) = HeaderValue::from_str(&retry_after_seconds.to_string())
-        {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
+        let mut resp = json_response(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body.to_string().into());
+        if let Error::Injected(FaultKind::TooManyRequests { retry_after_seconds }) = &self
+            && let Ok(v) = HeaderValue::from_str(&retry_after_seconds.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
         resp
     }
 }
@@ -162,10 +156,7 @@ pub fn router(state: AppState) -> Router {
 fn json_response(code: StatusCode, body: Bytes) -> Response {
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = code;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
@@ -207,19 +198,13 @@ async fn handle(State(st): State<AppState>, req: Request) -> Response {
 /// Content-Type included; a malformed one is 400. A kind with no protobuf
 /// schema (a custom resource) is left for [`unsupported_body`]'s 415.
 fn protobuf_body(headers: &mut HeaderMap, body: Bytes) -> HResult<Bytes> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if body.is_empty() || !super::proto::is_protobuf(ct) {
         return Ok(body);
     }
     match super::proto::decode(&body) {
         Ok(v) => {
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             Ok(v.to_string().into())
         }
         Err(e) if e.unsupported_media_type() => Ok(body),
@@ -236,10 +221,7 @@ fn unsupported_body(headers: &HeaderMap, body: &Bytes) -> Option<Error> {
     if body.is_empty() {
         return None;
     }
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let media = ct.split(';').next().unwrap_or("").trim();
     matches!(media, "application/vnd.kubernetes.protobuf" | "application/cbor" | "application/apply-patch+cbor").then(|| {
         Error::Store(store::Error::UnsupportedMediaType(format!(
@@ -249,59 +231,34 @@ fn unsupported_body(headers: &HeaderMap, body: &Bytes) -> Option<Error> {
 }
 
 fn parse_query(q: &str) -> HResult<HashMap<String, String>> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(q)
-        .map_err(|e| Error::BadRequest(format!("invalid query: {e}")))?;
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(q).map_err(|e| Error::BadRequest(format!("invalid query: {e}")))?;
     Ok(pairs.into_iter().collect())
 }
 
 /// The field manager and options of a write: `fieldManager`, else the
 /// User-Agent up to its first `/` (not for apply, which must name its
 /// manager); `force` (apply only); `dryRun=All`.
-fn write_ctx(
-    q: &HashMap<String, String>,
-    headers: &HeaderMap,
-    view: &ResourceInfo,
-    apply: Option<bool>,
-) -> HResult<store::WriteCtx> {
-    if let Some(d) = q
-        .get("dryRun")
-        .filter(|d| !d.is_empty() && d.as_str() != "All")
-    {
-        return Err(store::Error::BadRequest(format!(
-            "dryRun: Unsupported value: {d:?}: supported values: \"All\""
-        ))
-        .into());
+fn write_ctx(q: &HashMap<String, String>, headers: &HeaderMap, view: &ResourceInfo, apply: Option<bool>) -> HResult<store::WriteCtx> {
+    if let Some(d) = q.get("dryRun").filter(|d| !d.is_empty() && d.as_str() != "All") {
+        return Err(store::Error::BadRequest(format!("dryRun: Unsupported value: {d:?}: supported values: \"All\"")).into());
     }
     let param = q.get("fieldManager").filter(|m| !m.is_empty()).cloned();
     if let Some(m) = &param
-        && m.len() > 128
-    {
-        return Err(store::patch_options_invalid(
-            "fieldManager: Too long: may not be more than 128 bytes",
-        )
-        .into());
-    }
+        && m.len() > 128 {
+            return Err(store::patch_options_invalid("fieldManager: Too long: may not be more than 128 bytes").into());
+        }
     let manager = match apply {
         Some(true) => {
             if param.is_none() {
-                return Err(store::patch_options_invalid(
-                    "fieldManager: Required value: is required for apply patch",
-                )
-                .into());
+                return Err(store::patch_options_invalid("fieldManager: Required value: is required for apply patch").into());
             }
             param
         }
         _ => {
             if apply == Some(false) && q.contains_key("force") {
-                return Err(store::patch_options_invalid(
-                    "force: Forbidden: may not be specified for non-apply patch",
-                )
-                .into());
+                return Err(store::patch_options_invalid("force: Forbidden: may not be specified for non-apply patch").into());
             }
-            let ua = headers
-                .get(header::USER_AGENT)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
+            let ua = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
             Some(param.unwrap_or_else(|| super::managed::manager_from_user_agent(ua)))
         }
     };
@@ -314,28 +271,15 @@ fn write_ctx(
 }
 
 fn truthy(v: Option<&String>) -> bool {
-    matches!(
-        v.map(String::as_str),
-        Some("true") | Some("1") | Some("True")
-    )
+    matches!(v.map(String::as_str), Some("true") | Some("1") | Some("True"))
 }
 
 /// The resolved target of a resource request: `r` is the store holding
 /// the objects, `view` the resource as requested (another version of a
 /// custom resource is served from its storage version's store).
 enum Target {
-    Collection {
-        r: ResId,
-        view: Arc<ResourceInfo>,
-        ns: Option<String>,
-    },
-    Item {
-        r: ResId,
-        view: Arc<ResourceInfo>,
-        ns: String,
-        name: String,
-        sub: Option<String>,
-    },
+    Collection { r: ResId, view: Arc<ResourceInfo>, ns: Option<String> },
+    Item { r: ResId, view: Arc<ResourceInfo>, ns: String, name: String, sub: Option<String> },
 }
 
 fn resolve(store: &Store, group: &str, version: &str, segs: &[&str]) -> Option<Target> {
@@ -346,52 +290,20 @@ fn resolve(store: &Store, group: &str, version: &str, segs: &[&str]) -> Option<T
     match segs {
         [p] => find(p).map(|(r, view)| Target::Collection { r, view, ns: None }),
         ["namespaces", ns, p] if find(p).is_some_and(|(_, v)| v.namespaced) => {
-            find(p).map(|(r, view)| Target::Collection {
-                r,
-                view,
-                ns: Some((*ns).to_string()),
-            })
+            find(p).map(|(r, view)| Target::Collection { r, view, ns: Some((*ns).to_string()) })
         }
-        ["namespaces", ns, p, name] => {
-            find(p)
-                .filter(|(_, v)| v.namespaced)
-                .map(|(r, view)| Target::Item {
-                    r,
-                    view,
-                    ns: (*ns).to_string(),
-                    name: (*name).to_string(),
-                    sub: None,
-                })
-        }
-        ["namespaces", ns, p, name, sub] => {
-            find(p)
-                .filter(|(_, v)| v.namespaced)
-                .map(|(r, view)| Target::Item {
-                    r,
-                    view,
-                    ns: (*ns).to_string(),
-                    name: (*name).to_string(),
-                    sub: Some((*sub).to_string()),
-                })
-        }
+        ["namespaces", ns, p, name] => find(p)
+            .filter(|(_, v)| v.namespaced)
+            .map(|(r, view)| Target::Item { r, view, ns: (*ns).to_string(), name: (*name).to_string(), sub: None }),
+        ["namespaces", ns, p, name, sub] => find(p)
+            .filter(|(_, v)| v.namespaced)
+            .map(|(r, view)| Target::Item { r, view, ns: (*ns).to_string(), name: (*name).to_string(), sub: Some((*sub).to_string()) }),
         [p, name] => find(p)
             .filter(|(_, v)| !v.namespaced)
-            .map(|(r, view)| Target::Item {
-                r,
-                view,
-                ns: String::new(),
-                name: (*name).to_string(),
-                sub: None,
-            }),
+            .map(|(r, view)| Target::Item { r, view, ns: String::new(), name: (*name).to_string(), sub: None }),
         [p, name, sub] => find(p)
             .filter(|(_, v)| !v.namespaced)
-            .map(|(r, view)| Target::Item {
-                r,
-                view,
-                ns: String::new(),
-                name: (*name).to_string(),
-                sub: Some((*sub).to_string()),
-            }),
+            .map(|(r, view)| Target::Item { r, view, ns: String::new(), name: (*name).to_string(), sub: Some((*sub).to_string()) }),
         _ => None,
     }
 }
@@ -419,15 +331,9 @@ impl Alias {
         }
         let stored = stored.api_version();
         let shown = view.api_version();
-        let shown_id = store
-            .lookup(view.group, view.version, view.plural)
-            .unwrap_or(r);
+        let shown_id = store.lookup(view.group, view.version, view.plural).unwrap_or(r);
         let event = shown_id == res::EVENTS;
-        (stored != shown).then_some(Alias {
-            stored,
-            shown,
-            event,
-        })
+        (stored != shown).then_some(Alias { stored, shown, event })
     }
 
     fn set(v: &mut Value, api_version: &str) {
@@ -442,11 +348,7 @@ impl Alias {
     /// into the stored version. A body that does not parse is passed on
     /// for the store to refuse.
     fn incoming(&self, body: &Bytes, headers: &HeaderMap, json_patch: bool) -> Bytes {
-        let parsed = if json_patch {
-            serde_json::from_slice::<Value>(body).ok()
-        } else {
-            parse_json(body, headers).ok()
-        };
+        let parsed = if json_patch { serde_json::from_slice::<Value>(body).ok() } else { parse_json(body, headers).ok() };
         match parsed {
             Some(mut v) if self.event => {
                 if json_patch {
@@ -456,10 +358,7 @@ impl Alias {
                 }
                 Bytes::from(v.to_string())
             }
-            Some(mut v)
-                if !json_patch
-                    && v.get("apiVersion").and_then(Value::as_str) == Some(self.shown.as_str()) =>
-            {
+            Some(mut v) if !json_patch && v.get("apiVersion").and_then(Value::as_str) == Some(self.shown.as_str()) => {
                 Self::set(&mut v, &self.stored);
                 Bytes::from(v.to_string())
             }
@@ -488,19 +387,8 @@ impl Alias {
 
     /// Objects as Table rows read them: in the requested version.
     fn shown_list(&self, lr: &store::ListResult) -> store::ListResult {
-        let items = lr
-            .items
-            .iter()
-            .map(|o| {
-                self.outgoing_value(&o.bytes)
-                    .map_or_else(|| o.clone(), |v| Obj::from_value(v, o.rv))
-            })
-            .collect();
-        store::ListResult {
-            items,
-            rv: lr.rv,
-            cont: lr.cont.clone(),
-        }
+        let items = lr.items.iter().map(|o| self.outgoing_value(&o.bytes).map_or_else(|| o.clone(), |v| Obj::from_value(v, o.rv))).collect();
+        store::ListResult { items, rv: lr.rv, cont: lr.cont.clone() }
     }
 
     /// A list or watch filter of the requested resource, on the stored
@@ -508,9 +396,7 @@ impl Alias {
     fn stored_filter(&self, mut f: Filter) -> Filter {
         if self.event {
             for req in &mut f.fields.reqs {
-                if let std::borrow::Cow::Owned(p) =
-                    super::eventview::selector_to_stored(&req.pointer)
-                {
+                if let std::borrow::Cow::Owned(p) = super::eventview::selector_to_stored(&req.pointer) {
                     req.pointer = p;
                 }
             }
@@ -520,12 +406,7 @@ impl Alias {
 }
 
 /// A Table of objects of store `r`, shown as the requested resource.
-fn table_of(
-    info: &ResourceInfo,
-    alias: Option<&Alias>,
-    lr: &store::ListResult,
-    include: super::table::Include,
-) -> Value {
+fn table_of(info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListResult, include: super::table::Include) -> Value {
     match alias {
         Some(a) => super::table::table(info, &a.shown_list(lr), include),
         None => super::table::table(info, lr, include),
@@ -533,12 +414,7 @@ fn table_of(
 }
 
 /// Build a list or watch filter, on the objects as stored.
-fn stored_filter(
-    info: &ResourceInfo,
-    alias: Option<&Alias>,
-    ns: Option<String>,
-    q: &HashMap<String, String>,
-) -> HResult<Filter> {
+fn stored_filter(info: &ResourceInfo, alias: Option<&Alias>, ns: Option<String>, q: &HashMap<String, String>) -> HResult<Filter> {
     let f = build_filter(info, ns, q)?;
     Ok(match alias {
         Some(a) => a.stored_filter(f),
@@ -555,49 +431,21 @@ fn show_obj(alias: Option<&Alias>, o: &Obj) -> Bytes {
 
 /// Is the request body an RFC 6902 JSON patch?
 fn is_json_patch(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            ct.split(';')
-                .next()
-                .is_some_and(|t| t.trim() == "application/json-patch+json")
-        })
+    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.split(';').next().is_some_and(|t| t.trim() == "application/json-patch+json"))
 }
 
 /// The body of a write through `alias`, in the stored version; other
 /// requests' bodies (delete options) as sent.
 fn stored_body(alias: Option<&Alias>, method: &Method, headers: &HeaderMap, raw: &Bytes) -> Bytes {
     match alias {
-        Some(a)
-            if !raw.is_empty() && matches!(*method, Method::POST | Method::PUT | Method::PATCH) =>
-        {
-            a.incoming(raw, headers, is_json_patch(headers))
-        }
+        Some(a) if !raw.is_empty() && matches!(*method, Method::POST | Method::PUT | Method::PATCH) => a.incoming(raw, headers, is_json_patch(headers)),
         _ => raw.clone(),
     }
 }
 
-async fn dispatch(
-    st: &AppState,
-    method: &Method,
-    path: &str,
-    query: &str,
-    headers: &HeaderMap,
-    body: Bytes,
-) -> HResult<Response> {
-    let segs: Vec<&str> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
-    let get_only = |r: Response| -> HResult<Response> {
-        if method == Method::GET {
-            Ok(r)
-        } else {
-            Err(Error::MethodNotAllowed)
-        }
-    };
+async fn dispatch(st: &AppState, method: &Method, path: &str, query: &str, headers: &HeaderMap, body: Bytes) -> HResult<Response> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let get_only = |r: Response| -> HResult<Response> { if method == Method::GET { Ok(r) } else { Err(Error::MethodNotAllowed) } };
     match segs.as_slice() {
         ["version"] => get_only(ok_json(&st.store.kubernetes_version().version_json())),
         ["healthz"] | ["readyz"] | ["livez"] => get_only((StatusCode::OK, "ok").into_response()),
@@ -613,12 +461,7 @@ async fn dispatch(
             None => Err(Error::NotFound),
         },
         ["apis", g, v] => {
-            if st
-                .store
-                .served()
-                .iter()
-                .any(|(_, r)| r.group == *g && r.version == *v)
-            {
+            if st.store.served().iter().any(|(_, r)| r.group == *g && r.version == *v) {
                 get_only(ok_json(&resource_list(&st.store, g, v)))
             } else {
                 Err(Error::NotFound)
@@ -627,50 +470,30 @@ async fn dispatch(
         ["openapi", "v2"] => get_only(openapi_v2(st, headers)?),
         ["openapi", "v3"] => get_only(openapi_v3_root(st, headers)),
         ["openapi", "v3", rest @ ..] => get_only(openapi_v3(st, &rest.join("/"), query, headers)?),
-        ["api", "v1", rest @ ..] => {
-            resource_request(st, method, "", "v1", rest, query, headers, body).await
-        }
-        [
-            "apis",
-            group @ ("authentication.k8s.io" | "authorization.k8s.io"),
-            "v1",
-            kind @ ("tokenreviews" | "subjectaccessreviews"),
-        ] => {
+        ["api", "v1", rest @ ..] => resource_request(st, method, "", "v1", rest, query, headers, body).await,
+        ["apis", group @ ("authentication.k8s.io" | "authorization.k8s.io"), "v1", kind @ ("tokenreviews" | "subjectaccessreviews")] => {
             if method != Method::POST {
                 return Err(Error::MethodNotAllowed);
             }
             let req = parse_json(&body, headers)?;
             let answer = match (*group, *kind) {
-                ("authentication.k8s.io", "tokenreviews") => {
-                    match str_at(&req, "/spec/token").and_then(|t| st.store.review_token(t)) {
-                        Some(user) => Ok(
-                            json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null},
+                ("authentication.k8s.io", "tokenreviews") => match str_at(&req, "/spec/token").and_then(|t| st.store.review_token(t)) {
+                    Some(user) => Ok(json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null},
                         "spec": req.get("spec").cloned().unwrap_or(Value::Null),
                         "status": {"authenticated": true, "audiences": user.audiences,
-                            "user": {"username": user.username, "uid": user.uid, "groups": user.groups}}}),
-                        ),
-                        None => st.auth.token_review(&req),
-                    }
-                }
-                ("authorization.k8s.io", "subjectaccessreviews") => {
-                    st.auth.subject_access_review(&req)
-                }
+                            "user": {"username": user.username, "uid": user.uid, "groups": user.groups}}})),
+                    None => st.auth.token_review(&req),
+                },
+                ("authorization.k8s.io", "subjectaccessreviews") => st.auth.subject_access_review(&req),
                 _ => return Err(Error::NotFound),
             };
             match answer {
                 Ok(v) => Ok(json_response(StatusCode::CREATED, v.to_string().into())),
-                Err(e @ super::auth::Error::Invalid { .. }) => Ok(json_response(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    status_json(422, "Invalid", &e.to_string(), None)
-                        .to_string()
-                        .into(),
-                )),
+                Err(e @ super::auth::Error::Invalid { .. }) => Ok(json_response(StatusCode::UNPROCESSABLE_ENTITY, status_json(422, "Invalid", &e.to_string(), None).to_string().into())),
                 Err(e) => Err(Error::BadRequest(e.to_string())),
             }
         }
-        ["apis", g, v, rest @ ..] => {
-            resource_request(st, method, g, v, rest, query, headers, body).await
-        }
+        ["apis", g, v, rest @ ..] => resource_request(st, method, g, v, rest, query, headers, body).await,
         _ => Err(Error::NotFound),
     }
 }
@@ -700,14 +523,9 @@ fn groups(store: &Store) -> Vec<(&'static str, Vec<&'static str>)> {
 
 fn api_group(store: &Store, g: &str) -> Option<Value> {
     let (_, versions) = groups(store).into_iter().find(|(name, _)| *name == g)?;
-    let gvs: Vec<Value> = versions
-        .iter()
-        .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
-        .collect();
+    let gvs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v})).collect();
     let preferred = gvs.first().cloned()?;
-    Some(
-        json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": gvs, "preferredVersion": preferred}),
-    )
+    Some(json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": gvs, "preferredVersion": preferred}))
 }
 
 fn api_group_list(store: &Store) -> Value {
@@ -727,11 +545,7 @@ fn api_group_list(store: &Store) -> Value {
 
 fn resource_list(store: &Store, g: &str, v: &str) -> Value {
     let mut out = Vec::new();
-    for (_, r) in store
-        .served()
-        .into_iter()
-        .filter(|(_, r)| r.group == g && r.version == v)
-    {
+    for (_, r) in store.served().into_iter().filter(|(_, r)| r.group == g && r.version == v) {
         let mut e = json!({
             "name": r.plural,
             "singularName": r.singular,
@@ -742,17 +556,7 @@ fn resource_list(store: &Store, g: &str, v: &str) -> Value {
         if !r.short_names.is_empty() {
             e["shortNames"] = json!(r.short_names);
         }
-        if matches!(
-            r.plural,
-            "pods"
-                | "services"
-                | "replicationcontrollers"
-                | "replicasets"
-                | "statefulsets"
-                | "deployments"
-                | "daemonsets"
-        ) && r.custom.is_none()
-        {
+        if matches!(r.plural, "pods" | "services" | "replicationcontrollers" | "replicasets" | "statefulsets" | "deployments" | "daemonsets") && r.custom.is_none() {
             e["categories"] = json!(["all"]);
         }
         if let Some(c) = r.custom.as_ref().filter(|c| !c.categories.is_empty()) {
@@ -776,11 +580,7 @@ fn resource_list(store: &Store, g: &str, v: &str) -> Value {
             out.push(s);
         }
     }
-    let gv = if g.is_empty() {
-        v.to_string()
-    } else {
-        format!("{g}/{v}")
-    };
+    let gv = if g.is_empty() { v.to_string() } else { format!("{g}/{v}") };
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out})
 }
 
@@ -792,70 +592,36 @@ fn parse_json(body: &Bytes, headers: &HeaderMap) -> HResult<Value> {
     if body.is_empty() {
         return Err(Error::BadRequest("the request body is empty".into()));
     }
-    let yaml = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.contains("yaml"));
+    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
     let v: Value = if yaml {
-        serde_saphyr::from_slice(body).map_err(|e| {
-            Error::BadRequest(format!(
-                "the body of the request was in an unknown format: {e}"
-            ))
-        })?
+        serde_saphyr::from_slice(body).map_err(|e| Error::BadRequest(format!("the body of the request was in an unknown format: {e}")))?
     } else {
-        serde_json::from_slice(body).map_err(|e| {
-            Error::BadRequest(format!(
-                "the body of the request was in an unknown format: {e}"
-            ))
-        })?
+        serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("the body of the request was in an unknown format: {e}")))?
     };
     if !v.is_object() {
-        return Err(Error::BadRequest(
-            "the body of the request must be a JSON object".into(),
-        ));
+        return Err(Error::BadRequest("the body of the request must be a JSON object".into()));
     }
     Ok(v)
 }
 
-fn build_filter(
-    info: &ResourceInfo,
-    ns: Option<String>,
-    q: &HashMap<String, String>,
-) -> HResult<Filter> {
+fn build_filter(info: &ResourceInfo, ns: Option<String>, q: &HashMap<String, String>) -> HResult<Filter> {
     let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
         .map_err(|e| Error::BadRequest(e.to_string()))?;
-    let fields = FieldSelector::parse(
-        q.get("fieldSelector").map(String::as_str).unwrap_or(""),
-        info.fields,
-    )
-    .map_err(|e| Error::BadRequest(e.to_string()))?;
-    Ok(Filter {
-        namespace: ns,
-        labels,
-        fields,
-    })
+    let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""), info.fields)
+        .map_err(|e| Error::BadRequest(e.to_string()))?;
+    Ok(Filter { namespace: ns, labels, fields })
 }
 
 fn delete_opts(q: &HashMap<String, String>, body: &Bytes) -> HResult<DeleteOpts> {
     let mut o = DeleteOpts::default();
     if !body.is_empty() {
-        let v: Value = serde_json::from_slice(body)
-            .map_err(|e| Error::BadRequest(format!("invalid DeleteOptions: {e}")))?;
+        let v: Value = serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("invalid DeleteOptions: {e}")))?;
         o.grace = v.get("gracePeriodSeconds").and_then(Value::as_i64);
-        o.uid = v
-            .at("/preconditions/uid")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        o.rv = v
-            .at("/preconditions/resourceVersion")
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        o.uid = v.at("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
+        o.rv = v.at("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
     }
     if let Some(g) = q.get("gracePeriodSeconds") {
-        o.grace = Some(
-            g.parse()
-                .map_err(|_| Error::BadRequest(format!("invalid gracePeriodSeconds {g:?}")))?,
-        );
+        o.grace = Some(g.parse().map_err(|_| Error::BadRequest(format!("invalid gracePeriodSeconds {g:?}")))?);
     }
     Ok(o)
 }
@@ -864,25 +630,16 @@ fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| {
-            a.split(',')
-                .next()
-                .is_some_and(|first| first.contains("as=Table"))
-        })
+        .is_some_and(|a| a.split(',').next().is_some_and(|first| first.contains("as=Table")))
 }
 
 /// Whether the client asked for Tables, and what their rows carry of each
 /// object (`includeObject`, checked only then, as upstream's table options are).
-fn table_request(
-    headers: &HeaderMap,
-    q: &HashMap<String, String>,
-) -> HResult<Option<super::table::Include>> {
+fn table_request(headers: &HeaderMap, q: &HashMap<String, String>) -> HResult<Option<super::table::Include>> {
     if !wants_table(headers) {
         return Ok(None);
     }
-    super::table::Include::parse(q.get("includeObject").map(String::as_str))
-        .map(Some)
-        .map_err(Error::BadRequest)
+    super::table::Include::parse(q.get("includeObject").map(String::as_str)).map(Some).map_err(Error::BadRequest)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -912,9 +669,7 @@ async fn resource_request(
                 Method::DELETE => "deletecollection",
                 _ => return Err(Error::MethodNotAllowed),
             };
-            st.faults
-                .check(verb, info.plural)
-                .map_err(Error::Injected)?;
+            st.faults.check(verb, info.plural).map_err(Error::Injected)?;
             match verb {
                 "watch" => {
                     let filter = stored_filter(&info, alias.as_ref(), ns, &q)?;
@@ -928,10 +683,7 @@ async fn resource_request(
                     reached(store, &q, false).await??;
                     let filter = stored_filter(&info, alias.as_ref(), ns, &q)?;
                     let limit = match q.get("limit") {
-                        Some(l) => Some(
-                            l.parse::<usize>()
-                                .map_err(|_| Error::BadRequest(format!("invalid limit {l:?}")))?,
-                        ),
+                        Some(l) => Some(l.parse::<usize>().map_err(|_| Error::BadRequest(format!("invalid limit {l:?}")))?),
                         None => None,
                     };
                     let cont = q.get("continue").map(String::as_str);
@@ -944,11 +696,7 @@ async fn resource_request(
                 }
                 "create" => {
                     let ns = ns.ok_or({
-                        if info.namespaced {
-                            Error::MethodNotAllowed
-                        } else {
-                            Error::NotFound
-                        }
+                        if info.namespaced { Error::MethodNotAllowed } else { Error::NotFound }
                     });
                     let ns = match (info.namespaced, ns) {
                         (true, Ok(ns)) => ns,
@@ -956,10 +704,7 @@ async fn resource_request(
                         (false, _) => String::new(),
                     };
                     let warnings = check_fields(st, &info, &q, headers, &raw)?;
-                    let yaml = headers
-                        .get(header::CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok())
-                        .is_some_and(|ct| ct.contains("yaml"));
+                    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
                     let ctx = write_ctx(&q, headers, &info, None)?;
                     let o = if yaml || body.is_empty() {
                         let v = parse_json(&body, headers)?;
@@ -967,10 +712,7 @@ async fn resource_request(
                     } else {
                         store.create_from_slice_with(r, &ns, &body, &ctx)?
                     };
-                    Ok(with_warnings(
-                        obj_response(StatusCode::CREATED, alias.as_ref(), &o),
-                        &warnings,
-                    ))
+                    Ok(with_warnings(obj_response(StatusCode::CREATED, alias.as_ref(), &o), &warnings))
                 }
                 _ => {
                     refuse_dry_run(&q)?;
@@ -987,23 +729,16 @@ async fn resource_request(
                 }
             }
         }
-        Target::Item {
-            r,
-            view,
-            ns,
-            name,
-            sub,
-        } => {
+        Target::Item { r, view, ns, name, sub } => {
             let info = view;
             let alias = Alias::new(store, r, &info);
             let raw = body;
             let body = stored_body(alias.as_ref(), method, headers, &raw);
             let sub = sub.as_deref();
             if let Some(s) = sub
-                && !info.subresources.iter().any(|(n, _, _)| *n == s)
-            {
-                return Err(Error::NotFound);
-            }
+                && !info.subresources.iter().any(|(n, _, _)| *n == s) {
+                    return Err(Error::NotFound);
+                }
             if sub == Some("scale") {
                 return scale_request(st, method, (r, &info), &ns, &name, &q, headers, &raw);
             }
@@ -1027,17 +762,8 @@ async fn resource_request(
             let status_only = sub == Some("status");
             match verb {
                 "watch" => {
-                    let mut filter = stored_filter(
-                        &info,
-                        alias.as_ref(),
-                        info.namespaced.then(|| ns.clone()),
-                        &q,
-                    )?;
-                    filter.fields.reqs.push(super::selector::FieldReq {
-                        pointer: "/metadata/name".into(),
-                        value: name.clone(),
-                        eq: true,
-                    });
+                    let mut filter = stored_filter(&info, alias.as_ref(), info.namespaced.then(|| ns.clone()), &q)?;
+                    filter.fields.reqs.push(super::selector::FieldReq { pointer: "/metadata/name".into(), value: name.clone(), eq: true });
                     let table = table_request(headers, &q)?;
                     if let Err(e) = reached(store, &q, true).await? {
                         return Ok(watch_error(e));
@@ -1048,11 +774,7 @@ async fn resource_request(
                     reached(store, &q, false).await??;
                     let o = store.get(r, &ns, &name)?;
                     if let Some(include) = table_request(headers, &q)? {
-                        let lr = store::ListResult {
-                            items: vec![o],
-                            rv: store.current_rv(),
-                            cont: None,
-                        };
+                        let lr = store::ListResult { items: vec![o], rv: store.current_rv(), cont: None };
                         return Ok(ok_json(&table_of(&info, alias.as_ref(), &lr, include)));
                     }
                     Ok(obj_response(StatusCode::OK, alias.as_ref(), &o))
@@ -1063,51 +785,26 @@ async fn resource_request(
                     managed_fields_listed(&info, &v)?;
                     let ctx = write_ctx(&q, headers, &info, None)?;
                     let o = store.update_with(r, &ns, &name, v, status_only, &ctx)?;
-                    Ok(with_warnings(
-                        obj_response(StatusCode::OK, alias.as_ref(), &o),
-                        &warnings,
-                    ))
+                    Ok(with_warnings(obj_response(StatusCode::OK, alias.as_ref(), &o), &warnings))
                 }
                 "patch" => {
-                    let ct = headers
-                        .get(header::CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("");
+                    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
                     let ct = ct.split(';').next().unwrap_or("").trim();
                     let pt = match ct {
                         "application/merge-patch+json" => PatchType::Merge,
                         "application/strategic-merge-patch+json" => PatchType::Strategic,
                         "application/json-patch+json" => PatchType::Json,
-                        "application/apply-patch+yaml" | "application/apply-patch+json" => {
-                            PatchType::Apply
-                        }
+                        "application/apply-patch+yaml" | "application/apply-patch+json" => PatchType::Apply,
                         other => {
                             return Err(store::Error::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {other:?})")).into());
                         }
                     };
                     patched_managed_fields_listed(&info, pt, &raw)?;
-                    let warnings = check_patch_fields(
-                        st,
-                        (r, alias.as_ref()),
-                        &info,
-                        &ns,
-                        &name,
-                        &pt,
-                        &q,
-                        &raw,
-                    )?;
+                    let warnings = check_patch_fields(st, (r, alias.as_ref()), &info, &ns, &name, &pt, &q, &raw)?;
                     let ctx = write_ctx(&q, headers, &info, Some(pt == PatchType::Apply))?;
-                    let (o, created) =
-                        store.patch_with(r, &ns, &name, pt, &body, status_only, &ctx)?;
-                    let code = if created {
-                        StatusCode::CREATED
-                    } else {
-                        StatusCode::OK
-                    };
-                    Ok(with_warnings(
-                        obj_response(code, alias.as_ref(), &o),
-                        &warnings,
-                    ))
+                    let (o, created) = store.patch_with(r, &ns, &name, pt, &body, status_only, &ctx)?;
+                    let code = if created { StatusCode::CREATED } else { StatusCode::OK };
+                    Ok(with_warnings(obj_response(code, alias.as_ref(), &o), &warnings))
                 }
                 "delete" => {
                     refuse_dry_run(&q)?;
@@ -1119,10 +816,7 @@ async fn resource_request(
                     let v = parse_json(&body, headers)?;
                     if sub == Some("token") {
                         let answer = store.request_token(&ns, &name, v)?;
-                        return Ok(json_response(
-                            StatusCode::CREATED,
-                            answer.to_string().into(),
-                        ));
+                        return Ok(json_response(StatusCode::CREATED, answer.to_string().into()));
                     }
                     match sub {
                         Some("binding") => store.bind(&ns, &name, v)?,
@@ -1140,10 +834,7 @@ async fn resource_request(
 
 /// The patch types of a PATCH request (415 for any other).
 fn patch_type(headers: &HeaderMap) -> HResult<PatchType> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     match ct.split(';').next().unwrap_or("").trim() {
         "application/merge-patch+json" => Ok(PatchType::Merge),
         "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
@@ -1157,16 +848,7 @@ fn patch_type(headers: &HeaderMap) -> HResult<PatchType> {
 /// and PATCH (of the Scale) change only the object's replicas, with the
 /// Scale's resourceVersion as a precondition (see [`super::scale`]).
 #[allow(clippy::too_many_arguments)]
-fn scale_request(
-    st: &AppState,
-    method: &Method,
-    (r, info): (ResId, &ResourceInfo),
-    ns: &str,
-    name: &str,
-    q: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> HResult<Response> {
+fn scale_request(st: &AppState, method: &Method, (r, info): (ResId, &ResourceInfo), ns: &str, name: &str, q: &HashMap<String, String>, headers: &HeaderMap, body: &Bytes) -> HResult<Response> {
     use super::scale;
     let verb = match *method {
         Method::GET => "get",
@@ -1174,9 +856,7 @@ fn scale_request(
         Method::PATCH => "patch",
         _ => return Err(Error::MethodNotAllowed),
     };
-    st.faults
-        .check(verb, &format!("{}/scale", info.plural))
-        .map_err(Error::Injected)?;
+    st.faults.check(verb, &format!("{}/scale", info.plural)).map_err(Error::Injected)?;
     let store = &st.store;
     let current = store.get(r, ns, name)?;
     let shown = scale::scale_of(info, &current.full().value).ok_or(Error::NotFound)?;
@@ -1187,14 +867,9 @@ fn scale_request(
             let pt = patch_type(headers)?;
             let mut patched = shown.clone();
             if pt == PatchType::Json {
-                let ops: json_patch::Patch = serde_json::from_slice(body)
-                    .map_err(|e| Error::BadRequest(format!("error decoding patch: {e}")))?;
+                let ops: json_patch::Patch = serde_json::from_slice(body).map_err(|e| Error::BadRequest(format!("error decoding patch: {e}")))?;
                 json_patch::patch(&mut patched, &ops).map_err(|e| {
-                    Error::Store(store::Error::Invalid {
-                        kind: "Scale.autoscaling".into(),
-                        name: name.to_string(),
-                        message: format!("JSON patch failed: {e}"),
-                    })
+                    Error::Store(store::Error::Invalid { kind: "Scale.autoscaling".into(), name: name.to_string(), message: format!("JSON patch failed: {e}") })
                 })?;
             } else {
                 let mut p = parse_json(body, headers)?;
@@ -1206,29 +881,12 @@ fn scale_request(
     };
     let errs = scale::validate(&wanted);
     if !errs.is_empty() {
-        let message = if errs.len() == 1 {
-            errs[0].clone()
-        } else {
-            format!("[{}]", errs.join(", "))
-        };
-        return Err(store::Error::Invalid {
-            kind: "Scale.autoscaling".into(),
-            name: name.to_string(),
-            message,
-        }
-        .into());
+        let message = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
+        return Err(store::Error::Invalid { kind: "Scale.autoscaling".into(), name: name.to_string(), message }.into());
     }
     let patch = scale::replicas_patch(info, &wanted).ok_or(Error::NotFound)?;
     let ctx = write_ctx(q, headers, info, None)?;
-    let (updated, _) = store.patch_with(
-        r,
-        ns,
-        name,
-        PatchType::Merge,
-        patch.to_string().as_bytes(),
-        false,
-        &ctx,
-    )?;
+    let (updated, _) = store.patch_with(r, ns, name, PatchType::Merge, patch.to_string().as_bytes(), false, &ctx)?;
     let answer = scale::scale_of(info, &updated.full().value).ok_or(Error::NotFound)?;
     Ok(ok_json(&answer))
 }
@@ -1242,10 +900,7 @@ fn list_response(info: &ResourceInfo, alias: Option<&Alias>, lr: &store::ListRes
         Some(c) if !c.list_kind.is_empty() => c.list_kind.clone(),
         _ => format!("{}List", info.kind),
     };
-    let head = format!(
-        "{{\"kind\":\"{list_kind}\",\"apiVersion\":\"{}\",\"metadata\":{meta},\"items\":[",
-        info.api_version()
-    );
+    let head = format!("{{\"kind\":\"{list_kind}\",\"apiVersion\":\"{}\",\"metadata\":{meta},\"items\":[", info.api_version());
     if alias.is_none() {
         return streamed_list(head, lr.items.clone());
     }
@@ -1311,10 +966,7 @@ fn streamed_list(head: String, items: Vec<Arc<Obj>>) -> Response {
         Some(Ok::<_, std::convert::Infallible>(Bytes::from(buf)))
     });
     let mut r = Response::new(Body::from_stream(futures::stream::iter(pieces)));
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
@@ -1326,24 +978,16 @@ fn served_infos(store: &Store) -> Vec<Arc<ResourceInfo>> {
 }
 
 /// Answer a document: ETag, `If-None-Match` (304), content type.
-fn doc_response(
-    doc: &super::openapi::Doc,
-    headers: &HeaderMap,
-    content_type: &'static str,
-) -> Response {
+fn doc_response(doc: &super::openapi::Doc, headers: &HeaderMap, content_type: &'static str) -> Response {
     let etag = format!("\"{}\"", doc.etag);
-    let matches = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let matches = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
     let mut r = if matches {
         let mut r = Response::new(Body::empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;
         r
     } else {
         let mut r = Response::new(Body::from(doc.bytes.clone()));
-        r.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         r
     };
     if let Ok(v) = HeaderValue::from_str(&etag) {
@@ -1354,28 +998,13 @@ fn doc_response(
 
 /// The media types of an Accept header, in order (parameters dropped).
 fn accepts(headers: &HeaderMap) -> Vec<String> {
-    let a = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let v: Vec<String> = a
-        .split(',')
-        .map(|c| {
-            c.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .filter(|c| !c.is_empty())
-        .collect();
+    let a = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let v: Vec<String> = a.split(',').map(|c| c.split(';').next().unwrap_or("").trim().to_ascii_lowercase()).filter(|c| !c.is_empty()).collect();
     if v.is_empty() { vec!["*/*".into()] } else { v }
 }
 
 fn accepts_json(headers: &HeaderMap) -> bool {
-    accepts(headers)
-        .iter()
-        .any(|t| matches!(t.as_str(), "application/json" | "application/*" | "*/*"))
+    accepts(headers).iter().any(|t| matches!(t.as_str(), "application/json" | "application/*" | "*/*"))
 }
 
 /// `/openapi/v2`: JSON only. kubectl asks for the gnostic protobuf only;
@@ -1397,17 +1026,13 @@ fn openapi_v3_root(st: &AppState, headers: &HeaderMap) -> Response {
 /// `/openapi/v3/<gv>[?hash=]`: the current hash is cacheable for ever,
 /// an old one is redirected to the current one (kube-openapi's handler3).
 fn openapi_v3(st: &AppState, gv: &str, query: &str, headers: &HeaderMap) -> HResult<Response> {
-    let doc = st
-        .openapi
-        .v3(&served_infos(&st.store), gv)
-        .map_err(|_| Error::NotFound)?;
+    let doc = st.openapi.v3(&served_infos(&st.store), gv).map_err(|_| Error::NotFound)?;
     if !accepts_json(headers) {
         return Err(Error::NotAcceptable);
     }
     let q = parse_query(query)?;
     let mut r = doc_response(&doc, headers, "application/json");
-    r.headers_mut()
-        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    r.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
     if let Some(hash) = q.get("hash").filter(|h| !h.is_empty()) {
         if *hash != doc.etag {
             let mut redirect = Response::new(Body::empty());
@@ -1417,13 +1042,8 @@ fn openapi_v3(st: &AppState, gv: &str, query: &str, headers: &HeaderMap) -> HRes
             }
             return Ok(redirect);
         }
-        r.headers_mut().insert(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("public, immutable"),
-        );
-        let expires = (chrono::Utc::now() + chrono::Duration::days(365))
-            .format("%a, %d %b %Y %H:%M:%S GMT")
-            .to_string();
+        r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, immutable"));
+        let expires = (chrono::Utc::now() + chrono::Duration::days(365)).format("%a, %d %b %Y %H:%M:%S GMT").to_string();
         if let Ok(v) = HeaderValue::from_str(&expires) {
             r.headers_mut().insert(header::EXPIRES, v);
         }
@@ -1436,49 +1056,26 @@ fn openapi_v3(st: &AppState, gv: &str, query: &str, headers: &HeaderMap) -> HRes
 fn refuse_dry_run(q: &HashMap<String, String>) -> HResult<()> {
     match q.get("dryRun").map(String::as_str) {
         None | Some("") => Ok(()),
-        Some("All") => Err(Error::BadRequest(
-            "dryRun is not supported by the local cluster".into(),
-        )),
-        Some(other) => Err(Error::BadRequest(format!(
-            "dryRun: Unsupported value: \"{other}\": supported values: \"All\""
-        ))),
+        Some("All") => Err(Error::BadRequest("dryRun is not supported by the local cluster".into())),
+        Some(other) => Err(Error::BadRequest(format!("dryRun: Unsupported value: \"{other}\": supported values: \"All\""))),
     }
 }
 
 /// The strict-decoding findings of a body: (directive, messages).
-fn strict_findings(
-    st: &AppState,
-    info: &ResourceInfo,
-    q: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> HResult<(super::openapi::Directive, Vec<String>)> {
+fn strict_findings(st: &AppState, info: &ResourceInfo, q: &HashMap<String, String>, headers: &HeaderMap, body: &Bytes) -> HResult<(super::openapi::Directive, Vec<String>)> {
     use super::openapi::{self as oa, Directive};
-    let directive = Directive::parse(q.get("fieldValidation").map(String::as_str))
-        .map_err(Error::BadRequest)?;
+    let directive = Directive::parse(q.get("fieldValidation").map(String::as_str)).map_err(Error::BadRequest)?;
     if directive == Directive::Ignore || body.is_empty() {
         return Ok((directive, Vec::new()));
     }
-    let yaml = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.contains("yaml"));
+    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.contains("yaml"));
     if yaml {
         let obj = parse_json(body, headers)?;
-        return Ok((
-            directive,
-            oa::strict_errors(&unknown_of(st, info, &obj), &[]),
-        ));
+        return Ok((directive, oa::strict_errors(&unknown_of(st, info, &obj), &[])));
     }
     let schema = st.openapi.schema_for(|| served_infos(&st.store), info);
-    let schema = schema
-        .as_ref()
-        .map(|(doc, def)| (doc.as_ref(), def.as_str()));
-    let errs = if info.custom.is_some() {
-        oa::strict_errors_json(body, schema, true)
-    } else {
-        oa::strict_errors_json_shared(body, schema)
-    };
+    let schema = schema.as_ref().map(|(doc, def)| (doc.as_ref(), def.as_str()));
+    let errs = if info.custom.is_some() { oa::strict_errors_json(body, schema, true) } else { oa::strict_errors_json_shared(body, schema) };
     Ok((directive, errs))
 }
 
@@ -1491,13 +1088,7 @@ fn unknown_of(st: &AppState, info: &ResourceInfo, obj: &Value) -> Vec<String> {
 
 /// Create and update: Strict refuses (400, as the API server's decoder
 /// does), Warn returns the `Warning` headers to add.
-fn check_fields(
-    st: &AppState,
-    info: &ResourceInfo,
-    q: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> HResult<Vec<String>> {
+fn check_fields(st: &AppState, info: &ResourceInfo, q: &HashMap<String, String>, headers: &HeaderMap, body: &Bytes) -> HResult<Vec<String>> {
     let (directive, errs) = strict_findings(st, info, q, headers, body)?;
     if errs.is_empty() {
         return Ok(errs);
@@ -1517,19 +1108,9 @@ fn check_fields(
 /// unknown fields, so they come from the patch); Strict refuses with 422
 /// `patch: Invalid value`, as the API server's patch handler does.
 #[allow(clippy::too_many_arguments)]
-fn check_patch_fields(
-    st: &AppState,
-    (r, alias): (ResId, Option<&Alias>),
-    info: &ResourceInfo,
-    ns: &str,
-    name: &str,
-    pt: &PatchType,
-    q: &HashMap<String, String>,
-    body: &Bytes,
-) -> HResult<Vec<String>> {
+fn check_patch_fields(st: &AppState, (r, alias): (ResId, Option<&Alias>), info: &ResourceInfo, ns: &str, name: &str, pt: &PatchType, q: &HashMap<String, String>, body: &Bytes) -> HResult<Vec<String>> {
     use super::openapi::Directive;
-    let directive = Directive::parse(q.get("fieldValidation").map(String::as_str))
-        .map_err(Error::BadRequest)?;
+    let directive = Directive::parse(q.get("fieldValidation").map(String::as_str)).map_err(Error::BadRequest)?;
     if directive == Directive::Ignore || matches!(pt, PatchType::Apply) || body.is_empty() {
         return Ok(Vec::new());
     }
@@ -1542,9 +1123,7 @@ fn check_patch_fields(
     // the common case needs no copy of the stored object.
     if !matches!(pt, PatchType::Json) {
         strip_directives(&mut patch);
-        if super::openapi::duplicate_fields(body).is_empty()
-            && unknown_of(st, info, &patch).is_empty()
-        {
+        if super::openapi::duplicate_fields(body).is_empty() && unknown_of(st, info, &patch).is_empty() {
             return Ok(Vec::new());
         }
     }
@@ -1554,8 +1133,7 @@ fn check_patch_fields(
     };
     // The wire form (the stored value keeps managedFields as JSON text),
     // as the requested resource shows it.
-    let mut patched: Value = serde_json::from_slice(&show_obj(alias, &current))
-        .unwrap_or_else(|_| current.value.clone());
+    let mut patched: Value = serde_json::from_slice(&show_obj(alias, &current)).unwrap_or_else(|_| current.value.clone());
     match pt {
         PatchType::Json => match serde_json::from_value::<json_patch::Patch>(patch) {
             Ok(p) => {
@@ -1569,15 +1147,8 @@ fn check_patch_fields(
         _ => json_patch::merge(&mut patched, &patch),
     }
     let patched_bytes = Bytes::from(patched.to_string());
-    let mut errs: Vec<String> = super::openapi::duplicate_fields(body)
-        .into_iter()
-        .map(|p| format!("duplicate field \"{p}\""))
-        .collect();
-    errs.extend(
-        unknown_of(st, info, &patched)
-            .into_iter()
-            .map(|p| format!("unknown field \"{p}\"")),
-    );
+    let mut errs: Vec<String> = super::openapi::duplicate_fields(body).into_iter().map(|p| format!("duplicate field \"{p}\"")).collect();
+    errs.extend(unknown_of(st, info, &patched).into_iter().map(|p| format!("unknown field \"{p}\"")));
     if errs.is_empty() || directive != Directive::Strict {
         return Ok(errs);
     }
@@ -1625,12 +1196,8 @@ fn patched_managed_fields_listed(info: &ResourceInfo, pt: PatchType, body: &[u8]
         PatchType::Merge | PatchType::Strategic => managed_fields_listed(info, &patch),
         PatchType::Json => {
             for op in patch.as_array().into_iter().flatten() {
-                let sets = matches!(
-                    op.get("op").and_then(Value::as_str),
-                    Some("add" | "replace")
-                );
-                if sets && op.get("path").and_then(Value::as_str) == Some("/metadata/managedFields")
-                {
+                let sets = matches!(op.get("op").and_then(Value::as_str), Some("add" | "replace"));
+                if sets && op.get("path").and_then(Value::as_str) == Some("/metadata/managedFields") {
                     let value = op.get("value").cloned().unwrap_or(Value::Null);
                     managed_fields_listed(info, &json!({"metadata": {"managedFields": value}}))?;
                 }

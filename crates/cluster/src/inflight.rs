@@ -67,21 +67,12 @@ impl Inflight {
     /// `authn` tells who a refused request's user is.
     pub fn new(read_only: usize, mutating: usize, authn: Authenticator) -> Self {
         let pool = |n: usize| (n > 0).then(|| Arc::new(Semaphore::new(n)));
-        Inflight {
-            read_only: pool(read_only),
-            mutating: pool(mutating),
-            authn,
-            refused_read_only: AtomicU64::new(0),
-            refused_mutating: AtomicU64::new(0),
-        }
+        Inflight { read_only: pool(read_only), mutating: pool(mutating), authn, refused_read_only: AtomicU64::new(0), refused_mutating: AtomicU64::new(0) }
     }
 
     /// Requests refused with 429 so far.
     pub fn refused(&self) -> Refused {
-        Refused {
-            read_only: self.refused_read_only.load(Ordering::Relaxed),
-            mutating: self.refused_mutating.load(Ordering::Relaxed),
-        }
+        Refused { read_only: self.refused_read_only.load(Ordering::Relaxed), mutating: self.refused_mutating.load(Ordering::Relaxed) }
     }
 }
 
@@ -89,10 +80,7 @@ impl Inflight {
 /// the old `/watch/` paths), and the streaming subresources.
 pub fn long_running(method: &Method, path: &str, query: Option<&str>) -> bool {
     if method == Method::GET {
-        let watch = query
-            .unwrap_or("")
-            .split('&')
-            .any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch=True" | "watch"));
+        let watch = query.unwrap_or("").split('&').any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch=True" | "watch"));
         let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         let legacy = match segs.first() {
             Some(&"api") => segs.get(2) == Some(&"watch"),
@@ -121,15 +109,9 @@ fn is_mutating(method: &Method) -> bool {
 fn too_many() -> Response {
     let mut r = (StatusCode::TOO_MANY_REQUESTS, TOO_MANY).into_response();
     let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     r
 }
 
@@ -140,30 +122,17 @@ pub async fn middleware(State(limits): State<Arc<Inflight>>, req: Request, next:
         return next.run(req).await;
     }
     let mutating = is_mutating(req.method());
-    let pool = if mutating {
-        &limits.mutating
-    } else {
-        &limits.read_only
-    };
-    let Some(pool) = pool else {
-        return next.run(req).await;
-    };
+    let pool = if mutating { &limits.mutating } else { &limits.read_only };
+    let Some(pool) = pool else { return next.run(req).await };
     let permit = match pool.clone().try_acquire_owned() {
         Ok(p) => p,
         Err(_) => {
             // Upstream serves system:masters whatever the load.
-            let privileged = limits
-                .authn
-                .authenticate(req.headers())
-                .is_ok_and(|u| u.groups.iter().any(|g| g == SYSTEM_MASTERS));
+            let privileged = limits.authn.authenticate(req.headers()).is_ok_and(|u| u.groups.iter().any(|g| g == SYSTEM_MASTERS));
             if privileged {
                 return next.run(req).await;
             }
-            let counter = if mutating {
-                &limits.refused_mutating
-            } else {
-                &limits.refused_read_only
-            };
+            let counter = if mutating { &limits.refused_mutating } else { &limits.refused_read_only };
             counter.fetch_add(1, Ordering::Relaxed);
             return too_many();
         }
@@ -177,13 +146,7 @@ pub async fn middleware(State(limits): State<Arc<Inflight>>, req: Request, next:
 /// with `Content-Length` (as kube-apiserver's do), not chunked.
 fn held_until_written(resp: Response, permit: OwnedSemaphorePermit) -> Response {
     let (parts, body) = resp.into_parts();
-    Response::from_parts(
-        parts,
-        Body::new(Held {
-            body,
-            _permit: permit,
-        }),
-    )
+    Response::from_parts(parts, Body::new(Held { body, _permit: permit }))
 }
 
 /// A body that holds its place in a pool until it is dropped.
@@ -196,10 +159,7 @@ impl http_body::Body for Held {
     type Data = axum::body::Bytes;
     type Error = axum::Error;
 
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         std::pin::Pin::new(&mut self.body).poll_frame(cx)
     }
 
@@ -219,38 +179,16 @@ mod tests {
     #[test]
     fn watches_and_streams_are_long_running() {
         let get = Method::GET;
-        assert!(long_running(
-            &get,
-            "/api/v1/pods",
-            Some("watch=true&resourceVersion=1")
-        ));
-        assert!(long_running(
-            &get,
-            "/api/v1/namespaces/default/pods",
-            Some("labelSelector=a&watch=1")
-        ));
+        assert!(long_running(&get, "/api/v1/pods", Some("watch=true&resourceVersion=1")));
+        assert!(long_running(&get, "/api/v1/namespaces/default/pods", Some("labelSelector=a&watch=1")));
         assert!(long_running(&get, "/api/v1/watch/pods", None));
         assert!(long_running(&get, "/apis/apps/v1/watch/deployments", None));
-        assert!(long_running(
-            &get,
-            "/api/v1/namespaces/default/pods/p/log",
-            Some("follow=true")
-        ));
-        assert!(long_running(
-            &Method::POST,
-            "/api/v1/namespaces/default/pods/p/exec",
-            None
-        ));
+        assert!(long_running(&get, "/api/v1/namespaces/default/pods/p/log", Some("follow=true")));
+        assert!(long_running(&Method::POST, "/api/v1/namespaces/default/pods/p/exec", None));
         assert!(!long_running(&get, "/api/v1/pods", None));
         assert!(!long_running(&get, "/api/v1/pods", Some("watch=false")));
-        assert!(
-            !long_running(&get, "/api/v1/namespaces/watch/pods", None),
-            "a namespace named watch"
-        );
-        assert!(
-            !long_running(&get, "/api/v1/namespaces/default/pods/log", None),
-            "a pod named log"
-        );
+        assert!(!long_running(&get, "/api/v1/namespaces/watch/pods", None), "a namespace named watch");
+        assert!(!long_running(&get, "/api/v1/namespaces/default/pods/log", None), "a pod named log");
     }
 
     #[test]

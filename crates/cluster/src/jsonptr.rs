@@ -39,20 +39,12 @@ impl Pointer for Value {
 /// The reference tokens of `pointer`, unescaped (copied only when they
 /// have a `~`); None when it is neither empty nor starts with `/`.
 fn tokens(pointer: &str) -> Option<impl Iterator<Item = Cow<'_, str>>> {
-    let rest = if pointer.is_empty() {
-        None
-    } else {
-        Some(pointer.strip_prefix('/')?)
-    };
+    let rest = if pointer.is_empty() { None } else { Some(pointer.strip_prefix('/')?) };
     Some(rest.into_iter().flat_map(|r| r.split('/')).map(unescape))
 }
 
 fn unescape(token: &str) -> Cow<'_, str> {
-    if token.contains('~') {
-        Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
-    } else {
-        Cow::Borrowed(token)
-    }
+    if token.contains('~') { Cow::Owned(token.replace("~1", "/").replace("~0", "~")) } else { Cow::Borrowed(token) }
 }
 
 /// An array index as RFC 6901 writes one: digits, no sign, no leading zero.
@@ -73,43 +65,14 @@ mod tests {
         let doc = json!({"a": {"b/c": [1, {"d~e": 2}], "": {"": 3}, "n": null},
                          "list": [10, 11, 12], "s": "x", "m~1": 4, "~": 5});
         let pointers = [
-            "",
-            "/",
-            "/a",
-            "/a/b~1c",
-            "/a/b~1c/0",
-            "/a/b~1c/1/d~0e",
-            "/a/b~1c/01",
-            "/a/b~1c/+1",
-            "/a/b~1c/-1",
-            "/a/b~1c/2",
-            "/a//",
-            "/a/",
-            "/a/n",
-            "/a/n/x",
-            "/list/0",
-            "/list/00",
-            "/list/2",
-            "/list/3",
-            "/list/x",
-            "/s",
-            "/s/0",
-            "/m~01",
-            "/m~1",
-            "/~0",
-            "/~",
-            "a",
-            "/missing/x",
-            "/list/18446744073709551616",
+            "", "/", "/a", "/a/b~1c", "/a/b~1c/0", "/a/b~1c/1/d~0e", "/a/b~1c/01", "/a/b~1c/+1", "/a/b~1c/-1",
+            "/a/b~1c/2", "/a//", "/a/", "/a/n", "/a/n/x", "/list/0", "/list/00", "/list/2", "/list/3", "/list/x",
+            "/s", "/s/0", "/m~01", "/m~1", "/~0", "/~", "a", "/missing/x", "/list/18446744073709551616",
         ];
         for p in pointers {
             assert_eq!(doc.at(p), doc.pointer(p), "{p}");
             let (mut a, mut b) = (doc.clone(), doc.clone());
-            assert_eq!(
-                a.at_mut(p).map(|v| v.clone()),
-                b.pointer_mut(p).map(|v| v.clone()),
-                "{p}"
-            );
+            assert_eq!(a.at_mut(p).map(|v| v.clone()), b.pointer_mut(p).map(|v| v.clone()), "{p}");
         }
         let mut doc = doc;
         if let Some(v) = doc.at_mut("/a/b~1c/1/d~0e") {

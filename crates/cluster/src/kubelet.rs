@@ -26,9 +26,9 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::resources::{self as res, EVENTS_V1, NODES, RESOURCECLAIMS, RESOURCESLICES};
 use super::admission::pods::gated_ready_condition;
 use super::controllers::resourceclaim::{is_for_pod, reserved_for};
-use super::resources::{self as res, EVENTS_V1, NODES, RESOURCECLAIMS, RESOURCESLICES};
 use super::selector::Filter;
 use super::store::{self, KubeletMsg, Obj, Store, WatchEvent, now_rfc3339, set_condition};
 
@@ -64,10 +64,7 @@ pub struct KubeletConfig {
 
 impl Default for KubeletConfig {
     fn default() -> Self {
-        Self {
-            enabled: true,
-            start_delay: Duration::from_millis(100),
-        }
+        Self { enabled: true, start_delay: Duration::from_millis(100) }
     }
 }
 
@@ -120,23 +117,10 @@ struct Kubelets {
 }
 
 /// Spawn the kubelet task. It stops when `stop` changes or its sender is dropped.
-pub fn spawn(
-    store: Arc<Store>,
-    cfg: KubeletConfig,
-    mut rx: mpsc::UnboundedReceiver<KubeletMsg>,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
+pub fn spawn(store: Arc<Store>, cfg: KubeletConfig, mut rx: mpsc::UnboundedReceiver<KubeletMsg>, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     let mut claims = store.subscribe(RESOURCECLAIMS);
     tokio::spawn(async move {
-        let mut k = Kubelets {
-            store,
-            cfg,
-            heap: BinaryHeap::new(),
-            seq: 0,
-            next_ip: 1,
-            terminating: HashMap::new(),
-            refused: HashMap::new(),
-        };
+        let mut k = Kubelets { store, cfg, heap: BinaryHeap::new(), seq: 0, next_ip: 1, terminating: HashMap::new(), refused: HashMap::new() };
         loop {
             let next = k.heap.peek().map(|Reverse(t)| t.when);
             let far = Instant::now() + Duration::from_secs(3600);
@@ -160,14 +144,7 @@ pub fn spawn(
 impl Kubelets {
     fn push(&mut self, when: Instant, ns: String, name: String, uid: String, action: Action) {
         self.seq += 1;
-        self.heap.push(Reverse(Timer {
-            when,
-            seq: self.seq,
-            ns,
-            name,
-            uid,
-            action,
-        }));
+        self.heap.push(Reverse(Timer { when, seq: self.seq, ns, name, uid, action }));
     }
 
     fn on_msg(&mut self, m: KubeletMsg) {
@@ -179,23 +156,16 @@ impl Kubelets {
                 let when = Instant::now() + self.cfg.start_delay;
                 self.push(when, ns, name, uid, Action::Start);
             }
-            KubeletMsg::Terminate {
-                ns,
-                name,
-                uid,
-                deadline,
-            } => {
+            KubeletMsg::Terminate { ns, name, uid, deadline } => {
                 self.refused.remove(&(ns.clone(), name.clone()));
                 // The kubelet stops the containers at once: the pod turns NotReady.
                 if let Err(e) = self.store.modify_pod(&ns, &name, &uid, |v| {
-                    (v.at("/status/phase").and_then(Value::as_str) == Some("Running"))
-                        .then(|| not_ready(v))
+                    (v.at("/status/phase").and_then(Value::as_str) == Some("Running")).then(|| not_ready(v))
                 }) {
                     tracing::warn!(error = %e, "kubelet could not mark a terminating pod NotReady");
                 }
                 let when = Instant::from_std(deadline);
-                self.terminating
-                    .insert((ns.clone(), name.clone()), (uid.clone(), when));
+                self.terminating.insert((ns.clone(), name.clone()), (uid.clone(), when));
                 self.push(when, ns, name, uid, Action::Remove(when));
             }
         }
@@ -209,12 +179,8 @@ impl Kubelets {
             return;
         }
         let ns = ev.map(|e| e.obj.namespace());
-        let due: Vec<((String, String), String)> = self
-            .refused
-            .iter()
-            .filter(|((n, _), _)| ns.is_none_or(|ns| ns == n))
-            .map(|(k, r)| (k.clone(), r.uid.clone()))
-            .collect();
+        let due: Vec<((String, String), String)> =
+            self.refused.iter().filter(|((n, _), _)| ns.is_none_or(|ns| ns == n)).map(|(k, r)| (k.clone(), r.uid.clone())).collect();
         for ((ns, name), uid) in due {
             if let Err(e) = self.try_start(&ns, &name, &uid, false) {
                 tracing::warn!(error = %e, "kubelet action failed");
@@ -230,9 +196,7 @@ impl Kubelets {
                 break;
             }
             budget -= 1;
-            let Some(Reverse(t)) = self.heap.pop() else {
-                break;
-            };
+            let Some(Reverse(t)) = self.heap.pop() else { break };
             if let Err(e) = self.fire(t) {
                 tracing::warn!(error = %e, "kubelet action failed");
             }
@@ -244,9 +208,7 @@ impl Kubelets {
             Action::Start => self.start_pod(&t),
             Action::Complete => {
                 self.store.modify_pod(&t.ns, &t.name, &t.uid, |v| {
-                    if v.at("/status/phase").and_then(Value::as_str) != Some("Running")
-                        || deleting(v)
-                    {
+                    if v.at("/status/phase").and_then(Value::as_str) != Some("Running") || deleting(v) {
                         return None;
                     }
                     Some(completed(v))
@@ -255,11 +217,7 @@ impl Kubelets {
             }
             Action::Remove(when) => {
                 let key = (t.ns.clone(), t.name.clone());
-                if self
-                    .terminating
-                    .get(&key)
-                    .is_some_and(|(uid, w)| *uid == t.uid && *w == when)
-                {
+                if self.terminating.get(&key).is_some_and(|(uid, w)| *uid == t.uid && *w == when) {
                     self.terminating.remove(&key);
                     self.store.finish_pod(&t.ns, &t.name, &t.uid)?;
                 }
@@ -280,38 +238,21 @@ impl Kubelets {
             self.refused.remove(&key);
             return Ok(());
         };
-        if self.refused.contains_key(&key)
-            && (pod.uid() != uid || phase(&pod.value) != "Pending" || deleting(&pod.value))
-        {
+        if self.refused.contains_key(&key) && (pod.uid() != uid || phase(&pod.value) != "Pending" || deleting(&pod.value)) {
             // Replaced, started or going: nothing left to wait for.
             self.refused.remove(&key);
             return Ok(());
         }
-        let node_name = pod
-            .value
-            .at("/spec/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let node_name = pod.value.at("/spec/nodeName").and_then(Value::as_str).unwrap_or("").to_string();
         // No node, no kubelet: the pod stays Pending (as upstream).
-        let Ok(node) = self.store.get(NODES, "", &node_name) else {
-            return Ok(());
-        };
+        let Ok(node) = self.store.get(NODES, "", &node_name) else { return Ok(()) };
         // Volumes first: a claim that is missing, unbound, bound to a volume
         // this node cannot reach, or held by another pod (ReadWriteOncePod)
         // keeps the pod Pending; the kubelet retries, as its volume manager does.
-        if !deleting(&pod.value)
-            && !super::volumes::volumes_ready(&self.store, &pod.value, &node.value)
-        {
+        if !deleting(&pod.value) && !super::volumes::volumes_ready(&self.store, &pod.value, &node.value) {
             if timer {
                 let when = Instant::now() + VOLUME_RETRY;
-                self.push(
-                    when,
-                    ns.to_string(),
-                    name.to_string(),
-                    uid.to_string(),
-                    Action::Start,
-                );
+                self.push(when, ns.to_string(), name.to_string(), uid.to_string(), Action::Start);
             }
             return Ok(());
         }
@@ -319,19 +260,12 @@ impl Kubelets {
             .value
             .at("/status/addresses")
             .and_then(Value::as_array)
-            .and_then(|a| {
-                a.iter()
-                    .find(|x| x.get("type").and_then(Value::as_str) == Some("InternalIP"))
-            })
+            .and_then(|a| a.iter().find(|x| x.get("type").and_then(Value::as_str) == Some("InternalIP")))
             .and_then(|x| x.get("address").and_then(Value::as_str))
             .unwrap_or("10.0.0.1")
             .to_string();
         // Then dynamic resources: claims allocated and reserved for it.
-        if !deleting(&pod.value)
-            && pod.uid() == uid
-            && phase(&pod.value) == "Pending"
-            && has_claims(&pod.value)
-        {
+        if !deleting(&pod.value) && pod.uid() == uid && phase(&pod.value) == "Pending" && has_claims(&pod.value) {
             if let Err(why) = prepare_dynamic_resources(&self.store, &pod.value, &node.value) {
                 return self.refuse(&pod, &node_name, &host_ip, why, timer);
             }
@@ -364,40 +298,14 @@ impl Kubelets {
     /// Keep a pod Pending for its claims: its containers wait in
     /// ContainerCreating, a Warning event says why (once per reason), and
     /// it is retried after [`DRA_RETRY`] when `timer`.
-    fn refuse(
-        &mut self,
-        pod: &Obj,
-        node: &str,
-        host_ip: &str,
-        why: String,
-        timer: bool,
-    ) -> Result<(), Error> {
-        let (ns, name, uid) = (
-            pod.namespace().to_string(),
-            pod.name().to_string(),
-            pod.uid().to_string(),
-        );
+    fn refuse(&mut self, pod: &Obj, node: &str, host_ip: &str, why: String, timer: bool) -> Result<(), Error> {
+        let (ns, name, uid) = (pod.namespace().to_string(), pod.name().to_string(), pod.uid().to_string());
         let key = (ns.clone(), name.clone());
-        let new_reason = self
-            .refused
-            .get(&key)
-            .is_none_or(|r| r.uid != uid || r.why != why);
+        let new_reason = self.refused.get(&key).is_none_or(|r| r.uid != uid || r.why != why);
         if timer {
-            self.push(
-                Instant::now() + DRA_RETRY,
-                ns.clone(),
-                name.clone(),
-                uid.clone(),
-                Action::Start,
-            );
+            self.push(Instant::now() + DRA_RETRY, ns.clone(), name.clone(), uid.clone(), Action::Start);
         }
-        self.refused.insert(
-            key,
-            Refused {
-                uid: uid.clone(),
-                why: why.clone(),
-            },
-        );
+        self.refused.insert(key, Refused { uid: uid.clone(), why: why.clone() });
         self.store.modify_pod(&ns, &name, &uid, |v| {
             if phase(v) != "Pending" || deleting(v) {
                 return None;
@@ -407,8 +315,7 @@ impl Kubelets {
         })?;
         if new_reason {
             tracing::debug!(pod = %format!("{ns}/{name}"), node, reason = %why, "kubelet: dynamic resources not ready");
-            self.store
-                .create(EVENTS_V1, &ns, prepare_failed_event(pod, node, &why))?;
+            self.store.create(EVENTS_V1, &ns, prepare_failed_event(pod, node, &why))?;
         }
         Ok(())
     }
@@ -419,9 +326,7 @@ fn phase(v: &Value) -> &str {
 }
 
 fn has_claims(pod: &Value) -> bool {
-    pod.at("/spec/resourceClaims")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
+    pod.at("/spec/resourceClaims").and_then(Value::as_array).is_some_and(|a| !a.is_empty())
 }
 
 fn text<'a>(v: &'a Value, p: &str) -> &'a str {
@@ -449,24 +354,13 @@ fn text<'a>(v: &'a Value, p: &str) -> &'a str {
 ///   <driver>/<pool>/<device> is not available on node <node>` (no slice
 ///   of the pool that this node can reach lists it).
 pub fn prepare_dynamic_resources(store: &Store, pod: &Value, node: &Value) -> Result<(), String> {
-    let (ns, pod_name, pod_uid) = (
-        text(pod, "/metadata/namespace"),
-        text(pod, "/metadata/name"),
-        text(pod, "/metadata/uid"),
-    );
+    let (ns, pod_name, pod_uid) = (text(pod, "/metadata/namespace"), text(pod, "/metadata/name"), text(pod, "/metadata/uid"));
     let node_name = text(node, "/metadata/name");
-    let claims = pod
-        .at("/spec/resourceClaims")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let claims = pod.at("/spec/resourceClaims").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let mut slices: Option<Vec<Arc<Obj>>> = None;
     for pc in claims {
         let pc_name = text(pc, "/name");
-        let (claim_name, check_owner) = match (
-            pc.get("resourceClaimName").and_then(Value::as_str),
-            pc.get("resourceClaimTemplateName").and_then(Value::as_str),
-        ) {
+        let (claim_name, check_owner) = match (pc.get("resourceClaimName").and_then(Value::as_str), pc.get("resourceClaimTemplateName").and_then(Value::as_str)) {
             (Some(n), _) => (n, false),
             (None, Some(_)) => {
                 let recorded = pod
@@ -478,33 +372,18 @@ pub fn prepare_dynamic_resources(store: &Store, pod: &Value, node: &Value) -> Re
                     Some(Some(n)) => (n, true),
                     // Recorded as not needed.
                     Some(None) => continue,
-                    None => {
-                        return Err(format!(
-                            "pod \"{ns}/{pod_name}\": ResourceClaim not created yet"
-                        ));
-                    }
+                    None => return Err(format!("pod \"{ns}/{pod_name}\": ResourceClaim not created yet")),
                 }
             }
-            (None, None) => {
-                return Err(format!(
-                    "pod \"{ns}/{pod_name}\", spec.resourceClaim {pc_name:?}: none of the supported fields are set"
-                ));
-            }
+            (None, None) => return Err(format!("pod \"{ns}/{pod_name}\", spec.resourceClaim {pc_name:?}: none of the supported fields are set")),
         };
-        let claim = store
-            .get(RESOURCECLAIMS, ns, claim_name)
-            .map_err(|e| format!("fetch ResourceClaim {claim_name}: {e}"))?;
+        let claim = store.get(RESOURCECLAIMS, ns, claim_name).map_err(|e| format!("fetch ResourceClaim {claim_name}: {e}"))?;
         let c = &claim.value;
         if check_owner && !is_for_pod(c, pod) {
-            return Err(format!(
-                "ResourceClaim {ns}/{claim_name} was not created for pod {ns}/{pod_name} (pod is not owner)"
-            ));
+            return Err(format!("ResourceClaim {ns}/{claim_name} was not created for pod {ns}/{pod_name} (pod is not owner)"));
         }
         if !reserved_for(c, pod_uid) {
-            return Err(format!(
-                "pod {pod_name} ({pod_uid}) is not allowed to use ResourceClaim {claim_name} ({})",
-                claim.uid()
-            ));
+            return Err(format!("pod {pod_name} ({pod_uid}) is not allowed to use ResourceClaim {claim_name} ({})", claim.uid()));
         }
         let Some(allocation) = c.at("/status/allocation").filter(|a| !a.is_null()) else {
             return Err(format!("ResourceClaim {claim_name}: not allocated"));
@@ -512,44 +391,25 @@ pub fn prepare_dynamic_resources(store: &Store, pod: &Value, node: &Value) -> Re
         if let Some(sel) = allocation.get("nodeSelector").filter(|s| !s.is_null())
             && !selects(sel, node)
         {
-            return Err(format!(
-                "ResourceClaim {claim_name}: allocated for another node (the allocation's nodeSelector does not select node {node_name})"
-            ));
+            return Err(format!("ResourceClaim {claim_name}: allocated for another node (the allocation's nodeSelector does not select node {node_name})"));
         }
-        let results = allocation
-            .at("/devices/results")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let results = allocation.at("/devices/results").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         if results.is_empty() {
             continue;
         }
-        let slices = slices.get_or_insert_with(|| {
-            store
-                .list(RESOURCESLICES, &Filter::default(), None, None)
-                .map(|l| l.items)
-                .unwrap_or_default()
-        });
+        let slices = slices.get_or_insert_with(|| store.list(RESOURCESLICES, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default());
         for r in results {
             let (driver, pool, device) = (text(r, "/driver"), text(r, "/pool"), text(r, "/device"));
-            let of_driver: Vec<&Arc<Obj>> = slices
-                .iter()
-                .filter(|o| text(&o.value, "/spec/driver") == driver && reaches(&o.value, node))
-                .collect();
+            let of_driver: Vec<&Arc<Obj>> = slices.iter().filter(|o| text(&o.value, "/spec/driver") == driver && reaches(&o.value, node)).collect();
             if of_driver.is_empty() {
                 return Err(format!("DRA driver {driver} is not registered"));
             }
             let listed = of_driver.iter().any(|o| {
                 text(&o.value, "/spec/pool/name") == pool
-                    && o.value
-                        .at("/spec/devices")
-                        .and_then(Value::as_array)
-                        .is_some_and(|d| d.iter().any(|x| text(x, "/name") == device))
+                    && o.value.at("/spec/devices").and_then(Value::as_array).is_some_and(|d| d.iter().any(|x| text(x, "/name") == device))
             });
             if !listed {
-                return Err(format!(
-                    "NodePrepareResources failed for ResourceClaim {claim_name}: device {driver}/{pool}/{device} is not available on node {node_name}"
-                ));
+                return Err(format!("NodePrepareResources failed for ResourceClaim {claim_name}: device {driver}/{pool}/{device} is not available on node {node_name}"));
             }
         }
     }
@@ -566,9 +426,7 @@ fn reaches(slice: &Value, node: &Value) -> bool {
     if let Some(n) = field("nodeName").and_then(Value::as_str) {
         return n == text(node, "/metadata/name");
     }
-    if field("allNodes").and_then(Value::as_bool) == Some(true)
-        || field("perDeviceNodeSelection").and_then(Value::as_bool) == Some(true)
-    {
+    if field("allNodes").and_then(Value::as_bool) == Some(true) || field("perDeviceNodeSelection").and_then(Value::as_bool) == Some(true) {
         return true;
     }
     field("nodeSelector").is_some_and(|sel| selects(sel, node))
@@ -577,18 +435,11 @@ fn reaches(slice: &Value, node: &Value) -> bool {
 /// Does a core/v1 NodeSelector (JSON) select the node? (One that does not
 /// compile selects nothing.)
 fn selects(sel: &Value, node: &Value) -> bool {
-    let Ok(ns) = serde_json::from_value::<k8s_openapi::api::core::v1::NodeSelector>(sel.clone())
-    else {
-        return false;
-    };
+    let Ok(ns) = serde_json::from_value::<k8s_openapi::api::core::v1::NodeSelector>(sel.clone()) else { return false };
     let labels: std::collections::BTreeMap<String, String> = node
         .at("/metadata/labels")
         .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                .collect()
-        })
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect())
         .unwrap_or_default();
     match berth_model::selector::NodeSelector::compile(&ns, "nodeSelector") {
         Ok(s) => s.matches(text(node, "/metadata/name"), &labels),
@@ -621,8 +472,7 @@ fn prepare_failed_event(pod: &Obj, node: &str, why: &str) -> Value {
 }
 
 fn deleting(v: &Value) -> bool {
-    v.at("/metadata/deletionTimestamp")
-        .is_some_and(|d| !d.is_null())
+    v.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
 }
 
 fn cond(ty: &str, status: &str, now: &str) -> Value {
@@ -636,14 +486,8 @@ fn containers(v: &Value) -> Vec<(String, String)> {
             a.iter()
                 .map(|c| {
                     (
-                        c.get("name")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
-                        c.get("image")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
+                        c.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                        c.get("image").and_then(Value::as_str).unwrap_or("").to_string(),
                     )
                 })
                 .collect()
@@ -667,10 +511,7 @@ fn container_creating(v: &Value, host_ip: &str) -> Value {
         .collect();
     let names: Vec<String> = containers(v).into_iter().map(|(n, _)| n).collect();
     let message = format!("containers with unready status: [{}]", names.join(" "));
-    let start = v
-        .at("/status/startTime")
-        .cloned()
-        .unwrap_or_else(|| json!(now));
+    let start = v.at("/status/startTime").cloned().unwrap_or_else(|| json!(now));
     if let Some(st) = p.get_mut("status").and_then(Value::as_object_mut) {
         st.insert("hostIP".into(), json!(host_ip));
         st.insert("hostIPs".into(), json!([{"ip": host_ip}]));
@@ -684,16 +525,9 @@ fn container_creating(v: &Value, host_ip: &str) -> Value {
         ("ContainersReady", "False", Some("ContainersNotReady")),
     ];
     for (ty, status, reason) in wanted {
-        let same = v
-            .at("/status/conditions")
-            .and_then(Value::as_array)
-            .is_some_and(|cs| {
-                cs.iter().any(|c| {
-                    text(c, "/type") == ty
-                        && text(c, "/status") == status
-                        && reason.is_none_or(|r| text(c, "/reason") == r)
-                })
-            });
+        let same = v.at("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
+            cs.iter().any(|c| text(c, "/type") == ty && text(c, "/status") == status && reason.is_none_or(|r| text(c, "/reason") == r))
+        });
         if same {
             continue;
         }
@@ -710,11 +544,7 @@ fn container_creating(v: &Value, host_ip: &str) -> Value {
 fn running(v: &Value, host_ip: &str, pod_ip: &str) -> Value {
     let now = now_rfc3339();
     let mut p = v.clone();
-    let uid = p
-        .at("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let uid = p.at("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
     let statuses: Vec<Value> = containers(v)
         .into_iter()
         .map(|(name, image)| {
@@ -733,27 +563,16 @@ fn running(v: &Value, host_ip: &str, pod_ip: &str) -> Value {
         st.insert("podIPs".into(), json!([{"ip": pod_ip}]));
         st.insert("containerStatuses".into(), json!(statuses));
     }
-    for ty in [
-        "PodReadyToStartContainers",
-        "Initialized",
-        "Ready",
-        "ContainersReady",
-        "PodScheduled",
-    ] {
+    for ty in ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"] {
         let keep = ty == "PodScheduled"
             && p.at("/status/conditions")
                 .and_then(Value::as_array)
-                .is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        c.get("type").and_then(Value::as_str) == Some("PodScheduled")
-                            && c.get("status").and_then(Value::as_str) == Some("True")
-                    })
-                });
+                .is_some_and(|cs| cs.iter().any(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled") && c.get("status").and_then(Value::as_str) == Some("True")));
         if !keep {
             set_condition(&mut p, cond(ty, "True", &now));
         }
     }
-    if let Some(ready) = gated_ready_condition(&p) {
+     if let Some(ready) = gated_ready_condition(&p) {
         set_condition(&mut p, ready);
     }
     p
@@ -764,10 +583,7 @@ fn running(v: &Value, host_ip: &str, pod_ip: &str) -> Value {
 fn not_ready(v: &Value) -> Value {
     let now = now_rfc3339();
     let mut p = v.clone();
-    if let Some(statuses) = p
-        .at_mut("/status/containerStatuses")
-        .and_then(Value::as_array_mut)
-    {
+    if let Some(statuses) = p.at_mut("/status/containerStatuses").and_then(Value::as_array_mut) {
         for s in statuses {
             s["ready"] = json!(false);
         }
@@ -775,10 +591,7 @@ fn not_ready(v: &Value) -> Value {
     let names: Vec<String> = containers(v).into_iter().map(|(n, _)| n).collect();
     let message = format!("containers with unready status: [{}]", names.join(" "));
     for ty in ["ContainersReady", "Ready"] {
-        set_condition(
-            &mut p,
-            json!({"type": ty, "status": "False", "reason": "ContainersNotReady", "message": message, "lastProbeTime": null, "lastTransitionTime": now}),
-        );
+        set_condition(&mut p, json!({"type": ty, "status": "False", "reason": "ContainersNotReady", "message": message, "lastProbeTime": null, "lastTransitionTime": now}));
     }
     p
 }
@@ -786,11 +599,7 @@ fn not_ready(v: &Value) -> Value {
 fn completed(v: &Value) -> Value {
     let now = now_rfc3339();
     let mut p = v.clone();
-    let uid = p
-        .at("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let uid = p.at("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
     let started = p.at("/status/startTime").cloned().unwrap_or(json!(now));
     let statuses: Vec<Value> = containers(v)
         .into_iter()
@@ -805,10 +614,7 @@ fn completed(v: &Value) -> Value {
         st.insert("containerStatuses".into(), json!(statuses));
     }
     for ty in ["Ready", "ContainersReady"] {
-        set_condition(
-            &mut p,
-            json!({"type": ty, "status": "False", "reason": "PodCompleted", "lastProbeTime": null, "lastTransitionTime": now}),
-        );
+        set_condition(&mut p, json!({"type": ty, "status": "False", "reason": "PodCompleted", "lastProbeTime": null, "lastTransitionTime": now}));
     }
     set_condition(&mut p, cond("PodReadyToStartContainers", "False", &now));
     p

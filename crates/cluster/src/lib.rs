@@ -159,9 +159,9 @@ pub mod admission;
 pub mod auth;
 pub mod authn;
 pub mod authz;
+pub mod crd;
 pub mod cli;
 pub mod controllers;
-pub mod crd;
 pub mod dra_driver;
 pub mod eventview;
 pub mod faults;
@@ -175,8 +175,8 @@ pub mod openapi;
 pub mod podgc;
 pub mod proto;
 pub mod rbac;
-pub mod resources;
 pub mod scale;
+pub mod resources;
 pub mod selector;
 pub mod store;
 pub mod table;
@@ -199,8 +199,8 @@ use tokio::task::JoinHandle;
 pub use faults::{ErrorRule, FaultConfig, FaultKind, Faults};
 pub use kubelet::{COMPLETE_AFTER, KubeletConfig};
 pub use podgc::PodGcConfig;
-pub use store::{Store, StoreConfig};
 pub use volumes::StorageConfig;
+pub use store::{Store, StoreConfig};
 
 /// Errors of the local cluster as a whole.
 #[derive(Debug, thiserror::Error)]
@@ -355,11 +355,7 @@ impl Default for ClusterConfig {
 
 /// Delete Events once they are `ttl` old (see [`Store::expire_events`]),
 /// checking every tenth of the TTL (at most every minute).
-fn spawn_event_expiry(
-    store: Arc<Store>,
-    ttl: Duration,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
+fn spawn_event_expiry(store: Arc<Store>, ttl: Duration, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     let every = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(60));
     tokio::spawn(async move {
         let mut iv = tokio::time::interval(every);
@@ -392,7 +388,9 @@ pub fn node_json(name: &str, i: usize, zones: usize, cpu: &str, memory: &str, po
     let ip = format!("10.0.{}.{}", (i / 250) % 256, i % 250 + 1);
     let cap = json!({"cpu": cpu, "memory": memory, "pods": pods.to_string(), "ephemeral-storage": "100Gi"});
     let now = store::now_rfc3339();
-    let c = |ty: &str, st: &str, reason: &str| json!({"type": ty, "status": st, "reason": reason, "message": "", "lastHeartbeatTime": now, "lastTransitionTime": now});
+    let c = |ty: &str, st: &str, reason: &str| {
+        json!({"type": ty, "status": st, "reason": reason, "message": "", "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
     json!({
         "apiVersion": "v1",
         "kind": "Node",
@@ -442,9 +440,7 @@ pub fn node_json(name: &str, i: usize, zones: usize, cpu: &str, memory: &str, po
 /// as (when it is not the default, which [`node_json`] writes).
 fn with_node_version(mut node: Value, v: version::KubeVersion) -> Value {
     if v != version::KubeVersion::default()
-        && let Some(info) = node
-            .pointer_mut("/status/nodeInfo")
-            .and_then(Value::as_object_mut)
+        && let Some(info) = node.pointer_mut("/status/nodeInfo").and_then(Value::as_object_mut)
     {
         info.insert("kubeletVersion".into(), json!(format!("v{v}.0-berth")));
         info.insert("kubeProxyVersion".into(), json!(format!("v{v}.0")));
@@ -477,12 +473,7 @@ impl ServerCtl {
                     let (stop, mut rx) = watch::channel(false);
                     let app = self.app.clone();
                     let tls = match &self.acceptor {
-                        Some(a) => Some(tls::TlsListener::new(l, a.clone()).map_err(|source| {
-                            Error::Listen {
-                                addr: self.addr,
-                                source,
-                            }
-                        })?),
+                        Some(a) => Some(tls::TlsListener::new(l, a.clone()).map_err(|source| Error::Listen { addr: self.addr, source })?),
                         None => {
                             plain = Some(l);
                             None
@@ -493,12 +484,8 @@ impl ServerCtl {
                             let _ = rx.wait_for(|s| *s).await;
                         };
                         let served = match (tls, plain) {
-                            (Some(l), _) => {
-                                axum::serve(l, app).with_graceful_shutdown(signal).await
-                            }
-                            (None, Some(l)) => {
-                                axum::serve(l, app).with_graceful_shutdown(signal).await
-                            }
+                            (Some(l), _) => axum::serve(l, app).with_graceful_shutdown(signal).await,
+                            (None, Some(l)) => axum::serve(l, app).with_graceful_shutdown(signal).await,
                             (None, None) => Ok(()),
                         };
                         if let Err(e) = served {
@@ -526,10 +513,7 @@ impl ServerCtl {
         if let Some(r) = running {
             let _ = r.stop.send(true);
             let mut task = r.task;
-            if tokio::time::timeout(Duration::from_secs(5), &mut task)
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout(Duration::from_secs(5), &mut task).await.is_err() {
                 task.abort();
             }
         }
@@ -546,11 +530,7 @@ impl faults::Restarter for ServerCtl {
 }
 
 fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let sock = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
+    let sock = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     sock.set_reuseaddr(true)?;
     sock.set_nodelay(true)?;
     sock.bind(addr)?;
@@ -572,9 +552,7 @@ pub struct LocalCluster {
 
 impl std::fmt::Debug for LocalCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalCluster")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
+        f.debug_struct("LocalCluster").field("addr", &self.addr).finish_non_exhaustive()
     }
 }
 
@@ -589,26 +567,12 @@ impl LocalCluster {
                 Some(dir) => kept_admin_token(dir)?,
                 None => authn::new_admin_token(),
             };
-            cfg.auth.tokens.push(auth::StaticToken::new(
-                &token,
-                authn::ADMIN_USER,
-                &[rbac::SYSTEM_MASTERS],
-            ));
+            cfg.auth.tokens.push(auth::StaticToken::new(&token, authn::ADMIN_USER, &[rbac::SYSTEM_MASTERS]));
         }
-        if cfg.authorization == authz::AuthorizationMode::AlwaysAllow
-            && !cfg.listen.ip().is_loopback()
-        {
+        if cfg.authorization == authz::AuthorizationMode::AlwaysAllow && !cfg.listen.ip().is_loopback() {
             tracing::warn!(listen = %cfg.listen, "--authorization-mode AlwaysAllow on a non-loopback address: every request, even anonymous, has full access to this cluster");
         }
-        let identity = if cfg.tls {
-            Some(tls::Identity::new(
-                cfg.listen,
-                cfg.data_dir.as_deref(),
-                cfg.ca.as_ref(),
-            )?)
-        } else {
-            None
-        };
+        let identity = if cfg.tls { Some(tls::Identity::new(cfg.listen, cfg.data_dir.as_deref(), cfg.ca.as_ref())?) } else { None };
         let (store, restored) = match &cfg.data_dir {
             Some(dir) => Store::open(cfg.store.clone(), dir)?,
             None => (Store::new(cfg.store.clone()), false),
@@ -638,56 +602,23 @@ impl LocalCluster {
         let faults = Faults::new(&cfg.faults, store.clone(), watch_gen.clone());
 
         // Bind first (port 0 → real port), then build the app with the real address.
-        let listener = bind(cfg.listen).map_err(|source| Error::Listen {
-            addr: cfg.listen,
-            source,
-        })?;
-        let addr = listener.local_addr().map_err(|source| Error::Listen {
-            addr: cfg.listen,
-            source,
-        })?;
+        let listener = bind(cfg.listen).map_err(|source| Error::Listen { addr: cfg.listen, source })?;
+        let addr = listener.local_addr().map_err(|source| Error::Listen { addr: cfg.listen, source })?;
         drop(listener);
-        let state = http::AppState {
-            store: store.clone(),
-            faults: faults.clone(),
-            watch_gen: watch_gen.clone(),
-            addr: addr.to_string(),
-            auth: Arc::new(cfg.auth.clone()),
-            openapi: Arc::default(),
-        };
+        let state = http::AppState { store: store.clone(), faults: faults.clone(), watch_gen: watch_gen.clone(), addr: addr.to_string(), auth: Arc::new(cfg.auth.clone()), openapi: Arc::default() };
         let mut app = http::router(state);
         if store.is_persistent() {
-            app = app.layer(axum::middleware::from_fn_with_state(
-                store.clone(),
-                durable_writes,
-            ));
+            app = app.layer(axum::middleware::from_fn_with_state(store.clone(), durable_writes));
         }
         // Authorization: a refused request reaches nothing.
-        app = app.layer(axum::middleware::from_fn_with_state(
-            access.clone(),
-            authz::middleware,
-        ));
+        app = app.layer(axum::middleware::from_fn_with_state(access.clone(), authz::middleware));
         // Requests in flight, outermost: the excess costs no more than a 429.
-        let inflight = Arc::new(inflight::Inflight::new(
-            cfg.max_requests_inflight,
-            cfg.max_mutating_requests_inflight,
-            authn::Authenticator::new(&cfg.auth, store.clone()),
-        ));
-        app = app.layer(axum::middleware::from_fn_with_state(
-            inflight.clone(),
-            inflight::middleware,
-        ));
+        let inflight = Arc::new(inflight::Inflight::new(cfg.max_requests_inflight, cfg.max_mutating_requests_inflight, authn::Authenticator::new(&cfg.auth, store.clone())));
+        app = app.layer(axum::middleware::from_fn_with_state(inflight.clone(), inflight::middleware));
         let acceptor = identity.as_ref().map(tls::Identity::acceptor);
-        let server = Arc::new(ServerCtl {
-            addr,
-            app,
-            acceptor,
-            watch_gen,
-            running: tokio::sync::Mutex::new(None),
-        });
+        let server = Arc::new(ServerCtl { addr, app, acceptor, watch_gen, running: tokio::sync::Mutex::new(None) });
         server.listen().await?;
-        let weak: std::sync::Weak<dyn faults::Restarter> =
-            Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));
+        let weak: std::sync::Weak<dyn faults::Restarter> = Arc::downgrade(&(server.clone() as Arc<dyn faults::Restarter>));
         faults.set_server(weak);
 
         let kubelet = kubelet::spawn(store.clone(), cfg.kubelet.clone(), krx, stop_rx.clone());
@@ -697,32 +628,16 @@ impl LocalCluster {
         };
         let mut tasks = vec![kubelet, access.spawn(upkeep, stop_rx.clone())];
         if cfg.storage.enabled {
-            tasks.push(volumes::spawn(
-                store.clone(),
-                cfg.storage.clone(),
-                stop_rx.clone(),
-            ));
+            tasks.push(volumes::spawn(store.clone(), cfg.storage.clone(), stop_rx.clone()));
         }
         if cfg.podgc.enabled {
-            tasks.push(podgc::spawn(
-                store.clone(),
-                cfg.podgc.clone(),
-                stop_rx.clone(),
-            ));
+            tasks.push(podgc::spawn(store.clone(), cfg.podgc.clone(), stop_rx.clone()));
         }
         if cfg.controllers.enabled {
-            tasks.push(controllers::spawn(
-                store.clone(),
-                cfg.controllers.clone(),
-                stop_rx.clone(),
-            ));
+            tasks.push(controllers::spawn(store.clone(), cfg.controllers.clone(), stop_rx.clone()));
         }
         if cfg.devices.enabled() {
-            tasks.push(dra_driver::spawn(
-                store.clone(),
-                cfg.devices.clone(),
-                stop_rx.clone(),
-            ));
+            tasks.push(dra_driver::spawn(store.clone(), cfg.devices.clone(), stop_rx.clone()));
         }
         let ticker = {
             let store = store.clone();
@@ -740,22 +655,8 @@ impl LocalCluster {
             })
         };
         tasks.push(ticker);
-        tasks.push(spawn_event_expiry(
-            store.clone(),
-            cfg.event_ttl,
-            stop.subscribe(),
-        ));
-        Ok(LocalCluster {
-            cfg,
-            addr,
-            identity,
-            store,
-            faults,
-            server,
-            inflight,
-            stop,
-            tasks: Mutex::new(tasks),
-        })
+        tasks.push(spawn_event_expiry(store.clone(), cfg.event_ttl, stop.subscribe()));
+        Ok(LocalCluster { cfg, addr, identity, store, faults, server, inflight, stop, tasks: Mutex::new(tasks) })
     }
 
     /// The listen address.
@@ -765,11 +666,7 @@ impl LocalCluster {
 
     /// `https://127.0.0.1:PORT` (`http://` when [`ClusterConfig::tls`] is off).
     pub fn url(&self) -> String {
-        let scheme = if self.identity.is_some() {
-            "https"
-        } else {
-            "http"
-        };
+        let scheme = if self.identity.is_some() { "https" } else { "http" };
         format!("{scheme}://{}", self.addr)
     }
 
@@ -788,10 +685,7 @@ impl LocalCluster {
     /// A kube client config for this cluster (default namespace
     /// "default"; kube's default retry of 429/503/504 stays on).
     pub fn client_config(&self) -> Result<kube::Config, Error> {
-        let uri: axum::http::Uri = self
-            .url()
-            .parse()
-            .map_err(|e| Error::Client(format!("{e}")))?;
+        let uri: axum::http::Uri = self.url().parse().map_err(|e| Error::Client(format!("{e}")))?;
         let mut cfg = kube::Config::new(uri);
         cfg.default_namespace = "default".into();
         cfg.read_timeout = Some(Duration::from_secs(60));
@@ -834,10 +728,7 @@ impl LocalCluster {
     /// (`bench --e2e`, a script) never reads half of it.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<(), Error> {
         let path = path.as_ref();
-        write_whole(path, self.kubeconfig_yaml().as_bytes()).map_err(|source| Error::Kubeconfig {
-            path: path.display().to_string(),
-            source,
-        })
+        write_whole(path, self.kubeconfig_yaml().as_bytes()).map_err(|source| Error::Kubeconfig { path: path.display().to_string(), source })
     }
 
     /// Fault injection handle.
@@ -860,43 +751,14 @@ impl LocalCluster {
     pub fn add_node(&self, name: &str) -> Result<k8s_openapi::api::core::v1::Node, Error> {
         let c = &self.cfg;
         let index = self.store.count(resources::NODES);
-        let o = self.store.create(
-            resources::NODES,
-            "",
-            with_node_version(
-                node_json(
-                    name,
-                    index,
-                    c.zones,
-                    &c.node_cpu,
-                    &c.node_memory,
-                    c.node_pods,
-                ),
-                self.cfg.kubernetes_version,
-            ),
-        )?;
+        let o = self.store.create(resources::NODES, "", with_node_version(node_json(name, index, c.zones, &c.node_cpu, &c.node_memory, c.node_pods), self.cfg.kubernetes_version))?;
         self.add_csinode(&o)?;
         Ok(o.decode()?)
     }
 
     /// Add a node with its own capacity; `index` picks its zone among `zones`.
-    pub fn add_custom_node(
-        &self,
-        name: &str,
-        index: usize,
-        zones: usize,
-        cpu: &str,
-        memory: &str,
-        pods: u32,
-    ) -> Result<k8s_openapi::api::core::v1::Node, Error> {
-        let o = self.store.create(
-            resources::NODES,
-            "",
-            with_node_version(
-                node_json(name, index, zones, cpu, memory, pods),
-                self.cfg.kubernetes_version,
-            ),
-        )?;
+    pub fn add_custom_node(&self, name: &str, index: usize, zones: usize, cpu: &str, memory: &str, pods: u32) -> Result<k8s_openapi::api::core::v1::Node, Error> {
+        let o = self.store.create(resources::NODES, "", with_node_version(node_json(name, index, zones, cpu, memory, pods), self.cfg.kubernetes_version))?;
         self.add_csinode(&o)?;
         Ok(o.decode()?)
     }
@@ -904,11 +766,7 @@ impl LocalCluster {
     /// The CSINode a node's CSI driver registers (storage enabled).
     fn add_csinode(&self, node: &store::Obj) -> Result<(), Error> {
         if self.cfg.storage.enabled {
-            self.store.create(
-                resources::CSINODES,
-                "",
-                volumes::csinode_json(node.name(), node.uid(), self.cfg.storage.attach_limit),
-            )?;
+            self.store.create(resources::CSINODES, "", volumes::csinode_json(node.name(), node.uid(), self.cfg.storage.attach_limit))?;
         }
         Ok(())
     }
@@ -962,10 +820,9 @@ impl Drop for LocalCluster {
         let _ = self.stop.send(true);
         self.server.watch_gen.send_modify(|g| *g += 1);
         if let Ok(mut g) = self.server.running.try_lock()
-            && let Some(r) = g.take()
-        {
-            let _ = r.stop.send(true);
-        }
+            && let Some(r) = g.take() {
+                let _ = r.stop.send(true);
+            }
     }
 }
 
@@ -975,10 +832,7 @@ fn seed(store: &Store, cfg: &ClusterConfig) -> Result<(), Error> {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         store.create(resources::NAMESPACES, "", json!({"metadata": {"name": ns}}))?;
     }
-    for (name, value) in [
-        ("system-cluster-critical", 2_000_000_000i64),
-        ("system-node-critical", 2_000_001_000),
-    ] {
+    for (name, value) in [("system-cluster-critical", 2_000_000_000i64), ("system-node-critical", 2_000_001_000)] {
         store.create(
             resources::PRIORITY_CLASSES,
             "",
@@ -990,25 +844,10 @@ fn seed(store: &Store, cfg: &ClusterConfig) -> Result<(), Error> {
     }
     for i in 0..cfg.nodes {
         let name = format!("node-{i}");
-        let node = node_json(
-            &name,
-            i,
-            cfg.zones,
-            &cfg.node_cpu,
-            &cfg.node_memory,
-            cfg.node_pods,
-        );
-        let node = store.create(
-            resources::NODES,
-            "",
-            with_node_version(node, cfg.kubernetes_version),
-        )?;
+        let node = node_json(&name, i, cfg.zones, &cfg.node_cpu, &cfg.node_memory, cfg.node_pods);
+        let node = store.create(resources::NODES, "", with_node_version(node, cfg.kubernetes_version))?;
         if cfg.storage.enabled {
-            store.create(
-                resources::CSINODES,
-                "",
-                volumes::csinode_json(&name, node.uid(), cfg.storage.attach_limit),
-            )?;
+            store.create(resources::CSINODES, "", volumes::csinode_json(&name, node.uid(), cfg.storage.attach_limit))?;
         }
     }
     Ok(())
@@ -1032,18 +871,8 @@ async fn durable_writes(
     match store.synced().await {
         Ok(()) => resp,
         Err(e) => {
-            let body = http::status_json(
-                500,
-                "InternalError",
-                &format!("Internal error occurred: {e}"),
-                None,
-            );
-            (
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                [(axum::http::header::CONTENT_TYPE, "application/json")],
-                body.to_string(),
-            )
-                .into_response()
+            let body = http::status_json(500, "InternalError", &format!("Internal error occurred: {e}"), None);
+            (axum::http::StatusCode::INTERNAL_SERVER_ERROR, [(axum::http::header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
         }
     }
 }
@@ -1071,11 +900,7 @@ pub fn kubeconfig_yaml_with_token(url: &str, token: &str) -> String {
 pub fn with_certificate_authority(yaml: &str, ca_pem: &str) -> String {
     use base64::Engine as _;
     let data = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    yaml.replacen(
-        "  cluster:\n",
-        &format!("  cluster:\n    certificate-authority-data: {data}\n"),
-        1,
-    )
+    yaml.replacen("  cluster:\n", &format!("  cluster:\n    certificate-authority-data: {data}\n"), 1)
 }
 
 /// The admin token kept in `dir` (file `admin-token`, readable by its
@@ -1083,10 +908,7 @@ pub fn with_certificate_authority(yaml: &str, ca_pem: &str) -> String {
 /// restarted cluster accepts the kubeconfigs written before.
 fn kept_admin_token(dir: &Path) -> Result<String, Error> {
     let path = dir.join("admin-token");
-    let err = |source| Error::AdminToken {
-        path: path.display().to_string(),
-        source,
-    };
+    let err = |source| Error::AdminToken { path: path.display().to_string(), source };
     match std::fs::read_to_string(&path) {
         Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
         Ok(_) => {}

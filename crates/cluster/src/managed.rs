@@ -49,9 +49,7 @@ impl FieldSet {
             if !node.children.contains_key(pe) {
                 node.children.insert(pe.clone(), FieldSet::default());
             }
-            let Some(next) = node.children.get_mut(pe) else {
-                return;
-            };
+            let Some(next) = node.children.get_mut(pe) else { return };
             node = next;
         }
         node.member = true;
@@ -77,20 +75,11 @@ impl FieldSet {
 
     /// Whether anything strictly below the path is in the set.
     pub fn has_below(&self, path: &[String]) -> bool {
-        self.node(path)
-            .is_some_and(|n| n.children.values().any(|c| !c.is_empty()))
+        self.node(path).is_some_and(|n| n.children.values().any(|c| !c.is_empty()))
     }
 
-    fn combine(
-        &self,
-        other: &FieldSet,
-        member: fn(bool, bool) -> bool,
-        keep_unmatched: bool,
-    ) -> FieldSet {
-        let mut out = FieldSet {
-            member: member(self.member, other.member),
-            children: BTreeMap::new(),
-        };
+    fn combine(&self, other: &FieldSet, member: fn(bool, bool) -> bool, keep_unmatched: bool) -> FieldSet {
+        let mut out = FieldSet { member: member(self.member, other.member), children: BTreeMap::new() };
         for (k, c) in &self.children {
             let merged = match other.children.get(k) {
                 Some(o) => c.combine(o, member, keep_unmatched),
@@ -136,10 +125,7 @@ impl FieldSet {
 
     /// Paths in both sets.
     pub fn intersection(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet {
-            member: self.member && other.member,
-            children: BTreeMap::new(),
-        };
+        let mut out = FieldSet { member: self.member && other.member, children: BTreeMap::new() };
         for (k, c) in &self.children {
             if let Some(o) = other.children.get(k) {
                 let i = c.intersection(o);
@@ -218,35 +204,22 @@ impl FieldSet {
             if k == "." {
                 continue;
             }
-            root.children
-                .insert(k.clone(), Self::child_from_fields_v1(k, c)?);
+            root.children.insert(k.clone(), Self::child_from_fields_v1(k, c)?);
         }
         Ok(root)
     }
 
     fn child_from_fields_v1(key: &str, v: &Value) -> Result<FieldSet, Error> {
-        if !(key.starts_with("f:")
-            || key.starts_with("k:")
-            || key.starts_with("v:")
-            || key.starts_with("i:"))
-        {
-            return Err(Error::Invalid(format!(
-                "fieldsV1: unknown path element {key:?}"
-            )));
+        if !(key.starts_with("f:") || key.starts_with("k:") || key.starts_with("v:") || key.starts_with("i:")) {
+            return Err(Error::Invalid(format!("fieldsV1: unknown path element {key:?}")));
         }
         let Value::Object(m) = v else {
-            return Err(Error::Invalid(format!(
-                "fieldsV1: {key}: must be an object"
-            )));
+            return Err(Error::Invalid(format!("fieldsV1: {key}: must be an object")));
         };
-        let mut node = FieldSet {
-            member: m.is_empty() || m.contains_key("."),
-            children: BTreeMap::new(),
-        };
+        let mut node = FieldSet { member: m.is_empty() || m.contains_key("."), children: BTreeMap::new() };
         for (k, c) in m {
             if k != "." {
-                node.children
-                    .insert(k.clone(), Self::child_from_fields_v1(k, c)?);
+                node.children.insert(k.clone(), Self::child_from_fields_v1(k, c)?);
             }
         }
         Ok(node)
@@ -343,17 +316,9 @@ pub fn list_type(field: &str, shape: Shape<'_>, items: &[Value]) -> ListType {
                 let keys: Vec<String> = s
                     .get("x-kubernetes-list-map-keys")
                     .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|k| k.as_str().map(String::from))
-                            .collect()
-                    })
+                    .map(|a| a.iter().filter_map(|k| k.as_str().map(String::from)).collect())
                     .unwrap_or_default();
-                if keys.is_empty() {
-                    ListType::Atomic
-                } else {
-                    ListType::Map(keys)
-                }
+                if keys.is_empty() { ListType::Atomic } else { ListType::Map(keys) }
             }
             _ => ListType::Atomic,
         };
@@ -368,17 +333,8 @@ fn keys(k: &[&str]) -> ListType {
 /// Built-in list types by field name (Kubernetes 1.37's markers).
 fn builtin_list_type(field: &str, items: &[Value]) -> ListType {
     match field {
-        "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "volumes"
-        | "env"
-        | "imagePullSecrets"
-        | "resourceClaims"
-        | "schedulingGates"
-        | "claims"
-        | "drivers"
-        | "versions" => keys(&["name"]),
+        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets" | "resourceClaims"
+        | "schedulingGates" | "claims" | "drivers" | "versions" => keys(&["name"]),
         "volumeMounts" => keys(&["mountPath"]),
         "volumeDevices" => keys(&["devicePath"]),
         "conditions" | "addresses" => keys(&["type"]),
@@ -408,29 +364,23 @@ pub fn map_type(field: &str, shape: Shape<'_>) -> MapType {
         if s.get("properties").is_some() {
             return MapType::Struct;
         }
-        if s.get("additionalProperties").is_some()
-            || s.get("x-kubernetes-preserve-unknown-fields").is_some()
-        {
+        if s.get("additionalProperties").is_some() || s.get("x-kubernetes-preserve-unknown-fields").is_some() {
             return MapType::Granular;
         }
         return MapType::Struct;
     }
     match field {
-        "labels" | "annotations" | "data" | "binaryData" | "stringData" | "limits" | "requests"
-        | "capacity" | "allocatable" | "overhead" | "parameters" | "hard" | "used"
-        | "volumeAttributes" => MapType::Granular,
-        "selector" | "nodeSelector" | "labelSelector" | "namespaceSelector" | "fieldRef"
-        | "resourceFieldRef" | "configMapKeyRef" | "secretKeyRef" | "roleRef" => MapType::Atomic,
+        "labels" | "annotations" | "data" | "binaryData" | "stringData" | "limits" | "requests" | "capacity" | "allocatable"
+        | "overhead" | "parameters" | "hard" | "used" | "volumeAttributes" => MapType::Granular,
+        "selector" | "nodeSelector" | "labelSelector" | "namespaceSelector" | "fieldRef" | "resourceFieldRef" | "configMapKeyRef"
+        | "secretKeyRef" | "roleRef" => MapType::Atomic,
         _ => MapType::Struct,
     }
 }
 
 /// Non-pointer structs Go always serializes: never "added" themselves.
 fn always_present(field: &str) -> bool {
-    matches!(
-        field,
-        "metadata" | "spec" | "status" | "template" | "strategy" | "resources" | "updateStrategy"
-    )
+    matches!(field, "metadata" | "spec" | "status" | "template" | "strategy" | "resources" | "updateStrategy")
 }
 
 fn field_pe(name: &str) -> String {
@@ -473,14 +423,7 @@ pub fn applied_set(obj: &Value, shape: Shape<'_>) -> FieldSet {
     set
 }
 
-fn applied_object(
-    m: &Map<String, Value>,
-    mt: MapType,
-    shape: Shape<'_>,
-    root: bool,
-    path: &mut Vec<String>,
-    set: &mut FieldSet,
-) {
+fn applied_object(m: &Map<String, Value>, mt: MapType, shape: Shape<'_>, root: bool, path: &mut Vec<String>, set: &mut FieldSet) {
     for (k, v) in m {
         path.push(field_pe(k));
         let child = shape.field(k, root);
@@ -493,31 +436,18 @@ fn applied_object(
     }
 }
 
-fn applied_value(
-    field: &str,
-    v: &Value,
-    shape: Shape<'_>,
-    path: &mut Vec<String>,
-    set: &mut FieldSet,
-) {
+fn applied_value(field: &str, v: &Value, shape: Shape<'_>, path: &mut Vec<String>, set: &mut FieldSet) {
     match v {
         Value::Object(m) => match map_type(field, shape) {
             MapType::Atomic => set.insert(path),
             mt => applied_object(m, mt, shape, false, path, set),
         },
-        Value::Array(items) => list_members(
-            field,
-            shape,
-            items,
-            path,
-            set,
-            |i, item_shape, path, set| {
-                set.insert(path);
-                if let Value::Object(m) = i {
-                    applied_object(m, MapType::Struct, item_shape, false, path, set);
-                }
-            },
-        ),
+        Value::Array(items) => list_members(field, shape, items, path, set, |i, item_shape, path, set| {
+            set.insert(path);
+            if let Value::Object(m) = i {
+                applied_object(m, MapType::Struct, item_shape, false, path, set);
+            }
+        }),
         _ => set.insert(path),
     }
 }
@@ -525,14 +455,7 @@ fn applied_value(
 /// A list's members in a field set: the list itself when atomic, each
 /// value of a set, and each item of an associative list by its key, which
 /// `item` walks into (its path pushed).
-fn list_members(
-    field: &str,
-    shape: Shape<'_>,
-    items: &[Value],
-    path: &mut Vec<String>,
-    set: &mut FieldSet,
-    mut item: impl FnMut(&Value, Shape<'_>, &mut Vec<String>, &mut FieldSet),
-) {
+fn list_members(field: &str, shape: Shape<'_>, items: &[Value], path: &mut Vec<String>, set: &mut FieldSet, mut item: impl FnMut(&Value, Shape<'_>, &mut Vec<String>, &mut FieldSet)) {
     match list_type(field, shape, items) {
         ListType::Atomic => set.insert(path),
         ListType::Set => {
@@ -544,9 +467,7 @@ fn list_members(
         }
         ListType::Map(keys) => {
             for i in items {
-                let Some(pe) = item_key(i, &keys) else {
-                    continue;
-                };
+                let Some(pe) = item_key(i, &keys) else { continue };
                 path.push(pe);
                 item(i, shape.item(), path, set);
                 path.pop();
@@ -590,42 +511,20 @@ impl Comparison {
 /// without building the entry's field set, and writing the fields as the
 /// comparison remembers them. `None` when the create sets no field
 /// (there are then no managedFields).
-pub fn encode_created(
-    manager: &str,
-    api_version: &str,
-    subresource: &str,
-    time: &str,
-    cmp: &Comparison,
-) -> Option<Value> {
+pub fn encode_created(manager: &str, api_version: &str, subresource: &str, time: &str, cmp: &Comparison) -> Option<Value> {
     if cmp.changed.is_empty() {
         return None;
     }
     let fields = cmp.changed_fields_v1();
     let mut out = Vec::with_capacity(fields.len() + 160);
     out.push(b'[');
-    write_entry_json(
-        &mut out,
-        api_version,
-        |out| out.extend_from_slice(fields.as_bytes()),
-        manager,
-        Operation::Update.as_str(),
-        subresource,
-        Some(time),
-    );
+    write_entry_json(&mut out, api_version, |out| out.extend_from_slice(fields.as_bytes()), manager, Operation::Update.as_str(), subresource, Some(time));
     out.push(b']');
     String::from_utf8(out).ok().map(Value::String)
 }
 
 /// One managedFields entry's JSON text, keys in sorted order.
-fn write_entry_json(
-    out: &mut Vec<u8>,
-    api_version: &str,
-    fields_v1: impl FnOnce(&mut Vec<u8>),
-    manager: &str,
-    operation: &str,
-    subresource: &str,
-    time: Option<&str>,
-) {
+fn write_entry_json(out: &mut Vec<u8>, api_version: &str, fields_v1: impl FnOnce(&mut Vec<u8>), manager: &str, operation: &str, subresource: &str, time: Option<&str>) {
     out.extend_from_slice(b"{\"apiVersion\":");
     push_json_str(out, api_version);
     out.extend_from_slice(b",\"fieldsType\":\"FieldsV1\",\"fieldsV1\":");
@@ -658,14 +557,7 @@ pub fn compare(old: &Value, new: &Value, shape: Shape<'_>) -> Comparison {
     c
 }
 
-fn cmp_object(
-    o: &Map<String, Value>,
-    n: &Map<String, Value>,
-    shape: Shape<'_>,
-    root: bool,
-    path: &mut Vec<String>,
-    c: &mut Comparison,
-) {
+fn cmp_object(o: &Map<String, Value>, n: &Map<String, Value>, shape: Shape<'_>, root: bool, path: &mut Vec<String>, c: &mut Comparison) {
     for (k, nv) in n {
         path.push(field_pe(k));
         let child = shape.field(k, root);
@@ -684,14 +576,7 @@ fn cmp_object(
     }
 }
 
-fn cmp_value(
-    field: &str,
-    ov: &Value,
-    nv: &Value,
-    shape: Shape<'_>,
-    path: &mut Vec<String>,
-    c: &mut Comparison,
-) {
+fn cmp_value(field: &str, ov: &Value, nv: &Value, shape: Shape<'_>, path: &mut Vec<String>, c: &mut Comparison) {
     if ov == nv {
         return;
     }
@@ -719,21 +604,14 @@ fn cmp_value(
                     }
                 }
                 ListType::Map(keys) => {
-                    let olds: BTreeMap<String, &Value> = o
-                        .iter()
-                        .filter_map(|i| item_key(i, &keys).map(|k| (k, i)))
-                        .collect();
+                    let olds: BTreeMap<String, &Value> = o.iter().filter_map(|i| item_key(i, &keys).map(|k| (k, i))).collect();
                     let mut seen = Vec::new();
                     for ni in n {
-                        let Some(pe) = item_key(ni, &keys) else {
-                            continue;
-                        };
+                        let Some(pe) = item_key(ni, &keys) else { continue };
                         path.push(pe.clone());
                         match olds.get(&pe) {
                             Some(oi) => match (oi, ni) {
-                                (Value::Object(om), Value::Object(nm)) => {
-                                    cmp_object(om, nm, shape.item(), false, path, c)
-                                }
+                                (Value::Object(om), Value::Object(nm)) => cmp_object(om, nm, shape.item(), false, path, c),
                                 _ if *oi != ni => c.changed.insert(path),
                                 _ => {}
                             },
@@ -765,19 +643,10 @@ fn cmp_value(
 }
 
 /// Insert `path` (when `this`) and every path below it in `v`.
-fn all_paths(
-    field: &str,
-    v: &Value,
-    shape: Shape<'_>,
-    path: &mut Vec<String>,
-    set: &mut FieldSet,
-    this: bool,
-) {
+fn all_paths(field: &str, v: &Value, shape: Shape<'_>, path: &mut Vec<String>, set: &mut FieldSet, this: bool) {
     // Non-atomic lists are never members themselves (their items are).
     let empty_obj = v.as_object().is_some_and(Map::is_empty);
-    if ((this && !v.is_array()) || empty_obj || !(v.is_object() || v.is_array()))
-        && !path.is_empty()
-    {
+    if ((this && !v.is_array()) || empty_obj || !(v.is_object() || v.is_array())) && !path.is_empty() {
         set.insert(path);
     }
     match v {
@@ -793,14 +662,7 @@ fn all_paths(
                 path.pop();
             }
         }
-        Value::Array(items) => list_members(
-            field,
-            shape,
-            items,
-            path,
-            set,
-            |i, item_shape, path, set| all_paths("", i, item_shape, path, set, true),
-        ),
+        Value::Array(items) => list_members(field, shape, items, path, set, |i, item_shape, path, set| all_paths("", i, item_shape, path, set, true)),
         _ => {}
     }
 }
@@ -814,9 +676,7 @@ pub fn merge(live: &mut Value, cfg: &Value, shape: Shape<'_>) {
 
 fn merge_value(field: &str, live: &mut Value, cfg: &Value, shape: Shape<'_>, root: bool) {
     match (&mut *live, cfg) {
-        (Value::Object(lm), Value::Object(cm))
-            if root || map_type(field, shape) != MapType::Atomic =>
-        {
+        (Value::Object(lm), Value::Object(cm)) if root || map_type(field, shape) != MapType::Atomic => {
             for (k, cv) in cm {
                 if cv.is_null() {
                     lm.remove(k);
@@ -843,10 +703,7 @@ fn merge_value(field: &str, live: &mut Value, cfg: &Value, shape: Shape<'_>, roo
             ListType::Map(keys) => {
                 for ci in ca {
                     let key = item_key(ci, &keys);
-                    let pos = key.as_ref().and_then(|k| {
-                        la.iter()
-                            .position(|li| item_key(li, &keys).as_ref() == Some(k))
-                    });
+                    let pos = key.as_ref().and_then(|k| la.iter().position(|li| item_key(li, &keys).as_ref() == Some(k)));
                     match pos {
                         Some(p) => merge_value("", &mut la[p], ci, shape.item(), false),
                         None => la.push(ci.clone()),
@@ -860,9 +717,7 @@ fn merge_value(field: &str, live: &mut Value, cfg: &Value, shape: Shape<'_>, roo
 
 /// Remove the field at `path` from `obj` (nothing when absent).
 pub fn remove_path(obj: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
+    let Some((last, parents)) = path.split_last() else { return };
     let mut cur = obj;
     for pe in parents {
         let Some(next) = step(cur, pe) else { return };
@@ -881,9 +736,7 @@ pub fn remove_path(obj: &mut Value, path: &[String]) {
 
 fn matches_pe(item: &Value, pe: &str) -> bool {
     if let Some(k) = pe.strip_prefix("k:") {
-        let Ok(Value::Object(km)) = serde_json::from_str::<Value>(k) else {
-            return false;
-        };
+        let Ok(Value::Object(km)) = serde_json::from_str::<Value>(k) else { return false };
         let keys: Vec<String> = km.keys().cloned().collect();
         item_key(item, &keys).as_deref() == Some(pe)
     } else if let Some(v) = pe.strip_prefix("v:") {
@@ -965,15 +818,7 @@ impl Entry {
     /// [`Entry::to_json`]'s text, keys in sorted order.
     fn write_json(&self, out: &mut Vec<u8>) {
         let set = &self.set;
-        write_entry_json(
-            out,
-            &self.api_version,
-            |out| set.write_fields_v1(out),
-            &self.manager,
-            self.operation.as_str(),
-            &self.subresource,
-            self.time.as_deref(),
-        );
+        write_entry_json(out, &self.api_version, |out| set.write_fields_v1(out), &self.manager, self.operation.as_str(), &self.subresource, self.time.as_deref());
     }
 
     fn to_json(&self) -> Value {
@@ -997,8 +842,7 @@ impl Entry {
 /// text [`encode`] makes).
 pub fn decode(list: &Value) -> Result<Vec<Entry>, Error> {
     if let Value::String(text) = list {
-        let parsed: Value =
-            serde_json::from_str(text).map_err(|e| Error::Invalid(e.to_string()))?;
+        let parsed: Value = serde_json::from_str(text).map_err(|e| Error::Invalid(e.to_string()))?;
         return decode(&parsed);
     }
     let Value::Array(items) = list else {
@@ -1010,11 +854,7 @@ pub fn decode(list: &Value) -> Result<Vec<Entry>, Error> {
         let operation = match s("operation").as_str() {
             "Apply" => Operation::Apply,
             "Update" => Operation::Update,
-            other => {
-                return Err(Error::Invalid(format!(
-                    "[{i}].operation: {other:?} is not Apply or Update"
-                )));
-            }
+            other => return Err(Error::Invalid(format!("[{i}].operation: {other:?} is not Apply or Update"))),
         };
         let set = match e.get("fieldsV1") {
             Some(f) => FieldSet::from_fields_v1(f)?,
@@ -1059,16 +899,8 @@ pub fn encode(entries: &[Entry]) -> Value {
 fn sorted_entries(entries: &[Entry]) -> Vec<&Entry> {
     let mut sorted: Vec<&Entry> = entries.iter().filter(|e| !e.set.is_empty()).collect();
     sorted.sort_by(|a, b| {
-        (
-            a.operation.as_str(),
-            a.time.as_deref().unwrap_or(""),
-            a.manager.as_str(),
-        )
-            .cmp(&(
-                b.operation.as_str(),
-                b.time.as_deref().unwrap_or(""),
-                b.manager.as_str(),
-            ))
+        (a.operation.as_str(), a.time.as_deref().unwrap_or(""), a.manager.as_str())
+            .cmp(&(b.operation.as_str(), b.time.as_deref().unwrap_or(""), b.manager.as_str()))
     });
     sorted
 }
@@ -1082,12 +914,7 @@ fn push_json_str(out: &mut Vec<u8>, s: &str) {
 
 /// `metadata.managedFields` as the list itself.
 pub fn encode_list(entries: &[Entry]) -> Value {
-    Value::Array(
-        sorted_entries(entries)
-            .into_iter()
-            .map(Entry::to_json)
-            .collect(),
-    )
+    Value::Array(sorted_entries(entries).into_iter().map(Entry::to_json).collect())
 }
 
 /// Whether a request's `managedFields` asks for a reset (`[]` or `[{}]`).
@@ -1111,10 +938,7 @@ pub struct Conflict {
 /// Upstream's message for apply conflicts.
 pub fn conflict_message(conflicts: &[Conflict]) -> String {
     if let [c] = conflicts {
-        return format!(
-            "Apply failed with 1 conflict: conflict with {}: {}",
-            c.manager, c.field
-        );
+        return format!("Apply failed with 1 conflict: conflict with {}: {}", c.manager, c.field);
     }
     let mut by_manager: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for c in conflicts {
@@ -1127,11 +951,7 @@ pub fn conflict_message(conflicts: &[Conflict]) -> String {
             lines.push(format!("- {f}"));
         }
     }
-    format!(
-        "Apply failed with {} conflicts: {}",
-        conflicts.len(),
-        lines.join("\n")
-    )
+    format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
 }
 
 /// Record a write by `me` that changed the object as `cmp` says: for an
@@ -1139,12 +959,7 @@ pub fn conflict_message(conflicts: &[Conflict]) -> String {
 /// with a different value are conflicts (unless `force`, which takes them
 /// over); for an Update, `me` gains what changed and others lose it.
 /// Removed fields leave every manager. Returns the conflicts when refused.
-pub fn record(
-    entries: &mut Vec<Entry>,
-    me: Entry,
-    cmp: &Comparison,
-    force: bool,
-) -> Result<(), Vec<Conflict>> {
+pub fn record(entries: &mut Vec<Entry>, me: Entry, cmp: &Comparison, force: bool) -> Result<(), Vec<Conflict>> {
     let apply = me.operation == Operation::Apply;
     let mut conflicts = Vec::new();
     let mut taken: Vec<FieldSet> = Vec::with_capacity(entries.len());
@@ -1156,10 +971,7 @@ pub fn record(
         let c = e.set.intersection(&cmp.changed);
         if apply && !force {
             for p in c.paths() {
-                conflicts.push(Conflict {
-                    manager: e.describe(),
-                    field: path_string(&p),
-                });
+                conflicts.push(Conflict { manager: e.describe(), field: path_string(&p) });
             }
         }
         taken.push(c);
@@ -1181,18 +993,10 @@ pub fn record(
             kept.push(Entry { set, ..e });
         }
     }
-    let set = if apply {
-        me.set.clone()
-    } else {
-        prev.difference(&cmp.removed).union(&cmp.changed)
-    };
+    let set = if apply { me.set.clone() } else { prev.difference(&cmp.removed).union(&cmp.changed) };
     // An entry whose fields did not change keeps its time (so a write
     // that changes nothing stays a no-op).
-    let time = if set == prev && prev_time.is_some() {
-        prev_time
-    } else {
-        me.time.clone()
-    };
+    let time = if set == prev && prev_time.is_some() { prev_time } else { me.time.clone() };
     if !set.is_empty() {
         kept.push(Entry { set, time, ..me });
     }
@@ -1218,9 +1022,7 @@ pub fn manager_from_user_agent(ua: &str) -> String {
 /// server-set metadata; only `status` for status writes, no `status` for
 /// main-resource writes of kinds with a status subresource.
 pub fn tracked(obj: &Value, has_status: bool, status_only: bool) -> Value {
-    let Value::Object(m) = obj else {
-        return json!({});
-    };
+    let Value::Object(m) = obj else { return json!({}) };
     let mut out = Map::new();
     for (k, v) in m {
         match tracked_part(k, v, has_status, status_only) {
@@ -1237,18 +1039,8 @@ pub fn tracked(obj: &Value, has_status: bool, status_only: bool) -> Value {
 }
 
 /// The metadata fields the server sets, which no manager owns.
-const SERVER_METADATA: [&str; 10] = [
-    "name",
-    "namespace",
-    "uid",
-    "creationTimestamp",
-    "selfLink",
-    "generation",
-    "managedFields",
-    "resourceVersion",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-];
+const SERVER_METADATA: [&str; 10] =
+    ["name", "namespace", "uid", "creationTimestamp", "selfLink", "generation", "managedFields", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"];
 
 /// How much of a top-level field [`tracked`] keeps.
 enum Tracked {
@@ -1266,16 +1058,8 @@ fn tracked_part(k: &str, v: &Value, has_status: bool, status_only: bool) -> Trac
         _ if status_only => Tracked::No,
         "metadata" => match v {
             Value::Object(meta) => {
-                let mm: Map<String, Value> = meta
-                    .iter()
-                    .filter(|(f, _)| !SERVER_METADATA.contains(&f.as_str()))
-                    .map(|(f, x)| (f.clone(), x.clone()))
-                    .collect();
-                if mm.is_empty() {
-                    Tracked::No
-                } else {
-                    Tracked::Meta(mm)
-                }
+                let mm: Map<String, Value> = meta.iter().filter(|(f, _)| !SERVER_METADATA.contains(&f.as_str())).map(|(f, x)| (f.clone(), x.clone())).collect();
+                if mm.is_empty() { Tracked::No } else { Tracked::Meta(mm) }
             }
             _ => Tracked::No,
         },
@@ -1300,14 +1084,7 @@ pub fn created(new: &Value, has_status: bool, status_only: bool, shape: Shape<'_
             }
         };
         path.push(field_pe(k));
-        all_paths(
-            k,
-            v,
-            shape.field(k, true),
-            &mut path,
-            &mut c.changed,
-            !always_present(k),
-        );
+        all_paths(k, v, shape.field(k, true), &mut path, &mut c.changed, !always_present(k));
         path.pop();
     }
     c
@@ -1332,12 +1109,7 @@ thread_local! {
 /// objects share an answer only when `created` would give them the same.
 /// Custom resources, whose list types come from their schema, are not
 /// remembered.
-pub fn created_shared(
-    new: &Value,
-    has_status: bool,
-    status_only: bool,
-    shape: Shape<'_>,
-) -> Arc<Comparison> {
+pub fn created_shared(new: &Value, has_status: bool, status_only: bool, shape: Shape<'_>) -> Arc<Comparison> {
     if !matches!(shape, Shape::Builtin) {
         return Arc::new(created(new, has_status, status_only, shape));
     }
@@ -1402,24 +1174,10 @@ mod tests {
             "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "protocol": "TCP"}]}], "tolerations": [{"key": "k"}], "nodeSelector": {}},
             "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}});
         let bare = json!({"metadata": {"name": "only-server-fields", "uid": "u"}, "data": {"k": "v"}, "binaryData": null});
-        for obj in [
-            pod,
-            bare,
-            deploy(2, "nginx"),
-            json!({"metadata": "odd", "spec": 1}),
-            json!([]),
-        ] {
+        for obj in [pod, bare, deploy(2, "nginx"), json!({"metadata": "odd", "spec": 1}), json!([])] {
             for (has_status, status_only) in [(true, false), (true, true), (false, false)] {
-                let want = compare(
-                    &json!({}),
-                    &tracked(&obj, has_status, status_only),
-                    Shape::Builtin,
-                );
-                assert_eq!(
-                    created(&obj, has_status, status_only, Shape::Builtin),
-                    want,
-                    "{obj} {has_status} {status_only}"
-                );
+                let want = compare(&json!({}), &tracked(&obj, has_status, status_only), Shape::Builtin);
+                assert_eq!(created(&obj, has_status, status_only, Shape::Builtin), want, "{obj} {has_status} {status_only}");
             }
         }
     }
@@ -1456,27 +1214,17 @@ mod tests {
             for obj in &objects {
                 for (has_status, status_only) in [(true, false), (true, true), (false, false)] {
                     let want = created(obj, has_status, status_only, Shape::Builtin);
-                    assert_eq!(
-                        *created_shared(obj, has_status, status_only, Shape::Builtin),
-                        want,
-                        "{obj} {has_status} {status_only}"
-                    );
+                    assert_eq!(*created_shared(obj, has_status, status_only, Shape::Builtin), want, "{obj} {has_status} {status_only}");
                 }
             }
         }
         let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {"l": {"type": "array", "x-kubernetes-list-type": "set"}}}}});
         let cr = json!({"metadata": {"name": "x"}, "spec": {"l": ["a", "b"]}});
-        assert_eq!(
-            *created_shared(&cr, false, false, Shape::Custom(&schema)),
-            created(&cr, false, false, Shape::Custom(&schema))
-        );
+        assert_eq!(*created_shared(&cr, false, false, Shape::Custom(&schema)), created(&cr, false, false, Shape::Custom(&schema)));
         // What a plain create records, written from the shared comparison,
         // is what recording and encoding its entry gives.
         for _ in 0..2 {
-            for obj in objects
-                .iter()
-                .chain([&cr, &json!({"metadata": {"name": "x"}})])
-            {
+            for obj in objects.iter().chain([&cr, &json!({"metadata": {"name": "x"}})]) {
                 for (has_status, status_only) in [(true, false), (true, true), (false, false)] {
                     let cmp = created_shared(obj, has_status, status_only, Shape::Builtin);
                     let sub = if status_only { "status" } else { "" };
@@ -1490,13 +1238,8 @@ mod tests {
                     };
                     let mut entries = Vec::new();
                     assert!(record(&mut entries, me, &cmp, false).is_ok());
-                    let want =
-                        (!entries.iter().all(|e| e.set.is_empty())).then(|| encode(&entries));
-                    assert_eq!(
-                        encode_created("m\"1", "v1", sub, "2026-01-01T00:00:00Z", &cmp),
-                        want,
-                        "{obj} {has_status} {status_only}"
-                    );
+                    let want = (!entries.iter().all(|e| e.set.is_empty())).then(|| encode(&entries));
+                    assert_eq!(encode_created("m\"1", "v1", sub, "2026-01-01T00:00:00Z", &cmp), want, "{obj} {has_status} {status_only}");
                 }
             }
         }
@@ -1509,49 +1252,26 @@ mod tests {
         let mut a = FieldSet::default();
         a.insert(&p(&["f:metadata", "f:labels", "f:app"]));
         a.insert(&p(&["f:metadata", "f:labels"]));
-        a.insert(&p(&[
-            "f:spec",
-            "f:containers",
-            r#"k:{"name":"c\"x"}"#,
-            "f:image",
-        ]));
+        a.insert(&p(&["f:spec", "f:containers", r#"k:{"name":"c\"x"}"#, "f:image"]));
         a.insert(&p(&["f:spec", "f:containers", r#"k:{"name":"c\"x"}"#]));
         a.insert(&p(&["f:spec", "f:finalizers", r#"v:"a""#]));
         let mut b = FieldSet::default();
         b.insert(&p(&["f:status", "f:phase"]));
-        let entry =
-            |manager: &str, operation, subresource: &str, time: Option<&str>, set: &FieldSet| {
-                Entry {
-                    manager: manager.into(),
-                    operation,
-                    api_version: "apps/v1".into(),
-                    subresource: subresource.into(),
-                    time: time.map(str::to_string),
-                    set: set.clone(),
-                }
-            };
+        let entry = |manager: &str, operation, subresource: &str, time: Option<&str>, set: &FieldSet| Entry {
+            manager: manager.into(),
+            operation,
+            api_version: "apps/v1".into(),
+            subresource: subresource.into(),
+            time: time.map(str::to_string),
+            set: set.clone(),
+        };
         let entries = vec![
-            entry(
-                "kubelet",
-                Operation::Update,
-                "status",
-                Some("2026-01-01T00:00:01Z"),
-                &b,
-            ),
+            entry("kubelet", Operation::Update, "status", Some("2026-01-01T00:00:01Z"), &b),
             entry("kubectl", Operation::Apply, "", None, &a),
-            entry(
-                "é\u{1}",
-                Operation::Update,
-                "",
-                Some("2026-01-01T00:00:00Z"),
-                &a,
-            ),
+            entry("é\u{1}", Operation::Update, "", Some("2026-01-01T00:00:00Z"), &a),
             entry("empty", Operation::Update, "", None, &FieldSet::default()),
         ];
-        assert_eq!(
-            encode(&entries),
-            Value::String(encode_list(&entries).to_string())
-        );
+        assert_eq!(encode(&entries), Value::String(encode_list(&entries).to_string()));
         assert_eq!(encode(&[]), Value::String("[]".into()));
     }
 
@@ -1570,50 +1290,26 @@ mod tests {
         let c = &v["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"app\"}"];
         assert_eq!(c["."], json!({}));
         assert_eq!(c["f:image"], json!({}));
-        assert_eq!(
-            c["f:ports"]["k:{\"containerPort\":80,\"protocol\":\"TCP\"}"]["f:containerPort"],
-            json!({})
-        );
+        assert_eq!(c["f:ports"]["k:{\"containerPort\":80,\"protocol\":\"TCP\"}"]["f:containerPort"], json!({}));
         assert_eq!(FieldSet::from_fields_v1(&v).ok(), Some(set));
     }
 
     #[test]
     fn path_strings_as_upstream() {
-        let p = vec![
-            "f:spec".to_string(),
-            "f:containers".into(),
-            "k:{\"name\":\"app\"}".into(),
-            "f:image".into(),
-        ];
+        let p = vec!["f:spec".to_string(), "f:containers".into(), "k:{\"name\":\"app\"}".into(), "f:image".into()];
         assert_eq!(path_string(&p), ".spec.containers[name=\"app\"].image");
-        assert_eq!(
-            path_string(&["f:metadata".into(), "f:finalizers".into(), "v:\"x\"".into()]),
-            ".metadata.finalizers[=\"x\"]"
-        );
+        assert_eq!(path_string(&["f:metadata".into(), "f:finalizers".into(), "v:\"x\"".into()]), ".metadata.finalizers[=\"x\"]");
     }
 
     #[test]
     fn compare_finds_changes_and_removals() {
         let c = compare(&deploy(1, "a"), &deploy(2, "b"), Shape::Builtin);
         let paths: Vec<String> = c.changed.paths().iter().map(|p| path_string(p)).collect();
-        assert_eq!(
-            paths,
-            vec![
-                ".spec.replicas",
-                ".spec.template.spec.containers[name=\"app\"].image"
-            ]
-        );
+        assert_eq!(paths, vec![".spec.replicas", ".spec.template.spec.containers[name=\"app\"].image"]);
         let mut old = deploy(1, "a");
         old["metadata"]["labels"]["tier"] = json!("x");
         let c = compare(&old, &deploy(1, "a"), Shape::Builtin);
-        assert_eq!(
-            c.removed
-                .paths()
-                .iter()
-                .map(|p| path_string(p))
-                .collect::<Vec<_>>(),
-            vec![".metadata.labels.tier"]
-        );
+        assert_eq!(c.removed.paths().iter().map(|p| path_string(p)).collect::<Vec<_>>(), vec![".metadata.labels.tier"]);
     }
 
     #[test]
@@ -1622,39 +1318,12 @@ mod tests {
         if let Some(a) = live["spec"]["template"]["spec"]["containers"].as_array_mut() {
             a.push(json!({"name": "side", "image": "s"}));
         }
-        merge(
-            &mut live,
-            &json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "b"}]}}}}),
-            Shape::Builtin,
-        );
-        assert_eq!(
-            live["spec"]["template"]["spec"]["containers"][0]["image"],
-            json!("b")
-        );
-        assert_eq!(
-            live["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"],
-            json!(80)
-        );
-        assert_eq!(
-            live["spec"]["template"]["spec"]["containers"][1]["name"],
-            json!("side")
-        );
-        remove_path(
-            &mut live,
-            &[
-                "f:spec".into(),
-                "f:template".into(),
-                "f:spec".into(),
-                "f:containers".into(),
-                "k:{\"name\":\"side\"}".into(),
-            ],
-        );
-        assert_eq!(
-            live["spec"]["template"]["spec"]["containers"]
-                .as_array()
-                .map(Vec::len),
-            Some(1)
-        );
+        merge(&mut live, &json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "b"}]}}}}), Shape::Builtin);
+        assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["image"], json!("b"));
+        assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"], json!(80));
+        assert_eq!(live["spec"]["template"]["spec"]["containers"][1]["name"], json!("side"));
+        remove_path(&mut live, &["f:spec".into(), "f:template".into(), "f:spec".into(), "f:containers".into(), "k:{\"name\":\"side\"}".into()]);
+        assert_eq!(live["spec"]["template"]["spec"]["containers"].as_array().map(Vec::len), Some(1));
     }
 
     #[test]
@@ -1667,31 +1336,17 @@ mod tests {
             time: None,
             set: applied_set(&deploy(1, "a"), Shape::Builtin),
         };
-        let me = Entry {
-            manager: "kubectl".into(),
-            operation: Operation::Apply,
-            set: applied_set(&json!({"spec": {"replicas": 3}}), Shape::Builtin),
-            ..other.clone()
-        };
+        let me = Entry { manager: "kubectl".into(), operation: Operation::Apply, set: applied_set(&json!({"spec": {"replicas": 3}}), Shape::Builtin), ..other.clone() };
         let cmp = compare(&deploy(1, "a"), &deploy(3, "a"), Shape::Builtin);
         let mut entries = vec![other.clone()];
-        let err = record(&mut entries, me.clone(), &cmp, false)
-            .err()
-            .unwrap_or_default();
-        assert_eq!(
-            conflict_message(&err),
-            "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas"
-        );
+        let err = record(&mut entries, me.clone(), &cmp, false).err().unwrap_or_default();
+        assert_eq!(conflict_message(&err), "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas");
         // Same value: shared.
         let same = compare(&deploy(1, "a"), &deploy(1, "a"), Shape::Builtin);
         let mut entries = vec![other.clone()];
         assert!(record(&mut entries, me.clone(), &same, false).is_ok());
         assert_eq!(entries.len(), 2);
-        assert!(
-            entries
-                .iter()
-                .all(|e| e.set.has(&["f:spec".into(), "f:replicas".into()]))
-        );
+        assert!(entries.iter().all(|e| e.set.has(&["f:spec".into(), "f:replicas".into()])));
         // Forced: taken over.
         let mut entries = vec![other];
         assert!(record(&mut entries, me, &cmp, true).is_ok());
@@ -1701,10 +1356,7 @@ mod tests {
 
     #[test]
     fn managers_from_user_agents() {
-        assert_eq!(
-            manager_from_user_agent("kubectl/v1.32.0 (linux/amd64) kubernetes/abc"),
-            "kubectl"
-        );
+        assert_eq!(manager_from_user_agent("kubectl/v1.32.0 (linux/amd64) kubernetes/abc"), "kubectl");
         assert_eq!(manager_from_user_agent(&"x".repeat(300)).len(), 128);
     }
 
@@ -1713,10 +1365,7 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
             "items": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"], "items": {"type": "object", "properties": {"id": {"type": "string"}, "v": {"type": "integer"}}}},
             "tags": {"type": "array", "items": {"type": "string"}}}}}});
-        let set = applied_set(
-            &json!({"spec": {"items": [{"id": "a", "v": 1}], "tags": ["x"]}}),
-            Shape::Custom(&schema),
-        );
+        let set = applied_set(&json!({"spec": {"items": [{"id": "a", "v": 1}], "tags": ["x"]}}), Shape::Custom(&schema));
         let v = set.to_fields_v1();
         assert_eq!(v["f:spec"]["f:items"]["k:{\"id\":\"a\"}"]["f:v"], json!({}));
         assert_eq!(v["f:spec"]["f:tags"], json!({}));

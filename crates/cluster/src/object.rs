@@ -20,9 +20,7 @@ pub fn set_path(v: &mut Value, path: &[&str], val: Value) {
         if !cur.is_object() {
             *cur = json!({});
         }
-        let Some(map) = cur.as_object_mut() else {
-            return;
-        };
+        let Some(map) = cur.as_object_mut() else { return };
         if i + 1 == path.len() {
             map.insert((*p).to_string(), val);
             return;
@@ -57,10 +55,7 @@ mod tests {
         set_condition(&mut v, json!({"type": "A", "status": "False"}));
         set_condition(&mut v, json!({"type": "B", "status": "True"}));
         set_condition(&mut v, json!({"type": "A", "status": "True"}));
-        assert_eq!(
-            v,
-            json!({"status": {"conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "True"}]}})
-        );
+        assert_eq!(v, json!({"status": {"conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "True"}]}}));
         set_path(&mut v, &["metadata", "labels", "x"], json!("y"));
         assert_eq!(v["metadata"], json!({"labels": {"x": "y"}}));
     }

@@ -33,7 +33,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use super::jsonptr::Pointer as _;
 use axum::body::Bytes;
 use k8s_openapi::Resource;
 use k8s_openapi::api;
@@ -41,6 +40,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use schemars::SchemaGenerator;
 use schemars::generate::SchemaSettings;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use super::jsonptr::Pointer as _;
 use serde_json::{Map, Value, json};
 
 use super::resources::ResourceInfo;
@@ -68,11 +68,7 @@ impl Doc {
     fn new(value: Value) -> Doc {
         let bytes = Bytes::from(value.to_string());
         let etag = etag_of(&bytes);
-        Doc {
-            bytes,
-            etag,
-            value: Arc::new(value),
-        }
+        Doc { bytes, etag, value: Arc::new(value) }
     }
 }
 
@@ -117,11 +113,7 @@ fn cached(gv: &str, key: u64, build: impl FnOnce() -> Value) -> Doc {
 
 /// The path of a group-version below `/openapi/v3/` (`api/v1`, `apis/g/v`).
 pub fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() {
-        format!("api/{version}")
-    } else {
-        format!("apis/{group}/{version}")
-    }
+    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
 }
 
 /// A hash of what a set of served resources puts into a document: the
@@ -134,11 +126,7 @@ fn key_of<'a>(served: impl Iterator<Item = &'a Arc<ResourceInfo>>) -> u64 {
             c.crd.hash(&mut h);
             c.list_kind.hash(&mut h);
             c.schema.as_ref().map(Value::to_string).hash(&mut h);
-            r.subresources
-                .iter()
-                .map(|(n, _, _)| *n)
-                .collect::<Vec<_>>()
-                .hash(&mut h);
+            r.subresources.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().hash(&mut h);
         }
     }
     h.finish()
@@ -147,17 +135,12 @@ fn key_of<'a>(served: impl Iterator<Item = &'a Arc<ResourceInfo>>) -> u64 {
 impl Documents {
     /// The document of one group-version (`api/v1`, `apis/apps/v1`).
     pub fn v3(&self, served: &[Arc<ResourceInfo>], gv: &str) -> Result<Doc, Error> {
-        let mine: Vec<&Arc<ResourceInfo>> = served
-            .iter()
-            .filter(|r| gv_path(r.group, r.version) == gv)
-            .collect();
+        let mine: Vec<&Arc<ResourceInfo>> = served.iter().filter(|r| gv_path(r.group, r.version) == gv).collect();
         let Some(first) = mine.first() else {
             return Err(Error::NotFound(gv.to_string()));
         };
         let key = key_of(mine.iter().copied());
-        Ok(cached(gv, key, || {
-            v3_document(first.group, first.version, &mine)
-        }))
+        Ok(cached(gv, key, || v3_document(first.group, first.version, &mine)))
     }
 
     /// The v3 root: `{"paths": {"api/v1": {"serverRelativeURL": ...}}}`.
@@ -168,10 +151,7 @@ impl Documents {
         let mut paths = Map::new();
         for gv in gvs {
             if let Ok(d) = self.v3(served, &gv) {
-                paths.insert(
-                    gv.clone(),
-                    json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", d.etag)}),
-                );
+                paths.insert(gv.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", d.etag)}));
             }
         }
         Doc::new(json!({"paths": paths}))
@@ -189,11 +169,7 @@ impl Documents {
     /// `served` is asked for only when the schema is not known yet: a
     /// built-in kind's definition never changes, so it is found once (the
     /// write path asks on every request).
-    pub fn schema_for(
-        &self,
-        served: impl FnOnce() -> Vec<Arc<ResourceInfo>>,
-        info: &ResourceInfo,
-    ) -> Option<(Arc<Value>, String)> {
+    pub fn schema_for(&self, served: impl FnOnce() -> Vec<Arc<ResourceInfo>>, info: &ResourceInfo) -> Option<(Arc<Value>, String)> {
         type Found = Option<(Arc<Value>, String)>;
         type Kind = (&'static str, &'static str, &'static str);
         static BUILTIN: LazyLock<Mutex<HashMap<Kind, Found>>> = LazyLock::new(Mutex::default);
@@ -203,19 +179,13 @@ impl Documents {
         {
             return found.clone();
         }
-        let found = self
-            .v3(&served(), &gv_path(info.group, info.version))
-            .ok()
-            .and_then(|doc| {
-                let name = definition_name(info);
-                doc.value.at(&pointer_to(&name))?;
-                Some((doc.value.clone(), name))
-            });
+        let found = self.v3(&served(), &gv_path(info.group, info.version)).ok().and_then(|doc| {
+            let name = definition_name(info);
+            doc.value.at(&pointer_to(&name))?;
+            Some((doc.value.clone(), name))
+        });
         if info.custom.is_none() {
-            BUILTIN
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key, found.clone());
+            BUILTIN.lock().unwrap_or_else(|e| e.into_inner()).insert(key, found.clone());
         }
         found
     }
@@ -349,12 +319,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 
 /// `$ref` to a built-in kind's schema (adding its definitions to `g`).
-fn builtin_schema(
-    g: &mut SchemaGenerator,
-    group: &str,
-    version: &str,
-    kind: &str,
-) -> Option<schemars::Schema> {
+fn builtin_schema(g: &mut SchemaGenerator, group: &str, version: &str, kind: &str) -> Option<schemars::Schema> {
     with_builtin_kinds!(find_schema!(g, group, version, kind));
     None
 }
@@ -366,11 +331,7 @@ fn builtin_name(group: &str, version: &str, kind: &str) -> Option<String> {
 }
 
 /// The kind a subresource takes and answers, as (group, version, kind).
-fn subresource_gvk<'a>(
-    info: &'a ResourceInfo,
-    sub: &str,
-    kind: &'a str,
-) -> (&'a str, &'a str, &'a str) {
+fn subresource_gvk<'a>(info: &'a ResourceInfo, sub: &str, kind: &'a str) -> (&'a str, &'a str, &'a str) {
     match sub {
         "eviction" => ("policy", "v1", "Eviction"),
         "token" => ("authentication.k8s.io", "v1", "TokenRequest"),
@@ -394,20 +355,14 @@ fn definitions(defs_path: &str, served: &[&Arc<ResourceInfo>]) -> Map<String, Va
         match &r.custom {
             None => {
                 if let Some(s) = builtin_schema(&mut g, r.group, r.version, r.kind)
-                    && let Some(name) = s
-                        .get("$ref")
-                        .and_then(Value::as_str)
-                        .map(|s| ref_name(s).to_string())
+                    && let Some(name) = s.get("$ref").and_then(Value::as_str).map(|s| ref_name(s).to_string())
                 {
                     gvks.push((name, gvk_json(r.group, r.version, r.kind)));
                 }
                 for (sub, kind, _) in r.subresources {
                     let (sg, sv, sk) = subresource_gvk(r, sub, kind);
                     if let Some(s) = builtin_schema(&mut g, sg, sv, sk)
-                        && let Some(name) = s
-                            .get("$ref")
-                            .and_then(Value::as_str)
-                            .map(|s| ref_name(s).to_string())
+                        && let Some(name) = s.get("$ref").and_then(Value::as_str).map(|s| ref_name(s).to_string())
                     {
                         gvks.push((name, gvk_json(sg, sv, sk)));
                     }
@@ -415,9 +370,7 @@ fn definitions(defs_path: &str, served: &[&Arc<ResourceInfo>]) -> Map<String, Va
             }
             Some(c) => {
                 let name = definition_name(r);
-                let mut schema = c.schema.clone().unwrap_or_else(
-                    || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-                );
+                let mut schema = c.schema.clone().unwrap_or_else(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
                 let meta_ref = g.subschema_for::<meta::ObjectMeta>();
                 if let Some(m) = schema.as_object_mut() {
                     let props = m.entry("properties").or_insert_with(|| json!({}));
@@ -426,10 +379,7 @@ fn definitions(defs_path: &str, served: &[&Arc<ResourceInfo>]) -> Map<String, Va
                         p.insert("kind".into(), json!({"description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds", "type": "string"}));
                         p.insert("metadata".into(), json!({"allOf": [meta_ref.as_value()], "description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"}));
                     }
-                    m.insert(
-                        "x-kubernetes-group-version-kind".into(),
-                        json!([gvk_json(r.group, r.version, r.kind)]),
-                    );
+                    m.insert("x-kubernetes-group-version-kind".into(), json!([gvk_json(r.group, r.version, r.kind)]));
                 }
                 customs.push((name, schema));
             }
@@ -449,10 +399,7 @@ fn definitions(defs_path: &str, served: &[&Arc<ResourceInfo>]) -> Map<String, Va
     }
     // meta.k8s.io Status and DeleteOptions are answered and taken by every group.
     if let Some(Value::Object(m)) = defs.get_mut("io.k8s.apimachinery.pkg.apis.meta.v1.Status") {
-        m.insert(
-            "x-kubernetes-group-version-kind".into(),
-            json!([gvk_json("", "v1", "Status")]),
-        );
+        m.insert("x-kubernetes-group-version-kind".into(), json!([gvk_json("", "v1", "Status")]));
     }
     for (name, schema) in customs {
         defs.insert(name, schema);
@@ -500,92 +447,32 @@ fn query_params(action: &str, v2: bool) -> Vec<Value> {
             json!({"name": name, "in": "query", "description": desc, "schema": {"type": ty, "uniqueItems": true}})
         }
     };
-    let dry_run = p(
-        "dryRun",
-        "When present, indicates that modifications should not be persisted. An invalid or unrecognized dryRun directive will result in an error response and no further processing of the request. Valid values are: - All: all dry run stages will be processed",
-        "string",
-    );
-    let field_manager = p(
-        "fieldManager",
-        "fieldManager is a name associated with the actor or entity that is making these changes. The value must be less than or 128 characters long, and only contain printable characters, as defined by https://golang.org/pkg/unicode/#IsPrint.",
-        "string",
-    );
-    let field_validation = p(
-        "fieldValidation",
-        "fieldValidation instructs the server on how to handle objects in the request (POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: - Ignore: This will ignore any unknown fields that are silently dropped from the object, and will ignore all but the last duplicate field that the decoder encounters. This is the default behavior prior to v1.23. - Warn: This will send a warning via the standard warning response header for each unknown field that is dropped from the object, and for each duplicate field that is encountered. The request will still succeed if there are no other errors, and will only persist the last of any duplicate fields. This is the default in v1.23+ - Strict: This will fail the request with a BadRequest error if any unknown fields would be dropped from the object, or if any duplicate fields are present. The error returned from the server will contain all unknown and duplicate fields encountered.",
-        "string",
-    );
+    let dry_run = p("dryRun", "When present, indicates that modifications should not be persisted. An invalid or unrecognized dryRun directive will result in an error response and no further processing of the request. Valid values are: - All: all dry run stages will be processed", "string");
+    let field_manager = p("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes. The value must be less than or 128 characters long, and only contain printable characters, as defined by https://golang.org/pkg/unicode/#IsPrint.", "string");
+    let field_validation = p("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request (POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: - Ignore: This will ignore any unknown fields that are silently dropped from the object, and will ignore all but the last duplicate field that the decoder encounters. This is the default behavior prior to v1.23. - Warn: This will send a warning via the standard warning response header for each unknown field that is dropped from the object, and for each duplicate field that is encountered. The request will still succeed if there are no other errors, and will only persist the last of any duplicate fields. This is the default in v1.23+ - Strict: This will fail the request with a BadRequest error if any unknown fields would be dropped from the object, or if any duplicate fields are present. The error returned from the server will contain all unknown and duplicate fields encountered.", "string");
     match action {
         "post" | "put" => vec![dry_run, field_manager, field_validation],
         "patch" => vec![
             dry_run,
             field_manager,
             field_validation,
-            p(
-                "force",
-                "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests.",
-                "boolean",
-            ),
+            p("force", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests.", "boolean"),
         ],
         "delete" => vec![
             dry_run,
-            p(
-                "gracePeriodSeconds",
-                "The duration in seconds before the object should be deleted. Value must be non-negative integer. The value zero indicates delete immediately. If this value is nil, the default grace period for the specified type will be used. Defaults to a per object value if not specified. zero means delete immediately.",
-                "integer",
-            ),
-            p(
-                "propagationPolicy",
-                "Whether and how garbage collection will be performed. Either this field or OrphanDependents may be set, but not both.",
-                "string",
-            ),
+            p("gracePeriodSeconds", "The duration in seconds before the object should be deleted. Value must be non-negative integer. The value zero indicates delete immediately. If this value is nil, the default grace period for the specified type will be used. Defaults to a per object value if not specified. zero means delete immediately.", "integer"),
+            p("propagationPolicy", "Whether and how garbage collection will be performed. Either this field or OrphanDependents may be set, but not both.", "string"),
         ],
         "list" | "deletecollection" | "watchlist" => vec![
-            p(
-                "allowWatchBookmarks",
-                "allowWatchBookmarks requests watch events with type \"BOOKMARK\".",
-                "boolean",
-            ),
-            p(
-                "continue",
-                "The continue option should be set when retrieving more results from the server.",
-                "string",
-            ),
-            p(
-                "fieldSelector",
-                "A selector to restrict the list of returned objects by their fields. Defaults to everything.",
-                "string",
-            ),
-            p(
-                "labelSelector",
-                "A selector to restrict the list of returned objects by their labels. Defaults to everything.",
-                "string",
-            ),
-            p(
-                "limit",
-                "limit is a maximum number of responses to return for a list call.",
-                "integer",
-            ),
-            p(
-                "resourceVersion",
-                "resourceVersion sets a constraint on what resource versions a request may be served from.",
-                "string",
-            ),
-            p(
-                "sendInitialEvents",
-                "`sendInitialEvents=true` may be set together with `watch=true`.",
-                "boolean",
-            ),
-            p(
-                "timeoutSeconds",
-                "Timeout for the list/watch call.",
-                "integer",
-            ),
-            p(
-                "watch",
-                "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications.",
-                "boolean",
-            ),
+            p("allowWatchBookmarks", "allowWatchBookmarks requests watch events with type \"BOOKMARK\".", "boolean"),
+            p("continue", "The continue option should be set when retrieving more results from the server.", "string"),
+            p("fieldSelector", "A selector to restrict the list of returned objects by their fields. Defaults to everything.", "string"),
+            p("labelSelector", "A selector to restrict the list of returned objects by their labels. Defaults to everything.", "string"),
+            p("limit", "limit is a maximum number of responses to return for a list call.", "integer"),
+            p("resourceVersion", "resourceVersion sets a constraint on what resource versions a request may be served from.", "string"),
+            p("sendInitialEvents", "`sendInitialEvents=true` may be set together with `watch=true`.", "boolean"),
+            p("timeoutSeconds", "Timeout for the list/watch call.", "integer"),
+            p("watch", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications.", "boolean"),
         ],
         _ => vec![],
     }
@@ -620,15 +507,8 @@ fn camel(s: &str) -> String {
 }
 
 /// The paths of one resource: path -> operations.
-fn resource_paths<'a>(
-    r: &'a ResourceInfo,
-    defs: &Map<String, Value>,
-) -> Vec<(String, Vec<Op<'a>>)> {
-    let prefix = if r.group.is_empty() {
-        format!("/api/{}", r.version)
-    } else {
-        format!("/apis/{}/{}", r.group, r.version)
-    };
+fn resource_paths<'a>(r: &'a ResourceInfo, defs: &Map<String, Value>) -> Vec<(String, Vec<Op<'a>>)> {
+    let prefix = if r.group.is_empty() { format!("/api/{}", r.version) } else { format!("/apis/{}/{}", r.group, r.version) };
     let item = definition_name(r);
     if !defs.contains_key(&item) {
         return Vec::new();
@@ -642,51 +522,29 @@ fn resource_paths<'a>(
         None => list_kind.clone(),
     };
     let gvk = (r.group, r.version, r.kind);
-    let gv_tag = camel(&format!(
-        "{}{}",
-        if r.group.is_empty() {
-            "core"
-        } else {
-            r.group.split('.').next().unwrap_or(r.group)
-        },
-        camel(r.version)
-    ));
+    let gv_tag = camel(&format!("{}{}", if r.group.is_empty() { "core" } else { r.group.split('.').next().unwrap_or(r.group) }, camel(r.version)));
     let ns = if r.namespaced { "Namespaced" } else { "" };
     let (coll, one) = if r.namespaced {
-        (
-            format!("{prefix}/namespaces/{{namespace}}/{}", r.plural),
-            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural),
-        )
+        (format!("{prefix}/namespaces/{{namespace}}/{}", r.plural), format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural))
     } else {
-        (
-            format!("{prefix}/{}", r.plural),
-            format!("{prefix}/{}/{{name}}", r.plural),
-        )
+        (format!("{prefix}/{}", r.plural), format!("{prefix}/{}/{{name}}", r.plural))
     };
     let status = "io.k8s.apimachinery.pkg.apis.meta.v1.Status".to_string();
-    let op =
-        |method, action, body: Option<&String>, answer: &String, verb: &str, suffix: &str| Op {
-            method,
-            action,
-            gvk,
-            body: body.cloned(),
-            answer: answer.clone(),
-            op_id: format!("{verb}{gv_tag}{ns}{}{suffix}", r.kind),
-        };
+    let op = |method, action, body: Option<&String>, answer: &String, verb: &str, suffix: &str| Op {
+        method,
+        action,
+        gvk,
+        body: body.cloned(),
+        answer: answer.clone(),
+        op_id: format!("{verb}{gv_tag}{ns}{}{suffix}", r.kind),
+    };
     let mut out = vec![
         (
             coll.clone(),
             vec![
                 op("get", "list", None, &list, "list", ""),
                 op("post", "post", Some(&item), &item, "create", ""),
-                op(
-                    "delete",
-                    "deletecollection",
-                    None,
-                    &status,
-                    "deleteCollection",
-                    "",
-                ),
+                op("delete", "deletecollection", None, &status, "deleteCollection", ""),
             ],
         ),
         (
@@ -694,26 +552,13 @@ fn resource_paths<'a>(
             vec![
                 op("get", "get", None, &item, "read", ""),
                 op("put", "put", Some(&item), &item, "replace", ""),
-                op(
-                    "patch",
-                    "patch",
-                    Some(&"io.k8s.apimachinery.pkg.apis.meta.v1.Patch".to_string()),
-                    &item,
-                    "patch",
-                    "",
-                ),
+                op("patch", "patch", Some(&"io.k8s.apimachinery.pkg.apis.meta.v1.Patch".to_string()), &item, "patch", ""),
                 op("delete", "delete", None, &item, "delete", ""),
             ],
         ),
     ];
     if r.namespaced {
-        out.push((
-            format!("{prefix}/{}", r.plural),
-            vec![Op {
-                op_id: format!("list{gv_tag}{}ForAllNamespaces", r.kind),
-                ..op("get", "list", None, &list, "list", "")
-            }],
-        ));
+        out.push((format!("{prefix}/{}", r.plural), vec![Op { op_id: format!("list{gv_tag}{}ForAllNamespaces", r.kind), ..op("get", "list", None, &list, "list", "") }]));
     }
     for (sub, kind, verbs) in r.subresources {
         let (sg, sv, sk) = subresource_gvk(r, sub, kind);
@@ -731,28 +576,11 @@ fn resource_paths<'a>(
             let o = match *verb {
                 "get" => op("get", "get", None, &sub_name, "read", &suffix),
                 "update" => op("put", "put", Some(&sub_name), &sub_name, "replace", &suffix),
-                "patch" => op(
-                    "patch",
-                    "patch",
-                    Some(&"io.k8s.apimachinery.pkg.apis.meta.v1.Patch".to_string()),
-                    &sub_name,
-                    "patch",
-                    &suffix,
-                ),
-                "create" => op(
-                    "post",
-                    "post",
-                    Some(&sub_name),
-                    &sub_name,
-                    "create",
-                    &suffix,
-                ),
+                "patch" => op("patch", "patch", Some(&"io.k8s.apimachinery.pkg.apis.meta.v1.Patch".to_string()), &sub_name, "patch", &suffix),
+                "create" => op("post", "post", Some(&sub_name), &sub_name, "create", &suffix),
                 _ => continue,
             };
-            ops.push(Op {
-                gvk: (sg, sv, sk),
-                ..o
-            });
+            ops.push(Op { gvk: (sg, sv, sk), ..o });
         }
         out.push((format!("{one}/{sub}"), ops));
     }
@@ -760,11 +588,7 @@ fn resource_paths<'a>(
 }
 
 fn patch_types(custom: bool) -> Vec<&'static str> {
-    let mut v = vec![
-        "application/apply-patch+yaml",
-        "application/json-patch+json",
-        "application/merge-patch+json",
-    ];
+    let mut v = vec!["application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json"];
     if !custom {
         v.push("application/strategic-merge-patch+json");
     }
@@ -784,10 +608,7 @@ fn path_params(path: &str, v2: bool) -> Vec<Value> {
         out.push(p("name", "name of the object"));
     }
     if path.contains("{namespace}") {
-        out.push(p(
-            "namespace",
-            "object name and auth scope, such as for teams and projects",
-        ));
+        out.push(p("namespace", "object name and auth scope, such as for teams and projects"));
     }
     out.push(if v2 {
         json!({"name": "pretty", "in": "query", "description": "If 'true', then the output is pretty printed. Defaults to 'false' unless the user agent indicates a browser or command-line HTTP tool (curl and wget).", "type": "string", "uniqueItems": true})
@@ -797,11 +618,7 @@ fn path_params(path: &str, v2: bool) -> Vec<Value> {
     out
 }
 
-const ANSWER_TYPES: &[&str] = &[
-    "application/json",
-    "application/yaml",
-    "application/vnd.kubernetes.protobuf",
-];
+const ANSWER_TYPES: &[&str] = &["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"];
 
 fn v3_operation(o: &Op<'_>, custom: bool, tag: &str) -> Value {
     let reference = |n: &str| json!({"$ref": format!("#/components/schemas/{n}")});
@@ -813,21 +630,12 @@ fn v3_operation(o: &Op<'_>, custom: bool, tag: &str) -> Value {
         Value::Object(m)
     };
     let mut responses = Map::new();
-    responses.insert(
-        "200".into(),
-        json!({"description": "OK", "content": content(&o.answer)}),
-    );
+    responses.insert("200".into(), json!({"description": "OK", "content": content(&o.answer)}));
     if matches!(o.action, "post" | "put" | "patch") {
-        responses.insert(
-            "201".into(),
-            json!({"description": "Created", "content": content(&o.answer)}),
-        );
+        responses.insert("201".into(), json!({"description": "Created", "content": content(&o.answer)}));
     }
     if matches!(o.action, "post" | "delete") {
-        responses.insert(
-            "202".into(),
-            json!({"description": "Accepted", "content": content(&o.answer)}),
-        );
+        responses.insert("202".into(), json!({"description": "Accepted", "content": content(&o.answer)}));
     }
     responses.insert("401".into(), json!({"description": "Unauthorized"}));
     let mut v = json!({
@@ -838,14 +646,7 @@ fn v3_operation(o: &Op<'_>, custom: bool, tag: &str) -> Value {
         "x-kubernetes-action": o.action,
         "x-kubernetes-group-version-kind": gvk_json(o.gvk.0, o.gvk.1, o.gvk.2),
     });
-    let params = query_params(
-        if o.method == "get" && o.action == "list" {
-            "list"
-        } else {
-            o.action
-        },
-        false,
-    );
+    let params = query_params(if o.method == "get" && o.action == "list" { "list" } else { o.action }, false);
     if !params.is_empty() {
         v["parameters"] = Value::Array(params);
     }
@@ -864,11 +665,7 @@ fn v3_operation(o: &Op<'_>, custom: bool, tag: &str) -> Value {
 }
 
 fn tag_of(group: &str, version: &str) -> String {
-    let g = if group.is_empty() {
-        "core".to_string()
-    } else {
-        group.replace(".k8s.io", "").replace('.', "_")
-    };
+    let g = if group.is_empty() { "core".to_string() } else { group.replace(".k8s.io", "").replace('.', "_") };
     format!("{g}_{version}")
 }
 
@@ -911,28 +708,17 @@ fn v2_document(served: &[&Arc<ResourceInfo>]) -> Value {
         for (path, ops) in resource_paths(r, &defs) {
             let mut item = Map::new();
             for o in &ops {
-                let mut params =
-                    query_params(if o.action == "list" { "list" } else { o.action }, true);
+                let mut params = query_params(if o.action == "list" { "list" } else { o.action }, true);
                 if let Some(b) = &o.body {
                     params.insert(0, json!({"name": "body", "in": "body", "required": true, "schema": reference(b)}));
                 }
                 let mut responses = Map::new();
-                responses.insert(
-                    "200".into(),
-                    json!({"description": "OK", "schema": reference(&o.answer)}),
-                );
+                responses.insert("200".into(), json!({"description": "OK", "schema": reference(&o.answer)}));
                 if matches!(o.action, "post" | "put" | "patch") {
-                    responses.insert(
-                        "201".into(),
-                        json!({"description": "Created", "schema": reference(&o.answer)}),
-                    );
+                    responses.insert("201".into(), json!({"description": "Created", "schema": reference(&o.answer)}));
                 }
                 responses.insert("401".into(), json!({"description": "Unauthorized"}));
-                let consumes: Vec<&str> = if o.method == "patch" {
-                    patch_types(custom)
-                } else {
-                    vec!["*/*"]
-                };
+                let consumes: Vec<&str> = if o.method == "patch" { patch_types(custom) } else { vec!["*/*"] };
                 item.insert(
                     o.method.into(),
                     json!({
@@ -965,12 +751,7 @@ fn v2_document(served: &[&Arc<ResourceInfo>]) -> Value {
 fn unwrap_single_all_of(v: &mut Value) {
     match v {
         Value::Object(m) => {
-            let single = m
-                .get("allOf")
-                .and_then(Value::as_array)
-                .filter(|a| a.len() == 1)
-                .and_then(|a| a[0].get("$ref"))
-                .cloned();
+            let single = m.get("allOf").and_then(Value::as_array).filter(|a| a.len() == 1).and_then(|a| a[0].get("$ref")).cloned();
             if let Some(r) = single {
                 m.remove("allOf");
                 m.insert("$ref".into(), r);
@@ -995,10 +776,7 @@ fn resolve<'a>(doc: &'a Value, mut s: &'a Value) -> &'a Value {
                 Some(t) => s = t,
                 None => return s,
             }
-        } else if let Some(a) = s
-            .get("allOf")
-            .and_then(Value::as_array)
-            .filter(|a| a.len() == 1)
+        } else if let Some(a) = s.get("allOf").and_then(Value::as_array).filter(|a| a.len() == 1)
             && s.get("properties").is_none()
         {
             s = &a[0];
@@ -1020,10 +798,7 @@ fn definition<'a>(doc: &'a Value, name: &str) -> Option<&'a Value> {
 }
 
 fn pointer_to(definition: &str) -> String {
-    format!(
-        "/components/schemas/{}",
-        definition.replace('~', "~0").replace('/', "~1")
-    )
+    format!("/components/schemas/{}", definition.replace('~', "~0").replace('/', "~1"))
 }
 
 /// The schema a value meets: `$ref`s and single `allOf`s followed, the
@@ -1031,24 +806,14 @@ fn pointer_to(definition: &str) -> String {
 /// (JSONSchemaPropsOrBool, ...). `custom` stays on only inside a
 /// CustomResourceDefinition's own schema (a `$ref` leads into a built-in
 /// type, ObjectMeta of a custom resource). None: nothing to check.
-fn shape<'a>(
-    doc: &'a Value,
-    schema: &'a Value,
-    custom: bool,
-    object: bool,
-) -> Option<(&'a Value, bool)> {
+fn shape<'a>(doc: &'a Value, schema: &'a Value, custom: bool, object: bool) -> Option<(&'a Value, bool)> {
     let custom = custom && schema.get("$ref").is_none() && schema.get("allOf").is_none();
     let s = resolve(doc, schema);
     if s.get("properties").is_none()
-        && let Some(alts) = s
-            .get("oneOf")
-            .or_else(|| s.get("anyOf"))
-            .and_then(Value::as_array)
+        && let Some(alts) = s.get("oneOf").or_else(|| s.get("anyOf")).and_then(Value::as_array)
     {
         let want = if object { "object" } else { "array" };
-        let alt = alts
-            .iter()
-            .find(|a| resolve(doc, a).get("type").and_then(Value::as_str) == Some(want))?;
+        let alt = alts.iter().find(|a| resolve(doc, a).get("type").and_then(Value::as_str) == Some(want))?;
         return shape(doc, alt, false, object);
     }
     Some((s, custom))
@@ -1076,11 +841,7 @@ fn field<'a>(s: &'a Value, k: &str, custom: bool, root: bool) -> Field<'a> {
         return Field::Free;
     }
     if let Some(ap) = s.get("additionalProperties") {
-        return if ap.is_object() {
-            Field::Schema(ap)
-        } else {
-            Field::Free
-        };
+        return if ap.is_object() { Field::Schema(ap) } else { Field::Free };
     }
     if props.is_none() && !custom {
         return Field::Free;
@@ -1103,27 +864,13 @@ pub fn unknown_fields(doc: &Value, definition: &str, obj: &Value, custom: bool) 
 }
 
 fn join(path: &str, field: &str) -> String {
-    if path.is_empty() {
-        field.to_string()
-    } else {
-        format!("{path}.{field}")
-    }
+    if path.is_empty() { field.to_string() } else { format!("{path}.{field}") }
 }
 
-fn walk(
-    doc: &Value,
-    schema: &Value,
-    v: &Value,
-    path: &str,
-    custom: bool,
-    root: bool,
-    out: &mut Vec<String>,
-) {
+fn walk(doc: &Value, schema: &Value, v: &Value, path: &str, custom: bool, root: bool, out: &mut Vec<String>) {
     match v {
         Value::Object(m) => {
-            let Some((s, custom)) = shape(doc, schema, custom, true) else {
-                return;
-            };
+            let Some((s, custom)) = shape(doc, schema, custom, true) else { return };
             for (k, child) in m {
                 match field(s, k, custom, root) {
                     Field::Schema(cs) => walk(doc, cs, child, &join(path, k), custom, false, out),
@@ -1133,20 +880,10 @@ fn walk(
             }
         }
         Value::Array(a) => {
-            let Some((s, custom)) = shape(doc, schema, custom, false) else {
-                return;
-            };
+            let Some((s, custom)) = shape(doc, schema, custom, false) else { return };
             if let Some(items) = s.get("items") {
                 for (i, child) in a.iter().enumerate() {
-                    walk(
-                        doc,
-                        items,
-                        child,
-                        &format!("{path}[{i}]"),
-                        custom,
-                        false,
-                        out,
-                    );
+                    walk(doc, items, child, &format!("{path}[{i}]"), custom, false, out);
                 }
             }
         }
@@ -1158,11 +895,7 @@ fn walk(
 /// appear (as upstream's decoder reports them): `duplicate field
 /// "metadata.name"`, `unknown field "spec.bogus"`. With no schema, only
 /// duplicates. Not JSON: nothing (the store answers the syntax error).
-pub fn strict_errors_json(
-    body: &[u8],
-    schema: Option<(&Value, &str)>,
-    custom: bool,
-) -> Vec<String> {
+pub fn strict_errors_json(body: &[u8], schema: Option<(&Value, &str)>, custom: bool) -> Vec<String> {
     strict_walk(body, schema, custom).0
 }
 
@@ -1172,14 +905,7 @@ fn strict_walk(body: &[u8], schema: Option<(&Value, &str)>, custom: bool) -> (Ve
     let mut out = Vec::new();
     let root = schema.and_then(|(doc, def)| Some((doc, doc.at(&pointer_to(def))?)));
     let mut de = serde_json::Deserializer::from_slice(body);
-    let seed = StrictSeed {
-        doc: root.map(|(d, _)| d),
-        schema: root.map(|(_, s)| s),
-        custom,
-        root: true,
-        path: &Seg::Root,
-        out: &mut out,
-    };
+    let seed = StrictSeed { doc: root.map(|(d, _)| d), schema: root.map(|(_, s)| s), custom, root: true, path: &Seg::Root, out: &mut out };
     let whole = seed.deserialize(&mut de).is_ok() && de.end().is_ok();
     (out, whole)
 }
@@ -1243,10 +969,7 @@ fn skeleton(body: &[u8], out: &mut Vec<u8>) -> bool {
 }
 
 fn skip_ws(b: &[u8], i: &mut usize) {
-    while b
-        .get(*i)
-        .is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
-    {
+    while b.get(*i).is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')) {
         *i += 1;
     }
 }
@@ -1269,13 +992,7 @@ fn skeleton_string<'b>(b: &'b [u8], i: &mut usize) -> Option<&'b [u8]> {
 
 /// An object or array whose opening byte `open` is at `b[*i]`: that byte,
 /// then `item` for each member up to `close`, members separated by commas.
-fn skeleton_items(
-    b: &[u8],
-    i: &mut usize,
-    out: &mut Vec<u8>,
-    (open, close): (u8, u8),
-    mut item: impl FnMut(&[u8], &mut usize, &mut Vec<u8>) -> bool,
-) -> bool {
+fn skeleton_items(b: &[u8], i: &mut usize, out: &mut Vec<u8>, (open, close): (u8, u8), mut item: impl FnMut(&[u8], &mut usize, &mut Vec<u8>) -> bool) -> bool {
     out.push(open);
     *i += 1;
     skip_ws(b, i);
@@ -1313,9 +1030,7 @@ fn skeleton_value(b: &[u8], i: &mut usize, out: &mut Vec<u8>, depth: usize) -> b
             if b.get(*i) != Some(&b'"') {
                 return false;
             }
-            let Some(k) = skeleton_string(b, i) else {
-                return false;
-            };
+            let Some(k) = skeleton_string(b, i) else { return false };
             out.extend_from_slice(&(k.len() as u64).to_le_bytes());
             out.extend_from_slice(k);
             skip_ws(b, i);
@@ -1325,9 +1040,7 @@ fn skeleton_value(b: &[u8], i: &mut usize, out: &mut Vec<u8>, depth: usize) -> b
             *i += 1;
             skeleton_value(b, i, out, depth + 1)
         }),
-        b'[' => skeleton_items(b, i, out, (b'[', b']'), |b, i, out| {
-            skeleton_value(b, i, out, depth + 1)
-        }),
+        b'[' => skeleton_items(b, i, out, (b'[', b']'), |b, i, out| skeleton_value(b, i, out, depth + 1)),
         b'"' => {
             out.push(b's');
             skeleton_string(b, i).is_some()
@@ -1345,10 +1058,7 @@ fn skeleton_value(b: &[u8], i: &mut usize, out: &mut Vec<u8>, depth: usize) -> b
         }
         b'-' | b'0'..=b'9' => {
             out.push(b'd');
-            while b
-                .get(*i)
-                .is_some_and(|c| matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
-            {
+            while b.get(*i).is_some_and(|c| matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')) {
                 *i += 1;
             }
             true
@@ -1360,14 +1070,7 @@ fn skeleton_value(b: &[u8], i: &mut usize, out: &mut Vec<u8>, depth: usize) -> b
 /// The fields that appear twice in one JSON object of `body`, as dotted
 /// paths (`metadata.name`), in document order.
 pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
-    strict_errors_json(body, None, false)
-        .into_iter()
-        .filter_map(|e| {
-            e.strip_prefix("duplicate field \"")
-                .and_then(|p| p.strip_suffix('"'))
-                .map(str::to_string)
-        })
-        .collect()
+    strict_errors_json(body, None, false).into_iter().filter_map(|e| e.strip_prefix("duplicate field \"").and_then(|p| p.strip_suffix('"')).map(str::to_string)).collect()
 }
 
 /// Where a value sits in the body, rendered (`spec.containers[0].name`)
@@ -1480,14 +1183,7 @@ impl<'de> Visitor<'de> for StrictSeed<'_, '_, '_> {
         let mut i = 0usize;
         loop {
             let path = Seg::Index(self.path, i);
-            let seed = StrictSeed {
-                doc: self.doc,
-                schema: items,
-                custom,
-                root: false,
-                path: &path,
-                out: &mut *self.out,
-            };
+            let seed = StrictSeed { doc: self.doc, schema: items, custom, root: false, path: &path, out: &mut *self.out };
             if seq.next_element_seed(seed)?.is_none() {
                 return Ok(());
             }
@@ -1502,8 +1198,7 @@ impl<'de> Visitor<'de> for StrictSeed<'_, '_, '_> {
         // Keys seen so far: a short list scanned in order (objects are
         // small); a set once it grows.
         let mut seen: Vec<std::borrow::Cow<'de, str>> = Vec::new();
-        let mut seen_set: std::collections::HashSet<std::borrow::Cow<'de, str>> =
-            std::collections::HashSet::new();
+        let mut seen_set: std::collections::HashSet<std::borrow::Cow<'de, str>> = std::collections::HashSet::new();
         while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
             let mut child = None;
             let mut custom = false;
@@ -1519,8 +1214,7 @@ impl<'de> Visitor<'de> for StrictSeed<'_, '_, '_> {
             };
             let path = Seg::Key(self.path, &k);
             if duplicate {
-                self.out
-                    .push(format!("duplicate field \"{}\"", path.text()));
+                self.out.push(format!("duplicate field \"{}\"", path.text()));
             } else if let Some((s, c)) = shaped {
                 custom = c;
                 match field(s, &k, c, self.root) {
@@ -1529,14 +1223,7 @@ impl<'de> Visitor<'de> for StrictSeed<'_, '_, '_> {
                     Field::Unknown => self.out.push(format!("unknown field \"{}\"", path.text())),
                 }
             }
-            map.next_value_seed(StrictSeed {
-                doc: self.doc,
-                schema: child,
-                custom,
-                root: false,
-                path: &path,
-                out: &mut *self.out,
-            })?;
+            map.next_value_seed(StrictSeed { doc: self.doc, schema: child, custom, root: false, path: &path, out: &mut *self.out })?;
         }
         Ok(())
     }
@@ -1561,9 +1248,7 @@ impl Directive {
             None | Some("") | Some("Warn") => Ok(Directive::Warn),
             Some("Strict") => Ok(Directive::Strict),
             Some("Ignore") => Ok(Directive::Ignore),
-            Some(other) => Err(format!(
-                "fieldValidation: Unsupported value: \"{other}\": supported values: \"Ignore\", \"Strict\", \"Warn\""
-            )),
+            Some(other) => Err(format!("fieldValidation: Unsupported value: \"{other}\": supported values: \"Ignore\", \"Strict\", \"Warn\"")),
         }
     }
 }
@@ -1571,10 +1256,7 @@ impl Directive {
 /// The strict-decoding errors of a body, upstream's words: `unknown field
 /// "spec.bogus"`, `duplicate field "metadata.name"`.
 pub fn strict_errors(unknown: &[String], duplicate: &[String]) -> Vec<String> {
-    let mut v: Vec<String> = duplicate
-        .iter()
-        .map(|p| format!("duplicate field \"{p}\""))
-        .collect();
+    let mut v: Vec<String> = duplicate.iter().map(|p| format!("duplicate field \"{p}\"")).collect();
     v.extend(unknown.iter().map(|p| format!("unknown field \"{p}\"")));
     v
 }
@@ -1594,29 +1276,12 @@ mod tests {
         let s = served();
         let d = docs.v3(&s, "api/v1").unwrap_or_else(|e| panic!("{e}"));
         let pod = &d.value["components"]["schemas"]["io.k8s.api.core.v1.Pod"];
-        assert_eq!(
-            pod["x-kubernetes-group-version-kind"],
-            json!([{"group": "", "kind": "Pod", "version": "v1"}])
-        );
+        assert_eq!(pod["x-kubernetes-group-version-kind"], json!([{"group": "", "kind": "Pod", "version": "v1"}]));
         let patch = &d.value["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
         assert_eq!(patch["x-kubernetes-action"], "patch");
-        let names: Vec<&str> = patch["parameters"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p["name"].as_str())
-            .collect();
-        assert!(
-            names.contains(&"fieldValidation")
-                && names.contains(&"dryRun")
-                && names.contains(&"fieldManager"),
-            "{names:?}"
-        );
-        assert!(
-            patch["requestBody"]["content"]
-                .get("application/strategic-merge-patch+json")
-                .is_some()
-        );
+        let names: Vec<&str> = patch["parameters"].as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
+        assert!(names.contains(&"fieldValidation") && names.contains(&"dryRun") && names.contains(&"fieldManager"), "{names:?}");
+        assert!(patch["requestBody"]["content"].get("application/strategic-merge-patch+json").is_some());
         assert!(d.value["components"]["schemas"]["io.k8s.api.core.v1.PodList"].is_object());
         assert!(d.value["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"].is_object());
         assert_eq!(d.etag.len(), 128);
@@ -1630,13 +1295,8 @@ mod tests {
         let docs = Documents::default();
         let s = served();
         let root = docs.v3_root(&s);
-        let url = root.value["paths"]["apis/apps/v1"]["serverRelativeURL"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let apps = docs
-            .v3(&s, "apis/apps/v1")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let url = root.value["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().unwrap_or_default().to_string();
+        let apps = docs.v3(&s, "apis/apps/v1").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(url, format!("/openapi/v3/apis/apps/v1?hash={}", apps.etag));
         assert!(root.value["paths"].get("api/v1").is_some());
     }
@@ -1649,19 +1309,12 @@ mod tests {
     fn a_shared_strict_check_is_the_strict_check() {
         let docs = Documents::default();
         let s = served();
-        let pods = RESOURCES
-            .iter()
-            .find(|r| r.kind == "Pod")
-            .unwrap_or_else(|| panic!("no pods"));
-        let (doc, def) = docs
-            .schema_for(|| s.clone(), pods)
-            .unwrap_or_else(|| panic!("no schema"));
+        let pods = RESOURCES.iter().find(|r| r.kind == "Pod").unwrap_or_else(|| panic!("no pods"));
+        let (doc, def) = docs.schema_for(|| s.clone(), pods).unwrap_or_else(|| panic!("no schema"));
         let schema = Some((doc.as_ref(), def.as_str()));
         let pod = |name: &str, extra: &str| {
-            format!(
-                r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}", "labels": {{"a": "b"}}{extra}}},
-                "spec": {{"containers": [{{"name": "c", "image": "i", "args": ["x", 1, true, null, -2.5e3]}}], "priority": 7}}}}"#
-            )
+            format!(r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}", "labels": {{"a": "b"}}{extra}}},
+                "spec": {{"containers": [{{"name": "c", "image": "i", "args": ["x", 1, true, null, -2.5e3]}}], "priority": 7}}}}"#)
         };
         let bodies = [
             pod("a", ""),
@@ -1685,24 +1338,13 @@ mod tests {
         ];
         for round in 0..2 {
             for b in &bodies {
-                assert_eq!(
-                    strict_errors_json_shared(b.as_bytes(), schema),
-                    strict_errors_json(b.as_bytes(), schema, false),
-                    "round {round}: {b}"
-                );
-                assert_eq!(
-                    strict_errors_json_shared(b.as_bytes(), None),
-                    strict_errors_json(b.as_bytes(), None, false),
-                    "round {round}: {b}"
-                );
+                assert_eq!(strict_errors_json_shared(b.as_bytes(), schema), strict_errors_json(b.as_bytes(), schema, false), "round {round}: {b}");
+                assert_eq!(strict_errors_json_shared(b.as_bytes(), None), strict_errors_json(b.as_bytes(), None, false), "round {round}: {b}");
             }
         }
         // The skeleton keeps keys and nesting, not scalars.
         let (mut x, mut y) = (Vec::new(), Vec::new());
-        assert!(
-            skeleton(pod("a", "").as_bytes(), &mut x)
-                && skeleton(pod("zzz", "").as_bytes(), &mut y)
-        );
+        assert!(skeleton(pod("a", "").as_bytes(), &mut x) && skeleton(pod("zzz", "").as_bytes(), &mut y));
         assert_eq!(x, y);
         y.clear();
         assert!(skeleton(pod("a", r#", "bogus": 1"#).as_bytes(), &mut y));
@@ -1713,32 +1355,19 @@ mod tests {
     fn unknown_fields_are_named_with_their_paths() {
         let docs = Documents::default();
         let s = served();
-        let pods = RESOURCES
-            .iter()
-            .find(|r| r.kind == "Pod")
-            .unwrap_or_else(|| panic!("no pods"));
-        let (doc, def) = docs
-            .schema_for(|| s.clone(), pods)
-            .unwrap_or_else(|| panic!("no schema"));
+        let pods = RESOURCES.iter().find(|r| r.kind == "Pod").unwrap_or_else(|| panic!("no pods"));
+        let (doc, def) = docs.schema_for(|| s.clone(), pods).unwrap_or_else(|| panic!("no schema"));
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}, "bogus": 1},
             "spec": {"bogus": true, "nodeSelector": {"x": "y"}, "containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}, "extra": 1}]}});
-        assert_eq!(
-            unknown_fields(&doc, &def, &pod, false),
-            vec!["metadata.bogus", "spec.bogus", "spec.containers[0].extra"]
-        );
+        assert_eq!(unknown_fields(&doc, &def, &pod, false), vec!["metadata.bogus", "spec.bogus", "spec.containers[0].extra"]);
     }
 
     #[test]
     fn unknown_fields_inside_one_of_alternatives() {
         let docs = Documents::default();
         let s = served();
-        let crds = RESOURCES
-            .iter()
-            .find(|r| r.kind == "CustomResourceDefinition")
-            .unwrap_or_else(|| panic!("no crds"));
-        let (doc, def) = docs
-            .schema_for(|| s.clone(), crds)
-            .unwrap_or_else(|| panic!("no schema"));
+        let crds = RESOURCES.iter().find(|r| r.kind == "CustomResourceDefinition").unwrap_or_else(|| panic!("no crds"));
+        let (doc, def) = docs.schema_for(|| s.clone(), crds).unwrap_or_else(|| panic!("no schema"));
         let crd = json!({"metadata": {"name": "a.b"}, "spec": {"group": "b", "names": {"plural": "a", "kind": "A"}, "scope": "Namespaced",
             "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object",
                 "properties": {"spec": {"type": "object", "typo": 1, "additionalProperties": {"type": "string", "oops": true}}},
@@ -1756,13 +1385,8 @@ mod tests {
     fn strict_errors_come_in_document_order() {
         let docs = Documents::default();
         let s = served();
-        let pods = RESOURCES
-            .iter()
-            .find(|r| r.kind == "Pod")
-            .unwrap_or_else(|| panic!("no pods"));
-        let (doc, def) = docs
-            .schema_for(|| s.clone(), pods)
-            .unwrap_or_else(|| panic!("no schema"));
+        let pods = RESOURCES.iter().find(|r| r.kind == "Pod").unwrap_or_else(|| panic!("no pods"));
+        let (doc, def) = docs.schema_for(|| s.clone(), pods).unwrap_or_else(|| panic!("no schema"));
         let body = br#"{"spec":{"zeta":1,"containers":[{"name":"c","name":"d","x":{"deep":1}}],"alpha":{"b":2}},"metadata":{"labels":{"any":"v"},"q":1}}"#;
         assert_eq!(
             strict_errors_json(body, Some((&doc, &def)), false),
@@ -1779,10 +1403,7 @@ mod tests {
     #[test]
     fn duplicate_fields_are_found() {
         let body = br#"{"metadata":{"name":"a","name":"b"},"spec":{"containers":[{"name":"c","image":"x","image":"y"}]}}"#;
-        assert_eq!(
-            duplicate_fields(body),
-            vec!["metadata.name", "spec.containers[0].image"]
-        );
+        assert_eq!(duplicate_fields(body), vec!["metadata.name", "spec.containers[0].image"]);
         assert!(duplicate_fields(b"not json").is_empty());
     }
 
@@ -1797,16 +1418,9 @@ mod tests {
             body.push_str(&format!("\"k{i}\":\"v\","));
         }
         body.push_str("\"k3\":\"w\",\"k39\":\"w\"}}}");
-        assert_eq!(
-            duplicate_fields(body.as_bytes()),
-            vec!["metadata.labels.k3", "metadata.labels.k39"]
-        );
-        let body =
-            br#"{"spec":{"containers":[{"name":"a"},{"name":"b","ports":[{"x":1,"x":2}]}]}}"#;
-        assert_eq!(
-            duplicate_fields(body),
-            vec!["spec.containers[1].ports[0].x"]
-        );
+        assert_eq!(duplicate_fields(body.as_bytes()), vec!["metadata.labels.k3", "metadata.labels.k39"]);
+        let body = br#"{"spec":{"containers":[{"name":"a"},{"name":"b","ports":[{"x":1,"x":2}]}]}}"#;
+        assert_eq!(duplicate_fields(body), vec!["spec.containers[1].ports[0].x"]);
     }
 
     #[test]
@@ -1824,10 +1438,7 @@ mod tests {
                 "e": {"type": "object", "x-kubernetes-embedded-resource": true, "properties": {"spec": {"type": "object"}}}}}}}}}});
         let obj = json!({"apiVersion": "x/v1", "kind": "X", "spec": {"a": "1", "b": 2, "free": {"z": 1}, "m": {"one": {"k": "v", "q": 1}},
             "e": {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {"w": 1}}}});
-        assert_eq!(
-            unknown_fields(&doc, "x", &obj, true),
-            vec!["spec.b", "spec.e.spec.w", "spec.m.one.q"]
-        );
+        assert_eq!(unknown_fields(&doc, "x", &obj, true), vec!["spec.b", "spec.e.spec.w", "spec.m.one.q"]);
     }
 
     #[test]

@@ -32,20 +32,12 @@ pub struct PodGcConfig {
 
 impl Default for PodGcConfig {
     fn default() -> Self {
-        Self {
-            enabled: true,
-            quarantine: Duration::from_secs(40),
-            period: Duration::from_secs(20),
-        }
+        Self { enabled: true, quarantine: Duration::from_secs(40), period: Duration::from_secs(20) }
     }
 }
 
 /// Spawn PodGC. It stops when `stop` changes.
-pub fn spawn(
-    store: Arc<Store>,
-    cfg: PodGcConfig,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
+pub fn spawn(store: Arc<Store>, cfg: PodGcConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut nodes = store.subscribe(NODES);
         // Missing node name -> when its pods may be collected.
@@ -84,20 +76,9 @@ pub fn spawn(
 /// Names of the missing nodes that pods are bound to. The pods are read
 /// as stored (lean; see `Obj::field`), not parsed back whole.
 fn orphan_nodes(store: &Store) -> Vec<String> {
-    let Ok(pods) = store.list_bytes(PODS, &Filter::default(), None, None) else {
-        return Vec::new();
-    };
-    let bound: std::collections::HashSet<Cow<'_, str>> = pods
-        .items
-        .iter()
-        .map(|p| p.field("spec.nodeName"))
-        .filter(|n| !n.is_empty())
-        .collect();
-    bound
-        .into_iter()
-        .filter(|n| !store.exists(NODES, "", n))
-        .map(Cow::into_owned)
-        .collect()
+    let Ok(pods) = store.list_bytes(PODS, &Filter::default(), None, None) else { return Vec::new() };
+    let bound: std::collections::HashSet<Cow<'_, str>> = pods.items.iter().map(|p| p.field("spec.nodeName")).filter(|n| !n.is_empty()).collect();
+    bound.into_iter().filter(|n| !store.exists(NODES, "", n)).map(Cow::into_owned).collect()
 }
 
 /// Collect the pods of `node` if it is still missing.
@@ -105,18 +86,10 @@ fn collect(store: &Store, node: &str) {
     if store.exists(NODES, "", node) {
         return;
     }
-    let Ok(pods) = store.list_bytes(PODS, &Filter::default(), None, None) else {
-        return;
-    };
-    for p in pods
-        .items
-        .iter()
-        .filter(|p| p.field("spec.nodeName") == node)
-    {
+    let Ok(pods) = store.list_bytes(PODS, &Filter::default(), None, None) else { return };
+    for p in pods.items.iter().filter(|p| p.field("spec.nodeName") == node) {
         match store.gc_orphan_pod(p.namespace(), p.name(), p.uid()) {
-            Ok(true) => {
-                tracing::info!(pod = %format!("{}/{}", p.namespace(), p.name()), node, "PodGC: forced deletion of orphaned pod")
-            }
+            Ok(true) => tracing::info!(pod = %format!("{}/{}", p.namespace(), p.name()), node, "PodGC: forced deletion of orphaned pod"),
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "PodGC could not delete an orphaned pod"),
         }
@@ -137,21 +110,15 @@ mod tests {
     fn scan_finds_pods_bound_to_missing_nodes() {
         let store = Store::new(StoreConfig::default());
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}});
-        store
-            .create(NAMESPACES, "", ns)
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(NAMESPACES, "", ns).unwrap_or_else(|e| panic!("{e}"));
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "real"}});
-        store
-            .create(NODES, "", node)
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(NODES, "", node).unwrap_or_else(|e| panic!("{e}"));
         let pod = |name: &str, node: Option<&str>| {
             let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
             if let Some(n) = node {
                 p["spec"]["nodeName"] = json!(n);
             }
-            store
-                .create(PODS, "default", p)
-                .unwrap_or_else(|e| panic!("{e}"));
+            store.create(PODS, "default", p).unwrap_or_else(|e| panic!("{e}"));
         };
         pod("on-real", Some("real"));
         pod("on-ghost", Some("ghost"));
@@ -161,10 +128,7 @@ mod tests {
         collect(&store, "real");
         assert_eq!(store.count(PODS), 4);
         collect(&store, "ghost");
-        let left: Vec<String> = store
-            .list_bytes(PODS, &Filter::default(), None, None)
-            .map(|l| l.items.iter().map(|p| p.name().to_string()).collect())
-            .unwrap_or_default();
+        let left: Vec<String> = store.list_bytes(PODS, &Filter::default(), None, None).map(|l| l.items.iter().map(|p| p.name().to_string()).collect()).unwrap_or_default();
         assert_eq!(left, ["on-real", "pending"]);
         assert!(orphan_nodes(&store).is_empty());
     }

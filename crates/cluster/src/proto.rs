@@ -104,10 +104,7 @@ impl Error {
 }
 
 fn malformed(at: &str, what: impl Into<String>) -> Error {
-    Error::Malformed {
-        at: at.to_string(),
-        what: what.into(),
-    }
+    Error::Malformed { at: at.to_string(), what: what.into() }
 }
 
 /// Scalar and message types of the table.
@@ -196,10 +193,7 @@ impl Table {
                 let (ty, map_value) = match ty.strip_prefix("map:") {
                     Some(kv) => {
                         let (k, v) = kv.split_once(':').ok_or_else(bad)?;
-                        (
-                            Ty::parse(k).ok_or_else(bad)?,
-                            Some(Ty::parse(v).ok_or_else(bad)?),
-                        )
+                        (Ty::parse(k).ok_or_else(bad)?, Some(Ty::parse(v).ok_or_else(bad)?))
                     }
                     None => (Ty::parse(&ty).ok_or_else(bad)?, None),
                 };
@@ -218,30 +212,19 @@ impl Table {
             }
             messages.insert(name, fields);
         }
-        let lower = messages
-            .keys()
-            .map(|k| (k.to_ascii_lowercase(), k.clone()))
-            .collect();
+        let lower = messages.keys().map(|k| (k.to_ascii_lowercase(), k.clone())).collect();
         Ok(Table { messages, lower })
     }
 }
 
 fn table() -> Result<&'static Table, Error> {
     static TABLE: OnceLock<Result<Table, String>> = OnceLock::new();
-    TABLE
-        .get_or_init(|| Table::parse(include_str!("proto_schema.json")))
-        .as_ref()
-        .map_err(|e| Error::Table(e.clone()))
+    TABLE.get_or_init(|| Table::parse(include_str!("proto_schema.json"))).as_ref().map_err(|e| Error::Table(e.clone()))
 }
 
 /// Whether a request's Content-Type is the protobuf media type.
 pub fn is_protobuf(content_type: &str) -> bool {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .eq_ignore_ascii_case(MEDIA_TYPE)
+    content_type.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case(MEDIA_TYPE)
 }
 
 /// Decode a protobuf request body (envelope included) into the object's
@@ -259,10 +242,8 @@ pub fn decode(body: &[u8]) -> Result<Value, Error> {
         return Err(Error::MissingTypeMeta("apiVersion"));
     }
     let t = table()?;
-    let name = message_name(t, &env.api_version, &env.kind).ok_or_else(|| Error::NoSchema {
-        api_version: env.api_version.clone(),
-        kind: env.kind.clone(),
-    })?;
+    let name = message_name(t, &env.api_version, &env.kind)
+        .ok_or_else(|| Error::NoSchema { api_version: env.api_version.clone(), kind: env.kind.clone() })?;
     let mut obj = Map::new();
     obj.insert("apiVersion".into(), Value::String(env.api_version));
     obj.insert("kind".into(), Value::String(env.kind.clone()));
@@ -285,12 +266,9 @@ fn message_name<'t>(t: &'t Table, api_version: &str, kind: &str) -> Option<&'t s
         "meta.k8s.io" => "apimachinery.pkg.apis.meta".to_string(),
         g => format!("api.{}", g.split('.').next().unwrap_or(g)),
     };
-    [
-        format!("{module}.{version}.{kind}"),
-        format!("apimachinery.pkg.apis.meta.v1.{kind}"),
-    ]
-    .into_iter()
-    .find_map(|n| t.lower.get(&n.to_ascii_lowercase()).map(String::as_str))
+    [format!("{module}.{version}.{kind}"), format!("apimachinery.pkg.apis.meta.v1.{kind}")]
+        .into_iter()
+        .find_map(|n| t.lower.get(&n.to_ascii_lowercase()).map(String::as_str))
 }
 
 /// `runtime.Unknown`, the envelope.
@@ -303,12 +281,7 @@ struct Envelope<'a> {
 
 impl<'a> Envelope<'a> {
     fn read(buf: &'a [u8]) -> Result<Envelope<'a>, Error> {
-        let mut env = Envelope {
-            api_version: String::new(),
-            kind: String::new(),
-            raw: &[],
-            content_encoding: String::new(),
-        };
+        let mut env = Envelope { api_version: String::new(), kind: String::new(), raw: &[], content_encoding: String::new() };
         let mut r = Reader::new(buf);
         while let Some((tag, wire)) = r.key("Unknown")? {
             match (tag, wire) {
@@ -316,29 +289,14 @@ impl<'a> Envelope<'a> {
                     let mut tm = Reader::new(r.bytes("Unknown.typeMeta")?);
                     while let Some((tag, wire)) = tm.key("Unknown.typeMeta")? {
                         match (tag, wire) {
-                            (1, 2) => {
-                                env.api_version = utf8(
-                                    tm.bytes("Unknown.typeMeta.apiVersion")?,
-                                    "Unknown.typeMeta.apiVersion",
-                                )?
-                            }
-                            (2, 2) => {
-                                env.kind = utf8(
-                                    tm.bytes("Unknown.typeMeta.kind")?,
-                                    "Unknown.typeMeta.kind",
-                                )?
-                            }
+                            (1, 2) => env.api_version = utf8(tm.bytes("Unknown.typeMeta.apiVersion")?, "Unknown.typeMeta.apiVersion")?,
+                            (2, 2) => env.kind = utf8(tm.bytes("Unknown.typeMeta.kind")?, "Unknown.typeMeta.kind")?,
                             _ => tm.skip(wire, "Unknown.typeMeta")?,
                         }
                     }
                 }
                 (2, 2) => env.raw = r.bytes("Unknown.raw")?,
-                (3, 2) => {
-                    env.content_encoding = utf8(
-                        r.bytes("Unknown.contentEncoding")?,
-                        "Unknown.contentEncoding",
-                    )?
-                }
+                (3, 2) => env.content_encoding = utf8(r.bytes("Unknown.contentEncoding")?, "Unknown.contentEncoding")?,
                 _ => r.skip(wire, "Unknown")?,
             }
         }
@@ -370,10 +328,7 @@ impl<'a> Reader<'a> {
     fn varint(&mut self, at: &str) -> Result<u64, Error> {
         let mut v: u64 = 0;
         for i in 0..10 {
-            let b = *self
-                .buf
-                .get(self.pos)
-                .ok_or_else(|| malformed(at, "unexpected end of data in a varint"))?;
+            let b = *self.buf.get(self.pos).ok_or_else(|| malformed(at, "unexpected end of data in a varint"))?;
             self.pos += 1;
             if i == 9 && b > 1 {
                 return Err(malformed(at, "varint overflows 64 bits"));
@@ -387,11 +342,7 @@ impl<'a> Reader<'a> {
     }
 
     fn fixed<const N: usize>(&mut self, at: &str) -> Result<[u8; N], Error> {
-        let end = self
-            .pos
-            .checked_add(N)
-            .filter(|e| *e <= self.buf.len())
-            .ok_or_else(|| malformed(at, "unexpected end of data in a fixed-size value"))?;
+        let end = self.pos.checked_add(N).filter(|e| *e <= self.buf.len()).ok_or_else(|| malformed(at, "unexpected end of data in a fixed-size value"))?;
         let mut out = [0u8; N];
         out.copy_from_slice(&self.buf[self.pos..end]);
         self.pos = end;
@@ -449,26 +400,13 @@ const RAW_EXTENSION: &str = "apimachinery.pkg.runtime.RawExtension";
 
 impl Decoder<'_> {
     /// A message's JSON; None for a value Go writes as absent (the zero time).
-    fn message(
-        &self,
-        name: &str,
-        buf: &[u8],
-        at: &str,
-        depth: usize,
-    ) -> Result<Option<Value>, Error> {
+    fn message(&self, name: &str, buf: &[u8], at: &str, depth: usize) -> Result<Option<Value>, Error> {
         if depth > MAX_DEPTH {
-            return Err(malformed(
-                at,
-                format!("nested deeper than {MAX_DEPTH} messages"),
-            ));
+            return Err(malformed(at, format!("nested deeper than {MAX_DEPTH} messages")));
         }
         match name {
             TIME | MICRO_TIME => return self.time(name == MICRO_TIME, buf, at),
-            DURATION => {
-                return Ok(Some(Value::String(go_duration(
-                    self.int_field(buf, 1, at)?,
-                ))));
-            }
+            DURATION => return Ok(Some(Value::String(go_duration(self.int_field(buf, 1, at)?)))),
             QUANTITY => return Ok(Some(Value::String(self.string_field(buf, 1, at)?))),
             INT_OR_STRING => return self.int_or_string(buf, at).map(Some),
             RAW_EXTENSION | FIELDS_V1 => return raw_json(self.bytes_field(buf, 1, at)?, at),
@@ -477,11 +415,7 @@ impl Decoder<'_> {
             }
             _ => {}
         }
-        let fields = self
-            .t
-            .messages
-            .get(name)
-            .ok_or_else(|| malformed(at, format!("no schema for message {name}")))?;
+        let fields = self.t.messages.get(name).ok_or_else(|| malformed(at, format!("no schema for message {name}")))?;
         let mut obj = Map::new();
         let mut r = Reader::new(buf);
         while let Some((tag, wire)) = r.key(at)? {
@@ -489,23 +423,13 @@ impl Decoder<'_> {
                 r.skip(wire, at)?;
                 continue;
             };
-            let here = if f.inline {
-                at.to_string()
-            } else {
-                format!("{at}.{}", f.json)
-            };
+            let here = if f.inline { at.to_string() } else { format!("{at}.{}", f.json) };
             if let Some(vt) = f.map_value {
                 if wire != 2 {
-                    return Err(malformed(
-                        &here,
-                        format!("wire type {wire} for a map entry"),
-                    ));
+                    return Err(malformed(&here, format!("wire type {wire} for a map entry")));
                 }
                 let (k, v) = self.map_entry(f, vt, r.bytes(&here)?, &here, depth)?;
-                if let Value::Object(m) = obj
-                    .entry(f.json.clone())
-                    .or_insert_with(|| Value::Object(Map::new()))
-                {
+                if let Value::Object(m) = obj.entry(f.json.clone()).or_insert_with(|| Value::Object(Map::new())) {
                     m.insert(k, v);
                 }
                 continue;
@@ -520,14 +444,7 @@ impl Decoder<'_> {
                 continue;
             }
             if wire != f.ty.wire() {
-                return Err(malformed(
-                    &here,
-                    format!(
-                        "wire type {wire}, expected {} for a {:?}",
-                        f.ty.wire(),
-                        f.ty
-                    ),
-                ));
+                return Err(malformed(&here, format!("wire type {wire}, expected {} for a {:?}", f.ty.wire(), f.ty)));
             }
             let v = if f.ty == Ty::Message {
                 let b = r.bytes(&here)?;
@@ -569,21 +486,12 @@ impl Decoder<'_> {
             Ty::Double => float(f64::from_le_bytes(r.fixed::<8>(at)?), at)?,
             Ty::Float => float(f64::from(f32::from_le_bytes(r.fixed::<4>(at)?)), at)?,
             Ty::String => Value::String(utf8(r.bytes(at)?, at)?),
-            Ty::Bytes => {
-                Value::String(base64::engine::general_purpose::STANDARD.encode(r.bytes(at)?))
-            }
+            Ty::Bytes => Value::String(base64::engine::general_purpose::STANDARD.encode(r.bytes(at)?)),
             Ty::Message => return Err(malformed(at, "a message where a scalar was expected")),
         })
     }
 
-    fn map_entry(
-        &self,
-        f: &Field,
-        vt: Ty,
-        buf: &[u8],
-        at: &str,
-        depth: usize,
-    ) -> Result<(String, Value), Error> {
+    fn map_entry(&self, f: &Field, vt: Ty, buf: &[u8], at: &str, depth: usize) -> Result<(String, Value), Error> {
         let mut key = None;
         let mut value = None;
         let mut r = Reader::new(buf);
@@ -600,12 +508,7 @@ impl Decoder<'_> {
                     value = self.message(&f.msg, b, at, depth + 1)?;
                 }
                 2 if wire == vt.wire() => value = Some(self.scalar(vt, &mut r, at)?),
-                1 | 2 => {
-                    return Err(malformed(
-                        at,
-                        format!("wire type {wire} in a map entry's field {tag}"),
-                    ));
-                }
+                1 | 2 => return Err(malformed(at, format!("wire type {wire} in a map entry's field {tag}"))),
                 _ => r.skip(wire, at)?,
             }
         }
@@ -643,9 +546,7 @@ impl Decoder<'_> {
             k8s_openapi::jiff::Timestamp::from_second(secs).map_err(bad)?
         };
         let v = if micro {
-            serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-                ts,
-            ))
+            serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(ts))
         } else {
             serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts))
         };
@@ -663,11 +564,7 @@ impl Decoder<'_> {
                 _ => r.skip(wire, at)?,
             }
         }
-        Ok(if kind == 1 {
-            Value::String(str_val)
-        } else {
-            Value::from(int_val)
-        })
+        Ok(if kind == 1 { Value::String(str_val) } else { Value::from(int_val) })
     }
 
     fn int_field(&self, buf: &[u8], want: u32, at: &str) -> Result<i64, Error> {
@@ -702,19 +599,14 @@ impl Decoder<'_> {
 }
 
 fn push(obj: &mut Map<String, Value>, key: &str, v: Value) {
-    match obj
-        .entry(key.to_string())
-        .or_insert_with(|| Value::Array(Vec::new()))
-    {
+    match obj.entry(key.to_string()).or_insert_with(|| Value::Array(Vec::new())) {
         Value::Array(a) => a.push(v),
         other => *other = Value::Array(vec![v]),
     }
 }
 
 fn float(f: f64, at: &str) -> Result<Value, Error> {
-    serde_json::Number::from_f64(f)
-        .map(Value::Number)
-        .ok_or_else(|| malformed(at, "a NaN or infinite number"))
+    serde_json::Number::from_f64(f).map(Value::Number).ok_or_else(|| malformed(at, "a NaN or infinite number"))
 }
 
 /// Raw JSON bytes (RawExtension, JSON, FieldsV1); absent when empty.
@@ -722,9 +614,7 @@ fn raw_json(b: &[u8], at: &str) -> Result<Option<Value>, Error> {
     if b.is_empty() {
         return Ok(None);
     }
-    serde_json::from_slice(b)
-        .map(Some)
-        .map_err(|e| malformed(at, format!("raw bytes are not JSON: {e}")))
+    serde_json::from_slice(b).map(Some).map_err(|e| malformed(at, format!("raw bytes are not JSON: {e}")))
 }
 
 fn is_zero(v: &Value) -> bool {
@@ -783,10 +673,7 @@ mod tests {
     use serde_json::json;
 
     fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
     /// Hand-built wire bytes.
@@ -862,10 +749,7 @@ mod tests {
     #[test]
     fn kubectl_bodies_decode_to_the_json_kubectl_would_send() {
         let v = decode(&hex(NAMESPACE_HEX)).unwrap();
-        assert_eq!(
-            v,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}, "spec": {}, "status": {}})
-        );
+        assert_eq!(v, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}, "spec": {}, "status": {}}));
 
         let v = decode(&hex(SECRET_HEX)).unwrap();
         assert_eq!(
@@ -875,20 +759,11 @@ mod tests {
 
         // `kubectl create deployment web --image=nginx --replicas=0`
         let v = decode(&hex(DEPLOYMENT_HEX)).unwrap();
-        assert_eq!(
-            v["metadata"],
-            json!({"name": "web", "namespace": "team-a", "labels": {"app": "web"}})
-        );
+        assert_eq!(v["metadata"], json!({"name": "web", "namespace": "team-a", "labels": {"app": "web"}}));
         assert_eq!(v["spec"]["replicas"], 0);
-        assert_eq!(
-            v["spec"]["selector"],
-            json!({"matchLabels": {"app": "web"}})
-        );
+        assert_eq!(v["spec"]["selector"], json!({"matchLabels": {"app": "web"}}));
         assert_eq!(v["spec"]["strategy"], json!({}));
-        assert_eq!(
-            v["spec"]["template"]["metadata"],
-            json!({"labels": {"app": "web"}})
-        );
+        assert_eq!(v["spec"]["template"]["metadata"], json!({"labels": {"app": "web"}}));
         assert_eq!(
             v["spec"]["template"]["spec"],
             json!({"containers": [{"name": "nginx", "image": "nginx", "resources": {}}]})
@@ -897,19 +772,13 @@ mod tests {
 
         // `kubectl create service clusterip svc --tcp=80:8080`
         let v = decode(&hex(SERVICE_HEX)).unwrap();
-        assert_eq!(
-            v["spec"]["ports"],
-            json!([{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}])
-        );
+        assert_eq!(v["spec"]["ports"], json!([{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}]));
         assert_eq!(v["spec"]["type"], "ClusterIP");
         assert_eq!(v["spec"]["selector"], json!({"app": "svc"}));
 
         let v = decode(&hex(TOKEN_REQUEST_HEX)).unwrap();
         // status.token has no omitempty: Go writes "token": "" in JSON too.
-        assert_eq!(
-            v,
-            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "metadata": {}, "spec": {}, "status": {"token": ""}})
-        );
+        assert_eq!(v, json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "metadata": {}, "spec": {}, "status": {"token": ""}}));
     }
 
     #[test]
@@ -974,10 +843,7 @@ mod tests {
         let mut raw = ld(1, &ld(1, b"svc"));
         raw.extend(ld(2, &spec));
         let v = decode(&envelope("v1", "Service", &raw)).unwrap();
-        assert_eq!(
-            v["spec"]["ports"],
-            json!([{"name": "web", "port": 80, "targetPort": "http"}])
-        );
+        assert_eq!(v["spec"]["ports"], json!([{"name": "web", "port": 80, "targetPort": "http"}]));
 
         // PriorityClass value -5 (int32 sign-extended to 10 bytes).
         let mut raw = ld(1, &ld(1, b"low"));
@@ -997,10 +863,7 @@ mod tests {
         let mut raw = ld(1, &ld(1, b"p"));
         raw.extend(ld(2, &ld(2, &c)));
         let v = decode(&envelope("v1", "Pod", &raw)).unwrap();
-        assert_eq!(
-            v["spec"]["containers"][0]["resources"]["requests"]["cpu"],
-            "500m"
-        );
+        assert_eq!(v["spec"]["containers"][0]["resources"]["requests"]["cpu"], "500m");
 
         assert_eq!(go_duration(90_000_000_000), "1m30s");
         assert_eq!(go_duration(1_500_000), "1.5ms");
@@ -1013,10 +876,7 @@ mod tests {
         let mut raw = ld(1, &ld(1, b"p"));
         raw.extend(ld(2, &vi(1, 0)));
         let v = decode(&envelope("policy/v1", "Eviction", &raw)).unwrap();
-        assert_eq!(
-            v,
-            json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"}, "deleteOptions": {"gracePeriodSeconds": 0}})
-        );
+        assert_eq!(v, json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"}, "deleteOptions": {"gracePeriodSeconds": 0}}));
         // pods/binding: Binding{metadata{name}, target{kind, name}}.
         let mut target = ld(1, b"Node");
         target.extend(ld(3, b"n1"));
@@ -1036,20 +896,10 @@ mod tests {
         for _ in 0..150 {
             raw = ld(28, &raw);
         }
-        let e = decode(&envelope(
-            "apiextensions.k8s.io/v1",
-            "JSONSchemaProps",
-            &raw,
-        ))
-        .unwrap_err();
+        let e = decode(&envelope("apiextensions.k8s.io/v1", "JSONSchemaProps", &raw)).unwrap_err();
         assert!(e.to_string().contains("nested deeper"), "{e}");
         // JSONSchemaProps.default (JSON, 8) is its raw JSON.
-        let v = decode(&envelope(
-            "apiextensions.k8s.io/v1",
-            "JSONSchemaProps",
-            &ld(8, &ld(1, br#"{"a":[1]}"#)),
-        ))
-        .unwrap();
+        let v = decode(&envelope("apiextensions.k8s.io/v1", "JSONSchemaProps", &ld(8, &ld(1, br#"{"a":[1]}"#)))).unwrap();
         assert_eq!(v["default"], json!({"a": [1]}));
     }
 
@@ -1061,10 +911,7 @@ mod tests {
         let mut raw = ld(1, &ld(1, b"p"));
         raw.extend(ld(2, &ld(1, &vol)));
         let v = decode(&envelope("v1", "Pod", &raw)).unwrap();
-        assert_eq!(
-            v["spec"]["volumes"],
-            json!([{"name": "scratch", "emptyDir": {}}])
-        );
+        assert_eq!(v["spec"]["volumes"], json!([{"name": "scratch", "emptyDir": {}}]));
     }
 
     #[test]

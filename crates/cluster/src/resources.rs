@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::jsonptr::Pointer as _;
 use k8s_openapi::api;
 use serde::{Serialize, de::DeserializeOwned};
+use super::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 
 /// Errors from normalizing or validating an object.
@@ -117,12 +117,7 @@ pub struct Admission {
 
 impl Admission {
     /// No admission rules.
-    pub const NONE: Admission = Admission {
-        create: None,
-        update: None,
-        settle: None,
-        delete: None,
-    };
+    pub const NONE: Admission = Admission { create: None, update: None, settle: None, delete: None };
 }
 
 /// What the local cluster keeps of a CustomResourceDefinition for one of
@@ -158,11 +153,7 @@ pub struct ScalePaths {
 impl ResourceInfo {
     /// `apiVersion` string (`v1` or `group/version`).
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.to_string()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+        if self.group.is_empty() { self.version.to_string() } else { format!("{}/{}", self.group, self.version) }
     }
 }
 
@@ -176,16 +167,7 @@ fn norm_slice<K: DeserializeOwned + Serialize>(b: &[u8]) -> Result<Value, Error>
     serde_json::to_value(k).map_err(|e| Error::Decode(e.to_string()))
 }
 
-const ALL_VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
+const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
 /// A built-in kind served without a controller: names from its
@@ -207,14 +189,7 @@ const fn has_status(subresources: &[(&str, &str, &[&str])]) -> bool {
     let mut i = 0;
     while i < subresources.len() {
         let name = subresources[i].0.as_bytes();
-        if name.len() == 6
-            && name[0] == b's'
-            && name[1] == b't'
-            && name[2] == b'a'
-            && name[3] == b't'
-            && name[4] == b'u'
-            && name[5] == b's'
-        {
+        if name.len() == 6 && name[0] == b's' && name[1] == b't' && name[2] == b'a' && name[3] == b't' && name[4] == b'u' && name[5] == b's' {
             return true;
         }
         i += 1;
@@ -263,15 +238,7 @@ const POD_SUBRESOURCES: &[(&str, &str, &[&str])] = &[
 ];
 
 /// Pods' selectable fields besides metadata.name/namespace.
-const POD_FIELDS: &[&str] = &[
-    "spec.nodeName",
-    "spec.schedulerName",
-    "spec.restartPolicy",
-    "spec.serviceAccountName",
-    "status.phase",
-    "status.podIP",
-    "status.nominatedNodeName",
-];
+const POD_FIELDS: &[&str] = &["spec.nodeName", "spec.schedulerName", "spec.restartPolicy", "spec.serviceAccountName", "status.phase", "status.podIP", "status.nominatedNodeName"];
 
 /// core/v1 Events' selectable fields besides metadata.name/namespace.
 const CORE_EVENT_FIELDS: &[&str] = &[
@@ -494,18 +461,9 @@ impl Registry {
         let entries = RESOURCES
             .iter()
             .enumerate()
-            .map(|(i, r)| Entry {
-                info: Arc::new(ResourceInfo {
-                    admission: rules(i),
-                    ..r.clone()
-                }),
-                served: true,
-                storage: storage(i),
-            })
+            .map(|(i, r)| Entry { info: Arc::new(ResourceInfo { admission: rules(i), ..r.clone() }), served: true, storage: storage(i) })
             .collect();
-        Registry {
-            entries: RwLock::new(entries),
-        }
+        Registry { entries: RwLock::new(entries) }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Entry>> {
@@ -549,22 +507,12 @@ impl Registry {
 
     /// A served resource by group, version and plural.
     pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<ResId> {
-        self.read().iter().position(|e| {
-            e.served
-                && e.info.group == group
-                && e.info.version == version
-                && e.info.plural == plural
-        })
+        self.read().iter().position(|e| e.served && e.info.group == group && e.info.version == version && e.info.plural == plural)
     }
 
     /// Every served resource, by id.
     pub fn served(&self) -> Vec<(ResId, Arc<ResourceInfo>)> {
-        self.read()
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.served)
-            .map(|(i, e)| (i, e.info.clone()))
-            .collect()
+        self.read().iter().enumerate().filter(|(_, e)| e.served).map(|(i, e)| (i, e.info.clone())).collect()
     }
 
     /// Every id with its description (served or not), for walks over all stores.
@@ -587,31 +535,18 @@ impl Registry {
     /// plural are reused, versions no longer listed are retired. Returns
     /// every id now used by the CRD and how many new ids were handed out
     /// (the caller adds that many stores).
-    pub fn define(
-        &self,
-        crd: &str,
-        versions: Vec<ResourceInfo>,
-        storage_version: &str,
-    ) -> (Vec<ResId>, usize) {
+    pub fn define(&self, crd: &str, versions: Vec<ResourceInfo>, storage_version: &str) -> (Vec<ResId>, usize) {
         let mut g = self.write();
         let before = g.len();
         let mut ids = Vec::new();
         for info in versions {
             let slot = g.iter().position(|e| {
-                e.info.custom.as_ref().is_some_and(|c| c.crd == crd)
-                    && e.info.version == info.version
+                e.info.custom.as_ref().is_some_and(|c| c.crd == crd) && e.info.version == info.version
             });
-            let entry = Entry {
-                info: Arc::new(info),
-                served: true,
-                storage: 0,
-            };
+            let entry = Entry { info: Arc::new(info), served: true, storage: 0 };
             let id = match slot {
                 Some(i) => {
-                    g[i] = Entry {
-                        storage: g[i].storage,
-                        ..entry
-                    };
+                    g[i] = Entry { storage: g[i].storage, ..entry };
                     i
                 }
                 None => {
@@ -626,18 +561,10 @@ impl Registry {
         let existing = g
             .iter()
             .enumerate()
-            .find(|(i, e)| {
-                e.info.custom.as_ref().is_some_and(|c| c.crd == crd)
-                    && e.storage == *i
-                    && *i < before
-            })
+            .find(|(i, e)| e.info.custom.as_ref().is_some_and(|c| c.crd == crd) && e.storage == *i && *i < before)
             .map(|(i, _)| i);
         let storage = existing
-            .or_else(|| {
-                ids.iter()
-                    .copied()
-                    .find(|i| g[*i].info.version == storage_version)
-            })
+            .or_else(|| ids.iter().copied().find(|i| g[*i].info.version == storage_version))
             .or_else(|| ids.first().copied())
             .unwrap_or(0);
         for (i, e) in g.iter_mut().enumerate() {
@@ -700,11 +627,7 @@ pub fn intern_list(items: &[String]) -> &'static [&'static str] {
 
 /// The subresource table of a custom resource of kind `kind` (status only
 /// when its CRD declares it; `scale` is not served).
-pub fn custom_subresources(
-    kind: &str,
-    status: bool,
-    scale: bool,
-) -> &'static [(&'static str, &'static str, &'static [&'static str])] {
+pub fn custom_subresources(kind: &str, status: bool, scale: bool) -> &'static [(&'static str, &'static str, &'static [&'static str])] {
     type Subs = &'static [(&'static str, &'static str, &'static [&'static str])];
     /// (kind, status, scale).
     type Key = (String, bool, bool);
@@ -765,13 +688,9 @@ pub fn version_priority(v: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Rever
 /// is applied by the store).
 pub fn norm_custom(v: Value) -> Result<Value, Error> {
     if !v.is_object() {
-        return Err(Error::Decode(
-            "the body of the request must be a JSON object".into(),
-        ));
+        return Err(Error::Decode("the body of the request must be a JSON object".into()));
     }
-    if v.get("metadata")
-        .is_some_and(|m| !m.is_object() && !m.is_null())
-    {
+    if v.get("metadata").is_some_and(|m| !m.is_object() && !m.is_null()) {
         return Err(Error::Decode("metadata must be an object".into()));
     }
     Ok(v)
@@ -785,9 +704,7 @@ pub fn norm_custom_slice(b: &[u8]) -> Result<Value, Error> {
 
 /// Find a resource by group, version and plural.
 pub fn lookup(group: &str, version: &str, plural: &str) -> Option<ResId> {
-    RESOURCES
-        .iter()
-        .position(|r| r.group == group && r.version == version && r.plural == plural)
+    RESOURCES.iter().position(|r| r.group == group && r.version == version && r.plural == plural)
 }
 
 /// Find the resource serving a k8s-openapi type.
@@ -817,9 +734,7 @@ pub fn check_type(v: &mut Value, api_version: &str, kind: &str) -> Result<(), Er
         }
         Some(k) if k == kind => {}
         Some(k) => {
-            return Err(Error::WrongType(format!(
-                "the kind in the data ({k}) does not match the expected kind ({kind})"
-            )));
+            return Err(Error::WrongType(format!("the kind in the data ({k}) does not match the expected kind ({kind})")));
         }
     }
     Ok(())
@@ -846,9 +761,7 @@ pub fn validate_object_name(info: &ResourceInfo, name: &str) -> Option<String> {
 pub fn validate_name(name: &str) -> Option<String> {
     let ok = !name.is_empty()
         && name.len() <= 253
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
     if ok {
@@ -867,10 +780,7 @@ fn quantity_present<'a>(c: &'a Value, which: &str, res: &str) -> Option<&'a str>
 /// Compute the pod QoS class from its containers' requests and limits.
 pub fn qos_class(pod: &Value) -> &'static str {
     let spec = pod.get("spec");
-    let containers = ["containers", "initContainers"]
-        .into_iter()
-        .filter_map(|key| spec?.get(key)?.as_array())
-        .flatten();
+    let containers = ["containers", "initContainers"].into_iter().filter_map(|key| spec?.get(key)?.as_array()).flatten();
     let mut any = false;
     let mut guaranteed = true;
     for c in containers {
@@ -935,10 +845,7 @@ pub fn int_or_percent(v: &Value, total: i64) -> Option<i64> {
 
 /// Is the pod counted as healthy by the disruption controller?
 pub fn pod_healthy(pod: &Value) -> bool {
-    if pod
-        .at("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
-    {
+    if pod.at("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()) {
         return false;
     }
     let ready = pod
@@ -946,8 +853,7 @@ pub fn pod_healthy(pod: &Value) -> bool {
         .and_then(Value::as_array)
         .is_some_and(|cs| {
             cs.iter().any(|c| {
-                c.get("type").and_then(Value::as_str) == Some("Ready")
-                    && c.get("status").and_then(Value::as_str) == Some("True")
+                c.get("type").and_then(Value::as_str) == Some("Ready") && c.get("status").and_then(Value::as_str) == Some("True")
             })
         });
     ready && pod.at("/status/phase").and_then(Value::as_str) == Some("Running")
@@ -964,10 +870,7 @@ pub fn pdb_status(pdb: &Value, pods: &[&Value], now: &str) -> Value {
             .iter()
             .filter(|p| s.matches_object(p))
             .filter(|p| {
-                !matches!(
-                    p.at("/status/phase").and_then(Value::as_str),
-                    Some("Succeeded") | Some("Failed")
-                )
+                !matches!(p.at("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed"))
             })
             .collect(),
         _ => Vec::new(),
@@ -983,24 +886,15 @@ pub fn pdb_status(pdb: &Value, pods: &[&Value], now: &str) -> Value {
     }
     .max(0);
     let allowed = (healthy - desired).max(0);
-    let generation = pdb
-        .at("/metadata/generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
+    let generation = pdb.at("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
     let old_cond_time = pdb
         .at("/status/conditions/0/lastTransitionTime")
         .and_then(Value::as_str)
         .unwrap_or(now)
         .to_string();
-    let old_allowed = pdb
-        .at("/status/conditions/0/status")
-        .and_then(Value::as_str);
+    let old_allowed = pdb.at("/status/conditions/0/status").and_then(Value::as_str);
     let status_str = if allowed > 0 { "True" } else { "False" };
-    let ltt = if old_allowed == Some(status_str) {
-        old_cond_time
-    } else {
-        now.to_string()
-    };
+    let ltt = if old_allowed == Some(status_str) { old_cond_time } else { now.to_string() };
     json!({
         "currentHealthy": healthy,
         "desiredHealthy": desired,
@@ -1024,16 +918,8 @@ mod tests {
 
     #[test]
     fn resource_constants_name_the_dra_kinds() {
-        for (r, kind) in [
-            (RESOURCECLAIMS, "ResourceClaim"),
-            (RESOURCECLAIMTEMPLATES, "ResourceClaimTemplate"),
-            (DEVICECLASSES, "DeviceClass"),
-            (RESOURCESLICES, "ResourceSlice"),
-        ] {
-            assert_eq!(
-                (RESOURCES[r].group, RESOURCES[r].kind),
-                ("resource.k8s.io", kind)
-            );
+        for (r, kind) in [(RESOURCECLAIMS, "ResourceClaim"), (RESOURCECLAIMTEMPLATES, "ResourceClaimTemplate"), (DEVICECLASSES, "DeviceClass"), (RESOURCESLICES, "ResourceSlice")] {
+            assert_eq!((RESOURCES[r].group, RESOURCES[r].kind), ("resource.k8s.io", kind));
         }
     }
 
@@ -1041,35 +927,13 @@ mod tests {
     fn events_k8s_io_selects_all_but_source() {
         assert_eq!(EVENTS_V1_SELECTABLE.len() + 1, EVENTS_SELECTABLE.len());
         assert!(!EVENTS_V1_SELECTABLE.contains(&"source") && EVENTS_SELECTABLE.contains(&"source"));
-        assert!(
-            EVENTS_V1_SELECTABLE
-                .iter()
-                .all(|f| EVENTS_SELECTABLE.contains(f))
-        );
+        assert!(EVENTS_V1_SELECTABLE.iter().all(|f| EVENTS_SELECTABLE.contains(f)));
     }
 
     #[test]
     fn resource_ids_match_the_table() {
-        for (id, plural) in [
-            (JOBS, "jobs"),
-            (REPLICASETS, "replicasets"),
-            (DEPLOYMENTS, "deployments"),
-            (SERVICE_ACCOUNTS, "serviceaccounts"),
-            (SECRETS, "secrets"),
-            (CONFIGMAPS, "configmaps"),
-            (PODGROUPS, "podgroups"),
-            (WORKLOADS, "workloads"),
-            (CRDS, "customresourcedefinitions"),
-            (NAMESPACES, "namespaces"),
-            (NODES, "nodes"),
-            (PODS, "pods"),
-            (PDBS, "poddisruptionbudgets"),
-            (PVS, "persistentvolumes"),
-            (PVCS, "persistentvolumeclaims"),
-            (STORAGE_CLASSES, "storageclasses"),
-            (CSINODES, "csinodes"),
-            (CSIDRIVERS, "csidrivers"),
-        ] {
+        for (id, plural) in [(JOBS, "jobs"), (REPLICASETS, "replicasets"), (DEPLOYMENTS, "deployments"), (SERVICE_ACCOUNTS, "serviceaccounts"), (SECRETS, "secrets"), (CONFIGMAPS, "configmaps"), (PODGROUPS, "podgroups"), (WORKLOADS, "workloads"), (CRDS, "customresourcedefinitions"), (NAMESPACES, "namespaces"), (NODES, "nodes"), (PODS, "pods"), (PDBS, "poddisruptionbudgets"), (PVS, "persistentvolumes"),
+            (PVCS, "persistentvolumeclaims"), (STORAGE_CLASSES, "storageclasses"), (CSINODES, "csinodes"), (CSIDRIVERS, "csidrivers")] {
             assert_eq!(RESOURCES[id].plural, plural);
         }
     }
@@ -1078,13 +942,7 @@ mod tests {
     fn every_served_resource_is_named_once() {
         let mut seen = std::collections::HashSet::new();
         for r in RESOURCES {
-            assert!(
-                seen.insert((r.group, r.version, r.plural)),
-                "{}/{} {} twice",
-                r.group,
-                r.version,
-                r.plural
-            );
+            assert!(seen.insert((r.group, r.version, r.plural)), "{}/{} {} twice", r.group, r.version, r.plural);
         }
     }
 
@@ -1100,14 +958,8 @@ mod tests {
 
     #[test]
     fn durations_and_percent() {
-        assert_eq!(
-            parse_duration("5s"),
-            Some(std::time::Duration::from_secs(5))
-        );
-        assert_eq!(
-            parse_duration("100ms"),
-            Some(std::time::Duration::from_millis(100))
-        );
+        assert_eq!(parse_duration("5s"), Some(std::time::Duration::from_secs(5)));
+        assert_eq!(parse_duration("100ms"), Some(std::time::Duration::from_millis(100)));
         assert_eq!(parse_duration("x"), None);
         assert_eq!(int_or_percent(&json!("50%"), 3), Some(2));
         assert_eq!(int_or_percent(&json!(2), 3), Some(2));
@@ -1115,15 +967,16 @@ mod tests {
 
     #[test]
     fn pdb_maths() {
-        let pod = |ready: bool| json!({"metadata": {"labels": {"app": "a"}}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}});
+        let pod = |ready: bool| {
+            json!({"metadata": {"labels": {"app": "a"}}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}})
+        };
         let pods = [pod(true), pod(true), pod(false)];
         let refs: Vec<&Value> = pods.iter().collect();
         let pdb = json!({"spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "a"}}}});
         let st = pdb_status(&pdb, &refs, "t");
         assert_eq!(st["disruptionsAllowed"], 0);
         assert_eq!(st["expectedPods"], 3);
-        let pdb =
-            json!({"spec": {"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "a"}}}});
+        let pdb = json!({"spec": {"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "a"}}}});
         let st = pdb_status(&pdb, &refs, "t");
         assert_eq!(st["desiredHealthy"], 1);
         assert_eq!(st["disruptionsAllowed"], 1);

@@ -19,24 +19,9 @@ pub fn selector_string(sel: &Value) -> String {
             reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or(""))));
         }
     }
-    for e in sel
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let key = e
-            .get("key")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let mut values: Vec<&str> = e
-            .get("values")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+    for e in sel.get("matchExpressions").and_then(Value::as_array).into_iter().flatten() {
+        let key = e.get("key").and_then(Value::as_str).unwrap_or("").to_string();
+        let mut values: Vec<&str> = e.get("values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
         values.sort_unstable();
         let text = match e.get("operator").and_then(Value::as_str).unwrap_or("") {
             "In" => format!("{key} in ({})", values.join(",")),
@@ -48,10 +33,7 @@ pub fn selector_string(sel: &Value) -> String {
         reqs.push((key, text));
     }
     reqs.sort();
-    reqs.into_iter()
-        .map(|(_, t)| t)
-        .collect::<Vec<_>>()
-        .join(",")
+    reqs.into_iter().map(|(_, t)| t).collect::<Vec<_>>().join(",")
 }
 
 /// (spec replicas, status replicas, selector and whether it is a label
@@ -64,24 +46,12 @@ type Paths = (String, String, Option<(String, bool)>);
 /// says (the selector already a string). None: no scale subresource.
 fn paths(info: &ResourceInfo) -> Option<Paths> {
     match &info.custom {
-        Some(c) => c.scale.as_ref().map(|s| {
-            (
-                s.spec_replicas.clone(),
-                s.status_replicas.clone(),
-                s.label_selector.clone().map(|p| (p, false)),
-            )
-        }),
+        Some(c) => c.scale.as_ref().map(|s| (s.spec_replicas.clone(), s.status_replicas.clone(), s.label_selector.clone().map(|p| (p, false)))),
         None => info
             .subresources
             .iter()
             .any(|(n, _, _)| *n == "scale")
-            .then(|| {
-                (
-                    "/spec/replicas".to_string(),
-                    "/status/replicas".to_string(),
-                    Some(("/spec/selector".to_string(), true)),
-                )
-            }),
+            .then(|| ("/spec/replicas".to_string(), "/status/replicas".to_string(), Some(("/spec/selector".to_string(), true)))),
     }
 }
 
@@ -90,13 +60,7 @@ pub fn scale_of(info: &ResourceInfo, obj: &Value) -> Option<Value> {
     let (spec, status, selector) = paths(info)?;
     let int = |p: &str| obj.at(p).and_then(Value::as_i64).unwrap_or(0);
     let mut meta = Map::new();
-    for f in [
-        "name",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "creationTimestamp",
-    ] {
+    for f in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
         if let Some(v) = obj.at(&format!("/metadata/{f}")).filter(|v| !v.is_null()) {
             meta.insert(f.into(), v.clone());
         }
@@ -116,9 +80,7 @@ pub fn scale_of(info: &ResourceInfo, obj: &Value) -> Option<Value> {
     if let Some(s) = sel.filter(|s| !s.is_empty()) {
         st["selector"] = json!(s);
     }
-    Some(
-        json!({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": meta, "spec": {"replicas": desired}, "status": st}),
-    )
+    Some(json!({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": meta, "spec": {"replicas": desired}, "status": st}))
 }
 
 /// Why a Scale cannot be applied: field errors as upstream words them.
@@ -126,16 +88,10 @@ pub fn validate(scale: &Value) -> Vec<String> {
     match scale.at("/spec/replicas") {
         None | Some(Value::Null) => Vec::new(),
         Some(v) => match v.as_i64() {
-            Some(n) if n < 0 => vec![format!(
-                "spec.replicas: Invalid value: {n}: must be greater than or equal to 0"
-            )],
-            Some(n) if n > i64::from(i32::MAX) => vec![format!(
-                "spec.replicas: Invalid value: {n}: must be no more than 2147483647"
-            )],
+            Some(n) if n < 0 => vec![format!("spec.replicas: Invalid value: {n}: must be greater than or equal to 0")],
+            Some(n) if n > i64::from(i32::MAX) => vec![format!("spec.replicas: Invalid value: {n}: must be no more than 2147483647")],
             Some(_) => Vec::new(),
-            None => vec![format!(
-                "spec.replicas: Invalid value: {v}: must be an integer"
-            )],
+            None => vec![format!("spec.replicas: Invalid value: {v}: must be an integer")],
         },
     }
 }
@@ -144,19 +100,12 @@ pub fn validate(scale: &Value) -> Vec<String> {
 /// `scale`, with the Scale's resourceVersion as a precondition (if any).
 pub fn replicas_patch(info: &ResourceInfo, scale: &Value) -> Option<Value> {
     let (spec, _, _) = paths(info)?;
-    let replicas = scale
-        .at("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
+    let replicas = scale.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
     let mut patch = json!(replicas);
     for seg in spec.trim_start_matches('/').split('/').rev() {
         patch = json!({ seg: patch });
     }
-    if let Some(rv) = scale
-        .at("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .filter(|rv| !rv.is_empty())
-    {
+    if let Some(rv) = scale.at("/metadata/resourceVersion").and_then(Value::as_str).filter(|rv| !rv.is_empty()) {
         patch["metadata"] = json!({"resourceVersion": rv});
     }
     Some(patch)
@@ -174,12 +123,7 @@ mod tests {
 
     #[test]
     fn negative_replicas_are_refused() {
-        assert_eq!(
-            validate(&json!({"spec": {"replicas": -1}})),
-            vec![
-                "spec.replicas: Invalid value: -1: must be greater than or equal to 0".to_string()
-            ]
-        );
+        assert_eq!(validate(&json!({"spec": {"replicas": -1}})), vec!["spec.replicas: Invalid value: -1: must be greater than or equal to 0".to_string()]);
         assert!(validate(&json!({"spec": {"replicas": 3}})).is_empty());
     }
 }

@@ -151,23 +151,12 @@ impl LabelSelector {
         }
         if let Some(exprs) = v.get("matchExpressions").and_then(Value::as_array) {
             for e in exprs {
-                let key = e
-                    .get("key")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                let op = e
-                    .get("operator")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+                let key = e.get("key").and_then(Value::as_str).unwrap_or_default().to_string();
+                let op = e.get("operator").and_then(Value::as_str).unwrap_or_default();
                 let vals: Vec<String> = e
                     .get("values")
                     .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(str::to_string))
-                            .collect()
-                    })
+                    .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
                     .unwrap_or_default();
                 reqs.push(match op {
                     "In" => Requirement::In(key, vals),
@@ -251,17 +240,10 @@ impl FieldSelector {
                 return Err(Error::BadFieldSelector(p.to_string()));
             };
             let field = field.trim();
-            if !(field == "metadata.name"
-                || field == "metadata.namespace"
-                || supported.contains(&field))
-            {
+            if !(field == "metadata.name" || field == "metadata.namespace" || supported.contains(&field)) {
                 return Err(Error::UnsupportedField(field.to_string()));
             }
-            reqs.push(FieldReq {
-                pointer: field_pointer(field),
-                value: value.trim().to_string(),
-                eq,
-            });
+            reqs.push(FieldReq { pointer: field_pointer(field), value: value.trim().to_string(), eq });
         }
         Ok(Self { reqs })
     }
@@ -279,9 +261,7 @@ impl FieldSelector {
     /// Does an object whose fields are read through `get` (JSON pointer to
     /// the field's text, see [`field_text`]) match?
     pub fn matches_with(&self, get: impl Fn(&str) -> String) -> bool {
-        self.reqs
-            .iter()
-            .all(|r| (get(&r.pointer) == r.value) == r.eq)
+        self.reqs.iter().all(|r| (get(&r.pointer) == r.value) == r.eq)
     }
 }
 
@@ -328,10 +308,9 @@ impl Filter {
     /// Does the object pass?
     pub fn matches(&self, obj: &Value) -> bool {
         if let Some(ns) = &self.namespace
-            && obj.at("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str())
-        {
-            return false;
-        }
+            && obj.at("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str()) {
+                return false;
+            }
         self.labels.matches_object(obj) && self.fields.matches(obj)
     }
 }
@@ -344,20 +323,8 @@ mod tests {
     #[test]
     fn a_field_read_by_name_is_the_field_read_by_pointer() {
         let obj = json!({"spec": {"nodeName": "n1", "hostNetwork": true, "priority": 7, "list": ["a"]}, "status": {}});
-        for f in [
-            "spec.nodeName",
-            "spec.hostNetwork",
-            "spec.priority",
-            "spec.list",
-            "status.phase",
-            "missing.deeper.still",
-            "spec",
-        ] {
-            assert_eq!(
-                field_text_at(&obj, f),
-                field_text(obj.pointer(&field_pointer(f))),
-                "{f}"
-            );
+        for f in ["spec.nodeName", "spec.hostNetwork", "spec.priority", "spec.list", "status.phase", "missing.deeper.still", "spec"] {
+            assert_eq!(field_text_at(&obj, f), field_text(obj.pointer(&field_pointer(f))), "{f}");
         }
     }
 
@@ -382,11 +349,9 @@ mod tests {
     #[test]
     fn field_selectors() {
         let obj = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}});
-        let f = FieldSelector::parse("spec.nodeName=n1,metadata.name!=q", &["spec.nodeName"])
-            .map(|f| f.matches(&obj));
+        let f = FieldSelector::parse("spec.nodeName=n1,metadata.name!=q", &["spec.nodeName"]).map(|f| f.matches(&obj));
         assert_eq!(f, Ok(true));
-        let f = FieldSelector::parse("spec.nodeName=", &["spec.nodeName"])
-            .map(|f| f.matches(&json!({})));
+        let f = FieldSelector::parse("spec.nodeName=", &["spec.nodeName"]).map(|f| f.matches(&json!({})));
         assert_eq!(f, Ok(true));
         assert!(FieldSelector::parse("spec.foo=1", &[]).is_err());
         assert!(FieldSelector::parse("garbage", &[]).is_err());

@@ -9,12 +9,8 @@ use super::resources::ResourceInfo;
 use super::store::ListResult;
 
 fn age(ts: &str) -> String {
-    let Ok(t) = chrono::DateTime::parse_from_rfc3339(ts) else {
-        return "<unknown>".into();
-    };
-    let s = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
-        .num_seconds()
-        .max(0);
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(ts) else { return "<unknown>".into() };
+    let s = (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds().max(0);
     if s < 120 {
         format!("{s}s")
     } else if s < 7200 {
@@ -31,11 +27,7 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
 }
 
 fn or_none(x: &str) -> String {
-    if x.is_empty() {
-        "<none>".into()
-    } else {
-        x.to_string()
-    }
+    if x.is_empty() { "<none>".into() } else { x.to_string() }
 }
 
 fn col(name: &str, ty: &str, priority: u8) -> Value {
@@ -50,13 +42,7 @@ fn int(v: &Value, p: &str) -> i64 {
 /// `.spec.items[0].name`), rendered as kubectl shows it.
 fn json_path<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     let mut cur = v;
-    for part in path
-        .trim_start_matches('{')
-        .trim_end_matches('}')
-        .trim_start_matches('.')
-        .split('.')
-        .filter(|p| !p.is_empty())
-    {
+    for part in path.trim_start_matches('{').trim_end_matches('}').trim_start_matches('.').split('.').filter(|p| !p.is_empty()) {
         let (key, index) = match part.split_once('[') {
             Some((k, rest)) => (k, rest.trim_end_matches(']').parse::<usize>().ok()),
             None => (part, None),
@@ -103,9 +89,7 @@ impl Include {
             "" | "Metadata" => Ok(Include::Metadata),
             "None" => Ok(Include::None),
             "Object" => Ok(Include::Object),
-            other => Err(format!(
-                "includeObject: Invalid value: {other:?}: must be 'Metadata', 'Object', 'None', or empty"
-            )),
+            other => Err(format!("includeObject: Invalid value: {other:?}: must be 'Metadata', 'Object', 'None', or empty")),
         }
     }
 }
@@ -136,24 +120,13 @@ fn wire(v: &Value) -> Value {
 /// Render a list as a Table (rows carry what `include` asks for of each
 /// object); custom resources get their CRD's additionalPrinterColumns.
 pub fn table(info: &ResourceInfo, lr: &ListResult, include: Include) -> Value {
-    let printer = info
-        .custom
-        .as_ref()
-        .map(|c| c.printer_columns.clone())
-        .filter(|c| !c.is_empty());
-    let builtin = if info.custom.is_none() {
-        printers::printer(info.group, info.plural)
-    } else {
-        None
-    };
+    let printer = info.custom.as_ref().map(|c| c.printer_columns.clone()).filter(|c| !c.is_empty());
+    let builtin = if info.custom.is_none() { printers::printer(info.group, info.plural) } else { None };
     let rows: Vec<Value> = lr
         .items
         .iter()
         .map(|o| {
-            let (name, created) = (
-                s(&o.value, "/metadata/name"),
-                age(s(&o.value, "/metadata/creationTimestamp")),
-            );
+            let (name, created) = (s(&o.value, "/metadata/name"), age(s(&o.value, "/metadata/creationTimestamp")));
             let cells = match (&printer, builtin) {
                 (Some(cols), _) => custom_cells(cols, &o.value),
                 (None, Some((_, f))) => f(&o.value, name, &created),
@@ -182,23 +155,12 @@ pub fn table(info: &ResourceInfo, lr: &ListResult, include: Include) -> Value {
                     Some("date") | None => "string",
                     Some(t) => t,
                 };
-                let priority = c
-                    .get("priority")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0)
-                    .min(255) as u8;
-                col(
-                    c.get("name").and_then(Value::as_str).unwrap_or(""),
-                    ty,
-                    priority,
-                )
+                let priority = c.get("priority").and_then(Value::as_u64).unwrap_or(0).min(255) as u8;
+                col(c.get("name").and_then(Value::as_str).unwrap_or(""), ty, priority)
             }))
             .collect(),
         None => match builtin {
-            Some((cols, _)) => cols
-                .iter()
-                .map(|(name, ty, priority)| col(name, ty, *priority))
-                .collect(),
+            Some((cols, _)) => cols.iter().map(|(name, ty, priority)| col(name, ty, *priority)).collect(),
             None => vec![col("Name", "string", 0), col("Age", "string", 0)],
         },
     };

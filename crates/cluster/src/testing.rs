@@ -21,52 +21,23 @@ pub const PROFILE: &str = "berth-e2e";
 /// Logs to stderr when RUST_LOG is set (`--nocapture` to see them).
 pub fn init_logs() {
     if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
+        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
     }
 }
 
 /// A cluster of `nodes` nodes over `zones` zones with `cpu` cores and `pods` pod slots each.
-pub async fn cluster(
-    nodes: usize,
-    zones: usize,
-    cpu: &str,
-    pods: u32,
-    faults: FaultConfig,
-) -> LocalCluster {
+pub async fn cluster(nodes: usize, zones: usize, cpu: &str, pods: u32, faults: FaultConfig) -> LocalCluster {
     // The e2e tests hand-craft their pods (some owned by a ReplicaSet
     // that must not run); cluster_controllers turns them on.
-    let controllers = crate::controllers::ControllersConfig {
-        enabled: false,
-        ..Default::default()
-    };
-    start_cluster(ClusterConfig {
-        faults,
-        controllers,
-        ..cluster_config(nodes, zones, cpu, pods)
-    })
-    .await
+    let controllers = crate::controllers::ControllersConfig { enabled: false, ..Default::default() };
+    start_cluster(ClusterConfig { faults, controllers, ..cluster_config(nodes, zones, cpu, pods) }).await
 }
 
 /// A cluster as [`cluster`] (no faults) with the workload controllers on
 /// (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, garbage collection).
-pub async fn cluster_with_controllers(
-    nodes: usize,
-    zones: usize,
-    cpu: &str,
-    pods: u32,
-) -> LocalCluster {
-    let controllers = crate::controllers::ControllersConfig {
-        resync: Duration::from_millis(500),
-        ..Default::default()
-    };
-    start_cluster(ClusterConfig {
-        controllers,
-        ..cluster_config(nodes, zones, cpu, pods)
-    })
-    .await
+pub async fn cluster_with_controllers(nodes: usize, zones: usize, cpu: &str, pods: u32) -> LocalCluster {
+    let controllers = crate::controllers::ControllersConfig { resync: Duration::from_millis(500), ..Default::default() };
+    start_cluster(ClusterConfig { controllers, ..cluster_config(nodes, zones, cpu, pods) }).await
 }
 
 pub fn cluster_config(nodes: usize, zones: usize, cpu: &str, pods: u32) -> ClusterConfig {
@@ -76,10 +47,7 @@ pub fn cluster_config(nodes: usize, zones: usize, cpu: &str, pods: u32) -> Clust
         node_cpu: cpu.into(),
         node_memory: "64Gi".into(),
         node_pods: pods,
-        kubelet: KubeletConfig {
-            enabled: true,
-            start_delay: Duration::from_millis(20),
-        },
+        kubelet: KubeletConfig { enabled: true, start_delay: Duration::from_millis(20) },
         bookmark_interval: Duration::from_millis(500),
         auth: auth_config(),
         ..Default::default()
@@ -101,20 +69,9 @@ pub async fn grant_metrics(c: &LocalCluster, kind: &str, name: &str, namespace: 
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     let client = c.client().unwrap();
     let roles: Api<ClusterRole> = Api::all(client.clone());
-    if roles
-        .get_opt("berth-metrics-reader")
-        .await
-        .unwrap()
-        .is_none()
-    {
+    if roles.get_opt("berth-metrics-reader").await.unwrap().is_none() {
         let role = json!({"metadata": {"name": "berth-metrics-reader"}, "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]});
-        roles
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(role).unwrap(),
-            )
-            .await
-            .unwrap();
+        roles.create(&PostParams::default(), &serde_json::from_value(role).unwrap()).await.unwrap();
     }
     let mut subject = json!({"kind": kind, "name": name});
     if kind == "ServiceAccount" {
@@ -125,13 +82,7 @@ pub async fn grant_metrics(c: &LocalCluster, kind: &str, name: &str, namespace: 
     let binding = json!({"metadata": {"name": format!("berth-metrics-reader-{}", name.replace(':', "-"))},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "berth-metrics-reader"}, "subjects": [subject]});
     let bindings: Api<ClusterRoleBinding> = Api::all(client);
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(binding).unwrap(),
-        )
-        .await
-        .unwrap();
+    bindings.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.unwrap();
 }
 
 /// A token of group system:masters: everything on the admin port.
@@ -224,10 +175,7 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not reached within {secs}s"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "{what}: not reached within {secs}s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -239,11 +187,7 @@ pub async fn pods(api: &Api<Pod>) -> Vec<Pod> {
 
 /// All nodes.
 pub async fn nodes(c: &LocalCluster) -> Vec<Node> {
-    Api::<Node>::all(c.client().unwrap())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
+    Api::<Node>::all(c.client().unwrap()).list(&ListParams::default()).await.unwrap().items
 }
 
 /// Events (events.k8s.io/v1) of the default namespace, as (pod name, reason, note).
@@ -254,13 +198,7 @@ pub async fn events(c: &LocalCluster) -> Vec<(String, String, String)> {
         .unwrap()
         .items
         .into_iter()
-        .map(|e| {
-            (
-                e.regarding.and_then(|r| r.name).unwrap_or_default(),
-                e.reason.unwrap_or_default(),
-                e.note.unwrap_or_default(),
-            )
-        })
+        .map(|e| (e.regarding.and_then(|r| r.name).unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
 }
 
@@ -282,27 +220,12 @@ pub fn node_of(p: &Pod) -> Option<&str> {
 
 /// The pod's PodScheduled condition as (status, reason, message).
 pub fn scheduled_condition(p: &Pod) -> Option<(String, String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled")
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
+    p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "PodScheduled").map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
 }
 
 /// A condition of type `ty` is present with status True.
 pub fn has_condition(p: &Pod, ty: &str) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == ty && c.status == "True"))
+    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == ty && c.status == "True"))
 }
 
 /// Milli-CPU of a quantity string ("100m", "2").
@@ -317,19 +240,7 @@ pub fn milli(q: &str) -> i64 {
 pub fn pod_milli_cpu(p: &Pod) -> i64 {
     p.spec
         .as_ref()
-        .map(|s| {
-            s.containers
-                .iter()
-                .filter_map(|c| {
-                    c.resources
-                        .as_ref()?
-                        .requests
-                        .as_ref()?
-                        .get("cpu")
-                        .map(|q| milli(&q.0))
-                })
-                .sum()
-        })
+        .map(|s| s.containers.iter().filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get("cpu").map(|q| milli(&q.0))).sum())
         .unwrap_or(0)
 }
 
@@ -337,125 +248,44 @@ pub fn pod_milli_cpu(p: &Pod) -> i64 {
 /// with the admin token, extra header lines `headers` (each ending in
 /// CRLF; an `Authorization` line there replaces the admin token) and
 /// `body`: (status, body, de-chunked); status 0 when the answer is not HTTP.
-pub async fn raw_http(
-    c: &LocalCluster,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &str,
-) -> (u16, String) {
+pub async fn raw_http(c: &LocalCluster, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
     let token = (!headers.to_ascii_lowercase().contains("authorization:")).then(|| c.admin_token());
     raw_http_as(c, token, method, path, headers, body).await
 }
 
 /// As [`raw_http`] with the bearer `token`, or anonymous when None.
-pub async fn raw_http_as(
-    c: &LocalCluster,
-    token: Option<&str>,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &str,
-) -> (u16, String) {
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    raw_http_on(
-        c.connect().await.unwrap(),
-        method,
-        path,
-        &format!("{auth}{headers}"),
-        body,
-    )
-    .await
+pub async fn raw_http_as(c: &LocalCluster, token: Option<&str>, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    raw_http_on(c.connect().await.unwrap(), method, path, &format!("{auth}{headers}"), body).await
 }
 
 /// One plain HTTP/1.1 request to any server at `addr` (no TLS, no token).
-pub async fn raw_http_plain(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &str,
-) -> (u16, String) {
-    raw_http_on(
-        tokio::net::TcpStream::connect(addr).await.unwrap(),
-        method,
-        path,
-        headers,
-        body,
-    )
-    .await
+pub async fn raw_http_plain(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+    raw_http_on(tokio::net::TcpStream::connect(addr).await.unwrap(), method, path, headers, body).await
 }
 
-async fn raw_http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-    s: S,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &str,
-) -> (u16, String) {
+async fn raw_http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(s: S, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
     let (code, _, body) = raw_http_with_head(s, method, path, headers, body).await;
     (code, body)
 }
 
 /// As [`raw_http_as`], with the response head too: (status, head, body).
-pub async fn raw_http_head_as(
-    c: &LocalCluster,
-    token: Option<&str>,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &str,
-) -> (u16, String, String) {
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    raw_http_with_head(
-        c.connect().await.unwrap(),
-        method,
-        path,
-        &format!("{auth}{headers}"),
-        body,
-    )
-    .await
+pub async fn raw_http_head_as(c: &LocalCluster, token: Option<&str>, method: &str, path: &str, headers: &str, body: &str) -> (u16, String, String) {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    raw_http_with_head(c.connect().await.unwrap(), method, path, &format!("{auth}{headers}"), body).await
 }
 
-async fn raw_http_with_head<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-    mut s: S,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &str,
-) -> (u16, String, String) {
-    let length = if body.is_empty() && method == "GET" {
-        String::new()
-    } else {
-        format!("Content-Length: {}\r\n", body.len())
-    };
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}{length}\r\n{body}"
-    );
+async fn raw_http_with_head<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S, method: &str, path: &str, headers: &str, body: &str) -> (u16, String, String) {
+    let length = if body.is_empty() && method == "GET" { String::new() } else { format!("Content-Length: {}\r\n", body.len()) };
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}{length}\r\n{body}");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
     // A TLS peer may close without close_notify: keep what came.
-    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut out))
-        .await
-        .unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut out)).await.unwrap();
     let text = String::from_utf8_lossy(&out).to_string();
-    let code = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
+    let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let (head, body) = match text.split_once("\r\n\r\n") {
-        Some((head, body))
-            if head
-                .to_ascii_lowercase()
-                .contains("transfer-encoding: chunked") =>
-        {
-            (head.to_string(), dechunk(body))
-        }
+        Some((head, body)) if head.to_ascii_lowercase().contains("transfer-encoding: chunked") => (head.to_string(), dechunk(body)),
         Some((head, body)) => (head.to_string(), body.to_string()),
         None => (text.clone(), String::new()),
     };
@@ -489,12 +319,6 @@ pub fn dechunk(mut s: &str) -> String {
 /// Writes `bytes` as the stored object `resource/namespace/name` of the
 /// data directory `dir` (the cluster must be stopped): for tests of what
 /// the cluster does with an object it cannot read back.
-pub fn plant_object(
-    dir: &std::path::Path,
-    resource: &str,
-    namespace: &str,
-    name: &str,
-    bytes: &[u8],
-) -> Result<(), crate::store::DataDirError> {
+pub fn plant_object(dir: &std::path::Path, resource: &str, namespace: &str, name: &str, bytes: &[u8]) -> Result<(), crate::store::DataDirError> {
     crate::store::plant_object(dir, resource, namespace, name, bytes)
 }

@@ -53,18 +53,8 @@ const SINCE: &[(&str, &str, &str, u32)] = &[
     ("resource.k8s.io", "v1", "resourceslices", 34),
     ("resource.k8s.io", "v1", "devicetaintrules", 37),
     ("storage.k8s.io", "v1", "volumeattributesclasses", 34),
-    (
-        "admissionregistration.k8s.io",
-        "v1",
-        "mutatingadmissionpolicies",
-        36,
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "v1",
-        "mutatingadmissionpolicybindings",
-        36,
-    ),
+    ("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", 36),
+    ("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings", 36),
     ("certificates.k8s.io", "v1", "clustertrustbundles", 37),
     ("scheduling.k8s.io", "v1beta1", "podgroups", 37),
     ("scheduling.k8s.io", "v1beta1", "workloads", 37),
@@ -78,9 +68,7 @@ pub struct KubeVersion {
 
 impl Default for KubeVersion {
     fn default() -> Self {
-        KubeVersion {
-            minor: NEWEST_MINOR,
-        }
+        KubeVersion { minor: NEWEST_MINOR }
     }
 }
 
@@ -103,10 +91,7 @@ impl KubeVersion {
     /// `plural` by default? (Resources not in the table are served by
     /// every supported release; custom resources are not asked about.)
     pub fn serves(self, group: &str, version: &str, plural: &str) -> bool {
-        SINCE
-            .iter()
-            .find(|(g, v, p, _)| *g == group && *v == version && *p == plural)
-            .is_none_or(|(_, _, _, since)| self.minor >= *since)
+        SINCE.iter().find(|(g, v, p, _)| *g == group && *v == version && *p == plural).is_none_or(|(_, _, _, since)| self.minor >= *since)
     }
 
     /// The body of `/version`.
@@ -145,10 +130,7 @@ impl FromStr for KubeVersion {
         if parts.next() != Some("1") {
             return Err(bad());
         }
-        let minor = parts
-            .next()
-            .and_then(|m| m.parse::<u32>().ok())
-            .ok_or_else(bad)?;
+        let minor = parts.next().and_then(|m| m.parse::<u32>().ok()).ok_or_else(bad)?;
         if parts.next().is_some_and(|p| p.parse::<u32>().is_err()) || parts.next().is_some() {
             return Err(bad());
         }
@@ -173,23 +155,11 @@ mod tests {
         assert!(v("1.34").serves("resource.k8s.io", "v1", "resourceclaims"));
         assert!(!v("1.34").serves("scheduling.k8s.io", "v1beta1", "podgroups"));
         assert!(!v("1.36").serves("resource.k8s.io", "v1", "devicetaintrules"));
-        assert!(v("1.36").serves(
-            "admissionregistration.k8s.io",
-            "v1",
-            "mutatingadmissionpolicies"
-        ));
-        assert!(!v("1.35").serves(
-            "admissionregistration.k8s.io",
-            "v1",
-            "mutatingadmissionpolicies"
-        ));
+        assert!(v("1.36").serves("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies"));
+        assert!(!v("1.35").serves("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies"));
         assert!(v("1.34").serves("", "v1", "pods"));
         // Every row of the table is served by the default (no change without the flag).
-        assert!(
-            SINCE
-                .iter()
-                .all(|(g, ver, p, _)| KubeVersion::default().serves(g, ver, p))
-        );
+        assert!(SINCE.iter().all(|(g, ver, p, _)| KubeVersion::default().serves(g, ver, p)));
         assert_eq!(v("1.35").version_json()["gitVersion"], "v1.35.0-berth");
     }
 }

@@ -37,13 +37,11 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use super::admission::storage::modes;
-pub use super::admission::storage::{
-    PV_PROTECTION, PVC_PROTECTION, validate_claim, validate_volume,
-};
 use super::resources::{CSIDRIVERS, NODES, PODS, PVCS, PVS, STORAGE_CLASSES};
 use super::selector::{Filter, LabelSelector};
 use super::store::{self, Obj, Store, now_rfc3339};
+pub use super::admission::storage::{PVC_PROTECTION, PV_PROTECTION, validate_claim, validate_volume};
+use super::admission::storage::modes;
 use berth_model::quantity;
 use berth_model::selector::NodeSelector;
 
@@ -80,11 +78,7 @@ pub struct StorageConfig {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        Self {
-            enabled: true,
-            attach_limit: 32,
-            resync: Duration::from_secs(1),
-        }
+        Self { enabled: true, attach_limit: 32, resync: Duration::from_secs(1) }
     }
 }
 
@@ -93,9 +87,7 @@ fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
 }
 
 fn ann<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.at("/metadata/annotations")
-        .and_then(|a| a.get(key))
-        .and_then(Value::as_str)
+    v.at("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
 }
 
 /// The StorageClass a claim asks for (the beta annotation wins, as upstream).
@@ -115,19 +107,13 @@ fn volume_mode(v: &Value) -> &str {
 }
 
 fn bytes(v: &Value, ptr: &str) -> Option<i64> {
-    v.at(ptr)
-        .and_then(Value::as_str)
-        .and_then(|q| quantity::parse_value(q).ok())
+    v.at(ptr).and_then(Value::as_str).and_then(|q| quantity::parse_value(q).ok())
 }
 
 fn labels(v: &Value) -> BTreeMap<String, String> {
     v.at("/metadata/labels")
         .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, x)| (k.clone(), x.as_str().unwrap_or("").to_string()))
-                .collect()
-        })
+        .map(|m| m.iter().map(|(k, x)| (k.clone(), x.as_str().unwrap_or("").to_string())).collect())
         .unwrap_or_default()
 }
 
@@ -161,13 +147,8 @@ pub fn csinode_json(node: &str, node_uid: &str, attach_limit: i32) -> Value {
 /// Does the volume's required node affinity admit the node? (No affinity: yes;
 /// an affinity that does not compile: no.)
 pub fn volume_fits_node(pv: &Value, node: &Value) -> bool {
-    let Some(req) = pv.at("/spec/nodeAffinity/required") else {
-        return true;
-    };
-    let Ok(ns) = serde_json::from_value::<k8s_openapi::api::core::v1::NodeSelector>(req.clone())
-    else {
-        return false;
-    };
+    let Some(req) = pv.at("/spec/nodeAffinity/required") else { return true };
+    let Ok(ns) = serde_json::from_value::<k8s_openapi::api::core::v1::NodeSelector>(req.clone()) else { return false };
     match NodeSelector::compile(&ns, "spec.nodeAffinity.required") {
         Ok(sel) => sel.matches(s(node, "/metadata/name"), &labels(node)),
         Err(_) => false,
@@ -183,10 +164,7 @@ pub fn pod_claims(pod: &Value) -> Vec<(String, bool)> {
         .map(|vs| {
             vs.iter()
                 .filter_map(|v| {
-                    if let Some(c) = v
-                        .at("/persistentVolumeClaim/claimName")
-                        .and_then(Value::as_str)
-                    {
+                    if let Some(c) = v.at("/persistentVolumeClaim/claimName").and_then(Value::as_str) {
                         Some((c.to_string(), false))
                     } else if v.get("ephemeral").is_some_and(|e| !e.is_null()) {
                         Some((format!("{pod_name}-{}", s(v, "/name")), true))
@@ -212,42 +190,28 @@ pub fn volumes_ready(store: &Store, pod: &Value, node: &Value) -> bool {
     let ns = s(pod, "/metadata/namespace");
     let uid = s(pod, "/metadata/uid");
     for (name, ephemeral) in claims {
-        let Ok(claim) = store.get(PVCS, ns, &name) else {
-            return false;
-        };
+        let Ok(claim) = store.get(PVCS, ns, &name) else { return false };
         let c = &claim.value;
         if ephemeral
             && !c
                 .at("/metadata/ownerReferences")
                 .and_then(Value::as_array)
-                .is_some_and(|o| {
-                    o.iter()
-                        .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
-                })
+                .is_some_and(|o| o.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid)))
         {
             return false;
         }
         if s(c, "/status/phase") != "Bound" {
             return false;
         }
-        let Ok(pv) = store.get(PVS, "", s(c, "/spec/volumeName")) else {
-            return false;
-        };
+        let Ok(pv) = store.get(PVS, "", s(c, "/spec/volumeName")) else { return false };
         if !volume_fits_node(&pv.value, node) {
             return false;
         }
         if modes(c, "/spec/accessModes").contains(&"ReadWriteOncePod") {
-            let f = Filter {
-                namespace: Some(ns.to_string()),
-                ..Default::default()
-            };
-            let Ok(pods) = store.list(PODS, &f, None, None) else {
-                return false;
-            };
+            let f = Filter { namespace: Some(ns.to_string()), ..Default::default() };
+            let Ok(pods) = store.list(PODS, &f, None, None) else { return false };
             let taken = pods.items.iter().any(|p| {
-                p.uid() != uid
-                    && s(&p.value, "/status/phase") == "Running"
-                    && pod_claims(&p.value).iter().any(|(n, _)| *n == name)
+                p.uid() != uid && s(&p.value, "/status/phase") == "Running" && pod_claims(&p.value).iter().any(|(n, _)| *n == name)
             });
             if taken {
                 return false;
@@ -258,21 +222,11 @@ pub fn volumes_ready(store: &Store, pod: &Value, node: &Value) -> bool {
 }
 
 /// Spawn the storage controllers. They stop when `stop` changes.
-pub fn spawn(
-    store: Arc<Store>,
-    cfg: StorageConfig,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
+pub fn spawn(store: Arc<Store>, cfg: StorageConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut rx: Vec<broadcast::Receiver<Arc<store::WatchEvent>>> =
-            [PVCS, PVS, STORAGE_CLASSES, NODES]
-                .into_iter()
-                .map(|r| store.subscribe(r))
-                .collect();
-        let mut ctl = Controllers {
-            store,
-            said: HashSet::new(),
-        };
+            [PVCS, PVS, STORAGE_CLASSES, NODES].into_iter().map(|r| store.subscribe(r)).collect();
+        let mut ctl = Controllers { store, said: HashSet::new() };
         let mut tick = tokio::time::interval(cfg.resync.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -288,11 +242,7 @@ pub fn spawn(
             }
             // One pass handles every change that arrived meanwhile.
             for r in &mut rx {
-                while !matches!(
-                    r.try_recv(),
-                    Err(broadcast::error::TryRecvError::Empty
-                        | broadcast::error::TryRecvError::Closed)
-                ) {}
+                while !matches!(r.try_recv(), Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)) {}
             }
         }
     })
@@ -305,10 +255,7 @@ struct Controllers {
 }
 
 fn list(store: &Store, r: usize) -> Vec<Arc<Obj>> {
-    store
-        .list(r, &Filter::default(), None, None)
-        .map(|l| l.items)
-        .unwrap_or_default()
+    store.list(r, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default()
 }
 
 fn log(r: Result<Option<Arc<Obj>>, store::Error>) {
@@ -340,11 +287,7 @@ fn without_finalizer(v: &Value, f: &str) -> Option<Value> {
         return None;
     }
     let mut n = v.clone();
-    let kept: Vec<Value> = list
-        .iter()
-        .filter(|x| x.as_str() != Some(f))
-        .cloned()
-        .collect();
+    let kept: Vec<Value> = list.iter().filter(|x| x.as_str() != Some(f)).cloned().collect();
     n["metadata"]["finalizers"] = json!(kept);
     Some(n)
 }
@@ -382,20 +325,14 @@ fn find_match<'a>(c: &Value, pvs: &'a [Arc<Obj>], delayed: bool) -> Option<&'a A
         if store::is_deleting(v) || volume_mode(v) != volume_mode(c) {
             continue;
         }
-        let Some(size) = bytes(v, "/spec/capacity/storage") else {
-            continue;
-        };
+        let Some(size) = bytes(v, "/spec/capacity/storage") else { continue };
         if has_claim_ref(v) {
             if bound_to(v, c) && size >= want {
                 return Some(pv);
             }
             continue;
         }
-        if size < want
-            || s(v, "/status/phase") != "Available"
-            || volume_class(v) != class
-            || delayed
-        {
+        if size < want || s(v, "/status/phase") != "Available" || volume_class(v) != class || delayed {
             continue;
         }
         if selector.as_ref().is_some_and(|sel| !sel.matches_object(v)) {
@@ -416,26 +353,13 @@ fn find_match<'a>(c: &Value, pvs: &'a [Arc<Obj>], delayed: bool) -> Option<&'a A
 /// dot, and the time in hexadecimal nanoseconds (kube-apiserver refuses the
 /// generateName "<name>.", which ends in a dot).
 fn event_name(object: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{object}.{nanos:x}")
 }
 
 impl Controllers {
-    fn event(
-        &mut self,
-        obj: &Value,
-        kind: &str,
-        ty: &str,
-        reason: &'static str,
-        message: String,
-        component: &str,
-    ) {
-        if !self
-            .said
-            .insert((s(obj, "/metadata/uid").to_string(), reason))
-        {
+    fn event(&mut self, obj: &Value, kind: &str, ty: &str, reason: &'static str, message: String, component: &str) {
+        if !self.said.insert((s(obj, "/metadata/uid").to_string(), reason)) {
             return;
         }
         let now = now_rfc3339();
@@ -458,16 +382,10 @@ impl Controllers {
 
     /// One pass of every controller over the current state.
     fn sync(&mut self) {
-        let classes: HashMap<String, Arc<Obj>> = list(&self.store, STORAGE_CLASSES)
-            .into_iter()
-            .map(|c| (c.name().to_string(), c))
-            .collect();
+        let classes: HashMap<String, Arc<Obj>> = list(&self.store, STORAGE_CLASSES).into_iter().map(|c| (c.name().to_string(), c)).collect();
         let claims = list(&self.store, PVCS);
         let pvs = list(&self.store, PVS);
-        let by_key: HashMap<(&str, &str), &Arc<Obj>> = claims
-            .iter()
-            .map(|c| ((c.namespace(), c.name()), c))
-            .collect();
+        let by_key: HashMap<(&str, &str), &Arc<Obj>> = claims.iter().map(|c| ((c.namespace(), c.name()), c)).collect();
         for pv in &pvs {
             self.sync_volume(pv, &by_key);
         }
@@ -489,9 +407,7 @@ impl Controllers {
         let st = &self.store;
         if store::is_deleting(v) {
             if s(v, "/status/phase") != "Bound" {
-                log(st.modify(PVS, "", pv.name(), Some(pv.uid()), |v| {
-                    without_finalizer(v, PV_PROTECTION)
-                }));
+                log(st.modify(PVS, "", pv.name(), Some(pv.uid()), |v| without_finalizer(v, PV_PROTECTION)));
             }
             return;
         }
@@ -513,12 +429,7 @@ impl Controllers {
             }));
             return;
         }
-        let claim = claims
-            .get(&(
-                s(v, "/spec/claimRef/namespace"),
-                s(v, "/spec/claimRef/name"),
-            ))
-            .filter(|c| c.uid() == ref_uid);
+        let claim = claims.get(&(s(v, "/spec/claimRef/namespace"), s(v, "/spec/claimRef/name"))).filter(|c| c.uid() == ref_uid);
         match claim {
             Some(c) if s(&c.value, "/spec/volumeName") == pv.name() => {
                 log(st.modify(PVS, "", pv.name(), Some(pv.uid()), |v| {
@@ -553,24 +464,12 @@ impl Controllers {
                 set_phase(&mut n, "Released");
                 Some(n)
             }));
-            if let Err(e) = st.delete(
-                PVS,
-                "",
-                pv.name(),
-                &store::DeleteOpts {
-                    uid: Some(pv.uid().to_string()),
-                    ..Default::default()
-                },
-            ) {
+            if let Err(e) = st.delete(PVS, "", pv.name(), &store::DeleteOpts { uid: Some(pv.uid().to_string()), ..Default::default() }) {
                 tracing::debug!(error = %e, "could not delete a released volume");
             }
             return;
         }
-        let phase = if policy == "Delete" {
-            "Failed"
-        } else {
-            "Released"
-        };
+        let phase = if policy == "Delete" { "Failed" } else { "Released" };
         log(st.modify(PVS, "", pv.name(), Some(pv.uid()), |v| {
             let mut n = v.clone();
             set_phase(&mut n, phase);
@@ -584,22 +483,11 @@ impl Controllers {
     /// pvc-protection: a deleting claim goes once no pod that is not
     /// terminal uses it.
     fn protect_claim(&mut self, c: &Arc<Obj>) {
-        let f = Filter {
-            namespace: Some(c.namespace().to_string()),
-            ..Default::default()
-        };
-        let Ok(pods) = self.store.list(PODS, &f, None, None) else {
-            return;
-        };
-        let used = pods.items.iter().any(|p| {
-            !terminal(&p.value) && pod_claims(&p.value).iter().any(|(n, _)| n == c.name())
-        });
+        let f = Filter { namespace: Some(c.namespace().to_string()), ..Default::default() };
+        let Ok(pods) = self.store.list(PODS, &f, None, None) else { return };
+        let used = pods.items.iter().any(|p| !terminal(&p.value) && pod_claims(&p.value).iter().any(|(n, _)| n == c.name()));
         if !used {
-            log(self
-                .store
-                .modify(PVCS, c.namespace(), c.name(), Some(c.uid()), |v| {
-                    without_finalizer(v, PVC_PROTECTION)
-                }));
+            log(self.store.modify(PVCS, c.namespace(), c.name(), Some(c.uid()), |v| without_finalizer(v, PVC_PROTECTION)));
         }
     }
 
@@ -611,13 +499,11 @@ impl Controllers {
                 if s(v, "/status/phase") == "Bound" {
                     self.event(v, "PersistentVolumeClaim", "Warning", "ClaimLost", "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!".into(), "persistentvolume-controller");
                 }
-                log(self
-                    .store
-                    .modify(PVCS, c.namespace(), c.name(), Some(c.uid()), |v| {
-                        let mut n = v.clone();
-                        set_phase(&mut n, "Lost");
-                        Some(n)
-                    }));
+                log(self.store.modify(PVCS, c.namespace(), c.name(), Some(c.uid()), |v| {
+                    let mut n = v.clone();
+                    set_phase(&mut n, "Lost");
+                    Some(n)
+                }));
             }
             return;
         }
@@ -625,81 +511,43 @@ impl Controllers {
             // Pre-bound by the user to a volume.
             match pvs.iter().find(|p| p.name() == volume_name) {
                 Some(pv) if !has_claim_ref(&pv.value) || bound_to(&pv.value, v) => self.bind(c, pv),
-                Some(_) => self.event(
-                    v,
-                    "PersistentVolumeClaim",
-                    "Warning",
-                    "FailedBinding",
-                    format!("volume \"{volume_name}\" already bound to a different claim."),
-                    "persistentvolume-controller",
-                ),
+                Some(_) => self.event(v, "PersistentVolumeClaim", "Warning", "FailedBinding", format!("volume \"{volume_name}\" already bound to a different claim."), "persistentvolume-controller"),
                 None => {}
             }
             return;
         }
         let class_name = claim_class(v);
         let class = classes.get(class_name);
-        let delayed =
-            class.is_some_and(|k| s(&k.value, "/volumeBindingMode") == "WaitForFirstConsumer");
+        let delayed = class.is_some_and(|k| s(&k.value, "/volumeBindingMode") == "WaitForFirstConsumer");
         if let Some(pv) = find_match(v, pvs, delayed) {
             self.bind(c, pv);
             return;
         }
         let selected = ann(v, SELECTED_NODE).filter(|n| !n.is_empty());
         if delayed && selected.is_none() {
-            self.event(
-                v,
-                "PersistentVolumeClaim",
-                "Normal",
-                "WaitForFirstConsumer",
-                "waiting for first consumer to be created before binding".into(),
-                "persistentvolume-controller",
-            );
+            self.event(v, "PersistentVolumeClaim", "Normal", "WaitForFirstConsumer", "waiting for first consumer to be created before binding".into(), "persistentvolume-controller");
             return;
         }
         if class_name.is_empty() {
-            self.event(
-                v,
-                "PersistentVolumeClaim",
-                "Normal",
-                "FailedBinding",
-                "no persistent volumes available for this claim and no storage class is set".into(),
-                "persistentvolume-controller",
-            );
+            self.event(v, "PersistentVolumeClaim", "Normal", "FailedBinding", "no persistent volumes available for this claim and no storage class is set".into(), "persistentvolume-controller");
             return;
         }
         let Some(class) = class else {
-            self.event(
-                v,
-                "PersistentVolumeClaim",
-                "Warning",
-                "ProvisioningFailed",
-                format!("storageclass.storage.k8s.io \"{class_name}\" not found"),
-                "persistentvolume-controller",
-            );
+            self.event(v, "PersistentVolumeClaim", "Warning", "ProvisioningFailed", format!("storageclass.storage.k8s.io \"{class_name}\" not found"), "persistentvolume-controller");
             return;
         };
         let provisioner = s(&class.value, "/provisioner").to_string();
         if provisioner == "kubernetes.io/no-provisioner" || provisioner.is_empty() {
-            self.event(
-                v,
-                "PersistentVolumeClaim",
-                "Normal",
-                "FailedBinding",
-                "no persistent volumes available for this claim and no storage class is set".into(),
-                "persistentvolume-controller",
-            );
+            self.event(v, "PersistentVolumeClaim", "Normal", "FailedBinding", "no persistent volumes available for this claim and no storage class is set".into(), "persistentvolume-controller");
             return;
         }
         if ann(v, STORAGE_PROVISIONER) != Some(provisioner.as_str()) {
-            log(self
-                .store
-                .modify(PVCS, c.namespace(), c.name(), Some(c.uid()), |v| {
-                    let mut n = v.clone();
-                    set_ann(&mut n, STORAGE_PROVISIONER, &provisioner);
-                    set_ann(&mut n, BETA_STORAGE_PROVISIONER, &provisioner);
-                    Some(n)
-                }));
+            log(self.store.modify(PVCS, c.namespace(), c.name(), Some(c.uid()), |v| {
+                let mut n = v.clone();
+                set_ann(&mut n, STORAGE_PROVISIONER, &provisioner);
+                set_ann(&mut n, BETA_STORAGE_PROVISIONER, &provisioner);
+                Some(n)
+            }));
             self.event(v, "PersistentVolumeClaim", "Normal", "ExternalProvisioning", format!("Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."), "persistentvolume-controller");
         }
         if provisioner == DRIVER {
@@ -732,25 +580,19 @@ impl Controllers {
         if taken {
             return;
         }
-        let (pv_name, pv_modes, pv_cap) = (
-            pv.name().to_string(),
-            pv.value.at("/spec/accessModes").cloned(),
-            pv.value.at("/spec/capacity").cloned(),
-        );
-        log(self
-            .store
-            .modify(PVCS, c.namespace(), c.name(), Some(c.uid()), |v| {
-                let mut n = v.clone();
-                if s(v, "/spec/volumeName").is_empty() {
-                    n["spec"]["volumeName"] = json!(pv_name);
-                    set_ann(&mut n, BOUND_BY_CONTROLLER, "yes");
-                }
-                set_ann(&mut n, BIND_COMPLETED, "yes");
-                set_phase(&mut n, "Bound");
-                n["status"]["accessModes"] = pv_modes.unwrap_or(json!([]));
-                n["status"]["capacity"] = pv_cap.unwrap_or(json!({}));
-                Some(n)
-            }));
+        let (pv_name, pv_modes, pv_cap) = (pv.name().to_string(), pv.value.at("/spec/accessModes").cloned(), pv.value.at("/spec/capacity").cloned());
+        log(self.store.modify(PVCS, c.namespace(), c.name(), Some(c.uid()), |v| {
+            let mut n = v.clone();
+            if s(v, "/spec/volumeName").is_empty() {
+                n["spec"]["volumeName"] = json!(pv_name);
+                set_ann(&mut n, BOUND_BY_CONTROLLER, "yes");
+            }
+            set_ann(&mut n, BIND_COMPLETED, "yes");
+            set_phase(&mut n, "Bound");
+            n["status"]["accessModes"] = pv_modes.unwrap_or(json!([]));
+            n["status"]["capacity"] = pv_cap.unwrap_or(json!({}));
+            Some(n)
+        }));
     }
 
     /// The external provisioner of [`DRIVER`]: a volume of the claim's size
@@ -767,42 +609,19 @@ impl Controllers {
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .flat_map(|t| {
-                t.at("/matchLabelExpressions")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-            })
+            .flat_map(|t| t.at("/matchLabelExpressions").and_then(Value::as_array).into_iter().flatten())
             .filter(|e| s(e, "/key") == ZONE)
-            .flat_map(|e| {
-                e.at("/values")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-            })
+            .flat_map(|e| e.at("/values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string))
             .collect();
         let zone = match selected {
             Some(node) => match self.store.get(NODES, "", node) {
                 Ok(n) => labels(&n.value).get(ZONE).cloned(),
                 Err(_) => {
-                    self.event(
-                        v,
-                        "PersistentVolumeClaim",
-                        "Warning",
-                        "ProvisioningFailed",
-                        format!("failed to get target node: node \"{node}\" not found"),
-                        DRIVER,
-                    );
+                    self.event(v, "PersistentVolumeClaim", "Warning", "ProvisioningFailed", format!("failed to get target node: node \"{node}\" not found"), DRIVER);
                     return;
                 }
             },
-            None => allowed.first().cloned().or_else(|| {
-                list(&self.store, NODES)
-                    .first()
-                    .and_then(|n| labels(&n.value).get(ZONE).cloned())
-            }),
+            None => allowed.first().cloned().or_else(|| list(&self.store, NODES).first().and_then(|n| labels(&n.value).get(ZONE).cloned())),
         };
         if let Some(z) = &zone
             && !allowed.is_empty()
@@ -811,21 +630,8 @@ impl Controllers {
             self.event(v, "PersistentVolumeClaim", "Warning", "ProvisioningFailed", format!("failed to provision volume with StorageClass \"{}\": topology {ZONE}={z} is not allowed by the class", claim_class(v)), DRIVER);
             return;
         }
-        let Some(size) = v.at("/spec/resources/requests/storage").cloned() else {
-            return;
-        };
-        self.event(
-            v,
-            "PersistentVolumeClaim",
-            "Normal",
-            "Provisioning",
-            format!(
-                "External provisioner is provisioning volume for claim \"{}/{}\"",
-                c.namespace(),
-                c.name()
-            ),
-            DRIVER,
-        );
+        let Some(size) = v.at("/spec/resources/requests/storage").cloned() else { return };
+        self.event(v, "PersistentVolumeClaim", "Normal", "Provisioning", format!("External provisioner is provisioning volume for claim \"{}/{}\"", c.namespace(), c.name()), DRIVER);
         let reclaim = match s(class, "/reclaimPolicy") {
             "" => "Delete",
             p => p,
@@ -851,14 +657,7 @@ impl Controllers {
         }
         let pv = json!({"metadata": {"name": pv_name, "annotations": {PROVISIONED_BY: DRIVER}}, "spec": spec});
         match self.store.create(PVS, "", pv) {
-            Ok(_) => self.event(
-                v,
-                "PersistentVolumeClaim",
-                "Normal",
-                "ProvisioningSucceeded",
-                format!("Successfully provisioned volume {pv_name}"),
-                DRIVER,
-            ),
+            Ok(_) => self.event(v, "PersistentVolumeClaim", "Normal", "ProvisioningSucceeded", format!("Successfully provisioned volume {pv_name}"), DRIVER),
             Err(e) => tracing::debug!(error = %e, "provisioning failed"),
         }
     }
@@ -881,11 +680,7 @@ mod tests {
 
     #[test]
     fn find_match_picks_the_smallest_fitting_volume() {
-        let pvs = vec![
-            pv("big", "10Gi", "slow", &["ReadWriteOnce"]),
-            pv("small", "2Gi", "slow", &["ReadWriteOnce"]),
-            pv("tiny", "1Gi", "slow", &["ReadWriteOnce"]),
-        ];
+        let pvs = vec![pv("big", "10Gi", "slow", &["ReadWriteOnce"]), pv("small", "2Gi", "slow", &["ReadWriteOnce"]), pv("tiny", "1Gi", "slow", &["ReadWriteOnce"])];
         let c = claim("1500Mi", "slow", &["ReadWriteOnce"]);
         assert_eq!(find_match(&c, &pvs, false).map(|p| p.name()), Some("small"));
         // Another class, a missing access mode, delayed binding: nothing.
@@ -905,10 +700,7 @@ mod tests {
         v["spec"]["claimRef"] = json!({"name": "c", "namespace": "ns", "uid": "u1"});
         let pre = Obj::from_value(v, 1);
         let pvs = vec![pv("small", "1Gi", "slow", &["ReadWriteOnce"]), pre];
-        assert_eq!(
-            find_match(&claim("1Gi", "slow", &["ReadWriteOnce"]), &pvs, true).map(|p| p.name()),
-            Some("pre")
-        );
+        assert_eq!(find_match(&claim("1Gi", "slow", &["ReadWriteOnce"]), &pvs, true).map(|p| p.name()), Some("pre"));
     }
 
     #[test]

@@ -56,17 +56,15 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use berth_tls::rcgen;
-use berth_tls::tokio_rustls::rustls::{self, pki_types};
-use berth_tls::tokio_rustls::{TlsAcceptor, TlsConnector};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
-use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
+use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, PostParams};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
+use berth_tls::tokio_rustls::rustls::{self, pki_types};
+use berth_tls::tokio_rustls::{TlsAcceptor, TlsConnector};
+use berth_tls::rcgen;
 
 use super::leader::Lease;
 use super::metrics::Metrics;
@@ -84,8 +82,8 @@ pub struct Health {
     pub tolerance: std::time::Duration,
 }
 use berth_engine::cache::Snapshot;
-use berth_engine::framework::Framework;
 use berth_engine::offline::explain_member;
+use berth_engine::framework::Framework;
 use berth_model::PodInfo;
 
 /// Why the admin port could not start, or a client request failed.
@@ -101,9 +99,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// Only one of the certificate and the key was given.
-    #[error(
-        "--tls-cert-file and --tls-private-key-file must be given together (or neither, for a self-signed certificate)"
-    )]
+    #[error("--tls-cert-file and --tls-private-key-file must be given together (or neither, for a self-signed certificate)")]
     HalfPair,
     /// A certificate or key file could not be read.
     #[error("{flag} {path}: {message}")]
@@ -261,9 +257,7 @@ pub struct ExplainHub {
 
 impl std::fmt::Debug for ExplainHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExplainHub")
-            .field("wanted", &self.wanted)
-            .finish_non_exhaustive()
+        f.debug_struct("ExplainHub").field("wanted", &self.wanted).finish_non_exhaustive()
     }
 }
 
@@ -299,25 +293,14 @@ impl ExplainHub {
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
         self.wanted.store(false, Ordering::Release);
         self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
-        self.view.send_replace(Some(Arc::new(ExplainView {
-            at: now,
-            snapshot,
-            pending,
-        })));
+        self.view.send_replace(Some(Arc::new(ExplainView { at: now, snapshot, pending })));
     }
 
     /// A view at most a second old, asking the loop for one when needed.
     async fn fresh_view(&self, wait: Duration) -> Option<Arc<ExplainView>> {
-        let fresh = |v: &Option<Arc<ExplainView>>| {
-            v.as_ref()
-                .is_some_and(|v| v.at.elapsed() < PUBLISH_INTERVAL)
-        };
+        let fresh = |v: &Option<Arc<ExplainView>>| v.as_ref().is_some_and(|v| v.at.elapsed() < PUBLISH_INTERVAL);
         let mut rx = self.view.subscribe();
-        if let Some(v) = rx
-            .borrow()
-            .as_ref()
-            .filter(|v| v.at.elapsed() < PUBLISH_INTERVAL)
-        {
+        if let Some(v) = rx.borrow().as_ref().filter(|v| v.at.elapsed() < PUBLISH_INTERVAL) {
             return Some(v.clone());
         }
         self.wanted.store(true, Ordering::Release);
@@ -340,12 +323,7 @@ struct Bucket {
 impl Bucket {
     fn new(size: f64, rate: f64) -> Self {
         let size = size.max(1.0);
-        Bucket {
-            tokens: size,
-            size,
-            rate: rate.max(0.0),
-            at: Instant::now(),
-        }
+        Bucket { tokens: size, size, rate: rate.max(0.0), at: Instant::now() }
     }
 
     fn take(&mut self, now: Instant) -> bool {
@@ -372,17 +350,11 @@ struct TtlCache<K, V> {
 
 impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
     fn new(cap: usize) -> Self {
-        TtlCache {
-            map: HashMap::new(),
-            cap,
-        }
+        TtlCache { map: HashMap::new(), cap }
     }
 
     fn get(&self, k: &K, now: Instant) -> Option<V> {
-        self.map
-            .get(k)
-            .filter(|(exp, _)| *exp > now)
-            .map(|(_, v)| v.clone())
+        self.map.get(k).filter(|(exp, _)| *exp > now).map(|(_, v)| v.clone())
     }
 
     fn insert(&mut self, k: K, v: V, ttl: Duration, now: Instant) {
@@ -437,25 +409,14 @@ impl Guard {
             return Ok(u);
         }
         let _permit = self.calls.acquire().await.map_err(|e| e.to_string())?;
-        let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: token.to_string(),
-                audiences: None,
-            },
-            ..Default::default()
-        };
+        let review = TokenReview { spec: TokenReviewSpec { token: token.to_string(), audiences: None }, ..Default::default() };
         let api: Api<TokenReview> = Api::all(self.client.clone());
-        let answer =
-            tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review))
-                .await
-                .map_err(|_| "TokenReview timed out".to_string())?
-                .map_err(|e| format!("TokenReview: {e}"))?;
+        let answer = tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review))
+            .await
+            .map_err(|_| "TokenReview timed out".to_string())?
+            .map_err(|e| format!("TokenReview: {e}"))?;
         let status = answer.status.unwrap_or_default();
-        let user = if status.authenticated == Some(true) {
-            Some(status.user.unwrap_or_default())
-        } else {
-            None
-        };
+        let user = if status.authenticated == Some(true) { Some(status.user.unwrap_or_default()) } else { None };
         if user.is_none()
             && let Some(e) = status.error.filter(|e| !e.is_empty())
         {
@@ -468,10 +429,7 @@ impl Guard {
     /// Whether `user` may `verb` the non-resource `path`.
     async fn authorize(&self, user: &UserInfo, verb: &str, path: &str) -> Result<Decision, String> {
         let groups = user.groups.clone().unwrap_or_default();
-        if groups
-            .iter()
-            .any(|g| self.opts.always_allow_groups.contains(g))
-        {
+        if groups.iter().any(|g| self.opts.always_allow_groups.contains(g)) {
             return Ok(Decision::Allow);
         }
         let spec = SubjectAccessReviewSpec {
@@ -479,10 +437,7 @@ impl Guard {
             uid: user.uid.clone(),
             groups: user.groups.clone(),
             extra: user.extra.clone(),
-            non_resource_attributes: Some(NonResourceAttributes {
-                path: Some(path.to_string()),
-                verb: Some(verb.to_string()),
-            }),
+            non_resource_attributes: Some(NonResourceAttributes { path: Some(path.to_string()), verb: Some(verb.to_string()) }),
             resource_attributes: None,
         };
         let key = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
@@ -491,27 +446,21 @@ impl Guard {
         }
         let _permit = self.calls.acquire().await.map_err(|e| e.to_string())?;
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let review = SubjectAccessReview {
-            spec,
-            ..Default::default()
-        };
-        let answer =
-            tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review))
-                .await
-                .map_err(|_| "SubjectAccessReview timed out".to_string())?
-                .map_err(|e| format!("SubjectAccessReview: {e}"))?;
+        let review = SubjectAccessReview { spec, ..Default::default() };
+        let answer = tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review))
+            .await
+            .map_err(|_| "SubjectAccessReview timed out".to_string())?
+            .map_err(|e| format!("SubjectAccessReview: {e}"))?;
         let status = answer.status.unwrap_or_default();
         let (decision, ttl) = if status.allowed {
             (Decision::Allow, self.opts.authz_allow_ttl)
         } else {
-            (
-                Decision::Deny(status.reason.unwrap_or_default()),
-                self.opts.authz_deny_ttl,
-            )
+            (Decision::Deny(status.reason.unwrap_or_default()), self.opts.authz_deny_ttl)
         };
         lock(&self.reviews).insert(key, decision.clone(), ttl, Instant::now());
         Ok(decision)
     }
+
 }
 
 /// Whether `path` is one of `allowed` (a trailing `*` matches a prefix).
@@ -533,12 +482,7 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
 }
 
 fn anonymous() -> UserInfo {
-    UserInfo {
-        username: Some("system:anonymous".into()),
-        groups: Some(vec!["system:unauthenticated".into()]),
-        uid: None,
-        extra: None,
-    }
+    UserInfo { username: Some("system:anonymous".into()), groups: Some(vec!["system:unauthenticated".into()]), uid: None, extra: None }
 }
 
 fn status(code: StatusCode, reason: &str, message: &str, details: bool) -> Response {
@@ -546,12 +490,7 @@ fn status(code: StatusCode, reason: &str, message: &str, details: bool) -> Respo
     if details {
         v["details"] = serde_json::json!({});
     }
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        v.to_string(),
-    )
-        .into_response()
+    (code, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
 }
 
 /// Authentication, then authorization, as upstream's filters order them.
@@ -562,22 +501,10 @@ async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next) -> Respons
         None => anonymous(),
         Some(token) => match g.authenticate(token).await {
             Ok(Some(u)) => u,
-            Ok(None) => {
-                return status(
-                    StatusCode::UNAUTHORIZED,
-                    "Unauthorized",
-                    "Unauthorized",
-                    false,
-                );
-            }
+            Ok(None) => return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized", false),
             Err(e) => {
                 tracing::warn!(error = %e, "unable to authenticate the request");
-                return status(
-                    StatusCode::UNAUTHORIZED,
-                    "Unauthorized",
-                    "Unauthorized",
-                    false,
-                );
+                return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized", false);
             }
         },
     };
@@ -596,12 +523,7 @@ async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next) -> Respons
         }
         Err(e) => {
             tracing::warn!(error = %e, %path, "authorization failed");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                [(header::CONTENT_TYPE, "text/plain")],
-                format!("Internal Server Error: {path:?}: {e}"),
-            )
-                .into_response()
+            (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], format!("Internal Server Error: {path:?}: {e}")).into_response()
         }
     }
 }
@@ -626,11 +548,7 @@ async fn ok() -> &'static str {
 async fn healthz(State(s): State<AppState>) -> Response {
     match s.health.lease.check(s.health.tolerance) {
         Ok(()) => (StatusCode::OK, "ok").into_response(),
-        Err(m) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("[-]leaderElection failed: {m}\nhealthz check failed\n"),
-        )
-            .into_response(),
+        Err(m) => (StatusCode::INTERNAL_SERVER_ERROR, format!("[-]leaderElection failed: {m}\nhealthz check failed\n")).into_response(),
     }
 }
 
@@ -650,24 +568,12 @@ async fn readyz(State(s): State<AppState>, Query(q): Query<HashMap<String, Strin
     let watches = &s.health.watches;
     let caches = *s.ready.borrow();
     let ok = caches && watches.ready();
-    let code = if ok {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
+    let code = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     if q.contains_key("verbose") {
         let mut lines = watches.verbose();
-        lines.push(if caches {
-            "[+]caches synced".into()
-        } else {
-            "[-]caches not synced: the first lists are not applied yet".into()
-        });
+        lines.push(if caches { "[+]caches synced".into() } else { "[-]caches not synced: the first lists are not applied yet".into() });
         lines.push(s.health.lease.readyz_line());
-        lines.push(if ok {
-            "readyz check passed".into()
-        } else {
-            "readyz check failed".into()
-        });
+        lines.push(if ok { "readyz check passed".into() } else { "readyz check failed".into() });
         return (code, lines.join("\n") + "\n").into_response();
     }
     let problems = watches.problems();
@@ -676,52 +582,29 @@ async fn readyz(State(s): State<AppState>, Query(q): Query<HashMap<String, Strin
     } else if problems.is_empty() {
         (StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response()
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{}\nreadyz check failed\n", problems.join("\n")),
-        )
-            .into_response()
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{}\nreadyz check failed\n", problems.join("\n"))).into_response()
     }
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
     s.health.watches.export(&s.metrics.watch_state);
-    s.metrics
-        .leader_waiting
-        .set(i64::from(s.health.lease.waiting()));
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.metrics.render(),
-    )
-        .into_response()
+    s.metrics.leader_waiting.set(i64::from(s.health.lease.waiting()));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics.render()).into_response()
 }
 
 async fn not_found(req: Request) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        format!("404 page not found: {}", req.uri().path()),
-    )
-        .into_response()
+    (StatusCode::NOT_FOUND, format!("404 page not found: {}", req.uri().path())).into_response()
 }
 
 fn too_many() -> Response {
-    let mut r = (
-        StatusCode::TOO_MANY_REQUESTS,
-        "too many explain requests; retry in a second",
-    )
-        .into_response();
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    let mut r = (StatusCode::TOO_MANY_REQUESTS, "too many explain requests; retry in a second").into_response();
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     r
 }
 
 async fn explain(State(s): State<AppState>, Query(q): Query<HashMap<String, String>>) -> Response {
     let Some(pod) = q.get("pod").filter(|p| p.contains('/')).cloned() else {
-        return (
-            StatusCode::BAD_REQUEST,
-            "query parameter pod=namespace/name is required",
-        )
-            .into_response();
+        return (StatusCode::BAD_REQUEST, "query parameter pod=namespace/name is required").into_response();
     };
     let hub = s.explain;
     if !lock(&hub.bucket).take(Instant::now()) {
@@ -733,11 +616,7 @@ async fn explain(State(s): State<AppState>, Query(q): Query<HashMap<String, Stri
         return too_many();
     };
     let Some(view) = hub.fresh_view(Duration::from_secs(5)).await else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no data from the scheduling loop yet; retry",
-        )
-            .into_response();
+        return (StatusCode::SERVICE_UNAVAILABLE, "no data from the scheduling loop yet; retry").into_response();
     };
     let worker = hub.clone();
     let answer = tokio::task::spawn_blocking(move || {
@@ -745,23 +624,15 @@ async fn explain(State(s): State<AppState>, Query(q): Query<HashMap<String, Stri
         let Some(p) = view.pending.iter().find(|p| p.key() == pod) else {
             return Err(format!("pod {pod} is not a pending pod of this scheduler"));
         };
-        let fw = worker
-            .frameworks
-            .iter()
-            .find(|f| f.profile == p.scheduler_name);
-        serde_json::to_string(&explain_member(fw, &view.snapshot, p, &view.pending))
-            .map_err(|e| e.to_string())
+        let fw = worker.frameworks.iter().find(|f| f.profile == p.scheduler_name);
+        serde_json::to_string(&explain_member(fw, &view.snapshot, p, &view.pending)).map_err(|e| e.to_string())
     })
     .await;
     hub.stats.explained.fetch_add(1, Ordering::Relaxed);
     match answer {
         Ok(Ok(v)) => ([(header::CONTENT_TYPE, "application/json")], v).into_response(),
         Ok(Err(m)) => (StatusCode::NOT_FOUND, m).into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("explain failed: {e}"),
-        )
-            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("explain failed: {e}")).into_response(),
     }
 }
 
@@ -783,11 +654,7 @@ async fn explain(State(s): State<AppState>, Query(q): Query<HashMap<String, Stri
 /// ```
 async fn shadow(State(s): State<AppState>) -> Response {
     let Some(log) = s.shadow else {
-        return (
-            StatusCode::NOT_FOUND,
-            "not running in shadow mode (berth run --shadow)",
-        )
-            .into_response();
+        return (StatusCode::NOT_FOUND, "not running in shadow mode (berth run --shadow)").into_response();
     };
     match log.to_json() {
         Ok(v) => ([(header::CONTENT_TYPE, "application/json")], v).into_response(),
@@ -811,25 +678,13 @@ fn router(state: AppState, guard_state: Arc<Guard>) -> Router {
 // ---------------------------------------------------------------- TLS
 
 fn pem_err(flag: &'static str, path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Pem {
-        flag,
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    }
+    Error::Pem { flag, path: path.to_path_buf(), message: e.to_string() }
 }
 
 /// The serving certificate chain and key: the given files, or a fresh
 /// self-signed certificate for localhost and 127.0.0.1 (as upstream makes
 /// one in memory when no certificate is given), valid for a year.
-fn certificate(
-    opts: &AdminOptions,
-) -> Result<
-    (
-        Vec<pki_types::CertificateDer<'static>>,
-        pki_types::PrivateKeyDer<'static>,
-    ),
-    Error,
-> {
+fn certificate(opts: &AdminOptions) -> Result<(Vec<pki_types::CertificateDer<'static>>, pki_types::PrivateKeyDer<'static>), Error> {
     use pki_types::pem::PemObject;
     match (&opts.tls_cert_file, &opts.tls_private_key_file) {
         (Some(c), Some(k)) => {
@@ -840,18 +695,12 @@ fn certificate(
             if certs.is_empty() {
                 return Err(pem_err("--tls-cert-file", c, "no CERTIFICATE block"));
             }
-            let key = pki_types::PrivateKeyDer::from_pem_file(k)
-                .map_err(|e| pem_err("--tls-private-key-file", k, e))?;
+            let key = pki_types::PrivateKeyDer::from_pem_file(k).map_err(|e| pem_err("--tls-private-key-file", k, e))?;
             Ok((certs, key))
         }
         (None, None) => {
             let name = format!("localhost@{}", chrono::Utc::now().timestamp());
-            Ok(berth_tls::self_signed(
-                &["localhost"],
-                &[std::net::IpAddr::from([127, 0, 0, 1])],
-                &name,
-                365,
-            )?)
+            Ok(berth_tls::self_signed(&["localhost"], &[std::net::IpAddr::from([127, 0, 0, 1])], &name, 365)?)
         }
         _ => Err(Error::HalfPair),
     }
@@ -859,10 +708,7 @@ fn certificate(
 
 fn server_tls(opts: &AdminOptions) -> Result<(Arc<rustls::ServerConfig>, Vec<u8>), Error> {
     let (certs, key) = certificate(opts)?;
-    let leaf = certs
-        .first()
-        .map(|c| c.as_ref().to_vec())
-        .unwrap_or_default();
+    let leaf = certs.first().map(|c| c.as_ref().to_vec()).unwrap_or_default();
     Ok((berth_tls::server_config(certs, key)?, leaf))
 }
 
@@ -885,13 +731,7 @@ struct Activity {
 impl Activity {
     /// `base` is the accept.
     fn new() -> Self {
-        Activity {
-            base: Instant::now(),
-            last: AtomicU64::new(0),
-            partial_since: AtomicU64::new(0),
-            in_flight: AtomicUsize::new(0),
-            served: AtomicU64::new(0),
-        }
+        Activity { base: Instant::now(), last: AtomicU64::new(0), partial_since: AtomicU64::new(0), in_flight: AtomicUsize::new(0), served: AtomicU64::new(0) }
     }
     /// Since when the connection holds its slot without a request in
     /// flight: the end of its last request, or its accept when it has
@@ -909,9 +749,7 @@ impl Activity {
     fn read(&self) {
         let now = self.now();
         self.last.store(now, Ordering::Relaxed);
-        let _ = self
-            .partial_since
-            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        let _ = self.partial_since.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
     }
     fn wrote(&self) {
         self.last.store(self.now(), Ordering::Relaxed);
@@ -935,8 +773,7 @@ impl Activity {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let partial = self.partial_since.load(Ordering::Relaxed);
         if partial != 0 {
-            return (now.saturating_sub(partial) >= ms(header))
-                .then_some("request headers not received in time");
+            return (now.saturating_sub(partial) >= ms(header)).then_some("request headers not received in time");
         }
         (now.saturating_sub(self.last.load(Ordering::Relaxed)) >= ms(idle)).then_some("idle")
     }
@@ -949,11 +786,7 @@ struct Tracked<S> {
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
@@ -964,11 +797,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.wrote();
@@ -1013,10 +842,7 @@ impl Server {
     /// false when every held connection has a request in flight.
     fn evict_one(&self) -> bool {
         let mut held = lock(&self.held);
-        let victim = held
-            .iter()
-            .filter_map(|(id, h)| h.activity.idle_since().map(|t| (t, *id)))
-            .min();
+        let victim = held.iter().filter_map(|(id, h)| h.activity.idle_since().map(|t| (t, *id))).min();
         let Some((_, id)) = victim else { return false };
         if let Some(h) = held.remove(&id) {
             h.close.notify_one();
@@ -1028,11 +854,7 @@ impl Server {
     /// A slot for a connection just accepted: a free one, or one freed by
     /// closing the connection idle the longest. None when every slot stays
     /// busy with a request for [`AdminOptions::handshake_timeout`], or on stop.
-    async fn slot(
-        &self,
-        slots: &Arc<Semaphore>,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    async fn slot(&self, slots: &Arc<Semaphore>, stop: &mut watch::Receiver<bool>) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let deadline = tokio::time::Instant::now() + self.opts.handshake_timeout;
         loop {
             if let Ok(p) = slots.clone().try_acquire_owned() {
@@ -1041,11 +863,7 @@ impl Server {
             // The evicted connection releases its slot as soon as its task
             // sees the notice; otherwise wait for a request to end.
             let evicted = self.evict_one();
-            let wake = if evicted {
-                deadline
-            } else {
-                (tokio::time::Instant::now() + SLOT_RETRY).min(deadline)
-            };
+            let wake = if evicted { deadline } else { (tokio::time::Instant::now() + SLOT_RETRY).min(deadline) };
             tokio::select! {
                 p = slots.clone().acquire_owned() => return p.ok(),
                 _ = tokio::time::sleep_until(wake) => {
@@ -1080,9 +898,7 @@ impl Server {
                 break;
             }
             let Some(permit) = self.slot(&slots, &mut stop).await else {
-                tracing::debug!(
-                    "admin port: every slot busy with a request; a new connection is closed"
-                );
+                tracing::debug!("admin port: every slot busy with a request; a new connection is closed");
                 continue;
             };
             let open = self.stats.open.fetch_add(1, Ordering::Relaxed) + 1;
@@ -1092,13 +908,7 @@ impl Server {
             next_id += 1;
             let activity = Arc::new(Activity::new());
             let close = Arc::new(tokio::sync::Notify::new());
-            lock(&self.held).insert(
-                id,
-                Held {
-                    activity: activity.clone(),
-                    close: close.clone(),
-                },
-            );
+            lock(&self.held).insert(id, Held { activity: activity.clone(), close: close.clone() });
             let me = self.clone();
             let stop = stop.clone();
             tokio::spawn(async move {
@@ -1114,27 +924,12 @@ impl Server {
         }
     }
 
-    async fn connection(
-        &self,
-        tcp: TcpStream,
-        activity: Arc<Activity>,
-        mut stop: watch::Receiver<bool>,
-    ) {
+    async fn connection(&self, tcp: TcpStream, activity: Arc<Activity>, mut stop: watch::Receiver<bool>) {
         let _ = tcp.set_nodelay(true);
-        let Some(tls) = berth_tls::accept(
-            tcp,
-            &self.acceptor,
-            self.opts.handshake_timeout,
-            "admin port",
-        )
-        .await
-        else {
+        let Some(tls) = berth_tls::accept(tcp, &self.acceptor, self.opts.handshake_timeout, "admin port").await else {
             return;
         };
-        let io = hyper_util::rt::TokioIo::new(Tracked {
-            inner: tls,
-            activity: activity.clone(),
-        });
+        let io = hyper_util::rt::TokioIo::new(Tracked { inner: tls, activity: activity.clone() });
         let app = self.app.clone();
         let act = activity.clone();
         let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
@@ -1142,19 +937,14 @@ impl Server {
             let act = act.clone();
             act.begin();
             async move {
-                let r =
-                    tower_service::Service::call(&mut app, req.map(axum::body::Body::new)).await;
+                let r = tower_service::Service::call(&mut app, req.map(axum::body::Body::new)).await;
                 act.end();
                 r
             }
         });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .keep_alive(true)
-            .max_buf_size(256 * 1024)
-            .serve_connection(io, svc);
+        let conn = hyper::server::conn::http1::Builder::new().keep_alive(true).max_buf_size(256 * 1024).serve_connection(io, svc);
         tokio::pin!(conn);
-        let tick = (self.opts.header_read_timeout.min(self.opts.idle_timeout) / 4)
-            .clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let tick = (self.opts.header_read_timeout.min(self.opts.idle_timeout) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut iv = tokio::time::interval(tick);
         iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -1207,12 +997,8 @@ pub async fn start(
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> Result<Started, Error> {
     let (tls, cert_der) = server_tls(opts)?;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Listen { addr, source })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| Error::Listen { addr, source })?;
+    let listener = TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })?;
+    let bound = listener.local_addr().map_err(|source| Error::Listen { addr, source })?;
     let stats = AdminStats::default();
     let hub = Arc::new(ExplainHub::new(frameworks, opts, stats.clone()));
     let guard = Arc::new(Guard {
@@ -1222,32 +1008,10 @@ pub async fn start(
         reviews: Mutex::new(TtlCache::new(4096)),
         calls: Semaphore::new(16),
     });
-    let app = router(
-        AppState {
-            metrics,
-            ready,
-            explain: hub.clone(),
-            health,
-            shadow,
-        },
-        guard,
-    );
-    let server = Arc::new(Server {
-        acceptor: TlsAcceptor::from(tls),
-        app,
-        opts: opts.clone(),
-        stats: stats.clone(),
-        held: Mutex::new(HashMap::new()),
-    });
+    let app = router(AppState { metrics, ready, explain: hub.clone(), health, shadow }, guard);
+    let server = Arc::new(Server { acceptor: TlsAcceptor::from(tls), app, opts: opts.clone(), stats: stats.clone(), held: Mutex::new(HashMap::new()) });
     tasks.spawn(server.accept_loop(listener, stop));
-    Ok(Started {
-        info: AdminInfo {
-            addr: bound,
-            cert_der,
-            stats,
-        },
-        explain: hub,
-    })
+    Ok(Started { info: AdminInfo { addr: bound, cert_der, stats }, explain: hub })
 }
 
 // ---------------------------------------------------------------- client
@@ -1269,42 +1033,18 @@ impl rustls::client::danger::ServerCertVerifier for Pinned {
         _now: pki_types::UnixTime,
     ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
         match &self.cert {
-            Some(c) if c.as_slice() != end_entity.as_ref() => Err(rustls::Error::General(
-                "the server's certificate is not the pinned one".into(),
-            )),
+            Some(c) if c.as_slice() != end_entity.as_ref() => Err(rustls::Error::General("the server's certificate is not the pinned one".into())),
             _ => Ok(rustls::client::danger::ServerCertVerified::assertion()),
         }
     }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+    fn verify_tls12_signature(&self, message: &[u8], cert: &pki_types::CertificateDer<'_>, dss: &rustls::DigitallySignedStruct) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+    fn verify_tls13_signature(&self, message: &[u8], cert: &pki_types::CertificateDer<'_>, dss: &rustls::DigitallySignedStruct) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -1312,57 +1052,25 @@ impl rustls::client::danger::ServerCertVerifier for Pinned {
 /// when None (loopback tests; what `curl -k` does).
 pub fn connector(pinned: Option<&[u8]>) -> Result<TlsConnector, Error> {
     let provider = berth_tls::provider();
-    let verifier = Arc::new(Pinned {
-        cert: pinned.map(<[u8]>::to_vec),
-        provider: provider.clone(),
-    });
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
+    let verifier = Arc::new(Pinned { cert: pinned.map(<[u8]>::to_vec), provider: provider.clone() });
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsConnector::from(Arc::new(cfg)))
 }
 
 /// One HTTPS GET against an admin port (`Connection: close`), with an
 /// optional bearer token: (status, body). For tests and `berth demo`.
-pub async fn https_get(
-    addr: SocketAddr,
-    path: &str,
-    token: Option<&str>,
-    pinned: Option<&[u8]>,
-) -> Result<(u16, String), Error> {
-    let fail = |m: String| Error::Client {
-        path: path.to_string(),
-        message: m,
-    };
-    let addr = if addr.ip().is_unspecified() {
-        SocketAddr::from(([127, 0, 0, 1], addr.port()))
-    } else {
-        addr
-    };
-    let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
-        .await
-        .map_err(|_| fail("connect timed out".into()))?
-        .map_err(|e| fail(format!("connect: {e}")))?;
+pub async fn https_get(addr: SocketAddr, path: &str, token: Option<&str>, pinned: Option<&[u8]>) -> Result<(u16, String), Error> {
+    let fail = |m: String| Error::Client { path: path.to_string(), message: m };
+    let addr = if addr.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
+    let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr)).await.map_err(|_| fail("connect timed out".into()))?.map_err(|e| fail(format!("connect: {e}")))?;
     let name = pki_types::ServerName::try_from("localhost").map_err(|e| fail(e.to_string()))?;
-    let mut s = tokio::time::timeout(
-        Duration::from_secs(5),
-        connector(pinned)?.connect(name, tcp),
-    )
-    .await
-    .map_err(|_| fail("TLS handshake timed out".into()))?
-    .map_err(|e| fail(format!("TLS handshake: {e}")))?;
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n")
-            .as_bytes(),
-    )
-    .await
-    .map_err(|e| fail(format!("write: {e}")))?;
+    let mut s = tokio::time::timeout(Duration::from_secs(5), connector(pinned)?.connect(name, tcp))
+        .await
+        .map_err(|_| fail("TLS handshake timed out".into()))?
+        .map_err(|e| fail(format!("TLS handshake: {e}")))?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").as_bytes()).await.map_err(|e| fail(format!("write: {e}")))?;
     let mut out = Vec::new();
     let read = async {
         let mut buf = [0u8; 16 * 1024];
@@ -1376,36 +1084,18 @@ pub async fn https_get(
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(30), read)
-        .await
-        .map_err(|_| fail("read timed out".into()))?
-        .map_err(|e| fail(format!("read: {e}")))?;
+    tokio::time::timeout(Duration::from_secs(30), read).await.map_err(|_| fail("read timed out".into()))?.map_err(|e| fail(format!("read: {e}")))?;
     let text = String::from_utf8_lossy(&out).to_string();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| fail("malformed HTTP response".into()))?;
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| fail("no HTTP status".into()))?;
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| fail("malformed HTTP response".into()))?;
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| fail("no HTTP status".into()))?;
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
     Ok((code, body))
 }
 
 fn dechunk(mut s: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = s.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
         if n == 0 || rest.len() < n {
             break;
         }
@@ -1422,10 +1112,7 @@ mod tests {
 
     #[test]
     fn dechunks() {
-        assert_eq!(
-            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
-            "hello world"
-        );
+        assert_eq!(dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"), "hello world");
     }
 
     #[test]
@@ -1477,46 +1164,25 @@ mod tests {
         assert_eq!(a.expired(h, i), None, "fresh and idle: not yet");
         a.read();
         std::thread::sleep(Duration::from_millis(2));
-        assert_eq!(
-            a.expired(h, i),
-            Some("request headers not received in time")
-        );
+        assert_eq!(a.expired(h, i), Some("request headers not received in time"));
         a.begin();
-        assert_eq!(
-            a.expired(h, Duration::ZERO),
-            None,
-            "a request in flight is never cut"
-        );
+        assert_eq!(a.expired(h, Duration::ZERO), None, "a request in flight is never cut");
         a.end();
-        assert_eq!(
-            a.expired(Duration::from_secs(3600), Duration::ZERO),
-            Some("idle")
-        );
+        assert_eq!(a.expired(Duration::from_secs(3600), Duration::ZERO), Some("idle"));
     }
 
     #[test]
     fn idle_since_ranks_connections_for_eviction() {
         let silent = Activity::new();
-        assert_eq!(
-            silent.idle_since(),
-            Some(silent.base),
-            "a connection that sent nothing is idle since its accept"
-        );
+        assert_eq!(silent.idle_since(), Some(silent.base), "a connection that sent nothing is idle since its accept");
         let busy = Activity::new();
         busy.begin();
-        assert_eq!(
-            busy.idle_since(),
-            None,
-            "a request in flight keeps its slot"
-        );
+        assert_eq!(busy.idle_since(), None, "a request in flight keeps its slot");
         std::thread::sleep(Duration::from_millis(3));
         busy.end();
         let after = busy.idle_since().unwrap();
         assert!(after > busy.base, "idle since the end of its request");
-        assert!(
-            silent.idle_since().unwrap() < after,
-            "the older idle connection goes first"
-        );
+        assert!(silent.idle_since().unwrap() < after, "the older idle connection goes first");
     }
 
     #[test]
@@ -1532,16 +1198,9 @@ mod tests {
     fn self_signed_certificate_and_half_pairs() {
         let (_, der) = server_tls(&AdminOptions::default()).unwrap();
         assert!(!der.is_empty());
-        let half = AdminOptions {
-            tls_cert_file: Some("/nonexistent.crt".into()),
-            ..AdminOptions::default()
-        };
+        let half = AdminOptions { tls_cert_file: Some("/nonexistent.crt".into()), ..AdminOptions::default() };
         assert!(matches!(server_tls(&half), Err(Error::HalfPair)));
-        let missing = AdminOptions {
-            tls_cert_file: Some("/nonexistent.crt".into()),
-            tls_private_key_file: Some("/nonexistent.key".into()),
-            ..AdminOptions::default()
-        };
+        let missing = AdminOptions { tls_cert_file: Some("/nonexistent.crt".into()), tls_private_key_file: Some("/nonexistent.key".into()), ..AdminOptions::default() };
         let e = server_tls(&missing).unwrap_err().to_string();
         assert!(e.contains("--tls-cert-file /nonexistent.crt"), "{e}");
     }

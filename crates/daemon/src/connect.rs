@@ -60,9 +60,7 @@ pub enum Error {
         source: kube::config::InClusterError,
     },
     /// `--context` without a kubeconfig (in-cluster configuration has no contexts).
-    #[error(
-        "--context {0}: no kubeconfig found (--kubeconfig, $KUBECONFIG, ~/.kube/config) to pick it from"
-    )]
+    #[error("--context {0}: no kubeconfig found (--kubeconfig, $KUBECONFIG, ~/.kube/config) to pick it from")]
     ContextWithoutKubeconfig(String),
     /// The configuration cannot make a client (TLS material, proxy).
     #[error("building the API client for {server} ({origin})")]
@@ -78,15 +76,11 @@ pub enum Error {
 }
 
 fn context_note(c: &Option<String>) -> String {
-    c.as_ref()
-        .map(|c| format!(" (context {c})"))
-        .unwrap_or_default()
+    c.as_ref().map(|c| format!(" (context {c})")).unwrap_or_default()
 }
 
 fn env_note(v: &Option<String>) -> String {
-    v.as_ref()
-        .map(|v| format!(" (={v}: no such file)"))
-        .unwrap_or_default()
+    v.as_ref().map(|v| format!(" (={v}: no such file)")).unwrap_or_default()
 }
 
 /// A client and where it points.
@@ -105,82 +99,39 @@ pub struct Connection {
 impl Connection {
     /// "https://host:6443 (kubeconfig FILE, context C)": for messages.
     pub fn describe(&self) -> String {
-        format!(
-            "{} ({}{})",
-            self.server,
-            self.origin,
-            self.context
-                .as_ref()
-                .map(|c| format!(", context {c}"))
-                .unwrap_or_default()
-        )
+        format!("{} ({}{})", self.server, self.origin, self.context.as_ref().map(|c| format!(", context {c}")).unwrap_or_default())
     }
 }
 
 /// The configuration kubectl would use: `explicit` (a `--kubeconfig`), else
 /// `$KUBECONFIG`, else `~/.kube/config`, else in-cluster; `context` (or the
 /// kubeconfig's current context).
-pub async fn config(
-    explicit: Option<&str>,
-    context: Option<&str>,
-) -> Result<(kube::Config, Origin, Option<String>), Error> {
-    let opts = kube::config::KubeConfigOptions {
-        context: context.map(String::from),
-        ..Default::default()
+pub async fn config(explicit: Option<&str>, context: Option<&str>) -> Result<(kube::Config, Origin, Option<String>), Error> {
+    let opts = kube::config::KubeConfigOptions { context: context.map(String::from), ..Default::default() };
+    let from = |origin: Origin, read: Result<kube::config::Kubeconfig, kube::config::KubeconfigError>| async move {
+        let err = |source| Error::Kubeconfig { origin: origin.clone(), context: context.map(String::from), source };
+        let kc = read.map_err(err)?;
+        let current = context.map(String::from).or_else(|| kc.current_context.clone());
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &opts).await.map_err(err)?;
+        Ok::<_, Error>((cfg, origin.clone(), current))
     };
-    let from =
-        |origin: Origin, read: Result<kube::config::Kubeconfig, kube::config::KubeconfigError>| async move {
-            let err = |source| Error::Kubeconfig {
-                origin: origin.clone(),
-                context: context.map(String::from),
-                source,
-            };
-            let kc = read.map_err(err)?;
-            let current = context
-                .map(String::from)
-                .or_else(|| kc.current_context.clone());
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
-                .await
-                .map_err(err)?;
-            Ok::<_, Error>((cfg, origin.clone(), current))
-        };
     if let Some(path) = explicit.filter(|p| !p.is_empty()) {
-        return from(
-            Origin::Flag(path.to_string()),
-            kube::config::Kubeconfig::read_from(path),
-        )
-        .await;
+        return from(Origin::Flag(path.to_string()), kube::config::Kubeconfig::read_from(path)).await;
     }
     let env = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty());
     if let Some(value) = &env {
-        let files: Vec<PathBuf> = std::env::split_paths(value)
-            .filter(|p| !p.as_os_str().is_empty() && p.exists())
-            .collect();
+        let files: Vec<PathBuf> = std::env::split_paths(value).filter(|p| !p.as_os_str().is_empty() && p.exists()).collect();
         if !files.is_empty() {
-            let merged = files
-                .iter()
-                .try_fold(kube::config::Kubeconfig::default(), |m, p| {
-                    kube::config::Kubeconfig::read_from(p).and_then(|c| m.merge(c))
-                });
+            let merged = files.iter().try_fold(kube::config::Kubeconfig::default(), |m, p| kube::config::Kubeconfig::read_from(p).and_then(|c| m.merge(c)));
             return from(Origin::Env(value.to_string_lossy().into_owned()), merged).await;
         }
-    } else if let Some(home) = std::env::home_dir()
-        .map(|h| h.join(".kube").join("config"))
-        .filter(|p| p.exists())
-    {
-        return from(
-            Origin::Home(home.clone()),
-            kube::config::Kubeconfig::read_from(&home),
-        )
-        .await;
+    } else if let Some(home) = std::env::home_dir().map(|h| h.join(".kube").join("config")).filter(|p| p.exists()) {
+        return from(Origin::Home(home.clone()), kube::config::Kubeconfig::read_from(&home)).await;
     }
     if let Some(c) = context {
         return Err(Error::ContextWithoutKubeconfig(c.to_string()));
     }
-    let cfg = kube::Config::incluster().map_err(|source| Error::Nothing {
-        env: env.map(|v| v.to_string_lossy().into_owned()),
-        source,
-    })?;
+    let cfg = kube::Config::incluster().map_err(|source| Error::Nothing { env: env.map(|v| v.to_string_lossy().into_owned()), source })?;
     Ok((cfg, Origin::InCluster, None))
 }
 
@@ -188,17 +139,8 @@ pub async fn config(
 pub async fn connect(explicit: Option<&str>, context: Option<&str>) -> Result<Connection, Error> {
     let (cfg, origin, context) = config(explicit, context).await?;
     let server = cfg.cluster_url.to_string();
-    let client = kube::Client::try_from(cfg).map_err(|source| Error::Client {
-        server: server.clone(),
-        origin: origin.clone(),
-        source,
-    })?;
-    Ok(Connection {
-        client,
-        server,
-        origin,
-        context,
-    })
+    let client = kube::Client::try_from(cfg).map_err(|source| Error::Client { server: server.clone(), origin: origin.clone(), source })?;
+    Ok(Connection { client, server, origin, context })
 }
 
 /// A client for [`connect`]'s configuration (without where it points).
@@ -219,23 +161,12 @@ mod tests {
         std::fs::write(&kc, text).expect("kubeconfig");
         let path = kc.to_string_lossy().into_owned();
         let c = connect(Some(&path), None).await.expect("connects");
-        assert_eq!(
-            c.describe(),
-            format!("https://127.0.0.1:1/ (kubeconfig {path}, context one)")
-        );
+        assert_eq!(c.describe(), format!("https://127.0.0.1:1/ (kubeconfig {path}, context one)"));
         let c = connect(Some(&path), Some("two")).await.expect("connects");
         assert_eq!(c.server, "https://127.0.0.2:2/");
-        let e = connect(Some(&path), Some("three"))
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = connect(Some(&path), Some("three")).await.err().map(|e| e.to_string()).unwrap_or_default();
         assert_eq!(e, format!("kubeconfig {path} (context three)"));
-        let e = connect(Some("/nonexistent/kc"), None)
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = connect(Some("/nonexistent/kc"), None).await.err().map(|e| e.to_string()).unwrap_or_default();
         assert_eq!(e, "kubeconfig /nonexistent/kc");
         let _ = std::fs::remove_dir_all(&dir);
     }

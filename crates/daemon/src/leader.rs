@@ -13,14 +13,14 @@
 //! take the write side first, so no write of ours reaches the API after the
 //! lease is given up.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1 as coord;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
-use kube::Api;
 use kube::api::PostParams;
+use kube::Api;
 use tokio::sync::watch;
 
 use crate::watch::WatchHealth;
@@ -108,9 +108,7 @@ impl Lease {
 
     fn since_renewal(&self) -> Duration {
         let now = self.inner.epoch.elapsed();
-        now.saturating_sub(Duration::from_millis(
-            self.inner.renewed_ms.load(Ordering::Acquire),
-        ))
+        now.saturating_sub(Duration::from_millis(self.inner.renewed_ms.load(Ordering::Acquire)))
     }
 
     /// Records a successful acquisition or renewal.
@@ -127,8 +125,7 @@ impl Lease {
 
     /// May this replica write now: it leads and renewed within renewDeadline.
     pub fn may_write(&self) -> bool {
-        !self.inner.elect
-            || (self.believes_leading() && self.since_renewal() < self.inner.renew_deadline)
+        !self.inner.elect || (self.believes_leading() && self.since_renewal() < self.inner.renew_deadline)
     }
 
     /// A permit for one write, or None when this replica may not write. Hold
@@ -142,18 +139,12 @@ impl Lease {
     /// writes in flight to be answered. True when none is left.
     pub async fn step_down(&self, timeout: Duration) -> bool {
         self.inner.leading.store(false, Ordering::Release);
-        tokio::time::timeout(timeout, self.inner.gate.write())
-            .await
-            .is_ok()
+        tokio::time::timeout(timeout, self.inner.gate.write()).await.is_ok()
     }
 
     /// What the election last saw of the Lease.
     pub fn seen(&self) -> Seen {
-        self.inner
-            .seen
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default()
+        self.inner.seen.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// Records what the election saw; true when it changed.
@@ -176,12 +167,8 @@ impl Lease {
         }
         match self.seen() {
             Seen::Unknown => "[+]leaderElection starting: the Lease has not been read yet".into(),
-            Seen::Leading => {
-                "[+]leaderElection leading: this replica holds the Lease and schedules".into()
-            }
-            Seen::Waiting { lease, holder } => format!(
-                "[+]leaderElection waiting: the Lease {lease} is held by {holder:?}; this replica schedules nothing until it is released or expires"
-            ),
+            Seen::Leading => "[+]leaderElection leading: this replica holds the Lease and schedules".into(),
+            Seen::Waiting { lease, holder } => format!("[+]leaderElection waiting: the Lease {lease} is held by {holder:?}; this replica schedules nothing until it is released or expires"),
         }
     }
 
@@ -200,11 +187,7 @@ impl Lease {
         let since = self.since_renewal();
         let limit = self.inner.lease_duration + tolerance;
         if since > limit {
-            return Err(format!(
-                "leaderElection: this replica believes it leads but last renewed its lease {:.1}s ago (leaseDuration + tolerance = {:.1}s)",
-                since.as_secs_f64(),
-                limit.as_secs_f64()
-            ));
+            return Err(format!("leaderElection: this replica believes it leads but last renewed its lease {:.1}s ago (leaseDuration + tolerance = {:.1}s)", since.as_secs_f64(), limit.as_secs_f64()));
         }
         Ok(())
     }
@@ -222,47 +205,26 @@ fn now_micro() -> meta::MicroTime {
     meta::MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
-fn spec_for(
-    cfg: &LeaderConfig,
-    prev: Option<&coord::LeaseSpec>,
-    taking_over: bool,
-) -> coord::LeaseSpec {
+fn spec_for(cfg: &LeaderConfig, prev: Option<&coord::LeaseSpec>, taking_over: bool) -> coord::LeaseSpec {
     let transitions = prev.and_then(|s| s.lease_transitions).unwrap_or(0);
     coord::LeaseSpec {
         holder_identity: Some(cfg.identity.clone()),
         lease_duration_seconds: Some(cfg.lease_duration.as_secs().max(1) as i32),
-        acquire_time: if taking_over {
-            Some(now_micro())
-        } else {
-            prev.and_then(|s| s.acquire_time.clone())
-                .or_else(|| Some(now_micro()))
-        },
+        acquire_time: if taking_over { Some(now_micro()) } else { prev.and_then(|s| s.acquire_time.clone()).or_else(|| Some(now_micro())) },
         renew_time: Some(now_micro()),
-        lease_transitions: Some(if taking_over {
-            transitions + 1
-        } else {
-            transitions
-        }),
+        lease_transitions: Some(if taking_over { transitions + 1 } else { transitions }),
         ..Default::default()
     }
 }
 
 /// One attempt to acquire or renew. Ok(true): we hold the lease now;
 /// Ok(false): another identity does (`obs.holder` names it).
-async fn try_acquire_or_renew(
-    api: &Api<coord::Lease>,
-    cfg: &LeaderConfig,
-    obs: &mut Observed,
-) -> Result<bool, kube::Error> {
+async fn try_acquire_or_renew(api: &Api<coord::Lease>, cfg: &LeaderConfig, obs: &mut Observed) -> Result<bool, kube::Error> {
     let current = match api.get_opt(&cfg.name).await? {
         Some(l) => l,
         None => {
             let lease = coord::Lease {
-                metadata: meta::ObjectMeta {
-                    name: Some(cfg.name.clone()),
-                    namespace: Some(cfg.namespace.clone()),
-                    ..Default::default()
-                },
+                metadata: meta::ObjectMeta { name: Some(cfg.name.clone()), namespace: Some(cfg.namespace.clone()), ..Default::default() },
                 spec: Some(spec_for(cfg, None, true)),
             };
             return match api.create(&PostParams::default(), &lease).await {
@@ -274,10 +236,7 @@ async fn try_acquire_or_renew(
     };
     let spec = current.spec.clone().unwrap_or_default();
     let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-    let record = (
-        holder.clone(),
-        spec.renew_time.as_ref().map(|t| t.0.to_string()),
-    );
+    let record = (holder.clone(), spec.renew_time.as_ref().map(|t| t.0.to_string()));
     if obs.record.as_ref() != Some(&record) {
         obs.record = Some(record);
         obs.at = Some(Instant::now());
@@ -285,10 +244,7 @@ async fn try_acquire_or_renew(
     let mine = holder.as_deref() == Some(cfg.identity.as_str());
     obs.holder = holder.clone().filter(|_| !mine);
     if !mine && holder.is_some() {
-        let duration = spec
-            .lease_duration_seconds
-            .map(|s| Duration::from_secs(s.max(1) as u64))
-            .unwrap_or(cfg.lease_duration);
+        let duration = spec.lease_duration_seconds.map(|s| Duration::from_secs(s.max(1) as u64)).unwrap_or(cfg.lease_duration);
         let unchanged_for = obs.at.map(|t| t.elapsed()).unwrap_or_default();
         if unchanged_for < duration {
             return Ok(false);
@@ -321,23 +277,12 @@ async fn release(api: &Api<coord::Lease>, cfg: &LeaderConfig) {
 /// On taking the Lease, every watch relists before `leading` says so
 /// ([`WatchHealth::relist_every_kind`]): nothing is scheduled on a view
 /// older than the moment this replica became leader.
-pub async fn run(
-    client: kube::Client,
-    cfg: LeaderConfig,
-    lease: Lease,
-    leading: watch::Sender<bool>,
-    mut stop: watch::Receiver<bool>,
-    health: WatchHealth,
-) {
+pub async fn run(client: kube::Client, cfg: LeaderConfig, lease: Lease, leading: watch::Sender<bool>, mut stop: watch::Receiver<bool>, health: WatchHealth) {
     let api: Api<coord::Lease> = Api::namespaced(client, &cfg.namespace);
     let mut obs = Observed::default();
     let mut last_renew: Option<Instant> = None;
     loop {
-        let attempt = tokio::time::timeout(
-            cfg.retry_period.max(Duration::from_millis(100)),
-            try_acquire_or_renew(&api, &cfg, &mut obs),
-        )
-        .await;
+        let attempt = tokio::time::timeout(cfg.retry_period.max(Duration::from_millis(100)), try_acquire_or_renew(&api, &cfg, &mut obs)).await;
         let ok = matches!(attempt, Ok(Ok(true)));
         if let Ok(Err(e)) = &attempt {
             tracing::warn!(error = %e, "lease update failed");
@@ -349,10 +294,7 @@ pub async fn run(
                 lease.set_seen(Seen::Leading);
             }
             (Ok(Ok(false)), Some(holder)) => {
-                let waiting = Seen::Waiting {
-                    lease: name.clone(),
-                    holder: holder.clone(),
-                };
+                let waiting = Seen::Waiting { lease: name.clone(), holder: holder.clone() };
                 if lease.set_seen(waiting) {
                     // Once per holder, not once per retry.
                     tracing::info!(lease = %name, holder = %holder, identity = %cfg.identity, "waiting for the Lease: another identity holds it; this replica schedules nothing until it is released or expires (a second scheduler with other profiles needs its own leaderElection.resourceName)");
@@ -423,10 +365,7 @@ mod tests {
         l.renewed();
         let permit = l.write_permit().await;
         assert!(permit.is_some());
-        assert!(
-            !l.step_down(Duration::from_millis(10)).await,
-            "a write was still in flight"
-        );
+        assert!(!l.step_down(Duration::from_millis(10)).await, "a write was still in flight");
         drop(permit);
         assert!(l.step_down(Duration::from_millis(10)).await);
         assert!(!l.may_write());
@@ -439,26 +378,13 @@ mod tests {
     fn a_waiting_replica_says_whom_it_waits_for_once() {
         let l = Lease::new(true, Duration::from_secs(10), Duration::from_secs(15));
         assert!(l.readyz_line().contains("starting") && !l.waiting());
-        let w = Seen::Waiting {
-            lease: "kube-system/berth".into(),
-            holder: "replica-a".into(),
-        };
+        let w = Seen::Waiting { lease: "kube-system/berth".into(), holder: "replica-a".into() };
         assert!(l.set_seen(w.clone()), "a change");
-        assert!(
-            !l.set_seen(w),
-            "the same holder again is no change (no second log line)"
-        );
+        assert!(!l.set_seen(w), "the same holder again is no change (no second log line)");
         assert!(l.waiting());
-        assert_eq!(
-            l.readyz_line(),
-            r#"[+]leaderElection waiting: the Lease kube-system/berth is held by "replica-a"; this replica schedules nothing until it is released or expires"#
-        );
+        assert_eq!(l.readyz_line(), r#"[+]leaderElection waiting: the Lease kube-system/berth is held by "replica-a"; this replica schedules nothing until it is released or expires"#);
         assert!(l.set_seen(Seen::Leading));
         assert!(!l.waiting() && l.readyz_line().contains("leading"));
-        assert!(
-            Lease::new(false, Duration::ZERO, Duration::ZERO)
-                .readyz_line()
-                .contains("off")
-        );
+        assert!(Lease::new(false, Duration::ZERO, Duration::ZERO).readyz_line().contains("off"));
     }
 }

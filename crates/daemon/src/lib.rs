@@ -194,25 +194,9 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
 
     let lease = Lease::new(elect, config.renew_deadline, config.lease_duration);
     let watch_health = WatchHealth::default();
-    let health = admin::Health {
-        lease: lease.clone(),
-        watches: watch_health.clone(),
-        tolerance: opts.leader_healthz_tolerance,
-    };
+    let health = admin::Health { lease: lease.clone(), watches: watch_health.clone(), tolerance: opts.leader_healthz_tolerance };
     let shadow_log = opts.shadow.then(|| Arc::new(ShadowLog::default()));
-    let admin = admin::start(
-        &opts.admin,
-        opts.bind_address,
-        client.clone(),
-        metrics.clone(),
-        ready_rx.clone(),
-        profiles.frameworks(opts.seed),
-        health,
-        shadow_log.clone(),
-        stop_rx.clone(),
-        &mut tasks,
-    )
-    .await?;
+    let admin = admin::start(&opts.admin, opts.bind_address, client.clone(), metrics.clone(), ready_rx.clone(), profiles.frameworks(opts.seed), health, shadow_log.clone(), stop_rx.clone(), &mut tasks).await?;
     let admin_addr = admin.info.addr;
 
     scheduler::watch_all(&client, &watch_tx, &stop_rx, &watch_health, &mut tasks);
@@ -227,14 +211,7 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
             renew_deadline: config.renew_deadline,
             retry_period: config.retry_period,
         };
-        tasks.spawn(leader::run(
-            client.clone(),
-            cfg,
-            lease.clone(),
-            leading_tx,
-            stop_rx.clone(),
-            watch_health.clone(),
-        ));
+        tasks.spawn(leader::run(client.clone(), cfg, lease.clone(), leading_tx, stop_rx.clone(), watch_health.clone()));
     } else {
         // Keep the sender alive for the daemon's lifetime.
         let mut stop = stop_rx.clone();
@@ -246,55 +223,17 @@ pub async fn start(client: kube::Client, config: &Config, opts: Options) -> Resu
 
     let cc = &config.raw.client_connection;
     // Shadow mode has no writer at all: no write path exists.
-    let writer = (!opts.shadow).then(|| {
-        Writer::new(
-            client,
-            lease.clone(),
-            cc.qps,
-            cc.burst,
-            opts.write_concurrency,
-            bind_tx,
-            &opts.identity,
-        )
-    });
+    let writer = (!opts.shadow).then(|| Writer::new(client, lease.clone(), cc.qps, cc.burst, opts.write_concurrency, bind_tx, &opts.identity));
     if let Some(w) = &writer {
         w.set_metrics(metrics.clone());
     }
-    let writes = writer
-        .as_ref()
-        .map(Writer::shared_counts)
-        .unwrap_or_default();
+    let writes = writer.as_ref().map(Writer::shared_counts).unwrap_or_default();
     let writer_handle = writer.clone();
     let mut frameworks = profiles.frameworks(opts.seed);
     if opts.shadow {
         shadow::judge_every_node(&mut frameworks);
     }
-    let lp = Loop::new(
-        frameworks,
-        config,
-        Wiring {
-            health: watch_health.clone(),
-            ready: ready_tx,
-            writer: writer.clone(),
-            metrics: metrics.clone(),
-            leading: leading_rx.clone(),
-            lease: lease.clone(),
-            shadow: shadow_log.clone(),
-        },
-    );
+    let lp = Loop::new(frameworks, config, Wiring { health: watch_health.clone(), ready: ready_tx, writer: writer.clone(), metrics: metrics.clone(), leading: leading_rx.clone(), lease: lease.clone(), shadow: shadow_log.clone() });
     tasks.spawn(lp.run(watch_rx, bind_rx, admin.explain, stop_rx, writer));
-    Ok(Handle {
-        admin_addr,
-        stop: stop_tx,
-        leading: leading_rx,
-        ready: ready_rx,
-        tasks,
-        metrics,
-        lease,
-        watch_health,
-        writes,
-        writer: writer_handle,
-        admin: admin.info,
-        shadow: shadow_log,
-    })
+    Ok(Handle { admin_addr, stop: stop_tx, leading: leading_rx, ready: ready_rx, tasks, metrics, lease, watch_health, writes, writer: writer_handle, admin: admin.info, shadow: shadow_log })
 }

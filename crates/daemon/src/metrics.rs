@@ -1,9 +1,6 @@
 //! Prometheus metrics with upstream kube-scheduler's names, types and labels.
 
-use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 /// All of berth's metrics, registered in one registry.
 #[derive(Clone)]
@@ -84,24 +81,18 @@ impl Metrics {
         m.registry.register(Box::new(m.schedule_attempts.clone()))?;
         m.registry.register(Box::new(m.attempt_duration.clone()))?;
         m.registry.register(Box::new(m.pending_pods.clone()))?;
-        m.registry
-            .register(Box::new(m.preemption_attempts.clone()))?;
-        m.registry
-            .register(Box::new(m.preemption_victims.clone()))?;
-        m.registry
-            .register(Box::new(m.extension_point_duration.clone()))?;
+        m.registry.register(Box::new(m.preemption_attempts.clone()))?;
+        m.registry.register(Box::new(m.preemption_victims.clone()))?;
+        m.registry.register(Box::new(m.extension_point_duration.clone()))?;
         m.registry.register(Box::new(m.plugin_duration.clone()))?;
         m.registry.register(Box::new(m.sli_duration.clone()))?;
         m.registry.register(Box::new(m.incoming_pods.clone()))?;
-        m.registry
-            .register(Box::new(m.unschedulable_pods.clone()))?;
+        m.registry.register(Box::new(m.unschedulable_pods.clone()))?;
         m.registry.register(Box::new(m.watch_state.clone()))?;
         m.registry.register(Box::new(m.shadow_decisions.clone()))?;
         m.registry.register(Box::new(m.shadow_score_gap.clone()))?;
-        m.registry
-            .register(Box::new(m.dra_allocation_attempts.clone()))?;
-        m.registry
-            .register(Box::new(m.dra_allocation_duration.clone()))?;
+        m.registry.register(Box::new(m.dra_allocation_attempts.clone()))?;
+        m.registry.register(Box::new(m.dra_allocation_duration.clone()))?;
         m.registry.register(Box::new(m.shadow_pending.clone()))?;
         m.registry.register(Box::new(m.leader_waiting.clone()))?;
         for q in ["active", "backoff", "unschedulable", "gated"] {
@@ -128,43 +119,21 @@ mod tests {
     #[test]
     fn upstream_names_are_exposed() {
         let m = Metrics::new().expect("metrics register");
-        m.schedule_attempts
-            .with_label_values(&["scheduled", "default-scheduler"])
-            .inc();
-        m.attempt_duration
-            .with_label_values(&["scheduled", "default-scheduler"])
-            .observe(0.01);
+        m.schedule_attempts.with_label_values(&["scheduled", "default-scheduler"]).inc();
+        m.attempt_duration.with_label_values(&["scheduled", "default-scheduler"]).observe(0.01);
         m.preemption_victims.observe(2.0);
-        m.extension_point_duration
-            .with_label_values(&["Filter", "Success", "default-scheduler"])
-            .observe(0.001);
-        m.plugin_duration
-            .with_label_values(&["NodeResourcesFit", "Filter", "Success"])
-            .observe(0.0001);
+        m.extension_point_duration.with_label_values(&["Filter", "Success", "default-scheduler"]).observe(0.001);
+        m.plugin_duration.with_label_values(&["NodeResourcesFit", "Filter", "Success"]).observe(0.0001);
         m.sli_duration.with_label_values(&["1"]).observe(0.1);
-        m.incoming_pods
-            .with_label_values(&["active", "PodAdd"])
-            .inc();
-        m.unschedulable_pods
-            .with_label_values(&["NodeResourcesFit", "default-scheduler"])
-            .set(1);
+        m.incoming_pods.with_label_values(&["active", "PodAdd"]).inc();
+        m.unschedulable_pods.with_label_values(&["NodeResourcesFit", "default-scheduler"]).set(1);
         m.preemption_attempts.inc();
         m.watch_state.with_label_values(&["pods", "synced"]).set(1);
-        m.shadow_decisions
-            .with_label_values(&["default-scheduler", "same"])
-            .inc();
-        m.shadow_score_gap
-            .with_label_values(&["default-scheduler"])
-            .observe(3.0);
-        m.dra_allocation_attempts
-            .with_label_values(&["allocated"])
-            .inc();
-        m.dra_allocation_duration
-            .with_label_values(&["allocated"])
-            .observe(0.01);
-        m.shadow_pending
-            .with_label_values(&["default-scheduler", "placeable"])
-            .set(1);
+        m.shadow_decisions.with_label_values(&["default-scheduler", "same"]).inc();
+        m.shadow_score_gap.with_label_values(&["default-scheduler"]).observe(3.0);
+        m.dra_allocation_attempts.with_label_values(&["allocated"]).inc();
+        m.dra_allocation_duration.with_label_values(&["allocated"]).observe(0.01);
+        m.shadow_pending.with_label_values(&["default-scheduler", "placeable"]).set(1);
         let text = m.render();
         for name in [
             "scheduler_schedule_attempts_total",

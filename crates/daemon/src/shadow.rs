@@ -42,7 +42,7 @@ use thiserror::Error;
 
 use berth_engine::cache::Snapshot;
 use berth_engine::framework::{CycleOptions, Framework};
-use berth_engine::offline::{NodeExplain, Rejection, explain_pod};
+use berth_engine::offline::{explain_pod, NodeExplain, Rejection};
 use berth_model::PodInfo;
 
 /// How many disagreements `/debug/shadow` keeps (the oldest go first).
@@ -77,13 +77,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// Every verdict, in order.
-    pub const ALL: [Verdict; 5] = [
-        Verdict::Same,
-        Verdict::Tie,
-        Verdict::Lower,
-        Verdict::Infeasible,
-        Verdict::Unschedulable,
-    ];
+    pub const ALL: [Verdict; 5] = [Verdict::Same, Verdict::Tie, Verdict::Lower, Verdict::Infeasible, Verdict::Unschedulable];
 
     /// The metric label.
     pub fn as_str(self) -> &'static str {
@@ -117,13 +111,7 @@ pub struct NodeView {
 
 impl NodeView {
     fn from_explain(n: &NodeExplain) -> NodeView {
-        NodeView {
-            name: n.name.clone(),
-            feasible: n.feasible,
-            total: n.total,
-            scores: n.scores.clone(),
-            reasons: n.reasons.clone(),
-        }
+        NodeView { name: n.name.clone(), feasible: n.feasible, total: n.total, scores: n.scores.clone(), reasons: n.reasons.clone() }
     }
 }
 
@@ -181,33 +169,14 @@ pub fn judge(fw: &Framework, snap: &Snapshot, pod: &Arc<PodInfo>, bound_node: &s
 /// Only a disagreement other than a tie for which `detail()` says yes is
 /// explained (explain's cycle: every plugin's score); ties and the others
 /// keep both nodes' totals and the Filter reasons, without per-plugin scores.
-pub fn judge_with(
-    fw: &Framework,
-    snap: &Snapshot,
-    pod: &Arc<PodInfo>,
-    bound_node: &str,
-    detail: impl FnOnce() -> bool,
-) -> Judgement {
-    let (o, _) = fw.schedule(
-        pod,
-        snap,
-        CycleOptions {
-            skip_post_filter: true,
-            keep_statuses: true,
-            ..Default::default()
-        },
-    );
+pub fn judge_with(fw: &Framework, snap: &Snapshot, pod: &Arc<PodInfo>, bound_node: &str, detail: impl FnOnce() -> bool) -> Judgement {
+    let (o, _) = fw.schedule(pod, snap, CycleOptions { skip_post_filter: true, keep_statuses: true, ..Default::default() });
     let n = snap.nodes.len();
     if o.error.is_some() || o.evaluated < n || !fw.run_pre_enqueue(pod).is_success() {
         return judge_explained(fw, snap, pod, bound_node);
     }
     let bound_idx = snap.node_index(bound_node);
-    let total_of = |i: usize| {
-        o.feasible
-            .iter()
-            .position(|&f| f == i)
-            .and_then(|k| o.totals.get(k).copied())
-    };
+    let total_of = |i: usize| o.feasible.iter().position(|&f| f == i).and_then(|k| o.totals.get(k).copied());
     let bound_total = bound_idx.and_then(total_of);
     let best = o.selected.and_then(total_of);
     let bound_feasible = bound_idx.is_some_and(|i| o.feasible.contains(&i));
@@ -218,20 +187,12 @@ pub fn judge_with(
         Some(s) if Some(s) == bound_idx => (Verdict::Same, None),
         Some(_) if bound_feasible && !single => {
             let gap = best.zip(bound_total).map(|(b, t)| b - t);
-            if gap.is_some_and(|g| g <= 0) {
-                (Verdict::Tie, Some(0))
-            } else {
-                (Verdict::Lower, gap)
-            }
+            if gap.is_some_and(|g| g <= 0) { (Verdict::Tie, Some(0)) } else { (Verdict::Lower, gap) }
         }
         Some(_) => (Verdict::Infeasible, None),
     };
     if verdict == Verdict::Same {
-        return Judgement {
-            verdict,
-            score_gap: None,
-            disagreement: None,
-        };
+        return Judgement { verdict, score_gap: None, disagreement: None };
     }
     // A tie needs no per-plugin scores: both nodes have berth's best total.
     if verdict != Verdict::Tie && detail() {
@@ -242,19 +203,7 @@ pub fn judge_with(
         feasible: o.feasible.contains(&i),
         total: if single { None } else { total_of(i) },
         scores: None,
-        reasons: o
-            .statuses
-            .get(i)
-            .map(|s| {
-                s.reasons
-                    .iter()
-                    .map(|r| Rejection {
-                        plugin: s.plugin.into(),
-                        reason: r.to_string(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        reasons: o.statuses.get(i).map(|s| s.reasons.iter().map(|r| Rejection { plugin: s.plugin.into(), reason: r.to_string() }).collect()).unwrap_or_default(),
     };
     let berth_node = o.selected.map(|s| snap.nodes[s].name().to_string());
     let disagreement = Disagreement {
@@ -265,30 +214,15 @@ pub fn judge_with(
         bound_node: bound_node.to_string(),
         berth_node,
         score_gap: gap,
-        bound: bound_idx
-            .map(view)
-            .unwrap_or_else(|| not_cached(bound_node)),
+        bound: bound_idx.map(view).unwrap_or_else(|| not_cached(bound_node)),
         berth: o.selected.map(view),
         message: o.message.clone(),
     };
-    Judgement {
-        verdict,
-        score_gap: gap,
-        disagreement: Some(disagreement),
-    }
+    Judgement { verdict, score_gap: gap, disagreement: Some(disagreement) }
 }
 
 fn not_cached(node: &str) -> NodeView {
-    NodeView {
-        name: node.to_string(),
-        feasible: false,
-        total: None,
-        scores: None,
-        reasons: vec![Rejection {
-            plugin: "NodeCache".into(),
-            reason: "node not in berth's cache".into(),
-        }],
-    }
+    NodeView { name: node.to_string(), feasible: false, total: None, scores: None, reasons: vec![Rejection { plugin: "NodeCache".into(), reason: "node not in berth's cache".into() }] }
 }
 
 /// Makes `fws` score every node (percentageOfNodesToScore 100), as a shadow's
@@ -301,29 +235,17 @@ pub fn judge_every_node(fws: &mut [Framework]) {
 }
 
 /// Explain's cycle (every node evaluated and scored by every plugin).
-fn judge_explained(
-    fw: &Framework,
-    snap: &Snapshot,
-    pod: &Arc<PodInfo>,
-    bound_node: &str,
-) -> Judgement {
+fn judge_explained(fw: &Framework, snap: &Snapshot, pod: &Arc<PodInfo>, bound_node: &str) -> Judgement {
     let e = explain_pod(Some(fw), snap, pod);
     let bound = e.nodes.iter().find(|n| n.name == bound_node);
-    let berth = e
-        .selected
-        .as_deref()
-        .and_then(|s| e.nodes.iter().find(|n| n.name == s));
+    let berth = e.selected.as_deref().and_then(|s| e.nodes.iter().find(|n| n.name == s));
     let best = berth.and_then(|n| n.total);
     let (verdict, gap) = match (berth, bound) {
         (None, _) => (Verdict::Unschedulable, None),
         (Some(b), Some(n)) if b.name == n.name => (Verdict::Same, None),
         (Some(_), Some(n)) if n.feasible => {
             let gap = best.zip(n.total).map(|(b, t)| b - t);
-            if gap.is_some_and(|g| g <= 0) {
-                (Verdict::Tie, Some(0))
-            } else {
-                (Verdict::Lower, gap)
-            }
+            if gap.is_some_and(|g| g <= 0) { (Verdict::Tie, Some(0)) } else { (Verdict::Lower, gap) }
         }
         (Some(_), _) => (Verdict::Infeasible, None),
     };
@@ -335,17 +257,11 @@ fn judge_explained(
         bound_node: bound_node.to_string(),
         berth_node: e.selected.clone(),
         score_gap: gap,
-        bound: bound
-            .map(NodeView::from_explain)
-            .unwrap_or_else(|| not_cached(bound_node)),
+        bound: bound.map(NodeView::from_explain).unwrap_or_else(|| not_cached(bound_node)),
         berth: berth.map(NodeView::from_explain),
         message: e.message.clone(),
     });
-    Judgement {
-        verdict,
-        score_gap: gap,
-        disagreement,
-    }
+    Judgement { verdict, score_gap: gap, disagreement }
 }
 
 /// How many disagreements a second get per-plugin scores (explain's cycle,
@@ -361,10 +277,7 @@ pub struct DetailLimiter {
 
 impl Default for DetailLimiter {
     fn default() -> Self {
-        DetailLimiter {
-            tokens: DETAIL_RATE,
-            last: None,
-        }
+        DetailLimiter { tokens: DETAIL_RATE, last: None }
     }
 }
 
@@ -372,9 +285,7 @@ impl DetailLimiter {
     /// True (and a token taken) when a disagreement may be explained at `now`.
     pub fn take(&mut self, now: Instant) -> bool {
         if let Some(l) = self.last {
-            self.tokens = (self.tokens
-                + now.saturating_duration_since(l).as_secs_f64() * DETAIL_RATE)
-                .min(DETAIL_RATE);
+            self.tokens = (self.tokens + now.saturating_duration_since(l).as_secs_f64() * DETAIL_RATE).min(DETAIL_RATE);
         }
         self.last = Some(now);
         if self.tokens >= 1.0 {
@@ -460,10 +371,7 @@ impl PendingView {
     pub fn summary(&self) -> String {
         match (&self.view, &self.berth_node) {
             (PendingVerdict::Placeable, Some(n)) => format!("berth would place it on {n}"),
-            _ => format!(
-                "berth cannot place it either: {}",
-                self.message.as_deref().unwrap_or("no node fits")
-            ),
+            _ => format!("berth cannot place it either: {}", self.message.as_deref().unwrap_or("no node fits")),
         }
     }
 }
@@ -479,9 +387,7 @@ pub struct PendingReport {
 
 impl ShadowLog {
     fn lock(&self) -> std::sync::MutexGuard<'_, LogInner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Records a judgement.
@@ -504,11 +410,7 @@ impl ShadowLog {
     /// The report (counts and the kept disagreements).
     pub fn report(&self) -> ShadowReport {
         let g = self.lock();
-        ShadowReport {
-            counts: g.counts.clone(),
-            disagreements: g.ring.iter().cloned().collect(),
-            pending: g.pending.clone(),
-        }
+        ShadowReport { counts: g.counts.clone(), disagreements: g.ring.iter().cloned().collect(), pending: g.pending.clone() }
     }
 
     /// Replaces the pending section.
@@ -539,20 +441,13 @@ pub struct LogLimiter {
 impl LogLimiter {
     /// A limiter of one line per `interval`.
     pub fn new(interval: Duration) -> LogLimiter {
-        LogLimiter {
-            interval,
-            last: None,
-            suppressed: 0,
-        }
+        LogLimiter { interval, last: None, suppressed: 0 }
     }
 
     /// `Some(lines suppressed since the last one)` when a line may be
     /// written at `now`, `None` when it must be held back (and is counted).
     pub fn admit(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|l| now.saturating_duration_since(l) < self.interval)
-        {
+        if self.last.is_some_and(|l| now.saturating_duration_since(l) < self.interval) {
             self.suppressed += 1;
             return None;
         }
@@ -594,15 +489,7 @@ pub struct Shadow {
 impl Shadow {
     /// A shadow recording into `log`.
     pub fn new(log: Arc<ShadowLog>) -> Shadow {
-        Shadow {
-            log,
-            limiter: LogLimiter::new(LOG_INTERVAL),
-            judged: 0,
-            synced_at: None,
-            warned_idle: false,
-            pending: HashMap::new(),
-            detail: DetailLimiter::default(),
-        }
+        Shadow { log, limiter: LogLimiter::new(LOG_INTERVAL), judged: 0, synced_at: None, warned_idle: false, pending: HashMap::new(), detail: DetailLimiter::default() }
     }
 
     /// Gives berth's view of the pods the other scheduler leaves Pending:
@@ -613,26 +500,15 @@ impl Shadow {
     /// (the least recently seen first). Gated pods wait on their gates, not
     /// on a scheduler, and gang members on their group: neither is reviewed.
     /// Publishes the views to the log and returns the count per profile and view.
-    pub fn review_pending<'a>(
-        &mut self,
-        frameworks: &[Framework],
-        snap: &Snapshot,
-        pods: impl Iterator<Item = (&'a Arc<PodInfo>, Instant)>,
-        now: Instant,
-    ) -> BTreeMap<(String, PendingVerdict), i64> {
+    pub fn review_pending<'a>(&mut self, frameworks: &[Framework], snap: &Snapshot, pods: impl Iterator<Item = (&'a Arc<PodInfo>, Instant)>, now: Instant) -> BTreeMap<(String, PendingVerdict), i64> {
         let started = Instant::now();
         let mut due: Vec<(Option<Instant>, &'a Arc<PodInfo>, &Framework, Instant)> = Vec::new();
         let mut live: HashSet<&str> = HashSet::new();
         for (pod, first_seen) in pods {
-            if now.saturating_duration_since(first_seen) < PENDING_AFTER
-                || pod.group.is_some()
-                || pod.terminating
-            {
+            if now.saturating_duration_since(first_seen) < PENDING_AFTER || pod.group.is_some() || pod.terminating {
                 continue;
             }
-            let Some(fw) = frameworks.iter().find(|f| f.profile == pod.scheduler_name) else {
-                continue;
-            };
+            let Some(fw) = frameworks.iter().find(|f| f.profile == pod.scheduler_name) else { continue };
             if !fw.run_pre_enqueue(pod).is_success() {
                 continue;
             }
@@ -649,33 +525,13 @@ impl Shadow {
             if i > 0 && started.elapsed() >= PENDING_BUDGET {
                 break;
             }
-            let (o, _) = fw.schedule(
-                pod,
-                snap,
-                CycleOptions {
-                    skip_post_filter: true,
-                    ..Default::default()
-                },
-            );
-            let berth_node = o
-                .selected
-                .and_then(|n| snap.nodes.get(n))
-                .map(|n| n.name().to_string());
+            let (o, _) = fw.schedule(pod, snap, CycleOptions { skip_post_filter: true, ..Default::default() });
+            let berth_node = o.selected.and_then(|n| snap.nodes.get(n)).map(|n| n.name().to_string());
             let view = PendingView {
                 pod: pod.key(),
                 profile: fw.profile.clone(),
-                view: if berth_node.is_some() {
-                    PendingVerdict::Placeable
-                } else {
-                    PendingVerdict::Unplaceable
-                },
-                message: if berth_node.is_some() {
-                    None
-                } else {
-                    o.message
-                        .clone()
-                        .or_else(|| o.error.as_ref().map(|e| e.message()))
-                },
+                view: if berth_node.is_some() { PendingVerdict::Placeable } else { PendingVerdict::Unplaceable },
+                message: if berth_node.is_some() { None } else { o.message.clone().or_else(|| o.error.as_ref().map(|e| e.message())) },
                 berth_node,
                 waiting_seconds: now.saturating_duration_since(first_seen).as_secs(),
                 at: k8s_openapi::jiff::Timestamp::now().to_string(),
@@ -705,15 +561,8 @@ impl Shadow {
         self.judged += 1;
         self.log.record(j);
         let Some(d) = &j.disagreement else { return };
-        let Some(suppressed) = self.limiter.admit(now) else {
-            return;
-        };
-        let reasons: Vec<String> = d
-            .bound
-            .reasons
-            .iter()
-            .map(|r| format!("{}: {}", r.plugin, r.reason))
-            .collect();
+        let Some(suppressed) = self.limiter.admit(now) else { return };
+        let reasons: Vec<String> = d.bound.reasons.iter().map(|r| format!("{}: {}", r.plugin, r.reason)).collect();
         tracing::info!(
             pod = %d.pod,
             profile = %d.profile,
@@ -734,10 +583,7 @@ impl Shadow {
         self.synced_at = Some(now);
         if pods == 0 && !self.warned_idle {
             self.warned_idle = true;
-            tracing::warn!(
-                ?profiles,
-                "shadow: no pod of the judged profiles exists; check that the configuration's profiles name the schedulerName the cluster's pods use (usually default-scheduler)"
-            );
+            tracing::warn!(?profiles, "shadow: no pod of the judged profiles exists; check that the configuration's profiles name the schedulerName the cluster's pods use (usually default-scheduler)");
             return true;
         }
         false
@@ -750,16 +596,9 @@ impl Shadow {
         if self.warned_idle || self.judged > 0 {
             return false;
         }
-        if self
-            .synced_at
-            .is_some_and(|s| now.saturating_duration_since(s) >= IDLE_WARNING)
-        {
+        if self.synced_at.is_some_and(|s| now.saturating_duration_since(s) >= IDLE_WARNING) {
             self.warned_idle = true;
-            tracing::warn!(
-                ?profiles,
-                minutes = IDLE_WARNING.as_secs() / 60,
-                "shadow: no binding of a judged profile was seen since the caches synced; check that the configuration's profiles name the schedulerName the cluster's pods use"
-            );
+            tracing::warn!(?profiles, minutes = IDLE_WARNING.as_secs() / 60, "shadow: no binding of a judged profile was seen since the caches synced; check that the configuration's profiles name the schedulerName the cluster's pods use");
             return true;
         }
         false
@@ -791,21 +630,11 @@ mod tests {
             bound_node: "a".into(),
             berth_node: Some("b".into()),
             score_gap: Some(3),
-            bound: NodeView {
-                name: "a".into(),
-                feasible: true,
-                total: Some(1),
-                scores: None,
-                reasons: vec![],
-            },
+            bound: NodeView { name: "a".into(), feasible: true, total: Some(1), scores: None, reasons: vec![] },
             berth: None,
             message: None,
         };
-        Judgement {
-            verdict: Verdict::Lower,
-            score_gap: Some(3),
-            disagreement: Some(d),
-        }
+        Judgement { verdict: Verdict::Lower, score_gap: Some(3), disagreement: Some(d) }
     }
 
     /// Nodes a (2 of 4 cores used), b and d (empty, 4 cores), c (1 core).
@@ -813,15 +642,7 @@ mod tests {
         use berth_engine::testing::{node, pod, snapshot};
         let config = berth_engine::config::Config::parse("").unwrap();
         let fw = berth_engine::profile::frameworks(&config, 1).remove(0);
-        let snap = snapshot(
-            &[
-                node("a"),
-                node("b"),
-                node("c").alloc("1", "32Gi", 110),
-                node("d"),
-            ],
-            &[pod("old").node("a").req("2", "1Gi")],
-        );
+        let snap = snapshot(&[node("a"), node("b"), node("c").alloc("1", "32Gi", 110), node("d")], &[pod("old").node("a").req("2", "1Gi")]);
         judge(&fw, &snap, &pod("p").req(cpu, "1Gi").info(), bound)
     }
 
@@ -837,14 +658,7 @@ mod tests {
         let j = verdict("1500m", "c");
         assert_eq!(j.verdict, Verdict::Infeasible);
         let d = j.disagreement.unwrap();
-        assert!(
-            d.bound
-                .reasons
-                .iter()
-                .any(|r| r.plugin == "NodeResourcesFit"),
-            "{:?}",
-            d.bound.reasons
-        );
+        assert!(d.bound.reasons.iter().any(|r| r.plugin == "NodeResourcesFit"), "{:?}", d.bound.reasons);
 
         // b and d tie: one is berth's choice (same), the other a tie.
         let (jb, jd) = (verdict("1500m", "b"), verdict("1500m", "d"));
@@ -879,10 +693,7 @@ mod tests {
         }
         let buf = Buf::default();
         let w = buf.clone();
-        let sub = tracing_subscriber::fmt()
-            .with_writer(move || w.clone())
-            .with_ansi(false)
-            .finish();
+        let sub = tracing_subscriber::fmt().with_writer(move || w.clone()).with_ansi(false).finish();
         tracing::subscriber::with_default(sub, f);
         let out = buf.0.lock().unwrap().clone();
         String::from_utf8(out).unwrap()
@@ -904,10 +715,7 @@ mod tests {
             }
         });
         assert_eq!(out.matches(NO_POD).count(), 1, "{out}");
-        assert!(
-            out.contains("WARN") && out.contains("default-scheduler"),
-            "{out}"
-        );
+        assert!(out.contains("WARN") && out.contains("default-scheduler"), "{out}");
         assert!(!out.contains(NO_BINDING), "{out}");
 
         // Pods exist but no binding is judged: one warning after IDLE_WARNING.
@@ -925,14 +733,7 @@ mod tests {
         let mut sh = Shadow::new(Arc::default());
         let out = logs(|| {
             assert!(!sh.synced(3, &profiles, t));
-            sh.record(
-                &Judgement {
-                    verdict: Verdict::Same,
-                    score_gap: None,
-                    disagreement: None,
-                },
-                t,
-            );
+            sh.record(&Judgement { verdict: Verdict::Same, score_gap: None, disagreement: None }, t);
             assert!(!sh.tick(&profiles, t + IDLE_WARNING * 2));
         });
         assert_eq!(out, "");
@@ -944,10 +745,7 @@ mod tests {
         let config = berth_engine::config::Config::parse("").unwrap();
         let fws = berth_engine::profile::frameworks(&config, 1);
         // a: 2 of 4 cores used; b: 1 core in all.
-        let snap = snapshot(
-            &[node("a"), node("b").alloc("1", "32Gi", 110)],
-            &[pod("old").node("a").req("2", "1Gi")],
-        );
+        let snap = snapshot(&[node("a"), node("b").alloc("1", "32Gi", 110)], &[pod("old").node("a").req("2", "1Gi")]);
         let fits = pod("fits").req("1500m", "1Gi").info();
         let huge = pod("huge").req("10", "1Gi").info();
         let young = pod("young").req("100m", "1Gi").info();
@@ -961,57 +759,22 @@ mod tests {
         let old = t0;
         let log = Arc::new(ShadowLog::default());
         let mut sh = Shadow::new(log.clone());
-        let pods = [
-            (&fits, old),
-            (&huge, old),
-            (&young, now - Duration::from_secs(1)),
-            (&gated, old),
-            (&other, old),
-        ];
+        let pods = [(&fits, old), (&huge, old), (&young, now - Duration::from_secs(1)), (&gated, old), (&other, old)];
         let counts = sh.review_pending(&fws, &snap, pods.iter().map(|(p, t)| (*p, *t)), now);
-        assert_eq!(
-            counts[&("default-scheduler".to_string(), PendingVerdict::Placeable)],
-            1
-        );
-        assert_eq!(
-            counts[&("default-scheduler".to_string(), PendingVerdict::Unplaceable)],
-            1
-        );
+        assert_eq!(counts[&("default-scheduler".to_string(), PendingVerdict::Placeable)], 1);
+        assert_eq!(counts[&("default-scheduler".to_string(), PendingVerdict::Unplaceable)], 1);
         let r = log.pending();
-        assert_eq!(
-            r.pods.iter().map(|v| v.pod.as_str()).collect::<Vec<_>>(),
-            ["default/fits", "default/huge"]
-        );
+        assert_eq!(r.pods.iter().map(|v| v.pod.as_str()).collect::<Vec<_>>(), ["default/fits", "default/huge"]);
         let (f, h) = (&r.pods[0], &r.pods[1]);
-        assert_eq!(
-            (f.view, f.berth_node.as_deref(), f.message.as_deref()),
-            (PendingVerdict::Placeable, Some("a"), None)
-        );
+        assert_eq!((f.view, f.berth_node.as_deref(), f.message.as_deref()), (PendingVerdict::Placeable, Some("a"), None));
         assert_eq!(f.summary(), "berth would place it on a");
-        assert_eq!(
-            f.waiting_seconds,
-            (PENDING_AFTER + Duration::from_secs(5)).as_secs()
-        );
-        assert_eq!(
-            (h.view, h.berth_node.as_deref()),
-            (PendingVerdict::Unplaceable, None)
-        );
+        assert_eq!(f.waiting_seconds, (PENDING_AFTER + Duration::from_secs(5)).as_secs());
+        assert_eq!((h.view, h.berth_node.as_deref()), (PendingVerdict::Unplaceable, None));
         let msg = h.message.as_deref().unwrap();
-        assert!(
-            msg.starts_with("0/2 nodes are available") && msg.contains("Insufficient cpu"),
-            "{msg}"
-        );
-        assert!(
-            h.summary()
-                .starts_with("berth cannot place it either: 0/2 nodes"),
-            "{}",
-            h.summary()
-        );
+        assert!(msg.starts_with("0/2 nodes are available") && msg.contains("Insufficient cpu"), "{msg}");
+        assert!(h.summary().starts_with("berth cannot place it either: 0/2 nodes"), "{}", h.summary());
         let v: serde_json::Value = serde_json::from_str(&log.to_json().unwrap()).unwrap();
-        assert_eq!(
-            v["pending"]["counts"],
-            serde_json::json!({"placeable": 1, "unplaceable": 1})
-        );
+        assert_eq!(v["pending"]["counts"], serde_json::json!({"placeable": 1, "unplaceable": 1}));
         assert_eq!(v["pending"]["pods"][0]["view"], "placeable");
         assert_eq!(v["pending"]["pods"][0]["berth_node"], "a");
 
@@ -1020,25 +783,13 @@ mod tests {
         let later = now + Duration::from_secs(10);
         let pods = [(&huge, old), (&young, now - Duration::from_secs(1))];
         let counts = sh.review_pending(&fws, &snap, pods.iter().map(|(p, t)| (*p, *t)), later);
-        assert_eq!(
-            counts[&("default-scheduler".to_string(), PendingVerdict::Placeable)],
-            1
-        );
+        assert_eq!(counts[&("default-scheduler".to_string(), PendingVerdict::Placeable)], 1);
         let r = log.pending();
-        assert_eq!(
-            r.pods
-                .iter()
-                .map(|v| (v.pod.as_str(), v.waiting_seconds))
-                .collect::<Vec<_>>(),
-            [("default/huge", 15), ("default/young", 11)]
-        );
+        assert_eq!(r.pods.iter().map(|v| (v.pod.as_str(), v.waiting_seconds)).collect::<Vec<_>>(), [("default/huge", 15), ("default/young", 11)]);
         // After PENDING_REFRESH, recomputed.
         let refreshed = now + PENDING_REFRESH;
         sh.review_pending(&fws, &snap, pods.iter().map(|(p, t)| (*p, *t)), refreshed);
-        assert_eq!(
-            log.pending().pods[0].waiting_seconds,
-            (refreshed - old).as_secs()
-        );
+        assert_eq!(log.pending().pods[0].waiting_seconds, (refreshed - old).as_secs());
     }
 
     /// The fast step alone (no disagreement explained) gives explain's verdicts.
@@ -1049,25 +800,8 @@ mod tests {
         let mut fws = berth_engine::profile::frameworks(&config, 1);
         judge_every_node(&mut fws);
         let fw = &fws[0];
-        let snap = snapshot(
-            &[
-                node("a"),
-                node("b"),
-                node("c").alloc("1", "32Gi", 110),
-                node("d"),
-            ],
-            &[pod("old").node("a").req("2", "1Gi")],
-        );
-        for (cpu, bound) in [
-            ("1500m", "a"),
-            ("1500m", "b"),
-            ("1500m", "c"),
-            ("1500m", "d"),
-            ("10", "b"),
-            ("1500m", "gone"),
-            ("3", "a"),
-            ("3", "b"),
-        ] {
+        let snap = snapshot(&[node("a"), node("b"), node("c").alloc("1", "32Gi", 110), node("d")], &[pod("old").node("a").req("2", "1Gi")]);
+        for (cpu, bound) in [("1500m", "a"), ("1500m", "b"), ("1500m", "c"), ("1500m", "d"), ("10", "b"), ("1500m", "gone"), ("3", "a"), ("3", "b")] {
             let p = pod("p").req(cpu, "1Gi").info();
             let full = judge(fw, &snap, &p, bound);
             let mut asked = false;
@@ -1077,45 +811,16 @@ mod tests {
             });
             let both = [full.verdict, fast.verdict];
             // b and d tie: which one berth picks is a draw (same or tie).
-            assert!(
-                full.verdict == fast.verdict
-                    || both
-                        .iter()
-                        .all(|v| matches!(v, Verdict::Same | Verdict::Tie)),
-                "{cpu} on {bound}: {both:?}"
-            );
+            assert!(full.verdict == fast.verdict || both.iter().all(|v| matches!(v, Verdict::Same | Verdict::Tie)), "{cpu} on {bound}: {both:?}");
             if full.verdict == fast.verdict {
                 assert_eq!(full.score_gap, fast.score_gap, "{cpu} on {bound}");
             }
-            assert_eq!(
-                asked,
-                !matches!(fast.verdict, Verdict::Same | Verdict::Tie),
-                "{cpu} on {bound}: {:?}",
-                fast.verdict
-            );
-            let (Some(f), Some(d)) = (full.disagreement, fast.disagreement) else {
-                continue;
-            };
-            assert_eq!(
-                (&f.bound_node, f.bound.feasible, f.bound.total),
-                (&d.bound_node, d.bound.feasible, d.bound.total),
-                "{cpu} on {bound}"
-            );
-            assert_eq!(
-                f.bound.reasons.len(),
-                d.bound.reasons.len(),
-                "{cpu} on {bound}"
-            );
+            assert_eq!(asked, !matches!(fast.verdict, Verdict::Same | Verdict::Tie), "{cpu} on {bound}: {:?}", fast.verdict);
+            let (Some(f), Some(d)) = (full.disagreement, fast.disagreement) else { continue };
+            assert_eq!((&f.bound_node, f.bound.feasible, f.bound.total), (&d.bound_node, d.bound.feasible, d.bound.total), "{cpu} on {bound}");
+            assert_eq!(f.bound.reasons.len(), d.bound.reasons.len(), "{cpu} on {bound}");
             // Explain's message adds what preemption would do.
-            assert!(
-                f.message
-                    .as_deref()
-                    .unwrap_or("")
-                    .starts_with(d.message.as_deref().unwrap_or("")),
-                "{cpu} on {bound}: {:?} {:?}",
-                f.message,
-                d.message
-            );
+            assert!(f.message.as_deref().unwrap_or("").starts_with(d.message.as_deref().unwrap_or("")), "{cpu} on {bound}: {:?} {:?}", f.message, d.message);
             assert_eq!(d.bound.scores, None);
         }
     }
@@ -1137,11 +842,7 @@ mod tests {
         for i in 0..RING + 5 {
             log.record(&disagreement(&format!("ns/p{i}")));
         }
-        log.record(&Judgement {
-            verdict: Verdict::Same,
-            score_gap: None,
-            disagreement: None,
-        });
+        log.record(&Judgement { verdict: Verdict::Same, score_gap: None, disagreement: None });
         let r = log.report();
         assert_eq!(r.disagreements.len(), RING);
         assert_eq!(r.disagreements[0].pod, "ns/p5");

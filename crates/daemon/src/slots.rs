@@ -49,20 +49,12 @@ struct Waiting {
 impl Slots {
     /// `n` slots (at least one).
     pub fn new(n: usize) -> Arc<Slots> {
-        Arc::new(Slots {
-            state: Mutex::new(State {
-                free: n.max(1),
-                seq: 0,
-                waiting: BTreeMap::new(),
-            }),
-        })
+        Arc::new(Slots { state: Mutex::new(State { free: n.max(1), seq: 0, waiting: BTreeMap::new() }) })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic never happens with the lock held; if one did, the counts are still whole.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Waits for a slot; among waiters, the lowest `key` gets the next one.
@@ -71,9 +63,7 @@ impl Slots {
             let mut s = self.lock();
             if s.free > 0 {
                 s.free -= 1;
-                return Slot {
-                    slots: self.clone(),
-                };
+                return Slot { slots: self.clone() };
             }
             s.seq += 1;
             let id = (key, s.seq);
@@ -81,19 +71,12 @@ impl Slots {
             s.waiting.insert(id, tx);
             (id, rx)
         };
-        let mut w = Waiting {
-            slots: self.clone(),
-            key: id,
-            rx,
-            taken: false,
-        };
+        let mut w = Waiting { slots: self.clone(), key: id, rx, taken: false };
         // The sender lives in the queue until it is used: an error cannot
         // come (the queue is dropped only with `self`).
         let _ = (&mut w.rx).await;
         w.taken = true;
-        Slot {
-            slots: self.clone(),
-        }
+        Slot { slots: self.clone() }
     }
 
     /// Slots free now.
@@ -169,8 +152,7 @@ mod tests {
         let slots = Slots::new(1);
         let held = slots.acquire(Instant::now()).await;
         // Dropped while in line.
-        let gone =
-            tokio::time::timeout(Duration::from_millis(5), slots.acquire(Instant::now())).await;
+        let gone = tokio::time::timeout(Duration::from_millis(5), slots.acquire(Instant::now())).await;
         assert!(gone.is_err());
         // Handed the slot, then dropped before taking it.
         let mut waiter = Box::pin(slots.acquire(Instant::now()));

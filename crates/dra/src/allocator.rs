@@ -33,8 +33,8 @@ use crate::cel::{AttrIn, CelCache, Compiled, DeviceVal};
 use crate::claims::{AllocationMode, ClaimView, Classes, Constraint, Toleration};
 use crate::intern::{Sym, SymMap};
 use crate::inventory::{
-    AttrValue, CandRef, Capacity, Device, DeviceId, Inventory, InventoryError, NodePools, NodeRef,
-    NodeSel, Pool, PoolState, SelectorMemo, Slice, TaintEffect,
+    AttrValue, CandRef, Capacity, Device, DeviceId, Inventory, InventoryError, NodePools, NodeRef, NodeSel, Pool,
+    PoolState, SelectorMemo, Slice, TaintEffect,
 };
 use crate::quantity::Quantity;
 
@@ -49,9 +49,7 @@ pub const DEFAULT_MAX_STEPS: u64 = 1_000_000;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum AllocError {
     /// A request names no class.
-    #[error(
-        "claim {claim}, request {request}: missing device class name (unsupported request type?)"
-    )]
+    #[error("claim {claim}, request {request}: missing device class name (unsupported request type?)")]
     MissingClass {
         /// namespace/name.
         claim: String,
@@ -59,9 +57,7 @@ pub enum AllocError {
         request: String,
     },
     /// A request's class does not exist.
-    #[error(
-        "claim {claim}, request {request}: could not retrieve device class {class}: deviceclass.resource.k8s.io \"{class}\" not found"
-    )]
+    #[error("claim {claim}, request {request}: could not retrieve device class {class}: deviceclass.resource.k8s.io \"{class}\" not found")]
     ClassNotFound {
         /// namespace/name.
         claim: String,
@@ -71,9 +67,7 @@ pub enum AllocError {
         class: String,
     },
     /// A selector is not a CEL selector.
-    #[error(
-        "claim {claim}, request {request}, selector #{index}: CEL expression empty (unsupported selector type?)"
-    )]
+    #[error("claim {claim}, request {request}, selector #{index}: CEL expression empty (unsupported selector type?)")]
     UnsupportedSelector {
         /// namespace/name.
         claim: String,
@@ -102,9 +96,7 @@ pub enum AllocError {
     },
     /// Admin access asked for in a namespace without the
     /// `resource.kubernetes.io/admin-access: "true"` label.
-    #[error(
-        "claim {claim}, request {request}: admin access to devices requires the `resource.kubernetes.io/admin-access: \"true\"` label on the claim's namespace"
-    )]
+    #[error("claim {claim}, request {request}: admin access to devices requires the `resource.kubernetes.io/admin-access: \"true\"` label on the claim's namespace")]
     AdminAccessNotAllowed {
         /// namespace/name.
         claim: String,
@@ -112,9 +104,7 @@ pub enum AllocError {
         request: String,
     },
     /// An "All" request over a pool being updated or invalid.
-    #[error(
-        "claim {claim}, request {request}: asks for all devices, but resource pool {pool} is currently {why}"
-    )]
+    #[error("claim {claim}, request {request}: asks for all devices, but resource pool {pool} is currently {why}")]
     AllOverBadPool {
         /// namespace/name.
         claim: String,
@@ -156,9 +146,7 @@ pub enum AllocError {
         message: String,
     },
     /// An "All" request whose constraint cannot hold for all devices.
-    #[error(
-        "claim {claim}, request {request}: cannot add device {device} because a claim constraint would not be satisfied"
-    )]
+    #[error("claim {claim}, request {request}: cannot add device {device} because a claim constraint would not be satisfied")]
     ConstraintUnsatisfiable {
         /// namespace/name.
         claim: String,
@@ -198,11 +186,7 @@ impl InUse {
     }
 
     fn apply(&mut self, id: DeviceId, shared: bool, consumed: &[(Sym, Quantity)], add: bool) {
-        let map = if shared {
-            &mut self.shared
-        } else {
-            &mut self.dedicated
-        };
+        let map = if shared { &mut self.shared } else { &mut self.dedicated };
         if add {
             *map.entry(id).or_default() += 1;
         } else if let Some(n) = map.get_mut(&id) {
@@ -217,13 +201,7 @@ impl InUse {
         let agg = self.capacity.entry(id).or_default();
         for (name, q) in consumed {
             match agg.iter_mut().find(|(n, _)| n == name) {
-                Some((_, v)) => {
-                    *v = if add {
-                        v.saturating_add(*q)
-                    } else {
-                        v.saturating_sub(*q)
-                    }
-                }
+                Some((_, v)) => *v = if add { v.saturating_add(*q) } else { v.saturating_sub(*q) },
                 None if add => agg.push((*name, *q)),
                 None => {}
             }
@@ -235,13 +213,7 @@ impl InUse {
 
     fn api_results(inv: &mut Inventory, a: &res::AllocationResult) -> Vec<ApiResult> {
         let mut out = Vec::new();
-        for r in a
-            .devices
-            .as_ref()
-            .and_then(|d| d.results.as_ref())
-            .into_iter()
-            .flatten()
-        {
+        for r in a.devices.as_ref().and_then(|d| d.results.as_ref()).into_iter().flatten() {
             if r.admin_access == Some(true) {
                 continue;
             }
@@ -259,31 +231,18 @@ impl InUse {
 
     /// Adds the devices of a claim's status.allocation; returns them (those
     /// that count: admin access does not).
-    pub fn add_allocation(
-        &mut self,
-        inv: &mut Inventory,
-        a: &res::AllocationResult,
-    ) -> Vec<DeviceId> {
+    pub fn add_allocation(&mut self, inv: &mut Inventory, a: &res::AllocationResult) -> Vec<DeviceId> {
         self.apply_allocation(inv, a, true)
     }
 
     /// Removes what [`InUse::add_allocation`] added for the same allocation;
     /// returns the devices.
-    pub fn remove_allocation(
-        &mut self,
-        inv: &mut Inventory,
-        a: &res::AllocationResult,
-    ) -> Vec<DeviceId> {
+    pub fn remove_allocation(&mut self, inv: &mut Inventory, a: &res::AllocationResult) -> Vec<DeviceId> {
         self.apply_allocation(inv, a, false)
     }
 
     /// Adds (or removes) an API allocation's devices; returns them.
-    fn apply_allocation(
-        &mut self,
-        inv: &mut Inventory,
-        a: &res::AllocationResult,
-        add: bool,
-    ) -> Vec<DeviceId> {
+    fn apply_allocation(&mut self, inv: &mut Inventory, a: &res::AllocationResult, add: bool) -> Vec<DeviceId> {
         Self::api_results(inv, a)
             .into_iter()
             .map(|(id, shared, consumed)| {
@@ -317,9 +276,7 @@ impl InUse {
 
     /// Allocated in any way (upstream's `IsDeviceAllocated`, used for counters)?
     pub fn is_allocated(&self, id: DeviceId) -> bool {
-        self.dedicated.contains_key(&id)
-            || self.shared.contains_key(&id)
-            || self.capacity.contains_key(&id)
+        self.dedicated.contains_key(&id) || self.shared.contains_key(&id) || self.capacity.contains_key(&id)
     }
 
     /// The capacity consumed on a device by shared allocations.
@@ -383,22 +340,14 @@ pub struct Prepared {
 
 impl std::fmt::Debug for Prepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Prepared")
-            .field("claims", &self.claims)
-            .field("exprs", &self.exprs)
-            .finish()
+        f.debug_struct("Prepared").field("claims", &self.claims).field("exprs", &self.exprs).finish()
     }
 }
 
 /// Prepares a pod's unallocated claims (in the order given; the results of
 /// [`Prepared::allocate`] follow it). `admin_access_allowed` is whether the
 /// pod's namespace has the label `resource.kubernetes.io/admin-access: "true"`.
-pub fn prepare(
-    claims: &[&ClaimView],
-    classes: &Classes,
-    cel: &CelCache,
-    admin_access_allowed: bool,
-) -> Result<Prepared> {
+pub fn prepare(claims: &[&ClaimView], classes: &Classes, cel: &CelCache, admin_access_allowed: bool) -> Result<Prepared> {
     let mut exprs: Vec<Arc<Compiled>> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut expr = |e: &str| -> usize {
@@ -420,64 +369,36 @@ pub fn prepare(
                     match sel {
                         Some(e) => req_exprs.push(expr(e)),
                         None => {
-                            return Err(AllocError::UnsupportedSelector {
-                                claim: key,
-                                request: rname,
-                                index: i,
-                            });
+                            return Err(AllocError::UnsupportedSelector { claim: key, request: rname, index: i });
                         }
                     }
                 }
                 if s.admin_access == Some(true) && !admin_access_allowed {
-                    return Err(AllocError::AdminAccessNotAllowed {
-                        claim: key,
-                        request: rname,
-                    });
+                    return Err(AllocError::AdminAccessNotAllowed { claim: key, request: rname });
                 }
                 if s.class.is_empty() {
-                    return Err(AllocError::MissingClass {
-                        claim: key,
-                        request: rname,
-                    });
+                    return Err(AllocError::MissingClass { claim: key, request: rname });
                 }
                 let Some(class) = classes.get(&s.class) else {
-                    return Err(AllocError::ClassNotFound {
-                        claim: key,
-                        request: rname,
-                        class: s.class.clone(),
-                    });
+                    return Err(AllocError::ClassNotFound { claim: key, request: rname, class: s.class.clone() });
                 };
                 let mut class_exprs = Vec::new();
                 for (i, sel) in class.selectors.iter().enumerate() {
                     match sel {
                         Some(e) => class_exprs.push(expr(e)),
                         None => {
-                            return Err(AllocError::UnsupportedSelector {
-                                claim: key,
-                                request: rname,
-                                index: i,
-                            });
+                            return Err(AllocError::UnsupportedSelector { claim: key, request: rname, index: i });
                         }
                     }
                 }
                 let (all, count) = match &s.mode {
-                    AllocationMode::ExactCount(n) => {
-                        (false, usize::try_from(*n).unwrap_or(usize::MAX))
-                    }
+                    AllocationMode::ExactCount(n) => (false, usize::try_from(*n).unwrap_or(usize::MAX)),
                     AllocationMode::All => (true, 0),
                     AllocationMode::Unknown(m) => {
-                        return Err(AllocError::UnsupportedMode {
-                            claim: key,
-                            request: rname,
-                            mode: m.clone(),
-                        });
+                        return Err(AllocError::UnsupportedMode { claim: key, request: rname, mode: m.clone() });
                     }
                 };
-                let full_name = if r.first_available {
-                    format!("{}/{}", r.name, s.name)
-                } else {
-                    r.name.clone()
-                };
+                let full_name = if r.first_available { format!("{}/{}", r.name, s.name) } else { r.name.clone() };
                 alts.push(PSub {
                     name: rname,
                     full_name,
@@ -491,36 +412,17 @@ pub fn prepare(
                     capacity: s.capacity.clone(),
                 });
             }
-            requests.push(PRequest {
-                name: r.name.clone(),
-                first_available: r.first_available,
-                alts,
-            });
+            requests.push(PRequest { name: r.name.clone(), first_available: r.first_available, alts });
         }
         let mut constraints = Vec::new();
         for (i, c) in claim.constraints.iter().enumerate() {
             match c {
-                Constraint::Match {
-                    requests,
-                    attribute,
-                } => constraints.push((true, requests.clone(), attribute.clone())),
-                Constraint::Distinct {
-                    requests,
-                    attribute,
-                } => constraints.push((false, requests.clone(), attribute.clone())),
-                Constraint::Unknown => {
-                    return Err(AllocError::UnsupportedConstraint {
-                        claim: key,
-                        index: i,
-                    });
-                }
+                Constraint::Match { requests, attribute } => constraints.push((true, requests.clone(), attribute.clone())),
+                Constraint::Distinct { requests, attribute } => constraints.push((false, requests.clone(), attribute.clone())),
+                Constraint::Unknown => return Err(AllocError::UnsupportedConstraint { claim: key, index: i }),
             }
         }
-        out.push(PClaim {
-            key,
-            requests,
-            constraints,
-        });
+        out.push(PClaim { key, requests, constraints });
     }
     let mut flat = Vec::with_capacity(out.len());
     let mut n_flat = 0usize;
@@ -532,12 +434,8 @@ pub fn prepare(
         }
         flat.push(fc);
     }
-    let any_all = out
-        .iter()
-        .any(|c| c.requests.iter().any(|r| r.alts.iter().any(|s| s.all)));
-    let any_first_available = out
-        .iter()
-        .any(|c| c.requests.iter().any(|r| r.first_available));
+    let any_all = out.iter().any(|c| c.requests.iter().any(|r| r.alts.iter().any(|s| s.all)));
+    let any_first_available = out.iter().any(|c| c.requests.iter().any(|r| r.first_available));
     let any_constraints = out.iter().any(|c| !c.constraints.is_empty());
     Ok(Prepared {
         claims: out,
@@ -610,24 +508,14 @@ impl ClaimAllocation {
                 consumed_capacity: (!r.consumed_capacity.is_empty()).then(|| {
                     r.consumed_capacity
                         .iter()
-                        .map(|(n, q)| {
-                            (
-                                n.clone(),
-                                k8s_openapi::apimachinery::pkg::api::resource::Quantity(
-                                    q.to_string(),
-                                ),
-                            )
-                        })
+                        .map(|(n, q)| (n.clone(), k8s_openapi::apimachinery::pkg::api::resource::Quantity(q.to_string())))
                         .collect()
                 }),
                 ..Default::default()
             })
             .collect();
         res::AllocationResult {
-            devices: Some(res::DeviceAllocationResult {
-                results: Some(results),
-                config: None,
-            }),
+            devices: Some(res::DeviceAllocationResult { results: Some(results), config: None }),
             node_selector: self.node_selector.clone(),
             allocation_timestamp: None,
         }
@@ -686,32 +574,12 @@ pub struct AllocateInput<'a> {
 // The search
 
 enum CState {
-    Match {
-        all: bool,
-        requests: Vec<String>,
-        attr: String,
-        value: Option<AttrValue>,
-        n: usize,
-    },
-    Distinct {
-        all: bool,
-        requests: Vec<String>,
-        attr: String,
-        values: Vec<(String, AttrValue)>,
-        n: usize,
-    },
+    Match { all: bool, requests: Vec<String>, attr: String, value: Option<AttrValue>, n: usize },
+    Distinct { all: bool, requests: Vec<String>, attr: String, values: Vec<(String, AttrValue)>, n: usize },
 }
 
 fn applies(requests: &[String], all: bool, base: &str, sub: Option<&str>) -> bool {
-    all || requests.iter().any(|r| {
-        r == base
-            || sub.is_some_and(|s| {
-                r.len() == base.len() + 1 + s.len()
-                    && r.starts_with(base)
-                    && r[base.len()..].starts_with('/')
-                    && r.ends_with(s)
-            })
-    })
+    all || requests.iter().any(|r| r == base || sub.is_some_and(|s| r.len() == base.len() + 1 + s.len() && r.starts_with(base) && r[base.len()..].starts_with('/') && r.ends_with(s)))
 }
 
 #[derive(Debug)]
@@ -794,21 +662,12 @@ impl Prepared {
             pools: &np.pools,
             memo: np.memo(),
             select_memo: {
-                let mut b = std::mem::take(
-                    &mut *self
-                        .scratch
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner),
-                );
+                let mut b = std::mem::take(&mut *self.scratch.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
                 b.clear();
                 b.resize(n * np.cands.len(), 0);
                 b
             },
-            all_devices: if self.any_all {
-                vec![Vec::new(); n]
-            } else {
-                Vec::new()
-            },
+            all_devices: if self.any_all { vec![Vec::new(); n] } else { Vec::new() },
             cands: &np.cands,
             flat: &self.flat,
             allocating: Vec::new(),
@@ -819,43 +678,24 @@ impl Prepared {
                 Vec::new()
             } else {
                 self.claims
-                    .iter()
-                    .map(|c| {
-                        c.constraints
-                            .iter()
-                            .map(|(is_match, reqs, attr)| {
-                                let all = reqs.is_empty();
-                                if *is_match {
-                                    CState::Match {
-                                        all,
-                                        requests: reqs.clone(),
-                                        attr: attr.clone(),
-                                        value: None,
-                                        n: 0,
-                                    }
-                                } else {
-                                    CState::Distinct {
-                                        all,
-                                        requests: reqs.clone(),
-                                        attr: attr.clone(),
-                                        values: Vec::new(),
-                                        n: 0,
-                                    }
-                                }
-                            })
-                            .collect()
-                    })
-                    .collect()
+                .iter()
+                .map(|c| {
+                    c.constraints
+                        .iter()
+                        .map(|(is_match, reqs, attr)| {
+                            let all = reqs.is_empty();
+                            if *is_match {
+                                CState::Match { all, requests: reqs.clone(), attr: attr.clone(), value: None, n: 0 }
+                            } else {
+                                CState::Distinct { all, requests: reqs.clone(), attr: attr.clone(), values: Vec::new(), n: 0 }
+                            }
+                        })
+                        .collect()
+                })
+                .collect()
             },
             results: self.claims.iter().map(|_| Vec::new()).collect(),
-            chosen: if self.any_first_available {
-                self.claims
-                    .iter()
-                    .map(|c| vec![None; c.requests.len()])
-                    .collect()
-            } else {
-                Vec::new()
-            },
+            chosen: if self.any_first_available { self.claims.iter().map(|c| vec![None; c.requests.len()]).collect() } else { Vec::new() },
             steps: 0,
         }
     }
@@ -865,10 +705,7 @@ impl Prepared {
     /// admit, and which of them are in use or carry a taint it does not
     /// tolerate. An error is the one [`Prepared::allocate`] would give.
     pub fn diagnose(&self, inp: AllocateInput<'_>) -> Result<Vec<RequestDiagnosis>> {
-        let np = inp
-            .inventory
-            .node_pools(inp.node)
-            .map_err(AllocError::Pools)?;
+        let np = inp.inventory.node_pools(inp.node).map_err(AllocError::Pools)?;
         let mut s = self.search(inp, &np);
         let mut out = Vec::new();
         for (ci, claim) in self.claims.iter().enumerate() {
@@ -907,9 +744,7 @@ impl Prepared {
     /// over an incomplete pool, ...), as upstream's Filter Status Error.
     pub fn allocate(&self, inp: AllocateInput<'_>) -> Result<NodeVerdict> {
         Ok(match self.allocate_compact(inp)? {
-            NodeVerdict::Allocated(sol) => {
-                NodeVerdict::Allocated(self.materialize(&sol, inp.inventory, inp.node.name))
-            }
+            NodeVerdict::Allocated(sol) => NodeVerdict::Allocated(self.materialize(&sol, inp.inventory, inp.node.name)),
             NodeVerdict::CannotAllocate => NodeVerdict::CannotAllocate,
             NodeVerdict::InvalidPools => NodeVerdict::InvalidPools,
             NodeVerdict::WorkLimit => NodeVerdict::WorkLimit,
@@ -919,16 +754,9 @@ impl Prepared {
     /// [`Prepared::allocate`] with the solution kept compact (see [`Solution`]).
     pub fn allocate_compact(&self, inp: AllocateInput<'_>) -> Result<NodeVerdict<Solution>> {
         if self.claims.is_empty() {
-            return Ok(NodeVerdict::Allocated(Solution {
-                np: None,
-                picked: Vec::new(),
-                chosen: Vec::new(),
-            }));
+            return Ok(NodeVerdict::Allocated(Solution { np: None, picked: Vec::new(), chosen: Vec::new() }));
         }
-        let np = inp
-            .inventory
-            .node_pools(inp.node)
-            .map_err(AllocError::Pools)?;
+        let np = inp.inventory.node_pools(inp.node).map_err(AllocError::Pools)?;
         let mut s = self.search(inp, &np);
         // "All" requests: which devices, and the per-claim minimum.
         for (ci, claim) in self.claims.iter().enumerate() {
@@ -971,30 +799,16 @@ impl Prepared {
                 }
             }
             if min_total > ALLOCATION_RESULTS_MAX_SIZE {
-                return Err(AllocError::TooManyDevices {
-                    claim: claim.key.clone(),
-                    count: min_total,
-                });
+                return Err(AllocError::TooManyDevices { claim: claim.key.clone(), count: min_total });
             }
         }
         let found = s.allocate_one(0, 0, 0, 0, false, 0);
-        let (picked, chosen) = (
-            std::mem::take(&mut s.results),
-            std::mem::take(&mut s.chosen),
-        );
+        let (picked, chosen) = (std::mem::take(&mut s.results), std::mem::take(&mut s.chosen));
         s.give_back();
         match found {
-            Ok(true) => Ok(NodeVerdict::Allocated(Solution {
-                np: Some(np),
-                picked,
-                chosen,
-            })),
+            Ok(true) => Ok(NodeVerdict::Allocated(Solution { np: Some(np), picked, chosen })),
             Ok(false) | Err(Flow::MaxSize) => {
-                if np
-                    .pools
-                    .iter()
-                    .any(|p| matches!(p.state, PoolState::Invalid(_)))
-                {
+                if np.pools.iter().any(|p| matches!(p.state, PoolState::Invalid(_))) {
                     Ok(NodeVerdict::InvalidPools)
                 } else {
                     Ok(NodeVerdict::CannotAllocate)
@@ -1008,11 +822,7 @@ impl Prepared {
 
 fn consumed_from_request(requested: Option<Quantity>, cap: &Capacity) -> Quantity {
     let Some(r) = requested else {
-        return cap
-            .policy
-            .as_ref()
-            .and_then(|p| p.default)
-            .unwrap_or(cap.value);
+        return cap.policy.as_ref().and_then(|p| p.default).unwrap_or(cap.value);
     };
     let Some(p) = &cap.policy else { return r };
     if let Some((min, _, step)) = p.valid_range {
@@ -1032,12 +842,7 @@ fn consumed_from_request(requested: Option<Quantity>, cap: &Capacity) -> Quantit
         return Quantity((mv + sv * n).saturating_mul(1_000_000_000));
     }
     if !p.valid_values.is_empty() {
-        return p
-            .valid_values
-            .iter()
-            .copied()
-            .find(|v| r <= *v)
-            .unwrap_or(r);
+        return p.valid_values.iter().copied().find(|v| r <= *v).unwrap_or(r);
     }
     r
 }
@@ -1063,11 +868,7 @@ fn violates_policy(v: Quantity, cap: &Capacity) -> bool {
 impl<'a> Search<'a> {
     /// Returns the reusable buffer to the prepared claims.
     fn give_back(self) {
-        let mut b = self
-            .p
-            .scratch
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut b = self.p.scratch.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         *b = self.select_memo;
     }
 
@@ -1087,13 +888,7 @@ impl<'a> Search<'a> {
         self.inp.inventory.device_id_string(self.cands[k].id)
     }
 
-    fn eval(
-        &mut self,
-        e: usize,
-        k: usize,
-        owner: impl FnOnce() -> String,
-        index: usize,
-    ) -> Result<bool> {
+    fn eval(&mut self, e: usize, k: usize, owner: impl FnOnce() -> String, index: usize) -> Result<bool> {
         let compiled = &self.p.exprs[e];
         let id = compiled.id();
         let slot = match self.memo.iter().position(|(i, _)| *i == id) {
@@ -1109,11 +904,7 @@ impl<'a> Search<'a> {
             _ => {}
         }
         if let Some(msg) = compiled.error() {
-            return Err(AllocError::CelCompile {
-                owner: owner(),
-                index,
-                message: format!("compilation failed: {msg}"),
-            });
+            return Err(AllocError::CelCompile { owner: owner(), index, message: format!("compilation failed: {msg}") });
         }
         // Evaluated at most once per device and expression while the node's
         // pools stay valid: the value is built here, not kept.
@@ -1133,12 +924,7 @@ impl<'a> Search<'a> {
                 )
             });
             let caps = dev.capacity.iter().map(|(n, cap)| (st.get(*n), cap.value));
-            match DeviceVal::new(
-                st.get(c.id.driver),
-                dev.allow_multiple_allocations,
-                attrs,
-                caps,
-            ) {
+            match DeviceVal::new(st.get(c.id.driver), dev.allow_multiple_allocations, attrs, caps) {
                 Ok(d) => compiled.matches(&self.p.cel_env, &d),
                 Err(e) => Err(e),
             }
@@ -1150,12 +936,7 @@ impl<'a> Search<'a> {
                 }
                 Ok(b)
             }
-            Err(err) => Err(AllocError::CelRuntime {
-                owner: owner(),
-                index,
-                device: self.device_string(k),
-                message: err.to_string(),
-            }),
+            Err(err) => Err(AllocError::CelRuntime { owner: owner(), index, device: self.device_string(k), message: err.to_string() }),
         }
     }
 
@@ -1191,10 +972,7 @@ impl<'a> Search<'a> {
             let st = self.inp.inventory.strings();
             ok = match &self.dev(k).node {
                 Some(sel) => sel.matches(st, self.inp.node).map_err(|message| {
-                    AllocError::Pools(InventoryError::NodeSelector {
-                        slice: st.get(self.slice(k).name).to_string(),
-                        message,
-                    })
+                    AllocError::Pools(InventoryError::NodeSelector { slice: st.get(self.slice(k).name).to_string(), message })
                 })?,
                 None => false,
             };
@@ -1218,11 +996,7 @@ impl<'a> Search<'a> {
         }
         let id = self.cands[k].id;
         let current = self.inp.in_use.consumed(id).unwrap_or_default();
-        let allocating = self
-            .allocating_capacity
-            .get(&id)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let allocating = self.allocating_capacity.get(&id).map(Vec::as_slice).unwrap_or_default();
         for (name, cap) in dev.capacity.iter() {
             let req = requested.iter().find(|(n, _)| n == name).map(|(_, q)| *q);
             let consumed = consumed_from_request(req, cap);
@@ -1260,9 +1034,7 @@ impl<'a> Search<'a> {
                 TaintEffect::NoExecute => "NoExecute",
                 TaintEffect::Other(_) => return false,
             };
-            !sub.tolerations
-                .iter()
-                .any(|tol| tol.tolerates(st.get(t.key), st.get(t.value), effect))
+            !sub.tolerations.iter().any(|tol| tol.tolerates(st.get(t.key), st.get(t.value), effect))
         })
     }
 
@@ -1280,11 +1052,7 @@ impl<'a> Search<'a> {
             }
             for slice in p.slices.iter().chain(p.other_slices.iter()) {
                 for d in slice.devices.iter() {
-                    let id = DeviceId {
-                        driver: p.driver,
-                        pool: p.pool,
-                        device: d.name,
-                    };
+                    let id = DeviceId { driver: p.driver, pool: p.pool, device: d.name };
                     if !inp.in_use.is_allocated(id) {
                         continue;
                     }
@@ -1318,19 +1086,12 @@ impl<'a> Search<'a> {
         let dev = self.dev(k);
         for cu in dev.consumes_counters.iter() {
             for (n, q) in cu.counters.iter() {
-                let e = self
-                    .consumed_counters
-                    .entry((pool, cu.counter_set, *n))
-                    .or_default();
+                let e = self.consumed_counters.entry((pool, cu.counter_set, *n)).or_default();
                 *e = e.saturating_add(*q);
             }
         }
         for ((set, n), a) in &avail {
-            let used = self
-                .consumed_counters
-                .get(&(pool, *set, *n))
-                .copied()
-                .unwrap_or_default();
+            let used = self.consumed_counters.get(&(pool, *set, *n)).copied().unwrap_or_default();
             if *a < used {
                 self.dealloc_counters(k);
                 return false;
@@ -1339,31 +1100,16 @@ impl<'a> Search<'a> {
         true
     }
 
-    fn constraint_add(
-        &mut self,
-        c: usize,
-        i: usize,
-        base: &str,
-        sub: Option<&str>,
-        k: usize,
-    ) -> bool {
+    fn constraint_add(&mut self, c: usize, i: usize, base: &str, sub: Option<&str>, k: usize) -> bool {
         let st = self.inp.inventory.strings();
         let cand = &self.cands[k];
         let dev = self.np.device(cand);
         match &mut self.constraints[c][i] {
-            CState::Match {
-                all,
-                requests,
-                attr,
-                value,
-                n,
-            } => {
+            CState::Match { all, requests, attr, value, n } => {
                 if !applies(requests, *all, base, sub) {
                     return true;
                 }
-                let Some(v) = dev.attribute(st, cand.id.driver, attr) else {
-                    return false;
-                };
+                let Some(v) = dev.attribute(st, cand.id.driver, attr) else { return false };
                 if *n == 0 {
                     *value = Some(v);
                     *n = 1;
@@ -1375,19 +1121,11 @@ impl<'a> Search<'a> {
                 *n += 1;
                 true
             }
-            CState::Distinct {
-                all,
-                requests,
-                attr,
-                values,
-                n,
-            } => {
+            CState::Distinct { all, requests, attr, values, n } => {
                 if !applies(requests, *all, base, sub) {
                     return true;
                 }
-                let Some(v) = dev.attribute(st, cand.id.driver, attr) else {
-                    return false;
-                };
+                let Some(v) = dev.attribute(st, cand.id.driver, attr) else { return false };
                 if *n > 0 && values.iter().any(|(_, x)| *x == v) {
                     return false;
                 }
@@ -1404,20 +1142,12 @@ impl<'a> Search<'a> {
 
     fn constraint_remove(&mut self, c: usize, i: usize, base: &str, sub: Option<&str>) {
         match &mut self.constraints[c][i] {
-            CState::Match {
-                all, requests, n, ..
-            } => {
+            CState::Match { all, requests, n, .. } => {
                 if applies(requests, *all, base, sub) {
                     *n = n.saturating_sub(1);
                 }
             }
-            CState::Distinct {
-                all,
-                requests,
-                values,
-                n,
-                ..
-            } => {
+            CState::Distinct { all, requests, values, n, .. } => {
                 if applies(requests, *all, base, sub) {
                     values.retain(|(r, _)| r != base);
                     *n = n.saturating_sub(1);
@@ -1427,14 +1157,7 @@ impl<'a> Search<'a> {
     }
 
     /// Upstream's `allocateDevice`: Some(undo) when the device was taken.
-    fn allocate_device(
-        &mut self,
-        c: usize,
-        r: usize,
-        s: usize,
-        k: usize,
-        must: bool,
-    ) -> Result<Option<Undo<'a>>> {
+    fn allocate_device(&mut self, c: usize, r: usize, s: usize, k: usize, must: bool) -> Result<Option<Undo<'a>>> {
         let p = self.p;
         let req = &p.claims[c].requests[r];
         let sub = &req.alts[s];
@@ -1446,8 +1169,7 @@ impl<'a> Search<'a> {
         if !sub.admin && self.in_use(id) {
             return Ok(None);
         }
-        let capacity_in_use =
-            self.inp.in_use.consumed(id).is_some() || self.allocating_capacity.contains_key(&id);
+        let capacity_in_use = self.inp.in_use.consumed(id).is_some() || self.allocating_capacity.contains_key(&id);
         let skip_counters = multi && capacity_in_use;
         if !skip_counters && !dev.consumes_counters.is_empty() && !self.check_counters(k) {
             return Ok(None);
@@ -1485,11 +1207,7 @@ impl<'a> Search<'a> {
         if multi {
             let st = self.inp.inventory.strings();
             for (name, cap) in dev.capacity.iter() {
-                let requested = sub
-                    .capacity
-                    .iter()
-                    .find(|(n, _)| st.get(*name) == n)
-                    .map(|(_, q)| *q);
+                let requested = sub.capacity.iter().find(|(n, _)| st.get(*name) == n).map(|(_, q)| *q);
                 consumed.push((*name, consumed_from_request(requested, cap)));
             }
             let agg = self.allocating_capacity.entry(id).or_default();
@@ -1500,13 +1218,7 @@ impl<'a> Search<'a> {
                 }
             }
         }
-        self.results[c].push(Picked {
-            cand: k,
-            req: r,
-            sub: s,
-            consumed: consumed.clone(),
-            shared: multi,
-        });
+        self.results[c].push(Picked { cand: k, req: r, sub: s, consumed: consumed.clone(), shared: multi });
         Ok(Some(Undo {
             claim: c,
             cand: k,
@@ -1544,23 +1256,13 @@ impl<'a> Search<'a> {
         self.results[c].pop();
     }
 
-    fn allocate_one(
-        &mut self,
-        c: usize,
-        r: usize,
-        s: usize,
-        d: usize,
-        in_sub: bool,
-        start: usize,
-    ) -> std::result::Result<bool, Flow> {
+    fn allocate_one(&mut self, c: usize, r: usize, s: usize, d: usize, in_sub: bool, start: usize) -> std::result::Result<bool, Flow> {
         self.steps += 1;
         if self.steps > self.inp.max_steps {
             return Err(Flow::Work);
         }
         let p = self.p;
-        let Some(claim) = p.claims.get(c) else {
-            return Ok(true);
-        };
+        let Some(claim) = p.claims.get(c) else { return Ok(true) };
         let Some(req) = claim.requests.get(r) else {
             return match self.allocate_one(c + 1, 0, 0, 0, false, 0) {
                 Err(Flow::MaxSize) => Ok(false),
@@ -1582,24 +1284,14 @@ impl<'a> Search<'a> {
                     Ok(false) => all_exceeded = false,
                 }
             }
-            return if all_exceeded {
-                Err(Flow::MaxSize)
-            } else {
-                Ok(false)
-            };
+            return if all_exceeded { Err(Flow::MaxSize) } else { Ok(false) };
         }
-        let Some(sub) = req.alts.get(s) else {
-            return Ok(false);
-        };
+        let Some(sub) = req.alts.get(s) else { return Ok(false) };
         let f = self.flat[c][r][s];
         if sub.all && self.all_devices[f].is_empty() {
             return Ok(false);
         }
-        let num = if sub.all {
-            self.all_devices[f].len()
-        } else {
-            sub.count
-        };
+        let num = if sub.all { self.all_devices[f].len() } else { sub.count };
         if d >= num {
             return self.allocate_one(c, r + 1, 0, 0, false, 0);
         }
@@ -1608,9 +1300,7 @@ impl<'a> Search<'a> {
         }
         if sub.all {
             let k = self.all_devices[f][d];
-            let Some(u) = self.allocate_device(c, r, s, k, true)? else {
-                return Ok(false);
-            };
+            let Some(u) = self.allocate_device(c, r, s, k, true)? else { return Ok(false) };
             return match self.allocate_one(c, r, s, d + 1, in_sub, 0) {
                 Ok(true) => Ok(true),
                 other => {
@@ -1634,9 +1324,7 @@ impl<'a> Search<'a> {
             if self.capacity_ok(sub, k) != Some(true) {
                 continue;
             }
-            let Some(u) = self.allocate_device(c, r, s, k, false)? else {
-                continue;
-            };
+            let Some(u) = self.allocate_device(c, r, s, k, false)? else { continue };
             match self.allocate_one(c, r, s, d + 1, in_sub, k + 1) {
                 Ok(true) => return Ok(true),
                 Ok(false) => self.undo(u),
@@ -1672,21 +1360,12 @@ impl Solution {
 impl Prepared {
     /// The allocations of a [`Solution`] found by [`Prepared::allocate_compact`]
     /// on `node` with `inventory` (the same the search read).
-    pub fn materialize(
-        &self,
-        sol: &Solution,
-        inventory: &Inventory,
-        node: &str,
-    ) -> Vec<ClaimAllocation> {
+    pub fn materialize(&self, sol: &Solution, inventory: &Inventory, node: &str) -> Vec<ClaimAllocation> {
         let st = inventory.strings();
-        let Some(np) = sol.np.as_deref() else {
-            return Vec::new();
-        };
+        let Some(np) = sol.np.as_deref() else { return Vec::new() };
         let mut out = Vec::with_capacity(self.claims.len());
         for (ci, claim) in self.claims.iter().enumerate() {
-            let Some(picked) = sol.picked.get(ci) else {
-                break;
-            };
+            let Some(picked) = sol.picked.get(ci) else { break };
             let results = picked
                 .iter()
                 .enumerate()
@@ -1716,11 +1395,7 @@ impl Prepared {
                         id,
                         admin_access: sub.admin.then_some(true),
                         tolerations: sub.tolerations.iter().map(|t| t.api.clone()).collect(),
-                        consumed_capacity: pk
-                            .consumed
-                            .iter()
-                            .map(|(n, q)| (st.get(*n).to_string(), *q))
-                            .collect(),
+                        consumed_capacity: pk.consumed.iter().map(|(n, q)| (st.get(*n).to_string(), *q)).collect(),
                         consumed: pk.consumed.clone(),
                         share_id,
                     }
@@ -1729,11 +1404,7 @@ impl Prepared {
             out.push(ClaimAllocation {
                 results,
                 node_selector: node_selector(np, node, picked),
-                chosen_subrequests: sol
-                    .chosen
-                    .get(ci)
-                    .cloned()
-                    .unwrap_or_else(|| vec![None; claim.requests.len()]),
+                chosen_subrequests: sol.chosen.get(ci).cloned().unwrap_or_else(|| vec![None; claim.requests.len()]),
             });
         }
         out
@@ -1755,45 +1426,25 @@ fn node_selector(np: &NodePools, node: &str, picked: &[Picked]) -> Option<core::
     for pk in picked {
         let c = &np.cands[pk.cand];
         let (slice, dev) = (np.slice(c), np.device(c));
-        let sel = if slice.per_device_node_selection {
-            dev.node.as_deref()
-        } else {
-            slice.node.as_ref()
-        };
+        let sel = if slice.per_device_node_selection { dev.node.as_deref() } else { slice.node.as_ref() };
         if matches!(sel, Some(NodeSel::Name(_))) || dev.binds_to_node {
             return Some(name_only());
         }
         if let Some(NodeSel::Selector(_, api)) = sel
             && let [t] = api.node_selector_terms.as_slice()
         {
-            merge_reqs(
-                t.match_fields.as_deref().unwrap_or_default(),
-                &mut term.match_fields,
-            );
-            merge_reqs(
-                t.match_expressions.as_deref().unwrap_or_default(),
-                &mut term.match_expressions,
-            );
+            merge_reqs(t.match_fields.as_deref().unwrap_or_default(), &mut term.match_fields);
+            merge_reqs(t.match_expressions.as_deref().unwrap_or_default(), &mut term.match_expressions);
         }
     }
-    if term.match_fields.as_ref().is_some_and(|v| !v.is_empty())
-        || term
-            .match_expressions
-            .as_ref()
-            .is_some_and(|v| !v.is_empty())
-    {
-        Some(core::NodeSelector {
-            node_selector_terms: vec![term],
-        })
+    if term.match_fields.as_ref().is_some_and(|v| !v.is_empty()) || term.match_expressions.as_ref().is_some_and(|v| !v.is_empty()) {
+        Some(core::NodeSelector { node_selector_terms: vec![term] })
     } else {
         None
     }
 }
 
-fn merge_reqs(
-    from: &[core::NodeSelectorRequirement],
-    to: &mut Option<Vec<core::NodeSelectorRequirement>>,
-) {
+fn merge_reqs(from: &[core::NodeSelectorRequirement], to: &mut Option<Vec<core::NodeSelectorRequirement>>) {
     let to = to.get_or_insert_with(Vec::new);
     for r in from {
         let mut vals: Vec<&String> = r.values.iter().flatten().collect();

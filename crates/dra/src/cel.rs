@@ -74,9 +74,7 @@ impl Val for SemverVal {
         &SEMVER_TYPE
     }
     fn equals(&self, other: &dyn Val) -> bool {
-        other
-            .downcast_ref::<SemverVal>()
-            .is_some_and(|o| o.0.cmp(&self.0).is_eq())
+        other.downcast_ref::<SemverVal>().is_some_and(|o| o.0.cmp(&self.0).is_eq())
     }
     fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
         Box::new(self.clone())
@@ -99,9 +97,7 @@ impl Val for QuantityVal {
         &QUANTITY_TYPE
     }
     fn equals(&self, other: &dyn Val) -> bool {
-        other
-            .downcast_ref::<QuantityVal>()
-            .is_some_and(|o| o.0 == self.0)
+        other.downcast_ref::<QuantityVal>().is_some_and(|o| o.0 == self.0)
     }
     fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
         Box::new(self.clone())
@@ -129,10 +125,7 @@ impl Indexer for DomainMap {
             other => other,
         }
     }
-    fn steal<'v>(
-        self: Box<Self>,
-        idx: &dyn Val,
-    ) -> std::result::Result<Box<dyn Val + 'v>, ExecutionError>
+    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> std::result::Result<Box<dyn Val + 'v>, ExecutionError>
     where
         Self: 'v,
     {
@@ -198,19 +191,14 @@ impl Indexer for DeviceVal {
     {
         match idx.downcast_ref::<CelString>().map(CelString::inner) {
             Some("driver") => Ok(CowVal::Borrowed(&self.driver)),
-            Some("allowMultipleAllocations") => {
-                Ok(CowVal::Borrowed(&self.allow_multiple_allocations))
-            }
+            Some("allowMultipleAllocations") => Ok(CowVal::Borrowed(&self.allow_multiple_allocations)),
             Some("attributes") => Ok(CowVal::Borrowed(&self.attributes)),
             Some("capacity") => Ok(CowVal::Borrowed(&self.capacity)),
             Some(other) => Err(ExecutionError::no_such_key(other)),
             None => Err(ExecutionError::no_such_key("device field")),
         }
     }
-    fn steal<'v>(
-        self: Box<Self>,
-        idx: &dyn Val,
-    ) -> std::result::Result<Box<dyn Val + 'v>, ExecutionError>
+    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> std::result::Result<Box<dyn Val + 'v>, ExecutionError>
     where
         Self: 'v,
     {
@@ -272,45 +260,31 @@ impl DeviceVal {
                 AttrIn::Bool(b) => Box::new(CelBool::from(b)),
                 AttrIn::Int(i) => Box::new(CelInt::from(i)),
                 AttrIn::Str(s) => Box::new(CelString::from(s.to_string())),
-                AttrIn::Version(s) => Box::new(SemverVal(Semver::parse(s).map_err(|e| {
-                    CelError::Attribute {
-                        name: name.to_string(),
-                        message: e.to_string(),
-                    }
+                AttrIn::Version(s) => Box::new(SemverVal(Semver::parse(s).map_err(|e| CelError::Attribute {
+                    name: name.to_string(),
+                    message: e.to_string(),
                 })?)),
             };
-            attrs
-                .entry(domain.to_string())
-                .or_default()
-                .insert(CelMapKey::from(id.to_string()), val);
+            attrs.entry(domain.to_string()).or_default().insert(CelMapKey::from(id.to_string()), val);
         }
         let mut caps: HashMap<String, HashMap<CelMapKey<'static>, Box<dyn Val>>> = HashMap::new();
         for (name, q) in capacity {
             let (domain, id) = split_qualified(name, driver);
-            caps.entry(domain.to_string())
-                .or_default()
-                .insert(CelMapKey::from(id.to_string()), Box::new(QuantityVal(q)));
+            caps.entry(domain.to_string()).or_default().insert(CelMapKey::from(id.to_string()), Box::new(QuantityVal(q)));
         }
-        let outer =
-            |m: HashMap<String, HashMap<CelMapKey<'static>, Box<dyn Val>>>| -> CelMap<'static> {
-                let mut o: HashMap<CelMapKey<'static>, Box<dyn Val>> = HashMap::new();
-                for (d, inner) in m {
-                    o.insert(CelMapKey::from(d), Box::new(CelMap::from(inner)));
-                }
-                CelMap::from(o)
-            };
+        let outer = |m: HashMap<String, HashMap<CelMapKey<'static>, Box<dyn Val>>>| -> CelMap<'static> {
+            let mut o: HashMap<CelMapKey<'static>, Box<dyn Val>> = HashMap::new();
+            for (d, inner) in m {
+                o.insert(CelMapKey::from(d), Box::new(CelMap::from(inner)));
+            }
+            CelMap::from(o)
+        };
         let empty = Arc::new(CelMap::from(HashMap::new()));
         Ok(DeviceVal {
             driver: CelString::from(driver.to_string()),
             allow_multiple_allocations: CelBool::from(allow_multiple_allocations),
-            attributes: DomainMap {
-                inner: Arc::new(outer(attrs)),
-                empty: empty.clone(),
-            },
-            capacity: DomainMap {
-                inner: Arc::new(outer(caps)),
-                empty,
-            },
+            attributes: DomainMap { inner: Arc::new(outer(attrs)), empty: empty.clone() },
+            capacity: DomainMap { inner: Arc::new(outer(caps)), empty },
         })
     }
 }
@@ -322,16 +296,11 @@ fn fn_err(f: &str, e: impl ToString) -> ExecutionError {
 }
 
 fn semver(s: &CelString<'_>) -> std::result::Result<SemverVal, ExecutionError> {
-    Semver::parse(s.inner())
-        .map(SemverVal)
-        .map_err(|e| fn_err("semver", e))
+    Semver::parse(s.inner()).map(SemverVal).map_err(|e| fn_err("semver", e))
 }
 
 /// `semver(s, true)`: tolerate a leading `v`, missing minor/patch and leading zeros.
-fn semver_normalize(
-    s: &CelString<'_>,
-    normalize: &CelBool,
-) -> std::result::Result<SemverVal, ExecutionError> {
+fn semver_normalize(s: &CelString<'_>, normalize: &CelBool) -> std::result::Result<SemverVal, ExecutionError> {
     if !*normalize.inner() {
         return semver(s);
     }
@@ -340,23 +309,12 @@ fn semver_normalize(
         Some(i) => t.split_at(i),
         None => (t, ""),
     };
-    let mut parts: Vec<String> = core
-        .split('.')
-        .map(|p| p.trim_start_matches('0'))
-        .map(|p| {
-            if p.is_empty() {
-                "0".to_string()
-            } else {
-                p.to_string()
-            }
-        })
-        .collect();
+    let mut parts: Vec<String> =
+        core.split('.').map(|p| p.trim_start_matches('0')).map(|p| if p.is_empty() { "0".to_string() } else { p.to_string() }).collect();
     while parts.len() < 3 {
         parts.push("0".into());
     }
-    Semver::parse(&format!("{}{rest}", parts.join(".")))
-        .map(SemverVal)
-        .map_err(|e| fn_err("semver", e))
+    Semver::parse(&format!("{}{rest}", parts.join("."))).map(SemverVal).map_err(|e| fn_err("semver", e))
 }
 
 fn is_semver(s: &CelString<'_>) -> CelBool {
@@ -382,9 +340,7 @@ fn semver_compare(a: &SemverVal, b: &SemverVal) -> CelInt {
 }
 
 fn quantity(s: &CelString<'_>) -> std::result::Result<QuantityVal, ExecutionError> {
-    Quantity::parse(s.inner())
-        .map(QuantityVal)
-        .map_err(|e| fn_err("quantity", e))
+    Quantity::parse(s.inner()).map(QuantityVal).map_err(|e| fn_err("quantity", e))
 }
 fn is_quantity(s: &CelString<'_>) -> CelBool {
     CelBool::from(Quantity::parse(s.inner()).is_ok())
@@ -415,10 +371,7 @@ fn q_is_integer(a: &QuantityVal) -> CelBool {
 }
 fn q_as_integer(a: &QuantityVal) -> std::result::Result<CelInt, ExecutionError> {
     if a.0.0 % 1_000_000_000 != 0 {
-        return Err(fn_err(
-            "asInteger",
-            "cannot convert value to integer: not an integer",
-        ));
+        return Err(fn_err("asInteger", "cannot convert value to integer: not an integer"));
     }
     i64::try_from(a.0.0 / 1_000_000_000)
         .map(CelInt::from)
@@ -485,13 +438,7 @@ fn walk(e: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
             }
         }
         Expr::Comprehension(c) => {
-            for x in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
+            for x in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
                 walk(x, f);
             }
         }
@@ -541,10 +488,7 @@ fn cost(e: &IdedExpr, range: u64) -> u64 {
                 .saturating_add(n.saturating_mul(body))
                 .saturating_add(cost(&c.result, range))
         }
-        Expr::List(l) => l
-            .elements
-            .iter()
-            .fold(1u64, |s, x| s.saturating_add(cost(x, range))),
+        Expr::List(l) => l.elements.iter().fold(1u64, |s, x| s.saturating_add(cost(x, range))),
         Expr::Map(_) | Expr::Struct(_) => {
             let mut s = 1u64;
             walk(e, &mut |_| s = s.saturating_add(1));
@@ -584,14 +528,9 @@ impl Compiled {
 
     /// Evaluates the expression for a device: `Ok(true)` when it selects it.
     pub fn matches(&self, env: &Arc<Env>, device: &DeviceVal) -> Result<bool> {
-        let program = self
-            .program
-            .as_ref()
-            .map_err(|e| CelError::Compile(e.clone()))?;
+        let program = self.program.as_ref().map_err(|e| CelError::Compile(e.clone()))?;
         if self.max_cost > MAX_COST {
-            return Err(CelError::Runtime(
-                "operation cancelled: actual cost limit exceeded".into(),
-            ));
+            return Err(CelError::Runtime("operation cancelled: actual cost limit exceeded".into()));
         }
         let mut ctx = Context::with_env(env.clone());
         ctx.add_variable_as_val("device", Box::new(device.clone()));
@@ -625,9 +564,7 @@ pub struct CelCache {
 
 impl std::fmt::Debug for CelCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CelCache")
-            .field("expressions", &self.len())
-            .finish()
+        f.debug_struct("CelCache").field("expressions", &self.len()).finish()
     }
 }
 
@@ -643,10 +580,7 @@ impl CelCache {
         // The declarations are static and known to be distinct; should one ever
         // conflict, the stdlib alone is still a working environment.
         let env = dra_env().unwrap_or_else(|_| Env::stdlib());
-        CelCache {
-            env: Arc::new(env),
-            compiled: Mutex::new(HashMap::new()),
-        }
+        CelCache { env: Arc::new(env), compiled: Mutex::new(HashMap::new()) }
     }
 
     /// The environment, for [`Compiled::matches`].
@@ -726,62 +660,22 @@ mod tests {
         let d = gpu();
         let ok = |e: &str| c.eval(e, &d);
         assert_eq!(ok(r#"device.driver == "gpu.example.com""#), Ok(true));
-        assert_eq!(
-            ok(r#"device.attributes["gpu.example.com"].model == "a100""#),
-            Ok(true)
-        );
-        assert_eq!(
-            ok(r#"device.attributes["gpu.example.com"].cores > 100"#),
-            Ok(true)
-        );
+        assert_eq!(ok(r#"device.attributes["gpu.example.com"].model == "a100""#), Ok(true));
+        assert_eq!(ok(r#"device.attributes["gpu.example.com"].cores > 100"#), Ok(true));
         assert_eq!(ok(r#"device.attributes["other.org"].healthy"#), Ok(true));
         assert_eq!(ok(r#"device.allowMultipleAllocations"#), Ok(false));
-        assert_eq!(
-            ok(r#"has(device.attributes["gpu.example.com"].missing)"#),
-            Ok(false)
-        );
-        assert_eq!(
-            ok(r#"has(device.attributes["nowhere"].missing)"#),
-            Ok(false)
-        );
+        assert_eq!(ok(r#"has(device.attributes["gpu.example.com"].missing)"#), Ok(false));
+        assert_eq!(ok(r#"has(device.attributes["nowhere"].missing)"#), Ok(false));
         assert_eq!(ok(r#""nowhere" in device.attributes"#), Ok(false));
-        assert_eq!(
-            ok(
-                r#"device.attributes["gpu.example.com"].driverVersion.isGreaterThan(semver("1.0.0"))"#
-            ),
-            Ok(true)
-        );
-        assert_eq!(
-            ok(
-                r#"device.attributes["gpu.example.com"].driverVersion.compareTo(semver("1.2.3")) == 0"#
-            ),
-            Ok(true)
-        );
-        assert_eq!(
-            ok(r#"device.attributes["gpu.example.com"].driverVersion == semver("1.2.3")"#),
-            Ok(true)
-        );
-        assert_eq!(
-            ok(r#"semver("v1.2", true).isLessThan(semver("1.2.1"))"#),
-            Ok(true)
-        );
-        assert_eq!(
-            ok(r#"device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) == 0"#),
-            Ok(true)
-        );
-        assert_eq!(
-            ok(r#"device.capacity["gpu.example.com"].memory.isGreaterThan(quantity("10Gi"))"#),
-            Ok(true)
-        );
+        assert_eq!(ok(r#"device.attributes["gpu.example.com"].driverVersion.isGreaterThan(semver("1.0.0"))"#), Ok(true));
+        assert_eq!(ok(r#"device.attributes["gpu.example.com"].driverVersion.compareTo(semver("1.2.3")) == 0"#), Ok(true));
+        assert_eq!(ok(r#"device.attributes["gpu.example.com"].driverVersion == semver("1.2.3")"#), Ok(true));
+        assert_eq!(ok(r#"semver("v1.2", true).isLessThan(semver("1.2.1"))"#), Ok(true));
+        assert_eq!(ok(r#"device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) == 0"#), Ok(true));
+        assert_eq!(ok(r#"device.capacity["gpu.example.com"].memory.isGreaterThan(quantity("10Gi"))"#), Ok(true));
         assert_eq!(ok(r#"quantity("2").asInteger() == 2"#), Ok(true));
-        assert_eq!(
-            ok(r#"device.attributes["gpu.example.com"].model.startsWith("a1")"#),
-            Ok(true)
-        );
-        assert_eq!(
-            ok(r#"device.attributes["gpu.example.com"].exists(k, k == "cores")"#),
-            Ok(true)
-        );
+        assert_eq!(ok(r#"device.attributes["gpu.example.com"].model.startsWith("a1")"#), Ok(true));
+        assert_eq!(ok(r#"device.attributes["gpu.example.com"].exists(k, k == "cores")"#), Ok(true));
     }
 
     #[test]
@@ -792,14 +686,8 @@ mod tests {
             Err(CelError::Runtime(m)) => assert!(m.starts_with("no such key: nope"), "{m}"),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            c.eval("device.driver ==", &d),
-            Err(CelError::Compile(_))
-        ));
-        assert!(matches!(
-            c.eval("device.driver", &d),
-            Err(CelError::Runtime(_))
-        ));
+        assert!(matches!(c.eval("device.driver ==", &d), Err(CelError::Compile(_))));
+        assert!(matches!(c.eval("device.driver", &d), Err(CelError::Runtime(_))));
         assert!(c.get_or_compile("device.driver ==").error().is_some());
     }
 
@@ -812,9 +700,6 @@ mod tests {
         assert_eq!(c.len(), 1);
         let nested = r#"device.attributes["a"].all(x, device.attributes["a"].all(y, device.attributes["a"].all(z, device.attributes["a"].all(w, true))))"#;
         let r = c.eval(nested, &gpu());
-        assert!(
-            matches!(r, Err(CelError::Runtime(ref m)) if m.contains("cost limit")),
-            "{r:?}"
-        );
+        assert!(matches!(r, Err(CelError::Runtime(ref m)) if m.contains("cost limit")), "{r:?}");
     }
 }

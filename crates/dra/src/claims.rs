@@ -52,15 +52,8 @@ impl ClassView {
         Ok(ClassView {
             name: c.metadata.name.clone().ok_or(ClaimError::NoName)?,
             selectors: selectors(c.spec.as_ref().and_then(|s| s.selectors.as_deref())),
-            extended_resource_name: c
-                .spec
-                .as_ref()
-                .and_then(|s| s.extended_resource_name.clone()),
-            config: c
-                .spec
-                .as_ref()
-                .and_then(|s| s.config.clone())
-                .unwrap_or_default(),
+            extended_resource_name: c.spec.as_ref().and_then(|s| s.extended_resource_name.clone()),
+            config: c.spec.as_ref().and_then(|s| s.config.clone()).unwrap_or_default(),
         })
     }
 }
@@ -90,11 +83,8 @@ impl Classes {
     }
     /// The class whose extendedResourceName is `name` (DRAExtendedResource).
     pub fn for_extended_resource(&self, name: &str) -> Option<&ClassView> {
-        let mut found: Vec<&ClassView> = self
-            .by_name
-            .values()
-            .filter(|c| c.extended_resource_name.as_deref() == Some(name))
-            .collect();
+        let mut found: Vec<&ClassView> =
+            self.by_name.values().filter(|c| c.extended_resource_name.as_deref() == Some(name)).collect();
         // Deterministic when several classes name it: the first by name.
         found.sort_by(|a, b| a.name.cmp(&b.name));
         found.first().copied()
@@ -102,10 +92,7 @@ impl Classes {
 }
 
 fn selectors(s: Option<&[res::DeviceSelector]>) -> Vec<Option<String>> {
-    s.unwrap_or_default()
-        .iter()
-        .map(|s| s.cel.as_ref().map(|c| c.expression.clone()))
-        .collect()
+    s.unwrap_or_default().iter().map(|s| s.cel.as_ref().map(|c| c.expression.clone())).collect()
 }
 
 /// allocationMode.
@@ -251,9 +238,7 @@ impl ClaimView {
         let namespace = c.metadata.namespace.clone().unwrap_or_default();
         let name = c.metadata.name.clone().ok_or(ClaimError::NoName)?;
         let key = format!("{namespace}/{name}");
-        let caps = |req: &str,
-                    cr: Option<&res::CapacityRequirements>|
-         -> Result<Vec<(String, Quantity)>> {
+        let caps = |req: &str, cr: Option<&res::CapacityRequirements>| -> Result<Vec<(String, Quantity)>> {
             let mut out = Vec::new();
             for (n, q) in cr.and_then(|c| c.requests.as_ref()).into_iter().flatten() {
                 let v = Quantity::parse(&q.0).map_err(|source| ClaimError::Quantity {
@@ -268,70 +253,50 @@ impl ClaimView {
         };
         let spec = &c.spec.as_ref().and_then(|s| s.devices.clone());
         let mut requests = Vec::new();
-        for r in spec
-            .as_ref()
-            .and_then(|d| d.requests.as_ref())
-            .into_iter()
-            .flatten()
-        {
-            let (alternatives, first_available) =
-                if let Some(subs) = r.first_available.as_ref().filter(|s| !s.is_empty()) {
-                    let mut alts = Vec::new();
-                    for s in subs {
-                        alts.push(SubRequest {
-                            name: s.name.clone(),
-                            class: s.device_class_name.clone(),
-                            mode: mode(s.allocation_mode.as_deref(), s.count),
-                            selectors: selectors(s.selectors.as_deref()),
-                            admin_access: None,
-                            tolerations: s
-                                .tolerations
-                                .iter()
-                                .flatten()
-                                .map(Toleration::from_api)
-                                .collect(),
-                            capacity: caps(&format!("{}/{}", r.name, s.name), s.capacity.as_ref())?,
-                        });
-                    }
-                    (alts, true)
-                } else if let Some(e) = &r.exactly {
-                    (
-                        vec![SubRequest {
-                            name: r.name.clone(),
-                            class: e.device_class_name.clone(),
-                            mode: mode(e.allocation_mode.as_deref(), e.count),
-                            selectors: selectors(e.selectors.as_deref()),
-                            admin_access: e.admin_access,
-                            tolerations: e
-                                .tolerations
-                                .iter()
-                                .flatten()
-                                .map(Toleration::from_api)
-                                .collect(),
-                            capacity: caps(&r.name, e.capacity.as_ref())?,
-                        }],
-                        false,
-                    )
-                } else {
-                    // Neither: "missing device class name" when allocating.
-                    (
-                        vec![SubRequest {
-                            name: r.name.clone(),
-                            class: String::new(),
-                            mode: AllocationMode::ExactCount(1),
-                            selectors: Vec::new(),
-                            admin_access: None,
-                            tolerations: Vec::new(),
-                            capacity: Vec::new(),
-                        }],
-                        false,
-                    )
-                };
-            requests.push(Request {
-                name: r.name.clone(),
-                alternatives,
-                first_available,
-            });
+        for r in spec.as_ref().and_then(|d| d.requests.as_ref()).into_iter().flatten() {
+            let (alternatives, first_available) = if let Some(subs) = r.first_available.as_ref().filter(|s| !s.is_empty()) {
+                let mut alts = Vec::new();
+                for s in subs {
+                    alts.push(SubRequest {
+                        name: s.name.clone(),
+                        class: s.device_class_name.clone(),
+                        mode: mode(s.allocation_mode.as_deref(), s.count),
+                        selectors: selectors(s.selectors.as_deref()),
+                        admin_access: None,
+                        tolerations: s.tolerations.iter().flatten().map(Toleration::from_api).collect(),
+                        capacity: caps(&format!("{}/{}", r.name, s.name), s.capacity.as_ref())?,
+                    });
+                }
+                (alts, true)
+            } else if let Some(e) = &r.exactly {
+                (
+                    vec![SubRequest {
+                        name: r.name.clone(),
+                        class: e.device_class_name.clone(),
+                        mode: mode(e.allocation_mode.as_deref(), e.count),
+                        selectors: selectors(e.selectors.as_deref()),
+                        admin_access: e.admin_access,
+                        tolerations: e.tolerations.iter().flatten().map(Toleration::from_api).collect(),
+                        capacity: caps(&r.name, e.capacity.as_ref())?,
+                    }],
+                    false,
+                )
+            } else {
+                // Neither: "missing device class name" when allocating.
+                (
+                    vec![SubRequest {
+                        name: r.name.clone(),
+                        class: String::new(),
+                        mode: AllocationMode::ExactCount(1),
+                        selectors: Vec::new(),
+                        admin_access: None,
+                        tolerations: Vec::new(),
+                        capacity: Vec::new(),
+                    }],
+                    false,
+                )
+            };
+            requests.push(Request { name: r.name.clone(), alternatives, first_available });
         }
         let constraints: Vec<Constraint> = spec
             .as_ref()
@@ -341,14 +306,8 @@ impl ClaimView {
             .map(|k| {
                 let requests = k.requests.clone().unwrap_or_default();
                 match (&k.match_attribute, &k.distinct_attribute) {
-                    (Some(a), _) => Constraint::Match {
-                        requests,
-                        attribute: a.clone(),
-                    },
-                    (None, Some(a)) => Constraint::Distinct {
-                        requests,
-                        attribute: a.clone(),
-                    },
+                    (Some(a), _) => Constraint::Match { requests, attribute: a.clone() },
+                    (None, Some(a)) => Constraint::Distinct { requests, attribute: a.clone() },
                     _ => Constraint::Unknown,
                 }
             })
@@ -360,10 +319,7 @@ impl ClaimView {
             uid: c.metadata.uid.clone().unwrap_or_default(),
             requests,
             constraints,
-            config: spec
-                .as_ref()
-                .and_then(|d| d.config.clone())
-                .unwrap_or_default(),
+            config: spec.as_ref().and_then(|d| d.config.clone()).unwrap_or_default(),
             allocation: c.status.as_ref().and_then(|s| s.allocation.clone()),
             spec_hash,
         })
@@ -391,9 +347,6 @@ impl ClaimView {
 
     /// Does any request ask for admin access?
     pub fn wants_admin_access(&self) -> bool {
-        self.requests
-            .iter()
-            .flat_map(|r| &r.alternatives)
-            .any(|s| s.admin_access == Some(true))
+        self.requests.iter().flat_map(|r| &r.alternatives).any(|s| s.admin_access == Some(true))
     }
 }

@@ -93,9 +93,7 @@ impl Interner {
 
     /// Bytes held by the table (strings and index), for memory figures.
     pub fn heap_bytes(&self) -> usize {
-        self.strings.iter().map(|s| s.len() + 16).sum::<usize>()
-            + self.ids.capacity() * 24
-            + self.strings.capacity() * 16
+        self.strings.iter().map(|s| s.len() + 16).sum::<usize>() + self.ids.capacity() * 24 + self.strings.capacity() * 16
     }
 }
 

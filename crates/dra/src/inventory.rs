@@ -66,10 +66,7 @@ pub enum NodeSel {
     /// spec.allNodes.
     All,
     /// spec.nodeSelector, compiled; `Err` keeps a selector that does not compile.
-    Selector(
-        Arc<std::result::Result<NodeSelector, String>>,
-        Arc<k8s_openapi::api::core::v1::NodeSelector>,
-    ),
+    Selector(Arc<std::result::Result<NodeSelector, String>>, Arc<k8s_openapi::api::core::v1::NodeSelector>),
 }
 
 impl NodeSel {
@@ -82,20 +79,13 @@ impl NodeSel {
         match (name.filter(|n| !n.is_empty()), all.unwrap_or(false), sel) {
             (Some(n), _, _) => Some(NodeSel::Name(strings.intern(n))),
             (None, true, _) => Some(NodeSel::All),
-            (None, false, Some(s)) => Some(NodeSel::Selector(
-                Arc::new(NodeSelector::compile(s, "nodeSelector")),
-                Arc::new(s.clone()),
-            )),
+            (None, false, Some(s)) => Some(NodeSel::Selector(Arc::new(NodeSelector::compile(s, "nodeSelector")), Arc::new(s.clone()))),
             _ => None,
         }
     }
 
     /// Does it select the node? (upstream's `NodeMatches`)
-    pub fn matches(
-        &self,
-        strings: &Interner,
-        node: NodeRef<'_>,
-    ) -> std::result::Result<bool, String> {
+    pub fn matches(&self, strings: &Interner, node: NodeRef<'_>) -> std::result::Result<bool, String> {
         match self {
             NodeSel::Name(n) => Ok(strings.get(*n) == node.name),
             NodeSel::All => Ok(true),
@@ -181,11 +171,7 @@ impl Taint {
             "NoExecute" => TaintEffect::NoExecute,
             other => TaintEffect::Other(strings.intern(other)),
         };
-        Taint {
-            key: strings.intern(&t.key),
-            value: strings.intern(t.value.as_deref().unwrap_or("")),
-            effect,
-        }
+        Taint { key: strings.intern(&t.key), value: strings.intern(t.value.as_deref().unwrap_or("")), effect }
     }
 }
 
@@ -235,12 +221,7 @@ impl Device {
     /// the exact name first, then, when the domain is the driver, the bare name.
     pub fn attribute(&self, strings: &Interner, driver: Sym, qualified: &str) -> Option<AttrValue> {
         let find = |name: &str| {
-            strings.lookup(name).and_then(|s| {
-                self.attributes
-                    .iter()
-                    .find(|(n, _)| *n == s)
-                    .map(|(_, v)| *v)
-            })
+            strings.lookup(name).and_then(|s| self.attributes.iter().find(|(n, _)| *n == s).map(|(_, v)| *v))
         };
         if let Some(v) = find(qualified) {
             return Some(v);
@@ -261,24 +242,16 @@ impl Device {
                 .iter()
                 .map(|(_, c)| {
                     std::mem::size_of::<(Sym, Capacity)>()
-                        + c.policy.as_ref().map_or(0, |p| {
-                            std::mem::size_of::<RequestPolicy>() + p.valid_values.len() * 16
-                        })
+                        + c.policy.as_ref().map_or(0, |p| std::mem::size_of::<RequestPolicy>() + p.valid_values.len() * 16)
                 })
                 .sum::<usize>()
             + self.taints.len() * std::mem::size_of::<Taint>()
             + self
                 .consumes_counters
                 .iter()
-                .map(|c| {
-                    std::mem::size_of::<CounterUse>()
-                        + c.counters.len() * std::mem::size_of::<(Sym, Quantity)>()
-                })
+                .map(|c| std::mem::size_of::<CounterUse>() + c.counters.len() * std::mem::size_of::<(Sym, Quantity)>())
                 .sum::<usize>()
-            + self
-                .node
-                .as_ref()
-                .map_or(0, |_| std::mem::size_of::<NodeSel>())
+            + self.node.as_ref().map_or(0, |_| std::mem::size_of::<NodeSel>())
     }
 }
 
@@ -424,10 +397,7 @@ impl NodePools {
                 .map(|p| {
                     std::mem::size_of::<Pool>()
                         + (p.slices.len() + p.other_slices.len()) * 8
-                        + p.counter_sets
-                            .values()
-                            .map(|c| 32 + c.len() * std::mem::size_of::<(Sym, Quantity)>())
-                            .sum::<usize>()
+                        + p.counter_sets.values().map(|c| 32 + c.len() * std::mem::size_of::<(Sym, Quantity)>()).sum::<usize>()
                 })
                 .sum::<usize>()
             + self.pool_gens.len() * std::mem::size_of::<((Sym, Sym), u64)>()
@@ -455,9 +425,7 @@ impl Clone for NodeCache {
 
 impl std::fmt::Debug for NodeCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeCache")
-            .field("nodes", &self.lock().len())
-            .finish()
+        f.debug_struct("NodeCache").field("nodes", &self.lock().len()).finish()
     }
 }
 
@@ -486,16 +454,8 @@ pub struct Inventory {
     node_cache: NodeCache,
 }
 
-fn qty(
-    slice: &str,
-    field: impl FnOnce() -> String,
-    q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-) -> Result<Quantity> {
-    Quantity::parse(&q.0).map_err(|source| InventoryError::Quantity {
-        slice: slice.to_string(),
-        field: field(),
-        source,
-    })
+fn qty(slice: &str, field: impl FnOnce() -> String, q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Result<Quantity> {
+    Quantity::parse(&q.0).map_err(|source| InventoryError::Quantity { slice: slice.to_string(), field: field(), source })
 }
 
 impl Inventory {
@@ -516,21 +476,12 @@ impl Inventory {
 
     /// The id of a device named by strings (interning them).
     pub fn device_id(&mut self, driver: &str, pool: &str, device: &str) -> DeviceId {
-        DeviceId {
-            driver: self.intern(driver),
-            pool: self.intern(pool),
-            device: self.intern(device),
-        }
+        DeviceId { driver: self.intern(driver), pool: self.intern(pool), device: self.intern(device) }
     }
 
     /// `driver/pool/device`, as upstream prints a device id.
     pub fn device_id_string(&self, id: DeviceId) -> String {
-        format!(
-            "{}/{}/{}",
-            self.strings.get(id.driver),
-            self.strings.get(id.pool),
-            self.strings.get(id.device)
-        )
+        format!("{}/{}/{}", self.strings.get(id.driver), self.strings.get(id.pool), self.strings.get(id.device))
     }
 
     /// How many slices are kept.
@@ -561,19 +512,14 @@ impl Inventory {
                 self.not_on_node.insert(name.clone());
             }
         }
-        self.by_pool
-            .entry((compiled.driver, compiled.pool))
-            .or_default()
-            .insert(name.clone());
+        self.by_pool.entry((compiled.driver, compiled.pool)).or_default().insert(name.clone());
         self.slices.insert(name, Arc::new(compiled));
         Ok(())
     }
 
     /// Removes a slice (no-op when unknown).
     pub fn remove_slice(&mut self, name: &str) {
-        let Some(old) = self.slices.remove(name) else {
-            return;
-        };
+        let Some(old) = self.slices.remove(name) else { return };
         self.invalidate(&old);
         if let Some(NodeSel::Name(n)) = &old.node {
             if let Some(set) = self.on_node.get_mut(n) {
@@ -610,9 +556,7 @@ impl Inventory {
     pub fn pool_reach(&self, driver: Sym, pool: Sym) -> Reach {
         let mut reach = Reach::Nowhere;
         for name in self.by_pool.get(&(driver, pool)).into_iter().flatten() {
-            let Some(slice) = self.slices.get(name) else {
-                continue;
-            };
+            let Some(slice) = self.slices.get(name) else { continue };
             match (reach, self.slice_reach(slice)) {
                 (Reach::Nowhere, r) => reach = r,
                 (Reach::Node(a), Reach::Node(b)) if a == b => {}
@@ -627,15 +571,9 @@ impl Inventory {
         let name = r.metadata.name.clone().ok_or(InventoryError::NoName)?;
         let sel = r.spec.device_selector.as_ref();
         let rule = TaintRule {
-            driver: sel
-                .and_then(|s| s.driver.as_deref())
-                .map(|s| self.strings.intern(s)),
-            pool: sel
-                .and_then(|s| s.pool.as_deref())
-                .map(|s| self.strings.intern(s)),
-            device: sel
-                .and_then(|s| s.device.as_deref())
-                .map(|s| self.strings.intern(s)),
+            driver: sel.and_then(|s| s.driver.as_deref()).map(|s| self.strings.intern(s)),
+            pool: sel.and_then(|s| s.pool.as_deref()).map(|s| self.strings.intern(s)),
+            device: sel.and_then(|s| s.device.as_deref()).map(|s| self.strings.intern(s)),
             taint: Taint::compile(&mut self.strings, &r.spec.taint),
         };
         self.taint_rules.insert(name, rule);
@@ -648,48 +586,26 @@ impl Inventory {
     }
 
     /// The taints of a device: its own and those of matching DeviceTaintRules.
-    pub fn taints<'a>(
-        &'a self,
-        id: DeviceId,
-        device: &'a Device,
-    ) -> impl Iterator<Item = &'a Taint> + 'a {
-        device
-            .taints
-            .iter()
-            .chain(self.taint_rules.values().filter_map(move |r| {
-                let ok = r.driver.is_none_or(|d| d == id.driver)
-                    && r.pool.is_none_or(|p| p == id.pool)
-                    && r.device.is_none_or(|d| d == id.device);
-                ok.then_some(&r.taint)
-            }))
+    pub fn taints<'a>(&'a self, id: DeviceId, device: &'a Device) -> impl Iterator<Item = &'a Taint> + 'a {
+        device.taints.iter().chain(self.taint_rules.values().filter_map(move |r| {
+            let ok = r.driver.is_none_or(|d| d == id.driver)
+                && r.pool.is_none_or(|p| p == id.pool)
+                && r.device.is_none_or(|d| d == id.device);
+            ok.then_some(&r.taint)
+        }))
     }
 
     fn compile_slice(&mut self, name: &str, spec: &res::ResourceSliceSpec) -> Result<Slice> {
         let st = &mut self.strings;
         let driver = st.intern(&spec.driver);
-        let node = NodeSel::from_fields(
-            st,
-            spec.node_name.as_deref(),
-            spec.all_nodes,
-            spec.node_selector.as_ref(),
-        );
+        let node = NodeSel::from_fields(st, spec.node_name.as_deref(), spec.all_nodes, spec.node_selector.as_ref());
         let mut shared = Vec::new();
         for (i, cs) in spec.shared_counters.iter().flatten().enumerate() {
             let mut counters = Vec::with_capacity(cs.counters.len());
             for (cn, c) in &cs.counters {
-                counters.push((
-                    st.intern(cn),
-                    qty(
-                        name,
-                        || format!("spec.sharedCounters[{i}].counters[{cn}]"),
-                        &c.value,
-                    )?,
-                ));
+                counters.push((st.intern(cn), qty(name, || format!("spec.sharedCounters[{i}].counters[{cn}]"), &c.value)?));
             }
-            shared.push(CounterSet {
-                name: st.intern(&cs.name),
-                counters: counters.into(),
-            });
+            shared.push(CounterSet { name: st.intern(&cs.name), counters: counters.into() });
         }
         let mut devices = Vec::with_capacity(spec.devices.as_ref().map_or(0, Vec::len));
         for (di, d) in spec.devices.iter().flatten().enumerate() {
@@ -720,24 +636,12 @@ impl Inventory {
                             rp.default = Some(qty(name, || field(".requestPolicy.default"), q)?);
                         }
                         for q in p.valid_values.iter().flatten() {
-                            rp.valid_values.push(qty(
-                                name,
-                                || field(".requestPolicy.validValues"),
-                                q,
-                            )?);
+                            rp.valid_values.push(qty(name, || field(".requestPolicy.validValues"), q)?);
                         }
                         if let Some(r) = &p.valid_range {
                             let min = qty(name, || field(".requestPolicy.validRange.min"), &r.min)?;
-                            let max = r
-                                .max
-                                .as_ref()
-                                .map(|q| qty(name, || field(".requestPolicy.validRange.max"), q))
-                                .transpose()?;
-                            let step = r
-                                .step
-                                .as_ref()
-                                .map(|q| qty(name, || field(".requestPolicy.validRange.step"), q))
-                                .transpose()?;
+                            let max = r.max.as_ref().map(|q| qty(name, || field(".requestPolicy.validRange.max"), q)).transpose()?;
+                            let step = r.step.as_ref().map(|q| qty(name, || field(".requestPolicy.validRange.step"), q)).transpose()?;
                             rp.valid_range = Some((min, max, step));
                         }
                         Some(Box::new(rp))
@@ -745,38 +649,17 @@ impl Inventory {
                 };
                 capacity.push((st.intern(cn), Capacity { value, policy }));
             }
-            let taints: Vec<Taint> = d
-                .taints
-                .iter()
-                .flatten()
-                .map(|t| Taint::compile(st, t))
-                .collect();
+            let taints: Vec<Taint> = d.taints.iter().flatten().map(|t| Taint::compile(st, t)).collect();
             let mut consumes = Vec::new();
             for (ci, cc) in d.consumes_counters.iter().flatten().enumerate() {
                 let mut counters = Vec::with_capacity(cc.counters.len());
                 for (cn, c) in &cc.counters {
-                    counters.push((
-                        st.intern(cn),
-                        qty(
-                            name,
-                            || format!("spec.devices[{di}].consumesCounters[{ci}].counters[{cn}]"),
-                            &c.value,
-                        )?,
-                    ));
+                    counters.push((st.intern(cn), qty(name, || format!("spec.devices[{di}].consumesCounters[{ci}].counters[{cn}]"), &c.value)?));
                 }
-                consumes.push(CounterUse {
-                    counter_set: st.intern(&cc.counter_set),
-                    counters: counters.into(),
-                });
+                consumes.push(CounterUse { counter_set: st.intern(&cc.counter_set), counters: counters.into() });
             }
             let dnode = if spec.per_device_node_selection.unwrap_or(false) {
-                NodeSel::from_fields(
-                    st,
-                    d.node_name.as_deref(),
-                    d.all_nodes,
-                    d.node_selector.as_ref(),
-                )
-                .map(Box::new)
+                NodeSel::from_fields(st, d.node_name.as_deref(), d.all_nodes, d.node_selector.as_ref()).map(Box::new)
             } else {
                 None
             };
@@ -789,10 +672,7 @@ impl Inventory {
                 node: dnode,
                 allow_multiple_allocations: d.allow_multiple_allocations.unwrap_or(false),
                 binds_to_node: d.binds_to_node.unwrap_or(false),
-                has_binding_conditions: d
-                    .binding_conditions
-                    .as_ref()
-                    .is_some_and(|c| !c.is_empty()),
+                has_binding_conditions: d.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()),
             });
         }
         Ok(Slice {
@@ -811,8 +691,7 @@ impl Inventory {
     /// Drops the cached pools a change of `slice` can affect (see the type's docs).
     fn invalidate(&mut self, slice: &Slice) {
         self.last_gen += 1;
-        self.pool_gen
-            .insert((slice.driver, slice.pool), self.last_gen);
+        self.pool_gen.insert((slice.driver, slice.pool), self.last_gen);
         let mut cache = self.node_cache.lock();
         match &slice.node {
             Some(NodeSel::Name(n)) => {
@@ -829,11 +708,7 @@ impl Inventory {
 
     /// Bytes held by the per-node cache (beyond the slices it shares), for memory figures.
     pub fn cache_bytes(&self) -> usize {
-        self.node_cache
-            .lock()
-            .iter()
-            .map(|(n, e)| n.len() + 48 + e.size_bytes())
-            .sum()
+        self.node_cache.lock().iter().map(|(n, e)| n.len() + 48 + e.size_bytes()).sum()
     }
 
     /// The pools that can serve a node with their candidate devices, kept
@@ -857,19 +732,12 @@ impl Inventory {
                         pool: u32::try_from(pi).unwrap_or(u32::MAX),
                         slice: u32::try_from(si).unwrap_or(u32::MAX),
                         dev: u32::try_from(di).unwrap_or(u32::MAX),
-                        id: DeviceId {
-                            driver: pool.driver,
-                            pool: pool.pool,
-                            device: dev.name,
-                        },
+                        id: DeviceId { driver: pool.driver, pool: pool.pool, device: dev.name },
                     });
                 }
             }
         }
-        let pool_gens = seen
-            .into_iter()
-            .map(|k| (k, self.pool_gen.get(&k).copied().unwrap_or(0)))
-            .collect();
+        let pool_gens = seen.into_iter().map(|k| (k, self.pool_gen.get(&k).copied().unwrap_or(0))).collect();
         let entry = Arc::new(NodePools {
             pools,
             cands,
@@ -877,25 +745,18 @@ impl Inventory {
             pool_gens,
             labels: label_dependent.then(|| node.labels.clone()),
         });
-        self.node_cache
-            .lock()
-            .insert(node.name.to_string(), entry.clone());
+        self.node_cache.lock().insert(node.name.to_string(), entry.clone());
         Ok(entry)
     }
 
     fn still_valid(&self, e: &NodePools, node: NodeRef<'_>) -> bool {
-        e.pool_gens
-            .iter()
-            .all(|(k, g)| self.pool_gen.get(k).copied().unwrap_or(0) == *g)
+        e.pool_gens.iter().all(|(k, g)| self.pool_gen.get(k).copied().unwrap_or(0) == *g)
             && e.labels.as_ref().is_none_or(|l| l == node.labels)
     }
 
     /// Does a slice serve the node at all? (the relevance test of upstream's `GatherPools`)
     fn relevant(&self, slice: &Slice, node: NodeRef<'_>) -> Result<bool> {
-        let err = |message: String| InventoryError::NodeSelector {
-            slice: self.strings.get(slice.name).to_string(),
-            message,
-        };
+        let err = |message: String| InventoryError::NodeSelector { slice: self.strings.get(slice.name).to_string(), message };
         if let Some(sel) = &slice.node {
             return sel.matches(&self.strings, node).map_err(err);
         }
@@ -924,25 +785,16 @@ impl Inventory {
         // (driver, pool) -> slices of the highest generation seen among the relevant ones
         let mut found: BTreeMap<(String, String), Vec<Arc<Slice>>> = BTreeMap::new();
         let mut label_dependent = false;
-        let on_node = self
-            .strings
-            .lookup(node.name)
-            .and_then(|n| self.on_node.get(&n));
+        let on_node = self.strings.lookup(node.name).and_then(|n| self.on_node.get(&n));
         for name in on_node.into_iter().flatten().chain(self.not_on_node.iter()) {
-            let Some(slice) = self.slices.get(name) else {
-                continue;
-            };
-            if matches!(slice.node, Some(NodeSel::Selector(..))) || slice.per_device_node_selection
-            {
+            let Some(slice) = self.slices.get(name) else { continue };
+            if matches!(slice.node, Some(NodeSel::Selector(..))) || slice.per_device_node_selection {
                 label_dependent = true;
             }
             if !self.relevant(slice, node)? {
                 continue;
             }
-            let key = (
-                self.strings.get(slice.driver).to_string(),
-                self.strings.get(slice.pool).to_string(),
-            );
+            let key = (self.strings.get(slice.driver).to_string(), self.strings.get(slice.pool).to_string());
             let entry = found.entry(key).or_default();
             match entry.first().map(|s| s.generation) {
                 Some(g) if slice.generation < g => {}
@@ -952,29 +804,17 @@ impl Inventory {
         }
         let mut ready = Vec::new();
         let mut with_binding = Vec::new();
-        let seen: Vec<(Sym, Sym)> = found
-            .values()
-            .filter_map(|v| v.first().map(|s| (s.driver, s.pool)))
-            .collect();
+        let seen: Vec<(Sym, Sym)> = found.values().filter_map(|v| v.first().map(|s| (s.driver, s.pool))).collect();
         for (_, mut slices) in found {
-            let Some(first) = slices.first().cloned() else {
-                continue;
-            };
-            let (driver, pool, generation, count) = (
-                first.driver,
-                first.pool,
-                first.generation,
-                first.slice_count,
-            );
+            let Some(first) = slices.first().cloned() else { continue };
+            let (driver, pool, generation, count) = (first.driver, first.pool, first.generation, first.slice_count);
             let mut all_slices: Option<Vec<Arc<Slice>>> = None;
             if i64::try_from(slices.len()).unwrap_or(i64::MAX) != count {
                 // Some slices may serve other nodes: look at the whole pool.
                 let mut all = Vec::new();
                 let mut obsolete = false;
                 for n in self.by_pool.get(&(driver, pool)).into_iter().flatten() {
-                    let Some(s) = self.slices.get(n) else {
-                        continue;
-                    };
+                    let Some(s) = self.slices.get(n) else { continue };
                     if s.generation == generation {
                         all.push(s.clone());
                     } else if s.generation > generation {
@@ -1000,47 +840,26 @@ impl Inventory {
             }
             slices.sort_by(|a, b| self.strings.get(a.name).cmp(self.strings.get(b.name)));
             let pool = self.build_pool(driver, pool, slices, all_slices);
-            let binding = pool
-                .slices
-                .iter()
-                .any(|s| s.devices.iter().any(|d| d.has_binding_conditions));
-            if binding {
-                with_binding.push(pool)
-            } else {
-                ready.push(pool)
-            }
+            let binding = pool.slices.iter().any(|s| s.devices.iter().any(|d| d.has_binding_conditions));
+            if binding { with_binding.push(pool) } else { ready.push(pool) }
         }
         ready.extend(with_binding);
         Ok((ready, seen, label_dependent))
     }
 
-    fn build_pool(
-        &self,
-        driver: Sym,
-        pool: Sym,
-        slices: Vec<Arc<Slice>>,
-        all: Option<Vec<Arc<Slice>>>,
-    ) -> Pool {
+    fn build_pool(&self, driver: Sym, pool: Sym, slices: Vec<Arc<Slice>>, all: Option<Vec<Arc<Slice>>>) -> Pool {
         let mut device_slices = Vec::new();
         let mut counter_slices = Vec::new();
         let mut other = Vec::new();
         for s in &slices {
-            if s.shared_counters.is_empty() {
-                device_slices.push(s.clone())
-            } else {
-                counter_slices.push(s.clone())
-            }
+            if s.shared_counters.is_empty() { device_slices.push(s.clone()) } else { counter_slices.push(s.clone()) }
         }
         if let Some(all) = all {
             for s in all {
                 if slices.iter().any(|t| t.name == s.name) {
                     continue;
                 }
-                if s.shared_counters.is_empty() {
-                    other.push(s)
-                } else {
-                    counter_slices.push(s)
-                }
+                if s.shared_counters.is_empty() { other.push(s) } else { counter_slices.push(s) }
             }
         }
         let invalid = |reason: String| Pool {
@@ -1055,10 +874,7 @@ impl Inventory {
         for s in &device_slices {
             for d in s.devices.iter() {
                 if !names.insert(d.name) {
-                    return invalid(format!(
-                        "duplicate device name {}",
-                        self.strings.get(d.name)
-                    ));
+                    return invalid(format!("duplicate device name {}", self.strings.get(d.name)));
                 }
             }
         }
@@ -1066,10 +882,7 @@ impl Inventory {
         for s in &counter_slices {
             for cs in s.shared_counters.iter() {
                 if counter_sets.insert(cs.name, cs.counters.clone()).is_some() {
-                    return invalid(format!(
-                        "duplicate counter set name {}",
-                        self.strings.get(cs.name)
-                    ));
+                    return invalid(format!("duplicate counter set name {}", self.strings.get(cs.name)));
                 }
             }
         }
@@ -1077,10 +890,7 @@ impl Inventory {
             for d in s.devices.iter() {
                 for cu in d.consumes_counters.iter() {
                     let Some(set) = counter_sets.get(&cu.counter_set) else {
-                        return invalid(format!(
-                            "counter set {} not found",
-                            self.strings.get(cu.counter_set)
-                        ));
+                        return invalid(format!("counter set {} not found", self.strings.get(cu.counter_set)));
                     };
                     for (cn, _) in cu.counters.iter() {
                         if !set.iter().any(|(n, _)| n == cn) {
@@ -1094,13 +904,6 @@ impl Inventory {
                 }
             }
         }
-        Pool {
-            driver,
-            pool,
-            state: PoolState::Ready,
-            slices: device_slices,
-            other_slices: other,
-            counter_sets,
-        }
+        Pool { driver, pool, state: PoolState::Ready, slices: device_slices, other_slices: other, counter_sets }
     }
 }

@@ -24,9 +24,7 @@ pub mod inventory;
 pub mod quantity;
 pub mod semver;
 
-pub use allocator::{
-    AllocError, AllocateInput, ClaimAllocation, DeviceResult, InUse, NodeVerdict, Prepared,
-    RequestDiagnosis, prepare,
-};
-pub use claims::{ClaimView, ClassView, Classes};
+
+pub use claims::{ClaimView, Classes, ClassView};
 pub use inventory::{DeviceId, Inventory, NodeRef};
+pub use allocator::{AllocError, AllocateInput, ClaimAllocation, DeviceResult, InUse, NodeVerdict, Prepared, RequestDiagnosis, prepare};

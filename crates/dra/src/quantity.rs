@@ -34,11 +34,7 @@ impl Quantity {
     /// The value in whole units, rounded up (upstream's `Quantity.Value()`).
     pub fn value(self) -> i128 {
         let q = self.0.div_euclid(NANO);
-        if self.0.rem_euclid(NANO) != 0 {
-            q + 1
-        } else {
-            q
-        }
+        if self.0.rem_euclid(NANO) != 0 { q + 1 } else { q }
     }
 
     /// Saturating sum.
@@ -91,14 +87,8 @@ mod tests {
     #[test]
     fn value_rounds_up_and_display_is_canonical() {
         assert_eq!(Quantity::parse("1500m").map(Quantity::value), Ok(2));
-        assert_eq!(
-            Quantity::parse("1Gi").map(|q| q.to_string()),
-            Ok("1073741824".to_string())
-        );
-        assert_eq!(
-            Quantity::parse("1500m").map(|q| q.to_string()),
-            Ok("1500m".to_string())
-        );
+        assert_eq!(Quantity::parse("1Gi").map(|q| q.to_string()), Ok("1073741824".to_string()));
+        assert_eq!(Quantity::parse("1500m").map(|q| q.to_string()), Ok("1500m".to_string()));
         assert!(Quantity::parse("1Gi").ok() > Quantity::parse("1G").ok());
     }
 }

@@ -26,8 +26,7 @@ pub struct Semver {
 
 fn num(s: &str, full: &str) -> Result<u64, SemverError> {
     let err = || SemverError(full.to_string());
-    if s.is_empty() || (s.len() > 1 && s.starts_with('0')) || !s.bytes().all(|b| b.is_ascii_digit())
-    {
+    if s.is_empty() || (s.len() > 1 && s.starts_with('0')) || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(err());
     }
     s.parse().map_err(|_| err())
@@ -58,8 +57,7 @@ impl Semver {
                     if !ident_ok(id) {
                         return Err(err());
                     }
-                    if id.bytes().all(|b| b.is_ascii_digit()) && id.len() > 1 && id.starts_with('0')
-                    {
+                    if id.bytes().all(|b| b.is_ascii_digit()) && id.len() > 1 && id.starts_with('0') {
                         return Err(err());
                     }
                 }
@@ -68,18 +66,10 @@ impl Semver {
             None => (rest, Vec::new()),
         };
         let mut parts = core.split('.');
-        let (Some(a), Some(b), Some(c), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(a), Some(b), Some(c), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             return Err(err());
         };
-        Ok(Semver {
-            major: num(a, s)?,
-            minor: num(b, s)?,
-            patch: num(c, s)?,
-            pre,
-            build,
-        })
+        Ok(Semver { major: num(a, s)?, minor: num(b, s)?, patch: num(c, s)?, pre, build })
     }
 }
 
@@ -91,9 +81,8 @@ impl PartialOrd for Semver {
 
 impl Ord for Semver {
     fn cmp(&self, o: &Self) -> Ordering {
-        (self.major, self.minor, self.patch)
-            .cmp(&(o.major, o.minor, o.patch))
-            .then_with(|| match (self.pre.is_empty(), o.pre.is_empty()) {
+        (self.major, self.minor, self.patch).cmp(&(o.major, o.minor, o.patch)).then_with(|| {
+            match (self.pre.is_empty(), o.pre.is_empty()) {
                 (true, true) => Ordering::Equal,
                 (true, false) => Ordering::Greater,
                 (false, true) => Ordering::Less,
@@ -111,7 +100,8 @@ impl Ord for Semver {
                     }
                     self.pre.len().cmp(&o.pre.len())
                 }
-            })
+            }
+        })
     }
 }
 
@@ -126,28 +116,10 @@ mod tests {
         assert!(v("1.2").is_err());
         assert!(v("01.2.3").is_err());
         assert!(v("1.2.3-").is_err());
-        let ord = [
-            "1.0.0-alpha",
-            "1.0.0-alpha.1",
-            "1.0.0-alpha.beta",
-            "1.0.0-beta",
-            "1.0.0-beta.2",
-            "1.0.0-beta.11",
-            "1.0.0-rc.1",
-            "1.0.0",
-            "1.1.0",
-        ];
+        let ord = ["1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2", "1.0.0-beta.11", "1.0.0-rc.1", "1.0.0", "1.1.0"];
         for w in ord.windows(2) {
-            assert!(
-                v(w[0]).ok() < v(w[1]).ok() && v(w[0]).is_ok(),
-                "{} < {}",
-                w[0],
-                w[1]
-            );
+            assert!(v(w[0]).ok() < v(w[1]).ok() && v(w[0]).is_ok(), "{} < {}", w[0], w[1]);
         }
-        assert_eq!(
-            v("1.0.0+a").map(|x| x.cmp(&Semver::parse("1.0.0").unwrap_or_else(|_| x.clone()))),
-            Ok(Ordering::Equal)
-        );
+        assert_eq!(v("1.0.0+a").map(|x| x.cmp(&Semver::parse("1.0.0").unwrap_or_else(|_| x.clone()))), Ok(Ordering::Equal));
     }
 }

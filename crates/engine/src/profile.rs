@@ -19,10 +19,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::config::{
-    Config, KubeSchedulerConfiguration, PluginSet, Plugins, Profile, Result, invalid, parse_raw,
-    parse_raw_for_scheduler, read,
-};
+use crate::config::{invalid, parse_raw, parse_raw_for_scheduler, read, Config, KubeSchedulerConfiguration, PluginSet, Plugins, Profile, Result};
 use crate::framework::{Framework, PluginEntry, Points, Registered};
 use crate::plugins;
 
@@ -37,13 +34,7 @@ struct Resolved {
 
 impl std::fmt::Debug for Resolved {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resolved")
-            .field("name", &self.name)
-            .field(
-                "plugins",
-                &self.plugins.iter().map(|p| p.0.name()).collect::<Vec<_>>(),
-            )
-            .finish()
+        f.debug_struct("Resolved").field("name", &self.name).field("plugins", &self.plugins.iter().map(|p| p.0.name()).collect::<Vec<_>>()).finish()
     }
 }
 
@@ -62,12 +53,7 @@ impl Profiles {
     /// Resolves `config`'s profiles against the plugin registry (upstream
     /// `profile.NewMap`).
     pub fn new(config: &Config) -> Profiles {
-        let resolved: Result<Vec<Resolved>> = config
-            .profiles()
-            .iter()
-            .enumerate()
-            .map(|(i, (name, p))| resolve_profile(p, name, &format!("profiles[{i}]")))
-            .collect();
+        let resolved: Result<Vec<Resolved>> = config.profiles().iter().enumerate().map(|(i, (name, p))| resolve_profile(p, name, &format!("profiles[{i}]"))).collect();
         Profiles {
             // A Config is only built once its profiles resolved (see the
             // constructors below), and resolving is deterministic: the
@@ -88,19 +74,7 @@ impl Profiles {
             .iter()
             .map(|p| {
                 let pct = p.percentage.or(self.percentage).filter(|x| *x > 0);
-                let entries = p
-                    .plugins
-                    .iter()
-                    .map(|(pl, pts, w)| {
-                        (
-                            PluginEntry {
-                                plugin: pl.clone(),
-                                weight: *w,
-                            },
-                            *pts,
-                        )
-                    })
-                    .collect();
+                let entries = p.plugins.iter().map(|(pl, pts, w)| (PluginEntry { plugin: pl.clone(), weight: *w }, *pts)).collect();
                 Framework::new(p.name.clone(), entries, pct, seed)
             })
             .collect()
@@ -117,20 +91,12 @@ pub fn frameworks(config: &Config, seed: u64) -> Vec<Framework> {
 fn resolve(raw: KubeSchedulerConfiguration) -> Result<(Config, Vec<Resolved>)> {
     let (config, profiles) = Config::validate(raw, resolve_profile)?;
     // Every profile must sort the queue the same way (one queue).
-    let qs = |p: &Resolved| {
-        p.plugins
-            .iter()
-            .find(|x| x.1.has(Points::QUEUE_SORT))
-            .map(|x| x.0.name())
-    };
+    let qs = |p: &Resolved| p.plugins.iter().find(|x| x.1.has(Points::QUEUE_SORT)).map(|x| x.0.name());
     if let Some(first) = profiles.first() {
         let q0 = qs(first);
         for (i, p) in profiles.iter().enumerate().skip(1) {
             if qs(p) != q0 {
-                return Err(invalid(
-                    format!("profiles[{i}].plugins.queueSort"),
-                    "queueSort must be the same for all profiles",
-                ));
+                return Err(invalid(format!("profiles[{i}].plugins.queueSort"), "queueSort must be the same for all profiles"));
             }
         }
     }
@@ -230,62 +196,36 @@ fn resolve_profile(p: &Profile, name: &str, path: &str) -> Result<Resolved> {
     let mut args: BTreeMap<String, &serde_json::Value> = BTreeMap::new();
     for (i, pc) in p.plugin_config.iter().enumerate() {
         if !plugins::known(&pc.name) {
-            return Err(invalid(
-                format!("{path}.pluginConfig[{i}].name"),
-                format!("unknown plugin {:?}", pc.name),
-            ));
+            return Err(invalid(format!("{path}.pluginConfig[{i}].name"), format!("unknown plugin {:?}", pc.name)));
         }
         if args.contains_key(&pc.name) {
-            return Err(invalid(
-                format!("{path}.pluginConfig[{i}].name"),
-                format!("repeated config for plugin {:?}", pc.name),
-            ));
+            return Err(invalid(format!("{path}.pluginConfig[{i}].name"), format!("repeated config for plugin {:?}", pc.name)));
         }
         if let Some(a) = &pc.args {
             args.insert(pc.name.clone(), a);
         }
     }
     // Check every referenced name and weight.
-    for (pt, ptname) in Points::ALL
-        .iter()
-        .copied()
-        .chain([(Points(0), "multiPoint")])
-    {
-        let set = if pt.0 == 0 {
-            &plugins_cfg.multi_point
-        } else {
-            set_at(&plugins_cfg, pt)
-        };
+    for (pt, ptname) in Points::ALL.iter().copied().chain([(Points(0), "multiPoint")]) {
+        let set = if pt.0 == 0 { &plugins_cfg.multi_point } else { set_at(&plugins_cfg, pt) };
         for (kind, list) in [("enabled", &set.enabled), ("disabled", &set.disabled)] {
             for (j, r) in list.iter().enumerate() {
                 let field = format!("{path}.plugins.{ptname}.{kind}[{j}]");
                 if (kind != "disabled" || r.name != "*") && !plugins::known(&r.name) {
-                    return Err(invalid(
-                        format!("{field}.name"),
-                        format!("unknown plugin {:?}", r.name),
-                    ));
+                    return Err(invalid(format!("{field}.name"), format!("unknown plugin {:?}", r.name)));
                 }
                 if let Some(w) = r.weight {
                     if w < 0 {
-                        return Err(invalid(
-                            format!("{field}.weight"),
-                            format!("must not be negative, got {w}"),
-                        ));
+                        return Err(invalid(format!("{field}.weight"), format!("must not be negative, got {w}")));
                     }
                     if w > 100 {
-                        return Err(invalid(
-                            format!("{field}.weight"),
-                            format!("must be at most 100, got {w}"),
-                        ));
+                        return Err(invalid(format!("{field}.weight"), format!("must be at most 100, got {w}")));
                     }
                 }
             }
         }
     }
-    let defaults: Vec<(String, i64)> = plugins::default_plugins()
-        .iter()
-        .map(|d| (d.name.to_string(), d.weight))
-        .collect();
+    let defaults: Vec<(String, i64)> = plugins::default_plugins().iter().map(|d| (d.name.to_string(), d.weight)).collect();
     let (multi, _) = merge(&defaults, &plugins_cfg.multi_point);
     // Instantiate each plugin once.
     let mut instances: BTreeMap<String, Registered> = BTreeMap::new();
@@ -293,11 +233,9 @@ fn resolve_profile(p: &Profile, name: &str, path: &str) -> Result<Resolved> {
         if let Some(p) = instances.get(n) {
             return Ok(p.clone());
         }
-        let pl = plugins::build(n, args.get(n).copied()).map_err(|m| {
-            match p.plugin_config.iter().position(|c| c.name == n) {
-                Some(i) => invalid(format!("{path}.pluginConfig[{i}].args"), m),
-                None => invalid(format!("{path}.plugins"), format!("plugin {n:?}: {m}")),
-            }
+        let pl = plugins::build(n, args.get(n).copied()).map_err(|m| match p.plugin_config.iter().position(|c| c.name == n) {
+            Some(i) => invalid(format!("{path}.pluginConfig[{i}].args"), m),
+            None => invalid(format!("{path}.plugins"), format!("plugin {n:?}: {m}")),
         })?;
         instances.insert(n.to_string(), pl.clone());
         Ok(pl)
@@ -305,10 +243,7 @@ fn resolve_profile(p: &Profile, name: &str, path: &str) -> Result<Resolved> {
     let mut seen_multi = HashSet::new();
     for (n, _) in &multi {
         if !seen_multi.insert(n.clone()) {
-            return Err(invalid(
-                format!("{path}.plugins.multiPoint.enabled"),
-                format!("plugin {n:?} already registered"),
-            ));
+            return Err(invalid(format!("{path}.plugins.multiPoint.enabled"), format!("plugin {n:?} already registered")));
         }
     }
     // Expand each extension point (upstream expandMultiPointPlugins).
@@ -321,10 +256,7 @@ fn resolve_profile(p: &Profile, name: &str, path: &str) -> Result<Resolved> {
         let mut seen = HashSet::new();
         for (n, _) in &specific {
             if !seen.insert(n.clone()) {
-                return Err(invalid(
-                    format!("{path}.plugins.{ptname}.enabled"),
-                    format!("plugin {n:?} already registered"),
-                ));
+                return Err(invalid(format!("{path}.plugins.{ptname}.enabled"), format!("plugin {n:?} already registered")));
             }
         }
         let mut list: Vec<(String, i64)> = Vec::new();
@@ -360,24 +292,11 @@ fn resolve_profile(p: &Profile, name: &str, path: &str) -> Result<Resolved> {
         for (n, w) in list {
             let pl = instance(&n)?;
             if !pl.points().has(pt) {
-                return Err(invalid(
-                    format!("{path}.plugins.{ptname}.enabled"),
-                    format!("plugin {n:?} does not implement {ptname}"),
-                ));
+                return Err(invalid(format!("{path}.plugins.{ptname}.enabled"), format!("plugin {n:?} does not implement {ptname}")));
             }
             let weight = if pt == Points::SCORE {
-                let mw = multi
-                    .iter()
-                    .find(|(m, _)| *m == n)
-                    .map(|x| x.1)
-                    .unwrap_or(0);
-                if w > 0 {
-                    w
-                } else if mw > 0 {
-                    mw
-                } else {
-                    1
-                }
+                let mw = multi.iter().find(|(m, _)| *m == n).map(|x| x.1).unwrap_or(0);
+                if w > 0 { w } else if mw > 0 { mw } else { 1 }
             } else {
                 0
             };
@@ -385,22 +304,12 @@ fn resolve_profile(p: &Profile, name: &str, path: &str) -> Result<Resolved> {
         }
     }
     if !out.iter().any(|e| e.1.has(Points::QUEUE_SORT)) {
-        return Err(invalid(
-            format!("{path}.plugins.queueSort"),
-            "one queueSort plugin must be enabled",
-        ));
+        return Err(invalid(format!("{path}.plugins.queueSort"), "one queueSort plugin must be enabled"));
     }
     if !out.iter().any(|e| e.1.has(Points::BIND)) {
-        return Err(invalid(
-            format!("{path}.plugins.bind"),
-            "at least one bind plugin must be enabled",
-        ));
+        return Err(invalid(format!("{path}.plugins.bind"), "at least one bind plugin must be enabled"));
     }
-    Ok(Resolved {
-        name: name.to_string(),
-        percentage: p.percentage_of_nodes_to_score,
-        plugins: out,
-    })
+    Ok(Resolved { name: name.to_string(), percentage: p.percentage_of_nodes_to_score, plugins: out })
 }
 
 #[cfg(test)]

@@ -76,15 +76,7 @@ pub struct Figures {
 impl Figures {
     /// The figures of `pods` pods run in `took`, one latency (ms) each in
     /// `lat`, `scheduled` of them placed.
-    fn measured(
-        workload: &str,
-        nodes: usize,
-        percentage: i32,
-        pods: usize,
-        took: std::time::Duration,
-        mut lat: Vec<f64>,
-        scheduled: usize,
-    ) -> Figures {
+    fn measured(workload: &str, nodes: usize, percentage: i32, pods: usize, took: std::time::Duration, mut lat: Vec<f64>, scheduled: usize) -> Figures {
         lat.sort_by(f64::total_cmp);
         Figures {
             workload: workload.into(),
@@ -106,10 +98,7 @@ impl Figures {
 /// of `(n - 1) * q`, 0 when there is none. Every figure the lab prints
 /// uses it.
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    sorted
-        .get(((sorted.len() as f64 - 1.0) * q).round() as usize)
-        .copied()
-        .unwrap_or(0.0)
+    sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0)
 }
 
 fn q(s: &str) -> Quantity {
@@ -122,24 +111,11 @@ fn node(i: usize, zones: usize) -> core::Node {
     n.metadata.name = Some(name.clone());
     let mut labels = BTreeMap::new();
     labels.insert("kubernetes.io/hostname".to_string(), name);
-    labels.insert(
-        "topology.kubernetes.io/zone".to_string(),
-        format!("zone-{}", i % zones),
-    );
-    labels.insert(
-        "node-affinity".to_string(),
-        if i.is_multiple_of(2) { "a" } else { "b" }.to_string(),
-    );
+    labels.insert("topology.kubernetes.io/zone".to_string(), format!("zone-{}", i % zones));
+    labels.insert("node-affinity".to_string(), if i.is_multiple_of(2) { "a" } else { "b" }.to_string());
     n.metadata.labels = Some(labels);
-    let alloc: BTreeMap<String, Quantity> = [("cpu", "4"), ("memory", "32Gi"), ("pods", "110")]
-        .iter()
-        .map(|(k, v)| (k.to_string(), q(v)))
-        .collect();
-    n.status = Some(core::NodeStatus {
-        allocatable: Some(alloc.clone()),
-        capacity: Some(alloc),
-        ..Default::default()
-    });
+    let alloc: BTreeMap<String, Quantity> = [("cpu", "4"), ("memory", "32Gi"), ("pods", "110")].iter().map(|(k, v)| (k.to_string(), q(v))).collect();
+    n.status = Some(core::NodeStatus { allocatable: Some(alloc.clone()), capacity: Some(alloc), ..Default::default() });
     n
 }
 
@@ -148,25 +124,14 @@ fn pod(name: &str, cpu: &str, mem: &str, priority: i32, labels: &[(&str, &str)])
     p.metadata.name = Some(name.into());
     p.metadata.namespace = Some("default".into());
     p.metadata.uid = Some(name.into());
-    p.metadata.labels = Some(
-        labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    );
-    let req: BTreeMap<String, Quantity> = [("cpu", cpu), ("memory", mem)]
-        .iter()
-        .map(|(k, v)| (k.to_string(), q(v)))
-        .collect();
+    p.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+    let req: BTreeMap<String, Quantity> = [("cpu", cpu), ("memory", mem)].iter().map(|(k, v)| (k.to_string(), q(v))).collect();
     p.spec = Some(core::PodSpec {
         priority: Some(priority),
         containers: vec![core::Container {
             name: "c".into(),
             image: Some("registry.k8s.io/pause:3.10".into()),
-            resources: Some(core::ResourceRequirements {
-                requests: Some(req),
-                ..Default::default()
-            }),
+            resources: Some(core::ResourceRequirements { requests: Some(req), ..Default::default() }),
             ..Default::default()
         }],
         ..Default::default()
@@ -175,10 +140,7 @@ fn pod(name: &str, cpu: &str, mem: &str, priority: i32, labels: &[(&str, &str)])
 }
 
 fn sel(k: &str, v: &str) -> meta::LabelSelector {
-    meta::LabelSelector {
-        match_labels: Some([(k.to_string(), v.to_string())].into()),
-        match_expressions: None,
-    }
+    meta::LabelSelector { match_labels: Some([(k.to_string(), v.to_string())].into()), match_expressions: None }
 }
 
 /// Builds the cluster (with its initial pods bound) and the pods to measure.
@@ -208,26 +170,13 @@ pub fn setup(workload: &str, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
             }
             for i in 0..measured {
                 let big = workload == "Unschedulable";
-                pods.push(pod(
-                    &format!("p-{i}"),
-                    if big { "5" } else { "100m" },
-                    "500Mi",
-                    0,
-                    &[],
-                ));
+                pods.push(pod(&format!("p-{i}"), if big { "5" } else { "100m" }, "500Mi", 0, &[]));
             }
         }
         "TopologySpreading" | "PreferredTopologySpreading" => {
-            let when = if workload == "TopologySpreading" {
-                "DoNotSchedule"
-            } else {
-                "ScheduleAnyway"
-            };
+            let when = if workload == "TopologySpreading" { "DoNotSchedule" } else { "ScheduleAnyway" };
             for i in 0..nodes {
-                init(
-                    pod(&format!("init-{i}"), "100m", "500Mi", 0, &[("app", "init")]),
-                    i,
-                );
+                init(pod(&format!("init-{i}"), "100m", "500Mi", 0, &[("app", "init")]), i);
             }
             for i in 0..measured {
                 let mut p = pod(&format!("p-{i}"), "100m", "500Mi", 0, &[("color", "blue")]);
@@ -252,20 +201,12 @@ pub fn setup(workload: &str, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
                 if let Some(s) = p.spec.as_mut() {
                     s.affinity = Some(core::Affinity {
                         node_affinity: Some(core::NodeAffinity {
-                            required_during_scheduling_ignored_during_execution: Some(
-                                core::NodeSelector {
-                                    node_selector_terms: vec![core::NodeSelectorTerm {
-                                        match_expressions: Some(vec![
-                                            core::NodeSelectorRequirement {
-                                                key: "node-affinity".into(),
-                                                operator: "In".into(),
-                                                values: Some(vec!["a".into()]),
-                                            },
-                                        ]),
-                                        match_fields: None,
-                                    }],
-                                },
-                            ),
+                            required_during_scheduling_ignored_during_execution: Some(core::NodeSelector {
+                                node_selector_terms: vec![core::NodeSelectorTerm {
+                                    match_expressions: Some(vec![core::NodeSelectorRequirement { key: "node-affinity".into(), operator: "In".into(), values: Some(vec!["a".into()]) }]),
+                                    match_fields: None,
+                                }],
+                            }),
                             ..Default::default()
                         }),
                         ..Default::default()
@@ -283,13 +224,11 @@ pub fn setup(workload: &str, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
                 if let Some(s) = p.spec.as_mut() {
                     s.affinity = Some(core::Affinity {
                         pod_anti_affinity: Some(core::PodAntiAffinity {
-                            required_during_scheduling_ignored_during_execution: Some(vec![
-                                core::PodAffinityTerm {
-                                    label_selector: Some(sel("color", "green")),
-                                    topology_key: "kubernetes.io/hostname".into(),
-                                    ..Default::default()
-                                },
-                            ]),
+                            required_during_scheduling_ignored_during_execution: Some(vec![core::PodAffinityTerm {
+                                label_selector: Some(sel("color", "green")),
+                                topology_key: "kubernetes.io/hostname".into(),
+                                ..Default::default()
+                            }]),
                             ..Default::default()
                         }),
                         ..Default::default()
@@ -324,25 +263,12 @@ pub fn setup(workload: &str, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
                     min_resources: None,
                     timeout: None,
                 };
-                snap.groups.upsert(
-                    berth_model::pod::GroupApi::V1beta1,
-                    "default",
-                    &name,
-                    Ok(policy),
-                );
+                snap.groups.upsert(berth_model::pod::GroupApi::V1beta1, "default", &name, Ok(policy));
                 for m in 0..GANG_SIZE {
                     let big = g % 10 == 9 && m == GANG_SIZE - 1;
-                    let mut p = pod(
-                        &format!("{name}-{m}"),
-                        if big { "5" } else { "500m" },
-                        "500Mi",
-                        0,
-                        &[],
-                    );
+                    let mut p = pod(&format!("{name}-{m}"), if big { "5" } else { "500m" }, "500Mi", 0, &[]);
                     if let Some(s) = p.spec.as_mut() {
-                        s.scheduling_group = Some(core::PodSchedulingGroup {
-                            pod_group_name: Some(name.clone()),
-                        });
+                        s.scheduling_group = Some(core::PodSchedulingGroup { pod_group_name: Some(name.clone()) });
                     }
                     pods.push(p);
                 }
@@ -357,12 +283,7 @@ pub fn setup(workload: &str, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
 pub fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok()))
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
 }
@@ -374,37 +295,21 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
         return run_dra(workload, w, nodes, percentage, no_reuse);
     }
     if workload == "PathologicalSpread" {
-        return run_pathological_spread(
-            nodes.min(PATHOLOGICAL_NODES),
-            PATHOLOGICAL_CONSTRAINTS,
-            percentage,
-            no_reuse,
-        );
+        return run_pathological_spread(nodes.min(PATHOLOGICAL_NODES), PATHOLOGICAL_CONSTRAINTS, percentage, no_reuse);
     }
     let (mut snap, pods) = setup(workload, nodes)?;
-    let cfg = berth_engine::config::KubeSchedulerConfiguration {
-        percentage_of_nodes_to_score: Some(percentage),
-        ..Default::default()
-    };
+    let cfg = berth_engine::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(percentage), ..Default::default() };
     let config = Config::from_raw(cfg).ok()?;
-    let fw = berth_engine::profile::frameworks(&config, 42)
-        .into_iter()
-        .next()?;
+    let fw = berth_engine::profile::frameworks(&config, 42).into_iter().next()?;
     let mut lat = Vec::with_capacity(pods.len());
     let mut scheduled = 0;
     let start = Instant::now();
     if workload == "GangScheduling" {
         // One group cycle per group; the latency figures are per group cycle.
-        use berth_engine::framework::group::{SnapshotHost, schedule_group};
+        use berth_engine::framework::group::{schedule_group, SnapshotHost};
         for members in pods.chunks(GANG_SIZE) {
             let t = Instant::now();
-            let out = schedule_group(
-                &mut SnapshotHost {
-                    fw: &fw,
-                    snap: &mut snap,
-                },
-                members,
-            );
+            let out = schedule_group(&mut SnapshotHost { fw: &fw, snap: &mut snap }, members);
             scheduled += out.placed.len();
             lat.push(t.elapsed().as_secs_f64() * 1000.0);
         }
@@ -414,14 +319,7 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
         let mut pod = p.clone();
         for _attempt in 0..2 {
             // The daemon's step: the cycle, then the pod assumed on its node.
-            let one = fw.schedule_one(
-                &mut snap,
-                &pod,
-                CycleOptions {
-                    no_reuse,
-                    ..Default::default()
-                },
-            );
+            let one = fw.schedule_one(&mut snap, &pod, CycleOptions { no_reuse, ..Default::default() });
             match one.assumed {
                 Assumed::On(_) => {
                     scheduled += 1;
@@ -430,11 +328,7 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
                 Assumed::Refused { .. } => break,
                 Assumed::NoNode => {}
             }
-            match one
-                .outcome
-                .post_filter
-                .and_then(|pf| pf.nominated_node.clone().map(|n| (n, pf.victims)))
-            {
+            match one.outcome.post_filter.and_then(|pf| pf.nominated_node.clone().map(|n| (n, pf.victims))) {
                 Some((n, victims)) => {
                     for v in &victims {
                         snap.remove_pod(&v.uid);
@@ -448,15 +342,7 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
         }
         lat.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    Some(Figures::measured(
-        workload,
-        nodes,
-        percentage,
-        pods.len(),
-        start.elapsed(),
-        lat,
-        scheduled,
-    ))
+    Some(Figures::measured(workload, nodes, percentage, pods.len(), start.elapsed(), lat, scheduled))
 }
 
 /// PathologicalSpread: one pod with `constraints` ScheduleAnyway topology
@@ -464,12 +350,7 @@ pub fn run(workload: &str, nodes: usize, percentage: i32, no_reuse: bool) -> Opt
 /// two with the same key and whenUnsatisfiable), on `nodes` nodes that carry
 /// every key, with a plain pod queued behind it. Figures: the first pod's
 /// cycle, and how long the plain pod waited until it was bound.
-pub fn run_pathological_spread(
-    nodes: usize,
-    constraints: usize,
-    percentage: i32,
-    no_reuse: bool,
-) -> Option<Figures> {
+pub fn run_pathological_spread(nodes: usize, constraints: usize, percentage: i32, no_reuse: bool) -> Option<Figures> {
     let key = |k: usize| format!("spread.berth.example/key-{k}");
     let mut snap = Snapshot::new();
     for i in 0..nodes {
@@ -479,13 +360,7 @@ pub fn run_pathological_spread(
             l.extend((0..constraints).map(|k| (key(k), format!("d{}", (i + k) % 4))));
         }
         snap.upsert_node(NodeSpec::from_node(&n));
-        let mut p = pod(
-            &format!("init-{i}"),
-            "100m",
-            "500Mi",
-            0,
-            &[("app", "spread")],
-        );
+        let mut p = pod(&format!("init-{i}"), "100m", "500Mi", 0, &[("app", "spread")]);
         if let Some(s) = p.spec.as_mut() {
             s.node_name = Some(format!("node-{i}"));
         }
@@ -502,34 +377,16 @@ pub fn run_pathological_spread(
         };
         s.topology_spread_constraints = Some((0..constraints).map(tsc).collect());
     }
-    let pods = [
-        PodInfo::from_pod(&first),
-        PodInfo::from_pod(&pod("plain", "100m", "500Mi", 0, &[])),
-    ];
-    let cfg = berth_engine::config::KubeSchedulerConfiguration {
-        percentage_of_nodes_to_score: Some(percentage),
-        ..Default::default()
-    };
+    let pods = [PodInfo::from_pod(&first), PodInfo::from_pod(&pod("plain", "100m", "500Mi", 0, &[]))];
+    let cfg = berth_engine::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(percentage), ..Default::default() };
     let config = Config::from_raw(cfg).ok()?;
-    let fw = berth_engine::profile::frameworks(&config, 42)
-        .into_iter()
-        .next()?;
+    let fw = berth_engine::profile::frameworks(&config, 42).into_iter().next()?;
     let mut lat = Vec::with_capacity(pods.len());
     let mut scheduled = 0;
     let start = Instant::now();
     for p in &pods {
         let t = Instant::now();
-        if let Assumed::On(_) = fw
-            .schedule_one(
-                &mut snap,
-                p,
-                CycleOptions {
-                    no_reuse,
-                    ..Default::default()
-                },
-            )
-            .assumed
-        {
+        if let Assumed::On(_) = fw.schedule_one(&mut snap, p, CycleOptions { no_reuse, ..Default::default() }).assumed {
             scheduled += 1;
         }
         lat.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -592,11 +449,7 @@ impl DraWorkload {
     }
 
     fn devices_per_node(self) -> usize {
-        if self == DraWorkload::EightDevices {
-            8
-        } else {
-            10
-        }
+        if self == DraWorkload::EightDevices { 8 } else { 10 }
     }
 }
 
@@ -612,9 +465,7 @@ fn setup_dra(w: DraWorkload, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
     let mut snap = Snapshot::new();
     for i in 0..nodes {
         snap.upsert_node(NodeSpec::from_node(&node(i, 3)));
-        let devices: Vec<serde_json::Value> = (0..devs)
-            .map(|k| serde_json::json!({"name": format!("claim-{k:04}")}))
-            .collect();
+        let devices: Vec<serde_json::Value> = (0..devs).map(|k| serde_json::json!({"name": format!("claim-{k:04}")})).collect();
         let slice = serde_json::json!({
             "metadata": {"name": format!("node-{i}-{DRA_DRIVER}")},
             "spec": {"driver": DRA_DRIVER, "nodeName": format!("node-{i}"), "pool": {"name": format!("node-{i}"), "generation": 1, "resourceSliceCount": 1}, "devices": devices},
@@ -658,15 +509,9 @@ fn setup_dra(w: DraWorkload, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
         let name = format!("p-{i}");
         let mut p = pod(&name, "100m", "500Mi", 0, &[]);
         if w == DraWorkload::Extended {
-            if let Some(r) = p
-                .spec
-                .as_mut()
-                .and_then(|s| s.containers.first_mut())
-                .and_then(|c| c.resources.as_mut())
-            {
+            if let Some(r) = p.spec.as_mut().and_then(|s| s.containers.first_mut()).and_then(|c| c.resources.as_mut()) {
                 for m in [&mut r.requests, &mut r.limits] {
-                    m.get_or_insert_with(Default::default)
-                        .insert("example.com/gpu".into(), q("1"));
+                    m.get_or_insert_with(Default::default).insert("example.com/gpu".into(), q("1"));
                 }
             }
             pods.push(p);
@@ -686,8 +531,7 @@ fn setup_dra(w: DraWorkload, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
         let v = serde_json::to_value(&p).ok()?;
         let mut v = v;
         v["spec"]["resourceClaims"] = serde_json::json!([{"name": "resource", "resourceClaimTemplateName": "test-claim-template"}]);
-        v["spec"]["containers"][0]["resources"]["claims"] =
-            serde_json::json!([{"name": "resource"}]);
+        v["spec"]["containers"][0]["resources"]["claims"] = serde_json::json!([{"name": "resource"}]);
         v["status"] = serde_json::json!({"resourceClaimStatuses": [{"name": "resource", "resourceClaimName": claim_name}]});
         pods.push(from_json(v)?);
     }
@@ -697,44 +541,19 @@ fn setup_dra(w: DraWorkload, nodes: usize) -> Option<(Snapshot, Vec<Arc<PodInfo>
 /// Runs a DRA workload: each pod scheduled, then reserved and assumed (its
 /// allocation in flight for the next pods, as the daemon assumes it before
 /// PreBind writes it). The steady state deletes each batch of 10 once placed.
-fn run_dra(
-    workload: &str,
-    w: DraWorkload,
-    nodes: usize,
-    percentage: i32,
-    no_reuse: bool,
-) -> Option<Figures> {
+fn run_dra(workload: &str, w: DraWorkload, nodes: usize, percentage: i32, no_reuse: bool) -> Option<Figures> {
     let (mut snap, pods) = setup_dra(w, nodes)?;
-    let cfg = berth_engine::config::KubeSchedulerConfiguration {
-        percentage_of_nodes_to_score: Some(percentage),
-        ..Default::default()
-    };
+    let cfg = berth_engine::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(percentage), ..Default::default() };
     let config = Config::from_raw(cfg).ok()?;
-    let fw = berth_engine::profile::frameworks(&config, 42)
-        .into_iter()
-        .next()?;
-    let batch = if w == DraWorkload::SteadyState {
-        10
-    } else {
-        pods.len().max(1)
-    };
+    let fw = berth_engine::profile::frameworks(&config, 42).into_iter().next()?;
+    let batch = if w == DraWorkload::SteadyState { 10 } else { pods.len().max(1) };
     let mut lat = Vec::with_capacity(pods.len());
     let mut scheduled = 0;
     let start = Instant::now();
     for chunk in pods.chunks(batch) {
         for p in chunk {
             let t = Instant::now();
-            if let Assumed::On(_) = fw
-                .schedule_one(
-                    &mut snap,
-                    p,
-                    CycleOptions {
-                        no_reuse,
-                        ..Default::default()
-                    },
-                )
-                .assumed
-            {
+            if let Assumed::On(_) = fw.schedule_one(&mut snap, p, CycleOptions { no_reuse, ..Default::default() }).assumed {
                 scheduled += 1;
             }
             lat.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -751,15 +570,7 @@ fn run_dra(
             }
         }
     }
-    Some(Figures::measured(
-        workload,
-        nodes,
-        percentage,
-        pods.len(),
-        start.elapsed(),
-        lat,
-        scheduled,
-    ))
+    Some(Figures::measured(workload, nodes, percentage, pods.len(), start.elapsed(), lat, scheduled))
 }
 
 #[cfg(test)]
@@ -791,22 +602,11 @@ mod dra_figures {
     #[test]
     #[ignore = "prints figures; run by hand"]
     fn dra_figures() {
-        let nodes: usize = std::env::var("BERTH_DRA_NODES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(500);
-        for w in [
-            "SchedulingWithResourceClaimTemplate",
-            "SteadyStateClusterResourceClaimTemplate",
-            "SchedulingWithResourceClaimTemplate8Devices",
-            "SchedulingWithExtendedResource",
-        ] {
+        let nodes: usize = std::env::var("BERTH_DRA_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+        for w in ["SchedulingWithResourceClaimTemplate", "SteadyStateClusterResourceClaimTemplate", "SchedulingWithResourceClaimTemplate8Devices", "SchedulingWithExtendedResource"] {
             for p in [0, 100] {
                 if let Some(f) = super::run(w, nodes, p, false) {
-                    println!(
-                        "{w} nodes={nodes} pct={p} pods={} pods/s={:.0} p50={:.3}ms p99={:.3}ms scheduled={}",
-                        f.pods, f.pods_per_second, f.p50_ms, f.p99_ms, f.scheduled
-                    );
+                    println!("{w} nodes={nodes} pct={p} pods={} pods/s={:.0} p50={:.3}ms p99={:.3}ms scheduled={}", f.pods, f.pods_per_second, f.p50_ms, f.p99_ms, f.scheduled);
                 }
             }
         }

@@ -48,17 +48,7 @@ pub struct BenchArgs {
 
 impl Default for BenchArgs {
     fn default() -> Self {
-        Self {
-            nodes: 5000,
-            pods: 50_000,
-            clients: 8,
-            inflight: 4,
-            watchers: 4,
-            kubelet: false,
-            data_dir: None,
-            authorization_mode: Default::default(),
-            plain_http: false,
-        }
+        Self { nodes: 5000, pods: 50_000, clients: 8, inflight: 4, watchers: 4, kubelet: false, data_dir: None, authorization_mode: Default::default(), plain_http: false }
     }
 }
 
@@ -112,49 +102,17 @@ fn rss_bytes() -> Option<u64> {
 
 impl std::fmt::Display for BenchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kept = if self.persistent {
-            ", kept in a data directory"
-        } else {
-            ""
-        };
-        writeln!(
-            f,
-            "cluster-bench: {} nodes, {} pods, {} clients, {} watchers{kept}, {}",
-            self.nodes, self.pods, self.clients, self.watchers, self.access
-        )?;
+        let kept = if self.persistent { ", kept in a data directory" } else { "" };
+        writeln!(f, "cluster-bench: {} nodes, {} pods, {} clients, {} watchers{kept}, {}", self.nodes, self.pods, self.clients, self.watchers, self.access)?;
         writeln!(f, "  pod creates/s:      {:>10.0}", self.creates_per_sec)?;
-        writeln!(
-            f,
-            "  memory per pod:     {:>10.0} bytes (resident growth over the run / pods)",
-            self.rss_per_pod_bytes
-        )?;
+        writeln!(f, "  memory per pod:     {:>10.0} bytes (resident growth over the run / pods)", self.rss_per_pod_bytes)?;
         writeln!(f, "  bindings/s:         {:>10.0}", self.binds_per_sec)?;
         writeln!(f, "  request errors:     {:>10}", self.errors)?;
-        writeln!(
-            f,
-            "  watch events/s:     {:>10.0} (delivered, all watchers)",
-            self.delivered_events_per_sec
-        )?;
-        writeln!(
-            f,
-            "  events per watcher: {:>10} of {} expected (min)",
-            self.events_min_received, self.events_expected
-        )?;
-        writeln!(
-            f,
-            "  max watch lag:      {:>10} events behind the store head",
-            self.max_lag_events
-        )?;
-        writeln!(
-            f,
-            "  watch drain:        {:>10.1} ms after the last write",
-            self.drain_ms
-        )?;
-        write!(
-            f,
-            "  list all pods:      {:>10.1} ms (one HTTP GET /api/v1/pods)",
-            self.list_all_ms
-        )
+        writeln!(f, "  watch events/s:     {:>10.0} (delivered, all watchers)", self.delivered_events_per_sec)?;
+        writeln!(f, "  events per watcher: {:>10} of {} expected (min)", self.events_min_received, self.events_expected)?;
+        writeln!(f, "  max watch lag:      {:>10} events behind the store head", self.max_lag_events)?;
+        writeln!(f, "  watch drain:        {:>10.1} ms after the last write", self.drain_ms)?;
+        write!(f, "  list all pods:      {:>10.1} ms (one HTTP GET /api/v1/pods)", self.list_all_ms)
     }
 }
 
@@ -182,13 +140,7 @@ fn first_rv(line: &[u8]) -> Option<u64> {
     std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
 }
 
-async fn phase(
-    clients: &[kube::Client],
-    inflight: usize,
-    n: usize,
-    make: impl Fn(usize) -> (String, Vec<u8>) + Sync,
-    errors: &AtomicU64,
-) -> f64 {
+async fn phase(clients: &[kube::Client], inflight: usize, n: usize, make: impl Fn(usize) -> (String, Vec<u8>) + Sync, errors: &AtomicU64) -> f64 {
     let started = Instant::now();
     let per = n.div_ceil(clients.len().max(1));
     let make = &make;
@@ -224,25 +176,15 @@ async fn phase(
 
 /// Run the benchmark in-process (server and clients share the machine).
 pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
-    let data_dir = args
-        .data_dir
-        .as_ref()
-        .map(|d| d.join(format!("cluster-bench-{}", std::process::id())));
+    let data_dir = args.data_dir.as_ref().map(|d| d.join(format!("cluster-bench-{}", std::process::id())));
     if let Some(d) = &data_dir {
         let _ = std::fs::remove_dir_all(d);
     }
     let cfg = ClusterConfig {
         data_dir: data_dir.clone(),
         nodes: args.nodes,
-        kubelet: KubeletConfig {
-            enabled: args.kubelet,
-            ..Default::default()
-        },
-        store: StoreConfig {
-            history_limit: 200_000,
-            channel_capacity: 262_144,
-            ..Default::default()
-        },
+        kubelet: KubeletConfig { enabled: args.kubelet, ..Default::default() },
+        store: StoreConfig { history_limit: 200_000, channel_capacity: 262_144, ..Default::default() },
         authorization: args.authorization_mode,
         tls: !args.plain_http,
         ..Default::default()
@@ -257,9 +199,7 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
     );
     let cluster = LocalCluster::start(cfg).await?;
     let store = cluster.store().clone();
-    let clients: Vec<kube::Client> = (0..args.clients.max(1))
-        .map(|_| cluster.client())
-        .collect::<Result<_, _>>()?;
+    let clients: Vec<kube::Client> = (0..args.clients.max(1)).map(|_| cluster.client()).collect::<Result<_, _>>()?;
     let start_rv = store.current_rv();
     // create + bind (+ the kubelet's Running update).
     let expected = (args.pods * if args.kubelet { 3 } else { 2 }) as u64;
@@ -273,14 +213,9 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
         let max_lag = max_lag.clone();
         let mut stop_rx = stop_rx.clone();
         watchers.push(tokio::spawn(async move {
-            let uri =
-                format!("/api/v1/pods?watch=true&resourceVersion={start_rv}&timeoutSeconds=600");
-            let Ok(req) = axum::http::Request::builder().uri(uri).body(Vec::new()) else {
-                return (0u64, None);
-            };
-            let Ok(stream) = client.request_stream(req).await else {
-                return (0, None);
-            };
+            let uri = format!("/api/v1/pods?watch=true&resourceVersion={start_rv}&timeoutSeconds=600");
+            let Ok(req) = axum::http::Request::builder().uri(uri).body(Vec::new()) else { return (0u64, None) };
+            let Ok(stream) = client.request_stream(req).await else { return (0, None) };
             let mut lines = stream.lines();
             let mut count = 0u64;
             let mut last_at = None;
@@ -312,25 +247,13 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
     let errors = AtomicU64::new(0);
     let rss_before = rss_bytes();
     let run_started = Instant::now();
-    let creates = phase(
-        &clients,
-        args.inflight,
-        args.pods,
-        |i| ("/api/v1/namespaces/default/pods".to_string(), pod_body(i)),
-        &errors,
-    )
-    .await;
+    let creates = phase(&clients, args.inflight, args.pods, |i| ("/api/v1/namespaces/default/pods".to_string(), pod_body(i)), &errors).await;
     let nodes = args.nodes;
     let binds = phase(
         &clients,
         args.inflight,
         args.pods,
-        |i| {
-            (
-                format!("/api/v1/namespaces/default/pods/bench-{i}/binding"),
-                binding_body(i, nodes),
-            )
-        },
+        |i| (format!("/api/v1/namespaces/default/pods/bench-{i}/binding"), binding_body(i, nodes)),
         &errors,
     )
     .await;
@@ -354,25 +277,12 @@ pub async fn run_bench(args: &BenchArgs) -> Result<BenchReport, Error> {
     let min_received = results.iter().map(|r| r.0).min().unwrap_or(0);
     let total_received: u64 = results.iter().map(|r| r.0).sum();
     let last = results.iter().filter_map(|r| r.1).max();
-    let drain_ms = last.map_or(0.0, |l| {
-        l.saturating_duration_since(writes_done).as_secs_f64() * 1000.0
-    });
-    let delivered_per_sec = total_received as f64
-        / last
-            .unwrap_or(writes_done)
-            .duration_since(run_started)
-            .as_secs_f64();
+    let drain_ms = last.map_or(0.0, |l| l.saturating_duration_since(writes_done).as_secs_f64() * 1000.0);
+    let delivered_per_sec = total_received as f64 / last.unwrap_or(writes_done).duration_since(run_started).as_secs_f64();
 
     let t = Instant::now();
-    let listed = match axum::http::Request::builder()
-        .uri("/api/v1/pods")
-        .body(Vec::new())
-    {
-        Ok(req) => clients[0]
-            .request_text(req)
-            .await
-            .map(|s| s.len())
-            .unwrap_or(0),
+    let listed = match axum::http::Request::builder().uri("/api/v1/pods").body(Vec::new()) {
+        Ok(req) => clients[0].request_text(req).await.map(|s| s.len()).unwrap_or(0),
         Err(_) => 0,
     };
     let list_all_ms = t.elapsed().as_secs_f64() * 1000.0;

@@ -186,6 +186,7 @@ pub fn normalized_image_name(name: &str) -> String {
     }
 }
 
+
 #[cfg(test)]
 mod tests {
     use super::normalized_image_name;
@@ -193,10 +194,7 @@ mod tests {
     #[test]
     fn image_names_get_latest_when_untagged() {
         assert_eq!(normalized_image_name("nginx"), "nginx:latest");
-        assert_eq!(
-            normalized_image_name("reg:5000/nginx"),
-            "reg:5000/nginx:latest"
-        );
+        assert_eq!(normalized_image_name("reg:5000/nginx"), "reg:5000/nginx:latest");
         assert_eq!(normalized_image_name("nginx:1.2"), "nginx:1.2");
     }
 }

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 
 use super::resources::{self, Resources};
-use super::selector::{
-    Labels, NodeSelector, NodeSelectorTerm, Op, PodLabels, Requirement, Selector,
-};
+use super::selector::{Labels, NodeSelector, NodeSelectorTerm, PodLabels, Op, Requirement, Selector};
 use super::taints::Toleration;
 
 /// A host port a container asks for.
@@ -112,17 +110,8 @@ pub struct ControllerRef {
 }
 
 /// A pod's controller from its ownerReferences (upstream `GetControllerOf`).
-pub fn controller_of(
-    refs: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>,
-) -> Option<ControllerRef> {
-    refs?
-        .iter()
-        .find(|r| r.controller == Some(true))
-        .map(|r| ControllerRef {
-            api_version: r.api_version.clone(),
-            kind: r.kind.clone(),
-            name: r.name.clone(),
-        })
+pub fn controller_of(refs: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>) -> Option<ControllerRef> {
+    refs?.iter().find(|r| r.controller == Some(true)).map(|r| ControllerRef { api_version: r.api_version.clone(), kind: r.kind.clone(), name: r.name.clone() })
 }
 
 /// A field of the pod spec that cannot be evaluated.
@@ -247,36 +236,20 @@ pub fn is_dra_extended(name: &str) -> bool {
 
 /// [`PodInfo::extended_containers`] of a spec.
 fn extended_containers(spec: &core::PodSpec) -> Vec<ContainerExtended> {
-    let inits = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|c| (c, c.restart_policy.as_deref() != Some("Always")));
+    let inits = spec.init_containers.iter().flatten().map(|c| (c, c.restart_policy.as_deref() != Some("Always")));
     let all = inits.chain(spec.containers.iter().map(|c| (c, false)));
     let mut out = Vec::new();
     for (index, (c, short_lived)) in all.enumerate() {
-        let Some(requests) = c.resources.as_ref().and_then(|r| r.requests.as_ref()) else {
-            continue;
-        };
+        let Some(requests) = c.resources.as_ref().and_then(|r| r.requests.as_ref()) else { continue };
         // A BTreeMap: its keys are already in the sorted order upstream numbers them in.
         let resources: Vec<(String, usize, i64)> = requests
             .iter()
             .enumerate()
             .filter(|(_, (name, _))| is_dra_extended(name))
-            .filter_map(|(j, (name, q))| {
-                super::quantity::parse_value(&q.0)
-                    .ok()
-                    .filter(|v| *v > 0)
-                    .map(|v| (name.clone(), j, v))
-            })
+            .filter_map(|(j, (name, q))| super::quantity::parse_value(&q.0).ok().filter(|v| *v > 0).map(|v| (name.clone(), j, v)))
             .collect();
         if !resources.is_empty() {
-            out.push(ContainerExtended {
-                index,
-                name: c.name.clone(),
-                short_lived,
-                resources,
-            });
+            out.push(ContainerExtended { index, name: c.name.clone(), short_lived, resources });
         }
     }
     out
@@ -314,17 +287,10 @@ fn pod_claims(spec: &core::PodSpec, status: Option<&core::PodStatus>) -> Vec<Pod
         .map(|c| {
             let source = match (&c.resource_claim_name, &c.resource_claim_template_name) {
                 (Some(n), _) => ClaimSource::Named(n.clone()),
-                (None, Some(_)) => ClaimSource::FromTemplate(
-                    statuses
-                        .and_then(|ss| ss.iter().find(|s| s.name == c.name))
-                        .map(|s| s.resource_claim_name.clone()),
-                ),
+                (None, Some(_)) => ClaimSource::FromTemplate(statuses.and_then(|ss| ss.iter().find(|s| s.name == c.name)).map(|s| s.resource_claim_name.clone())),
                 (None, None) => ClaimSource::Unsupported,
             };
-            PodClaim {
-                name: c.name.clone(),
-                source,
-            }
+            PodClaim { name: c.name.clone(), source }
         })
         .collect()
 }
@@ -354,24 +320,10 @@ pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
 /// A pod's group: `spec.schedulingGroup.podGroupName` first (upstream's
 /// API), else the scheduler-plugins label.
 fn group_of(spec: &core::PodSpec, labels: &PodLabels) -> Option<GroupRef> {
-    if let Some(name) = spec
-        .scheduling_group
-        .as_ref()
-        .and_then(|g| g.pod_group_name.as_ref())
-        .filter(|n| !n.is_empty())
-    {
-        return Some(GroupRef {
-            api: GroupApi::V1beta1,
-            name: name.clone(),
-        });
+    if let Some(name) = spec.scheduling_group.as_ref().and_then(|g| g.pod_group_name.as_ref()).filter(|n| !n.is_empty()) {
+        return Some(GroupRef { api: GroupApi::V1beta1, name: name.clone() });
     }
-    labels
-        .get(POD_GROUP_LABEL)
-        .filter(|n| !n.is_empty())
-        .map(|n| GroupRef {
-            api: GroupApi::V1alpha1,
-            name: n.to_string(),
-        })
+    labels.get(POD_GROUP_LABEL).filter(|n| !n.is_empty()).map(|n| GroupRef { api: GroupApi::V1alpha1, name: n.to_string() })
 }
 
 impl PodInfo {
@@ -410,16 +362,8 @@ impl PodInfo {
         let mut p = PodInfo {
             namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
             name: meta.name.clone().unwrap_or_default(),
-            labels: meta
-                .labels
-                .as_ref()
-                .map(PodLabels::from_map)
-                .unwrap_or_default(),
-            created_ms: meta
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.as_millisecond())
-                .unwrap_or(0),
+            labels: meta.labels.as_ref().map(PodLabels::from_map).unwrap_or_default(),
+            created_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond()).unwrap_or(0),
             terminating: meta.deletion_timestamp.is_some(),
             ..Default::default()
         };
@@ -429,35 +373,21 @@ impl PodInfo {
             && status
                 .and_then(|s| s.conditions.as_ref())
                 .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
-                .is_some_and(|c| {
-                    c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler")
-                });
-        p.terminated = matches!(
-            status.and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
-        p.nominated_node = status
-            .and_then(|s| s.nominated_node_name.clone())
-            .filter(|s| !s.is_empty());
+                .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler"));
+        p.terminated = matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
+        p.nominated_node = status.and_then(|s| s.nominated_node_name.clone()).filter(|s| !s.is_empty());
         p.start_ms = status
             .and_then(|s| s.start_time.as_ref())
             .map(|t| t.0.as_millisecond())
             .unwrap_or(p.created_ms);
         let Some(spec) = pod.spec.as_ref() else {
             p.scheduler_name = "default-scheduler".into();
-            p.errors.push(SpecError {
-                plugin: "PodSpec",
-                message: "spec: required field is missing".into(),
-            });
+            p.errors.push(SpecError { plugin: "PodSpec", message: "spec: required field is missing".into() });
             return p;
         };
         p.priority = spec.priority.unwrap_or(0);
         p.preemption_never = spec.preemption_policy.as_deref() == Some("Never");
-        p.scheduler_name = spec
-            .scheduler_name
-            .clone()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "default-scheduler".into());
+        p.scheduler_name = spec.scheduler_name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "default-scheduler".into());
         p.node_name = spec.node_name.clone().filter(|s| !s.is_empty());
         p.compute_requests(spec, status);
         p.compute_ports(spec);
@@ -469,25 +399,10 @@ impl PodInfo {
         // bound pod.
         if p.node_name.is_none() {
             p.controller = controller_of(meta.owner_references.as_ref()).map(Box::new);
-            p.scheduling_gates = spec
-                .scheduling_gates
-                .iter()
-                .flatten()
-                .map(|g| g.name.clone())
-                .collect();
-            p.images = spec
-                .containers
-                .iter()
-                .chain(spec.init_containers.iter().flatten())
-                .filter_map(|c| c.image.clone())
-                .collect();
+            p.scheduling_gates = spec.scheduling_gates.iter().flatten().map(|g| g.name.clone()).collect();
+            p.images = spec.containers.iter().chain(spec.init_containers.iter().flatten()).filter_map(|c| c.image.clone()).collect();
             p.required_features = required_node_features(spec);
-            p.tolerations = spec
-                .tolerations
-                .iter()
-                .flatten()
-                .map(Toleration::from_api)
-                .collect();
+            p.tolerations = spec.tolerations.iter().flatten().map(Toleration::from_api).collect();
             p.compute_node_affinity(spec);
             p.compute_spread(spec);
         }
@@ -513,12 +428,7 @@ impl PodInfo {
     }
 
     fn compute_ports(&mut self, spec: &core::PodSpec) {
-        let all = spec.containers.iter().chain(
-            spec.init_containers
-                .iter()
-                .flatten()
-                .filter(|c| c.restart_policy.as_deref() == Some("Always")),
-        );
+        let all = spec.containers.iter().chain(spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always")));
         for c in all {
             for port in c.ports.iter().flatten() {
                 let hp = port.host_port.unwrap_or(0);
@@ -526,16 +436,8 @@ impl PodInfo {
                     continue;
                 }
                 self.host_ports.push(HostPort {
-                    ip: port
-                        .host_ip
-                        .clone()
-                        .filter(|s| !s.is_empty())
-                        .unwrap_or_else(|| "0.0.0.0".into()),
-                    protocol: port
-                        .protocol
-                        .clone()
-                        .filter(|s| !s.is_empty())
-                        .unwrap_or_else(|| "TCP".into()),
+                    ip: port.host_ip.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "0.0.0.0".into()),
+                    protocol: port.protocol.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "TCP".into()),
                     port: hp,
                 });
             }
@@ -546,78 +448,42 @@ impl PodInfo {
         if let Some(ns) = spec.node_selector.as_ref().filter(|m| !m.is_empty()) {
             self.node_selector = Some(Box::new(Selector::from_map(ns)));
         }
-        let Some(na) = spec
-            .affinity
-            .as_ref()
-            .and_then(|a| a.node_affinity.as_ref())
-        else {
-            return;
-        };
+        let Some(na) = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()) else { return };
         if let Some(req) = &na.required_during_scheduling_ignored_during_execution {
-            match NodeSelector::compile(
-                req,
-                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
-            ) {
+            match NodeSelector::compile(req, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution") {
                 Ok(s) => self.required_node_affinity = Some(Box::new(s)),
-                Err(e) => self.errors.push(SpecError {
-                    plugin: "NodeAffinity",
-                    message: e,
-                }),
+                Err(e) => self.errors.push(SpecError { plugin: "NodeAffinity", message: e }),
             }
         }
-        for (i, t) in na
-            .preferred_during_scheduling_ignored_during_execution
-            .iter()
-            .flatten()
-            .enumerate()
-        {
+        for (i, t) in na.preferred_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
             if t.weight == 0 {
                 continue;
             }
-            let path = format!(
-                "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"
-            );
+            let path = format!("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference");
             match NodeSelectorTerm::compile(&t.preference, &path) {
-                Ok(Some(term)) => self.preferred_node_affinity.push(PreferredNodeTerm {
-                    term,
-                    weight: i64::from(t.weight),
-                }),
+                Ok(Some(term)) => self.preferred_node_affinity.push(PreferredNodeTerm { term, weight: i64::from(t.weight) }),
                 Ok(None) => {}
-                Err(e) => self.errors.push(SpecError {
-                    plugin: "NodeAffinity",
-                    message: e,
-                }),
+                Err(e) => self.errors.push(SpecError { plugin: "NodeAffinity", message: e }),
             }
         }
     }
 
     fn compile_term(&self, t: &core::PodAffinityTerm, path: &str) -> Result<AffinityTerm, String> {
-        let mut selector = Selector::from_label_selector(
-            t.label_selector.as_ref(),
-            &format!("{path}.labelSelector"),
-        )?;
+        let mut selector = Selector::from_label_selector(t.label_selector.as_ref(), &format!("{path}.labelSelector"))?;
         // matchLabelKeys / mismatchLabelKeys merge the incoming pod's own label values.
         for k in t.match_label_keys.iter().flatten() {
             if let Some(v) = self.labels.get(k) {
-                selector.push(Requirement {
-                    key: k.clone(),
-                    op: Op::In(vec![v.to_string()]),
-                });
+                selector.push(Requirement { key: k.clone(), op: Op::In(vec![v.to_string()]) });
             }
         }
         for k in t.mismatch_label_keys.iter().flatten() {
             if let Some(v) = self.labels.get(k) {
-                selector.push(Requirement {
-                    key: k.clone(),
-                    op: Op::NotIn(vec![v.to_string()]),
-                });
+                selector.push(Requirement { key: k.clone(), op: Op::NotIn(vec![v.to_string()]) });
             }
         }
         let namespace_selector = match &t.namespace_selector {
             None => Selector::nothing(),
-            Some(s) => {
-                Selector::from_label_selector(Some(s), &format!("{path}.namespaceSelector"))?
-            }
+            Some(s) => Selector::from_label_selector(Some(s), &format!("{path}.namespaceSelector"))?,
         };
         let mut namespaces = t.namespaces.clone().unwrap_or_default();
         if namespaces.is_empty() && t.namespace_selector.is_none() {
@@ -626,93 +492,43 @@ impl PodInfo {
         if t.topology_key.is_empty() {
             return Err(format!("{path}.topologyKey: must be non-empty"));
         }
-        Ok(AffinityTerm {
-            selector,
-            namespaces,
-            namespace_selector,
-            topology_key: t.topology_key.clone(),
-        })
+        Ok(AffinityTerm { selector, namespaces, namespace_selector, topology_key: t.topology_key.clone() })
     }
 
     fn compute_pod_affinity(&mut self, spec: &core::PodSpec) {
-        let Some(aff) = spec.affinity.as_ref() else {
-            return;
-        };
+        let Some(aff) = spec.affinity.as_ref() else { return };
         let mut errors = Vec::new();
-        let mut req =
-            |terms: Option<&Vec<core::PodAffinityTerm>>, path: &str| -> Vec<AffinityTerm> {
-                terms
-                    .into_iter()
-                    .flatten()
-                    .enumerate()
-                    .filter_map(|(i, t)| {
-                        self.compile_term(t, &format!("{path}[{i}]"))
-                            .map_err(|e| {
-                                errors.push(SpecError {
-                                    plugin: "InterPodAffinity",
-                                    message: e,
-                                })
-                            })
-                            .ok()
-                    })
-                    .collect()
-            };
-        let pa = aff.pod_affinity.as_ref();
-        let paa = aff.pod_anti_affinity.as_ref();
-        let required_affinity = req(
-            pa.and_then(|a| {
-                a.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            }),
-            "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
-        );
-        let required_anti = req(
-            paa.and_then(|a| {
-                a.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            }),
-            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
-        );
-        let mut pref = |terms: Option<&Vec<core::WeightedPodAffinityTerm>>,
-                        path: &str|
-         -> Vec<WeightedAffinityTerm> {
+        let mut req = |terms: Option<&Vec<core::PodAffinityTerm>>, path: &str| -> Vec<AffinityTerm> {
             terms
                 .into_iter()
                 .flatten()
                 .enumerate()
                 .filter_map(|(i, t)| {
-                    self.compile_term(
-                        &t.pod_affinity_term,
-                        &format!("{path}[{i}].podAffinityTerm"),
-                    )
-                    .map(|term| WeightedAffinityTerm {
-                        term,
-                        weight: i64::from(t.weight),
-                    })
-                    .map_err(|e| {
-                        errors.push(SpecError {
-                            plugin: "InterPodAffinity",
-                            message: e,
-                        })
-                    })
-                    .ok()
+                    self.compile_term(t, &format!("{path}[{i}]"))
+                        .map_err(|e| errors.push(SpecError { plugin: "InterPodAffinity", message: e }))
+                        .ok()
                 })
                 .collect()
         };
-        let preferred_affinity = pref(
-            pa.and_then(|a| {
-                a.preferred_during_scheduling_ignored_during_execution
-                    .as_ref()
-            }),
-            "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-        );
-        let preferred_anti = pref(
-            paa.and_then(|a| {
-                a.preferred_during_scheduling_ignored_during_execution
-                    .as_ref()
-            }),
-            "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-        );
+        let pa = aff.pod_affinity.as_ref();
+        let paa = aff.pod_anti_affinity.as_ref();
+        let required_affinity = req(pa.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()), "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+        let required_anti = req(paa.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()), "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+        let mut pref = |terms: Option<&Vec<core::WeightedPodAffinityTerm>>, path: &str| -> Vec<WeightedAffinityTerm> {
+            terms
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .filter_map(|(i, t)| {
+                    self.compile_term(&t.pod_affinity_term, &format!("{path}[{i}].podAffinityTerm"))
+                        .map(|term| WeightedAffinityTerm { term, weight: i64::from(t.weight) })
+                        .map_err(|e| errors.push(SpecError { plugin: "InterPodAffinity", message: e }))
+                        .ok()
+                })
+                .collect()
+        };
+        let preferred_affinity = pref(pa.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()), "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution");
+        let preferred_anti = pref(paa.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()), "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution");
         self.required_affinity = required_affinity;
         self.required_anti_affinity = required_anti;
         self.preferred_affinity = preferred_affinity;
@@ -721,32 +537,17 @@ impl PodInfo {
     }
 
     fn compute_spread(&mut self, spec: &core::PodSpec) {
-        for (i, c) in spec
-            .topology_spread_constraints
-            .iter()
-            .flatten()
-            .enumerate()
-        {
+        for (i, c) in spec.topology_spread_constraints.iter().flatten().enumerate() {
             match self.compile_spread(c, &format!("spec.topologySpreadConstraints[{i}]")) {
                 Ok(sc) => self.spread_constraints.push(sc),
-                Err(e) => self.errors.push(SpecError {
-                    plugin: "PodTopologySpread",
-                    message: e,
-                }),
+                Err(e) => self.errors.push(SpecError { plugin: "PodTopologySpread", message: e }),
             }
         }
     }
 
-    fn compile_spread(
-        &self,
-        c: &core::TopologySpreadConstraint,
-        path: &str,
-    ) -> Result<SpreadConstraint, String> {
+    fn compile_spread(&self, c: &core::TopologySpreadConstraint, path: &str) -> Result<SpreadConstraint, String> {
         if c.max_skew <= 0 {
-            return Err(format!(
-                "{path}.maxSkew: must be greater than zero, got {}",
-                c.max_skew
-            ));
+            return Err(format!("{path}.maxSkew: must be greater than zero, got {}", c.max_skew));
         }
         if c.topology_key.is_empty() {
             return Err(format!("{path}.topologyKey: must be non-empty"));
@@ -754,50 +555,29 @@ impl PodInfo {
         let when = match c.when_unsatisfiable.as_str() {
             "DoNotSchedule" => WhenUnsatisfiable::DoNotSchedule,
             "ScheduleAnyway" => WhenUnsatisfiable::ScheduleAnyway,
-            other => {
-                return Err(format!(
-                    "{path}.whenUnsatisfiable: unsupported value {other:?} (DoNotSchedule or ScheduleAnyway)"
-                ));
-            }
+            other => return Err(format!("{path}.whenUnsatisfiable: unsupported value {other:?} (DoNotSchedule or ScheduleAnyway)")),
         };
         let min_domains = match c.min_domains {
             None => 1,
-            Some(m) if m <= 0 => {
-                return Err(format!(
-                    "{path}.minDomains: must be greater than zero, got {m}"
-                ));
-            }
+            Some(m) if m <= 0 => return Err(format!("{path}.minDomains: must be greater than zero, got {m}")),
             Some(m) if when != WhenUnsatisfiable::DoNotSchedule => {
-                return Err(format!(
-                    "{path}.minDomains: {m} may only be set with whenUnsatisfiable DoNotSchedule"
-                ));
+                return Err(format!("{path}.minDomains: {m} may only be set with whenUnsatisfiable DoNotSchedule"));
             }
             Some(m) => i64::from(m),
         };
-        let policy = |v: Option<&str>,
-                      default: InclusionPolicy,
-                      field: &str|
-         -> Result<InclusionPolicy, String> {
+        let policy = |v: Option<&str>, default: InclusionPolicy, field: &str| -> Result<InclusionPolicy, String> {
             match v {
                 None => Ok(default),
                 Some("Honor") => Ok(InclusionPolicy::Honor),
                 Some("Ignore") => Ok(InclusionPolicy::Ignore),
-                Some(o) => Err(format!(
-                    "{path}.{field}: unsupported value {o:?} (Honor or Ignore)"
-                )),
+                Some(o) => Err(format!("{path}.{field}: unsupported value {o:?} (Honor or Ignore)")),
             }
         };
-        let mut selector = Selector::from_label_selector(
-            c.label_selector.as_ref(),
-            &format!("{path}.labelSelector"),
-        )?;
+        let mut selector = Selector::from_label_selector(c.label_selector.as_ref(), &format!("{path}.labelSelector"))?;
         if c.label_selector.is_some() {
             for k in c.match_label_keys.iter().flatten() {
                 if let Some(v) = self.labels.get(k) {
-                    selector.push(Requirement {
-                        key: k.clone(),
-                        op: Op::In(vec![v.to_string()]),
-                    });
+                    selector.push(Requirement { key: k.clone(), op: Op::In(vec![v.to_string()]) });
                 }
             }
         }
@@ -807,16 +587,8 @@ impl PodInfo {
             when_unsatisfiable: when,
             selector,
             min_domains,
-            node_affinity_policy: policy(
-                c.node_affinity_policy.as_deref(),
-                InclusionPolicy::Honor,
-                "nodeAffinityPolicy",
-            )?,
-            node_taints_policy: policy(
-                c.node_taints_policy.as_deref(),
-                InclusionPolicy::Ignore,
-                "nodeTaintsPolicy",
-            )?,
+            node_affinity_policy: policy(c.node_affinity_policy.as_deref(), InclusionPolicy::Honor, "nodeAffinityPolicy")?,
+            node_taints_policy: policy(c.node_taints_policy.as_deref(), InclusionPolicy::Ignore, "nodeTaintsPolicy")?,
         })
     }
 }
@@ -870,30 +642,14 @@ struct Entry {
 impl Entry {
     /// `path` names the list in an error; it is written only then (every
     /// container of every pod event is read here).
-    fn read(
-        list: Option<
-            &std::collections::BTreeMap<
-                String,
-                k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-            >,
-        >,
-        path: &dyn Fn() -> String,
-        errors: &mut Vec<SpecError>,
-    ) -> Entry {
+    fn read(list: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>, path: &dyn Fn() -> String, errors: &mut Vec<SpecError>) -> Entry {
         // The error reads `<path>[<name>]: …`; with an empty path, `[<name>]: …`.
         let r = Resources::from_list(list, "").unwrap_or_else(|e| {
-            errors.push(SpecError {
-                plugin: "NodeResourcesFit",
-                message: format!("{}{e}", path()),
-            });
+            errors.push(SpecError { plugin: "NodeResourcesFit", message: format!("{}{e}", path()) });
             Resources::default()
         });
         let has = |n: &str| list.is_some_and(|l| l.contains_key(n));
-        Entry {
-            has_cpu: has(resources::CPU),
-            has_mem: has(resources::MEMORY),
-            r,
-        }
+        Entry { has_cpu: has(resources::CPU), has_mem: has(resources::MEMORY), r }
     }
 
     /// upstream `applyNonMissing`: adds the defaults for what the list does not name.
@@ -997,71 +753,27 @@ fn pod_level_supported(name: &str) -> bool {
 /// scheduler's options: pod-level resources on, status resources when
 /// `status` is given, i.e. for bound pods). The one place every plugin's
 /// view of a pod's requests comes from.
-pub fn effective_requests(
-    spec: &core::PodSpec,
-    status: Option<&core::PodStatus>,
-) -> (EffectiveRequests, Vec<SpecError>) {
+pub fn effective_requests(spec: &core::PodSpec, status: Option<&core::PodStatus>) -> (EffectiveRequests, Vec<SpecError>) {
     let mut errors = Vec::new();
     let find_status = |name: &str| -> Option<&core::ContainerStatus> {
         let st = status?;
-        st.container_statuses
-            .iter()
-            .flatten()
-            .chain(st.init_container_statuses.iter().flatten())
-            .find(|c| c.name == name)
+        st.container_statuses.iter().flatten().chain(st.init_container_statuses.iter().flatten()).find(|c| c.name == name)
     };
     let mut cs = Vec::with_capacity(spec.containers.len());
-    let all = spec
-        .containers
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c, false, i))
-        .chain(
-            spec.init_containers
-                .iter()
-                .flatten()
-                .enumerate()
-                .map(|(i, c)| (c, true, i)),
-        );
+    let all = spec.containers.iter().enumerate().map(|(i, c)| (c, false, i)).chain(spec.init_containers.iter().flatten().enumerate().map(|(i, c)| (c, true, i)));
     for (c, init, i) in all {
         let kind = if init { "initContainers" } else { "containers" };
-        let spec_e = Entry::read(
-            c.resources.as_ref().and_then(|r| r.requests.as_ref()),
-            &|| format!("spec.{kind}[{i}].resources.requests"),
-            &mut errors,
-        );
+        let spec_e = Entry::read(c.resources.as_ref().and_then(|r| r.requests.as_ref()), &|| format!("spec.{kind}[{i}].resources.requests"), &mut errors);
         let st = find_status(&c.name);
-        let allocated = st.and_then(|s| s.allocated_resources.as_ref()).map(|l| {
-            Entry::read(
-                Some(l),
-                &|| format!("status.containerStatuses[{}].allocatedResources", c.name),
-                &mut errors,
-            )
-        });
+        let allocated = st.and_then(|s| s.allocated_resources.as_ref()).map(|l| Entry::read(Some(l), &|| format!("status.containerStatuses[{}].allocatedResources", c.name), &mut errors));
         let actuated = st
             .and_then(|s| s.resources.as_ref())
             .and_then(|r| r.requests.as_ref())
-            .map(|l| {
-                Entry::read(
-                    Some(l),
-                    &|| format!("status.containerStatuses[{}].resources.requests", c.name),
-                    &mut errors,
-                )
-            });
-        cs.push(ContainerReqs {
-            spec: spec_e,
-            allocated,
-            actuated,
-            init,
-            restartable: init && c.restart_policy.as_deref() == Some("Always"),
-        });
+            .map(|l| Entry::read(Some(l), &|| format!("status.containerStatuses[{}].resources.requests", c.name), &mut errors));
+        cs.push(ContainerReqs { spec: spec_e, allocated, actuated, init, restartable: init && c.restart_policy.as_deref() == Some("Always") });
     }
     let infeasible = status.is_some_and(|s| {
-        s.conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "PodResizePending")
-            .is_some_and(|c| c.reason.as_deref() == Some("Infeasible"))
+        s.conditions.iter().flatten().find(|c| c.type_ == "PodResizePending").is_some_and(|c| c.reason.as_deref() == Some("Infeasible"))
     });
     let containers = |d: Defaults| -> Entry {
         if status.is_none() {
@@ -1074,30 +786,12 @@ pub fn effective_requests(
         }
         e
     };
-    let pod_level = spec
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-        .filter(|l| l.keys().any(|k| pod_level_supported(k)));
+    let pod_level = spec.resources.as_ref().and_then(|r| r.requests.as_ref()).filter(|l| l.keys().any(|k| pod_level_supported(k)));
     let pod_level = pod_level.map(|l| {
-        let supported: std::collections::BTreeMap<_, _> = l
-            .iter()
-            .filter(|(k, _)| pod_level_supported(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        (
-            Entry::read(
-                Some(&supported),
-                &|| "spec.resources.requests".into(),
-                &mut errors,
-            ),
-            supported,
-        )
+        let supported: std::collections::BTreeMap<_, _> = l.iter().filter(|(k, _)| pod_level_supported(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        (Entry::read(Some(&supported), &|| "spec.resources.requests".into(), &mut errors), supported)
     });
-    let overhead = spec
-        .overhead
-        .as_ref()
-        .map(|o| Entry::read(Some(o), &|| "spec.overhead".into(), &mut errors));
+    let overhead = spec.overhead.as_ref().map(|o| Entry::read(Some(o), &|| "spec.overhead".into(), &mut errors));
     let finish = |mut e: Entry| -> Entry {
         if let Some((pl, names)) = &pod_level {
             for n in names.keys() {
@@ -1116,28 +810,14 @@ pub fn effective_requests(
     // container that names no cpu / memory counts the default; with them, only
     // a resource named at no level gets the default.
     let d = match pod_level {
-        None => Defaults {
-            cpu: Some(resources::DEFAULT_MILLI_CPU_REQUEST),
-            memory: Some(resources::DEFAULT_MEMORY_REQUEST),
-        },
+        None => Defaults { cpu: Some(resources::DEFAULT_MILLI_CPU_REQUEST), memory: Some(resources::DEFAULT_MEMORY_REQUEST) },
         Some(_) => Defaults {
             cpu: (!req.has_cpu).then_some(resources::DEFAULT_MILLI_CPU_REQUEST),
             memory: (!req.has_mem).then_some(resources::DEFAULT_MEMORY_REQUEST),
         },
     };
-    let nz = if d.cpu.is_none() && d.memory.is_none() {
-        req.r.clone()
-    } else {
-        finish(containers(d)).r
-    };
-    (
-        EffectiveRequests {
-            non_zero_cpu: nz.milli_cpu,
-            non_zero_memory: nz.memory,
-            requests: req.r,
-        },
-        errors,
-    )
+    let nz = if d.cpu.is_none() && d.memory.is_none() { req.r.clone() } else { finish(containers(d)).r };
+    (EffectiveRequests { non_zero_cpu: nz.milli_cpu, non_zero_memory: nz.memory, requests: req.r }, errors)
 }
 
 // A pod's scheduling signature (upstream's opportunistic batching, KEP-5598):
@@ -1206,35 +886,13 @@ mod tests {
             "initContainers": [c("init", json!({"example.com/gpu": "2"})), sidecar],
             "containers": [c("main", json!({"cpu": "1", "example.com/gpu": "1", "deviceclass.resource.kubernetes.io/fpga": "1", "memory": "1Gi"})), c("plain", json!({"cpu": "1"}))]}}));
         type Row<'a> = (usize, &'a str, bool, Vec<(&'a str, usize, i64)>);
-        let got: Vec<Row> = p
-            .extended_containers
-            .iter()
-            .map(|c| {
-                (
-                    c.index,
-                    c.name.as_str(),
-                    c.short_lived,
-                    c.resources
-                        .iter()
-                        .map(|r| (r.0.as_str(), r.1, r.2))
-                        .collect(),
-                )
-            })
-            .collect();
+        let got: Vec<Row> = p.extended_containers.iter().map(|c| (c.index, c.name.as_str(), c.short_lived, c.resources.iter().map(|r| (r.0.as_str(), r.1, r.2)).collect())).collect();
         assert_eq!(
             got,
             vec![
                 (0, "init", true, vec![("example.com/gpu", 0, 2)]),
                 (1, "side", false, vec![("example.com/nic", 0, 1)]),
-                (
-                    2,
-                    "main",
-                    false,
-                    vec![
-                        ("deviceclass.resource.kubernetes.io/fpga", 1, 1),
-                        ("example.com/gpu", 2, 1)
-                    ]
-                ),
+                (2, "main", false, vec![("deviceclass.resource.kubernetes.io/fpga", 1, 1), ("example.com/gpu", 2, 1)]),
             ]
         );
     }
@@ -1244,58 +902,23 @@ mod tests {
         use crate::testing::pod;
         let anti = core::Affinity {
             pod_anti_affinity: Some(core::PodAntiAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![
-                    core::PodAffinityTerm {
-                        label_selector: Some(crate::testing::selector(&[("app", "w")])),
-                        topology_key: "zone".into(),
-                        ..Default::default()
-                    },
-                ]),
+                required_during_scheduling_ignored_during_execution: Some(vec![core::PodAffinityTerm { label_selector: Some(crate::testing::selector(&[("app", "w")])), topology_key: "zone".into(), ..Default::default() }]),
                 ..Default::default()
             }),
             ..Default::default()
         };
         let shape = |b: crate::testing::PodBuilder| {
-            b.label("app", "w")
-                .req("1", "1Gi")
-                .image("img")
-                .host_port(80, "TCP", "")
-                .toleration("k", None, "NoSchedule")
-                .node_selector("pool", "p")
-                .spread(1, "zone", "DoNotSchedule", &[("app", "w")])
-                .gate("g")
-                .affinity(anti.clone())
+            b.label("app", "w").req("1", "1Gi").image("img").host_port(80, "TCP", "").toleration("k", None, "NoSchedule").node_selector("pool", "p").spread(1, "zone", "DoNotSchedule", &[("app", "w")]).gate("g").affinity(anti.clone())
         };
         let pending = shape(pod("p")).info();
         let bound = shape(pod("p")).node("n").info();
-        assert!(
-            !pending.tolerations.is_empty()
-                && pending.node_selector.is_some()
-                && !pending.spread_constraints.is_empty()
-        );
+        assert!(!pending.tolerations.is_empty() && pending.node_selector.is_some() && !pending.spread_constraints.is_empty());
         assert!(!pending.images.is_empty() && !pending.scheduling_gates.is_empty());
         // What any plugin reads of an existing pod is there ...
-        assert_eq!(
-            (
-                bound.labels.get("app"),
-                bound.requests.milli_cpu,
-                bound.host_ports.len(),
-                bound.required_anti_affinity.len()
-            ),
-            (Some("w"), 1000, 1, 1)
-        );
+        assert_eq!((bound.labels.get("app"), bound.requests.milli_cpu, bound.host_ports.len(), bound.required_anti_affinity.len()), (Some("w"), 1000, 1, 1));
         // ... and what only the pod being scheduled is asked for is not.
-        assert!(
-            bound.tolerations.is_empty()
-                && bound.node_selector.is_none()
-                && bound.required_node_affinity.is_none()
-        );
-        assert!(
-            bound.spread_constraints.is_empty()
-                && bound.images.is_empty()
-                && bound.scheduling_gates.is_empty()
-                && bound.required_features.is_empty()
-        );
+        assert!(bound.tolerations.is_empty() && bound.node_selector.is_none() && bound.required_node_affinity.is_none());
+        assert!(bound.spread_constraints.is_empty() && bound.images.is_empty() && bound.scheduling_gates.is_empty() && bound.required_features.is_empty());
     }
 
     #[test]
@@ -1336,9 +959,7 @@ mod tests {
         }}));
         assert_eq!((q.non_zero_cpu, q.non_zero_memory), (100, 1024 * MI));
         // Without pod-level requests every container gets the defaults.
-        let r = info(
-            json!({"metadata": {"name": "r"}, "spec": {"containers": [c("a", json!({"cpu": "100m"})), {"name": "b", "image": "i"}]}}),
-        );
+        let r = info(json!({"metadata": {"name": "r"}, "spec": {"containers": [c("a", json!({"cpu": "100m"})), {"name": "b", "image": "i"}]}}));
         assert_eq!((r.non_zero_cpu, r.non_zero_memory), (200, 400 * MI));
     }
 
@@ -1354,8 +975,7 @@ mod tests {
             v["spec"]["nodeName"] = json!("n");
         }
         if let Some(r) = reason {
-            v["status"]["conditions"] =
-                json!([{"type": "PodResizePending", "status": "True", "reason": r}]);
+            v["status"]["conditions"] = json!([{"type": "PodResizePending", "status": "True", "reason": r}]);
         }
         info(v)
     }
@@ -1364,78 +984,37 @@ mod tests {
     fn bound_pods_count_resized_resources() {
         // In progress: max(spec, allocated, actuated) per resource.
         let p = resized(None, true);
-        assert_eq!(
-            (p.requests.milli_cpu, p.requests.memory),
-            (6000, 30_000_000)
-        );
+        assert_eq!((p.requests.milli_cpu, p.requests.memory), (6000, 30_000_000));
         // Infeasible: the spec is ignored, max(allocated, actuated).
         let p = resized(Some("Infeasible"), true);
-        assert_eq!(
-            (p.requests.milli_cpu, p.requests.memory),
-            (4000, 30_000_000)
-        );
+        assert_eq!((p.requests.milli_cpu, p.requests.memory), (4000, 30_000_000));
         // Deferred counts like in progress.
         let p = resized(Some("Deferred"), true);
         assert_eq!(p.requests.milli_cpu, 6000);
         // A pending pod is accounted from its spec.
         let p = resized(None, false);
-        assert_eq!(
-            (p.requests.milli_cpu, p.requests.memory),
-            (6000, 20_000_000)
-        );
+        assert_eq!((p.requests.milli_cpu, p.requests.memory), (6000, 20_000_000));
     }
 
     #[test]
     fn bad_quantity_names_the_field() {
-        let p = info(
-            json!({"metadata": {"name": "p"}, "spec": {"containers": [], "resources": {"requests": {"cpu": "lots"}}}}),
-        );
-        assert!(
-            p.errors
-                .iter()
-                .any(|e| e.message.starts_with("spec.resources.requests[cpu]")),
-            "{:?}",
-            p.errors
-        );
+        let p = info(json!({"metadata": {"name": "p"}, "spec": {"containers": [], "resources": {"requests": {"cpu": "lots"}}}}));
+        assert!(p.errors.iter().any(|e| e.message.starts_with("spec.resources.requests[cpu]")), "{:?}", p.errors);
     }
 
     #[test]
     fn required_features() {
-        let p = info(
-            json!({"metadata": {"name": "p"}, "spec": {"hostNetwork": true, "hostUsers": false, "containers": [
-                {"name": "a", "image": "i", "restartPolicy": "Never", "restartPolicyRules": [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]}
-            ]}}),
-        );
-        assert_eq!(
-            p.required_features,
-            vec![
-                "RestartAllContainersOnContainerExits",
-                "UserNamespacesHostNetworkSupport"
-            ]
-        );
-        assert!(
-            info(
-                json!({"metadata": {"name": "q"}, "spec": {"hostNetwork": true, "containers": []}})
-            )
-            .required_features
-            .is_empty()
-        );
+        let p = info(json!({"metadata": {"name": "p"}, "spec": {"hostNetwork": true, "hostUsers": false, "containers": [
+            {"name": "a", "image": "i", "restartPolicy": "Never", "restartPolicyRules": [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]}
+        ]}}));
+        assert_eq!(p.required_features, vec!["RestartAllContainersOnContainerExits", "UserNamespacesHostNetworkSupport"]);
+        assert!(info(json!({"metadata": {"name": "q"}, "spec": {"hostNetwork": true, "containers": []}})).required_features.is_empty());
     }
 
     #[test]
     fn signature_ignores_identity_but_not_the_spec() {
-        let a = PodInfo {
-            uid: "a".into(),
-            name: "a".into(),
-            created_ms: 1,
-            ..Default::default()
-        };
-        let b = PodInfo {
-            uid: "b".into(),
-            name: "b".into(),
-            created_ms: 2,
-            ..Default::default()
-        };
+        let a = PodInfo { uid: "a".into(), name: "a".into(), created_ms: 1, ..Default::default() };
+        let b = PodInfo { uid: "b".into(), name: "b".into(), created_ms: 2, ..Default::default() };
         assert_eq!(signature(&a), signature(&b));
         let mut c = b.clone();
         c.non_zero_cpu = 5;
@@ -1460,28 +1039,13 @@ mod tests {
         assert_eq!(signature(&a), signature(&n));
         // The claim a template made for the pod does not count (the plugin
         // signs what it asks for); whether it exists, and named claims, do.
-        let with = |source: ClaimSource| PodInfo {
-            resource_claims: vec![PodClaim {
-                name: "gpu".into(),
-                source,
-            }],
-            ..b.clone()
-        };
+        let with = |source: ClaimSource| PodInfo { resource_claims: vec![PodClaim { name: "gpu".into(), source }], ..b.clone() };
         let t1 = with(ClaimSource::FromTemplate(Some(Some("b-gpu-x7k2p".into()))));
         let t2 = with(ClaimSource::FromTemplate(Some(Some("c-gpu-p2k7x".into()))));
         assert_eq!(signature(&t1), signature(&t2));
         assert_ne!(signature(&t1), signature(&a));
-        assert_ne!(
-            signature(&t1),
-            signature(&with(ClaimSource::FromTemplate(None)))
-        );
-        assert_ne!(
-            signature(&t1),
-            signature(&with(ClaimSource::FromTemplate(Some(None))))
-        );
-        assert_ne!(
-            signature(&with(ClaimSource::Named("x".into()))),
-            signature(&with(ClaimSource::Named("y".into())))
-        );
+        assert_ne!(signature(&t1), signature(&with(ClaimSource::FromTemplate(None))));
+        assert_ne!(signature(&t1), signature(&with(ClaimSource::FromTemplate(Some(None)))));
+        assert_ne!(signature(&with(ClaimSource::Named("x".into()))), signature(&with(ClaimSource::Named("y".into()))));
     }
 }

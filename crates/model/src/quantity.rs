@@ -125,11 +125,7 @@ impl Quantity {
         let magnitude = magnitude(num, denom, base2, exponent);
         let nanos = i128::try_from(magnitude).unwrap_or(i128::MAX);
         let nanos = if negative { -nanos } else { nanos };
-        let format = if format == Format::BinarySI && nanos.abs() < NANO && nanos != 0 {
-            Format::DecimalSI
-        } else {
-            format
-        };
+        let format = if format == Format::BinarySI && nanos.abs() < NANO && nanos != 0 { Format::DecimalSI } else { format };
         Ok(Quantity { nanos, format })
     }
 
@@ -158,8 +154,7 @@ impl std::fmt::Display for Quantity {
             return f.write_str("0");
         }
         let mut format = self.format;
-        if format == Format::BinarySI && (self.nanos.abs() < 1024 * NANO || self.nanos % NANO != 0)
-        {
+        if format == Format::BinarySI && (self.nanos.abs() < 1024 * NANO || self.nanos % NANO != 0) {
             format = Format::DecimalSI;
         }
         if format == Format::BinarySI {
@@ -225,10 +220,7 @@ fn interpret(suffix: &str) -> Option<(bool, i64, Format)> {
         s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => {
             let digits = &s[1..];
             // Far beyond any representable quantity (or too long for i64): saturate.
-            let e =
-                digits
-                    .parse::<i64>()
-                    .unwrap_or(if digits.starts_with('-') { -1000 } else { 1000 });
+            let e = digits.parse::<i64>().unwrap_or(if digits.starts_with('-') { -1000 } else { 1000 });
             Some((false, e.clamp(-1000, 1000), Format::DecimalExponent))
         }
         _ => None,
@@ -266,9 +258,7 @@ fn magnitude(num: &str, denom: &str, base2: bool, exponent: i64) -> u128 {
     }
     let pow2 = if base2 { exponent as u32 } else { 0 };
     if exp10 >= 0 {
-        return mantissa
-            .saturating_mul(1u128 << pow2)
-            .saturating_mul(pow10(exp10));
+        return mantissa.saturating_mul(1u128 << pow2).saturating_mul(pow10(exp10));
     }
     // mantissa × 2^pow2 / 10^k, rounded up: the quotient and remainder of
     // the division, doubled pow2 times, so that nothing overflows early.
@@ -293,10 +283,7 @@ fn magnitude(num: &str, denom: &str, base2: bool, exponent: i64) -> u128 {
 
 /// 10^e, saturating.
 fn pow10(e: i64) -> u128 {
-    u32::try_from(e)
-        .ok()
-        .and_then(|e| 10u128.checked_pow(e))
-        .unwrap_or(u128::MAX)
+    u32::try_from(e).ok().and_then(|e| 10u128.checked_pow(e)).unwrap_or(u128::MAX)
 }
 
 fn div_up(n: u128, d: u128) -> u128 {
@@ -321,8 +308,7 @@ fn parse_in(s: &str, nanos_per_unit: u128) -> Result<i64> {
     if q.is_negative() {
         return Err(Error::Negative(s.to_string()));
     }
-    i64::try_from(div_up(q.nanos.unsigned_abs(), nanos_per_unit))
-        .map_err(|_| Error::Overflow(s.to_string()))
+    i64::try_from(div_up(q.nanos.unsigned_abs(), nanos_per_unit)).map_err(|_| Error::Overflow(s.to_string()))
 }
 
 /// Integer value (bytes, counts), rounded up (upstream's `Value()`).
@@ -376,16 +362,8 @@ mod tests {
             ("007", Ok(7 * NANO), "7"),
             (" 3 ", Ok(3 * NANO), "3"),
             ("128974848", Ok(128_974_848 * NANO), "128974848"),
-            (
-                "0.000000000000000000000000000000000000000000001Ki",
-                Ok(1),
-                "1n",
-            ),
-            (
-                "1.0000000000000000000000000000000000000000Ei",
-                Ok((1i128 << 60) * NANO),
-                "1Ei",
-            ),
+            ("0.000000000000000000000000000000000000000000001Ki", Ok(1), "1n"),
+            ("1.0000000000000000000000000000000000000000Ei", Ok((1i128 << 60) * NANO), "1Ei"),
             ("1e-50", Ok(1), "1e-9"),
             ("1e99", Ok(i128::MAX), ""),
             ("99999999999999999999Ei", Ok(i128::MAX), ""),
@@ -411,10 +389,7 @@ mod tests {
         }
         assert!(q("2") > q("1500m"));
         assert!(q("2").is_integer() && !q("1500m").is_integer());
-        assert_eq!(
-            SyntaxError::Format.to_string(),
-            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-        );
+        assert_eq!(SyntaxError::Format.to_string(), "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'");
     }
 
     /// The amounts the scheduler counts: value and milli-value, rounded up.
@@ -436,29 +411,14 @@ mod tests {
             assert_eq!(parse_value(s), Ok(*v), "{s}");
             assert_eq!(parse_milli(s), Ok(*m), "{s}");
         }
-        for s in [
-            "",
-            "abc",
-            "1.2.3",
-            "1Qi",
-            "-1",
-            "1e99",
-            "99999999999999999999Ei",
-            ".",
-        ] {
+        for s in ["", "abc", "1.2.3", "1Qi", "-1", "1e99", "99999999999999999999Ei", "."] {
             assert!(parse_value(s).is_err(), "{s}");
         }
         assert_eq!(parse_value("-1"), Err(Error::Negative("-1".into())));
         assert_eq!(parse_milli("10E"), Err(Error::Overflow("10E".into())));
         assert_eq!(parse_nanos("-2"), Ok(-2 * NANO));
-        assert_eq!(
-            parse_nanos("9223372036854775807"),
-            Ok(i128::from(i64::MAX) * NANO)
-        );
-        assert_eq!(
-            parse_nanos("9223372036854775808"),
-            Err(Error::Overflow("9223372036854775808".into()))
-        );
+        assert_eq!(parse_nanos("9223372036854775807"), Ok(i128::from(i64::MAX) * NANO));
+        assert_eq!(parse_nanos("9223372036854775808"), Err(Error::Overflow("9223372036854775808".into())));
     }
 
     proptest! {

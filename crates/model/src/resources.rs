@@ -123,10 +123,7 @@ impl Resources {
     }
 
     /// Parses a Kubernetes resource list; `path` names the field in errors.
-    pub fn from_list(
-        list: Option<&BTreeMap<String, Quantity>>,
-        path: &str,
-    ) -> Result<Resources, String> {
+    pub fn from_list(list: Option<&BTreeMap<String, Quantity>>, path: &str) -> Result<Resources, String> {
         let mut r = Resources::default();
         let Some(list) = list else { return Ok(r) };
         for (name, q) in list {
@@ -156,7 +153,9 @@ pub fn is_extended(name: &str) -> bool {
         return false;
     }
     match name.split_once('/') {
-        Some((domain, _)) => !(domain == "kubernetes.io" || domain.ends_with(".kubernetes.io")),
+        Some((domain, _)) => {
+            !(domain == "kubernetes.io" || domain.ends_with(".kubernetes.io"))
+        }
         None => false,
     }
 }
@@ -172,31 +171,17 @@ mod tests {
 
     #[test]
     fn add_sub_max() {
-        let mut a = Resources {
-            milli_cpu: 100,
-            memory: 10,
-            ..Default::default()
-        };
+        let mut a = Resources { milli_cpu: 100, memory: 10, ..Default::default() };
         a.set("example.com/gpu", 2);
-        let mut b = Resources {
-            milli_cpu: 50,
-            memory: 20,
-            ..Default::default()
-        };
+        let mut b = Resources { milli_cpu: 50, memory: 20, ..Default::default() };
         b.set("example.com/gpu", 3);
         let mut s = a.clone();
         s.add(&b);
-        assert_eq!(
-            (s.milli_cpu, s.memory, s.scalar("example.com/gpu")),
-            (150, 30, 5)
-        );
+        assert_eq!((s.milli_cpu, s.memory, s.scalar("example.com/gpu")), (150, 30, 5));
         s.sub(&b);
         assert_eq!(s, a);
         a.max_with(&b);
-        assert_eq!(
-            (a.milli_cpu, a.memory, a.scalar("example.com/gpu")),
-            (100, 20, 3)
-        );
+        assert_eq!((a.milli_cpu, a.memory, a.scalar("example.com/gpu")), (100, 20, 3));
     }
 
     #[test]

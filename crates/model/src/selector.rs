@@ -39,20 +39,12 @@ impl PodLabels {
         for (k, v) in m {
             // An API object is at most a few MiB: offsets fit in u32. Should
             // one not, the labels past it are left out rather than misread.
-            let (Ok(ke), Ok(ve)) = (
-                u32::try_from(text.len() + k.len()),
-                u32::try_from(text.len() + k.len() + v.len()),
-            ) else {
-                break;
-            };
+            let (Ok(ke), Ok(ve)) = (u32::try_from(text.len() + k.len()), u32::try_from(text.len() + k.len() + v.len())) else { break };
             text.push_str(k);
             text.push_str(v);
             ends.push((ke, ve));
         }
-        PodLabels {
-            text: text.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
-        }
+        PodLabels { text: text.into_boxed_str(), ends: ends.into_boxed_slice() }
     }
 
     /// The number of labels.
@@ -66,18 +58,9 @@ impl PodLabels {
     }
 
     fn entry(&self, i: usize) -> (&str, &str) {
-        let start = if i == 0 {
-            0
-        } else {
-            self.ends.get(i - 1).map_or(0, |e| e.1 as usize)
-        };
-        let Some(&(ke, ve)) = self.ends.get(i) else {
-            return ("", "");
-        };
-        (
-            self.text.get(start..ke as usize).unwrap_or_default(),
-            self.text.get(ke as usize..ve as usize).unwrap_or_default(),
-        )
+        let start = if i == 0 { 0 } else { self.ends.get(i - 1).map_or(0, |e| e.1 as usize) };
+        let Some(&(ke, ve)) = self.ends.get(i) else { return ("", "") };
+        (self.text.get(start..ke as usize).unwrap_or_default(), self.text.get(ke as usize..ve as usize).unwrap_or_default())
     }
 
     /// The value of `key`.
@@ -107,9 +90,7 @@ impl PodLabels {
 
     /// The labels as a map.
     pub fn to_map(&self) -> Labels {
-        self.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        self.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 }
 
@@ -196,18 +177,12 @@ pub struct Selector {
 impl Selector {
     /// Matches every set of labels.
     pub fn everything() -> Self {
-        Selector {
-            reqs: Vec::new(),
-            nothing: false,
-        }
+        Selector { reqs: Vec::new(), nothing: false }
     }
 
     /// Matches no set of labels.
     pub fn nothing() -> Self {
-        Selector {
-            reqs: Vec::new(),
-            nothing: true,
-        }
+        Selector { reqs: Vec::new(), nothing: true }
     }
 
     /// True when the selector matches nothing.
@@ -241,22 +216,14 @@ impl Selector {
     /// Compiles a metav1.LabelSelector: a missing selector matches nothing and
     /// an empty one everything, as `metav1.LabelSelectorAsSelector` does.
     /// `path` names the field in errors.
-    pub fn from_label_selector(
-        ls: Option<&meta::LabelSelector>,
-        path: &str,
-    ) -> Result<Self, String> {
-        let Some(ls) = ls else {
-            return Ok(Selector::nothing());
-        };
+    pub fn from_label_selector(ls: Option<&meta::LabelSelector>, path: &str) -> Result<Self, String> {
+        let Some(ls) = ls else { return Ok(Selector::nothing()) };
         let mut sel = Selector::everything();
         if let Some(ml) = &ls.match_labels {
             for (k, v) in ml {
                 validate_key(k).map_err(|e| format!("{path}.matchLabels[{k}]: {e}"))?;
                 validate_value(v).map_err(|e| format!("{path}.matchLabels[{k}]: {e}"))?;
-                sel.push(Requirement {
-                    key: k.clone(),
-                    op: Op::In(vec![v.clone()]),
-                });
+                sel.push(Requirement { key: k.clone(), op: Op::In(vec![v.clone()]) });
             }
         }
         if let Some(me) = &ls.match_expressions {
@@ -269,31 +236,18 @@ impl Selector {
                 }
                 let op = match e.operator.as_str() {
                     "In" | "NotIn" if values.is_empty() => {
-                        return Err(format!(
-                            "{p}.values: must be specified for operator {}",
-                            e.operator
-                        ));
+                        return Err(format!("{p}.values: must be specified for operator {}", e.operator));
                     }
                     "In" => Op::In(values),
                     "NotIn" => Op::NotIn(values),
                     "Exists" | "DoesNotExist" if !values.is_empty() => {
-                        return Err(format!(
-                            "{p}.values: may not be specified for operator {}",
-                            e.operator
-                        ));
+                        return Err(format!("{p}.values: may not be specified for operator {}", e.operator));
                     }
                     "Exists" => Op::Exists,
                     "DoesNotExist" => Op::DoesNotExist,
-                    other => {
-                        return Err(format!(
-                            "{p}.operator: {other:?} is not a valid label selector operator"
-                        ));
-                    }
+                    other => return Err(format!("{p}.operator: {other:?} is not a valid label selector operator")),
                 };
-                sel.push(Requirement {
-                    key: e.key.clone(),
-                    op,
-                });
+                sel.push(Requirement { key: e.key.clone(), op });
             }
         }
         Ok(sel)
@@ -304,10 +258,7 @@ impl Selector {
         Selector {
             reqs: m
                 .iter()
-                .map(|(k, v)| Requirement {
-                    key: k.clone(),
-                    op: Op::In(vec![v.clone()]),
-                })
+                .map(|(k, v)| Requirement { key: k.clone(), op: Op::In(vec![v.clone()]) })
                 .collect(),
             nothing: false,
         }
@@ -322,20 +273,11 @@ pub fn validate_key(k: &str) -> Result<(), String> {
         None => (None, k),
     };
     if let Some(p) = prefix
-        && (p.is_empty()
-            || p.len() > 253
-            || !p
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'))
-    {
-        return Err(format!(
-            "invalid label key {k:?}: prefix must be a DNS subdomain"
-        ));
-    }
+        && (p.is_empty() || p.len() > 253 || !p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')) {
+            return Err(format!("invalid label key {k:?}: prefix must be a DNS subdomain"));
+        }
     if name.is_empty() {
-        return Err(format!(
-            "invalid label key {k:?}: name part must be non-empty"
-        ));
+        return Err(format!("invalid label key {k:?}: name part must be non-empty"));
     }
     validate_name_part(name).map_err(|e| format!("invalid label key {k:?}: {e}"))
 }
@@ -389,24 +331,15 @@ impl NodeSelectorTerm {
         for (i, e) in exprs_in.iter().enumerate() {
             let p = format!("{path}.matchExpressions[{i}]");
             validate_key(&e.key).map_err(|m| format!("{p}.key: {m}"))?;
-            exprs.push(Requirement {
-                key: e.key.clone(),
-                op: node_op(&e.operator, e.values.as_deref(), &p, false)?,
-            });
+            exprs.push(Requirement { key: e.key.clone(), op: node_op(&e.operator, e.values.as_deref(), &p, false)? });
         }
         let mut fields = Vec::with_capacity(fields_in.len());
         for (i, e) in fields_in.iter().enumerate() {
             let p = format!("{path}.matchFields[{i}]");
             if e.key != "metadata.name" {
-                return Err(format!(
-                    "{p}.key: {:?} is not a supported field selector key (only metadata.name)",
-                    e.key
-                ));
+                return Err(format!("{p}.key: {:?} is not a supported field selector key (only metadata.name)", e.key));
             }
-            fields.push(Requirement {
-                key: e.key.clone(),
-                op: node_op(&e.operator, e.values.as_deref(), &p, true)?,
-            });
+            fields.push(Requirement { key: e.key.clone(), op: node_op(&e.operator, e.values.as_deref(), &p, true)? });
         }
         Ok(Some(NodeSelectorTerm { exprs, fields }))
     }
@@ -414,13 +347,7 @@ impl NodeSelectorTerm {
 
 fn node_op(op: &str, values: Option<&[String]>, path: &str, field: bool) -> Result<Op, String> {
     let values = values.unwrap_or_default().to_vec();
-    let need = |ok: bool, what: &str| {
-        if ok {
-            Ok(())
-        } else {
-            Err(format!("{path}.values: {what} for operator {op}"))
-        }
-    };
+    let need = |ok: bool, what: &str| if ok { Ok(()) } else { Err(format!("{path}.values: {what} for operator {op}")) };
     Ok(match op {
         "In" | "NotIn" => {
             if field {
@@ -428,19 +355,11 @@ fn node_op(op: &str, values: Option<&[String]>, path: &str, field: bool) -> Resu
             } else {
                 need(!values.is_empty(), "must be non-empty")?;
             }
-            if op == "In" {
-                Op::In(values)
-            } else {
-                Op::NotIn(values)
-            }
+            if op == "In" { Op::In(values) } else { Op::NotIn(values) }
         }
         "Exists" | "DoesNotExist" if !field => {
             need(values.is_empty(), "must be empty")?;
-            if op == "Exists" {
-                Op::Exists
-            } else {
-                Op::DoesNotExist
-            }
+            if op == "Exists" { Op::Exists } else { Op::DoesNotExist }
         }
         "Gt" | "Lt" if !field => {
             need(values.len() == 1, "must have exactly one value")?;
@@ -449,11 +368,7 @@ fn node_op(op: &str, values: Option<&[String]>, path: &str, field: bool) -> Resu
                 .map_err(|_| format!("{path}.values[0]: {:?} is not an integer", values[0]))?;
             if op == "Gt" { Op::Gt(n) } else { Op::Lt(n) }
         }
-        other => {
-            return Err(format!(
-                "{path}.operator: {other:?} is not a valid node selector operator"
-            ));
-        }
+        other => return Err(format!("{path}.operator: {other:?} is not a valid node selector operator")),
     })
 }
 
@@ -474,9 +389,7 @@ impl NodeSelector {
     pub fn compile(ns: &core::NodeSelector, path: &str) -> Result<Self, String> {
         let mut terms = Vec::new();
         for (i, t) in ns.node_selector_terms.iter().enumerate() {
-            if let Some(t) =
-                NodeSelectorTerm::compile(t, &format!("{path}.nodeSelectorTerms[{i}]"))?
-            {
+            if let Some(t) = NodeSelectorTerm::compile(t, &format!("{path}.nodeSelectorTerms[{i}]"))? {
                 terms.push(t);
             }
         }
@@ -489,18 +402,12 @@ mod tests {
     use super::*;
 
     fn labels(kv: &[(&str, &str)]) -> Labels {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
     fn label_selector_semantics() {
-        assert!(
-            !Selector::from_label_selector(None, "s")
-                .unwrap_or_else(|_| Selector::everything())
-                .matches(&labels(&[]))
-        );
+        assert!(!Selector::from_label_selector(None, "s").unwrap_or_else(|_| Selector::everything()).matches(&labels(&[])));
         let empty = meta::LabelSelector::default();
         let s = Selector::from_label_selector(Some(&empty), "s");
         assert_eq!(s.map(|s| s.matches(&labels(&[("a", "b")]))), Ok(true));
@@ -528,53 +435,28 @@ mod tests {
                 values: None,
             }]),
         };
-        let e =
-            Selector::from_label_selector(Some(&ls), "spec.x.labelSelector").expect_err("invalid");
-        assert!(
-            e.contains("spec.x.labelSelector.matchExpressions[0].operator"),
-            "{e}"
-        );
-        let ls = meta::LabelSelector {
-            match_labels: Some([("bad key!".to_string(), "v".to_string())].into()),
-            match_expressions: None,
-        };
+        let e = Selector::from_label_selector(Some(&ls), "spec.x.labelSelector").expect_err("invalid");
+        assert!(e.contains("spec.x.labelSelector.matchExpressions[0].operator"), "{e}");
+        let ls = meta::LabelSelector { match_labels: Some([("bad key!".to_string(), "v".to_string())].into()), match_expressions: None };
         assert!(Selector::from_label_selector(Some(&ls), "s").is_err());
     }
 
     #[test]
     fn node_selector_terms() {
         let t = core::NodeSelectorTerm {
-            match_expressions: Some(vec![core::NodeSelectorRequirement {
-                key: "n".into(),
-                operator: "Gt".into(),
-                values: Some(vec!["5".into()]),
-            }]),
-            match_fields: Some(vec![core::NodeSelectorRequirement {
-                key: "metadata.name".into(),
-                operator: "In".into(),
-                values: Some(vec!["node-1".into()]),
-            }]),
+            match_expressions: Some(vec![core::NodeSelectorRequirement { key: "n".into(), operator: "Gt".into(), values: Some(vec!["5".into()]) }]),
+            match_fields: Some(vec![core::NodeSelectorRequirement { key: "metadata.name".into(), operator: "In".into(), values: Some(vec!["node-1".into()]) }]),
         };
-        let t = NodeSelectorTerm::compile(&t, "t")
-            .expect("valid")
-            .expect("non-empty");
+        let t = NodeSelectorTerm::compile(&t, "t").expect("valid").expect("non-empty");
         assert!(t.matches("node-1", &labels(&[("n", "6")])));
         assert!(!t.matches("node-2", &labels(&[("n", "6")])));
         assert!(!t.matches("node-1", &labels(&[("n", "5")])));
-        assert_eq!(
-            NodeSelectorTerm::compile(&core::NodeSelectorTerm::default(), "t"),
-            Ok(None)
-        );
+        assert_eq!(NodeSelectorTerm::compile(&core::NodeSelectorTerm::default(), "t"), Ok(None));
     }
 
     #[test]
     fn pod_labels_read_as_the_map_they_were_made_from() {
-        let m = labels(&[
-            ("app", "web"),
-            ("a", ""),
-            ("pod-template-hash", "5d4f"),
-            ("zz/key", "v"),
-        ]);
+        let m = labels(&[("app", "web"), ("a", ""), ("pod-template-hash", "5d4f"), ("zz/key", "v")]);
         let p = PodLabels::from_map(&m);
         assert_eq!((p.len(), p.is_empty()), (4, false));
         for (k, v) in &m {
@@ -586,18 +468,10 @@ mod tests {
         assert_eq!(p.to_map(), m);
         assert!(p.iter().map(|(k, _)| k).eq(m.keys().map(String::as_str)));
         assert_eq!(format!("{p:?}"), format!("{m:?}"));
-        assert_eq!(
-            p,
-            m.iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect::<PodLabels>()
-        );
+        assert_eq!(p, m.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<PodLabels>());
         assert_ne!(p, PodLabels::from_map(&labels(&[("app", "web")])));
         // Keys and values are not confused across their boundary.
-        assert_ne!(
-            PodLabels::from_map(&labels(&[("ab", "c")])),
-            PodLabels::from_map(&labels(&[("a", "bc")]))
-        );
+        assert_ne!(PodLabels::from_map(&labels(&[("ab", "c")])), PodLabels::from_map(&labels(&[("a", "bc")])));
         let empty = PodLabels::default();
         assert_eq!((empty.len(), empty.get("a")), (0, None));
         let sel = Selector::from_map(&labels(&[("app", "web")]));

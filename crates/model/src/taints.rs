@@ -76,11 +76,7 @@ impl Toleration {
             exists: op == "Exists",
             bad_operator: !matches!(op, "" | "Equal" | "Exists"),
             value: t.value.clone().unwrap_or_default(),
-            effect: t
-                .effect
-                .as_deref()
-                .filter(|e| !e.is_empty())
-                .map(Effect::parse),
+            effect: t.effect.as_deref().filter(|e| !e.is_empty()).map(Effect::parse),
         }
     }
 
@@ -106,10 +102,7 @@ pub fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
 
 /// The first taint with effect NoSchedule or NoExecute that no toleration
 /// tolerates (upstream `FindMatchingUntoleratedTaint` with that filter).
-pub fn first_untolerated_hard<'a>(
-    taints: &'a [Taint],
-    tolerations: &[Toleration],
-) -> Option<&'a Taint> {
+pub fn first_untolerated_hard<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
     taints
         .iter()
         .filter(|t| matches!(t.effect, Effect::NoSchedule | Effect::NoExecute))
@@ -121,24 +114,13 @@ mod tests {
     use super::*;
 
     fn taint(k: &str, v: &str, e: Effect) -> Taint {
-        Taint {
-            key: k.into(),
-            value: v.into(),
-            effect: e,
-            effect_name: format!("{e:?}"),
-        }
+        Taint { key: k.into(), value: v.into(), effect: e, effect_name: format!("{e:?}") }
     }
 
     #[test]
     fn toleration_table() {
         let t = taint("dedicated", "gpu", Effect::NoSchedule);
-        let tol = |k: &str, exists: bool, v: &str, e: Option<Effect>| Toleration {
-            key: k.into(),
-            exists,
-            bad_operator: false,
-            value: v.into(),
-            effect: e,
-        };
+        let tol = |k: &str, exists: bool, v: &str, e: Option<Effect>| Toleration { key: k.into(), exists, bad_operator: false, value: v.into(), effect: e };
         assert!(tol("dedicated", false, "gpu", None).tolerates(&t));
         assert!(!tol("dedicated", false, "cpu", None).tolerates(&t));
         assert!(tol("dedicated", true, "", Some(Effect::NoSchedule)).tolerates(&t));

@@ -24,11 +24,7 @@ pub fn pod(name: &str) -> PodBuilder {
     p.metadata.namespace = Some("default".into());
     p.metadata.uid = Some(format!("uid-{name}"));
     p.spec = Some(core::PodSpec {
-        containers: vec![core::Container {
-            name: "c0".into(),
-            image: Some("registry.k8s.io/pause:3.10".into()),
-            ..Default::default()
-        }],
+        containers: vec![core::Container { name: "c0".into(), image: Some("registry.k8s.io/pause:3.10".into()), ..Default::default() }],
         ..Default::default()
     });
     PodBuilder { pod: p }
@@ -49,11 +45,7 @@ impl PodBuilder {
 
     /// Adds a label.
     pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.pod
-            .metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        self.pod.metadata.labels.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
         self
     }
 
@@ -78,75 +70,52 @@ impl PodBuilder {
         if !mem.is_empty() {
             m.insert("memory".to_string(), Quantity(mem.into()));
         }
-        self.spec().containers[0].resources = Some(core::ResourceRequirements {
-            requests: Some(m),
-            ..Default::default()
-        });
+        self.spec().containers[0].resources = Some(core::ResourceRequirements { requests: Some(m), ..Default::default() });
         self
     }
 
     /// Sets one request of the first container.
     pub fn request(mut self, name: &str, q: &str) -> Self {
         let c = &mut self.spec().containers[0];
-        c.resources
-            .get_or_insert_with(Default::default)
-            .requests
-            .get_or_insert_with(BTreeMap::new)
-            .insert(name.into(), Quantity(q.into()));
+        c.resources.get_or_insert_with(Default::default).requests.get_or_insert_with(BTreeMap::new).insert(name.into(), Quantity(q.into()));
         self
     }
 
     /// Adds a container with an image.
     pub fn image(mut self, image: &str) -> Self {
         let n = self.spec().containers.len();
-        self.spec().containers.push(core::Container {
-            name: format!("c{n}"),
-            image: Some(image.into()),
-            ..Default::default()
-        });
+        self.spec().containers.push(core::Container { name: format!("c{n}"), image: Some(image.into()), ..Default::default() });
         self
     }
 
     /// Adds a host port to the first container.
     pub fn host_port(mut self, port: i32, protocol: &str, ip: &str) -> Self {
         let c = &mut self.spec().containers[0];
-        c.ports
-            .get_or_insert_with(Vec::new)
-            .push(core::ContainerPort {
-                container_port: port,
-                host_port: Some(port),
-                protocol: Some(protocol.into()),
-                host_ip: if ip.is_empty() { None } else { Some(ip.into()) },
-                ..Default::default()
-            });
+        c.ports.get_or_insert_with(Vec::new).push(core::ContainerPort {
+            container_port: port,
+            host_port: Some(port),
+            protocol: Some(protocol.into()),
+            host_ip: if ip.is_empty() { None } else { Some(ip.into()) },
+            ..Default::default()
+        });
         self
     }
 
     /// Adds a toleration (operator Exists when value is None).
     pub fn toleration(mut self, key: &str, value: Option<&str>, effect: &str) -> Self {
-        self.spec()
-            .tolerations
-            .get_or_insert_with(Vec::new)
-            .push(core::Toleration {
-                key: Some(key.into()),
-                operator: Some(if value.is_some() { "Equal" } else { "Exists" }.into()),
-                value: value.map(Into::into),
-                effect: if effect.is_empty() {
-                    None
-                } else {
-                    Some(effect.into())
-                },
-                ..Default::default()
-            });
+        self.spec().tolerations.get_or_insert_with(Vec::new).push(core::Toleration {
+            key: Some(key.into()),
+            operator: Some(if value.is_some() { "Equal" } else { "Exists" }.into()),
+            value: value.map(Into::into),
+            effect: if effect.is_empty() { None } else { Some(effect.into()) },
+            ..Default::default()
+        });
         self
     }
 
     /// Adds a nodeSelector entry.
     pub fn node_selector(mut self, k: &str, v: &str) -> Self {
-        self.spec()
-            .node_selector
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        self.spec().node_selector.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
         self
     }
 
@@ -158,34 +127,25 @@ impl PodBuilder {
 
     /// Adds a topology spread constraint selecting `sel` (key → value, "" for Exists).
     pub fn spread(mut self, max_skew: i32, key: &str, when: &str, sel: &[(&str, &str)]) -> Self {
-        self.spec()
-            .topology_spread_constraints
-            .get_or_insert_with(Vec::new)
-            .push(core::TopologySpreadConstraint {
-                max_skew,
-                topology_key: key.into(),
-                when_unsatisfiable: when.into(),
-                label_selector: Some(selector(sel)),
-                ..Default::default()
-            });
+        self.spec().topology_spread_constraints.get_or_insert_with(Vec::new).push(core::TopologySpreadConstraint {
+            max_skew,
+            topology_key: key.into(),
+            when_unsatisfiable: when.into(),
+            label_selector: Some(selector(sel)),
+            ..Default::default()
+        });
         self
     }
 
     /// Adds a topology spread constraint as given (for minDomains, policies, matchLabelKeys).
     pub fn spread_constraint(mut self, c: core::TopologySpreadConstraint) -> Self {
-        self.spec()
-            .topology_spread_constraints
-            .get_or_insert_with(Vec::new)
-            .push(c);
+        self.spec().topology_spread_constraints.get_or_insert_with(Vec::new).push(c);
         self
     }
 
     /// Adds a scheduling gate.
     pub fn gate(mut self, name: &str) -> Self {
-        self.spec()
-            .scheduling_gates
-            .get_or_insert_with(Vec::new)
-            .push(core::PodSchedulingGate { name: name.into() });
+        self.spec().scheduling_gates.get_or_insert_with(Vec::new).push(core::PodSchedulingGate { name: name.into() });
         self
     }
 
@@ -215,37 +175,26 @@ impl PodBuilder {
     /// (DisruptionTarget condition with reason PreemptionByScheduler).
     pub fn preempted(self) -> Self {
         let mut b = self.terminating();
-        b.pod
-            .status
-            .get_or_insert_with(Default::default)
-            .conditions
-            .get_or_insert_with(Vec::new)
-            .push(core::PodCondition {
-                type_: "DisruptionTarget".into(),
-                status: "True".into(),
-                reason: Some("PreemptionByScheduler".into()),
-                ..Default::default()
-            });
+        b.pod.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new).push(core::PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("PreemptionByScheduler".into()),
+            ..Default::default()
+        });
         b
     }
 
     /// Sets status.startTime (ms since epoch).
     pub fn started(mut self, ms: i64) -> Self {
         if let Ok(t) = k8s_openapi::jiff::Timestamp::from_millisecond(ms) {
-            self.pod
-                .status
-                .get_or_insert_with(Default::default)
-                .start_time = Some(meta::Time(t));
+            self.pod.status.get_or_insert_with(Default::default).start_time = Some(meta::Time(t));
         }
         self
     }
 
     /// Sets status.nominatedNodeName.
     pub fn nominated(mut self, node: &str) -> Self {
-        self.pod
-            .status
-            .get_or_insert_with(Default::default)
-            .nominated_node_name = Some(node.into());
+        self.pod.status.get_or_insert_with(Default::default).nominated_node_name = Some(node.into());
         self
     }
 
@@ -267,19 +216,12 @@ pub fn selector(sel: &[(&str, &str)]) -> meta::LabelSelector {
     let mut me = Vec::new();
     for (k, v) in sel {
         if v.is_empty() {
-            me.push(meta::LabelSelectorRequirement {
-                key: (*k).into(),
-                operator: "Exists".into(),
-                values: None,
-            });
+            me.push(meta::LabelSelectorRequirement { key: (*k).into(), operator: "Exists".into(), values: None });
         } else {
             ml.insert((*k).to_string(), (*v).to_string());
         }
     }
-    meta::LabelSelector {
-        match_labels: Some(ml),
-        match_expressions: Some(me),
-    }
+    meta::LabelSelector { match_labels: Some(ml), match_expressions: Some(me) }
 }
 
 /// A node under construction.
@@ -293,19 +235,13 @@ pub struct NodeBuilder {
 pub fn node(name: &str) -> NodeBuilder {
     let mut n = core::Node::default();
     n.metadata.name = Some(name.into());
-    NodeBuilder { node: n }
-        .label("kubernetes.io/hostname", name)
-        .alloc("4", "32Gi", 110)
+    NodeBuilder { node: n }.label("kubernetes.io/hostname", name).alloc("4", "32Gi", 110)
 }
 
 impl NodeBuilder {
     /// Adds a label.
     pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.node
-            .metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        self.node.metadata.labels.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
         self
     }
 
@@ -324,9 +260,7 @@ impl NodeBuilder {
     /// Sets one allocatable resource.
     pub fn resource(mut self, name: &str, q: &str) -> Self {
         let st = self.node.status.get_or_insert_with(Default::default);
-        st.allocatable
-            .get_or_insert_with(BTreeMap::new)
-            .insert(name.into(), Quantity(q.into()));
+        st.allocatable.get_or_insert_with(BTreeMap::new).insert(name.into(), Quantity(q.into()));
         self
     }
 
@@ -335,11 +269,7 @@ impl NodeBuilder {
         let spec = self.node.spec.get_or_insert_with(Default::default);
         spec.taints.get_or_insert_with(Vec::new).push(core::Taint {
             key: key.into(),
-            value: if value.is_empty() {
-                None
-            } else {
-                Some(value.into())
-            },
+            value: if value.is_empty() { None } else { Some(value.into()) },
             effect: effect.into(),
             ..Default::default()
         });
@@ -348,22 +278,14 @@ impl NodeBuilder {
 
     /// Marks the node unschedulable.
     pub fn unschedulable(mut self) -> Self {
-        self.node
-            .spec
-            .get_or_insert_with(Default::default)
-            .unschedulable = Some(true);
+        self.node.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
         self
     }
 
     /// Adds an image of the given size.
     pub fn image(mut self, name: &str, size: i64) -> Self {
         let st = self.node.status.get_or_insert_with(Default::default);
-        st.images
-            .get_or_insert_with(Vec::new)
-            .push(core::ContainerImage {
-                names: Some(vec![name.into()]),
-                size_bytes: Some(size),
-            });
+        st.images.get_or_insert_with(Vec::new).push(core::ContainerImage { names: Some(vec![name.into()]), size_bytes: Some(size) });
         self
     }
 

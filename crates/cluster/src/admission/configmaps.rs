@@ -6,11 +6,7 @@ use serde_json::Value;
 use crate::resources::{Admission, Error, View};
 
 /// The ConfigMap rules.
-pub const ADMISSION: Admission = Admission {
-    create: Some(create),
-    update: Some(update),
-    ..Admission::NONE
-};
+pub const ADMISSION: Admission = Admission { create: Some(create), update: Some(update), ..Admission::NONE };
 
 /// What a ConfigMap's or a Secret's data may hold, in bytes (upstream's
 /// `core.MaxSecretSize`, 1 MiB; ConfigMaps share it).
@@ -31,20 +27,14 @@ fn check(v: &Value) -> Result<(), Error> {
     let text: usize = values(v, "data").map(str::len).sum();
     let binary: usize = values(v, "binaryData").map(decoded_len).sum();
     if text.saturating_add(binary) > MAX_DATA_BYTES {
-        return Err(Error::Invalid(vec![format!(
-            "[]: Too long: may not be more than {MAX_DATA_BYTES} bytes"
-        )]));
+        return Err(Error::Invalid(vec![format!("[]: Too long: may not be more than {MAX_DATA_BYTES} bytes")]));
     }
     Ok(())
 }
 
 /// The string values of the map at `field`.
 pub(crate) fn values<'a>(v: &'a Value, field: &str) -> impl Iterator<Item = &'a str> {
-    v.get(field)
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .filter_map(|(_, x)| x.as_str())
+    v.get(field).and_then(Value::as_object).into_iter().flatten().filter_map(|(_, x)| x.as_str())
 }
 
 /// How many bytes standard base64 text decodes to (the typed round trip
@@ -73,14 +63,8 @@ mod tests {
     fn data_and_binary_data_share_one_mebibyte() {
         let at_limit = json!({"data": {"a": "x".repeat(MAX_DATA_BYTES)}});
         assert!(create(&Objects::default(), "c", &mut at_limit.clone()).is_ok());
-        let over =
-            json!({"data": {"a": "x".repeat(MAX_DATA_BYTES - 2)}, "binaryData": {"b": "AAAA"}});
-        let Err(Error::Invalid(errs)) = update(&json!({}), &mut over.clone()) else {
-            panic!("1 MiB + 1 byte admitted")
-        };
-        assert_eq!(
-            errs,
-            vec!["[]: Too long: may not be more than 1048576 bytes".to_string()]
-        );
+        let over = json!({"data": {"a": "x".repeat(MAX_DATA_BYTES - 2)}, "binaryData": {"b": "AAAA"}});
+        let Err(Error::Invalid(errs)) = update(&json!({}), &mut over.clone()) else { panic!("1 MiB + 1 byte admitted") };
+        assert_eq!(errs, vec!["[]: Too long: may not be more than 1048576 bytes".to_string()]);
     }
 }

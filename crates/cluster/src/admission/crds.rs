@@ -7,11 +7,7 @@ use crate::object::{now_rfc3339, set_path};
 use crate::resources::{Admission, Error, View};
 
 /// The CRD rules.
-pub const ADMISSION: Admission = Admission {
-    create: Some(create),
-    update: Some(update),
-    ..Admission::NONE
-};
+pub const ADMISSION: Admission = Admission { create: Some(create), update: Some(update), ..Admission::NONE };
 
 fn create(_: &dyn View, _name: &str, v: &mut Value) -> Result<(), Error> {
     let errs = crate::crd::validate(v);

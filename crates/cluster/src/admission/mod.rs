@@ -70,19 +70,12 @@ pub(crate) mod testing {
 
     impl View for Objects {
         fn get(&self, r: ResId, ns: &str, name: &str) -> Option<&Value> {
-            let text =
-                |v: &Value, p: &str| v.at(p).and_then(Value::as_str).unwrap_or("").to_string();
-            self.each(r)
-                .find(|v| text(v, "/metadata/namespace") == ns && text(v, "/metadata/name") == name)
+            let text = |v: &Value, p: &str| v.at(p).and_then(Value::as_str).unwrap_or("").to_string();
+            self.each(r).find(|v| text(v, "/metadata/namespace") == ns && text(v, "/metadata/name") == name)
         }
 
         fn each(&self, r: ResId) -> Box<dyn Iterator<Item = &Value> + '_> {
-            Box::new(
-                self.objects
-                    .iter()
-                    .filter(move |(k, _)| *k == r)
-                    .map(|(_, v)| v),
-            )
+            Box::new(self.objects.iter().filter(move |(k, _)| *k == r).map(|(_, v)| v))
         }
 
         fn storage_protection(&self) -> bool {

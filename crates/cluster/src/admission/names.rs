@@ -24,16 +24,14 @@ fn max_len_error(n: usize) -> String {
 }
 
 const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
-const DNS1123_SUBDOMAIN_FMT: &str =
-    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const LABEL_KEY_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
 const LABEL_KEY_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 
 /// `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 fn is_label_shape(s: &str) -> bool {
     !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -46,8 +44,7 @@ fn is_subdomain_shape(s: &str) -> bool {
 fn is_label_key_name_shape(s: &str) -> bool {
     let alnum = |b: u8| b.is_ascii_alphanumeric();
     !s.is_empty()
-        && s.bytes()
-            .all(|b| alnum(b) || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes().all(|b| alnum(b) || matches!(b, b'-' | b'_' | b'.'))
         && s.bytes().next().is_some_and(alnum)
         && s.bytes().last().is_some_and(alnum)
 }
@@ -99,22 +96,14 @@ pub fn qualified_name(v: &str) -> Vec<String> {
             if prefix.is_empty() {
                 errs.push("prefix part must be non-empty".into());
             } else {
-                errs.extend(
-                    dns1123_subdomain(prefix)
-                        .into_iter()
-                        .map(|m| format!("prefix part {m}")),
-                );
+                errs.extend(dns1123_subdomain(prefix).into_iter().map(|m| format!("prefix part {m}")));
             }
             *name
         }
         _ => {
             return vec![format!(
                 "a valid label key {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
-                regex_error(
-                    LABEL_KEY_MSG,
-                    LABEL_KEY_FMT,
-                    &["MyName", "my.name", "123-abc"]
-                )
+                regex_error(LABEL_KEY_MSG, LABEL_KEY_FMT, &["MyName", "my.name", "123-abc"])
             )];
         }
     };
@@ -124,14 +113,7 @@ pub fn qualified_name(v: &str) -> Vec<String> {
         errs.push(format!("name part {}", max_len_error(63)));
     }
     if !is_label_key_name_shape(name) {
-        errs.push(format!(
-            "name part {}",
-            regex_error(
-                LABEL_KEY_MSG,
-                LABEL_KEY_FMT,
-                &["MyName", "my.name", "123-abc"]
-            )
-        ));
+        errs.push(format!("name part {}", regex_error(LABEL_KEY_MSG, LABEL_KEY_FMT, &["MyName", "my.name", "123-abc"])));
     }
     errs
 }
@@ -158,11 +140,7 @@ pub fn port_name(v: &str) -> Vec<String> {
     if v.len() > 15 {
         errs.push(max_len_error(15));
     }
-    if v.is_empty()
-        || !v
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
         errs.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".into());
     }
     if !v.bytes().any(|b| b.is_ascii_lowercase()) {
@@ -201,13 +179,8 @@ pub fn quoted(s: &str) -> String {
 }
 
 /// `field.Invalid(path, "value", msg)` for each message.
-pub fn invalid_each<'a>(
-    path: &'a str,
-    value: &'a str,
-    msgs: Vec<String>,
-) -> impl Iterator<Item = String> + 'a {
-    msgs.into_iter()
-        .map(move |m| format!("{path}: Invalid value: {}: {m}", quoted(value)))
+pub fn invalid_each<'a>(path: &'a str, value: &'a str, msgs: Vec<String>) -> impl Iterator<Item = String> + 'a {
+    msgs.into_iter().map(move |m| format!("{path}: Invalid value: {}: {m}", quoted(value)))
 }
 
 #[cfg(test)]
@@ -219,9 +192,7 @@ mod tests {
         assert!(dns1123_label("web-1").is_empty());
         assert_eq!(
             dns1123_label("Web_1"),
-            [
-                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-            ]
+            ["a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"]
         );
         assert_eq!(dns1123_label("a.b"), ["must not contain dots"]);
         assert!(qualified_name("example.com/My_key.1").is_empty());
@@ -229,22 +200,10 @@ mod tests {
         assert_eq!(qualified_name("a/b/c").len(), 1);
         assert_eq!(qualified_name("bad key").len(), 1);
         assert!(label_value("").is_empty());
-        assert_eq!(
-            label_value(&"x".repeat(64)),
-            ["must be no more than 63 bytes"]
-        );
+        assert_eq!(label_value(&"x".repeat(64)), ["must be no more than 63 bytes"]);
         assert!(port_name("http-2").is_empty());
-        assert_eq!(
-            port_name("8080"),
-            ["must contain at least one letter (a-z)"]
-        );
-        assert_eq!(
-            port_name("-a--b"),
-            [
-                "must not contain consecutive hyphens",
-                "must not begin or end with a hyphen"
-            ]
-        );
+        assert_eq!(port_name("8080"), ["must contain at least one letter (a-z)"]);
+        assert_eq!(port_name("-a--b"), ["must not contain consecutive hyphens", "must not begin or end with a hyphen"]);
         assert!(env_var_name("1 weird.NAME").is_empty());
         assert_eq!(env_var_name("A=B").len(), 1);
     }

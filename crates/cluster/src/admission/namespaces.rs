@@ -10,19 +10,10 @@ use crate::object::set_path;
 use crate::resources::{Admission, Error, View};
 
 /// The Namespace rules.
-pub const ADMISSION: Admission = Admission {
-    create: Some(create),
-    update: Some(update),
-    delete: Some(delete),
-    ..Admission::NONE
-};
+pub const ADMISSION: Admission = Admission { create: Some(create), update: Some(update), delete: Some(delete), ..Admission::NONE };
 
 fn create(_: &dyn View, name: &str, v: &mut Value) -> Result<(), Error> {
-    set_path(
-        v,
-        &["metadata", "labels", "kubernetes.io/metadata.name"],
-        json!(name),
-    );
+    set_path(v, &["metadata", "labels", "kubernetes.io/metadata.name"], json!(name));
     set_path(v, &["spec", "finalizers"], json!(["kubernetes"]));
     set_path(v, &["status"], json!({"phase": "Active"}));
     Ok(())

@@ -8,11 +8,7 @@ use serde_json::{Value, json};
 use crate::resources::{Admission, Error, View};
 
 /// The Secret rules.
-pub const ADMISSION: Admission = Admission {
-    create: Some(create),
-    update: Some(update),
-    ..Admission::NONE
-};
+pub const ADMISSION: Admission = Admission { create: Some(create), update: Some(update), ..Admission::NONE };
 
 fn create(_: &dyn View, _name: &str, v: &mut Value) -> Result<(), Error> {
     fold_string_data(v);
@@ -23,12 +19,9 @@ fn update(old: &Value, new: &mut Value) -> Result<(), Error> {
     fold_string_data(new);
     data_size(new)?;
     if old.get("immutable").and_then(Value::as_bool) == Some(true)
-        && (old.get("data") != new.get("data")
-            || new.get("immutable").and_then(Value::as_bool) != Some(true))
+        && (old.get("data") != new.get("data") || new.get("immutable").and_then(Value::as_bool) != Some(true))
     {
-        return Err(Error::Invalid(vec![
-            "data: Forbidden: field is immutable when `immutable` is set".into(),
-        ]));
+        return Err(Error::Invalid(vec!["data: Forbidden: field is immutable when `immutable` is set".into()]));
     }
     Ok(())
 }
@@ -38,9 +31,7 @@ fn update(old: &Value, new: &mut Value) -> Result<(), Error> {
 fn data_size(v: &Value) -> Result<(), Error> {
     use super::configmaps::{MAX_DATA_BYTES, decoded_len, values};
     if values(v, "data").map(decoded_len).sum::<usize>() > MAX_DATA_BYTES {
-        return Err(Error::Invalid(vec![format!(
-            "data: Too long: may not be more than {MAX_DATA_BYTES} bytes"
-        )]));
+        return Err(Error::Invalid(vec![format!("data: Too long: may not be more than {MAX_DATA_BYTES} bytes")]));
     }
     Ok(())
 }
@@ -57,14 +48,8 @@ fn fold_string_data(v: &mut Value) {
         }
         if let Some(d) = data.as_object_mut() {
             for (k, val) in sd {
-                let text = val
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| val.to_string());
-                d.insert(
-                    k,
-                    json!(base64::engine::general_purpose::STANDARD.encode(text)),
-                );
+                let text = val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string());
+                d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(text)));
             }
         }
     }
@@ -81,13 +66,8 @@ mod tests {
         let mut ok = json!({"stringData": {"k": "x".repeat(1024 * 1024)}});
         assert!(create(&Objects::default(), "s", &mut ok).is_ok());
         let mut over = json!({"stringData": {"k": "x".repeat(1024 * 1024), "l": "y"}});
-        let Err(Error::Invalid(errs)) = create(&Objects::default(), "s", &mut over) else {
-            panic!("1 MiB + 1 byte admitted")
-        };
-        assert_eq!(
-            errs,
-            vec!["data: Too long: may not be more than 1048576 bytes".to_string()]
-        );
+        let Err(Error::Invalid(errs)) = create(&Objects::default(), "s", &mut over) else { panic!("1 MiB + 1 byte admitted") };
+        assert_eq!(errs, vec!["data: Too long: may not be more than 1048576 bytes".to_string()]);
     }
 
     #[test]
@@ -99,8 +79,6 @@ mod tests {
         let mut same = json!({"immutable": true, "stringData": {"k": "v"}});
         assert!(update(&old, &mut same).is_ok());
         let mut changed = json!({"immutable": true, "data": {"k": "eA=="}});
-        assert!(
-            matches!(update(&old, &mut changed), Err(Error::Invalid(e)) if e[0].starts_with("data: Forbidden"))
-        );
+        assert!(matches!(update(&old, &mut changed), Err(Error::Invalid(e)) if e[0].starts_with("data: Forbidden")));
     }
 }

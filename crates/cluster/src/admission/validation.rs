@@ -8,8 +8,8 @@
 use serde_json::Value;
 
 use super::names::{self, invalid_each, quoted};
-use crate::jsonptr::Pointer as _;
 use berth_model::quantity::{self, Quantity};
+use crate::jsonptr::Pointer as _;
 
 /// Upstream's `TotalAnnotationSizeLimitB`.
 pub const ANNOTATIONS_LIMIT: usize = 256 * 1024;
@@ -20,12 +20,7 @@ fn pod_spec_pointers(kind: &str) -> &'static [&'static str] {
     match kind {
         "Pod" => &["/spec"],
         "PodTemplate" => &["/template/spec"],
-        "Deployment"
-        | "ReplicaSet"
-        | "StatefulSet"
-        | "DaemonSet"
-        | "Job"
-        | "ReplicationController" => &["/spec/template/spec"],
+        "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet" | "Job" | "ReplicationController" => &["/spec/template/spec"],
         "CronJob" => &["/spec/jobTemplate/spec/template/spec"],
         _ => &[],
     }
@@ -43,11 +38,7 @@ pub fn pod_templates(kind: &str, v: &Value) -> Vec<String> {
     let mut errs = Vec::new();
     for pointer in pod_spec_pointers(kind) {
         if let Some(spec) = v.at(pointer).filter(|s| s.is_object()) {
-            errs.extend(pod_spec_of(
-                spec,
-                &pointer.trim_start_matches('/').replace('/', "."),
-                Of::Template,
-            ));
+            errs.extend(pod_spec_of(spec, &pointer.trim_start_matches('/').replace('/', "."), Of::Template));
         }
     }
     errs
@@ -71,30 +62,13 @@ const POD_SPEC_LISTS: &[&str] = &[
 /// Resource lists of other kinds.
 fn other_lists(kind: &str) -> &'static [&'static str] {
     match kind {
-        "Pod" => &[
-            "/status/containerStatuses/*/allocatedResources",
-            "/status/initContainerStatuses/*/allocatedResources",
-        ],
+        "Pod" => &["/status/containerStatuses/*/allocatedResources", "/status/initContainerStatuses/*/allocatedResources"],
         "Node" => &["/status/capacity", "/status/allocatable"],
-        "PersistentVolumeClaim" => &[
-            "/spec/resources/requests",
-            "/spec/resources/limits",
-            "/status/capacity",
-            "/status/allocatedResources",
-        ],
+        "PersistentVolumeClaim" => &["/spec/resources/requests", "/spec/resources/limits", "/status/capacity", "/status/allocatedResources"],
         "PersistentVolume" => &["/spec/capacity"],
-        "StatefulSet" => &[
-            "/spec/volumeClaimTemplates/*/spec/resources/requests",
-            "/spec/volumeClaimTemplates/*/spec/resources/limits",
-        ],
+        "StatefulSet" => &["/spec/volumeClaimTemplates/*/spec/resources/requests", "/spec/volumeClaimTemplates/*/spec/resources/limits"],
         "ResourceQuota" => &["/spec/hard", "/status/hard", "/status/used"],
-        "LimitRange" => &[
-            "/spec/limits/*/max",
-            "/spec/limits/*/min",
-            "/spec/limits/*/default",
-            "/spec/limits/*/defaultRequest",
-            "/spec/limits/*/maxLimitRequestRatio",
-        ],
+        "LimitRange" => &["/spec/limits/*/max", "/spec/limits/*/min", "/spec/limits/*/default", "/spec/limits/*/defaultRequest", "/spec/limits/*/maxLimitRequestRatio"],
         _ => &[],
     }
 }
@@ -153,20 +127,14 @@ fn quantity_error(q: &Value) -> Option<quantity::SyntaxError> {
 
 /// `metadata.annotations`: at most 256 KiB of keys and values together.
 pub fn annotations(v: &Value) -> Option<String> {
-    let total: usize = v
-        .at("/metadata/annotations")
-        .and_then(Value::as_object)?
-        .iter()
-        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
-        .sum();
-    (total > ANNOTATIONS_LIMIT).then(|| {
-        format!("metadata.annotations: Too long: may not be more than {ANNOTATIONS_LIMIT} bytes")
-    })
+    let total: usize = v.at("/metadata/annotations").and_then(Value::as_object)?.iter().map(|(k, v)| k.len() + v.as_str().map_or(0, str::len)).sum();
+    (total > ANNOTATIONS_LIMIT).then(|| format!("metadata.annotations: Too long: may not be more than {ANNOTATIONS_LIMIT} bytes"))
 }
 
 fn text(v: &Value, key: &str) -> String {
     v.get(key).and_then(Value::as_str).unwrap_or("").to_string()
 }
+
 
 /// A container's name must not repeat one `seen` before it (across
 /// containers, init and ephemeral containers), as upstream's
@@ -202,12 +170,7 @@ enum Of {
 fn pod_spec_of(spec: &Value, path: &str, of: Of) -> Vec<String> {
     let mut errs = Vec::new();
     let volumes = volumes(spec, &format!("{path}.volumes"), &mut errs);
-    let list = |key: &str| {
-        spec.get(key)
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-    };
+    let list = |key: &str| spec.get(key).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let name_of = |c: &Value| text(c, "name");
     // Regular containers: names unique among themselves.
     let mut seen: Vec<String> = Vec::new();
@@ -218,20 +181,13 @@ fn pod_spec_of(spec: &Value, path: &str, of: Of) -> Vec<String> {
         if let Some(l) = c.get("lifecycle").filter(|l| !l.is_null()) {
             for hook in ["postStart", "preStop"] {
                 if let Some(h) = l.get(hook).filter(|h| !h.is_null()) {
-                    handler(
-                        h,
-                        &format!("{p}.lifecycle.{hook}"),
-                        &["exec", "httpGet", "tcpSocket", "sleep"],
-                        &mut errs,
-                    );
+                    handler(h, &format!("{p}.lifecycle.{hook}"), &["exec", "httpGet", "tcpSocket", "sleep"], &mut errs);
                 }
             }
         }
         probes(c, &p, &mut errs);
         if c.get("restartPolicy").is_some_and(|r| !r.is_null()) {
-            errs.push(format!(
-                "{p}.restartPolicy: Forbidden: may not be set for non-init containers"
-            ));
+            errs.push(format!("{p}.restartPolicy: Forbidden: may not be set for non-init containers"));
         }
     }
     // Init containers: names unique across regular and init containers.
@@ -240,21 +196,13 @@ fn pod_spec_of(spec: &Value, path: &str, of: Of) -> Vec<String> {
         container(c, &p, &volumes, of, &mut errs);
         let restart = c.get("restartPolicy").and_then(Value::as_str);
         if let Some(r) = restart.filter(|r| *r != "Always") {
-            errs.push(format!(
-                "{p}.restartPolicy: Unsupported value: {}: supported values: \"Always\"",
-                quoted(r)
-            ));
+            errs.push(format!("{p}.restartPolicy: Unsupported value: {}: supported values: \"Always\"", quoted(r)));
         }
         unique(&mut seen, name_of(c), &p, &mut errs);
         if restart == Some("Always") {
             probes(c, &p, &mut errs);
         } else {
-            for f in [
-                "lifecycle",
-                "livenessProbe",
-                "readinessProbe",
-                "startupProbe",
-            ] {
+            for f in ["lifecycle", "livenessProbe", "readinessProbe", "startupProbe"] {
                 if c.get(f).is_some_and(|v| !v.is_null()) {
                     errs.push(format!("{p}.{f}: Forbidden: may not be set for init containers without restartPolicy=Always"));
                 }
@@ -268,11 +216,7 @@ fn pod_spec_of(spec: &Value, path: &str, of: Of) -> Vec<String> {
         unique(&mut seen, name_of(c), &p, &mut errs);
     }
     if let Some(r) = spec.get("resources") {
-        errs.extend(resource_requirements(
-            r,
-            &format!("{path}.resources"),
-            false,
-        ));
+        errs.extend(resource_requirements(r, &format!("{path}.resources"), false));
     }
     if let Some(p) = spec.get("restartPolicy").and_then(Value::as_str)
         && !matches!(p, "Always" | "OnFailure" | "Never")
@@ -280,10 +224,7 @@ fn pod_spec_of(spec: &Value, path: &str, of: Of) -> Vec<String> {
         errs.push(format!("{path}.restartPolicy: Unsupported value: {}: supported values: \"Always\", \"OnFailure\", \"Never\"", quoted(p)));
     }
     if let Some(p) = spec.get("dnsPolicy").and_then(Value::as_str)
-        && !matches!(
-            p,
-            "ClusterFirstWithHostNet" | "ClusterFirst" | "Default" | "None"
-        )
+        && !matches!(p, "ClusterFirstWithHostNet" | "ClusterFirst" | "Default" | "None")
     {
         errs.push(format!(
             "{path}.dnsPolicy: Unsupported value: {}: supported values: \"ClusterFirstWithHostNet\", \"ClusterFirst\", \"Default\", \"None\"",
@@ -305,14 +246,8 @@ fn pod_spec_of(spec: &Value, path: &str, of: Of) -> Vec<String> {
         }
         gates.push(name);
     }
-    if let Some(cs) = spec
-        .get("topologySpreadConstraints")
-        .and_then(Value::as_array)
-    {
-        errs.extend(topology_spread_constraints(
-            cs,
-            &format!("{path}.topologySpreadConstraints"),
-        ));
+    if let Some(cs) = spec.get("topologySpreadConstraints").and_then(Value::as_array) {
+        errs.extend(topology_spread_constraints(cs, &format!("{path}.topologySpreadConstraints")));
     }
     if let Some(s) = spec.get("activeDeadlineSeconds").and_then(Value::as_i64)
         && !(1..=i64::from(i32::MAX)).contains(&s)
@@ -337,13 +272,7 @@ fn pod_spec_of(spec: &Value, path: &str, of: Of) -> Vec<String> {
 /// label, once. Returns the names that are valid, which mounts may name.
 fn volumes(spec: &Value, path: &str, errs: &mut Vec<String>) -> Vec<String> {
     let mut valid: Vec<String> = Vec::new();
-    for (i, v) in spec
-        .get("volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, v) in spec.get("volumes").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let (p, name) = (format!("{path}[{i}].name"), text(v, "name"));
         let mut el: Vec<String> = Vec::new();
         if name.is_empty() {
@@ -370,23 +299,13 @@ fn container(c: &Value, p: &str, volumes: &[String], of: Of, errs: &mut Vec<Stri
     if name.is_empty() {
         errs.push(format!("{p}.name: Required value"));
     } else {
-        errs.extend(invalid_each(
-            &format!("{p}.name"),
-            &name,
-            names::dns1123_label(&name),
-        ));
+        errs.extend(invalid_each(&format!("{p}.name"), &name, names::dns1123_label(&name)));
     }
     if of == Of::Pod && text(c, "image").is_empty() {
         errs.push(format!("{p}.image: Required value"));
     }
     let mut port_names: Vec<String> = Vec::new();
-    for (i, port) in c
-        .get("ports")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, port) in c.get("ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let pp = format!("{p}.ports[{i}]");
         let pname = text(port, "name");
         if !pname.is_empty() {
@@ -399,25 +318,12 @@ fn container(c: &Value, p: &str, volumes: &[String], of: Of, errs: &mut Vec<Stri
                 port_names.push(pname);
             }
         }
-        match port
-            .get("containerPort")
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-        {
+        match port.get("containerPort").and_then(Value::as_i64).unwrap_or(0) {
             0 => errs.push(format!("{pp}.containerPort: Required value")),
-            n => errs.extend(
-                names::port_number(n)
-                    .map(|m| format!("{pp}.containerPort: Invalid value: {n}: {m}")),
-            ),
+            n => errs.extend(names::port_number(n).map(|m| format!("{pp}.containerPort: Invalid value: {n}: {m}"))),
         }
-        if let Some(n) = port
-            .get("hostPort")
-            .and_then(Value::as_i64)
-            .filter(|n| *n != 0)
-        {
-            errs.extend(
-                names::port_number(n).map(|m| format!("{pp}.hostPort: Invalid value: {n}: {m}")),
-            );
+        if let Some(n) = port.get("hostPort").and_then(Value::as_i64).filter(|n| *n != 0) {
+            errs.extend(names::port_number(n).map(|m| format!("{pp}.hostPort: Invalid value: {n}: {m}")));
         }
         // An absent protocol is defaulted to TCP.
         if let Some(proto) = port.get("protocol").and_then(Value::as_str)
@@ -426,13 +332,7 @@ fn container(c: &Value, p: &str, volumes: &[String], of: Of, errs: &mut Vec<Stri
             errs.push(format!("{pp}.protocol: Unsupported value: {}: supported values: \"SCTP\", \"TCP\", \"UDP\"", quoted(proto)));
         }
     }
-    for (i, e) in c
-        .get("env")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, e) in c.get("env").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let (ep, ename) = (format!("{p}.env[{i}].name"), text(e, "name"));
         if ename.is_empty() {
             errs.push(format!("{ep}: Required value"));
@@ -441,13 +341,7 @@ fn container(c: &Value, p: &str, volumes: &[String], of: Of, errs: &mut Vec<Stri
         }
     }
     let mut mount_paths: Vec<String> = Vec::new();
-    for (i, m) in c
-        .get("volumeMounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, m) in c.get("volumeMounts").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let mp = format!("{p}.volumeMounts[{i}]");
         let (vname, path) = (text(m, "name"), text(m, "mountPath"));
         if vname.is_empty() {
@@ -460,10 +354,7 @@ fn container(c: &Value, p: &str, volumes: &[String], of: Of, errs: &mut Vec<Stri
             errs.push(format!("{mp}.mountPath: Required value"));
         }
         if mount_paths.contains(&path) {
-            errs.push(format!(
-                "{mp}.mountPath: Invalid value: {}: must be unique",
-                quoted(&path)
-            ));
+            errs.push(format!("{mp}.mountPath: Invalid value: {}: must be unique", quoted(&path)));
         }
         mount_paths.push(path);
     }
@@ -475,31 +366,17 @@ fn container(c: &Value, p: &str, volumes: &[String], of: Of, errs: &mut Vec<Stri
 /// The liveness, readiness and startup probes of a container.
 fn probes(c: &Value, p: &str, errs: &mut Vec<String>) {
     for kind in ["livenessProbe", "readinessProbe", "startupProbe"] {
-        let Some(probe) = c.get(kind).filter(|v| !v.is_null()) else {
-            continue;
-        };
+        let Some(probe) = c.get(kind).filter(|v| !v.is_null()) else { continue };
         let pp = format!("{p}.{kind}");
         handler(probe, &pp, &["exec", "httpGet", "tcpSocket", "grpc"], errs);
-        for f in [
-            "initialDelaySeconds",
-            "timeoutSeconds",
-            "periodSeconds",
-            "successThreshold",
-            "failureThreshold",
-        ] {
+        for f in ["initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold"] {
             if let Some(n) = probe.get(f).and_then(Value::as_i64).filter(|n| *n < 0) {
-                errs.push(format!(
-                    "{pp}.{f}: Invalid value: {n}: must be greater than or equal to 0"
-                ));
+                errs.push(format!("{pp}.{f}: Invalid value: {n}: must be greater than or equal to 0"));
             }
         }
-        let grace = probe
-            .get("terminationGracePeriodSeconds")
-            .and_then(Value::as_i64);
+        let grace = probe.get("terminationGracePeriodSeconds").and_then(Value::as_i64);
         if let Some(g) = grace.filter(|g| *g <= 0) {
-            errs.push(format!(
-                "{pp}.terminationGracePeriodSeconds: Invalid value: {g}: must be greater than 0"
-            ));
+            errs.push(format!("{pp}.terminationGracePeriodSeconds: Invalid value: {g}: must be greater than 0"));
         }
         match kind {
             "readinessProbe" => {
@@ -509,14 +386,8 @@ fn probes(c: &Value, p: &str, errs: &mut Vec<String>) {
             }
             // An absent successThreshold is defaulted to 1.
             _ => {
-                if let Some(n) = probe
-                    .get("successThreshold")
-                    .and_then(Value::as_i64)
-                    .filter(|n| *n != 1)
-                {
-                    errs.push(format!(
-                        "{pp}.successThreshold: Invalid value: {n}: must be 1"
-                    ));
+                if let Some(n) = probe.get("successThreshold").and_then(Value::as_i64).filter(|n| *n != 1) {
+                    errs.push(format!("{pp}.successThreshold: Invalid value: {n}: must be 1"));
                 }
             }
         }
@@ -528,43 +399,25 @@ fn probes(c: &Value, p: &str, errs: &mut Vec<String>) {
 fn handler(h: &Value, p: &str, kinds: &[&str], errs: &mut Vec<String>) {
     let mut found = 0;
     for kind in kinds {
-        let Some(action) = h.get(*kind).filter(|v| !v.is_null()) else {
-            continue;
-        };
+        let Some(action) = h.get(*kind).filter(|v| !v.is_null()) else { continue };
         if found > 0 {
-            errs.push(format!(
-                "{p}.{kind}: Forbidden: may not specify more than 1 handler type"
-            ));
+            errs.push(format!("{p}.{kind}: Forbidden: may not specify more than 1 handler type"));
             continue;
         }
         found += 1;
         let ap = format!("{p}.{kind}");
         match *kind {
-            "exec"
-                if action
-                    .get("command")
-                    .and_then(Value::as_array)
-                    .is_none_or(|c| c.is_empty()) =>
-            {
+            "exec" if action.get("command").and_then(Value::as_array).is_none_or(|c| c.is_empty()) => {
                 errs.push(format!("{ap}.command: Required value"));
             }
             "exec" => {}
             "httpGet" | "tcpSocket" | "grpc" => match action.get("port") {
-                Some(Value::String(name)) => errs.extend(invalid_each(
-                    &format!("{ap}.port"),
-                    name,
-                    names::port_name(name),
-                )),
+                Some(Value::String(name)) => errs.extend(invalid_each(&format!("{ap}.port"), name, names::port_name(name))),
                 Some(n) => {
                     let n = n.as_i64().unwrap_or(0);
-                    errs.extend(
-                        names::port_number(n)
-                            .map(|m| format!("{ap}.port: Invalid value: {n}: {m}")),
-                    );
+                    errs.extend(names::port_number(n).map(|m| format!("{ap}.port: Invalid value: {n}: {m}")));
                 }
-                None => errs.push(format!(
-                    "{ap}.port: Invalid value: 0: must be between 1 and 65535, inclusive"
-                )),
+                None => errs.push(format!("{ap}.port: Invalid value: 0: must be between 1 and 65535, inclusive")),
             },
             _ => {}
         }
@@ -597,11 +450,7 @@ pub fn metadata_labels_and_annotations(v: &Value) -> Vec<String> {
         let mut keys: Vec<&String> = m.keys().collect();
         keys.sort();
         for k in keys {
-            errs.extend(invalid_each(
-                "metadata.annotations",
-                k,
-                names::qualified_name(&k.to_lowercase()),
-            ));
+            errs.extend(invalid_each("metadata.annotations", k, names::qualified_name(&k.to_lowercase())));
         }
     }
     errs
@@ -614,21 +463,9 @@ fn label_selector(s: &Value, p: &str, errs: &mut Vec<String>) {
     if let Some(m) = s.get("matchLabels").and_then(Value::as_object) {
         labels(m, &format!("{p}.matchLabels"), errs);
     }
-    for (i, r) in s
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, r) in s.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let rp = format!("{p}.matchExpressions[{i}]");
-        let values: Vec<&str> = r
-            .get("values")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let values: Vec<&str> = r.get("values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
         match text(r, "operator").as_str() {
             "In" | "NotIn" => {
                 if values.is_empty() {
@@ -640,23 +477,12 @@ fn label_selector(s: &Value, p: &str, errs: &mut Vec<String>) {
                     errs.push(format!("{rp}.values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"));
                 }
             }
-            op => errs.push(format!(
-                "{rp}.operator: Invalid value: {}: not a valid selector operator",
-                quoted(op)
-            )),
+            op => errs.push(format!("{rp}.operator: Invalid value: {}: not a valid selector operator", quoted(op))),
         }
         let key = text(r, "key");
-        errs.extend(invalid_each(
-            &format!("{rp}.key"),
-            &key,
-            names::qualified_name(&key),
-        ));
+        errs.extend(invalid_each(&format!("{rp}.key"), &key, names::qualified_name(&key)));
         for (j, v) in values.iter().enumerate() {
-            errs.extend(invalid_each(
-                &format!("{rp}.values[{j}]"),
-                v,
-                names::label_value(v),
-            ));
+            errs.extend(invalid_each(&format!("{rp}.values[{j}]"), v, names::label_value(v)));
         }
     }
 }
@@ -664,18 +490,9 @@ fn label_selector(s: &Value, p: &str, errs: &mut Vec<String>) {
 /// Upstream's `ValidateNodeSelectorTerm`: matchExpressions on labels,
 /// matchFields on `metadata.name` only.
 fn node_selector_term(t: &Value, p: &str, errs: &mut Vec<String>) {
-    for (i, r) in t
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, r) in t.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let rp = format!("{p}.matchExpressions[{i}]");
-        let n = r
-            .get("values")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len);
+        let n = r.get("values").and_then(Value::as_array).map_or(0, Vec::len);
         match text(r, "operator").as_str() {
             "In" | "NotIn" if n == 0 => errs.push(format!("{rp}.values: Required value: must be specified when `operator` is 'In' or 'NotIn'")),
             "Exists" | "DoesNotExist" if n > 0 => {
@@ -686,40 +503,21 @@ fn node_selector_term(t: &Value, p: &str, errs: &mut Vec<String>) {
             op => errs.push(format!("{rp}.operator: Invalid value: {}: not a valid selector operator", quoted(op))),
         }
         let key = text(r, "key");
-        errs.extend(invalid_each(
-            &format!("{rp}.key"),
-            &key,
-            names::qualified_name(&key),
-        ));
+        errs.extend(invalid_each(&format!("{rp}.key"), &key, names::qualified_name(&key)));
     }
-    for (i, r) in t
-        .get("matchFields")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, r) in t.get("matchFields").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let rp = format!("{p}.matchFields[{i}]");
-        let n = r
-            .get("values")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len);
+        let n = r.get("values").and_then(Value::as_array).map_or(0, Vec::len);
         match text(r, "operator").as_str() {
             "In" | "NotIn" if n != 1 => {
                 errs.push(format!("{rp}.values: Required value: must be only one value when `operator` is 'In' or 'NotIn' for node field selector"));
             }
             "In" | "NotIn" => {}
-            op => errs.push(format!(
-                "{rp}.operator: Invalid value: {}: not a valid selector operator",
-                quoted(op)
-            )),
+            op => errs.push(format!("{rp}.operator: Invalid value: {}: not a valid selector operator", quoted(op))),
         }
         let key = text(r, "key");
         if key != "metadata.name" {
-            errs.push(format!(
-                "{rp}.key: Invalid value: {}: not a valid field selector key",
-                quoted(&key)
-            ));
+            errs.push(format!("{rp}.key: Invalid value: {}: not a valid field selector key", quoted(&key)));
         }
     }
 }
@@ -727,9 +525,7 @@ fn node_selector_term(t: &Value, p: &str, errs: &mut Vec<String>) {
 fn weight(t: &Value, p: &str, errs: &mut Vec<String>) {
     let w = t.get("weight").and_then(Value::as_i64).unwrap_or(0);
     if !(1..=100).contains(&w) {
-        errs.push(format!(
-            "{p}.weight: Invalid value: {w}: must be in the range 1-100"
-        ));
+        errs.push(format!("{p}.weight: Invalid value: {w}: must be in the range 1-100"));
     }
 }
 
@@ -741,28 +537,14 @@ fn pod_affinity_term(t: &Value, p: &str, errs: &mut Vec<String>) {
             label_selector(s, &format!("{p}.{sel}"), errs);
         }
     }
-    for ns in t
-        .get("namespaces")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-    {
-        errs.extend(invalid_each(
-            &format!("{p}.namespace"),
-            ns,
-            names::dns1123_label(ns),
-        ));
+    for ns in t.get("namespaces").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        errs.extend(invalid_each(&format!("{p}.namespace"), ns, names::dns1123_label(ns)));
     }
     let key = text(t, "topologyKey");
     if key.is_empty() {
         errs.push(format!("{p}.topologyKey: Required value: can not be empty"));
     }
-    errs.extend(invalid_each(
-        &format!("{p}.topologyKey"),
-        &key,
-        names::qualified_name(&key),
-    ));
+    errs.extend(invalid_each(&format!("{p}.topologyKey"), &key, names::qualified_name(&key)));
 }
 
 /// Upstream's `validateAffinity`: node affinity (at least one term when
@@ -774,64 +556,30 @@ fn affinity(a: &Value, p: &str, errs: &mut Vec<String>) {
         let np = format!("{p}.nodeAffinity");
         if let Some(req) = na.get(REQ).filter(|v| !v.is_null()) {
             let tp = format!("{np}.{REQ}.nodeSelectorTerms");
-            let terms = req
-                .get("nodeSelectorTerms")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
+            let terms = req.get("nodeSelectorTerms").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
             if terms.is_empty() {
-                errs.push(format!(
-                    "{tp}: Required value: must have at least one node selector term"
-                ));
+                errs.push(format!("{tp}: Required value: must have at least one node selector term"));
             }
             for (i, t) in terms.iter().enumerate() {
                 node_selector_term(t, &format!("{tp}[{i}]"), errs);
             }
         }
-        for (i, t) in na
-            .get(PREF)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (i, t) in na.get(PREF).and_then(Value::as_array).into_iter().flatten().enumerate() {
             let tp = format!("{np}.{PREF}[{i}]");
             weight(t, &tp, errs);
-            node_selector_term(
-                t.get("preference").unwrap_or(&Value::Null),
-                &format!("{tp}.preference"),
-                errs,
-            );
+            node_selector_term(t.get("preference").unwrap_or(&Value::Null), &format!("{tp}.preference"), errs);
         }
     }
     for kind in ["podAffinity", "podAntiAffinity"] {
-        let Some(pa) = a.get(kind).filter(|v| !v.is_null()) else {
-            continue;
-        };
+        let Some(pa) = a.get(kind).filter(|v| !v.is_null()) else { continue };
         let pp = format!("{p}.{kind}");
-        for (i, t) in pa
-            .get(REQ)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (i, t) in pa.get(REQ).and_then(Value::as_array).into_iter().flatten().enumerate() {
             pod_affinity_term(t, &format!("{pp}.{REQ}[{i}]"), errs);
         }
-        for (i, t) in pa
-            .get(PREF)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (i, t) in pa.get(PREF).and_then(Value::as_array).into_iter().flatten().enumerate() {
             let tp = format!("{pp}.{PREF}[{i}]");
             weight(t, &tp, errs);
-            pod_affinity_term(
-                t.get("podAffinityTerm").unwrap_or(&Value::Null),
-                &format!("{tp}.podAffinityTerm"),
-                errs,
-            );
+            pod_affinity_term(t.get("podAffinityTerm").unwrap_or(&Value::Null), &format!("{tp}.podAffinityTerm"), errs);
         }
     }
 }
@@ -845,8 +593,7 @@ fn parsed(q: &Value) -> Option<Quantity> {
 }
 
 fn nonnegative(q: &Quantity, path: &str) -> Option<String> {
-    q.is_negative()
-        .then(|| format!("{path}: Invalid value: \"{q}\": must be greater than or equal to 0"))
+    q.is_negative().then(|| format!("{path}: Invalid value: \"{q}\": must be greater than or equal to 0"))
 }
 
 fn is_hugepages(name: &str) -> bool {
@@ -887,23 +634,15 @@ fn resource_requirements(r: &Value, path: &str, container: bool) -> Vec<String> 
         if container {
             if !name.contains('/') {
                 if !matches!(name, "cpu" | "memory" | "ephemeral-storage") && !is_hugepages(name) {
-                    errs.push(format!(
-                        "{field}: Invalid value: {}: must be a standard resource for containers",
-                        quoted(name)
-                    ));
+                    errs.push(format!("{field}: Invalid value: {}: must be a standard resource for containers", quoted(name)));
                 }
             } else if !is_native(name) && name.contains("requests.") {
-                errs.push(format!(
-                    "{field}: Invalid value: {}: doesn't follow extended resource name standard",
-                    quoted(name)
-                ));
+                errs.push(format!("{field}: Invalid value: {}: doesn't follow extended resource name standard", quoted(name)));
             }
         }
         errs.extend(nonnegative(q, field));
         if !is_native(name) && !q.is_integer() {
-            errs.push(format!(
-                "{field}: Invalid value: \"{q}\": must be an integer"
-            ));
+            errs.push(format!("{field}: Invalid value: \"{q}\": must be an integer"));
         }
         cpu_or_memory |= matches!(name, "cpu" | "memory");
         hugepages |= is_hugepages(name);
@@ -921,16 +660,12 @@ fn resource_requirements(r: &Value, path: &str, container: bool) -> Vec<String> 
                 errs.push(format!("{path}.requests: Invalid value: \"{q}\": must be less than or equal to {name} limit of {limit}"));
             }
             Some(_) => {}
-            None if !overcommit_allowed(name) => errs.push(format!(
-                "{path}.limits: Required value: Limit must be set for non overcommitable resources"
-            )),
+            None if !overcommit_allowed(name) => errs.push(format!("{path}.limits: Required value: Limit must be set for non overcommitable resources")),
             None => {}
         }
     }
     if container && hugepages && !cpu_or_memory {
-        errs.push(format!(
-            "{path}: Forbidden: HugePages require cpu or memory"
-        ));
+        errs.push(format!("{path}: Forbidden: HugePages require cpu or memory"));
     }
     errs
 }
@@ -940,18 +675,9 @@ fn tolerations(ts: &[Value], path: &str) -> Vec<String> {
     let mut errs = Vec::new();
     for (i, t) in ts.iter().enumerate() {
         let p = format!("{path}[{i}]");
-        let (key, op, value, effect) = (
-            text(t, "key"),
-            text(t, "operator"),
-            text(t, "value"),
-            text(t, "effect"),
-        );
+        let (key, op, value, effect) = (text(t, "key"), text(t, "operator"), text(t, "value"), text(t, "effect"));
         if !key.is_empty() {
-            errs.extend(invalid_each(
-                &format!("{p}.key"),
-                &key,
-                names::qualified_name(&key),
-            ));
+            errs.extend(invalid_each(&format!("{p}.key"), &key, names::qualified_name(&key)));
         }
         if key.is_empty() && op != "Exists" {
             errs.push(format!("{p}.operator: Invalid value: {}: operator must be Exists when `key` is empty, which means \"match all values and all keys\"", quoted(&op)));
@@ -966,17 +692,9 @@ fn tolerations(ts: &[Value], path: &str) -> Vec<String> {
                     errs.push(format!("{p}.operator: Invalid value: {}: value must be empty when `operator` is 'Exists'", quoted(&value)));
                 }
             }
-            _ => errs.push(format!(
-                "{p}.operator: Unsupported value: {}: supported values: \"Equal\", \"Exists\"",
-                quoted(&op)
-            )),
+            _ => errs.push(format!("{p}.operator: Unsupported value: {}: supported values: \"Equal\", \"Exists\"", quoted(&op))),
         }
-        if !effect.is_empty()
-            && !matches!(
-                effect.as_str(),
-                "NoSchedule" | "PreferNoSchedule" | "NoExecute"
-            )
-        {
+        if !effect.is_empty() && !matches!(effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
             errs.push(format!("{p}.effect: Unsupported value: {}: supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\"", quoted(&effect)));
         }
     }
@@ -993,9 +711,7 @@ pub fn topology_spread_constraints(cs: &[Value], path: &str) -> Vec<String> {
         let p = format!("{path}[{i}]");
         let skew = c.get("maxSkew").and_then(Value::as_i64).unwrap_or(0);
         if skew <= 0 {
-            errs.push(format!(
-                "{p}.maxSkew: Invalid value: {skew}: must be greater than zero"
-            ));
+            errs.push(format!("{p}.maxSkew: Invalid value: {skew}: must be greater than zero"));
         }
         let key = text(c, "topologyKey");
         if key.is_empty() {
@@ -1005,20 +721,12 @@ pub fn topology_spread_constraints(cs: &[Value], path: &str) -> Vec<String> {
         if !matches!(when.as_str(), "DoNotSchedule" | "ScheduleAnyway") {
             errs.push(format!("{p}.whenUnsatisfiable: Unsupported value: {}: supported values: \"DoNotSchedule\", \"ScheduleAnyway\"", quoted(&when)));
         }
-        if cs[i + 1..]
-            .iter()
-            .any(|o| text(o, "topologyKey") == key && text(o, "whenUnsatisfiable") == when)
-        {
-            errs.push(format!(
-                "{p}.{{topologyKey, whenUnsatisfiable}}: Duplicate value: {}",
-                quoted(&format!("{{{key}, {when}}}"))
-            ));
+        if cs[i + 1..].iter().any(|o| text(o, "topologyKey") == key && text(o, "whenUnsatisfiable") == when) {
+            errs.push(format!("{p}.{{topologyKey, whenUnsatisfiable}}: Duplicate value: {}", quoted(&format!("{{{key}, {when}}}"))));
         }
         if let Some(m) = c.get("minDomains").and_then(Value::as_i64) {
             if m <= 0 {
-                errs.push(format!(
-                    "{p}.minDomains: Invalid value: {m}: must be greater than zero"
-                ));
+                errs.push(format!("{p}.minDomains: Invalid value: {m}: must be greater than zero"));
             }
             if when != "DoNotSchedule" {
                 errs.push(format!("{p}.minDomains: Invalid value: {m}: can only use minDomains if whenUnsatisfiable=DoNotSchedule, not {when}"));
@@ -1028,30 +736,15 @@ pub fn topology_spread_constraints(cs: &[Value], path: &str) -> Vec<String> {
             if let Some(v) = c.get(policy).and_then(Value::as_str)
                 && !matches!(v, "Honor" | "Ignore")
             {
-                errs.push(format!(
-                    "{p}.{policy}: Unsupported value: {}: supported values: \"Honor\", \"Ignore\"",
-                    quoted(v)
-                ));
+                errs.push(format!("{p}.{policy}: Unsupported value: {}: supported values: \"Honor\", \"Ignore\"", quoted(v)));
             }
         }
-        for (j, k) in c
-            .get("matchLabelKeys")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (j, k) in c.get("matchLabelKeys").and_then(Value::as_array).into_iter().flatten().enumerate() {
             let k = k.as_str().unwrap_or("");
-            let in_selector = c
-                .at("/labelSelector/matchLabels")
-                .and_then(Value::as_object)
-                .is_some_and(|m| m.contains_key(k))
+            let in_selector = c.at("/labelSelector/matchLabels").and_then(Value::as_object).is_some_and(|m| m.contains_key(k))
                 || c.at("/labelSelector/matchExpressions")
                     .and_then(Value::as_array)
-                    .is_some_and(|es| {
-                        es.iter()
-                            .any(|e| e.get("key").and_then(Value::as_str) == Some(k))
-                    });
+                    .is_some_and(|es| es.iter().any(|e| e.get("key").and_then(Value::as_str) == Some(k)));
             if in_selector {
                 errs.push(format!("{p}.matchLabelKeys[{j}]: Invalid value: {}: exists in both matchLabelKeys and labelSelector", quoted(k)));
             }
@@ -1064,23 +757,11 @@ pub fn topology_spread_constraints(cs: &[Value], path: &str) -> Vec<String> {
 /// default to its limits, resource by resource.
 pub fn default_requests_from_limits(spec: &mut Value) {
     for key in ["initContainers", "containers"] {
-        let Some(cs) = spec.get_mut(key).and_then(Value::as_array_mut) else {
-            continue;
-        };
+        let Some(cs) = spec.get_mut(key).and_then(Value::as_array_mut) else { continue };
         for c in cs {
-            let Some(limits) = c
-                .at("/resources/limits")
-                .and_then(Value::as_object)
-                .cloned()
-            else {
-                continue;
-            };
-            let Some(resources) = c.get_mut("resources").and_then(Value::as_object_mut) else {
-                continue;
-            };
-            let requests = resources
-                .entry("requests")
-                .or_insert_with(|| Value::Object(Default::default()));
+            let Some(limits) = c.at("/resources/limits").and_then(Value::as_object).cloned() else { continue };
+            let Some(resources) = c.get_mut("resources").and_then(Value::as_object_mut) else { continue };
+            let requests = resources.entry("requests").or_insert_with(|| Value::Object(Default::default()));
             if requests.is_null() {
                 *requests = Value::Object(Default::default());
             }
@@ -1103,31 +784,14 @@ mod tests {
         let template = json!({"spec": {"containers": [{"name": "Bad_Name", "image": "i"}, {"name": "ok", "image": "i"}]}});
         let deployment = json!({"spec": {"template": template}});
         let errs = pod_templates("Deployment", &deployment);
-        assert!(
-            errs.len() == 1
-                && errs[0].starts_with(
-                    "spec.template.spec.containers[0].name: Invalid value: \"Bad_Name\""
-                ),
-            "{errs:?}"
-        );
+        assert!(errs.len() == 1 && errs[0].starts_with("spec.template.spec.containers[0].name: Invalid value: \"Bad_Name\""), "{errs:?}");
         let cron = json!({"spec": {"jobTemplate": {"spec": {"template": template}}}});
         let errs = pod_templates("CronJob", &cron);
-        assert!(
-            errs.len() == 1
-                && errs[0].starts_with("spec.jobTemplate.spec.template.spec.containers[0].name:"),
-            "{errs:?}"
-        );
+        assert!(errs.len() == 1 && errs[0].starts_with("spec.jobTemplate.spec.template.spec.containers[0].name:"), "{errs:?}");
         // A pod is checked by its own admission; a template-less object passes.
-        assert!(
-            pod_templates(
-                "Pod",
-                &json!({"spec": {"containers": [{"name": "Bad_Name"}]}})
-            )
-            .is_empty()
-        );
+        assert!(pod_templates("Pod", &json!({"spec": {"containers": [{"name": "Bad_Name"}]}})).is_empty());
         assert!(pod_templates("Deployment", &json!({"spec": {}})).is_empty());
-        let good =
-            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let good = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
         assert!(pod_templates("StatefulSet", &good).is_empty());
         // Unlike a pod's, a template's image may be left out.
         let no_image = json!({"spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}});
@@ -1158,18 +822,9 @@ mod tests {
     #[test]
     fn bad_quantities_anywhere_in_a_pod_are_found() {
         let pod = json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}, {"resources": {"limits": {"cpu": "lots"}}}]}});
-        assert_eq!(
-            quantity_decode_error("Pod", &pod),
-            Some(quantity::SyntaxError::Format)
-        );
+        assert_eq!(quantity_decode_error("Pod", &pod), Some(quantity::SyntaxError::Format));
         let dep = json!({"spec": {"template": {"spec": {"volumes": [{"emptyDir": {"sizeLimit": "1Xi"}}]}}}});
-        assert_eq!(
-            quantity_decode_error("Deployment", &dep),
-            Some(quantity::SyntaxError::Format)
-        );
-        assert_eq!(
-            quantity_decode_error("Node", &json!({"status": {"capacity": {"cpu": "4"}}})),
-            None
-        );
+        assert_eq!(quantity_decode_error("Deployment", &dep), Some(quantity::SyntaxError::Format));
+        assert_eq!(quantity_decode_error("Node", &json!({"status": {"capacity": {"cpu": "4"}}})), None);
     }
 }

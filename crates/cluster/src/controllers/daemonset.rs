@@ -29,15 +29,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::jsonptr::Pointer as _;
 use k8s_openapi::api::core::v1 as core;
+use crate::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 
-use super::{
-    CONTROLLER_REVISION_HASH, Owned, active, delete_obj, ensure_revision, history_limit,
-    is_deleting, list, meta_map, pod_from_template, revisions_oldest_first, s, scaled,
-    template_hash, write_status,
-};
+use super::{CONTROLLER_REVISION_HASH, Owned, active, delete_obj, ensure_revision, history_limit, is_deleting, list, meta_map, pod_from_template, revisions_oldest_first, s, scaled, template_hash, write_status};
 use crate::resources::{CONTROLLERREVISIONS, DAEMONSETS, NODES, PODS};
 use crate::store::{Obj, Store};
 use berth_model::selector::{Labels, NodeSelector};
@@ -73,59 +69,33 @@ impl Placement {
         let spec = template.get("spec").cloned().unwrap_or_else(|| json!({}));
         let node_selector: Labels = match spec.get("nodeSelector") {
             None | Some(Value::Null) => Labels::new(),
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|e| format!("spec.template.spec.nodeSelector: {e}"))?,
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| format!("spec.template.spec.nodeSelector: {e}"))?,
         };
-        let required = match spec
-            .at("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution")
-        {
+        let required = match spec.at("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution") {
             None | Some(Value::Null) => None,
             Some(v) => {
                 let path = "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
-                let ns: core::NodeSelector =
-                    serde_json::from_value(v.clone()).map_err(|e| format!("{path}: {e}"))?;
+                let ns: core::NodeSelector = serde_json::from_value(v.clone()).map_err(|e| format!("{path}: {e}"))?;
                 Some(NodeSelector::compile(&ns, path)?)
             }
         };
         let tolerations: Vec<core::Toleration> = match spec.get("tolerations") {
             None | Some(Value::Null) => Vec::new(),
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|e| format!("spec.template.spec.tolerations: {e}"))?,
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| format!("spec.template.spec.tolerations: {e}"))?,
         };
-        let mut tolerations: Vec<Toleration> =
-            tolerations.iter().map(Toleration::from_api).collect();
+        let mut tolerations: Vec<Toleration> = tolerations.iter().map(Toleration::from_api).collect();
         let host_network = spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
         for (key, effect) in default_tolerations(host_network) {
-            tolerations.push(Toleration {
-                key: key.into(),
-                exists: true,
-                bad_operator: false,
-                value: String::new(),
-                effect: Some(Effect::parse(effect)),
-            });
+            tolerations.push(Toleration { key: key.into(), exists: true, bad_operator: false, value: String::new(), effect: Some(Effect::parse(effect)) });
         }
-        Ok(Self {
-            node_selector,
-            required,
-            tolerations,
-        })
+        Ok(Self { node_selector, required, tolerations })
     }
 
     /// (should run, should continue running) on `node` (upstream `NodeShouldRunDaemonPod`).
     fn should_run(&self, node: &Value) -> (bool, bool) {
         let name = s(node, "/metadata/name");
-        let labels: Labels = node
-            .at("/metadata/labels")
-            .and_then(|l| serde_json::from_value(l.clone()).ok())
-            .unwrap_or_default();
-        let selected = self
-            .node_selector
-            .iter()
-            .all(|(k, v)| labels.get(k) == Some(v))
-            && self
-                .required
-                .as_ref()
-                .is_none_or(|r| r.matches(name, &labels));
+        let labels: Labels = node.at("/metadata/labels").and_then(|l| serde_json::from_value(l.clone()).ok()).unwrap_or_default();
+        let selected = self.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) && self.required.as_ref().is_none_or(|r| r.matches(name, &labels));
         if !selected {
             return (false, false);
         }
@@ -136,21 +106,14 @@ impl Placement {
             .iter()
             .map(Taint::from_api)
             .collect();
-        let untolerated = |effect: Effect| {
-            taints
-                .iter()
-                .any(|t| t.effect == effect && !tolerated(&self.tolerations, t))
-        };
+        let untolerated = |effect: Effect| taints.iter().any(|t| t.effect == effect && !tolerated(&self.tolerations, t));
         let no_execute = untolerated(Effect::NoExecute);
         (!no_execute && !untolerated(Effect::NoSchedule), !no_execute)
     }
 }
 
 fn default_tolerations(host_network: bool) -> impl Iterator<Item = (&'static str, &'static str)> {
-    DEFAULT_TOLERATIONS
-        .iter()
-        .copied()
-        .chain(host_network.then_some(NETWORK_UNAVAILABLE))
+    DEFAULT_TOLERATIONS.iter().copied().chain(host_network.then_some(NETWORK_UNAVAILABLE))
 }
 
 /// The node a daemon pod is for: its nodeName, else the node its required
@@ -174,19 +137,10 @@ fn new_pod(ds: &Obj, template: &Value, hash: &str, node: &str) -> Value {
     let mut pod = pod_from_template(template, "DaemonSet", ds, None);
     if let Some(l) = meta_map(&mut pod, "labels") {
         l.insert(CONTROLLER_REVISION_HASH.into(), json!(hash));
-        let generation = ds
-            .value
-            .at("/metadata/generation")
-            .and_then(Value::as_i64)
-            .unwrap_or(1);
-        l.insert(
-            POD_TEMPLATE_GENERATION.into(),
-            json!(generation.to_string()),
-        );
+        let generation = ds.value.at("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+        l.insert(POD_TEMPLATE_GENERATION.into(), json!(generation.to_string()));
     }
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-        return pod;
-    };
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return pod };
     // ReplaceDaemonSetPodNodeNameNodeAffinity: the required terms become the one naming the node.
     let term = json!({"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]});
     let affinity = spec.entry("affinity").or_insert_with(|| json!({}));
@@ -199,21 +153,12 @@ fn new_pod(ds: &Obj, template: &Value, hash: &str, node: &str) -> Value {
             *na = json!({});
         }
         if let Some(na) = na.as_object_mut() {
-            match na
-                .get_mut("requiredDuringSchedulingIgnoredDuringExecution")
-                .and_then(Value::as_object_mut)
-            {
+            match na.get_mut("requiredDuringSchedulingIgnoredDuringExecution").and_then(Value::as_object_mut) {
                 Some(req) => {
-                    req.insert(
-                        "nodeSelectorTerms".into(),
-                        term["nodeSelectorTerms"].clone(),
-                    );
+                    req.insert("nodeSelectorTerms".into(), term["nodeSelectorTerms"].clone());
                 }
                 None => {
-                    na.insert(
-                        "requiredDuringSchedulingIgnoredDuringExecution".into(),
-                        term,
-                    );
+                    na.insert("requiredDuringSchedulingIgnoredDuringExecution".into(), term);
                 }
             }
         }
@@ -228,12 +173,7 @@ fn new_pod(ds: &Obj, template: &Value, hash: &str, node: &str) -> Value {
         for (key, effect) in default_tolerations(host_network) {
             let t = json!({"key": key, "operator": "Exists", "effect": effect});
             // An equal toleration is not added twice.
-            ts.retain(|x| {
-                !(s(x, "/key") == key
-                    && s(x, "/effect") == effect
-                    && s(x, "/operator") == "Exists"
-                    && s(x, "/value").is_empty())
-            });
+            ts.retain(|x| !(s(x, "/key") == key && s(x, "/effect") == effect && s(x, "/operator") == "Exists" && s(x, "/value").is_empty()));
             ts.push(t);
         }
     }
@@ -251,19 +191,8 @@ pub(super) fn sync(store: &Store, pods: &Owned, burst: usize) {
     }
 }
 
-fn sync_one(
-    store: &Store,
-    pods: &Owned,
-    revisions: &Owned,
-    nodes: &[Arc<Obj>],
-    ds: &Arc<Obj>,
-    burst: usize,
-) {
-    let template = ds
-        .value
-        .at("/spec/template")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
+fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, nodes: &[Arc<Obj>], ds: &Arc<Obj>, burst: usize) {
+    let template = ds.value.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
     let placement = match Placement::of(&template) {
         Ok(p) => p,
         Err(e) => {
@@ -282,8 +211,7 @@ fn sync_one(
         }
     }
     let mut budget = burst;
-    let (mut desired, mut scheduled, mut misscheduled, mut ready, mut updated) =
-        (0i64, 0i64, 0i64, 0i64, 0i64);
+    let (mut desired, mut scheduled, mut misscheduled, mut ready, mut updated) = (0i64, 0i64, 0i64, 0i64, 0i64);
     // Nodes that should run the pod and have an old-revision pod: (pod, available).
     let mut old: Vec<(&Arc<Obj>, bool)> = Vec::new();
     let mut unavailable = 0i64;
@@ -291,11 +219,7 @@ fn sync_one(
     for node in nodes {
         let (should_run, should_continue) = placement.should_run(&node.value);
         let mut here: Vec<&Arc<Obj>> = by_node.get(node.name()).cloned().unwrap_or_default();
-        here.sort_by(|a, b| {
-            s(&a.value, "/metadata/creationTimestamp")
-                .cmp(s(&b.value, "/metadata/creationTimestamp"))
-                .then_with(|| a.name().cmp(b.name()))
-        });
+        here.sort_by(|a, b| s(&a.value, "/metadata/creationTimestamp").cmp(s(&b.value, "/metadata/creationTimestamp")).then_with(|| a.name().cmp(b.name())));
         let running: Vec<&Arc<Obj>> = here.iter().filter(|p| active(&p.value)).copied().collect();
         if should_run {
             desired += 1;
@@ -306,10 +230,7 @@ fn sync_one(
             misscheduled += 1;
         }
         // A failed pod is replaced.
-        for p in here
-            .iter()
-            .filter(|p| !is_deleting(&p.value) && s(&p.value, "/status/phase") == "Failed")
-        {
+        for p in here.iter().filter(|p| !is_deleting(&p.value) && s(&p.value, "/status/phase") == "Failed") {
             if budget > 0 {
                 budget -= 1;
                 delete_obj(store, PODS, p);
@@ -338,11 +259,7 @@ fn sync_one(
             None if should_run && !terminating && budget > 0 => {
                 budget -= 1;
                 unavailable += 1;
-                if let Err(e) = store.create(
-                    PODS,
-                    ds.namespace(),
-                    new_pod(ds, &template, &hash, node.name()),
-                ) {
+                if let Err(e) = store.create(PODS, ds.namespace(), new_pod(ds, &template, &hash, node.name())) {
                     tracing::debug!(daemonset = ds.name(), node = node.name(), error = %e, "creating a pod failed");
                 }
             }
@@ -353,11 +270,7 @@ fn sync_one(
                     ready += i64::from(is_ready);
                     unavailable += i64::from(!is_ready);
                 }
-                if s(
-                    &p.value,
-                    &format!("/metadata/labels/{CONTROLLER_REVISION_HASH}"),
-                ) == hash
-                {
+                if s(&p.value, &format!("/metadata/labels/{CONTROLLER_REVISION_HASH}")) == hash {
                     updated += i64::from(should_run);
                 } else {
                     old.push((p, is_ready));
@@ -375,14 +288,7 @@ fn sync_one(
     }
     // Rolling update: old pods go, unavailable ones first, within maxUnavailable.
     if s(&ds.value, "/spec/updateStrategy/type") != "OnDelete" {
-        let max_unavailable = scaled(
-            ds.value
-                .at("/spec/updateStrategy/rollingUpdate/maxUnavailable"),
-            desired,
-            true,
-            1,
-        )
-        .max(1);
+        let max_unavailable = scaled(ds.value.at("/spec/updateStrategy/rollingUpdate/maxUnavailable"), desired, true, 1).max(1);
         old.sort_by_key(|(_, available)| *available);
         for (p, available) in old {
             if budget == 0 {
@@ -417,25 +323,13 @@ fn sync_one(
 /// pod still uses (by its `controller-revision-hash`, the template hash).
 fn cleanup_history(store: &Store, pods: &Owned, revisions: &Owned, ds: &Obj, hash: &str) {
     let current = format!("{}-{hash}", ds.name());
-    let old: Vec<&Arc<Obj>> = revisions_oldest_first(revisions, ds)
-        .into_iter()
-        .filter(|r| r.name() != current)
-        .collect();
+    let old: Vec<&Arc<Obj>> = revisions_oldest_first(revisions, ds).into_iter().filter(|r| r.name() != current).collect();
     let mut to_kill = old.len().saturating_sub(history_limit(&ds.value));
     if to_kill == 0 {
         return;
     }
-    let live: std::collections::HashSet<String> = pods
-        .of_owner(ds)
-        .map(|p| {
-            s(
-                &p.value,
-                &format!("/metadata/labels/{CONTROLLER_REVISION_HASH}"),
-            )
-        })
-        .filter(|h| !h.is_empty())
-        .map(|h| format!("{}-{h}", ds.name()))
-        .collect();
+    let live: std::collections::HashSet<String> =
+        pods.of_owner(ds).map(|p| s(&p.value, &format!("/metadata/labels/{CONTROLLER_REVISION_HASH}"))).filter(|h| !h.is_empty()).map(|h| format!("{}-{h}", ds.name())).collect();
     for r in old {
         if to_kill == 0 {
             break;
@@ -459,53 +353,19 @@ mod tests {
 
     #[test]
     fn node_should_run_follows_selector_affinity_and_taints() {
-        let p = Placement::of(&json!({"spec": {"nodeSelector": {"role": "edge"}}}))
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            p.should_run(&node("a", json!({"role": "edge"}), json!([]))),
-            (true, true)
-        );
-        assert_eq!(
-            p.should_run(&node("b", json!({"role": "core"}), json!([]))),
-            (false, false)
-        );
+        let p = Placement::of(&json!({"spec": {"nodeSelector": {"role": "edge"}}})).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.should_run(&node("a", json!({"role": "edge"}), json!([]))), (true, true));
+        assert_eq!(p.should_run(&node("b", json!({"role": "core"}), json!([]))), (false, false));
         // NoSchedule: not started, but a running pod stays; NoExecute: neither.
-        assert_eq!(
-            p.should_run(&node(
-                "c",
-                json!({"role": "edge"}),
-                json!([{"key": "x", "effect": "NoSchedule"}])
-            )),
-            (false, true)
-        );
-        assert_eq!(
-            p.should_run(&node(
-                "d",
-                json!({"role": "edge"}),
-                json!([{"key": "x", "effect": "NoExecute"}])
-            )),
-            (false, false)
-        );
+        assert_eq!(p.should_run(&node("c", json!({"role": "edge"}), json!([{"key": "x", "effect": "NoSchedule"}]))), (false, true));
+        assert_eq!(p.should_run(&node("d", json!({"role": "edge"}), json!([{"key": "x", "effect": "NoExecute"}]))), (false, false));
         // The default tolerations cover unschedulable and not-ready nodes.
         assert_eq!(p.should_run(&node("e", json!({"role": "edge"}), json!([{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}, {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]))), (true, true));
         let p = Placement::of(&json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}]}]}}}, "tolerations": [{"key": "x", "operator": "Exists"}]}}))
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            p.should_run(&node(
-                "a",
-                json!({}),
-                json!([{"key": "x", "effect": "NoExecute"}])
-            )),
-            (true, true)
-        );
-        assert_eq!(
-            p.should_run(&node("b", json!({}), json!([]))),
-            (false, false)
-        );
-        assert!(
-            Placement::of(&json!({"spec": {"tolerations": "nope"}}))
-                .is_err_and(|e| e.contains("spec.template.spec.tolerations"))
-        );
+        assert_eq!(p.should_run(&node("a", json!({}), json!([{"key": "x", "effect": "NoExecute"}]))), (true, true));
+        assert_eq!(p.should_run(&node("b", json!({}), json!([]))), (false, false));
+        assert!(Placement::of(&json!({"spec": {"tolerations": "nope"}})).is_err_and(|e| e.contains("spec.template.spec.tolerations")));
     }
 
     /// Upstream's `cleanupHistory` counts every old revision against the
@@ -514,13 +374,7 @@ mod tests {
     #[test]
     fn old_revisions_beyond_the_limit_go_unless_a_pod_uses_them() {
         let store = test_store();
-        store
-            .create(
-                NODES,
-                "",
-                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(NODES, "", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})).unwrap_or_else(|e| panic!("{e}"));
         store
             .create(
                 DAEMONSETS,
@@ -535,23 +389,11 @@ mod tests {
         pass();
         for image in ["agent:2", "agent:3", "agent:4"] {
             let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}}).to_string();
-            store
-                .patch(
-                    DAEMONSETS,
-                    "default",
-                    "agent",
-                    crate::store::PatchType::Merge,
-                    patch.as_bytes(),
-                    false,
-                )
-                .unwrap_or_else(|e| panic!("{e}"));
+            store.patch(DAEMONSETS, "default", "agent", crate::store::PatchType::Merge, patch.as_bytes(), false).unwrap_or_else(|e| panic!("{e}"));
             pass();
             pass();
         }
-        let mut left: Vec<i64> = list(&store, CONTROLLERREVISIONS, None)
-            .iter()
-            .map(|r| r.value["revision"].as_i64().unwrap_or(0))
-            .collect();
+        let mut left: Vec<i64> = list(&store, CONTROLLERREVISIONS, None).iter().map(|r| r.value["revision"].as_i64().unwrap_or(0)).collect();
         left.sort_unstable();
         assert_eq!(left, [1, 4]);
         assert_eq!(list(&store, PODS, None).len(), 1);
@@ -575,17 +417,11 @@ mod tests {
         assert_eq!(s(&pod, "/spec/schedulerName"), "berth");
         assert_eq!(
             pod.at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"),
-            Some(
-                &json!({"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-3"]}]}]})
-            )
+            Some(&json!({"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-3"]}]}]}))
         );
         assert_eq!(target_node(&pod), Some("node-3"));
         let tolerations = pod["spec"]["tolerations"].as_array().map(Vec::len);
-        assert_eq!(
-            tolerations,
-            Some(7),
-            "six defaults plus network-unavailable, the user's unschedulable not doubled"
-        );
+        assert_eq!(tolerations, Some(7), "six defaults plus network-unavailable, the user's unschedulable not doubled");
         assert_eq!(s(&pod, "/metadata/labels/controller-revision-hash"), "h1");
         assert_eq!(s(&pod, "/metadata/labels/pod-template-generation"), "1");
         assert!(s(&pod, "/metadata/generateName").starts_with("agent-"));

@@ -30,12 +30,9 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use super::resources::{
-    self as res, CONTROLLERREVISIONS, DAEMONSETS, DEPLOYMENTS, JOBS, NODES, PODS, REPLICASETS,
-    STATEFULSETS,
-};
+use super::resources::{self as res, CONTROLLERREVISIONS, DAEMONSETS, DEPLOYMENTS, JOBS, NODES, PODS, REPLICASETS, STATEFULSETS};
 use super::selector::Filter;
-use super::store::{DeleteOpts, EventType, Obj, Store, WatchEvent, controller_of, now_rfc3339};
+use super::store::{controller_of, DeleteOpts, EventType, Obj, Store, WatchEvent, now_rfc3339};
 
 /// Workload controller settings.
 #[derive(Debug, Clone)]
@@ -51,11 +48,7 @@ pub struct ControllersConfig {
 
 impl Default for ControllersConfig {
     fn default() -> Self {
-        Self {
-            enabled: true,
-            resync: Duration::from_secs(2),
-            burst: 500,
-        }
+        Self { enabled: true, resync: Duration::from_secs(2), burst: 500 }
     }
 }
 
@@ -67,6 +60,7 @@ pub const CONTROLLER_REVISION_HASH: &str = "controller-revision-hash";
 fn s<'a>(v: &'a Value, p: &str) -> &'a str {
     v.at(p).and_then(Value::as_str).unwrap_or("")
 }
+
 
 fn owner_ref(kind: &str, owner: &Value) -> Value {
     json!([{
@@ -80,8 +74,7 @@ fn owner_ref(kind: &str, owner: &Value) -> Value {
 }
 
 fn is_deleting(v: &Value) -> bool {
-    v.at("/metadata/deletionTimestamp")
-        .is_some_and(|d| !d.is_null())
+    v.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
 }
 
 fn active(p: &Value) -> bool {
@@ -99,10 +92,7 @@ impl Owned {
         let mut by_owner: HashMap<String, Vec<Arc<Obj>>> = HashMap::new();
         // Read as stored (pods are kept lean) and parsed back whole only
         // when controlled: most pods of a large cluster have no controller.
-        let all = store
-            .list_bytes(r, &Filter::default(), None, None)
-            .map(|l| l.items)
-            .unwrap_or_default();
+        let all = store.list_bytes(r, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default();
         for o in all {
             if let Some(uid) = o.controller_uid() {
                 by_owner.entry(uid.to_string()).or_default().push(o.full());
@@ -113,11 +103,7 @@ impl Owned {
 
     /// The objects `owner` controls (same namespace).
     fn of_owner<'a>(&'a self, owner: &'a Obj) -> impl Iterator<Item = &'a Arc<Obj>> + 'a {
-        self.by_owner
-            .get(owner.uid())
-            .into_iter()
-            .flatten()
-            .filter(move |p| p.namespace() == owner.namespace())
+        self.by_owner.get(owner.uid()).into_iter().flatten().filter(move |p| p.namespace() == owner.namespace())
     }
 
     /// The active (not terminal, not terminating) pods `owner` controls.
@@ -162,11 +148,7 @@ fn meta_map<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut serde_json::Map<S
 /// pods and nodes, and every `resync`. The resourceclaim controller
 /// ([`resourceclaim`]) runs beside the workload controllers, in the same
 /// task.
-pub fn spawn(
-    store: Arc<Store>,
-    cfg: ControllersConfig,
-    stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
+pub fn spawn(store: Arc<Store>, cfg: ControllersConfig, stop: watch::Receiver<bool>) -> JoinHandle<()> {
     let claims = resourceclaim::Controller::new(store.clone());
     let (resync, claims_stop) = (cfg.resync, stop.clone());
     tokio::spawn(async move {
@@ -215,8 +197,7 @@ async fn workloads(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::R
             while let Ok(ev) = nodes.try_recv() {
                 let _ = ev;
             }
-            let workloads = [JOBS, DEPLOYMENTS, REPLICASETS, STATEFULSETS, DAEMONSETS]
-                .map(|r| store.count(r) > 0);
+            let workloads = [JOBS, DEPLOYMENTS, REPLICASETS, STATEFULSETS, DAEMONSETS].map(|r| store.count(r) > 0);
             if !workloads.iter().any(|w| *w) {
                 // Nothing to run; dependents of deleted owners went with
                 // their owner's DELETED event.
@@ -246,11 +227,7 @@ async fn workloads(store: Arc<Store>, cfg: ControllersConfig, mut stop: watch::R
 
 /// An owner event: a deleted owner's dependents go. False when the
 /// store is gone.
-fn handle(
-    store: &Store,
-    ev: Result<Arc<WatchEvent>, broadcast::error::RecvError>,
-    r: res::ResId,
-) -> bool {
+fn handle(store: &Store, ev: Result<Arc<WatchEvent>, broadcast::error::RecvError>, r: res::ResId) -> bool {
     match ev {
         Ok(ev) if ev.ty == EventType::Deleted => {
             let dependents = if r == DEPLOYMENTS { REPLICASETS } else { PODS };
@@ -269,22 +246,13 @@ fn handle(
 }
 
 fn list(store: &Store, r: res::ResId, ns: Option<&str>) -> Vec<Arc<Obj>> {
-    let f = Filter {
-        namespace: ns.map(str::to_string),
-        ..Default::default()
-    };
-    store
-        .list(r, &f, None, None)
-        .map(|l| l.items)
-        .unwrap_or_default()
+    let f = Filter { namespace: ns.map(str::to_string), ..Default::default() };
+    store.list(r, &f, None, None).map(|l| l.items).unwrap_or_default()
 }
 
 /// Delete one object, if it is still the one seen (uid precondition).
 fn delete_obj(store: &Store, r: res::ResId, o: &Obj) {
-    let opts = DeleteOpts {
-        uid: Some(o.uid().to_string()),
-        ..Default::default()
-    };
+    let opts = DeleteOpts { uid: Some(o.uid().to_string()), ..Default::default() };
     let _ = store.delete(r, o.namespace(), o.name(), &opts);
 }
 
@@ -299,44 +267,20 @@ fn delete_dependents(store: &Store, r: res::ResId, ns: &str, owner_uid: &str) {
 /// The garbage collector's sweep: dependents whose controlling owner (of
 /// the kinds the controllers run) no longer exists.
 fn collect_orphans(store: &Store) {
-    let owners: [(res::ResId, &str); 5] = [
-        (DEPLOYMENTS, "Deployment"),
-        (REPLICASETS, "ReplicaSet"),
-        (JOBS, "Job"),
-        (STATEFULSETS, "StatefulSet"),
-        (DAEMONSETS, "DaemonSet"),
-    ];
-    let live: HashSet<String> = owners
-        .iter()
-        .flat_map(|(r, _)| list(store, *r, None))
-        .map(|o| o.uid().to_string())
-        .collect();
+    let owners: [(res::ResId, &str); 5] =
+        [(DEPLOYMENTS, "Deployment"), (REPLICASETS, "ReplicaSet"), (JOBS, "Job"), (STATEFULSETS, "StatefulSet"), (DAEMONSETS, "DaemonSet")];
+    let live: HashSet<String> = owners.iter().flat_map(|(r, _)| list(store, *r, None)).map(|o| o.uid().to_string()).collect();
     for dependent in [REPLICASETS, PODS, CONTROLLERREVISIONS] {
-        let all = store
-            .list_bytes(dependent, &Filter::default(), None, None)
-            .map(|l| l.items)
-            .unwrap_or_default();
+        let all = store.list_bytes(dependent, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default();
         // Only a dependent whose controller is gone is read whole.
-        for o in all
-            .iter()
-            .filter(|o| o.controller_uid().is_some_and(|u| !live.contains(u)))
-            .map(Obj::full)
-        {
-            let orphaned = o
-                .value
-                .at("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .is_some_and(|refs| {
-                    refs.iter().any(|r| {
-                        r.get("controller").and_then(Value::as_bool) == Some(true)
-                            && owners.iter().any(|(_, kind)| {
-                                r.get("kind").and_then(Value::as_str) == Some(kind)
-                            })
-                            && r.get("uid")
-                                .and_then(Value::as_str)
-                                .is_some_and(|u| !live.contains(u))
-                    })
-                });
+        for o in all.iter().filter(|o| o.controller_uid().is_some_and(|u| !live.contains(u))).map(Obj::full) {
+            let orphaned = o.value.at("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+                refs.iter().any(|r| {
+                    r.get("controller").and_then(Value::as_bool) == Some(true)
+                        && owners.iter().any(|(_, kind)| r.get("kind").and_then(Value::as_str) == Some(kind))
+                        && r.get("uid").and_then(Value::as_str).is_some_and(|u| !live.contains(u))
+                })
+            });
             if orphaned && !is_deleting(&o.value) {
                 delete_obj(store, dependent, &o);
             }
@@ -354,12 +298,7 @@ fn deletion_rank(p: &Value) -> (u8, u8, u8, std::cmp::Reverse<String>) {
     let unassigned = u8::from(!s(p, "/spec/nodeName").is_empty());
     let pending = u8::from(s(p, "/status/phase") != "Pending");
     let not_ready = u8::from(ready(p));
-    (
-        unassigned,
-        pending,
-        not_ready,
-        std::cmp::Reverse(s(p, "/metadata/creationTimestamp").to_string()),
-    )
+    (unassigned, pending, not_ready, std::cmp::Reverse(s(p, "/metadata/creationTimestamp").to_string()))
 }
 
 fn sync_replicasets(store: &Store, pods: &Owned, burst: usize) {
@@ -367,20 +306,11 @@ fn sync_replicasets(store: &Store, pods: &Owned, burst: usize) {
         if is_deleting(&rs.value) {
             continue;
         }
-        let desired = rs
-            .value
-            .at("/spec/replicas")
-            .and_then(Value::as_i64)
-            .unwrap_or(1)
-            .max(0) as usize;
+        let desired = rs.value.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0) as usize;
         let mut owned = pods.active_of(&rs);
         let ns = rs.namespace().to_string();
         if owned.len() < desired {
-            let template = rs
-                .value
-                .at("/spec/template")
-                .cloned()
-                .unwrap_or_else(|| json!({}));
+            let template = rs.value.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
             for _ in 0..(desired - owned.len()).min(burst) {
                 let pod = pod_from_template(&template, "ReplicaSet", &rs, None);
                 if let Err(e) = store.create(PODS, &ns, pod) {
@@ -410,10 +340,7 @@ fn sync_replicasets(store: &Store, pods: &Owned, burst: usize) {
 fn write_status(store: &Store, r: res::ResId, o: &Obj, status: Value) {
     let _ = store.modify(r, o.namespace(), o.name(), Some(o.uid()), |v| {
         let mut keep = status.clone();
-        if let (Some(k), Some(old)) = (
-            keep.as_object_mut(),
-            v.get("status").and_then(Value::as_object),
-        ) {
+        if let (Some(k), Some(old)) = (keep.as_object_mut(), v.get("status").and_then(Value::as_object)) {
             for (key, val) in old {
                 if key == "conditions" {
                     k.entry(key.clone()).or_insert_with(|| val.clone());
@@ -456,10 +383,7 @@ fn rolling_bounds(d: &Value, desired: i64) -> (i64, i64) {
     let resolve = |p: &str, up: bool| -> i64 {
         match d.at(p) {
             Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
-            Some(Value::String(t)) => match t
-                .strip_suffix('%')
-                .and_then(|x| x.trim().parse::<i64>().ok())
-            {
+            Some(Value::String(t)) => match t.strip_suffix('%').and_then(|x| x.trim().parse::<i64>().ok()) {
                 Some(pct) if up => (pct * desired + 99) / 100,
                 Some(pct) => pct * desired / 100,
                 None => t.parse().unwrap_or(0),
@@ -477,29 +401,18 @@ fn rolling_bounds(d: &Value, desired: i64) -> (i64, i64) {
 }
 
 fn replicas(v: &Value) -> i64 {
-    v.at("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1)
-        .max(0)
+    v.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0)
 }
 
 fn set_replicas(store: &Store, rs: &Obj, n: i64) {
     if replicas(&rs.value) == n {
         return;
     }
-    let _ = store.modify(
-        REPLICASETS,
-        rs.namespace(),
-        rs.name(),
-        Some(rs.uid()),
-        |v| {
-            let mut n2 = v.clone();
-            n2.at_mut("/spec")?
-                .as_object_mut()?
-                .insert("replicas".into(), json!(n));
-            Some(n2)
-        },
-    );
+    let _ = store.modify(REPLICASETS, rs.namespace(), rs.name(), Some(rs.uid()), |v| {
+        let mut n2 = v.clone();
+        n2.at_mut("/spec")?.as_object_mut()?.insert("replicas".into(), json!(n));
+        Some(n2)
+    });
 }
 
 fn sync_deployments(store: &Store, pods: &Owned) {
@@ -513,43 +426,22 @@ fn sync_deployments(store: &Store, pods: &Owned) {
         let paused = d.value.at("/spec/paused").and_then(Value::as_bool) == Some(true);
         let ns = d.namespace().to_string();
         let desired = replicas(&d.value);
-        let template = d
-            .value
-            .at("/spec/template")
-            .cloned()
-            .unwrap_or_else(|| json!({}));
+        let template = d.value.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
         let hash = template_hash(&template);
-        let owned: Vec<&Arc<Obj>> = all_rs
-            .iter()
-            .filter(|r| r.namespace() == ns && controller_of(&r.value) == Some(d.uid()))
-            .collect();
+        let owned: Vec<&Arc<Obj>> = all_rs.iter().filter(|r| r.namespace() == ns && controller_of(&r.value) == Some(d.uid())).collect();
         let counts = |rs: &Obj| -> (i64, i64) {
             let pods = pods.active_of(rs);
-            (
-                pods.len() as i64,
-                pods.iter().filter(|p| ready(&p.value)).count() as i64,
-            )
+            (pods.len() as i64, pods.iter().filter(|p| ready(&p.value)).count() as i64)
         };
-        let new_rs = owned
-            .iter()
-            .find(|r| s(&r.value, &format!("/metadata/labels/{POD_TEMPLATE_HASH}")) == hash)
-            .copied();
-        let old: Vec<&Arc<Obj>> = owned
-            .iter()
-            .filter(|r| new_rs.is_none_or(|n| n.uid() != r.uid()))
-            .copied()
-            .collect();
+        let new_rs = owned.iter().find(|r| s(&r.value, &format!("/metadata/labels/{POD_TEMPLATE_HASH}")) == hash).copied();
+        let old: Vec<&Arc<Obj>> = owned.iter().filter(|r| new_rs.is_none_or(|n| n.uid() != r.uid())).copied().collect();
         let old_replicas: i64 = old.iter().map(|r| replicas(&r.value)).sum();
         let recreate = s(&d.value, "/spec/strategy/type") == "Recreate";
         let (surge, max_unavailable) = rolling_bounds(&d.value, desired);
         let new_target = |current: i64| -> i64 {
             if recreate {
                 let old_pods: i64 = old.iter().map(|r| counts(r).0).sum();
-                if old_replicas == 0 && old_pods == 0 {
-                    desired
-                } else {
-                    0
-                }
+                if old_replicas == 0 && old_pods == 0 { desired } else { 0 }
             } else if old_replicas == 0 {
                 desired
             } else {
@@ -557,14 +449,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
                 (current + room).min(desired).max(current.min(desired))
             }
         };
-        let revision_of = |r: &Obj| {
-            s(
-                &r.value,
-                "/metadata/annotations/deployment.kubernetes.io~1revision",
-            )
-            .parse::<i64>()
-            .unwrap_or(0)
-        };
+        let revision_of = |r: &Obj| s(&r.value, "/metadata/annotations/deployment.kubernetes.io~1revision").parse::<i64>().unwrap_or(0);
         let mut created = false;
         let new_rs = match new_rs {
             Some(r) if paused => Some((*r).clone()),
@@ -578,8 +463,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
                     let revision = (newest_old + 1).to_string();
                     let _ = store.modify(REPLICASETS, &ns, r.name(), Some(r.uid()), |v| {
                         let mut n = v.clone();
-                        meta_map(&mut n, "annotations")?
-                            .insert("deployment.kubernetes.io/revision".into(), json!(revision));
+                        meta_map(&mut n, "annotations")?.insert("deployment.kubernetes.io/revision".into(), json!(revision));
                         Some(n)
                     });
                 }
@@ -588,11 +472,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
             None => {
                 let mut tmpl = template.clone();
                 crate_label(&mut tmpl, &hash);
-                let mut selector = d
-                    .value
-                    .at("/spec/selector")
-                    .cloned()
-                    .unwrap_or_else(|| json!({}));
+                let mut selector = d.value.at("/spec/selector").cloned().unwrap_or_else(|| json!({}));
                 if let Some(m) = selector.as_object_mut() {
                     let ml = m.entry("matchLabels").or_insert_with(|| json!({}));
                     if let Some(ml) = ml.as_object_mut() {
@@ -601,14 +481,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
                 }
                 let revision = owned
                     .iter()
-                    .filter_map(|r| {
-                        s(
-                            &r.value,
-                            "/metadata/annotations/deployment.kubernetes.io~1revision",
-                        )
-                        .parse::<i64>()
-                        .ok()
-                    })
+                    .filter_map(|r| s(&r.value, "/metadata/annotations/deployment.kubernetes.io~1revision").parse::<i64>().ok())
                     .max()
                     .unwrap_or(0)
                     + 1;
@@ -649,11 +522,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
             }
         } else {
             let available: i64 = new_ready + old_counts.iter().map(|c| c.1).sum::<i64>();
-            let old_unhealthy: i64 = old
-                .iter()
-                .zip(&old_counts)
-                .map(|(r, c)| (replicas(&r.value) - c.1).max(0))
-                .sum();
+            let old_unhealthy: i64 = old.iter().zip(&old_counts).map(|(r, c)| (replicas(&r.value) - c.1).max(0)).sum();
             let mut allowed = (available - (desired - max_unavailable)).max(0) + old_unhealthy;
             let mut oldest: Vec<&&Arc<Obj>> = old.iter().collect();
             oldest.sort_by_key(|r| s(&r.value, "/metadata/creationTimestamp").to_string());
@@ -672,15 +541,7 @@ fn sync_deployments(store: &Store, pods: &Owned) {
         let now = now_rfc3339();
         let rs_name = format!("{}-{hash}", d.name());
         let complete = new_pods == desired && total_pods == desired && new_ready == desired;
-        let progressing = progressing_condition(
-            &d.value,
-            &rs_name,
-            paused,
-            complete,
-            created,
-            (total_pods, new_pods, total_ready),
-            &now,
-        );
+        let progressing = progressing_condition(&d.value, &rs_name, paused, complete, created, (total_pods, new_pods, total_ready), &now);
         if complete || paused {
             cleanup_history(store, &d.value, &old, &old_counts);
         }
@@ -714,28 +575,13 @@ fn sync_deployments(store: &Store, pods: &Owned) {
             strip(old) == strip(&status)
         });
         // The Deployment carries its newest ReplicaSet's revision.
-        let revision = new_rs
-            .as_ref()
-            .map(|r| {
-                s(
-                    &r.value,
-                    "/metadata/annotations/deployment.kubernetes.io~1revision",
-                )
-                .to_string()
-            })
-            .filter(|r| !r.is_empty());
-        let revision_shown = revision.as_deref().is_none_or(|r| {
-            s(
-                &d.value,
-                "/metadata/annotations/deployment.kubernetes.io~1revision",
-            ) == r
-        });
+        let revision = new_rs.as_ref().map(|r| s(&r.value, "/metadata/annotations/deployment.kubernetes.io~1revision").to_string()).filter(|r| !r.is_empty());
+        let revision_shown = revision.as_deref().is_none_or(|r| s(&d.value, "/metadata/annotations/deployment.kubernetes.io~1revision") == r);
         if !unchanged || !revision_shown {
             let _ = store.modify(DEPLOYMENTS, &ns, d.name(), Some(d.uid()), |v| {
                 let mut n = v.clone();
                 if let Some(r) = &revision {
-                    meta_map(&mut n, "annotations")?
-                        .insert("deployment.kubernetes.io/revision".into(), json!(r));
+                    meta_map(&mut n, "annotations")?.insert("deployment.kubernetes.io/revision".into(), json!(r));
                 }
                 n.as_object_mut()?.insert("status".into(), status.clone());
                 Some(n)
@@ -749,41 +595,16 @@ fn sync_deployments(store: &Store, pods: &Owned) {
 /// ReplicaSets, the oldest revisions are deleted, those scaled to zero
 /// with no pods left.
 fn cleanup_history(store: &Store, d: &Value, old: &[&Arc<Obj>], counts: &[(i64, i64)]) {
-    let limit = d
-        .at("/spec/revisionHistoryLimit")
-        .and_then(Value::as_i64)
-        .unwrap_or(10)
-        .max(0);
-    let mut alive: Vec<(&Arc<Obj>, i64)> = old
-        .iter()
-        .zip(counts)
-        .filter(|(r, _)| !is_deleting(&r.value))
-        .map(|(r, c)| (*r, c.0))
-        .collect();
+    let limit = d.at("/spec/revisionHistoryLimit").and_then(Value::as_i64).unwrap_or(10).max(0);
+    let mut alive: Vec<(&Arc<Obj>, i64)> = old.iter().zip(counts).filter(|(r, _)| !is_deleting(&r.value)).map(|(r, c)| (*r, c.0)).collect();
     let diff = alive.len() as i64 - limit;
     if diff <= 0 {
         return;
     }
-    let revision = |r: &Obj| {
-        s(
-            &r.value,
-            "/metadata/annotations/deployment.kubernetes.io~1revision",
-        )
-        .parse::<i64>()
-        .unwrap_or(0)
-    };
-    alive.sort_by_key(|(r, _)| {
-        (
-            revision(r),
-            s(&r.value, "/metadata/creationTimestamp").to_string(),
-        )
-    });
+    let revision = |r: &Obj| s(&r.value, "/metadata/annotations/deployment.kubernetes.io~1revision").parse::<i64>().unwrap_or(0);
+    alive.sort_by_key(|(r, _)| (revision(r), s(&r.value, "/metadata/creationTimestamp").to_string()));
     for (r, pods) in alive.into_iter().take(diff as usize) {
-        let status_replicas = r
-            .value
-            .at("/status/replicas")
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
+        let status_replicas = r.value.at("/status/replicas").and_then(Value::as_i64).unwrap_or(0);
         if pods == 0 && status_replicas == 0 && replicas(&r.value) == 0 {
             delete_obj(store, REPLICASETS, r);
         }
@@ -798,15 +619,7 @@ fn cleanup_history(store: &Store, d: &Value, old: &[&Arc<Obj>], counts: &[(i64, 
 /// (default 600) since then (False, ProgressDeadlineExceeded, which
 /// `kubectl rollout status` reports as a failed rollout); else unchanged.
 /// `counts` is (pods, updated pods, ready pods) of this pass.
-fn progressing_condition(
-    d: &Value,
-    rs_name: &str,
-    paused: bool,
-    complete: bool,
-    created: bool,
-    counts: (i64, i64, i64),
-    now: &str,
-) -> Value {
+fn progressing_condition(d: &Value, rs_name: &str, paused: bool, complete: bool, created: bool, counts: (i64, i64, i64), now: &str) -> Value {
     let (total, updated, ready) = counts;
     let cond = |status: &str, reason: &str, message: String, since: Option<&Value>| {
         let since = since.cloned().unwrap_or_else(|| json!(now));
@@ -815,27 +628,12 @@ fn progressing_condition(
     let old = d
         .at("/status/conditions")
         .and_then(Value::as_array)
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c.get("type").and_then(Value::as_str) == Some("Progressing"))
-        });
-    let old_field = |k: &str| {
-        old.and_then(|c| c.get(k))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-    };
+        .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Progressing")));
+    let old_field = |k: &str| old.and_then(|c| c.get(k)).and_then(Value::as_str).unwrap_or("");
     // lastTransitionTime moves only when the status does.
-    let same_status = |status: &str| {
-        old.filter(|_| old_field("status") == status)
-            .and_then(|c| c.get("lastTransitionTime"))
-    };
+    let same_status = |status: &str| old.filter(|_| old_field("status") == status).and_then(|c| c.get("lastTransitionTime"));
     if paused {
-        return cond(
-            "Unknown",
-            "DeploymentPaused",
-            "Deployment is paused".into(),
-            same_status("Unknown"),
-        );
+        return cond("Unknown", "DeploymentPaused", "Deployment is paused".into(), same_status("Unknown"));
     }
     if complete {
         if old_field("reason") == "NewReplicaSetAvailable"
@@ -843,63 +641,28 @@ fn progressing_condition(
         {
             return c.clone();
         }
-        return cond(
-            "True",
-            "NewReplicaSetAvailable",
-            format!("ReplicaSet \"{rs_name}\" has successfully progressed."),
-            same_status("True"),
-        );
+        return cond("True", "NewReplicaSetAvailable", format!("ReplicaSet \"{rs_name}\" has successfully progressed."), same_status("True"));
     }
     if created {
-        return cond(
-            "True",
-            "NewReplicaSetCreated",
-            format!("Created new replica set \"{rs_name}\""),
-            same_status("True"),
-        );
+        return cond("True", "NewReplicaSetCreated", format!("Created new replica set \"{rs_name}\""), same_status("True"));
     }
-    let before = |k: &str| {
-        d.at(&format!("/status/{k}"))
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-    };
+    let before = |k: &str| d.at(&format!("/status/{k}")).and_then(Value::as_i64).unwrap_or(0);
     let progressed = updated > before("updatedReplicas")
         || total - updated < before("replicas") - before("updatedReplicas")
         || ready > before("readyReplicas")
         || ready > before("availableReplicas");
     if progressed || old.is_none() || old_field("reason") == "DeploymentPaused" {
-        return cond(
-            "True",
-            "ReplicaSetUpdated",
-            format!("ReplicaSet \"{rs_name}\" is progressing."),
-            same_status("True"),
-        );
+        return cond("True", "ReplicaSetUpdated", format!("ReplicaSet \"{rs_name}\" is progressing."), same_status("True"));
     }
-    let deadline = d
-        .at("/spec/progressDeadlineSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(600);
+    let deadline = d.at("/spec/progressDeadlineSeconds").and_then(Value::as_i64).unwrap_or(600);
     let last = chrono::DateTime::parse_from_rfc3339(old_field("lastUpdateTime")).ok();
     let timed_out = old_field("reason") == "ProgressDeadlineExceeded"
-        || (deadline < i64::from(i32::MAX)
-            && last.is_some_and(|t| {
-                chrono::Utc::now().signed_duration_since(t).num_seconds() > deadline
-            }));
+        || (deadline < i64::from(i32::MAX) && last.is_some_and(|t| chrono::Utc::now().signed_duration_since(t).num_seconds() > deadline));
     match old {
         Some(c) if old_field("reason") == "ProgressDeadlineExceeded" => c.clone(),
-        _ if timed_out => cond(
-            "False",
-            "ProgressDeadlineExceeded",
-            format!("ReplicaSet \"{rs_name}\" has timed out progressing."),
-            same_status("False"),
-        ),
+        _ if timed_out => cond("False", "ProgressDeadlineExceeded", format!("ReplicaSet \"{rs_name}\" has timed out progressing."), same_status("False")),
         Some(c) => c.clone(),
-        None => cond(
-            "True",
-            "ReplicaSetUpdated",
-            format!("ReplicaSet \"{rs_name}\" is progressing."),
-            None,
-        ),
+        None => cond("True", "ReplicaSetUpdated", format!("ReplicaSet \"{rs_name}\" is progressing."), None),
     }
 }
 
@@ -914,103 +677,51 @@ fn sync_jobs(store: &Store, pods: &Owned, burst: usize) {
         if is_deleting(&job.value) {
             continue;
         }
-        let finished = job
-            .value
-            .at("/status/conditions")
-            .and_then(Value::as_array)
-            .is_some_and(|cs| {
-                cs.iter().any(|c| {
-                    matches!(s(c, "/type"), "Complete" | "Failed") && s(c, "/status") == "True"
-                })
-            });
+        let finished = job.value.at("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
+            cs.iter().any(|c| matches!(s(c, "/type"), "Complete" | "Failed") && s(c, "/status") == "True")
+        });
         if finished || job.value.at("/spec/suspend").and_then(Value::as_bool) == Some(true) {
             continue;
         }
         let ns = job.namespace().to_string();
-        let completions = job
-            .value
-            .at("/spec/completions")
-            .and_then(Value::as_i64)
-            .unwrap_or(1)
-            .max(0);
-        let parallelism = job
-            .value
-            .at("/spec/parallelism")
-            .and_then(Value::as_i64)
-            .unwrap_or(1)
-            .max(0);
-        let backoff_limit = job
-            .value
-            .at("/spec/backoffLimit")
-            .and_then(Value::as_i64)
-            .unwrap_or(6);
+        let completions = job.value.at("/spec/completions").and_then(Value::as_i64).unwrap_or(1).max(0);
+        let parallelism = job.value.at("/spec/parallelism").and_then(Value::as_i64).unwrap_or(1).max(0);
+        let backoff_limit = job.value.at("/spec/backoffLimit").and_then(Value::as_i64).unwrap_or(6);
         let owned: Vec<&Arc<Obj>> = pods.of_owner(&job).collect();
-        let succeeded = owned
-            .iter()
-            .filter(|p| s(&p.value, "/status/phase") == "Succeeded")
-            .count() as i64;
-        let failed = owned
-            .iter()
-            .filter(|p| s(&p.value, "/status/phase") == "Failed")
-            .count() as i64;
+        let succeeded = owned.iter().filter(|p| s(&p.value, "/status/phase") == "Succeeded").count() as i64;
+        let failed = owned.iter().filter(|p| s(&p.value, "/status/phase") == "Failed").count() as i64;
         let active = owned.iter().filter(|p| active(&p.value)).count() as i64;
         let now = now_rfc3339();
-        let start = job
-            .value
-            .at("/status/startTime")
-            .cloned()
-            .unwrap_or_else(|| json!(now));
+        let start = job.value.at("/status/startTime").cloned().unwrap_or_else(|| json!(now));
         let mut status = json!({"startTime": start, "active": active, "succeeded": succeeded, "failed": failed, "ready": owned.iter().filter(|p| ready(&p.value)).count()});
-        let cond = |ty: &str, reason: &str, message: &str| json!({"type": ty, "status": "True", "reason": reason, "message": message, "lastProbeTime": now, "lastTransitionTime": now});
+        let cond = |ty: &str, reason: &str, message: &str| {
+            json!({"type": ty, "status": "True", "reason": reason, "message": message, "lastProbeTime": now, "lastTransitionTime": now})
+        };
         if succeeded >= completions {
             status["active"] = json!(0);
             status["completionTime"] = json!(now);
             status["conditions"] = json!([
-                cond(
-                    "SuccessCriteriaMet",
-                    "CompletionsReached",
-                    "Reached expected number of succeeded pods"
-                ),
-                cond(
-                    "Complete",
-                    "CompletionsReached",
-                    "Reached expected number of succeeded pods"
-                ),
+                cond("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"),
+                cond("Complete", "CompletionsReached", "Reached expected number of succeeded pods"),
             ]);
         } else if failed > backoff_limit {
             status["conditions"] = json!([
-                cond(
-                    "FailureTarget",
-                    "BackoffLimitExceeded",
-                    "Job has reached the specified backoff limit"
-                ),
-                cond(
-                    "Failed",
-                    "BackoffLimitExceeded",
-                    "Job has reached the specified backoff limit"
-                ),
+                cond("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+                cond("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
             ]);
         } else {
             let wanted = parallelism.min(completions - succeeded);
-            let template = job
-                .value
-                .at("/spec/template")
-                .cloned()
-                .unwrap_or_else(|| json!({}));
+            let template = job.value.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
             for _ in 0..(wanted - active).clamp(0, burst as i64) {
                 let mut pod = pod_from_template(&template, "Job", &job, None);
                 if let Some(l) = meta_map(&mut pod, "labels") {
-                    l.insert(
-                        "batch.kubernetes.io/controller-uid".into(),
-                        json!(job.uid()),
-                    );
+                    l.insert("batch.kubernetes.io/controller-uid".into(), json!(job.uid()));
                     l.insert("batch.kubernetes.io/job-name".into(), json!(job.name()));
                     l.insert("controller-uid".into(), json!(job.uid()));
                     l.insert("job-name".into(), json!(job.name()));
                 }
                 if let Some(a) = meta_map(&mut pod, "annotations") {
-                    a.entry(super::kubelet::COMPLETE_AFTER)
-                        .or_insert_with(|| json!("1s"));
+                    a.entry(super::kubelet::COMPLETE_AFTER).or_insert_with(|| json!("1s"));
                 }
                 if let Err(e) = store.create(PODS, &ns, pod) {
                     tracing::debug!(job = job.name(), error = %e, "creating a pod failed");
@@ -1026,39 +737,20 @@ fn sync_jobs(store: &Store, pods: &Owned, burst: usize) {
 /// (created when missing, numbered after the owner's others, with the
 /// template as upstream stores it: a `$patch: replace` of `spec.template`).
 /// Returns its name, or None when it could not be created.
-fn ensure_revision(
-    store: &Store,
-    revisions: &Owned,
-    kind: &str,
-    owner: &Obj,
-    hash: &str,
-    template: &Value,
-) -> Option<String> {
+fn ensure_revision(store: &Store, revisions: &Owned, kind: &str, owner: &Obj, hash: &str, template: &Value) -> Option<String> {
     let name = format!("{}-{hash}", owner.name());
     let mine: Vec<&Arc<Obj>> = revisions.of_owner(owner).collect();
     let number = |r: &Obj| r.value.get("revision").and_then(Value::as_i64).unwrap_or(0);
     if let Some(r) = mine.iter().find(|r| r.name() == name) {
         // A template seen before (`rollout undo`) becomes the newest
         // revision again, as upstream renumbers it.
-        let newest_other = mine
-            .iter()
-            .filter(|o| o.name() != name)
-            .map(|o| number(o))
-            .max()
-            .unwrap_or(0);
+        let newest_other = mine.iter().filter(|o| o.name() != name).map(|o| number(o)).max().unwrap_or(0);
         if number(r) <= newest_other {
-            let _ = store.modify(
-                CONTROLLERREVISIONS,
-                owner.namespace(),
-                &name,
-                Some(r.uid()),
-                |v| {
-                    let mut n = v.clone();
-                    n.as_object_mut()?
-                        .insert("revision".into(), json!(newest_other + 1));
-                    Some(n)
-                },
-            );
+            let _ = store.modify(CONTROLLERREVISIONS, owner.namespace(), &name, Some(r.uid()), |v| {
+                let mut n = v.clone();
+                n.as_object_mut()?.insert("revision".into(), json!(newest_other + 1));
+                Some(n)
+            });
         }
         return Some(name);
     }
@@ -1067,10 +759,7 @@ fn ensure_revision(
     if let Some(t) = data_template.as_object_mut() {
         t.insert("$patch".into(), json!("replace"));
     }
-    let mut labels = template
-        .at("/metadata/labels")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
+    let mut labels = template.at("/metadata/labels").cloned().unwrap_or_else(|| json!({}));
     if let Some(l) = labels.as_object_mut() {
         l.insert("controller.kubernetes.io/hash".into(), json!(hash));
     }
@@ -1095,29 +784,19 @@ fn ensure_revision(
 /// `spec.revisionHistoryLimit` of a StatefulSet or DaemonSet (upstream
 /// defaults it to 10; a negative one keeps none).
 fn history_limit(owner: &Value) -> usize {
-    owner
-        .at("/spec/revisionHistoryLimit")
-        .and_then(Value::as_i64)
-        .unwrap_or(10)
-        .max(0) as usize
+    owner.at("/spec/revisionHistoryLimit").and_then(Value::as_i64).unwrap_or(10).max(0) as usize
 }
 
 /// `owner`'s ControllerRevisions not being deleted, the oldest first
 /// (upstream's `SortControllerRevisions`: by revision number, then
 /// creation time, then name).
 fn revisions_oldest_first<'a>(revisions: &'a Owned, owner: &'a Obj) -> Vec<&'a Arc<Obj>> {
-    let mut mine: Vec<&Arc<Obj>> = revisions
-        .of_owner(owner)
-        .filter(|r| !is_deleting(&r.value))
-        .collect();
+    let mut mine: Vec<&Arc<Obj>> = revisions.of_owner(owner).filter(|r| !is_deleting(&r.value)).collect();
     mine.sort_by(|a, b| {
         let number = |r: &Obj| r.value.get("revision").and_then(Value::as_i64).unwrap_or(0);
         number(a)
             .cmp(&number(b))
-            .then_with(|| {
-                s(&a.value, "/metadata/creationTimestamp")
-                    .cmp(s(&b.value, "/metadata/creationTimestamp"))
-            })
+            .then_with(|| s(&a.value, "/metadata/creationTimestamp").cmp(s(&b.value, "/metadata/creationTimestamp")))
             .then_with(|| a.name().cmp(b.name()))
     });
     mine
@@ -1136,10 +815,7 @@ fn revision_template(store: &Store, ns: &str, name: &str) -> Option<Value> {
 fn scaled(v: Option<&Value>, total: i64, round_up: bool, default: i64) -> i64 {
     match v {
         Some(Value::Number(n)) => n.as_i64().unwrap_or(default),
-        Some(Value::String(t)) => match t
-            .strip_suffix('%')
-            .and_then(|x| x.trim().parse::<i64>().ok())
-        {
+        Some(Value::String(t)) => match t.strip_suffix('%').and_then(|x| x.trim().parse::<i64>().ok()) {
             Some(pct) if round_up => (pct * total + 99) / 100,
             Some(pct) => pct * total / 100,
             None => t.parse().unwrap_or(default),
@@ -1150,9 +826,7 @@ fn scaled(v: Option<&Value>, total: i64, round_up: bool, default: i64) -> i64 {
 
 /// Add the pod-template-hash label to a template.
 fn crate_label(tmpl: &mut Value, hash: &str) {
-    let Some(t) = tmpl.as_object_mut() else {
-        return;
-    };
+    let Some(t) = tmpl.as_object_mut() else { return };
     let meta = t.entry("metadata").or_insert_with(|| json!({}));
     if !meta.is_object() {
         *meta = json!({});
@@ -1170,11 +844,7 @@ fn crate_label(tmpl: &mut Value, hash: &str) {
 fn test_store() -> Store {
     let store = Store::new(super::store::StoreConfig::default());
     store
-        .create(
-            res::NAMESPACES,
-            "",
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
-        )
+        .create(res::NAMESPACES, "", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}))
         .unwrap_or_else(|e| panic!("{e}"));
     store
 }
@@ -1185,12 +855,7 @@ mod tests {
 
     #[test]
     fn resource_constants_name_their_kinds() {
-        for (r, kind) in [
-            (STATEFULSETS, "StatefulSet"),
-            (DAEMONSETS, "DaemonSet"),
-            (CONTROLLERREVISIONS, "ControllerRevision"),
-            (JOBS, "Job"),
-        ] {
+        for (r, kind) in [(STATEFULSETS, "StatefulSet"), (DAEMONSETS, "DaemonSet"), (CONTROLLERREVISIONS, "ControllerRevision"), (JOBS, "Job")] {
             assert_eq!(res::RESOURCES[r].kind, kind);
         }
         assert_eq!(scaled(Some(&json!("50%")), 3, true, 1), 2);
@@ -1200,43 +865,19 @@ mod tests {
     #[test]
     fn rolling_bounds_follow_upstream_defaults() {
         assert_eq!(rolling_bounds(&json!({}), 10), (3, 2));
-        assert_eq!(
-            rolling_bounds(
-                &json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}}}),
-                10
-            ),
-            (0, 1)
-        );
-        assert_eq!(
-            rolling_bounds(
-                &json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 1}}}}),
-                3
-            ),
-            (2, 1)
-        );
+        assert_eq!(rolling_bounds(&json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}}}), 10), (0, 1));
+        assert_eq!(rolling_bounds(&json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 1}}}}), 3), (2, 1));
     }
 
     #[test]
     fn surplus_pods_go_unbound_first_then_newest() {
         let p = |node: &str, phase: &str, t: &str| json!({"spec": {"nodeName": node}, "status": {"phase": phase}, "metadata": {"creationTimestamp": t}});
-        let mut pods = [
-            p("n1", "Running", "2026-01-01T00:00:01Z"),
-            p("", "Pending", "2026-01-01T00:00:00Z"),
-            p("n1", "Running", "2026-01-01T00:00:02Z"),
-        ];
+        let mut pods = [p("n1", "Running", "2026-01-01T00:00:01Z"), p("", "Pending", "2026-01-01T00:00:00Z"), p("n1", "Running", "2026-01-01T00:00:02Z")];
         pods.sort_by_key(deletion_rank);
         assert_eq!(s(&pods[0], "/spec/nodeName"), "");
-        assert_eq!(
-            s(&pods[1], "/metadata/creationTimestamp"),
-            "2026-01-01T00:00:02Z"
-        );
-        assert_eq!(
-            template_hash(&json!({"a": 1})),
-            template_hash(&json!({"a": 1}))
-        );
-        assert_ne!(
-            template_hash(&json!({"a": 1})),
-            template_hash(&json!({"a": 2}))
-        );
+        assert_eq!(s(&pods[1], "/metadata/creationTimestamp"), "2026-01-01T00:00:02Z");
+        assert_eq!(template_hash(&json!({"a": 1})), template_hash(&json!({"a": 1})));
+        assert_ne!(template_hash(&json!({"a": 1})), template_hash(&json!({"a": 2})));
     }
 }
+

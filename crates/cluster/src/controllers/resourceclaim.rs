@@ -95,14 +95,12 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
 }
 
 fn deleting(v: &Value) -> bool {
-    v.at("/metadata/deletionTimestamp")
-        .is_some_and(|d| !d.is_null())
+    v.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
 }
 
 /// Upstream's `isPodDone`: the pod will not run (again).
 fn pod_done(pod: &Value) -> bool {
-    matches!(s(pod, "/status/phase"), "Succeeded" | "Failed")
-        || (deleting(pod) && s(pod, "/spec/nodeName").is_empty())
+    matches!(s(pod, "/status/phase"), "Succeeded" | "Failed") || (deleting(pod) && s(pod, "/spec/nodeName").is_empty())
 }
 
 /// What the controller reads of a pod; the rest of it (containers,
@@ -141,38 +139,13 @@ struct SlimStatus {
 impl SlimPod {
     fn into_value(self) -> Value {
         fn object<const N: usize>(fields: [(&str, Option<Value>); N]) -> Value {
-            Value::Object(
-                fields
-                    .into_iter()
-                    .filter_map(|(k, v)| Some((k.to_string(), v?)))
-                    .collect(),
-            )
+            Value::Object(fields.into_iter().filter_map(|(k, v)| Some((k.to_string(), v?))).collect())
         }
         let m = self.metadata;
         object([
-            (
-                "metadata",
-                Some(object([
-                    ("name", m.name),
-                    ("namespace", m.namespace),
-                    ("uid", m.uid),
-                    ("deletionTimestamp", m.deletion_timestamp),
-                ])),
-            ),
-            (
-                "spec",
-                Some(object([
-                    ("resourceClaims", self.spec.resource_claims),
-                    ("nodeName", self.spec.node_name),
-                ])),
-            ),
-            (
-                "status",
-                Some(object([
-                    ("phase", self.status.phase),
-                    ("resourceClaimStatuses", self.status.resource_claim_statuses),
-                ])),
-            ),
+            ("metadata", Some(object([("name", m.name), ("namespace", m.namespace), ("uid", m.uid), ("deletionTimestamp", m.deletion_timestamp)]))),
+            ("spec", Some(object([("resourceClaims", self.spec.resource_claims), ("nodeName", self.spec.node_name)]))),
+            ("status", Some(object([("phase", self.status.phase), ("resourceClaimStatuses", self.status.resource_claim_statuses)]))),
         ])
     }
 }
@@ -198,9 +171,7 @@ fn stored_pod_done(o: &Arc<Obj>) -> bool {
     if matches!(&*o.field("status.phase"), "Succeeded" | "Failed") {
         return true;
     }
-    if !o.field("spec.nodeName").is_empty()
-        || (o.is_lean() && !o.bytes.windows(NEEDLE.len()).any(|w| w == NEEDLE))
-    {
+    if !o.field("spec.nodeName").is_empty() || (o.is_lean() && !o.bytes.windows(NEEDLE.len()).any(|w| w == NEEDLE)) {
         return false;
     }
     pod_done(&slim_pod(o).value)
@@ -211,21 +182,14 @@ fn stored_pod_done(o: &Arc<Obj>) -> bool {
 fn mentions_claims(o: &Obj) -> bool {
     const NEEDLE: &[u8] = b"\"resourceClaims\"";
     if o.bytes.is_empty() {
-        return o
-            .value
-            .at("/spec/resourceClaims")
-            .and_then(Value::as_array)
-            .is_some_and(|a| !a.is_empty());
+        return o.value.at("/spec/resourceClaims").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
     }
     o.bytes.windows(NEEDLE.len()).any(|w| w == NEEDLE)
 }
 
 /// The pod's `spec.resourceClaims` entries.
 fn pod_claims(pod: &Value) -> &[Value] {
-    pod.at("/spec/resourceClaims")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+    pod.at("/spec/resourceClaims").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
 }
 
 /// The status entry of a pod claim: Some(Some(claim)) when recorded,
@@ -243,44 +207,29 @@ fn status_entry<'a>(pod: &'a Value, pod_claim: &str) -> Option<Option<&'a str>> 
 pub fn claim_names(pod: &Value) -> Vec<String> {
     pod_claims(pod)
         .iter()
-        .filter_map(
-            |c| match c.get("resourceClaimName").and_then(Value::as_str) {
-                Some(n) => Some(n.to_string()),
-                None if c
-                    .get("resourceClaimTemplateName")
-                    .and_then(Value::as_str)
-                    .is_some() =>
-                {
-                    status_entry(pod, s(c, "/name"))
-                        .flatten()
-                        .map(str::to_string)
-                }
-                None => None,
-            },
-        )
+        .filter_map(|c| match c.get("resourceClaimName").and_then(Value::as_str) {
+            Some(n) => Some(n.to_string()),
+            None if c.get("resourceClaimTemplateName").and_then(Value::as_str).is_some() => {
+                status_entry(pod, s(c, "/name")).flatten().map(str::to_string)
+            }
+            None => None,
+        })
         .collect()
 }
 
 /// Upstream's `IsForPod`: the claim is in the pod's namespace and the pod
 /// is its controller.
 pub fn is_for_pod(claim: &Value, pod: &Value) -> bool {
-    s(claim, "/metadata/namespace") == s(pod, "/metadata/namespace")
-        && controller_of(claim) == Some(s(pod, "/metadata/uid"))
+    s(claim, "/metadata/namespace") == s(pod, "/metadata/namespace") && controller_of(claim) == Some(s(pod, "/metadata/uid"))
 }
 
 /// Is the claim reserved for the pod (by uid)?
 pub fn reserved_for(claim: &Value, pod_uid: &str) -> bool {
-    claim
-        .at("/status/reservedFor")
-        .and_then(Value::as_array)
-        .is_some_and(|r| r.iter().any(|e| s(e, "/uid") == pod_uid))
+    claim.at("/status/reservedFor").and_then(Value::as_array).is_some_and(|r| r.iter().any(|e| s(e, "/uid") == pod_uid))
 }
 
 fn has_protection(claim: &Value) -> bool {
-    claim
-        .at("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(DELETE_PROTECTION)))
+    claim.at("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| f.iter().any(|x| x.as_str() == Some(DELETE_PROTECTION)))
 }
 
 /// The `generateName` of a claim for pod claim `claim` of pod `pod`:
@@ -293,21 +242,13 @@ pub fn generate_name(pod: &str, claim: &str) -> String {
     if len <= MAX_BASE_LEN {
         return base;
     }
-    let cut = |x: &str| {
-        x.get(..x.len() * MAX_BASE_LEN / len)
-            .unwrap_or(x)
-            .to_string()
-    };
+    let cut = |x: &str| x.get(..x.len() * MAX_BASE_LEN / len).unwrap_or(x).to_string();
     format!("{}-{}", cut(pod), cut(claim))
 }
 
 /// The claim a template makes for a pod's claim `pod_claim`.
 fn claim_from_template(template: &Value, pod: &Value, pod_claim: &str) -> Value {
-    let mut annotations = template
-        .at("/spec/metadata/annotations")
-        .filter(|a| a.is_object())
-        .cloned()
-        .unwrap_or_else(|| json!({}));
+    let mut annotations = template.at("/spec/metadata/annotations").filter(|a| a.is_object()).cloned().unwrap_or_else(|| json!({}));
     if let Some(a) = annotations.as_object_mut() {
         a.insert(POD_CLAIM_NAME.into(), json!(pod_claim));
     }
@@ -318,10 +259,7 @@ fn claim_from_template(template: &Value, pod: &Value, pod_claim: &str) -> Value 
             "controller": true, "blockOwnerDeletion": true}],
         "annotations": annotations,
     });
-    if let Some(labels) = template
-        .at("/spec/metadata/labels")
-        .filter(|l| l.as_object().is_some_and(|m| !m.is_empty()))
-    {
+    if let Some(labels) = template.at("/spec/metadata/labels").filter(|l| l.as_object().is_some_and(|m| !m.is_empty())) {
         meta["labels"] = labels.clone();
     }
     json!({
@@ -382,16 +320,7 @@ impl Controller {
         let pods = store.subscribe(PODS);
         let claims = store.subscribe(RESOURCECLAIMS);
         let templates = store.subscribe(RESOURCECLAIMTEMPLATES);
-        Self {
-            store,
-            pods,
-            claims,
-            templates,
-            users: HashMap::new(),
-            owned: Owned::new(),
-            retry: BTreeSet::new(),
-            in_use: false,
-        }
+        Self { store, pods, claims, templates, users: HashMap::new(), owned: Owned::new(), retry: BTreeSet::new(), in_use: false }
     }
 
     fn dra_in_use(&self) -> bool {
@@ -402,10 +331,7 @@ impl Controller {
     pub(super) async fn run(mut self, resync: Duration, mut stop: watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(resync.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut work = Work {
-            full: true,
-            ..Default::default()
-        };
+        let mut work = Work { full: true, ..Default::default() };
         loop {
             let mut sweep = false;
             let open = tokio::select! {
@@ -442,14 +368,8 @@ impl Controller {
             }
             if sweep {
                 work.pods.extend(self.retry.iter().cloned());
-                for c in self
-                    .store
-                    .list_bytes(RESOURCECLAIMS, &Filter::default(), None, None)
-                    .map(|l| l.items)
-                    .unwrap_or_default()
-                {
-                    work.claims
-                        .insert((c.namespace().to_string(), c.name().to_string()));
+                for c in self.store.list_bytes(RESOURCECLAIMS, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default() {
+                    work.claims.insert((c.namespace().to_string(), c.name().to_string()));
                 }
             }
             self.process(std::mem::take(&mut work));
@@ -457,11 +377,7 @@ impl Controller {
     }
 
     /// Note a pod event. False when the store is gone.
-    fn on_pod(
-        &mut self,
-        ev: Result<Arc<WatchEvent>, broadcast::error::RecvError>,
-        work: &mut Work,
-    ) -> bool {
+    fn on_pod(&mut self, ev: Result<Arc<WatchEvent>, broadcast::error::RecvError>, work: &mut Work) -> bool {
         let ev = match ev {
             Ok(ev) => ev,
             Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -491,21 +407,14 @@ impl Controller {
             return true;
         }
         for n in names {
-            self.users
-                .entry((key.0.clone(), n))
-                .or_default()
-                .insert(key.1.clone(), pod.uid().to_string());
+            self.users.entry((key.0.clone(), n)).or_default().insert(key.1.clone(), pod.uid().to_string());
         }
         work.pods.insert(key);
         true
     }
 
     /// Note a claim event. False when the store is gone.
-    fn on_claim(
-        &mut self,
-        ev: Result<Arc<WatchEvent>, broadcast::error::RecvError>,
-        work: &mut Work,
-    ) -> bool {
+    fn on_claim(&mut self, ev: Result<Arc<WatchEvent>, broadcast::error::RecvError>, work: &mut Work) -> bool {
         match ev {
             Ok(ev) => {
                 let key = (ev.obj.namespace().to_string(), ev.obj.name().to_string());
@@ -521,10 +430,7 @@ impl Controller {
                     return true;
                 }
                 if let Some(uid) = ev.obj.controller_uid() {
-                    self.owned
-                        .entry(uid.to_string())
-                        .or_default()
-                        .insert(key.clone());
+                    self.owned.entry(uid.to_string()).or_default().insert(key.clone());
                 }
                 // Bound pods using it may need a reservation: those it is
                 // allocated for and not reserved for (the rest of what a pod
@@ -549,19 +455,10 @@ impl Controller {
     }
 
     /// Note a template event: pods waiting for a template are retried.
-    fn on_template(
-        &mut self,
-        ev: Result<Arc<WatchEvent>, broadcast::error::RecvError>,
-        work: &mut Work,
-    ) -> bool {
+    fn on_template(&mut self, ev: Result<Arc<WatchEvent>, broadcast::error::RecvError>, work: &mut Work) -> bool {
         match ev {
             Ok(ev) if ev.ty == EventType::Added => {
-                work.pods.extend(
-                    self.retry
-                        .iter()
-                        .filter(|(ns, _)| ns == ev.obj.namespace())
-                        .cloned(),
-                );
+                work.pods.extend(self.retry.iter().filter(|(ns, _)| ns == ev.obj.namespace()).cloned());
                 true
             }
             Ok(_) => true,
@@ -577,37 +474,20 @@ impl Controller {
     fn full_sweep(&mut self, work: &mut Work) {
         self.users.clear();
         self.owned.clear();
-        for o in self
-            .store
-            .list_bytes(PODS, &Filter::default(), None, None)
-            .map(|l| l.items)
-            .unwrap_or_default()
-        {
+        for o in self.store.list_bytes(PODS, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default() {
             if !mentions_claims(&o) {
                 continue;
             }
             let pod = slim_pod(&o);
             for n in claim_names(&pod.value) {
-                self.users
-                    .entry((pod.namespace().to_string(), n))
-                    .or_default()
-                    .insert(pod.name().to_string(), pod.uid().to_string());
+                self.users.entry((pod.namespace().to_string(), n)).or_default().insert(pod.name().to_string(), pod.uid().to_string());
             }
-            work.pods
-                .insert((pod.namespace().to_string(), pod.name().to_string()));
+            work.pods.insert((pod.namespace().to_string(), pod.name().to_string()));
         }
-        for c in self
-            .store
-            .list_bytes(RESOURCECLAIMS, &Filter::default(), None, None)
-            .map(|l| l.items)
-            .unwrap_or_default()
-        {
+        for c in self.store.list_bytes(RESOURCECLAIMS, &Filter::default(), None, None).map(|l| l.items).unwrap_or_default() {
             let key = (c.namespace().to_string(), c.name().to_string());
             if let Some(uid) = c.controller_uid() {
-                self.owned
-                    .entry(uid.to_string())
-                    .or_default()
-                    .insert(key.clone());
+                self.owned.entry(uid.to_string()).or_default().insert(key.clone());
             }
             work.claims.insert(key);
         }
@@ -618,13 +498,7 @@ impl Controller {
             self.full_sweep(&mut work);
         }
         for (ns, uid) in &work.gone {
-            for key in self
-                .owned
-                .get(uid)
-                .into_iter()
-                .flatten()
-                .filter(|k| &k.0 == ns)
-            {
+            for key in self.owned.get(uid).into_iter().flatten().filter(|k| &k.0 == ns) {
                 work.claims.insert(key.clone());
             }
         }
@@ -654,27 +528,13 @@ impl Controller {
         if pods.len() >= PASS_PODS {
             pods.clear();
         }
-        pods.entry((ns.to_string(), name.to_string()))
-            .or_insert_with(|| {
-                self.store
-                    .get_stored(PODS, ns, name)
-                    .ok()
-                    .map(|o| slim_pod(&o))
-            })
-            .clone()
+        pods.entry((ns.to_string(), name.to_string())).or_insert_with(|| self.store.get_stored(PODS, ns, name).ok().map(|o| slim_pod(&o))).clone()
     }
 
     /// Claims from templates, the pod's status, reservations of a bound
     /// pod; the claims of a pod that is done are released.
-    fn sync_pod(
-        &mut self,
-        key: &Key,
-        pods: &mut Pods,
-        claims: &mut BTreeSet<Key>,
-    ) -> Result<(), Error> {
-        let Some(pod) = self.pod(pods, &key.0, &key.1) else {
-            return Ok(());
-        };
+    fn sync_pod(&mut self, key: &Key, pods: &mut Pods, claims: &mut BTreeSet<Key>) -> Result<(), Error> {
+        let Some(pod) = self.pod(pods, &key.0, &key.1) else { return Ok(()) };
         let pod = &pod.value;
         let (ns, uid) = (key.0.as_str(), s(pod, "/metadata/uid"));
         if pod_done(pod) {
@@ -687,43 +547,23 @@ impl Controller {
         let mut recorded: Vec<(String, String)> = Vec::new();
         let mut first_error = None;
         for pc in pod_claims(pod) {
-            let (name, Some(template)) = (
-                s(pc, "/name"),
-                pc.get("resourceClaimTemplateName").and_then(Value::as_str),
-            ) else {
-                continue;
-            };
+            let (name, Some(template)) = (s(pc, "/name"), pc.get("resourceClaimTemplateName").and_then(Value::as_str)) else { continue };
             let mine = |c: &Value| is_for_pod(c, pod);
             // Recorded and still the pod's: nothing to do.
             if let Some(Some(claim)) = status_entry(pod, name)
-                && self
-                    .store
-                    .get(RESOURCECLAIMS, ns, claim)
-                    .is_ok_and(|c| mine(&c.value))
+                && self.store.get(RESOURCECLAIMS, ns, claim).is_ok_and(|c| mine(&c.value))
             {
                 continue;
             }
             // Made before, not recorded (or recorded and since lost).
-            let found = self
-                .owned
-                .get(uid)
-                .into_iter()
-                .flatten()
-                .filter(|k| k.0 == ns)
-                .filter_map(|k| self.store.get(RESOURCECLAIMS, &k.0, &k.1).ok())
-                .find(|c| {
-                    mine(&c.value)
-                        && !deleting(&c.value)
-                        && match c
-                            .value
-                            .at("/metadata/annotations")
-                            .and_then(|a| a.get(POD_CLAIM_NAME))
-                            .and_then(Value::as_str)
-                        {
-                            Some(n) => n == name,
-                            None => c.name() == format!("{}-{name}", key.1),
-                        }
-                });
+            let found = self.owned.get(uid).into_iter().flatten().filter(|k| k.0 == ns).filter_map(|k| self.store.get(RESOURCECLAIMS, &k.0, &k.1).ok()).find(|c| {
+                mine(&c.value)
+                    && !deleting(&c.value)
+                    && match c.value.at("/metadata/annotations").and_then(|a| a.get(POD_CLAIM_NAME)).and_then(Value::as_str) {
+                        Some(n) => n == name,
+                        None => c.name() == format!("{}-{name}", key.1),
+                    }
+            });
             if let Some(c) = found {
                 recorded.push((name.to_string(), c.name().to_string()));
                 continue;
@@ -731,51 +571,30 @@ impl Controller {
             let t = match self.store.get(RESOURCECLAIMTEMPLATES, ns, template) {
                 Ok(t) => t,
                 Err(source) => {
-                    first_error.get_or_insert(Error::Template {
-                        template: template.to_string(),
-                        source,
-                    });
+                    first_error.get_or_insert(Error::Template { template: template.to_string(), source });
                     continue;
                 }
             };
-            match self
-                .store
-                .create(RESOURCECLAIMS, ns, claim_from_template(&t.value, pod, name))
-            {
+            match self.store.create(RESOURCECLAIMS, ns, claim_from_template(&t.value, pod, name)) {
                 Ok(c) => {
                     recorded.push((name.to_string(), c.name().to_string()));
-                    self.owned
-                        .entry(uid.to_string())
-                        .or_default()
-                        .insert((ns.to_string(), c.name().to_string()));
+                    self.owned.entry(uid.to_string()).or_default().insert((ns.to_string(), c.name().to_string()));
                 }
                 Err(source) => {
-                    first_error.get_or_insert(Error::Store {
-                        what: format!("creating the claim {name} from template {template}"),
-                        source,
-                    });
+                    first_error.get_or_insert(Error::Store { what: format!("creating the claim {name} from template {template}"), source });
                 }
             }
         }
         if !recorded.is_empty() {
             for (_, c) in &recorded {
-                self.users
-                    .entry((key.0.clone(), c.clone()))
-                    .or_default()
-                    .insert(key.1.clone(), uid.to_string());
+                self.users.entry((key.0.clone(), c.clone())).or_default().insert(key.1.clone(), uid.to_string());
             }
             pods.remove(key);
             self.store
                 .modify_pod(ns, &key.1, uid, |v| {
                     let mut p = v.clone();
-                    let st = p
-                        .as_object_mut()?
-                        .entry("status")
-                        .or_insert_with(|| json!({}));
-                    let list = st
-                        .as_object_mut()?
-                        .entry("resourceClaimStatuses")
-                        .or_insert_with(|| json!([]));
+                    let st = p.as_object_mut()?.entry("status").or_insert_with(|| json!({}));
+                    let list = st.as_object_mut()?.entry("resourceClaimStatuses").or_insert_with(|| json!([]));
                     if !list.is_array() {
                         *list = json!([]);
                     }
@@ -789,10 +608,7 @@ impl Controller {
                     }
                     Some(p)
                 })
-                .map_err(|source| Error::Store {
-                    what: "writing the pod's resourceClaimStatuses".into(),
-                    source,
-                })?;
+                .map_err(|source| Error::Store { what: "writing the pod's resourceClaimStatuses".into(), source })?;
         }
         if let Some(e) = first_error {
             return Err(e);
@@ -816,67 +632,39 @@ impl Controller {
     /// Reserve an allocated claim for a bound pod that uses it, if it can
     /// still be reserved.
     fn reserve(&self, pod: &Value, claim: &str) -> Result<(), Error> {
-        let (ns, name, uid) = (
-            s(pod, "/metadata/namespace"),
-            s(pod, "/metadata/name"),
-            s(pod, "/metadata/uid"),
-        );
+        let (ns, name, uid) = (s(pod, "/metadata/namespace"), s(pod, "/metadata/name"), s(pod, "/metadata/uid"));
         self.store
             .modify(RESOURCECLAIMS, ns, claim, None, |c| {
-                let count = c
-                    .at("/status/reservedFor")
-                    .and_then(Value::as_array)
-                    .map_or(0, Vec::len);
-                if c.at("/status/allocation").is_none_or(Value::is_null)
-                    || reserved_for(c, uid)
-                    || count >= RESERVED_FOR_MAX
-                {
+                let count = c.at("/status/reservedFor").and_then(Value::as_array).map_or(0, Vec::len);
+                if c.at("/status/allocation").is_none_or(Value::is_null) || reserved_for(c, uid) || count >= RESERVED_FOR_MAX {
                     return None;
                 }
                 let mut n = c.clone();
-                let st = n
-                    .as_object_mut()?
-                    .entry("status")
-                    .or_insert_with(|| json!({}));
-                let list = st
-                    .as_object_mut()?
-                    .entry("reservedFor")
-                    .or_insert_with(|| json!([]));
+                let st = n.as_object_mut()?.entry("status").or_insert_with(|| json!({}));
+                let list = st.as_object_mut()?.entry("reservedFor").or_insert_with(|| json!([]));
                 if !list.is_array() {
                     *list = json!([]);
                 }
-                list.as_array_mut()?
-                    .push(json!({"resource": "pods", "name": name, "uid": uid}));
+                list.as_array_mut()?.push(json!({"resource": "pods", "name": name, "uid": uid}));
                 Some(n)
             })
             .map(|_| ())
-            .map_err(|source| Error::Store {
-                what: format!("reserving claim {claim} for the pod"),
-                source,
-            })
+            .map_err(|source| Error::Store { what: format!("reserving claim {claim} for the pod"), source })
     }
 
     /// Drop stale reservations, deallocate and unprotect an unused claim,
     /// delete a generated claim whose pod is gone or done.
     fn sync_claim(&self, key: &Key) -> Result<(), Error> {
-        let Ok(claim) = self.store.get(RESOURCECLAIMS, &key.0, &key.1) else {
-            return Ok(());
-        };
+        let Ok(claim) = self.store.get(RESOURCECLAIMS, &key.0, &key.1) else { return Ok(()) };
         let c = &claim.value;
-        let reserved: &[Value] = c
-            .at("/status/reservedFor")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let reserved: &[Value] = c.at("/status/reservedFor").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         let keep = |e: &Value| {
             if !s(e, "/apiGroup").is_empty() || s(e, "/resource") != "pods" {
                 // Only pods are known consumers; others stay.
                 return true;
             }
             // On the store's word (as stored: not parsed), not the pass's copy.
-            self.store
-                .get_stored(PODS, &key.0, s(e, "/name"))
-                .is_ok_and(|p| p.uid() == s(e, "/uid") && !stored_pod_done(&p))
+            self.store.get_stored(PODS, &key.0, s(e, "/name")).is_ok_and(|p| p.uid() == s(e, "/uid") && !stored_pod_done(&p))
         };
         let valid: Vec<Value> = reserved.iter().filter(|e| keep(e)).cloned().collect();
         let protected = has_protection(c);
@@ -885,8 +673,7 @@ impl Controller {
         // As upstream: the finalizer goes once the claim is deallocated
         // (by this release, or before it), or when a claim being deleted
         // is reserved for nothing.
-        let unprotect = protected
-            && ((release && (valid.is_empty() || !allocated)) || (deleting(c) && valid.is_empty()));
+        let unprotect = protected && ((release && (valid.is_empty() || !allocated)) || (deleting(c) && valid.is_empty()));
         if release || unprotect {
             self.store
                 .modify(RESOURCECLAIMS, &key.0, &key.1, Some(claim.uid()), |v| {
@@ -902,29 +689,19 @@ impl Controller {
                             st.remove("allocation");
                         }
                     }
-                    if unprotect
-                        && let Some(f) = n
-                            .at_mut("/metadata/finalizers")
-                            .and_then(Value::as_array_mut)
-                    {
+                    if unprotect && let Some(f) = n.at_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
                         f.retain(|x| x.as_str() != Some(DELETE_PROTECTION));
                     }
                     Some(n)
                 })
-                .map_err(|source| Error::Store {
-                    what: "releasing the claim".into(),
-                    source,
-                })?;
+                .map_err(|source| Error::Store { what: "releasing the claim".into(), source })?;
             tracing::debug!(claim = %format!("{}/{}", key.0, key.1), released = reserved.len() - valid.len(), deallocated = allocated && protected && valid.is_empty(), "claim released");
         }
         // A generated claim goes with its pod.
         let Some(owner) = c
             .at("/metadata/ownerReferences")
             .and_then(Value::as_array)
-            .and_then(|refs| {
-                refs.iter()
-                    .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-            })
+            .and_then(|refs| refs.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)))
             .filter(|r| s(r, "/kind") == "Pod" && s(r, "/apiVersion") == "v1")
         else {
             return Ok(());
@@ -933,21 +710,11 @@ impl Controller {
         let gone = pod.as_ref().is_none_or(|p| p.uid() != s(owner, "/uid"));
         let done = pod.as_ref().is_some_and(stored_pod_done);
         if (gone || (done && valid.is_empty())) && !deleting(c) {
-            let opts = DeleteOpts {
-                uid: Some(claim.uid().to_string()),
-                ..Default::default()
-            };
+            let opts = DeleteOpts { uid: Some(claim.uid().to_string()), ..Default::default() };
             match self.store.delete(RESOURCECLAIMS, &key.0, &key.1, &opts) {
-                Ok(_) => {
-                    tracing::debug!(claim = %format!("{}/{}", key.0, key.1), "generated claim deleted with its pod")
-                }
+                Ok(_) => tracing::debug!(claim = %format!("{}/{}", key.0, key.1), "generated claim deleted with its pod"),
                 Err(e) if e.code() == 404 || e.code() == 409 => {}
-                Err(source) => {
-                    return Err(Error::Store {
-                        what: "deleting the generated claim".into(),
-                        source,
-                    });
-                }
+                Err(source) => return Err(Error::Store { what: "deleting the generated claim".into(), source }),
             }
         }
         Ok(())
@@ -963,9 +730,7 @@ mod tests {
         let store = super::super::test_store();
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default", "labels": {"a": "b"}},
             "spec": {"containers": [{"name": "c", "image": "i"}], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}});
-        let stored = store
-            .create(PODS, "default", pod)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let stored = store.create(PODS, "default", pod).unwrap_or_else(|e| panic!("{e}"));
         let status = |f: fn(&mut Value)| {
             store
                 .modify_pod("default", "p", stored.uid(), |v| {
@@ -976,28 +741,17 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}"))
                 .unwrap_or_else(|| panic!("the pod is there"))
         };
-        status(|p| {
-            p["status"]["resourceClaimStatuses"] =
-                json!([{"name": "gpu", "resourceClaimName": "p-gpu-x"}])
-        });
-        let o = store
-            .get_stored(PODS, "default", "p")
-            .unwrap_or_else(|e| panic!("{e}"));
+        status(|p| p["status"]["resourceClaimStatuses"] = json!([{"name": "gpu", "resourceClaimName": "p-gpu-x"}]));
+        let o = store.get_stored(PODS, "default", "p").unwrap_or_else(|e| panic!("{e}"));
         let slim = slim_pod(&o);
         assert_eq!(slim.uid(), stored.uid());
         assert_eq!(claim_names(&slim.value), ["p-gpu-x"]);
-        assert!(
-            slim.value.at("/spec/containers").is_none()
-                && slim.value.at("/metadata/labels").is_none()
-        );
+        assert!(slim.value.at("/spec/containers").is_none() && slim.value.at("/metadata/labels").is_none());
         assert!(!stored_pod_done(&o));
         // Deleted before it was bound: done, read from the bytes.
-        let deleting =
-            status(|p| p["metadata"]["deletionTimestamp"] = json!("2026-11-28T00:00:00Z"));
+        let deleting = status(|p| p["metadata"]["deletionTimestamp"] = json!("2026-11-28T00:00:00Z"));
         assert!(pod_done(&deleting.full().value));
-        let o = store
-            .get_stored(PODS, "default", "p")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let o = store.get_stored(PODS, "default", "p").unwrap_or_else(|e| panic!("{e}"));
         assert!(stored_pod_done(&o));
     }
 
@@ -1018,20 +772,11 @@ mod tests {
         let pod = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}});
         let c = claim_from_template(&template, &pod, "gpu");
         assert_eq!(c["metadata"]["generateName"], "p-gpu-");
-        assert_eq!(
-            c["metadata"]["annotations"],
-            json!({"x": "y", POD_CLAIM_NAME: "gpu"})
-        );
+        assert_eq!(c["metadata"]["annotations"], json!({"x": "y", POD_CLAIM_NAME: "gpu"}));
         assert_eq!(c["metadata"]["labels"], json!({"a": "b"}));
-        assert_eq!(
-            c["metadata"]["ownerReferences"][0],
-            json!({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1", "controller": true, "blockOwnerDeletion": true})
-        );
+        assert_eq!(c["metadata"]["ownerReferences"][0], json!({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1", "controller": true, "blockOwnerDeletion": true}));
         assert_eq!(c["spec"]["devices"]["requests"][0]["name"], "gpu");
-        assert!(is_for_pod(
-            &json!({"metadata": {"namespace": "ns", "ownerReferences": c["metadata"]["ownerReferences"]}}),
-            &pod
-        ));
+        assert!(is_for_pod(&json!({"metadata": {"namespace": "ns", "ownerReferences": c["metadata"]["ownerReferences"]}}), &pod));
     }
 
     #[test]
@@ -1041,11 +786,7 @@ mod tests {
             "status": {"resourceClaimStatuses": [{"name": "b", "resourceClaimName": "p-b-x2z4q"}, {"name": "c"}]}});
         assert_eq!(claim_names(&pod), ["shared", "p-b-x2z4q"]);
         assert!(pod_done(&json!({"status": {"phase": "Failed"}})));
-        assert!(pod_done(
-            &json!({"metadata": {"deletionTimestamp": "t"}, "spec": {}})
-        ));
-        assert!(!pod_done(
-            &json!({"metadata": {"deletionTimestamp": "t"}, "spec": {"nodeName": "n"}})
-        ));
+        assert!(pod_done(&json!({"metadata": {"deletionTimestamp": "t"}, "spec": {}})));
+        assert!(!pod_done(&json!({"metadata": {"deletionTimestamp": "t"}, "spec": {"nodeName": "n"}})));
     }
 }

@@ -33,11 +33,7 @@ use std::sync::Arc;
 use crate::jsonptr::Pointer as _;
 use serde_json::{Value, json};
 
-use super::{
-    CONTROLLER_REVISION_HASH, Owned, active, delete_obj, ensure_revision, history_limit,
-    is_deleting, list, meta_map, pod_from_template, revision_template, revisions_oldest_first, s,
-    template_hash, write_status,
-};
+use super::{CONTROLLER_REVISION_HASH, Owned, active, delete_obj, ensure_revision, history_limit, is_deleting, list, meta_map, pod_from_template, revision_template, revisions_oldest_first, s, template_hash, write_status};
 use crate::resources::{CONTROLLERREVISIONS, PODS, PVCS, STATEFULSETS};
 use crate::store::{Obj, Store};
 
@@ -49,8 +45,7 @@ pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 /// The ordinal of `pod` if it is named `<set>-<n>`.
 fn ordinal(set: &str, pod: &str) -> Option<i64> {
     let n = pod.strip_prefix(set)?.strip_prefix('-')?;
-    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || (n.len() > 1 && n.starts_with('0'))
-    {
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || (n.len() > 1 && n.starts_with('0')) {
         return None;
     }
     n.parse().ok()
@@ -58,14 +53,7 @@ fn ordinal(set: &str, pod: &str) -> Option<i64> {
 
 /// The names of the claim templates.
 fn claim_templates(set: &Value) -> Vec<&Value> {
-    set.at("/spec/volumeClaimTemplates")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter(|t| !s(t, "/metadata/name").is_empty())
-                .collect()
-        })
-        .unwrap_or_default()
+    set.at("/spec/volumeClaimTemplates").and_then(Value::as_array).map(|a| a.iter().filter(|t| !s(t, "/metadata/name").is_empty()).collect()).unwrap_or_default()
 }
 
 fn claim_name(template: &Value, set: &str, ordinal: i64) -> String {
@@ -74,12 +62,7 @@ fn claim_name(template: &Value, set: &str, ordinal: i64) -> String {
 
 /// The claims of one ordinal, as upstream `getPersistentVolumeClaims` makes them.
 fn claims_for(set: &Obj, ordinal: i64) -> Vec<Value> {
-    let match_labels = set
-        .value
-        .at("/spec/selector/matchLabels")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let match_labels = set.value.at("/spec/selector/matchLabels").and_then(Value::as_object).cloned().unwrap_or_default();
     claim_templates(&set.value)
         .into_iter()
         .map(|t| {
@@ -156,10 +139,7 @@ fn ensure_claims(store: &Store, set: &Obj, ordinal: i64) -> bool {
 }
 
 fn retention(set: &Value, when: &str) -> bool {
-    s(
-        set,
-        &format!("/spec/persistentVolumeClaimRetentionPolicy/{when}"),
-    ) == "Delete"
+    s(set, &format!("/spec/persistentVolumeClaimRetentionPolicy/{when}")) == "Delete"
 }
 
 fn healthy(p: &Value) -> bool {
@@ -179,11 +159,7 @@ pub(super) fn deleted(store: &Store, set: &Obj) {
     let templates = claim_templates(&set.value);
     for c in list(store, PVCS, Some(set.namespace())) {
         let owned = templates.iter().any(|t| {
-            c.name()
-                .strip_prefix(s(t, "/metadata/name"))
-                .and_then(|rest| rest.strip_prefix('-'))
-                .and_then(|rest| ordinal(set.name(), rest))
-                .is_some()
+            c.name().strip_prefix(s(t, "/metadata/name")).and_then(|rest| rest.strip_prefix('-')).and_then(|rest| ordinal(set.name(), rest)).is_some()
         });
         if owned && !is_deleting(&c.value) {
             delete_obj(store, PVCS, &c);
@@ -203,34 +179,13 @@ pub(super) fn sync(store: &Store, pods: &Owned, burst: usize) {
 
 fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burst: usize) {
     let v = &set.value;
-    let replicas = v
-        .at("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1)
-        .max(0);
-    let start = v
-        .at("/spec/ordinals/start")
-        .and_then(Value::as_i64)
-        .unwrap_or(0)
-        .max(0);
+    let replicas = v.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0);
+    let start = v.at("/spec/ordinals/start").and_then(Value::as_i64).unwrap_or(0).max(0);
     let parallel = s(v, "/spec/podManagementPolicy") == "Parallel";
     let on_delete = s(v, "/spec/updateStrategy/type") == "OnDelete";
-    let partition = v
-        .at("/spec/updateStrategy/rollingUpdate/partition")
-        .and_then(Value::as_i64)
-        .unwrap_or(0)
-        .max(0);
+    let partition = v.at("/spec/updateStrategy/rollingUpdate/partition").and_then(Value::as_i64).unwrap_or(0).max(0);
     let template = v.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
-    let Some(update_revision) = ensure_revision(
-        store,
-        revisions,
-        "StatefulSet",
-        set,
-        &template_hash(&template),
-        &template,
-    ) else {
-        return;
-    };
+    let Some(update_revision) = ensure_revision(store, revisions, "StatefulSet", set, &template_hash(&template), &template) else { return };
     let current_revision = match s(v, "/status/currentRevision") {
         "" => update_revision.clone(),
         r => r.to_string(),
@@ -258,8 +213,7 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burs
         match in_range.get(&ord) {
             None => {
                 // A pod below the partition keeps the current revision.
-                let (tmpl, rev) = if ord < start + partition && current_revision != update_revision
-                {
+                let (tmpl, rev) = if ord < start + partition && current_revision != update_revision {
                     match revision_template(store, set.namespace(), &current_revision) {
                         Some(t) => (t, current_revision.clone()),
                         None => (template.clone(), update_revision.clone()),
@@ -276,8 +230,7 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burs
                     break;
                 }
                 budget -= 1;
-                if let Err(e) = store.create(PODS, set.namespace(), new_pod(set, &tmpl, &rev, ord))
-                {
+                if let Err(e) = store.create(PODS, set.namespace(), new_pod(set, &tmpl, &rev, ord)) {
                     tracing::debug!(statefulset = set.name(), ordinal = ord, error = %e, "creating a pod failed");
                 }
                 if !parallel {
@@ -330,28 +283,16 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burs
     }
     // Rolling update: the highest outdated ordinal, one at a time while all are healthy.
     if !blocked && !on_delete && all_healthy && condemned.is_empty() {
-        let outdated = in_range
-            .iter()
-            .rev()
-            .filter(|(o, _)| **o >= start + partition)
-            .find(|(_, p)| revision_of(&p.value) != update_revision);
+        let outdated = in_range.iter().rev().filter(|(o, _)| **o >= start + partition).find(|(_, p)| revision_of(&p.value) != update_revision);
         if let Some((_, p)) = outdated {
             delete_obj(store, PODS, p);
         }
     }
     // whenScaled: Delete: a surplus ordinal's claims go once its pod is gone.
     if retention(v, "whenScaled") && !claim_templates(v).is_empty() {
-        let live: HashSet<i64> = pods
-            .of_owner(set)
-            .filter_map(|p| ordinal(set.name(), p.name()))
-            .collect();
+        let live: HashSet<i64> = pods.of_owner(set).filter_map(|p| ordinal(set.name(), p.name())).collect();
         for c in list(store, PVCS, Some(set.namespace())) {
-            let ord = claim_templates(v).iter().find_map(|t| {
-                c.name()
-                    .strip_prefix(s(t, "/metadata/name"))
-                    .and_then(|r| r.strip_prefix('-'))
-                    .and_then(|r| ordinal(set.name(), r))
-            });
+            let ord = claim_templates(v).iter().find_map(|t| c.name().strip_prefix(s(t, "/metadata/name")).and_then(|r| r.strip_prefix('-')).and_then(|r| ordinal(set.name(), r)));
             if let Some(o) = ord
                 && (o < start || o >= start + replicas)
                 && !live.contains(&o)
@@ -362,19 +303,10 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burs
         }
     }
     // Status, from the pods seen at the start of this pass (as upstream).
-    let counted: Vec<&Arc<Obj>> = pods
-        .of_owner(set)
-        .filter(|p| !is_deleting(&p.value))
-        .collect();
+    let counted: Vec<&Arc<Obj>> = pods.of_owner(set).filter(|p| !is_deleting(&p.value)).collect();
     let ready = counted.iter().filter(|p| healthy(&p.value)).count() as i64;
-    let updated = counted
-        .iter()
-        .filter(|p| revision_of(&p.value) == update_revision)
-        .count() as i64;
-    let mut current = counted
-        .iter()
-        .filter(|p| revision_of(&p.value) == current_revision)
-        .count() as i64;
+    let updated = counted.iter().filter(|p| revision_of(&p.value) == update_revision).count() as i64;
+    let mut current = counted.iter().filter(|p| revision_of(&p.value) == current_revision).count() as i64;
     let total = counted.len() as i64;
     let mut current_revision = current_revision;
     if !on_delete && updated == replicas && total == replicas && ready == replicas {
@@ -393,36 +325,15 @@ fn sync_one(store: &Store, pods: &Owned, revisions: &Owned, set: &Arc<Obj>, burs
         "collisionCount": 0,
     });
     write_status(store, STATEFULSETS, set, status);
-    truncate_history(
-        store,
-        pods,
-        revisions,
-        set,
-        &current_revision,
-        &update_revision,
-    );
+    truncate_history(store, pods, revisions, set, &current_revision, &update_revision);
 }
 
 /// Upstream's `truncateHistory`: the revisions that are neither `current`
 /// nor `update` nor named by a pod's `controller-revision-hash` are the
 /// history; beyond `revisionHistoryLimit` of them, the oldest are deleted.
-fn truncate_history(
-    store: &Store,
-    pods: &Owned,
-    revisions: &Owned,
-    set: &Obj,
-    current: &str,
-    update: &str,
-) {
-    let live: HashSet<&str> = pods
-        .of_owner(set)
-        .map(|p| revision_of(&p.value))
-        .chain([current, update])
-        .collect();
-    let history: Vec<&Arc<Obj>> = revisions_oldest_first(revisions, set)
-        .into_iter()
-        .filter(|r| !live.contains(r.name()))
-        .collect();
+fn truncate_history(store: &Store, pods: &Owned, revisions: &Owned, set: &Obj, current: &str, update: &str) {
+    let live: HashSet<&str> = pods.of_owner(set).map(|p| revision_of(&p.value)).chain([current, update]).collect();
+    let history: Vec<&Arc<Obj>> = revisions_oldest_first(revisions, set).into_iter().filter(|r| !live.contains(r.name())).collect();
     let excess = history.len().saturating_sub(history_limit(&set.value));
     for r in &history[..excess] {
         delete_obj(store, CONTROLLERREVISIONS, r);
@@ -460,32 +371,17 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let pod = new_pod(&set, &set.value["spec"]["template"], "db-abc", 2);
         assert_eq!(s(&pod, "/metadata/name"), "db-2");
-        assert_eq!(
-            s(&pod, "/metadata/labels/statefulset.kubernetes.io~1pod-name"),
-            "db-2"
-        );
-        assert_eq!(
-            s(&pod, "/metadata/labels/apps.kubernetes.io~1pod-index"),
-            "2"
-        );
-        assert_eq!(
-            s(&pod, "/metadata/labels/controller-revision-hash"),
-            "db-abc"
-        );
+        assert_eq!(s(&pod, "/metadata/labels/statefulset.kubernetes.io~1pod-name"), "db-2");
+        assert_eq!(s(&pod, "/metadata/labels/apps.kubernetes.io~1pod-index"), "2");
+        assert_eq!(s(&pod, "/metadata/labels/controller-revision-hash"), "db-abc");
         assert_eq!(s(&pod, "/spec/hostname"), "db-2");
         assert_eq!(s(&pod, "/spec/subdomain"), "db");
         assert_eq!(s(&pod, "/spec/schedulerName"), "berth");
-        assert_eq!(
-            pod["spec"]["volumes"],
-            json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-2"}}])
-        );
+        assert_eq!(pod["spec"]["volumes"], json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-2"}}]));
         let claims = claims_for(&set, 2);
         assert_eq!(claims.len(), 1);
         assert_eq!(s(&claims[0], "/metadata/name"), "data-db-2");
-        assert_eq!(
-            claims[0]["metadata"]["labels"],
-            json!({"tier": "x", "app": "db"})
-        );
+        assert_eq!(claims[0]["metadata"]["labels"], json!({"tier": "x", "app": "db"}));
     }
 
     /// Template changes beyond `revisionHistoryLimit`: the oldest unused
@@ -500,55 +396,26 @@ mod tests {
                     "selector": {"matchLabels": {"app": "db"}},
                     "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "c", "image": image}]}}}})
         };
-        store
-            .create(STATEFULSETS, "default", set("db:1"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(STATEFULSETS, "default", set("db:1")).unwrap_or_else(|e| panic!("{e}"));
         let pass = || sync(&store, &Owned::of(&store, PODS), 500);
         pass();
         pass();
-        let first = revision_of(
-            &store
-                .get(PODS, "default", "db-0")
-                .unwrap_or_else(|e| panic!("{e}"))
-                .value,
-        )
-        .to_string();
+        let first = revision_of(&store.get(PODS, "default", "db-0").unwrap_or_else(|e| panic!("{e}")).value).to_string();
         for image in ["db:2", "db:3", "db:4"] {
             let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}}).to_string();
-            store
-                .patch(
-                    STATEFULSETS,
-                    "default",
-                    "db",
-                    crate::store::PatchType::Merge,
-                    patch.as_bytes(),
-                    false,
-                )
-                .unwrap_or_else(|e| panic!("{e}"));
+            store.patch(STATEFULSETS, "default", "db", crate::store::PatchType::Merge, patch.as_bytes(), false).unwrap_or_else(|e| panic!("{e}"));
             pass();
             pass();
         }
         let numbers = || {
-            let mut n: Vec<(i64, String)> = list(&store, CONTROLLERREVISIONS, None)
-                .iter()
-                .map(|r| {
-                    (
-                        r.value["revision"].as_i64().unwrap_or(0),
-                        r.name().to_string(),
-                    )
-                })
-                .collect();
+            let mut n: Vec<(i64, String)> = list(&store, CONTROLLERREVISIONS, None).iter().map(|r| (r.value["revision"].as_i64().unwrap_or(0), r.name().to_string())).collect();
             n.sort();
             n
         };
         let left = numbers();
         // db:1 (the pod's and the current revision), db:3 (the one old
         // revision the limit keeps) and db:4 (the update revision).
-        assert_eq!(
-            left.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-            [1, 3, 4],
-            "{left:?}"
-        );
+        assert_eq!(left.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [1, 3, 4], "{left:?}");
         assert_eq!(left[0].1, first);
     }
 
@@ -567,14 +434,7 @@ mod tests {
         for _ in 0..3 {
             sync(&store, &Owned::of(&store, PODS), 500);
         }
-        let names: Vec<String> = list(&store, PODS, None)
-            .iter()
-            .map(|p| p.name().to_string())
-            .collect();
-        assert_eq!(
-            names,
-            ["web-0"],
-            "web-1 waits for web-0 to be Running and Ready"
-        );
+        let names: Vec<String> = list(&store, PODS, None).iter().map(|p| p.name().to_string()).collect();
+        assert_eq!(names, ["web-0"], "web-1 waits for web-0 to be Running and Ready");
     }
 }

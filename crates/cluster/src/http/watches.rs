@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
-use super::{Alias, AppState, Error, HResult, show_obj, table_of, truthy};
+use super::{show_obj, table_of, truthy, Alias, AppState, Error, HResult};
 use crate::resources::{ResId, ResourceInfo};
 use crate::selector::Filter;
 use crate::store::{self, EventType, Obj, Store, WatchEvent, WatchStart};
@@ -86,11 +86,7 @@ impl WatchState {
                         out.push_back(ev.frame());
                     } else {
                         let mut buf = Vec::new();
-                        push_event(
-                            &mut buf,
-                            "BOOKMARK",
-                            &show_obj(self.alias.as_ref(), &ev.obj),
-                        );
+                        push_event(&mut buf, "BOOKMARK", &show_obj(self.alias.as_ref(), &ev.obj));
                         out.push_back(buf.into());
                     }
                 }
@@ -104,11 +100,7 @@ impl WatchState {
             }
             EventType::Modified => {
                 let n = ev.obj.matches(&self.filter);
-                let o = ev
-                    .old
-                    .as_ref()
-                    .map(|o| o.matches(&self.filter))
-                    .unwrap_or(n);
+                let o = ev.old.as_ref().map(|o| o.matches(&self.filter)).unwrap_or(n);
                 match (o, n) {
                     (true, true) => "MODIFIED",
                     (false, true) => "ADDED",
@@ -139,27 +131,11 @@ impl WatchState {
         let mut buf = Vec::with_capacity(obj.bytes.len() + 32);
         match (&self.table, &self.alias) {
             (Some((info, include)), alias) => {
-                let lr = store::ListResult {
-                    items: vec![obj.full()],
-                    rv: obj.rv,
-                    cont: None,
-                };
-                push_event(
-                    &mut buf,
-                    ty,
-                    table_of(info, alias.as_ref(), &lr, *include)
-                        .to_string()
-                        .as_bytes(),
-                );
+                let lr = store::ListResult { items: vec![obj.full()], rv: obj.rv, cont: None };
+                push_event(&mut buf, ty, table_of(info, alias.as_ref(), &lr, *include).to_string().as_bytes());
             }
             // (Without an alias, and for bookmarks, the object went out above.)
-            (None, alias) => push_event(
-                &mut buf,
-                ty,
-                &alias
-                    .as_ref()
-                    .map_or_else(|| obj.bytes.clone(), |a| a.outgoing(&obj.bytes)),
-            ),
+            (None, alias) => push_event(&mut buf, ty, &alias.as_ref().map_or_else(|| obj.bytes.clone(), |a| a.outgoing(&obj.bytes))),
         }
         out.push_back(buf.into());
     }
@@ -199,21 +175,15 @@ impl WatchState {
     }
 }
 
+
 /// A watch that fails once started: one ERROR event with the Status (as
 /// upstream, whose watch errors after the resourceVersion is parsed are
 /// events of a 200 stream), then the end.
 pub(super) fn watch_error(e: store::Error) -> Response {
     let mut buf = Vec::new();
-    push_event(
-        &mut buf,
-        "ERROR",
-        Error::Store(e).status().to_string().as_bytes(),
-    );
+    push_event(&mut buf, "ERROR", Error::Store(e).status().to_string().as_bytes());
     let mut resp = Response::new(Body::from(buf));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 
@@ -229,11 +199,7 @@ pub(super) fn watch_error(e: store::Error) -> Response {
 /// for events silently (its cache may lag etcd); here no cache lags the
 /// store, so a later version can only come from another incarnation of
 /// the server, and every watch is refused too.
-pub(super) async fn reached(
-    store: &Store,
-    q: &HashMap<String, String>,
-    watch: bool,
-) -> HResult<Result<(), store::Error>> {
+pub(super) async fn reached(store: &Store, q: &HashMap<String, String>, watch: bool) -> HResult<Result<(), store::Error>> {
     let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
     if rv.is_empty() || rv == "0" {
         return Ok(Ok(()));
@@ -246,15 +212,7 @@ pub(super) async fn reached(
 }
 
 #[allow(clippy::too_many_arguments)]
-pub(super) fn watch_response(
-    st: &AppState,
-    r: ResId,
-    info: &Arc<ResourceInfo>,
-    alias: Option<Alias>,
-    filter: Filter,
-    q: &HashMap<String, String>,
-    table: Option<crate::table::Include>,
-) -> Response {
+pub(super) fn watch_response(st: &AppState, r: ResId, info: &Arc<ResourceInfo>, alias: Option<Alias>, filter: Filter, q: &HashMap<String, String>, table: Option<crate::table::Include>) -> Response {
     let send_initial = truthy(q.get("sendInitialEvents"));
     let rv_param = q.get("resourceVersion").map(String::as_str).unwrap_or("");
     let start = if send_initial || rv_param.is_empty() || rv_param == "0" {
@@ -262,18 +220,10 @@ pub(super) fn watch_response(
     } else {
         match rv_param.parse::<u64>() {
             Ok(n) => WatchStart::After(n),
-            Err(_) => {
-                return Error::BadRequest(format!("invalid resourceVersion {rv_param:?}"))
-                    .into_response();
-            }
+            Err(_) => return Error::BadRequest(format!("invalid resourceVersion {rv_param:?}")).into_response(),
         }
     };
-    let mut timeout = q
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .filter(|t| *t > 0)
-        .map(Duration::from_secs)
-        .unwrap_or(Duration::from_secs(1800));
+    let mut timeout = q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()).filter(|t| *t > 0).map(Duration::from_secs).unwrap_or(Duration::from_secs(1800));
     if let Some(cut) = st.faults.watch_cut_interval() {
         timeout = timeout.min(cut);
     }
@@ -357,10 +307,7 @@ pub(super) fn watch_response(
         }
     });
     let mut resp = Response::new(Body::from_stream(stream));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 

@@ -29,35 +29,18 @@ pub enum Error {
 /// `metav1.LabelSelectorAsSelector` then `Matches`: every `matchLabels`
 /// pair and every expression must hold; an empty selector matches all. A
 /// malformed expression is an error whatever the labels.
-pub fn selector_matches(
-    sel: &LabelSelector,
-    labels: &BTreeMap<String, String>,
-) -> Result<bool, String> {
+pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> Result<bool, String> {
     let exprs = sel.match_expressions.as_deref().unwrap_or_default();
     for e in exprs {
         let empty = e.values.as_deref().unwrap_or_default().is_empty();
         match e.operator.as_str() {
-            "In" | "NotIn" if empty => {
-                return Err(format!(
-                    "for 'in', 'notin' operators, values set can't be empty (key {:?})",
-                    e.key
-                ));
-            }
-            "Exists" | "DoesNotExist" if !empty => {
-                return Err(format!(
-                    "values set must be empty for exists and does not exist (key {:?})",
-                    e.key
-                ));
-            }
+            "In" | "NotIn" if empty => return Err(format!("for 'in', 'notin' operators, values set can't be empty (key {:?})", e.key)),
+            "Exists" | "DoesNotExist" if !empty => return Err(format!("values set must be empty for exists and does not exist (key {:?})", e.key)),
             "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
             op => return Err(format!("{op:?} is not a valid label selector operator")),
         }
     }
-    let labels_ok = sel
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
+    let labels_ok = sel.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
     Ok(labels_ok
         && exprs.iter().all(|e| {
             let values = e.values.as_deref().unwrap_or_default();
@@ -89,10 +72,7 @@ impl RoleView {
             name: cr.metadata.name.clone().unwrap_or_default(),
             labels: cr.metadata.labels.clone().unwrap_or_default(),
             rules: cr.rules.clone().unwrap_or_default(),
-            selectors: cr
-                .aggregation_rule
-                .as_ref()
-                .map(|a| a.cluster_role_selectors.clone().unwrap_or_default()),
+            selectors: cr.aggregation_rule.as_ref().map(|a| a.cluster_role_selectors.clone().unwrap_or_default()),
         }
     }
 }
@@ -115,9 +95,7 @@ pub(crate) fn aggregate_views<'a>(views: impl IntoIterator<Item = &'a RoleView>)
     // For each aggregating role: its index and, per selector, the indexes it matches (name order).
     let mut plans: Vec<(usize, Vec<Vec<usize>>)> = Vec::new();
     for (i, v) in views.iter().enumerate() {
-        let Some(selectors) = &v.selectors else {
-            continue;
-        };
+        let Some(selectors) = &v.selectors else { continue };
         let mut per_selector = Vec::new();
         let mut bad = None;
         for sel in selectors {
@@ -141,10 +119,7 @@ pub(crate) fn aggregate_views<'a>(views: impl IntoIterator<Item = &'a RoleView>)
             per_selector.push(matched);
         }
         match bad {
-            Some(message) => errors.push(Error::BadSelector {
-                role: v.name.clone(),
-                message,
-            }),
+            Some(message) => errors.push(Error::BadSelector { role: v.name.clone(), message }),
             None => plans.push((i, per_selector)),
         }
     }
@@ -174,10 +149,7 @@ pub(crate) fn aggregate_views<'a>(views: impl IntoIterator<Item = &'a RoleView>)
             break;
         }
     }
-    let rules = plans
-        .iter()
-        .map(|(i, _)| (views[*i].name.clone(), effective[*i].clone()))
-        .collect();
+    let rules = plans.iter().map(|(i, _)| (views[*i].name.clone(), effective[*i].clone())).collect();
     Aggregation { rules, errors }
 }
 
@@ -209,33 +181,16 @@ mod tests {
     use k8s_openapi::api::rbac::v1::AggregationRule;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
 
-    fn role(
-        name: &str,
-        labels: &[(&str, &str)],
-        rules: Vec<PolicyRule>,
-        aggregate_labels: Option<&[(&str, &str)]>,
-    ) -> ClusterRole {
+    fn role(name: &str, labels: &[(&str, &str)], rules: Vec<PolicyRule>, aggregate_labels: Option<&[(&str, &str)]>) -> ClusterRole {
         ClusterRole {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-                        .collect(),
-                ),
+                labels: Some(labels.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()),
                 ..ObjectMeta::default()
             },
             rules: Some(rules),
             aggregation_rule: aggregate_labels.map(|l| AggregationRule {
-                cluster_role_selectors: Some(vec![LabelSelector {
-                    match_labels: Some(
-                        l.iter()
-                            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-                            .collect(),
-                    ),
-                    match_expressions: None,
-                }]),
+                cluster_role_selectors: Some(vec![LabelSelector { match_labels: Some(l.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()), match_expressions: None }]),
             }),
         }
     }
@@ -249,64 +204,27 @@ mod tests {
         let get_nodes = rule(&["get"]).groups(&[""]).resources(&["nodes"]);
         let roles = vec![
             role("admin", &[], vec![], Some(&[("to-admin", "true")])),
-            role(
-                "edit",
-                &[("to-admin", "true")],
-                vec![],
-                Some(&[("to-edit", "true")]),
-            ),
-            role(
-                "view",
-                &[("to-edit", "true")],
-                vec![],
-                Some(&[("to-view", "true")]),
-            ),
-            role(
-                "b-view-part",
-                &[("to-view", "true")],
-                vec![list_pods.clone(), get_pods.clone()],
-                None,
-            ),
-            role(
-                "a-view-part",
-                &[("to-view", "true")],
-                vec![get_pods.clone()],
-                None,
-            ),
-            role(
-                "edit-part",
-                &[("to-edit", "true")],
-                vec![get_nodes.clone()],
-                None,
-            ),
+            role("edit", &[("to-admin", "true")], vec![], Some(&[("to-edit", "true")])),
+            role("view", &[("to-edit", "true")], vec![], Some(&[("to-view", "true")])),
+            role("b-view-part", &[("to-view", "true")], vec![list_pods.clone(), get_pods.clone()], None),
+            role("a-view-part", &[("to-view", "true")], vec![get_pods.clone()], None),
+            role("edit-part", &[("to-edit", "true")], vec![get_nodes.clone()], None),
             role("plain", &[], vec![get_nodes.clone()], None),
         ];
         let agg = aggregate(&roles);
         assert!(agg.errors.is_empty());
-        assert!(same_rules(
-            &agg.rules["view"],
-            &[get_pods.clone(), list_pods.clone()]
-        ));
+        assert!(same_rules(&agg.rules["view"], &[get_pods.clone(), list_pods.clone()]));
         // edit: its selector matches edit-part and view, in name order.
-        assert!(same_rules(
-            &agg.rules["edit"],
-            &[get_nodes.clone(), get_pods.clone(), list_pods.clone()]
-        ));
+        assert!(same_rules(&agg.rules["edit"], &[get_nodes.clone(), get_pods.clone(), list_pods.clone()]));
         assert!(same_rules(&agg.rules["admin"], &agg.rules["edit"].clone()));
         assert!(!agg.rules.contains_key("plain"));
         let ups = updates(&roles);
-        assert_eq!(
-            ups.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-            ["admin", "edit", "view"]
-        );
+        assert_eq!(ups.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["admin", "edit", "view"]);
         // Written back, nothing more to do.
         let written: Vec<ClusterRole> = roles
             .into_iter()
             .map(|mut r| {
-                if let Some((_, rules)) = ups
-                    .iter()
-                    .find(|(n, _)| Some(n) == r.metadata.name.as_ref())
-                {
+                if let Some((_, rules)) = ups.iter().find(|(n, _)| Some(n) == r.metadata.name.as_ref()) {
                     r.rules = Some(rules.clone());
                 }
                 r
@@ -319,25 +237,15 @@ mod tests {
     fn an_empty_aggregation_rule_clears_and_a_bad_selector_is_left_alone() {
         let get_pods = rule(&["get"]).groups(&[""]).resources(&["pods"]);
         let mut empty = role("empty", &[], vec![get_pods.clone()], None);
-        empty.aggregation_rule = Some(AggregationRule {
-            cluster_role_selectors: None,
-        });
+        empty.aggregation_rule = Some(AggregationRule { cluster_role_selectors: None });
         let mut bad = role("bad", &[], vec![get_pods.clone()], None);
         bad.aggregation_rule = Some(AggregationRule {
             cluster_role_selectors: Some(vec![LabelSelector {
                 match_labels: None,
-                match_expressions: Some(vec![LabelSelectorRequirement {
-                    key: "k".into(),
-                    operator: "In".into(),
-                    values: None,
-                }]),
+                match_expressions: Some(vec![LabelSelectorRequirement { key: "k".into(), operator: "In".into(), values: None }]),
             }]),
         });
-        let agg = aggregate(&[
-            empty,
-            bad,
-            role("other", &[("k", "v")], vec![get_pods], None),
-        ]);
+        let agg = aggregate(&[empty, bad, role("other", &[("k", "v")], vec![get_pods], None)]);
         assert_eq!(agg.rules["empty"], Vec::<PolicyRule>::new());
         assert!(!agg.rules.contains_key("bad"));
         assert!(matches!(&agg.errors[..], [Error::BadSelector { role, .. }] if role == "bad"));
@@ -351,24 +259,14 @@ mod tests {
             match_expressions: Some(vec![LabelSelectorRequirement {
                 key: "a".into(),
                 operator: op.into(),
-                values: (!values.is_empty())
-                    .then(|| values.iter().map(|v| (*v).to_string()).collect()),
+                values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).to_string()).collect()),
             }]),
         };
-        assert_eq!(
-            selector_matches(&LabelSelector::default(), &labels),
-            Ok(true)
-        );
-        assert_eq!(
-            selector_matches(&expr("In", &["1", "2"]), &labels),
-            Ok(true)
-        );
+        assert_eq!(selector_matches(&LabelSelector::default(), &labels), Ok(true));
+        assert_eq!(selector_matches(&expr("In", &["1", "2"]), &labels), Ok(true));
         assert_eq!(selector_matches(&expr("NotIn", &["1"]), &labels), Ok(false));
         assert_eq!(selector_matches(&expr("Exists", &[]), &labels), Ok(true));
-        assert_eq!(
-            selector_matches(&expr("DoesNotExist", &[]), &labels),
-            Ok(false)
-        );
+        assert_eq!(selector_matches(&expr("DoesNotExist", &[]), &labels), Ok(false));
         assert!(selector_matches(&expr("In", &[]), &labels).is_err());
         assert!(selector_matches(&expr("Gt", &["1"]), &labels).is_err());
     }

@@ -5,10 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{
-    ALL_AUTHENTICATED, ALL_SERVICE_ACCOUNTS, ALL_UNAUTHENTICATED, ANONYMOUS,
-    SERVICE_ACCOUNT_USER_PREFIX, SYSTEM_MASTERS,
-};
+use super::{ALL_AUTHENTICATED, ALL_SERVICE_ACCOUNTS, ALL_UNAUTHENTICATED, ANONYMOUS, SERVICE_ACCOUNT_USER_PREFIX, SYSTEM_MASTERS};
 
 /// Why a request's attributes could not be determined.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -35,11 +32,7 @@ pub struct UserInfo {
 impl UserInfo {
     /// A user named `name` in `groups` (no uid, no extra).
     pub fn new(name: &str, groups: &[&str]) -> Self {
-        UserInfo {
-            name: name.into(),
-            groups: groups.iter().map(|g| (*g).to_string()).collect(),
-            ..UserInfo::default()
-        }
+        UserInfo { name: name.into(), groups: groups.iter().map(|g| (*g).to_string()).collect(), ..UserInfo::default() }
     }
 
     /// The anonymous user: `system:anonymous` in `system:unauthenticated`.
@@ -53,11 +46,7 @@ impl UserInfo {
     pub fn service_account(namespace: &str, name: &str) -> Self {
         UserInfo {
             name: service_account_user(namespace, name),
-            groups: vec![
-                ALL_SERVICE_ACCOUNTS.into(),
-                format!("{ALL_SERVICE_ACCOUNTS}:{namespace}"),
-                ALL_AUTHENTICATED.into(),
-            ],
+            groups: vec![ALL_SERVICE_ACCOUNTS.into(), format!("{ALL_SERVICE_ACCOUNTS}:{namespace}"), ALL_AUTHENTICATED.into()],
             ..UserInfo::default()
         }
     }
@@ -77,37 +66,12 @@ impl UserInfo {
     /// The user a SubjectAccessReview's spec names (`user`, `uid`,
     /// `groups`, `extra`).
     pub fn from_review_spec(spec: &serde_json::Value) -> UserInfo {
-        let strings = |v: Option<&serde_json::Value>| -> Vec<String> {
-            v.and_then(serde_json::Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(serde_json::Value::as_str)
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let strings = |v: Option<&serde_json::Value>| -> Vec<String> { v.and_then(serde_json::Value::as_array).map(|a| a.iter().filter_map(serde_json::Value::as_str).map(String::from).collect()).unwrap_or_default() };
         UserInfo {
-            name: spec
-                .get("user")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            uid: spec
-                .get("uid")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
+            name: spec.get("user").and_then(serde_json::Value::as_str).unwrap_or_default().to_string(),
+            uid: spec.get("uid").and_then(serde_json::Value::as_str).unwrap_or_default().to_string(),
             groups: strings(spec.get("groups")),
-            extra: spec
-                .get("extra")
-                .and_then(serde_json::Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| (k.clone(), strings(Some(v))))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            extra: spec.get("extra").and_then(serde_json::Value::as_object).map(|m| m.iter().map(|(k, v)| (k.clone(), strings(Some(v)))).collect()).unwrap_or_default(),
         }
     }
 }
@@ -150,40 +114,13 @@ impl<'a> Attributes<'a> {
     /// A resource request for `verb` on `resource` in `api_group`, at the
     /// cluster scope, on the collection; narrow it with [`Self::ns`],
     /// [`Self::named`] and [`Self::subresource`].
-    pub fn resource(
-        user: &'a UserInfo,
-        verb: &'a str,
-        api_group: &'a str,
-        resource: &'a str,
-    ) -> Self {
-        Attributes {
-            user,
-            verb,
-            namespace: "",
-            api_group,
-            api_version: "",
-            resource,
-            subresource: "",
-            name: "",
-            resource_request: true,
-            path: "",
-        }
+    pub fn resource(user: &'a UserInfo, verb: &'a str, api_group: &'a str, resource: &'a str) -> Self {
+        Attributes { user, verb, namespace: "", api_group, api_version: "", resource, subresource: "", name: "", resource_request: true, path: "" }
     }
 
     /// A non-resource request for `verb` (`get`, `post`, ...) on `path`.
     pub fn non_resource(user: &'a UserInfo, verb: &'a str, path: &'a str) -> Self {
-        Attributes {
-            user,
-            verb,
-            namespace: "",
-            api_group: "",
-            api_version: "",
-            resource: "",
-            subresource: "",
-            name: "",
-            resource_request: false,
-            path,
-        }
+        Attributes { user, verb, namespace: "", api_group: "", api_version: "", resource: "", subresource: "", name: "", resource_request: false, path }
     }
 
     /// In `namespace`.
@@ -267,32 +204,16 @@ impl RequestInfo {
     /// with `fieldSelector=metadata.name=X` is on the object `X`.
     pub fn parse(method: &str, path: &str, query: Option<&str>) -> Result<RequestInfo, Error> {
         let method_verb = method.to_ascii_lowercase();
-        let non_resource = || RequestInfo {
-            resource_request: false,
-            path: path.to_string(),
-            verb: method_verb.clone(),
-            ..RequestInfo::default()
-        };
+        let non_resource = || RequestInfo { resource_request: false, path: path.to_string(), verb: method_verb.clone(), ..RequestInfo::default() };
         let trimmed = path.trim_matches('/');
-        let mut parts: Vec<&str> = if trimmed.is_empty() {
-            Vec::new()
-        } else {
-            trimmed.split('/').collect()
-        };
+        let mut parts: Vec<&str> = if trimmed.is_empty() { Vec::new() } else { trimmed.split('/').collect() };
         // /api/<version>/... or /apis/<group>/<version>/...
-        let Some(&prefix) = parts.first() else {
-            return Ok(non_resource());
-        };
+        let Some(&prefix) = parts.first() else { return Ok(non_resource()) };
         if prefix != "api" && prefix != "apis" {
             return Ok(non_resource());
         }
         parts.remove(0);
-        let mut info = RequestInfo {
-            resource_request: true,
-            path: path.to_string(),
-            api_prefix: prefix.to_string(),
-            ..RequestInfo::default()
-        };
+        let mut info = RequestInfo { resource_request: true, path: path.to_string(), api_prefix: prefix.to_string(), ..RequestInfo::default() };
         if prefix == "apis" {
             if parts.is_empty() {
                 return Ok(non_resource());
@@ -339,15 +260,10 @@ impl RequestInfo {
         info.resource = parts[0].to_string();
         if info.name.is_empty() && info.verb == "get" {
             // A malformed query is read as no options, as upstream does.
-            let pairs: Vec<(String, String)> = query
-                .and_then(|q| serde_urlencoded::from_str(q).ok())
-                .unwrap_or_default();
+            let pairs: Vec<(String, String)> = query.and_then(|q| serde_urlencoded::from_str(q).ok()).unwrap_or_default();
             let watch = pairs.iter().any(|(k, v)| k == "watch" && parse_bool(v));
             info.verb = if watch { "watch" } else { "list" }.to_string();
-            if let Some(name) = pairs
-                .iter()
-                .find(|(k, _)| k == "fieldSelector")
-                .and_then(|(_, v)| exact_name(v))
+            if let Some(name) = pairs.iter().find(|(k, _)| k == "fieldSelector").and_then(|(_, v)| exact_name(v))
                 && valid_path_segment(&name)
             {
                 info.name = name;
@@ -366,12 +282,7 @@ impl RequestInfo {
     /// `None` when it has neither or both (upstream's 422: "exactly one of
     /// nonResourceAttributes or resourceAttributes must be specified").
     pub fn from_review_spec(spec: &serde_json::Value) -> Option<RequestInfo> {
-        let field = |v: &serde_json::Value, k: &str| {
-            v.get(k)
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
+        let field = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or_default().to_string();
         let ra = spec.get("resourceAttributes").filter(|v| !v.is_null());
         let nra = spec.get("nonResourceAttributes").filter(|v| !v.is_null());
         match (ra, nra) {
@@ -386,12 +297,7 @@ impl RequestInfo {
                 name: field(a, "name"),
                 ..RequestInfo::default()
             }),
-            (None, Some(a)) => Some(RequestInfo {
-                resource_request: false,
-                verb: field(a, "verb"),
-                path: field(a, "path"),
-                ..RequestInfo::default()
-            }),
+            (None, Some(a)) => Some(RequestInfo { resource_request: false, verb: field(a, "verb"), path: field(a, "path"), ..RequestInfo::default() }),
             _ => None,
         }
     }
@@ -425,328 +331,42 @@ mod tests {
     #[test]
     fn resource_requests_from_paths() {
         /// (method, path, query, verb, group, version, namespace, resource, name, subresource)
-        type Case = (
-            &'static str,
-            &'static str,
-            Option<&'static str>,
-            &'static str,
-            &'static str,
-            &'static str,
-            &'static str,
-            &'static str,
-            &'static str,
-            &'static str,
-        );
+        type Case = (&'static str, &'static str, Option<&'static str>, &'static str, &'static str, &'static str, &'static str, &'static str, &'static str, &'static str);
         let cases: &[Case] = &[
-            (
-                "GET",
-                "/api/v1/namespaces",
-                None,
-                "list",
-                "",
-                "v1",
-                "",
-                "namespaces",
-                "",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/namespaces/other",
-                None,
-                "get",
-                "",
-                "v1",
-                "other",
-                "namespaces",
-                "other",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/namespaces/other/pods/foo",
-                None,
-                "get",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "foo",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/namespaces/other/pods",
-                None,
-                "list",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/namespaces/other/pods",
-                Some("watch=true"),
-                "watch",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/namespaces/other/pods",
-                Some("watch=1&fieldSelector=metadata.name%3Dp"),
-                "watch",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "p",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/namespaces/other/pods",
-                Some("fieldSelector=metadata.name%3D%3Dp,spec.nodeName%3Dn"),
-                "list",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "p",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/namespaces/other/pods",
-                Some("fieldSelector=metadata.name%3Da%2Fb"),
-                "list",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/pods",
-                None,
-                "list",
-                "",
-                "v1",
-                "",
-                "pods",
-                "",
-                "",
-            ),
-            (
-                "HEAD",
-                "/api/v1/namespaces/other/pods/foo",
-                None,
-                "get",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "foo",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/watch/pods",
-                None,
-                "watch",
-                "",
-                "v1",
-                "",
-                "pods",
-                "",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/watch/namespaces/other/pods/foo",
-                None,
-                "watch",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "foo",
-                "",
-            ),
-            (
-                "POST",
-                "/api/v1/namespaces/other/pods",
-                None,
-                "create",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "",
-                "",
-            ),
-            (
-                "POST",
-                "/api/v1/namespaces/other/pods/foo/binding",
-                None,
-                "create",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "foo",
-                "binding",
-            ),
-            (
-                "PUT",
-                "/api/v1/namespaces/other/pods/foo/status",
-                None,
-                "update",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "foo",
-                "status",
-            ),
-            (
-                "PATCH",
-                "/apis/apps/v1/namespaces/other/deployments/d/scale",
-                None,
-                "patch",
-                "apps",
-                "v1",
-                "other",
-                "deployments",
-                "d",
-                "scale",
-            ),
-            (
-                "DELETE",
-                "/api/v1/namespaces/other/pods/foo",
-                None,
-                "delete",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "foo",
-                "",
-            ),
-            (
-                "DELETE",
-                "/api/v1/namespaces/other/pods",
-                None,
-                "deletecollection",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "",
-                "",
-            ),
-            (
-                "PUT",
-                "/api/v1/namespaces/other/finalize",
-                None,
-                "update",
-                "",
-                "v1",
-                "other",
-                "namespaces",
-                "other",
-                "finalize",
-            ),
-            (
-                "GET",
-                "/api/v1/namespaces/other/status",
-                None,
-                "get",
-                "",
-                "v1",
-                "other",
-                "namespaces",
-                "other",
-                "status",
-            ),
-            (
-                "GET",
-                "/api/v1/proxy/namespaces/other/pods/foo/a/b",
-                None,
-                "proxy",
-                "",
-                "v1",
-                "other",
-                "pods",
-                "foo",
-                "",
-            ),
-            (
-                "GET",
-                "/api/v1/nodes/n/proxy/metrics",
-                None,
-                "get",
-                "",
-                "v1",
-                "",
-                "nodes",
-                "n",
-                "proxy",
-            ),
-            (
-                "POST",
-                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-                None,
-                "create",
-                "rbac.authorization.k8s.io",
-                "v1",
-                "",
-                "clusterrolebindings",
-                "",
-                "",
-            ),
+            ("GET", "/api/v1/namespaces", None, "list", "", "v1", "", "namespaces", "", ""),
+            ("GET", "/api/v1/namespaces/other", None, "get", "", "v1", "other", "namespaces", "other", ""),
+            ("GET", "/api/v1/namespaces/other/pods/foo", None, "get", "", "v1", "other", "pods", "foo", ""),
+            ("GET", "/api/v1/namespaces/other/pods", None, "list", "", "v1", "other", "pods", "", ""),
+            ("GET", "/api/v1/namespaces/other/pods", Some("watch=true"), "watch", "", "v1", "other", "pods", "", ""),
+            ("GET", "/api/v1/namespaces/other/pods", Some("watch=1&fieldSelector=metadata.name%3Dp"), "watch", "", "v1", "other", "pods", "p", ""),
+            ("GET", "/api/v1/namespaces/other/pods", Some("fieldSelector=metadata.name%3D%3Dp,spec.nodeName%3Dn"), "list", "", "v1", "other", "pods", "p", ""),
+            ("GET", "/api/v1/namespaces/other/pods", Some("fieldSelector=metadata.name%3Da%2Fb"), "list", "", "v1", "other", "pods", "", ""),
+            ("GET", "/api/v1/pods", None, "list", "", "v1", "", "pods", "", ""),
+            ("HEAD", "/api/v1/namespaces/other/pods/foo", None, "get", "", "v1", "other", "pods", "foo", ""),
+            ("GET", "/api/v1/watch/pods", None, "watch", "", "v1", "", "pods", "", ""),
+            ("GET", "/api/v1/watch/namespaces/other/pods/foo", None, "watch", "", "v1", "other", "pods", "foo", ""),
+            ("POST", "/api/v1/namespaces/other/pods", None, "create", "", "v1", "other", "pods", "", ""),
+            ("POST", "/api/v1/namespaces/other/pods/foo/binding", None, "create", "", "v1", "other", "pods", "foo", "binding"),
+            ("PUT", "/api/v1/namespaces/other/pods/foo/status", None, "update", "", "v1", "other", "pods", "foo", "status"),
+            ("PATCH", "/apis/apps/v1/namespaces/other/deployments/d/scale", None, "patch", "apps", "v1", "other", "deployments", "d", "scale"),
+            ("DELETE", "/api/v1/namespaces/other/pods/foo", None, "delete", "", "v1", "other", "pods", "foo", ""),
+            ("DELETE", "/api/v1/namespaces/other/pods", None, "deletecollection", "", "v1", "other", "pods", "", ""),
+            ("PUT", "/api/v1/namespaces/other/finalize", None, "update", "", "v1", "other", "namespaces", "other", "finalize"),
+            ("GET", "/api/v1/namespaces/other/status", None, "get", "", "v1", "other", "namespaces", "other", "status"),
+            ("GET", "/api/v1/proxy/namespaces/other/pods/foo/a/b", None, "proxy", "", "v1", "other", "pods", "foo", ""),
+            ("GET", "/api/v1/nodes/n/proxy/metrics", None, "get", "", "v1", "", "nodes", "n", "proxy"),
+            ("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", None, "create", "rbac.authorization.k8s.io", "v1", "", "clusterrolebindings", "", ""),
         ];
         for &(method, path, query, verb, group, version, ns, resource, name, sub) in cases {
             let i = parse(method, path, query);
-            let got = (
-                i.resource_request,
-                i.verb.as_str(),
-                i.api_group.as_str(),
-                i.api_version.as_str(),
-                i.namespace.as_str(),
-                i.resource.as_str(),
-                i.name.as_str(),
-                i.subresource.as_str(),
-            );
-            assert_eq!(
-                got,
-                (true, verb, group, version, ns, resource, name, sub),
-                "{method} {path} {query:?}"
-            );
+            let got = (i.resource_request, i.verb.as_str(), i.api_group.as_str(), i.api_version.as_str(), i.namespace.as_str(), i.resource.as_str(), i.name.as_str(), i.subresource.as_str());
+            assert_eq!(got, (true, verb, group, version, ns, resource, name, sub), "{method} {path} {query:?}");
         }
     }
 
     #[test]
     fn non_resource_requests_from_paths() {
-        for (method, path) in [
-            ("GET", "/"),
-            ("GET", "/healthz"),
-            ("GET", "/api"),
-            ("GET", "/apis"),
-            ("GET", "/apis/apps"),
-            ("GET", "/version"),
-            ("POST", "/metrics"),
-            ("GET", "/openapi/v2"),
-        ] {
+        for (method, path) in [("GET", "/"), ("GET", "/healthz"), ("GET", "/api"), ("GET", "/apis"), ("GET", "/apis/apps"), ("GET", "/version"), ("POST", "/metrics"), ("GET", "/openapi/v2")] {
             let i = parse(method, path, None);
             assert!(!i.resource_request, "{path}");
             assert_eq!(i.verb, method.to_ascii_lowercase());
@@ -758,57 +378,21 @@ mod tests {
     #[test]
     fn review_specs() {
         let spec = serde_json::json!({"user": "u", "groups": ["g"], "extra": {"k": ["v"]}, "resourceAttributes": {"namespace": "ns", "verb": "create", "resource": "pods", "subresource": "binding", "name": "p"}});
-        let (u, i) = (
-            UserInfo::from_review_spec(&spec),
-            RequestInfo::from_review_spec(&spec),
-        );
-        assert_eq!(
-            (
-                u.name.as_str(),
-                u.groups.as_slice(),
-                u.extra.get("k").map(Vec::len)
-            ),
-            ("u", &["g".to_string()][..], Some(1))
-        );
+        let (u, i) = (UserInfo::from_review_spec(&spec), RequestInfo::from_review_spec(&spec));
+        assert_eq!((u.name.as_str(), u.groups.as_slice(), u.extra.get("k").map(Vec::len)), ("u", &["g".to_string()][..], Some(1)));
         let i = i.unwrap_or_default();
         let a = i.attributes(&u);
-        assert_eq!(
-            (
-                a.resource_request,
-                a.verb,
-                a.namespace,
-                a.resource,
-                a.subresource,
-                a.name
-            ),
-            (true, "create", "ns", "pods", "binding", "p")
-        );
-        let n = RequestInfo::from_review_spec(
-            &serde_json::json!({"nonResourceAttributes": {"verb": "get", "path": "/metrics"}}),
-        )
-        .unwrap_or_default();
-        assert_eq!(
-            (n.resource_request, n.verb.as_str(), n.path.as_str()),
-            (false, "get", "/metrics")
-        );
-        assert_eq!(
-            RequestInfo::from_review_spec(&serde_json::json!({"user": "u"})),
-            None
-        );
+        assert_eq!((a.resource_request, a.verb, a.namespace, a.resource, a.subresource, a.name), (true, "create", "ns", "pods", "binding", "p"));
+        let n = RequestInfo::from_review_spec(&serde_json::json!({"nonResourceAttributes": {"verb": "get", "path": "/metrics"}})).unwrap_or_default();
+        assert_eq!((n.resource_request, n.verb.as_str(), n.path.as_str()), (false, "get", "/metrics"));
+        assert_eq!(RequestInfo::from_review_spec(&serde_json::json!({"user": "u"})), None);
     }
 
     #[test]
     fn users() {
         let sa = UserInfo::service_account("berth", "berth");
         assert_eq!(sa.name, "system:serviceaccount:berth:berth");
-        assert_eq!(
-            sa.groups,
-            [
-                "system:serviceaccounts",
-                "system:serviceaccounts:berth",
-                "system:authenticated"
-            ]
-        );
+        assert_eq!(sa.groups, ["system:serviceaccounts", "system:serviceaccounts:berth", "system:authenticated"]);
         assert!(!sa.is_privileged());
         assert!(UserInfo::new("root", &["system:masters"]).is_privileged());
         assert_eq!(UserInfo::anonymous().groups, ["system:unauthenticated"]);

@@ -39,12 +39,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use k8s_openapi::api::authorization::v1::{
-    NonResourceRule, ResourceRule, SubjectRulesReviewStatus,
-};
-use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
-};
+use k8s_openapi::api::authorization::v1::{NonResourceRule, ResourceRule, SubjectRulesReviewStatus};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject};
 use serde::Deserialize as _;
 use serde_json::Value;
 
@@ -90,15 +86,8 @@ impl ResolutionError {
     /// The message in the authorizer's form (lister, singular resource).
     pub fn authorizer_message(&self) -> String {
         match self {
-            ResolutionError::NotFound { kind, name } => format!(
-                "{}.{} {} not found",
-                kind.to_ascii_lowercase(),
-                super::GROUP,
-                go_quote(name)
-            ),
-            ResolutionError::UnsupportedKind(k) => {
-                format!("unsupported role reference kind: {}", go_quote(k))
-            }
+            ResolutionError::NotFound { kind, name } => format!("{}.{} {} not found", kind.to_ascii_lowercase(), super::GROUP, go_quote(name)),
+            ResolutionError::UnsupportedKind(k) => format!("unsupported role reference kind: {}", go_quote(k)),
         }
     }
 
@@ -106,15 +95,8 @@ impl ResolutionError {
     /// checks report it.
     pub fn registry_message(&self) -> String {
         match self {
-            ResolutionError::NotFound { kind, name } => format!(
-                "{}s.{} {} not found",
-                kind.to_ascii_lowercase(),
-                super::GROUP,
-                go_quote(name)
-            ),
-            ResolutionError::UnsupportedKind(k) => {
-                format!("unsupported role reference kind: {}", go_quote(k))
-            }
+            ResolutionError::NotFound { kind, name } => format!("{}s.{} {} not found", kind.to_ascii_lowercase(), super::GROUP, go_quote(name)),
+            ResolutionError::UnsupportedKind(k) => format!("unsupported role reference kind: {}", go_quote(k)),
         }
     }
 }
@@ -239,18 +221,8 @@ impl Binding {
             "User" => user.name == s.name,
             "Group" => user.in_group(&s.name),
             "ServiceAccount" => {
-                let ns = s
-                    .namespace
-                    .as_deref()
-                    .filter(|n| !n.is_empty())
-                    .unwrap_or(&self.namespace);
-                !ns.is_empty()
-                    && user
-                        .name
-                        .strip_prefix(super::SERVICE_ACCOUNT_USER_PREFIX)
-                        .and_then(|r| r.strip_prefix(ns))
-                        .and_then(|r| r.strip_prefix(':'))
-                        == Some(s.name.as_str())
+                let ns = s.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(&self.namespace);
+                !ns.is_empty() && user.name.strip_prefix(super::SERVICE_ACCOUNT_USER_PREFIX).and_then(|r| r.strip_prefix(ns)).and_then(|r| r.strip_prefix(':')) == Some(s.name.as_str())
             }
             _ => false,
         }
@@ -258,9 +230,7 @@ impl Binding {
 
     /// The first subject that applies to `user` (upstream's `appliesTo`).
     fn applies_to(&self, user: &UserInfo) -> Option<usize> {
-        self.subjects
-            .iter()
-            .position(|s| self.subject_applies(s, user))
+        self.subjects.iter().position(|s| self.subject_applies(s, user))
     }
 
     fn keys(&self) -> impl Iterator<Item = SubjectKey> + '_ {
@@ -268,11 +238,7 @@ impl Binding {
             "User" => Some(SubjectKey::User(s.name.clone())),
             "Group" => Some(SubjectKey::Group(s.name.clone())),
             "ServiceAccount" => {
-                let ns = s
-                    .namespace
-                    .as_deref()
-                    .filter(|n| !n.is_empty())
-                    .unwrap_or(&self.namespace);
+                let ns = s.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(&self.namespace);
                 (!ns.is_empty()).then(|| SubjectKey::User(service_account_user(ns, &s.name)))
             }
             _ => None,
@@ -281,16 +247,10 @@ impl Binding {
 
     /// Upstream's `describeSubject`.
     fn describe_subject(&self, i: usize) -> String {
-        let Some(s) = self.subjects.get(i) else {
-            return String::new();
-        };
+        let Some(s) = self.subjects.get(i) else { return String::new() };
         match s.kind.as_str() {
             "ServiceAccount" => {
-                let ns = s
-                    .namespace
-                    .as_deref()
-                    .filter(|n| !n.is_empty())
-                    .unwrap_or(&self.namespace);
+                let ns = s.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(&self.namespace);
                 format!("{} {}", s.kind, go_quote(&format!("{}/{ns}", s.name)))
             }
             _ => format!("{} {}", s.kind, go_quote(&s.name)),
@@ -324,17 +284,9 @@ impl AllowedBy {
                 let (kind, name) = if binding.namespace.is_empty() {
                     ("ClusterRoleBinding", go_quote(&binding.name))
                 } else {
-                    (
-                        "RoleBinding",
-                        go_quote(&format!("{}/{}", binding.name, binding.namespace)),
-                    )
+                    ("RoleBinding", go_quote(&format!("{}/{}", binding.name, binding.namespace)))
                 };
-                format!(
-                    "RBAC: allowed by {kind} {name} of {} {} to {}",
-                    binding.role_kind,
-                    go_quote(&binding.role_name),
-                    binding.describe_subject(*subject)
-                )
+                format!("RBAC: allowed by {kind} {name} of {} {} to {}", binding.role_kind, go_quote(&binding.role_name), binding.describe_subject(*subject))
             }
         }
     }
@@ -426,11 +378,7 @@ impl SubjectIndex {
     /// and one of its groups comes twice).
     fn candidates<'a>(&'a self, user: &'a UserInfo) -> impl Iterator<Item = &'a Arc<Binding>> + 'a {
         let by_name = self.by_user.get(user.name.as_str()).into_iter().flatten();
-        let by_group = user
-            .groups
-            .iter()
-            .filter_map(|g| self.by_group.get(g.as_str()))
-            .flatten();
+        let by_group = user.groups.iter().filter_map(|g| self.by_group.get(g.as_str())).flatten();
         by_name.chain(by_group)
     }
 
@@ -474,10 +422,7 @@ impl RulesReview {
                 });
             }
             if r.non_resource_urls.as_ref().is_some_and(|v| !v.is_empty()) {
-                status.non_resource_rules.push(NonResourceRule {
-                    verbs: r.verbs.clone(),
-                    non_resource_urls: r.non_resource_urls.clone(),
-                });
+                status.non_resource_rules.push(NonResourceRule { verbs: r.verbs.clone(), non_resource_urls: r.non_resource_urls.clone() });
             }
         }
         let err = aggregate_messages(self.errors.iter().map(ResolutionError::authorizer_message));
@@ -508,12 +453,7 @@ impl Authorizer {
     }
 
     /// An authorizer over these objects (aggregation computed once).
-    pub fn from_objects(
-        cluster_roles: &[ClusterRole],
-        roles: &[Role],
-        cluster_role_bindings: &[ClusterRoleBinding],
-        role_bindings: &[RoleBinding],
-    ) -> Self {
+    pub fn from_objects(cluster_roles: &[ClusterRole], roles: &[Role], cluster_role_bindings: &[ClusterRoleBinding], role_bindings: &[RoleBinding]) -> Self {
         let mut a = Authorizer::new();
         for cr in cluster_roles {
             let v = RoleView::of(cr);
@@ -537,14 +477,12 @@ impl Authorizer {
     fn reaggregate(&mut self) {
         let agg = aggregation::aggregate_views(self.views.values());
         self.aggregation_errors = agg.errors;
-        self.cluster_roles
-            .retain(|name, _| self.views.contains_key(name));
+        self.cluster_roles.retain(|name, _| self.views.contains_key(name));
         for (name, view) in &self.views {
             let effective = agg.rules.get(name).unwrap_or(&view.rules);
             let current = self.cluster_roles.get(name);
             if current.is_none_or(|c| !same_rules(&c.rules, effective)) {
-                self.cluster_roles
-                    .insert(name.clone(), CompiledRole::new(effective.clone()));
+                self.cluster_roles.insert(name.clone(), CompiledRole::new(effective.clone()));
             }
         }
     }
@@ -571,11 +509,7 @@ impl Authorizer {
         let ns = role.metadata.namespace.clone().unwrap_or_default();
         let name = role.metadata.name.clone().unwrap_or_default();
         let rules = role.rules.clone().unwrap_or_default();
-        self.namespaces
-            .entry(ns)
-            .or_default()
-            .roles
-            .insert(name, CompiledRole::new(rules));
+        self.namespaces.entry(ns).or_default().roles.insert(name, CompiledRole::new(rules));
     }
 
     /// Removes a Role.
@@ -589,10 +523,7 @@ impl Authorizer {
     /// Adds or replaces a ClusterRoleBinding.
     pub fn upsert_cluster_role_binding(&mut self, crb: &ClusterRoleBinding) {
         let b = Arc::new(Binding::cluster(crb));
-        if let Some(old) = self
-            .cluster_bindings_by_name
-            .insert(b.name.clone(), b.clone())
-        {
+        if let Some(old) = self.cluster_bindings_by_name.insert(b.name.clone(), b.clone()) {
             self.cluster_bindings.remove(&old);
         }
         self.cluster_bindings.insert(&b);
@@ -626,11 +557,7 @@ impl Authorizer {
     }
 
     fn prune(&mut self, namespace: &str) {
-        if self
-            .namespaces
-            .get(namespace)
-            .is_some_and(|n| n.roles.is_empty() && n.by_name.is_empty() && n.bindings.is_empty())
-        {
+        if self.namespaces.get(namespace).is_some_and(|n| n.roles.is_empty() && n.by_name.is_empty() && n.bindings.is_empty()) {
             self.namespaces.remove(namespace);
         }
     }
@@ -639,31 +566,16 @@ impl Authorizer {
     /// (JSON) after a create or update, `None` after a delete. `resource`
     /// is the plural resource; anything other than `clusterroles`, `roles`,
     /// `clusterrolebindings` and `rolebindings` is ignored (`Ok(false)`).
-    pub fn apply_json(
-        &mut self,
-        resource: &str,
-        namespace: &str,
-        name: &str,
-        obj: Option<&Value>,
-    ) -> Result<bool, Error> {
-        let decode = |e: serde_json::Error| Error::Decode {
-            resource: resource.to_string(),
-            name: name.to_string(),
-            source: e,
-        };
+    pub fn apply_json(&mut self, resource: &str, namespace: &str, name: &str, obj: Option<&Value>) -> Result<bool, Error> {
+        let decode = |e: serde_json::Error| Error::Decode { resource: resource.to_string(), name: name.to_string(), source: e };
         match (resource, obj) {
-            ("clusterroles", Some(v)) => {
-                self.upsert_cluster_role(&ClusterRole::deserialize(v).map_err(decode)?)
-            }
+            ("clusterroles", Some(v)) => self.upsert_cluster_role(&ClusterRole::deserialize(v).map_err(decode)?),
             ("clusterroles", None) => self.remove_cluster_role(name),
             ("roles", Some(v)) => self.upsert_role(&Role::deserialize(v).map_err(decode)?),
             ("roles", None) => self.remove_role(namespace, name),
-            ("clusterrolebindings", Some(v)) => self
-                .upsert_cluster_role_binding(&ClusterRoleBinding::deserialize(v).map_err(decode)?),
+            ("clusterrolebindings", Some(v)) => self.upsert_cluster_role_binding(&ClusterRoleBinding::deserialize(v).map_err(decode)?),
             ("clusterrolebindings", None) => self.remove_cluster_role_binding(name),
-            ("rolebindings", Some(v)) => {
-                self.upsert_role_binding(&RoleBinding::deserialize(v).map_err(decode)?)
-            }
+            ("rolebindings", Some(v)) => self.upsert_role_binding(&RoleBinding::deserialize(v).map_err(decode)?),
             ("rolebindings", None) => self.remove_role_binding(namespace, name),
             _ => return Ok(false),
         }
@@ -681,8 +593,7 @@ impl Authorizer {
             .filter(|v| v.selectors.is_some())
             .filter_map(|v| {
                 let effective = self.cluster_roles.get(&v.name)?;
-                (!same_rules(&effective.rules, &v.rules))
-                    .then(|| (v.name.clone(), effective.rules.clone()))
+                (!same_rules(&effective.rules, &v.rules)).then(|| (v.name.clone(), effective.rules.clone()))
             })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -700,66 +611,32 @@ impl Authorizer {
     }
 
     /// The role a binding in `namespace` ("" for a ClusterRoleBinding) refers to.
-    fn resolve(
-        &self,
-        namespace: &str,
-        kind: &str,
-        name: &str,
-    ) -> Result<&Arc<CompiledRole>, ResolutionError> {
-        let not_found = || ResolutionError::NotFound {
-            kind: kind.to_string(),
-            name: name.to_string(),
-        };
+    fn resolve(&self, namespace: &str, kind: &str, name: &str) -> Result<&Arc<CompiledRole>, ResolutionError> {
+        let not_found = || ResolutionError::NotFound { kind: kind.to_string(), name: name.to_string() };
         match kind {
             "ClusterRole" => self.cluster_roles.get(name).ok_or_else(not_found),
-            "Role" => self
-                .namespaces
-                .get(namespace)
-                .and_then(|n| n.roles.get(name))
-                .ok_or_else(not_found),
+            "Role" => self.namespaces.get(namespace).and_then(|n| n.roles.get(name)).ok_or_else(not_found),
             other => Err(ResolutionError::UnsupportedKind(other.to_string())),
         }
     }
 
     /// The rules of the role `role_ref_kind`/`role_ref_name` as a binding in
     /// `namespace` would grant them (upstream's `GetRoleReferenceRules`).
-    pub fn role_ref_rules(
-        &self,
-        namespace: &str,
-        role_ref_kind: &str,
-        role_ref_name: &str,
-    ) -> Result<&[PolicyRule], ResolutionError> {
-        self.resolve(namespace, role_ref_kind, role_ref_name)
-            .map(|r| r.rules.as_slice())
+    pub fn role_ref_rules(&self, namespace: &str, role_ref_kind: &str, role_ref_name: &str) -> Result<&[PolicyRule], ResolutionError> {
+        self.resolve(namespace, role_ref_kind, role_ref_name).map(|r| r.rules.as_slice())
     }
 
     /// The bindings that may apply to `user` in `namespace`: the
     /// ClusterRoleBindings', then the namespace's RoleBindings' candidates.
-    fn candidates<'a>(
-        &'a self,
-        user: &'a UserInfo,
-        namespace: &str,
-    ) -> impl Iterator<Item = &'a Arc<Binding>> + 'a {
-        let local = if namespace.is_empty() {
-            None
-        } else {
-            self.namespaces.get(namespace)
-        };
-        self.cluster_bindings.candidates(user).chain(
-            local
-                .into_iter()
-                .flat_map(move |n| n.bindings.candidates(user)),
-        )
+    fn candidates<'a>(&'a self, user: &'a UserInfo, namespace: &str) -> impl Iterator<Item = &'a Arc<Binding>> + 'a {
+        let local = if namespace.is_empty() { None } else { self.namespaces.get(namespace) };
+        self.cluster_bindings.candidates(user).chain(local.into_iter().flat_map(move |n| n.bindings.candidates(user)))
     }
 
     /// Is the request allowed? The fast form of [`Self::authorize`]: no
     /// reason is built.
     pub fn allows(&self, attrs: &Attributes<'_>) -> bool {
-        attrs.user.is_privileged()
-            || self.candidates(attrs.user, attrs.namespace).any(|b| {
-                self.resolve(&b.namespace, &b.role_kind, &b.role_name)
-                    .is_ok_and(|r| r.allows(attrs))
-            })
+        attrs.user.is_privileged() || self.candidates(attrs.user, attrs.namespace).any(|b| self.resolve(&b.namespace, &b.role_kind, &b.role_name).is_ok_and(|r| r.allows(attrs)))
     }
 
     /// Authorizes a request: the privileged group, then RBAC (see the
@@ -775,21 +652,14 @@ impl Authorizer {
             match self.resolve(&b.namespace, &b.role_kind, &b.role_name) {
                 Ok(role) if role.allows(attrs) => {
                     let subject = b.applies_to(attrs.user).unwrap_or_default();
-                    return Decision::Allow(AllowedBy::Binding {
-                        binding: b.clone(),
-                        subject,
-                    });
+                    return Decision::Allow(AllowedBy::Binding { binding: b.clone(), subject });
                 }
                 Ok(_) => {}
                 Err(e) => errors.push(e),
             }
         }
         let reason = aggregate_messages(errors.iter().map(ResolutionError::authorizer_message));
-        Decision::NoOpinion(if reason.is_empty() {
-            reason
-        } else {
-            format!("RBAC: {reason}")
-        })
+        Decision::NoOpinion(if reason.is_empty() { reason } else { format!("RBAC: {reason}") })
     }
 
     /// The rules that apply to `user` in `namespace` ("" for cluster-wide
@@ -798,14 +668,7 @@ impl Authorizer {
     /// here (it holds cluster-admin through its binding).
     pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> RulesReview {
         let mut cluster: Vec<&Arc<Binding>> = self.cluster_bindings.candidates(user).collect();
-        let mut local: Vec<&Arc<Binding>> = if namespace.is_empty() {
-            Vec::new()
-        } else {
-            self.namespaces
-                .get(namespace)
-                .map(|n| n.bindings.candidates(user).collect())
-                .unwrap_or_default()
-        };
+        let mut local: Vec<&Arc<Binding>> = if namespace.is_empty() { Vec::new() } else { self.namespaces.get(namespace).map(|n| n.bindings.candidates(user).collect()).unwrap_or_default() };
         let mut out = RulesReview::default();
         for list in [&mut cluster, &mut local] {
             list.sort_by(|a, b| a.name.cmp(&b.name));
@@ -825,23 +688,11 @@ impl Authorizer {
     /// the subjects of every binding whose role allows it, without
     /// repeats. Scans every binding: for reviews, not for requests.
     pub fn allowed_subjects(&self, attrs: &Attributes<'_>) -> (Vec<Subject>, Vec<ResolutionError>) {
-        let mut subjects = vec![Subject {
-            api_group: Some(super::GROUP.into()),
-            kind: "Group".into(),
-            name: super::SYSTEM_MASTERS.into(),
-            namespace: None,
-        }];
+        let mut subjects = vec![Subject { api_group: Some(super::GROUP.into()), kind: "Group".into(), name: super::SYSTEM_MASTERS.into(), namespace: None }];
         let mut errors = Vec::new();
         let mut bindings: Vec<&Arc<Binding>> = self.cluster_bindings_by_name.values().collect();
         bindings.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut local: Vec<&Arc<Binding>> = if attrs.namespace.is_empty() {
-            Vec::new()
-        } else {
-            self.namespaces
-                .get(attrs.namespace)
-                .map(|n| n.by_name.values().collect())
-                .unwrap_or_default()
-        };
+        let mut local: Vec<&Arc<Binding>> = if attrs.namespace.is_empty() { Vec::new() } else { self.namespaces.get(attrs.namespace).map(|n| n.by_name.values().collect()).unwrap_or_default() };
         local.sort_by(|a, b| a.name.cmp(&b.name));
         bindings.extend(local);
         for b in bindings {
@@ -869,11 +720,7 @@ pub(crate) mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     pub(crate) fn meta(ns: &str, name: &str) -> ObjectMeta {
-        ObjectMeta {
-            name: Some(name.into()),
-            namespace: (!ns.is_empty()).then(|| ns.into()),
-            ..ObjectMeta::default()
-        }
+        ObjectMeta { name: Some(name.into()), namespace: (!ns.is_empty()).then(|| ns.into()), ..ObjectMeta::default() }
     }
 
     pub(crate) fn subject(kind: &str, name: &str, ns: &str) -> Subject {
@@ -886,117 +733,43 @@ pub(crate) mod tests {
     }
 
     fn role_ref(kind: &str, name: &str) -> RoleRef {
-        RoleRef {
-            api_group: Some(super::super::GROUP.into()),
-            kind: kind.into(),
-            name: name.into(),
-        }
+        RoleRef { api_group: Some(super::super::GROUP.into()), kind: kind.into(), name: name.into() }
     }
 
     pub(crate) fn cluster_role(name: &str, rules: Vec<PolicyRule>) -> ClusterRole {
-        ClusterRole {
-            metadata: meta("", name),
-            rules: Some(rules),
-            aggregation_rule: None,
-        }
+        ClusterRole { metadata: meta("", name), rules: Some(rules), aggregation_rule: None }
     }
 
     pub(crate) fn role(ns: &str, name: &str, rules: Vec<PolicyRule>) -> Role {
-        Role {
-            metadata: meta(ns, name),
-            rules: Some(rules),
-        }
+        Role { metadata: meta(ns, name), rules: Some(rules) }
     }
 
     pub(crate) fn crb(name: &str, role: &str, subjects: Vec<Subject>) -> ClusterRoleBinding {
-        ClusterRoleBinding {
-            metadata: meta("", name),
-            role_ref: role_ref("ClusterRole", role),
-            subjects: Some(subjects),
-        }
+        ClusterRoleBinding { metadata: meta("", name), role_ref: role_ref("ClusterRole", role), subjects: Some(subjects) }
     }
 
-    pub(crate) fn rb(
-        ns: &str,
-        name: &str,
-        kind: &str,
-        role: &str,
-        subjects: Vec<Subject>,
-    ) -> RoleBinding {
-        RoleBinding {
-            metadata: meta(ns, name),
-            role_ref: role_ref(kind, role),
-            subjects: Some(subjects),
-        }
+    pub(crate) fn rb(ns: &str, name: &str, kind: &str, role: &str, subjects: Vec<Subject>) -> RoleBinding {
+        RoleBinding { metadata: meta(ns, name), role_ref: role_ref(kind, role), subjects: Some(subjects) }
     }
 
     /// Upstream's `TestAuthorizer` (rbac_test.go), its cases rendered here.
     #[test]
     fn authorizer_table() {
         let admin = cluster_role("admin", vec![rule(&["*"]).groups(&["*"]).resources(&["*"])]);
-        let nonresource = cluster_role(
-            "nonresource",
-            vec![rule(&["get"]).urls(&["/foo", "/bar/*"])],
-        );
-        let pods_get = role(
-            "ns1",
-            "pods-get",
-            vec![rule(&["get"]).groups(&[""]).resources(&["pods"])],
-        );
+        let nonresource = cluster_role("nonresource", vec![rule(&["get"]).urls(&["/foo", "/bar/*"])]);
+        let pods_get = role("ns1", "pods-get", vec![rule(&["get"]).groups(&[""]).resources(&["pods"])]);
         let a = Authorizer::from_objects(
-            &[
-                admin,
-                nonresource,
-                cluster_role(
-                    "subresources",
-                    vec![
-                        rule(&["get"])
-                            .groups(&[""])
-                            .resources(&["pods/log", "*/status"]),
-                    ],
-                ),
-            ],
+            &[admin, nonresource, cluster_role("subresources", vec![rule(&["get"]).groups(&[""]).resources(&["pods/log", "*/status"])])],
             &[pods_get],
             &[
-                crb(
-                    "admins",
-                    "admin",
-                    vec![subject("User", "admin", ""), subject("Group", "admins", "")],
-                ),
-                crb(
-                    "nr",
-                    "nonresource",
-                    vec![subject("Group", "system:authenticated", "")],
-                ),
-                crb(
-                    "sub",
-                    "subresources",
-                    vec![subject("ServiceAccount", "sa", "ns2")],
-                ),
-                crb(
-                    "sa-without-ns",
-                    "admin",
-                    vec![subject("ServiceAccount", "nobody", "")],
-                ),
+                crb("admins", "admin", vec![subject("User", "admin", ""), subject("Group", "admins", "")]),
+                crb("nr", "nonresource", vec![subject("Group", "system:authenticated", "")]),
+                crb("sub", "subresources", vec![subject("ServiceAccount", "sa", "ns2")]),
+                crb("sa-without-ns", "admin", vec![subject("ServiceAccount", "nobody", "")]),
             ],
             &[
-                rb(
-                    "ns1",
-                    "pods",
-                    "Role",
-                    "pods-get",
-                    vec![
-                        subject("User", "alice", ""),
-                        subject("ServiceAccount", "sa", ""),
-                    ],
-                ),
-                rb(
-                    "ns1",
-                    "local-admin",
-                    "ClusterRole",
-                    "admin",
-                    vec![subject("Group", "ns1-admins", "")],
-                ),
+                rb("ns1", "pods", "Role", "pods-get", vec![subject("User", "alice", ""), subject("ServiceAccount", "sa", "")]),
+                rb("ns1", "local-admin", "ClusterRole", "admin", vec![subject("Group", "ns1-admins", "")]),
             ],
         );
         let admin_u = UserInfo::new("admin", &[]);
@@ -1017,17 +790,9 @@ pub(crate) mod tests {
             Attributes::non_resource(&alice, "get", "/foo"),
             Attributes::non_resource(&alice, "get", "/bar/baz"),
             r(&sa2, "get", "", "pods", "x").subresource("log"),
-            r(&sa2, "get", "", "nodes", "")
-                .named("n")
-                .subresource("status"),
+            r(&sa2, "get", "", "nodes", "").named("n").subresource("status"),
             r(&ns1_admin, "delete", "", "secrets", "ns1"),
-            r(
-                &masters,
-                "escalate",
-                "rbac.authorization.k8s.io",
-                "clusterroles",
-                "",
-            ),
+            r(&masters, "escalate", "rbac.authorization.k8s.io", "clusterroles", ""),
             Attributes::non_resource(&masters, "post", "/anything"),
         ];
         let denied: Vec<Attributes<'_>> = vec![
@@ -1050,11 +815,7 @@ pub(crate) mod tests {
             assert!(a.allows(attrs), "should allow {attrs:?}");
         }
         for attrs in &denied {
-            assert_eq!(
-                a.authorize(attrs),
-                Decision::NoOpinion(String::new()),
-                "should deny {attrs:?}"
-            );
+            assert_eq!(a.authorize(attrs), Decision::NoOpinion(String::new()), "should deny {attrs:?}");
             assert!(!a.allows(attrs), "should deny {attrs:?}");
         }
     }
@@ -1062,70 +823,20 @@ pub(crate) mod tests {
     #[test]
     fn reasons_name_the_binding_and_the_first_subject_that_applies() {
         let a = Authorizer::from_objects(
-            &[cluster_role(
-                "view",
-                vec![rule(&["get"]).groups(&[""]).resources(&["pods"])],
-            )],
-            &[role(
-                "ns",
-                "r",
-                vec![rule(&["list"]).groups(&[""]).resources(&["pods"])],
-            )],
-            &[crb(
-                "viewers",
-                "view",
-                vec![
-                    subject("User", "other", ""),
-                    subject("Group", "g", ""),
-                    subject("User", "u", ""),
-                ],
-            )],
-            &[
-                rb(
-                    "ns",
-                    "sa-list",
-                    "Role",
-                    "r",
-                    vec![subject("ServiceAccount", "sa", "")],
-                ),
-                rb(
-                    "ns",
-                    "missing",
-                    "ClusterRole",
-                    "gone",
-                    vec![subject("User", "u", "")],
-                ),
-            ],
+            &[cluster_role("view", vec![rule(&["get"]).groups(&[""]).resources(&["pods"])])],
+            &[role("ns", "r", vec![rule(&["list"]).groups(&[""]).resources(&["pods"])])],
+            &[crb("viewers", "view", vec![subject("User", "other", ""), subject("Group", "g", ""), subject("User", "u", "")])],
+            &[rb("ns", "sa-list", "Role", "r", vec![subject("ServiceAccount", "sa", "")]), rb("ns", "missing", "ClusterRole", "gone", vec![subject("User", "u", "")])],
         );
         let u = UserInfo::new("u", &["g"]);
         let d = a.authorize(&Attributes::resource(&u, "get", "", "pods"));
-        assert_eq!(
-            d.reason(),
-            r#"RBAC: allowed by ClusterRoleBinding "viewers" of ClusterRole "view" to Group "g""#
-        );
+        assert_eq!(d.reason(), r#"RBAC: allowed by ClusterRoleBinding "viewers" of ClusterRole "view" to Group "g""#);
         let sa = UserInfo::service_account("ns", "sa");
         let d = a.authorize(&Attributes::resource(&sa, "list", "", "pods").ns("ns"));
-        assert_eq!(
-            d.reason(),
-            r#"RBAC: allowed by RoleBinding "sa-list/ns" of Role "r" to ServiceAccount "sa/ns""#
-        );
+        assert_eq!(d.reason(), r#"RBAC: allowed by RoleBinding "sa-list/ns" of Role "r" to ServiceAccount "sa/ns""#);
         let d = a.authorize(&Attributes::resource(&u, "delete", "", "pods").ns("ns"));
-        assert_eq!(
-            d,
-            Decision::NoOpinion(
-                r#"RBAC: clusterrole.rbac.authorization.k8s.io "gone" not found"#.into()
-            )
-        );
-        assert_eq!(
-            a.authorize(&Attributes::resource(
-                &UserInfo::new("x", &["system:masters"]),
-                "get",
-                "",
-                "x"
-            ))
-            .reason(),
-            ""
-        );
+        assert_eq!(d, Decision::NoOpinion(r#"RBAC: clusterrole.rbac.authorization.k8s.io "gone" not found"#.into()));
+        assert_eq!(a.authorize(&Attributes::resource(&UserInfo::new("x", &["system:masters"]), "get", "", "x")).reason(), "");
     }
 
     #[test]
@@ -1136,10 +847,7 @@ pub(crate) mod tests {
         let get = Attributes::resource(&u, "get", "", "pods").ns("ns");
         assert!(!a.allows(&get));
         a.upsert_role_binding(&rb("ns", "b", "Role", "r", vec![subject("Group", "g", "")]));
-        assert_eq!(
-            a.authorize(&get),
-            Decision::NoOpinion(r#"RBAC: role.rbac.authorization.k8s.io "r" not found"#.into())
-        );
+        assert_eq!(a.authorize(&get), Decision::NoOpinion(r#"RBAC: role.rbac.authorization.k8s.io "r" not found"#.into()));
         a.upsert_role(&role("ns", "r", vec![get_pods.clone()]));
         assert!(a.allows(&get));
         // The binding now names someone else.
@@ -1167,28 +875,16 @@ pub(crate) mod tests {
         let mut a = Authorizer::new();
         let cr = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "c"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
         let b = serde_json::json!({"metadata": {"name": "b", "namespace": "ns"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "c"}, "subjects": [{"kind": "ServiceAccount", "name": "sa"}]});
-        assert!(
-            a.apply_json("clusterroles", "", "c", Some(&cr))
-                .unwrap_or_default()
-        );
-        assert!(
-            a.apply_json("rolebindings", "ns", "b", Some(&b))
-                .unwrap_or_default()
-        );
+        assert!(a.apply_json("clusterroles", "", "c", Some(&cr)).unwrap_or_default());
+        assert!(a.apply_json("rolebindings", "ns", "b", Some(&b)).unwrap_or_default());
         assert!(!a.apply_json("pods", "ns", "p", Some(&b)).unwrap_or(true));
         let sa = UserInfo::service_account("ns", "sa");
         assert!(a.allows(&Attributes::resource(&sa, "get", "", "pods").ns("ns")));
         assert!(!a.allows(&Attributes::resource(&sa, "get", "", "pods").ns("other")));
-        assert!(
-            a.apply_json("rolebindings", "ns", "b", None)
-                .unwrap_or_default()
-        );
+        assert!(a.apply_json("rolebindings", "ns", "b", None).unwrap_or_default());
         assert!(!a.allows(&Attributes::resource(&sa, "get", "", "pods").ns("ns")));
         let bad = serde_json::json!({"kind": "Role", "metadata": {"name": "c"}});
-        assert!(matches!(
-            a.apply_json("clusterroles", "", "c", Some(&bad)),
-            Err(Error::Decode { .. })
-        ));
+        assert!(matches!(a.apply_json("clusterroles", "", "c", Some(&bad)), Err(Error::Decode { .. })));
     }
 
     /// Upstream's `TestDefaultRuleResolver` shape: cluster rules, then the
@@ -1202,68 +898,35 @@ pub(crate) mod tests {
             &[cluster_role("c", vec![get_pods.clone(), healthz.clone()])],
             &[role("ns", "r", vec![list_cm.clone()])],
             // Names the user and its group: counted once.
-            &[crb(
-                "cb",
-                "c",
-                vec![subject("User", "u", ""), subject("Group", "g", "")],
-            )],
-            &[
-                rb("ns", "b1", "Role", "r", vec![subject("User", "u", "")]),
-                rb("ns", "b2", "Role", "gone", vec![subject("Group", "g", "")]),
-            ],
+            &[crb("cb", "c", vec![subject("User", "u", ""), subject("Group", "g", "")])],
+            &[rb("ns", "b1", "Role", "r", vec![subject("User", "u", "")]), rb("ns", "b2", "Role", "gone", vec![subject("Group", "g", "")])],
         );
         let u = UserInfo::new("u", &["g"]);
         let review = a.rules_for(&u, "ns");
-        assert!(same_rules(
-            &review.rules,
-            &[get_pods.clone(), healthz.clone(), list_cm.clone()]
-        ));
-        assert_eq!(
-            review.errors,
-            [ResolutionError::NotFound {
-                kind: "Role".into(),
-                name: "gone".into()
-            }]
-        );
+        assert!(same_rules(&review.rules, &[get_pods.clone(), healthz.clone(), list_cm.clone()]));
+        assert_eq!(review.errors, [ResolutionError::NotFound { kind: "Role".into(), name: "gone".into() }]);
         let status = review.status();
         assert_eq!(status.resource_rules.len(), 2);
         assert_eq!(status.non_resource_rules.len(), 1);
-        assert_eq!(
-            status.evaluation_error.as_deref(),
-            Some(r#"role.rbac.authorization.k8s.io "gone" not found"#)
-        );
+        assert_eq!(status.evaluation_error.as_deref(), Some(r#"role.rbac.authorization.k8s.io "gone" not found"#));
         let cluster_only = a.rules_for(&u, "");
         assert!(same_rules(&cluster_only.rules, &[get_pods, healthz]));
-        let (subjects, _) =
-            a.allowed_subjects(&Attributes::resource(&u, "list", "", "configmaps").ns("ns"));
-        assert_eq!(
-            subjects.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-            ["system:masters", "u"]
-        );
+        let (subjects, _) = a.allowed_subjects(&Attributes::resource(&u, "list", "", "configmaps").ns("ns"));
+        assert_eq!(subjects.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["system:masters", "u"]);
     }
 
     #[test]
     fn aggregated_cluster_roles_authorize_with_their_aggregated_rules() {
         let mut agg = cluster_role("agg", vec![]);
         agg.aggregation_rule = Some(k8s_openapi::api::rbac::v1::AggregationRule {
-            cluster_role_selectors: Some(vec![
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
-                    match_labels: Some([("x".to_string(), "true".to_string())].into()),
-                    match_expressions: None,
-                },
-            ]),
+            cluster_role_selectors: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("x".to_string(), "true".to_string())].into()),
+                match_expressions: None,
+            }]),
         });
-        let mut part = cluster_role(
-            "part",
-            vec![rule(&["get"]).groups(&[""]).resources(&["pods"])],
-        );
+        let mut part = cluster_role("part", vec![rule(&["get"]).groups(&[""]).resources(&["pods"])]);
         part.metadata.labels = Some([("x".to_string(), "true".to_string())].into());
-        let mut a = Authorizer::from_objects(
-            &[agg.clone()],
-            &[],
-            &[crb("b", "agg", vec![subject("User", "u", "")])],
-            &[],
-        );
+        let mut a = Authorizer::from_objects(&[agg.clone()], &[], &[crb("b", "agg", vec![subject("User", "u", "")])], &[]);
         let u = UserInfo::new("u", &[]);
         let get = Attributes::resource(&u, "get", "", "pods");
         assert!(!a.allows(&get));

@@ -46,14 +46,8 @@ struct List<T> {
 
 fn parse<T: DeserializeOwned>(what: &'static str, yaml: &str) -> Result<Vec<T>, Error> {
     // Through JSON values: k8s-openapi's decoders expect JSON's shapes.
-    let v: serde_json::Value = serde_saphyr::from_str(yaml).map_err(|e| Error::Parse {
-        what,
-        message: e.to_string(),
-    })?;
-    let list: List<T> = serde_json::from_value(v).map_err(|e| Error::Parse {
-        what,
-        message: e.to_string(),
-    })?;
+    let v: serde_json::Value = serde_saphyr::from_str(yaml).map_err(|e| Error::Parse { what, message: e.to_string() })?;
+    let list: List<T> = serde_json::from_value(v).map_err(|e| Error::Parse { what, message: e.to_string() })?;
     Ok(list.items)
 }
 
@@ -68,10 +62,7 @@ pub fn cluster_roles() -> Result<Vec<ClusterRole>, Error> {
 pub fn cluster_roles_aggregated() -> Result<Vec<ClusterRole>, Error> {
     let mut roles = cluster_roles()?;
     for (name, rules) in aggregation::updates(&roles) {
-        if let Some(r) = roles
-            .iter_mut()
-            .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
-        {
+        if let Some(r) = roles.iter_mut().find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
             r.rules = Some(rules);
         }
     }
@@ -85,12 +76,7 @@ pub fn cluster_role_bindings() -> Result<Vec<ClusterRoleBinding>, Error> {
 
 /// An authorizer over the bootstrap policy alone.
 pub fn authorizer() -> Result<Authorizer, Error> {
-    Ok(Authorizer::from_objects(
-        &cluster_roles()?,
-        &[],
-        &cluster_role_bindings()?,
-        &[],
-    ))
+    Ok(Authorizer::from_objects(&cluster_roles()?, &[], &cluster_role_bindings()?, &[]))
 }
 
 #[cfg(test)]
@@ -106,125 +92,48 @@ mod tests {
     #[test]
     fn the_embedded_policy_parses_with_its_labels_and_annotations() {
         let roles = cluster_roles().unwrap_or_else(|e| panic!("{e}"));
-        let names: Vec<&str> = roles
-            .iter()
-            .filter_map(|r| r.metadata.name.as_deref())
-            .collect();
-        for want in [
-            "cluster-admin",
-            "admin",
-            "edit",
-            "view",
-            "system:aggregate-to-admin",
-            "system:aggregate-to-edit",
-            "system:aggregate-to-view",
-            "system:kube-scheduler",
-            "system:volume-scheduler",
-            "system:public-info-viewer",
-            "system:discovery",
-            "system:basic-user",
-        ] {
+        let names: Vec<&str> = roles.iter().filter_map(|r| r.metadata.name.as_deref()).collect();
+        for want in ["cluster-admin", "admin", "edit", "view", "system:aggregate-to-admin", "system:aggregate-to-edit", "system:aggregate-to-view", "system:kube-scheduler", "system:volume-scheduler", "system:public-info-viewer", "system:discovery", "system:basic-user"] {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }
         let bindings = cluster_role_bindings().unwrap_or_else(|e| panic!("{e}"));
-        for o in roles
-            .iter()
-            .map(|r| &r.metadata)
-            .chain(bindings.iter().map(|b| &b.metadata))
-        {
-            assert_eq!(
-                o.labels
-                    .as_ref()
-                    .and_then(|l| l.get("kubernetes.io/bootstrapping"))
-                    .map(String::as_str),
-                Some("rbac-defaults"),
-                "{:?}",
-                o.name
-            );
-            assert_eq!(
-                o.annotations
-                    .as_ref()
-                    .and_then(|l| l.get("rbac.authorization.kubernetes.io/autoupdate"))
-                    .map(String::as_str),
-                Some("true"),
-                "{:?}",
-                o.name
-            );
+        for o in roles.iter().map(|r| &r.metadata).chain(bindings.iter().map(|b| &b.metadata)) {
+            assert_eq!(o.labels.as_ref().and_then(|l| l.get("kubernetes.io/bootstrapping")).map(String::as_str), Some("rbac-defaults"), "{:?}", o.name);
+            assert_eq!(o.annotations.as_ref().and_then(|l| l.get("rbac.authorization.kubernetes.io/autoupdate")).map(String::as_str), Some("true"), "{:?}", o.name);
         }
         let subjects = |name: &str| -> Vec<String> {
             bindings
                 .iter()
                 .find(|b| b.metadata.name.as_deref() == Some(name))
-                .map(|b| {
-                    b.subjects
-                        .iter()
-                        .flatten()
-                        .map(|s| format!("{}:{}", s.kind, s.name))
-                        .collect()
-                })
+                .map(|b| b.subjects.iter().flatten().map(|s| format!("{}:{}", s.kind, s.name)).collect())
                 .unwrap_or_default()
         };
         assert_eq!(subjects("cluster-admin"), ["Group:system:masters"]);
-        assert_eq!(
-            subjects("system:public-info-viewer"),
-            ["Group:system:authenticated", "Group:system:unauthenticated"]
-        );
+        assert_eq!(subjects("system:public-info-viewer"), ["Group:system:authenticated", "Group:system:unauthenticated"]);
         assert_eq!(subjects("system:discovery"), ["Group:system:authenticated"]);
-        assert_eq!(
-            subjects("system:basic-user"),
-            ["Group:system:authenticated"]
-        );
-        assert_eq!(
-            subjects("system:kube-scheduler"),
-            ["User:system:kube-scheduler"]
-        );
-        assert_eq!(
-            subjects("system:volume-scheduler"),
-            ["User:system:kube-scheduler"]
-        );
+        assert_eq!(subjects("system:basic-user"), ["Group:system:authenticated"]);
+        assert_eq!(subjects("system:kube-scheduler"), ["User:system:kube-scheduler"]);
+        assert_eq!(subjects("system:volume-scheduler"), ["User:system:kube-scheduler"]);
         // Every binding's role is there.
         for b in &bindings {
-            assert!(
-                names.contains(&b.role_ref.name.as_str()),
-                "{}",
-                b.role_ref.name
-            );
+            assert!(names.contains(&b.role_ref.name.as_str()), "{}", b.role_ref.name);
         }
     }
 
     #[test]
     fn aggregation_builds_view_into_edit_into_admin() {
         let roles = cluster_roles_aggregated().unwrap_or_else(|e| panic!("{e}"));
-        let rules = |n: &str| {
-            roles
-                .iter()
-                .find(|r| r.metadata.name.as_deref() == Some(n))
-                .and_then(|r| r.rules.clone())
-                .unwrap_or_default()
-        };
+        let rules = |n: &str| roles.iter().find(|r| r.metadata.name.as_deref() == Some(n)).and_then(|r| r.rules.clone()).unwrap_or_default();
         let (view, edit, admin) = (rules("view"), rules("edit"), rules("admin"));
         let u = UserInfo::new("u", &[]);
         let get_pods = Attributes::resource(&u, "get", "", "pods").ns("ns");
         let create_pods = Attributes::resource(&u, "create", "", "pods").ns("ns");
         let get_secrets = Attributes::resource(&u, "get", "", "secrets").ns("ns");
-        let create_roles =
-            Attributes::resource(&u, "create", "rbac.authorization.k8s.io", "roles").ns("ns");
-        assert!(
-            rules_allow(&get_pods, &view)
-                && !rules_allow(&create_pods, &view)
-                && !rules_allow(&get_secrets, &view)
-        );
-        assert!(
-            rules_allow(&get_pods, &edit)
-                && rules_allow(&create_pods, &edit)
-                && rules_allow(&get_secrets, &edit)
-                && !rules_allow(&create_roles, &edit)
-        );
+        let create_roles = Attributes::resource(&u, "create", "rbac.authorization.k8s.io", "roles").ns("ns");
+        assert!(rules_allow(&get_pods, &view) && !rules_allow(&create_pods, &view) && !rules_allow(&get_secrets, &view));
+        assert!(rules_allow(&get_pods, &edit) && rules_allow(&create_pods, &edit) && rules_allow(&get_secrets, &edit) && !rules_allow(&create_roles, &edit));
         assert!(rules_allow(&get_pods, &admin) && rules_allow(&create_roles, &admin));
-        assert_eq!(
-            admin.len(),
-            rules("system:aggregate-to-admin").len() + edit.len()
-        );
+        assert_eq!(admin.len(), rules("system:aggregate-to-admin").len() + edit.len());
         // The seeded objects are settled: nothing more to write back.
         assert!(aggregation::updates(&roles).is_empty());
         assert!(policy().aggregation_updates().len() == 3);
@@ -237,53 +146,19 @@ mod tests {
         let a = policy();
         let anon = UserInfo::anonymous();
         for path in ["/healthz", "/livez", "/readyz", "/version", "/version/"] {
-            assert!(
-                a.authorize(&Attributes::non_resource(&anon, "get", path))
-                    .is_allowed(),
-                "{path}"
-            );
+            assert!(a.authorize(&Attributes::non_resource(&anon, "get", path)).is_allowed(), "{path}");
         }
-        for path in [
-            "/",
-            "/api",
-            "/apis",
-            "/metrics",
-            "/openapi/v2",
-            "/healthz/etcd",
-            "/livez/ping",
-            "/debug/pprof",
-        ] {
-            assert!(
-                !a.allows(&Attributes::non_resource(&anon, "get", path)),
-                "{path}"
-            );
+        for path in ["/", "/api", "/apis", "/metrics", "/openapi/v2", "/healthz/etcd", "/livez/ping", "/debug/pprof"] {
+            assert!(!a.allows(&Attributes::non_resource(&anon, "get", path)), "{path}");
         }
         assert!(!a.allows(&Attributes::non_resource(&anon, "post", "/healthz")));
-        for (verb, group, resource, ns) in [
-            ("list", "", "pods", ""),
-            ("get", "", "namespaces", ""),
-            (
-                "create",
-                "authorization.k8s.io",
-                "selfsubjectaccessreviews",
-                "",
-            ),
-            ("get", "", "pods", "default"),
-        ] {
-            assert!(
-                !a.allows(&Attributes::resource(&anon, verb, group, resource).ns(ns)),
-                "{verb} {resource}"
-            );
+        for (verb, group, resource, ns) in [("list", "", "pods", ""), ("get", "", "namespaces", ""), ("create", "authorization.k8s.io", "selfsubjectaccessreviews", ""), ("get", "", "pods", "default")] {
+            assert!(!a.allows(&Attributes::resource(&anon, verb, group, resource).ns(ns)), "{verb} {resource}");
         }
         // An authenticated user also discovers the API and reviews itself.
         let bob = UserInfo::new("bob", &["system:authenticated"]);
         assert!(a.allows(&Attributes::non_resource(&bob, "get", "/apis/apps/v1")));
-        assert!(a.allows(&Attributes::resource(
-            &bob,
-            "create",
-            "authorization.k8s.io",
-            "selfsubjectrulesreviews"
-        )));
+        assert!(a.allows(&Attributes::resource(&bob, "create", "authorization.k8s.io", "selfsubjectrulesreviews")));
         assert!(!a.allows(&Attributes::resource(&bob, "list", "", "pods")));
     }
 
@@ -292,44 +167,26 @@ mod tests {
         let a = policy();
         let s = UserInfo::new("system:kube-scheduler", &["system:authenticated"]);
         let allowed = [
-            Attributes::resource(&s, "create", "", "pods")
-                .ns("default")
-                .named("p")
-                .subresource("binding"),
+            Attributes::resource(&s, "create", "", "pods").ns("default").named("p").subresource("binding"),
             Attributes::resource(&s, "watch", "", "pods"),
-            Attributes::resource(&s, "patch", "", "pods")
-                .ns("default")
-                .named("p")
-                .subresource("status"),
-            Attributes::resource(&s, "update", "coordination.k8s.io", "leases")
-                .ns("kube-system")
-                .named("kube-scheduler"),
+            Attributes::resource(&s, "patch", "", "pods").ns("default").named("p").subresource("status"),
+            Attributes::resource(&s, "update", "coordination.k8s.io", "leases").ns("kube-system").named("kube-scheduler"),
             Attributes::resource(&s, "patch", "", "persistentvolumes").named("pv"),
-            Attributes::resource(&s, "update", "resource.k8s.io", "resourceclaims")
-                .ns("default")
-                .named("c")
-                .subresource("status"),
+            Attributes::resource(&s, "update", "resource.k8s.io", "resourceclaims").ns("default").named("c").subresource("status"),
         ];
         for attrs in &allowed {
             assert!(a.allows(attrs), "{attrs:?}");
         }
         let denied = [
             Attributes::resource(&s, "create", "", "pods").ns("default"),
-            Attributes::resource(&s, "update", "coordination.k8s.io", "leases")
-                .ns("kube-system")
-                .named("other"),
-            Attributes::resource(&s, "get", "", "secrets")
-                .ns("default")
-                .named("s"),
+            Attributes::resource(&s, "update", "coordination.k8s.io", "leases").ns("kube-system").named("other"),
+            Attributes::resource(&s, "get", "", "secrets").ns("default").named("s"),
             Attributes::resource(&s, "update", "", "nodes").named("n"),
         ];
         for attrs in &denied {
             assert!(!a.allows(attrs), "{attrs:?}");
         }
         let d = a.authorize(&allowed[0]);
-        assert_eq!(
-            d.reason(),
-            r#"RBAC: allowed by ClusterRoleBinding "system:kube-scheduler" of ClusterRole "system:kube-scheduler" to User "system:kube-scheduler""#
-        );
+        assert_eq!(d.reason(), r#"RBAC: allowed by ClusterRoleBinding "system:kube-scheduler" of ClusterRole "system:kube-scheduler" to User "system:kube-scheduler""#);
     }
 }

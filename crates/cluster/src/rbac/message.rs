@@ -23,9 +23,7 @@ pub fn go_quote(s: &str) -> String {
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
             '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
+            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
             c if c.is_control() => {
                 if (c as u32) < 0x10000 {
                     out.push_str(&format!("\\u{:04x}", c as u32));
@@ -48,11 +46,7 @@ pub fn go_quote_list<S: AsRef<str>>(items: &[S]) -> String {
 
 /// `schema.GroupResource.String()`: `resource.group`, or `resource` in the core group.
 pub fn group_resource(group: &str, resource: &str) -> String {
-    if group.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{resource}.{group}")
-    }
+    if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") }
 }
 
 /// `apierrors.NewForbidden`'s message: `forbidden: ERR` when there is no
@@ -64,11 +58,7 @@ pub fn forbidden_with(group: &str, resource: &str, name: &str, err: &str) -> Str
     } else if name.is_empty() {
         format!("{} is forbidden: {err}", group_resource(group, resource))
     } else {
-        format!(
-            "{} {} is forbidden: {err}",
-            group_resource(group, resource),
-            go_quote(name)
-        )
+        format!("{} {} is forbidden: {err}", group_resource(group, resource), go_quote(name))
     }
 }
 
@@ -78,28 +68,11 @@ pub fn forbidden_with(group: &str, resource: &str, name: &str, err: &str) -> Str
 pub fn denial(attrs: &Attributes<'_>) -> String {
     let user = go_quote(&attrs.user.name);
     if !attrs.resource_request {
-        return format!(
-            "User {user} cannot {} path {}",
-            attrs.verb,
-            go_quote(attrs.path)
-        );
+        return format!("User {user} cannot {} path {}", attrs.verb, go_quote(attrs.path));
     }
-    let resource = if attrs.subresource.is_empty() {
-        attrs.resource.to_string()
-    } else {
-        format!("{}/{}", attrs.resource, attrs.subresource)
-    };
-    let scope = if attrs.namespace.is_empty() {
-        "at the cluster scope".to_string()
-    } else {
-        format!("in the namespace {}", go_quote(attrs.namespace))
-    };
-    format!(
-        "User {user} cannot {} resource {} in API group {} {scope}",
-        attrs.verb,
-        go_quote(&resource),
-        go_quote(attrs.api_group)
-    )
+    let resource = if attrs.subresource.is_empty() { attrs.resource.to_string() } else { format!("{}/{}", attrs.resource, attrs.subresource) };
+    let scope = if attrs.namespace.is_empty() { "at the cluster scope".to_string() } else { format!("in the namespace {}", go_quote(attrs.namespace)) };
+    format!("User {user} cannot {} resource {} in API group {} {scope}", attrs.verb, go_quote(&resource), go_quote(attrs.api_group))
 }
 
 /// The message of the 403 a denied request gets: [`denial`] followed by
@@ -108,19 +81,13 @@ pub fn denial(attrs: &Attributes<'_>) -> String {
 /// `pods "p" is forbidden: User "x" cannot get resource "pods" in API group "" in the namespace "default"`.
 pub fn forbidden(attrs: &Attributes<'_>, reason: &str) -> String {
     let msg = sanitize(&denial(attrs));
-    let err = if reason.is_empty() {
-        msg
-    } else {
-        format!("{msg}: {reason}")
-    };
+    let err = if reason.is_empty() { msg } else { format!("{msg}: {reason}") };
     forbidden_with(attrs.api_group, attrs.resource, attrs.name, &err)
 }
 
 /// Avoid messages that look like HTML (`&`, `<`, `>` as entities).
 fn sanitize(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// `metav1.Status` details of a Forbidden: group, kind (the resource) and
@@ -164,51 +131,25 @@ mod tests {
                 "",
                 r#"pods is forbidden: User "system:serviceaccount:berth:berth" cannot list resource "pods" in API group "" at the cluster scope"#,
             ),
+            (Attributes::resource(&x, "list", "", "pods").ns("default"), "", r#"pods is forbidden: User "x" cannot list resource "pods" in API group "" in the namespace "default""#),
             (
-                Attributes::resource(&x, "list", "", "pods").ns("default"),
-                "",
-                r#"pods is forbidden: User "x" cannot list resource "pods" in API group "" in the namespace "default""#,
-            ),
-            (
-                Attributes::resource(&x, "create", "", "pods")
-                    .ns("default")
-                    .named("p")
-                    .subresource("binding"),
+                Attributes::resource(&x, "create", "", "pods").ns("default").named("p").subresource("binding"),
                 "",
                 r#"pods "p" is forbidden: User "x" cannot create resource "pods/binding" in API group "" in the namespace "default""#,
             ),
+            (Attributes::resource(&x, "get", "", "pods").ns("default").named("p"), "", r#"pods "p" is forbidden: User "x" cannot get resource "pods" in API group "" in the namespace "default""#),
             (
-                Attributes::resource(&x, "get", "", "pods")
-                    .ns("default")
-                    .named("p"),
-                "",
-                r#"pods "p" is forbidden: User "x" cannot get resource "pods" in API group "" in the namespace "default""#,
-            ),
-            (
-                Attributes::resource(
-                    &x,
-                    "create",
-                    "rbac.authorization.k8s.io",
-                    "clusterrolebindings",
-                ),
+                Attributes::resource(&x, "create", "rbac.authorization.k8s.io", "clusterrolebindings"),
                 "",
                 r#"clusterrolebindings.rbac.authorization.k8s.io is forbidden: User "x" cannot create resource "clusterrolebindings" in API group "rbac.authorization.k8s.io" at the cluster scope"#,
             ),
-            (
-                Attributes::non_resource(&x, "get", "/metrics"),
-                "",
-                r#"forbidden: User "x" cannot get path "/metrics""#,
-            ),
+            (Attributes::non_resource(&x, "get", "/metrics"), "", r#"forbidden: User "x" cannot get path "/metrics""#),
             (
                 Attributes::resource(&x, "list", "", "pods"),
                 r#"RBAC: clusterrole.rbac.authorization.k8s.io "gone" not found"#,
                 r#"pods is forbidden: User "x" cannot list resource "pods" in API group "" at the cluster scope: RBAC: clusterrole.rbac.authorization.k8s.io "gone" not found"#,
             ),
-            (
-                Attributes::non_resource(&x, "get", "/<b>&"),
-                "",
-                r#"forbidden: User "x" cannot get path "/&lt;b&gt;&amp;""#,
-            ),
+            (Attributes::non_resource(&x, "get", "/<b>&"), "", r#"forbidden: User "x" cannot get path "/&lt;b&gt;&amp;""#),
         ];
         for (attrs, reason, want) in cases {
             assert_eq!(forbidden(&attrs, reason), want);
@@ -216,16 +157,8 @@ mod tests {
         let s = forbidden_status(&Attributes::non_resource(&x, "get", "/"), "");
         assert_eq!(s["details"], json!({}));
         assert_eq!(s["code"], 403);
-        let s = forbidden_status(
-            &Attributes::resource(&x, "get", "apps", "deployments")
-                .ns("d")
-                .named("n"),
-            "",
-        );
-        assert_eq!(
-            s["details"],
-            json!({"name": "n", "group": "apps", "kind": "deployments"})
-        );
+        let s = forbidden_status(&Attributes::resource(&x, "get", "apps", "deployments").ns("d").named("n"), "");
+        assert_eq!(s["details"], json!({"name": "n", "group": "apps", "kind": "deployments"}));
     }
 
     #[test]

@@ -24,9 +24,7 @@ fn verb_matches(rule: &PolicyRule, verb: &str) -> bool {
 }
 
 fn group_matches(rule: &PolicyRule, group: &str) -> bool {
-    list(&rule.api_groups)
-        .iter()
-        .any(|g| g == ALL || g == group)
+    list(&rule.api_groups).iter().any(|g| g == ALL || g == group)
 }
 
 /// `resource` or `resource/subresource` against the rule's resources;
@@ -40,9 +38,7 @@ fn resource_matches(rule: &PolicyRule, resource: &str, subresource: &str) -> boo
             return r == resource;
         }
         // resource/subresource, exactly, or */subresource
-        r.strip_suffix(subresource)
-            .and_then(|head| head.strip_suffix('/'))
-            .is_some_and(|head| head == resource || head == ALL)
+        r.strip_suffix(subresource).and_then(|head| head.strip_suffix('/')).is_some_and(|head| head == resource || head == ALL)
     })
 }
 
@@ -54,9 +50,7 @@ fn name_matches(rule: &PolicyRule, name: &str) -> bool {
 /// `*`, the path exactly, or a prefix ending in `*` (all trailing `*`s
 /// trimmed, as upstream's `strings.TrimRight`).
 fn url_matches(rule: &PolicyRule, path: &str) -> bool {
-    list(&rule.non_resource_urls).iter().any(|u| {
-        u == ALL || u == path || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*')))
-    })
+    list(&rule.non_resource_urls).iter().any(|u| u == ALL || u == path || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*'))))
 }
 
 /// Does `rule` allow the request? Upstream's `RuleAllows`: for a resource
@@ -66,10 +60,7 @@ fn url_matches(rule: &PolicyRule, path: &str) -> bool {
 /// non-resource request verb and path.
 pub fn rule_allows(attrs: &Attributes<'_>, rule: &PolicyRule) -> bool {
     if attrs.resource_request {
-        verb_matches(rule, attrs.verb)
-            && group_matches(rule, attrs.api_group)
-            && resource_matches(rule, attrs.resource, attrs.subresource)
-            && name_matches(rule, attrs.name)
+        verb_matches(rule, attrs.verb) && group_matches(rule, attrs.api_group) && resource_matches(rule, attrs.resource, attrs.subresource) && name_matches(rule, attrs.name)
     } else {
         verb_matches(rule, attrs.verb) && url_matches(rule, attrs.path)
     }
@@ -89,10 +80,7 @@ struct Set {
 
 impl Set {
     fn new(v: &[String]) -> Self {
-        Set {
-            all: has(v, ALL),
-            items: v.iter().filter(|s| *s != ALL).cloned().collect(),
-        }
+        Set { all: has(v, ALL), items: v.iter().filter(|s| *s != ALL).cloned().collect() }
     }
 
     fn contains(&self, v: &str) -> bool {
@@ -191,10 +179,7 @@ impl CompiledRule {
             || if attrs.subresource.is_empty() {
                 self.resources.iter().any(|r| r == attrs.resource)
             } else {
-                self.subresources
-                    .iter()
-                    .any(|(r, s)| r == attrs.resource && s == attrs.subresource)
-                    || self.any_subresources.iter().any(|s| s == attrs.subresource)
+                self.subresources.iter().any(|(r, s)| r == attrs.resource && s == attrs.subresource) || self.any_subresources.iter().any(|s| s == attrs.subresource)
             };
         resource_ok && (self.names.is_empty() || self.names.iter().any(|n| n == attrs.name))
     }
@@ -204,39 +189,18 @@ impl CompiledRule {
 /// name, or one URL and verb (upstream's `BreakdownRule` output).
 #[derive(Clone, Copy, Debug)]
 enum Piece<'a> {
-    Resource {
-        group: &'a str,
-        resource: &'a str,
-        verb: &'a str,
-        name: Option<&'a str>,
-    },
-    Url {
-        url: &'a str,
-        verb: &'a str,
-    },
+    Resource { group: &'a str, resource: &'a str, verb: &'a str, name: Option<&'a str> },
+    Url { url: &'a str, verb: &'a str },
 }
 
 impl Piece<'_> {
     fn rule(&self) -> PolicyRule {
         let one = |s: &str| Some(vec![s.to_string()]);
         match *self {
-            Piece::Resource {
-                group,
-                resource,
-                verb,
-                name,
-            } => PolicyRule {
-                api_groups: one(group),
-                resources: one(resource),
-                verbs: vec![verb.to_string()],
-                resource_names: name.and_then(one),
-                non_resource_urls: None,
-            },
-            Piece::Url { url, verb } => PolicyRule {
-                non_resource_urls: one(url),
-                verbs: vec![verb.to_string()],
-                ..PolicyRule::default()
-            },
+            Piece::Resource { group, resource, verb, name } => {
+                PolicyRule { api_groups: one(group), resources: one(resource), verbs: vec![verb.to_string()], resource_names: name.and_then(one), non_resource_urls: None }
+            }
+            Piece::Url { url, verb } => PolicyRule { non_resource_urls: one(url), verbs: vec![verb.to_string()], ..PolicyRule::default() },
         }
     }
 }
@@ -245,21 +209,14 @@ impl Piece<'_> {
 fn owner_covers(owner: &PolicyRule, piece: &Piece<'_>) -> bool {
     let owner_names = list(&owner.resource_names);
     match *piece {
-        Piece::Resource {
-            group,
-            resource,
-            verb,
-            name,
-        } => {
+        Piece::Resource { group, resource, verb, name } => {
             let verb_ok = has(&owner.verbs, ALL) || has(&owner.verbs, verb);
             let groups = list(&owner.api_groups);
             let group_ok = has(groups, ALL) || has(groups, group);
             let resources = list(&owner.resources);
             let resource_ok = has(resources, ALL)
                 || has(resources, resource)
-                || resource.split_once('/').is_some_and(|(_, sub)| {
-                    resources.iter().any(|r| r.strip_prefix("*/") == Some(sub))
-                });
+                || resource.split_once('/').is_some_and(|(_, sub)| resources.iter().any(|r| r.strip_prefix("*/") == Some(sub)));
             let name_ok = match name {
                 None => owner_names.is_empty(),
                 Some(n) => owner_names.is_empty() || has(owner_names, n),
@@ -269,9 +226,7 @@ fn owner_covers(owner: &PolicyRule, piece: &Piece<'_>) -> bool {
         Piece::Url { url, verb } => {
             let verb_ok = has(&owner.verbs, ALL) || has(&owner.verbs, verb);
             // An atomic URL piece has no resource names: the owner must have none either.
-            let url_ok = list(&owner.non_resource_urls).iter().any(|o| {
-                o == url || (o.ends_with('*') && url.starts_with(o.trim_end_matches('*')))
-            });
+            let url_ok = list(&owner.non_resource_urls).iter().any(|o| o == url || (o.ends_with('*') && url.starts_with(o.trim_end_matches('*'))));
             verb_ok && url_ok && owner_names.is_empty()
         }
     }
@@ -286,20 +241,10 @@ fn for_each_piece<'a>(rule: &'a PolicyRule, mut f: impl FnMut(Piece<'a>)) {
         for resource in list(&rule.resources) {
             for verb in &rule.verbs {
                 if names.is_empty() {
-                    f(Piece::Resource {
-                        group,
-                        resource,
-                        verb,
-                        name: None,
-                    });
+                    f(Piece::Resource { group, resource, verb, name: None });
                 } else {
                     for name in names {
-                        f(Piece::Resource {
-                            group,
-                            resource,
-                            verb,
-                            name: Some(name),
-                        });
+                        f(Piece::Resource { group, resource, verb, name: Some(name) });
                     }
                 }
             }
@@ -336,25 +281,14 @@ pub fn compact_rules(rules: &[PolicyRule]) -> Vec<PolicyRule> {
     for rule in rules {
         let groups = list(&rule.api_groups);
         let resources = list(&rule.resources);
-        let is_simple = list(&rule.resource_names).is_empty()
-            && list(&rule.non_resource_urls).is_empty()
-            && groups.len() == 1
-            && resources.len() == 1;
+        let is_simple = list(&rule.resource_names).is_empty() && list(&rule.non_resource_urls).is_empty() && groups.len() == 1 && resources.len() == 1;
         if !is_simple {
             out.push(rule.clone());
             continue;
         }
-        match simple
-            .iter_mut()
-            .find(|s| list(&s.api_groups) == groups && list(&s.resources) == resources)
-        {
+        match simple.iter_mut().find(|s| list(&s.api_groups) == groups && list(&s.resources) == resources) {
             Some(existing) => existing.verbs.extend(rule.verbs.iter().cloned()),
-            None => simple.push(PolicyRule {
-                api_groups: Some(groups.to_vec()),
-                resources: Some(resources.to_vec()),
-                verbs: rule.verbs.clone(),
-                ..PolicyRule::default()
-            }),
+            None => simple.push(PolicyRule { api_groups: Some(groups.to_vec()), resources: Some(resources.to_vec()), verbs: rule.verbs.clone(), ..PolicyRule::default() }),
         }
     }
     out.extend(simple);
@@ -396,10 +330,7 @@ pub fn same_rules(a: &[PolicyRule], b: &[PolicyRule]) -> bool {
 
 /// A rule builder for tests and the bootstrap policy: `rule(&["get"]).groups(&[""]).resources(&["pods"])`.
 pub fn rule(verbs: &[&str]) -> PolicyRule {
-    PolicyRule {
-        verbs: strings(verbs),
-        ..PolicyRule::default()
-    }
+    PolicyRule { verbs: strings(verbs), ..PolicyRule::default() }
 }
 
 fn strings(v: &[&str]) -> Vec<String> {
@@ -448,94 +379,44 @@ mod tests {
     #[test]
     fn rule_matching_table() {
         let u = UserInfo::new("u", &[]);
-        let res = |verb: &'static str,
-                   group: &'static str,
-                   resource: &'static str,
-                   sub: &'static str,
-                   name: &'static str| {
-            Attributes::resource(&u, verb, group, resource)
-                .subresource(sub)
-                .named(name)
-        };
+        let res = |verb: &'static str, group: &'static str, resource: &'static str, sub: &'static str, name: &'static str| Attributes::resource(&u, verb, group, resource).subresource(sub).named(name);
         let url = |verb: &'static str, path: &'static str| Attributes::non_resource(&u, verb, path);
         let cases: Vec<(&str, PolicyRule, Vec<Attributes<'_>>, Vec<Attributes<'_>>)> = vec![
             (
                 "star verb, exact match other",
                 rule(&["*"]).groups(&["group1"]).resources(&["resource1"]),
-                vec![
-                    res("get", "group1", "resource1", "", ""),
-                    res("watch", "group1", "resource1", "", ""),
-                    res("update", "group1", "resource1", "", ""),
-                ],
-                vec![
-                    res("get", "group2", "resource1", "", ""),
-                    res("get", "group1", "resource2", "", ""),
-                    res("get", "group1", "resource1", "sub", ""),
-                ],
+                vec![res("get", "group1", "resource1", "", ""), res("watch", "group1", "resource1", "", ""), res("update", "group1", "resource1", "", "")],
+                vec![res("get", "group2", "resource1", "", ""), res("get", "group1", "resource2", "", ""), res("get", "group1", "resource1", "sub", "")],
             ),
             (
                 "star group, exact match other",
                 rule(&["get"]).groups(&["*"]).resources(&["resource1"]),
-                vec![
-                    res("get", "group1", "resource1", "", ""),
-                    res("get", "", "resource1", "", ""),
-                ],
-                vec![
-                    res("get", "group1", "resource2", "", ""),
-                    res("list", "group1", "resource1", "", ""),
-                ],
+                vec![res("get", "group1", "resource1", "", ""), res("get", "", "resource1", "", "")],
+                vec![res("get", "group1", "resource2", "", ""), res("list", "group1", "resource1", "", "")],
             ),
             (
                 "star resource, exact match other",
                 rule(&["get"]).groups(&["group1"]).resources(&["*"]),
-                vec![
-                    res("get", "group1", "resource1", "", ""),
-                    res("get", "group1", "resource1", "sub", ""),
-                ],
-                vec![
-                    res("get", "group2", "resource1", "", ""),
-                    res("put", "group1", "resource1", "", ""),
-                ],
+                vec![res("get", "group1", "resource1", "", ""), res("get", "group1", "resource1", "sub", "")],
+                vec![res("get", "group2", "resource1", "", ""), res("put", "group1", "resource1", "", "")],
             ),
             (
                 "tuple expansion",
-                rule(&["get", "put"])
-                    .groups(&["group1", "group2"])
-                    .resources(&["resource1", "resource2"]),
-                vec![
-                    res("get", "group1", "resource1", "", ""),
-                    res("put", "group2", "resource2", "", ""),
-                    res("get", "group2", "resource1", "", ""),
-                ],
-                vec![
-                    res("get", "group3", "resource1", "", ""),
-                    res("delete", "group1", "resource1", "", ""),
-                ],
+                rule(&["get", "put"]).groups(&["group1", "group2"]).resources(&["resource1", "resource2"]),
+                vec![res("get", "group1", "resource1", "", ""), res("put", "group2", "resource2", "", ""), res("get", "group2", "resource1", "", "")],
+                vec![res("get", "group3", "resource1", "", ""), res("delete", "group1", "resource1", "", "")],
             ),
             (
                 "subresource expansion",
-                rule(&["*"])
-                    .groups(&["*"])
-                    .resources(&["resource1/subresource1"]),
+                rule(&["*"]).groups(&["*"]).resources(&["resource1/subresource1"]),
                 vec![res("get", "group1", "resource1", "subresource1", "")],
-                vec![
-                    res("get", "group1", "resource1", "", ""),
-                    res("get", "group1", "resource1", "subresource2", ""),
-                    res("get", "group1", "resource2", "subresource1", ""),
-                ],
+                vec![res("get", "group1", "resource1", "", ""), res("get", "group1", "resource1", "subresource2", ""), res("get", "group1", "resource2", "subresource1", "")],
             ),
             (
                 "star subresource",
                 rule(&["get"]).groups(&[""]).resources(&["*/status"]),
-                vec![
-                    res("get", "", "pods", "status", ""),
-                    res("get", "", "nodes", "status", "n"),
-                ],
-                vec![
-                    res("get", "", "pods", "", ""),
-                    res("get", "", "pods", "binding", ""),
-                    res("get", "", "pods", "xstatus", ""),
-                ],
+                vec![res("get", "", "pods", "status", ""), res("get", "", "nodes", "status", "n")],
+                vec![res("get", "", "pods", "", ""), res("get", "", "pods", "binding", ""), res("get", "", "pods", "xstatus", "")],
             ),
             (
                 "star nonresource, exact match other",
@@ -546,38 +427,20 @@ mod tests {
             (
                 "star nonresource subpath",
                 rule(&["get"]).urls(&["/foo/*"]),
-                vec![
-                    url("get", "/foo/"),
-                    url("get", "/foo/bar"),
-                    url("get", "/foo/bar/baz"),
-                ],
+                vec![url("get", "/foo/"), url("get", "/foo/bar"), url("get", "/foo/bar/baz")],
                 vec![url("get", "/foo"), url("get", "/food"), url("get", "/bar")],
             ),
             (
                 "star verb, exact nonresource",
                 rule(&["*"]).urls(&["/foo", "/foo/bar/one"]),
                 vec![url("get", "/foo"), url("put", "/foo/bar/one")],
-                vec![
-                    url("get", "/foo/bar"),
-                    url("get", "/foo/bar/one/two"),
-                    url("get", "/foo2"),
-                ],
+                vec![url("get", "/foo/bar"), url("get", "/foo/bar/one/two"), url("get", "/foo2")],
             ),
             (
                 "resource names",
-                rule(&["get", "list", "update"])
-                    .groups(&[""])
-                    .resources(&["configmaps"])
-                    .names(&["cm"]),
-                vec![
-                    res("get", "", "configmaps", "", "cm"),
-                    res("update", "", "configmaps", "", "cm"),
-                ],
-                vec![
-                    res("get", "", "configmaps", "", "other"),
-                    res("list", "", "configmaps", "", ""),
-                    res("get", "", "configmaps", "", ""),
-                ],
+                rule(&["get", "list", "update"]).groups(&[""]).resources(&["configmaps"]).names(&["cm"]),
+                vec![res("get", "", "configmaps", "", "cm"), res("update", "", "configmaps", "", "cm")],
+                vec![res("get", "", "configmaps", "", "other"), res("list", "", "configmaps", "", ""), res("get", "", "configmaps", "", "")],
             ),
             (
                 "a resource rule never allows a path",
@@ -585,12 +448,7 @@ mod tests {
                 vec![res("delete", "apps", "deployments", "scale", "d")],
                 vec![url("get", "/healthz")],
             ),
-            (
-                "a path rule never allows a resource",
-                rule(&["*"]).urls(&["*"]),
-                vec![url("post", "/x")],
-                vec![res("get", "", "pods", "", "")],
-            ),
+            ("a path rule never allows a resource", rule(&["*"]).urls(&["*"]), vec![url("post", "/x")], vec![res("get", "", "pods", "", "")]),
         ];
         for (name, r, allowed, denied) in cases {
             let c = CompiledRule::new(&r);
@@ -610,140 +468,61 @@ mod tests {
     #[test]
     fn covers_table() {
         /// (name, owner rules, servant rules, the atomic rules not covered)
-        type Case = (
-            &'static str,
-            Vec<PolicyRule>,
-            Vec<PolicyRule>,
-            Vec<PolicyRule>,
-        );
+        type Case = (&'static str, Vec<PolicyRule>, Vec<PolicyRule>, Vec<PolicyRule>);
         let cases: Vec<Case> = vec![
-            (
-                "exact match",
-                vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"])],
-                vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"])],
-                vec![],
-            ),
+            ("exact match", vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"])], vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"])], vec![]),
             (
                 "sub-resources need explicit covering",
                 vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"])],
                 vec![rule(&["get"]).groups(&["v1"]).resources(&["builds/status"])],
                 vec![rule(&["get"]).groups(&["v1"]).resources(&["builds/status"])],
             ),
-            (
-                "star sub-resource covers",
-                vec![rule(&["get"]).groups(&["v1"]).resources(&["*/status"])],
-                vec![rule(&["get"]).groups(&["v1"]).resources(&["builds/status"])],
-                vec![],
-            ),
+            ("star sub-resource covers", vec![rule(&["get"]).groups(&["v1"]).resources(&["*/status"])], vec![rule(&["get"]).groups(&["v1"]).resources(&["builds/status"])], vec![]),
             (
                 "multiple rules",
-                vec![
-                    rule(&["get"]).groups(&["v1"]).resources(&["builds"]),
-                    rule(&["list"]).groups(&["v1"]).resources(&["builds"]),
-                ],
-                vec![
-                    rule(&["get", "list"])
-                        .groups(&["v1"])
-                        .resources(&["builds"]),
-                ],
+                vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"]), rule(&["list"]).groups(&["v1"]).resources(&["builds"])],
+                vec![rule(&["get", "list"]).groups(&["v1"]).resources(&["builds"])],
                 vec![],
             ),
             (
                 "verb star",
                 vec![rule(&["*"]).groups(&["v1"]).resources(&["builds"])],
-                vec![
-                    rule(&["get", "delete"])
-                        .groups(&["v1"])
-                        .resources(&["builds"]),
-                    rule(&["create"]).groups(&["v1"]).resources(&["pods"]),
-                ],
+                vec![rule(&["get", "delete"]).groups(&["v1"]).resources(&["builds"]), rule(&["create"]).groups(&["v1"]).resources(&["pods"])],
                 vec![rule(&["create"]).groups(&["v1"]).resources(&["pods"])],
             ),
-            (
-                "resource star",
-                vec![rule(&["get"]).groups(&["v1"]).resources(&["*"])],
-                vec![
-                    rule(&["get"])
-                        .groups(&["v1"])
-                        .resources(&["builds", "pods/status"]),
-                ],
-                vec![],
-            ),
+            ("resource star", vec![rule(&["get"]).groups(&["v1"]).resources(&["*"])], vec![rule(&["get"]).groups(&["v1"]).resources(&["builds", "pods/status"])], vec![]),
             (
                 "resource names: owner with names does not cover the whole resource",
-                vec![
-                    rule(&["get"])
-                        .groups(&["v1"])
-                        .resources(&["builds"])
-                        .names(&["foo"]),
-                ],
+                vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"]).names(&["foo"])],
                 vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"])],
                 vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"])],
             ),
             (
                 "resource names: owner without names covers named",
                 vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"])],
-                vec![
-                    rule(&["get"])
-                        .groups(&["v1"])
-                        .resources(&["builds"])
-                        .names(&["foo", "bar"]),
-                ],
+                vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"]).names(&["foo", "bar"])],
                 vec![],
             ),
             (
                 "resource names: partial",
-                vec![
-                    rule(&["get"])
-                        .groups(&["v1"])
-                        .resources(&["builds"])
-                        .names(&["foo"]),
-                ],
-                vec![
-                    rule(&["get"])
-                        .groups(&["v1"])
-                        .resources(&["builds"])
-                        .names(&["foo", "bar"]),
-                ],
-                vec![
-                    rule(&["get"])
-                        .groups(&["v1"])
-                        .resources(&["builds"])
-                        .names(&["bar"]),
-                ],
+                vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"]).names(&["foo"])],
+                vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"]).names(&["foo", "bar"])],
+                vec![rule(&["get"]).groups(&["v1"]).resources(&["builds"]).names(&["bar"])],
             ),
-            (
-                "urls: star covers",
-                vec![rule(&["get"]).urls(&["*"])],
-                vec![rule(&["get"]).urls(&["/api", "/apis/x"])],
-                vec![],
-            ),
-            (
-                "urls: prefix covers",
-                vec![rule(&["get"]).urls(&["/api/*"])],
-                vec![rule(&["get"]).urls(&["/api/v1", "/api"])],
-                vec![rule(&["get"]).urls(&["/api"])],
-            ),
+            ("urls: star covers", vec![rule(&["get"]).urls(&["*"])], vec![rule(&["get"]).urls(&["/api", "/apis/x"])], vec![]),
+            ("urls: prefix covers", vec![rule(&["get"]).urls(&["/api/*"])], vec![rule(&["get"]).urls(&["/api/v1", "/api"])], vec![rule(&["get"]).urls(&["/api"])]),
             (
                 "urls: resources do not cover urls",
                 vec![rule(&["*"]).groups(&["*"]).resources(&["*"])],
                 vec![rule(&["get"]).urls(&["/healthz"])],
                 vec![rule(&["get"]).urls(&["/healthz"])],
             ),
-            (
-                "no api groups means nothing to cover",
-                vec![],
-                vec![rule(&["get"]).resources(&["pods"])],
-                vec![],
-            ),
+            ("no api groups means nothing to cover", vec![], vec![rule(&["get"]).resources(&["pods"])], vec![]),
         ];
         for (name, owner, servant, want) in cases {
             let (ok, missing) = covers(&owner, &servant);
             assert_eq!(ok, want.is_empty(), "{name}");
-            assert!(
-                same_rules(&missing, &want),
-                "{name}: missing {missing:?}, want {want:?}"
-            );
+            assert!(same_rules(&missing, &want), "{name}: missing {missing:?}, want {want:?}");
         }
     }
 
@@ -753,10 +532,7 @@ mod tests {
             rule(&["get"]).groups(&[""]).resources(&["pods"]),
             rule(&["get"]).urls(&["/x"]),
             rule(&["list"]).groups(&[""]).resources(&["pods"]),
-            rule(&["get"])
-                .groups(&["apps"])
-                .resources(&["deployments"])
-                .names(&["d"]),
+            rule(&["get"]).groups(&["apps"]).resources(&["deployments"]).names(&["d"]),
         ];
         let compact: Vec<String> = compact_rules(&missing).iter().map(compact_string).collect();
         assert_eq!(

@@ -13,10 +13,7 @@ use crate::resources::{self as res, RESOURCES, ResId};
 
 use super::obj::Obj;
 use super::watch::EventType;
-use super::{
-    Inner, Result, Store, conflict, has_finalizers, has_metadata_finalizers, is_deleting, meta_mut,
-    not_found, qualified, refused,
-};
+use super::{Inner, Result, Store, conflict, has_finalizers, has_metadata_finalizers, refused, is_deleting, meta_mut, not_found, qualified};
 
 /// Delete options.
 #[derive(Debug, Clone, Default)]
@@ -31,14 +28,9 @@ pub struct DeleteOpts {
 
 /// Does the object name `kind`/`uid` among its ownerReferences?
 pub(super) fn owned_by(v: &Value, kind: &str, uid: &str) -> bool {
-    v.at("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|refs| {
-            refs.iter().any(|o| {
-                o.get("kind").and_then(Value::as_str) == Some(kind)
-                    && o.get("uid").and_then(Value::as_str) == Some(uid)
-            })
-        })
+    v.at("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+        refs.iter().any(|o| o.get("kind").and_then(Value::as_str) == Some(kind) && o.get("uid").and_then(Value::as_str) == Some(uid))
+    })
 }
 
 impl Store {
@@ -50,54 +42,28 @@ impl Store {
             admit(name).map_err(|e| refused(&info, name, e))?;
         }
         let mut inner = self.lock();
-        let key = (
-            if info.namespaced {
-                ns.to_string()
-            } else {
-                String::new()
-            },
-            name.to_string(),
-        );
-        let old = inner.kinds[r]
-            .objects
-            .get(&key)
-            .map(Obj::full)
-            .ok_or_else(|| not_found(&self.info(r), name))?;
+        let key = (if info.namespaced { ns.to_string() } else { String::new() }, name.to_string());
+        let old = inner.kinds[r].objects.get(&key).map(Obj::full).ok_or_else(|| not_found(&self.info(r), name))?;
         if let Some(uid) = &opts.uid
-            && uid != old.uid()
-        {
-            return Err(conflict(
-                &info,
-                name,
-                format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    old.uid()
-                ),
-            ));
-        }
+            && uid != old.uid() {
+                return Err(conflict(&info,
+                    name,
+                    format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", old.uid()),
+                ));
+            }
         if let Some(rv) = &opts.rv
-            && *rv != old.rv.to_string()
-        {
-            return Err(conflict(
-                &info,
-                name,
-                format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    old.rv
-                ),
-            ));
-        }
+            && *rv != old.rv.to_string() {
+                return Err(conflict(&info,
+                    name,
+                    format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", old.rv),
+                ));
+            }
         self.delete_as_kind(&mut inner, r, old, opts.grace)
     }
 
     /// Delete any object but a pod or a namespace: finalizers hold it
     /// (deletionTimestamp set, deletionGracePeriodSeconds 0), otherwise it goes.
-    pub(super) fn delete_object_locked(
-        &self,
-        inner: &mut Inner,
-        r: ResId,
-        old: Arc<Obj>,
-    ) -> Result<Arc<Obj>> {
+    pub(super) fn delete_object_locked(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>) -> Result<Arc<Obj>> {
         if has_finalizers(r, &old.value) {
             if is_deleting(&old.value) {
                 return Ok(old);
@@ -112,12 +78,7 @@ impl Store {
     }
 
     /// Remove an object from the store now (with the PDB resync a pod needs).
-    pub(super) fn remove_locked(
-        &self,
-        inner: &mut Inner,
-        r: ResId,
-        old: &Arc<Obj>,
-    ) -> Result<Arc<Obj>> {
+    pub(super) fn remove_locked(&self, inner: &mut Inner, r: ResId, old: &Arc<Obj>) -> Result<Arc<Obj>> {
         let obj = self.commit(inner, r, EventType::Deleted, old.value.clone(), None)?;
         self.after_remove(inner, r, &obj);
         Ok(obj)
@@ -127,11 +88,7 @@ impl Store {
     /// do: it goes Terminating (creation in it is refused), its pods are
     /// deleted gracefully and everything else at once (finalizers hold
     /// what they hold), and it is removed once empty.
-    pub(super) fn delete_namespace_locked(
-        &self,
-        inner: &mut Inner,
-        old: Arc<Obj>,
-    ) -> Result<Arc<Obj>> {
+    pub(super) fn delete_namespace_locked(&self, inner: &mut Inner, old: Arc<Obj>) -> Result<Arc<Obj>> {
         if is_deleting(&old.value) {
             return Ok(old);
         }
@@ -147,19 +104,10 @@ impl Store {
             if !info.namespaced {
                 continue;
             }
-            let victims: Vec<Arc<Obj>> = inner.kinds[kr]
-                .range_ns(Some(&name))
-                .map(|(_, o)| o.clone())
-                .collect();
+            let victims: Vec<Arc<Obj>> = inner.kinds[kr].range_ns(Some(&name)).map(|(_, o)| o.clone()).collect();
             for o in victims {
                 // Earlier removals may have taken this one.
-                let Some(current) = inner.kinds[kr]
-                    .objects
-                    .get(&(name.clone(), o.name().to_string()))
-                    .map(Obj::full)
-                else {
-                    continue;
-                };
+                let Some(current) = inner.kinds[kr].objects.get(&(name.clone(), o.name().to_string())).map(Obj::full) else { continue };
                 self.delete_as_kind(inner, kr, current, None)?;
             }
         }
@@ -167,11 +115,7 @@ impl Store {
         let key = (String::new(), name);
         match inner.kinds[res::NAMESPACES].objects.get(&key) {
             Some(o) => Ok(o.clone()),
-            None => inner.kinds[res::NAMESPACES]
-                .history
-                .back()
-                .map(|e| e.obj.full())
-                .ok_or_else(|| not_found(&RESOURCES[res::NAMESPACES], &key.1)),
+            None => inner.kinds[res::NAMESPACES].history.back().map(|e| e.obj.full()).ok_or_else(|| not_found(&RESOURCES[res::NAMESPACES], &key.1)),
         }
     }
 
@@ -180,11 +124,7 @@ impl Store {
     /// its conditions (NamespaceContentRemaining, NamespaceFinalizersRemaining).
     pub(super) fn finish_namespace(&self, inner: &mut Inner, ns: &str, report: bool) -> Result<()> {
         let key = (String::new(), ns.to_string());
-        let Some(nso) = inner.kinds[res::NAMESPACES]
-            .objects
-            .get(&key)
-            .map(Obj::full)
-        else {
+        let Some(nso) = inner.kinds[res::NAMESPACES].objects.get(&key).map(Obj::full) else {
             inner.terminating_ns.remove(ns);
             return Ok(());
         };
@@ -201,26 +141,15 @@ impl Store {
                     break;
                 }
                 let o = o.full();
-                for f in o
-                    .value
-                    .at("/metadata/finalizers")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    *finalizers
-                        .entry(f.as_str().unwrap_or("").to_string())
-                        .or_default() += 1;
+                for f in o.value.at("/metadata/finalizers").and_then(Value::as_array).into_iter().flatten() {
+                    *finalizers.entry(f.as_str().unwrap_or("").to_string()).or_default() += 1;
                 }
             }
             if count > 0 {
                 if !report {
                     return Ok(());
                 }
-                remaining.push(format!(
-                    "{} has {count} resource instances",
-                    qualified(info)
-                ));
+                remaining.push(format!("{} has {count} resource instances", qualified(info)));
             }
         }
         if remaining.is_empty() {
@@ -232,32 +161,17 @@ impl Store {
                 return Ok(());
             }
             inner.terminating_ns.remove(ns);
-            self.commit(
-                inner,
-                res::NAMESPACES,
-                EventType::Deleted,
-                nso.value.clone(),
-                None,
-            )?;
+            self.commit(inner, res::NAMESPACES, EventType::Deleted, nso.value.clone(), None)?;
             return Ok(());
         }
         let now = now_rfc3339();
         let mut v = nso.value.clone();
-        set_condition(
-            &mut v,
-            json!({"type": "NamespaceContentRemaining", "status": "True", "reason": "SomeResourcesRemain",
-            "message": format!("Some resources are remaining: {}", remaining.join(", ")), "lastTransitionTime": now}),
-        );
+        set_condition(&mut v, json!({"type": "NamespaceContentRemaining", "status": "True", "reason": "SomeResourcesRemain",
+            "message": format!("Some resources are remaining: {}", remaining.join(", ")), "lastTransitionTime": now}));
         if !finalizers.is_empty() {
-            let list: Vec<String> = finalizers
-                .iter()
-                .map(|(f, n)| format!("{f} in {n} resource instances"))
-                .collect();
-            set_condition(
-                &mut v,
-                json!({"type": "NamespaceFinalizersRemaining", "status": "True", "reason": "SomeFinalizersRemain",
-                "message": format!("Some content in the namespace has finalizers remaining: {}", list.join(", ")), "lastTransitionTime": now}),
-            );
+            let list: Vec<String> = finalizers.iter().map(|(f, n)| format!("{f} in {n} resource instances")).collect();
+            set_condition(&mut v, json!({"type": "NamespaceFinalizersRemaining", "status": "True", "reason": "SomeFinalizersRemain",
+                "message": format!("Some content in the namespace has finalizers remaining: {}", list.join(", ")), "lastTransitionTime": now}));
         }
         self.commit(inner, res::NAMESPACES, EventType::Modified, v, Some(nso))?;
         Ok(())

@@ -35,21 +35,14 @@ pub struct WriteCtx {
 impl WriteCtx {
     /// A write by `manager` through apiVersion `api_version`.
     pub fn new(manager: impl Into<String>, api_version: impl Into<String>) -> Self {
-        WriteCtx {
-            manager: Some(manager.into()),
-            api_version: api_version.into(),
-            ..Default::default()
-        }
+        WriteCtx { manager: Some(manager.into()), api_version: api_version.into(), ..Default::default() }
     }
 }
 
 /// A request's or a stored object's managedFields as the store tracks
 /// them: for Events, every entry's fields in the stored form's names (see
 /// [`eventview::entries_to`]).
-pub(super) fn decode_fields(
-    info: &ResourceInfo,
-    list: &Value,
-) -> std::result::Result<Vec<managed::Entry>, managed::Error> {
+pub(super) fn decode_fields(info: &ResourceInfo, list: &Value) -> std::result::Result<Vec<managed::Entry>, managed::Error> {
     let mut entries = managed::decode(list)?;
     if eventview::is_events(info) {
         eventview::entries_to(&mut entries, true);
@@ -74,23 +67,12 @@ impl Store {
     /// them (`[]` or `[{}]` resets them; never through a subresource), else
     /// from the live object; the writer's entry gets what it applied, or
     /// what it changed. Apply conflicts are refused here.
-    pub(super) fn record_fields(
-        &self,
-        info: &ResourceInfo,
-        old: Option<&Value>,
-        new: &mut Value,
-        ctx: &WriteCtx,
-        status_only: bool,
-    ) -> Result<()> {
-        let Some(manager) = ctx.manager.clone() else {
-            return Ok(());
-        };
+    pub(super) fn record_fields(&self, info: &ResourceInfo, old: Option<&Value>, new: &mut Value, ctx: &WriteCtx, status_only: bool) -> Result<()> {
+        let Some(manager) = ctx.manager.clone() else { return Ok(()) };
         let schema = info.custom.as_ref().and_then(|c| c.schema.as_ref());
         let shape = schema.map_or(managed::Shape::Builtin, managed::Shape::Custom);
         let live = old.and_then(|o| o.at("/metadata/managedFields"));
-        let live_entries = live
-            .and_then(|m| decode_fields(info, m).ok())
-            .unwrap_or_default();
+        let live_entries = live.and_then(|m| decode_fields(info, m).ok()).unwrap_or_default();
         let mut entries = match new.at("/metadata/managedFields") {
             Some(m) if !status_only && managed::is_reset(m) => Vec::new(),
             Some(m) if !status_only && Some(m) != live => match decode_fields(info, m) {
@@ -99,25 +81,16 @@ impl Store {
             },
             _ => live_entries,
         };
-        let api_version = if ctx.api_version.is_empty() {
-            info.api_version()
-        } else {
-            ctx.api_version.clone()
-        };
+        let api_version = if ctx.api_version.is_empty() { info.api_version() } else { ctx.api_version.clone() };
         let subresource = if status_only { "status" } else { "" };
         // A plain create (an Update by one manager, no entries of its own):
         // its one entry is written from what the create changed, shared by
         // every create of the same shape.
         // (Not for an Event written through core/v1: its entry names the
         // fields as core/v1 does, see `encode_fields`.)
-        if old.is_none()
-            && entries.is_empty()
-            && ctx.applied.is_none()
-            && !(eventview::is_events(info) && api_version == eventview::CORE)
-        {
+        if old.is_none() && entries.is_empty() && ctx.applied.is_none() && !(eventview::is_events(info) && api_version == eventview::CORE) {
             let cmp = managed::created_shared(new, info.has_status, status_only, shape);
-            let list =
-                managed::encode_created(&manager, &api_version, subresource, &now_rfc3339(), &cmp);
+            let list = managed::encode_created(&manager, &api_version, subresource, &now_rfc3339(), &cmp);
             let meta = meta_mut(new)?;
             match list {
                 Some(list) => meta.insert("managedFields".into(), list),
@@ -138,11 +111,7 @@ impl Store {
             set,
         };
         let cmp = match old {
-            Some(o) => Arc::new(managed::compare(
-                &managed::tracked(o, info.has_status, status_only),
-                &managed::tracked(new, info.has_status, status_only),
-                shape,
-            )),
+            Some(o) => Arc::new(managed::compare(&managed::tracked(o, info.has_status, status_only), &managed::tracked(new, info.has_status, status_only), shape)),
             None => managed::created_shared(new, info.has_status, status_only, shape),
         };
         if let Err(conflicts) = managed::record(&mut entries, me, &cmp, ctx.force) {
@@ -150,10 +119,7 @@ impl Store {
                 .iter()
                 .map(|c| json!({"type": "FieldManagerConflict", "message": format!("conflict with {}", c.manager), "field": c.field}))
                 .collect();
-            return Err(Error::ApplyConflict {
-                message: managed::conflict_message(&conflicts),
-                causes: Value::Array(causes),
-            });
+            return Err(Error::ApplyConflict { message: managed::conflict_message(&conflicts), causes: Value::Array(causes) });
         }
         let meta = meta_mut(new)?;
         if entries.iter().all(|e| e.set.is_empty()) {

@@ -29,14 +29,7 @@ pub(super) trait Lifecycle: Sync {
 
     /// Delete `old` (preconditions already checked) with the request's
     /// grace period: finalizers hold it, otherwise it goes.
-    fn delete(
-        &self,
-        store: &Store,
-        inner: &mut Inner,
-        r: ResId,
-        old: Arc<Obj>,
-        _grace: Option<i64>,
-    ) -> Result<Arc<Obj>> {
+    fn delete(&self, store: &Store, inner: &mut Inner, r: ResId, old: Arc<Obj>, _grace: Option<i64>) -> Result<Arc<Obj>> {
         store.delete_object_locked(inner, r, old)
     }
 
@@ -77,6 +70,7 @@ pub(super) fn of(r: ResId) -> &'static dyn Lifecycle {
     }
 }
 
+
 /// Stored, held by finalizers, nothing more.
 pub(super) struct Plain;
 impl Lifecycle for Plain {}
@@ -89,14 +83,7 @@ impl Lifecycle for Pods {
         store.after_pod_write(inner, old, new);
     }
 
-    fn delete(
-        &self,
-        store: &Store,
-        inner: &mut Inner,
-        _r: ResId,
-        old: Arc<Obj>,
-        grace: Option<i64>,
-    ) -> Result<Arc<Obj>> {
+    fn delete(&self, store: &Store, inner: &mut Inner, _r: ResId, old: Arc<Obj>, grace: Option<i64>) -> Result<Arc<Obj>> {
         store.delete_pod_locked(inner, old, grace)
     }
 
@@ -145,21 +132,12 @@ impl Lifecycle for Pdbs {
 /// `spec.finalizers` holds them too.
 struct Namespaces;
 impl Lifecycle for Namespaces {
-    fn delete(
-        &self,
-        store: &Store,
-        inner: &mut Inner,
-        _r: ResId,
-        old: Arc<Obj>,
-        _grace: Option<i64>,
-    ) -> Result<Arc<Obj>> {
+    fn delete(&self, store: &Store, inner: &mut Inner, _r: ResId, old: Arc<Obj>, _grace: Option<i64>) -> Result<Arc<Obj>> {
         store.delete_namespace_locked(inner, old)
     }
 
     fn held(&self, v: &Value) -> bool {
-        v.at("/spec/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty())
+        v.at("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty())
     }
 
     fn finalized_by_update(&self, inner: &mut Inner, name: &str) {
@@ -176,14 +154,7 @@ impl Lifecycle for Crds {
         store.define_crd(inner, new);
     }
 
-    fn delete(
-        &self,
-        store: &Store,
-        inner: &mut Inner,
-        _r: ResId,
-        old: Arc<Obj>,
-        _grace: Option<i64>,
-    ) -> Result<Arc<Obj>> {
+    fn delete(&self, store: &Store, inner: &mut Inner, _r: ResId, old: Arc<Obj>, _grace: Option<i64>) -> Result<Arc<Obj>> {
         store.delete_crd_locked(inner, old)
     }
 }
@@ -192,21 +163,11 @@ impl Lifecycle for Crds {
 /// CSINode).
 struct Nodes;
 impl Lifecycle for Nodes {
-    fn delete(
-        &self,
-        store: &Store,
-        inner: &mut Inner,
-        r: ResId,
-        old: Arc<Obj>,
-        _grace: Option<i64>,
-    ) -> Result<Arc<Obj>> {
+    fn delete(&self, store: &Store, inner: &mut Inner, r: ResId, old: Arc<Obj>, _grace: Option<i64>) -> Result<Arc<Obj>> {
         let name = old.name().to_string();
         let obj = store.delete_object_locked(inner, r, old)?;
         if !is_deleting(&obj.value)
-            && let Some(csinode) = inner.kinds[res::CSINODES]
-                .objects
-                .get(&(String::new(), name))
-                .map(Obj::full)
+            && let Some(csinode) = inner.kinds[res::CSINODES].objects.get(&(String::new(), name)).map(Obj::full)
             && owned_by(&csinode.value, "Node", obj.uid())
         {
             store.delete_object_locked(inner, res::CSINODES, csinode)?;

@@ -65,13 +65,7 @@ pub fn storable(info: &ResourceInfo, name: &str, bytes: &[u8]) -> Result<()> {
     }
     let depth = nesting_depth(bytes);
     if depth > MAX_DEPTH {
-        return Err(invalid(
-            info,
-            name,
-            format!(
-                "[]: Invalid value: exceeded max depth of {MAX_DEPTH} (the object nests {depth} levels)"
-            ),
-        ));
+        return Err(invalid(info, name, format!("[]: Invalid value: exceeded max depth of {MAX_DEPTH} (the object nests {depth} levels)")));
     }
     Ok(())
 }
@@ -92,20 +86,11 @@ mod tests {
     fn the_depth_limit_is_exactly_what_serde_json_reads_back() {
         let ok = nested(MAX_DEPTH);
         assert_eq!(nesting_depth(ok.as_bytes()), MAX_DEPTH);
-        assert!(
-            serde_json::from_str::<serde_json::Value>(&ok).is_ok(),
-            "{MAX_DEPTH} levels must load"
-        );
+        assert!(serde_json::from_str::<serde_json::Value>(&ok).is_ok(), "{MAX_DEPTH} levels must load");
         assert!(storable(&info(), "b", ok.as_bytes()).is_ok());
         let deep = nested(MAX_DEPTH + 1);
-        assert!(
-            serde_json::from_str::<serde_json::Value>(&deep).is_err(),
-            "{} levels must not load",
-            MAX_DEPTH + 1
-        );
-        let Err(Error::Invalid { message, .. }) = storable(&info(), "b", deep.as_bytes()) else {
-            panic!("too deep kept")
-        };
+        assert!(serde_json::from_str::<serde_json::Value>(&deep).is_err(), "{} levels must not load", MAX_DEPTH + 1);
+        let Err(Error::Invalid { message, .. }) = storable(&info(), "b", deep.as_bytes()) else { panic!("too deep kept") };
         assert!(message.contains("exceeded max depth of 127"), "{message}");
     }
 
@@ -119,9 +104,6 @@ mod tests {
     fn an_object_over_etcds_limit_gets_etcds_error() {
         let big = format!("{{\"a\":\"{}\"}}", "x".repeat(MAX_OBJECT_BYTES));
         let e = storable(&info(), "c", big.as_bytes()).unwrap_err();
-        assert_eq!(
-            (e.code(), e.reason(), e.to_string().as_str()),
-            (500, "", TOO_LARGE)
-        );
+        assert_eq!((e.code(), e.reason(), e.to_string().as_str()), (500, "", TOO_LARGE));
     }
 }

@@ -29,10 +29,7 @@ pub(super) fn unhex(s: &str) -> Option<String> {
     if !s.len().is_multiple_of(2) {
         return None;
     }
-    let bytes: Option<Vec<u8>> = (0..s.len())
-        .step_by(2)
-        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-        .collect();
+    let bytes: Option<Vec<u8>> = (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
     String::from_utf8(bytes?).ok()
 }
 
@@ -59,56 +56,31 @@ impl Store {
     /// One object as stored: for a kind kept lean (pods), its bytes and
     /// what selectors read, without parsing it (see [`Obj::full`]).
     pub fn get_stored(&self, r: ResId, ns: &str, name: &str) -> Result<Arc<Obj>> {
-        let found = self.lock().kinds[r]
-            .objects
-            .get(&(ns.to_string(), name.to_string()))
-            .cloned();
+        let found = self.lock().kinds[r].objects.get(&(ns.to_string(), name.to_string())).cloned();
         found.ok_or_else(|| not_found(&self.info(r), name))
     }
 
     /// Is there an object of resource `r` named `name` in `ns`? (Reads
     /// nothing of it.)
     pub fn exists(&self, r: ResId, ns: &str, name: &str) -> bool {
-        self.lock().kinds[r]
-            .objects
-            .contains_key(&(ns.to_string(), name.to_string()))
+        self.lock().kinds[r].objects.contains_key(&(ns.to_string(), name.to_string()))
     }
 
     /// List objects matching a filter, with optional paging.
-    pub fn list(
-        &self,
-        r: ResId,
-        filter: &Filter,
-        limit: Option<usize>,
-        cont: Option<&str>,
-    ) -> Result<ListResult> {
+    pub fn list(&self, r: ResId, filter: &Filter, limit: Option<usize>, cont: Option<&str>) -> Result<ListResult> {
         self.list_with(r, filter, limit, cont, true)
     }
 
     /// [`Store::list`] for a reader of the bytes only: the items as stored
     /// (a kind kept lean comes lean; see [`Obj::full`]).
-    pub fn list_bytes(
-        &self,
-        r: ResId,
-        filter: &Filter,
-        limit: Option<usize>,
-        cont: Option<&str>,
-    ) -> Result<ListResult> {
+    pub fn list_bytes(&self, r: ResId, filter: &Filter, limit: Option<usize>, cont: Option<&str>) -> Result<ListResult> {
         self.list_with(r, filter, limit, cont, false)
     }
 
-    pub(super) fn list_with(
-        &self,
-        r: ResId,
-        filter: &Filter,
-        limit: Option<usize>,
-        cont: Option<&str>,
-        whole: bool,
-    ) -> Result<ListResult> {
+    pub(super) fn list_with(&self, r: ResId, filter: &Filter, limit: Option<usize>, cont: Option<&str>, whole: bool) -> Result<ListResult> {
         let (start_rv, after) = match cont {
             Some(c) if !c.is_empty() => {
-                let (rv, key) = decode_continue(c)
-                    .ok_or_else(|| Error::BadRequest("invalid continue token".into()))?;
+                let (rv, key) = decode_continue(c).ok_or_else(|| Error::BadRequest("invalid continue token".into()))?;
                 (Some(rv), Some(key))
             }
             _ => (None, None),
@@ -119,9 +91,7 @@ impl Store {
         let iter: Box<dyn Iterator<Item = (&Key, &Arc<Obj>)>> = match &after {
             None => ks.range_ns(ns),
             Some(k) => {
-                let it = ks
-                    .objects
-                    .range::<Key, _>((Bound::Excluded(k.clone()), Bound::Unbounded));
+                let it = ks.objects.range::<Key, _>((Bound::Excluded(k.clone()), Bound::Unbounded));
                 match ns {
                     Some(ns) => Box::new(it.take_while(move |(k, _)| k.0 == ns)),
                     None => Box::new(it),
@@ -136,10 +106,7 @@ impl Store {
                 continue;
             }
             if limit.is_some_and(|l| l > 0 && items.len() >= l) {
-                if let Some(last) = items
-                    .last()
-                    .map(|o: &Arc<Obj>| (o.namespace().to_string(), o.name().to_string()))
-                {
+                if let Some(last) = items.last().map(|o: &Arc<Obj>| (o.namespace().to_string(), o.name().to_string())) {
                     cont_out = Some(encode_continue(rv, &last));
                 }
                 let _ = k;
@@ -157,11 +124,7 @@ impl Store {
                 }
             }
         }
-        Ok(ListResult {
-            items,
-            rv,
-            cont: cont_out,
-        })
+        Ok(ListResult { items, rv, cont: cont_out })
     }
 }
 

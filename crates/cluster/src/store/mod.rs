@@ -47,18 +47,18 @@ mod typed;
 mod watch;
 mod write;
 
-pub use crate::object::{now_rfc3339, set_condition};
 pub use delete::DeleteOpts;
-pub use fields::WriteCtx;
 pub use list::ListResult;
-pub use obj::Obj;
 pub(crate) use obj::controller_of;
+pub use obj::Obj;
+pub use persist::{Error as DataDirError, FILE as DATA_FILE};
 #[cfg(feature = "testing")]
 pub(crate) use persist::plant_object;
-pub use persist::{Error as DataDirError, FILE as DATA_FILE};
 pub use tokens::TokenUser;
 pub use watch::{EventType, WatchEvent, WatchStart, WatchSub};
+pub use fields::WriteCtx;
 pub use write::{PatchType, strategic_merge};
+pub use crate::object::{now_rfc3339, set_condition};
 
 /// Errors from store operations; each maps onto a metav1.Status answer.
 #[derive(Debug, thiserror::Error)]
@@ -114,9 +114,7 @@ pub enum Error {
     },
     /// Creation refused because the namespace is being deleted (403, as
     /// the NamespaceLifecycle admission plugin answers).
-    #[error(
-        "{resource} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated"
-    )]
+    #[error("{resource} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated")]
     NamespaceTerminating {
         /// Qualified resource.
         resource: String,
@@ -173,9 +171,7 @@ impl Error {
     pub fn code(&self) -> u16 {
         match self {
             Error::NotFound { .. } => 404,
-            Error::AlreadyExists { .. } | Error::Conflict { .. } | Error::ApplyConflict { .. } => {
-                409
-            }
+            Error::AlreadyExists { .. } | Error::Conflict { .. } | Error::ApplyConflict { .. } => 409,
             Error::Invalid { .. } => 422,
             Error::BadRequest(_) => 400,
             Error::Forbidden { .. } | Error::NamespaceTerminating { .. } => 403,
@@ -225,11 +221,7 @@ impl Error {
                 }
                 Some(d)
             }
-            Error::NamespaceTerminating {
-                resource,
-                name,
-                namespace,
-            } => {
+            Error::NamespaceTerminating { resource, name, namespace } => {
                 let (kind, group) = split(resource);
                 let mut d = json!({"name": name, "kind": kind, "causes": [{
                     "reason": "NamespaceTerminating",
@@ -241,11 +233,7 @@ impl Error {
                 }
                 Some(d)
             }
-            Error::Invalid {
-                kind,
-                name,
-                message,
-            } => {
+            Error::Invalid { kind, name, message } => {
                 let (kind, group) = split(kind);
                 let mut d = json!({"name": name, "kind": kind, "causes": [field_cause(message)]});
                 if !group.is_empty() {
@@ -253,10 +241,7 @@ impl Error {
                 }
                 Some(d)
             }
-            Error::TooManyRequests {
-                causes: Some(c), ..
-            }
-            | Error::ApplyConflict { causes: c, .. } => Some(json!({"causes": c})),
+            Error::TooManyRequests { causes: Some(c), .. } | Error::ApplyConflict { causes: c, .. } => Some(json!({"causes": c})),
             Error::TooLargeResourceVersion { .. } => Some(json!({
                 "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
                 "retryAfterSeconds": 1,
@@ -271,9 +256,7 @@ impl Error {
 /// The whole object's path prints as `[]` (a list of errors is `[a, b]`).
 fn field_cause(message: &str) -> Value {
     let whole = message.starts_with("[]: ");
-    let parsed = message.split_once(": ").filter(|(field, _)| {
-        !field.is_empty() && !field.contains(' ') && (whole || !message.starts_with('['))
-    });
+    let parsed = message.split_once(": ").filter(|(field, _)| !field.is_empty() && !field.contains(' ') && (whole || !message.starts_with('[')));
     let Some((field, body)) = parsed else {
         return json!({"reason": "FieldValueInvalid", "message": message});
     };
@@ -333,11 +316,7 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self {
-            history_limit: 100_000,
-            channel_capacity: 65_536,
-            too_large_wait: std::time::Duration::from_secs(3),
-        }
+        Self { history_limit: 100_000, channel_capacity: 65_536, too_large_wait: std::time::Duration::from_secs(3) }
     }
 }
 
@@ -398,9 +377,7 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
-            .field("cfg", &self.cfg)
-            .finish_non_exhaustive()
+        f.debug_struct("Store").field("cfg", &self.cfg).finish_non_exhaustive()
     }
 }
 
@@ -424,87 +401,54 @@ fn new_uid() -> String {
 
 fn random_suffix() -> String {
     const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    (0..5)
-        .map(|_| ALPHA[rand::random_range(0..ALPHA.len())] as char)
-        .collect()
+    (0..5).map(|_| ALPHA[rand::random_range(0..ALPHA.len())] as char).collect()
 }
 
 /// The qualified resource name used in messages (`pods`, `leases.coordination.k8s.io`).
 pub fn qualified(info: &ResourceInfo) -> String {
-    if info.group.is_empty() {
-        info.plural.to_string()
-    } else {
-        format!("{}.{}", info.plural, info.group)
-    }
+    if info.group.is_empty() { info.plural.to_string() } else { format!("{}.{}", info.plural, info.group) }
 }
 
 fn not_found(info: &ResourceInfo, name: &str) -> Error {
-    Error::NotFound {
-        resource: qualified(info),
-        name: name.to_string(),
-    }
+    Error::NotFound { resource: qualified(info), name: name.to_string() }
 }
 
 fn conflict(info: &ResourceInfo, name: &str, message: impl Into<String>) -> Error {
-    Error::Conflict {
-        resource: qualified(info),
-        name: name.to_string(),
-        message: message.into(),
-    }
+    Error::Conflict { resource: qualified(info), name: name.to_string(), message: message.into() }
 }
 
 /// The qualified kind used in Invalid messages (`Pod`, `PriorityClass.scheduling.k8s.io`).
 fn qualified_kind(info: &ResourceInfo) -> String {
-    if info.group.is_empty() {
-        info.kind.to_string()
-    } else {
-        format!("{}.{}", info.kind, info.group)
-    }
+    if info.group.is_empty() { info.kind.to_string() } else { format!("{}.{}", info.kind, info.group) }
 }
 
 fn invalid(info: &ResourceInfo, name: &str, message: impl Into<String>) -> Error {
-    Error::Invalid {
-        kind: qualified_kind(info),
-        name: name.to_string(),
-        message: message.into(),
-    }
+    Error::Invalid { kind: qualified_kind(info), name: name.to_string(), message: message.into() }
 }
 
 /// PatchOptions refused (422, as upstream's ValidatePatchOptions).
 pub fn patch_options_invalid(message: &str) -> Error {
-    Error::Invalid {
-        kind: "PatchOptions.meta.k8s.io".into(),
-        name: String::new(),
-        message: message.into(),
-    }
+    Error::Invalid { kind: "PatchOptions.meta.k8s.io".into(), name: String::new(), message: message.into() }
 }
 
 /// Several field errors as upstream aggregates them (`[a, b]` when more than one).
 fn invalid_all(info: &ResourceInfo, name: &str, errs: &[String]) -> Error {
-    let message = if errs.len() == 1 {
-        errs[0].clone()
-    } else {
-        format!("[{}]", errs.join(", "))
-    };
+    let message = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
     invalid(info, name, message)
 }
 
 /// metadata.deletionTimestamp is set.
 pub(crate) fn is_deleting(v: &Value) -> bool {
-    v.at("/metadata/deletionTimestamp")
-        .is_some_and(|d| !d.is_null())
+    v.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null())
 }
 
 fn meta_mut(v: &mut Value) -> Result<&mut Map<String, Value>> {
-    let obj = v
-        .as_object_mut()
-        .ok_or_else(|| Error::BadRequest("object must be a JSON object".into()))?;
+    let obj = v.as_object_mut().ok_or_else(|| Error::BadRequest("object must be a JSON object".into()))?;
     let m = obj.entry("metadata").or_insert_with(|| json!({}));
     if m.is_null() {
         *m = json!({});
     }
-    m.as_object_mut()
-        .ok_or_else(|| Error::BadRequest("metadata must be an object".into()))
+    m.as_object_mut().ok_or_else(|| Error::BadRequest("metadata must be an object".into()))
 }
 
 fn get_str<'a>(v: &'a Value, ptr: &str) -> &'a str {
@@ -512,10 +456,7 @@ fn get_str<'a>(v: &'a Value, ptr: &str) -> &'a str {
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
-    v.get("metadata")
-        .and_then(|m| m.get(field))
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    v.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
 }
 
 impl Store {
@@ -524,15 +465,7 @@ impl Store {
         let registry = Registry::with_admission(crate::admission::rules);
         let kinds = (0..registry.len()).map(|_| KindStore::new(&cfg)).collect();
         Store {
-            inner: Mutex::new(Inner {
-                rv: 0,
-                kinds,
-                pdbs_per_ns: HashMap::new(),
-                terminating_ns: HashSet::new(),
-                recent_pods: RecentPods::default(),
-                ceiling: 0,
-                event_writes: HashMap::new(),
-            }),
+            inner: Mutex::new(Inner { rv: 0, kinds, pdbs_per_ns: HashMap::new(), terminating_ns: HashSet::new(), recent_pods: RecentPods::default(), ceiling: 0, event_writes: HashMap::new() }),
             registry,
             cfg,
             kubelet: OnceLock::new(),
@@ -563,40 +496,29 @@ impl Store {
     /// A served resource by group, version and plural (not one the
     /// Kubernetes release served leaves out).
     pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<ResId> {
-        self.registry
-            .lookup(group, version, plural)
-            .filter(|r| self.release_serves(*r))
+        self.registry.lookup(group, version, plural).filter(|r| self.release_serves(*r))
     }
 
     /// Every served resource, by id (without those the Kubernetes
     /// release served leaves out).
     pub fn served(&self) -> Vec<(ResId, Arc<ResourceInfo>)> {
         let v = self.kubernetes_version();
-        self.registry
-            .served()
-            .into_iter()
-            .filter(|(_, i)| i.custom.is_some() || v.serves(i.group, i.version, i.plural))
-            .collect()
+        self.registry.served().into_iter().filter(|(_, i)| i.custom.is_some() || v.serves(i.group, i.version, i.plural)).collect()
     }
 
     fn release_serves(&self, r: ResId) -> bool {
         let i = self.info(r);
-        i.custom.is_some()
-            || self
-                .kubernetes_version()
-                .serves(i.group, i.version, i.plural)
+        i.custom.is_some() || self.kubernetes_version().serves(i.group, i.version, i.plural)
     }
 
     /// Answer as Kubernetes release `v` (see [`crate::version`]).
     pub fn set_kubernetes_version(&self, v: crate::version::KubeVersion) {
-        self.kube_minor
-            .store(v.minor(), std::sync::atomic::Ordering::Relaxed);
+        self.kube_minor.store(v.minor(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The Kubernetes release served.
     pub fn kubernetes_version(&self) -> crate::version::KubeVersion {
-        crate::version::KubeVersion::new(self.kube_minor.load(std::sync::atomic::Ordering::Relaxed))
-            .unwrap_or_default()
+        crate::version::KubeVersion::new(self.kube_minor.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or_default()
     }
 
     /// Connect the kubelet notification channel (once).
@@ -627,10 +549,7 @@ impl Store {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(Error::TooLargeResourceVersion {
-                    requested: rv,
-                    current,
-                });
+                return Err(Error::TooLargeResourceVersion { requested: rv, current });
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
@@ -650,8 +569,7 @@ impl Store {
     /// Storage controllers run: new claims and volumes get their
     /// protection finalizers (which those controllers remove).
     pub fn enable_storage_protection(&self) {
-        self.storage_protection
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.storage_protection.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -660,14 +578,11 @@ impl Store {
 pub(super) fn refused(info: &ResourceInfo, name: &str, e: crate::resources::Error) -> Error {
     match e {
         crate::resources::Error::Invalid(errs) => invalid_all(info, name, &errs),
-        crate::resources::Error::Forbidden(message) => Error::Forbidden {
-            resource: qualified(info),
-            name: name.to_string(),
-            message,
-        },
+        crate::resources::Error::Forbidden(message) => Error::Forbidden { resource: qualified(info), name: name.to_string(), message },
         other => Error::BadRequest(other.to_string()),
     }
 }
+
 
 /// Finalizers still hold the object (`metadata.finalizers`, or what the
 /// kind's lifecycle adds, such as a namespace's `spec.finalizers`).
@@ -677,9 +592,7 @@ pub(super) fn has_finalizers(r: ResId, v: &Value) -> bool {
 
 /// `metadata.finalizers` is not empty.
 pub(super) fn has_metadata_finalizers(v: &Value) -> bool {
-    v.at("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| !f.is_empty())
+    v.at("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty())
 }
 
 /// Dispatch to the kinds' lifecycles (`lifecycle.rs`): the store's generic
@@ -691,31 +604,16 @@ impl Store {
     }
 
     /// Delete `old` of `r` as its kind deletes (preconditions checked).
-    fn delete_as_kind(
-        &self,
-        inner: &mut Inner,
-        r: ResId,
-        old: Arc<Obj>,
-        grace: Option<i64>,
-    ) -> Result<Arc<Obj>> {
+    fn delete_as_kind(&self, inner: &mut Inner, r: ResId, old: Arc<Obj>, grace: Option<i64>) -> Result<Arc<Obj>> {
         lifecycle::of(r).delete(self, inner, r, old, grace)
     }
 
     /// After `obj` of `r` was committed with event `ty`: the kind's hook,
     /// then, for a removal from a terminating namespace, whether the
     /// namespace can go.
-    fn after_commit(
-        &self,
-        inner: &mut Inner,
-        r: ResId,
-        ty: EventType,
-        obj: &Arc<Obj>,
-    ) -> Result<()> {
+    fn after_commit(&self, inner: &mut Inner, r: ResId, ty: EventType, obj: &Arc<Obj>) -> Result<()> {
         lifecycle::of(r).committed(inner, ty, obj);
-        if ty == EventType::Deleted
-            && !obj.namespace().is_empty()
-            && inner.terminating_ns.contains(obj.namespace())
-        {
+        if ty == EventType::Deleted && !obj.namespace().is_empty() && inner.terminating_ns.contains(obj.namespace()) {
             let ns = obj.namespace().to_string();
             self.finish_namespace(inner, &ns, false)?;
         }
@@ -749,40 +647,19 @@ mod tests {
     fn uids_are_version_4_uuids() {
         let a = new_uid();
         let parts: Vec<&str> = a.split('-').collect();
-        assert_eq!(
-            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
-            vec![8, 4, 4, 4, 12],
-            "{a}"
-        );
-        assert!(
-            parts[2].starts_with('4') && parts[3].starts_with('a'),
-            "{a}"
-        );
-        assert!(
-            a.bytes()
-                .all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
-            "{a}"
-        );
+        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![8, 4, 4, 4, 12], "{a}");
+        assert!(parts[2].starts_with('4') && parts[3].starts_with('a'), "{a}");
+        assert!(a.bytes().all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{a}");
         assert_ne!(a, new_uid());
     }
 
     #[test]
     fn invalid_details_name_the_field() {
-        let e = invalid(
-            &RESOURCES[PRIORITY_CLASSES],
-            "x",
-            "value: Forbidden: too high",
-        );
-        assert_eq!(
-            e.to_string(),
-            "PriorityClass.scheduling.k8s.io \"x\" is invalid: value: Forbidden: too high"
-        );
+        let e = invalid(&RESOURCES[PRIORITY_CLASSES], "x", "value: Forbidden: too high");
+        assert_eq!(e.to_string(), "PriorityClass.scheduling.k8s.io \"x\" is invalid: value: Forbidden: too high");
         let d = e.details().unwrap_or_default();
         assert_eq!(d["kind"], "PriorityClass");
         assert_eq!(d["group"], "scheduling.k8s.io");
-        assert_eq!(
-            d["causes"][0],
-            json!({"reason": "FieldValueForbidden", "message": "Forbidden: too high", "field": "value"})
-        );
+        assert_eq!(d["causes"][0], json!({"reason": "FieldValueForbidden", "message": "Forbidden: too high", "field": "value"}));
     }
 }

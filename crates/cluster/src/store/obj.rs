@@ -57,33 +57,19 @@ pub(super) struct Lean {
 pub(super) const LEAN_FIXED: usize = 4;
 
 impl Lean {
-    pub(super) fn new<'a>(
-        fixed: [&'a str; LEAN_FIXED],
-        controlled: bool,
-        fields: &'static [&'static str],
-        rest: impl Iterator<Item = Cow<'a, str>>,
-    ) -> Option<Lean> {
+    pub(super) fn new<'a>(fixed: [&'a str; LEAN_FIXED], controlled: bool, fields: &'static [&'static str], rest: impl Iterator<Item = Cow<'a, str>>) -> Option<Lean> {
         let mut text = String::new();
         let mut ends = Vec::with_capacity(LEAN_FIXED + fields.len() + 4);
         for piece in fixed.into_iter().map(Cow::Borrowed).chain(rest) {
             text.push_str(&piece);
             ends.push(u32::try_from(text.len()).ok()?);
         }
-        Some(Lean {
-            text: text.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
-            fields,
-            controlled,
-        })
+        Some(Lean { text: text.into_boxed_str(), ends: ends.into_boxed_slice(), fields, controlled })
     }
 
     /// Piece `i` ("" past the end).
     pub(super) fn piece(&self, i: usize) -> &str {
-        let start = if i == 0 {
-            0
-        } else {
-            self.ends.get(i - 1).map_or(usize::MAX, |e| *e as usize)
-        };
+        let start = if i == 0 { 0 } else { self.ends.get(i - 1).map_or(usize::MAX, |e| *e as usize) };
         let end = self.ends.get(i).map_or(0, |e| *e as usize);
         self.text.get(start..end).unwrap_or("")
     }
@@ -91,10 +77,7 @@ impl Lean {
     /// The value of a label, if the object has it.
     pub(super) fn label(&self, key: &str) -> Option<&str> {
         let first = LEAN_FIXED + self.fields.len();
-        (first..self.ends.len())
-            .step_by(2)
-            .find(|i| self.piece(*i) == key)
-            .map(|i| self.piece(i + 1))
+        (first..self.ends.len()).step_by(2).find(|i| self.piece(*i) == key).map(|i| self.piece(i + 1))
     }
 
     /// A field by JSON pointer: name, namespace or one of the kind's
@@ -103,11 +86,7 @@ impl Lean {
         match pointer {
             "/metadata/namespace" => self.piece(0),
             "/metadata/name" => self.piece(1),
-            p => self
-                .fields
-                .iter()
-                .position(|f| is_pointer_of(p, f))
-                .map_or("", |i| self.piece(LEAN_FIXED + i)),
+            p => self.fields.iter().position(|f| is_pointer_of(p, f)).map_or("", |i| self.piece(LEAN_FIXED + i)),
         }
     }
 }
@@ -118,23 +97,13 @@ impl Obj {
         // Exactly sized: every version in the history keeps its bytes. A
         // copy of the written text costs less than growing the buffer as
         // it is written and shrinking it after (two reallocations).
-        Ok(Arc::new(Obj {
-            value,
-            bytes: Bytes::copy_from_slice(&bytes),
-            rv,
-            lean: None,
-        }))
+        Ok(Arc::new(Obj { value, bytes: Bytes::copy_from_slice(&bytes), rv, lean: None }))
     }
 
     /// An object built from a value alone (its bytes are empty): for
     /// callers that only read the value.
     pub fn from_value(value: Value, rv: u64) -> Arc<Obj> {
-        Arc::new(Obj {
-            value,
-            bytes: Bytes::new(),
-            rv,
-            lean: None,
-        })
+        Arc::new(Obj { value, bytes: Bytes::new(), rv, lean: None })
     }
 
     /// The history copy of a version that is no longer current: the same
@@ -145,41 +114,17 @@ impl Obj {
             return self.clone();
         }
         let meta = self.value.get("metadata");
-        let text = |f: &str| {
-            meta.and_then(|m| m.get(f))
-                .and_then(Value::as_str)
-                .unwrap_or("")
-        };
+        let text = |f: &str| meta.and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or("");
         let controller = controller_of(&self.value);
         let values = fields.iter().map(|f| lean_field(&self.value, fields, f));
-        let labels = meta
-            .and_then(|m| m.get("labels"))
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten();
-        let labels = labels.flat_map(|(k, v)| {
-            [
-                Cow::Borrowed(k.as_str()),
-                Cow::Borrowed(v.as_str().unwrap_or("")),
-            ]
-        });
-        let fixed = [
-            text("namespace"),
-            text("name"),
-            text("uid"),
-            controller.unwrap_or(""),
-        ];
+        let labels = meta.and_then(|m| m.get("labels")).and_then(Value::as_object).into_iter().flatten();
+        let labels = labels.flat_map(|(k, v)| [Cow::Borrowed(k.as_str()), Cow::Borrowed(v.as_str().unwrap_or(""))]);
+        let fixed = [text("namespace"), text("name"), text("uid"), controller.unwrap_or("")];
         // Text past 4 GiB cannot be indexed: such an object stays whole.
-        let Some(lean) = Lean::new(fixed, controller.is_some(), fields, values.chain(labels))
-        else {
+        let Some(lean) = Lean::new(fixed, controller.is_some(), fields, values.chain(labels)) else {
             return self.clone();
         };
-        Arc::new(Obj {
-            value: Value::Null,
-            bytes: self.bytes.clone(),
-            rv: self.rv,
-            lean: Some(Box::new(lean)),
-        })
+        Arc::new(Obj { value: Value::Null, bytes: self.bytes.clone(), rv: self.rv, lean: Some(Box::new(lean)) })
     }
 
     /// Is this a lean history copy?
@@ -200,12 +145,7 @@ impl Obj {
                 {
                     *m = Value::String(m.to_string());
                 }
-                Arc::new(Obj {
-                    value,
-                    bytes: self.bytes.clone(),
-                    rv: self.rv,
-                    lean: None,
-                })
+                Arc::new(Obj { value, bytes: self.bytes.clone(), rv: self.rv, lean: None })
             }
             Err(_) => self.clone(),
         }
@@ -219,8 +159,7 @@ impl Obj {
         if f.namespace.as_deref().is_some_and(|ns| ns != l.piece(0)) {
             return false;
         }
-        f.labels.matches_with(|k| l.label(k))
-            && f.fields.matches_with(|p| l.field_at(p).to_string())
+        f.labels.matches_with(|k| l.label(k)) && f.fields.matches_with(|p| l.field_at(p).to_string())
     }
 
     /// A field as a field selector compares it (see
@@ -238,23 +177,17 @@ impl Obj {
 
     /// metadata.name.
     pub fn name(&self) -> &str {
-        self.lean
-            .as_ref()
-            .map_or_else(|| meta_str(&self.value, "name"), |l| l.piece(1))
+        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "name"), |l| l.piece(1))
     }
 
     /// metadata.namespace ("" for cluster-scoped).
     pub fn namespace(&self) -> &str {
-        self.lean
-            .as_ref()
-            .map_or_else(|| meta_str(&self.value, "namespace"), |l| l.piece(0))
+        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "namespace"), |l| l.piece(0))
     }
 
     /// metadata.uid.
     pub fn uid(&self) -> &str {
-        self.lean
-            .as_ref()
-            .map_or_else(|| meta_str(&self.value, "uid"), |l| l.piece(2))
+        self.lean.as_ref().map_or_else(|| meta_str(&self.value, "uid"), |l| l.piece(2))
     }
 
     /// The uid of the controlling owner reference, if any.
@@ -275,11 +208,7 @@ impl Obj {
 /// text (see `managed::encode`), is written as the list it stands for,
 /// verbatim (checked to be JSON, not parsed into a value and written again).
 pub(super) fn wire_bytes(value: &Value) -> serde_json::Result<Vec<u8>> {
-    pub(super) fn map(
-        out: &mut Vec<u8>,
-        m: &Map<String, Value>,
-        top: bool,
-    ) -> serde_json::Result<()> {
+    pub(super) fn map(out: &mut Vec<u8>, m: &Map<String, Value>, top: bool) -> serde_json::Result<()> {
         out.push(b'{');
         for (i, (k, v)) in m.iter().enumerate() {
             if i > 0 {
@@ -289,9 +218,7 @@ pub(super) fn wire_bytes(value: &Value) -> serde_json::Result<Vec<u8>> {
             out.push(b':');
             match (top, k.as_str(), v) {
                 (true, "metadata", Value::Object(meta)) => map(out, meta, false)?,
-                (false, "managedFields", Value::String(text))
-                    if serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok() =>
-                {
+                (false, "managedFields", Value::String(text)) if serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok() => {
                     out.extend_from_slice(text.as_bytes());
                 }
                 _ => serde_json::to_writer(&mut *out, v)?,
@@ -311,12 +238,7 @@ pub(super) fn wire_bytes(value: &Value) -> serde_json::Result<Vec<u8>> {
 /// Is `pointer` the JSON pointer of the dotted field name `dotted` (see
 /// `selector::field_pointer`)?
 pub(super) fn is_pointer_of(pointer: &str, dotted: &str) -> bool {
-    pointer.strip_prefix('/').is_some_and(|p| {
-        p.len() == dotted.len()
-            && p.bytes()
-                .zip(dotted.bytes())
-                .all(|(a, b)| if b == b'.' { a == b'/' } else { a == b })
-    })
+    pointer.strip_prefix('/').is_some_and(|p| p.len() == dotted.len() && p.bytes().zip(dotted.bytes()).all(|(a, b)| if b == b'.' { a == b'/' } else { a == b }))
 }
 
 /// The uid of the owner reference of `v` marked `controller: true`.
@@ -355,11 +277,7 @@ pub(super) fn lean_field<'a>(v: &'a Value, fields: &[&str], dotted: &str) -> Cow
 /// Events those of both views (core/v1 Events are a view of the
 /// events.k8s.io/v1 store; see `eventview`).
 pub(super) fn lean_fields(r: ResId, info: &ResourceInfo) -> &'static [&'static str] {
-    if r == res::EVENTS_V1 {
-        res::EVENTS_SELECTABLE
-    } else {
-        info.fields
-    }
+    if r == res::EVENTS_V1 { res::EVENTS_SELECTABLE } else { info.fields }
 }
 
 #[cfg(test)]
@@ -377,116 +295,49 @@ mod tests {
     fn lean_copies_read_back_as_committed() {
         let store = Store::new(StoreConfig::default());
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}});
-        store
-            .create(res::NAMESPACES, "", ns)
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(res::NAMESPACES, "", ns).unwrap_or_else(|e| panic!("{e}"));
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "a", "empty": "", "tier": "web"},
             "ownerReferences": [{"apiVersion": "v1", "kind": "ReplicaSet", "name": "o", "uid": "u-0", "controller": false},
                                 {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u-1", "controller": true}]},
             "spec": {"containers": [{"name": "c", "image": "i"}], "serviceAccountName": "sa", "nodeName": "n1"}});
-        let created = store
-            .create(PODS, "ns", pod)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let created = store.create(PODS, "ns", pod).unwrap_or_else(|e| panic!("{e}"));
         let lean = created.lean(RESOURCES[PODS].fields);
         assert!(lean.is_lean() && lean.value.is_null());
-        assert_eq!(
-            (lean.namespace(), lean.name(), lean.uid()),
-            (created.namespace(), created.name(), created.uid())
-        );
+        assert_eq!((lean.namespace(), lean.name(), lean.uid()), (created.namespace(), created.name(), created.uid()));
         assert_eq!(lean.controller_uid(), Some("u-1"));
-        for f in RESOURCES[PODS]
-            .fields
-            .iter()
-            .chain(&["metadata.name", "metadata.namespace"])
-        {
+        for f in RESOURCES[PODS].fields.iter().chain(&["metadata.name", "metadata.namespace"]) {
             assert_eq!(lean.field(f), created.field(f), "{f}");
         }
         assert_eq!(lean.field("spec.nodeName"), "n1");
         assert_eq!(lean.field("spec.restartPolicy"), "Always");
         assert_eq!(lean.field("spec.notAField"), "");
-        let labels = |sel: &str| Filter {
-            namespace: Some("ns".into()),
-            labels: LabelSelector::parse(sel).unwrap_or_else(|e| panic!("{e}")),
-            ..Default::default()
-        };
-        for (sel, want) in [
-            ("app=a", true),
-            ("empty=", true),
-            ("empty", true),
-            ("tier=web", true),
-            ("app!=a", false),
-            ("missing", false),
-            ("!missing", true),
-        ] {
+        let labels = |sel: &str| Filter { namespace: Some("ns".into()), labels: LabelSelector::parse(sel).unwrap_or_else(|e| panic!("{e}")), ..Default::default() };
+        for (sel, want) in [("app=a", true), ("empty=", true), ("empty", true), ("tier=web", true), ("app!=a", false), ("missing", false), ("!missing", true)] {
             assert_eq!(lean.matches(&labels(sel)), want, "{sel}");
             assert_eq!(created.matches(&labels(sel)), want, "{sel}");
         }
-        assert!(!lean.matches(&Filter {
-            namespace: Some("other".into()),
-            ..Default::default()
-        }));
+        assert!(!lean.matches(&Filter { namespace: Some("other".into()), ..Default::default() }));
         // Without labels or a controller.
-        let bare = Obj::new(json!({"metadata": {"name": "b"}}), 1)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .lean(&[]);
-        assert_eq!(
-            (
-                bare.name(),
-                bare.namespace(),
-                bare.uid(),
-                bare.controller_uid()
-            ),
-            ("b", "", "", None)
-        );
+        let bare = Obj::new(json!({"metadata": {"name": "b"}}), 1).unwrap_or_else(|e| panic!("{e}")).lean(&[]);
+        assert_eq!((bare.name(), bare.namespace(), bare.uid(), bare.controller_uid()), ("b", "", "", None));
         assert!(!bare.matches(&labels("!app")) && bare.matches(&Filter::default()));
         // The superseded first version, as the history keeps it.
         let patch = br#"{"metadata": {"labels": {"app": "b"}}}"#;
-        store
-            .patch(PODS, "ns", "p", PatchType::Merge, patch, false)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let sub = store
-            .watch(PODS, WatchStart::After(created.rv - 1))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let first = sub
-            .backlog
-            .iter()
-            .find(|e| e.rv == created.rv)
-            .map(|e| e.obj.clone());
+        store.patch(PODS, "ns", "p", PatchType::Merge, patch, false).unwrap_or_else(|e| panic!("{e}"));
+        let sub = store.watch(PODS, WatchStart::After(created.rv - 1)).unwrap_or_else(|e| panic!("{e}"));
+        let first = sub.backlog.iter().find(|e| e.rv == created.rv).map(|e| e.obj.clone());
         let first = first.unwrap_or_else(|| panic!("the first version is in the history"));
         assert!(first.is_lean());
         assert_eq!(first.bytes, created.bytes);
         assert_eq!(first.full().value, created.value);
         assert!(first.matches(&labels("app=a")) && !first.matches(&labels("app=b")));
-        assert!(
-            store.exists(PODS, "ns", "p")
-                && !store.exists(PODS, "ns", "q")
-                && !store.exists(PODS, "other", "p")
-        );
+        assert!(store.exists(PODS, "ns", "p") && !store.exists(PODS, "ns", "q") && !store.exists(PODS, "other", "p"));
         // Nodes are kept lean too, and read whole.
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "a"}}, "spec": {"unschedulable": true}});
-        let n1 = store
-            .create(res::NODES, "", node)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            store.lock().kinds[res::NODES]
-                .objects
-                .values()
-                .all(|o| o.is_lean() && o.bytes == n1.bytes)
-        );
-        assert_eq!(
-            store
-                .get(res::NODES, "", "n1")
-                .map(|o| o.value.clone())
-                .ok(),
-            Some(n1.value.clone())
-        );
-        assert_eq!(
-            store
-                .list(res::NODES, &Filter::default(), None, None)
-                .map(|l| l.items[0].value.clone())
-                .ok(),
-            Some(n1.value.clone())
-        );
+        let n1 = store.create(res::NODES, "", node).unwrap_or_else(|e| panic!("{e}"));
+        assert!(store.lock().kinds[res::NODES].objects.values().all(|o| o.is_lean() && o.bytes == n1.bytes));
+        assert_eq!(store.get(res::NODES, "", "n1").map(|o| o.value.clone()).ok(), Some(n1.value.clone()));
+        assert_eq!(store.list(res::NODES, &Filter::default(), None, None).map(|l| l.items[0].value.clone()).ok(), Some(n1.value.clone()));
         assert!(store.exists(res::NODES, "", "n1"));
     }
 
@@ -501,19 +352,14 @@ mod tests {
 
     #[test]
     fn managed_fields_text_is_written_as_its_list() {
-        let list =
-            json!([{"manager": "m", "operation": "Update", "fieldsV1": {"f:data": {"f:a": {}}}}]);
+        let list = json!([{"manager": "m", "operation": "Update", "fieldsV1": {"f:data": {"f:a": {}}}}]);
         let stored = json!({"kind": "ConfigMap", "metadata": {"name": "c", "managedFields": list.to_string()}, "data": {"a": "x\"y"}});
         let bytes = wire_bytes(&stored).unwrap_or_default();
         let back: Value = serde_json::from_slice(&bytes).unwrap_or_default();
-        assert_eq!(
-            back,
-            json!({"kind": "ConfigMap", "metadata": {"name": "c", "managedFields": list}, "data": {"a": "x\"y"}})
-        );
+        assert_eq!(back, json!({"kind": "ConfigMap", "metadata": {"name": "c", "managedFields": list}, "data": {"a": "x\"y"}}));
         // Text that is not JSON stays a string; only metadata's field is read.
         let odd = json!({"metadata": {"managedFields": "[oops"}, "spec": {"managedFields": "[]"}});
-        let back: Value =
-            serde_json::from_slice(&wire_bytes(&odd).unwrap_or_default()).unwrap_or_default();
+        let back: Value = serde_json::from_slice(&wire_bytes(&odd).unwrap_or_default()).unwrap_or_default();
         assert_eq!(back, odd);
     }
 }

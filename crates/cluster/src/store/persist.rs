@@ -221,18 +221,13 @@ fn write_ops(db: &Database, ops: Vec<Op>) -> Result<(), redb::Error> {
 
 impl Shared {
     fn db_error(&self, e: impl Into<redb::Error>) -> Error {
-        Error::Db {
-            path: self.path.display().to_string(),
-            message: e.into().to_string(),
-        }
+        Error::Db { path: self.path.display().to_string(), message: e.into().to_string() }
     }
 
     /// Write one batch in one transaction (durable when it returns).
     fn write(&self, ops: Vec<Op>) -> Result<(), String> {
         let db = lock(&self.db);
-        let Some(db) = db.as_ref() else {
-            return Err("closed".into());
-        };
+        let Some(db) = db.as_ref() else { return Err("closed".into()) };
         write_ops(db, ops).map_err(|e| e.to_string())
     }
 
@@ -281,15 +276,9 @@ impl Shared {
 impl Persist {
     /// Open (or create) the database in `dir` and read what it holds.
     fn open(dir: &Path) -> Result<(Persist, Restored), Error> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
-            path: dir.display().to_string(),
-            source,
-        })?;
+        std::fs::create_dir_all(dir).map_err(|source| Error::Dir { path: dir.display().to_string(), source })?;
         let path = dir.join(FILE);
-        let db_err = |e: redb::Error| Error::Db {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        };
+        let db_err = |e: redb::Error| Error::Db { path: path.display().to_string(), message: e.to_string() };
         let db = Database::create(&path).map_err(|e| db_err(e.into()))?;
         let restored = read_all(&db).map_err(db_err)?;
         let shared = Arc::new(Shared {
@@ -303,17 +292,8 @@ impl Persist {
         let thread = std::thread::Builder::new()
             .name("berth-data-dir".into())
             .spawn(move || worker.run())
-            .map_err(|source| Error::Dir {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        Ok((
-            Persist {
-                shared,
-                thread: Mutex::new(Some(thread)),
-            },
-            restored,
-        ))
+            .map_err(|source| Error::Dir { path: dir.display().to_string(), source })?;
+        Ok((Persist { shared, thread: Mutex::new(Some(thread)) }, restored))
     }
 
     fn push(&self, op: Op) {
@@ -350,10 +330,7 @@ impl Persist {
     async fn synced(&self) -> Result<(), Error> {
         let target = lock(&self.shared.queue).seq;
         let mut rx = self.shared.durable.subscribe();
-        let d = rx
-            .wait_for(|d| d.seq >= target || d.failed.is_some())
-            .await
-            .map_err(|_| Error::Stopped("closed".into()))?;
+        let d = rx.wait_for(|d| d.seq >= target || d.failed.is_some()).await.map_err(|_| Error::Stopped("closed".into()))?;
         match (&d.failed, d.seq >= target) {
             (_, true) => Ok(()),
             (Some(why), false) => Err(Error::Stopped(why.to_string())),
@@ -394,24 +371,13 @@ fn read_all(db: &Database) -> Result<Restored, redb::Error> {
     tx.open_table(QUARANTINE)?;
     tx.commit()?;
     let tx = db.begin_read()?;
-    let mut out = Restored {
-        ceiling: tx.open_table(META)?.get(CEILING)?.map(|v| v.value()),
-        ..Default::default()
-    };
+    let mut out = Restored { ceiling: tx.open_table(META)?.get(CEILING)?.map(|v| v.value()), ..Default::default() };
     for entry in tx.open_table(OBJECTS)?.iter()? {
         let (k, v) = entry?;
         let key = String::from_utf8_lossy(k.value()).into_owned();
         let mut parts = key.splitn(3, '\0');
-        let (Some(r), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        out.objects.push((
-            r.to_string(),
-            ns.to_string(),
-            name.to_string(),
-            v.value().to_vec(),
-            k.value().to_vec(),
-        ));
+        let (Some(r), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        out.objects.push((r.to_string(), ns.to_string(), name.to_string(), v.value().to_vec(), k.value().to_vec()));
     }
     for entry in tx.open_table(TOKENS)?.iter()? {
         let (k, v) = entry?;
@@ -423,27 +389,11 @@ fn read_all(db: &Database) -> Result<Restored, redb::Error> {
 /// Writes `bytes` as the object `resource/namespace/name` of the data
 /// directory `dir`, which no store holds open (tests of unreadable objects).
 #[cfg(feature = "testing")]
-pub fn plant_object(
-    dir: &Path,
-    resource: &str,
-    namespace: &str,
-    name: &str,
-    bytes: &[u8],
-) -> Result<(), Error> {
+pub fn plant_object(dir: &Path, resource: &str, namespace: &str, name: &str, bytes: &[u8]) -> Result<(), Error> {
     let path = dir.join(FILE);
-    let db_err = |e: redb::Error| Error::Db {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    };
+    let db_err = |e: redb::Error| Error::Db { path: path.display().to_string(), message: e.to_string() };
     let db = Database::create(&path).map_err(|e| db_err(e.into()))?;
-    write_ops(
-        &db,
-        vec![Op::Put {
-            key: object_key(resource, namespace, name),
-            bytes: Bytes::copy_from_slice(bytes),
-        }],
-    )
-    .map_err(db_err)
+    write_ops(&db, vec![Op::Put { key: object_key(resource, namespace, name), bytes: Bytes::copy_from_slice(bytes) }]).map_err(db_err)
 }
 
 impl Store {
@@ -465,16 +415,10 @@ impl Store {
         // is named, moved aside (the `quarantine` table, the same key, the
         // bytes as they were) and left out; the rest is served.
         if !unreadable.is_empty() {
-            let keys: Vec<_> = unreadable
-                .iter()
-                .map(|(k, b, _)| (k.clone(), b.clone()))
-                .collect();
+            let keys: Vec<_> = unreadable.iter().map(|(k, b, _)| (k.clone(), b.clone())).collect();
             let db = lock(&persist.shared.db);
             if let Some(db) = db.as_ref() {
-                quarantine(db, &keys).map_err(|e| Error::Db {
-                    path: path.clone(),
-                    message: e.to_string(),
-                })?;
+                quarantine(db, &keys).map_err(|e| Error::Db { path: path.clone(), message: e.to_string() })?;
             }
         }
         for (_, _, e) in &unreadable {
@@ -498,23 +442,13 @@ impl Store {
 
     /// Reads back what the directory held; returns the objects that do not
     /// read back (their stored key, their bytes, why), which are left out.
-    fn restore(
-        &self,
-        inner: &mut Inner,
-        restored: Restored,
-        path: &str,
-    ) -> Vec<(Vec<u8>, Vec<u8>, Error)> {
-        let corrupt = |key: String, message: String| Error::Corrupt {
-            path: path.to_string(),
-            key,
-            message,
-        };
+    fn restore(&self, inner: &mut Inner, restored: Restored, path: &str) -> Vec<(Vec<u8>, Vec<u8>, Error)> {
+        let corrupt = |key: String, message: String| Error::Corrupt { path: path.to_string(), key, message };
         let mut unreadable = Vec::new();
         inner.ceiling = restored.ceiling.unwrap_or(0);
         // CRDs first: their resources must be served before their objects are read.
         let crds = qualified(&self.info(res::CRDS));
-        let (crd_objects, objects): (Vec<_>, Vec<_>) =
-            restored.objects.into_iter().partition(|o| o.0 == crds);
+        let (crd_objects, objects): (Vec<_>, Vec<_>) = restored.objects.into_iter().partition(|o| o.0 == crds);
         let mut ids: HashMap<String, Option<usize>> = HashMap::new();
         for (r, ns, name, bytes, stored_key) in crd_objects.into_iter().chain(objects) {
             let id = *ids.entry(r.clone()).or_insert_with(|| self.storage_id(&r));
@@ -525,11 +459,7 @@ impl Store {
             let mut value: Value = match serde_json::from_slice(&bytes) {
                 Ok(v) => v,
                 Err(e) => {
-                    unreadable.push((
-                        stored_key,
-                        bytes,
-                        corrupt(format!("{r}/{ns}/{name}"), e.to_string()),
-                    ));
+                    unreadable.push((stored_key, bytes, corrupt(format!("{r}/{ns}/{name}"), e.to_string())));
                     continue;
                 }
             };
@@ -539,17 +469,11 @@ impl Store {
             {
                 *m = Value::String(m.to_string());
             }
-            let rv = get_str(&value, "/metadata/resourceVersion")
-                .parse::<u64>()
-                .unwrap_or(0);
+            let rv = get_str(&value, "/metadata/resourceVersion").parse::<u64>().unwrap_or(0);
             let obj = match Obj::new(value, rv) {
                 Ok(o) => o,
                 Err(e) => {
-                    unreadable.push((
-                        stored_key,
-                        bytes,
-                        corrupt(format!("{r}/{ns}/{name}"), e.to_string()),
-                    ));
+                    unreadable.push((stored_key, bytes, corrupt(format!("{r}/{ns}/{name}"), e.to_string())));
                     continue;
                 }
             };
@@ -561,11 +485,7 @@ impl Store {
             } else if id == res::NAMESPACES && is_deleting(&obj.value) {
                 inner.terminating_ns.insert(name.clone());
             }
-            let stored = if kept_lean(id) {
-                obj.lean(lean_fields(id, &self.info(id)))
-            } else {
-                obj
-            };
+            let stored = if kept_lean(id) { obj.lean(lean_fields(id, &self.info(id))) } else { obj };
             inner.kinds[id].objects.insert((ns, name), stored);
         }
         let now = chrono::Utc::now();
@@ -588,11 +508,7 @@ impl Store {
     /// The id whose store holds the objects of resource `plural.group`.
     fn storage_id(&self, qualified_name: &str) -> Option<usize> {
         let reg = self.registry();
-        reg.all()
-            .iter()
-            .enumerate()
-            .map(|(i, _)| i)
-            .find(|i| reg.storage(*i) == *i && qualified(&self.info(*i)) == qualified_name)
+        reg.all().iter().enumerate().map(|(i, _)| i).find(|i| reg.storage(*i) == *i && qualified(&self.info(*i)) == qualified_name)
     }
 
     /// Queue a committed change of resource `r` (its storage id) for the
@@ -601,38 +517,25 @@ impl Store {
     pub(super) fn persist_change(&self, r: usize, deleted: bool, obj: &Obj) {
         let Some(p) = &self.persist else { return };
         let key = object_key(&qualified(&self.info(r)), obj.namespace(), obj.name());
-        p.push(if deleted {
-            Op::Delete { key }
-        } else {
-            Op::Put {
-                key,
-                bytes: obj.bytes.clone(),
-            }
-        });
+        p.push(if deleted { Op::Delete { key } } else { Op::Put { key, bytes: obj.bytes.clone() } });
     }
 
     /// Queue an issued token for the data directory, if there is one.
     pub(super) fn persist_token(&self, token: &str, t: &IssuedToken) {
         let Some(p) = &self.persist else { return };
-        p.push(Op::Token {
-            token: token.to_string(),
-            json: t.to_json(),
-        });
+        p.push(Op::Token { token: token.to_string(), json: t.to_json() });
     }
 
     /// Make resourceVersion `rv` available: with a data directory, a
     /// resourceVersion above the persisted ceiling is handed out only
     /// once a higher ceiling is committed.
     pub(super) fn reserve_rv(&self, inner: &mut Inner, rv: u64) -> super::Result<()> {
-        let Some(p) = &self.persist else {
-            return Ok(());
-        };
+        let Some(p) = &self.persist else { return Ok(()) };
         if rv <= inner.ceiling {
             return Ok(());
         }
         let ceiling = rv + RESERVE;
-        p.reserve(ceiling)
-            .map_err(|e| super::Error::Internal(e.to_string()))?;
+        p.reserve(ceiling).map_err(|e| super::Error::Internal(e.to_string()))?;
         inner.ceiling = ceiling;
         Ok(())
     }
@@ -676,42 +579,21 @@ impl Store {
     pub fn resume_kubelets(&self) {
         let pods: Vec<_> = {
             let inner = self.lock();
-            inner.kinds[PODS]
-                .objects
-                .values()
-                .map(|o| o.full())
-                .collect()
+            inner.kinds[PODS].objects.values().map(|o| o.full()).collect()
         };
         let now = chrono::Utc::now();
         for p in pods {
             let v = &p.value;
-            let (ns, name, uid) = (
-                p.namespace().to_string(),
-                p.name().to_string(),
-                p.uid().to_string(),
-            );
+            let (ns, name, uid) = (p.namespace().to_string(), p.name().to_string(), p.uid().to_string());
             if is_deleting(v) {
                 let deadline = v
                     .at("/metadata/deletionTimestamp")
                     .and_then(Value::as_str)
                     .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                    .map_or(0, |t| {
-                        (t.with_timezone(&chrono::Utc) - now)
-                            .num_milliseconds()
-                            .max(0)
-                            .unsigned_abs()
-                    });
-                let deadline =
-                    std::time::Instant::now() + std::time::Duration::from_millis(deadline);
-                self.notify(KubeletMsg::Terminate {
-                    ns,
-                    name,
-                    uid,
-                    deadline,
-                });
-            } else if !get_str(v, "/spec/nodeName").is_empty()
-                && get_str(v, "/status/phase") == "Pending"
-            {
+                    .map_or(0, |t| (t.with_timezone(&chrono::Utc) - now).num_milliseconds().max(0).unsigned_abs());
+                let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline);
+                self.notify(KubeletMsg::Terminate { ns, name, uid, deadline });
+            } else if !get_str(v, "/spec/nodeName").is_empty() && get_str(v, "/status/phase") == "Pending" {
                 self.notify(KubeletMsg::Bound { ns, name, uid });
             }
         }
@@ -740,36 +622,21 @@ mod tests {
         let (store, _) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
         let cms = res::lookup("", "v1", "configmaps").unwrap_or_else(|| panic!("configmaps"));
         let cm = |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "default"}});
-        store
-            .create(
-                res::NAMESPACES,
-                "",
-                json!({"metadata": {"name": "default"}}),
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
-        store
-            .create(cms, "default", cm("before"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(res::NAMESPACES, "", json!({"metadata": {"name": "default"}})).unwrap_or_else(|e| panic!("{e}"));
+        store.create(cms, "default", cm("before")).unwrap_or_else(|e| panic!("{e}"));
         store.synced().await.unwrap_or_else(|e| panic!("{e}"));
         store.halt_persistence();
         // Nothing is pending, and what was acknowledged stays so.
         assert!(store.synced().await.is_ok());
-        store
-            .create(cms, "default", cm("after"))
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            matches!(store.synced().await, Err(Error::Stopped(_))),
-            "a change made after the halt was acknowledged"
-        );
+        store.create(cms, "default", cm("after")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(store.synced().await, Err(Error::Stopped(_))), "a change made after the halt was acknowledged");
         drop(store);
         let (store, _) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
         assert!(store.exists(cms, "default", "before"));
         assert!(!store.exists(cms, "default", "after"));
         // The same after a graceful close.
         store.close_persistence();
-        store
-            .create(cms, "default", cm("closed"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(cms, "default", cm("closed")).unwrap_or_else(|e| panic!("{e}"));
         assert!(store.synced().await.is_err());
         drop(store);
         let _ = std::fs::remove_dir_all(&d);
@@ -783,49 +650,22 @@ mod tests {
         let (store, _) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
         let cms = res::lookup("", "v1", "configmaps").unwrap_or_else(|| panic!("configmaps"));
         let cm = |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "default"}, "data": {"a": n}});
-        store
-            .create(
-                res::NAMESPACES,
-                "",
-                json!({"metadata": {"name": "default"}}),
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
-        store
-            .create(cms, "default", cm("good"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(res::NAMESPACES, "", json!({"metadata": {"name": "default"}})).unwrap_or_else(|e| panic!("{e}"));
+        store.create(cms, "default", cm("good")).unwrap_or_else(|e| panic!("{e}"));
         store.synced().await.unwrap_or_else(|e| panic!("{e}"));
         let resource = qualified(&store.info(cms));
         drop(store);
         // One object that does not read back (nested past serde_json's
         // limit, as an older berth could store through a JSON patch).
         let key = object_key(&resource, "default", "bad");
-        let deep = format!(
-            "{{\"metadata\":{{\"name\":\"bad\"}},\"data\":{}{}}}",
-            "[".repeat(200),
-            "]".repeat(200)
-        );
-        write_ops(
-            &Database::create(d.join(FILE)).unwrap_or_else(|e| panic!("{e}")),
-            vec![Op::Put {
-                key: key.clone(),
-                bytes: Bytes::from(deep),
-            }],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let deep = format!("{{\"metadata\":{{\"name\":\"bad\"}},\"data\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        write_ops(&Database::create(d.join(FILE)).unwrap_or_else(|e| panic!("{e}")), vec![Op::Put { key: key.clone(), bytes: Bytes::from(deep) }]).unwrap_or_else(|e| panic!("{e}"));
 
-        let (store, existing) = Store::open(StoreConfig::default(), &d)
-            .unwrap_or_else(|e| panic!("one unreadable object stopped the start: {e}"));
+        let (store, existing) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("one unreadable object stopped the start: {e}"));
         assert!(existing);
-        let named: Vec<String> = store
-            .quarantined()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let named: Vec<String> = store.quarantined().iter().map(ToString::to_string).collect();
         assert_eq!(named.len(), 1, "{named:?}");
-        assert!(
-            named[0].contains("object configmaps/default/bad: recursion limit exceeded"),
-            "{named:?}"
-        );
+        assert!(named[0].contains("object configmaps/default/bad: recursion limit exceeded"), "{named:?}");
         assert!(store.exists(cms, "default", "good"), "the rest is served");
         assert!(!store.exists(cms, "default", "bad"));
         drop(store);
@@ -834,20 +674,9 @@ mod tests {
             let db = Database::create(d.join(FILE)).unwrap_or_else(|e| panic!("{e}"));
             let tx = db.begin_read().unwrap_or_else(|e| panic!("{e}"));
             let aside = tx.open_table(QUARANTINE).unwrap_or_else(|e| panic!("{e}"));
-            assert!(
-                aside
-                    .get(key.as_slice())
-                    .unwrap_or_else(|e| panic!("{e}"))
-                    .is_some(),
-                "the bytes are kept in the quarantine table"
-            );
+            assert!(aside.get(key.as_slice()).unwrap_or_else(|e| panic!("{e}")).is_some(), "the bytes are kept in the quarantine table");
             let objects = tx.open_table(OBJECTS).unwrap_or_else(|e| panic!("{e}"));
-            assert!(
-                objects
-                    .get(key.as_slice())
-                    .unwrap_or_else(|e| panic!("{e}"))
-                    .is_none()
-            );
+            assert!(objects.get(key.as_slice()).unwrap_or_else(|e| panic!("{e}")).is_none());
         }
         let (store, _) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
         assert!(store.quarantined().is_empty());
@@ -858,58 +687,31 @@ mod tests {
     #[tokio::test]
     async fn a_store_reads_back_what_it_wrote() {
         let d = dir("roundtrip");
-        let (store, existing) =
-            Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
+        let (store, existing) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
         assert!(!existing);
         let cms = res::lookup("", "v1", "configmaps").unwrap_or_else(|| panic!("configmaps"));
         let cm = |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "default"}, "data": {"a": n}});
-        store
-            .create(
-                res::NAMESPACES,
-                "",
-                json!({"metadata": {"name": "default"}}),
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
-        let kept = store
-            .create(cms, "default", cm("kept"))
-            .unwrap_or_else(|e| panic!("{e}"));
-        store
-            .create(cms, "default", cm("gone"))
-            .unwrap_or_else(|e| panic!("{e}"));
-        store
-            .delete(cms, "default", "gone", &super::super::DeleteOpts::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(res::NAMESPACES, "", json!({"metadata": {"name": "default"}})).unwrap_or_else(|e| panic!("{e}"));
+        let kept = store.create(cms, "default", cm("kept")).unwrap_or_else(|e| panic!("{e}"));
+        store.create(cms, "default", cm("gone")).unwrap_or_else(|e| panic!("{e}"));
+        store.delete(cms, "default", "gone", &super::super::DeleteOpts::default()).unwrap_or_else(|e| panic!("{e}"));
         let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot", "namespace": "default"}});
-        store
-            .create(res::SERVICE_ACCOUNTS, "default", sa)
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(res::SERVICE_ACCOUNTS, "default", sa).unwrap_or_else(|e| panic!("{e}"));
         let issued = store.request_token("default", "robot", json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).unwrap_or_else(|e| panic!("{e}"));
-        let token = issued["status"]["token"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let token = issued["status"]["token"].as_str().unwrap_or_default().to_string();
         store.synced().await.unwrap_or_else(|e| panic!("{e}"));
         let last = store.current_rv();
         drop(store);
-        let (store, existing) =
-            Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
+        let (store, existing) = Store::open(StoreConfig::default(), &d).unwrap_or_else(|e| panic!("{e}"));
         assert!(existing);
-        let back = store
-            .get(cms, "default", "kept")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let back = store.get(cms, "default", "kept").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back.value, kept.value);
         assert_eq!(back.bytes, kept.bytes);
         assert!(!store.exists(cms, "default", "gone"));
         // The issued token still authenticates its account.
-        assert_eq!(
-            store.review_token(&token).map(|u| u.username),
-            Some("system:serviceaccount:default:robot".to_string())
-        );
+        assert_eq!(store.review_token(&token).map(|u| u.username), Some("system:serviceaccount:default:robot".to_string()));
         assert!(store.current_rv() > last);
-        assert!(matches!(
-            store.watch(cms, super::super::WatchStart::After(last)),
-            Err(super::super::Error::Gone(_))
-        ));
+        assert!(matches!(store.watch(cms, super::super::WatchStart::After(last)), Err(super::super::Error::Gone(_))));
         // A second open of the same directory is refused while it is open.
         assert!(Store::open(StoreConfig::default(), &d).is_err());
         drop(store);

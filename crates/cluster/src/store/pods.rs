@@ -16,10 +16,7 @@ use crate::selector::LabelSelector;
 use super::delete::DeleteOpts;
 use super::obj::Obj;
 use super::watch::EventType;
-use super::{
-    Error, Inner, KubeletMsg, Result, Store, get_str, has_finalizers, is_deleting, meta_mut,
-    meta_str, not_found,
-};
+use super::{Error, Inner, KubeletMsg, Result, Store, get_str, has_finalizers, is_deleting, meta_mut, meta_str, not_found};
 
 /// The whole values of the last [`RECENT_PODS`] pod versions written, by
 /// resourceVersion. A pod is stored lean, so a write to it parses its
@@ -64,11 +61,7 @@ impl RecentPods {
 
 /// What of a pod can move a disruption budget: its labels, health and phase.
 pub(super) fn pdb_facts(p: &Value) -> (Option<&Value>, bool, &str) {
-    (
-        p.at("/metadata/labels"),
-        res::pod_healthy(p),
-        get_str(p, "/status/phase"),
-    )
+    (p.at("/metadata/labels"), res::pod_healthy(p), get_str(p, "/status/phase"))
 }
 
 impl Store {
@@ -85,8 +78,7 @@ impl Store {
         }
         let ns = meta_str(new, "namespace").to_string();
         // Only changes that can move a disruption budget trigger a resync.
-        if inner.pdbs_per_ns.contains_key(&ns) && old.is_none_or(|o| pdb_facts(o) != pdb_facts(new))
-        {
+        if inner.pdbs_per_ns.contains_key(&ns) && old.is_none_or(|o| pdb_facts(o) != pdb_facts(new)) {
             self.sync_pdbs(inner, &ns, None);
         }
     }
@@ -102,10 +94,7 @@ impl Store {
         if pdbs.is_empty() {
             return;
         }
-        let pods: Vec<Arc<Obj>> = inner.kinds[PODS]
-            .range_ns(Some(ns))
-            .map(|(_, o)| o.full())
-            .collect();
+        let pods: Vec<Arc<Obj>> = inner.kinds[PODS].range_ns(Some(ns)).map(|(_, o)| o.full()).collect();
         let pod_vals: Vec<&Value> = pods.iter().map(|p| &p.value).collect();
         for pdb in pdbs {
             let status = res::pdb_status(&pdb.value, &pod_vals, &now);
@@ -124,22 +113,10 @@ impl Store {
     /// the pod (deletionTimestamp) and leaves its removal to the kubelet;
     /// 0 removes it at once unless finalizers hold it. A second delete may
     /// only shorten the grace period.
-    pub(super) fn delete_pod_locked(
-        &self,
-        inner: &mut Inner,
-        old: Arc<Obj>,
-        grace: Option<i64>,
-    ) -> Result<Arc<Obj>> {
+    pub(super) fn delete_pod_locked(&self, inner: &mut Inner, old: Arc<Obj>, grace: Option<i64>) -> Result<Arc<Obj>> {
         let v = &old.value;
-        let mut period = grace
-            .or_else(|| {
-                v.at("/spec/terminationGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-            })
-            .unwrap_or(0);
-        if get_str(v, "/spec/nodeName").is_empty()
-            || matches!(get_str(v, "/status/phase"), "Succeeded" | "Failed")
-        {
+        let mut period = grace.or_else(|| v.at("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64)).unwrap_or(0);
+        if get_str(v, "/spec/nodeName").is_empty() || matches!(get_str(v, "/status/phase"), "Succeeded" | "Failed") {
             period = 0;
         }
         if period < 0 {
@@ -148,10 +125,7 @@ impl Store {
         let now = chrono::Utc::now();
         let mut deadline_ts = now + chrono::Duration::seconds(period);
         if is_deleting(v) {
-            let existing = v
-                .at("/metadata/deletionGracePeriodSeconds")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
+            let existing = v.at("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
             if period >= existing {
                 return Ok(old);
             }
@@ -161,8 +135,7 @@ impl Store {
                 .and_then(Value::as_str)
                 .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             {
-                deadline_ts = ts.with_timezone(&chrono::Utc) - chrono::Duration::seconds(existing)
-                    + chrono::Duration::seconds(period);
+                deadline_ts = ts.with_timezone(&chrono::Utc) - chrono::Duration::seconds(existing) + chrono::Duration::seconds(period);
             }
         }
         if period == 0 && !has_finalizers(PODS, v) {
@@ -170,10 +143,7 @@ impl Store {
         }
         let mut nv = old.value.clone();
         let meta = meta_mut(&mut nv)?;
-        meta.insert(
-            "deletionTimestamp".into(),
-            json!(deadline_ts.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-        );
+        meta.insert("deletionTimestamp".into(), json!(deadline_ts.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)));
         meta.insert("deletionGracePeriodSeconds".into(), json!(period));
         let obj = self.commit(inner, PODS, EventType::Modified, nv, Some(old.clone()))?;
         if period > 0 {
@@ -193,68 +163,38 @@ impl Store {
     pub fn bind(&self, ns: &str, name: &str, body: Value) -> Result<()> {
         let mut b = body;
         res::check_type(&mut b, "v1", "Binding").map_err(|e| Error::BadRequest(e.to_string()))?;
-        let b: k8s_openapi::api::core::v1::Binding = serde_json::from_value(b)
-            .map_err(|e| Error::BadRequest(format!("invalid Binding: {e}")))?;
+        let b: k8s_openapi::api::core::v1::Binding =
+            serde_json::from_value(b).map_err(|e| Error::BadRequest(format!("invalid Binding: {e}")))?;
         let target = b.target.name.clone().unwrap_or_default();
         if target.is_empty() {
-            return Err(Error::Invalid {
-                kind: "Binding".into(),
-                name: name.into(),
-                message: "target.name: Required value".into(),
-            });
+            return Err(Error::Invalid { kind: "Binding".into(), name: name.into(), message: "target.name: Required value".into() });
         }
         if let Some(bn) = b.metadata.name.as_deref()
-            && !bn.is_empty()
-            && bn != name
-        {
-            return Err(Error::BadRequest(
-                "the name of the binding does not match the pod name on the URL".into(),
-            ));
-        }
+            && !bn.is_empty() && bn != name {
+                return Err(Error::BadRequest("the name of the binding does not match the pod name on the URL".into()));
+            }
         if let Some(bns) = b.metadata.namespace.as_deref()
-            && !bns.is_empty()
-            && bns != ns
-        {
-            return Err(Error::BadRequest(
+            && !bns.is_empty() && bns != ns {
+                return Err(Error::BadRequest(
                     "the namespace of the provided object does not match the namespace sent on the request".into(),
                 ));
-        }
+            }
         let mut inner = self.lock();
         let key = (ns.to_string(), name.to_string());
-        let stored = inner.kinds[PODS]
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
+        let stored = inner.kinds[PODS].objects.get(&key).cloned().ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
         let old = inner.recent_pods.take_full(&stored);
         let res_name = "pods/binding";
-        let bconflict = |m: String| Error::Conflict {
-            resource: res_name.into(),
-            name: name.to_string(),
-            message: m,
-        };
+        let bconflict = |m: String| Error::Conflict { resource: res_name.into(), name: name.to_string(), message: m };
         if let Some(uid) = b.metadata.uid.as_deref()
-            && uid != old.uid()
-        {
-            return Err(bconflict(format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                old.uid()
-            )));
-        }
-        if old
-            .value
-            .at("/metadata/deletionTimestamp")
-            .is_some_and(|d| !d.is_null())
-        {
-            return Err(bconflict(format!(
-                "pod {name} is being deleted, cannot be assigned to a host"
-            )));
+            && uid != old.uid() {
+                return Err(bconflict(format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", old.uid())));
+            }
+        if old.value.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
+            return Err(bconflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
         }
         let current = get_str(&old.value, "/spec/nodeName");
         if !current.is_empty() {
-            return Err(bconflict(format!(
-                "pod {name} is already assigned to node \"{current}\""
-            )));
+            return Err(bconflict(format!("pod {name} is already assigned to node \"{current}\"")));
         }
         // The old value, read back from the stored bytes, is this write's
         // own copy: it is changed in place rather than copied. What the
@@ -275,17 +215,10 @@ impl Store {
                 set_path(&mut v, &["metadata", "annotations", k.as_str()], json!(val));
             }
         }
-        set_condition(
-            &mut v,
-            json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()}),
-        );
+        set_condition(&mut v, json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()}));
         let obj = self.commit(&mut inner, PODS, EventType::Modified, v, Some(stored))?;
         // As `after_pod_write` with the old version: it was not bound.
-        self.notify(KubeletMsg::Bound {
-            ns: ns.to_string(),
-            name: name.to_string(),
-            uid: obj.uid().to_string(),
-        });
+        self.notify(KubeletMsg::Bound { ns: ns.to_string(), name: name.to_string(), uid: obj.uid().to_string() });
         if before.is_some_and(|b| b != facts(&obj.value)) {
             self.sync_pdbs(&mut inner, ns, None);
         }
@@ -295,18 +228,13 @@ impl Store {
     /// POST pods/eviction: check PDBs, then delete gracefully.
     pub fn evict(&self, ns: &str, name: &str, body: Value) -> Result<()> {
         let mut b = body;
-        res::check_type(&mut b, "policy/v1", "Eviction")
-            .map_err(|e| Error::BadRequest(e.to_string()))?;
-        let ev: k8s_openapi::api::policy::v1::Eviction = serde_json::from_value(b)
-            .map_err(|e| Error::BadRequest(format!("invalid Eviction: {e}")))?;
+        res::check_type(&mut b, "policy/v1", "Eviction").map_err(|e| Error::BadRequest(e.to_string()))?;
+        let ev: k8s_openapi::api::policy::v1::Eviction =
+            serde_json::from_value(b).map_err(|e| Error::BadRequest(format!("invalid Eviction: {e}")))?;
         if let Some(en) = ev.metadata.name.as_deref()
-            && !en.is_empty()
-            && en != name
-        {
-            return Err(Error::BadRequest(
-                "name in URL does not match name in Eviction object".into(),
-            ));
-        }
+            && !en.is_empty() && en != name {
+                return Err(Error::BadRequest("name in URL does not match name in Eviction object".into()));
+            }
         let mut opts = DeleteOpts::default();
         if let Some(d) = &ev.delete_options {
             opts.grace = d.grace_period_seconds;
@@ -317,16 +245,9 @@ impl Store {
         }
         {
             let mut inner = self.lock();
-            let pod = inner.kinds[PODS]
-                .objects
-                .get(&(ns.to_string(), name.to_string()))
-                .map(Obj::full)
-                .ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
+            let pod = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full).ok_or_else(|| not_found(&RESOURCES[PODS], name))?;
             let terminal = matches!(get_str(&pod.value, "/status/phase"), "Succeeded" | "Failed");
-            let deleting = pod
-                .value
-                .at("/metadata/deletionTimestamp")
-                .is_some_and(|d| !d.is_null());
+            let deleting = pod.value.at("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null());
             if !terminal && !deleting {
                 self.sync_pdbs(&mut inner, ns, None);
                 let labels = pod.value.at("/metadata/labels");
@@ -346,12 +267,7 @@ impl Store {
                     ));
                 }
                 if let Some(pdb) = matching.first() {
-                    let st = |f: &str| {
-                        pdb.value
-                            .at(&format!("/status/{f}"))
-                            .and_then(Value::as_i64)
-                            .unwrap_or(0)
-                    };
+                    let st = |f: &str| pdb.value.at(&format!("/status/{f}")).and_then(Value::as_i64).unwrap_or(0);
                     let allowed = if res::pod_healthy(&pod.value) {
                         st("disruptionsAllowed") > 0
                     } else {
@@ -359,9 +275,7 @@ impl Store {
                     };
                     if !allowed {
                         return Err(Error::TooManyRequests {
-                            message:
-                                "Cannot evict pod as it would violate the pod's disruption budget."
-                                    .into(),
+                            message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
                             causes: Some(json!([{
                                 "reason": "DisruptionBudget",
                                 "message": format!("The disruption budget {} needs {} healthy pods and has {} currently",
@@ -377,34 +291,16 @@ impl Store {
 
     /// Modify a pod under the lock if it still has `uid`; `f` returns the
     /// new value or None to leave it. Used by the kubelets.
-    pub fn modify_pod(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: &str,
-        f: impl FnOnce(&Value) -> Option<Value>,
-    ) -> Result<Option<Arc<Obj>>> {
+    pub fn modify_pod(&self, ns: &str, name: &str, uid: &str, f: impl FnOnce(&Value) -> Option<Value>) -> Result<Option<Arc<Obj>>> {
         let mut inner = self.lock();
-        let Some(old) = inner.kinds[PODS]
-            .objects
-            .get(&(ns.to_string(), name.to_string()))
-            .map(Obj::full)
-        else {
+        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full) else {
             return Ok(None);
         };
         if old.uid() != uid {
             return Ok(None);
         }
-        let Some(new) = f(&old.value) else {
-            return Ok(None);
-        };
-        let obj = self.commit(
-            &mut inner,
-            PODS,
-            EventType::Modified,
-            new,
-            Some(old.clone()),
-        )?;
+        let Some(new) = f(&old.value) else { return Ok(None) };
+        let obj = self.commit(&mut inner, PODS, EventType::Modified, new, Some(old.clone()))?;
         self.after_pod_write(&mut inner, Some(&old.value), &obj.value);
         Ok(Some(obj))
     }
@@ -415,11 +311,7 @@ impl Store {
     /// removed. Returns whether it is gone.
     pub fn finish_pod(&self, ns: &str, name: &str, uid: &str) -> Result<bool> {
         let mut inner = self.lock();
-        let Some(old) = inner.kinds[PODS]
-            .objects
-            .get(&(ns.to_string(), name.to_string()))
-            .map(Obj::full)
-        else {
+        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full) else {
             return Ok(false);
         };
         if old.uid() != uid {
@@ -430,11 +322,7 @@ impl Store {
             return Ok(true);
         }
         let mut v = old.value.clone();
-        set_path(
-            &mut v,
-            &["metadata", "deletionGracePeriodSeconds"],
-            json!(0),
-        );
+        set_path(&mut v, &["metadata", "deletionGracePeriodSeconds"], json!(0));
         if !matches!(get_str(&v, "/status/phase"), "Succeeded" | "Failed") {
             set_path(&mut v, &["status", "phase"], json!("Succeeded"));
         }
@@ -449,30 +337,18 @@ impl Store {
     /// with no grace period. Returns whether it was collected.
     pub fn gc_orphan_pod(&self, ns: &str, name: &str, uid: &str) -> Result<bool> {
         let mut inner = self.lock();
-        let Some(mut pod) = inner.kinds[PODS]
-            .objects
-            .get(&(ns.to_string(), name.to_string()))
-            .map(Obj::full)
-        else {
+        let Some(mut pod) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full) else {
             return Ok(false);
         };
         let node = get_str(&pod.value, "/spec/nodeName").to_string();
-        if pod.uid() != uid
-            || node.is_empty()
-            || inner.kinds[res::NODES]
-                .objects
-                .contains_key(&(String::new(), node))
-        {
+        if pod.uid() != uid || node.is_empty() || inner.kinds[res::NODES].objects.contains_key(&(String::new(), node)) {
             return Ok(false);
         }
         if !matches!(get_str(&pod.value, "/status/phase"), "Succeeded" | "Failed") {
             let mut v = pod.value.clone();
             set_path(&mut v, &["status", "phase"], json!("Failed"));
-            set_condition(
-                &mut v,
-                json!({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
-                "message": "PodGC: node no longer exists", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()}),
-            );
+            set_condition(&mut v, json!({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+                "message": "PodGC: node no longer exists", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()}));
             let obj = self.commit(&mut inner, PODS, EventType::Modified, v, Some(pod.clone()))?;
             self.after_pod_write(&mut inner, Some(&pod.value), &obj.value);
             pod = obj;
@@ -484,23 +360,13 @@ impl Store {
     /// Remove a terminating pod now if it still has `uid`.
     pub fn remove_pod(&self, ns: &str, name: &str, uid: &str) -> Result<bool> {
         let mut inner = self.lock();
-        let Some(old) = inner.kinds[PODS]
-            .objects
-            .get(&(ns.to_string(), name.to_string()))
-            .map(Obj::full)
-        else {
+        let Some(old) = inner.kinds[PODS].objects.get(&(ns.to_string(), name.to_string())).map(Obj::full) else {
             return Ok(false);
         };
         if old.uid() != uid {
             return Ok(false);
         }
-        self.commit(
-            &mut inner,
-            PODS,
-            EventType::Deleted,
-            old.value.clone(),
-            None,
-        )?;
+        self.commit(&mut inner, PODS, EventType::Deleted, old.value.clone(), None)?;
         if inner.pdbs_per_ns.contains_key(ns) {
             self.sync_pdbs(&mut inner, ns, None);
         }
@@ -522,46 +388,29 @@ mod tests {
     fn pods_and_events_are_kept_lean_and_read_whole() {
         let store = Store::new(StoreConfig::default());
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}});
-        store
-            .create(res::NAMESPACES, "", ns)
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(res::NAMESPACES, "", ns).unwrap_or_else(|e| panic!("{e}"));
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "a"},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u-1", "controller": true}]},
             "spec": {"containers": [{"name": "c", "image": "i"}]}});
         let ctx = WriteCtx::new("tester", "v1");
-        let created = store
-            .create_with(PODS, "ns", pod, &ctx)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let created = store.create_with(PODS, "ns", pod, &ctx).unwrap_or_else(|e| panic!("{e}"));
         assert!(!created.is_lean(), "the writer gets the whole object");
         let rx_from = created.rv;
         let mut rx = store.subscribe(PODS);
         {
             let inner = store.lock();
-            let stored = inner.kinds[PODS]
-                .objects
-                .get(&("ns".to_string(), "p".to_string()))
-                .cloned();
-            assert!(
-                stored
-                    .is_some_and(|o| o.is_lean() && o.value.is_null() && o.bytes == created.bytes)
-            );
+            let stored = inner.kinds[PODS].objects.get(&("ns".to_string(), "p".to_string())).cloned();
+            assert!(stored.is_some_and(|o| o.is_lean() && o.value.is_null() && o.bytes == created.bytes));
         }
         let got = store.get(PODS, "ns", "p").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(got.value, created.value);
-        assert!(
-            got.value
-                .at("/metadata/managedFields")
-                .is_some_and(Value::is_string)
-        );
+        assert!(got.value.at("/metadata/managedFields").is_some_and(Value::is_string));
         store.bind("ns", "p", json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"name": "n1"}}))
             .unwrap_or_else(|e| panic!("{e}"));
         let bound = store.get(PODS, "ns", "p").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(bound.value["spec"]["nodeName"], "n1");
         assert_eq!(bound.value["metadata"]["labels"], json!({"app": "a"}));
-        assert_eq!(
-            bound.value["metadata"]["managedFields"],
-            created.value["metadata"]["managedFields"]
-        );
+        assert_eq!(bound.value["metadata"]["managedFields"], created.value["metadata"]["managedFields"]);
         // The live event is lean, and selectors read it as the bound pod.
         let ev = rx.try_recv().unwrap_or_else(|e| panic!("{e}"));
         assert!(ev.obj.is_lean() && ev.rv > rx_from);
@@ -570,94 +419,42 @@ mod tests {
         let filter = |labels: &str, fields: &str| Filter {
             namespace: Some("ns".into()),
             labels: LabelSelector::parse(labels).unwrap_or_else(|e| panic!("{e}")),
-            fields: crate::selector::FieldSelector::parse(fields, RESOURCES[PODS].fields)
-                .unwrap_or_else(|e| panic!("{e}")),
+            fields: crate::selector::FieldSelector::parse(fields, RESOURCES[PODS].fields).unwrap_or_else(|e| panic!("{e}")),
         };
         assert!(ev.obj.matches(&filter("app=a", "spec.nodeName=n1")));
         assert!(!ev.obj.matches(&filter("app=a", "spec.nodeName=n2")));
-        assert!(
-            ev.old
-                .as_ref()
-                .is_some_and(|o| o.matches(&filter("", "spec.nodeName=")))
-        );
-        let listed = store
-            .list(PODS, &filter("app=a", "spec.nodeName=n1"), None, None)
-            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(ev.old.as_ref().is_some_and(|o| o.matches(&filter("", "spec.nodeName="))));
+        let listed = store.list(PODS, &filter("app=a", "spec.nodeName=n1"), None, None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(listed.items.len(), 1);
         assert_eq!(listed.items[0].value, bound.value);
-        assert!(
-            store
-                .list(PODS, &filter("app=b", ""), None, None)
-                .is_ok_and(|l| l.items.is_empty())
-        );
+        assert!(store.list(PODS, &filter("app=b", ""), None, None).is_ok_and(|l| l.items.is_empty()));
         // For a reader of the bytes, the items as stored.
-        let raw = store
-            .list_bytes(PODS, &filter("app=a", ""), None, None)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            raw.items.len() == 1 && raw.items[0].is_lean() && raw.items[0].bytes == bound.bytes
-        );
+        let raw = store.list_bytes(PODS, &filter("app=a", ""), None, None).unwrap_or_else(|e| panic!("{e}"));
+        assert!(raw.items.len() == 1 && raw.items[0].is_lean() && raw.items[0].bytes == bound.bytes);
         // An events.k8s.io Event: lean, whole when read, and selectors read
         // the fields of both views (`source` falls back to the reporting
         // controller).
         let ev = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "p.1"}, "eventTime": "2026-01-01T00:00:00.000000Z",
             "regarding": {"kind": "Pod", "namespace": "ns", "name": "p", "uid": "u-p"}, "reason": "Scheduled", "type": "Normal", "action": "Binding",
             "reportingController": "berth", "reportingInstance": "berth-1", "note": "bound"});
-        let created = store
-            .create(res::EVENTS_V1, "ns", ev)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let created = store.create(res::EVENTS_V1, "ns", ev).unwrap_or_else(|e| panic!("{e}"));
         {
             let inner = store.lock();
-            let stored = inner.kinds[res::EVENTS_V1]
-                .objects
-                .get(&("ns".to_string(), "p.1".to_string()))
-                .cloned();
+            let stored = inner.kinds[res::EVENTS_V1].objects.get(&("ns".to_string(), "p.1".to_string())).cloned();
             assert!(stored.is_some_and(|o| o.is_lean() && o.bytes == created.bytes));
-            assert!(
-                inner.kinds[res::EVENTS].objects.is_empty(),
-                "core/v1 Events are a view, not a copy"
-            );
+            assert!(inner.kinds[res::EVENTS].objects.is_empty(), "core/v1 Events are a view, not a copy");
         }
-        let got = store
-            .get(res::EVENTS_V1, "ns", "p.1")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let got = store.get(res::EVENTS_V1, "ns", "p.1").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(got.value["regarding"]["name"], "p");
         let events = |fields: &str| {
-            let fields =
-                crate::selector::FieldSelector::parse(fields, crate::resources::EVENTS_SELECTABLE)
-                    .unwrap_or_else(|e| panic!("{e}"));
-            store
-                .list(
-                    res::EVENTS_V1,
-                    &Filter {
-                        namespace: None,
-                        labels: LabelSelector::default(),
-                        fields,
-                    },
-                    None,
-                    None,
-                )
-                .map(|l| l.items.len())
-                .unwrap_or(0)
+            let fields = crate::selector::FieldSelector::parse(fields, crate::resources::EVENTS_SELECTABLE).unwrap_or_else(|e| panic!("{e}"));
+            store.list(res::EVENTS_V1, &Filter { namespace: None, labels: LabelSelector::default(), fields }, None, None).map(|l| l.items.len()).unwrap_or(0)
         };
-        assert_eq!(
-            events("reason=Scheduled,regarding.uid=u-p,source=berth,reportingController=berth"),
-            1
-        );
+        assert_eq!(events("reason=Scheduled,regarding.uid=u-p,source=berth,reportingController=berth"), 1);
         assert_eq!(events("source=kubelet"), 0);
         assert_eq!(events("regarding.name!=p"), 0);
         // Deleting reads the whole pod (a graceful delete of a bound pod).
-        let gone = store
-            .delete(
-                PODS,
-                "ns",
-                "p",
-                &DeleteOpts {
-                    grace: Some(0),
-                    ..Default::default()
-                },
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
+        let gone = store.delete(PODS, "ns", "p", &DeleteOpts { grace: Some(0), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(gone.value["spec"]["nodeName"], "n1");
     }
 
@@ -668,52 +465,30 @@ mod tests {
     fn a_bind_from_the_recent_values_writes_what_a_bind_from_the_bytes_writes() {
         let store = Store::new(StoreConfig::default());
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}});
-        store
-            .create(res::NAMESPACES, "", ns)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let pod = |name: &str| {
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "a"}},
-            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m"}}}]}})
-        };
+        store.create(res::NAMESPACES, "", ns).unwrap_or_else(|e| panic!("{e}"));
+        let pod = |name: &str| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m"}}}]}});
         let binding = |name: &str| json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"name": "n1"}});
         // The first is forgotten by the time it is bound; the last is not.
         let n = RECENT_PODS + 1;
         for i in 0..n {
-            store
-                .create(PODS, "ns", pod(&format!("p{i}")))
-                .unwrap_or_else(|e| panic!("{e}"));
+            store.create(PODS, "ns", pod(&format!("p{i}"))).unwrap_or_else(|e| panic!("{e}"));
         }
         let last = format!("p{}", n - 1);
         assert_eq!(store.lock().recent_pods.by_rv.len(), RECENT_PODS);
         for name in ["p0", last.as_str()] {
-            store
-                .bind("ns", name, binding(name))
-                .unwrap_or_else(|e| panic!("{e}"));
+            store.bind("ns", name, binding(name)).unwrap_or_else(|e| panic!("{e}"));
         }
         // Taken by the bind that used it; the bound version is recent now.
-        let bound = |name: &str| {
-            store
-                .get(PODS, "ns", name)
-                .unwrap_or_else(|e| panic!("{e}"))
-        };
+        let bound = |name: &str| store.get(PODS, "ns", name).unwrap_or_else(|e| panic!("{e}"));
         let (first, second) = (bound("p0"), bound(&last));
-        assert_eq!(
-            store
-                .lock()
-                .recent_pods
-                .by_rv
-                .get(&second.rv)
-                .map(|o| o.value.clone()),
-            Some(second.value.clone())
-        );
+        assert_eq!(store.lock().recent_pods.by_rv.get(&second.rv).map(|o| o.value.clone()), Some(second.value.clone()));
         let strip = |o: &Obj| {
             let mut v = o.value.clone();
             for f in ["name", "uid", "resourceVersion", "creationTimestamp"] {
                 v["metadata"].as_object_mut().map(|m| m.remove(f));
             }
-            v["status"]["conditions"][0]
-                .as_object_mut()
-                .map(|c| c.remove("lastTransitionTime"));
+            v["status"]["conditions"][0].as_object_mut().map(|c| c.remove("lastTransitionTime"));
             v["metadata"]["managedFields"] = Value::Null;
             v
         };

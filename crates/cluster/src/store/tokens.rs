@@ -31,22 +31,9 @@ impl IssuedToken {
     pub(super) fn from_json(bytes: &[u8]) -> Option<IssuedToken> {
         let v: Value = serde_json::from_slice(bytes).ok()?;
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-        let audiences = v
-            .get("audiences")?
-            .as_array()?
-            .iter()
-            .filter_map(|a| a.as_str().map(str::to_string))
-            .collect();
-        let expires = chrono::DateTime::parse_from_rfc3339(&s("expires")?)
-            .ok()?
-            .with_timezone(&chrono::Utc);
-        Some(IssuedToken {
-            namespace: s("namespace")?,
-            name: s("name")?,
-            uid: s("uid")?,
-            audiences,
-            expires,
-        })
+        let audiences = v.get("audiences")?.as_array()?.iter().filter_map(|a| a.as_str().map(str::to_string)).collect();
+        let expires = chrono::DateTime::parse_from_rfc3339(&s("expires")?).ok()?.with_timezone(&chrono::Utc);
+        Some(IssuedToken { namespace: s("namespace")?, name: s("name")?, uid: s("uid")?, audiences, expires })
     }
 }
 
@@ -69,10 +56,9 @@ impl Store {
     /// 600; `spec.audiences`). Returns the TokenRequest with its status.
     pub fn request_token(&self, ns: &str, name: &str, body: Value) -> Result<Value> {
         let mut b = body;
-        res::check_type(&mut b, "authentication.k8s.io/v1", "TokenRequest")
-            .map_err(|e| Error::BadRequest(e.to_string()))?;
-        let req: k8s_openapi::api::authentication::v1::TokenRequest = serde_json::from_value(b)
-            .map_err(|e| Error::BadRequest(format!("invalid TokenRequest: {e}")))?;
+        res::check_type(&mut b, "authentication.k8s.io/v1", "TokenRequest").map_err(|e| Error::BadRequest(e.to_string()))?;
+        let req: k8s_openapi::api::authentication::v1::TokenRequest =
+            serde_json::from_value(b).map_err(|e| Error::BadRequest(format!("invalid TokenRequest: {e}")))?;
         let sa = self.get(res::SERVICE_ACCOUNTS, ns, name)?;
         let req_spec = req.spec.unwrap_or_default();
         let seconds = req_spec.expiration_seconds.unwrap_or(3600);
@@ -80,24 +66,12 @@ impl Store {
             return Err(Error::Invalid {
                 kind: "TokenRequest.authentication.k8s.io".into(),
                 name: name.into(),
-                message: "spec.expirationSeconds: Invalid value: ".to_string()
-                    + &seconds.to_string()
-                    + ": may not specify a duration less than 10 minutes",
+                message: "spec.expirationSeconds: Invalid value: ".to_string() + &seconds.to_string() + ": may not specify a duration less than 10 minutes",
             });
         }
         let expires = chrono::Utc::now() + chrono::Duration::seconds(seconds);
-        let token = format!(
-            "berth-sa.{}{}",
-            new_uid().replace('-', ""),
-            new_uid().replace('-', "")
-        );
-        let issued = IssuedToken {
-            namespace: ns.into(),
-            name: name.into(),
-            uid: sa.uid().into(),
-            audiences: req_spec.audiences.clone().unwrap_or_default(),
-            expires,
-        };
+        let token = format!("berth-sa.{}{}", new_uid().replace('-', ""), new_uid().replace('-', ""));
+        let issued = IssuedToken { namespace: ns.into(), name: name.into(), uid: sa.uid().into(), audiences: req_spec.audiences.clone().unwrap_or_default(), expires };
         let mut tokens = match self.tokens.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -106,8 +80,7 @@ impl Store {
         tokens.retain(|_, t| t.expires > now);
         self.persist_token(&token, &issued);
         tokens.insert(token.clone(), issued);
-        let mut spec =
-            serde_json::to_value(&req_spec).map_err(|e| Error::Internal(e.to_string()))?;
+        let mut spec = serde_json::to_value(&req_spec).map_err(|e| Error::Internal(e.to_string()))?;
         set_path(&mut spec, &["expirationSeconds"], json!(seconds));
         Ok(json!({
             "kind": "TokenRequest",
@@ -131,20 +104,14 @@ impl Store {
         if t.expires <= chrono::Utc::now() {
             return None;
         }
-        let sa = self
-            .get(res::SERVICE_ACCOUNTS, &t.namespace, &t.name)
-            .ok()?;
+        let sa = self.get(res::SERVICE_ACCOUNTS, &t.namespace, &t.name).ok()?;
         if sa.uid() != t.uid || is_deleting(&sa.value) {
             return None;
         }
         Some(TokenUser {
             username: format!("system:serviceaccount:{}:{}", t.namespace, t.name),
             uid: t.uid,
-            groups: vec![
-                "system:serviceaccounts".into(),
-                format!("system:serviceaccounts:{}", t.namespace),
-                "system:authenticated".into(),
-            ],
+            groups: vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{}", t.namespace), "system:authenticated".into()],
             audiences: t.audiences,
         })
     }

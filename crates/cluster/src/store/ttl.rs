@@ -33,17 +33,11 @@ impl Store {
         let now = Instant::now();
         let expired: Vec<Key> = {
             let mut inner = self.lock();
-            let Inner {
-                kinds,
-                event_writes,
-                ..
-            } = &mut *inner;
+            let Inner { kinds, event_writes, .. } = &mut *inner;
             let Some(ks) = kinds.get(r) else { return 0 };
             ks.objects
                 .keys()
-                .filter(|k| {
-                    now.duration_since(*event_writes.entry((*k).clone()).or_insert(now)) >= ttl
-                })
+                .filter(|k| now.duration_since(*event_writes.entry((*k).clone()).or_insert(now)) >= ttl)
                 .cloned()
                 .collect()
         };
@@ -52,9 +46,7 @@ impl Store {
             match self.delete(r, &ns, &name, &DeleteOpts::default()) {
                 Ok(_) => n += 1,
                 Err(Error::NotFound { .. }) => {}
-                Err(e) => {
-                    tracing::warn!(namespace = %ns, name = %name, error = %e, "expiring an event failed")
-                }
+                Err(e) => tracing::warn!(namespace = %ns, name = %name, error = %e, "expiring an event failed"),
             }
         }
         n
@@ -71,21 +63,11 @@ mod tests {
     #[test]
     fn events_not_written_for_the_ttl_are_deleted() {
         let store = Store::new(StoreConfig::default());
-        store
-            .create(
-                res::NAMESPACES,
-                "",
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(res::NAMESPACES, "", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})).unwrap_or_else(|e| panic!("{e}"));
         let ev = |name: &str| json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": name}, "eventTime": "2026-01-01T00:00:00.000000Z", "reason": "R", "action": "A", "reportingController": "c", "reportingInstance": "i", "type": "Normal"});
-        store
-            .create(res::EVENTS_V1, "default", ev("old"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(res::EVENTS_V1, "default", ev("old")).unwrap_or_else(|e| panic!("{e}"));
         std::thread::sleep(Duration::from_millis(300));
-        store
-            .create(res::EVENTS_V1, "default", ev("new"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(res::EVENTS_V1, "default", ev("new")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(store.expire_events(Duration::from_millis(200)), 1);
         let r = store.registry().storage(res::EVENTS);
         assert!(store.get(r, "default", "old").is_err());

@@ -60,13 +60,7 @@ pub struct WatchEvent {
 impl WatchEvent {
     /// A new event.
     pub fn new(ty: EventType, rv: u64, obj: Arc<Obj>, old: Option<Arc<Obj>>) -> WatchEvent {
-        WatchEvent {
-            ty,
-            rv,
-            obj,
-            old,
-            frame: OnceLock::new(),
-        }
+        WatchEvent { ty, rv, obj, old, frame: OnceLock::new() }
     }
 
     /// The event as a line of a watch stream (`{"type":...,"object":...}`
@@ -123,9 +117,7 @@ impl KindStore {
 
     pub(super) fn subscribe(&mut self) -> broadcast::Receiver<Arc<WatchEvent>> {
         let capacity = self.capacity;
-        self.tx
-            .get_or_insert_with(|| broadcast::channel(capacity).0)
-            .subscribe()
+        self.tx.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe()
     }
 
     pub(super) fn send(&self, ev: Arc<WatchEvent>) {
@@ -134,18 +126,12 @@ impl KindStore {
         }
     }
 
-    pub(super) fn range_ns<'a>(
-        &'a self,
-        ns: Option<&'a str>,
-    ) -> Box<dyn Iterator<Item = (&'a Key, &'a Arc<Obj>)> + 'a> {
+    pub(super) fn range_ns<'a>(&'a self, ns: Option<&'a str>) -> Box<dyn Iterator<Item = (&'a Key, &'a Arc<Obj>)> + 'a> {
         match ns {
             None => Box::new(self.objects.iter()),
             Some(ns) => Box::new(
                 self.objects
-                    .range::<Key, _>((
-                        Bound::Included((ns.to_string(), String::new())),
-                        Bound::Unbounded,
-                    ))
+                    .range::<Key, _>((Bound::Included((ns.to_string(), String::new())), Bound::Unbounded))
                     .take_while(move |(k, _)| k.0 == ns),
             ),
         }
@@ -153,14 +139,7 @@ impl KindStore {
 }
 
 impl Store {
-    pub(super) fn commit(
-        &self,
-        inner: &mut Inner,
-        r: ResId,
-        ty: EventType,
-        mut value: Value,
-        old: Option<Arc<Obj>>,
-    ) -> Result<Arc<Obj>> {
+    pub(super) fn commit(&self, inner: &mut Inner, r: ResId, ty: EventType, mut value: Value, old: Option<Arc<Obj>>) -> Result<Arc<Obj>> {
         let rv = inner.rv + 1;
         meta_mut(&mut value)?.insert("resourceVersion".into(), json!(rv.to_string()));
         let obj = Obj::new(value, rv)?;
@@ -175,17 +154,9 @@ impl Store {
         let fields = lean_fields(r, &self.info(r));
         // What the store keeps (and sends to watchers): the object, or for
         // the kinds kept lean its lean copy (the caller gets the whole one).
-        let stored = if kept_lean(r) {
-            obj.lean(fields)
-        } else {
-            obj.clone()
-        };
+        let stored = if kept_lean(r) { obj.lean(fields) } else { obj.clone() };
         let ks = &mut inner.kinds[r];
-        let prev = if ty == EventType::Deleted {
-            ks.objects.remove(&key)
-        } else {
-            ks.objects.insert(key, stored.clone())
-        };
+        let prev = if ty == EventType::Deleted { ks.objects.remove(&key) } else { ks.objects.insert(key, stored.clone()) };
         // The version this one replaces is no longer current: its history
         // entry becomes lean, and so does the event's old version (only
         // selectors read it).
@@ -243,27 +214,14 @@ impl Store {
         let rx = inner.kinds[r].subscribe();
         let ks = &inner.kinds[r];
         match start {
-            WatchStart::Now => Ok(WatchSub {
-                initial: ks.objects.values().cloned().collect(),
-                rv: inner.rv,
-                backlog: Vec::new(),
-                rx,
-            }),
+            WatchStart::Now => Ok(WatchSub { initial: ks.objects.values().cloned().collect(), rv: inner.rv, backlog: Vec::new(), rx }),
             WatchStart::After(n) => {
                 if n < ks.compacted_rv {
-                    return Err(Error::Gone(format!(
-                        "too old resource version: {n} ({})",
-                        ks.compacted_rv
-                    )));
+                    return Err(Error::Gone(format!("too old resource version: {n} ({})", ks.compacted_rv)));
                 }
                 let from = ks.history.partition_point(|e| e.rv <= n);
                 let backlog = ks.history.range(from..).cloned().collect();
-                Ok(WatchSub {
-                    initial: Vec::new(),
-                    rv: inner.rv,
-                    backlog,
-                    rx,
-                })
+                Ok(WatchSub { initial: Vec::new(), rv: inner.rv, backlog, rx })
             }
         }
     }
@@ -290,12 +248,7 @@ impl Store {
             let info = self.info(r);
             let v = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv.to_string()}});
             if let Ok(obj) = Obj::new(v, rv) {
-                ks.send(Arc::new(WatchEvent::new(
-                    EventType::Bookmark,
-                    rv,
-                    obj,
-                    None,
-                )));
+                ks.send(Arc::new(WatchEvent::new(EventType::Bookmark, rv, obj, None)));
             }
         }
     }
@@ -316,29 +269,14 @@ mod tests {
     fn history_keeps_past_versions_lean() {
         let store = Store::new(StoreConfig::default());
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"pool": "a"}}});
-        let v1 = store
-            .create(res::NODES, "", node)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let v1 = store.create(res::NODES, "", node).unwrap_or_else(|e| panic!("{e}"));
         let from = v1.rv - 1;
         let patch = br#"{"metadata": {"labels": {"pool": "b"}}, "spec": {"unschedulable": true}}"#;
-        let v2 = store
-            .patch(res::NODES, "", "n1", PatchType::Merge, patch, false)
-            .unwrap_or_else(|e| panic!("{e}"));
-        store
-            .delete(res::NODES, "", "n1", &DeleteOpts::default())
-            .unwrap_or_else(|e| panic!("{e}"));
-        let sub = store
-            .watch(res::NODES, WatchStart::After(from))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let evs: Vec<_> = sub
-            .backlog
-            .iter()
-            .filter(|e| e.obj.name() == "n1")
-            .collect();
-        assert_eq!(
-            evs.iter().map(|e| e.ty).collect::<Vec<_>>(),
-            [EventType::Added, EventType::Modified, EventType::Deleted]
-        );
+        let v2 = store.patch(res::NODES, "", "n1", PatchType::Merge, patch, false).unwrap_or_else(|e| panic!("{e}"));
+        store.delete(res::NODES, "", "n1", &DeleteOpts::default()).unwrap_or_else(|e| panic!("{e}"));
+        let sub = store.watch(res::NODES, WatchStart::After(from)).unwrap_or_else(|e| panic!("{e}"));
+        let evs: Vec<_> = sub.backlog.iter().filter(|e| e.obj.name() == "n1").collect();
+        assert_eq!(evs.iter().map(|e| e.ty).collect::<Vec<_>>(), [EventType::Added, EventType::Modified, EventType::Deleted]);
         assert!(evs.iter().all(|e| e.obj.is_lean() && e.obj.value.is_null()));
         assert_eq!(evs[0].obj.bytes, v1.bytes);
         assert_eq!(evs[1].obj.bytes, v2.bytes);
@@ -346,23 +284,13 @@ mod tests {
         let filter = |labels: &str, fields: &str| Filter {
             namespace: None,
             labels: LabelSelector::parse(labels).unwrap_or_else(|e| panic!("{e}")),
-            fields: crate::selector::FieldSelector::parse(fields, &["spec.unschedulable"])
-                .unwrap_or_else(|e| panic!("{e}")),
+            fields: crate::selector::FieldSelector::parse(fields, &["spec.unschedulable"]).unwrap_or_else(|e| panic!("{e}")),
         };
         let a = filter("pool=a", "");
         assert!(evs[0].obj.matches(&a) && !evs[1].obj.matches(&a));
-        assert!(
-            evs[1]
-                .old
-                .as_ref()
-                .is_some_and(|o| o.is_lean() && o.matches(&a))
-        );
+        assert!(evs[1].old.as_ref().is_some_and(|o| o.is_lean() && o.matches(&a)));
         let cordoned = filter("pool in (b)", "spec.unschedulable=true,metadata.name=n1");
-        assert!(
-            !evs[0].obj.matches(&cordoned)
-                && evs[1].obj.matches(&cordoned)
-                && evs[2].obj.matches(&cordoned)
-        );
+        assert!(!evs[0].obj.matches(&cordoned) && evs[1].obj.matches(&cordoned) && evs[2].obj.matches(&cordoned));
         assert_eq!((evs[2].obj.name(), evs[2].obj.uid()), ("n1", v1.uid()));
     }
 }

@@ -4,9 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use berth_cluster::{
-    ClusterConfig, ErrorRule, FaultConfig, FaultKind, KubeletConfig, LocalCluster,
-};
+use berth_cluster::{ClusterConfig, ErrorRule, FaultConfig, FaultKind, KubeletConfig, LocalCluster};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams, WatchParams};
@@ -25,10 +23,7 @@ fn pod(name: &str) -> Pod {
 async fn start(faults: FaultConfig) -> LocalCluster {
     let cfg = ClusterConfig {
         nodes: 3,
-        kubelet: KubeletConfig {
-            enabled: true,
-            start_delay: Duration::from_millis(10),
-        },
+        kubelet: KubeletConfig { enabled: true, start_delay: Duration::from_millis(10) },
         bookmark_interval: Duration::from_millis(500),
         faults,
         ..Default::default()
@@ -46,43 +41,23 @@ fn code(e: kube::Error) -> (u16, String) {
 /// `req` (a whole HTTP/1.1 request) sent over the cluster's TLS with the admin token.
 async fn raw_http(c: &LocalCluster, req: &str) -> String {
     let mut s = c.connect().await.unwrap();
-    let req = req.replacen(
-        "\r\n",
-        &format!("\r\nAuthorization: Bearer {}\r\n", c.admin_token()),
-        1,
-    );
+    let req = req.replacen("\r\n", &format!("\r\nAuthorization: Bearer {}\r\n", c.admin_token()), 1);
     s.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
     // A TLS peer may close without close_notify: keep what came.
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out))
-        .await
-        .unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await.unwrap();
     String::from_utf8_lossy(&out).to_string()
 }
 
 #[tokio::test]
 async fn error_rules_429_500_409() {
     // A rule configured at start: every pod create answers 429.
-    let rule = ErrorRule {
-        verb: Some("create".into()),
-        resource: Some("pods".into()),
-        kind: FaultKind::TooManyRequests {
-            retry_after_seconds: 1,
-        },
-        fraction: 1.0,
-    };
-    let c = start(FaultConfig {
-        error_rules: vec![rule],
-        ..Default::default()
-    })
-    .await;
+    let rule = ErrorRule { verb: Some("create".into()), resource: Some("pods".into()), kind: FaultKind::TooManyRequests { retry_after_seconds: 1 }, fraction: 1.0 };
+    let c = start(FaultConfig { error_rules: vec![rule], ..Default::default() }).await;
     let raw = c.client_without_retry().unwrap();
     let pods: Api<Pod> = Api::default_namespaced(raw.clone());
     let pp = PostParams::default();
-    assert_eq!(
-        code(pods.create(&pp, &pod("a")).await.unwrap_err()),
-        (429, "TooManyRequests".into())
-    );
+    assert_eq!(code(pods.create(&pp, &pod("a")).await.unwrap_err()), (429, "TooManyRequests".into()));
     // Retry-After header and Status body on the wire.
     let body = r#"{"metadata":{"name":"raw"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#;
     let resp = raw_http(
@@ -100,66 +75,39 @@ async fn error_rules_429_500_409() {
     c.faults().set_error_rules(vec![ErrorRule {
         verb: Some("create".into()),
         resource: Some("pods".into()),
-        kind: FaultKind::TooManyRequests {
-            retry_after_seconds: 0,
-        },
+        kind: FaultKind::TooManyRequests { retry_after_seconds: 0 },
         fraction: 0.5,
     }]);
     let retrying: Api<Pod> = Api::default_namespaced(c.client().unwrap());
     for i in 0..20 {
         retrying.create(&pp, &pod(&format!("r{i}"))).await.unwrap();
     }
-    assert!(
-        c.faults().injected_count() > 2,
-        "injected {}",
-        c.faults().injected_count()
-    );
+    assert!(c.faults().injected_count() > 2, "injected {}", c.faults().injected_count());
 
     // 500 on get only.
-    c.faults()
-        .set_error_rules(vec!["get:pods:500:1".parse().unwrap()]);
-    assert_eq!(
-        code(pods.get("r0").await.unwrap_err()),
-        (500, "InternalError".into())
-    );
-    assert_eq!(
-        pods.list(&ListParams::default()).await.unwrap().items.len(),
-        20
-    );
+    c.faults().set_error_rules(vec!["get:pods:500:1".parse().unwrap()]);
+    assert_eq!(code(pods.get("r0").await.unwrap_err()), (500, "InternalError".into()));
+    assert_eq!(pods.list(&ListParams::default()).await.unwrap().items.len(), 20);
 
     // 409 on the binding subresource.
-    c.faults()
-        .set_error_rules(vec!["create:pods/binding:409:1".parse().unwrap()]);
+    c.faults().set_error_rules(vec!["create:pods/binding:409:1".parse().unwrap()]);
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "r1"}, "target": {"kind": "Node", "name": "node-0"}});
-    let e = pods
-        .create_subresource::<_, kube::core::Status>("binding", "r1", &pp, &binding)
-        .await
-        .unwrap_err();
+    let e = pods.create_subresource::<_, kube::core::Status>("binding", "r1", &pp, &binding).await.unwrap_err();
     assert_eq!(code(e), (409, "Conflict".into()));
 
     // Cleared: everything works again.
     c.faults().clear_error_rules();
     pods.get("r0").await.unwrap();
-    pods.create_subresource::<_, kube::core::Status>("binding", "r1", &pp, &binding)
-        .await
-        .unwrap();
+    pods.create_subresource::<_, kube::core::Status>("binding", "r1", &pp, &binding).await.unwrap();
     c.shutdown().await;
 }
 
 #[tokio::test]
 async fn watch_cut_interval_and_cut_now() {
-    let c = start(FaultConfig {
-        watch_cut_interval: Some(Duration::from_secs(1)),
-        ..Default::default()
-    })
-    .await;
+    let c = start(FaultConfig { watch_cut_interval: Some(Duration::from_secs(1)), ..Default::default() }).await;
     let pods: Api<Pod> = Api::default_namespaced(c.client().unwrap());
     let t = tokio::time::Instant::now();
-    let mut s = pods
-        .watch(&WatchParams::default().timeout(60), "0")
-        .await
-        .unwrap()
-        .boxed();
+    let mut s = pods.watch(&WatchParams::default().timeout(60), "0").await.unwrap().boxed();
     // Drains (bookmarks only) until the server ends the watch.
     let end = tokio::time::timeout(Duration::from_secs(5), async {
         while let Some(ev) = s.try_next().await.unwrap() {
@@ -169,24 +117,14 @@ async fn watch_cut_interval_and_cut_now() {
     .await;
     assert!(end.is_ok(), "watch was not cut");
     let took = t.elapsed();
-    assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
-        "cut after {took:?}"
-    );
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(4), "cut after {took:?}");
 
     // Cut now.
     c.faults().set_watch_cut_interval(None);
-    let mut s = pods
-        .watch(&WatchParams::default().timeout(60), "0")
-        .await
-        .unwrap()
-        .boxed();
+    let mut s = pods.watch(&WatchParams::default().timeout(60), "0").await.unwrap().boxed();
     tokio::time::sleep(Duration::from_millis(100)).await;
     c.faults().cut_watches();
-    let end = tokio::time::timeout(Duration::from_secs(3), async {
-        while s.try_next().await.unwrap().is_some() {}
-    })
-    .await;
+    let end = tokio::time::timeout(Duration::from_secs(3), async { while s.try_next().await.unwrap().is_some() {} }).await;
     assert!(end.is_ok(), "watch was not cut by cut_watches");
     c.shutdown().await;
 }
@@ -196,14 +134,8 @@ async fn restart_keeps_state_and_drops_connections() {
     let c = start(FaultConfig::default()).await;
     let addr = c.addr();
     let pods: Api<Pod> = Api::default_namespaced(c.client().unwrap());
-    pods.create(&PostParams::default(), &pod("keep"))
-        .await
-        .unwrap();
-    let mut s = pods
-        .watch(&WatchParams::default().timeout(60), "0")
-        .await
-        .unwrap()
-        .boxed();
+    pods.create(&PostParams::default(), &pod("keep")).await.unwrap();
+    let mut s = pods.watch(&WatchParams::default().timeout(60), "0").await.unwrap().boxed();
     c.faults().restart_server().await.unwrap();
     // The open watch ends (cleanly or with a connection error).
     let end = tokio::time::timeout(Duration::from_secs(5), async {
@@ -221,28 +153,17 @@ async fn restart_keeps_state_and_drops_connections() {
 async fn wait_names(reader: &reflector::Store<Pod>, want: &BTreeSet<String>, secs: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     loop {
-        let have: BTreeSet<String> = reader
-            .state()
-            .iter()
-            .filter_map(|p| p.metadata.name.clone())
-            .collect();
+        let have: BTreeSet<String> = reader.state().iter().filter_map(|p| p.metadata.name.clone()).collect();
         if &have == want {
             return;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "reflector has {have:?}, want {want:?}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "reflector has {have:?}, want {want:?}");
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 
 async fn watcher_survives_faults(streaming: bool) {
-    let c = start(FaultConfig {
-        watch_cut_interval: Some(Duration::from_secs(1)),
-        ..Default::default()
-    })
-    .await;
+    let c = start(FaultConfig { watch_cut_interval: Some(Duration::from_secs(1)), ..Default::default() }).await;
     let client = c.client().unwrap();
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     let pp = PostParams::default();
@@ -252,12 +173,7 @@ async fn watcher_survives_faults(streaming: bool) {
         cfg = cfg.streaming_lists();
     }
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let stream = reflector(
-        writer,
-        watcher(Api::<Pod>::default_namespaced(client.clone()), cfg),
-    )
-    .default_backoff()
-    .touched_objects();
+    let stream = reflector(writer, watcher(Api::<Pod>::default_namespaced(client.clone()), cfg)).default_backoff().touched_objects();
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         loop {
@@ -298,10 +214,7 @@ async fn watcher_survives_faults(streaming: bool) {
     want.insert("d0".into());
     wait_names(&reader, &want, 10).await;
     let _ = stop_tx.send(true);
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
     c.shutdown().await;
 }
 
@@ -319,11 +232,7 @@ async fn runtime_watcher_streaming_lists() {
 async fn slow_watcher_is_closed_instead_of_buffering_forever() {
     let cfg = ClusterConfig {
         nodes: 1,
-        store: berth_cluster::StoreConfig {
-            history_limit: 1000,
-            channel_capacity: 64,
-            ..Default::default()
-        },
+        store: berth_cluster::StoreConfig { history_limit: 1000, channel_capacity: 64, ..Default::default() },
         ..Default::default()
     };
     let c = LocalCluster::start(cfg).await.unwrap();
@@ -360,9 +269,6 @@ async fn slow_watcher_is_closed_instead_of_buffering_forever() {
     .await;
     assert!(done.is_ok(), "the lagging watch was not closed");
     let events = buf.windows(8).filter(|w| w == b"\"type\":\"").count();
-    assert!(
-        events < 10_000,
-        "got all {events} events; expected the watch to be closed"
-    );
+    assert!(events < 10_000, "got all {events} events; expected the watch to be closed");
     c.shutdown().await;
 }

@@ -32,38 +32,20 @@ pub(crate) async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) 
     .await
     .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
     .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
 }
 
 pub(crate) fn temp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "berth-kubectl-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
+    let d = std::env::temp_dir().join(format!("berth-kubectl-{}-{}", std::process::id(), rand::random::<u32>()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
 #[tokio::test]
-#[cfg_attr(
-    berth_no_kubectl,
-    ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)"
-)]
+#[cfg_attr(berth_no_kubectl, ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)")]
 async fn kubectl_get_create_delete_events() {
-    let cfg = ClusterConfig {
-        nodes: 4,
-        kubelet: KubeletConfig {
-            enabled: true,
-            start_delay: Duration::from_millis(10),
-        },
-        ..Default::default()
-    };
+    let cfg = ClusterConfig { nodes: 4, kubelet: KubeletConfig { enabled: true, start_delay: Duration::from_millis(10) }, ..Default::default() };
     let c = LocalCluster::start(cfg).await.unwrap();
     let dir = temp_dir();
     let kc = dir.join("kubeconfig");
@@ -73,18 +55,7 @@ async fn kubectl_get_create_delete_events() {
     assert!(ok, "{out}");
     assert!(out.contains("node-3") && out.contains("Ready"), "{out}");
 
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "get",
-            "nodes",
-            "-l",
-            "topology.kubernetes.io/zone=zone-b",
-            "-o",
-            "name",
-        ],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["get", "nodes", "-l", "topology.kubernetes.io/zone=zone-b", "-o", "name"]).await;
     assert!(ok, "{out}");
     assert_eq!(out.trim(), "node/node-1");
 
@@ -108,11 +79,7 @@ async fn kubectl_get_create_delete_events() {
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "kp"}, "target": {"kind": "Node", "name": "node-2"}});
     c.store().bind("default", "kp", binding).unwrap();
     // kubectl wait watches the pod until the kubelet makes it Ready.
-    let (ok, out) = kubectl(
-        &kc,
-        &["wait", "--for=condition=Ready", "pod/kp", "--timeout=10s"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["wait", "--for=condition=Ready", "pod/kp", "--timeout=10s"]).await;
     assert!(ok && out.contains("condition met"), "{out}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -158,10 +125,7 @@ async fn kubectl_get_create_delete_events() {
     c.store().create_typed(&ev1).unwrap();
     let (ok, out) = kubectl(&kc, &["get", "events"]).await;
     assert!(ok, "{out}");
-    assert!(
-        out.contains("Preempted") && out.contains("by a higher priority pod"),
-        "{out}"
-    );
+    assert!(out.contains("Preempted") && out.contains("by a higher priority pod"), "{out}");
 
     // Graceful delete (1s grace): kubectl waits for it to disappear.
     let (ok, out) = kubectl(&kc, &["delete", "pod", "kp"]).await;
@@ -173,15 +137,9 @@ async fn kubectl_get_create_delete_events() {
     assert!(!ok && out.contains("NotFound"), "{out}");
 
     let (ok, out) = kubectl(&kc, &["api-resources"]).await;
-    assert!(
-        ok && out.contains("poddisruptionbudgets") && out.contains("priorityclasses"),
-        "{out}"
-    );
+    assert!(ok && out.contains("poddisruptionbudgets") && out.contains("priorityclasses"), "{out}");
     let (ok, out) = kubectl(&kc, &["get", "ns"]).await;
-    assert!(
-        ok && out.contains("kube-system") && out.contains("Active"),
-        "{out}"
-    );
+    assert!(ok && out.contains("kube-system") && out.contains("Active"), "{out}");
 
     let _ = std::fs::remove_dir_all(&dir);
     c.shutdown().await;
@@ -191,11 +149,7 @@ async fn kubectl_get_create_delete_events() {
 /// Table's columnDefinitions name them (upper-cased by kubectl).
 fn header(out: &str) -> Vec<String> {
     let line = out.lines().next().unwrap_or("");
-    line.split("  ")
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .map(str::to_string)
-        .collect()
+    line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(str::to_string).collect()
 }
 
 /// One object of each kind below, applied in one go.
@@ -325,17 +279,9 @@ spec:
 "#;
 
 #[tokio::test]
-#[cfg_attr(
-    berth_no_kubectl,
-    ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)"
-)]
+#[cfg_attr(berth_no_kubectl, ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)")]
 async fn kubectl_get_wide_prints_upstream_columns() {
-    let c = LocalCluster::start(ClusterConfig {
-        nodes: 1,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let c = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
     let dir = temp_dir();
     let kc = dir.join("kubeconfig");
     c.write_kubeconfig(&kc).unwrap();
@@ -347,90 +293,23 @@ async fn kubectl_get_wide_prints_upstream_columns() {
         ("configmaps", &["NAME", "DATA", "AGE"]),
         ("secrets", &["NAME", "TYPE", "DATA", "AGE"]),
         ("serviceaccounts", &["NAME", "SECRETS", "AGE"]),
-        (
-            "services",
-            &[
-                "NAME",
-                "TYPE",
-                "CLUSTER-IP",
-                "EXTERNAL-IP",
-                "PORT(S)",
-                "AGE",
-                "SELECTOR",
-            ],
-        ),
-        (
-            "replicationcontrollers",
-            &[
-                "NAME",
-                "DESIRED",
-                "CURRENT",
-                "READY",
-                "AGE",
-                "CONTAINERS",
-                "IMAGES",
-                "SELECTOR",
-            ],
-        ),
+        ("services", &["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE", "SELECTOR"]),
+        ("replicationcontrollers", &["NAME", "DESIRED", "CURRENT", "READY", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"]),
         ("leases", &["NAME", "HOLDER", "AGE"]),
-        (
-            "priorityclasses",
-            &["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"],
-        ),
-        (
-            "poddisruptionbudgets",
-            &[
-                "NAME",
-                "MIN AVAILABLE",
-                "MAX UNAVAILABLE",
-                "ALLOWED DISRUPTIONS",
-                "AGE",
-            ],
-        ),
-        (
-            "storageclasses",
-            &[
-                "NAME",
-                "PROVISIONER",
-                "RECLAIMPOLICY",
-                "VOLUMEBINDINGMODE",
-                "ALLOWVOLUMEEXPANSION",
-                "AGE",
-            ],
-        ),
+        ("priorityclasses", &["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]),
+        ("poddisruptionbudgets", &["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS", "AGE"]),
+        ("storageclasses", &["NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"]),
         ("csinodes", &["NAME", "DRIVERS", "AGE"]),
         (
             "csidrivers",
-            &[
-                "NAME",
-                "ATTACHREQUIRED",
-                "PODINFOONMOUNT",
-                "STORAGECAPACITY",
-                "TOKENREQUESTS",
-                "REQUIRESREPUBLISH",
-                "SELINUXMOUNT",
-                "MODES",
-                "AGE",
-            ],
+            &["NAME", "ATTACHREQUIRED", "PODINFOONMOUNT", "STORAGECAPACITY", "TOKENREQUESTS", "REQUIRESREPUBLISH", "SELINUXMOUNT", "MODES", "AGE"],
         ),
-        (
-            "volumeattachments",
-            &["NAME", "ATTACHER", "PV", "NODE", "ATTACHED", "AGE"],
-        ),
-        (
-            "controllerrevisions",
-            &["NAME", "CONTROLLER", "REVISION", "AGE"],
-        ),
+        ("volumeattachments", &["NAME", "ATTACHER", "PV", "NODE", "ATTACHED", "AGE"]),
+        ("controllerrevisions", &["NAME", "CONTROLLER", "REVISION", "AGE"]),
         ("roles", &["NAME", "CREATED AT"]),
-        (
-            "rolebindings",
-            &["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"],
-        ),
+        ("rolebindings", &["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]),
         ("clusterroles", &["NAME", "CREATED AT"]),
-        (
-            "clusterrolebindings",
-            &["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"],
-        ),
+        ("clusterrolebindings", &["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]),
         ("deviceclasses", &["NAME", "AGE"]),
         ("resourceclaims", &["NAME", "STATE", "AGE"]),
         ("resourceclaimtemplates", &["NAME", "AGE"]),
@@ -443,10 +322,7 @@ async fn kubectl_get_wide_prints_upstream_columns() {
     }
     // Cells, not only headers: the RoleBinding's subjects and the Service's ports.
     let (_, out) = kubectl(&kc, &["get", "rolebinding", "rb", "-o", "wide"]).await;
-    assert!(
-        out.contains("Role/r") && out.contains("default:sa"),
-        "{out}"
-    );
+    assert!(out.contains("Role/r") && out.contains("default:sa"), "{out}");
     let (_, out) = kubectl(&kc, &["get", "service", "svc", "-o", "wide"]).await;
     assert!(out.contains("80/TCP") && out.contains("app=web"), "{out}");
     let (_, out) = kubectl(&kc, &["get", "resourceclaim", "claim"]).await;
@@ -461,18 +337,9 @@ fn binder(c: &LocalCluster) -> tokio::task::JoinHandle<()> {
     let store = c.store().clone();
     tokio::spawn(async move {
         loop {
-            if let Ok(lr) = store.list(
-                berth_cluster::resources::PODS,
-                &berth_cluster::selector::Filter::default(),
-                None,
-                None,
-            ) {
+            if let Ok(lr) = store.list(berth_cluster::resources::PODS, &berth_cluster::selector::Filter::default(), None, None) {
                 for p in &lr.items {
-                    let bound = p
-                        .value
-                        .pointer("/spec/nodeName")
-                        .and_then(|n| n.as_str())
-                        .is_some_and(|n| !n.is_empty());
+                    let bound = p.value.pointer("/spec/nodeName").and_then(|n| n.as_str()).is_some_and(|n| !n.is_empty());
                     if !bound && p.value.pointer("/metadata/deletionTimestamp").is_none() {
                         // A DaemonSet's pod names its node in a matchFields term.
                         let node = p
@@ -493,14 +360,8 @@ fn binder(c: &LocalCluster) -> tokio::task::JoinHandle<()> {
 async fn kubectl_cluster() -> (LocalCluster, PathBuf, PathBuf) {
     let cfg = ClusterConfig {
         nodes: 2,
-        kubelet: KubeletConfig {
-            enabled: true,
-            start_delay: Duration::from_millis(10),
-        },
-        controllers: berth_cluster::controllers::ControllersConfig {
-            resync: Duration::from_millis(200),
-            ..Default::default()
-        },
+        kubelet: KubeletConfig { enabled: true, start_delay: Duration::from_millis(10) },
+        controllers: berth_cluster::controllers::ControllersConfig { resync: Duration::from_millis(200), ..Default::default() },
         ..Default::default()
     };
     let c = LocalCluster::start(cfg).await.unwrap();
@@ -511,104 +372,38 @@ async fn kubectl_cluster() -> (LocalCluster, PathBuf, PathBuf) {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    berth_no_kubectl,
-    ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)"
-)]
+#[cfg_attr(berth_no_kubectl, ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)")]
 async fn kubectl_rollout_status_restart_undo_history_pause() {
     let (c, dir, kc) = kubectl_cluster().await;
     let bind = binder(&c);
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "create",
-            "deployment",
-            "web",
-            "--image=nginx:1.0",
-            "--replicas=3",
-        ],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["create", "deployment", "web", "--image=nginx:1.0", "--replicas=3"]).await;
     assert!(ok, "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &["rollout", "status", "deployment/web", "--timeout=30s"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
     assert!(ok && out.contains("successfully rolled out"), "{out}");
 
     let (ok, out) = kubectl(&kc, &["set", "image", "deployment/web", "nginx=nginx:2.0"]).await;
     assert!(ok, "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &["rollout", "status", "deployment/web", "--timeout=30s"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
     assert!(ok && out.contains("successfully rolled out"), "{out}");
     let (ok, out) = kubectl(&kc, &["rollout", "restart", "deployment/web"]).await;
     assert!(ok && out.contains("restarted"), "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &["rollout", "status", "deployment/web", "--timeout=30s"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
     assert!(ok && out.contains("successfully rolled out"), "{out}");
     let (ok, out) = kubectl(&kc, &["rollout", "history", "deployment/web"]).await;
     assert!(ok, "{out}");
     for rev in ["1", "2", "3"] {
-        assert!(
-            out.lines()
-                .any(|l| l.split_whitespace().next() == Some(rev)),
-            "revision {rev}: {out}"
-        );
+        assert!(out.lines().any(|l| l.split_whitespace().next() == Some(rev)), "revision {rev}: {out}");
     }
     // Undo to revision 1 (nginx:1.0): its ReplicaSet comes back as revision 4.
-    let (ok, out) = kubectl(
-        &kc,
-        &["rollout", "undo", "deployment/web", "--to-revision=1"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["rollout", "undo", "deployment/web", "--to-revision=1"]).await;
     assert!(ok && out.contains("rolled back"), "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &["rollout", "status", "deployment/web", "--timeout=30s"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
     assert!(ok && out.contains("successfully rolled out"), "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "get",
-            "deployment",
-            "web",
-            "-o",
-            "jsonpath={.spec.template.spec.containers[0].image}",
-        ],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image}"]).await;
     assert!(ok && out.trim() == "nginx:1.0", "{out}");
     let (ok, out) = kubectl(&kc, &["rollout", "history", "deployment/web"]).await;
-    assert!(
-        ok && out
-            .lines()
-            .any(|l| l.split_whitespace().next() == Some("4"))
-            && !out
-                .lines()
-                .any(|l| l.split_whitespace().next() == Some("1")),
-        "{out}"
-    );
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "-o",
-            "jsonpath={.items[*].spec.containers[0].image}",
-        ],
-    )
-    .await;
+    assert!(ok && out.lines().any(|l| l.split_whitespace().next() == Some("4")) && !out.lines().any(|l| l.split_whitespace().next() == Some("1")), "{out}");
+    let (ok, out) = kubectl(&kc, &["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].spec.containers[0].image}"]).await;
     assert!(ok, "{out}");
 
     // Paused: a template change makes no new ReplicaSet until resumed.
@@ -617,35 +412,13 @@ async fn kubectl_rollout_status_restart_undo_history_pause() {
     let (ok, out) = kubectl(&kc, &["set", "image", "deployment/web", "nginx=nginx:3.0"]).await;
     assert!(ok, "{out}");
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "get",
-            "rs",
-            "-o",
-            "jsonpath={.items[*].spec.template.spec.containers[0].image}",
-        ],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["get", "rs", "-o", "jsonpath={.items[*].spec.template.spec.containers[0].image}"]).await;
     assert!(ok && !out.contains("nginx:3.0"), "{out}");
     let (ok, out) = kubectl(&kc, &["rollout", "resume", "deployment/web"]).await;
     assert!(ok && out.contains("resumed"), "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &["rollout", "status", "deployment/web", "--timeout=30s"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
     assert!(ok && out.contains("successfully rolled out"), "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "get",
-            "rs",
-            "-o",
-            "jsonpath={.items[*].spec.template.spec.containers[0].image}",
-        ],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["get", "rs", "-o", "jsonpath={.items[*].spec.template.spec.containers[0].image}"]).await;
     assert!(ok && out.contains("nginx:3.0"), "{out}");
 
     bind.abort();
@@ -658,19 +431,12 @@ async fn kubectl_rollout_status_restart_undo_history_pause() {
 /// and a rollout whose pods never become ready is reported by `kubectl
 /// rollout status` as a real cluster reports it.
 #[tokio::test]
-#[cfg_attr(
-    berth_no_kubectl,
-    ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)"
-)]
+#[cfg_attr(berth_no_kubectl, ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)")]
 async fn kubectl_rollout_status_reports_a_stalled_rollout() {
     let (c, dir, kc) = kubectl_cluster().await;
     let bind = binder(&c);
     let manifest = |image: &str, gated: bool| {
-        let gates = if gated {
-            "\n      readinessGates:\n      - conditionType: example.com/never"
-        } else {
-            ""
-        };
+        let gates = if gated { "\n      readinessGates:\n      - conditionType: example.com/never" } else { "" };
         format!(
             "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: stall\nspec:\n  replicas: 2\n  revisionHistoryLimit: 1\n  progressDeadlineSeconds: 3\n  selector:\n    matchLabels:\n      app: stall\n  template:\n    metadata:\n      labels:\n        app: stall\n    spec:{gates}\n      containers:\n      - name: c\n        image: {image}\n"
         )
@@ -680,70 +446,30 @@ async fn kubectl_rollout_status_reports_a_stalled_rollout() {
         std::fs::write(&file, manifest(image, false)).unwrap();
         let (ok, out) = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]).await;
         assert!(ok, "{out}");
-        let (ok, out) = kubectl(
-            &kc,
-            &["rollout", "status", "deployment/stall", "--timeout=30s"],
-        )
-        .await;
+        let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/stall", "--timeout=30s"]).await;
         assert!(ok && out.contains("successfully rolled out"), "{out}");
     }
     // Three revisions, a history of one: the newest and one old ReplicaSet stay.
-    crate::support::eventually(
-        20,
-        "old ReplicaSets beyond revisionHistoryLimit deleted",
-        || async {
-            let (ok, out) = kubectl(
-                &kc,
-                &[
-                    "get",
-                    "rs",
-                    "-l",
-                    "app=stall",
-                    "-o",
-                    "jsonpath={.items[*].spec.template.spec.containers[0].image}",
-                ],
-            )
-            .await;
-            let mut images: Vec<String> = out.split_whitespace().map(str::to_string).collect();
-            images.sort();
-            (ok && images == ["nginx:2", "nginx:3"]).then_some(())
-        },
-    )
+    crate::support::eventually(20, "old ReplicaSets beyond revisionHistoryLimit deleted", || async {
+        let (ok, out) = kubectl(&kc, &["get", "rs", "-l", "app=stall", "-o", "jsonpath={.items[*].spec.template.spec.containers[0].image}"]).await;
+        let mut images: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+        images.sort();
+        (ok && images == ["nginx:2", "nginx:3"]).then_some(())
+    })
     .await;
     // A template whose pods never become ready: no progress for 3 s.
     std::fs::write(&file, manifest("nginx:4", true)).unwrap();
     let (ok, out) = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]).await;
     assert!(ok, "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &["rollout", "status", "deployment/stall", "--timeout=60s"],
-    )
-    .await;
-    assert!(
-        !ok && out.contains("error: deployment \"stall\" exceeded its progress deadline"),
-        "{out}"
-    );
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "get",
-            "deployment",
-            "stall",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}",
-        ],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/stall", "--timeout=60s"]).await;
+    assert!(!ok && out.contains("error: deployment \"stall\" exceeded its progress deadline"), "{out}");
+    let (ok, out) = kubectl(&kc, &["get", "deployment", "stall", "-o", "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}"]).await;
     assert!(ok && out.trim() == "ProgressDeadlineExceeded", "{out}");
     // A new template starts a new rollout, which completes.
     std::fs::write(&file, manifest("nginx:5", false)).unwrap();
     let (ok, out) = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]).await;
     assert!(ok, "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &["rollout", "status", "deployment/stall", "--timeout=30s"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/stall", "--timeout=30s"]).await;
     assert!(ok && out.contains("successfully rolled out"), "{out}");
     bind.abort();
     let _ = std::fs::remove_dir_all(&dir);
@@ -751,10 +477,7 @@ async fn kubectl_rollout_status_reports_a_stalled_rollout() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    berth_no_kubectl,
-    ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)"
-)]
+#[cfg_attr(berth_no_kubectl, ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)")]
 async fn kubectl_logs_and_exec_say_no_containers_run() {
     let (c, dir, kc) = kubectl_cluster().await;
     let pod_yaml = dir.join("pod.yaml");
@@ -765,34 +488,16 @@ async fn kubectl_logs_and_exec_say_no_containers_run() {
     let (ok, out) = kubectl(&kc, &["logs", "lp", "-c", "a"]).await;
     assert!(ok && out.trim().is_empty(), "{out}");
     let (ok, out) = kubectl(&kc, &["logs", "lp", "-c", "zz"]).await;
-    assert!(
-        !ok && out.contains("container zz is not valid for pod lp"),
-        "{out}"
-    );
+    assert!(!ok && out.contains("container zz is not valid for pod lp"), "{out}");
     let (ok, out) = kubectl(&kc, &["exec", "lp", "-c", "a", "--", "true"]).await;
-    assert!(
-        !ok && out.contains("pod lp does not have a host assigned"),
-        "{out}"
-    );
+    assert!(!ok && out.contains("pod lp does not have a host assigned"), "{out}");
     let bind = binder(&c);
-    let (ok, out) = kubectl(
-        &kc,
-        &["wait", "--for=condition=Ready", "pod/lp", "--timeout=20s"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["wait", "--for=condition=Ready", "pod/lp", "--timeout=20s"]).await;
     assert!(ok && out.contains("condition met"), "{out}");
     let (ok, out) = kubectl(&kc, &["logs", "lp", "-c", "a"]).await;
-    assert!(
-        !ok && out.contains("BadRequest")
-            && out.contains("run no containers")
-            && !out.contains("NotFound"),
-        "{out}"
-    );
+    assert!(!ok && out.contains("BadRequest") && out.contains("run no containers") && !out.contains("NotFound"), "{out}");
     let (ok, out) = kubectl(&kc, &["exec", "lp", "-c", "b", "--", "ls"]).await;
-    assert!(
-        !ok && out.contains("run no containers") && !out.contains("NotFound"),
-        "{out}"
-    );
+    assert!(!ok && out.contains("run no containers") && !out.contains("NotFound"), "{out}");
     let (ok, out) = kubectl(&kc, &["attach", "lp", "-c", "b"]).await;
     assert!(!ok && out.contains("run no containers"), "{out}");
     bind.abort();
@@ -801,54 +506,19 @@ async fn kubectl_logs_and_exec_say_no_containers_run() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    berth_no_kubectl,
-    ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)"
-)]
+#[cfg_attr(berth_no_kubectl, ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)")]
 async fn kubectl_cordon_drain_describe() {
     let (c, dir, kc) = kubectl_cluster().await;
     let bind = binder(&c);
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "create",
-            "deployment",
-            "web",
-            "--image=nginx",
-            "--replicas=2",
-        ],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["create", "deployment", "web", "--image=nginx", "--replicas=2"]).await;
     assert!(ok, "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &["rollout", "status", "deployment/web", "--timeout=30s"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=30s"]).await;
     assert!(ok, "{out}");
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "create",
-            "pdb",
-            "web",
-            "--selector=app=web",
-            "--min-available=2",
-        ],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["create", "pdb", "web", "--selector=app=web", "--min-available=2"]).await;
     assert!(ok, "{out}");
 
-    for (what, needle) in [
-        ("pod", "Containers:"),
-        ("node/node-0", "Allocated resources"),
-        ("deployment/web", "NewReplicaSet:"),
-    ] {
-        let args: Vec<&str> = if what == "pod" {
-            vec!["describe", "pods", "-l", "app=web"]
-        } else {
-            vec!["describe", what]
-        };
+    for (what, needle) in [("pod", "Containers:"), ("node/node-0", "Allocated resources"), ("deployment/web", "NewReplicaSet:")] {
+        let args: Vec<&str> = if what == "pod" { vec!["describe", "pods", "-l", "app=web"] } else { vec!["describe", what] };
         let (ok, out) = kubectl(&kc, &args).await;
         assert!(ok && out.contains(needle), "describe {what}: {out}");
     }
@@ -858,32 +528,12 @@ async fn kubectl_cordon_drain_describe() {
     let (ok, out) = kubectl(&kc, &["get", "node", "node-0"]).await;
     assert!(ok && out.contains("SchedulingDisabled"), "{out}");
     // The PDB allows no disruption: drain keeps retrying the evictions.
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "drain",
-            "node-0",
-            "--ignore-daemonsets",
-            "--grace-period=1",
-            "--timeout=3s",
-        ],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["drain", "node-0", "--ignore-daemonsets", "--grace-period=1", "--timeout=3s"]).await;
     assert!(!ok && out.contains("disruption budget"), "{out}");
     let (ok, out) = kubectl(&kc, &["delete", "pdb", "web"]).await;
     assert!(ok, "{out}");
     bind.abort();
-    let (ok, out) = kubectl(
-        &kc,
-        &[
-            "drain",
-            "node-0",
-            "--ignore-daemonsets",
-            "--grace-period=1",
-            "--timeout=30s",
-        ],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["drain", "node-0", "--ignore-daemonsets", "--grace-period=1", "--timeout=30s"]).await;
     assert!(ok && out.contains("drained"), "{out}");
     let (ok, out) = kubectl(&kc, &["uncordon", "node-0"]).await;
     assert!(ok && out.contains("uncordoned"), "{out}");
@@ -914,10 +564,7 @@ spec:
 "#;
 
 #[tokio::test]
-#[cfg_attr(
-    berth_no_kubectl,
-    ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)"
-)]
+#[cfg_attr(berth_no_kubectl, ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)")]
 async fn kubectl_rollout_statefulset_and_daemonset() {
     let (c, dir, kc) = kubectl_cluster().await;
     let bind = binder(&c);
@@ -925,54 +572,28 @@ async fn kubectl_rollout_statefulset_and_daemonset() {
     std::fs::write(&manifest, STS_DS).unwrap();
     let (ok, out) = kubectl(&kc, &["apply", "-f", manifest.to_str().unwrap()]).await;
     assert!(ok, "{out}");
-    for (w, image) in [
-        ("statefulset/db", "c=db:2"),
-        ("daemonset/agent", "c=agent:2"),
-    ] {
+    for (w, image) in [("statefulset/db", "c=db:2"), ("daemonset/agent", "c=agent:2")] {
         let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
         assert!(ok, "{w}: {out}");
         let (ok, out) = kubectl(&kc, &["set", "image", w, image]).await;
         assert!(ok, "{w}: {out}");
         let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
         // A StatefulSet's defaulted partition (0) makes kubectl say "partitioned roll out complete", as against any cluster.
-        assert!(
-            ok && (out.contains("roll out complete")
-                || out.contains("rolling update complete")
-                || out.contains("successfully rolled out")),
-            "{w}: {out}"
-        );
+        assert!(ok && (out.contains("roll out complete") || out.contains("rolling update complete") || out.contains("successfully rolled out")), "{w}: {out}");
         let (ok, out) = kubectl(&kc, &["rollout", "history", w]).await;
-        assert!(
-            ok && out
-                .lines()
-                .any(|l| l.split_whitespace().next() == Some("2")),
-            "{w}: {out}"
-        );
+        assert!(ok && out.lines().any(|l| l.split_whitespace().next() == Some("2")), "{w}: {out}");
         let (ok, out) = kubectl(&kc, &["rollout", "undo", w]).await;
         assert!(ok && out.contains("rolled back"), "{w}: {out}");
         let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
         assert!(ok, "{w}: {out}");
-        let (ok, out) = kubectl(
-            &kc,
-            &[
-                "get",
-                w,
-                "-o",
-                "jsonpath={.spec.template.spec.containers[0].image}",
-            ],
-        )
-        .await;
+        let (ok, out) = kubectl(&kc, &["get", w, "-o", "jsonpath={.spec.template.spec.containers[0].image}"]).await;
         assert!(ok && out.trim().ends_with(":1"), "{w}: {out}");
         let (ok, out) = kubectl(&kc, &["rollout", "restart", w]).await;
         assert!(ok && out.contains("restarted"), "{w}: {out}");
         let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
         assert!(ok, "{w}: {out}");
     }
-    let (ok, out) = kubectl(
-        &kc,
-        &["get", "controllerrevisions", "-l", "app=db", "-o", "wide"],
-    )
-    .await;
+    let (ok, out) = kubectl(&kc, &["get", "controllerrevisions", "-l", "app=db", "-o", "wide"]).await;
     assert!(ok && out.contains("statefulset.apps/db"), "{out}");
     bind.abort();
     let _ = std::fs::remove_dir_all(&dir);
@@ -984,10 +605,7 @@ async fn kubectl_rollout_statefulset_and_daemonset() {
 /// four template changes with a limit of 2 leave the current revision and
 /// the two before it, and `kubectl rollout history` agrees.
 #[tokio::test]
-#[cfg_attr(
-    berth_no_kubectl,
-    ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)"
-)]
+#[cfg_attr(berth_no_kubectl, ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)")]
 async fn kubectl_rollout_history_is_truncated_to_the_limit() {
     let (c, dir, kc) = kubectl_cluster().await;
     let bind = binder(&c);
@@ -996,70 +614,33 @@ async fn kubectl_rollout_history_is_truncated_to_the_limit() {
     let (ok, out) = kubectl(&kc, &["apply", "-f", manifest.to_str().unwrap()]).await;
     assert!(ok, "{out}");
     for (w, container) in [("statefulset/db", "c=db"), ("daemonset/agent", "c=agent")] {
-        let (ok, out) = kubectl(
-            &kc,
-            &["get", w, "-o", "jsonpath={.spec.revisionHistoryLimit}"],
-        )
-        .await;
+        let (ok, out) = kubectl(&kc, &["get", w, "-o", "jsonpath={.spec.revisionHistoryLimit}"]).await;
         assert!(ok && out.trim() == "10", "{w}: {out}");
-        let (ok, out) = kubectl(
-            &kc,
-            &[
-                "patch",
-                w,
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"revisionHistoryLimit":2}}"#,
-            ],
-        )
-        .await;
+        let (ok, out) = kubectl(&kc, &["patch", w, "--type=merge", "-p", r#"{"spec":{"revisionHistoryLimit":2}}"#]).await;
         assert!(ok, "{w}: {out}");
         let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
         assert!(ok, "{w}: {out}");
         for version in 2..=5 {
-            let (ok, out) =
-                kubectl(&kc, &["set", "image", w, &format!("{container}:{version}")]).await;
+            let (ok, out) = kubectl(&kc, &["set", "image", w, &format!("{container}:{version}")]).await;
             assert!(ok, "{w}: {out}");
             let (ok, out) = kubectl(&kc, &["rollout", "status", w, "--timeout=30s"]).await;
             assert!(ok, "{w}: {out}");
         }
         let name = w.split('/').nth(1).unwrap();
         let owned = || {
-            let lr = c
-                .store()
-                .list(
-                    berth_cluster::resources::CONTROLLERREVISIONS,
-                    &berth_cluster::selector::Filter::default(),
-                    None,
-                    None,
-                )
-                .unwrap();
+            let lr = c.store().list(berth_cluster::resources::CONTROLLERREVISIONS, &berth_cluster::selector::Filter::default(), None, None).unwrap();
             let mut n: Vec<i64> = lr
                 .items
                 .iter()
-                .filter(|r| {
-                    r.value
-                        .pointer("/metadata/ownerReferences/0/name")
-                        .and_then(|v| v.as_str())
-                        == Some(name)
-                })
+                .filter(|r| r.value.pointer("/metadata/ownerReferences/0/name").and_then(|v| v.as_str()) == Some(name))
                 .map(|r| r.value["revision"].as_i64().unwrap())
                 .collect();
             n.sort_unstable();
             n
         };
-        crate::support::eventually(
-            20,
-            "revisions beyond revisionHistoryLimit deleted",
-            || async { (owned() == [3, 4, 5]).then_some(()) },
-        )
-        .await;
+        crate::support::eventually(20, "revisions beyond revisionHistoryLimit deleted", || async { (owned() == [3, 4, 5]).then_some(()) }).await;
         let (ok, out) = kubectl(&kc, &["rollout", "history", w]).await;
-        let shown: Vec<&str> = out
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|f| f.parse::<u32>().is_ok())
-            .collect();
+        let shown: Vec<&str> = out.lines().filter_map(|l| l.split_whitespace().next()).filter(|f| f.parse::<u32>().is_ok()).collect();
         assert!(ok && shown == ["3", "4", "5"], "{w}: {out}");
     }
     bind.abort();

@@ -13,19 +13,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::cluster_kubectl::{kubectl, temp_dir};
 
 /// A raw HTTP/1.1 request: (status, headers lower-cased, body).
-async fn raw(
-    c: &LocalCluster,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> (u16, Vec<(String, String)>, Vec<u8>) {
+async fn raw(c: &LocalCluster, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut s = c.connect().await.unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n",
-        c.admin_token(),
-        body.len()
-    );
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n", c.admin_token(), body.len());
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -34,24 +24,12 @@ async fn raw(
     s.write_all(body).await.unwrap();
     let mut out = Vec::new();
     // A TLS peer may close without close_notify: keep what came.
-    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out))
-        .await
-        .unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out)).await.unwrap();
     let split = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
     let head = String::from_utf8_lossy(&out[..split]).to_string();
     let mut lines = head.lines();
-    let code = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let hs = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
+    let code = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let hs = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
     (code, hs, out[split + 4..].to_vec())
 }
 
@@ -64,38 +42,19 @@ fn json_of(b: &[u8]) -> Value {
 }
 
 async fn start() -> LocalCluster {
-    LocalCluster::start(ClusterConfig {
-        nodes: 2,
-        ..Default::default()
-    })
-    .await
-    .unwrap()
+    LocalCluster::start(ClusterConfig { nodes: 2, ..Default::default() }).await.unwrap()
 }
 
 #[tokio::test]
 async fn openapi_documents_are_served_hashed_and_cached() {
     let c = start().await;
     let addr = &c;
-    let (code, _, body) = raw(
-        addr,
-        "GET",
-        "/openapi/v3",
-        &[("Accept", "application/json, */*")],
-        b"",
-    )
-    .await;
+    let (code, _, body) = raw(addr, "GET", "/openapi/v3", &[("Accept", "application/json, */*")], b"").await;
     assert_eq!(code, 200);
     let root = json_of(&body);
-    let url = root["paths"]["apis/apps/v1"]["serverRelativeURL"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let url = root["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().unwrap().to_string();
     assert!(url.starts_with("/openapi/v3/apis/apps/v1?hash="), "{url}");
-    assert!(
-        root["paths"]["api/v1"].is_object()
-            && root["paths"]["apis/rbac.authorization.k8s.io/v1"].is_object(),
-        "{root}"
-    );
+    assert!(root["paths"]["api/v1"].is_object() && root["paths"]["apis/rbac.authorization.k8s.io/v1"].is_object(), "{root}");
     let hash = url.split("hash=").nth(1).unwrap().to_string();
     assert_eq!(hash.len(), 128);
 
@@ -108,34 +67,16 @@ async fn openapi_documents_are_served_hashed_and_cached() {
     let doc = json_of(&body);
     assert_eq!(doc["openapi"], "3.0.0");
     let dep = &doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"];
-    assert_eq!(
-        dep["x-kubernetes-group-version-kind"],
-        json!([{"group": "apps", "kind": "Deployment", "version": "v1"}])
-    );
+    assert_eq!(dep["x-kubernetes-group-version-kind"], json!([{"group": "apps", "kind": "Deployment", "version": "v1"}]));
     let post = &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments"]["post"];
     assert_eq!(post["x-kubernetes-action"], "post");
-    assert_eq!(
-        post["x-kubernetes-group-version-kind"],
-        json!({"group": "apps", "kind": "Deployment", "version": "v1"})
-    );
-    let params: Vec<&str> = post["parameters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    assert_eq!(post["x-kubernetes-group-version-kind"], json!({"group": "apps", "kind": "Deployment", "version": "v1"}));
+    let params: Vec<&str> = post["parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(params, ["dryRun", "fieldManager", "fieldValidation"]);
     // The same document again (cached): same bytes; If-None-Match: 304.
     let (_, _, again) = raw(addr, "GET", &url, &[("Accept", "application/json")], b"").await;
     assert_eq!(again, body);
-    let (code, _, _) = raw(
-        addr,
-        "GET",
-        "/openapi/v3/apis/apps/v1",
-        &[("If-None-Match", &format!("\"{hash}\""))],
-        b"",
-    )
-    .await;
+    let (code, _, _) = raw(addr, "GET", "/openapi/v3/apis/apps/v1", &[("If-None-Match", &format!("\"{hash}\""))], b"").await;
     assert_eq!(code, 304);
     // An old hash is redirected to the current one; no hash: not immutable.
     let (code, hs, _) = raw(addr, "GET", "/openapi/v3/apis/apps/v1?hash=0123", &[], b"").await;
@@ -145,94 +86,34 @@ async fn openapi_documents_are_served_hashed_and_cached() {
     assert_eq!(code, 200);
     assert_eq!(header(&hs, "cache-control"), None);
     // Protobuf only: 406; unknown group-version: 404.
-    let (code, _, _) = raw(
-        addr,
-        "GET",
-        &url,
-        &[(
-            "Accept",
-            "application/com.github.proto-openapi.spec.v3.v1.0+protobuf",
-        )],
-        b"",
-    )
-    .await;
+    let (code, _, _) = raw(addr, "GET", &url, &[("Accept", "application/com.github.proto-openapi.spec.v3.v1.0+protobuf")], b"").await;
     assert_eq!(code, 406);
-    let (code, _, _) = raw(
-        addr,
-        "GET",
-        "/openapi/v3/apis/nope.example.com/v1",
-        &[],
-        b"",
-    )
-    .await;
+    let (code, _, _) = raw(addr, "GET", "/openapi/v3/apis/nope.example.com/v1", &[], b"").await;
     assert_eq!(code, 404);
 
     // Swagger 2.0, JSON.
-    let (code, hs, body) = raw(
-        addr,
-        "GET",
-        "/openapi/v2",
-        &[("Accept", "application/json")],
-        b"",
-    )
-    .await;
+    let (code, hs, body) = raw(addr, "GET", "/openapi/v2", &[("Accept", "application/json")], b"").await;
     assert_eq!(code, 200);
     assert!(header(&hs, "etag").is_some());
     let v2 = json_of(&body);
     assert_eq!(v2["swagger"], "2.0");
-    assert_eq!(
-        v2["definitions"]["io.k8s.api.core.v1.Pod"]["x-kubernetes-group-version-kind"][0]["kind"],
-        "Pod"
-    );
-    let (code, _, _) = raw(
-        addr,
-        "GET",
-        "/openapi/v2",
-        &[(
-            "Accept",
-            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
-        )],
-        b"",
-    )
-    .await;
+    assert_eq!(v2["definitions"]["io.k8s.api.core.v1.Pod"]["x-kubernetes-group-version-kind"][0]["kind"], "Pod");
+    let (code, _, _) = raw(addr, "GET", "/openapi/v2", &[("Accept", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf")], b"").await;
     assert_eq!(code, 406);
 
     // A CRD joins its group-version's document, and leaves it.
     let crd = widget_crd();
-    let (code, _, body) = raw(
-        addr,
-        "POST",
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &[("Content-Type", "application/json")],
-        crd.to_string().as_bytes(),
-    )
-    .await;
+    let (code, _, body) = raw(addr, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &[("Content-Type", "application/json")], crd.to_string().as_bytes()).await;
     assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
     let (_, _, body) = raw(addr, "GET", "/openapi/v3", &[], b"").await;
-    let url = json_of(&body)["paths"]["apis/example.com/v1"]["serverRelativeURL"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let url = json_of(&body)["paths"]["apis/example.com/v1"]["serverRelativeURL"].as_str().unwrap().to_string();
     let (_, _, body) = raw(addr, "GET", &url, &[], b"").await;
     let doc = json_of(&body);
     let w = &doc["components"]["schemas"]["com.example.v1.Widget"];
-    assert_eq!(
-        w["x-kubernetes-group-version-kind"],
-        json!([{"group": "example.com", "kind": "Widget", "version": "v1"}])
-    );
-    assert_eq!(
-        w["properties"]["spec"]["properties"]["size"]["type"],
-        "integer"
-    );
+    assert_eq!(w["x-kubernetes-group-version-kind"], json!([{"group": "example.com", "kind": "Widget", "version": "v1"}]));
+    assert_eq!(w["properties"]["spec"]["properties"]["size"]["type"], "integer");
     assert!(doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"]["requestBody"]["content"].get("application/strategic-merge-patch+json").is_none());
-    let (code, _, _) = raw(
-        addr,
-        "DELETE",
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com",
-        &[],
-        b"",
-    )
-    .await;
+    let (code, _, _) = raw(addr, "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com", &[], b"").await;
     assert_eq!(code, 200);
     let (_, _, body) = raw(addr, "GET", "/openapi/v3", &[], b"").await;
     assert!(json_of(&body)["paths"].get("apis/example.com/v1").is_none());
@@ -262,14 +143,7 @@ async fn strict_field_validation_on_create_update_and_patch() {
     let ct = [("Content-Type", "application/json")];
     let pod = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","name":"p"},"spec":{"bogus":1,"containers":[{"name":"c","image":"i","extra":true}],"nodeSelector":{"any":"thing"}}}"#;
     // Strict: 400 with every field, duplicates first (as upstream's decoder).
-    let (code, _, body) = raw(
-        addr,
-        "POST",
-        "/api/v1/namespaces/default/pods?fieldValidation=Strict",
-        &ct,
-        pod,
-    )
-    .await;
+    let (code, _, body) = raw(addr, "POST", "/api/v1/namespaces/default/pods?fieldValidation=Strict", &ct, pod).await;
     assert_eq!(code, 400);
     let st = json_of(&body);
     assert_eq!(st["reason"], "BadRequest");
@@ -278,42 +152,20 @@ async fn strict_field_validation_on_create_update_and_patch() {
         r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: duplicate field "metadata.name", unknown field "spec.bogus", unknown field "spec.containers[0].extra""#
     );
     // An unknown directive is refused.
-    let (code, _, _) = raw(
-        addr,
-        "POST",
-        "/api/v1/namespaces/default/pods?fieldValidation=strict",
-        &ct,
-        pod,
-    )
-    .await;
+    let (code, _, _) = raw(addr, "POST", "/api/v1/namespaces/default/pods?fieldValidation=strict", &ct, pod).await;
     assert_eq!(code, 400);
     // Warn (the default): created, one Warning header per field, the fields dropped.
     let (code, hs, body) = raw(addr, "POST", "/api/v1/namespaces/default/pods", &ct, pod).await;
     assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
-    let warnings: Vec<&str> = hs
-        .iter()
-        .filter(|(k, _)| k == "warning")
-        .map(|(_, v)| v.as_str())
-        .collect();
+    let warnings: Vec<&str> = hs.iter().filter(|(k, _)| k == "warning").map(|(_, v)| v.as_str()).collect();
     assert_eq!(
         warnings,
-        [
-            r#"299 - "duplicate field \"metadata.name\"""#,
-            r#"299 - "unknown field \"spec.bogus\"""#,
-            r#"299 - "unknown field \"spec.containers[0].extra\"""#
-        ]
+        [r#"299 - "duplicate field \"metadata.name\"""#, r#"299 - "unknown field \"spec.bogus\"""#, r#"299 - "unknown field \"spec.containers[0].extra\"""#]
     );
     assert!(json_of(&body)["spec"].get("bogus").is_none());
     // Ignore: created silently.
     let other = String::from_utf8_lossy(pod).replace("\"p\"", "\"q\"");
-    let (code, hs, _) = raw(
-        addr,
-        "POST",
-        "/api/v1/namespaces/default/pods?fieldValidation=Ignore",
-        &ct,
-        other.as_bytes(),
-    )
-    .await;
+    let (code, hs, _) = raw(addr, "POST", "/api/v1/namespaces/default/pods?fieldValidation=Ignore", &ct, other.as_bytes()).await;
     assert_eq!(code, 201);
     assert!(header(&hs, "warning").is_none());
 
@@ -321,108 +173,39 @@ async fn strict_field_validation_on_create_update_and_patch() {
     let (_, _, body) = raw(addr, "GET", "/api/v1/namespaces/default/pods/p", &[], b"").await;
     let mut cur = json_of(&body);
     cur["spec"]["bogus"] = json!(2);
-    let (code, _, body) = raw(
-        addr,
-        "PUT",
-        "/api/v1/namespaces/default/pods/p?fieldValidation=Strict",
-        &ct,
-        cur.to_string().as_bytes(),
-    )
-    .await;
+    let (code, _, body) = raw(addr, "PUT", "/api/v1/namespaces/default/pods/p?fieldValidation=Strict", &ct, cur.to_string().as_bytes()).await;
     assert_eq!(code, 400);
-    assert!(
-        String::from_utf8_lossy(&body)
-            .contains(r#"strict decoding error: unknown field \"spec.bogus\""#),
-        "{}",
-        String::from_utf8_lossy(&body)
-    );
+    assert!(String::from_utf8_lossy(&body).contains(r#"strict decoding error: unknown field \"spec.bogus\""#), "{}", String::from_utf8_lossy(&body));
 
     // Patches: Strict refuses with 422 `patch: Invalid value`; Warn warns.
     for (ctype, patch) in [
-        (
-            "application/merge-patch+json",
-            r#"{"metadata":{"labels":{"a":"b"}},"spec":{"bogus":1}}"#,
-        ),
-        (
-            "application/strategic-merge-patch+json",
-            r#"{"spec":{"bogus":1,"$setElementOrder/containers":[{"name":"c"}]}}"#,
-        ),
-        (
-            "application/json-patch+json",
-            r#"[{"op":"add","path":"/spec/bogus","value":1}]"#,
-        ),
+        ("application/merge-patch+json", r#"{"metadata":{"labels":{"a":"b"}},"spec":{"bogus":1}}"#),
+        ("application/strategic-merge-patch+json", r#"{"spec":{"bogus":1,"$setElementOrder/containers":[{"name":"c"}]}}"#),
+        ("application/json-patch+json", r#"[{"op":"add","path":"/spec/bogus","value":1}]"#),
     ] {
-        let (code, _, body) = raw(
-            addr,
-            "PATCH",
-            "/api/v1/namespaces/default/pods/p?fieldValidation=Strict",
-            &[("Content-Type", ctype)],
-            patch.as_bytes(),
-        )
-        .await;
+        let (code, _, body) = raw(addr, "PATCH", "/api/v1/namespaces/default/pods/p?fieldValidation=Strict", &[("Content-Type", ctype)], patch.as_bytes()).await;
         assert_eq!(code, 422, "{ctype}: {}", String::from_utf8_lossy(&body));
         let st = json_of(&body);
         assert_eq!(st["reason"], "Invalid");
         assert_eq!(st["details"]["causes"][0]["field"], "patch");
-        assert!(
-            st["message"]
-                .as_str()
-                .unwrap()
-                .ends_with(r#"strict decoding error: unknown field "spec.bogus""#),
-            "{st}"
-        );
-        let (code, hs, _) = raw(
-            addr,
-            "PATCH",
-            "/api/v1/namespaces/default/pods/p",
-            &[("Content-Type", ctype)],
-            patch.as_bytes(),
-        )
-        .await;
+        assert!(st["message"].as_str().unwrap().ends_with(r#"strict decoding error: unknown field "spec.bogus""#), "{st}");
+        let (code, hs, _) = raw(addr, "PATCH", "/api/v1/namespaces/default/pods/p", &[("Content-Type", ctype)], patch.as_bytes()).await;
         assert_eq!(code, 200, "{ctype}");
-        assert_eq!(
-            header(&hs, "warning"),
-            Some(r#"299 - "unknown field \"spec.bogus\"""#),
-            "{ctype}"
-        );
+        assert_eq!(header(&hs, "warning"), Some(r#"299 - "unknown field \"spec.bogus\"""#), "{ctype}");
     }
 
     // Custom resources: the CRD's schema decides (pruned fields are
     // unknown; preserved, map and embedded fields are not).
-    let (code, _, _) = raw(
-        addr,
-        "POST",
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &ct,
-        widget_crd().to_string().as_bytes(),
-    )
-    .await;
+    let (code, _, _) = raw(addr, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &ct, widget_crd().to_string().as_bytes()).await;
     assert_eq!(code, 201);
     let w = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
         "spec": {"size": 1, "color": "red", "free": {"x": {"y": 1}}, "labels": {"k": "v"},
             "template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t"}, "spec": {"z": 1}}}});
-    let (code, _, body) = raw(
-        addr,
-        "POST",
-        "/apis/example.com/v1/namespaces/default/widgets?fieldValidation=Strict",
-        &ct,
-        w.to_string().as_bytes(),
-    )
-    .await;
+    let (code, _, body) = raw(addr, "POST", "/apis/example.com/v1/namespaces/default/widgets?fieldValidation=Strict", &ct, w.to_string().as_bytes()).await;
     assert_eq!(code, 400);
-    assert_eq!(
-        json_of(&body)["message"],
-        r#"Widget in version "v1" cannot be handled as a Widget: strict decoding error: unknown field "spec.color""#
-    );
+    assert_eq!(json_of(&body)["message"], r#"Widget in version "v1" cannot be handled as a Widget: strict decoding error: unknown field "spec.color""#);
     // dryRun writes are answered, not persisted.
-    let (code, _, _) = raw(
-        addr,
-        "POST",
-        "/api/v1/namespaces/default/pods?dryRun=All",
-        &ct,
-        other.replace("\"q\"", "\"r\"").as_bytes(),
-    )
-    .await;
+    let (code, _, _) = raw(addr, "POST", "/api/v1/namespaces/default/pods?dryRun=All", &ct, other.replace("\"q\"", "\"r\"").as_bytes()).await;
     assert_eq!(code, 201);
     let (code, _, _) = raw(addr, "GET", "/api/v1/namespaces/default/pods/r", &[], b"").await;
     assert_eq!(code, 404);
@@ -436,10 +219,7 @@ async fn kc(kubeconfig: &Path, cache: &Path, args: &[&str]) -> (bool, String) {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    berth_no_kubectl,
-    ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)"
-)]
+#[cfg_attr(berth_no_kubectl, ignore = "kubectl is not on PATH (CI installs it; BERTH_KUBECTL names another)")]
 async fn kubectl_explain_and_apply_with_validation() {
     let c = start().await;
     let dir = temp_dir();
@@ -449,70 +229,25 @@ async fn kubectl_explain_and_apply_with_validation() {
 
     let (ok, out) = kc(&kcfg, &cache, &["explain", "pod.spec"]).await;
     assert!(ok, "{out}");
-    assert!(
-        out.contains("KIND:       Pod")
-            && out.contains("FIELD: spec <PodSpec>")
-            && out.contains("containers\t<[]Container>"),
-        "{out}"
-    );
+    assert!(out.contains("KIND:       Pod") && out.contains("FIELD: spec <PodSpec>") && out.contains("containers\t<[]Container>"), "{out}");
     let (ok, out) = kc(&kcfg, &cache, &["explain", "deployment.spec.replicas"]).await;
     assert!(ok, "{out}");
-    assert!(
-        out.contains("GROUP:      apps")
-            && out.contains("FIELD: replicas <integer>")
-            && out.contains("Number of desired pods"),
-        "{out}"
-    );
+    assert!(out.contains("GROUP:      apps") && out.contains("FIELD: replicas <integer>") && out.contains("Number of desired pods"), "{out}");
     let (ok, out) = kc(&kcfg, &cache, &["explain", "pods.spec.bogus"]).await;
-    assert!(
-        !ok && out.contains("field \"bogus\" does not exist"),
-        "{out}"
-    );
+    assert!(!ok && out.contains("field \"bogus\" does not exist"), "{out}");
 
     // Validation on (kubectl's default, Strict through the server).
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let (ok, out) = kc(
-        &kcfg,
-        &cache,
-        &[
-            "apply",
-            "-f",
-            root.join("deploy/example-pod.yaml").to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", root.join("deploy/example-pod.yaml").to_str().unwrap()]).await;
     assert!(ok, "{out}");
     assert!(out.contains("created"), "{out}");
-    let (ok, out) = kc(
-        &kcfg,
-        &cache,
-        &[
-            "apply",
-            "-f",
-            root.join("deploy/berth.yaml").to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", root.join("deploy/berth.yaml").to_str().unwrap()]).await;
     assert!(ok, "{out}");
-    for what in [
-        "deployment.apps/berth created",
-        "serviceaccount/berth created",
-        "clusterrole.rbac.authorization.k8s.io/berth created",
-        "rolebinding.rbac.authorization.k8s.io/berth-leader-election created",
-    ] {
+    for what in ["deployment.apps/berth created", "serviceaccount/berth created", "clusterrole.rbac.authorization.k8s.io/berth created", "rolebinding.rbac.authorization.k8s.io/berth-leader-election created"] {
         assert!(out.contains(what), "{what}: {out}");
     }
     // A second apply patches (strategic merge computed from the v3 document).
-    let (ok, out) = kc(
-        &kcfg,
-        &cache,
-        &[
-            "apply",
-            "-f",
-            root.join("deploy/berth.yaml").to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", root.join("deploy/berth.yaml").to_str().unwrap()]).await;
     assert!(ok && !out.contains("warning"), "{out}");
     assert!(out.contains("deployment.apps/berth unchanged"), "{out}");
 
@@ -521,59 +256,30 @@ async fn kubectl_explain_and_apply_with_validation() {
     std::fs::write(&workloads, crate::cluster_apply::WORKLOADS).unwrap();
     let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", workloads.to_str().unwrap()]).await;
     assert!(ok, "{out}");
-    for what in [
-        "deployment.apps/web created",
-        "statefulset.apps/db created",
-        "job.batch/once created",
-        "daemonset.apps/agent created",
-    ] {
+    for what in ["deployment.apps/web created", "statefulset.apps/db created", "job.batch/once created", "daemonset.apps/agent created"] {
         assert!(out.contains(what), "{what}: {out}");
     }
     let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", workloads.to_str().unwrap()]).await;
     assert!(ok && !out.contains("warning"), "{out}");
-    for what in [
-        "deployment.apps/web unchanged",
-        "statefulset.apps/db unchanged",
-        "job.batch/once unchanged",
-        "daemonset.apps/agent unchanged",
-    ] {
+    for what in ["deployment.apps/web unchanged", "statefulset.apps/db unchanged", "job.batch/once unchanged", "daemonset.apps/agent unchanged"] {
         assert!(out.contains(what), "{what}: {out}");
     }
     for (get, want) in [
         ("deployment/web -o jsonpath={.spec.replicas}", "2"),
         ("statefulset/db -o jsonpath={.spec.serviceName}", "db"),
-        (
-            "job/once -o jsonpath={.spec.template.spec.restartPolicy}",
-            "Never",
-        ),
-        (
-            "daemonset/agent -o jsonpath={.spec.template.spec.schedulerName}",
-            "nobody",
-        ),
+        ("job/once -o jsonpath={.spec.template.spec.restartPolicy}", "Never"),
+        ("daemonset/agent -o jsonpath={.spec.template.spec.schedulerName}", "nobody"),
     ] {
         let args: Vec<&str> = std::iter::once("get").chain(get.split(' ')).collect();
         let (ok, out) = kc(&kcfg, &cache, &args).await;
         assert!(ok && out.trim() == want, "{get}: {out}");
     }
     // The last-applied annotation carries the manifest; changing it patches.
-    let scaled = crate::cluster_apply::WORKLOADS.replacen(
-        "  replicas: 1\n  serviceName: db",
-        "  replicas: 2\n  serviceName: db",
-        1,
-    );
+    let scaled = crate::cluster_apply::WORKLOADS.replacen("  replicas: 1\n  serviceName: db", "  replicas: 2\n  serviceName: db", 1);
     std::fs::write(&workloads, scaled).unwrap();
     let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", workloads.to_str().unwrap()]).await;
-    assert!(
-        ok && out.contains("statefulset.apps/db configured")
-            && out.contains("job.batch/once unchanged"),
-        "{out}"
-    );
-    let (ok, out) = kc(
-        &kcfg,
-        &cache,
-        &["get", "statefulset/db", "-o", "jsonpath={.spec.replicas}"],
-    )
-    .await;
+    assert!(ok && out.contains("statefulset.apps/db configured") && out.contains("job.batch/once unchanged"), "{out}");
+    let (ok, out) = kc(&kcfg, &cache, &["get", "statefulset/db", "-o", "jsonpath={.spec.replicas}"]).await;
     assert!(ok && out.trim() == "2", "{out}");
 
     // Unknown fields: refused by default, a warning with --validate=warn.
@@ -582,17 +288,9 @@ async fn kubectl_explain_and_apply_with_validation() {
     let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", bad.to_str().unwrap()]).await;
     assert!(!ok, "{out}");
     assert!(out.contains(r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.bogus""#), "{out}");
-    let (ok, out) = kc(
-        &kcfg,
-        &cache,
-        &["apply", "--validate=warn", "-f", bad.to_str().unwrap()],
-    )
-    .await;
+    let (ok, out) = kc(&kcfg, &cache, &["apply", "--validate=warn", "-f", bad.to_str().unwrap()]).await;
     assert!(ok, "{out}");
-    assert!(
-        out.contains(r#"Warning: unknown field "spec.bogus""#) && out.contains("pod/bad created"),
-        "{out}"
-    );
+    assert!(out.contains(r#"Warning: unknown field "spec.bogus""#) && out.contains("pod/bad created"), "{out}");
 
     // A CRD: explain and validation of its kind.
     let crd = dir.join("crd.json");
@@ -601,18 +299,10 @@ async fn kubectl_explain_and_apply_with_validation() {
     assert!(ok, "{out}");
     let (ok, out) = kc(&kcfg, &cache, &["explain", "widget.spec.size"]).await;
     assert!(ok, "{out}");
-    assert!(
-        out.contains("KIND:       Widget")
-            && out.contains("FIELD: size <integer>")
-            && out.contains("How big the widget is."),
-        "{out}"
-    );
+    assert!(out.contains("KIND:       Widget") && out.contains("FIELD: size <integer>") && out.contains("How big the widget is."), "{out}");
     let w = dir.join("w.yaml");
     std::fs::write(&w, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  size: 2\n  color: red\n").unwrap();
     let (ok, out) = kc(&kcfg, &cache, &["apply", "-f", w.to_str().unwrap()]).await;
-    assert!(
-        !ok && out.contains(r#"strict decoding error: unknown field "spec.color""#),
-        "{out}"
-    );
+    assert!(!ok && out.contains(r#"strict decoding error: unknown field "spec.color""#), "{out}");
     c.shutdown().await;
 }

@@ -12,25 +12,9 @@ use serde_json::{Value, json};
 use crate::support::raw_http;
 
 /// One HTTP/1.1 request: (status, body as JSON or a string).
-pub(crate) async fn call(
-    addr: &LocalCluster,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: &str,
-) -> (u16, Value) {
-    let (code, body) = raw_http(
-        addr,
-        method,
-        path,
-        &format!("Content-Type: {content_type}\r\n"),
-        body,
-    )
-    .await;
-    (
-        code,
-        serde_json::from_str(&body).unwrap_or(Value::String(body)),
-    )
+pub(crate) async fn call(addr: &LocalCluster, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
+    let (code, body) = raw_http(addr, method, path, &format!("Content-Type: {content_type}\r\n"), body).await;
+    (code, serde_json::from_str(&body).unwrap_or(Value::String(body)))
 }
 
 fn pod(name: &str, container: Value, extra: Value) -> Value {
@@ -41,18 +25,12 @@ fn pod(name: &str, container: Value, extra: Value) -> Value {
     p
 }
 
-const QUANTITY_RE: &str =
-    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+const QUANTITY_RE: &str = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_pods_get_upstreams_answers() {
     crate::support::init_logs();
-    let c = LocalCluster::start(ClusterConfig {
-        nodes: 1,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let c = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
     let addr = &c;
     let pods = "/api/v1/namespaces/default/pods";
     let spread = |key: &str, when: &str| json!({"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": when, "labelSelector": {"matchLabels": {"app": "a"}}});
@@ -95,92 +73,30 @@ async fn bad_pods_get_upstreams_answers() {
     ];
     for (body, code, message) in &cases {
         let (got, status) = call(addr, "POST", pods, "application/json", &body.to_string()).await;
-        assert_eq!(
-            (got, status["message"].as_str().unwrap_or("")),
-            (*code, message.as_str()),
-            "{status}"
-        );
-        let reason = if *code == 400 {
-            "BadRequest"
-        } else {
-            "Invalid"
-        };
-        assert_eq!(
-            (status["code"].as_u64(), status["reason"].as_str()),
-            (Some(u64::from(*code)), Some(reason))
-        );
+        assert_eq!((got, status["message"].as_str().unwrap_or("")), (*code, message.as_str()), "{status}");
+        let reason = if *code == 400 { "BadRequest" } else { "Invalid" };
+        assert_eq!((status["code"].as_u64(), status["reason"].as_str()), (Some(u64::from(*code)), Some(reason)));
     }
     // The 422s name the field in their causes.
-    let (_, status) = call(
-        addr,
-        "POST",
-        pods,
-        "application/json",
-        &cases[2].0.to_string(),
-    )
-    .await;
-    assert_eq!(
-        status["details"]["causes"][0]["field"],
-        "spec.containers[0].resources.requests[cpu]"
-    );
+    let (_, status) = call(addr, "POST", pods, "application/json", &cases[2].0.to_string()).await;
+    assert_eq!(status["details"]["causes"][0]["field"], "spec.containers[0].resources.requests[cpu]");
     // A bad quantity in a workload's template, and through a patch, is refused too.
     let dep = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": "d"}},
         "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "many"}}}]}}}});
-    let (code, status) = call(
-        addr,
-        "POST",
-        "/apis/apps/v1/namespaces/default/deployments",
-        "application/json",
-        &dep.to_string(),
-    )
-    .await;
-    assert_eq!(
-        (code, status["message"].as_str().unwrap()),
-        (
-            400,
-            format!(
-                "Deployment in version \"v1\" cannot be handled as a Deployment: {QUANTITY_RE}"
-            )
-            .as_str()
-        )
-    );
-    let good = pod(
-        "good",
-        json!({"resources": {"limits": {"cpu": "1"}}}),
-        json!({}),
-    );
+    let (code, status) = call(addr, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &dep.to_string()).await;
+    assert_eq!((code, status["message"].as_str().unwrap()), (400, format!("Deployment in version \"v1\" cannot be handled as a Deployment: {QUANTITY_RE}").as_str()));
+    let good = pod("good", json!({"resources": {"limits": {"cpu": "1"}}}), json!({}));
     let (code, created) = call(addr, "POST", pods, "application/json", &good.to_string()).await;
     assert_eq!(code, 201, "{created}");
     // Requests default to limits, as upstream's defaulting does.
-    assert_eq!(
-        created["spec"]["containers"][0]["resources"]["requests"]["cpu"],
-        "1"
-    );
+    assert_eq!(created["spec"]["containers"][0]["resources"]["requests"]["cpu"], "1");
     let patch = json!({"metadata": {"annotations": {"big": "x".repeat(300 * 1024)}}});
-    let (code, status) = call(
-        addr,
-        "PATCH",
-        &format!("{pods}/good"),
-        "application/merge-patch+json",
-        &patch.to_string(),
-    )
-    .await;
-    assert_eq!(
-        (code, status["message"].as_str().unwrap()),
-        (
-            422,
-            "Pod \"good\" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes"
-        )
-    );
+    let (code, status) = call(addr, "PATCH", &format!("{pods}/good"), "application/merge-patch+json", &patch.to_string()).await;
+    assert_eq!((code, status["message"].as_str().unwrap()), (422, "Pod \"good\" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes"));
     // The server is still up, and nothing bad was stored.
     let (code, list) = call(addr, "GET", pods, "application/json", "").await;
     assert_eq!(code, 200);
-    let names: Vec<&str> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["metadata"]["name"].as_str())
-        .collect();
+    let names: Vec<&str> = list["items"].as_array().unwrap().iter().filter_map(|p| p["metadata"]["name"].as_str()).collect();
     assert_eq!(names, ["good"]);
     c.shutdown().await;
 }
@@ -194,12 +110,7 @@ const KEY_NAME_MSG: &str = "name part must consist of alphanumeric characters, '
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_specs_are_validated_as_upstream_does() {
     crate::support::init_logs();
-    let c = LocalCluster::start(ClusterConfig {
-        nodes: 1,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let c = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
     let pods = "/api/v1/namespaces/default/pods";
     let raw = |name: &str, spec: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec});
     let ok = || json!({"name": "c", "image": "busybox"});
@@ -322,11 +233,7 @@ async fn pod_specs_are_validated_as_upstream_does() {
         let name = body["metadata"]["name"].as_str().unwrap();
         let (code, status) = call(&c, "POST", pods, "application/json", &body.to_string()).await;
         let want = format!("Pod \"{name}\" is invalid: {message}");
-        assert_eq!(
-            (code, status["message"].as_str().unwrap_or("")),
-            (422, want.as_str()),
-            "{status}"
-        );
+        assert_eq!((code, status["message"].as_str().unwrap_or("")), (422, want.as_str()), "{status}");
         assert_eq!(status["reason"], "Invalid");
     }
     let (code, list) = call(&c, "GET", pods, "application/json", "").await;
@@ -341,33 +248,15 @@ async fn pod_specs_are_validated_as_upstream_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_updates_change_only_what_upstream_allows() {
     crate::support::init_logs();
-    let c = LocalCluster::start(ClusterConfig {
-        nodes: 1,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let c = LocalCluster::start(ClusterConfig { nodes: 1, ..Default::default() }).await.unwrap();
     let pods = "/api/v1/namespaces/default/pods";
-    let body = pod(
-        "u",
-        json!({}),
-        json!({"spec": {"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}],
-        "schedulingGates": [{"name": "example.com/one"}, {"name": "example.com/two"}]}}),
-    );
+    let body = pod("u", json!({}), json!({"spec": {"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}],
+        "schedulingGates": [{"name": "example.com/one"}, {"name": "example.com/two"}]}}));
     let (code, created) = call(&c, "POST", pods, "application/json", &body.to_string()).await;
     assert_eq!(code, 201, "{created}");
     let patch = |p: Value| {
         let c = &c;
-        async move {
-            call(
-                c,
-                "PATCH",
-                &format!("{pods}/u"),
-                "application/merge-patch+json",
-                &p.to_string(),
-            )
-            .await
-        }
+        async move { call(c, "PATCH", &format!("{pods}/u"), "application/merge-patch+json", &p.to_string()).await }
     };
     const CATCH_ALL: &str = "Pod \"u\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)\n";
     let allowed = [
@@ -384,14 +273,8 @@ async fn pod_updates_change_only_what_upstream_allows() {
         assert_eq!(code, 200, "{p}: {v}");
     }
     let refused: Vec<(Value, &str)> = vec![
-        (
-            json!({"spec": {"activeDeadlineSeconds": 900}}),
-            "Pod \"u\" is invalid: spec.activeDeadlineSeconds: Invalid value: 900: must be less than or equal to previous value",
-        ),
-        (
-            json!({"spec": {"tolerations": [{"key": "b", "operator": "Exists"}]}}),
-            "Pod \"u\" is invalid: spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds",
-        ),
+        (json!({"spec": {"activeDeadlineSeconds": 900}}), "Pod \"u\" is invalid: spec.activeDeadlineSeconds: Invalid value: 900: must be less than or equal to previous value"),
+        (json!({"spec": {"tolerations": [{"key": "b", "operator": "Exists"}]}}), "Pod \"u\" is invalid: spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds"),
         (
             json!({"spec": {"schedulingGates": [{"name": "example.com/one"}, {"name": "example.com/three"}]}}),
             "Pod \"u\" is invalid: spec.schedulingGates[1].name: Forbidden: only deletion is allowed, but found new scheduling gate 'example.com/three'",
@@ -400,40 +283,23 @@ async fn pod_updates_change_only_what_upstream_allows() {
             json!({"spec": {"containers": [{"name": "c", "image": "busybox"}, {"name": "d", "image": "busybox"}]}}),
             "Pod \"u\" is invalid: spec.containers: Forbidden: pod updates may not add or remove containers",
         ),
-        (
-            json!({"spec": {"containers": [{"name": "c", "image": ""}]}}),
-            "Pod \"u\" is invalid: spec.containers[0].image: Required value",
-        ),
+        (json!({"spec": {"containers": [{"name": "c", "image": ""}]}}), "Pod \"u\" is invalid: spec.containers[0].image: Required value"),
     ];
     for (p, message) in refused {
         let (code, v) = patch(p.clone()).await;
-        assert_eq!(
-            (code, v["message"].as_str().unwrap_or("")),
-            (422, message),
-            "{p}"
-        );
+        assert_eq!((code, v["message"].as_str().unwrap_or("")), (422, message), "{p}");
     }
     // Anything else: the catch-all, with a diff naming the field.
-    for p in [
-        json!({"spec": {"containers": [{"name": "c", "image": "busybox:2", "workingDir": "/tmp"}]}}),
-        json!({"spec": {"restartPolicy": "Never"}}),
-        json!({"spec": {"hostname": "h"}}),
-    ] {
+    for p in [json!({"spec": {"containers": [{"name": "c", "image": "busybox:2", "workingDir": "/tmp"}]}}), json!({"spec": {"restartPolicy": "Never"}}), json!({"spec": {"hostname": "h"}})] {
         let (code, v) = patch(p.clone()).await;
         let message = v["message"].as_str().unwrap_or("");
-        assert!(
-            code == 422 && message.starts_with(CATCH_ALL),
-            "{p}: {code} {v}"
-        );
+        assert!(code == 422 && message.starts_with(CATCH_ALL), "{p}: {code} {v}");
     }
     // Once ungated, nodeSelector is fixed too.
     let (code, v) = patch(json!({"spec": {"schedulingGates": null}})).await;
     assert_eq!(code, 200, "{v}");
     let (code, v) = patch(json!({"spec": {"nodeSelector": {"zone": "b"}}})).await;
-    assert!(
-        code == 422 && v["message"].as_str().unwrap_or("").starts_with(CATCH_ALL),
-        "{v}"
-    );
+    assert!(code == 422 && v["message"].as_str().unwrap_or("").starts_with(CATCH_ALL), "{v}");
     // What was allowed is what is stored.
     let (_, got) = call(&c, "GET", &format!("{pods}/u"), "application/json", "").await;
     assert_eq!(got["spec"]["containers"][0]["image"], "busybox:2");
@@ -449,13 +315,7 @@ async fn pod_updates_change_only_what_upstream_allows() {
 async fn events_expire_after_the_event_ttl() {
     crate::support::init_logs();
     let ttl = Duration::from_secs(3);
-    let c = LocalCluster::start(ClusterConfig {
-        nodes: 1,
-        event_ttl: ttl,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let c = LocalCluster::start(ClusterConfig { nodes: 1, event_ttl: ttl, ..Default::default() }).await.unwrap();
     let addr = &c;
     let event = |name: &str| {
         json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
@@ -469,36 +329,17 @@ async fn events_expire_after_the_event_ttl() {
     }
     let names = || async {
         let (_, list) = call(addr, "GET", events, "application/json", "").await;
-        let mut n: Vec<String> = list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|e| e["metadata"]["name"].as_str().map(str::to_string))
-            .filter(|n| n == "a" || n == "b")
-            .collect();
+        let mut n: Vec<String> = list["items"].as_array().unwrap().iter().filter_map(|e| e["metadata"]["name"].as_str().map(str::to_string)).filter(|n| n == "a" || n == "b").collect();
         n.sort();
         n
     };
     tokio::time::sleep(ttl / 2).await;
     // Writing "b" again renews its lease.
     let patch = json!({"message": "again"}).to_string();
-    let (code, _) = call(
-        addr,
-        "PATCH",
-        &format!("{events}/b"),
-        "application/merge-patch+json",
-        &patch,
-    )
-    .await;
+    let (code, _) = call(addr, "PATCH", &format!("{events}/b"), "application/merge-patch+json", &patch).await;
     assert_eq!(code, 200);
     tokio::time::sleep(ttl * 3 / 4).await;
-    crate::support::eventually(10, "event a expired", || async {
-        (names().await == ["b"]).then_some(())
-    })
-    .await;
-    crate::support::eventually(10, "event b expired", || async {
-        names().await.is_empty().then_some(())
-    })
-    .await;
+    crate::support::eventually(10, "event a expired", || async { (names().await == ["b"]).then_some(()) }).await;
+    crate::support::eventually(10, "event b expired", || async { names().await.is_empty().then_some(()) }).await;
     c.shutdown().await;
 }

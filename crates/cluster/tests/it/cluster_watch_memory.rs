@@ -36,19 +36,12 @@ fn rss() -> u64 {
 /// A line of /proc/self/status in kB, as bytes.
 fn status_kb(key: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        * 1024
+    status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0) * 1024
 }
 
 /// The process's threads.
 fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .map(|d| d.count())
-        .unwrap_or(0)
+    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
 }
 
 fn mb(b: u64) -> f64 {
@@ -63,17 +56,10 @@ async fn slow_watchers_are_bounded_and_closed() {
     const CAPACITY: usize = 8_192;
     let cfg = ClusterConfig {
         nodes: 1,
-        kubelet: KubeletConfig {
-            enabled: false,
-            ..Default::default()
-        },
+        kubelet: KubeletConfig { enabled: false, ..Default::default() },
         // A short history, so that the same changes leave the same
         // history with and without watchers.
-        store: StoreConfig {
-            channel_capacity: CAPACITY,
-            history_limit: 2_000,
-            ..Default::default()
-        },
+        store: StoreConfig { channel_capacity: CAPACITY, history_limit: 2_000, ..Default::default() },
         // Plain HTTP: the figure is the server's watch buffers, not 1,000 TLS sessions'.
         tls: false,
         ..Default::default()
@@ -91,18 +77,8 @@ async fn slow_watchers_are_bounded_and_closed() {
     let churn = |first_round: usize| {
         for round in first_round..first_round + rounds {
             for i in 0..PODS_N {
-                let patch =
-                    json!({"metadata": {"labels": {"round": round.to_string()}}}).to_string();
-                store
-                    .patch(
-                        PODS,
-                        "default",
-                        &format!("p-{i}"),
-                        PatchType::Merge,
-                        patch.as_bytes(),
-                        false,
-                    )
-                    .unwrap();
+                let patch = json!({"metadata": {"labels": {"round": round.to_string()}}}).to_string();
+                store.patch(PODS, "default", &format!("p-{i}"), PatchType::Merge, patch.as_bytes(), false).unwrap();
             }
         }
     };
@@ -115,16 +91,7 @@ async fn slow_watchers_are_bounded_and_closed() {
     let settle = || async {
         for i in 0..120 {
             let patch = json!({"metadata": {"labels": {"idle": i.to_string()}}}).to_string();
-            store
-                .patch(
-                    PODS,
-                    "default",
-                    "p-0",
-                    PatchType::Merge,
-                    patch.as_bytes(),
-                    false,
-                )
-                .unwrap();
+            store.patch(PODS, "default", "p-0", PatchType::Merge, patch.as_bytes(), false).unwrap();
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
@@ -133,12 +100,7 @@ async fn slow_watchers_are_bounded_and_closed() {
     churn(1);
     settle().await;
     let cold = rss();
-    println!(
-        "before any request: {:.1} MB (anon {:.1}, file {:.1})",
-        mb(cold),
-        mb(status_kb("RssAnon:")),
-        mb(status_kb("RssFile:"))
-    );
+    println!("before any request: {:.1} MB (anon {:.1}, file {:.1})", mb(cold), mb(status_kb("RssAnon:")), mb(status_kb("RssFile:")));
     // A server that has served: a few watchers read their snapshot and
     // close (the code paths, and what the server builds on its first
     // requests, are then in memory, as in any running server).
@@ -157,12 +119,7 @@ async fn slow_watchers_are_bounded_and_closed() {
     settle().await;
     let baseline = rss();
     let threads_before = threads();
-    println!(
-        "baseline: {:.1} MB (anon {:.1}, file {:.1})",
-        mb(baseline),
-        mb(status_kb("RssAnon:")),
-        mb(status_kb("RssFile:"))
-    );
+    println!("baseline: {:.1} MB (anon {:.1}, file {:.1})", mb(baseline), mb(status_kb("RssAnon:")), mb(status_kb("RssFile:")));
 
     // Sample the peak while the watchers are open.
     let peak = Arc::new(AtomicU64::new(baseline));
@@ -212,22 +169,12 @@ async fn slow_watchers_are_bounded_and_closed() {
             }
         })
         .await;
-        assert!(
-            ended.is_ok(),
-            "a watcher far behind was not closed ({read} bytes read)"
-        );
+        assert!(ended.is_ok(), "a watcher far behind was not closed ({read} bytes read)");
         drop(first);
         drop(conns);
         settle().await;
         after.push(rss());
-        println!(
-            "after set {set}: {:.1} MB (anon {:.1}, file {:.1}), {} threads (baseline {} threads)",
-            mb(rss()),
-            mb(status_kb("RssAnon:")),
-            mb(status_kb("RssFile:")),
-            threads(),
-            threads_before
-        );
+        println!("after set {set}: {:.1} MB (anon {:.1}, file {:.1}), {} threads (baseline {} threads)", mb(rss()), mb(status_kb("RssAnon:")), mb(status_kb("RssFile:")), threads(), threads_before);
     }
     sampling.store(false, Ordering::Relaxed);
     sampler.join().unwrap();

@@ -134,29 +134,14 @@ const KEEP_FIELDS: &[&str] = &[
 ];
 
 /// Objects kept whole: quantities keyed by resource name, DRA devices.
-const KEEP_OBJECTS: &[&str] = &[
-    "capacity",
-    "allocatable",
-    "overhead",
-    "allocatedResources",
-    "minResources",
-    "limits",
-    "attributes",
-    "os",
-];
+const KEEP_OBJECTS: &[&str] = &["capacity", "allocatable", "overhead", "allocatedResources", "minResources", "limits", "attributes", "os"];
 
 /// Lists kept whole: a ResourceSlice's devices and counters (a claim's
 /// `devices` is an object, and is walked).
 const KEEP_ARRAYS: &[&str] = &["devices", "sharedCounters"];
 
 /// Strings that are label keys.
-const KEY_FIELDS: &[&str] = &[
-    "key",
-    "topologyKey",
-    "matchLabelKeys",
-    "mismatchLabelKeys",
-    "topologyKeys",
-];
+const KEY_FIELDS: &[&str] = &["key", "topologyKey", "matchLabelKeys", "mismatchLabelKeys", "topologyKeys"];
 
 /// Annotations whose values are kept: flags and driver names the scheduler reads.
 const KEEP_ANNOTATION_VALUES: &[&str] = &[
@@ -182,9 +167,7 @@ pub struct Anonymizer {
 
 impl std::fmt::Debug for Anonymizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Anonymizer")
-            .field("names", &self.map.len())
-            .finish_non_exhaustive()
+        f.debug_struct("Anonymizer").field("names", &self.map.len()).finish_non_exhaustive()
     }
 }
 
@@ -193,12 +176,8 @@ pub fn well_known_key(k: &str) -> bool {
     if k == "metadata.name" || k == "metadata.namespace" {
         return true;
     }
-    let Some((prefix, _)) = k.split_once('/') else {
-        return false;
-    };
-    ["kubernetes.io", "k8s.io", "x-k8s.io"]
-        .iter()
-        .any(|d| prefix == *d || prefix.strip_suffix(d).is_some_and(|p| p.ends_with('.')))
+    let Some((prefix, _)) = k.split_once('/') else { return false };
+    ["kubernetes.io", "k8s.io", "x-k8s.io"].iter().any(|d| prefix == *d || prefix.strip_suffix(d).is_some_and(|p| p.ends_with('.')))
 }
 
 impl Anonymizer {
@@ -206,23 +185,13 @@ impl Anonymizer {
     pub fn random() -> Result<Anonymizer> {
         let rng = ring::rand::SystemRandom::new();
         let key = hmac::Key::generate(hmac::HMAC_SHA256, &rng).map_err(|_| Error::Random)?;
-        Ok(Anonymizer {
-            key,
-            map: BTreeMap::new(),
-            back: HashMap::new(),
-            in_device_request: false,
-        })
+        Ok(Anonymizer { key, map: BTreeMap::new(), back: HashMap::new(), in_device_request: false })
     }
 
     /// With a given key: the same names give the same output in every dump
     /// (tests; never for a dump that leaves the house).
     pub fn with_key(key: &[u8]) -> Anonymizer {
-        Anonymizer {
-            key: hmac::Key::new(hmac::HMAC_SHA256, key),
-            map: BTreeMap::new(),
-            back: HashMap::new(),
-            in_device_request: false,
-        }
+        Anonymizer { key: hmac::Key::new(hmac::HMAC_SHA256, key), map: BTreeMap::new(), back: HashMap::new(), in_device_request: false }
     }
 
     /// Every string replaced so far: original → anonymized.
@@ -234,11 +203,7 @@ impl Anonymizer {
         if let Some(other) = self.back.get(&hashed)
             && other != original
         {
-            return Err(Error::Collision {
-                first: other.clone(),
-                second: original.into(),
-                hashed,
-            });
+            return Err(Error::Collision { first: other.clone(), second: original.into(), hashed });
         }
         self.back.insert(hashed.clone(), original.into());
         self.map.insert(original.into(), hashed.clone());
@@ -258,21 +223,12 @@ impl Anonymizer {
             return Ok(h.clone());
         }
         let tag = hmac::sign(&self.key, s.as_bytes());
-        let hex: String = tag
-            .as_ref()
-            .iter()
-            .take(8)
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hex: String = tag.as_ref().iter().take(8).map(|b| format!("{b:02x}")).collect();
         self.remember(s, format!("a{hex}"))
     }
 
     fn label_key(&mut self, k: &str) -> Result<String> {
-        if well_known_key(k) {
-            Ok(k.to_string())
-        } else {
-            self.hash(k)
-        }
+        if well_known_key(k) { Ok(k.to_string()) } else { self.hash(k) }
     }
 
     fn image(&mut self, s: &str) -> Result<String> {
@@ -280,11 +236,7 @@ impl Anonymizer {
     }
 
     fn priority_class(&mut self, s: &str) -> Result<String> {
-        if s.starts_with("system-") {
-            Ok(s.to_string())
-        } else {
-            self.hash(s)
-        }
+        if s.starts_with("system-") { Ok(s.to_string()) } else { self.hash(s) }
     }
 
     fn request(&mut self, s: &str) -> Result<String> {
@@ -299,32 +251,17 @@ impl Anonymizer {
         if o.get("kind").and_then(Value::as_str) != Some("Pod") {
             return Ok(());
         }
-        let Some(pod) = o.pointer("/metadata/name").and_then(Value::as_str) else {
-            return Ok(());
-        };
-        for v in o
-            .pointer("/spec/volumes")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        let Some(pod) = o.pointer("/metadata/name").and_then(Value::as_str) else { return Ok(()) };
+        for v in o.pointer("/spec/volumes").and_then(Value::as_array).into_iter().flatten() {
             if v.get("ephemeral").is_none() {
                 continue;
             }
-            let Some(vol) = v.get("name").and_then(Value::as_str) else {
-                continue;
-            };
+            let Some(vol) = v.get("name").and_then(Value::as_str) else { continue };
             let claim = format!("{pod}-{vol}");
             let hashed = format!("{}-{}", self.hash(pod)?, self.hash(vol)?);
             match self.map.get(&claim) {
                 Some(h) if *h == hashed => {}
-                Some(h) => {
-                    return Err(Error::Collision {
-                        first: claim.clone(),
-                        second: format!("{pod} + {vol}"),
-                        hashed: h.clone(),
-                    });
-                }
+                Some(h) => return Err(Error::Collision { first: claim.clone(), second: format!("{pod} + {vol}"), hashed: h.clone() }),
                 None => {
                     self.remember(&claim, hashed)?;
                 }
@@ -335,31 +272,16 @@ impl Anonymizer {
 
     /// Rewrites one object of the dump in place.
     pub fn object(&mut self, o: &mut Value) -> Result<()> {
-        let kind = o
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let kind = o.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
         // Names kept by kind: CSI drivers are named by their (public) driver
         // name; a CSINode's drivers likewise.
         let kept_name = match kind.as_str() {
             "CSIDriver" => o.pointer("/metadata/name").cloned(),
             _ => None,
         };
-        let class_name = if kind == "PriorityClass" {
-            o.pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .map(String::from)
-        } else {
-            None
-        };
+        let class_name = if kind == "PriorityClass" { o.pointer("/metadata/name").and_then(Value::as_str).map(String::from) } else { None };
         let driver_names: Vec<Value> = if kind == "CSINode" {
-            o.pointer("/spec/drivers")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|d| d.get("name").cloned().unwrap_or(Value::Null))
-                .collect()
+            o.pointer("/spec/drivers").and_then(Value::as_array).into_iter().flatten().map(|d| d.get("name").cloned().unwrap_or(Value::Null)).collect()
         } else {
             Vec::new()
         };
@@ -416,15 +338,7 @@ impl Anonymizer {
             // A Service's or ReplicationController's selector, a pod's
             // nodeSelector: maps of labels. A LabelSelector or a
             // NodeSelector (DRA, PersistentVolume) is walked as a structure.
-            "selector" | "nodeSelector"
-                if is_object
-                    && !has_any(
-                        child,
-                        &["matchLabels", "matchExpressions", "nodeSelectorTerms"],
-                    ) =>
-            {
-                self.label_map(child)
-            }
+            "selector" | "nodeSelector" if is_object && !has_any(child, &["matchLabels", "matchExpressions", "nodeSelectorTerms"]) => self.label_map(child),
             // Quantities keyed by resource name; a DRA config's `requests`
             // is a list of request names instead.
             "requests" if is_object => Ok(()),
@@ -465,11 +379,7 @@ impl Anonymizer {
     }
 
     fn string(&mut self, field: &str, s: &str) -> Result<String> {
-        if KEEP_FIELDS.contains(&field)
-            || field == "maximumVolumeSize"
-            || field == "capacity"
-            || field == "sizeLimit"
-        {
+        if KEEP_FIELDS.contains(&field) || field == "maximumVolumeSize" || field == "capacity" || field == "sizeLimit" {
             return Ok(s.to_string());
         }
         match field {
@@ -558,64 +468,25 @@ mod tests {
         assert_eq!(p["metadata"]["name"], h(&mut a, "web-1"));
         assert_eq!(p["metadata"]["namespace"], h(&mut a, "shop"));
         assert_eq!(p["spec"]["nodeName"], h(&mut a, "node-a"));
-        assert_eq!(
-            p["spec"]["nodeSelector"]["kubernetes.io/hostname"],
-            h(&mut a, "node-a")
-        );
-        assert_eq!(
-            p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-                ["nodeSelectorTerms"][0]["matchFields"][0]["values"][0],
-            h(&mut a, "node-a")
-        );
-        let gt = &p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            ["nodeSelectorTerms"][1]["matchExpressions"][0];
-        assert_eq!(
-            (gt["key"].clone(), gt["values"][0].clone()),
-            (json!(h(&mut a, "gen")), json!("3"))
-        );
+        assert_eq!(p["spec"]["nodeSelector"]["kubernetes.io/hostname"], h(&mut a, "node-a"));
+        assert_eq!(p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0], h(&mut a, "node-a"));
+        let gt = &p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][1]["matchExpressions"][0];
+        assert_eq!((gt["key"].clone(), gt["values"][0].clone()), (json!(h(&mut a, "gen")), json!("3")));
         assert_eq!(p["metadata"]["labels"][h(&mut a, "app")], h(&mut a, "web"));
-        assert_eq!(
-            p["metadata"]["labels"]["topology.kubernetes.io/zone"],
-            h(&mut a, "z1")
-        );
-        assert_eq!(
-            p["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]
-                [h(&mut a, "app")],
-            h(&mut a, "web")
-        );
-        assert_eq!(
-            p["spec"]["topologySpreadConstraints"][0]["topologyKey"],
-            "topology.kubernetes.io/zone"
-        );
-        assert_eq!(
-            p["metadata"]["ownerReferences"][0]["name"],
-            h(&mut a, "web")
-        );
-        assert_eq!(
-            p["metadata"]["ownerReferences"][0]["uid"],
-            h(&mut a, "rs-1")
-        );
+        assert_eq!(p["metadata"]["labels"]["topology.kubernetes.io/zone"], h(&mut a, "z1"));
+        assert_eq!(p["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"][h(&mut a, "app")], h(&mut a, "web"));
+        assert_eq!(p["spec"]["topologySpreadConstraints"][0]["topologyKey"], "topology.kubernetes.io/zone");
+        assert_eq!(p["metadata"]["ownerReferences"][0]["name"], h(&mut a, "web"));
+        assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], h(&mut a, "rs-1"));
         assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "ReplicaSet");
-        assert_eq!(
-            p["spec"]["containers"][0]["image"],
-            h(&mut a, "nginx:latest")
-        );
-        assert_eq!(
-            p["spec"]["containers"][0]["resources"],
-            pod["spec"]["containers"][0]["resources"]
-        );
-        assert_eq!(
-            p["spec"]["tolerations"][0],
-            json!({"key": h(&mut a, "dedicated"), "operator": "Equal", "value": h(&mut a, "web"), "effect": "NoSchedule"})
-        );
+        assert_eq!(p["spec"]["containers"][0]["image"], h(&mut a, "nginx:latest"));
+        assert_eq!(p["spec"]["containers"][0]["resources"], pod["spec"]["containers"][0]["resources"]);
+        assert_eq!(p["spec"]["tolerations"][0], json!({"key": h(&mut a, "dedicated"), "operator": "Equal", "value": h(&mut a, "web"), "effect": "NoSchedule"}));
         assert_eq!(p["spec"]["schedulerName"], "default-scheduler");
         assert_eq!(p["spec"]["priorityClassName"], "system-node-critical");
         // The ephemeral volume's claim is named from the hashed pod and volume.
         let claim = h(&mut a, "web-1-scratch");
-        assert_eq!(
-            claim,
-            format!("{}-{}", h(&mut a, "web-1"), h(&mut a, "scratch"))
-        );
+        assert_eq!(claim, format!("{}-{}", h(&mut a, "web-1"), h(&mut a, "scratch")));
         // Nothing identifying is left.
         let text = p.to_string();
         for word in ["web", "shop", "node-a", "nginx", "dedicated", "ssd", "u-1"] {
@@ -632,14 +503,8 @@ mod tests {
         let (o, mut a) = anon(&pv);
         let z = format!("{}__{}", a.hash("z1").expect("h"), a.hash("z2").expect("h"));
         assert_eq!(o["metadata"]["labels"]["topology.kubernetes.io/zone"], z);
-        assert_eq!(
-            o["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"],
-            "yes"
-        );
-        assert_eq!(
-            o["metadata"]["annotations"][a.hash("team.example.com/owner").expect("h")],
-            a.hash("alice").expect("h")
-        );
+        assert_eq!(o["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"], "yes");
+        assert_eq!(o["metadata"]["annotations"][a.hash("team.example.com/owner").expect("h")], a.hash("alice").expect("h"));
         assert_eq!(o["spec"]["csi"]["driver"], "ebs.csi.aws.com");
         assert_eq!(o["spec"]["capacity"]["storage"], "10Gi");
         assert_eq!(o["spec"]["claimRef"]["name"], a.hash("data").expect("h"));
@@ -650,27 +515,18 @@ mod tests {
         let (o, mut a) = anon(&csinode);
         assert_eq!(o["metadata"]["name"], a.hash("node-a").expect("h"));
         assert_eq!(o["spec"]["drivers"][0]["name"], "ebs.csi.aws.com");
-        assert_eq!(
-            o["spec"]["drivers"][0]["nodeID"],
-            a.hash("i-123").expect("h")
-        );
+        assert_eq!(o["spec"]["drivers"][0]["nodeID"], a.hash("i-123").expect("h"));
     }
 
     #[test]
     fn service_selectors_are_label_maps_and_label_selectors_are_structures() {
         let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "n"}, "spec": {"selector": {"app": "web"}}});
         let (o, mut a) = anon(&svc);
-        assert_eq!(
-            o["spec"]["selector"][a.hash("app").expect("h")],
-            a.hash("web").expect("h")
-        );
+        assert_eq!(o["spec"]["selector"][a.hash("app").expect("h")], a.hash("web").expect("h"));
         let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "r", "namespace": "n"},
             "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]}}});
         let (o, mut a) = anon(&rs);
-        assert_eq!(
-            o["spec"]["selector"]["matchExpressions"][0],
-            json!({"key": a.hash("app").expect("h"), "operator": "In", "values": [a.hash("web").expect("h")]})
-        );
+        assert_eq!(o["spec"]["selector"]["matchExpressions"][0], json!({"key": a.hash("app").expect("h"), "operator": "In", "values": [a.hash("web").expect("h")]}));
     }
 
     #[test]
@@ -689,29 +545,14 @@ mod tests {
         let r = &c["spec"]["devices"]["requests"];
         assert_eq!(r[0]["name"], h(&mut a, "gpu"));
         assert_eq!(r[0]["exactly"]["deviceClassName"], h(&mut a, "big-gpu"));
-        assert_eq!(
-            r[0]["exactly"]["tolerations"],
-            claim["spec"]["devices"]["requests"][0]["exactly"]["tolerations"]
-        );
+        assert_eq!(r[0]["exactly"]["tolerations"], claim["spec"]["devices"]["requests"][0]["exactly"]["tolerations"]);
         assert_eq!(r[0]["exactly"]["allocationMode"], "ExactCount");
         assert_eq!(r[1]["firstAvailable"][0]["name"], h(&mut a, "small"));
-        assert_eq!(
-            r[1]["firstAvailable"][0]["deviceClassName"],
-            h(&mut a, "small-gpu")
-        );
-        assert_eq!(
-            c["spec"]["devices"]["config"][0]["requests"][0],
-            h(&mut a, "gpu")
-        );
+        assert_eq!(r[1]["firstAvailable"][0]["deviceClassName"], h(&mut a, "small-gpu"));
+        assert_eq!(c["spec"]["devices"]["config"][0]["requests"][0], h(&mut a, "gpu"));
         let res = &c["status"]["allocation"]["devices"]["results"][0];
-        assert_eq!(
-            res["request"],
-            format!("{}/{}", h(&mut a, "any"), h(&mut a, "small"))
-        );
-        assert_eq!(
-            (res["driver"].as_str(), res["device"].as_str()),
-            (Some("gpu.example.com"), Some("gpu-0"))
-        );
+        assert_eq!(res["request"], format!("{}/{}", h(&mut a, "any"), h(&mut a, "small")));
+        assert_eq!((res["driver"].as_str(), res["device"].as_str()), (Some("gpu.example.com"), Some("gpu-0")));
         assert_eq!(res["pool"], h(&mut a, "rack-1"));
         assert_eq!(c["status"]["reservedFor"][0]["name"], h(&mut a, "trainer"));
         // The class and the slice's pool under the same names.
@@ -733,39 +574,17 @@ mod tests {
                 "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}, {"name": "t", "resourceClaimTemplateName": "gpu-template"}]}});
         let mut p = pod.clone();
         a.object(&mut p).expect("anonymize");
-        assert_eq!(
-            p["spec"]["resourceClaims"][0]["resourceClaimName"],
-            c["metadata"]["name"]
-        );
-        assert_eq!(
-            p["spec"]["resourceClaims"][1]["resourceClaimTemplateName"],
-            h(&mut a, "gpu-template")
-        );
-        assert_eq!(
-            p["spec"]["containers"][0]["resources"]["claims"][0]["request"],
-            r[0]["name"]
-        );
+        assert_eq!(p["spec"]["resourceClaims"][0]["resourceClaimName"], c["metadata"]["name"]);
+        assert_eq!(p["spec"]["resourceClaims"][1]["resourceClaimTemplateName"], h(&mut a, "gpu-template"));
+        assert_eq!(p["spec"]["containers"][0]["resources"]["claims"][0]["request"], r[0]["name"]);
     }
 
     #[test]
     fn well_known_keys() {
-        for k in [
-            "kubernetes.io/hostname",
-            "topology.kubernetes.io/zone",
-            "node.kubernetes.io/instance-type",
-            "scheduling.x-k8s.io/pod-group",
-            "app.kubernetes.io/name",
-            "metadata.name",
-        ] {
+        for k in ["kubernetes.io/hostname", "topology.kubernetes.io/zone", "node.kubernetes.io/instance-type", "scheduling.x-k8s.io/pod-group", "app.kubernetes.io/name", "metadata.name"] {
             assert!(well_known_key(k), "{k}");
         }
-        for k in [
-            "app",
-            "example.com/team",
-            "notkubernetes.io/x",
-            "notk8s.io/x",
-            "kubernetes.io.evil.com/x",
-        ] {
+        for k in ["app", "example.com/team", "notkubernetes.io/x", "notk8s.io/x", "kubernetes.io.evil.com/x"] {
             assert!(!well_known_key(k), "{k}");
         }
     }
@@ -776,44 +595,23 @@ mod tests {
     /// (addedAffinity, defaultConstraints) are left out: a configuration is
     /// not anonymized.
     /// Per pod: node, nominated node, victims.
-    type Outcomes =
-        std::collections::BTreeMap<String, (Option<String>, Option<String>, Vec<String>)>;
+    type Outcomes = std::collections::BTreeMap<String, (Option<String>, Option<String>, Vec<String>)>;
 
     #[test]
     fn conformance_cases_decide_alike_when_anonymized() {
         use berth_engine::config::Config;
         use berth_engine::offline::{Cluster, Engine};
         // The public cases ship with the repository (tests/conformance/cases).
-        let root =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance/cases");
-        let areas = std::fs::read_dir(&root).unwrap_or_else(|e| {
-            panic!(
-                "the conformance cases are missing from {}: {e}",
-                root.display()
-            )
-        });
-        let mut cases: Vec<std::path::PathBuf> = areas
-            .flatten()
-            .flat_map(|a| {
-                std::fs::read_dir(a.path())
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .map(|c| c.path())
-            })
-            .collect();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance/cases");
+        let areas = std::fs::read_dir(&root).unwrap_or_else(|e| panic!("the conformance cases are missing from {}: {e}", root.display()));
+        let mut cases: Vec<std::path::PathBuf> = areas.flatten().flat_map(|a| std::fs::read_dir(a.path()).into_iter().flatten().flatten().map(|c| c.path())).collect();
         cases.sort();
         let mut checked = 0;
         let mut failures = Vec::new();
         for case in cases {
-            let Ok(text) = std::fs::read_to_string(case.join("cluster.yaml")) else {
-                continue;
-            };
+            let Ok(text) = std::fs::read_to_string(case.join("cluster.yaml")) else { continue };
             let config_text = std::fs::read_to_string(case.join("config.yaml")).ok();
-            if config_text
-                .as_deref()
-                .is_some_and(|c| c.contains("addedAffinity") || c.contains("defaultConstraints"))
-            {
+            if config_text.as_deref().is_some_and(|c| c.contains("addedAffinity") || c.contains("defaultConstraints")) {
                 continue;
             }
             let config = match &config_text {
@@ -824,13 +622,7 @@ mod tests {
             let docs: Vec<Value> = docs
                 .into_iter()
                 .flat_map(|d| match d.get("items").and_then(Value::as_array) {
-                    Some(items)
-                        if d.get("kind")
-                            .and_then(Value::as_str)
-                            .is_some_and(|k| k.ends_with("List")) =>
-                    {
-                        items.clone()
-                    }
+                    Some(items) if d.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List")) => items.clone(),
                     _ => vec![d],
                 })
                 .collect();
@@ -850,50 +642,21 @@ mod tests {
             let secret = run(hidden);
             let map = a.mapping().clone();
             let m = |s: &str| map.get(s).cloned().unwrap_or_else(|| s.to_string());
-            let key = |k: &str| {
-                k.split_once('/')
-                    .map(|(ns, n)| format!("{}/{}", m(ns), m(n)))
-                    .unwrap_or_default()
-            };
-            let got: Outcomes = secret
-                .placements
-                .iter()
-                .map(|p| {
-                    (
-                        p.pod.clone(),
-                        (p.node.clone(), p.nominated_node.clone(), p.victims.clone()),
-                    )
-                })
-                .collect();
+            let key = |k: &str| k.split_once('/').map(|(ns, n)| format!("{}/{}", m(ns), m(n))).unwrap_or_default();
+            let got: Outcomes =
+                secret.placements.iter().map(|p| (p.pod.clone(), (p.node.clone(), p.nominated_node.clone(), p.victims.clone()))).collect();
             let want: Outcomes = plain
                 .placements
                 .iter()
-                .map(|p| {
-                    (
-                        key(&p.pod),
-                        (
-                            p.node.as_deref().map(m),
-                            p.nominated_node.as_deref().map(m),
-                            p.victims.iter().map(|v| key(v)).collect(),
-                        ),
-                    )
-                })
+                .map(|p| (key(&p.pod), (p.node.as_deref().map(m), p.nominated_node.as_deref().map(m), p.victims.iter().map(|v| key(v)).collect())))
                 .collect();
             if got != want {
-                failures.push(format!(
-                    "{}:\n  want {want:?}\n  got  {got:?}",
-                    case.display()
-                ));
+                failures.push(format!("{}:\n  want {want:?}\n  got  {got:?}", case.display()));
             }
             checked += 1;
         }
         eprintln!("{checked} conformance cases anonymized");
         assert!(checked >= 50, "only {checked} cases were compared");
-        assert!(
-            failures.is_empty(),
-            "{} of {checked} cases decide differently:\n{}",
-            failures.len(),
-            failures.join("\n")
-        );
+        assert!(failures.is_empty(), "{} of {checked} cases decide differently:\n{}", failures.len(), failures.join("\n"));
     }
 }

@@ -27,9 +27,7 @@ pub use self::anonymize::Anonymizer;
 #[derive(Debug, Error)]
 pub enum Error {
     /// The account may not list a kind (403).
-    #[error(
-        "cannot list {resource}: forbidden (needs \"list\" on {plural} in API group \"{group}\")"
-    )]
+    #[error("cannot list {resource}: forbidden (needs \"list\" on {plural} in API group \"{group}\")")]
     Forbidden {
         /// `plural.group`, e.g. `resourceslices.resource.k8s.io`.
         resource: String,
@@ -121,48 +119,22 @@ pub struct Kind {
 impl Kind {
     /// `apiVersion` of its objects.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.to_string()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+        if self.group.is_empty() { self.version.to_string() } else { format!("{}/{}", self.group, self.version) }
     }
 
     /// `plural.group` (just `plural` for the core group), as kubectl and RBAC messages name it.
     pub fn resource(&self) -> String {
-        if self.group.is_empty() {
-            self.plural.to_string()
-        } else {
-            format!("{}.{}", self.plural, self.group)
-        }
+        if self.group.is_empty() { self.plural.to_string() } else { format!("{}.{}", self.plural, self.group) }
     }
 
     /// The path that lists it in every namespace.
     pub fn path(&self) -> String {
-        if self.group.is_empty() {
-            format!("/api/{}/{}", self.version, self.plural)
-        } else {
-            format!("/apis/{}/{}/{}", self.group, self.version, self.plural)
-        }
+        if self.group.is_empty() { format!("/api/{}/{}", self.version, self.plural) } else { format!("/apis/{}/{}/{}", self.group, self.version, self.plural) }
     }
 }
 
-const fn kind(
-    kind: &'static str,
-    group: &'static str,
-    version: &'static str,
-    plural: &'static str,
-    optional: bool,
-    scheduler_reads: bool,
-) -> Kind {
-    Kind {
-        kind,
-        group,
-        version,
-        plural,
-        optional,
-        scheduler_reads,
-    }
+const fn kind(kind: &'static str, group: &'static str, version: &'static str, plural: &'static str, optional: bool, scheduler_reads: bool) -> Kind {
+    Kind { kind, group, version, plural, optional, scheduler_reads }
 }
 
 /// Every kind of the dump format, in the order they are listed and dumped.
@@ -171,139 +143,27 @@ const fn kind(
 pub const KINDS: &[Kind] = &[
     kind("Namespace", "", "v1", "namespaces", false, true),
     kind("Node", "", "v1", "nodes", false, true),
-    kind(
-        "PriorityClass",
-        "scheduling.k8s.io",
-        "v1",
-        "priorityclasses",
-        false,
-        true,
-    ),
+    kind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", false, true),
     kind("Pod", "", "v1", "pods", false, true),
-    kind(
-        "PodDisruptionBudget",
-        "policy",
-        "v1",
-        "poddisruptionbudgets",
-        false,
-        true,
-    ),
+    kind("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", false, true),
     kind("Service", "", "v1", "services", false, true),
-    kind(
-        "ReplicationController",
-        "",
-        "v1",
-        "replicationcontrollers",
-        false,
-        true,
-    ),
+    kind("ReplicationController", "", "v1", "replicationcontrollers", false, true),
     kind("ReplicaSet", "apps", "v1", "replicasets", false, true),
     kind("StatefulSet", "apps", "v1", "statefulsets", false, true),
-    kind(
-        "PersistentVolumeClaim",
-        "",
-        "v1",
-        "persistentvolumeclaims",
-        false,
-        true,
-    ),
-    kind(
-        "PersistentVolume",
-        "",
-        "v1",
-        "persistentvolumes",
-        false,
-        true,
-    ),
-    kind(
-        "StorageClass",
-        "storage.k8s.io",
-        "v1",
-        "storageclasses",
-        false,
-        true,
-    ),
+    kind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", false, true),
+    kind("PersistentVolume", "", "v1", "persistentvolumes", false, true),
+    kind("StorageClass", "storage.k8s.io", "v1", "storageclasses", false, true),
     kind("CSINode", "storage.k8s.io", "v1", "csinodes", false, true),
-    kind(
-        "CSIDriver",
-        "storage.k8s.io",
-        "v1",
-        "csidrivers",
-        false,
-        true,
-    ),
-    kind(
-        "CSIStorageCapacity",
-        "storage.k8s.io",
-        "v1",
-        "csistoragecapacities",
-        false,
-        true,
-    ),
-    kind(
-        "ResourceClaim",
-        "resource.k8s.io",
-        "v1",
-        "resourceclaims",
-        true,
-        true,
-    ),
-    kind(
-        "ResourceClaimTemplate",
-        "resource.k8s.io",
-        "v1",
-        "resourceclaimtemplates",
-        true,
-        false,
-    ),
-    kind(
-        "DeviceClass",
-        "resource.k8s.io",
-        "v1",
-        "deviceclasses",
-        true,
-        true,
-    ),
-    kind(
-        "ResourceSlice",
-        "resource.k8s.io",
-        "v1",
-        "resourceslices",
-        true,
-        true,
-    ),
-    kind(
-        "DeviceTaintRule",
-        "resource.k8s.io",
-        "v1",
-        "devicetaintrules",
-        true,
-        true,
-    ),
-    kind(
-        "PodGroup",
-        "scheduling.k8s.io",
-        "v1beta1",
-        "podgroups",
-        true,
-        true,
-    ),
-    kind(
-        "Workload",
-        "scheduling.k8s.io",
-        "v1beta1",
-        "workloads",
-        true,
-        false,
-    ),
-    kind(
-        "PodGroup",
-        "scheduling.x-k8s.io",
-        "v1alpha1",
-        "podgroups",
-        true,
-        true,
-    ),
+    kind("CSIDriver", "storage.k8s.io", "v1", "csidrivers", false, true),
+    kind("CSIStorageCapacity", "storage.k8s.io", "v1", "csistoragecapacities", false, true),
+    kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", true, true),
+    kind("ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", true, false),
+    kind("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", true, true),
+    kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", true, true),
+    kind("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules", true, true),
+    kind("PodGroup", "scheduling.k8s.io", "v1beta1", "podgroups", true, true),
+    kind("Workload", "scheduling.k8s.io", "v1beta1", "workloads", true, false),
+    kind("PodGroup", "scheduling.x-k8s.io", "v1alpha1", "podgroups", true, true),
 ];
 
 /// Page size of the lists, as kubectl's default `--chunk-size`.
@@ -321,20 +181,9 @@ pub struct Listing {
 
 fn api_error(k: &Kind, s: &kube::core::Status) -> Error {
     match s.code {
-        403 => Error::Forbidden {
-            resource: k.resource(),
-            plural: k.plural,
-            group: k.group,
-        },
-        404 => Error::NotServed {
-            resource: k.resource(),
-        },
-        code => Error::Api {
-            resource: k.resource(),
-            code,
-            reason: s.reason.clone(),
-            message: s.message.clone(),
-        },
+        403 => Error::Forbidden { resource: k.resource(), plural: k.plural, group: k.group },
+        404 => Error::NotServed { resource: k.resource() },
+        code => Error::Api { resource: k.resource(), code, reason: s.reason.clone(), message: s.message.clone() },
     }
 }
 
@@ -349,47 +198,24 @@ pub async fn list_kind(client: &kube::Client, k: &Kind, page: u32) -> Result<Opt
         if let Some(t) = &token {
             lp = lp.continue_token(t);
         }
-        let req = kube::core::Request::new(k.path())
-            .list(&lp)
-            .map_err(|e| Error::NotAList {
-                resource: k.resource(),
-                message: format!("building the request: {e}"),
-            })?;
+        let req = kube::core::Request::new(k.path()).list(&lp).map_err(|e| Error::NotAList { resource: k.resource(), message: format!("building the request: {e}") })?;
         let list: Value = match client.request::<Value>(req).await {
             Ok(v) => v,
-            Err(kube::Error::Api(s)) if s.code == 404 && k.optional && token.is_none() => {
-                return Ok(None);
-            }
+            Err(kube::Error::Api(s)) if s.code == 404 && k.optional && token.is_none() => return Ok(None),
             Err(kube::Error::Api(s)) => return Err(api_error(k, &s)),
-            Err(error) => {
-                return Err(Error::Unreachable {
-                    resource: k.resource(),
-                    error,
-                });
-            }
+            Err(error) => return Err(Error::Unreachable { resource: k.resource(), error }),
         };
         let Value::Object(mut list) = list else {
-            return Err(Error::NotAList {
-                resource: k.resource(),
-                message: "not a JSON object".into(),
-            });
+            return Err(Error::NotAList { resource: k.resource(), message: "not a JSON object".into() });
         };
         let items = match list.remove("items") {
             Some(Value::Array(a)) => a,
             Some(Value::Null) | None => Vec::new(),
-            Some(_) => {
-                return Err(Error::NotAList {
-                    resource: k.resource(),
-                    message: "items is not an array".into(),
-                });
-            }
+            Some(_) => return Err(Error::NotAList { resource: k.resource(), message: "items is not an array".into() }),
         };
         for item in items {
             let Value::Object(mut m) = item else {
-                return Err(Error::NotAList {
-                    resource: k.resource(),
-                    message: "an item is not an object".into(),
-                });
+                return Err(Error::NotAList { resource: k.resource(), message: "an item is not an object".into() });
             };
             if let Some(Value::Object(meta)) = m.get_mut("metadata") {
                 meta.remove("managedFields");
@@ -403,12 +229,7 @@ pub async fn list_kind(client: &kube::Client, k: &Kind, page: u32) -> Result<Opt
             o.extend(m);
             out.push(Value::Object(o));
         }
-        token = list
-            .get("metadata")
-            .and_then(|m| m.get("continue"))
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-            .map(String::from);
+        token = list.get("metadata").and_then(|m| m.get("continue")).and_then(Value::as_str).filter(|t| !t.is_empty()).map(String::from);
         if token.is_none() {
             return Ok(Some(out));
         }
@@ -417,12 +238,7 @@ pub async fn list_kind(client: &kube::Client, k: &Kind, page: u32) -> Result<Opt
 
 /// Lists `kinds` one after the other; `each` receives every kind's objects.
 /// Returns the notes about kinds that are not served.
-async fn list_each<F>(
-    client: &kube::Client,
-    kinds: &[Kind],
-    page: u32,
-    mut each: F,
-) -> Result<Vec<String>>
+async fn list_each<F>(client: &kube::Client, kinds: &[Kind], page: u32, mut each: F) -> Result<Vec<String>>
 where
     F: FnMut(&Kind, Vec<Value>) -> Result<()>,
 {
@@ -430,11 +246,7 @@ where
     for k in kinds {
         match list_kind(client, k, page).await? {
             Some(objects) => each(k, objects)?,
-            None => notes.push(format!(
-                "{} ({}) is not served by this API server: skipped",
-                k.resource(),
-                k.api_version()
-            )),
+            None => notes.push(format!("{} ({}) is not served by this API server: skipped", k.resource(), k.api_version())),
         }
     }
     Ok(notes)
@@ -443,11 +255,7 @@ where
 /// Lists every kind the scheduler reads (`scheduler_reads`), for the live
 /// `explain` and `simulate`.
 pub async fn list_for_scheduler(client: &kube::Client, page: u32) -> Result<Listing> {
-    let kinds: Vec<Kind> = KINDS
-        .iter()
-        .filter(|k| k.scheduler_reads)
-        .copied()
-        .collect();
+    let kinds: Vec<Kind> = KINDS.iter().filter(|k| k.scheduler_reads).copied().collect();
     let mut objects = Vec::new();
     let notes = list_each(client, &kinds, page, |_, o| {
         objects.extend(o);
@@ -477,36 +285,19 @@ struct Partial {
 
 impl Partial {
     fn create(dest: &Path) -> Result<Partial> {
-        let io = |source| Error::Io {
-            path: dest.display().to_string(),
-            source,
-        };
+        let io = |source| Error::Io { path: dest.display().to_string(), source };
         let dir = match dest.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let name = dest
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "dump".into());
+        let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "dump".into());
         let tmp = dir.join(format!(".{name}.partial-{}", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(io)?;
-        Ok(Partial {
-            tmp,
-            dest: dest.to_path_buf(),
-            file: Some(std::io::BufWriter::new(file)),
-        })
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(io)?;
+        Ok(Partial { tmp, dest: dest.to_path_buf(), file: Some(std::io::BufWriter::new(file)) })
     }
 
     fn io(&self, source: std::io::Error) -> Error {
-        Error::Io {
-            path: self.dest.display().to_string(),
-            source,
-        }
+        Error::Io { path: self.dest.display().to_string(), source }
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
@@ -519,9 +310,7 @@ impl Partial {
 
     /// Flushes, syncs and renames over the destination.
     fn commit(mut self) -> Result<()> {
-        let Some(f) = self.file.take() else {
-            return Err(self.io(std::io::Error::other("already committed")));
-        };
+        let Some(f) = self.file.take() else { return Err(self.io(std::io::Error::other("already committed"))) };
         let file = f.into_inner().map_err(|e| self.io(e.into_error()))?;
         file.sync_all().map_err(|e| self.io(e))?;
         drop(file);
@@ -543,13 +332,7 @@ impl Drop for Partial {
 fn what(o: &Value) -> String {
     let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("");
     let ns = s("/metadata/namespace");
-    format!(
-        "{} {}{}{}",
-        s("/kind"),
-        ns,
-        if ns.is_empty() { "" } else { "/" },
-        s("/metadata/name")
-    )
+    format!("{} {}{}{}", s("/kind"), ns, if ns.is_empty() { "" } else { "/" }, s("/metadata/name"))
 }
 
 /// Appends one YAML document (`---` and the object) to `out`.
@@ -566,12 +349,7 @@ pub fn yaml_document(o: &Value, out: &mut String) -> std::result::Result<(), Str
 /// multi-document YAML into `path`, through a temporary file beside it that
 /// is renamed at the end, so a failure leaves no file (and an existing
 /// `path` untouched). With an anonymizer, every object is rewritten by it.
-pub async fn dump(
-    client: &kube::Client,
-    path: &Path,
-    page: u32,
-    anonymizer: Option<&mut Anonymizer>,
-) -> Result<DumpSummary> {
+pub async fn dump(client: &kube::Client, path: &Path, page: u32, anonymizer: Option<&mut Anonymizer>) -> Result<DumpSummary> {
     dump_to(client, DumpTo::File(path), page, anonymizer).await
 }
 
@@ -597,36 +375,22 @@ impl Sink<'_> {
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
         match self {
             Sink::File(f) => f.write(bytes),
-            Sink::Writer(name, w) => w.write_all(bytes).map_err(|source| Error::Io {
-                path: (*name).to_string(),
-                source,
-            }),
+            Sink::Writer(name, w) => w.write_all(bytes).map_err(|source| Error::Io { path: (*name).to_string(), source }),
         }
     }
 
     fn commit(self) -> Result<()> {
         match self {
             Sink::File(f) => f.commit(),
-            Sink::Writer(name, w) => w.flush().map_err(|source| Error::Io {
-                path: name.to_string(),
-                source,
-            }),
+            Sink::Writer(name, w) => w.flush().map_err(|source| Error::Io { path: name.to_string(), source }),
         }
     }
 }
 
 /// [`dump`] to a file or a stream.
-pub async fn dump_to(
-    client: &kube::Client,
-    to: DumpTo<'_>,
-    page: u32,
-    mut anonymizer: Option<&mut Anonymizer>,
-) -> Result<DumpSummary> {
+pub async fn dump_to(client: &kube::Client, to: DumpTo<'_>, page: u32, mut anonymizer: Option<&mut Anonymizer>) -> Result<DumpSummary> {
     let (mut file, display) = match to {
-        DumpTo::File(path) => (
-            Sink::File(Partial::create(path)?),
-            path.display().to_string(),
-        ),
+        DumpTo::File(path) => (Sink::File(Partial::create(path)?), path.display().to_string()),
         DumpTo::Writer { name, writer } => (Sink::Writer(name, writer), name.to_string()),
     };
     let mut counts = Vec::new();
@@ -642,11 +406,7 @@ pub async fn dump_to(
         }
         for o in &objects {
             buf.clear();
-            yaml_document(o, &mut buf).map_err(|message| Error::Yaml {
-                path: display.clone(),
-                what: what(o),
-                message,
-            })?;
+            yaml_document(o, &mut buf).map_err(|message| Error::Yaml { path: display.clone(), what: what(o), message })?;
             file.write(buf.as_bytes())?;
         }
         counts.push((k.resource(), objects.len()));
@@ -664,42 +424,18 @@ mod tests {
     #[test]
     fn paths_and_names() {
         let pods = KINDS.iter().find(|k| k.kind == "Pod").copied();
-        assert_eq!(
-            pods.map(|k| (k.path(), k.resource(), k.api_version())),
-            Some(("/api/v1/pods".into(), "pods".into(), "v1".into()))
-        );
+        assert_eq!(pods.map(|k| (k.path(), k.resource(), k.api_version())), Some(("/api/v1/pods".into(), "pods".into(), "v1".into())));
         let rs = KINDS.iter().find(|k| k.kind == "ResourceSlice").copied();
-        assert_eq!(
-            rs.map(|k| (k.path(), k.resource())),
-            Some((
-                "/apis/resource.k8s.io/v1/resourceslices".into(),
-                "resourceslices.resource.k8s.io".into()
-            ))
-        );
+        assert_eq!(rs.map(|k| (k.path(), k.resource())), Some(("/apis/resource.k8s.io/v1/resourceslices".into(), "resourceslices.resource.k8s.io".into())));
         let pos = |kind: &str| KINDS.iter().position(|k| k.kind == kind);
-        assert!(
-            pos("Pod") < pos("PersistentVolumeClaim"),
-            "the anonymizer learns ephemeral claims from pods first"
-        );
+        assert!(pos("Pod") < pos("PersistentVolumeClaim"), "the anonymizer learns ephemeral claims from pods first");
     }
 
     #[test]
     fn forbidden_names_the_kind_and_the_verb() {
         let k = KINDS.iter().find(|k| k.kind == "ResourceSlice").copied();
-        let e = k.map(|k| {
-            Error::Forbidden {
-                resource: k.resource(),
-                plural: k.plural,
-                group: k.group,
-            }
-            .to_string()
-        });
-        assert_eq!(
-            e.as_deref(),
-            Some(
-                "cannot list resourceslices.resource.k8s.io: forbidden (needs \"list\" on resourceslices in API group \"resource.k8s.io\")"
-            )
-        );
+        let e = k.map(|k| Error::Forbidden { resource: k.resource(), plural: k.plural, group: k.group }.to_string());
+        assert_eq!(e.as_deref(), Some("cannot list resourceslices.resource.k8s.io: forbidden (needs \"list\" on resourceslices in API group \"resource.k8s.io\")"));
     }
 
     #[test]

@@ -17,38 +17,24 @@ use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::resource::v1 as res;
 use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Api;
 use kube::api::DynamicObject;
+use kube::Api;
 use tokio::sync::{mpsc, watch as signal};
 
-use berth_engine::cache::Snapshot;
 use berth_engine::cache::storage::Storage;
 use berth_engine::cache::workloads::{self, Workloads};
+use berth_engine::cache::Snapshot;
 use berth_engine::framework::Events;
-use berth_model::PodInfo;
 use berth_model::pod::GroupApi;
+use berth_model::PodInfo;
 
 use super::Loop;
-use crate::watch::{
-    self, Change, Kind, Need, WatchEvent, WatchHealth, WatchedPod, group_api_resource,
-};
+use crate::watch::{self, group_api_resource, Change, Kind, Need, WatchEvent, WatchHealth, WatchedPod};
 
 /// Starts the watch of every kind the loop reads; each stops when `stop`
 /// changes.
-pub(crate) fn watch_all(
-    client: &kube::Client,
-    tx: &mpsc::Sender<WatchEvent<Loop>>,
-    stop: &signal::Receiver<bool>,
-    health: &WatchHealth,
-    tasks: &mut tokio::task::JoinSet<()>,
-) {
-    let mut s = Spawner {
-        client,
-        tx,
-        stop,
-        health,
-        tasks,
-    };
+pub(crate) fn watch_all(client: &kube::Client, tx: &mpsc::Sender<WatchEvent<Loop>>, stop: &signal::Receiver<bool>, health: &WatchHealth, tasks: &mut tokio::task::JoinSet<()>) {
+    let mut s = Spawner { client, tx, stop, health, tasks };
     // Default topology spreading.
     s.spawn(Services);
     s.spawn(ReplicationControllers);
@@ -87,31 +73,17 @@ struct Spawner<'a> {
 
 impl Spawner<'_> {
     fn spawn<K: Kind<Loop>>(&mut self, kind: K) {
-        watch::spawn_kind(
-            self.client,
-            kind,
-            self.tx,
-            self.stop,
-            self.health,
-            self.tasks,
-        );
+        watch::spawn_kind(self.client, kind, self.tx, self.stop, self.health, self.tasks);
     }
 }
 
 /// `namespace/name` of an object (namespace "default" when it has none).
 pub(super) fn key(m: &ObjectMeta) -> String {
-    format!(
-        "{}/{}",
-        m.namespace.as_deref().unwrap_or("default"),
-        m.name.as_deref().unwrap_or_default()
-    )
+    format!("{}/{}", m.namespace.as_deref().unwrap_or("default"), m.name.as_deref().unwrap_or_default())
 }
 
 fn ns_name(m: &ObjectMeta) -> (String, String) {
-    (
-        m.namespace.clone().unwrap_or_else(|| "default".into()),
-        m.name.clone().unwrap_or_default(),
-    )
+    (m.namespace.clone().unwrap_or_else(|| "default".into()), m.name.clone().unwrap_or_default())
 }
 
 fn name_of(m: &ObjectMeta) -> String {
@@ -143,17 +115,8 @@ impl Kind<Loop> for Pods {
                 lp.delete_pod(&uid);
             }
             Change::Relist(all) => {
-                let live: HashSet<String> = all
-                    .iter()
-                    .map(|p| PodInfo::from_pod(&p.0).uid.clone())
-                    .collect();
-                let gone: Vec<String> = lp
-                    .cache
-                    .pod_uids()
-                    .chain(lp.queue.pods().map(|p| &p.uid))
-                    .filter(|u| !live.contains(*u))
-                    .cloned()
-                    .collect();
+                let live: HashSet<String> = all.iter().map(|p| PodInfo::from_pod(&p.0).uid.clone()).collect();
+                let gone: Vec<String> = lp.cache.pod_uids().chain(lp.queue.pods().map(|p| &p.uid)).filter(|u| !live.contains(*u)).cloned().collect();
                 for u in gone {
                     // Assumed pods are kept: their bind is still in flight.
                     if lp.cache.pod_state(&u) != Some(berth_engine::cache::PodState::Assumed) {
@@ -187,22 +150,11 @@ impl Kind<Loop> for Nodes {
         match change {
             Change::Apply(n) => lp.apply_node(&n),
             Change::Delete(n) => {
-                lp.cache
-                    .remove_node(n.metadata.name.as_deref().unwrap_or_default());
+                lp.cache.remove_node(n.metadata.name.as_deref().unwrap_or_default());
             }
             Change::Relist(all) => {
-                let live: HashSet<&str> = all
-                    .iter()
-                    .filter_map(|n| n.metadata.name.as_deref())
-                    .collect();
-                let gone: Vec<String> = lp
-                    .cache
-                    .snapshot()
-                    .nodes
-                    .iter()
-                    .map(|n| n.name().to_string())
-                    .filter(|n| !live.contains(n.as_str()))
-                    .collect();
+                let live: HashSet<&str> = all.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
+                let gone: Vec<String> = lp.cache.snapshot().nodes.iter().map(|n| n.name().to_string()).filter(|n| !live.contains(n.as_str())).collect();
                 for n in gone {
                     lp.cache.remove_node(&n);
                 }
@@ -266,25 +218,13 @@ impl Kind<Loop> for Namespaces {
         let snap = lp.cache.snapshot_mut();
         match change {
             Change::Apply(n) => {
-                snap.namespaces.insert(
-                    n.metadata.name.clone().unwrap_or_default(),
-                    n.metadata.labels.clone().unwrap_or_default(),
-                );
+                snap.namespaces.insert(n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default());
             }
             Change::Delete(n) => {
-                snap.namespaces
-                    .remove(n.metadata.name.as_deref().unwrap_or_default());
+                snap.namespaces.remove(n.metadata.name.as_deref().unwrap_or_default());
             }
             Change::Relist(all) => {
-                snap.namespaces = all
-                    .iter()
-                    .map(|n| {
-                        (
-                            n.metadata.name.clone().unwrap_or_default(),
-                            n.metadata.labels.clone().unwrap_or_default(),
-                        )
-                    })
-                    .collect();
+                snap.namespaces = all.iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default())).collect();
             }
         }
         lp.event(Events::NAMESPACE);
@@ -296,12 +236,7 @@ impl Kind<Loop> for Namespaces {
 /// Applies a change of one of the kinds default topology spreading reads to
 /// the cache's workloads: `up` adds or replaces. No pod is requeued:
 /// upstream's PodTopologySpread registers no event of these kinds.
-fn apply_workload<K: kube::Resource>(
-    w: &mut Workloads,
-    c: Change<K>,
-    kind: workloads::Kind,
-    up: fn(&mut Workloads, &K) -> Result<(), workloads::Error>,
-) {
+fn apply_workload<K: kube::Resource>(w: &mut Workloads, c: Change<K>, kind: workloads::Kind, up: fn(&mut Workloads, &K) -> Result<(), workloads::Error>) {
     let put = |w: &mut Workloads, o: &K| {
         if let Err(e) = up(w, o) {
             tracing::warn!(error = %e, "selector ignored for default topology spreading");
@@ -311,11 +246,7 @@ fn apply_workload<K: kube::Resource>(
         Change::Apply(o) => put(w, &o),
         Change::Delete(o) => {
             let m = o.meta();
-            w.remove(
-                kind,
-                m.namespace.as_deref().unwrap_or("default"),
-                m.name.as_deref().unwrap_or_default(),
-            );
+            w.remove(kind, m.namespace.as_deref().unwrap_or("default"), m.name.as_deref().unwrap_or_default());
         }
         Change::Relist(all) => {
             w.clear(kind);
@@ -342,15 +273,10 @@ impl Kind<Loop> for Services {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<core::Service>) {
-        apply_workload(
-            &mut lp.cache.snapshot_mut().workloads,
-            change,
-            workloads::Kind::Service,
-            |w, o| {
-                w.upsert_service(o);
-                Ok(())
-            },
-        );
+        apply_workload(&mut lp.cache.snapshot_mut().workloads, change, workloads::Kind::Service, |w, o| {
+            w.upsert_service(o);
+            Ok(())
+        });
     }
 }
 
@@ -370,15 +296,10 @@ impl Kind<Loop> for ReplicationControllers {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<core::ReplicationController>) {
-        apply_workload(
-            &mut lp.cache.snapshot_mut().workloads,
-            change,
-            workloads::Kind::ReplicationController,
-            |w, o| {
-                w.upsert_replication_controller(o);
-                Ok(())
-            },
-        );
+        apply_workload(&mut lp.cache.snapshot_mut().workloads, change, workloads::Kind::ReplicationController, |w, o| {
+            w.upsert_replication_controller(o);
+            Ok(())
+        });
     }
 }
 
@@ -398,12 +319,7 @@ impl Kind<Loop> for ReplicaSets {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<apps::ReplicaSet>) {
-        apply_workload(
-            &mut lp.cache.snapshot_mut().workloads,
-            change,
-            workloads::Kind::ReplicaSet,
-            Workloads::upsert_replica_set,
-        );
+        apply_workload(&mut lp.cache.snapshot_mut().workloads, change, workloads::Kind::ReplicaSet, Workloads::upsert_replica_set);
     }
 }
 
@@ -423,12 +339,7 @@ impl Kind<Loop> for StatefulSets {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<apps::StatefulSet>) {
-        apply_workload(
-            &mut lp.cache.snapshot_mut().workloads,
-            change,
-            workloads::Kind::StatefulSet,
-            Workloads::upsert_stateful_set,
-        );
+        apply_workload(&mut lp.cache.snapshot_mut().workloads, change, workloads::Kind::StatefulSet, Workloads::upsert_stateful_set);
     }
 }
 
@@ -443,21 +354,12 @@ impl Kind<Loop> for StatefulSets {
 
 /// A cluster-scoped storage kind: `up` adds or replaces, `rm` removes by
 /// name; a relist removes the names (`names`) not listed.
-fn storage_by_name<K: kube::Resource>(
-    st: &mut Storage,
-    c: Change<K>,
-    names: fn(&Storage) -> Vec<String>,
-    up: fn(&mut Storage, &K),
-    rm: fn(&mut Storage, &str),
-) {
+fn storage_by_name<K: kube::Resource>(st: &mut Storage, c: Change<K>, names: fn(&Storage) -> Vec<String>, up: fn(&mut Storage, &K), rm: fn(&mut Storage, &str)) {
     match c {
         Change::Apply(o) => up(st, &o),
         Change::Delete(o) => rm(st, o.meta().name.as_deref().unwrap_or_default()),
         Change::Relist(all) => {
-            let keep: HashSet<&str> = all
-                .iter()
-                .filter_map(|o| o.meta().name.as_deref())
-                .collect();
+            let keep: HashSet<&str> = all.iter().filter_map(|o| o.meta().name.as_deref()).collect();
             for n in names(st) {
                 if !keep.contains(n.as_str()) {
                     rm(st, &n);
@@ -479,8 +381,7 @@ fn apply_claims(st: &mut Storage, c: Change<core::PersistentVolumeClaim>) {
             st.remove_claim(&ns, &n);
         }
         Change::Relist(all) => {
-            let keep: HashSet<(String, String)> =
-                all.iter().map(|o| ns_name(&o.metadata)).collect();
+            let keep: HashSet<(String, String)> = all.iter().map(|o| ns_name(&o.metadata)).collect();
             for (ns, n) in st.claim_keys() {
                 if !keep.contains(&(ns.clone(), n.clone())) {
                     st.remove_claim(&ns, &n);
@@ -507,12 +408,7 @@ fn apply_capacities(st: &mut Storage, c: Change<storage::CSIStorageCapacity>) {
             st.remove_capacity(&format!("{ns}/{n}"));
         }
         Change::Relist(all) => {
-            for k in st
-                .capacities()
-                .iter()
-                .map(|c| c.key.clone())
-                .collect::<Vec<_>>()
-            {
+            for k in st.capacities().iter().map(|c| c.key.clone()).collect::<Vec<_>>() {
                 st.remove_capacity(&k);
             }
             for o in &all {
@@ -559,13 +455,7 @@ impl Kind<Loop> for PersistentVolumes {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<core::PersistentVolume>) {
-        storage_by_name(
-            &mut lp.cache.snapshot_mut().storage,
-            change,
-            Storage::volume_names,
-            Storage::upsert_volume,
-            Storage::remove_volume,
-        );
+        storage_by_name(&mut lp.cache.snapshot_mut().storage, change, Storage::volume_names, Storage::upsert_volume, Storage::remove_volume);
         lp.event(Events::PV);
     }
 }
@@ -586,13 +476,7 @@ impl Kind<Loop> for StorageClasses {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<storage::StorageClass>) {
-        storage_by_name(
-            &mut lp.cache.snapshot_mut().storage,
-            change,
-            Storage::class_names,
-            Storage::upsert_class,
-            Storage::remove_class,
-        );
+        storage_by_name(&mut lp.cache.snapshot_mut().storage, change, Storage::class_names, Storage::upsert_class, Storage::remove_class);
         lp.event(Events::STORAGE_CLASS);
     }
 }
@@ -613,13 +497,7 @@ impl Kind<Loop> for CsiNodes {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<storage::CSINode>) {
-        storage_by_name(
-            &mut lp.cache.snapshot_mut().storage,
-            change,
-            Storage::csi_node_names,
-            Storage::upsert_csi_node,
-            Storage::remove_csi_node,
-        );
+        storage_by_name(&mut lp.cache.snapshot_mut().storage, change, Storage::csi_node_names, Storage::upsert_csi_node, Storage::remove_csi_node);
         lp.event(Events::CSI_NODE);
     }
 }
@@ -640,13 +518,7 @@ impl Kind<Loop> for CsiDrivers {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<storage::CSIDriver>) {
-        storage_by_name(
-            &mut lp.cache.snapshot_mut().storage,
-            change,
-            Storage::csi_driver_names,
-            Storage::upsert_csi_driver,
-            Storage::remove_csi_driver,
-        );
+        storage_by_name(&mut lp.cache.snapshot_mut().storage, change, Storage::csi_driver_names, Storage::upsert_csi_driver, Storage::remove_csi_driver);
         lp.event(Events::CSI_DRIVER);
     }
 }
@@ -693,9 +565,7 @@ impl Kind<Loop> for PodGroups {
     fn need(self) -> Need {
         let feature = match self.0 {
             GroupApi::V1beta1 => "gang scheduling of scheduling.k8s.io/v1beta1 PodGroups",
-            GroupApi::V1alpha1 => {
-                "gang scheduling of scheduler-plugins PodGroups (scheduling.x-k8s.io/v1alpha1)"
-            }
+            GroupApi::V1alpha1 => "gang scheduling of scheduler-plugins PodGroups (scheduling.x-k8s.io/v1alpha1)",
         };
         Need::Optional { feature }
     }
@@ -749,13 +619,7 @@ fn warn<E: std::fmt::Display>(r: Result<(), E>) {
 
 /// A cluster-scoped DRA kind: `up` adds or replaces, `rm` removes by name;
 /// a relist removes the names (`known`) not listed.
-fn dra_by_name<K: kube::Resource>(
-    snap: &mut Snapshot,
-    known: &mut HashSet<String>,
-    c: Change<K>,
-    up: fn(&mut Snapshot, &K),
-    rm: fn(&mut Snapshot, &str),
-) {
+fn dra_by_name<K: kube::Resource>(snap: &mut Snapshot, known: &mut HashSet<String>, c: Change<K>, up: fn(&mut Snapshot, &K), rm: fn(&mut Snapshot, &str)) {
     match c {
         Change::Apply(o) => {
             known.insert(name_of(o.meta()));
@@ -782,13 +646,7 @@ fn dra_by_name<K: kube::Resource>(
 /// ResourceClaims into the snapshot's devices.
 fn apply_resource_claims(snap: &mut Snapshot, names: &mut DraNames, c: Change<res::ResourceClaim>) {
     fn claim_key(m: &ObjectMeta) -> (String, String) {
-        (
-            m.namespace
-                .clone()
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| "default".into()),
-            name_of(m),
-        )
+        (m.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into()), name_of(m))
     }
     match c {
         Change::Apply(o) => {
@@ -802,11 +660,7 @@ fn apply_resource_claims(snap: &mut Snapshot, names: &mut DraNames, c: Change<re
             snap.devices.remove_claim(&ns, &n);
         }
         Change::Relist(all) => {
-            let keep: HashSet<String> = all
-                .iter()
-                .map(|o| claim_key(&o.metadata))
-                .map(|(ns, n)| format!("{ns}/{n}"))
-                .collect();
+            let keep: HashSet<String> = all.iter().map(|o| claim_key(&o.metadata)).map(|(ns, n)| format!("{ns}/{n}")).collect();
             for k in names.claims.iter().filter(|k| !keep.contains(*k)) {
                 if let Some((ns, n)) = k.split_once('/') {
                     snap.devices.remove_claim(ns, n);
@@ -832,9 +686,7 @@ impl Kind<Loop> for ResourceClaims {
     }
 
     fn need(self) -> Need {
-        Need::Optional {
-            feature: DRA_FEATURE,
-        }
+        Need::Optional { feature: DRA_FEATURE }
     }
 
     fn api(self, client: kube::Client) -> Api<res::ResourceClaim> {
@@ -859,9 +711,7 @@ impl Kind<Loop> for ResourceSlices {
     }
 
     fn need(self) -> Need {
-        Need::Optional {
-            feature: DRA_FEATURE,
-        }
+        Need::Optional { feature: DRA_FEATURE }
     }
 
     fn api(self, client: kube::Client) -> Api<res::ResourceSlice> {
@@ -869,13 +719,7 @@ impl Kind<Loop> for ResourceSlices {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<res::ResourceSlice>) {
-        dra_by_name(
-            lp.cache.snapshot_mut(),
-            &mut lp.dra.slices,
-            change,
-            |s, o| warn(s.devices.upsert_slice(o)),
-            |s, n| s.devices.remove_slice(n),
-        );
+        dra_by_name(lp.cache.snapshot_mut(), &mut lp.dra.slices, change, |s, o| warn(s.devices.upsert_slice(o)), |s, n| s.devices.remove_slice(n));
         lp.event(Events::RESOURCE_SLICE);
     }
 }
@@ -892,9 +736,7 @@ impl Kind<Loop> for DeviceClasses {
     }
 
     fn need(self) -> Need {
-        Need::Optional {
-            feature: DRA_FEATURE,
-        }
+        Need::Optional { feature: DRA_FEATURE }
     }
 
     fn api(self, client: kube::Client) -> Api<res::DeviceClass> {
@@ -902,13 +744,7 @@ impl Kind<Loop> for DeviceClasses {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<res::DeviceClass>) {
-        dra_by_name(
-            lp.cache.snapshot_mut(),
-            &mut lp.dra.classes,
-            change,
-            |s, o| warn(s.upsert_device_class(o)),
-            |s, n| s.remove_device_class(n),
-        );
+        dra_by_name(lp.cache.snapshot_mut(), &mut lp.dra.classes, change, |s, o| warn(s.upsert_device_class(o)), |s, n| s.remove_device_class(n));
         lp.event(Events::DEVICE_CLASS);
     }
 }
@@ -925,9 +761,7 @@ impl Kind<Loop> for DeviceTaintRules {
     }
 
     fn need(self) -> Need {
-        Need::Optional {
-            feature: DRA_TAINT_RULES_FEATURE,
-        }
+        Need::Optional { feature: DRA_TAINT_RULES_FEATURE }
     }
 
     fn api(self, client: kube::Client) -> Api<res::DeviceTaintRule> {
@@ -935,13 +769,7 @@ impl Kind<Loop> for DeviceTaintRules {
     }
 
     fn apply(self, lp: &mut Loop, change: Change<res::DeviceTaintRule>) {
-        dra_by_name(
-            lp.cache.snapshot_mut(),
-            &mut lp.dra.taint_rules,
-            change,
-            |s, o| warn(s.devices.upsert_taint_rule(o)),
-            |s, n| s.devices.remove_taint_rule(n),
-        );
+        dra_by_name(lp.cache.snapshot_mut(), &mut lp.dra.taint_rules, change, |s, o| warn(s.devices.upsert_taint_rule(o)), |s, n| s.devices.remove_taint_rule(n));
         // Which devices of the slices are usable changed.
         lp.event(Events::RESOURCE_SLICE);
     }
@@ -954,8 +782,7 @@ mod tests {
     fn pv(name: &str, claim: Option<&str>) -> core::PersistentVolume {
         let mut v = serde_json::json!({"metadata": {"name": name}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "sc"}});
         if let Some(c) = claim {
-            v["spec"]["claimRef"] =
-                serde_json::json!({"namespace": "default", "name": c, "uid": "uid-c"});
+            v["spec"]["claimRef"] = serde_json::json!({"namespace": "default", "name": c, "uid": "uid-c"});
         }
         serde_json::from_value(v).expect("pv")
     }
@@ -963,8 +790,7 @@ mod tests {
     fn pvc(name: &str, selected: Option<&str>) -> core::PersistentVolumeClaim {
         let mut v = serde_json::json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "sc"}});
         if let Some(n) = selected {
-            v["metadata"]["annotations"] =
-                serde_json::json!({"volume.kubernetes.io/selected-node": n});
+            v["metadata"]["annotations"] = serde_json::json!({"volume.kubernetes.io/selected-node": n});
         }
         serde_json::from_value(v).expect("pvc")
     }
@@ -972,44 +798,20 @@ mod tests {
     #[test]
     fn storage_events_keep_assumptions_until_the_api_shows_them() {
         use berth_engine::cache::storage::{ClaimRef, StaticBinding, VolumeDecisions};
-        let volumes = |st: &mut Storage, c| {
-            storage_by_name(
-                st,
-                c,
-                Storage::volume_names,
-                Storage::upsert_volume,
-                Storage::remove_volume,
-            )
-        };
+        let volumes = |st: &mut Storage, c| storage_by_name(st, c, Storage::volume_names, Storage::upsert_volume, Storage::remove_volume);
         let mut st = Storage::new();
-        volumes(
-            &mut st,
-            Change::Relist(vec![pv("pv-1", None), pv("pv-3", None)]),
-        );
-        apply_claims(
-            &mut st,
-            Change::Relist(vec![pvc("c", None), pvc("d", None)]),
-        );
+        volumes(&mut st, Change::Relist(vec![pv("pv-1", None), pv("pv-3", None)]));
+        apply_claims(&mut st, Change::Relist(vec![pvc("c", None), pvc("d", None)]));
         st.assume(&VolumeDecisions {
             pod_uid: "uid-p".into(),
             node: "n1".into(),
-            bindings: vec![StaticBinding {
-                pv: "pv-1".into(),
-                claim: ClaimRef {
-                    namespace: "default".into(),
-                    name: "c".into(),
-                    uid: "uid-c".into(),
-                },
-            }],
+            bindings: vec![StaticBinding { pv: "pv-1".into(), claim: ClaimRef { namespace: "default".into(), name: "c".into(), uid: "uid-c".into() } }],
             provisions: vec![("default".into(), "d".into())],
         });
         // Updates that do not show the decisions (a status change, a relist
         // while the writes are in flight) keep them.
         volumes(&mut st, Change::Apply(pv("pv-1", None)));
-        volumes(
-            &mut st,
-            Change::Relist(vec![pv("pv-1", None), pv("pv-2", None)]),
-        );
+        volumes(&mut st, Change::Relist(vec![pv("pv-1", None), pv("pv-2", None)]));
         apply_claims(&mut st, Change::Apply(pvc("d", None)));
         assert_eq!(st.assumed_count(), 2);
         let v = st.volume("pv-1").cloned().expect("pv-1");
@@ -1026,19 +828,8 @@ mod tests {
         apply_claims(&mut st, Change::Relist(vec![pvc("d", Some("n1"))]));
         assert!(st.claim("default", "c").is_none() && st.claim("default", "d").is_some());
         // A relist of a cluster-scoped kind drops what it does not hold.
-        let class: storage::StorageClass = serde_json::from_value(
-            serde_json::json!({"metadata": {"name": "sc"}, "provisioner": "p"}),
-        )
-        .expect("class");
-        let classes = |st: &mut Storage, c| {
-            storage_by_name(
-                st,
-                c,
-                Storage::class_names,
-                Storage::upsert_class,
-                Storage::remove_class,
-            )
-        };
+        let class: storage::StorageClass = serde_json::from_value(serde_json::json!({"metadata": {"name": "sc"}, "provisioner": "p"})).expect("class");
+        let classes = |st: &mut Storage, c| storage_by_name(st, c, Storage::class_names, Storage::upsert_class, Storage::remove_class);
         classes(&mut st, Change::Relist(vec![class]));
         assert!(st.class("sc").is_some());
         classes(&mut st, Change::Relist(vec![]));
@@ -1055,51 +846,24 @@ mod tests {
             serde_json::from_value(serde_json::json!({"metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})).expect("claim")
         };
-        let class: res::DeviceClass = serde_json::from_value(
-            serde_json::json!({"metadata": {"name": "gpu.example.com"}, "spec": {}}),
-        )
-        .expect("class");
+        let class: res::DeviceClass = serde_json::from_value(serde_json::json!({"metadata": {"name": "gpu.example.com"}, "spec": {}})).expect("class");
         let mut snap = Snapshot::default();
         let mut names = DraNames::default();
-        let classes = |snap: &mut Snapshot, names: &mut DraNames, c| {
-            dra_by_name(
-                snap,
-                &mut names.classes,
-                c,
-                |s, o| warn(s.upsert_device_class(o)),
-                |s, n| s.remove_device_class(n),
-            )
-        };
-        dra_by_name(
-            &mut snap,
-            &mut names.slices,
-            Change::Relist(vec![slice("s1", "n1"), slice("s2", "n2")]),
-            |s, o| warn(s.devices.upsert_slice(o)),
-            |s, n| s.devices.remove_slice(n),
-        );
+        let classes = |snap: &mut Snapshot, names: &mut DraNames, c| dra_by_name(snap, &mut names.classes, c, |s, o| warn(s.upsert_device_class(o)), |s, n| s.remove_device_class(n));
+        dra_by_name(&mut snap, &mut names.slices, Change::Relist(vec![slice("s1", "n1"), slice("s2", "n2")]), |s, o| warn(s.devices.upsert_slice(o)), |s, n| s.devices.remove_slice(n));
         classes(&mut snap, &mut names, Change::Relist(vec![class]));
         assert!(snap.devices.classes().get("gpu.example.com").is_some());
-        apply_resource_claims(
-            &mut snap,
-            &mut names,
-            Change::Relist(vec![claim("a"), claim("b")]),
-        );
+        apply_resource_claims(&mut snap, &mut names, Change::Relist(vec![claim("a"), claim("b")]));
         assert!(snap.devices.claim("default", "a").is_some());
         apply_resource_claims(&mut snap, &mut names, Change::Apply(claim("c")));
         // A relist without "a": removed; "b" and "c" are listed.
-        apply_resource_claims(
-            &mut snap,
-            &mut names,
-            Change::Relist(vec![claim("b"), claim("c")]),
-        );
-        assert!(
-            snap.devices.claim("default", "a").is_none()
-                && snap.devices.claim("default", "c").is_some()
-        );
+        apply_resource_claims(&mut snap, &mut names, Change::Relist(vec![claim("b"), claim("c")]));
+        assert!(snap.devices.claim("default", "a").is_none() && snap.devices.claim("default", "c").is_some());
         apply_resource_claims(&mut snap, &mut names, Change::Delete(claim("b")));
         assert!(snap.devices.claim("default", "b").is_none());
         // Not served any more: the empty relist drops every class.
         classes(&mut snap, &mut names, Change::Relist(vec![]));
         assert!(snap.devices.classes().get("gpu.example.com").is_none());
     }
+
 }

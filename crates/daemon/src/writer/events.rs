@@ -3,21 +3,22 @@
 //! recorder does; failed writes retried with backoff.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
-use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::Api;
 use serde_json::json;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{mpsc, Semaphore};
 
 use berth_model::PodInfo;
 
-use super::{RateLimiter, Writer, api_code, namespaced_path};
+use super::{api_code, namespaced_path, RateLimiter, Writer};
+
 
 /// An event to record.
 #[derive(Debug)]
@@ -42,11 +43,7 @@ pub(super) const SERIES_CAP: usize = 4096;
 /// go, and if half the cap is still left the older half goes too (upstream's
 /// correlator keeps its series in an LRU cache of 4,096). The pass then runs
 /// once per thousands of new series rather than on every event.
-pub(super) fn trim_series<K: Eq + std::hash::Hash, V>(
-    series: &mut HashMap<K, V>,
-    at: impl Fn(&V) -> Instant,
-    now: Instant,
-) {
+pub(super) fn trim_series<K: Eq + std::hash::Hash, V>(series: &mut HashMap<K, V>, at: impl Fn(&V) -> Instant, now: Instant) {
     if series.len() < SERIES_CAP {
         return;
     }
@@ -65,16 +62,9 @@ const EVENT_CONCURRENCY: usize = 8;
 impl Writer {
     /// Drains the event queue: aggregates isomorphic events into series and
     /// writes the rest, each with retries, at most `EVENT_CONCURRENCY` at once.
-    pub(super) async fn event_loop(
-        self,
-        mut rx: mpsc::Receiver<EventItem>,
-        limiter: Arc<RateLimiter>,
-    ) {
+    pub(super) async fn event_loop(self, mut rx: mpsc::Receiver<EventItem>, limiter: Arc<RateLimiter>) {
         // Isomorphic key → (created event's name once known, series count, last seen).
-        type Series = HashMap<
-            (String, &'static str, &'static str, &'static str, String),
-            (Arc<std::sync::Mutex<Option<String>>>, u32, Instant),
-        >;
+        type Series = HashMap<(String, &'static str, &'static str, &'static str, String), (Arc<std::sync::Mutex<Option<String>>>, u32, Instant)>;
         let mut series: Series = HashMap::new();
         let slots = Arc::new(Semaphore::new(EVENT_CONCURRENCY));
         let mut running = tokio::task::JoinSet::new();
@@ -82,13 +72,7 @@ impl Writer {
             while running.try_join_next().is_some() {}
             let now = Instant::now();
             trim_series(&mut series, |v| v.2, now);
-            let key = (
-                item.pod.uid.clone(),
-                item.kind,
-                item.reason,
-                item.action,
-                item.note.clone(),
-            );
+            let key = (item.pod.uid.clone(), item.kind, item.reason, item.action, item.note.clone());
             let (name, count) = match series.get_mut(&key) {
                 Some((name, count, at)) if now.duration_since(*at) < SERIES_WINDOW => {
                     *count += 1;
@@ -107,9 +91,7 @@ impl Writer {
                 self.events_pending.fetch_sub(1, Ordering::AcqRel);
                 continue;
             }
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                break;
-            };
+            let Ok(slot) = slots.clone().acquire_owned().await else { break };
             let w = self.clone();
             let limiter = limiter.clone();
             // Boxed, as in `Writer::spawn`.
@@ -121,19 +103,9 @@ impl Writer {
         }
     }
 
-    async fn write_event(
-        &self,
-        item: &EventItem,
-        limiter: &RateLimiter,
-        name: &std::sync::Mutex<Option<String>>,
-        count: u32,
-    ) {
+    async fn write_event(&self, item: &EventItem, limiter: &RateLimiter, name: &std::sync::Mutex<Option<String>>, count: u32) {
         let pod = &item.pod;
-        let path = namespaced_path(
-            "/apis/events.k8s.io/v1/namespaces/",
-            &pod.namespace,
-            "/events",
-        );
+        let path = namespaced_path("/apis/events.k8s.io/v1/namespaces/", &pod.namespace, "/events");
         let now = k8s_openapi::jiff::Timestamp::now();
         let mut pause = Duration::from_millis(100);
         for attempt in 1..=EVENT_TRIES {
@@ -171,11 +143,8 @@ impl Writer {
                     }
                     (_, Some(existing)) => {
                         let patch = json!({"series": {"count": count, "lastObservedTime": meta::MicroTime(now)}});
-                        let api: Api<events::Event> =
-                            Api::namespaced(self.client.clone(), &pod.namespace);
-                        api.patch(&existing, &PatchParams::default(), &Patch::Merge(patch))
-                            .await
-                            .map(|_| ())
+                        let api: Api<events::Event> = Api::namespaced(self.client.clone(), &pod.namespace);
+                        api.patch(&existing, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| ())
                     }
                 }
             };
@@ -214,11 +183,7 @@ impl Writer {
             // Named as upstream's recorder names it (`<regarding>.<unix nanos in hex>`):
             // a generateName of "<pod>." is refused by kube-apiserver, which
             // validates the prefix as a DNS subdomain (it may not end in a dot).
-            metadata: meta::ObjectMeta {
-                name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())),
-                namespace: Some(pod.namespace.clone()),
-                ..Default::default()
-            },
+            metadata: meta::ObjectMeta { name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())), namespace: Some(pod.namespace.clone()), ..Default::default() },
             event_time: Some(meta::MicroTime(now)),
             action: Some(item.action.into()),
             reason: Some(item.reason.into()),
@@ -253,15 +218,9 @@ struct NameOnly {
 /// Creates the event `obj` through `api` as `Api::create` does, but reads only
 /// `metadata.name` of the reply instead of decoding the whole object (the
 /// event writer needs the generated name, nothing else).
-async fn create_reading_name(
-    client: &kube::Client,
-    path: &str,
-    obj: &events::Event,
-) -> Result<Option<String>, kube::Error> {
+async fn create_reading_name(client: &kube::Client, path: &str, obj: &events::Event) -> Result<Option<String>, kube::Error> {
     let bytes = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
-    let mut req = kube::core::Request::new(path)
-        .create(&PostParams::default(), bytes)
-        .map_err(kube::Error::BuildRequest)?;
+    let mut req = kube::core::Request::new(path).create(&PostParams::default(), bytes).map_err(kube::Error::BuildRequest)?;
     req.extensions_mut().insert("create");
     let created: CreatedName = client.request(req).await?;
     Ok(created.metadata.name)

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use berth_model::PodInfo;
 
-use super::{PreBindStop, Verified, WriteCounts, Writer, api_code, outcome_unknown};
+use super::{outcome_unknown, api_code, PreBindStop, Verified, WriteCounts, Writer};
 
 /// How long one write may take before its outcome counts as unknown.
 pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -162,9 +162,7 @@ impl From<ReadFailed> for PreBindStop {
         match e {
             ReadFailed::Refused(e) => PreBindStop::Failed(e.to_string()),
             // Upstream's words for PreBind's context running out.
-            ReadFailed::Deadline => {
-                PreBindStop::Failed("binding volumes: context deadline exceeded".into())
-            }
+            ReadFailed::Deadline => PreBindStop::Failed("binding volumes: context deadline exceeded".into()),
         }
     }
 }
@@ -184,9 +182,7 @@ where
         attempt = attempt.saturating_add(1);
         match tokio::time::timeout(READ_TIMEOUT, f()).await {
             Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) if matches!(patience, Patience::Until(_)) && !outcome_unknown(&e) => {
-                return Err(ReadFailed::Refused(e));
-            }
+            Ok(Err(e)) if matches!(patience, Patience::Until(_)) && !outcome_unknown(&e) => return Err(ReadFailed::Refused(e)),
             Ok(Err(e)) => tracing::debug!(error = %e, attempt, "read failed; retrying"),
             Err(_) => tracing::debug!(attempt, "read timed out; retrying"),
         }
@@ -211,11 +207,7 @@ pub(super) enum Subject<'a> {
 
 impl Writer {
     /// PreBind's reads: [`read_back`] until `deadline`.
-    pub(super) async fn read<T, F, Fut>(
-        &self,
-        deadline: tokio::time::Instant,
-        f: F,
-    ) -> Result<T, PreBindStop>
+    pub(super) async fn read<T, F, Fut>(&self, deadline: tokio::time::Instant, f: F) -> Result<T, PreBindStop>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
@@ -232,15 +224,7 @@ impl Writer {
     /// Errors only when reading back failed (the deadline came, or the read
     /// was refused): the outcome is still unknown.
     #[allow(clippy::too_many_arguments)] // what, when, how long, about what, and the two calls
-    pub(super) async fn guarded<T, W, WFut, V, R, RFut>(
-        &self,
-        kind: WriteKind,
-        key: Instant,
-        patience: Patience,
-        subject: Subject<'_>,
-        write: W,
-        read: R,
-    ) -> Result<Written<T, V>, ReadFailed>
+    pub(super) async fn guarded<T, W, WFut, V, R, RFut>(&self, kind: WriteKind, key: Instant, patience: Patience, subject: Subject<'_>, write: W, read: R) -> Result<Written<T, V>, ReadFailed>
     where
         W: FnOnce() -> WFut,
         WFut: Future<Output = Result<T, kube::Error>>,
@@ -271,20 +255,12 @@ impl Writer {
                 return Ok(Written::Refused(e));
             }
             Ok(Err(e)) => e.to_string(),
-            Err(_) => format!(
-                "{} timed out after {}s",
-                kind.timed_out(),
-                WRITE_TIMEOUT.as_secs()
-            ),
+            Err(_) => format!("{} timed out after {}s", kind.timed_out(), WRITE_TIMEOUT.as_secs()),
         };
         self.count(|c| kind.unknown(c));
         match subject {
-            Subject::PodOn(pod, node) => {
-                tracing::info!(write = kind.what(), pod = %format_args!("{}/{}", pod.namespace, pod.name), %node, error = %why, "write outcome unknown; reading it back")
-            }
-            Subject::Object(object) => {
-                tracing::info!(write = kind.what(), %object, error = %why, "write outcome unknown; reading it back")
-            }
+            Subject::PodOn(pod, node) => tracing::info!(write = kind.what(), pod = %format_args!("{}/{}", pod.namespace, pod.name), %node, error = %why, "write outcome unknown; reading it back"),
+            Subject::Object(object) => tracing::info!(write = kind.what(), %object, error = %why, "write outcome unknown; reading it back"),
         }
         let found = read_back(patience, read).await?;
         if found.landed() {

@@ -57,31 +57,31 @@
 mod claims;
 mod events;
 mod guarded;
+mod volumes;
 #[cfg(test)]
 mod tests;
-mod volumes;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
-use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::Api;
 use serde_json::json;
-use tokio::sync::{Mutex, Semaphore, mpsc};
+use tokio::sync::{mpsc, Mutex, Semaphore};
 
 use super::leader::Lease;
 use super::slots::Slots;
 use berth_engine::framework::{ApiWrite, PreBindWork};
 use berth_model::PodInfo;
 
-use self::events::{EVENT_QUEUE, EventItem};
-use self::guarded::{Patience, Subject, WriteKind, Written, read_back};
+use self::events::{EventItem, EVENT_QUEUE};
+use self::guarded::{read_back, Patience, Subject, WriteKind, Written};
 
-pub use self::claims::{CLAIM_FINALIZER, EXTENDED_CLAIM_ANNOTATION, seen_claim};
+pub use self::claims::{seen_claim, CLAIM_FINALIZER, EXTENDED_CLAIM_ANNOTATION};
 
 /// The outcome of a bind, reported to the scheduling loop.
 #[derive(Debug)]
@@ -129,11 +129,7 @@ impl RateLimiter {
     /// qps ≤ 0 means unlimited.
     pub fn new(qps: f64, burst: i64) -> Self {
         let burst = (burst.max(1)) as f64;
-        RateLimiter {
-            qps,
-            burst,
-            state: Mutex::new((burst, tokio::time::Instant::now())),
-        }
+        RateLimiter { qps, burst, state: Mutex::new((burst, tokio::time::Instant::now())) }
     }
 
     /// Waits for a token.
@@ -306,18 +302,11 @@ enum Verified {
     Gone,
 }
 
+
 impl Writer {
     /// A writer for `client`, writing only while `lease` allows it.
     /// `qps`/`burst` pace each of the three budgets.
-    pub fn new(
-        client: kube::Client,
-        lease: Lease,
-        qps: f64,
-        burst: i64,
-        concurrency: usize,
-        results: mpsc::UnboundedSender<BindResult>,
-        identity: &str,
-    ) -> Writer {
+    pub fn new(client: kube::Client, lease: Lease, qps: f64, burst: i64, concurrency: usize, results: mpsc::UnboundedSender<BindResult>, identity: &str) -> Writer {
         let (etx, erx) = mpsc::channel(EVENT_QUEUE);
         let (btx, brx) = mpsc::unbounded_channel();
         let w = Writer {
@@ -340,10 +329,7 @@ impl Writer {
             bind_task: Arc::new(std::sync::Mutex::new(None)),
             metrics: Arc::new(std::sync::OnceLock::new()),
         };
-        let h = tokio::spawn(
-            w.clone()
-                .event_loop(erx, Arc::new(RateLimiter::new(qps, burst))),
-        );
+        let h = tokio::spawn(w.clone().event_loop(erx, Arc::new(RateLimiter::new(qps, burst))));
         if let Ok(mut t) = w.event_task.lock() {
             *t = Some(h);
         }
@@ -391,13 +377,10 @@ impl Writer {
     async fn bind_loop(self, mut rx: mpsc::UnboundedReceiver<BindJob>, live: usize) {
         let live = Arc::new(Semaphore::new(live));
         while let Some(job) = rx.recv().await {
-            let Ok(permit) = live.clone().acquire_owned().await else {
-                return;
-            };
+            let Ok(permit) = live.clone().acquire_owned().await else { return };
             let w = self.clone();
             self.spawn(async move {
-                w.run_bind(job.pod, job.node, job.started, Vec::new(), Vec::new())
-                    .await;
+                w.run_bind(job.pod, job.node, job.started, Vec::new(), Vec::new()).await;
                 drop(permit);
             })
             .await;
@@ -413,10 +396,7 @@ impl Writer {
         stop_task(&self.bind_task);
         {
             let mut tasks = self.tasks.lock().await;
-            let _ = tokio::time::timeout_at(deadline, async {
-                while tasks.join_next().await.is_some() {}
-            })
-            .await;
+            let _ = tokio::time::timeout_at(deadline, async { while tasks.join_next().await.is_some() {} }).await;
             tasks.abort_all();
         }
         let _ = tokio::time::timeout_at(deadline, until_zero(&self.events_pending)).await;
@@ -434,8 +414,7 @@ impl Writer {
 
     /// Binds `pod` to `node` through `pods/binding`, off the caller's task.
     pub async fn bind(&self, pod: Arc<PodInfo>, node: String, started: Instant) {
-        self.bind_with_work(pod, node, started, Vec::new(), Vec::new())
-            .await;
+        self.bind_with_work(pod, node, started, Vec::new(), Vec::new()).await;
     }
 
     /// Binds `pod` to `node` off the caller's task, after carrying out the
@@ -446,20 +425,12 @@ impl Writer {
     /// `seen`: the ResourceClaims the work writes, as the scheduler's cache
     /// last showed them (see [`Writer::allocate_claim`]; any missing one is
     /// read first).
-    pub async fn bind_with_work(
-        &self,
-        pod: Arc<PodInfo>,
-        node: String,
-        started: Instant,
-        work: Vec<PreBindWork>,
-        seen: Vec<ResourceClaim>,
-    ) {
+    pub async fn bind_with_work(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Vec<PreBindWork>, seen: Vec<ResourceClaim>) {
         match work.is_empty() {
             // PreBind may wait long (for volumes): its own task, never holding up other binds.
             false => {
                 let w = self.clone();
-                self.spawn(async move { w.run_bind(pod, node, started, work, seen).await })
-                    .await;
+                self.spawn(async move { w.run_bind(pod, node, started, work, seen).await }).await;
             }
             true => {
                 self.binds_queued.fetch_add(1, Ordering::AcqRel);
@@ -473,20 +444,10 @@ impl Writer {
 
     /// One bind job: PreBind's API work when there is some, the binding,
     /// the failure report, the result to the loop and the Scheduled event.
-    async fn run_bind(
-        &self,
-        pod: Arc<PodInfo>,
-        node: String,
-        started: Instant,
-        work: Vec<PreBindWork>,
-        seen: Vec<ResourceClaim>,
-    ) {
+    async fn run_bind(&self, pod: Arc<PodInfo>, node: String, started: Instant, work: Vec<PreBindWork>, seen: Vec<ResourceClaim>) {
         let mut pre = Ok(());
         for w in &work {
-            pre = self
-                .pre_bind_work(&pod, &node, w, &seen)
-                .await
-                .map_err(|e| e.outcome(w.plugin));
+            pre = self.pre_bind_work(&pod, &node, w, &seen).await.map_err(|e| e.outcome(w.plugin));
             if pre.is_err() {
                 break;
             }
@@ -511,12 +472,7 @@ impl Writer {
         };
         // Unreserve: the extended-resource claim PreBind created goes with
         // the failed attempt (before the result, which allows the retry).
-        if matches!(outcome, BindOutcome::Failed(_))
-            && work
-                .iter()
-                .flat_map(|w| &w.writes)
-                .any(|w| matches!(w, ApiWrite::CreateExtendedResourceClaim { .. }))
-        {
+        if matches!(outcome, BindOutcome::Failed(_)) && work.iter().flat_map(|w| &w.writes).any(|w| matches!(w, ApiWrite::CreateExtendedResourceClaim { .. })) {
             self.delete_extended_claim(&pod).await;
         }
         if let Some(message) = report {
@@ -529,13 +485,7 @@ impl Writer {
         }
         let note = format!("Successfully assigned {} to {}", pod.key(), node);
         let ev_pod = pod.clone();
-        let _ = self.results.send(BindResult {
-            pod,
-            node,
-            outcome,
-            started,
-            took,
-        });
+        let _ = self.results.send(BindResult { pod, node, outcome, started, took });
         // After the result: an event never holds up a bind.
         if bound {
             self.event(&ev_pod, "Normal", "Scheduled", "Binding", note);
@@ -544,18 +494,8 @@ impl Writer {
 
     async fn bind_now(&self, pod: &PodInfo, node: &str, started: Instant) -> BindOutcome {
         let binding = core::Binding {
-            metadata: meta::ObjectMeta {
-                name: Some(pod.name.clone()),
-                namespace: Some(pod.namespace.clone()),
-                uid: Some(pod.uid.clone()),
-                ..Default::default()
-            },
-            target: core::ObjectReference {
-                kind: Some("Node".into()),
-                api_version: Some("v1".into()),
-                name: Some(node.into()),
-                ..Default::default()
-            },
+            metadata: meta::ObjectMeta { name: Some(pod.name.clone()), namespace: Some(pod.namespace.clone()), uid: Some(pod.uid.clone()), ..Default::default() },
+            target: core::ObjectReference { kind: Some("Node".into()), api_version: Some("v1".into()), name: Some(node.into()), ..Default::default() },
         };
         // `Api::create_subresource`'s request, on a path built without an
         // `Api` (which formats the path and copies the kind's names per call).
@@ -563,24 +503,13 @@ impl Writer {
         let call = || async {
             let body = serde_json::to_vec(&binding).map_err(kube::Error::SerdeError)?;
             let path = namespaced_path("/api/v1/namespaces/", &pod.namespace, "/pods");
-            let mut req = kube::core::Request::new(path)
-                .create_subresource("binding", &pod.name, &PostParams::default(), body)
-                .map_err(kube::Error::BuildRequest)?;
+            let mut req = kube::core::Request::new(path).create_subresource("binding", &pod.name, &PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
             req.extensions_mut().insert("create_subresource");
             self.client.request::<serde::de::IgnoredAny>(req).await
         };
         // A binding's key is its pod's start: ahead of every PreBind write (keyed by its deadline).
         let key = tokio::time::Instant::from_std(started);
-        let written = self
-            .guarded(
-                WriteKind::Binding,
-                key,
-                Patience::Forever,
-                Subject::PodOn(pod, node),
-                call,
-                || self.where_is(pod, node),
-            )
-            .await;
+        let written = self.guarded(WriteKind::Binding, key, Patience::Forever, Subject::PodOn(pod, node), call, || self.where_is(pod, node)).await;
         let (found, why) = match written {
             Ok(Written::Done(_)) => return BindOutcome::Bound,
             Ok(Written::NotLeader) => return BindOutcome::NotLeader,
@@ -590,9 +519,7 @@ impl Writer {
                 // lost and that kube's client retried, by a previous leader, or
                 // by someone else) — or a conflict saying nothing of the sort.
                 return match self.verify(pod, node).await {
-                    Verified::BoundHere => BindOutcome::AlreadyBound {
-                        node: node.to_string(),
-                    },
+                    Verified::BoundHere => BindOutcome::AlreadyBound { node: node.to_string() },
                     Verified::BoundElsewhere(n) => BindOutcome::AlreadyBound { node: n },
                     Verified::NotBound => BindOutcome::Failed(e.to_string()),
                     Verified::Gone => BindOutcome::Gone,
@@ -614,27 +541,21 @@ impl Writer {
     /// Reads the pod back until the API says where it is (reads need no
     /// leadership; retried with backoff for as long as it takes).
     async fn verify(&self, pod: &PodInfo, node: &str) -> Verified {
-        read_back(Patience::Forever, || self.where_is(pod, node))
-            .await
-            .unwrap_or(Verified::NotBound)
+        read_back(Patience::Forever, || self.where_is(pod, node)).await.unwrap_or(Verified::NotBound)
     }
 
     /// One read of where the API has the pod.
     async fn where_is(&self, pod: &PodInfo, node: &str) -> Result<Verified, kube::Error> {
         let api: Api<core::Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let Some(p) = api.get_opt(&pod.name).await? else {
-            return Ok(Verified::Gone);
-        };
+        let Some(p) = api.get_opt(&pod.name).await? else { return Ok(Verified::Gone) };
         if p.metadata.uid.as_deref().is_some_and(|u| u != pod.uid) {
             return Ok(Verified::Gone);
         }
-        Ok(
-            match p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty()) {
-                Some(n) if n == node => Verified::BoundHere,
-                Some(n) => Verified::BoundElsewhere(n),
-                None => Verified::NotBound,
-            },
-        )
+        Ok(match p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty()) {
+            Some(n) if n == node => Verified::BoundHere,
+            Some(n) => Verified::BoundElsewhere(n),
+            None => Verified::NotBound,
+        })
     }
 
     /// A status write's turn (PodScheduled, nominations, preemption,
@@ -642,12 +563,7 @@ impl Writer {
     /// the status limiter, then the lease, checked last, right before the
     /// write. None when this replica may not write now (counted), or the
     /// writer is closing. The write goes out while the turn is held.
-    async fn status_turn(
-        &self,
-    ) -> Option<(
-        tokio::sync::SemaphorePermit<'_>,
-        super::leader::WritePermit<'_>,
-    )> {
+    async fn status_turn(&self) -> Option<(tokio::sync::SemaphorePermit<'_>, super::leader::WritePermit<'_>)> {
         let slot = self.status_slots.acquire().await.ok()?;
         self.status_limiter.acquire().await;
         let Some(permit) = self.lease.write_permit().await else {
@@ -658,14 +574,9 @@ impl Writer {
     }
 
     async fn patch_status(&self, pod: &PodInfo, patch: serde_json::Value) -> bool {
-        let Some(_turn) = self.status_turn().await else {
-            return false;
-        };
+        let Some(_turn) = self.status_turn().await else { return false };
         let api: Api<core::Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        match api
-            .patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
-            .await
-        {
+        match api.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
             Ok(_) => true,
             Err(e) => {
                 if api_code(&e) != Some(404) {
@@ -681,14 +592,7 @@ impl Writer {
     /// nomination, when preemption chose a node), and a FailedScheduling event.
     /// `since`: the condition's lastTransitionTime when it already was False
     /// (kept: it changes only on a transition), None to stamp now.
-    pub async fn report_failure(
-        &self,
-        pod: Arc<PodInfo>,
-        reason: &'static str,
-        message: String,
-        nominated: Option<String>,
-        since: Option<meta::Time>,
-    ) {
+    pub async fn report_failure(&self, pod: Arc<PodInfo>, reason: &'static str, message: String, nominated: Option<String>, since: Option<meta::Time>) {
         let w = self.clone();
         self.spawn(async move {
             let at = since.unwrap_or_else(|| meta::Time(k8s_openapi::jiff::Timestamp::now()));
@@ -708,21 +612,14 @@ impl Writer {
     pub async fn clear_nomination(&self, pod: Arc<PodInfo>) {
         let w = self.clone();
         self.spawn(async move {
-            w.patch_status(&pod, json!({"status": {"nominatedNodeName": null}}))
-                .await;
+            w.patch_status(&pod, json!({"status": {"nominatedNodeName": null}})).await;
         })
         .await;
     }
 
     /// Preempts a victim: DisruptionTarget condition, a Preempted event, then a
     /// graceful delete with the victim's own grace period (never forced).
-    pub async fn preempt(
-        &self,
-        victim: Arc<PodInfo>,
-        preemptor: Arc<PodInfo>,
-        node: String,
-        profile: String,
-    ) {
+    pub async fn preempt(&self, victim: Arc<PodInfo>, preemptor: Arc<PodInfo>, node: String, profile: String) {
         let w = self.clone();
         self.spawn(async move {
             let now = meta::Time(k8s_openapi::jiff::Timestamp::now());
@@ -759,13 +656,7 @@ impl Writer {
     /// Writes a PodGroup's status (either API) with a merge patch of its
     /// status subresource, off the caller's task. A failure is logged: the
     /// next attempt of the group writes again.
-    pub async fn group_status(
-        &self,
-        api: berth_model::pod::GroupApi,
-        namespace: String,
-        name: String,
-        status: serde_json::Value,
-    ) {
+    pub async fn group_status(&self, api: berth_model::pod::GroupApi, namespace: String, name: String, status: serde_json::Value) {
         let w = self.clone();
         self.spawn(async move {
             let ar = super::watch::group_api_resource(api);
@@ -779,21 +670,8 @@ impl Writer {
     }
 
     /// Queues an event (events.k8s.io/v1) for the event task; never waits.
-    pub fn event(
-        &self,
-        pod: &Arc<PodInfo>,
-        kind: &'static str,
-        reason: &'static str,
-        action: &'static str,
-        note: String,
-    ) {
-        let item = EventItem {
-            pod: pod.clone(),
-            kind,
-            reason,
-            action,
-            note,
-        };
+    pub fn event(&self, pod: &Arc<PodInfo>, kind: &'static str, reason: &'static str, action: &'static str, note: String) {
+        let item = EventItem { pod: pod.clone(), kind, reason, action, note };
         self.events_pending.fetch_add(1, Ordering::AcqRel);
         if self.events.try_send(item).is_err() {
             self.events_pending.fetch_sub(1, Ordering::AcqRel);
@@ -816,77 +694,22 @@ impl Writer {
     /// upstream: the PV controller finishes or undoes a binding); the loop
     /// forgets the assumed decisions when the result says the pod was not
     /// bound.
-    async fn pre_bind_work(
-        &self,
-        pod: &PodInfo,
-        node: &str,
-        work: &PreBindWork,
-        seen: &[ResourceClaim],
-    ) -> Result<(), PreBindStop> {
+    async fn pre_bind_work(&self, pod: &PodInfo, node: &str, work: &PreBindWork, seen: &[ResourceClaim]) -> Result<(), PreBindStop> {
         let deadline = tokio::time::Instant::now() + work.timeout;
         for w in &work.writes {
             match w {
                 ApiWrite::BindVolume(b) => self.bind_pv(b, deadline).await?,
-                ApiWrite::SelectNode { namespace, name } => {
-                    self.select_node(namespace, name, node, deadline).await?
-                }
-                ApiWrite::AllocateClaim {
-                    namespace,
-                    name,
-                    uid,
-                    allocation,
-                    pod_name,
-                    pod_uid,
-                } => {
+                ApiWrite::SelectNode { namespace, name } => self.select_node(namespace, name, node, deadline).await?,
+                ApiWrite::AllocateClaim { namespace, name, uid, allocation, pod_name, pod_uid } => {
                     let t = Instant::now();
-                    let seen = seen
-                        .iter()
-                        .find(|c| {
-                            c.metadata.namespace.as_deref() == Some(namespace.as_str())
-                                && c.metadata.name.as_deref() == Some(name.as_str())
-                        })
-                        .cloned();
-                    let r = self
-                        .allocate_claim(
-                            namespace,
-                            name,
-                            uid,
-                            allocation.as_ref(),
-                            pod_name,
-                            pod_uid,
-                            seen,
-                            deadline,
-                        )
-                        .await;
-                    self.observe_allocation(
-                        if allocation.is_some() {
-                            "allocated"
-                        } else {
-                            "reserved"
-                        },
-                        &r,
-                        t,
-                    );
+                    let seen = seen.iter().find(|c| c.metadata.namespace.as_deref() == Some(namespace.as_str()) && c.metadata.name.as_deref() == Some(name.as_str())).cloned();
+                    let r = self.allocate_claim(namespace, name, uid, allocation.as_ref(), pod_name, pod_uid, seen, deadline).await;
+                    self.observe_allocation(if allocation.is_some() { "allocated" } else { "reserved" }, &r, t);
                     r?;
                 }
-                ApiWrite::CreateExtendedResourceClaim {
-                    namespace,
-                    pod_name,
-                    pod_uid,
-                    claim,
-                    request_mappings,
-                } => {
+                ApiWrite::CreateExtendedResourceClaim { namespace, pod_name, pod_uid, claim, request_mappings } => {
                     let t = Instant::now();
-                    let r = self
-                        .create_extended_claim(
-                            namespace,
-                            pod_name,
-                            pod_uid,
-                            claim,
-                            request_mappings,
-                            deadline,
-                        )
-                        .await;
+                    let r = self.create_extended_claim(namespace, pod_name, pod_uid, claim, request_mappings, deadline).await;
                     self.observe_allocation("allocated", &r, t);
                     r?;
                 }

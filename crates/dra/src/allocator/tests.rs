@@ -18,40 +18,19 @@ const DRIVER: &str = "driver.example.com";
 #[derive(Clone)]
 struct Dev(res::Device);
 fn dev(name: &str) -> Dev {
-    Dev(res::Device {
-        name: name.into(),
-        ..Default::default()
-    })
+    Dev(res::Device { name: name.into(), ..Default::default() })
 }
 impl Dev {
     fn attr_str(mut self, k: &str, v: &str) -> Self {
-        self.0.attributes.get_or_insert_with(BTreeMap::new).insert(
-            k.into(),
-            res::DeviceAttribute {
-                string: Some(v.into()),
-                ..Default::default()
-            },
-        );
+        self.0.attributes.get_or_insert_with(BTreeMap::new).insert(k.into(), res::DeviceAttribute { string: Some(v.into()), ..Default::default() });
         self
     }
     fn attr_int(mut self, k: &str, v: i64) -> Self {
-        self.0.attributes.get_or_insert_with(BTreeMap::new).insert(
-            k.into(),
-            res::DeviceAttribute {
-                int: Some(v),
-                ..Default::default()
-            },
-        );
+        self.0.attributes.get_or_insert_with(BTreeMap::new).insert(k.into(), res::DeviceAttribute { int: Some(v), ..Default::default() });
         self
     }
     fn capacity(mut self, k: &str, v: &str) -> Self {
-        self.0.capacity.get_or_insert_with(BTreeMap::new).insert(
-            k.into(),
-            res::DeviceCapacity {
-                value: KQ(v.into()),
-                request_policy: None,
-            },
-        );
+        self.0.capacity.get_or_insert_with(BTreeMap::new).insert(k.into(), res::DeviceCapacity { value: KQ(v.into()), request_policy: None });
         self
     }
     fn multi(mut self) -> Self {
@@ -59,58 +38,28 @@ impl Dev {
         self
     }
     fn taint(mut self, key: &str, effect: &str) -> Self {
-        self.0
-            .taints
-            .get_or_insert_with(Vec::new)
-            .push(res::DeviceTaint {
-                key: key.into(),
-                effect: effect.into(),
-                ..Default::default()
-            });
+        self.0.taints.get_or_insert_with(Vec::new).push(res::DeviceTaint { key: key.into(), effect: effect.into(), ..Default::default() });
         self
     }
     fn consumes(mut self, set: &str, counter: &str, v: &str) -> Self {
-        self.0
-            .consumes_counters
-            .get_or_insert_with(Vec::new)
-            .push(res::DeviceCounterConsumption {
-                counter_set: set.into(),
-                counters: [(
-                    counter.to_string(),
-                    res::Counter {
-                        value: KQ(v.into()),
-                    },
-                )]
-                .into(),
-                ..Default::default()
-            });
+        self.0.consumes_counters.get_or_insert_with(Vec::new).push(res::DeviceCounterConsumption {
+            counter_set: set.into(),
+            counters: [(counter.to_string(), res::Counter { value: KQ(v.into()) })].into(),
+            ..Default::default()
+        });
         self
     }
 }
 
 struct SliceB(res::ResourceSlice);
-fn slice(
-    name: &str,
-    node: Option<&str>,
-    pool: &str,
-    generation: i64,
-    count: i64,
-    devs: Vec<Dev>,
-) -> SliceB {
+fn slice(name: &str, node: Option<&str>, pool: &str, generation: i64, count: i64, devs: Vec<Dev>) -> SliceB {
     SliceB(res::ResourceSlice {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
+        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
         spec: res::ResourceSliceSpec {
             driver: DRIVER.into(),
             node_name: node.map(Into::into),
             all_nodes: node.is_none().then_some(true),
-            pool: res::ResourcePool {
-                name: pool.into(),
-                generation,
-                resource_slice_count: count,
-            },
+            pool: res::ResourcePool { name: pool.into(), generation, resource_slice_count: count },
             devices: Some(devs.into_iter().map(|d| d.0).collect()),
             ..Default::default()
         },
@@ -118,30 +67,16 @@ fn slice(
 }
 impl SliceB {
     fn counters(mut self, set: &str, counter: &str, v: &str) -> Self {
-        self.0
-            .spec
-            .shared_counters
-            .get_or_insert_with(Vec::new)
-            .push(res::CounterSet {
-                name: set.into(),
-                counters: [(
-                    counter.to_string(),
-                    res::Counter {
-                        value: KQ(v.into()),
-                    },
-                )]
-                .into(),
-            });
+        self.0.spec.shared_counters.get_or_insert_with(Vec::new).push(res::CounterSet {
+            name: set.into(),
+            counters: [(counter.to_string(), res::Counter { value: KQ(v.into()) })].into(),
+        });
         self
     }
 }
 
 fn class(name: &str, exprs: &[&str]) -> ClassView {
-    ClassView {
-        name: name.into(),
-        selectors: exprs.iter().map(|e| Some(e.to_string())).collect(),
-        ..Default::default()
-    }
+    ClassView { name: name.into(), selectors: exprs.iter().map(|e| Some(e.to_string())).collect(), ..Default::default() }
 }
 
 fn sub(name: &str, class: &str) -> crate::claims::SubRequest {
@@ -173,29 +108,17 @@ impl ClaimB {
     fn req(mut self, name: &str, class: &str, count: i64) -> Self {
         let mut s = sub(name, class);
         s.mode = AllocationMode::ExactCount(count);
-        self.0.requests.push(crate::claims::Request {
-            name: name.into(),
-            alternatives: vec![s],
-            first_available: false,
-        });
+        self.0.requests.push(crate::claims::Request { name: name.into(), alternatives: vec![s], first_available: false });
         self
     }
     fn req_all(mut self, name: &str, class: &str) -> Self {
         let mut s = sub(name, class);
         s.mode = AllocationMode::All;
-        self.0.requests.push(crate::claims::Request {
-            name: name.into(),
-            alternatives: vec![s],
-            first_available: false,
-        });
+        self.0.requests.push(crate::claims::Request { name: name.into(), alternatives: vec![s], first_available: false });
         self
     }
     fn first_available(mut self, name: &str, subs: Vec<crate::claims::SubRequest>) -> Self {
-        self.0.requests.push(crate::claims::Request {
-            name: name.into(),
-            alternatives: subs,
-            first_available: true,
-        });
+        self.0.requests.push(crate::claims::Request { name: name.into(), alternatives: subs, first_available: true });
         self
     }
     fn selector(mut self, e: &str) -> Self {
@@ -215,35 +138,23 @@ impl ClaimB {
     fn tolerate(mut self, key: &str) -> Self {
         if let Some(r) = self.0.requests.last_mut() {
             for a in &mut r.alternatives {
-                a.tolerations.push(crate::claims::Toleration {
-                    key: key.into(),
-                    exists: true,
-                    ..Default::default()
-                });
+                a.tolerations.push(crate::claims::Toleration { key: key.into(), exists: true, ..Default::default() });
             }
         }
         self
     }
     fn cap_req(mut self, k: &str, v: &str) -> Self {
         if let Some(r) = self.0.requests.last_mut() {
-            r.alternatives[0]
-                .capacity
-                .push((k.into(), Quantity::parse(v).unwrap_or_default()));
+            r.alternatives[0].capacity.push((k.into(), Quantity::parse(v).unwrap_or_default()));
         }
         self
     }
     fn match_attr(mut self, attr: &str) -> Self {
-        self.0.constraints.push(Constraint::Match {
-            requests: Vec::new(),
-            attribute: attr.into(),
-        });
+        self.0.constraints.push(Constraint::Match { requests: Vec::new(), attribute: attr.into() });
         self
     }
     fn distinct_attr(mut self, attr: &str) -> Self {
-        self.0.constraints.push(Constraint::Distinct {
-            requests: Vec::new(),
-            attribute: attr.into(),
-        });
+        self.0.constraints.push(Constraint::Distinct { requests: Vec::new(), attribute: attr.into() });
         self
     }
 }
@@ -274,10 +185,7 @@ fn row(name: &'static str) -> Row {
     Row {
         name,
         slices: Vec::new(),
-        classes: vec![class(
-            "class-a",
-            &[&format!("device.driver == \"{DRIVER}\"")],
-        )],
+        classes: vec![class("class-a", &[&format!("device.driver == \"{DRIVER}\"")])],
         claims: Vec::new(),
         allocated: Vec::new(),
         node: "node-1",
@@ -306,34 +214,16 @@ fn run(r: &Row) -> std::result::Result<NodeVerdict, AllocError> {
     let claims: Vec<&ClaimView> = r.claims.iter().map(|c| &c.0).collect();
     let p = prepare(&claims, &classes, &cel, r.admin_ok)?;
     let labels = BTreeMap::new();
-    p.allocate(AllocateInput {
-        node: NodeRef {
-            name: r.node,
-            labels: &labels,
-        },
-        inventory: &inv,
-        in_use: &in_use,
-        max_steps: DEFAULT_MAX_STEPS,
-    })
+    p.allocate(AllocateInput { node: NodeRef { name: r.node, labels: &labels }, inventory: &inv, in_use: &in_use, max_steps: DEFAULT_MAX_STEPS })
 }
 
 fn check(r: Row) {
     let got = run(&r);
     match (&r.want, got) {
         (Want::Alloc(want), Ok(NodeVerdict::Allocated(allocs))) => {
-            let got: Vec<Vec<String>> = allocs
-                .iter()
-                .map(|a| {
-                    a.results
-                        .iter()
-                        .map(|d| format!("{}={}", d.request, d.device))
-                        .collect()
-                })
-                .collect();
-            let want: Vec<Vec<String>> = want
-                .iter()
-                .map(|c| c.iter().map(|s| s.to_string()).collect())
-                .collect();
+            let got: Vec<Vec<String>> =
+                allocs.iter().map(|a| a.results.iter().map(|d| format!("{}={}", d.request, d.device)).collect()).collect();
+            let want: Vec<Vec<String>> = want.iter().map(|c| c.iter().map(|s| s.to_string()).collect()).collect();
             assert_eq!(got, want, "{}", r.name);
         }
         (Want::None, Ok(NodeVerdict::CannotAllocate | NodeVerdict::InvalidPools)) => {}
@@ -345,15 +235,7 @@ fn check(r: Row) {
 /// Counters live in their own slice (API validation keeps devices and
 /// sharedCounters apart), as upstream's table builds them.
 fn counter_slice() -> SliceB {
-    slice(
-        "slice-0-counters",
-        Some("node-1"),
-        "pool-1",
-        1,
-        2,
-        Vec::new(),
-    )
-    .counters("cs", "mem", "10Gi")
+    slice("slice-0-counters", Some("node-1"), "pool-1", 1, 2, Vec::new()).counters("cs", "mem", "10Gi")
 }
 
 fn node1(devs: Vec<Dev>) -> SliceB {
@@ -364,12 +246,7 @@ fn node1(devs: Vec<Dev>) -> SliceB {
 fn upstream_table() {
     let rows = vec![
         // "simple"
-        Row {
-            slices: vec![node1(vec![dev("d1")])],
-            claims: vec![claim("c").req("r", "class-a", 1)],
-            want: Want::Alloc(vec![vec!["r=d1"]]),
-            ..row("simple")
-        },
+        Row { slices: vec![node1(vec![dev("d1")])], claims: vec![claim("c").req("r", "class-a", 1)], want: Want::Alloc(vec![vec!["r=d1"]]), ..row("simple") },
         // "other-node"
         Row {
             slices: vec![slice("s2", Some("node-2"), "pool-2", 1, 1, vec![dev("d1")])],
@@ -379,33 +256,21 @@ fn upstream_table() {
         },
         // "small-and-large" / "small-and-large-backtrack-requests"
         Row {
-            slices: vec![node1(vec![
-                dev("large").attr_int("mem", 8),
-                dev("small").attr_int("mem", 2),
-            ])],
-            claims: vec![
-                claim("c")
-                    .req("small", "class-a", 1)
-                    .selector(&format!("device.attributes[\"{DRIVER}\"].mem >= 1"))
-                    .req("large", "class-a", 1)
-                    .selector(&format!("device.attributes[\"{DRIVER}\"].mem >= 4")),
-            ],
+            slices: vec![node1(vec![dev("large").attr_int("mem", 8), dev("small").attr_int("mem", 2)])],
+            claims: vec![claim("c")
+                .req("small", "class-a", 1)
+                .selector(&format!("device.attributes[\"{DRIVER}\"].mem >= 1"))
+                .req("large", "class-a", 1)
+                .selector(&format!("device.attributes[\"{DRIVER}\"].mem >= 4"))],
             want: Want::Alloc(vec![vec!["small=small", "large=large"]]),
             ..row("small-and-large-backtrack-requests")
         },
         // "small-and-large-backtrack-claims"
         Row {
-            slices: vec![node1(vec![
-                dev("large").attr_int("mem", 8),
-                dev("small").attr_int("mem", 2),
-            ])],
+            slices: vec![node1(vec![dev("large").attr_int("mem", 8), dev("small").attr_int("mem", 2)])],
             claims: vec![
-                claim("c1")
-                    .req("r", "class-a", 1)
-                    .selector(&format!("device.attributes[\"{DRIVER}\"].mem >= 1")),
-                claim("c2")
-                    .req("r", "class-a", 1)
-                    .selector(&format!("device.attributes[\"{DRIVER}\"].mem >= 4")),
+                claim("c1").req("r", "class-a", 1).selector(&format!("device.attributes[\"{DRIVER}\"].mem >= 1")),
+                claim("c2").req("r", "class-a", 1).selector(&format!("device.attributes[\"{DRIVER}\"].mem >= 4")),
             ],
             want: Want::Alloc(vec![vec!["r=small"], vec!["r=large"]]),
             ..row("small-and-large-backtrack-claims")
@@ -431,12 +296,7 @@ fn upstream_table() {
             ..row("duplicate-slice")
         },
         // "not-enough-suitable-devices"
-        Row {
-            slices: vec![node1(vec![dev("d1")])],
-            claims: vec![claim("c").req("r", "class-a", 2)],
-            want: Want::None,
-            ..row("not-enough-suitable-devices")
-        },
+        Row { slices: vec![node1(vec![dev("d1")])], claims: vec![claim("c").req("r", "class-a", 2)], want: Want::None, ..row("not-enough-suitable-devices") },
         // "unknown-class"
         Row {
             slices: vec![node1(vec![dev("d1")])],
@@ -455,9 +315,7 @@ fn upstream_table() {
         Row {
             slices: vec![slice("s1", Some("node-1"), "pool-1", 1, 2, vec![dev("d1")])],
             claims: vec![claim("c").req_all("r", "class-a")],
-            want: Want::Err(
-                "asks for all devices, but resource pool driver.example.com/pool-1 is currently being updated",
-            ),
+            want: Want::Err("asks for all devices, but resource pool driver.example.com/pool-1 is currently being updated"),
             ..row("all-devices-of-the-incomplete-pool")
         },
         // "no-allocation-from-incomplete-pools"
@@ -513,39 +371,21 @@ fn upstream_table() {
                 dev("d2").attr_str("model", "b"),
                 dev("d3").attr_str("model", "b"),
             ])],
-            claims: vec![
-                claim("c")
-                    .req("r1", "class-a", 1)
-                    .req("r2", "class-a", 1)
-                    .match_attr(&format!("{DRIVER}/model")),
-            ],
+            claims: vec![claim("c").req("r1", "class-a", 1).req("r2", "class-a", 1).match_attr(&format!("{DRIVER}/model"))],
             want: Want::Alloc(vec![vec!["r1=d2", "r2=d3"]]),
             ..row("with-constraint")
         },
         // "with-constraint-non-existent-attribute"
         Row {
             slices: vec![node1(vec![dev("d1"), dev("d2")])],
-            claims: vec![
-                claim("c")
-                    .req("r", "class-a", 2)
-                    .match_attr(&format!("{DRIVER}/nope")),
-            ],
+            claims: vec![claim("c").req("r", "class-a", 2).match_attr(&format!("{DRIVER}/nope"))],
             want: Want::None,
             ..row("with-constraint-non-existent-attribute")
         },
         // "with-distinct-constraints"
         Row {
-            slices: vec![node1(vec![
-                dev("d1").attr_int("numa", 0),
-                dev("d2").attr_int("numa", 0),
-                dev("d3").attr_int("numa", 1),
-            ])],
-            claims: vec![
-                claim("c")
-                    .req("r1", "class-a", 1)
-                    .req("r2", "class-a", 1)
-                    .distinct_attr(&format!("{DRIVER}/numa")),
-            ],
+            slices: vec![node1(vec![dev("d1").attr_int("numa", 0), dev("d2").attr_int("numa", 0), dev("d3").attr_int("numa", 1)])],
+            claims: vec![claim("c").req("r1", "class-a", 1).req("r2", "class-a", 1).distinct_attr(&format!("{DRIVER}/numa"))],
             want: Want::Alloc(vec![vec!["r1=d1", "r2=d3"]]),
             ..row("with-distinct-constraints")
         },
@@ -564,9 +404,7 @@ fn upstream_table() {
                 vec![
                     {
                         let mut s = sub("large", "class-a");
-                        s.selectors.push(Some(format!(
-                            "device.attributes[\"{DRIVER}\"].model == \"a100\""
-                        )));
+                        s.selectors.push(Some(format!("device.attributes[\"{DRIVER}\"].model == \"a100\"")));
                         s
                     },
                     sub("small", "class-a"),
@@ -594,10 +432,7 @@ fn upstream_table() {
         },
         // "tainted-two-devices" / "tainted-two-devices-tolerated" / "tainted-no-effect"
         Row {
-            slices: vec![node1(vec![
-                dev("d1").taint("k", "NoSchedule"),
-                dev("d2").taint("k", "NoExecute"),
-            ])],
+            slices: vec![node1(vec![dev("d1").taint("k", "NoSchedule"), dev("d2").taint("k", "NoExecute")])],
             claims: vec![claim("c").req("r", "class-a", 1)],
             want: Want::None,
             ..row("tainted-two-devices")
@@ -617,18 +452,7 @@ fn upstream_table() {
         // "partitionable-devices-multiple-devices" / "partitionable-devices-no-capacity-available"
         Row {
             slices: vec![
-                slice(
-                    "slice-1",
-                    Some("node-1"),
-                    "pool-1",
-                    1,
-                    2,
-                    vec![
-                        dev("p1").consumes("cs", "mem", "6Gi"),
-                        dev("p2").consumes("cs", "mem", "6Gi"),
-                        dev("p3").consumes("cs", "mem", "4Gi"),
-                    ],
-                ),
+                slice("slice-1", Some("node-1"), "pool-1", 1, 2, vec![dev("p1").consumes("cs", "mem", "6Gi"), dev("p2").consumes("cs", "mem", "6Gi"), dev("p3").consumes("cs", "mem", "4Gi")]),
                 counter_slice(),
             ],
             claims: vec![claim("c").req("r", "class-a", 2)],
@@ -636,37 +460,14 @@ fn upstream_table() {
             ..row("partitionable-devices-multiple-devices")
         },
         Row {
-            slices: vec![
-                slice(
-                    "slice-1",
-                    Some("node-1"),
-                    "pool-1",
-                    1,
-                    2,
-                    vec![
-                        dev("p1").consumes("cs", "mem", "6Gi"),
-                        dev("p2").consumes("cs", "mem", "6Gi"),
-                    ],
-                ),
-                counter_slice(),
-            ],
+            slices: vec![slice("slice-1", Some("node-1"), "pool-1", 1, 2, vec![dev("p1").consumes("cs", "mem", "6Gi"), dev("p2").consumes("cs", "mem", "6Gi")]), counter_slice()],
             claims: vec![claim("c").req("r", "class-a", 2)],
             want: Want::None,
             ..row("partitionable-devices-no-capacity-available")
         },
         // "partitionable-devices-device-counter-consumption-references-unknown-counter-set"
         Row {
-            slices: vec![
-                slice(
-                    "slice-1",
-                    Some("node-1"),
-                    "pool-1",
-                    1,
-                    2,
-                    vec![dev("p1").consumes("other", "mem", "6Gi")],
-                ),
-                counter_slice(),
-            ],
+            slices: vec![slice("slice-1", Some("node-1"), "pool-1", 1, 2, vec![dev("p1").consumes("other", "mem", "6Gi")]), counter_slice()],
             claims: vec![claim("c").req("r", "class-a", 1)],
             want: Want::None,
             ..row("partitionable-devices-device-counter-consumption-references-unknown-counter-set")
@@ -674,50 +475,29 @@ fn upstream_table() {
         // "consumable-capacity-multi-allocatable-device-without-policy-with-capacity-request"
         Row {
             slices: vec![node1(vec![dev("m").multi().capacity("bw", "10")])],
-            claims: vec![
-                claim("c1").req("r", "class-a", 1).cap_req("bw", "4"),
-                claim("c2").req("r", "class-a", 1).cap_req("bw", "6"),
-            ],
+            claims: vec![claim("c1").req("r", "class-a", 1).cap_req("bw", "4"), claim("c2").req("r", "class-a", 1).cap_req("bw", "6")],
             want: Want::Alloc(vec![vec!["r=m"], vec!["r=m"]]),
-            ..row(
-                "consumable-capacity-multi-allocatable-device-without-policy-with-capacity-request",
-            )
+            ..row("consumable-capacity-multi-allocatable-device-without-policy-with-capacity-request")
         },
         // "consumable-capacity-multi-allocatable-device-with-exceeded-consumable-capacity-request"
         Row {
             slices: vec![node1(vec![dev("m").multi().capacity("bw", "10")])],
             claims: vec![claim("c1").req("r", "class-a", 1).cap_req("bw", "11")],
             want: Want::None,
-            ..row(
-                "consumable-capacity-multi-allocatable-device-with-exceeded-consumable-capacity-request",
-            )
+            ..row("consumable-capacity-multi-allocatable-device-with-exceeded-consumable-capacity-request")
         },
         // "check-combinations-within-single-request-single-pool-single-slice"
         Row {
-            slices: vec![node1(vec![
-                dev("d1").attr_int("n", 1),
-                dev("d2").attr_int("n", 2),
-                dev("d3").attr_int("n", 2),
-            ])],
-            claims: vec![
-                claim("c")
-                    .req("r", "class-a", 2)
-                    .match_attr(&format!("{DRIVER}/n")),
-            ],
+            slices: vec![node1(vec![dev("d1").attr_int("n", 1), dev("d2").attr_int("n", 2), dev("d3").attr_int("n", 2)])],
+            claims: vec![claim("c").req("r", "class-a", 2).match_attr(&format!("{DRIVER}/n"))],
             want: Want::Alloc(vec![vec!["r=d2", "r=d3"]]),
             ..row("check-combinations-within-single-request-single-pool-single-slice")
         },
         // e2e "keeps pod pending because of CEL runtime errors"
         Row {
             slices: vec![node1(vec![dev("d1")])],
-            claims: vec![
-                claim("c")
-                    .req("r", "class-a", 1)
-                    .selector(&format!("device.attributes[\"{DRIVER}\"].model == \"x\"")),
-            ],
-            want: Want::Err(
-                "claim default/c: selector #0 on device driver.example.com/pool-1/d1: CEL runtime error: no such key: model",
-            ),
+            claims: vec![claim("c").req("r", "class-a", 1).selector(&format!("device.attributes[\"{DRIVER}\"].model == \"x\""))],
+            want: Want::Err("claim default/c: selector #0 on device driver.example.com/pool-1/d1: CEL runtime error: no such key: model"),
             ..row("cel-runtime-error")
         },
     ];
@@ -732,20 +512,10 @@ fn device_taint_rule_applies() {
     let s = node1(vec![dev("d1"), dev("d2")]);
     assert_eq!(inv.upsert_slice(&s.0), Ok(()));
     let rule = res::DeviceTaintRule {
-        metadata: ObjectMeta {
-            name: Some("rule".into()),
-            ..Default::default()
-        },
+        metadata: ObjectMeta { name: Some("rule".into()), ..Default::default() },
         spec: res::DeviceTaintRuleSpec {
-            device_selector: Some(res::DeviceTaintSelector {
-                device: Some("d1".into()),
-                ..Default::default()
-            }),
-            taint: res::DeviceTaint {
-                key: "broken".into(),
-                effect: "NoSchedule".into(),
-                ..Default::default()
-            },
+            device_selector: Some(res::DeviceTaintSelector { device: Some("d1".into()), ..Default::default() }),
+            taint: res::DeviceTaint { key: "broken".into(), effect: "NoSchedule".into(), ..Default::default() },
         },
         status: None,
     };
@@ -757,17 +527,7 @@ fn device_taint_rule_applies() {
     let labels = BTreeMap::new();
     let in_use = InUse::new();
     let p = prepare(&[&c], &classes, &cel, false);
-    let v = p.and_then(|p| {
-        p.allocate(AllocateInput {
-            node: NodeRef {
-                name: "node-1",
-                labels: &labels,
-            },
-            inventory: &inv,
-            in_use: &in_use,
-            max_steps: 1000,
-        })
-    });
+    let v = p.and_then(|p| p.allocate(AllocateInput { node: NodeRef { name: "node-1", labels: &labels }, inventory: &inv, in_use: &in_use, max_steps: 1000 }));
     match v {
         Ok(NodeVerdict::Allocated(a)) => {
             assert_eq!(a[0].results[0].device, "d2");
@@ -789,13 +549,8 @@ fn device_memory_is_small() {
         .capacity("sm", "108")
         .taint("k", "NoSchedule");
     assert_eq!(inv.upsert_slice(&node1(vec![d]).0), Ok(()));
-    let size = inv
-        .slice("slice-1")
-        .map_or(0, |s| s.devices[0].size_bytes());
-    eprintln!(
-        "device state: {size} bytes (Device struct {} bytes)",
-        std::mem::size_of::<crate::inventory::Device>()
-    );
+    let size = inv.slice("slice-1").map_or(0, |s| s.devices[0].size_bytes());
+    eprintln!("device state: {size} bytes (Device struct {} bytes)", std::mem::size_of::<crate::inventory::Device>());
     assert!(size > 0 && size <= 1024, "{size}");
 }
 
@@ -864,144 +619,44 @@ mod props {
 #[test]
 fn cached_pools_follow_every_change() {
     let mut classes = Classes::new();
-    classes.upsert(class(
-        "a100",
-        &[&format!(
-            "device.attributes[\"{DRIVER}\"].model == \"a100\""
-        )],
-    ));
+    classes.upsert(class("a100", &[&format!("device.attributes[\"{DRIVER}\"].model == \"a100\"")]));
     let cel = CelCache::new();
     let c = claim("c").req("r", "a100", 1).0;
     let p = prepare(&[&c], &classes, &cel, false).unwrap();
     let in_use = InUse::new();
     let mut labels = BTreeMap::new();
     let got = |inv: &Inventory, labels: &BTreeMap<String, String>| -> Option<String> {
-        let node = NodeRef {
-            name: "node-1",
-            labels,
-        };
-        let fresh: Vec<String> = inv
-            .pools_for_node(node)
-            .unwrap()
-            .iter()
-            .map(|p| format!("{:?} {}", p.state, p.slices.len()))
-            .collect();
-        let cached: Vec<String> = inv
-            .node_pools(node)
-            .unwrap()
-            .pools
-            .iter()
-            .map(|p| format!("{:?} {}", p.state, p.slices.len()))
-            .collect();
+        let node = NodeRef { name: "node-1", labels };
+        let fresh: Vec<String> = inv.pools_for_node(node).unwrap().iter().map(|p| format!("{:?} {}", p.state, p.slices.len())).collect();
+        let cached: Vec<String> = inv.node_pools(node).unwrap().pools.iter().map(|p| format!("{:?} {}", p.state, p.slices.len())).collect();
         assert_eq!(cached, fresh, "cached pools differ from fresh ones");
-        match p.allocate(AllocateInput {
-            node,
-            inventory: inv,
-            in_use: &in_use,
-            max_steps: DEFAULT_MAX_STEPS,
-        }) {
-            Ok(NodeVerdict::Allocated(a)) => Some(format!(
-                "{}/{}",
-                a[0].results[0].pool, a[0].results[0].device
-            )),
+        match p.allocate(AllocateInput { node, inventory: inv, in_use: &in_use, max_steps: DEFAULT_MAX_STEPS }) {
+            Ok(NodeVerdict::Allocated(a)) => Some(format!("{}/{}", a[0].results[0].pool, a[0].results[0].device)),
             Ok(_) => None,
             Err(e) => panic!("{e}"),
         }
     };
     let mut inv = Inventory::new();
     // The node's own slice, then the same device with another model.
-    inv.upsert_slice(
-        &slice(
-            "s1",
-            Some("node-1"),
-            "pool-1",
-            1,
-            1,
-            vec![dev("d1").attr_str("model", "t4")],
-        )
-        .0,
-    )
-    .unwrap();
+    inv.upsert_slice(&slice("s1", Some("node-1"), "pool-1", 1, 1, vec![dev("d1").attr_str("model", "t4")]).0).unwrap();
     assert_eq!(got(&inv, &labels), None);
     assert_eq!(inv.cached_nodes(), 1);
-    inv.upsert_slice(
-        &slice(
-            "s1",
-            Some("node-1"),
-            "pool-1",
-            1,
-            1,
-            vec![dev("d1").attr_str("model", "a100")],
-        )
-        .0,
-    )
-    .unwrap();
+    inv.upsert_slice(&slice("s1", Some("node-1"), "pool-1", 1, 1, vec![dev("d1").attr_str("model", "a100")]).0).unwrap();
     assert_eq!(got(&inv, &labels).as_deref(), Some("pool-1/d1"));
     // A pool of two slices, one published for node-2: a newer generation
     // there makes node-1's slice obsolete.
-    inv.upsert_slice(
-        &slice(
-            "s1",
-            Some("node-1"),
-            "pool-1",
-            1,
-            2,
-            vec![dev("d1").attr_str("model", "a100")],
-        )
-        .0,
-    )
-    .unwrap();
-    inv.upsert_slice(
-        &slice(
-            "s2",
-            Some("node-2"),
-            "pool-1",
-            1,
-            2,
-            vec![dev("d2").attr_str("model", "a100")],
-        )
-        .0,
-    )
-    .unwrap();
+    inv.upsert_slice(&slice("s1", Some("node-1"), "pool-1", 1, 2, vec![dev("d1").attr_str("model", "a100")]).0).unwrap();
+    inv.upsert_slice(&slice("s2", Some("node-2"), "pool-1", 1, 2, vec![dev("d2").attr_str("model", "a100")]).0).unwrap();
     assert_eq!(got(&inv, &labels).as_deref(), Some("pool-1/d1"));
-    inv.upsert_slice(
-        &slice(
-            "s2",
-            Some("node-2"),
-            "pool-1",
-            2,
-            2,
-            vec![dev("d2").attr_str("model", "a100")],
-        )
-        .0,
-    )
-    .unwrap();
+    inv.upsert_slice(&slice("s2", Some("node-2"), "pool-1", 2, 2, vec![dev("d2").attr_str("model", "a100")]).0).unwrap();
     assert_eq!(got(&inv, &labels), None);
     // An allNodes slice.
-    inv.upsert_slice(
-        &slice(
-            "net",
-            None,
-            "net",
-            1,
-            1,
-            vec![dev("n1").attr_str("model", "a100")],
-        )
-        .0,
-    )
-    .unwrap();
+    inv.upsert_slice(&slice("net", None, "net", 1, 1, vec![dev("n1").attr_str("model", "a100")]).0).unwrap();
     assert_eq!(got(&inv, &labels).as_deref(), Some("net/n1"));
     inv.remove_slice("net");
     assert_eq!(got(&inv, &labels), None);
     // A nodeSelector slice: the node's labels decide.
-    let mut sel = slice(
-        "rack",
-        None,
-        "rack",
-        1,
-        1,
-        vec![dev("r1").attr_str("model", "a100")],
-    );
+    let mut sel = slice("rack", None, "rack", 1, 1, vec![dev("r1").attr_str("model", "a100")]);
     sel.0.spec.all_nodes = None;
     sel.0.spec.node_selector = Some(k8s_openapi::api::core::v1::NodeSelector {
         node_selector_terms: vec![k8s_openapi::api::core::v1::NodeSelectorTerm {
@@ -1021,18 +676,7 @@ fn cached_pools_follow_every_change() {
     assert_eq!(got(&inv, &labels), None);
     // A copy of the inventory (copy on write) keeps answering for itself.
     let before = inv.clone();
-    inv.upsert_slice(
-        &slice(
-            "s1",
-            Some("node-1"),
-            "pool-9",
-            1,
-            1,
-            vec![dev("d9").attr_str("model", "a100")],
-        )
-        .0,
-    )
-    .unwrap();
+    inv.upsert_slice(&slice("s1", Some("node-1"), "pool-9", 1, 1, vec![dev("d9").attr_str("model", "a100")]).0).unwrap();
     assert_eq!(got(&inv, &labels).as_deref(), Some("pool-9/d9"));
     assert_eq!(got(&before, &labels), None);
 }
@@ -1046,34 +690,11 @@ fn allocator_state_per_device_is_small() {
     let (nodes, per_node) = (200usize, 8usize);
     let mut inv = Inventory::new();
     for n in 0..nodes {
-        let devs = (0..per_node)
-            .map(|d| {
-                dev(&format!("gpu-{d}"))
-                    .attr_str("model", "a100")
-                    .attr_int("index", i64::try_from(d).unwrap_or(0))
-                    .capacity("memory", "80Gi")
-            })
-            .collect();
-        inv.upsert_slice(
-            &slice(
-                &format!("node-{n}-gpus"),
-                Some(&format!("node-{n}")),
-                &format!("node-{n}"),
-                1,
-                1,
-                devs,
-            )
-            .0,
-        )
-        .unwrap();
+        let devs = (0..per_node).map(|d| dev(&format!("gpu-{d}")).attr_str("model", "a100").attr_int("index", i64::try_from(d).unwrap_or(0)).capacity("memory", "80Gi")).collect();
+        inv.upsert_slice(&slice(&format!("node-{n}-gpus"), Some(&format!("node-{n}")), &format!("node-{n}"), 1, 1, devs).0).unwrap();
     }
     let mut classes = Classes::new();
-    classes.upsert(class(
-        "a100",
-        &[&format!(
-            "device.attributes[\"{DRIVER}\"].model == \"a100\""
-        )],
-    ));
+    classes.upsert(class("a100", &[&format!("device.attributes[\"{DRIVER}\"].model == \"a100\"")]));
     let cel = CelCache::new();
     let c = claim("c").req("r", "a100", 1).0;
     let p = prepare(&[&c], &classes, &cel, false).unwrap();
@@ -1087,25 +708,14 @@ fn allocator_state_per_device_is_small() {
     let labels = BTreeMap::new();
     for n in 0..nodes {
         let name = format!("node-{n}");
-        let v = p.allocate(AllocateInput {
-            node: NodeRef {
-                name: &name,
-                labels: &labels,
-            },
-            inventory: &inv,
-            in_use: &in_use,
-            max_steps: DEFAULT_MAX_STEPS,
-        });
+        let v = p.allocate(AllocateInput { node: NodeRef { name: &name, labels: &labels }, inventory: &inv, in_use: &in_use, max_steps: DEFAULT_MAX_STEPS });
         assert!(matches!(v, Ok(NodeVerdict::Allocated(_))), "{v:?}");
     }
     assert_eq!(inv.cached_nodes(), nodes);
     let devices = nodes * per_node;
     let slices: usize = (0..nodes)
         .filter_map(|n| inv.slice(&format!("node-{n}-gpus")))
-        .map(|s| {
-            std::mem::size_of::<crate::inventory::Slice>()
-                + s.devices.iter().map(|d| d.size_bytes()).sum::<usize>()
-        })
+        .map(|s| std::mem::size_of::<crate::inventory::Slice>() + s.devices.iter().map(|d| d.size_bytes()).sum::<usize>())
         .sum();
     let cache = inv.cache_bytes();
     let strings = inv.strings().heap_bytes();

@@ -27,12 +27,12 @@
 //! Opportunistic batching reads it to recompute only those nodes' verdicts.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use berth_dra::cel::CelCache;
 use berth_dra::inventory::Reach;
-use berth_dra::{ClaimView, ClassView, Classes, DeviceId, DeviceResult, InUse, Inventory};
+use berth_dra::{ClaimView, Classes, ClassView, DeviceId, DeviceResult, InUse, Inventory};
 use k8s_openapi::api::resource::v1 as res;
 use thiserror::Error;
 
@@ -105,34 +105,22 @@ pub const DEVICE_BINDING_FAILED: &str = "device binding failed";
 /// condition (same type) is True is the failure.
 pub fn binding_failure(name: &str, status: &res::ResourceClaimStatus) -> Option<String> {
     let allocation = status.allocation.as_ref()?;
-    let results = allocation
-        .devices
-        .as_ref()
-        .and_then(|d| d.results.as_deref())
-        .unwrap_or_default();
+    let results = allocation.devices.as_ref().and_then(|d| d.results.as_deref()).unwrap_or_default();
     let devices = status.devices.as_deref().unwrap_or_default();
     for r in results {
         let wanted = r.binding_conditions.as_deref().unwrap_or_default();
         if wanted.is_empty() {
             continue;
         }
-        let device = devices
-            .iter()
-            .find(|d| d.driver == r.driver && d.pool == r.pool && d.device == r.device)?;
+        let device = devices.iter().find(|d| d.driver == r.driver && d.pool == r.pool && d.device == r.device)?;
         let conditions = device.conditions.as_deref().unwrap_or_default();
         let find = |t: &str| conditions.iter().find(|c| c.type_ == t);
         for t in r.binding_failure_conditions.as_deref().unwrap_or_default() {
             if let Some(c) = find(t).filter(|c| c.status == "True") {
-                return Some(format!(
-                    "{DEVICE_BINDING_FAILED}: claim={name}, reason={}, message={:?}",
-                    c.reason, c.message
-                ));
+                return Some(format!("{DEVICE_BINDING_FAILED}: claim={name}, reason={}, message={:?}", c.reason, c.message));
             }
         }
-        if !wanted
-            .iter()
-            .all(|t| find(t).is_some_and(|c| c.status == "True"))
-        {
+        if !wanted.iter().all(|t| find(t).is_some_and(|c| c.status == "True")) {
             return None;
         }
     }
@@ -144,45 +132,29 @@ impl Claim {
     pub fn from_api(c: &res::ResourceClaim) -> Claim {
         let m = &c.metadata;
         let status = c.status.as_ref();
-        let mut view = ClaimView::from_api(c)
-            .map(Arc::new)
-            .map_err(|e| e.to_string());
+        let mut view = ClaimView::from_api(c).map(Arc::new).map_err(|e| e.to_string());
         if let Ok(v) = &mut view
             && v.namespace.is_empty()
         {
             Arc::make_mut(v).namespace = "default".into();
         }
         Claim {
-            namespace: m
-                .namespace
-                .clone()
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| "default".into()),
+            namespace: m.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into()),
             name: m.name.clone().unwrap_or_default(),
             uid: m.uid.clone().unwrap_or_default(),
             resource_version: m.resource_version.clone().unwrap_or_default(),
             deleting: m.deletion_timestamp.is_some(),
-            controller_uid: m
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|o| o.controller == Some(true))
-                .map(|o| o.uid.clone()),
+            controller_uid: m.owner_references.iter().flatten().find(|o| o.controller == Some(true)).map(|o| o.uid.clone()),
             finalizers: m.finalizers.clone().unwrap_or_default(),
             reserved_for: status
                 .and_then(|s| s.reserved_for.as_ref())
                 .into_iter()
                 .flatten()
-                .map(|r| Consumer {
-                    resource: r.resource.clone(),
-                    name: r.name.clone(),
-                    uid: r.uid.clone(),
-                })
+                .map(|r| Consumer { resource: r.resource.clone(), name: r.name.clone(), uid: r.uid.clone() })
                 .collect(),
             allocation: status.and_then(|s| s.allocation.clone()),
             view,
-            binding_failure: status
-                .and_then(|s| binding_failure(m.name.as_deref().unwrap_or_default(), s)),
+            binding_failure: status.and_then(|s| binding_failure(m.name.as_deref().unwrap_or_default(), s)),
         }
     }
 
@@ -238,23 +210,13 @@ struct Journal {
 
 impl Default for Journal {
     fn default() -> Self {
-        Journal {
-            id: next_journal_id(),
-            seq: 0,
-            nodes: VecDeque::new(),
-            floor: 0,
-        }
+        Journal { id: next_journal_id(), seq: 0, nodes: VecDeque::new(), floor: 0 }
     }
 }
 
 impl Clone for Journal {
     fn clone(&self) -> Self {
-        Journal {
-            id: next_journal_id(),
-            seq: self.seq,
-            nodes: self.nodes.clone(),
-            floor: self.floor,
-        }
+        Journal { id: next_journal_id(), seq: self.seq, nodes: self.nodes.clone(), floor: self.floor }
     }
 }
 
@@ -302,10 +264,7 @@ impl Devices {
 
     /// Where the journal of device changes stands now.
     pub fn mark(&self) -> DeviceMark {
-        DeviceMark {
-            id: self.journal.id,
-            seq: self.journal.seq,
-        }
+        DeviceMark { id: self.journal.id, seq: self.journal.seq }
     }
 
     /// Calls `node` with the name of every node a device change since
@@ -349,22 +308,12 @@ impl Devices {
 
     fn add_results(&mut self, results: &[DeviceResult]) {
         Arc::make_mut(&mut self.in_use).add_results(results);
-        self.devices_changed(
-            results
-                .iter()
-                .filter(|r| r.admin_access != Some(true))
-                .map(|r| r.id),
-        );
+        self.devices_changed(results.iter().filter(|r| r.admin_access != Some(true)).map(|r| r.id));
     }
 
     fn remove_results(&mut self, results: &[DeviceResult]) {
         Arc::make_mut(&mut self.in_use).remove_results(results);
-        self.devices_changed(
-            results
-                .iter()
-                .filter(|r| r.admin_access != Some(true))
-                .map(|r| r.id),
-        );
+        self.devices_changed(results.iter().filter(|r| r.admin_access != Some(true)).map(|r| r.id));
     }
 
     /// The slices and taint rules.
@@ -423,13 +372,8 @@ impl Devices {
                 Ok(())
             }
             Err(e) => {
-                self.errors
-                    .insert(format!("ResourceSlice {name}"), e.to_string());
-                Err(Error::Malformed {
-                    kind: "ResourceSlice",
-                    name,
-                    message: e.to_string(),
-                })
+                self.errors.insert(format!("ResourceSlice {name}"), e.to_string());
+                Err(Error::Malformed { kind: "ResourceSlice", name, message: e.to_string() })
             }
         }
     }
@@ -443,11 +387,7 @@ impl Devices {
 
     /// Journals the nodes the slice `name` (as the inventory has it) reaches.
     fn slice_changed(&mut self, name: &str) {
-        if let Some(r) = self
-            .inventory
-            .slice(name)
-            .map(|sl| self.inventory.slice_reach(sl))
-        {
+        if let Some(r) = self.inventory.slice(name).map(|sl| self.inventory.slice_reach(sl)) {
             self.reach(r);
         }
     }
@@ -458,11 +398,7 @@ impl Devices {
         let name = r.metadata.name.clone().unwrap_or_default();
         Arc::make_mut(&mut self.inventory)
             .upsert_taint_rule(r)
-            .map_err(|e| Error::Malformed {
-                kind: "DeviceTaintRule",
-                name,
-                message: e.to_string(),
-            })
+            .map_err(|e| Error::Malformed { kind: "DeviceTaintRule", name, message: e.to_string() })
     }
 
     /// Removes a DeviceTaintRule.
@@ -475,11 +411,7 @@ impl Devices {
     /// which also drops reused verdicts (NodeResourcesFit reads classes).
     pub fn upsert_class(&mut self, c: &res::DeviceClass) -> Result<(), Error> {
         self.journal.everywhere();
-        let v = ClassView::from_api(c).map_err(|e| Error::Malformed {
-            kind: "DeviceClass",
-            name: c.metadata.name.clone().unwrap_or_default(),
-            message: e.to_string(),
-        })?;
+        let v = ClassView::from_api(c).map_err(|e| Error::Malformed { kind: "DeviceClass", name: c.metadata.name.clone().unwrap_or_default(), message: e.to_string() })?;
         Arc::make_mut(&mut self.classes).upsert(v);
         Ok(())
     }
@@ -497,9 +429,7 @@ impl Devices {
         if let Some(c) = self.classes.for_extended_resource(resource) {
             return Some(c);
         }
-        resource
-            .strip_prefix(IMPLICIT_EXTENDED_RESOURCE_PREFIX)
-            .and_then(|class| self.classes.get(class))
+        resource.strip_prefix(IMPLICIT_EXTENDED_RESOURCE_PREFIX).and_then(|class| self.classes.get(class))
     }
 
     /// Adds or replaces a ResourceClaim. An assumed allocation is superseded
@@ -571,15 +501,8 @@ impl Devices {
 
     /// Assumes that `claim` is allocated (`results`, `allocation`; empty
     /// results when it was allocated already) and reserved for the pod.
-    pub fn assume_claim(
-        &mut self,
-        key: &str,
-        pod: &Consumer,
-        allocation: Option<(&[DeviceResult], res::AllocationResult)>,
-    ) {
-        let Some(current) = self.claims.get(key).cloned() else {
-            return;
-        };
+    pub fn assume_claim(&mut self, key: &str, pod: &Consumer, allocation: Option<(&[DeviceResult], res::AllocationResult)>) {
+        let Some(current) = self.claims.get(key).cloned() else { return };
         if let Some(a) = self.assumed.get(key)
             && a.pod_uid != pod.uid
         {
@@ -611,14 +534,7 @@ impl Devices {
             now.reserved_for.push(pod.clone());
         }
         self.claims.insert(key.to_string(), now);
-        self.assumed.insert(
-            key.to_string(),
-            Assumed {
-                pod_uid: pod.uid.clone(),
-                results,
-                before,
-            },
-        );
+        self.assumed.insert(key.to_string(), Assumed { pod_uid: pod.uid.clone(), results, before });
     }
 
     /// Reverts [`Devices::assume_claim`] for the pod (no-op when the API's
@@ -675,13 +591,7 @@ mod tests {
             c.status = Some(res::ResourceClaimStatus {
                 allocation: Some(res::AllocationResult {
                     devices: Some(res::DeviceAllocationResult {
-                        results: Some(vec![res::DeviceRequestAllocationResult {
-                            request: "r".into(),
-                            driver: "d".into(),
-                            pool: "p".into(),
-                            device: d.into(),
-                            ..Default::default()
-                        }]),
+                        results: Some(vec![res::DeviceRequestAllocationResult { request: "r".into(), driver: "d".into(), pool: "p".into(), device: d.into(), ..Default::default() }]),
                         config: None,
                     }),
                     ..Default::default()
@@ -715,46 +625,24 @@ mod tests {
             consumed: vec![],
             share_id: None,
         };
-        let pod = Consumer {
-            resource: "pods".into(),
-            name: "p".into(),
-            uid: "uid-p".into(),
-        };
+        let pod = Consumer { resource: "pods".into(), name: "p".into(), uid: "uid-p".into() };
         let alloc = res::AllocationResult::default();
         d.assume_claim("default/a", &pod, Some((std::slice::from_ref(&r), alloc)));
         assert!(d.in_use().is_dedicated(id1));
-        assert!(
-            d.claim("default", "a")
-                .is_some_and(|c| c.allocation.is_some() && c.reserved_for_pod("uid-p"))
-        );
+        assert!(d.claim("default", "a").is_some_and(|c| c.allocation.is_some() && c.reserved_for_pod("uid-p")));
         // PreBind's base is the API's claim, without the assumption.
-        assert!(
-            d.api_claim("default", "a")
-                .is_some_and(|c| c.allocation.is_none() && !c.reserved_for_pod("uid-p"))
-        );
+        assert!(d.api_claim("default", "a").is_some_and(|c| c.allocation.is_none() && !c.reserved_for_pod("uid-p")));
         // A stale watch event (no allocation yet) keeps the assumption;
         // the API's view follows it (its resourceVersion too).
         let mut newer = claim("a", None);
         newer.metadata.resource_version = Some("8".into());
         d.upsert_claim(&newer);
         assert!(d.in_use().is_dedicated(id1));
-        assert_eq!(
-            d.api_claim("default", "a")
-                .map(|c| c.resource_version.as_str()),
-            Some("8")
-        );
+        assert_eq!(d.api_claim("default", "a").map(|c| c.resource_version.as_str()), Some("8"));
         d.forget_claim("default/a", "uid-p");
-        assert!(
-            !d.in_use().is_dedicated(id1)
-                && d.claim("default", "a")
-                    .is_some_and(|c| c.allocation.is_none())
-        );
+        assert!(!d.in_use().is_dedicated(id1) && d.claim("default", "a").is_some_and(|c| c.allocation.is_none()));
         // The API's allocation supersedes an assumption.
-        d.assume_claim(
-            "default/a",
-            &pod,
-            Some((std::slice::from_ref(&r), res::AllocationResult::default())),
-        );
+        d.assume_claim("default/a", &pod, Some((std::slice::from_ref(&r), res::AllocationResult::default())));
         d.upsert_claim(&claim("a", Some("gpu-1")));
         assert_eq!(d.assumed_count(), 0);
         assert!(d.in_use().is_dedicated(id1));

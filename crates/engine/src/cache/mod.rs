@@ -4,12 +4,12 @@
 //! One owner (the scheduling loop, or an offline command) mutates it between
 //! cycles; a cycle reads it through `&Snapshot`, so no copy is taken per cycle.
 
-pub mod devices;
-pub mod groups;
-pub mod reservations;
 mod state;
-pub mod storage;
+pub mod reservations;
 pub mod workloads;
+pub mod storage;
+pub mod groups;
+pub mod devices;
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -76,29 +76,15 @@ impl Pdb {
     /// nothing (as preemption reads it); an invalid one is an error naming the field.
     pub fn from_api(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> Result<Pdb, String> {
         let sel = p.spec.as_ref().and_then(|s| s.selector.as_ref());
-        let non_empty = sel.is_some_and(|s| {
-            s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
-                || s.match_expressions.as_ref().is_some_and(|m| !m.is_empty())
-        });
-        let selector = if non_empty {
-            Selector::from_label_selector(sel, "spec.selector")?
-        } else {
-            Selector::nothing()
-        };
+        let non_empty = sel.is_some_and(|s| s.match_labels.as_ref().is_some_and(|m| !m.is_empty()) || s.match_expressions.as_ref().is_some_and(|m| !m.is_empty()));
+        let selector = if non_empty { Selector::from_label_selector(sel, "spec.selector")? } else { Selector::nothing() };
         let status = p.status.as_ref();
         Ok(Pdb {
-            namespace: p
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
+            namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
             name: p.metadata.name.clone().unwrap_or_default(),
             selector,
             disruptions_allowed: i64::from(status.and_then(|s| s.disruptions_allowed).unwrap_or(0)),
-            disrupted_pods: status
-                .and_then(|s| s.disrupted_pods.as_ref())
-                .map(|m| m.keys().cloned().collect())
-                .unwrap_or_default(),
+            disrupted_pods: status.and_then(|s| s.disrupted_pods.as_ref()).map(|m| m.keys().cloned().collect()).unwrap_or_default(),
         })
     }
 }
@@ -126,23 +112,13 @@ fn next_journal_id() -> u64 {
 
 impl Default for Journal {
     fn default() -> Self {
-        Journal {
-            id: next_journal_id(),
-            layout: 0,
-            changes: VecDeque::new(),
-            floor: 0,
-        }
+        Journal { id: next_journal_id(), layout: 0, changes: VecDeque::new(), floor: 0 }
     }
 }
 
 impl Clone for Journal {
     fn clone(&self) -> Self {
-        Journal {
-            id: next_journal_id(),
-            layout: self.layout,
-            changes: self.changes.clone(),
-            floor: self.floor,
-        }
+        Journal { id: next_journal_id(), layout: self.layout, changes: self.changes.clone(), floor: self.floor }
     }
 }
 
@@ -229,16 +205,8 @@ impl Snapshot {
 
     /// Where the history of node changes stands now.
     pub fn journal_mark(&self) -> JournalMark {
-        let generation = self
-            .journal
-            .changes
-            .back()
-            .map_or(self.journal.floor, |c| c.0);
-        JournalMark {
-            id: self.journal.id,
-            layout: self.journal.layout,
-            generation,
-        }
+        let generation = self.journal.changes.back().map_or(self.journal.floor, |c| c.0);
+        JournalMark { id: self.journal.id, layout: self.journal.layout, generation }
     }
 
     /// The nodes whose pods changed since `mark` (each once, by index), or
@@ -253,11 +221,7 @@ impl Snapshot {
         let from = j.changes.partition_point(|c| c.0 <= mark.generation);
         for &(generation, i) in j.changes.range(from..) {
             // A node changed twice is listed at its latest change only.
-            if self
-                .nodes
-                .get(i)
-                .is_some_and(|n| n.generation == generation)
-            {
+            if self.nodes.get(i).is_some_and(|n| n.generation == generation) {
                 out.push(i);
             }
         }
@@ -268,8 +232,7 @@ impl Snapshot {
     fn changed(&mut self, i: usize, before: (usize, usize)) {
         let ni = &self.nodes[i];
         self.pods_with_affinity = self.pods_with_affinity + ni.pods_with_affinity - before.0;
-        self.pods_with_required_anti_affinity =
-            self.pods_with_required_anti_affinity + ni.pods_with_required_anti_affinity - before.1;
+        self.pods_with_required_anti_affinity = self.pods_with_required_anti_affinity + ni.pods_with_required_anti_affinity - before.1;
         let generation = ni.generation;
         let j = &mut self.journal;
         if generation <= j.changes.back().map_or(j.floor, |c| c.0) {
@@ -290,11 +253,7 @@ impl Snapshot {
     /// Nodes were added, removed or replaced: every mark taken before is void.
     fn relaid(&mut self) {
         self.journal.layout += 1;
-        self.journal.floor = self
-            .journal
-            .changes
-            .back()
-            .map_or(self.journal.floor, |c| c.0);
+        self.journal.floor = self.journal.changes.back().map_or(self.journal.floor, |c| c.0);
         self.journal.changes.clear();
     }
 
@@ -343,9 +302,7 @@ impl Snapshot {
 
     /// Removes a node; its pods are kept aside until the node returns or they go.
     pub fn remove_node(&mut self, name: &str) -> bool {
-        let Some(i) = self.index.remove(name) else {
-            return false;
-        };
+        let Some(i) = self.index.remove(name) else { return false };
         self.relaid();
         let ni = self.nodes.swap_remove(i);
         self.pods_with_affinity -= ni.pods_with_affinity;
@@ -366,9 +323,7 @@ impl Snapshot {
     /// Adds or updates a bound pod (spec.nodeName set) on its node. Pods that
     /// have finished (Succeeded/Failed) hold nothing and are dropped.
     pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
-        let Some(node) = pod.node_name.clone() else {
-            return;
-        };
+        let Some(node) = pod.node_name.clone() else { return };
         self.remove_pod(&pod.uid);
         if pod.terminated {
             return;
@@ -426,10 +381,7 @@ impl Snapshot {
     /// Records that a pending pod is nominated to a node (replacing any earlier nomination).
     pub fn nominate(&mut self, pod: Arc<PodInfo>, node: &str) {
         self.clear_nomination(&pod.uid);
-        self.nominated
-            .entry(node.to_string())
-            .or_default()
-            .push(pod);
+        self.nominated.entry(node.to_string()).or_default().push(pod);
     }
 
     /// Forgets a pod's nomination.
@@ -448,10 +400,7 @@ impl Snapshot {
             return;
         }
         r.assume_all(self, uid);
-        self.reservations
-            .entry(uid.to_string())
-            .or_default()
-            .merge(r);
+        self.reservations.entry(uid.to_string()).or_default().merge(r);
     }
 
     /// Reverts and drops a pod's reservations.
@@ -467,10 +416,7 @@ impl Snapshot {
     /// Adds or replaces a DeviceClass. NodeResourcesFit's verdicts depend on
     /// the classes (an extended resource a class backs is left to
     /// DynamicResources), so reused per-node results are dropped.
-    pub fn upsert_device_class(
-        &mut self,
-        c: &k8s_openapi::api::resource::v1::DeviceClass,
-    ) -> Result<(), devices::Error> {
+    pub fn upsert_device_class(&mut self, c: &k8s_openapi::api::resource::v1::DeviceClass) -> Result<(), devices::Error> {
         self.journal.layout += 1;
         self.devices.upsert_class(c)
     }
@@ -500,9 +446,7 @@ mod tests {
     /// refuses marks it cannot answer for; the affinity totals follow.
     #[test]
     fn journal_lists_changed_nodes_since_a_mark() {
-        let nodes: Vec<_> = (0..4)
-            .map(|i| node(&format!("n{i}")).alloc("4", "8Gi", 110))
-            .collect();
+        let nodes: Vec<_> = (0..4).map(|i| node(&format!("n{i}")).alloc("4", "8Gi", 110)).collect();
         let mut snap = snapshot(&nodes, &[]);
         let mark = snap.journal_mark();
         let mut out = Vec::new();
@@ -527,40 +471,16 @@ mod tests {
         // The totals count pods with affinity terms.
         assert_eq!(snap.pods_with_affinity(), 0);
         use k8s_openapi::api::core::v1 as core;
-        let term = core::PodAffinityTerm {
-            topology_key: "kubernetes.io/hostname".into(),
-            ..Default::default()
-        };
+        let term = core::PodAffinityTerm { topology_key: "kubernetes.io/hostname".into(), ..Default::default() };
         let anti = core::Affinity {
-            pod_anti_affinity: Some(core::PodAntiAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![term]),
-                ..Default::default()
-            }),
+            pod_anti_affinity: Some(core::PodAntiAffinity { required_during_scheduling_ignored_during_execution: Some(vec![term]), ..Default::default() }),
             ..Default::default()
         };
         snap.add_pod(pod("x").node("n2").affinity(anti).info());
-        assert_eq!(
-            (
-                snap.pods_with_affinity(),
-                snap.pods_with_required_anti_affinity()
-            ),
-            (1, 1)
-        );
+        assert_eq!((snap.pods_with_affinity(), snap.pods_with_required_anti_affinity()), (1, 1));
         assert!(snap.remove_node("n2"));
-        assert_eq!(
-            (
-                snap.pods_with_affinity(),
-                snap.pods_with_required_anti_affinity()
-            ),
-            (0, 0)
-        );
+        assert_eq!((snap.pods_with_affinity(), snap.pods_with_required_anti_affinity()), (0, 0));
         snap.upsert_node(node("n2").alloc("4", "8Gi", 110).spec());
-        assert_eq!(
-            (
-                snap.pods_with_affinity(),
-                snap.pods_with_required_anti_affinity()
-            ),
-            (1, 1)
-        );
+        assert_eq!((snap.pods_with_affinity(), snap.pods_with_required_anti_affinity()), (1, 1));
     }
 }

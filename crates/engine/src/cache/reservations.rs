@@ -46,10 +46,7 @@ impl Reservations {
 
     /// `plugin`'s decision, when it recorded one of type `R`.
     pub fn get<R: Reservation>(&self, plugin: &str) -> Option<&R> {
-        self.0
-            .iter()
-            .find(|(p, _)| *p == plugin)
-            .and_then(|(_, r)| (&**r as &dyn Any).downcast_ref())
+        self.0.iter().find(|(p, _)| *p == plugin).and_then(|(_, r)| (&**r as &dyn Any).downcast_ref())
     }
 
     /// True when no plugin recorded anything.

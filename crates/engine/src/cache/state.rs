@@ -171,11 +171,7 @@ mod tests {
         c.snapshot_mut().nominate(pending, "n");
         assert_eq!(c.snapshot().nominated.get("n").map(Vec::len), Some(1));
         c.upsert_bound_pod(pod("a").node("n").req("1", "").info());
-        assert!(
-            c.snapshot().nominated.is_empty(),
-            "{:?}",
-            c.snapshot().nominated.keys().collect::<Vec<_>>()
-        );
+        assert!(c.snapshot().nominated.is_empty(), "{:?}", c.snapshot().nominated.keys().collect::<Vec<_>>());
         assert_eq!(c.snapshot().nodes[0].requested.milli_cpu, 1000);
     }
 
@@ -206,17 +202,11 @@ mod tests {
         assert_eq!(c.snapshot().pod_node("uid-b"), Some("gone"));
         assert_eq!(c.pod_state("uid-b"), Some(PodState::Added));
         assert_eq!(c.pod_state("uid-c"), Some(PodState::Assumed));
-        assert_eq!(
-            c.snapshot().bound_pod("uid-a").map(|p| p.labels.get("app")),
-            Some(Some("x"))
-        );
+        assert_eq!(c.snapshot().bound_pod("uid-a").map(|p| p.labels.get("app")), Some(Some("x")));
         // An update moves nothing twice and replaces the pod kept by uid.
         c.upsert_bound_pod(pod("a").node("n").label("app", "y").info());
         assert_eq!(c.snapshot().nodes[0].pods.len(), 2);
-        assert_eq!(
-            c.snapshot().bound_pod("uid-a").map(|p| p.labels.get("app")),
-            Some(Some("y"))
-        );
+        assert_eq!(c.snapshot().bound_pod("uid-a").map(|p| p.labels.get("app")), Some(Some("y")));
         // The node goes: its pods stay known by uid, off any node.
         c.remove_node("n");
         assert_eq!(c.pod_count(), 3);

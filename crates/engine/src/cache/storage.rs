@@ -26,7 +26,7 @@ use k8s_openapi::api::storage::v1 as storage;
 use thiserror::Error;
 
 use berth_model::quantity;
-use berth_model::selector::{Labels, NodeSelector, Op, Requirement, Selector, validate_key};
+use berth_model::selector::{validate_key, Labels, NodeSelector, Op, Requirement, Selector};
 
 /// Annotation the scheduler sets on a claim to have it provisioned for a node.
 pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
@@ -78,11 +78,7 @@ impl AccessModes {
                 "ReadOnlyMany" => Self::ROX,
                 "ReadWriteMany" => Self::RWX,
                 "ReadWriteOncePod" => Self::RWOP,
-                other => {
-                    return Err(format!(
-                        "{path}[{i}]: unsupported value {other:?} (ReadWriteOnce, ReadOnlyMany, ReadWriteMany or ReadWriteOncePod)"
-                    ));
-                }
+                other => return Err(format!("{path}[{i}]: unsupported value {other:?} (ReadWriteOnce, ReadOnlyMany, ReadWriteMany or ReadWriteOncePod)")),
             };
         }
         Ok(AccessModes(m))
@@ -103,21 +99,12 @@ fn block_mode(mode: Option<&str>, path: &str) -> Result<bool, String> {
     match mode {
         None | Some("Filesystem") => Ok(false),
         Some("Block") => Ok(true),
-        Some(o) => Err(format!(
-            "{path}: unsupported value {o:?} (Filesystem or Block)"
-        )),
+        Some(o) => Err(format!("{path}: unsupported value {o:?} (Filesystem or Block)")),
     }
 }
 
-fn class_of(
-    annotations: Option<&std::collections::BTreeMap<String, String>>,
-    spec_class: Option<&String>,
-) -> String {
-    annotations
-        .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
-        .or(spec_class)
-        .cloned()
-        .unwrap_or_default()
+fn class_of(annotations: Option<&std::collections::BTreeMap<String, String>>, spec_class: Option<&String>) -> String {
+    annotations.and_then(|a| a.get(ANN_BETA_STORAGE_CLASS)).or(spec_class).cloned().unwrap_or_default()
 }
 
 /// A PV's reference to its claim.
@@ -182,41 +169,24 @@ impl Claim {
             uid: meta.uid.clone().unwrap_or_default(),
             class: class_of(ann, spec.and_then(|s| s.storage_class_name.as_ref())),
             volume_name: spec.and_then(|s| s.volume_name.clone()).unwrap_or_default(),
-            attributes_class: spec
-                .and_then(|s| s.volume_attributes_class_name.clone())
-                .unwrap_or_default(),
+            attributes_class: spec.and_then(|s| s.volume_attributes_class_name.clone()).unwrap_or_default(),
             lost: c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost"),
             deleting: meta.deletion_timestamp.is_some(),
             bind_completed: ann.is_some_and(|a| a.contains_key(ANN_BIND_COMPLETED)),
             selected_node: ann.and_then(|a| a.get(ANN_SELECTED_NODE)).cloned(),
-            controller_uid: meta
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|o| o.controller == Some(true))
-                .map(|o| o.uid.clone()),
+            controller_uid: meta.owner_references.iter().flatten().find(|o| o.controller == Some(true)).map(|o| o.uid.clone()),
             ..Default::default()
         };
         if let Err(m) = out.read_spec(spec) {
-            out.error = Some(Error::Malformed {
-                kind: "persistentvolumeclaim",
-                name: format!("{}/{}", out.namespace, out.name),
-                message: m,
-            });
+            out.error = Some(Error::Malformed { kind: "persistentvolumeclaim", name: format!("{}/{}", out.namespace, out.name), message: m });
         }
         out
     }
 
     fn read_spec(&mut self, spec: Option<&core::PersistentVolumeClaimSpec>) -> Result<(), String> {
         let Some(spec) = spec else { return Ok(()) };
-        if let Some(q) = spec
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage"))
-        {
-            self.request = quantity::parse_value(&q.0)
-                .map_err(|e| format!("spec.resources.requests.storage: {e}"))?;
+        if let Some(q) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()).and_then(|r| r.get("storage")) {
+            self.request = quantity::parse_value(&q.0).map_err(|e| format!("spec.resources.requests.storage: {e}"))?;
             self.has_request = true;
         }
         self.access_modes = AccessModes::parse(spec.access_modes.as_ref(), "spec.accessModes")?;
@@ -302,13 +272,8 @@ impl Volume {
         let mut out = Volume {
             name: meta.name.clone().unwrap_or_default(),
             labels: meta.labels.clone().unwrap_or_default(),
-            class: class_of(
-                meta.annotations.as_ref(),
-                spec.and_then(|s| s.storage_class_name.as_ref()),
-            ),
-            attributes_class: spec
-                .and_then(|s| s.volume_attributes_class_name.clone())
-                .unwrap_or_default(),
+            class: class_of(meta.annotations.as_ref(), spec.and_then(|s| s.storage_class_name.as_ref())),
+            attributes_class: spec.and_then(|s| s.volume_attributes_class_name.clone()).unwrap_or_default(),
             claim_ref: spec.and_then(|s| s.claim_ref.as_ref()).map(|r| ClaimRef {
                 namespace: r.namespace.clone().unwrap_or_default(),
                 name: r.name.clone().unwrap_or_default(),
@@ -319,11 +284,7 @@ impl Volume {
             ..Default::default()
         };
         if let Err(m) = out.read_spec(spec) {
-            out.error = Some(Error::Malformed {
-                kind: "persistentvolume",
-                name: out.name.clone(),
-                message: m,
-            });
+            out.error = Some(Error::Malformed { kind: "persistentvolume", name: out.name.clone(), message: m });
         }
         out
     }
@@ -332,84 +293,46 @@ impl Volume {
         let Some(spec) = spec else { return Ok(()) };
         // A PV without a capacity offers nothing (upstream reads a zero quantity).
         if let Some(q) = spec.capacity.as_ref().and_then(|c| c.get("storage")) {
-            self.capacity =
-                quantity::parse_value(&q.0).map_err(|e| format!("spec.capacity.storage: {e}"))?;
+            self.capacity = quantity::parse_value(&q.0).map_err(|e| format!("spec.capacity.storage: {e}"))?;
         }
         self.access_modes = AccessModes::parse(spec.access_modes.as_ref(), "spec.accessModes")?;
         self.block = block_mode(spec.volume_mode.as_deref(), "spec.volumeMode")?;
         if let Some(na) = &spec.node_affinity {
-            let req = na
-                .required
-                .as_ref()
-                .ok_or("spec.nodeAffinity.required: must specify required node constraints")?;
+            let req = na.required.as_ref().ok_or("spec.nodeAffinity.required: must specify required node constraints")?;
             if req.node_selector_terms.is_empty() {
                 return Err("spec.nodeAffinity.required.nodeSelectorTerms: must have at least one node selector term".into());
             }
             self.node_affinity = Some(NodeSelector::compile(req, "spec.nodeAffinity.required")?);
             self.local_nodes = local_node_names(req);
         }
-        self.csi = spec
-            .csi
-            .as_ref()
-            .map(|c| (c.driver.clone(), c.volume_handle.clone()));
-        let zone = self
-            .labels
-            .get(ZONE)
-            .or_else(|| self.labels.get(ZONE_BETA))
-            .cloned()
-            .unwrap_or_else(|| "UNSPECIFIED".into());
+        self.csi = spec.csi.as_ref().map(|c| (c.driver.clone(), c.volume_handle.clone()));
+        let zone = self.labels.get(ZONE).or_else(|| self.labels.get(ZONE_BETA)).cloned().unwrap_or_else(|| "UNSPECIFIED".into());
         self.in_tree = if let Some(g) = &spec.gce_persistent_disk {
-            Some(InTree {
-                plugin: "kubernetes.io/gce-pd",
-                driver: "pd.csi.storage.gke.io",
-                handle: format!("projects/UNSPECIFIED/zones/{zone}/disks/{}", g.pd_name),
-            })
+            Some(InTree { plugin: "kubernetes.io/gce-pd", driver: "pd.csi.storage.gke.io", handle: format!("projects/UNSPECIFIED/zones/{zone}/disks/{}", g.pd_name) })
         } else if let Some(a) = &spec.aws_elastic_block_store {
-            Some(InTree {
-                plugin: "kubernetes.io/aws-ebs",
-                driver: "ebs.csi.aws.com",
-                handle: ebs_volume_id(&a.volume_id),
-            })
+            Some(InTree { plugin: "kubernetes.io/aws-ebs", driver: "ebs.csi.aws.com", handle: ebs_volume_id(&a.volume_id) })
         } else if let Some(a) = &spec.azure_disk {
-            Some(InTree {
-                plugin: "kubernetes.io/azure-disk",
-                driver: "disk.csi.azure.com",
-                handle: a.disk_uri.clone(),
-            })
+            Some(InTree { plugin: "kubernetes.io/azure-disk", driver: "disk.csi.azure.com", handle: a.disk_uri.clone() })
         } else {
-            spec.cinder.as_ref().map(|c| InTree {
-                plugin: "kubernetes.io/cinder",
-                driver: "cinder.csi.openstack.org",
-                handle: c.volume_id.clone(),
-            })
+            spec.cinder.as_ref().map(|c| InTree { plugin: "kubernetes.io/cinder", driver: "cinder.csi.openstack.org", handle: c.volume_id.clone() })
         };
         Ok(())
     }
 
     /// Does the PV's node affinity admit the node (upstream `CheckNodeAffinity`)?
     pub fn admits(&self, node_name: &str, labels: &Labels) -> bool {
-        self.node_affinity
-            .as_ref()
-            .is_none_or(|a| a.matches(node_name, labels))
+        self.node_affinity.as_ref().is_none_or(|a| a.matches(node_name, labels))
     }
 
     /// Is the volume bound or pre-bound to this claim (upstream `IsVolumeBoundToClaim`)?
     pub fn bound_to(claim_ref: Option<&ClaimRef>, claim: &Claim) -> bool {
-        claim_ref.is_some_and(|r| {
-            r.name == claim.name
-                && r.namespace == claim.namespace
-                && (r.uid.is_empty() || r.uid == claim.uid)
-        })
+        claim_ref.is_some_and(|r| r.name == claim.name && r.namespace == claim.namespace && (r.uid.is_empty() || r.uid == claim.uid))
     }
 }
 
 /// `aws://zone/vol-123` → `vol-123`, as the CSI translation does.
 fn ebs_volume_id(id: &str) -> String {
-    if id.starts_with("aws://") {
-        id.rsplit('/').next().unwrap_or(id).to_string()
-    } else {
-        id.to_string()
-    }
+    if id.starts_with("aws://") { id.rsplit('/').next().unwrap_or(id).to_string() } else { id.to_string() }
 }
 
 fn local_node_names(req: &core::NodeSelector) -> Vec<String> {
@@ -448,65 +371,39 @@ pub struct Class {
 impl Class {
     /// Compiles a StorageClass; never fails (problems land in `error`).
     pub fn from_api(c: &storage::StorageClass) -> Class {
-        let mut out = Class {
-            name: c.metadata.name.clone().unwrap_or_default(),
-            provisioner: c.provisioner.clone(),
-            ..Default::default()
-        };
+        let mut out = Class { name: c.metadata.name.clone().unwrap_or_default(), provisioner: c.provisioner.clone(), ..Default::default() };
         let mut read = || -> Result<(), String> {
             out.wait_for_first_consumer = match c.volume_binding_mode.as_deref() {
                 None | Some("Immediate") => false,
                 Some("WaitForFirstConsumer") => true,
-                Some(o) => {
-                    return Err(format!(
-                        "volumeBindingMode: unsupported value {o:?} (Immediate or WaitForFirstConsumer)"
-                    ));
-                }
+                Some(o) => return Err(format!("volumeBindingMode: unsupported value {o:?} (Immediate or WaitForFirstConsumer)")),
             };
             for (i, t) in c.allowed_topologies.iter().flatten().enumerate() {
                 let mut reqs = Vec::new();
                 for (j, e) in t.match_label_expressions.iter().flatten().enumerate() {
-                    validate_key(&e.key).map_err(|m| {
-                        format!("allowedTopologies[{i}].matchLabelExpressions[{j}].key: {m}")
-                    })?;
-                    reqs.push(Requirement {
-                        key: e.key.clone(),
-                        op: Op::In(e.values.clone()),
-                    });
+                    validate_key(&e.key).map_err(|m| format!("allowedTopologies[{i}].matchLabelExpressions[{j}].key: {m}"))?;
+                    reqs.push(Requirement { key: e.key.clone(), op: Op::In(e.values.clone()) });
                 }
                 // An empty term selects nothing (upstream skips it).
                 if !reqs.is_empty() {
                     out.allowed_topologies.push(reqs);
                 }
             }
-            if c.allowed_topologies.as_ref().is_some_and(|t| !t.is_empty())
-                && out.allowed_topologies.is_empty()
-            {
+            if c.allowed_topologies.as_ref().is_some_and(|t| !t.is_empty()) && out.allowed_topologies.is_empty() {
                 // Every term was empty: nothing matches.
-                out.allowed_topologies.push(vec![Requirement {
-                    key: String::new(),
-                    op: Op::In(vec![]),
-                }]);
+                out.allowed_topologies.push(vec![Requirement { key: String::new(), op: Op::In(vec![]) }]);
             }
             Ok(())
         };
         if let Err(m) = read() {
-            out.error = Some(Error::Malformed {
-                kind: "storageclass",
-                name: out.name.clone(),
-                message: m,
-            });
+            out.error = Some(Error::Malformed { kind: "storageclass", name: out.name.clone(), message: m });
         }
         out
     }
 
     /// Does the node satisfy allowedTopologies (upstream `MatchTopologySelectorTerms`)?
     pub fn topology_allows(&self, labels: &Labels) -> bool {
-        self.allowed_topologies.is_empty()
-            || self
-                .allowed_topologies
-                .iter()
-                .any(|t| t.iter().all(|r| r.matches(labels)))
+        self.allowed_topologies.is_empty() || self.allowed_topologies.iter().any(|t| t.iter().all(|r| r.matches(labels)))
     }
 
     /// Can the class provision dynamically at all?
@@ -538,12 +435,7 @@ impl CsiNode {
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(ANN_MIGRATED_PLUGINS))
-                .map(|s| {
-                    s.split(',')
-                        .map(|p| p.trim().to_string())
-                        .filter(|p| !p.is_empty())
-                        .collect()
-                })
+                .map(|s| s.split(',').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect())
                 .unwrap_or_default(),
             name,
             ..Default::default()
@@ -551,13 +443,7 @@ impl CsiNode {
         for (i, d) in n.spec.drivers.iter().enumerate() {
             if let Some(c) = d.allocatable.as_ref().and_then(|a| a.count) {
                 if c < 0 {
-                    out.error = Some(Error::Malformed {
-                        kind: "csinode",
-                        name: out.name.clone(),
-                        message: format!(
-                            "spec.drivers[{i}].allocatable.count: must be greater than or equal to 0, got {c}"
-                        ),
-                    });
+                    out.error = Some(Error::Malformed { kind: "csinode", name: out.name.clone(), message: format!("spec.drivers[{i}].allocatable.count: must be greater than or equal to 0, got {c}") });
                     continue;
                 }
                 out.limits.push((d.name.clone(), i64::from(c)));
@@ -568,10 +454,7 @@ impl CsiNode {
 
     /// The attach limit for a driver.
     pub fn limit(&self, driver: &str) -> Option<i64> {
-        self.limits
-            .iter()
-            .find(|(d, _)| d == driver)
-            .map(|(_, c)| *c)
+        self.limits.iter().find(|(d, _)| d == driver).map(|(_, c)| *c)
     }
 
     /// Is the in-tree plugin migrated to CSI on this node?
@@ -598,24 +481,10 @@ pub struct Capacity {
 impl Capacity {
     /// Compiles a CSIStorageCapacity; the error names the field.
     pub fn from_api(c: &storage::CSIStorageCapacity) -> Result<Capacity, Error> {
-        let key = format!(
-            "{}/{}",
-            c.metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            c.metadata.name.clone().unwrap_or_default()
-        );
-        let err = |m: String| Error::Malformed {
-            kind: "csistoragecapacity",
-            name: key.clone(),
-            message: m,
-        };
-        let q = |v: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-                 f: &str|
-         -> Result<Option<i64>, Error> {
-            v.map(|q| quantity::parse_value(&q.0).map_err(|e| err(format!("{f}: {e}"))))
-                .transpose()
+        let key = format!("{}/{}", c.metadata.namespace.clone().unwrap_or_else(|| "default".into()), c.metadata.name.clone().unwrap_or_default());
+        let err = |m: String| Error::Malformed { kind: "csistoragecapacity", name: key.clone(), message: m };
+        let q = |v: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>, f: &str| -> Result<Option<i64>, Error> {
+            v.map(|q| quantity::parse_value(&q.0).map_err(|e| err(format!("{f}: {e}")))).transpose()
         };
         let node_topology = match &c.node_topology {
             None => None,
@@ -685,10 +554,7 @@ impl Storage {
 
     /// True when no storage object is known (pods without volumes never look).
     pub fn is_empty(&self) -> bool {
-        self.claims.is_empty()
-            && self.volumes.is_empty()
-            && self.classes.is_empty()
-            && self.csi_nodes.is_empty()
+        self.claims.is_empty() && self.volumes.is_empty() && self.classes.is_empty() && self.csi_nodes.is_empty()
     }
 
     /// Adds or replaces a claim. A claim that now shows a selected node or a
@@ -698,10 +564,7 @@ impl Storage {
         if c.selected_node.is_some() || !c.volume_name.is_empty() {
             Arc::make_mut(&mut self.assumed_nodes).remove(&c.key());
         }
-        Arc::make_mut(&mut self.claims)
-            .entry(c.namespace.clone())
-            .or_default()
-            .insert(c.name.clone(), Arc::new(c));
+        Arc::make_mut(&mut self.claims).entry(c.namespace.clone()).or_default().insert(c.name.clone(), Arc::new(c));
     }
 
     /// Removes a claim.
@@ -736,17 +599,12 @@ impl Storage {
             Arc::make_mut(&mut self.assumed_refs).remove(&v.name);
         }
         self.unindex(&v.name);
-        Arc::make_mut(&mut self.by_class)
-            .entry(v.class.clone())
-            .or_default()
-            .insert(v.name.clone());
+        Arc::make_mut(&mut self.by_class).entry(v.class.clone()).or_default().insert(v.name.clone());
         Arc::make_mut(&mut self.volumes).insert(v.name.clone(), Arc::new(v));
     }
 
     fn unindex(&mut self, name: &str) {
-        let Some(old) = self.volumes.get(name) else {
-            return;
-        };
+        let Some(old) = self.volumes.get(name) else { return };
         let by_class = Arc::make_mut(&mut self.by_class);
         if let Some(s) = by_class.get_mut(&old.class) {
             s.remove(name);
@@ -770,19 +628,12 @@ impl Storage {
 
     /// The PV's claimRef, the assumed one first.
     pub fn claim_ref<'a>(&'a self, v: &'a Volume) -> Option<&'a ClaimRef> {
-        self.assumed_refs
-            .get(&v.name)
-            .map(|(r, _)| r)
-            .or(v.claim_ref.as_ref())
+        self.assumed_refs.get(&v.name).map(|(r, _)| r).or(v.claim_ref.as_ref())
     }
 
     /// PVs of a storage class, by name.
     pub fn volumes_of_class(&self, class: &str) -> impl Iterator<Item = &Arc<Volume>> {
-        self.by_class
-            .get(class)
-            .into_iter()
-            .flatten()
-            .filter_map(|n| self.volumes.get(n))
+        self.by_class.get(class).into_iter().flatten().filter_map(|n| self.volumes.get(n))
     }
 
     /// Adds or replaces a StorageClass.
@@ -866,41 +717,18 @@ impl Storage {
                 let c = Claim {
                     namespace: namespace.into(),
                     name: name.into(),
-                    error: Some(Error::Malformed {
-                        kind: "persistentvolumeclaim",
-                        name: format!("{namespace}/{name}"),
-                        message,
-                    }),
+                    error: Some(Error::Malformed { kind: "persistentvolumeclaim", name: format!("{namespace}/{name}"), message }),
                     ..Default::default()
                 };
-                Arc::make_mut(&mut self.claims)
-                    .entry(namespace.into())
-                    .or_default()
-                    .insert(name.into(), Arc::new(c));
+                Arc::make_mut(&mut self.claims).entry(namespace.into()).or_default().insert(name.into(), Arc::new(c));
             }
             "PersistentVolume" => {
                 self.unindex(name);
-                let v = Volume {
-                    name: name.into(),
-                    error: Some(Error::Malformed {
-                        kind: "persistentvolume",
-                        name: name.into(),
-                        message,
-                    }),
-                    ..Default::default()
-                };
+                let v = Volume { name: name.into(), error: Some(Error::Malformed { kind: "persistentvolume", name: name.into(), message }), ..Default::default() };
                 Arc::make_mut(&mut self.volumes).insert(name.into(), Arc::new(v));
             }
             "StorageClass" => {
-                let c = Class {
-                    name: name.into(),
-                    error: Some(Error::Malformed {
-                        kind: "storageclass",
-                        name: name.into(),
-                        message,
-                    }),
-                    ..Default::default()
-                };
+                let c = Class { name: name.into(), error: Some(Error::Malformed { kind: "storageclass", name: name.into(), message }), ..Default::default() };
                 Arc::make_mut(&mut self.classes).insert(name.into(), Arc::new(c));
             }
             _ => {}
@@ -912,12 +740,10 @@ impl Storage {
     /// it or the pod's decisions are forgotten.
     pub fn assume(&mut self, d: &VolumeDecisions) {
         for b in &d.bindings {
-            Arc::make_mut(&mut self.assumed_refs)
-                .insert(b.pv.clone(), (b.claim.clone(), d.pod_uid.clone()));
+            Arc::make_mut(&mut self.assumed_refs).insert(b.pv.clone(), (b.claim.clone(), d.pod_uid.clone()));
         }
         for (ns, name) in &d.provisions {
-            Arc::make_mut(&mut self.assumed_nodes)
-                .insert(format!("{ns}/{name}"), (d.node.clone(), d.pod_uid.clone()));
+            Arc::make_mut(&mut self.assumed_nodes).insert(format!("{ns}/{name}"), (d.node.clone(), d.pod_uid.clone()));
         }
     }
 
@@ -932,10 +758,7 @@ impl Storage {
 
     /// Every claim as ("namespace", "name") (a relist drops the ones gone).
     pub fn claim_keys(&self) -> Vec<(String, String)> {
-        self.claims
-            .iter()
-            .flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone())))
-            .collect()
+        self.claims.iter().flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone()))).collect()
     }
 
     /// Every PV's name.
@@ -975,10 +798,7 @@ mod tests {
         c.metadata.namespace = Some("default".into());
         c.spec = Some(core::PersistentVolumeClaimSpec {
             access_modes: Some(modes.iter().map(|s| s.to_string()).collect()),
-            resources: Some(core::VolumeResourceRequirements {
-                requests: Some([("storage".to_string(), Quantity(storage.into()))].into()),
-                limits: None,
-            }),
+            resources: Some(core::VolumeResourceRequirements { requests: Some([("storage".to_string(), Quantity(storage.into()))].into()), limits: None }),
             storage_class_name: Some("sc".into()),
             ..Default::default()
         });
@@ -1000,18 +820,9 @@ mod tests {
     #[test]
     fn malformed_objects_name_the_field() {
         let rows: Vec<(Option<Error>, &str)> = vec![
-            (
-                Claim::from_api(&pvc("a", "lots", &["ReadWriteOnce"])).error,
-                "spec.resources.requests.storage",
-            ),
-            (
-                Claim::from_api(&pvc("b", "1Gi", &["ReadWriteSometimes"])).error,
-                "spec.accessModes[0]",
-            ),
-            (
-                Volume::from_api(&pv("c", "1Gi!")).error,
-                "spec.capacity.storage",
-            ),
+            (Claim::from_api(&pvc("a", "lots", &["ReadWriteOnce"])).error, "spec.resources.requests.storage"),
+            (Claim::from_api(&pvc("b", "1Gi", &["ReadWriteSometimes"])).error, "spec.accessModes[0]"),
+            (Volume::from_api(&pv("c", "1Gi!")).error, "spec.capacity.storage"),
             (
                 Volume::from_api(&{
                     let mut v = pv("d", "1Gi");
@@ -1027,11 +838,7 @@ mod tests {
                 Volume::from_api(&{
                     let mut v = pv("e", "1Gi");
                     if let Some(s) = v.spec.as_mut() {
-                        s.node_affinity = Some(core::VolumeNodeAffinity {
-                            required: Some(core::NodeSelector {
-                                node_selector_terms: vec![],
-                            }),
-                        });
+                        s.node_affinity = Some(core::VolumeNodeAffinity { required: Some(core::NodeSelector { node_selector_terms: vec![] }) });
                     }
                     v
                 })
@@ -1043,11 +850,7 @@ mod tests {
             let m = e.map(|e| e.to_string()).unwrap_or_default();
             assert!(m.contains(field), "{m:?} should name {field}");
         }
-        assert!(
-            Claim::from_api(&pvc("ok", "5G", &["ReadWriteOncePod"]))
-                .error
-                .is_none()
-        );
+        assert!(Claim::from_api(&pvc("ok", "5G", &["ReadWriteOncePod"])).error.is_none());
     }
 
     #[test]
@@ -1058,14 +861,7 @@ mod tests {
         let d = VolumeDecisions {
             pod_uid: "uid-p".into(),
             node: "n1".into(),
-            bindings: vec![StaticBinding {
-                pv: "pv-1".into(),
-                claim: ClaimRef {
-                    namespace: "default".into(),
-                    name: "c".into(),
-                    uid: String::new(),
-                },
-            }],
+            bindings: vec![StaticBinding { pv: "pv-1".into(), claim: ClaimRef { namespace: "default".into(), name: "c".into(), uid: String::new() } }],
             provisions: vec![("default".into(), "c".into())],
         };
         s.assume(&d);
@@ -1080,11 +876,7 @@ mod tests {
         s.assume(&d);
         let mut bound = pv("pv-1", "1Gi");
         if let Some(sp) = bound.spec.as_mut() {
-            sp.claim_ref = Some(core::ObjectReference {
-                name: Some("c".into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            });
+            sp.claim_ref = Some(core::ObjectReference { name: Some("c".into()), namespace: Some("default".into()), ..Default::default() });
         }
         s.upsert_volume(&bound);
         assert_eq!(s.assumed_count(), 1);

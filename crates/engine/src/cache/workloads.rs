@@ -13,9 +13,9 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use thiserror::Error;
 
+use berth_model::selector::{Requirement, Selector};
 use berth_model::PodInfo;
 pub use berth_model::pod::ControllerRef;
-use berth_model::selector::{Requirement, Selector};
 
 /// A workload object that cannot be read.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -74,33 +74,16 @@ pub struct Workloads {
 }
 
 fn ns_name(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
-    (
-        m.namespace
-            .clone()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "default".into()),
-        m.name.clone().unwrap_or_default(),
-    )
+    (m.namespace.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "default".into()), m.name.clone().unwrap_or_default())
 }
 
 /// Requirements a LabelSelector adds (upstream `LabelSelectorAsSelector` then
 /// `Requirements()`: a missing selector adds none, an empty one none).
-fn requirements(
-    kind: Kind,
-    ns: &str,
-    name: &str,
-    ls: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-) -> Result<Option<Vec<Requirement>>, Error> {
+fn requirements(kind: Kind, ns: &str, name: &str, ls: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>) -> Result<Option<Vec<Requirement>>, Error> {
     if ls.is_none() {
         return Ok(None);
     }
-    let sel =
-        Selector::from_label_selector(ls, "spec.selector").map_err(|message| Error::Selector {
-            kind: kind.as_str(),
-            namespace: ns.into(),
-            name: name.into(),
-            message,
-        })?;
+    let sel = Selector::from_label_selector(ls, "spec.selector").map_err(|message| Error::Selector { kind: kind.as_str(), namespace: ns.into(), name: name.into(), message })?;
     Ok(Some(sel.requirements().to_vec()))
 }
 
@@ -112,10 +95,7 @@ impl Workloads {
 
     /// True when no object is known.
     pub fn is_empty(&self) -> bool {
-        self.services.values().all(BTreeMap::is_empty)
-            && self.rcs.is_empty()
-            && self.replica_sets.is_empty()
-            && self.stateful_sets.is_empty()
+        self.services.values().all(BTreeMap::is_empty) && self.rcs.is_empty() && self.replica_sets.is_empty() && self.stateful_sets.is_empty()
     }
 
     /// Adds or replaces a Service.
@@ -128,11 +108,7 @@ impl Workloads {
     /// Adds or replaces a ReplicationController.
     pub fn upsert_replication_controller(&mut self, rc: &core::ReplicationController) {
         let (ns, name) = ns_name(&rc.metadata);
-        let sel = rc
-            .spec
-            .as_ref()
-            .and_then(|sp| sp.selector.clone())
-            .unwrap_or_default();
+        let sel = rc.spec.as_ref().and_then(|sp| sp.selector.clone()).unwrap_or_default();
         self.rcs.insert((ns, name), sel);
     }
 
@@ -200,17 +176,12 @@ impl Workloads {
         let mut set: BTreeMap<String, String> = BTreeMap::new();
         if let Some(svcs) = self.services.get(&pod.namespace) {
             for sel in svcs.values().flatten() {
-                if sel
-                    .iter()
-                    .all(|(k, v)| pod.labels.get(k) == Some(v.as_str()))
-                {
+                if sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v.as_str())) {
                     set.extend(sel.iter().map(|(k, v)| (k.clone(), v.clone())));
                 }
             }
         }
-        let Some(owner) = pod.controller.as_ref() else {
-            return Selector::from_map(&set);
-        };
+        let Some(owner) = pod.controller.as_ref() else { return Selector::from_map(&set) };
         let key = (pod.namespace.clone(), owner.name.clone());
         let extra = match (owner.api_version.as_str(), owner.kind.as_str()) {
             ("v1", "ReplicationController") => {
@@ -235,23 +206,14 @@ impl Workloads {
 mod tests {
     use super::*;
     use berth_model::selector::Op;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-        LabelSelector, LabelSelectorRequirement, ObjectMeta,
-    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 
     fn eq_req(key: &str, v: &str) -> Requirement {
-        Requirement {
-            key: key.into(),
-            op: Op::In(vec![v.into()]),
-        }
+        Requirement { key: key.into(), op: Op::In(vec![v.into()]) }
     }
 
     fn meta(name: &str) -> ObjectMeta {
-        ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        }
+        ObjectMeta { name: Some(name.into()), namespace: Some("default".into()), ..Default::default() }
     }
 
     fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -263,26 +225,13 @@ mod tests {
             namespace: "default".into(),
             name: "p".into(),
             labels: (&labels(kv)).into(),
-            controller: owner.map(|(a, k, n)| {
-                Box::new(ControllerRef {
-                    api_version: a.into(),
-                    kind: k.into(),
-                    name: n.into(),
-                })
-            }),
+            controller: owner.map(|(a, k, n)| Box::new(ControllerRef { api_version: a.into(), kind: k.into(), name: n.into() })),
             ..Default::default()
         }
     }
 
     fn service(name: &str, sel: Option<&[(&str, &str)]>) -> core::Service {
-        core::Service {
-            metadata: meta(name),
-            spec: Some(core::ServiceSpec {
-                selector: sel.map(labels),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        core::Service { metadata: meta(name), spec: Some(core::ServiceSpec { selector: sel.map(labels), ..Default::default() }), ..Default::default() }
     }
 
     #[test]
@@ -293,20 +242,10 @@ mod tests {
         w.upsert_service(&service("other", Some(&[("app", "db")])));
         w.upsert_service(&service("none", None));
         let s = w.default_selector(&pod(&[("app", "web"), ("tier", "fe"), ("x", "y")], None));
-        assert_eq!(
-            s.requirements(),
-            &[eq_req("app", "web"), eq_req("tier", "fe")]
-        );
-        assert!(
-            w.default_selector(&pod(&[("foo", "bar")], None))
-                .is_everything()
-        );
+        assert_eq!(s.requirements(), &[eq_req("app", "web"), eq_req("tier", "fe")]);
+        assert!(w.default_selector(&pod(&[("foo", "bar")], None)).is_everything());
         w.remove(Kind::Service, "default", "a");
-        assert_eq!(
-            w.default_selector(&pod(&[("app", "web"), ("tier", "fe")], None))
-                .requirements(),
-            &[eq_req("tier", "fe")]
-        );
+        assert_eq!(w.default_selector(&pod(&[("app", "web"), ("tier", "fe")], None)).requirements(), &[eq_req("tier", "fe")]);
     }
 
     #[test]
@@ -316,11 +255,7 @@ mod tests {
             metadata: meta("rs"),
             spec: apps::ReplicaSetSpec {
                 selector: LabelSelector {
-                    match_expressions: Some(vec![LabelSelectorRequirement {
-                        key: "app".into(),
-                        operator: "In".into(),
-                        values: Some(vec!["web".into()]),
-                    }]),
+                    match_expressions: Some(vec![LabelSelectorRequirement { key: "app".into(), operator: "In".into(), values: Some(vec!["web".into()]) }]),
                     ..Default::default()
                 },
                 ..Default::default()
@@ -330,33 +265,15 @@ mod tests {
         assert!(w.upsert_replica_set(&rs).is_ok());
         let rc = core::ReplicationController {
             metadata: meta("rc"),
-            spec: Some(core::ReplicationControllerSpec {
-                selector: Some(labels(&[("rc", "1")])),
-                ..Default::default()
-            }),
+            spec: Some(core::ReplicationControllerSpec { selector: Some(labels(&[("rc", "1")])), ..Default::default() }),
             ..Default::default()
         };
         w.upsert_replication_controller(&rc);
-        let s = w.default_selector(&pod(
-            &[("app", "web")],
-            Some(("apps/v1", "ReplicaSet", "rs")),
-        ));
+        let s = w.default_selector(&pod(&[("app", "web")], Some(("apps/v1", "ReplicaSet", "rs"))));
         assert_eq!(s.requirements(), &[eq_req("app", "web")]);
         // Another group version, or a missing object, adds nothing.
-        assert!(
-            w.default_selector(&pod(
-                &[("app", "web")],
-                Some(("extensions/v1beta1", "ReplicaSet", "rs"))
-            ))
-            .is_everything()
-        );
-        assert!(
-            w.default_selector(&pod(
-                &[("app", "web")],
-                Some(("apps/v1", "StatefulSet", "rs"))
-            ))
-            .is_everything()
-        );
+        assert!(w.default_selector(&pod(&[("app", "web")], Some(("extensions/v1beta1", "ReplicaSet", "rs")))).is_everything());
+        assert!(w.default_selector(&pod(&[("app", "web")], Some(("apps/v1", "StatefulSet", "rs")))).is_everything());
         let s = w.default_selector(&pod(&[], Some(("v1", "ReplicationController", "rc"))));
         assert_eq!(s.requirements(), &[eq_req("rc", "1")]);
     }
@@ -368,11 +285,7 @@ mod tests {
             metadata: meta("db"),
             spec: apps::StatefulSetSpec {
                 selector: LabelSelector {
-                    match_expressions: Some(vec![LabelSelectorRequirement {
-                        key: "app".into(),
-                        operator: "Near".into(),
-                        values: None,
-                    }]),
+                    match_expressions: Some(vec![LabelSelectorRequirement { key: "app".into(), operator: "Near".into(), values: None }]),
                     ..Default::default()
                 },
                 ..Default::default()
@@ -380,17 +293,7 @@ mod tests {
             ..Default::default()
         };
         let e = w.upsert_stateful_set(&ss).unwrap_err().to_string();
-        assert!(
-            e.contains("StatefulSet default/db")
-                && e.contains("spec.selector.matchExpressions[0].operator"),
-            "{e}"
-        );
-        assert!(
-            w.default_selector(&pod(
-                &[("app", "x")],
-                Some(("apps/v1", "StatefulSet", "db"))
-            ))
-            .is_everything()
-        );
+        assert!(e.contains("StatefulSet default/db") && e.contains("spec.selector.matchExpressions[0].operator"), "{e}");
+        assert!(w.default_selector(&pod(&[("app", "x")], Some(("apps/v1", "StatefulSet", "db")))).is_everything());
     }
 }

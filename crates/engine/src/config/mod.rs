@@ -46,10 +46,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// An [`Error::Invalid`] at `field`.
 pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Error {
-    Error::Invalid {
-        field: field.into(),
-        message: message.into(),
-    }
+    Error::Invalid { field: field.into(), message: message.into() }
 }
 
 impl Error {
@@ -58,10 +55,7 @@ impl Error {
         match self {
             // The parser calls the text `<input>`: call it by its file's name.
             Error::Parse(m) => Error::Parse(format!("{path}: {}", m.replace("<input>", path))),
-            Error::Invalid { field, message } => Error::Invalid {
-                field: format!("{path}: {field}"),
-                message,
-            },
+            Error::Invalid { field, message } => Error::Invalid { field: format!("{path}: {field}"), message },
             other => other,
         }
     }
@@ -257,13 +251,7 @@ fn burst() -> i64 {
 
 impl Default for ClientConnection {
     fn default() -> Self {
-        ClientConnection {
-            kubeconfig: None,
-            accept_content_types: None,
-            content_type: None,
-            qps: qps(),
-            burst: burst(),
-        }
+        ClientConnection { kubeconfig: None, accept_content_types: None, content_type: None, qps: qps(), burst: burst() }
     }
 }
 
@@ -383,9 +371,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         let n_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
         let n: f64 = rest[..n_end].parse().ok()?;
         rest = &rest[n_end..];
-        let u_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
+        let u_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let mult = match &rest[..u_end] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -403,10 +389,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 
 /// Reads a configuration file's text.
 pub(crate) fn read(path: &str) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.into(),
-        source,
-    })
+    std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.into(), source })
 }
 
 /// Parses configuration text (YAML or JSON), without validating it.
@@ -437,92 +420,49 @@ impl Config {
     /// order, so that the first fault in the file is the one reported
     /// whichever of the two finds it. The constructors in [`crate::profile`]
     /// resolve plugins against the registry here.
-    pub(crate) fn validate<R>(
-        mut raw: KubeSchedulerConfiguration,
-        mut resolve: impl FnMut(&Profile, &str, &str) -> Result<R>,
-    ) -> Result<(Config, Vec<R>)> {
+    pub(crate) fn validate<R>(mut raw: KubeSchedulerConfiguration, mut resolve: impl FnMut(&Profile, &str, &str) -> Result<R>) -> Result<(Config, Vec<R>)> {
         match raw.api_version.as_deref() {
             None | Some(API_VERSION) => {}
-            Some(v) => {
-                return Err(invalid(
-                    "apiVersion",
-                    format!("unsupported {v:?}, want {API_VERSION:?}"),
-                ));
-            }
+            Some(v) => return Err(invalid("apiVersion", format!("unsupported {v:?}, want {API_VERSION:?}"))),
         }
         match raw.kind.as_deref() {
             None | Some(KIND) => {}
             Some(k) => return Err(invalid("kind", format!("unsupported {k:?}, want {KIND:?}"))),
         }
         if let Some(p) = raw.percentage_of_nodes_to_score
-            && !(0..=100).contains(&p)
-        {
-            return Err(invalid(
-                "percentageOfNodesToScore",
-                format!("must be in the range 0-100, got {p}"),
-            ));
-        }
+            && !(0..=100).contains(&p) {
+                return Err(invalid("percentageOfNodesToScore", format!("must be in the range 0-100, got {p}")));
+            }
         if let Some(p) = raw.parallelism
-            && p <= 0
-        {
-            return Err(invalid(
-                "parallelism",
-                format!("must be greater than 0, got {p}"),
-            ));
-        }
+            && p <= 0 {
+                return Err(invalid("parallelism", format!("must be greater than 0, got {p}")));
+            }
         if !raw.extenders.is_empty() {
-            return Err(invalid(
-                "extenders",
-                "scheduler extenders are not supported by berth",
-            ));
+            return Err(invalid("extenders", "scheduler extenders are not supported by berth"));
         }
         let initial = raw.pod_initial_backoff_seconds.unwrap_or(1);
         let max = raw.pod_max_backoff_seconds.unwrap_or(10);
         if initial <= 0 {
-            return Err(invalid(
-                "podInitialBackoffSeconds",
-                format!("must be greater than 0, got {initial}"),
-            ));
+            return Err(invalid("podInitialBackoffSeconds", format!("must be greater than 0, got {initial}")));
         }
         if max < initial {
-            return Err(invalid(
-                "podMaxBackoffSeconds",
-                format!(
-                    "must be greater than or equal to podInitialBackoffSeconds ({initial}), got {max}"
-                ),
-            ));
+            return Err(invalid("podMaxBackoffSeconds", format!("must be greater than or equal to podInitialBackoffSeconds ({initial}), got {max}")));
         }
         let le = &raw.leader_election;
-        let dur = |v: &str, f: &str| {
-            parse_duration(v).ok_or_else(|| {
-                invalid(
-                    format!("leaderElection.{f}"),
-                    format!("{v:?} is not a duration like \"15s\""),
-                )
-            })
-        };
+        let dur = |v: &str, f: &str| parse_duration(v).ok_or_else(|| invalid(format!("leaderElection.{f}"), format!("{v:?} is not a duration like \"15s\"")));
         let lease_duration = dur(&le.lease_duration, "leaseDuration")?;
         let renew_deadline = dur(&le.renew_deadline, "renewDeadline")?;
         let retry_period = dur(&le.retry_period, "retryPeriod")?;
         if le.leader_elect {
             if renew_deadline >= lease_duration {
-                return Err(invalid(
-                    "leaderElection.renewDeadline",
-                    "must be less than leaseDuration",
-                ));
+                return Err(invalid("leaderElection.renewDeadline", "must be less than leaseDuration"));
             }
             if retry_period.is_zero() || retry_period >= renew_deadline {
-                return Err(invalid(
-                    "leaderElection.retryPeriod",
-                    "must be greater than zero and less than renewDeadline",
-                ));
+                return Err(invalid("leaderElection.retryPeriod", "must be greater than zero and less than renewDeadline"));
             }
         }
         if le.resource_lock != "leases" {
-            return Err(invalid(
-                "leaderElection.resourceLock",
-                format!("unsupported {:?}, only \"leases\"", le.resource_lock),
-            ));
+            return Err(invalid("leaderElection.resourceLock", format!("unsupported {:?}, only \"leases\"", le.resource_lock)));
         }
         if raw.client_connection.qps < 0.0 {
             return Err(invalid("clientConnection.qps", "must not be negative"));
@@ -538,30 +478,17 @@ impl Config {
         let mut resolved = Vec::new();
         for (i, p) in raw.profiles.iter().enumerate() {
             let path = format!("profiles[{i}]");
-            let name = p
-                .scheduler_name
-                .clone()
-                .unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.into());
+            let name = p.scheduler_name.clone().unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.into());
             if name.is_empty() {
-                return Err(invalid(
-                    format!("{path}.schedulerName"),
-                    "must be non-empty",
-                ));
+                return Err(invalid(format!("{path}.schedulerName"), "must be non-empty"));
             }
             if !names.insert(name.clone()) {
-                return Err(invalid(
-                    format!("{path}.schedulerName"),
-                    format!("duplicate profile {name:?}"),
-                ));
+                return Err(invalid(format!("{path}.schedulerName"), format!("duplicate profile {name:?}")));
             }
             if let Some(pc) = p.percentage_of_nodes_to_score
-                && !(0..=100).contains(&pc)
-            {
-                return Err(invalid(
-                    format!("{path}.percentageOfNodesToScore"),
-                    format!("must be in the range 0-100, got {pc}"),
-                ));
-            }
+                && !(0..=100).contains(&pc) {
+                    return Err(invalid(format!("{path}.percentageOfNodesToScore"), format!("must be in the range 0-100, got {pc}")));
+                }
             resolved.push(resolve(p, &name, &path)?);
             profiles.push((name, p.clone()));
         }
@@ -600,6 +527,7 @@ impl Config {
     pub fn profiles(&self) -> &[(String, Profile)] {
         &self.profiles
     }
+
 }
 
 /// What `berth run` tells an operator whose file names no profile.
@@ -609,34 +537,16 @@ const NAME_A_PROFILE: &str = "name at least one profile, e.g. `profiles: [{sched
 /// silently take every `default-scheduler` pod (see `Config::load_for_scheduler`
 /// in [`crate::profile`]), without validating it further.
 pub(crate) fn parse_raw_for_scheduler(text: &str) -> Result<KubeSchedulerConfiguration> {
-    let blank = text
-        .lines()
-        .map(str::trim)
-        .all(|l| l.is_empty() || l.starts_with('#') || l == "---" || l == "...");
+    let blank = text.lines().map(str::trim).all(|l| l.is_empty() || l.starts_with('#') || l == "---" || l == "...");
     if blank {
-        return Err(invalid(
-            "(file)",
-            format!(
-                "the configuration is empty; write a KubeSchedulerConfiguration with apiVersion: {API_VERSION}, kind: {KIND} and profiles ({NAME_A_PROFILE})"
-            ),
-        ));
+        return Err(invalid("(file)", format!("the configuration is empty; write a KubeSchedulerConfiguration with apiVersion: {API_VERSION}, kind: {KIND} and profiles ({NAME_A_PROFILE})")));
     }
     let raw = parse_raw(text)?;
     if raw.api_version.is_none() {
-        return Err(invalid(
-            "apiVersion",
-            format!(
-                "missing; a KubeSchedulerConfiguration file starts with apiVersion: {API_VERSION} and kind: {KIND}"
-            ),
-        ));
+        return Err(invalid("apiVersion", format!("missing; a KubeSchedulerConfiguration file starts with apiVersion: {API_VERSION} and kind: {KIND}")));
     }
     if raw.kind.is_none() {
-        return Err(invalid(
-            "kind",
-            format!(
-                "missing; a KubeSchedulerConfiguration file starts with apiVersion: {API_VERSION} and kind: {KIND}"
-            ),
-        ));
+        return Err(invalid("kind", format!("missing; a KubeSchedulerConfiguration file starts with apiVersion: {API_VERSION} and kind: {KIND}")));
     }
     if raw.profiles.is_empty() {
         return Err(invalid("profiles", format!("empty; {NAME_A_PROFILE}")));

@@ -146,54 +146,29 @@ impl Framework {
     /// One pod's scheduling cycle over the cluster `view` shows, then, on
     /// the node it selects, Reserve, Permit and the assume step into `view`
     /// ([`Self::reserve_and_assume`]): the one schedule → assume sequence.
-    pub fn schedule_one(
-        &self,
-        view: &mut dyn AssumeView,
-        pod: &Arc<PodInfo>,
-        opts: CycleOptions,
-    ) -> ScheduledOne {
+    pub fn schedule_one(&self, view: &mut dyn AssumeView, pod: &Arc<PodInfo>, opts: CycleOptions) -> ScheduledOne {
         let (outcome, mut state) = self.schedule(pod, view.cluster(), opts);
         let Some(i) = outcome.selected else {
-            return ScheduledOne {
-                outcome,
-                state,
-                assumed: Assumed::NoNode,
-            };
+            return ScheduledOne { outcome, state, assumed: Assumed::NoNode };
         };
         let node = view.cluster().nodes[i].name().to_string();
         let assumed = match self.reserve_and_assume(view, &mut state, pod, &node) {
             Ok(()) => Assumed::On(node),
             Err(refusal) => Assumed::Refused { node, refusal },
         };
-        ScheduledOne {
-            outcome,
-            state,
-            assumed,
-        }
+        ScheduledOne { outcome, state, assumed }
     }
 
     /// Reserve, then Permit, then [`assume`]. When a plugin refuses, every
     /// Reserve plugin is unreserved, nothing is assumed, and the refusal is
     /// returned.
-    pub fn reserve_and_assume(
-        &self,
-        view: &mut dyn AssumeView,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        node: &str,
-    ) -> Result<(), Refusal> {
+    pub fn reserve_and_assume(&self, view: &mut dyn AssumeView, state: &mut CycleState, pod: &PodInfo, node: &str) -> Result<(), Refusal> {
         let s = self.run_reserve(state, pod, node);
         let refused = if !s.is_success() {
-            Some(Refusal {
-                point: "Reserve",
-                status: s,
-            })
+            Some(Refusal { point: "Reserve", status: s })
         } else {
             let s = self.run_permit(state, pod, node);
-            (!s.is_success()).then_some(Refusal {
-                point: "Permit",
-                status: s,
-            })
+            (!s.is_success()).then_some(Refusal { point: "Permit", status: s })
         };
         if let Some(r) = refused {
             self.run_unreserve(state, pod, node);
@@ -205,13 +180,7 @@ impl Framework {
 
     /// Undoes [`Framework::reserve_and_assume`] for a pod that will not be
     /// bound: Unreserve, then the pod and its reservations are forgotten.
-    pub fn unassume(
-        &self,
-        view: &mut dyn AssumeView,
-        state: &mut CycleState,
-        pod: &Arc<PodInfo>,
-        node: &str,
-    ) {
+    pub fn unassume(&self, view: &mut dyn AssumeView, state: &mut CycleState, pod: &Arc<PodInfo>, node: &str) {
         self.run_unreserve(state, pod, node);
         view.forget_pod(pod);
     }
@@ -229,8 +198,7 @@ mod tests {
 
     impl Reservation for Marker {
         fn assume(&self, snap: &mut Snapshot, pod_uid: &str) {
-            snap.namespaces
-                .insert(format!("{}:{pod_uid}", self.0), Default::default());
+            snap.namespaces.insert(format!("{}:{pod_uid}", self.0), Default::default());
         }
         fn forget(&self, snap: &mut Snapshot, pod_uid: &str) {
             snap.namespaces.remove(&format!("{}:{pod_uid}", self.0));
@@ -273,13 +241,6 @@ mod tests {
         assert!(s.nominated.is_empty());
         assert_eq!(s.namespaces.len(), 2);
         s.forget_pod(&p);
-        assert_eq!(
-            (
-                s.namespaces.len(),
-                s.nominated.get("n").map(Vec::len),
-                s.pod_count()
-            ),
-            (0, Some(1), 0)
-        );
+        assert_eq!((s.namespaces.len(), s.nominated.get("n").map(Vec::len), s.pod_count()), (0, Some(1), 0));
     }
 }

@@ -63,22 +63,13 @@ impl BatchCaches {
     /// be replaced (refresh then starts them over).
     pub(crate) fn for_signature(&mut self, signature: u64) -> &mut BatchCache {
         self.clock += 1;
-        let k = match self
-            .caches
-            .iter()
-            .position(|(_, c)| c.signature == signature)
-        {
+        let k = match self.caches.iter().position(|(_, c)| c.signature == signature) {
             Some(k) => k,
             None if self.caches.len() < SIGNATURES => {
                 self.caches.push((0, BatchCache::default()));
                 self.caches.len() - 1
             }
-            None => self
-                .caches
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, (used, _))| *used)
-                .map_or(0, |(k, _)| k),
+            None => self.caches.iter().enumerate().min_by_key(|(_, (used, _))| *used).map_or(0, |(k, _)| k),
         };
         let e = &mut self.caches[k];
         e.0 = self.clock;
@@ -146,14 +137,7 @@ impl BatchCache {
     /// verdicts must be recomputed (every node when nothing could be kept).
     /// `replayable`: every Filter of the cycle is node-local, so that a
     /// failure may be kept and replayed ([`Self::set_failure`]).
-    pub(crate) fn refresh(
-        &mut self,
-        signature: u64,
-        filters: &[usize],
-        replayable: bool,
-        snap: &Snapshot,
-        changed: &mut Vec<usize>,
-    ) {
+    pub(crate) fn refresh(&mut self, signature: u64, filters: &[usize], replayable: bool, snap: &Snapshot, changed: &mut Vec<usize>) {
         self.replayable = replayable;
         let n = snap.nodes.len();
         let kept = self.signature == signature
@@ -162,10 +146,7 @@ impl BatchCache {
             && self.mark.is_some_and(|(m, d)| {
                 snap.changed_since(m, changed).is_some() && {
                     let before = changed.len();
-                    let known = snap
-                        .devices
-                        .changed_since(d, |name| changed.extend(snap.node_index(name)))
-                        .is_some();
+                    let known = snap.devices.changed_since(d, |name| changed.extend(snap.node_index(name))).is_some();
                     if changed.len() > before {
                         changed.sort_unstable();
                         changed.dedup();
@@ -286,10 +267,7 @@ impl BatchCache {
     /// `start` and with PostFilter run or skipped alike, when no node fit and
     /// nothing changed since (call after `refresh`).
     pub(crate) fn failure(&self, start: usize, skip_post_filter: bool) -> Option<&CycleOutcome> {
-        self.failed
-            .as_ref()
-            .filter(|(k, _)| *k == (start, skip_post_filter))
-            .map(|(_, o)| o)
+        self.failed.as_ref().filter(|(k, _)| *k == (start, skip_post_filter)).map(|(_, o)| o)
     }
 
     /// Keeps a cycle's outcome where no node fit, for the next identical pod;
@@ -297,11 +275,7 @@ impl BatchCache {
     /// where a Filter that is not node-local ran (its answer can change with
     /// objects the journal does not follow, such as Services).
     pub(crate) fn set_failure(&mut self, start: usize, skip_post_filter: bool, out: &CycleOutcome) {
-        self.failed = (self.replayable
-            && out.post_filter.is_none()
-            && out.error.is_none()
-            && out.feasible.is_empty())
-        .then(|| ((start, skip_post_filter), out.clone()));
+        self.failed = (self.replayable && out.post_filter.is_none() && out.error.is_none() && out.feasible.is_empty()).then(|| ((start, skip_post_filter), out.clone()));
     }
 
     /// Readies the raw scores for the node-local Score plugins `scorers`
@@ -347,13 +321,7 @@ impl BatchCache {
     /// [`BAD`], to fail the cycle that finds the node feasible.
     pub(crate) fn scored(&mut self, stale: &[usize], bad: &[(usize, &'static str, i64)]) {
         for &i in stale {
-            self.base[i] = self
-                .scorers
-                .iter()
-                .zip(&self.raw)
-                .filter(|((_, _, norm), _)| !norm)
-                .map(|((_, w, _), r)| r[i] * w)
-                .sum();
+            self.base[i] = self.scorers.iter().zip(&self.raw).filter(|((_, _, norm), _)| !norm).map(|((_, w, _), r)| r[i] * w).sum();
         }
         for &(i, _, _) in bad {
             self.base[i] = BAD;

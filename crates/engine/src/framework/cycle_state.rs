@@ -53,11 +53,7 @@ pub struct CycleState {
 impl Clone for CycleState {
     fn clone(&self) -> Self {
         CycleState {
-            data: self
-                .data
-                .iter()
-                .map(|(t, d)| (*t, (**d).clone_box()))
-                .collect(),
+            data: self.data.iter().map(|(t, d)| (*t, (**d).clone_box())).collect(),
             skip_filter: self.skip_filter.clone(),
             skip_score: self.skip_score.clone(),
             active_filters: self.active_filters.clone(),
@@ -86,19 +82,13 @@ impl CycleState {
     /// The stored value of type `T`.
     pub fn get<T: StateData + 'static>(&self) -> Option<&T> {
         let id = TypeId::of::<T>();
-        self.data
-            .iter()
-            .find(|(t, _)| *t == id)
-            .and_then(|(_, d)| (**d).as_any().downcast_ref())
+        self.data.iter().find(|(t, _)| *t == id).and_then(|(_, d)| (**d).as_any().downcast_ref())
     }
 
     /// The stored value of type `T`, mutably.
     pub fn get_mut<T: StateData + 'static>(&mut self) -> Option<&mut T> {
         let id = TypeId::of::<T>();
-        self.data
-            .iter_mut()
-            .find(|(t, _)| *t == id)
-            .and_then(|(_, d)| (**d).as_any_mut().downcast_mut())
+        self.data.iter_mut().find(|(t, _)| *t == id).and_then(|(_, d)| (**d).as_any_mut().downcast_mut())
     }
 
     /// What Reserve plugins decided for the pod: assumed with it by the

@@ -30,10 +30,10 @@ use std::sync::Arc;
 
 use super::assume::{AssumeView, Assumed, ScheduledOne};
 use super::{CycleOptions, CycleState, Framework};
-use crate::cache::Snapshot;
 use crate::cache::groups::GroupPolicy;
-use berth_model::PodInfo;
+use crate::cache::Snapshot;
 use berth_model::pod::GroupRef;
+use berth_model::PodInfo;
 
 /// The name of the plugin that enforces pod groups per pod (GangScheduling):
 /// the group cycle's own rejections are recorded under it, so that its
@@ -130,20 +130,13 @@ impl GroupOutcome {
         if self.fits || u.message == self.message {
             u.message.clone()
         } else {
-            format!(
-                "pod group {:?}: {}; this pod: {}",
-                self.group, self.message, u.message
-            )
+            format!("pod group {:?}: {}; this pod: {}", self.group, self.message, u.message)
         }
     }
 }
 
 /// The policy of the members' group as the snapshot knows it.
-pub fn policy_of(
-    snap: &Snapshot,
-    namespace: &str,
-    r: &GroupRef,
-) -> Result<Arc<GroupPolicy>, String> {
+pub fn policy_of(snap: &Snapshot, namespace: &str, r: &GroupRef) -> Result<Arc<GroupPolicy>, String> {
     match snap.groups.get(namespace, r) {
         None => Err(missing_group_message(&r.name)),
         Some(Err(e)) => Err(e.to_string()),
@@ -151,35 +144,9 @@ pub fn policy_of(
     }
 }
 
-fn reject_all(
-    members: &[Arc<PodInfo>],
-    group: String,
-    min_count: u32,
-    bound: u32,
-    message: String,
-    plugin: &'static str,
-) -> GroupOutcome {
-    let unplaced = members
-        .iter()
-        .map(|p| Unplaced {
-            pod: p.clone(),
-            message: message.clone(),
-            plugins: vec![plugin],
-            error: false,
-        })
-        .collect();
-    GroupOutcome {
-        group,
-        min_count,
-        fits: false,
-        placed: vec![],
-        unplaced,
-        message,
-        domain: None,
-        bound,
-        preemptable: false,
-        waiting: false,
-    }
+fn reject_all(members: &[Arc<PodInfo>], group: String, min_count: u32, bound: u32, message: String, plugin: &'static str) -> GroupOutcome {
+    let unplaced = members.iter().map(|p| Unplaced { pod: p.clone(), message: message.clone(), plugins: vec![plugin], error: false }).collect();
+    GroupOutcome { group, min_count, fits: false, placed: vec![], unplaced, message, domain: None, bound, preemptable: false, waiting: false }
 }
 
 /// Members of `r` in `namespace` bound in the snapshot (assumed ones
@@ -204,87 +171,41 @@ struct Attempt {
     stopped: Option<String>,
 }
 
-fn attempt<H: GroupHost>(
-    host: &mut H,
-    members: &[Arc<PodInfo>],
-    min_count: u32,
-    bound: u32,
-) -> Attempt {
-    let mut a = Attempt {
-        placed: Vec::new(),
-        unplaced: Vec::new(),
-        score: 0,
-        stopped: None,
-    };
-    let opts = CycleOptions {
-        skip_post_filter: true,
-        ..Default::default()
-    };
+fn attempt<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>], min_count: u32, bound: u32) -> Attempt {
+    let mut a = Attempt { placed: Vec::new(), unplaced: Vec::new(), score: 0, stopped: None };
+    let opts = CycleOptions { skip_post_filter: true, ..Default::default() };
     for (k, pod) in members.iter().enumerate() {
         let remaining = (members.len() - k) as u32;
         let scheduled = bound + a.placed.len() as u32;
         if scheduled + remaining < min_count {
             // Upstream's PlacementFeasible: the rest cannot make up minCount.
-            let m = format!(
-                "minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
-            );
+            let m = format!("minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining");
             for p in &members[k..] {
-                a.unplaced.push(Unplaced {
-                    pod: p.clone(),
-                    message: m.clone(),
-                    plugins: vec![GANG_PLUGIN],
-                    error: false,
-                });
+                a.unplaced.push(Unplaced { pod: p.clone(), message: m.clone(), plugins: vec![GANG_PLUGIN], error: false });
             }
             a.stopped = Some(m);
             break;
         }
         let (fw, view) = host.assume_view();
-        let ScheduledOne {
-            outcome: o,
-            state,
-            assumed,
-        } = fw.schedule_one(view, pod, opts);
+        let ScheduledOne { outcome: o, state, assumed } = fw.schedule_one(view, pod, opts);
         match assumed {
             Assumed::NoNode => {
                 let error = o.error.is_some();
-                a.unplaced.push(Unplaced {
-                    pod: pod.clone(),
-                    message: o.message.clone().unwrap_or_default(),
-                    plugins: o.unschedulable_plugins.clone(),
-                    error,
-                });
+                a.unplaced.push(Unplaced { pod: pod.clone(), message: o.message.clone().unwrap_or_default(), plugins: o.unschedulable_plugins.clone(), error });
             }
             Assumed::On(node) => {
-                let score = o
-                    .selected
-                    .and_then(|i| o.feasible.iter().position(|&f| f == i))
-                    .and_then(|k| o.totals.get(k))
-                    .copied()
-                    .unwrap_or(0);
+                let score = o.selected.and_then(|i| o.feasible.iter().position(|&f| f == i)).and_then(|k| o.totals.get(k)).copied().unwrap_or(0);
                 a.score += score;
-                a.placed.push(Placed {
-                    pod: pod.clone(),
-                    node,
-                    state,
-                    score,
-                });
+                a.placed.push(Placed { pod: pod.clone(), node, state, score });
             }
             Assumed::Refused { node, .. } => {
-                a.unplaced.push(Unplaced {
-                    pod: pod.clone(),
-                    message: format!("a Reserve or Permit plugin refused node {node}"),
-                    plugins: vec![],
-                    error: true,
-                });
+                a.unplaced.push(Unplaced { pod: pod.clone(), message: format!("a Reserve or Permit plugin refused node {node}"), plugins: vec![], error: true });
             }
         }
     }
     if a.stopped.is_none() && bound + (a.placed.len() as u32) < min_count {
         let scheduled = bound + a.placed.len() as u32;
-        a.stopped = Some(format!(
-            "minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, 0 remaining"
-        ));
+        a.stopped = Some(format!("minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, 0 remaining"));
     }
     a
 }
@@ -299,29 +220,11 @@ fn undo<H: GroupHost>(host: &mut H, placed: &mut Vec<Placed>) {
 /// Runs the group cycle for the pending `members` of one group (queue order).
 pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> GroupOutcome {
     let Some(first) = members.first() else {
-        return GroupOutcome {
-            group: String::new(),
-            min_count: 0,
-            fits: true,
-            placed: vec![],
-            unplaced: vec![],
-            message: String::new(),
-            domain: None,
-            bound: 0,
-            preemptable: false,
-            waiting: false,
-        };
+        return GroupOutcome { group: String::new(), min_count: 0, fits: true, placed: vec![], unplaced: vec![], message: String::new(), domain: None, bound: 0, preemptable: false, waiting: false };
     };
     let namespace = first.namespace.clone();
     let Some(r) = first.group.clone() else {
-        return reject_all(
-            members,
-            String::new(),
-            0,
-            0,
-            "not a member of a pod group".into(),
-            GANG_PLUGIN,
-        );
+        return reject_all(members, String::new(), 0, 0, "not a member of a pod group".into(), GANG_PLUGIN);
     };
     let group = format!("{namespace}/{}", r.name);
     let policy = match policy_of(host.snapshot(), &namespace, &r) {
@@ -333,19 +236,10 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
     let bound = bound_list.len() as u32;
     // All members must share one schedulerName.
     let foreign = host.snapshot().groups.foreign_schedulers(&namespace, &r);
-    let names: BTreeSet<&str> = members
-        .iter()
-        .map(|p| p.scheduler_name.as_str())
-        .chain(bound_list.iter().map(|(s, _)| s.as_str()))
-        .chain(foreign.iter().map(String::as_str))
-        .collect();
+    let names: BTreeSet<&str> = members.iter().map(|p| p.scheduler_name.as_str()).chain(bound_list.iter().map(|(s, _)| s.as_str())).chain(foreign.iter().map(String::as_str)).collect();
     if names.len() > 1 {
         let list: Vec<&str> = names.into_iter().collect();
-        let m = format!(
-            "pods of pod group {:?} name different schedulers ({}): all must share one schedulerName",
-            r.name,
-            list.join(", ")
-        );
+        let m = format!("pods of pod group {:?} name different schedulers ({}): all must share one schedulerName", r.name, list.join(", "));
         return reject_all(members, group, min_count, bound, m, GANG_PLUGIN);
     }
     if (members.len() as u32) + bound < min_count {
@@ -362,37 +256,18 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
     }
     let Some(key) = policy.topology_key.clone() else {
         let mut a = attempt(host, members, min_count, bound);
-        return finish(
-            host,
-            a.stopped.take(),
-            a,
-            GroupFacts {
-                group,
-                min_count,
-                bound,
-            },
-            None,
-            false,
-        );
+        return finish(host, a.stopped.take(), a, GroupFacts { group, min_count, bound }, None, false);
     };
     // Topology: every domain of the key, the best one wins.
     // Members already bound fix the domain.
     let snap = host.snapshot();
     let domains: BTreeSet<String> = if bound_list.is_empty() {
-        snap.nodes
-            .iter()
-            .filter_map(|n| n.node.labels.get(&key).cloned())
-            .collect()
+        snap.nodes.iter().filter_map(|n| n.node.labels.get(&key).cloned()).collect()
     } else {
-        bound_list
-            .iter()
-            .filter_map(|(_, i)| snap.nodes[*i].node.labels.get(&key).cloned())
-            .collect()
+        bound_list.iter().filter_map(|(_, i)| snap.nodes[*i].node.labels.get(&key).cloned()).collect()
     };
     if domains.is_empty() {
-        let m = format!(
-            "no node has the topology label {key:?} of the pod group's schedulingConstraints"
-        );
+        let m = format!("no node has the topology label {key:?} of the pod group's schedulingConstraints");
         return reject_all(members, group, min_count, bound, m, "NodeAffinity");
     }
     let mut best: Option<(usize, i64, String)> = None;
@@ -406,18 +281,11 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
         undo(host, &mut a.placed);
         if let Some(m) = &a.stopped {
             for p in was_placed {
-                a.unplaced.push(Unplaced {
-                    pod: p,
-                    message: m.clone(),
-                    plugins: vec![GANG_PLUGIN],
-                    error: false,
-                });
+                a.unplaced.push(Unplaced { pod: p, message: m.clone(), plugins: vec![GANG_PLUGIN], error: false });
             }
         }
         if a.stopped.is_none() {
-            let better = best
-                .as_ref()
-                .is_none_or(|(bn, bs, _)| (n, score) > (*bn, *bs));
+            let better = best.as_ref().is_none_or(|(bn, bs, _)| (n, score) > (*bn, *bs));
             if better {
                 best = Some((n, score, d.clone()));
             }
@@ -429,43 +297,13 @@ pub fn schedule_group<H: GroupHost>(host: &mut H, members: &[Arc<PodInfo>]) -> G
         Some((_, _, d)) => {
             host.snapshot_mut().groups.placement = Some((key.clone(), d.clone()));
             let mut a = attempt(host, members, min_count, bound);
-            finish(
-                host,
-                a.stopped.take(),
-                a,
-                GroupFacts {
-                    group,
-                    min_count,
-                    bound,
-                },
-                Some((key, d)),
-                true,
-            )
+            finish(host, a.stopped.take(), a, GroupFacts { group, min_count, bound }, Some((key, d)), true)
         }
         None => {
-            let mut a = first_failure.unwrap_or(Attempt {
-                placed: vec![],
-                unplaced: vec![],
-                score: 0,
-                stopped: None,
-            });
+            let mut a = first_failure.unwrap_or(Attempt { placed: vec![], unplaced: vec![], score: 0, stopped: None });
             let why = a.stopped.take().unwrap_or_default();
-            let m = format!(
-                "no domain of topology key {key:?} fits the pod group ({} tried; in the first: {why})",
-                domains.len()
-            );
-            finish(
-                host,
-                Some(m),
-                a,
-                GroupFacts {
-                    group,
-                    min_count,
-                    bound,
-                },
-                None,
-                true,
-            )
+            let m = format!("no domain of topology key {key:?} fits the pod group ({} tried; in the first: {why})", domains.len());
+            finish(host, Some(m), a, GroupFacts { group, min_count, bound }, None, true)
         }
     };
     host.snapshot_mut().groups.placement = None;
@@ -485,32 +323,10 @@ struct GroupFacts {
 /// The group cycle's outcome from its last attempt: every member assumed,
 /// or (with `failed`) every assumed member undone and the group's reason
 /// given to each.
-fn finish<H: GroupHost>(
-    host: &mut H,
-    failed: Option<String>,
-    mut a: Attempt,
-    facts: GroupFacts,
-    domain: Option<(String, String)>,
-    topology: bool,
-) -> GroupOutcome {
-    let GroupFacts {
-        group,
-        min_count,
-        bound,
-    } = facts;
+fn finish<H: GroupHost>(host: &mut H, failed: Option<String>, mut a: Attempt, facts: GroupFacts, domain: Option<(String, String)>, topology: bool) -> GroupOutcome {
+    let GroupFacts { group, min_count, bound } = facts;
     match failed {
-        None => GroupOutcome {
-            group,
-            min_count,
-            fits: true,
-            placed: a.placed,
-            unplaced: a.unplaced,
-            message: String::new(),
-            domain,
-            bound,
-            preemptable: false,
-            waiting: false,
-        },
+        None => GroupOutcome { group, min_count, fits: true, placed: a.placed, unplaced: a.unplaced, message: String::new(), domain, bound, preemptable: false, waiting: false },
         Some(m) => {
             let was_placed: Vec<Arc<PodInfo>> = a.placed.iter().map(|p| p.pod.clone()).collect();
             undo(host, &mut a.placed);
@@ -522,27 +338,11 @@ fn finish<H: GroupHost>(
             }
             // Members that had a place but will not be bound: the group's reason.
             for p in was_placed {
-                unplaced.push(Unplaced {
-                    pod: p,
-                    message: m.clone(),
-                    plugins: vec![GANG_PLUGIN],
-                    error: false,
-                });
+                unplaced.push(Unplaced { pod: p, message: m.clone(), plugins: vec![GANG_PLUGIN], error: false });
             }
             // Preemption is tried for groups without a topology constraint.
             let preemptable = !topology;
-            GroupOutcome {
-                group,
-                min_count,
-                fits: false,
-                placed: vec![],
-                unplaced,
-                message: m,
-                domain: None,
-                bound,
-                preemptable,
-                waiting: false,
-            }
+            GroupOutcome { group, min_count, fits: false, placed: vec![], unplaced, message: m, domain: None, bound, preemptable, waiting: false }
         }
     }
 }
@@ -553,12 +353,7 @@ fn finish<H: GroupHost>(
 fn resource_gap(snap: &Snapshot, min: &berth_model::Resources) -> Option<String> {
     for name in min.names() {
         let need = min.get(name);
-        let free: i64 = snap
-            .nodes
-            .iter()
-            .filter(|n| !n.node.unschedulable)
-            .map(|n| (n.node.allocatable.get(name) - n.requested.get(name)).max(0))
-            .sum();
+        let free: i64 = snap.nodes.iter().filter(|n| !n.node.unschedulable).map(|n| (n.node.allocatable.get(name) - n.requested.get(name)).max(0)).sum();
         if free < need {
             return Some(format!("{name}: {need} needed, {free} free"));
         }
@@ -584,17 +379,8 @@ pub struct GroupPreemption {
 /// nothing is evicted. Members whose preemptionPolicy is Never, groups that
 /// failed for a reason evictions cannot change and profiles without
 /// PostFilter get None.
-pub fn preempt_for_group(
-    fw: &Framework,
-    snap: &Snapshot,
-    members: &[Arc<PodInfo>],
-    out: &GroupOutcome,
-) -> Option<GroupPreemption> {
-    if out.fits
-        || !out.preemptable
-        || out.min_count == 0
-        || members.iter().any(|m| m.preemption_never)
-    {
+pub fn preempt_for_group(fw: &Framework, snap: &Snapshot, members: &[Arc<PodInfo>], out: &GroupOutcome) -> Option<GroupPreemption> {
+    if out.fits || !out.preemptable || out.min_count == 0 || members.iter().any(|m| m.preemption_never) {
         return None;
     }
     if fw.plugins_at(super::Points::POST_FILTER).is_empty() {
@@ -602,11 +388,7 @@ pub fn preempt_for_group(
     }
     // Someone must be of lower priority than the group for anything to be evicted.
     let top = members.iter().map(|m| m.priority).max().unwrap_or(i32::MIN);
-    if !snap
-        .nodes
-        .iter()
-        .any(|n| n.pods.iter().any(|p| p.priority < top))
-    {
+    if !snap.nodes.iter().any(|n| n.pods.iter().any(|p| p.priority < top)) {
         return None;
     }
     let mut copy = snap.clone();
@@ -670,48 +452,29 @@ impl GroupHost for SnapshotHost<'_> {
 mod tests {
     use super::*;
     use crate::config::{Config, KubeSchedulerConfiguration};
-    use crate::testing::{PodBuilder, node, pod};
     use berth_model::pod::{GroupApi, POD_GROUP_LABEL};
+    use crate::testing::{node, pod, PodBuilder};
 
     fn fw() -> Framework {
-        crate::profile::frameworks(
-            &Config::from_raw(KubeSchedulerConfiguration::default()).expect("default config"),
-            7,
-        )
-        .into_iter()
-        .next()
-        .expect("a profile")
+        crate::profile::frameworks(&Config::from_raw(KubeSchedulerConfiguration::default()).expect("default config"), 7).into_iter().next().expect("a profile")
     }
 
     /// A v1beta1 member of group `g` asking for `cpu`.
     fn member(name: &str, g: &str, cpu: &str) -> PodBuilder {
         let mut b = pod(name).req(cpu, "100Mi");
         if let Some(s) = b.pod.spec.as_mut() {
-            s.scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
-                pod_group_name: Some(g.into()),
-            });
+            s.scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup { pod_group_name: Some(g.into()) });
         }
         b
     }
 
     fn group(snap: &mut Snapshot, name: &str, min: u32, topology: Option<&str>) {
-        let g = GroupPolicy {
-            api: GroupApi::V1beta1,
-            namespace: "default".into(),
-            name: name.into(),
-            min_count: min,
-            topology_key: topology.map(String::from),
-            min_resources: None,
-            timeout: None,
-        };
-        snap.groups
-            .upsert(GroupApi::V1beta1, "default", name, Ok(g));
+        let g = GroupPolicy { api: GroupApi::V1beta1, namespace: "default".into(), name: name.into(), min_count: min, topology_key: topology.map(String::from), min_resources: None, timeout: None };
+        snap.groups.upsert(GroupApi::V1beta1, "default", name, Ok(g));
     }
 
     fn members(g: &str, n: usize, cpu: &str) -> Vec<Arc<PodInfo>> {
-        (0..n)
-            .map(|i| member(&format!("{g}-{i}"), g, cpu).info())
-            .collect()
+        (0..n).map(|i| member(&format!("{g}-{i}"), g, cpu).info()).collect()
     }
 
     #[test]
@@ -723,46 +486,19 @@ mod tests {
         snap.upsert_node(node("b").alloc("1", "8Gi", 110).spec());
         group(&mut snap, "g", 4, None);
         let ms = members("g", 4, "1");
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &ms,
-        );
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &ms);
         assert!(!out.fits);
         assert!(out.placed.is_empty());
         assert_eq!(out.unplaced.len(), 4);
-        assert_eq!(
-            out.message,
-            "minCount (4) cannot be satisfied: 3 scheduled, 0 remaining"
-        );
+        assert_eq!(out.message, "minCount (4) cannot be satisfied: 3 scheduled, 0 remaining");
         // Nothing was left behind on the nodes.
         assert_eq!(snap.pod_count(), 0);
-        assert!(
-            out.plugins().contains(&"NodeResourcesFit"),
-            "{:?}",
-            out.plugins()
-        );
-        let u = out
-            .unplaced
-            .iter()
-            .find(|u| u.message.starts_with("0/2 nodes"))
-            .expect("the member that found no node");
-        assert!(
-            out.pod_message(u).contains("minCount (4)"),
-            "{}",
-            out.pod_message(u)
-        );
+        assert!(out.plugins().contains(&"NodeResourcesFit"), "{:?}", out.plugins());
+        let u = out.unplaced.iter().find(|u| u.message.starts_with("0/2 nodes")).expect("the member that found no node");
+        assert!(out.pod_message(u).contains("minCount (4)"), "{}", out.pod_message(u));
         // A node is added: all four go.
         snap.upsert_node(node("c").alloc("1", "8Gi", 110).spec());
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &ms,
-        );
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &ms);
         assert!(out.fits, "{}", out.message);
         assert_eq!(out.placed.len(), 4);
         assert_eq!(snap.pod_count(), 4);
@@ -777,20 +513,8 @@ mod tests {
         }
         group(&mut snap, "x", 6, None);
         group(&mut snap, "y", 6, None);
-        let x = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &members("x", 6, "1"),
-        );
-        let y = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &members("y", 6, "1"),
-        );
+        let x = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &members("x", 6, "1"));
+        let y = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &members("y", 6, "1"));
         assert!(x.fits && x.placed.len() == 6);
         assert!(!y.fits && y.placed.is_empty() && y.unplaced.len() == 6);
         assert_eq!(snap.pod_count(), 6);
@@ -801,68 +525,23 @@ mod tests {
         let f = fw();
         let mut snap = Snapshot::new();
         // zone-a: room for 4; zone-b: room for 8 (in two nodes); zone-c: room for 16.
-        snap.upsert_node(
-            node("a1")
-                .label("zone", "zone-a")
-                .alloc("4", "8Gi", 110)
-                .spec(),
-        );
-        snap.upsert_node(
-            node("b1")
-                .label("zone", "zone-b")
-                .alloc("4", "8Gi", 110)
-                .spec(),
-        );
-        snap.upsert_node(
-            node("b2")
-                .label("zone", "zone-b")
-                .alloc("4", "8Gi", 110)
-                .spec(),
-        );
-        snap.upsert_node(
-            node("c1")
-                .label("zone", "zone-c")
-                .alloc("16", "32Gi", 110)
-                .spec(),
-        );
+        snap.upsert_node(node("a1").label("zone", "zone-a").alloc("4", "8Gi", 110).spec());
+        snap.upsert_node(node("b1").label("zone", "zone-b").alloc("4", "8Gi", 110).spec());
+        snap.upsert_node(node("b2").label("zone", "zone-b").alloc("4", "8Gi", 110).spec());
+        snap.upsert_node(node("c1").label("zone", "zone-c").alloc("16", "32Gi", 110).spec());
         group(&mut snap, "t", 8, Some("zone"));
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &members("t", 8, "1"),
-        );
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &members("t", 8, "1"));
         assert!(out.fits, "{}", out.message);
-        let zones: BTreeSet<&str> = out
-            .placed
-            .iter()
-            .map(|p| {
-                snap.node(&p.node)
-                    .and_then(|n| n.node.labels.get("zone"))
-                    .map(String::as_str)
-                    .unwrap_or("")
-            })
-            .collect();
+        let zones: BTreeSet<&str> = out.placed.iter().map(|p| snap.node(&p.node).and_then(|n| n.node.labels.get("zone")).map(String::as_str).unwrap_or("")).collect();
         assert_eq!(zones.len(), 1, "{zones:?}");
         assert!(!zones.contains("zone-a"));
         assert!(snap.groups.placement.is_none());
         assert_eq!(snap.pod_count(), 8);
         // Nowhere big enough: nothing placed, and the message says so.
         group(&mut snap, "big", 40, Some("zone"));
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &members("big", 40, "1"),
-        );
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &members("big", 40, "1"));
         assert!(!out.fits);
-        assert!(
-            out.message.contains("no domain of topology key \"zone\""),
-            "{}",
-            out.message
-        );
+        assert!(out.message.contains("no domain of topology key \"zone\""), "{}", out.message);
         assert_eq!(out.unplaced.len(), 40);
         assert_eq!(snap.pod_count(), 8);
     }
@@ -873,82 +552,28 @@ mod tests {
         let mut snap = Snapshot::new();
         snap.upsert_node(node("a").spec());
         // No group object yet.
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &members("late", 2, "100m"),
-        );
-        assert_eq!(
-            out.message,
-            "waiting for pod's pod group \"late\" to appear in scheduling queue"
-        );
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &members("late", 2, "100m"));
+        assert_eq!(out.message, "waiting for pod's pod group \"late\" to appear in scheduling queue");
         // Two schedulers.
         group(&mut snap, "mixed", 2, None);
         let mut ms = members("mixed", 2, "100m");
         let mut other = (*ms[1]).clone();
         other.scheduler_name = "other".into();
         ms[1] = Arc::new(other);
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &ms,
-        );
-        assert!(
-            out.message
-                .contains("different schedulers (default-scheduler, other)"),
-            "{}",
-            out.message
-        );
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &ms);
+        assert!(out.message.contains("different schedulers (default-scheduler, other)"), "{}", out.message);
         // Fewer members than minCount.
         group(&mut snap, "few", 3, None);
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &members("few", 2, "100m"),
-        );
-        assert_eq!(
-            out.message,
-            "waiting for minCount pods from a gang to appear in scheduling queue"
-        );
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &members("few", 2, "100m"));
+        assert_eq!(out.message, "waiting for minCount pods from a gang to appear in scheduling queue");
         // Members already bound count toward minCount.
         snap.add_pod(member("few-bound", "few", "100m").node("a").info());
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &members("few", 2, "100m"),
-        );
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &members("few", 2, "100m"));
         assert!(out.fits && out.bound == 1, "{}", out.message);
         // v1alpha1 through the label, with minResources the cluster cannot give.
-        snap.groups.upsert(
-            GroupApi::V1alpha1,
-            "default",
-            "co",
-            GroupPolicy::from_v1alpha1(
-                "default",
-                "co",
-                &serde_json::json!({"spec": {"minMember": 1, "minResources": {"cpu": "100"}}}),
-            ),
-        );
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &[pod("co-0").label(POD_GROUP_LABEL, "co").info()],
-        );
-        assert!(
-            out.message.contains("minResources cannot be met: cpu"),
-            "{}",
-            out.message
-        );
+        snap.groups.upsert(GroupApi::V1alpha1, "default", "co", GroupPolicy::from_v1alpha1("default", "co", &serde_json::json!({"spec": {"minMember": 1, "minResources": {"cpu": "100"}}})));
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &[pod("co-0").label(POD_GROUP_LABEL, "co").info()]);
+        assert!(out.message.contains("minResources cannot be met: cpu"), "{}", out.message);
     }
 
     #[test]
@@ -958,60 +583,25 @@ mod tests {
         snap.upsert_node(node("a").alloc("2", "8Gi", 110).spec());
         snap.upsert_node(node("b").alloc("2", "8Gi", 110).spec());
         for (i, n) in ["a", "a", "b", "b"].iter().enumerate() {
-            snap.add_pod(
-                pod(&format!("low{i}"))
-                    .req("1", "100Mi")
-                    .priority(1)
-                    .node(n)
-                    .info(),
-            );
+            snap.add_pod(pod(&format!("low{i}")).req("1", "100Mi").priority(1).node(n).info());
         }
-        let high = |g: &str, n: usize| -> Vec<Arc<PodInfo>> {
-            (0..n)
-                .map(|i| member(&format!("{g}-{i}"), g, "1").priority(100).info())
-                .collect()
-        };
+        let high = |g: &str, n: usize| -> Vec<Arc<PodInfo>> { (0..n).map(|i| member(&format!("{g}-{i}"), g, "1").priority(100).info()).collect() };
         group(&mut snap, "hi", 2, None);
         let ms = high("hi", 2);
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &ms,
-        );
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &ms);
         assert!(!out.fits && out.preemptable);
         let gp = preempt_for_group(&f, &snap, &ms, &out).expect("preemption for the group");
-        assert_eq!(
-            gp.victims.len(),
-            2,
-            "exactly enough victims: {:?}",
-            gp.victims.iter().map(|v| v.key()).collect::<Vec<_>>()
-        );
+        assert_eq!(gp.victims.len(), 2, "exactly enough victims: {:?}", gp.victims.iter().map(|v| v.key()).collect::<Vec<_>>());
         assert_eq!(gp.nominations.len(), 2);
         // Five members cannot fit even with every low pod gone: nobody is evicted.
         group(&mut snap, "huge", 5, None);
         let ms = high("huge", 5);
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &ms,
-        );
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &ms);
         assert!(!out.fits);
         assert!(preempt_for_group(&f, &snap, &ms, &out).is_none());
         // Equal priority: nothing to preempt.
-        let ms: Vec<Arc<PodInfo>> = (0..2)
-            .map(|i| member(&format!("hi-{i}"), "hi", "1").priority(1).info())
-            .collect();
-        let out = schedule_group(
-            &mut SnapshotHost {
-                fw: &f,
-                snap: &mut snap,
-            },
-            &ms,
-        );
+        let ms: Vec<Arc<PodInfo>> = (0..2).map(|i| member(&format!("hi-{i}"), "hi", "1").priority(1).info()).collect();
+        let out = schedule_group(&mut SnapshotHost { fw: &f, snap: &mut snap }, &ms);
         assert!(preempt_for_group(&f, &snap, &ms, &out).is_none());
         assert_eq!(snap.pod_count(), 4);
     }

@@ -12,10 +12,7 @@
 
 use std::sync::Arc;
 
-use super::{
-    CycleState, DeviceChoice, Events, Framework, NodeScore, NodeStatuses, Points, PostFilterResult,
-    PreFilterNodes, QueuedPod, Status,
-};
+use super::{CycleState, DeviceChoice, Events, Framework, NodeScore, NodeStatuses, Points, PostFilterResult, PreFilterNodes, QueuedPod, Status};
 use crate::cache::Snapshot;
 use berth_model::{NodeInfo, PodInfo};
 
@@ -32,24 +29,13 @@ pub trait Plugin: Send + Sync {
     /// that upstream's per-node reasons do not name. Added after the cycle,
     /// also to a failure replayed from an identical pod, so it must read
     /// only `pod`, `state` and `statuses`. Asked of Filter plugins.
-    fn failure_detail(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        statuses: &NodeStatuses,
-    ) -> Option<String> {
+    fn failure_detail(&self, state: &CycleState, pod: &PodInfo, statuses: &NodeStatuses) -> Option<String> {
         None
     }
 
     /// explain: more about this plugin's rejection `status` of `node` than
     /// its reasons say (none by default).
-    fn explain_rejection(
-        &self,
-        state: &CycleState,
-        snap: &Snapshot,
-        node: &NodeInfo,
-        status: &Status,
-    ) -> Vec<String> {
+    fn explain_rejection(&self, state: &CycleState, snap: &Snapshot, node: &NodeInfo, status: &Status) -> Vec<String> {
         Vec::new()
     }
 
@@ -111,34 +97,15 @@ pub trait PreEnqueuePlugin: Plugin {
 #[allow(unused_variables)] // default methods ignore their arguments
 pub trait PreFilterPlugin: Plugin {
     /// Computes per-cycle state; may narrow the nodes or answer Skip.
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> (Status, PreFilterNodes);
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes);
 
     /// `added` is now assumed on `node`.
-    fn add_pod(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        added: &Arc<PodInfo>,
-        node: &NodeInfo,
-        snap: &Snapshot,
-    ) -> Status {
+    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         Status::success()
     }
 
     /// `removed` is no longer on `node`.
-    fn remove_pod(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        removed: &Arc<PodInfo>,
-        node: &NodeInfo,
-        snap: &Snapshot,
-    ) -> Status {
+    fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         Status::success()
     }
 }
@@ -155,14 +122,7 @@ pub trait FilterPlugin: Plugin {
     /// calls `filter` per node; node-local plugins override it with a tight
     /// loop that answers the common case without building a status, so that a
     /// full cycle pays one dynamic call per plugin rather than per node.
-    fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) {
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         super::filter_each(self, state, pod, snap, nodes, rejected, |_, _| true);
     }
 
@@ -171,13 +131,7 @@ pub trait FilterPlugin: Plugin {
     /// `nodes`, in order, the ones that pass and returns true; or returns
     /// false with `nodes` untouched, and the caller runs `filter_nodes`. Only
     /// a pass whose rejections are never errors may answer true.
-    fn retain_feasible(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-    ) -> bool {
+    fn retain_feasible(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>) -> bool {
         false
     }
 }
@@ -185,26 +139,13 @@ pub trait FilterPlugin: Plugin {
 /// PostFilter: called when no node fits.
 pub trait PostFilterPlugin: Plugin {
     /// What this plugin found (a node to nominate, victims, claims to deallocate).
-    fn post_filter(
-        &self,
-        fw: &Framework,
-        state: &CycleState,
-        pod: &Arc<PodInfo>,
-        snap: &Snapshot,
-        statuses: &NodeStatuses,
-    ) -> (Status, PostFilterResult);
+    fn post_filter(&self, fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot, statuses: &NodeStatuses) -> (Status, PostFilterResult);
 }
 
 /// PreScore.
 pub trait PreScorePlugin: Plugin {
     /// Computes scoring state for the feasible nodes, or Skip.
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        nodes: &[usize],
-        snap: &Snapshot,
-    ) -> Status;
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[usize], snap: &Snapshot) -> Status;
 }
 
 /// Score, with NormalizeScore when `has_normalize`.
@@ -216,13 +157,7 @@ pub trait ScorePlugin: Plugin {
     /// Scores every node of `scores` (their `node` index set, `score` to fill).
     /// The default calls `score` per node; plugins may override it to hoist
     /// per-cycle work out of the loop.
-    fn score_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        scores: &mut [NodeScore],
-    ) -> Result<(), Status> {
+    fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         for s in scores.iter_mut() {
             s.score = self.score(state, pod, &snap.nodes[s.node])?;
         }
@@ -242,13 +177,7 @@ pub trait ScorePlugin: Plugin {
     }
 
     /// NormalizeScore: rescales raw scores to 0..=100.
-    fn normalize_score(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        scores: &mut [NodeScore],
-        snap: &Snapshot,
-    ) -> Status {
+    fn normalize_score(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore], snap: &Snapshot) -> Status {
         Status::success()
     }
 }
@@ -347,18 +276,13 @@ impl Registered {
             (self.bind.is_some(), Points::BIND),
             (self.post_bind.is_some(), Points::POST_BIND),
         ];
-        has.into_iter()
-            .filter(|(h, _)| *h)
-            .fold(Points::default(), |acc, (_, p)| acc.or(p))
+        has.into_iter().filter(|(h, _)| *h).fold(Points::default(), |acc, (_, p)| acc.or(p))
     }
 }
 
 impl std::fmt::Debug for Registered {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registered")
-            .field("name", &self.name())
-            .field("points", &self.points())
-            .finish()
+        f.debug_struct("Registered").field("name", &self.name()).field("points", &self.points()).finish()
     }
 }
 
@@ -487,19 +411,10 @@ mod tests {
         let r = crate::register!(Arc::new(Two));
         assert_eq!(r.points(), Points::FILTER.or(Points::RESERVE));
         assert_eq!(r.name(), "Two");
-        let f = r.filter.as_ref().map(|f| {
-            f.filter(
-                &CycleState::new(),
-                &crate::testing::pod("p").info(),
-                &crate::testing::snapshot(&[crate::testing::node("n")], &[]).nodes[0],
-            )
-        });
+        let f = r.filter.as_ref().map(|f| f.filter(&CycleState::new(), &crate::testing::pod("p").info(), &crate::testing::snapshot(&[crate::testing::node("n")], &[]).nodes[0]));
         assert_eq!(f.map(|s| s.message()).as_deref(), Some("no"));
         assert!(r.score.is_none() && r.pre_filter.is_none() && r.bind.is_none());
-        assert_eq!(
-            crate::register!(Arc::new(None_)).points(),
-            Points::default()
-        );
+        assert_eq!(crate::register!(Arc::new(None_)).points(), Points::default());
     }
 
     /// Every registry plugin is registered at the points upstream's
@@ -512,50 +427,16 @@ mod tests {
             ("NodeUnschedulable", &["filter"]),
             ("NodeName", &["filter"]),
             ("TaintToleration", &["filter", "preScore", "score"]),
-            (
-                "NodeAffinity",
-                &["preFilter", "filter", "preScore", "score"],
-            ),
+            ("NodeAffinity", &["preFilter", "filter", "preScore", "score"]),
             ("NodePorts", &["preFilter", "filter"]),
-            (
-                "NodeResourcesFit",
-                &["preFilter", "filter", "preScore", "score"],
-            ),
+            ("NodeResourcesFit", &["preFilter", "filter", "preScore", "score"]),
             ("VolumeRestrictions", &["preFilter", "filter"]),
             ("NodeVolumeLimits", &["preFilter", "filter"]),
-            (
-                "VolumeBinding",
-                &[
-                    "preFilter",
-                    "filter",
-                    "preScore",
-                    "score",
-                    "reserve",
-                    "preBind",
-                ],
-            ),
+            ("VolumeBinding", &["preFilter", "filter", "preScore", "score", "reserve", "preBind"]),
             ("VolumeZone", &["preFilter", "filter"]),
-            (
-                "PodTopologySpread",
-                &["preFilter", "filter", "preScore", "score"],
-            ),
-            (
-                "InterPodAffinity",
-                &["preFilter", "filter", "preScore", "score"],
-            ),
-            (
-                "DynamicResources",
-                &[
-                    "preEnqueue",
-                    "preFilter",
-                    "filter",
-                    "postFilter",
-                    "preScore",
-                    "score",
-                    "reserve",
-                    "preBind",
-                ],
-            ),
+            ("PodTopologySpread", &["preFilter", "filter", "preScore", "score"]),
+            ("InterPodAffinity", &["preFilter", "filter", "preScore", "score"]),
+            ("DynamicResources", &["preEnqueue", "preFilter", "filter", "postFilter", "preScore", "score", "reserve", "preBind"]),
             ("DefaultPreemption", &["postFilter"]),
             ("NodeResourcesBalancedAllocation", &["preScore", "score"]),
             ("ImageLocality", &["preScore", "score"]),
@@ -566,11 +447,7 @@ mod tests {
         assert_eq!(want.len(), crate::plugins::default_plugins().len());
         for (name, points) in want {
             let r = crate::plugins::build(name, None).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let has: Vec<&str> = Points::ALL
-                .iter()
-                .filter(|(p, _)| r.points().has(*p))
-                .map(|(_, n)| *n)
-                .collect();
+            let has: Vec<&str> = Points::ALL.iter().filter(|(p, _)| r.points().has(*p)).map(|(_, n)| *n).collect();
             assert_eq!(&has, points, "{name}");
         }
     }

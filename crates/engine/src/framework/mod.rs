@@ -18,11 +18,10 @@ pub mod status;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-pub use assume::{AssumeView, Assumed, Refusal, Reservation, Reservations, ScheduledOne, assume};
+pub use assume::{assume, AssumeView, Assumed, Refusal, Reservation, Reservations, ScheduledOne};
 pub use cycle_state::CycleState;
 pub use interface::{
-    BindPlugin, FilterPlugin, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin,
-    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin, Registered,
+    BindPlugin, FilterPlugin, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin, Registered,
     ReservePlugin, ScorePlugin,
 };
 pub use pre_bind::{ApiWrite, DeallocateClaim, PreBindWork, WaitFor};

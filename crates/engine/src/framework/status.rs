@@ -44,31 +44,19 @@ pub struct Status {
 impl Status {
     /// Success.
     pub fn success() -> Self {
-        Status {
-            code: Code::Success,
-            reasons: Reasons::new(),
-            plugin: "",
-        }
+        Status { code: Code::Success, reasons: Reasons::new(), plugin: "" }
     }
 
     /// Skip.
     pub fn skip() -> Self {
-        Status {
-            code: Code::Skip,
-            reasons: Reasons::new(),
-            plugin: "",
-        }
+        Status { code: Code::Skip, reasons: Reasons::new(), plugin: "" }
     }
 
     /// A status with one reason.
     pub fn new(code: Code, reason: impl Into<Cow<'static, str>>) -> Self {
         let mut reasons = Reasons::new();
         reasons.push(reason.into());
-        Status {
-            code,
-            reasons,
-            plugin: "",
-        }
+        Status { code, reasons, plugin: "" }
     }
 
     /// Unschedulable with one reason.
@@ -104,10 +92,7 @@ impl Status {
 
     /// Is this Unschedulable or UnschedulableAndUnresolvable?
     pub fn is_rejected(&self) -> bool {
-        matches!(
-            self.code,
-            Code::Unschedulable | Code::UnschedulableAndUnresolvable
-        )
+        matches!(self.code, Code::Unschedulable | Code::UnschedulableAndUnresolvable)
     }
 
     /// The reasons joined by ", " (upstream `Status.Message`).
@@ -157,10 +142,7 @@ impl<'a> ReasonCounts<'a> {
         let found = if self.counts.len() > LINEAR_REASONS {
             self.index.get(reason).copied()
         } else {
-            self.counts
-                .iter()
-                .position(|c| same(c.0))
-                .or_else(|| self.counts.iter().position(|c| c.0 == reason))
+            self.counts.iter().position(|c| same(c.0)).or_else(|| self.counts.iter().position(|c| c.0 == reason))
         };
         let k = match found {
             Some(k) => k,
@@ -169,8 +151,7 @@ impl<'a> ReasonCounts<'a> {
                 let k = self.counts.len() - 1;
                 if self.counts.len() > LINEAR_REASONS {
                     if self.index.is_empty() {
-                        self.index
-                            .extend(self.counts.iter().enumerate().map(|(k, c)| (c.0, k)));
+                        self.index.extend(self.counts.iter().enumerate().map(|(k, c)| (c.0, k)));
                     } else {
                         self.index.insert(reason, k);
                     }
@@ -191,11 +172,7 @@ impl<'a> ReasonCounts<'a> {
 
     /// The "N reason" parts, sorted as strings (as upstream sorts them).
     pub fn parts(&self) -> Vec<String> {
-        let mut parts: Vec<String> = self
-            .counts
-            .iter()
-            .map(|(r, c)| format!("{c} {r}"))
-            .collect();
+        let mut parts: Vec<String> = self.counts.iter().map(|(r, c)| format!("{c} {r}")).collect();
         parts.sort();
         parts
     }

@@ -12,15 +12,10 @@
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{
-    CycleState, Events, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status,
-};
+use crate::framework::{CycleState, Events, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::{NodeInfo, PodInfo};
 
-use super::resource_allocation::{
-    Kind, ResourceSpec, allocatable_and_requested_k, default_resources, kind, pod_request,
-    validate_resources,
-};
+use super::resource_allocation::{allocatable_and_requested_k, default_resources, kind, pod_request, validate_resources, Kind, ResourceSpec};
 
 /// Plugin name.
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
@@ -42,11 +37,7 @@ pub struct Args {
 
 impl Default for Args {
     fn default() -> Self {
-        Args {
-            resources: default_resources(),
-            api_version: None,
-            kind: None,
-        }
+        Args { resources: default_resources(), api_version: None, kind: None }
     }
 }
 
@@ -59,10 +50,7 @@ pub struct BalancedAllocation {
 
 impl Default for BalancedAllocation {
     fn default() -> Self {
-        BalancedAllocation {
-            resources: default_resources(),
-            kinds: vec![Kind::Cpu, Kind::Memory],
-        }
+        BalancedAllocation { resources: default_resources(), kinds: vec![Kind::Cpu, Kind::Memory] }
     }
 }
 
@@ -71,10 +59,7 @@ impl BalancedAllocation {
     pub fn new(args: Args) -> Result<Self, String> {
         validate_resources(&args.resources, "resources")?;
         let kinds = args.resources.iter().map(|r| kind(&r.name)).collect();
-        Ok(BalancedAllocation {
-            resources: args.resources,
-            kinds,
-        })
+        Ok(BalancedAllocation { resources: args.resources, kinds })
     }
 }
 
@@ -91,12 +76,7 @@ pub fn balanced_score(fractions: &[f64]) -> i64 {
         2 => ((fractions[0] - fractions[1]) / 2.0).abs(),
         n => {
             let mean = fractions.iter().sum::<f64>() / n as f64;
-            (fractions
-                .iter()
-                .map(|f| (f - mean) * (f - mean))
-                .sum::<f64>()
-                / n as f64)
-                .sqrt()
+            (fractions.iter().map(|f| (f - mean) * (f - mean)).sum::<f64>() / n as f64).sqrt()
         }
     };
     ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
@@ -127,25 +107,13 @@ impl Plugin for BalancedAllocation {
     }
 
     fn events(&self) -> Events {
-        Events::NODE_ADD
-            .or(Events::NODE_ALLOCATABLE)
-            .or(Events::POD_DELETE)
+        Events::NODE_ADD.or(Events::NODE_ALLOCATABLE).or(Events::POD_DELETE)
     }
 }
 
 impl PreScorePlugin for BalancedAllocation {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        _: &[usize],
-        _: &Snapshot,
-    ) -> Status {
-        let requests: Vec<i64> = self
-            .resources
-            .iter()
-            .map(|r| pod_request(pod, &r.name, true))
-            .collect();
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
+        let requests: Vec<i64> = self.resources.iter().map(|r| pod_request(pod, &r.name, true)).collect();
         // Best-effort pods would all pile onto one node; upstream skips them.
         if requests.iter().all(|r| *r == 0) {
             return Status::skip();
@@ -161,21 +129,13 @@ impl ScorePlugin for BalancedAllocation {
         Ok(self.score_with(&reqs, node))
     }
 
-    fn score_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        scores: &mut [NodeScore],
-    ) -> Result<(), Status> {
+    fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         let reqs = self.requests(state, pod);
         if self.kinds == [Kind::Cpu, Kind::Memory] {
             // The default (cpu and memory): the same arithmetic as
             // `score_with`, without the generic loop.
             let (pc, pm) = (reqs[0], reqs[1]);
-            let fraction = |alloc: i64, requested: i64| -> Option<f64> {
-                (alloc != 0).then(|| (requested as f64 / alloc as f64).min(1.0))
-            };
+            let fraction = |alloc: i64, requested: i64| -> Option<f64> { (alloc != 0).then(|| (requested as f64 / alloc as f64).min(1.0)) };
             for s in scores.iter_mut() {
                 let ni = &snap.nodes[s.node];
                 let (ac, am) = (ni.allocatable.milli_cpu, ni.allocatable.memory);
@@ -205,11 +165,7 @@ impl BalancedAllocation {
     fn requests(&self, state: &CycleState, pod: &PodInfo) -> Vec<i64> {
         match state.get::<PreScoreState>() {
             Some(s) => s.requests.clone(),
-            None => self
-                .resources
-                .iter()
-                .map(|r| pod_request(pod, &r.name, true))
-                .collect(),
+            None => self.resources.iter().map(|r| pod_request(pod, &r.name, true)).collect(),
         }
     }
 
@@ -227,10 +183,7 @@ impl BalancedAllocation {
                 continue;
             }
             let allocated = requested - req;
-            let (f, g) = (
-                (requested as f64 / alloc as f64).min(1.0),
-                (allocated as f64 / alloc as f64).min(1.0),
-            );
+            let (f, g) = ((requested as f64 / alloc as f64).min(1.0), (allocated as f64 / alloc as f64).min(1.0));
             if len < with.len() {
                 with[len] = f;
                 without[len] = g;
@@ -244,18 +197,14 @@ impl BalancedAllocation {
             }
             len += 1;
         }
-        if with_spill.is_empty() {
-            score_of(&with[..len], &without[..len])
-        } else {
-            score_of(&with_spill, &without_spill)
-        }
+        if with_spill.is_empty() { score_of(&with[..len], &without[..len]) } else { score_of(&with_spill, &without_spill) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{NodeBuilder, node, pod, snapshot};
+    use crate::testing::{node, pod, snapshot, NodeBuilder};
 
     #[test]
     fn scores() {
@@ -275,20 +224,9 @@ mod tests {
         let idx: Vec<usize> = (0..snap.nodes.len()).collect();
         let mut st = CycleState::new();
         assert!(pl.pre_score(&mut st, p, &idx, snap).is_success());
-        let after: Vec<i64> = snap
-            .nodes
-            .iter()
-            .map(|n| pl.score(&st, p, n).unwrap())
-            .collect();
-        let without: Vec<i64> = snap
-            .nodes
-            .iter()
-            .map(|n| pl.score(&CycleState::new(), p, n).unwrap())
-            .collect();
-        let mut ns: Vec<NodeScore> = idx
-            .iter()
-            .map(|&i| NodeScore { node: i, score: -1 })
-            .collect();
+        let after: Vec<i64> = snap.nodes.iter().map(|n| pl.score(&st, p, n).unwrap()).collect();
+        let without: Vec<i64> = snap.nodes.iter().map(|n| pl.score(&CycleState::new(), p, n).unwrap()).collect();
+        let mut ns: Vec<NodeScore> = idx.iter().map(|&i| NodeScore { node: i, score: -1 }).collect();
         pl.score_nodes(&st, p, snap, &mut ns).unwrap();
         let nodes: Vec<i64> = ns.iter().map(|s| s.score).collect();
         assert_eq!(after, without, "Score with and without PreScore");
@@ -299,18 +237,9 @@ mod tests {
     fn gpu_args() -> Args {
         Args {
             resources: vec![
-                ResourceSpec {
-                    name: "cpu".into(),
-                    weight: 1,
-                },
-                ResourceSpec {
-                    name: "memory".into(),
-                    weight: 1,
-                },
-                ResourceSpec {
-                    name: "nvidia.com/gpu".into(),
-                    weight: 1,
-                },
+                ResourceSpec { name: "cpu".into(), weight: 1 },
+                ResourceSpec { name: "memory".into(), weight: 1 },
+                ResourceSpec { name: "nvidia.com/gpu".into(), weight: 1 },
             ],
             ..Args::default()
         }
@@ -327,21 +256,11 @@ mod tests {
         let cpu3mem5 = |n: &str| pod(&format!("e-{n}")).node(n).req("3000m", "5000");
         let none: [PodBuilder; 0] = [];
         // (name, nodes, bound pods, the pod, args, the two nodes' scores)
-        type Case = (
-            &'static str,
-            Vec<NodeBuilder>,
-            Vec<PodBuilder>,
-            PodBuilder,
-            Args,
-            [i64; 2],
-        );
+        type Case = (&'static str, Vec<NodeBuilder>, Vec<PodBuilder>, PodBuilder, Args, [i64; 2]);
         let cases: Vec<Case> = vec![
             (
                 "nothing scheduled, resources requested, differently sized nodes",
-                vec![
-                    node("node1").alloc("4000m", "10000", 32),
-                    node("node2").alloc("6000m", "10000", 32),
-                ],
+                vec![node("node1").alloc("4000m", "10000", 32), node("node2").alloc("6000m", "10000", 32)],
                 none.to_vec(),
                 both(),
                 Args::default(),
@@ -349,10 +268,7 @@ mod tests {
             ),
             (
                 "resources requested, pods scheduled with resources",
-                vec![
-                    node("node1").alloc("10000m", "20000", 32),
-                    node("node2").alloc("10000m", "20000", 32),
-                ],
+                vec![node("node1").alloc("10000m", "20000", 32), node("node2").alloc("10000m", "20000", 32)],
                 vec![cpu3("node1"), cpu3mem5("node2")],
                 both(),
                 Args::default(),
@@ -360,10 +276,7 @@ mod tests {
             ),
             (
                 "resources requested, pods scheduled with resources, differently sized nodes",
-                vec![
-                    node("node1").alloc("10000m", "20000", 32),
-                    node("node2").alloc("10000m", "50000", 32),
-                ],
+                vec![node("node1").alloc("10000m", "20000", 32), node("node2").alloc("10000m", "50000", 32)],
                 vec![cpu3("node1"), cpu3mem5("node2")],
                 both(),
                 Args::default(),
@@ -371,10 +284,7 @@ mod tests {
             ),
             (
                 "nodes to reach min/max score",
-                vec![
-                    node("node1").alloc("3000m", "5000", 32),
-                    node("node2").alloc("3000m", "5000", 32),
-                ],
+                vec![node("node1").alloc("3000m", "5000", 32), node("node2").alloc("3000m", "5000", 32)],
                 vec![cpu3("node1")],
                 pod("p").req("", "5000"),
                 Args::default(),
@@ -382,10 +292,7 @@ mod tests {
             ),
             (
                 "requested resources at node capacity",
-                vec![
-                    node("node1").alloc("6000m", "10000", 32),
-                    node("node2").alloc("6000m", "10000", 32),
-                ],
+                vec![node("node1").alloc("6000m", "10000", 32), node("node2").alloc("6000m", "10000", 32)],
                 vec![cpu3("node1"), cpu3mem5("node2")],
                 pod("p").req("3000m", ""),
                 Args::default(),
@@ -394,29 +301,17 @@ mod tests {
             (
                 "scalar resource is included in the score computation if pod requests the scalar resource",
                 vec![
-                    node("node1")
-                        .alloc("3500m", "40000", 32)
-                        .resource("nvidia.com/gpu", "8"),
-                    node("node2")
-                        .alloc("3500m", "40000", 32)
-                        .resource("nvidia.com/gpu", "8"),
+                    node("node1").alloc("3500m", "40000", 32).resource("nvidia.com/gpu", "8"),
+                    node("node2").alloc("3500m", "40000", 32).resource("nvidia.com/gpu", "8"),
                 ],
-                vec![
-                    cpu3mem5("node1").request("nvidia.com/gpu", "3"),
-                    cpu3mem5("node2"),
-                ],
+                vec![cpu3mem5("node1").request("nvidia.com/gpu", "3"), cpu3mem5("node2")],
                 pod("p").req("0", "0").request("nvidia.com/gpu", "1"),
                 gpu_args(),
                 [75, 76],
             ),
             (
                 "scalar resource is not included in the score computation if pod doesn't request the scalar resource",
-                vec![
-                    node("node1")
-                        .alloc("3500m", "40000", 32)
-                        .resource("nvidia.com/gpu", "8"),
-                    node("node2").alloc("3500m", "40000", 32),
-                ],
+                vec![node("node1").alloc("3500m", "40000", 32).resource("nvidia.com/gpu", "8"), node("node2").alloc("3500m", "40000", 32)],
                 none.to_vec(),
                 both(),
                 gpu_args(),
@@ -428,14 +323,8 @@ mod tests {
             // KWOK nodes (tests/conformance/cases/node-resources/balanced-scores-the-change):
             // sc-a 100 -> 95: 72; sc-b 65 -> 70: 77 (the balance after alone: 95 and 70).
             "kube-scheduler 1.37.2 live",
-            vec![
-                node("sc-a").alloc("4", "16Gi", 110),
-                node("sc-b").alloc("4", "16Gi", 110),
-            ],
-            vec![
-                pod("on-a").node("sc-a").req("2", "8Gi"),
-                pod("on-b").node("sc-b").req("3", "1Gi"),
-            ],
+            vec![node("sc-a").alloc("4", "16Gi", 110), node("sc-b").alloc("4", "16Gi", 110)],
+            vec![pod("on-a").node("sc-a").req("2", "8Gi"), pod("on-b").node("sc-b").req("3", "1Gi")],
             pod("p").req("100m", "2Gi"),
             Args::default(),
             [72, 77],
@@ -459,11 +348,7 @@ mod tests {
     #[test]
     fn best_effort_skipped() {
         let snap = snapshot(&[node("n")], &[]);
-        assert!(
-            BalancedAllocation::default()
-                .pre_score(&mut CycleState::new(), &pod("p").info(), &[0], &snap)
-                .is_skip()
-        );
+        assert!(BalancedAllocation::default().pre_score(&mut CycleState::new(), &pod("p").info(), &[0], &snap).is_skip());
     }
 
     #[test]

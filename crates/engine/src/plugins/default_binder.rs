@@ -29,14 +29,6 @@ mod tests {
 
     #[test]
     fn binds_everything() {
-        assert!(
-            DefaultBinder
-                .bind(
-                    &mut CycleState::new(),
-                    &crate::testing::pod("p").info(),
-                    "n"
-                )
-                .is_success()
-        );
+        assert!(DefaultBinder.bind(&mut CycleState::new(), &crate::testing::pod("p").info(), "n").is_success());
     }
 }

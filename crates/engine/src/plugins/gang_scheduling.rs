@@ -55,9 +55,7 @@ impl GangScheduling {
         if let Some(s) = args.permit_waiting_time_seconds
             && s <= 0
         {
-            return Err(format!(
-                "permitWaitingTimeSeconds: must be greater than 0, got {s}"
-            ));
+            return Err(format!("permitWaitingTimeSeconds: must be greater than 0, got {s}"));
         }
         Ok(GangScheduling { args })
     }
@@ -74,29 +72,15 @@ impl Plugin for GangScheduling {
 }
 
 impl PreFilterPlugin for GangScheduling {
-    fn pre_filter(
-        &self,
-        _: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> (Status, PreFilterNodes) {
-        let Some(r) = &pod.group else {
-            return (Status::skip(), None);
-        };
+    fn pre_filter(&self, _: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
+        let Some(r) = &pod.group else { return (Status::skip(), None) };
         match snap.groups.get(&pod.namespace, r) {
             None => return (Status::unresolvable(missing_group_message(&r.name)), None),
             Some(Err(e)) => return (Status::unresolvable(e.to_string()), None),
             Some(Ok(_)) => {}
         }
-        let Some((key, value)) = &snap.groups.placement else {
-            return (Status::success(), None);
-        };
-        let nodes = snap
-            .nodes
-            .iter()
-            .filter(|n| n.node.labels.get(key) == Some(value))
-            .map(|n| n.name().to_string())
-            .collect();
+        let Some((key, value)) = &snap.groups.placement else { return (Status::success(), None) };
+        let nodes = snap.nodes.iter().filter(|n| n.node.labels.get(key) == Some(value)).map(|n| n.name().to_string()).collect();
         (Status::success(), Some(nodes))
     }
 }
@@ -106,8 +90,8 @@ mod tests {
     use super::*;
     use crate::cache::groups::GroupPolicy;
     use crate::framework::Code;
-    use crate::testing::{node, pod};
     use berth_model::pod::{GroupApi, POD_GROUP_LABEL};
+    use crate::testing::{node, pod};
 
     #[test]
     fn table() {
@@ -121,58 +105,21 @@ mod tests {
         assert!(run(&snap, &pod("p").info()).0.is_skip());
         // The group does not exist yet.
         let (s, _) = run(&snap, &member);
-        assert_eq!(
-            (s.code, s.message()),
-            (
-                Code::UnschedulableAndUnresolvable,
-                "waiting for pod's pod group \"g\" to appear in scheduling queue".to_string()
-            )
-        );
+        assert_eq!((s.code, s.message()), (Code::UnschedulableAndUnresolvable, "waiting for pod's pod group \"g\" to appear in scheduling queue".to_string()));
         // It exists.
-        snap.groups.upsert(
-            GroupApi::V1alpha1,
-            "default",
-            "g",
-            GroupPolicy::from_v1alpha1(
-                "default",
-                "g",
-                &serde_json::json!({"spec": {"minMember": 2}}),
-            ),
-        );
+        snap.groups.upsert(GroupApi::V1alpha1, "default", "g", GroupPolicy::from_v1alpha1("default", "g", &serde_json::json!({"spec": {"minMember": 2}})));
         assert_eq!(run(&snap, &member), (Status::success(), None));
         // A domain is being tried.
         snap.groups.placement = Some(("zone".into(), "z2".into()));
-        assert_eq!(
-            run(&snap, &member).1,
-            Some(["b".to_string()].into_iter().collect())
-        );
+        assert_eq!(run(&snap, &member).1, Some(["b".to_string()].into_iter().collect()));
         // A bad group object: its message.
-        snap.groups.upsert(
-            GroupApi::V1alpha1,
-            "default",
-            "g",
-            GroupPolicy::from_v1alpha1(
-                "default",
-                "g",
-                &serde_json::json!({"spec": {"minMember": -2}}),
-            ),
-        );
+        snap.groups.upsert(GroupApi::V1alpha1, "default", "g", GroupPolicy::from_v1alpha1("default", "g", &serde_json::json!({"spec": {"minMember": -2}})));
         assert!(run(&snap, &member).0.message().contains("spec.minMember"));
     }
 
     #[test]
     fn args_validated() {
-        assert!(
-            GangScheduling::new(Args {
-                permit_waiting_time_seconds: Some(0)
-            })
-            .is_err()
-        );
-        assert!(
-            GangScheduling::new(Args {
-                permit_waiting_time_seconds: Some(30)
-            })
-            .is_ok()
-        );
+        assert!(GangScheduling::new(Args { permit_waiting_time_seconds: Some(0) }).is_err());
+        assert!(GangScheduling::new(Args { permit_waiting_time_seconds: Some(30) }).is_ok());
     }
 }

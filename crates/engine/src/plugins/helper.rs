@@ -1,6 +1,6 @@
 //! Helpers shared by plugins.
 
-use crate::framework::{MAX_NODE_SCORE, NodeScore};
+use crate::framework::{NodeScore, MAX_NODE_SCORE};
 
 /// Upstream `DefaultNormalizeScore`: scales scores so the highest becomes
 /// `MAX_NODE_SCORE`; with `reverse`, the lowest raw score wins.
@@ -28,29 +28,15 @@ mod tests {
 
     #[test]
     fn normalize() {
-        let mk = |v: &[i64]| {
-            v.iter()
-                .enumerate()
-                .map(|(i, &s)| NodeScore { node: i, score: s })
-                .collect::<Vec<_>>()
-        };
+        let mk = |v: &[i64]| v.iter().enumerate().map(|(i, &s)| NodeScore { node: i, score: s }).collect::<Vec<_>>();
         let mut s = mk(&[1, 2, 4]);
         default_normalize(&mut s, false);
-        assert_eq!(
-            s.iter().map(|x| x.score).collect::<Vec<_>>(),
-            vec![25, 50, 100]
-        );
+        assert_eq!(s.iter().map(|x| x.score).collect::<Vec<_>>(), vec![25, 50, 100]);
         let mut s = mk(&[1, 2, 4]);
         default_normalize(&mut s, true);
-        assert_eq!(
-            s.iter().map(|x| x.score).collect::<Vec<_>>(),
-            vec![75, 50, 0]
-        );
+        assert_eq!(s.iter().map(|x| x.score).collect::<Vec<_>>(), vec![75, 50, 0]);
         let mut s = mk(&[0, 0]);
         default_normalize(&mut s, true);
-        assert_eq!(
-            s.iter().map(|x| x.score).collect::<Vec<_>>(),
-            vec![100, 100]
-        );
+        assert_eq!(s.iter().map(|x| x.score).collect::<Vec<_>>(), vec![100, 100]);
     }
 }

@@ -2,9 +2,7 @@
 //! how widely each image is spread across the cluster.
 
 use crate::cache::Snapshot;
-use crate::framework::{
-    CycleState, Events, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
-};
+use crate::framework::{CycleState, Events, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::node::normalized_image_name;
 use berth_model::{NodeInfo, PodInfo};
 
@@ -42,13 +40,7 @@ impl Plugin for ImageLocality {
 }
 
 impl PreScorePlugin for ImageLocality {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        _: &[usize],
-        snap: &Snapshot,
-    ) -> Status {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], snap: &Snapshot) -> Status {
         let images = pod
             .images
             .iter()
@@ -63,10 +55,7 @@ impl PreScorePlugin for ImageLocality {
             // No node has any of the images: every node would score 0.
             return Status::skip();
         }
-        state.insert(PreScoreState {
-            images,
-            total_nodes: snap.nodes.len(),
-        });
+        state.insert(PreScoreState { images, total_nodes: snap.nodes.len() });
         Status::success()
     }
 }

@@ -14,8 +14,8 @@ pub mod node_declared_features;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
-pub mod node_unschedulable;
 pub mod node_volume_limits;
+pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod resource_allocation;
@@ -27,4 +27,4 @@ pub mod volume_zone;
 
 mod registry;
 
-pub use registry::{DefaultPlugin, build, default_plugins, known};
+pub use registry::{build, default_plugins, known, DefaultPlugin};

@@ -9,10 +9,7 @@ use k8s_openapi::api::core::v1 as core;
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{
-    CycleState, Events, FilterPlugin, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin,
-    PreScorePlugin, ScorePlugin, Status,
-};
+use crate::framework::{CycleState, Events, FilterPlugin, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::pod::PreferredNodeTerm;
 use berth_model::selector::{NodeSelector, NodeSelectorTerm, Op};
 use berth_model::{NodeInfo, NodeSpec, PodInfo};
@@ -68,30 +65,14 @@ impl NodeAffinity {
         let mut pl = NodeAffinity::default();
         if let Some(a) = &args.added_affinity {
             if let Some(r) = &a.required_during_scheduling_ignored_during_execution {
-                pl.added_required = Some(NodeSelector::compile(
-                    r,
-                    "addedAffinity.requiredDuringSchedulingIgnoredDuringExecution",
-                )?);
+                pl.added_required = Some(NodeSelector::compile(r, "addedAffinity.requiredDuringSchedulingIgnoredDuringExecution")?);
             }
-            for (i, t) in a
-                .preferred_during_scheduling_ignored_during_execution
-                .iter()
-                .flatten()
-                .enumerate()
-            {
+            for (i, t) in a.preferred_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
                 if t.weight == 0 {
                     continue;
                 }
-                if let Some(term) = NodeSelectorTerm::compile(
-                    &t.preference,
-                    &format!(
-                        "addedAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"
-                    ),
-                )? {
-                    pl.added_preferred.push(PreferredNodeTerm {
-                        term,
-                        weight: i64::from(t.weight),
-                    });
+                if let Some(term) = NodeSelectorTerm::compile(&t.preference, &format!("addedAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"))? {
+                    pl.added_preferred.push(PreferredNodeTerm { term, weight: i64::from(t.weight) });
                 }
             }
         }
@@ -102,16 +83,10 @@ impl NodeAffinity {
 /// Does the pod's own nodeSelector and required affinity select the node?
 pub fn pod_matches_node(pod: &PodInfo, node: &NodeInfo) -> bool {
     let labels = &node.node.labels;
-    if pod
-        .node_selector
-        .as_ref()
-        .is_some_and(|s| !s.matches(labels))
-    {
+    if pod.node_selector.as_ref().is_some_and(|s| !s.matches(labels)) {
         return false;
     }
-    pod.required_node_affinity
-        .as_ref()
-        .is_none_or(|a| a.matches(node.name(), labels))
+    pod.required_node_affinity.as_ref().is_none_or(|a| a.matches(node.name(), labels))
 }
 
 #[derive(Clone)]
@@ -124,10 +99,7 @@ type SelectorMatches = (Option<(u64, u64)>, Arc<NodeMatches>);
 impl NodeAffinity {
     fn cache_matches(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) {
         let key = format!("{:?}|{:?}", pod.node_selector, pod.required_node_affinity);
-        let mut cache = self
-            .matches
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = self.matches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if cache.len() > 256 && !cache.contains_key(&key) {
             cache.clear();
         }
@@ -146,9 +118,7 @@ impl NodeAffinity {
             }
             *layout = Some(snap.layout());
         }
-        state.insert(PreFilterState {
-            matches: Arc::clone(entry),
-        });
+        state.insert(PreFilterState { matches: Arc::clone(entry) });
     }
 }
 
@@ -168,22 +138,12 @@ impl Plugin for NodeAffinity {
 }
 
 impl PreFilterPlugin for NodeAffinity {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> (Status, PreFilterNodes) {
-        if pod.required_node_affinity.is_none()
-            && pod.node_selector.is_none()
-            && self.added_required.is_none()
-        {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
+        if pod.required_node_affinity.is_none() && pod.node_selector.is_none() && self.added_required.is_none() {
             return (Status::skip(), None);
         }
         self.cache_matches(state, pod, snap);
-        let Some(req) = &pod.required_node_affinity else {
-            return (Status::success(), None);
-        };
+        let Some(req) = &pod.required_node_affinity else { return (Status::success(), None) };
         if req.terms.is_empty() {
             return (Status::success(), None);
         }
@@ -214,17 +174,10 @@ impl PreFilterPlugin for NodeAffinity {
 
 impl FilterPlugin for NodeAffinity {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if self
-            .added_required
-            .as_ref()
-            .is_some_and(|a| !a.matches(node.name(), &node.node.labels))
-        {
+        if self.added_required.as_ref().is_some_and(|a| !a.matches(node.name(), &node.node.labels)) {
             return Status::unresolvable(REASON_ENFORCED);
         }
-        let cached = state
-            .get::<PreFilterState>()
-            .and_then(|s| s.matches.get(node.index))
-            .filter(|(p, _)| p.as_ref().is_some_and(|p| Arc::ptr_eq(p, &node.node)));
+        let cached = state.get::<PreFilterState>().and_then(|s| s.matches.get(node.index)).filter(|(p, _)| p.as_ref().is_some_and(|p| Arc::ptr_eq(p, &node.node)));
         let ok = match cached {
             Some(&(_, ok)) => ok,
             None => pod_matches_node(pod, node),
@@ -235,36 +188,17 @@ impl FilterPlugin for NodeAffinity {
         Status::success()
     }
 
-    fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) {
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // The verdicts PreFilter cached per node object, read in one loop; a
         // node without a current verdict (or a rejected one) gets `filter`.
-        let cached = if self.added_required.is_none() {
-            state.get::<PreFilterState>().map(|s| &s.matches[..])
-        } else {
-            None
-        };
+        let cached = if self.added_required.is_none() { state.get::<PreFilterState>().map(|s| &s.matches[..]) } else { None };
         let passed = |i: usize, ni: &NodeInfo| matches!(cached.and_then(|m| m.get(i)), Some((Some(p), true)) if Arc::ptr_eq(p, &ni.node));
-        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |i, ni| {
-            !passed(i, ni)
-        });
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |i, ni| !passed(i, ni));
     }
 }
 
 impl PreScorePlugin for NodeAffinity {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        _: &[usize],
-        _: &Snapshot,
-    ) -> Status {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
         if pod.preferred_node_affinity.is_empty() && self.added_preferred.is_empty() {
             return Status::skip();
         }
@@ -277,11 +211,7 @@ impl ScorePlugin for NodeAffinity {
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let labels = &node.node.labels;
         let sum = |terms: &[PreferredNodeTerm]| -> i64 {
-            terms
-                .iter()
-                .filter(|t| t.term.matches(node.name(), labels))
-                .map(|t| t.weight)
-                .sum()
+            terms.iter().filter(|t| t.term.matches(node.name(), labels)).map(|t| t.weight).sum()
         };
         Ok(sum(&self.added_preferred) + sum(&pod.preferred_node_affinity))
     }
@@ -294,13 +224,7 @@ impl ScorePlugin for NodeAffinity {
         true
     }
 
-    fn normalize_score(
-        &self,
-        _: &CycleState,
-        _: &PodInfo,
-        scores: &mut [NodeScore],
-        _: &Snapshot,
-    ) -> Status {
+    fn normalize_score(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore], _: &Snapshot) -> Status {
         default_normalize(scores, false);
         Status::success()
     }
@@ -313,17 +237,11 @@ mod tests {
     use crate::testing::{node, pod, snapshot};
     use std::sync::Arc;
 
-    fn required(
-        exprs: Vec<core::NodeSelectorRequirement>,
-        fields: Vec<core::NodeSelectorRequirement>,
-    ) -> core::Affinity {
+    fn required(exprs: Vec<core::NodeSelectorRequirement>, fields: Vec<core::NodeSelectorRequirement>) -> core::Affinity {
         core::Affinity {
             node_affinity: Some(core::NodeAffinity {
                 required_during_scheduling_ignored_during_execution: Some(core::NodeSelector {
-                    node_selector_terms: vec![core::NodeSelectorTerm {
-                        match_expressions: Some(exprs),
-                        match_fields: Some(fields),
-                    }],
+                    node_selector_terms: vec![core::NodeSelectorTerm { match_expressions: Some(exprs), match_fields: Some(fields) }],
                 }),
                 ..Default::default()
             }),
@@ -332,11 +250,7 @@ mod tests {
     }
 
     fn req(key: &str, op: &str, vals: &[&str]) -> core::NodeSelectorRequirement {
-        core::NodeSelectorRequirement {
-            key: key.into(),
-            operator: op.into(),
-            values: Some(vals.iter().map(|s| s.to_string()).collect()),
-        }
+        core::NodeSelectorRequirement { key: key.into(), operator: op.into(), values: Some(vals.iter().map(|s| s.to_string()).collect()) }
     }
 
     #[test]
@@ -344,46 +258,14 @@ mod tests {
         let pl = NodeAffinity::default();
         let cases = [
             ("no selector", pod("p"), node("n"), Code::Success),
-            (
-                "selector matches",
-                pod("p").node_selector("zone", "a"),
-                node("n").label("zone", "a"),
-                Code::Success,
-            ),
-            (
-                "selector missing label",
-                pod("p").node_selector("zone", "a"),
-                node("n"),
-                Code::UnschedulableAndUnresolvable,
-            ),
-            (
-                "In matches",
-                pod("p").affinity(required(vec![req("zone", "In", &["a", "b"])], vec![])),
-                node("n").label("zone", "b"),
-                Code::Success,
-            ),
-            (
-                "ANDed expressions",
-                pod("p").affinity(required(
-                    vec![req("zone", "In", &["a"]), req("disk", "Exists", &[])],
-                    vec![],
-                )),
-                node("n").label("zone", "a"),
-                Code::UnschedulableAndUnresolvable,
-            ),
-            (
-                "matchFields other node",
-                pod("p").affinity(required(vec![], vec![req("metadata.name", "In", &["m"])])),
-                node("n"),
-                Code::UnschedulableAndUnresolvable,
-            ),
+            ("selector matches", pod("p").node_selector("zone", "a"), node("n").label("zone", "a"), Code::Success),
+            ("selector missing label", pod("p").node_selector("zone", "a"), node("n"), Code::UnschedulableAndUnresolvable),
+            ("In matches", pod("p").affinity(required(vec![req("zone", "In", &["a", "b"])], vec![])), node("n").label("zone", "b"), Code::Success),
+            ("ANDed expressions", pod("p").affinity(required(vec![req("zone", "In", &["a"]), req("disk", "Exists", &[])], vec![])), node("n").label("zone", "a"), Code::UnschedulableAndUnresolvable),
+            ("matchFields other node", pod("p").affinity(required(vec![], vec![req("metadata.name", "In", &["m"])])), node("n"), Code::UnschedulableAndUnresolvable),
         ];
         for (name, p, n, code) in cases {
-            let s = pl.filter(
-                &CycleState::new(),
-                &p.info(),
-                &NodeInfo::new(Arc::new(n.spec())),
-            );
+            let s = pl.filter(&CycleState::new(), &p.info(), &NodeInfo::new(Arc::new(n.spec())));
             assert_eq!(s.code, code, "{name}: {s}");
         }
     }
@@ -392,9 +274,7 @@ mod tests {
     fn pre_filter_narrows_by_name() {
         let pl = NodeAffinity::default();
         let snap = snapshot(&[node("a"), node("b")], &[]);
-        let p = pod("p")
-            .affinity(required(vec![], vec![req("metadata.name", "In", &["a"])]))
-            .info();
+        let p = pod("p").affinity(required(vec![], vec![req("metadata.name", "In", &["a"])])).info();
         let (s, r) = pl.pre_filter(&mut CycleState::new(), &p, &snap);
         assert!(s.is_success());
         assert_eq!(r, Some(["a".to_string()].into()));
@@ -409,11 +289,7 @@ mod tests {
         }))
         .unwrap_or_default();
         let pl = NodeAffinity::new(args).unwrap_or_default();
-        let s = pl.filter(
-            &CycleState::new(),
-            &pod("p").info(),
-            &NodeInfo::new(Arc::new(node("n").label("zone", "b").spec())),
-        );
+        let s = pl.filter(&CycleState::new(), &pod("p").info(), &NodeInfo::new(Arc::new(node("n").label("zone", "b").spec())));
         assert_eq!(s.message(), REASON_ENFORCED);
     }
 }

@@ -40,25 +40,14 @@ impl Plugin for NodeDeclaredFeatures {
 
 impl FilterPlugin for NodeDeclaredFeatures {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if pod
-            .required_features
-            .iter()
-            .all(|f| node.node.declared_features.iter().any(|d| d == f))
-        {
+        if pod.required_features.iter().all(|f| node.node.declared_features.iter().any(|d| d == f)) {
             Status::success()
         } else {
             Status::unresolvable(REASON)
         }
     }
 
-    fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) {
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // A pod that needs no feature passes everywhere.
         if pod.required_features.is_empty() {
             return;
@@ -75,42 +64,17 @@ mod tests {
     use std::sync::Arc;
 
     fn node(features: &[&str]) -> NodeInfo {
-        NodeInfo::new(Arc::new(NodeSpec {
-            name: "n".into(),
-            declared_features: features.iter().map(|s| (*s).to_string()).collect(),
-            ..Default::default()
-        }))
+        NodeInfo::new(Arc::new(NodeSpec { name: "n".into(), declared_features: features.iter().map(|s| (*s).to_string()).collect(), ..Default::default() }))
     }
 
     #[test]
     fn table() {
         let plain = PodInfo::default();
-        let needs = PodInfo {
-            required_features: vec!["RestartAllContainersOnContainerExits"],
-            ..Default::default()
-        };
+        let needs = PodInfo { required_features: vec!["RestartAllContainersOnContainerExits"], ..Default::default() };
         let cases = [
-            (
-                "no requirement fits a node without features",
-                &plain,
-                node(&[]),
-                true,
-            ),
-            (
-                "requirement declared",
-                &needs,
-                node(&[
-                    "GuaranteedQoSPodCPUResize",
-                    "RestartAllContainersOnContainerExits",
-                ]),
-                true,
-            ),
-            (
-                "requirement not declared",
-                &needs,
-                node(&["GuaranteedQoSPodCPUResize"]),
-                false,
-            ),
+            ("no requirement fits a node without features", &plain, node(&[]), true),
+            ("requirement declared", &needs, node(&["GuaranteedQoSPodCPUResize", "RestartAllContainersOnContainerExits"]), true),
+            ("requirement not declared", &needs, node(&["GuaranteedQoSPodCPUResize"]), false),
             ("node without features", &needs, node(&[]), false),
         ];
         for (name, p, n, ok) in cases {

@@ -36,14 +36,7 @@ impl FilterPlugin for NodeName {
         }
     }
 
-    fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) {
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // A pod that names no node passes everywhere.
         if pod.node_name.is_none() {
             return;
@@ -61,21 +54,8 @@ mod tests {
     #[test]
     fn table() {
         let ni = NodeInfo::new(Arc::new(node("n1").spec()));
-        assert!(
-            NodeName
-                .filter(&CycleState::new(), &pod("p").info(), &ni)
-                .is_success()
-        );
-        assert!(
-            NodeName
-                .filter(&CycleState::new(), &pod("p").node("n1").info(), &ni)
-                .is_success()
-        );
-        assert_eq!(
-            NodeName
-                .filter(&CycleState::new(), &pod("p").node("n2").info(), &ni)
-                .message(),
-            REASON
-        );
+        assert!(NodeName.filter(&CycleState::new(), &pod("p").info(), &ni).is_success());
+        assert!(NodeName.filter(&CycleState::new(), &pod("p").node("n1").info(), &ni).is_success());
+        assert_eq!(NodeName.filter(&CycleState::new(), &pod("p").node("n2").info(), &ni).message(), REASON);
     }
 }

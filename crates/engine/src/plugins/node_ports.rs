@@ -1,9 +1,7 @@
 //! NodePorts: a pod's host ports must be free on the node.
 
 use crate::cache::Snapshot;
-use crate::framework::{
-    CycleState, Events, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, Status,
-};
+use crate::framework::{CycleState, Events, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, Status};
 use berth_model::pod::HostPort;
 use berth_model::{NodeInfo, PodInfo};
 
@@ -45,12 +43,7 @@ impl Plugin for NodePorts {
 }
 
 impl PreFilterPlugin for NodePorts {
-    fn pre_filter(
-        &self,
-        _: &mut CycleState,
-        pod: &PodInfo,
-        _: &Snapshot,
-    ) -> (Status, PreFilterNodes) {
+    fn pre_filter(&self, _: &mut CycleState, pod: &PodInfo, _: &Snapshot) -> (Status, PreFilterNodes) {
         if pod.host_ports.is_empty() {
             return (Status::skip(), None);
         }
@@ -60,11 +53,7 @@ impl PreFilterPlugin for NodePorts {
 
 impl FilterPlugin for NodePorts {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if pod
-            .host_ports
-            .iter()
-            .any(|p| conflicts(&node.used_ports, p))
-        {
+        if pod.host_ports.iter().any(|p| conflicts(&node.used_ports, p)) {
             return Status::unschedulable(REASON);
         }
         Status::success()
@@ -79,36 +68,11 @@ mod tests {
     #[test]
     fn table() {
         let cases = [
-            (
-                "other port",
-                pod("e").node("n").host_port(8080, "TCP", ""),
-                pod("p").host_port(8081, "TCP", ""),
-                true,
-            ),
-            (
-                "same port",
-                pod("e").node("n").host_port(8080, "TCP", ""),
-                pod("p").host_port(8080, "TCP", ""),
-                false,
-            ),
-            (
-                "other protocol",
-                pod("e").node("n").host_port(8080, "UDP", ""),
-                pod("p").host_port(8080, "TCP", ""),
-                true,
-            ),
-            (
-                "different host IP",
-                pod("e").node("n").host_port(8080, "TCP", "127.0.0.1"),
-                pod("p").host_port(8080, "TCP", "127.0.0.2"),
-                true,
-            ),
-            (
-                "wildcard vs specific",
-                pod("e").node("n").host_port(8080, "UDP", "127.0.0.1"),
-                pod("p").host_port(8080, "UDP", "0.0.0.0"),
-                false,
-            ),
+            ("other port", pod("e").node("n").host_port(8080, "TCP", ""), pod("p").host_port(8081, "TCP", ""), true),
+            ("same port", pod("e").node("n").host_port(8080, "TCP", ""), pod("p").host_port(8080, "TCP", ""), false),
+            ("other protocol", pod("e").node("n").host_port(8080, "UDP", ""), pod("p").host_port(8080, "TCP", ""), true),
+            ("different host IP", pod("e").node("n").host_port(8080, "TCP", "127.0.0.1"), pod("p").host_port(8080, "TCP", "127.0.0.2"), true),
+            ("wildcard vs specific", pod("e").node("n").host_port(8080, "UDP", "127.0.0.1"), pod("p").host_port(8080, "UDP", "0.0.0.0"), false),
         ];
         for (name, existing, p, ok) in cases {
             let snap = snapshot(&[node("n")], &[existing]);

@@ -7,17 +7,11 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{
-    Code, CycleState, Events, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterNodes,
-    PreFilterPlugin, PreScorePlugin, Reasons, ScorePlugin, Status,
-};
-use berth_model::resources::{CPU, is_extended};
+use crate::framework::{Code, CycleState, Events, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, Reasons, ScorePlugin, Status};
+use berth_model::resources::{is_extended, CPU};
 use berth_model::{NodeInfo, PodInfo};
 
-use super::resource_allocation::{
-    Kind, ResourceSpec, allocatable_and_requested_k, default_resources, kind, pod_request_k,
-    validate_resources,
-};
+use super::resource_allocation::{allocatable_and_requested_k, default_resources, kind, pod_request_k, validate_resources, Kind, ResourceSpec};
 
 /// Plugin name.
 pub const NAME: &str = "NodeResourcesFit";
@@ -62,11 +56,7 @@ fn least() -> String {
 
 impl Default for ScoringStrategy {
     fn default() -> Self {
-        ScoringStrategy {
-            kind: least(),
-            resources: default_resources(),
-            requested_to_capacity_ratio: None,
-        }
+        ScoringStrategy { kind: least(), resources: default_resources(), requested_to_capacity_ratio: None }
     }
 }
 
@@ -114,14 +104,7 @@ impl Default for NodeResourcesFit {
     fn default() -> Self {
         match Self::new(Args::default()) {
             Ok(p) => p,
-            Err(_) => NodeResourcesFit {
-                ignored: vec![],
-                ignored_groups: vec![],
-                kinds: vec![Kind::Cpu, Kind::Memory],
-                resources: default_resources(),
-                strategy: Strategy::Least,
-                default_least: true,
-            },
+            Err(_) => NodeResourcesFit { ignored: vec![], ignored_groups: vec![], kinds: vec![Kind::Cpu, Kind::Memory], resources: default_resources(), strategy: Strategy::Least, default_least: true },
         }
     }
 }
@@ -135,46 +118,26 @@ impl NodeResourcesFit {
             "LeastAllocated" => Strategy::Least,
             "MostAllocated" => Strategy::Most,
             "RequestedToCapacityRatio" => {
-                let shape = ss
-                    .requested_to_capacity_ratio
-                    .map(|r| r.shape)
-                    .unwrap_or_default();
+                let shape = ss.requested_to_capacity_ratio.map(|r| r.shape).unwrap_or_default();
                 if shape.is_empty() {
                     return Err("scoringStrategy.requestedToCapacityRatio.shape: at least one point must be specified".into());
                 }
                 let mut prev = -1;
                 for (i, p) in shape.iter().enumerate() {
                     if !(0..=100).contains(&p.utilization) {
-                        return Err(format!(
-                            "scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: must be in the range 0-100, got {}",
-                            p.utilization
-                        ));
+                        return Err(format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: must be in the range 0-100, got {}", p.utilization));
                     }
                     if p.utilization <= prev {
-                        return Err(format!(
-                            "scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: values must be sorted in increasing order"
-                        ));
+                        return Err(format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: values must be sorted in increasing order"));
                     }
                     prev = p.utilization;
                     if !(0..=10).contains(&p.score) {
-                        return Err(format!(
-                            "scoringStrategy.requestedToCapacityRatio.shape[{i}].score: must be in the range 0-10, got {}",
-                            p.score
-                        ));
+                        return Err(format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].score: must be in the range 0-10, got {}", p.score));
                     }
                 }
-                Strategy::Ratio(
-                    shape
-                        .iter()
-                        .map(|p| (p.utilization, p.score * (MAX_NODE_SCORE / 10)))
-                        .collect(),
-                )
+                Strategy::Ratio(shape.iter().map(|p| (p.utilization, p.score * (MAX_NODE_SCORE / 10))).collect())
             }
-            other => {
-                return Err(format!(
-                    "scoringStrategy.type: unsupported value {other:?} (LeastAllocated, MostAllocated or RequestedToCapacityRatio)"
-                ));
-            }
+            other => return Err(format!("scoringStrategy.type: unsupported value {other:?} (LeastAllocated, MostAllocated or RequestedToCapacityRatio)")),
         };
         for (i, r) in args.ignored_resources.iter().enumerate() {
             if r.is_empty() {
@@ -183,31 +146,18 @@ impl NodeResourcesFit {
         }
         for (i, g) in args.ignored_resource_groups.iter().enumerate() {
             if g.is_empty() || g.contains('/') {
-                return Err(format!(
-                    "ignoredResourceGroups[{i}]: {g:?} is not a valid resource group name (no '/')"
-                ));
+                return Err(format!("ignoredResourceGroups[{i}]: {g:?} is not a valid resource group name (no '/')"));
             }
         }
         let kinds: Vec<Kind> = ss.resources.iter().map(|r| kind(&r.name)).collect();
-        let default_least = matches!(strategy, Strategy::Least)
-            && kinds == [Kind::Cpu, Kind::Memory]
-            && ss.resources.iter().all(|r| r.weight == 1);
-        Ok(NodeResourcesFit {
-            ignored: args.ignored_resources,
-            ignored_groups: args.ignored_resource_groups,
-            resources: ss.resources,
-            kinds,
-            strategy,
-            default_least,
-        })
+        let default_least = matches!(strategy, Strategy::Least) && kinds == [Kind::Cpu, Kind::Memory] && ss.resources.iter().all(|r| r.weight == 1);
+        Ok(NodeResourcesFit { ignored: args.ignored_resources, ignored_groups: args.ignored_resource_groups, resources: ss.resources, kinds, strategy, default_least })
     }
 
     fn ignored(&self, name: &str) -> bool {
         is_extended(name)
             && (self.ignored.iter().any(|r| r == name)
-                || name
-                    .split_once('/')
-                    .is_some_and(|(g, _)| self.ignored_groups.iter().any(|x| x == g)))
+                || name.split_once('/').is_some_and(|(g, _)| self.ignored_groups.iter().any(|x| x == g)))
     }
 }
 
@@ -217,11 +167,7 @@ struct DraBacked(Vec<String>);
 
 /// Reasons the pod does not fit the node's free resources, and whether the
 /// pod could not fit even an empty node (preemption cannot help then).
-pub fn insufficient(
-    pod: &PodInfo,
-    node: &NodeInfo,
-    ignored: impl Fn(&str) -> bool,
-) -> (Reasons, bool) {
+pub fn insufficient(pod: &PodInfo, node: &NodeInfo, ignored: impl Fn(&str) -> bool) -> (Reasons, bool) {
     let mut reasons = Reasons::new();
     let mut unresolvable = false;
     let alloc = &node.allocatable;
@@ -229,11 +175,7 @@ pub fn insufficient(
         reasons.push(Cow::Borrowed("Too many pods"));
     }
     let r = &pod.requests;
-    if r.milli_cpu == 0
-        && r.memory == 0
-        && r.ephemeral_storage == 0
-        && r.scalar.iter().all(|(_, v)| *v == 0)
-    {
+    if r.milli_cpu == 0 && r.memory == 0 && r.ephemeral_storage == 0 && r.scalar.iter().all(|(_, v)| *v == 0) {
         return (reasons, false);
     }
     let mut check = |name: &str, want: i64, have: i64, used: i64| {
@@ -251,12 +193,7 @@ pub fn insufficient(
     };
     check(CPU, r.milli_cpu, alloc.milli_cpu, node.requested.milli_cpu);
     check("memory", r.memory, alloc.memory, node.requested.memory);
-    check(
-        "ephemeral-storage",
-        r.ephemeral_storage,
-        alloc.ephemeral_storage,
-        node.requested.ephemeral_storage,
-    );
+    check("ephemeral-storage", r.ephemeral_storage, alloc.ephemeral_storage, node.requested.ephemeral_storage);
     for (name, want) in &r.scalar {
         if *want == 0 || ignored(name) {
             continue;
@@ -293,31 +230,19 @@ impl Plugin for NodeResourcesFit {
         // DeviceClass Add/Update as upstream with DRAExtendedResource: a pod
         // rejected for an extended resource no node lists may wait for the
         // class that backs it (then DynamicResources allocates it).
-        Events::NODE_ADD
-            .or(Events::NODE_ALLOCATABLE)
-            .or(Events::POD_DELETE)
-            .or(Events::DEVICE_CLASS)
+        Events::NODE_ADD.or(Events::NODE_ALLOCATABLE).or(Events::POD_DELETE).or(Events::DEVICE_CLASS)
     }
 }
 
 impl PreFilterPlugin for NodeResourcesFit {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> (Status, PreFilterNodes) {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         // DRAExtendedResource: an extended resource a DeviceClass backs is
         // left to DynamicResources on nodes that do not list it.
         let backed: Vec<String> = pod
             .requests
             .scalar
             .iter()
-            .filter(|(n, v)| {
-                *v > 0
-                    && super::dynamic_resources::claims::is_dra_extended(n)
-                    && snap.devices.class_for_extended_resource(n).is_some()
-            })
+            .filter(|(n, v)| *v > 0 && super::dynamic_resources::claims::is_dra_extended(n) && snap.devices.class_for_extended_resource(n).is_some())
             .map(|(n, _)| n.clone())
             .collect();
         if !backed.is_empty() {
@@ -330,33 +255,19 @@ impl PreFilterPlugin for NodeResourcesFit {
 impl FilterPlugin for NodeResourcesFit {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let backed = state.get::<DraBacked>();
-        let (reasons, unresolvable) = insufficient(pod, node, |n| {
-            self.ignored(n)
-                || backed
-                    .is_some_and(|b| b.0.iter().any(|x| x == n) && node.allocatable.scalar(n) == 0)
-        });
+        let (reasons, unresolvable) =
+            insufficient(pod, node, |n| self.ignored(n) || backed.is_some_and(|b| b.0.iter().any(|x| x == n) && node.allocatable.scalar(n) == 0));
         if reasons.is_empty() {
             return Status::success();
         }
         Status {
-            code: if unresolvable {
-                Code::UnschedulableAndUnresolvable
-            } else {
-                Code::Unschedulable
-            },
+            code: if unresolvable { Code::UnschedulableAndUnresolvable } else { Code::Unschedulable },
             reasons,
             plugin: NAME,
         }
     }
 
-    fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) {
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // The native resources and the pod count in one tight loop; a node that
         // does not fit (or a pod with scalar requests) gets the full check,
         // which names the reasons.
@@ -389,13 +300,7 @@ impl ScorePlugin for NodeResourcesFit {
         Ok(self.score_with(&reqs, node))
     }
 
-    fn score_nodes(
-        &self,
-        _: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        scores: &mut [NodeScore],
-    ) -> Result<(), Status> {
+    fn score_nodes(&self, _: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         let reqs = self.pod_requests(pod);
         if self.default_least {
             // The default (LeastAllocated over cpu and memory, weight 1 each):
@@ -431,11 +336,7 @@ impl ScorePlugin for NodeResourcesFit {
 
 impl NodeResourcesFit {
     fn pod_requests(&self, pod: &PodInfo) -> Vec<i64> {
-        self.resources
-            .iter()
-            .zip(&self.kinds)
-            .map(|(r, &k)| pod_request_k(pod, k, &r.name, false))
-            .collect()
+        self.resources.iter().zip(&self.kinds).map(|(r, &k)| pod_request_k(pod, k, &r.name, false)).collect()
     }
 
     fn score_with(&self, reqs: &[i64], node: &NodeInfo) -> i64 {
@@ -450,19 +351,11 @@ impl NodeResourcesFit {
             }
             let s = match &self.strategy {
                 Strategy::Least => {
-                    if requested > alloc {
-                        0
-                    } else {
-                        (alloc - requested) * MAX_NODE_SCORE / alloc
-                    }
+                    if requested > alloc { 0 } else { (alloc - requested) * MAX_NODE_SCORE / alloc }
                 }
                 Strategy::Most => requested.min(alloc) * MAX_NODE_SCORE / alloc,
                 Strategy::Ratio(shape) => {
-                    let u = if requested > alloc {
-                        100
-                    } else {
-                        requested * 100 / alloc
-                    };
+                    let u = if requested > alloc { 100 } else { requested * 100 / alloc };
                     let s = ratio_fn(shape, u);
                     if s <= 0 {
                         continue;
@@ -491,60 +384,17 @@ mod tests {
     #[test]
     fn filter_table() {
         let cases = [
-            (
-                "fits",
-                pod("p").req("1", "1Gi"),
-                vec![],
-                Code::Success,
-                vec![],
-            ),
-            (
-                "no requests always fits",
-                pod("p"),
-                vec![pod("e").node("n").req("4", "32Gi")],
-                Code::Success,
-                vec![],
-            ),
-            (
-                "insufficient cpu",
-                pod("p").req("2", ""),
-                vec![pod("e").node("n").req("3", "")],
-                Code::Unschedulable,
-                vec!["Insufficient cpu"],
-            ),
-            (
-                "more than allocatable",
-                pod("p").req("5", ""),
-                vec![],
-                Code::UnschedulableAndUnresolvable,
-                vec!["Insufficient cpu"],
-            ),
-            (
-                "extended unknown",
-                pod("p").request("example.com/gpu", "1"),
-                vec![],
-                Code::UnschedulableAndUnresolvable,
-                vec!["Insufficient example.com/gpu"],
-            ),
-            (
-                "terminated pods free resources",
-                pod("p").req("2", ""),
-                vec![pod("e").node("n").req("3", "").phase("Succeeded")],
-                Code::Success,
-                vec![],
-            ),
-            (
-                "terminating pods hold resources",
-                pod("p").req("2", ""),
-                vec![pod("e").node("n").req("3", "").terminating()],
-                Code::Unschedulable,
-                vec!["Insufficient cpu"],
-            ),
+            ("fits", pod("p").req("1", "1Gi"), vec![], Code::Success, vec![]),
+            ("no requests always fits", pod("p"), vec![pod("e").node("n").req("4", "32Gi")], Code::Success, vec![]),
+            ("insufficient cpu", pod("p").req("2", ""), vec![pod("e").node("n").req("3", "")], Code::Unschedulable, vec!["Insufficient cpu"]),
+            ("more than allocatable", pod("p").req("5", ""), vec![], Code::UnschedulableAndUnresolvable, vec!["Insufficient cpu"]),
+            ("extended unknown", pod("p").request("example.com/gpu", "1"), vec![], Code::UnschedulableAndUnresolvable, vec!["Insufficient example.com/gpu"]),
+            ("terminated pods free resources", pod("p").req("2", ""), vec![pod("e").node("n").req("3", "").phase("Succeeded")], Code::Success, vec![]),
+            ("terminating pods hold resources", pod("p").req("2", ""), vec![pod("e").node("n").req("3", "").terminating()], Code::Unschedulable, vec!["Insufficient cpu"]),
         ];
         for (name, p, existing, code, reasons) in cases {
             let snap = snapshot(&[node("n")], &existing);
-            let s =
-                NodeResourcesFit::default().filter(&CycleState::new(), &p.info(), &snap.nodes[0]);
+            let s = NodeResourcesFit::default().filter(&CycleState::new(), &p.info(), &snap.nodes[0]);
             assert_eq!(s.code, code, "{name}: {s}");
             assert_eq!(s.reasons.as_slice(), reasons.as_slice(), "{name}");
         }
@@ -553,39 +403,21 @@ mod tests {
     #[test]
     fn too_many_pods() {
         let snap = snapshot(&[node("n").alloc("4", "32Gi", 1)], &[pod("e").node("n")]);
-        let s = NodeResourcesFit::default().filter(
-            &CycleState::new(),
-            &pod("p").info(),
-            &snap.nodes[0],
-        );
+        let s = NodeResourcesFit::default().filter(&CycleState::new(), &pod("p").info(), &snap.nodes[0]);
         assert_eq!(s.reasons.as_slice(), ["Too many pods"]);
     }
 
     #[test]
     fn ignored_resource_groups() {
-        let pl = NodeResourcesFit::new(Args {
-            ignored_resource_groups: vec!["example.com".into()],
-            ..Default::default()
-        })
-        .expect("valid");
+        let pl = NodeResourcesFit::new(Args { ignored_resource_groups: vec!["example.com".into()], ..Default::default() }).expect("valid");
         let snap = snapshot(&[node("n")], &[]);
-        assert!(
-            pl.filter(
-                &CycleState::new(),
-                &pod("p").request("example.com/gpu", "1").info(),
-                &snap.nodes[0]
-            )
-            .is_success()
-        );
+        assert!(pl.filter(&CycleState::new(), &pod("p").request("example.com/gpu", "1").info(), &snap.nodes[0]).is_success());
     }
 
     #[test]
     fn least_allocated_score() {
         // Upstream: "no resources requested, pods scheduled with resources".
-        let nodes = [
-            node("n1").alloc("10000", "20000", 32),
-            node("n2").alloc("10000", "20000", 32),
-        ];
+        let nodes = [node("n1").alloc("10000", "20000", 32), node("n2").alloc("10000", "20000", 32)];
         let pods = [
             pod("e1").node("n1").req("3000", "0"),
             pod("e2").node("n1").req("3000", "0"),
@@ -603,22 +435,13 @@ mod tests {
     #[test]
     fn bad_args_name_the_field() {
         let e = NodeResourcesFit::new(Args {
-            scoring_strategy: Some(ScoringStrategy {
-                kind: "Fancy".into(),
-                ..Default::default()
-            }),
+            scoring_strategy: Some(ScoringStrategy { kind: "Fancy".into(), ..Default::default() }),
             ..Default::default()
         })
         .expect_err("invalid");
         assert!(e.starts_with("scoringStrategy.type"), "{e}");
         let e = NodeResourcesFit::new(Args {
-            scoring_strategy: Some(ScoringStrategy {
-                resources: vec![ResourceSpec {
-                    name: "cpu".into(),
-                    weight: 0,
-                }],
-                ..Default::default()
-            }),
+            scoring_strategy: Some(ScoringStrategy { resources: vec![ResourceSpec { name: "cpu".into(), weight: 0 }], ..Default::default() }),
             ..Default::default()
         })
         .expect_err("invalid");

@@ -3,7 +3,7 @@
 
 use crate::cache::Snapshot;
 use crate::framework::{CycleState, Events, FilterPlugin, Plugin, Status};
-use berth_model::taints::{Effect, Taint, tolerated};
+use berth_model::taints::{tolerated, Effect, Taint};
 use berth_model::{NodeInfo, PodInfo};
 
 /// Plugin name.
@@ -26,9 +26,7 @@ impl Plugin for NodeUnschedulable {
     }
 
     fn events(&self) -> Events {
-        Events::NODE_ADD
-            .or(Events::NODE_UNSCHEDULABLE)
-            .or(Events::POD_SELF)
+        Events::NODE_ADD.or(Events::NODE_UNSCHEDULABLE).or(Events::POD_SELF)
     }
 }
 
@@ -49,26 +47,17 @@ impl FilterPlugin for NodeUnschedulable {
         Status::unresolvable(REASON)
     }
 
-    fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) {
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // Only cordoned nodes need a look.
-        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_, ni| {
-            ni.unschedulable
-        });
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_, ni| ni.unschedulable);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{node, pod};
     use berth_model::NodeInfo;
+    use crate::testing::{node, pod};
     use std::sync::Arc;
 
     #[test]
@@ -76,12 +65,7 @@ mod tests {
         let cases = [
             ("schedulable node", pod("p"), node("n"), true),
             ("cordoned node", pod("p"), node("n").unschedulable(), false),
-            (
-                "tolerating pod",
-                pod("p").toleration("node.kubernetes.io/unschedulable", None, "NoSchedule"),
-                node("n").unschedulable(),
-                true,
-            ),
+            ("tolerating pod", pod("p").toleration("node.kubernetes.io/unschedulable", None, "NoSchedule"), node("n").unschedulable(), true),
         ];
         for (name, p, n, ok) in cases {
             let ni = NodeInfo::new(Arc::new(n.spec()));

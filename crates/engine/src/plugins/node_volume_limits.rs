@@ -10,11 +10,9 @@
 
 use std::collections::HashMap;
 
-use crate::cache::Snapshot;
 use crate::cache::storage::{Claim, CsiNode, Storage};
-use crate::framework::{
-    CycleState, Events, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, Status,
-};
+use crate::cache::Snapshot;
+use crate::framework::{CycleState, Events, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, Status};
 use berth_model::volumes::VolumeSource;
 use berth_model::{NodeInfo, PodInfo};
 
@@ -50,9 +48,7 @@ fn migrated(csi_node: Option<&CsiNode>, plugin: &str) -> bool {
 
 /// (driver, handle) of a claim, or None when it does not count.
 fn claim_driver(st: &Storage, csi_node: Option<&CsiNode>, c: &Claim) -> Option<(String, String)> {
-    let pv = (!c.volume_name.is_empty())
-        .then(|| st.volume(&c.volume_name))
-        .flatten();
+    let pv = (!c.volume_name.is_empty()).then(|| st.volume(&c.volume_name)).flatten();
     let Some(pv) = pv else {
         // Unbound (or its PV is gone): count through the class's provisioner.
         if c.class.is_empty() {
@@ -74,13 +70,7 @@ fn claim_driver(st: &Storage, csi_node: Option<&CsiNode>, c: &Claim) -> Option<(
 
 /// Adds the pod's attachable volumes (unique name → driver) to `out`. With
 /// `new_pod`, a missing claim is an error; otherwise it is skipped.
-fn attachable(
-    st: &Storage,
-    csi_node: Option<&CsiNode>,
-    pod: &PodInfo,
-    new_pod: bool,
-    out: &mut HashMap<String, String>,
-) -> Result<(), Status> {
+fn attachable(st: &Storage, csi_node: Option<&CsiNode>, pod: &PodInfo, new_pod: bool, out: &mut HashMap<String, String>) -> Result<(), Status> {
     for v in pod.volumes.iter() {
         let (claim, ephemeral) = match &v.source {
             VolumeSource::Claim { claim } => (claim, false),
@@ -93,11 +83,7 @@ fn attachable(
             }
             VolumeSource::AwsEbs { volume_id } => {
                 if migrated(csi_node, "kubernetes.io/aws-ebs") {
-                    let id = if volume_id.starts_with("aws://") {
-                        volume_id.rsplit('/').next().unwrap_or(volume_id)
-                    } else {
-                        volume_id.as_str()
-                    };
+                    let id = if volume_id.starts_with("aws://") { volume_id.rsplit('/').next().unwrap_or(volume_id) } else { volume_id.as_str() };
                     out.insert(format!("ebs.csi.aws.com/{id}"), "ebs.csi.aws.com".into());
                 }
                 continue;
@@ -109,18 +95,12 @@ fn attachable(
         }
         let Some(c) = st.claim(&pod.namespace, claim) else {
             if new_pod {
-                return Err(Status::unresolvable(format!(
-                    "looking up PVC {}/{claim}: persistentvolumeclaims {claim:?} not found",
-                    pod.namespace
-                )));
+                return Err(Status::unresolvable(format!("looking up PVC {}/{claim}: persistentvolumeclaims {claim:?} not found", pod.namespace)));
             }
             continue;
         };
         if ephemeral && c.controller_uid.as_deref() != Some(pod.uid.as_str()) {
-            return Err(Status::error(format!(
-                "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
-                c.namespace, c.name, pod.namespace, pod.name
-            )));
+            return Err(Status::error(format!("PVC {}/{} was not created for pod {}/{} (pod is not owner)", c.namespace, c.name, pod.namespace, pod.name)));
         }
         if let Some((driver, handle)) = claim_driver(st, csi_node, c) {
             if driver.is_empty() || handle.is_empty() {
@@ -143,36 +123,19 @@ impl Plugin for NodeVolumeLimits {
 }
 
 impl PreFilterPlugin for NodeVolumeLimits {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> (Status, PreFilterNodes) {
-        let counts = pod.volumes.iter().any(|v| {
-            matches!(
-                v.source,
-                VolumeSource::Claim { .. }
-                    | VolumeSource::Ephemeral { .. }
-                    | VolumeSource::GcePd { .. }
-                    | VolumeSource::AwsEbs { .. }
-            )
-        });
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
+        let counts = pod.volumes.iter().any(|v| matches!(v.source, VolumeSource::Claim { .. } | VolumeSource::Ephemeral { .. } | VolumeSource::GcePd { .. } | VolumeSource::AwsEbs { .. }));
         if !counts {
             return (Status::skip(), None);
         }
-        state.insert(State {
-            storage: snap.storage.clone(),
-        });
+        state.insert(State { storage: snap.storage.clone() });
         (Status::success(), None)
     }
 }
 
 impl FilterPlugin for NodeVolumeLimits {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(State { storage: st }) = state.get::<State>() else {
-            return Status::success();
-        };
+        let Some(State { storage: st }) = state.get::<State>() else { return Status::success() };
         let csi_node = st.csi_node(node.name()).map(|n| &**n);
         let mut new_volumes = HashMap::new();
         if let Err(s) = attachable(st, csi_node, pod, true, &mut new_volumes) {
@@ -181,9 +144,7 @@ impl FilterPlugin for NodeVolumeLimits {
         if new_volumes.is_empty() {
             return Status::success();
         }
-        let Some(csi_node) = csi_node else {
-            return Status::success();
-        };
+        let Some(csi_node) = csi_node else { return Status::success() };
         if let Some(e) = &csi_node.error {
             return Status::unresolvable(e.to_string());
         }
@@ -207,10 +168,9 @@ impl FilterPlugin for NodeVolumeLimits {
         }
         for (driver, n) in new_count {
             if let Some(limit) = csi_node.limit(driver)
-                && attached_count.get(driver).copied().unwrap_or(0) + n > limit
-            {
-                return Status::unschedulable(REASON);
-            }
+                && attached_count.get(driver).copied().unwrap_or(0) + n > limit {
+                    return Status::unschedulable(REASON);
+                }
         }
         Status::success()
     }
@@ -220,9 +180,7 @@ impl FilterPlugin for NodeVolumeLimits {
 mod tests {
     use super::*;
     use crate::framework::Code;
-    use crate::plugins::volume_binding::tests_support::{
-        claim, csi_node, pod_with_claims, pv, snapshot_with,
-    };
+    use crate::plugins::volume_binding::tests_support::{claim, csi_node, pod_with_claims, pv, snapshot_with};
     use std::sync::Arc;
 
     fn on(node: &str, p: Arc<PodInfo>) -> Arc<PodInfo> {
@@ -238,46 +196,28 @@ mod tests {
         for (i, d) in ["ebs", "ebs", "ebs", "pd", "pd"].iter().enumerate() {
             let n = format!("c{i}");
             claims.push(claim(&n, "1Gi", Some("")).volume(&format!("v{i}")));
-            pvs.push(
-                pv(&format!("v{i}"), "1Gi", Some(""))
-                    .csi(d, &format!("h{i}"))
-                    .bound(&n),
-            );
+            pvs.push(pv(&format!("v{i}"), "1Gi", Some("")).csi(d, &format!("h{i}")).bound(&n));
         }
         claims.push(claim("pending", "1Gi", Some("ebs-sc")));
-        let mut snap = snapshot_with(
-            &[("n1", vec![])],
-            &claims,
-            &pvs,
-            &[("ebs-sc", false, "ebs")],
-        );
-        snap.storage
-            .upsert_csi_node(&csi_node("n1", &[("ebs", 3), ("pd", 2)]));
+        let mut snap = snapshot_with(&[("n1", vec![])], &claims, &pvs, &[("ebs-sc", false, "ebs")]);
+        snap.storage.upsert_csi_node(&csi_node("n1", &[("ebs", 3), ("pd", 2)]));
         snap.add_pod(on("n1", pod_with_claims("old", &["c0", "c1"])));
         // (new pod's claims, fits)
         let rows: &[(&[&str], bool)] = &[
-            (&["c2"], true),             // 2 attached + 1 <= 3
-            (&["c0"], true),             // already attached: counted once
-            (&["c2", "pending"], false), // the pending claim counts through its class
-            (&["c3", "c4"], true),       // another driver's limit
+            (&["c2"], true),                 // 2 attached + 1 <= 3
+            (&["c0"], true),                 // already attached: counted once
+            (&["c2", "pending"], false),     // the pending claim counts through its class
+            (&["c3", "c4"], true),           // another driver's limit
             (&["c0", "c1", "c2"], true),
         ];
         for (claims, fits) in rows {
             let p = pod_with_claims("p", claims);
             let mut st = CycleState::new();
-            assert!(
-                NodeVolumeLimits
-                    .pre_filter(&mut st, &p, &snap)
-                    .0
-                    .is_success()
-            );
+            assert!(NodeVolumeLimits.pre_filter(&mut st, &p, &snap).0.is_success());
             let s = NodeVolumeLimits.filter(&st, &p, &snap.nodes[0]);
             assert_eq!(s.is_success(), *fits, "{claims:?}: {s}");
             if !fits {
-                assert_eq!(
-                    (s.code, s.message()),
-                    (Code::Unschedulable, REASON.to_string())
-                );
+                assert_eq!((s.code, s.message()), (Code::Unschedulable, REASON.to_string()));
             }
         }
         // A missing claim of the new pod, and a pod without volumes.
@@ -286,21 +226,8 @@ mod tests {
         NodeVolumeLimits.pre_filter(&mut st, &p, &snap);
         let s = NodeVolumeLimits.filter(&st, &p, &snap.nodes[0]);
         assert_eq!(s.code, Code::UnschedulableAndUnresolvable, "{s}");
-        assert!(
-            s.message()
-                .contains("persistentvolumeclaims \"nope\" not found"),
-            "{s}"
-        );
-        assert!(
-            NodeVolumeLimits
-                .pre_filter(
-                    &mut CycleState::new(),
-                    &crate::testing::pod("plain").info(),
-                    &snap
-                )
-                .0
-                .is_skip()
-        );
+        assert!(s.message().contains("persistentvolumeclaims \"nope\" not found"), "{s}");
+        assert!(NodeVolumeLimits.pre_filter(&mut CycleState::new(), &crate::testing::pod("plain").info(), &snap).0.is_skip());
     }
 
     /// A pod in "default" with generic ephemeral volumes named `volumes`
@@ -309,39 +236,24 @@ mod tests {
         use k8s_openapi::api::core::v1 as core;
         let mut b = crate::testing::pod(name);
         if let Some(s) = b.pod.spec.as_mut() {
-            s.volumes = Some(
-                volumes
-                    .iter()
-                    .map(|v| core::Volume {
-                        name: v.to_string(),
-                        ephemeral: Some(core::EphemeralVolumeSource::default()),
-                        ..Default::default()
-                    })
-                    .collect(),
-            );
+            s.volumes = Some(volumes.iter().map(|v| core::Volume { name: v.to_string(), ephemeral: Some(core::EphemeralVolumeSource::default()), ..Default::default() }).collect());
         }
         b.info()
     }
 
     /// The claim of `pod`'s ephemeral volume `volume`, of class "csi-sc",
     /// unbound, owned (controller) by the pod with `owner_uid`.
-    fn ephemeral_claim(
-        pod: &str,
-        volume: &str,
-        owner_uid: Option<&str>,
-    ) -> crate::plugins::volume_binding::tests_support::ClaimB {
+    fn ephemeral_claim(pod: &str, volume: &str, owner_uid: Option<&str>) -> crate::plugins::volume_binding::tests_support::ClaimB {
         let mut c = claim(&format!("{pod}-{volume}"), "1Gi", Some("csi-sc"));
         if let Some(uid) = owner_uid {
-            c.0.metadata.owner_references = Some(vec![
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-                    api_version: "v1".into(),
-                    kind: "Pod".into(),
-                    name: pod.into(),
-                    uid: uid.into(),
-                    controller: Some(true),
-                    block_owner_deletion: None,
-                },
-            ]);
+            c.0.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: pod.into(),
+                uid: uid.into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]);
         }
         c
     }
@@ -357,13 +269,7 @@ mod tests {
             claim("csi-2", "1Gi", Some("csi-sc")).volume("v2"),
             claim("csi-0", "1Gi", Some("csi-sc")).volume("v0"),
         ];
-        let pvs: Vec<_> = (0..4)
-            .map(|i| {
-                pv(&format!("v{i}"), "1Gi", Some("csi-sc"))
-                    .csi("ebs", &format!("h{i}"))
-                    .bound(&format!("csi-{i}"))
-            })
-            .collect();
+        let pvs: Vec<_> = (0..4).map(|i| pv(&format!("v{i}"), "1Gi", Some("csi-sc")).csi("ebs", &format!("h{i}")).bound(&format!("csi-{i}"))).collect();
         let abc_uid = crate::testing::pod("abc").info().uid.clone();
         let two_uid = crate::testing::pod("two").info().uid.clone();
         claims.push(ephemeral_claim("abc", "xyz", Some(&abc_uid)));
@@ -381,81 +287,20 @@ mod tests {
             want: Result<(), (Code, &'static str)>,
         }
         let rows = vec![
-            Row {
-                name: "ephemeral volume missing",
-                new_pod: ephemeral_pod("missing", &["xyz"]),
-                existing: vec![],
-                limit: None,
-                want: Err((
-                    Code::UnschedulableAndUnresolvable,
-                    "looking up PVC default/missing-xyz: persistentvolumeclaims \"missing-xyz\" not found",
-                )),
-            },
-            Row {
-                name: "ephemeral volume not owned",
-                new_pod: ephemeral_pod("orphan", &["xyz"]),
-                existing: vec![],
-                limit: None,
-                want: Err((
-                    Code::Error,
-                    "PVC default/orphan-xyz was not created for pod default/orphan (pod is not owner)",
-                )),
-            },
-            Row {
-                name: "ephemeral volume unbound",
-                new_pod: ephemeral_pod("abc", &["xyz"]),
-                existing: vec![],
-                limit: None,
-                want: Ok(()),
-            },
-            Row {
-                name: "ephemeral doesn't when node volume limit <= pods CSI volume",
-                new_pod: ephemeral_pod("abc", &["xyz"]),
-                existing: vec![running(), csi_two()],
-                limit: Some(2),
-                want: Err((Code::Unschedulable, REASON)),
-            },
-            Row {
-                name: "ephemeral doesn't when node volume limit <= pods ephemeral CSI volume",
-                new_pod: one(),
-                existing: vec![running(), ephemeral_pod("two", &["x", "y"])],
-                limit: Some(2),
-                want: Err((Code::Unschedulable, REASON)),
-            },
-            Row {
-                name: "persistent doesn't when node volume limit <= pods ephemeral CSI volume + persistent volume",
-                new_pod: one(),
-                existing: vec![running(), ephemeral_pod("abc", &["xyz"]), csi_two()],
-                limit: Some(3),
-                want: Err((Code::Unschedulable, REASON)),
-            },
-            Row {
-                name: "persistent okay when node volume limit > pods ephemeral CSI volume + persistent volume",
-                new_pod: one(),
-                existing: vec![running(), ephemeral_pod("abc", &["xyz"]), csi_two()],
-                limit: Some(5),
-                want: Ok(()),
-            },
+            Row { name: "ephemeral volume missing", new_pod: ephemeral_pod("missing", &["xyz"]), existing: vec![], limit: None, want: Err((Code::UnschedulableAndUnresolvable, "looking up PVC default/missing-xyz: persistentvolumeclaims \"missing-xyz\" not found")) },
+            Row { name: "ephemeral volume not owned", new_pod: ephemeral_pod("orphan", &["xyz"]), existing: vec![], limit: None, want: Err((Code::Error, "PVC default/orphan-xyz was not created for pod default/orphan (pod is not owner)")) },
+            Row { name: "ephemeral volume unbound", new_pod: ephemeral_pod("abc", &["xyz"]), existing: vec![], limit: None, want: Ok(()) },
+            Row { name: "ephemeral doesn't when node volume limit <= pods CSI volume", new_pod: ephemeral_pod("abc", &["xyz"]), existing: vec![running(), csi_two()], limit: Some(2), want: Err((Code::Unschedulable, REASON)) },
+            Row { name: "ephemeral doesn't when node volume limit <= pods ephemeral CSI volume", new_pod: one(), existing: vec![running(), ephemeral_pod("two", &["x", "y"])], limit: Some(2), want: Err((Code::Unschedulable, REASON)) },
+            Row { name: "persistent doesn't when node volume limit <= pods ephemeral CSI volume + persistent volume", new_pod: one(), existing: vec![running(), ephemeral_pod("abc", &["xyz"]), csi_two()], limit: Some(3), want: Err((Code::Unschedulable, REASON)) },
+            Row { name: "persistent okay when node volume limit > pods ephemeral CSI volume + persistent volume", new_pod: one(), existing: vec![running(), ephemeral_pod("abc", &["xyz"]), csi_two()], limit: Some(5), want: Ok(()) },
             // Beyond upstream's table: the ephemeral claims of a bound pod
             // alone reach the limit.
-            Row {
-                name: "ephemeral claims of a bound pod fill the limit",
-                new_pod: one(),
-                existing: vec![ephemeral_pod("two", &["x", "y"])],
-                limit: Some(2),
-                want: Err((Code::Unschedulable, REASON)),
-            },
-            Row {
-                name: "ephemeral claims of a bound pod below the limit",
-                new_pod: one(),
-                existing: vec![ephemeral_pod("two", &["x", "y"])],
-                limit: Some(3),
-                want: Ok(()),
-            },
+            Row { name: "ephemeral claims of a bound pod fill the limit", new_pod: one(), existing: vec![ephemeral_pod("two", &["x", "y"])], limit: Some(2), want: Err((Code::Unschedulable, REASON)) },
+            Row { name: "ephemeral claims of a bound pod below the limit", new_pod: one(), existing: vec![ephemeral_pod("two", &["x", "y"])], limit: Some(3), want: Ok(()) },
         ];
         for r in rows {
-            let mut snap =
-                snapshot_with(&[("n1", vec![])], &claims, &pvs, &[("csi-sc", true, "ebs")]);
+            let mut snap = snapshot_with(&[("n1", vec![])], &claims, &pvs, &[("csi-sc", true, "ebs")]);
             // Upstream's "csinode-with-no-limit": the driver is listed without a count.
             let mut cn = csi_node("n1", &[("ebs", r.limit.unwrap_or(0))]);
             if r.limit.is_none() {
@@ -466,23 +311,11 @@ mod tests {
                 snap.add_pod(on("n1", p));
             }
             let mut st = CycleState::new();
-            assert!(
-                NodeVolumeLimits
-                    .pre_filter(&mut st, &r.new_pod, &snap)
-                    .0
-                    .is_success(),
-                "{}",
-                r.name
-            );
+            assert!(NodeVolumeLimits.pre_filter(&mut st, &r.new_pod, &snap).0.is_success(), "{}", r.name);
             let s = NodeVolumeLimits.filter(&st, &r.new_pod, &snap.nodes[0]);
             match r.want {
                 Ok(()) => assert!(s.is_success(), "{}: {s}", r.name),
-                Err((code, message)) => assert_eq!(
-                    (s.code, s.message()),
-                    (code, message.to_string()),
-                    "{}",
-                    r.name
-                ),
+                Err((code, message)) => assert_eq!((s.code, s.message()), (code, message.to_string()), "{}", r.name),
             }
         }
     }

@@ -17,8 +17,7 @@ impl Plugin for PrioritySort {
 
 impl QueueSortPlugin for PrioritySort {
     fn less(&self, a: &QueuedPod, b: &QueuedPod) -> bool {
-        a.pod.priority > b.pod.priority
-            || (a.pod.priority == b.pod.priority && a.timestamp_ms < b.timestamp_ms)
+        a.pod.priority > b.pod.priority || (a.pod.priority == b.pod.priority && a.timestamp_ms < b.timestamp_ms)
     }
 }
 
@@ -29,33 +28,15 @@ mod tests {
 
     #[test]
     fn order() {
-        let q = |p: crate::testing::PodBuilder, ts| QueuedPod {
-            pod: p.info(),
-            timestamp_ms: ts,
-            attempts: 0,
-        };
+        let q = |p: crate::testing::PodBuilder, ts| QueuedPod { pod: p.info(), timestamp_ms: ts, attempts: 0 };
         let cases = [
-            (
-                q(pod("a").priority(10), 5),
-                q(pod("b").priority(1), 1),
-                true,
-            ),
-            (
-                q(pod("a").priority(1), 1),
-                q(pod("b").priority(10), 5),
-                false,
-            ),
+            (q(pod("a").priority(10), 5), q(pod("b").priority(1), 1), true),
+            (q(pod("a").priority(1), 1), q(pod("b").priority(10), 5), false),
             (q(pod("a"), 1), q(pod("b"), 2), true),
             (q(pod("a"), 2), q(pod("b"), 1), false),
         ];
         for (a, b, want) in cases {
-            assert_eq!(
-                PrioritySort.less(&a, &b),
-                want,
-                "{} vs {}",
-                a.pod.name,
-                b.pod.name
-            );
+            assert_eq!(PrioritySort.less(&a, &b), want, "{} vs {}", a.pod.name, b.pod.name);
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use berth_model::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, is_scalar};
+use berth_model::resources::{is_scalar, CPU, EPHEMERAL_STORAGE, MEMORY};
 use berth_model::{NodeInfo, PodInfo};
 
 /// A resource and its weight in a score.
@@ -19,16 +19,7 @@ pub struct ResourceSpec {
 
 /// cpu:1, memory:1 (upstream's default for both plugins).
 pub fn default_resources() -> Vec<ResourceSpec> {
-    vec![
-        ResourceSpec {
-            name: CPU.into(),
-            weight: 1,
-        },
-        ResourceSpec {
-            name: MEMORY.into(),
-            weight: 1,
-        },
-    ]
+    vec![ResourceSpec { name: CPU.into(), weight: 1 }, ResourceSpec { name: MEMORY.into(), weight: 1 }]
 }
 
 /// Checks resource specs, naming the field.
@@ -38,10 +29,7 @@ pub fn validate_resources(rs: &[ResourceSpec], path: &str) -> Result<(), String>
             return Err(format!("{path}[{i}].name: must be non-empty"));
         }
         if !(1..=100).contains(&r.weight) {
-            return Err(format!(
-                "{path}[{i}].weight: resource weight of {} should be in a range of 1-100, got {}",
-                r.name, r.weight
-            ));
+            return Err(format!("{path}[{i}].weight: resource weight of {} should be in a range of 1-100, got {}", r.name, r.weight));
         }
     }
     Ok(())
@@ -73,55 +61,20 @@ pub fn kind(name: &str) -> Kind {
 /// `pod_request` for a resolved resource.
 pub fn pod_request_k(pod: &PodInfo, k: Kind, name: &str, use_requested: bool) -> i64 {
     match k {
-        Kind::Cpu => {
-            if use_requested {
-                pod.requests.milli_cpu
-            } else {
-                pod.non_zero_cpu
-            }
-        }
-        Kind::Memory => {
-            if use_requested {
-                pod.requests.memory
-            } else {
-                pod.non_zero_memory
-            }
-        }
+        Kind::Cpu => if use_requested { pod.requests.milli_cpu } else { pod.non_zero_cpu },
+        Kind::Memory => if use_requested { pod.requests.memory } else { pod.non_zero_memory },
         Kind::Ephemeral => pod.requests.ephemeral_storage,
         Kind::Scalar => pod.requests.scalar(name),
     }
 }
 
 /// `allocatable_and_requested` for a resolved resource.
-pub fn allocatable_and_requested_k(
-    node: &NodeInfo,
-    k: Kind,
-    name: &str,
-    pod_req: i64,
-    use_requested: bool,
-) -> (i64, i64) {
+pub fn allocatable_and_requested_k(node: &NodeInfo, k: Kind, name: &str, pod_req: i64, use_requested: bool) -> (i64, i64) {
     let alloc = &node.allocatable;
     match k {
-        Kind::Cpu => (
-            alloc.milli_cpu,
-            if use_requested {
-                node.requested.milli_cpu
-            } else {
-                node.non_zero_cpu
-            } + pod_req,
-        ),
-        Kind::Memory => (
-            alloc.memory,
-            if use_requested {
-                node.requested.memory
-            } else {
-                node.non_zero_memory
-            } + pod_req,
-        ),
-        Kind::Ephemeral => (
-            alloc.ephemeral_storage,
-            node.requested.ephemeral_storage + pod_req,
-        ),
+        Kind::Cpu => (alloc.milli_cpu, if use_requested { node.requested.milli_cpu } else { node.non_zero_cpu } + pod_req),
+        Kind::Memory => (alloc.memory, if use_requested { node.requested.memory } else { node.non_zero_memory } + pod_req),
+        Kind::Ephemeral => (alloc.ephemeral_storage, node.requested.ephemeral_storage + pod_req),
         Kind::Scalar => allocatable_and_requested(node, name, pod_req, use_requested),
     }
 }
@@ -138,37 +91,15 @@ pub fn pod_request(pod: &PodInfo, name: &str, use_requested: bool) -> i64 {
 
 /// (allocatable, requested including the pod) of one resource on a node;
 /// (0, 0) for a scalar resource the pod does not request, so it is left out.
-pub fn allocatable_and_requested(
-    node: &NodeInfo,
-    name: &str,
-    pod_req: i64,
-    use_requested: bool,
-) -> (i64, i64) {
+pub fn allocatable_and_requested(node: &NodeInfo, name: &str, pod_req: i64, use_requested: bool) -> (i64, i64) {
     if pod_req == 0 && is_scalar(name) {
         return (0, 0);
     }
     let alloc = &node.allocatable;
     match name {
-        CPU => (
-            alloc.milli_cpu,
-            if use_requested {
-                node.requested.milli_cpu
-            } else {
-                node.non_zero_cpu
-            } + pod_req,
-        ),
-        MEMORY => (
-            alloc.memory,
-            if use_requested {
-                node.requested.memory
-            } else {
-                node.non_zero_memory
-            } + pod_req,
-        ),
-        EPHEMERAL_STORAGE => (
-            alloc.ephemeral_storage,
-            node.requested.ephemeral_storage + pod_req,
-        ),
+        CPU => (alloc.milli_cpu, if use_requested { node.requested.milli_cpu } else { node.non_zero_cpu } + pod_req),
+        MEMORY => (alloc.memory, if use_requested { node.requested.memory } else { node.non_zero_memory } + pod_req),
+        EPHEMERAL_STORAGE => (alloc.ephemeral_storage, node.requested.ephemeral_storage + pod_req),
         _ => {
             let a = alloc.scalar(name);
             if a == 0 && !alloc.scalar.iter().any(|(n, _)| n == name) {

@@ -26,13 +26,7 @@ impl PreEnqueuePlugin for SchedulingGates {
         if pod.scheduling_gates.is_empty() {
             return Status::success();
         }
-        Status::new(
-            Code::UnschedulableAndUnresolvable,
-            format!(
-                "waiting for scheduling gates: [{}]",
-                pod.scheduling_gates.join(" ")
-            ),
-        )
+        Status::new(Code::UnschedulableAndUnresolvable, format!("waiting for scheduling gates: [{}]", pod.scheduling_gates.join(" ")))
     }
 }
 
@@ -43,11 +37,7 @@ mod tests {
 
     #[test]
     fn gates() {
-        assert!(
-            SchedulingGates
-                .pre_enqueue(&pod("p").info(), None)
-                .is_success()
-        );
+        assert!(SchedulingGates.pre_enqueue(&pod("p").info(), None).is_success());
         let s = SchedulingGates.pre_enqueue(&pod("p").gate("a").gate("b").info(), None);
         assert_eq!(s.code, Code::UnschedulableAndUnresolvable);
         assert_eq!(s.message(), "waiting for scheduling gates: [a b]");

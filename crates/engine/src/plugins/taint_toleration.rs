@@ -2,10 +2,8 @@
 //! NoExecute taint; Score prefers nodes with fewer untolerated PreferNoSchedule taints.
 
 use crate::cache::Snapshot;
-use crate::framework::{
-    CycleState, Events, FilterPlugin, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status,
-};
-use berth_model::taints::{Effect, Toleration, first_untolerated_hard, tolerated};
+use crate::framework::{CycleState, Events, FilterPlugin, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status};
+use berth_model::taints::{first_untolerated_hard, tolerated, Effect, Toleration};
 use berth_model::{NodeInfo, PodInfo};
 
 use super::helper::default_normalize;
@@ -55,29 +53,14 @@ impl FilterPlugin for TaintToleration {
         }
     }
 
-    fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) {
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // Only tainted nodes need a look.
-        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_, ni| {
-            ni.has_taints
-        });
+        crate::framework::filter_each(self, state, pod, snap, nodes, rejected, |_, ni| ni.has_taints);
     }
 }
 
 impl PreScorePlugin for TaintToleration {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        _: &[usize],
-        _: &Snapshot,
-    ) -> Status {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[usize], _: &Snapshot) -> Status {
         let prefer = pod
             .tolerations
             .iter()
@@ -98,12 +81,7 @@ impl ScorePlugin for TaintToleration {
         let prefer = match state.get::<PreScoreState>() {
             Some(s) => &s.prefer,
             None => {
-                computed = pod
-                    .tolerations
-                    .iter()
-                    .filter(|t| t.effect.is_none() || t.effect == Some(Effect::PreferNoSchedule))
-                    .cloned()
-                    .collect::<Vec<_>>();
+                computed = pod.tolerations.iter().filter(|t| t.effect.is_none() || t.effect == Some(Effect::PreferNoSchedule)).cloned().collect::<Vec<_>>();
                 &computed
             }
         };
@@ -123,13 +101,7 @@ impl ScorePlugin for TaintToleration {
         true
     }
 
-    fn normalize_score(
-        &self,
-        _: &CycleState,
-        _: &PodInfo,
-        scores: &mut [NodeScore],
-        _: &Snapshot,
-    ) -> Status {
+    fn normalize_score(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore], _: &Snapshot) -> Status {
         default_normalize(scores, true);
         Status::success()
     }
@@ -146,43 +118,14 @@ mod tests {
     fn filter_table() {
         let cases = [
             ("no taints", pod("p"), node("n"), Code::Success),
-            (
-                "untolerated NoSchedule",
-                pod("p"),
-                node("n").taint("dedicated", "gpu", "NoSchedule"),
-                Code::UnschedulableAndUnresolvable,
-            ),
-            (
-                "tolerated by value",
-                pod("p").toleration("dedicated", Some("gpu"), "NoSchedule"),
-                node("n").taint("dedicated", "gpu", "NoSchedule"),
-                Code::Success,
-            ),
-            (
-                "value mismatch",
-                pod("p").toleration("dedicated", Some("cpu"), "NoSchedule"),
-                node("n").taint("dedicated", "gpu", "NoSchedule"),
-                Code::UnschedulableAndUnresolvable,
-            ),
-            (
-                "effect mismatch",
-                pod("p").toleration("dedicated", None, "NoExecute"),
-                node("n").taint("dedicated", "gpu", "NoSchedule"),
-                Code::UnschedulableAndUnresolvable,
-            ),
-            (
-                "PreferNoSchedule passes",
-                pod("p"),
-                node("n").taint("a", "b", "PreferNoSchedule"),
-                Code::Success,
-            ),
+            ("untolerated NoSchedule", pod("p"), node("n").taint("dedicated", "gpu", "NoSchedule"), Code::UnschedulableAndUnresolvable),
+            ("tolerated by value", pod("p").toleration("dedicated", Some("gpu"), "NoSchedule"), node("n").taint("dedicated", "gpu", "NoSchedule"), Code::Success),
+            ("value mismatch", pod("p").toleration("dedicated", Some("cpu"), "NoSchedule"), node("n").taint("dedicated", "gpu", "NoSchedule"), Code::UnschedulableAndUnresolvable),
+            ("effect mismatch", pod("p").toleration("dedicated", None, "NoExecute"), node("n").taint("dedicated", "gpu", "NoSchedule"), Code::UnschedulableAndUnresolvable),
+            ("PreferNoSchedule passes", pod("p"), node("n").taint("a", "b", "PreferNoSchedule"), Code::Success),
         ];
         for (name, p, n, code) in cases {
-            let s = TaintToleration.filter(
-                &CycleState::new(),
-                &p.info(),
-                &NodeInfo::new(Arc::new(n.spec())),
-            );
+            let s = TaintToleration.filter(&CycleState::new(), &p.info(), &NodeInfo::new(Arc::new(n.spec())));
             assert_eq!(s.code, code, "{name}: {s}");
             if !s.is_success() {
                 // Upstream's reason names no taint.
@@ -193,27 +136,13 @@ mod tests {
 
     #[test]
     fn score_prefers_fewer_untolerated() {
-        let p = pod("p")
-            .toleration("a", Some("x"), "PreferNoSchedule")
-            .info();
-        let nodes = [
-            node("n0"),
-            node("n1").taint("a", "x", "PreferNoSchedule"),
-            node("n2").taint("b", "y", "PreferNoSchedule"),
-        ];
+        let p = pod("p").toleration("a", Some("x"), "PreferNoSchedule").info();
+        let nodes = [node("n0"), node("n1").taint("a", "x", "PreferNoSchedule"), node("n2").taint("b", "y", "PreferNoSchedule")];
         let mut st = CycleState::new();
         let snap = crate::testing::snapshot(&nodes, &[]);
         TaintToleration.pre_score(&mut st, &p, &[0, 1, 2], &snap);
-        let mut scores: Vec<NodeScore> = (0..3)
-            .map(|i| NodeScore {
-                node: i,
-                score: TaintToleration.score(&st, &p, &snap.nodes[i]).unwrap_or(-1),
-            })
-            .collect();
+        let mut scores: Vec<NodeScore> = (0..3).map(|i| NodeScore { node: i, score: TaintToleration.score(&st, &p, &snap.nodes[i]).unwrap_or(-1) }).collect();
         TaintToleration.normalize_score(&st, &p, &mut scores, &snap);
-        assert_eq!(
-            scores.iter().map(|s| s.score).collect::<Vec<_>>(),
-            vec![100, 100, 0]
-        );
+        assert_eq!(scores.iter().map(|s| s.score).collect::<Vec<_>>(), vec![100, 100, 0]);
     }
 }

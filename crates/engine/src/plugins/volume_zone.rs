@@ -8,11 +8,9 @@
 
 use std::sync::Arc;
 
-use crate::cache::Snapshot;
 use crate::cache::storage::{REGION, REGION_BETA, ZONE, ZONE_BETA};
-use crate::framework::{
-    CycleState, Events, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, Status,
-};
+use crate::cache::Snapshot;
+use crate::framework::{CycleState, Events, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, Status};
 use berth_model::volumes::VolumeSource;
 use berth_model::{NodeInfo, PodInfo};
 
@@ -51,42 +49,29 @@ pub struct VolumeZone;
 /// Upstream `LabelZonesToSet`: "a__b" → {a, b}; a value with an empty part is ignored.
 fn zones(value: &str) -> Option<Arc<[String]>> {
     let parts: Vec<String> = value.split("__").map(|z| z.trim().to_string()).collect();
-    if parts.iter().any(String::is_empty) {
-        None
-    } else {
-        Some(Arc::from(parts))
-    }
+    if parts.iter().any(String::is_empty) { None } else { Some(Arc::from(parts)) }
 }
 
 fn topologies(pod: &PodInfo, snap: &Snapshot) -> Result<Vec<Topology>, Status> {
     let st = &snap.storage;
     let mut out = Vec::new();
     for v in pod.volumes.iter() {
-        let VolumeSource::Claim { claim } = &v.source else {
-            continue;
-        };
+        let VolumeSource::Claim { claim } = &v.source else { continue };
         if claim.is_empty() {
             return Err(Status::unresolvable("PersistentVolumeClaim had no name"));
         }
         let Some(c) = st.claim(&pod.namespace, claim) else {
-            return Err(Status::unresolvable(format!(
-                "persistentvolumeclaim {claim:?} not found"
-            )));
+            return Err(Status::unresolvable(format!("persistentvolumeclaim {claim:?} not found")));
         };
         if let Some(e) = &c.error {
             return Err(Status::unresolvable(e.to_string()));
         }
         if c.volume_name.is_empty() {
             if c.class.is_empty() {
-                return Err(Status::unresolvable(
-                    "PersistentVolumeClaim had no pv name and storageClass name",
-                ));
+                return Err(Status::unresolvable("PersistentVolumeClaim had no pv name and storageClass name"));
             }
             let Some(k) = st.class(&c.class) else {
-                return Err(Status::unresolvable(format!(
-                    "storageclass.storage.k8s.io {:?} not found",
-                    c.class
-                )));
+                return Err(Status::unresolvable(format!("storageclass.storage.k8s.io {:?} not found", c.class)));
             };
             if let Some(e) = &k.error {
                 return Err(Status::unresolvable(e.to_string()));
@@ -97,10 +82,7 @@ fn topologies(pod: &PodInfo, snap: &Snapshot) -> Result<Vec<Topology>, Status> {
             return Err(Status::unresolvable("PersistentVolume had no name"));
         }
         let Some(pv) = st.volume(&c.volume_name) else {
-            return Err(Status::unresolvable(format!(
-                "persistentvolume {:?} not found",
-                c.volume_name
-            )));
+            return Err(Status::unresolvable(format!("persistentvolume {:?} not found", c.volume_name)));
         };
         if let Some(e) = &pv.error {
             return Err(Status::unresolvable(e.to_string()));
@@ -120,27 +102,13 @@ impl Plugin for VolumeZone {
     }
 
     fn events(&self) -> Events {
-        Events::STORAGE_CLASS
-            .or(Events::NODE_ADD)
-            .or(Events::NODE_LABEL)
-            .or(Events::NODE_TAINT)
-            .or(Events::PVC)
-            .or(Events::PV)
+        Events::STORAGE_CLASS.or(Events::NODE_ADD).or(Events::NODE_LABEL).or(Events::NODE_TAINT).or(Events::PVC).or(Events::PV)
     }
 }
 
 impl PreFilterPlugin for VolumeZone {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> (Status, PreFilterNodes) {
-        if !pod
-            .volumes
-            .iter()
-            .any(|v| matches!(v.source, VolumeSource::Claim { .. }))
-        {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
+        if !pod.volumes.iter().any(|v| matches!(v.source, VolumeSource::Claim { .. })) {
             return (Status::skip(), None);
         }
         match topologies(pod, snap) {
@@ -156,9 +124,7 @@ impl PreFilterPlugin for VolumeZone {
 
 impl FilterPlugin for VolumeZone {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(s) = state.get::<State>() else {
-            return Status::success();
-        };
+        let Some(s) = state.get::<State>() else { return Status::success() };
         let labels = &node.node.labels;
         if !KEYS.iter().any(|k| labels.contains_key(*k)) {
             return Status::success();
@@ -176,23 +142,14 @@ impl FilterPlugin for VolumeZone {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::volume_binding::tests_support::{
-        claim, pod_with_claims, pv, snapshot_with,
-    };
+    use crate::plugins::volume_binding::tests_support::{claim, pod_with_claims, pv, snapshot_with};
 
     #[test]
     fn zones_of_pvs_against_nodes() {
         let pvs = vec![
-            pv("pv-ga", "1Gi", Some("sc"))
-                .label(ZONE, "zone-a")
-                .bound("claim-ga"),
-            pv("pv-beta", "1Gi", Some("sc"))
-                .label(ZONE_BETA, "zone-a__zone-b")
-                .bound("claim-beta"),
-            pv("pv-both", "1Gi", Some("sc"))
-                .label(ZONE, "zone-a")
-                .label(REGION, "r1")
-                .bound("claim-both"),
+            pv("pv-ga", "1Gi", Some("sc")).label(ZONE, "zone-a").bound("claim-ga"),
+            pv("pv-beta", "1Gi", Some("sc")).label(ZONE_BETA, "zone-a__zone-b").bound("claim-beta"),
+            pv("pv-both", "1Gi", Some("sc")).label(ZONE, "zone-a").label(REGION, "r1").bound("claim-both"),
         ];
         let claims = vec![
             claim("claim-ga", "1Gi", Some("sc")).volume("pv-ga"),
@@ -211,10 +168,7 @@ mod tests {
         // (claim, nodes that pass)
         let rows: &[(&str, &[&str])] = &[
             ("claim-ga", &["ga-a", "none", "zone-only", "zone-region"]),
-            (
-                "claim-beta",
-                &["ga-a", "ga-b", "beta-a", "none", "zone-only", "zone-region"],
-            ),
+            ("claim-beta", &["ga-a", "ga-b", "beta-a", "none", "zone-only", "zone-region"]),
             ("claim-both", &["none", "zone-region"]),
         ];
         for (c, want) in rows {
@@ -222,12 +176,7 @@ mod tests {
             let mut st = CycleState::new();
             let (s, _) = VolumeZone.pre_filter(&mut st, &p, &snap);
             assert!(s.is_success(), "{c}: {s}");
-            let got: Vec<&str> = snap
-                .nodes
-                .iter()
-                .filter(|n| VolumeZone.filter(&st, &p, n).is_success())
-                .map(|n| n.name())
-                .collect();
+            let got: Vec<&str> = snap.nodes.iter().filter(|n| VolumeZone.filter(&st, &p, n).is_success()).map(|n| n.name()).collect();
             let mut want = want.to_vec();
             want.sort();
             let mut got = got;
@@ -240,52 +189,24 @@ mod tests {
     fn prefilter_errors_and_skips() {
         let snap = snapshot_with(
             &[("n", vec![(ZONE, "a")])],
-            &[
-                claim("wffc", "1Gi", Some("wait")),
-                claim("imm", "1Gi", Some("now")),
-                claim("noclass", "1Gi", None),
-                claim("ghost", "1Gi", Some("wait")).volume("nope"),
-            ],
+            &[claim("wffc", "1Gi", Some("wait")), claim("imm", "1Gi", Some("now")), claim("noclass", "1Gi", None), claim("ghost", "1Gi", Some("wait")).volume("nope")],
             &[],
             &[("wait", true, "x"), ("now", false, "x")],
         );
         let rows: &[(&str, Option<&str>)] = &[
             ("wffc", None),
             ("imm", Some("PersistentVolume had no name")),
-            (
-                "noclass",
-                Some("PersistentVolumeClaim had no pv name and storageClass name"),
-            ),
+            ("noclass", Some("PersistentVolumeClaim had no pv name and storageClass name")),
             ("ghost", Some("persistentvolume \"nope\" not found")),
-            (
-                "missing",
-                Some("persistentvolumeclaim \"missing\" not found"),
-            ),
+            ("missing", Some("persistentvolumeclaim \"missing\" not found")),
         ];
         for (c, want) in rows {
-            let (s, _) =
-                VolumeZone.pre_filter(&mut CycleState::new(), &pod_with_claims("p", &[c]), &snap);
+            let (s, _) = VolumeZone.pre_filter(&mut CycleState::new(), &pod_with_claims("p", &[c]), &snap);
             match want {
                 None => assert!(s.is_skip(), "{c}: {s}"),
-                Some(m) => assert_eq!(
-                    (s.code, s.message()),
-                    (
-                        crate::framework::Code::UnschedulableAndUnresolvable,
-                        m.to_string()
-                    ),
-                    "{c}"
-                ),
+                Some(m) => assert_eq!((s.code, s.message()), (crate::framework::Code::UnschedulableAndUnresolvable, m.to_string()), "{c}"),
             }
         }
-        assert!(
-            VolumeZone
-                .pre_filter(
-                    &mut CycleState::new(),
-                    &crate::testing::pod("plain").info(),
-                    &snap
-                )
-                .0
-                .is_skip()
-        );
+        assert!(VolumeZone.pre_filter(&mut CycleState::new(), &crate::testing::pod("plain").info(), &snap).0.is_skip());
     }
 }

@@ -40,8 +40,8 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::framework::{Events, QueuedPod};
-use berth_model::PodInfo;
 use berth_model::pod::GroupRef;
+use berth_model::PodInfo;
 
 /// Upstream's `podMaxInUnschedulablePodsDuration`.
 pub const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(300);
@@ -107,13 +107,7 @@ pub enum Change {
 /// (resourceClaimStatuses aside) differs.
 pub fn is_pod_updated(old: &core::Pod, new: &core::Pod) -> bool {
     let (a, b) = (&old.metadata, &new.metadata);
-    let claims = |p: &core::Pod| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.resource_claim_statuses.as_ref())
-            .filter(|v| !v.is_empty())
-            .cloned()
-    };
+    let claims = |p: &core::Pod| p.status.as_ref().and_then(|s| s.resource_claim_statuses.as_ref()).filter(|v| !v.is_empty()).cloned();
     a.name != b.name
         || a.namespace != b.namespace
         || a.uid != b.uid
@@ -140,53 +134,30 @@ pub struct Seen {
     unschedulable_since: Option<Time>,
 }
 
+
 impl Seen {
     fn of(object: &core::Pod, keys: &RandomState) -> Seen {
         let m = &object.metadata;
-        let claims = object
-            .status
-            .as_ref()
-            .and_then(|s| s.resource_claim_statuses.as_ref())
-            .filter(|v| !v.is_empty());
+        let claims = object.status.as_ref().and_then(|s| s.resource_claim_statuses.as_ref()).filter(|v| !v.is_empty());
         // The fields `is_pod_updated` compares, in one JSON array: equal
         // objects give equal bytes, and the array's structure keeps one
         // field's text from passing for another's.
         let compared = (
-            (
-                &m.name,
-                &m.namespace,
-                &m.uid,
-                &m.labels,
-                &m.annotations,
-                &m.owner_references,
-            ),
-            (
-                &m.deletion_timestamp,
-                &m.deletion_grace_period_seconds,
-                &m.generate_name,
-                &m.creation_timestamp,
-            ),
+            (&m.name, &m.namespace, &m.uid, &m.labels, &m.annotations, &m.owner_references),
+            (&m.deletion_timestamp, &m.deletion_grace_period_seconds, &m.generate_name, &m.creation_timestamp),
             &object.spec,
             claims,
         );
         // Serialized whole, then hashed in one call: a hasher fed as the
         // serializer writes pays its per-call cost on every quote and comma.
-        let digest = serde_json::to_vec(&compared)
-            .ok()
-            .map(|bytes| keys.hash_one(&bytes));
+        let digest = serde_json::to_vec(&compared).ok().map(|bytes| keys.hash_one(&bytes));
         let unschedulable_since = object
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| {
-                cs.iter()
-                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-            })
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
             .and_then(|c| c.last_transition_time.clone());
-        Seen {
-            digest,
-            unschedulable_since,
-        }
+        Seen { digest, unschedulable_since }
     }
 }
 
@@ -299,8 +270,7 @@ impl SchedulingQueue {
         match place {
             Place::Active => {
                 e.active_key = (Reverse(e.qp.pod.priority), e.qp.timestamp_ms, e.seq);
-                self.active
-                    .insert((e.active_key.0, e.active_key.1, e.active_key.2, uid.clone()));
+                self.active.insert((e.active_key.0, e.active_key.1, e.active_key.2, uid.clone()));
             }
             Place::Backoff => {
                 let t = e.backoff_until.unwrap_or(now);
@@ -312,11 +282,7 @@ impl SchedulingQueue {
         if place == Place::Unschedulable {
             self.pool_len += 1;
         }
-        if self
-            .entries
-            .insert(uid, e)
-            .is_some_and(|old| old.place == Place::Unschedulable)
-        {
+        if self.entries.insert(uid, e).is_some_and(|old| old.place == Place::Unschedulable) {
             self.pool_len -= 1;
         }
     }
@@ -334,11 +300,7 @@ impl SchedulingQueue {
         self.seq += 1;
         self.index_group(&pod, true);
         let e = Entry {
-            qp: QueuedPod {
-                pod,
-                timestamp_ms: self.ms(now),
-                attempts: 0,
-            },
+            qp: QueuedPod { pod, timestamp_ms: self.ms(now), attempts: 0 },
             place: Place::Active,
             seq: self.seq,
             active_key: (Reverse(0), 0, 0),
@@ -419,25 +381,14 @@ impl SchedulingQueue {
     /// returns them in queue order (priority, then arrival). Empty for a pod
     /// of no group.
     pub fn take_group(&mut self, popped: &PodInfo, now: Instant) -> Vec<QueuedPod> {
-        let Some(k) = group_key(popped) else {
-            return vec![];
-        };
-        let uids: Vec<String> = self
-            .groups
-            .get(&k)
-            .map(|s| s.iter().filter(|u| **u != popped.uid).cloned().collect())
-            .unwrap_or_default();
+        let Some(k) = group_key(popped) else { return vec![] };
+        let uids: Vec<String> = self.groups.get(&k).map(|s| s.iter().filter(|u| **u != popped.uid).cloned().collect()).unwrap_or_default();
         let mut out: Vec<(Reverse<i32>, i64, u64, QueuedPod)> = Vec::new();
         for u in uids {
-            if !matches!(
-                self.place(&u),
-                Some(Place::Active | Place::Backoff | Place::Unschedulable)
-            ) {
+            if !matches!(self.place(&u), Some(Place::Active | Place::Backoff | Place::Unschedulable)) {
                 continue;
             }
-            let Some(mut e) = self.unlink(&u) else {
-                continue;
-            };
+            let Some(mut e) = self.unlink(&u) else { continue };
             e.qp.attempts += 1;
             let key = (Reverse(e.qp.pod.priority), e.qp.timestamp_ms, e.seq);
             let qp = e.qp.clone();
@@ -471,26 +422,18 @@ impl SchedulingQueue {
     /// minutes) in the pool, or in backoffQ if a move request came meanwhile.
     pub fn unschedulable(&mut self, uid: &str, events: Events, now: Instant) {
         let popped = self.popped_at.remove(uid);
-        let Some(mut e) = self.unlink(uid) else {
-            return;
-        };
+        let Some(mut e) = self.unlink(uid) else { return };
         e.events = events;
         e.backoff_until = Some(now + self.backoff_for(e.qp.attempts));
         let moved_meanwhile = popped.is_some_and(|c| c < self.move_cycle);
-        let to = if moved_meanwhile {
-            Place::Backoff
-        } else {
-            Place::Unschedulable
-        };
+        let to = if moved_meanwhile { Place::Backoff } else { Place::Unschedulable };
         self.put(e, to, now);
     }
 
     /// The popped pod failed with an error (or its bind failed): backoffQ.
     pub fn error(&mut self, uid: &str, now: Instant) {
         self.popped_at.remove(uid);
-        let Some(mut e) = self.unlink(uid) else {
-            return;
-        };
+        let Some(mut e) = self.unlink(uid) else { return };
         e.backoff_until = Some(now + self.backoff_for(e.qp.attempts));
         self.put(e, Place::Backoff, now);
     }
@@ -498,11 +441,7 @@ impl SchedulingQueue {
     /// A gated pod waits for `events` (those of the plugin whose PreEnqueue
     /// refused it); no-op for a pod that is not gated.
     pub fn set_gate_events(&mut self, uid: &str, events: Events) {
-        if let Some(e) = self
-            .entries
-            .get_mut(uid)
-            .filter(|e| e.place == Place::Gated)
-        {
+        if let Some(e) = self.entries.get_mut(uid).filter(|e| e.place == Place::Gated) {
             e.events = events;
         }
     }
@@ -512,11 +451,7 @@ impl SchedulingQueue {
     /// [`Self::update`], which lets a pod that passes into activeQ and keeps
     /// the others gated.
     pub fn gated_for(&self, event: Events) -> Vec<Arc<PodInfo>> {
-        self.entries
-            .values()
-            .filter(|e| e.place == Place::Gated && e.events.intersects(event))
-            .map(|e| e.qp.pod.clone())
-            .collect()
+        self.entries.values().filter(|e| e.place == Place::Gated && e.events.intersects(event)).map(|e| e.qp.pod.clone()).collect()
     }
 
     /// A cluster event: pool pods whose rejectors care about it move on.
@@ -557,10 +492,7 @@ impl SchedulingQueue {
         let stale: Vec<String> = self
             .entries
             .iter()
-            .filter(|(_, e)| {
-                e.place == Place::Unschedulable
-                    && now.saturating_duration_since(e.since) >= MAX_IN_UNSCHEDULABLE
-            })
+            .filter(|(_, e)| e.place == Place::Unschedulable && now.saturating_duration_since(e.since) >= MAX_IN_UNSCHEDULABLE)
             .map(|(u, _)| u.clone())
             .collect();
         for u in stale {
@@ -574,15 +506,8 @@ impl SchedulingQueue {
     /// When the queue next needs a tick (earliest backoff expiry or pool deadline).
     pub fn next_deadline(&self) -> Option<Instant> {
         let b = self.backoff.iter().next().map(|x| x.0);
-        let pool = self
-            .entries
-            .values()
-            .filter(|e| e.place == Place::Unschedulable);
-        let u = if self.pool_len == 0 {
-            None
-        } else {
-            pool.map(|e| e.since + MAX_IN_UNSCHEDULABLE).min()
-        };
+        let pool = self.entries.values().filter(|e| e.place == Place::Unschedulable);
+        let u = if self.pool_len == 0 { None } else { pool.map(|e| e.since + MAX_IN_UNSCHEDULABLE).min() };
         match (b, u) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -610,9 +535,7 @@ impl SchedulingQueue {
         match self.entries.get(uid) {
             None => Change::New,
             Some(e) => match &e.seen {
-                Some(old) if old.digest.is_some() && old.digest == seen.digest => {
-                    Change::StatusOnly
-                }
+                Some(old) if old.digest.is_some() && old.digest == seen.digest => Change::StatusOnly,
                 _ => Change::Updated,
             },
         }
@@ -638,12 +561,7 @@ impl SchedulingQueue {
     /// Since when the last object seen of a queued pod says it is
     /// unschedulable (its PodScheduled=False condition's lastTransitionTime).
     pub fn unschedulable_since(&self, uid: &str) -> Option<Time> {
-        self.entries
-            .get(uid)?
-            .seen
-            .as_ref()?
-            .unschedulable_since
-            .clone()
+        self.entries.get(uid)?.seen.as_ref()?.unschedulable_since.clone()
     }
 
     /// Records the node preemption nominated the pod to, in the record itself,
@@ -667,10 +585,7 @@ impl SchedulingQueue {
 
     /// Rejections of the pods in the unschedulable pool.
     pub fn pool_rejections(&self) -> impl Iterator<Item = &Rejection> {
-        self.entries
-            .values()
-            .filter(|e| e.place == Place::Unschedulable)
-            .filter_map(|e| e.rejected.as_ref())
+        self.entries.values().filter(|e| e.place == Place::Unschedulable).filter_map(|e| e.rejected.as_ref())
     }
 
     /// When the pod was first seen pending.

@@ -10,21 +10,9 @@ fn priority_then_age() {
     let t0 = Instant::now();
     let mut sq = q(t0);
     sq.add(pod("low").priority(1).info(), false, t0);
-    sq.add(
-        pod("high").priority(10).info(),
-        false,
-        t0 + Duration::from_millis(5),
-    );
-    sq.add(
-        pod("low2").priority(1).info(),
-        false,
-        t0 + Duration::from_millis(10),
-    );
-    let order: Vec<String> = std::iter::from_fn(|| {
-        sq.pop(t0 + Duration::from_secs(1))
-            .map(|p| p.pod.name.clone())
-    })
-    .collect();
+    sq.add(pod("high").priority(10).info(), false, t0 + Duration::from_millis(5));
+    sq.add(pod("low2").priority(1).info(), false, t0 + Duration::from_millis(10));
+    let order: Vec<String> = std::iter::from_fn(|| sq.pop(t0 + Duration::from_secs(1)).map(|p| p.pod.name.clone())).collect();
     assert_eq!(order, vec!["high", "low", "low2"]);
 }
 
@@ -112,9 +100,7 @@ fn errors_back_off() {
     let p = sq.pop(t0).expect("pod");
     sq.error(&p.pod.uid, t0);
     assert_eq!(sq.sizes().backoff, 1);
-    let again = sq
-        .pop(t0 + Duration::from_secs(1))
-        .expect("retried after 1s");
+    let again = sq.pop(t0 + Duration::from_secs(1)).expect("retried after 1s");
     assert_eq!(again.attempts, 2);
 }
 
@@ -126,9 +112,7 @@ fn object(name: &str, extra: serde_json::Value) -> k8s_openapi::api::core::v1::P
     if let (Some(a), Some(b)) = (v.as_object_mut(), extra.as_object()) {
         for (k, x) in b {
             match (a.get_mut(k), x) {
-                (Some(serde_json::Value::Object(inner)), serde_json::Value::Object(add)) => {
-                    inner.extend(add.clone())
-                }
+                (Some(serde_json::Value::Object(inner)), serde_json::Value::Object(add)) => inner.extend(add.clone()),
                 _ => {
                     a.insert(k.clone(), x.clone());
                 }
@@ -150,42 +134,20 @@ fn one_record_status_only_updates_refresh_in_place() {
     assert_eq!(popped.attempts, 1);
     sq.unschedulable("uid-p", Events::NODE_ADD, t0);
     // Status-only: a new resourceVersion, a condition and a nomination.
-    let status_only = object(
-        "p",
-        serde_json::json!({
-            "metadata": {"resourceVersion": "2", "managedFields": []},
-            "status": {"nominatedNodeName": "n1", "conditions": [{"type": "PodScheduled", "status": "False"}]},
-        }),
-    );
-    assert_eq!(
-        sq.classify("uid-p", &sq.seen(&status_only)),
-        Change::StatusOnly
-    );
+    let status_only = object("p", serde_json::json!({
+        "metadata": {"resourceVersion": "2", "managedFields": []},
+        "status": {"nominatedNodeName": "n1", "conditions": [{"type": "PodScheduled", "status": "False"}]},
+    }));
+    assert_eq!(sq.classify("uid-p", &sq.seen(&status_only)), Change::StatusOnly);
     sq.refresh(pod("p").nominated("n1").info(), sq.seen(&status_only));
-    assert_eq!(
-        sq.place("uid-p"),
-        Some(Place::Unschedulable),
-        "a status-only update does not move the pod"
-    );
-    assert_eq!(
-        sq.get("uid-p")
-            .and_then(|q| q.pod.nominated_node.clone())
-            .as_deref(),
-        Some("n1"),
-        "the record holds the newer pod"
-    );
+    assert_eq!(sq.place("uid-p"), Some(Place::Unschedulable), "a status-only update does not move the pod");
+    assert_eq!(sq.get("uid-p").and_then(|q| q.pod.nominated_node.clone()).as_deref(), Some("n1"), "the record holds the newer pod");
     assert_eq!(sq.get("uid-p").map(|q| q.attempts), Some(1));
     assert_eq!(sq.first_seen("uid-p"), Some(t0));
     // Labels (or spec, annotations) changing is an update.
-    let relabeled = object(
-        "p",
-        serde_json::json!({"metadata": {"labels": {"app": "b"}}}),
-    );
+    let relabeled = object("p", serde_json::json!({"metadata": {"labels": {"app": "b"}}}));
     assert_eq!(sq.classify("uid-p", &sq.seen(&relabeled)), Change::Updated);
-    let respec = object(
-        "p",
-        serde_json::json!({"spec": {"containers": [{"name": "c", "image": "j"}]}}),
-    );
+    let respec = object("p", serde_json::json!({"spec": {"containers": [{"name": "c", "image": "j"}]}}));
     assert_eq!(sq.classify("uid-p", &sq.seen(&respec)), Change::Updated);
 }
 
@@ -194,24 +156,16 @@ fn the_queue_keeps_a_digest_and_the_unschedulable_time_of_the_object() {
     let t0 = Instant::now();
     let mut sq = q(t0);
     sq.add(pod("p").info(), false, t0);
-    let full = object(
-        "p",
-        serde_json::json!({
-            "metadata": {"managedFields": [{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
-            "status": {"phase": "Pending", "conditions": [
-                {"type": "Ready", "status": "False"},
-                {"type": "PodScheduled", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-            ]},
-        }),
-    );
+    let full = object("p", serde_json::json!({
+        "metadata": {"managedFields": [{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "Ready", "status": "False"},
+            {"type": "PodScheduled", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        ]},
+    }));
     sq.set_seen("uid-p", sq.seen(&full));
-    let since = sq
-        .unschedulable_since("uid-p")
-        .expect("the condition's time is kept");
-    assert_eq!(
-        serde_json::to_value(&since).unwrap(),
-        serde_json::json!("2026-01-01T00:00:00Z")
-    );
+    let since = sq.unschedulable_since("uid-p").expect("the condition's time is kept");
+    assert_eq!(serde_json::to_value(&since).unwrap(), serde_json::json!("2026-01-01T00:00:00Z"));
     // Comparisons against what is kept answer as `is_pod_updated` against the whole object.
     assert_eq!(sq.classify("uid-p", &sq.seen(&full)), Change::StatusOnly);
     let variants = [
@@ -228,11 +182,7 @@ fn the_queue_keeps_a_digest_and_the_unschedulable_time_of_the_object() {
     ];
     for v in variants {
         let other = object("p", v.clone());
-        let want = if is_pod_updated(&full, &other) {
-            Change::Updated
-        } else {
-            Change::StatusOnly
-        };
+        let want = if is_pod_updated(&full, &other) { Change::Updated } else { Change::StatusOnly };
         assert_eq!(sq.classify("uid-p", &sq.seen(&other)), want, "{v}");
     }
     // No condition, or a True one: no time.
@@ -249,32 +199,12 @@ fn nomination_recorded_and_rejections_counted_from_the_pool() {
     sq.pop(t0);
     sq.pop(t0);
     sq.set_nominated("uid-p", Some("n2".into()));
-    sq.set_rejected(
-        "uid-p",
-        Some(Rejection {
-            profile: "x".into(),
-            plugins: vec!["NodeResourcesFit"],
-        }),
-    );
-    sq.set_rejected(
-        "uid-r",
-        Some(Rejection {
-            profile: "x".into(),
-            plugins: vec!["TaintToleration"],
-        }),
-    );
+    sq.set_rejected("uid-p", Some(Rejection { profile: "x".into(), plugins: vec!["NodeResourcesFit"] }));
+    sq.set_rejected("uid-r", Some(Rejection { profile: "x".into(), plugins: vec!["TaintToleration"] }));
     sq.unschedulable("uid-p", Events::ALL, t0);
     sq.error("uid-r", t0);
-    assert_eq!(
-        sq.get("uid-p")
-            .and_then(|q| q.pod.nominated_node.clone())
-            .as_deref(),
-        Some("n2")
-    );
-    let pool: Vec<_> = sq
-        .pool_rejections()
-        .flat_map(|r| r.plugins.clone())
-        .collect();
+    assert_eq!(sq.get("uid-p").and_then(|q| q.pod.nominated_node.clone()).as_deref(), Some("n2"));
+    let pool: Vec<_> = sq.pool_rejections().flat_map(|r| r.plugins.clone()).collect();
     assert_eq!(pool, vec!["NodeResourcesFit"], "only pool pods count");
     assert_eq!(sq.pods().count(), 2);
 }
@@ -286,29 +216,13 @@ fn a_group_is_popped_and_parked_together() {
     let mut sq = q(t0);
     sq.add(pod("a").label(POD_GROUP_LABEL, "g").info(), false, t0);
     sq.add(pod("solo").info(), false, t0 + Duration::from_millis(1));
-    sq.add(
-        pod("b").label(POD_GROUP_LABEL, "g").info(),
-        false,
-        t0 + Duration::from_millis(2),
-    );
-    sq.add(
-        pod("c").label(POD_GROUP_LABEL, "g").priority(5).info(),
-        false,
-        t0 + Duration::from_millis(3),
-    );
-    sq.add(
-        pod("other").label(POD_GROUP_LABEL, "h").info(),
-        false,
-        t0 + Duration::from_millis(4),
-    );
+    sq.add(pod("b").label(POD_GROUP_LABEL, "g").info(), false, t0 + Duration::from_millis(2));
+    sq.add(pod("c").label(POD_GROUP_LABEL, "g").priority(5).info(), false, t0 + Duration::from_millis(3));
+    sq.add(pod("other").label(POD_GROUP_LABEL, "h").info(), false, t0 + Duration::from_millis(4));
     // The highest priority member comes first, the rest of its group with it, in queue order.
     let first = sq.pop(t0).expect("pod");
     assert_eq!(first.pod.name, "c");
-    let rest: Vec<String> = sq
-        .take_group(&first.pod, t0)
-        .iter()
-        .map(|q| q.pod.name.clone())
-        .collect();
+    let rest: Vec<String> = sq.take_group(&first.pod, t0).iter().map(|q| q.pod.name.clone()).collect();
     assert_eq!(rest, vec!["a", "b"]);
     for n in ["a", "b", "c"] {
         assert_eq!(sq.place(&format!("uid-{n}")), Some(Place::InFlight));
@@ -320,10 +234,7 @@ fn a_group_is_popped_and_parked_together() {
     assert_eq!(sq.pop(t0).map(|q| q.pod.name.clone()), Some("solo".into()));
     sq.on_event(Events::NODE_ADD, t0 + Duration::from_secs(5));
     let again = sq.pop(t0 + Duration::from_secs(5)).expect("pod");
-    assert_eq!(
-        sq.take_group(&again.pod, t0 + Duration::from_secs(5)).len(),
-        2
-    );
+    assert_eq!(sq.take_group(&again.pod, t0 + Duration::from_secs(5)).len(), 2);
     // A member that leaves leaves the index.
     sq.delete("uid-a");
     assert_eq!(sq.take_group(&again.pod, t0).len(), 0);
@@ -342,12 +253,7 @@ fn a_drained_burst_gives_its_room_back() {
         sq.done(&p.pod.uid);
     }
     assert_eq!(sq.len(), 10);
-    assert!(
-        sq.entries.capacity() < 1_000 && sq.popped_at.capacity() < 1_000,
-        "{} {}",
-        sq.entries.capacity(),
-        sq.popped_at.capacity()
-    );
+    assert!(sq.entries.capacity() < 1_000 && sq.popped_at.capacity() < 1_000, "{} {}", sq.entries.capacity(), sq.popped_at.capacity());
     // What is left is still there, in order.
     let left: Vec<String> = std::iter::from_fn(|| sq.pop(t0).map(|p| p.pod.name.clone())).collect();
     assert_eq!(left.len(), 10);
@@ -359,10 +265,7 @@ fn a_gated_pod_waits_for_its_gate_events() {
     let mut sq = q(t0);
     let p = pod("p").info();
     sq.add(p.clone(), true, t0);
-    assert!(
-        sq.gated_for(Events::RESOURCE_CLAIM).is_empty(),
-        "no gate events recorded yet"
-    );
+    assert!(sq.gated_for(Events::RESOURCE_CLAIM).is_empty(), "no gate events recorded yet");
     sq.set_gate_events(&p.uid, Events::RESOURCE_CLAIM.or(Events::POD_SELF));
     assert!(sq.gated_for(Events::NODE_ADD).is_empty());
     let waiting = sq.gated_for(Events::RESOURCE_CLAIM);

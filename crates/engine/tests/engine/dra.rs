@@ -8,52 +8,32 @@ use berth_engine::framework::{CycleOptions, Events};
 use berth_engine::offline::{Cluster, Engine};
 
 fn node(name: &str, cpu: &str) -> String {
-    format!(
-        "---\napiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}\nstatus: {{allocatable: {{cpu: '{cpu}', memory: 16Gi, pods: '110'}}}}\n"
-    )
+    format!("---\napiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}\nstatus: {{allocatable: {{cpu: '{cpu}', memory: 16Gi, pods: '110'}}}}\n")
 }
 
 fn class(name: &str, expression: &str) -> String {
-    format!(
-        "---\napiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: {name}}}\nspec:\n  selectors:\n  - cel:\n      expression: '{expression}'\n"
-    )
+    format!("---\napiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: {name}}}\nspec:\n  selectors:\n  - cel:\n      expression: '{expression}'\n")
 }
 
 /// A node-local slice of `n` devices of driver gpu.example.com.
 fn slice(node: &str, n: usize) -> String {
     let devices: Vec<String> = (0..n).map(|i| format!("  - name: gpu-{i}\n")).collect();
-    format!(
-        "---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {node}-gpus}}\nspec:\n  driver: gpu.example.com\n  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}\n  nodeName: {node}\n  devices:\n{}",
-        devices.concat()
-    )
+    format!("---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {node}-gpus}}\nspec:\n  driver: gpu.example.com\n  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}\n  nodeName: {node}\n  devices:\n{}", devices.concat())
 }
 
 /// An unallocated claim for `count` devices of `class` (`selector`: a CEL
 /// expression of the request, or empty).
 fn claim(name: &str, class: &str, count: u32, selector: &str) -> String {
-    let sel = if selector.is_empty() {
-        String::new()
-    } else {
-        format!("\n        selectors:\n        - cel:\n            expression: '{selector}'")
-    };
-    format!(
-        "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: default, uid: uid-{name}}}\nspec:\n  devices:\n    requests:\n    - name: gpu\n      exactly:\n        deviceClassName: {class}\n        count: {count}{sel}\n"
-    )
+    let sel = if selector.is_empty() { String::new() } else { format!("\n        selectors:\n        - cel:\n            expression: '{selector}'") };
+    format!("---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: default, uid: uid-{name}}}\nspec:\n  devices:\n    requests:\n    - name: gpu\n      exactly:\n        deviceClassName: {class}\n        count: {count}{sel}\n")
 }
 
 /// A claim allocated to gpu-0 of `node` and reserved for `reserved` (pod names).
 fn allocated_claim(name: &str, node: &str, reserved: &[&str]) -> String {
-    let reserved: Vec<String> = reserved
-        .iter()
-        .map(|p| format!("  - {{resource: pods, name: {p}, uid: uid-{p}}}\n"))
-        .collect();
+    let reserved: Vec<String> = reserved.iter().map(|p| format!("  - {{resource: pods, name: {p}, uid: uid-{p}}}\n")).collect();
     format!(
         "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: default, uid: uid-{name}}}\nspec:\n  devices:\n    requests:\n    - name: gpu\n      exactly: {{deviceClassName: gpu}}\nstatus:\n  allocation:\n    devices:\n      results:\n      - {{request: gpu, driver: gpu.example.com, pool: {node}, device: gpu-0}}\n    nodeSelector:\n      nodeSelectorTerms:\n      - matchFields:\n        - {{key: metadata.name, operator: In, values: [{node}]}}\n  reservedFor:{}",
-        if reserved.is_empty() {
-            " []\n".to_string()
-        } else {
-            format!("\n{}", reserved.concat())
-        }
+        if reserved.is_empty() { " []\n".to_string() } else { format!("\n{}", reserved.concat()) }
     )
 }
 
@@ -61,9 +41,7 @@ fn allocated_claim(name: &str, node: &str, reserved: &[&str]) -> String {
 /// `resourceClaimName: X` or `resourceClaimTemplateName: X`; `status` its
 /// status block (or empty).
 fn pod(name: &str, cpu: &str, source: &str, status: &str) -> String {
-    format!(
-        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, uid: uid-{name}}}\nspec:\n  containers:\n  - name: c\n    image: i\n    resources: {{requests: {{cpu: {cpu}}}, claims: [{{name: gpu}}]}}\n  resourceClaims:\n  - name: gpu\n    {source}\n{status}"
-    )
+    format!("---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, uid: uid-{name}}}\nspec:\n  containers:\n  - name: c\n    image: i\n    resources: {{requests: {{cpu: {cpu}}}, claims: [{{name: gpu}}]}}\n  resourceClaims:\n  - name: gpu\n    {source}\n{status}")
 }
 
 fn engine(docs: &[String]) -> Engine {
@@ -72,11 +50,7 @@ fn engine(docs: &[String]) -> Engine {
 }
 
 fn placement(e: &mut Engine) -> Vec<(String, Option<String>, Option<String>)> {
-    e.simulate()
-        .placements
-        .into_iter()
-        .map(|p| (p.pod, p.node, p.message))
-        .collect()
+    e.simulate().placements.into_iter().map(|p| (p.pod, p.node, p.message)).collect()
 }
 
 /// Upstream `TestPlugin` (PreEnqueue rows) as a gate: a pod whose claim is
@@ -84,18 +58,11 @@ fn placement(e: &mut Engine) -> Vec<(String, Option<String>, Option<String>)> {
 /// activeQ; the gate names DynamicResources and waits for claim events.
 #[test]
 fn pre_enqueue_gates_pods_whose_claims_are_not_there() {
-    let generated = |claim: &str| {
-        format!(
-            "resourceClaimTemplateName: t\nstatus:\n  resourceClaimStatuses:\n  - {{name: gpu, resourceClaimName: {claim}}}\n"
-        )
-    };
+    let generated = |claim: &str| format!("resourceClaimTemplateName: t\nstatus:\n  resourceClaimStatuses:\n  - {{name: gpu, resourceClaimName: {claim}}}\n");
     let mut owned = claim("p-owned-gpu-x", "gpu", 1, "");
     owned = owned.replace("uid: uid-p-owned-gpu-x}", "uid: uid-p-owned-gpu-x, ownerReferences: [{apiVersion: v1, kind: Pod, name: p-owned, uid: uid-p-owned, controller: true}]}");
     let foreign = claim("p-foreign-gpu-x", "gpu", 1, "").replace("uid: uid-p-foreign-gpu-x}", "uid: uid-p-foreign-gpu-x, ownerReferences: [{apiVersion: v1, kind: Pod, name: p-foreign, uid: uid-someone-else, controller: true}]}");
-    let deleting = claim("deleting", "gpu", 1, "").replace(
-        "uid: uid-deleting}",
-        "uid: uid-deleting, deletionTimestamp: '2026-01-01T00:00:00Z', finalizers: [x]}",
-    );
+    let deleting = claim("deleting", "gpu", 1, "").replace("uid: uid-deleting}", "uid: uid-deleting, deletionTimestamp: '2026-01-01T00:00:00Z', finalizers: [x]}");
     let docs = [
         node("node-a", "4"),
         class("gpu", "device.driver == \"gpu.example.com\""),
@@ -113,24 +80,10 @@ fn pre_enqueue_gates_pods_whose_claims_are_not_there() {
     let fw = &e.frameworks[0];
     let snap = &e.cluster.snapshot;
     let want = [
-        (
-            "default/p-missing",
-            Some(r#"resourceclaim.resource.k8s.io "nowhere" not found"#),
-        ),
-        (
-            "default/p-not-created",
-            Some(r#"pod "default/p-not-created": ResourceClaim not created yet"#),
-        ),
-        (
-            "default/p-foreign",
-            Some(
-                "ResourceClaim default/p-foreign-gpu-x was not created for pod default/p-foreign (pod is not owner)",
-            ),
-        ),
-        (
-            "default/p-deleting",
-            Some(r#"resourceclaim "deleting" is being deleted"#),
-        ),
+        ("default/p-missing", Some(r#"resourceclaim.resource.k8s.io "nowhere" not found"#)),
+        ("default/p-not-created", Some(r#"pod "default/p-not-created": ResourceClaim not created yet"#)),
+        ("default/p-foreign", Some("ResourceClaim default/p-foreign-gpu-x was not created for pod default/p-foreign (pod is not owner)")),
+        ("default/p-deleting", Some(r#"resourceclaim "deleting" is being deleted"#)),
         ("default/p-owned", None),
     ];
     for (key, message) in want {
@@ -149,24 +102,12 @@ fn pre_enqueue_gates_pods_whose_claims_are_not_there() {
         }
     }
     let x = e.explain("default/p-missing").unwrap();
-    assert_eq!(
-        x.message.as_deref(),
-        Some(
-            r#"not scheduled: resourceclaim.resource.k8s.io "nowhere" not found (DynamicResources)"#
-        )
-    );
+    assert_eq!(x.message.as_deref(), Some(r#"not scheduled: resourceclaim.resource.k8s.io "nowhere" not found (DynamicResources)"#));
     let got = placement(&mut e);
-    let placed: Vec<&str> = got
-        .iter()
-        .filter(|p| p.1.is_some())
-        .map(|p| p.0.as_str())
-        .collect();
+    let placed: Vec<&str> = got.iter().filter(|p| p.1.is_some()).map(|p| p.0.as_str()).collect();
     assert_eq!(placed, vec!["default/p-owned"]);
     let deleting = got.iter().find(|p| p.0 == "default/p-deleting").unwrap();
-    assert_eq!(
-        deleting.2.as_deref(),
-        Some(r#"resourceclaim "deleting" is being deleted"#)
-    );
+    assert_eq!(deleting.2.as_deref(), Some(r#"resourceclaim "deleting" is being deleted"#));
 }
 
 /// Upstream's PostFilter: the pod's claim is allocated on node-a, where the
@@ -189,29 +130,15 @@ fn post_filter_deallocates_a_claim_usable_nowhere() {
     let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions::default());
     assert_eq!(o.selected, None);
     assert_eq!(o.deallocations.len(), 1, "{:?}", o.message);
-    assert_eq!(
-        (
-            o.deallocations[0].name.as_str(),
-            o.deallocations[0].uid.as_str(),
-            o.deallocations[0].pod_uid.as_str()
-        ),
-        ("stuck", "uid-stuck", "uid-p")
-    );
+    assert_eq!((o.deallocations[0].name.as_str(), o.deallocations[0].uid.as_str(), o.deallocations[0].pod_uid.as_str()), ("stuck", "uid-stuck", "uid-p"));
     let m = o.message.unwrap_or_default();
-    assert!(
-        m.contains("resourceclaim not available on the node")
-            && m.contains("deallocation of ResourceClaim completed"),
-        "{m}"
-    );
+    assert!(m.contains("resourceclaim not available on the node") && m.contains("deallocation of ResourceClaim completed"), "{m}");
     let got = placement(&mut e);
     assert_eq!(got[0].1.as_deref(), Some("node-b"), "{got:?}");
 
     // Reserved for another (bound) pod: not deallocated.
     let mut other = pod("holder", "100m", "resourceClaimName: held", "");
-    other = other.replace(
-        "spec:\n  containers",
-        "spec:\n  nodeName: node-a\n  containers",
-    );
+    other = other.replace("spec:\n  containers", "spec:\n  nodeName: node-a\n  containers");
     let docs = [
         node("node-a", "100m"),
         node("node-b", "4"),
@@ -223,13 +150,7 @@ fn post_filter_deallocates_a_claim_usable_nowhere() {
         pod("p", "500m", "resourceClaimName: held", ""),
     ];
     let e = engine(&docs);
-    let p = e
-        .cluster
-        .pending
-        .iter()
-        .find(|p| p.name == "p")
-        .unwrap()
-        .clone();
+    let p = e.cluster.pending.iter().find(|p| p.name == "p").unwrap().clone();
     let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions::default());
     assert_eq!(o.selected, None);
     assert!(o.deallocations.is_empty());
@@ -238,9 +159,7 @@ fn post_filter_deallocates_a_claim_usable_nowhere() {
     // on neither node.
     assert_eq!(
         o.message.as_deref(),
-        Some(
-            "0/2 nodes are available: 1 Insufficient cpu, 1 resourceclaim not available on the node. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
-        )
+        Some("0/2 nodes are available: 1 Insufficient cpu, 1 resourceclaim not available on the node. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
     );
 }
 
@@ -267,16 +186,10 @@ fn selectors_that_do_not_compile_keep_only_their_pods_pending() {
     assert_eq!(get("default/p-fine").1.as_deref(), Some("node-a"));
     let (_, node, m) = get("default/p-class");
     let m = m.unwrap_or_default();
-    assert!(
-        node.is_none() && m.contains("class broken") && m.contains("CEL compile error"),
-        "{m}"
-    );
+    assert!(node.is_none() && m.contains("class broken") && m.contains("CEL compile error"), "{m}");
     let (_, node, m) = get("default/p-claim");
     let m = m.unwrap_or_default();
-    assert!(
-        node.is_none() && m.contains("claim default/by-claim") && m.contains("CEL compile error"),
-        "{m}"
-    );
+    assert!(node.is_none() && m.contains("claim default/by-claim") && m.contains("CEL compile error"), "{m}");
 }
 
 /// A claim asking for more devices than a claim may hold is refused with
@@ -299,12 +212,7 @@ fn a_claim_over_the_device_limit_is_refused() {
     let (_, node, m) = get("default/p-big");
     let m = m.unwrap_or_default();
     assert!(node.is_none(), "{m}");
-    assert!(
-        m.contains(
-            "claim default/big: number of requested devices 33 exceeds the claim limit of 32"
-        ),
-        "{m}"
-    );
+    assert!(m.contains("claim default/big: number of requested devices 33 exceeds the claim limit of 32"), "{m}");
 }
 
 /// The failure message is upstream's word for word (v1.37: DynamicResources'
@@ -327,37 +235,16 @@ fn the_failure_detail_names_the_claim_no_node_can_allocate() {
     ];
     let mut e = engine(&docs);
     let x = e.explain("default/p-two").unwrap();
-    assert_eq!(
-        x.message.as_deref(),
-        Some(
-            "0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
-        )
-    );
-    assert_eq!(
-        x.detail.as_deref(),
-        Some(
-            "ResourceClaim default/two cannot be allocated on any node that passed the other filters."
-        )
-    );
+    assert_eq!(x.message.as_deref(), Some("0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."));
+    assert_eq!(x.detail.as_deref(), Some("ResourceClaim default/two cannot be allocated on any node that passed the other filters."));
     let x = e.explain("default/p-cpu").unwrap();
-    assert!(
-        x.message
-            .as_deref()
-            .is_some_and(|m| m.contains("Insufficient cpu")),
-        "{:?}",
-        x.message
-    );
+    assert!(x.message.as_deref().is_some_and(|m| m.contains("Insufficient cpu")), "{:?}", x.message);
     assert_eq!(x.detail, None);
     let got = placement(&mut e);
     let get = |k: &str| got.iter().find(|p| p.0 == k).unwrap().clone();
     let (_, node, m) = get("default/p-two");
     assert!(node.is_none());
-    assert_eq!(
-        m.as_deref(),
-        Some(
-            "0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
-        )
-    );
+    assert_eq!(m.as_deref(), Some("0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."));
 }
 
 /// explain names, per node, the request that cannot be met and who holds
@@ -386,20 +273,8 @@ fn explain_and_simulate_show_devices() {
     assert!(!a.feasible);
     assert_eq!(a.details, vec!["request gpu: 2 devices of class gpu on this node, both allocated to default/train-3-gpu-x7k2p; 1 wanted".to_string()]);
     assert_eq!(x.allocations.len(), 1);
-    assert_eq!(
-        (
-            x.allocations[0].claim.as_str(),
-            x.allocations[0].request.as_str()
-        ),
-        ("default/c1", "gpu")
-    );
-    assert!(
-        x.allocations[0]
-            .device
-            .starts_with("gpu.example.com/node-b/gpu-"),
-        "{:?}",
-        x.allocations
-    );
+    assert_eq!((x.allocations[0].claim.as_str(), x.allocations[0].request.as_str()), ("default/c1", "gpu"));
+    assert!(x.allocations[0].device.starts_with("gpu.example.com/node-b/gpu-"), "{:?}", x.allocations);
     let json = serde_json::to_value(&x).unwrap();
     assert!(json["nodes"][0].get("details").is_some() || json["nodes"][1].get("details").is_some());
 
@@ -411,13 +286,7 @@ fn explain_and_simulate_show_devices() {
         devices.push(p.allocations[0].device.clone());
     }
     devices.sort();
-    assert_eq!(
-        devices,
-        vec![
-            "gpu.example.com/node-b/gpu-0",
-            "gpu.example.com/node-b/gpu-1"
-        ]
-    );
+    assert_eq!(devices, vec!["gpu.example.com/node-b/gpu-0", "gpu.example.com/node-b/gpu-1"]);
 }
 
 /// Upstream normalizes DynamicResources' Score (NormalizeScore,
@@ -431,9 +300,7 @@ fn explain_and_simulate_show_devices() {
 fn normalized_first_available_score_changes_the_node() {
     let claim = "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c, namespace: default, uid: uid-c}\nspec:\n  devices:\n    requests:\n    - name: gpu\n      firstAvailable:\n      - name: m0\n        deviceClassName: gpu\n        selectors:\n        - cel:\n            expression: 'device.attributes[\"gpu.example.com\"].model == 0'\n      - name: m1\n        deviceClassName: gpu\n        selectors:\n        - cel:\n            expression: 'device.attributes[\"gpu.example.com\"].model == 1'\n";
     let model_slice = |node: &str, model: u8| {
-        format!(
-            "---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {node}-gpus}}\nspec:\n  driver: gpu.example.com\n  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}\n  nodeName: {node}\n  devices:\n  - name: gpu-0\n    attributes:\n      model: {{int: {model}}}\n"
-        )
+        format!("---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {node}-gpus}}\nspec:\n  driver: gpu.example.com\n  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}\n  nodeName: {node}\n  devices:\n  - name: gpu-0\n    attributes:\n      model: {{int: {model}}}\n")
     };
     let busy = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: busy, namespace: default, uid: uid-busy}\nspec:\n  nodeName: node-b\n  containers:\n  - name: c\n    image: i\n    resources: {requests: {cpu: 500m}}\n".to_string();
     let docs = [
@@ -449,16 +316,8 @@ fn normalized_first_available_score_changes_the_node() {
     let e = engine(&docs);
     let x = e.explain("default/p").unwrap();
     let get = |n: &str| x.nodes.iter().find(|k| k.name == n).unwrap();
-    let dra = |n: &str| {
-        get(n).scores.as_ref().unwrap()["DynamicResources"]
-            .as_i64()
-            .unwrap()
-    };
-    assert_eq!(
-        (dra("node-a"), dra("node-b")),
-        (87, 100),
-        "normalized 7 and 8"
-    );
+    let dra = |n: &str| get(n).scores.as_ref().unwrap()["DynamicResources"].as_i64().unwrap();
+    assert_eq!((dra("node-a"), dra("node-b")), (87, 100), "normalized 7 and 8");
     let weight = x.weights["DynamicResources"].as_i64().unwrap();
     assert_eq!(weight, 2);
     // What the other plugins give each node.
@@ -466,14 +325,8 @@ fn normalized_first_available_score_changes_the_node() {
     let lead = rest("node-a") - rest("node-b");
     // Raw: 8 minus the subrequest index on each node.
     let (raw_a, raw_b) = (7, 8);
-    let (raw_gap, normalized_gap) = (
-        weight * (raw_b - raw_a),
-        weight * (dra("node-b") - dra("node-a")),
-    );
-    assert!(
-        raw_gap < lead && lead < normalized_gap,
-        "the other plugins favor node-a by {lead}"
-    );
+    let (raw_gap, normalized_gap) = (weight * (raw_b - raw_a), weight * (dra("node-b") - dra("node-a")));
+    assert!(raw_gap < lead && lead < normalized_gap, "the other plugins favor node-a by {lead}");
     // With raw scores node-a would win; normalized, node-b does.
     assert!(rest("node-a") + weight * raw_a > rest("node-b") + weight * raw_b);
     assert_eq!(x.selected.as_deref(), Some("node-b"));
@@ -511,56 +364,25 @@ fn a_claim_whose_binding_failed_is_usable_nowhere() {
     };
     let mut e = engine(&docs("True"));
     let p = e.cluster.pending[0].clone();
-    let (o, _) = e.frameworks[0].schedule(
-        &p,
-        &e.cluster.snapshot,
-        CycleOptions {
-            explain: true,
-            ..Default::default()
-        },
-    );
+    let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions { explain: true, ..Default::default() });
     assert_eq!(o.selected, None);
     for s in o.statuses.statuses.iter().flatten() {
-        assert_eq!(
-            (s.plugin, s.message()),
-            (
-                "DynamicResources",
-                "resourceclaim not available on the node".to_string()
-            )
-        );
+        assert_eq!((s.plugin, s.message()), ("DynamicResources", "resourceclaim not available on the node".to_string()));
     }
     assert_eq!(o.deallocations.len(), 1, "{:?}", o.message);
-    assert_eq!(
-        (
-            o.deallocations[0].name.as_str(),
-            o.deallocations[0].pod_uid.as_str()
-        ),
-        ("bound-badly", "uid-p")
-    );
+    assert_eq!((o.deallocations[0].name.as_str(), o.deallocations[0].pod_uid.as_str()), ("bound-badly", "uid-p"));
     let m = o.message.unwrap_or_default();
     assert!(m.starts_with("0/2 nodes are available: 2 resourceclaim not available on the node. deallocation of ResourceClaim completed"), "{m}");
     // Deallocated, the claim is allocated again where the pod goes.
     let got = placement(&mut e);
     assert!(got[0].1.is_some(), "{got:?}");
-    let c = e
-        .cluster
-        .snapshot
-        .devices
-        .claim("default", "bound-badly")
-        .unwrap();
+    let c = e.cluster.snapshot.devices.claim("default", "bound-badly").unwrap();
     assert!(c.allocation.is_some() && c.binding_failure.is_none());
 
     let mut e = engine(&docs("False"));
     let p = e.cluster.pending[0].clone();
     let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions::default());
-    assert_eq!(
-        o.selected
-            .map(|i| e.cluster.snapshot.nodes[i].name().to_string())
-            .as_deref(),
-        Some("node-a"),
-        "{:?}",
-        o.message
-    );
+    assert_eq!(o.selected.map(|i| e.cluster.snapshot.nodes[i].name().to_string()).as_deref(), Some("node-a"), "{:?}", o.message);
     assert!(o.deallocations.is_empty());
     assert_eq!(placement(&mut e)[0].1.as_deref(), Some("node-a"));
 }
@@ -577,12 +399,7 @@ fn a_pre_filter_rejection_before_dynamic_resources_ends_with_not_found() {
     let e = engine(&[node("node-a", "4"), pvc, p]);
     let x = e.explain("default/p").unwrap();
     assert_eq!(x.selected, None);
-    assert_eq!(
-        x.message.as_deref(),
-        Some(
-            "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"
-        )
-    );
+    assert_eq!(x.message.as_deref(), Some("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"));
 }
 
 mod properties {
@@ -614,95 +431,37 @@ mod properties {
                 prop::collection::vec(prop::collection::vec(0u8..2, 0..4), n),
                 prop::collection::vec(0u8..2, 0..3),
                 prop::collection::vec((0..n, 0usize..4), 0..4),
-                prop::collection::vec(
-                    (
-                        prop::collection::vec((0u8..3, 1u32..3), 1..3),
-                        any::<bool>(),
-                    ),
-                    1..7,
-                ),
+                prop::collection::vec((prop::collection::vec((0u8..3, 1u32..3), 1..3), any::<bool>()), 1..7),
             )
-                .prop_map(|(nodes, shared_pool, taken, pods)| Spec {
-                    nodes,
-                    shared_pool,
-                    taken,
-                    pods,
-                })
+                .prop_map(|(nodes, shared_pool, taken, pods)| Spec { nodes, shared_pool, taken, pods })
         })
     }
 
     fn slice_yaml(name: &str, pool: &str, placement: &str, models: &[u8]) -> String {
-        let devices: Vec<String> = models
-            .iter()
-            .enumerate()
-            .map(|(k, m)| {
-                format!("  - name: dev-{k}\n    attributes:\n      model: {{int: {m}}}\n")
-            })
-            .collect();
-        let list = if devices.is_empty() {
-            " []\n".to_string()
-        } else {
-            format!("\n{}", devices.concat())
-        };
-        format!(
-            "---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {name}}}\nspec:\n  driver: gpu.example.com\n  pool: {{name: {pool}, generation: 1, resourceSliceCount: 1}}\n  {placement}\n  devices:{list}"
-        )
+        let devices: Vec<String> = models.iter().enumerate().map(|(k, m)| format!("  - name: dev-{k}\n    attributes:\n      model: {{int: {m}}}\n")).collect();
+        let list = if devices.is_empty() { " []\n".to_string() } else { format!("\n{}", devices.concat()) };
+        format!("---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {name}}}\nspec:\n  driver: gpu.example.com\n  pool: {{name: {pool}, generation: 1, resourceSliceCount: 1}}\n  {placement}\n  devices:{list}")
     }
 
     fn claim_yaml(name: &str, class: &str, count: u32, status: &str) -> String {
-        format!(
-            "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: default, uid: uid-{name}}}\nspec:\n  devices:\n    requests:\n    - name: r\n      exactly: {{deviceClassName: {class}, count: {count}}}\n{status}"
-        )
+        format!("---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: default, uid: uid-{name}}}\nspec:\n  devices:\n    requests:\n    - name: r\n      exactly: {{deviceClassName: {class}, count: {count}}}\n{status}")
     }
 
     fn build(s: &Spec) -> (String, HashMap<String, Vec<String>>) {
-        let mut docs = vec![
-            class("any", "device.driver == \"gpu.example.com\""),
-            class(
-                "model-0",
-                "device.attributes[\"gpu.example.com\"].model == 0",
-            ),
-            class(
-                "model-1",
-                "device.attributes[\"gpu.example.com\"].model == 1",
-            ),
-        ];
+        let mut docs = vec![class("any", "device.driver == \"gpu.example.com\""), class("model-0", "device.attributes[\"gpu.example.com\"].model == 0"), class("model-1", "device.attributes[\"gpu.example.com\"].model == 1")];
         for (i, models) in s.nodes.iter().enumerate() {
             docs.push(node(&format!("n{i}"), "8"));
-            docs.push(slice_yaml(
-                &format!("n{i}-gpus"),
-                &format!("n{i}"),
-                &format!("nodeName: n{i}"),
-                models,
-            ));
+            docs.push(slice_yaml(&format!("n{i}-gpus"), &format!("n{i}"), &format!("nodeName: n{i}"), models));
         }
-        docs.push(slice_yaml(
-            "shared-gpus",
-            "shared",
-            "allNodes: true",
-            &s.shared_pool,
-        ));
+        docs.push(slice_yaml("shared-gpus", "shared", "allNodes: true", &s.shared_pool));
         let mut seen = HashSet::new();
         for (j, (n, k)) in s.taken.iter().enumerate() {
             if *k >= s.nodes[*n].len() || !seen.insert((*n, *k)) {
                 continue;
             }
-            let status = format!(
-                "status:\n  allocation:\n    devices:\n      results:\n      - {{request: r, driver: gpu.example.com, pool: n{n}, device: dev-{k}}}\n    nodeSelector:\n      nodeSelectorTerms:\n      - matchFields:\n        - {{key: metadata.name, operator: In, values: [n{n}]}}\n  reservedFor:\n  - {{resource: pods, name: holder-{j}, uid: uid-holder-{j}}}\n"
-            );
+            let status = format!("status:\n  allocation:\n    devices:\n      results:\n      - {{request: r, driver: gpu.example.com, pool: n{n}, device: dev-{k}}}\n    nodeSelector:\n      nodeSelectorTerms:\n      - matchFields:\n        - {{key: metadata.name, operator: In, values: [n{n}]}}\n  reservedFor:\n  - {{resource: pods, name: holder-{j}, uid: uid-holder-{j}}}\n");
             docs.push(claim_yaml(&format!("held-{j}"), "any", 1, &status));
-            docs.push(
-                pod(
-                    &format!("holder-{j}"),
-                    "100m",
-                    &format!("resourceClaimName: held-{j}"),
-                    "",
-                )
-                .replace(
-                    "spec:\n  containers",
-                    &format!("spec:\n  nodeName: n{n}\n  containers"),
-                ),
-            );
+            docs.push(pod(&format!("holder-{j}"), "100m", &format!("resourceClaimName: held-{j}"), "").replace("spec:\n  containers", &format!("spec:\n  nodeName: n{n}\n  containers")));
         }
         docs.push(claim_yaml("shared", "any", 1, ""));
         let mut claims_of = HashMap::new();
@@ -717,26 +476,10 @@ mod properties {
             if *shared {
                 names.push("shared".into());
             }
-            let refs: Vec<String> = names
-                .iter()
-                .map(|n| format!("  - {{name: {n}, resourceClaimName: {n}}}\n"))
-                .collect();
+            let refs: Vec<String> = names.iter().map(|n| format!("  - {{name: {n}, resourceClaimName: {n}}}\n")).collect();
             let mut p = pod(&format!("p{j}"), "100m", "resourceClaimName: unused", "");
-            p = p.replace(
-                "  resourceClaims:\n  - name: gpu\n    resourceClaimName: unused\n",
-                &format!("  resourceClaims:\n{}", refs.concat()),
-            );
-            p = p.replace(
-                "claims: [{name: gpu}]",
-                &format!(
-                    "claims: [{}]",
-                    names
-                        .iter()
-                        .map(|n| format!("{{name: {n}}}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            );
+            p = p.replace("  resourceClaims:\n  - name: gpu\n    resourceClaimName: unused\n", &format!("  resourceClaims:\n{}", refs.concat()));
+            p = p.replace("claims: [{name: gpu}]", &format!("claims: [{}]", names.iter().map(|n| format!("{{name: {n}}}")).collect::<Vec<_>>().join(", ")));
             docs.push(p);
             claims_of.insert(format!("default/p{j}"), names);
         }
@@ -750,37 +493,12 @@ mod properties {
     /// n1 has one, n0 has one free).
     #[test]
     fn the_generator_places_pods() {
-        let s = Spec {
-            nodes: vec![vec![0, 1], vec![1]],
-            shared_pool: vec![0],
-            taken: vec![(0, 0)],
-            pods: vec![
-                (vec![(0, 1)], true),
-                (vec![(2, 1)], false),
-                (vec![(2, 2)], false),
-            ],
-        };
+        let s = Spec { nodes: vec![vec![0, 1], vec![1]], shared_pool: vec![0], taken: vec![(0, 0)], pods: vec![(vec![(0, 1)], true), (vec![(2, 1)], false), (vec![(2, 2)], false)] };
         let (text, _) = build(&s);
         let mut e = engine(&[text]);
-        let placed: Vec<(String, Option<String>)> = e
-            .simulate()
-            .placements
-            .into_iter()
-            .map(|p| (p.pod, p.node))
-            .collect();
-        assert_eq!(
-            placed.iter().filter(|p| p.1.is_some()).count(),
-            2,
-            "{placed:?}"
-        );
-        assert_eq!(
-            placed
-                .iter()
-                .find(|p| p.0 == "default/p2")
-                .and_then(|p| p.1.clone()),
-            None,
-            "{placed:?}"
-        );
+        let placed: Vec<(String, Option<String>)> = e.simulate().placements.into_iter().map(|p| (p.pod, p.node)).collect();
+        assert_eq!(placed.iter().filter(|p| p.1.is_some()).count(), 2, "{placed:?}");
+        assert_eq!(placed.iter().find(|p| p.0 == "default/p2").and_then(|p| p.1.clone()), None, "{placed:?}");
     }
 
     proptest! {
@@ -842,47 +560,24 @@ fn slice_updates_between_cycles_change_the_decision() {
     let docs = [
         node("node-a", "4"),
         node("node-b", "4"),
-        class(
-            "gpu",
-            "device.attributes[\"gpu.example.com\"].model == \"a100\"",
-        ),
+        class("gpu", "device.attributes[\"gpu.example.com\"].model == \"a100\""),
         claim("c", "gpu", 1, ""),
         pod("p", "100m", "resourceClaimName: c", ""),
     ];
     let mut e = engine(&docs);
     let p = e.cluster.pending[0].clone();
     let snap = &mut e.cluster.snapshot;
-    snap.devices
-        .upsert_slice(&model_slice("node-a", "a100"))
-        .unwrap();
-    snap.devices
-        .upsert_slice(&model_slice("node-b", "t4"))
-        .unwrap();
+    snap.devices.upsert_slice(&model_slice("node-a", "a100")).unwrap();
+    snap.devices.upsert_slice(&model_slice("node-b", "t4")).unwrap();
     let selected = |e: &Engine| {
-        let (o, _) = e.frameworks[0].schedule(
-            &p,
-            &e.cluster.snapshot,
-            CycleOptions {
-                no_reuse: true,
-                ..Default::default()
-            },
-        );
-        o.selected
-            .map(|i| e.cluster.snapshot.nodes[i].name().to_string())
+        let (o, _) = e.frameworks[0].schedule(&p, &e.cluster.snapshot, CycleOptions { no_reuse: true, ..Default::default() });
+        o.selected.map(|i| e.cluster.snapshot.nodes[i].name().to_string())
     };
     assert_eq!(selected(&e).as_deref(), Some("node-a"));
-    assert_eq!(
-        selected(&e).as_deref(),
-        Some("node-a"),
-        "the same decision from the kept pools"
-    );
+    assert_eq!(selected(&e).as_deref(), Some("node-a"), "the same decision from the kept pools");
     let snap = &mut e.cluster.snapshot;
-    snap.devices
-        .upsert_slice(&model_slice("node-a", "t4"))
-        .unwrap();
-    snap.devices
-        .upsert_slice(&model_slice("node-b", "a100"))
-        .unwrap();
+    snap.devices.upsert_slice(&model_slice("node-a", "t4")).unwrap();
+    snap.devices.upsert_slice(&model_slice("node-b", "a100")).unwrap();
     assert_eq!(selected(&e).as_deref(), Some("node-b"));
     e.cluster.snapshot.devices.remove_slice("node-b-gpus");
     assert_eq!(selected(&e), None);
@@ -906,19 +601,17 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
     use berth_engine::cache::Snapshot;
     use berth_engine::framework::{CycleOutcome, Framework};
     use berth_model::{NodeSpec, PodInfo};
-    use serde_json::{Value, json};
+    use serde_json::{json, Value};
 
     fn obj<T: serde::de::DeserializeOwned>(v: Value) -> T {
         serde_json::from_value(v).unwrap()
     }
     const D: &str = "gpu.example.com";
     let gpu = |i: usize, k: usize| json!({"name": format!("gpu-{k}"), "attributes": {"kind": {"string": "gpu"}, "model": {"int": (i + k) % 2}}});
-    let node_slice = |i: usize, n: usize| {
-        json!({
-            "metadata": {"name": format!("n{i}-gpus")},
-            "spec": {"driver": D, "nodeName": format!("n{i}"), "pool": {"name": format!("n{i}"), "generation": 1, "resourceSliceCount": 1}, "devices": (0..n).map(|k| gpu(i, k)).collect::<Vec<_>>()},
-        })
-    };
+    let node_slice = |i: usize, n: usize| json!({
+        "metadata": {"name": format!("n{i}-gpus")},
+        "spec": {"driver": D, "nodeName": format!("n{i}"), "pool": {"name": format!("n{i}"), "generation": 1, "resourceSliceCount": 1}, "devices": (0..n).map(|k| gpu(i, k)).collect::<Vec<_>>()},
+    });
     let mut snap = Snapshot::new();
     for i in 0..12 {
         let zone = if i < 6 { "a" } else { "b" };
@@ -927,9 +620,7 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
             "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
         }));
         snap.upsert_node(NodeSpec::from_node(&n));
-        snap.devices
-            .upsert_slice(&obj(node_slice(i, 2 + i % 3)))
-            .unwrap();
+        snap.devices.upsert_slice(&obj(node_slice(i, 2 + i % 3))).unwrap();
     }
     let fpga = |name: &str| json!({"name": name, "attributes": {"kind": {"string": "fpga"}}});
     snap.devices
@@ -962,18 +653,10 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
         obj::<k8s_openapi::api::resource::v1::DeviceClass>(c)
     };
     let kind = |k: &str| format!("device.attributes[\"{D}\"].kind == \"{k}\"");
-    snap.upsert_device_class(&class("gpu", &kind("gpu"), Some("example.com/gpu")))
-        .unwrap();
-    snap.upsert_device_class(&class(
-        "gpu-m1",
-        &format!("{} && device.attributes[\"{D}\"].model == 1", kind("gpu")),
-        None,
-    ))
-    .unwrap();
-    snap.upsert_device_class(&class("fpga", &kind("fpga"), None))
-        .unwrap();
-    snap.upsert_device_class(&class("nic", &kind("nic"), None))
-        .unwrap();
+    snap.upsert_device_class(&class("gpu", &kind("gpu"), Some("example.com/gpu"))).unwrap();
+    snap.upsert_device_class(&class("gpu-m1", &format!("{} && device.attributes[\"{D}\"].model == 1", kind("gpu")), None)).unwrap();
+    snap.upsert_device_class(&class("fpga", &kind("fpga"), None)).unwrap();
+    snap.upsert_device_class(&class("nic", &kind("nic"), None)).unwrap();
     let exactly = |class: &str, count: u32| json!([{"name": "r", "exactly": {"deviceClassName": class, "count": count}}]);
     let claim = |name: &str, owner: Option<&str>, devices: Value| {
         let mut c = json!({"metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")}, "spec": {"devices": devices}});
@@ -982,73 +665,31 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
         }
         obj::<k8s_openapi::api::resource::v1::ResourceClaim>(c)
     };
-    snap.devices
-        .upsert_claim(&claim("team", None, json!({"requests": exactly("nic", 1)})));
+    snap.devices.upsert_claim(&claim("team", None, json!({"requests": exactly("nic", 1)})));
     // The claim shapes of the pods' templates, by kind.
     let shape = |kind: char| -> Option<Value> {
         Some(match kind {
             'A' => json!({"requests": exactly("gpu-m1", 1)}),
             'B' => json!({"requests": exactly("gpu", 1)}),
-            'C' => {
-                json!({"requests": [{"name": "r", "firstAvailable": [{"name": "two", "deviceClassName": "gpu-m1", "count": 2}, {"name": "one", "deviceClassName": "gpu", "count": 1}]}]})
-            }
+            'C' => json!({"requests": [{"name": "r", "firstAvailable": [{"name": "two", "deviceClassName": "gpu-m1", "count": 2}, {"name": "one", "deviceClassName": "gpu", "count": 1}]}]}),
             'D' => json!({"requests": exactly("fpga", 1)}),
-            'H' => {
-                json!({"requests": exactly("gpu", 2), "constraints": [{"requests": ["r"], "matchAttribute": format!("{D}/model")}]})
-            }
+            'H' => json!({"requests": exactly("gpu", 2), "constraints": [{"requests": ["r"], "matchAttribute": format!("{D}/model")}]}),
             _ => return None,
         })
     };
-    let cfg = berth_engine::config::KubeSchedulerConfiguration {
-        percentage_of_nodes_to_score: Some(100),
-        ..Default::default()
-    };
+    let cfg = berth_engine::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(100), ..Default::default() };
     let config = Config::from_raw(cfg).unwrap();
-    let first = |c: &Config| -> Framework {
-        berth_engine::profile::frameworks(c, 3)
-            .into_iter()
-            .next()
-            .unwrap()
-    };
+    let first = |c: &Config| -> Framework { berth_engine::profile::frameworks(c, 3).into_iter().next().unwrap() };
     let (batched, full) = (first(&config), first(&config));
-    let dra = |fw: &Framework| {
-        fw.plugins()
-            .find(|p| p.name() == "DynamicResources")
-            .unwrap()
-            .clone()
-    };
+    let dra = |fw: &Framework| fw.plugins().find(|p| p.name() == "DynamicResources").unwrap().clone();
     /// Selected node, feasible nodes with totals, message, statuses when nothing fits.
-    type Verdicts = (
-        Option<String>,
-        Vec<(String, i64)>,
-        Option<String>,
-        Vec<(usize, String)>,
-    );
+    type Verdicts = (Option<String>, Vec<(String, i64)>, Option<String>, Vec<(usize, String)>);
     let verdicts = |o: &CycleOutcome, snap: &Snapshot| -> Verdicts {
         let one = o.feasible.len() == 1;
-        let mut v: Vec<(String, i64)> = o
-            .feasible
-            .iter()
-            .zip(&o.totals)
-            .map(|(&i, &t)| (snap.nodes[i].name().to_string(), if one { 0 } else { t }))
-            .collect();
+        let mut v: Vec<(String, i64)> = o.feasible.iter().zip(&o.totals).map(|(&i, &t)| (snap.nodes[i].name().to_string(), if one { 0 } else { t })).collect();
         v.sort();
-        let statuses = if o.selected.is_none() {
-            o.statuses
-                .statuses
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message())))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        (
-            o.selected.map(|i| snap.nodes[i].name().to_string()),
-            v,
-            o.message.clone(),
-            statuses,
-        )
+        let statuses = if o.selected.is_none() { o.statuses.statuses.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message()))).collect() } else { Vec::new() };
+        (o.selected.map(|i| snap.nodes[i].name().to_string()), v, o.message.clone(), statuses)
     };
     let pattern: Vec<char> = "AAABACCDAEFGCAAHBBDAECCG".chars().collect();
     let mut bound: std::collections::VecDeque<(Arc<PodInfo>, Option<String>)> = Default::default();
@@ -1056,16 +697,13 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
     for k in 0..96 {
         let kind = pattern[k % pattern.len()];
         let name = format!("p{k}-{kind}");
-        let mut containers =
-            json!([{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m"}}}]);
+        let mut containers = json!([{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m"}}}]);
         let mut p = json!({"metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")}, "spec": {}});
         let mut generated = None;
         if let Some(devices) = shape(kind) {
             let claim_name = format!("{name}-gpu-x7k2p");
-            snap.devices
-                .upsert_claim(&claim(&claim_name, Some(&name), devices));
-            p["spec"]["resourceClaims"] =
-                json!([{"name": "gpu", "resourceClaimTemplateName": format!("t-{kind}")}]);
+            snap.devices.upsert_claim(&claim(&claim_name, Some(&name), devices));
+            p["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimTemplateName": format!("t-{kind}")}]);
             p["status"] = json!({"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": claim_name}]});
             containers[0]["resources"]["claims"] = json!([{"name": "gpu"}]);
             generated = Some(claim_name);
@@ -1078,39 +716,18 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
         }
         p["spec"]["containers"] = containers;
         let pod = PodInfo::from_pod(&obj(p));
-        let opts = CycleOptions {
-            skip_post_filter: true,
-            ..Default::default()
-        };
+        let opts = CycleOptions { skip_post_filter: true, ..Default::default() };
         let (o, mut state) = batched.schedule(&pod, &snap, opts);
-        let (x, full_state) = full.schedule(
-            &pod,
-            &snap,
-            CycleOptions {
-                no_reuse: true,
-                ..opts
-            },
-        );
-        assert!(
-            o.error.is_none() && x.error.is_none(),
-            "pod {name}: {:?} {:?}",
-            o.error,
-            x.error
-        );
+        let (x, full_state) = full.schedule(&pod, &snap, CycleOptions { no_reuse: true, ..opts });
+        assert!(o.error.is_none() && x.error.is_none(), "pod {name}: {:?} {:?}", o.error, x.error);
         assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap), "pod {name}");
         let Some(i) = o.selected else {
             failed += 1;
             continue;
         };
         let node = snap.nodes[i].name().to_string();
-        assert_eq!(
-            dra(&batched).device_choices(&state, Some(&node)),
-            dra(&full).device_choices(&full_state, Some(&node)),
-            "pod {name} on {node}"
-        );
-        batched
-            .reserve_and_assume(&mut snap, &mut state, &pod, &node)
-            .unwrap();
+        assert_eq!(dra(&batched).device_choices(&state, Some(&node)), dra(&full).device_choices(&full_state, Some(&node)), "pod {name} on {node}");
+        batched.reserve_and_assume(&mut snap, &mut state, &pod, &node).unwrap();
         placed += 1;
         bound.push_back((pod, generated));
         if k % 3 == 2 {
@@ -1132,14 +749,7 @@ fn reuse_places_as_full_cycles_with_shared_pools_and_mixed_claims() {
             snap.devices.upsert_taint_rule(&obj(rule)).unwrap();
         }
     }
-    assert!(
-        placed >= 40 && failed >= 5,
-        "placed {placed}, failed {failed}"
-    );
-    assert!(
-        batched.reused_cycles() > 30,
-        "reused {} cycles",
-        batched.reused_cycles()
-    );
+    assert!(placed >= 40 && failed >= 5, "placed {placed}, failed {failed}");
+    assert!(batched.reused_cycles() > 30, "reused {} cycles", batched.reused_cycles());
     assert_eq!(batched.reuse_divergences(), 0);
 }

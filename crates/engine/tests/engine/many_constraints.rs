@@ -21,19 +21,14 @@ fn a_pod_with_many_soft_constraints_does_not_hold_up_the_queue() {
     let mut dump = String::new();
     for i in 0..NODES {
         // Every key names the node's own domain.
-        let labels: String = (0..CONSTRAINTS)
-            .map(|k| format!(", {}: n{i}", key(k)))
-            .collect();
+        let labels: String = (0..CONSTRAINTS).map(|k| format!(", {}: n{i}", key(k))).collect();
         let _ = write!(
             dump,
             "---\napiVersion: v1\nkind: Node\nmetadata: {{name: node-{i}, labels: {{kubernetes.io/hostname: node-{i}{labels}}}}}\nstatus: {{allocatable: {{cpu: '4', memory: 8Gi, pods: '110'}}}}\n"
         );
         // A matching pod on every node but node-7.
         if i != 7 {
-            let _ = write!(
-                dump,
-                "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: old-{i}, namespace: default, labels: {{app: spread}}}}\nspec: {{nodeName: node-{i}, containers: [{{name: c, image: i}}]}}\n"
-            );
+            let _ = write!(dump, "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: old-{i}, namespace: default, labels: {{app: spread}}}}\nspec: {{nodeName: node-{i}, containers: [{{name: c, image: i}}]}}\n");
         }
     }
     let constraints: String = (0..CONSTRAINTS)
@@ -43,20 +38,13 @@ fn a_pod_with_many_soft_constraints_does_not_hold_up_the_queue() {
         dump,
         "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: many, namespace: default, creationTimestamp: '2026-01-01T00:00:00Z', labels: {{app: spread}}}}\nspec:\n  containers: [{{name: c, image: i, resources: {{requests: {{cpu: 100m}}}}}}]\n  topologySpreadConstraints:\n{constraints}"
     );
-    let _ = write!(
-        dump,
-        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: plain, namespace: default, creationTimestamp: '2026-01-01T00:00:01Z'}}\nspec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 100m}}}}}}]}}\n"
-    );
+    let _ = write!(dump, "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: plain, namespace: default, creationTimestamp: '2026-01-01T00:00:01Z'}}\nspec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 100m}}}}}}]}}\n");
     let cluster = Cluster::parse(&dump, "many.yaml").unwrap();
     let many = cluster.pending.iter().find(|p| p.name == "many").unwrap();
     assert_eq!(many.spread_constraints.len(), CONSTRAINTS);
     let mut e = Engine::new(&Config::default_config(), cluster, 7);
     let s = e.simulate();
-    let placed: Vec<(&str, Option<&str>)> = s
-        .placements
-        .iter()
-        .map(|p| (p.pod.as_str(), p.node.as_deref()))
-        .collect();
+    let placed: Vec<(&str, Option<&str>)> = s.placements.iter().map(|p| (p.pod.as_str(), p.node.as_deref())).collect();
     assert_eq!(placed.len(), 2, "{placed:?}");
     // node-7 is the only domain of every key without a matching pod.
     assert_eq!(placed[0], ("default/many", Some("node-7")));

@@ -8,29 +8,17 @@ use berth_engine::offline::{Cluster, Engine};
 const NODE: &str = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '1', memory: 1Gi, pods: '10'}}\n";
 
 fn pod(name: &str, extra_meta: &str, extra_spec: &str, status: &str) -> String {
-    format!(
-        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default{extra_meta}}}\nspec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 600m}}}}}}]{extra_spec}}}\n{status}\n"
-    )
+    format!("---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default{extra_meta}}}\nspec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 600m}}}}}}]{extra_spec}}}\n{status}\n")
 }
 
 #[test]
 fn only_pods_the_scheduler_would_see_are_pending() {
     let dump = [
         NODE.to_string(),
-        pod(
-            "deleting",
-            ", deletionTimestamp: '2026-01-01T00:00:00Z'",
-            "",
-            "",
-        ),
+        pod("deleting", ", deletionTimestamp: '2026-01-01T00:00:00Z'", "", ""),
         pod("done", "", "", "status: {phase: Succeeded}"),
         pod("foreign", "", ", schedulerName: other-scheduler", ""),
-        pod(
-            "finished-bound",
-            "",
-            ", nodeName: n1",
-            "status: {phase: Failed}",
-        ),
+        pod("finished-bound", "", ", nodeName: n1", "status: {phase: Failed}"),
         pod("waiting", "", "", ""),
     ]
     .concat();
@@ -48,56 +36,18 @@ fn only_pods_the_scheduler_would_see_are_pending() {
 #[test]
 fn unnamed_pods_belong_to_the_first_profile() {
     let cfg = Config::parse("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: first\n- schedulerName: second\n").unwrap_or_else(|_| Config::default_config());
-    let dump = [
-        NODE.to_string(),
-        pod("a", "", "", ""),
-        pod("b", "", ", schedulerName: second", ""),
-        pod("c", "", ", schedulerName: default-scheduler", ""),
-    ]
-    .concat();
-    let e = Engine::new(
-        &cfg,
-        Cluster::parse(&dump, "dump.yaml").unwrap_or_default(),
-        1,
-    );
-    let got: Vec<(String, String)> = e
-        .cluster
-        .pending
-        .iter()
-        .map(|p| (p.key(), p.scheduler_name.clone()))
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            ("default/a".to_string(), "first".to_string()),
-            ("default/b".to_string(), "second".to_string())
-        ]
-    );
+    let dump = [NODE.to_string(), pod("a", "", "", ""), pod("b", "", ", schedulerName: second", ""), pod("c", "", ", schedulerName: default-scheduler", "")].concat();
+    let e = Engine::new(&cfg, Cluster::parse(&dump, "dump.yaml").unwrap_or_default(), 1);
+    let got: Vec<(String, String)> = e.cluster.pending.iter().map(|p| (p.key(), p.scheduler_name.clone())).collect();
+    assert_eq!(got, vec![("default/a".to_string(), "first".to_string()), ("default/b".to_string(), "second".to_string())]);
 }
 
 #[test]
 fn unknown_priority_class_names_the_pod() {
-    let dump = [
-        NODE.to_string(),
-        pod("p", "", ", priorityClassName: gold", ""),
-        pod("q", "", ", priorityClassName: system-node-critical", ""),
-    ]
-    .concat();
-    let err = Cluster::parse(&dump, "dump.yaml")
-        .map(|_| ())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("Pod default/p")
-            && err.contains("spec.priorityClassName")
-            && err.contains("gold"),
-        "{err}"
-    );
-    let ok = [
-        NODE.to_string(),
-        pod("q", "", ", priorityClassName: system-node-critical", ""),
-    ]
-    .concat();
+    let dump = [NODE.to_string(), pod("p", "", ", priorityClassName: gold", ""), pod("q", "", ", priorityClassName: system-node-critical", "")].concat();
+    let err = Cluster::parse(&dump, "dump.yaml").map(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("Pod default/p") && err.contains("spec.priorityClassName") && err.contains("gold"), "{err}");
+    let ok = [NODE.to_string(), pod("q", "", ", priorityClassName: system-node-critical", "")].concat();
     let c = Cluster::parse(&ok, "dump.yaml").unwrap_or_default();
     assert_eq!(c.pending.first().map(|p| p.priority), Some(2_000_001_000));
 }
@@ -112,19 +62,9 @@ fn simulate_with_only_a_normalizing_score_plugin() {
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n  plugins:\n    multiPoint:\n      disabled: [{name: '*'}]\n      enabled: [{name: PrioritySort}, {name: DefaultBinder}, {name: PodTopologySpread}]\n",
     )
     .unwrap();
-    let dump = [
-        NODE.to_string(),
-        format!("---\n{}", NODE.replace("n1", "n2")),
-        pod("a", "", "", ""),
-        pod("b", "", "", ""),
-    ]
-    .concat();
+    let dump = [NODE.to_string(), format!("---\n{}", NODE.replace("n1", "n2")), pod("a", "", "", ""), pod("b", "", "", "")].concat();
     let mut e = Engine::new(&cfg, Cluster::parse(&dump, "dump.yaml").unwrap(), 1);
     let s = e.simulate();
     assert_eq!(s.placements.len(), 2);
-    assert!(
-        s.placements.iter().all(|p| p.node.is_some()),
-        "{:?}",
-        s.placements
-    );
+    assert!(s.placements.iter().all(|p| p.node.is_some()), "{:?}", s.placements);
 }

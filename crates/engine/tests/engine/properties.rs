@@ -9,8 +9,8 @@ use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 struct Spec {
-    nodes: Vec<(u32, u32, u8)>,     // (cpu milli, pods, zone)
-    bound: Vec<(usize, u32, i32)>,  // (node, cpu milli, priority)
+    nodes: Vec<(u32, u32, u8)>, // (cpu milli, pods, zone)
+    bound: Vec<(usize, u32, i32)>, // (node, cpu milli, priority)
     pending: Vec<(u32, i32, bool)>, // (cpu milli, priority, spread)
 }
 
@@ -21,11 +21,7 @@ fn spec() -> impl Strategy<Value = Spec> {
             prop::collection::vec((0..n, 100u32..1500, 0i32..3), 0..8),
             prop::collection::vec((100u32..2000, 0i32..3, any::<bool>()), 1..10),
         )
-            .prop_map(|(nodes, bound, pending)| Spec {
-                nodes,
-                bound,
-                pending,
-            })
+            .prop_map(|(nodes, bound, pending)| Spec { nodes, bound, pending })
     })
 }
 

@@ -101,49 +101,21 @@ fn simulate_assumes_static_bindings() {
     ]
     .concat();
     let sim = engine(&text).simulate();
-    let by = |p: &str| {
-        sim.placements
-            .iter()
-            .find(|x| x.pod == format!("default/{p}"))
-            .cloned()
-            .expect("placed or not")
-    };
+    let by = |p: &str| sim.placements.iter().find(|x| x.pod == format!("default/{p}")).cloned().expect("placed or not");
     let (a, b, c) = (by("p1"), by("p2"), by("p3"));
-    let mut nodes = vec![
-        a.node.clone().unwrap_or_default(),
-        b.node.clone().unwrap_or_default(),
-    ];
+    let mut nodes = vec![a.node.clone().unwrap_or_default(), b.node.clone().unwrap_or_default()];
     nodes.sort();
-    assert_eq!(
-        nodes,
-        vec!["n1".to_string(), "n2".to_string()],
-        "{a:?} {b:?}"
-    );
+    assert_eq!(nodes, vec!["n1".to_string(), "n2".to_string()], "{a:?} {b:?}");
     assert_eq!(c.node, None);
     let msg = c.message.unwrap_or_default();
-    assert!(
-        msg.contains("2 node(s) didn't find available persistent volumes to bind"),
-        "{msg}"
-    );
+    assert!(msg.contains("2 node(s) didn't find available persistent volumes to bind"), "{msg}");
 }
 
 #[test]
 fn provisioning_follows_allowed_topologies() {
-    let text = [
-        CLASSES.to_string(),
-        node("n1", "zone-a"),
-        node("n2", "zone-b"),
-        claim("c", "standard", "1Gi"),
-        pod("p", "c"),
-    ]
-    .concat();
+    let text = [CLASSES.to_string(), node("n1", "zone-a"), node("n2", "zone-b"), claim("c", "standard", "1Gi"), pod("p", "c")].concat();
     let sim = engine(&text).simulate();
-    assert_eq!(
-        sim.placements[0].node.as_deref(),
-        Some("n2"),
-        "{:?}",
-        sim.placements
-    );
+    assert_eq!(sim.placements[0].node.as_deref(), Some("n2"), "{:?}", sim.placements);
 }
 
 #[test]
@@ -195,13 +167,7 @@ spec: {accessModes: ReadWriteOnce}
     ]
     .concat();
     let sim = engine(&text).simulate();
-    let msg = |p: &str| {
-        sim.placements
-            .iter()
-            .find(|x| x.pod == format!("default/{p}"))
-            .and_then(|x| x.message.clone())
-            .unwrap_or_default()
-    };
+    let msg = |p: &str| sim.placements.iter().find(|x| x.pod == format!("default/{p}")).and_then(|x| x.message.clone()).unwrap_or_default();
     for (p, field) in [
         ("uses-bad-size", "spec.resources.requests.storage"),
         ("uses-bad-mode", "spec.accessModes[0]"),
@@ -211,10 +177,6 @@ spec: {accessModes: ReadWriteOnce}
         let m = msg(p);
         assert!(m.contains(field), "{p}: {m:?} should name {field}");
     }
-    let fine = sim
-        .placements
-        .iter()
-        .find(|x| x.pod == "default/fine")
-        .expect("fine");
+    let fine = sim.placements.iter().find(|x| x.pod == "default/fine").expect("fine");
     assert_eq!(fine.node.as_deref(), Some("n1"), "{fine:?}");
 }

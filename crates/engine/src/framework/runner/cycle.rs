@@ -6,14 +6,14 @@
 //! that its steps are methods rather than functions passing them along.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::{CycleOptions, CycleOutcome, Framework};
 use crate::cache::Snapshot;
 use crate::framework::batch::BatchCache;
 use crate::framework::status::ReasonCounts;
-use crate::framework::{Code, CycleState, MAX_NODE_SCORE, NodeScore, ScorePlugin, Status};
+use crate::framework::{Code, CycleState, NodeScore, ScorePlugin, Status, MAX_NODE_SCORE};
 use berth_model::PodInfo;
 
 /// What every Filter step of a cycle reads, borrowed together: the
@@ -54,38 +54,18 @@ pub(super) fn invalid_score(plugin: &'static str, score: i64) -> Status {
 
 impl<'a> Cycle<'a> {
     /// A cycle for `pod` over `snap`, not yet run.
-    pub(super) fn new(
-        fw: &'a Framework,
-        pod: &'a Arc<PodInfo>,
-        snap: &'a Snapshot,
-        opts: CycleOptions,
-    ) -> Self {
-        Cycle {
-            fw,
-            pod,
-            snap,
-            opts,
-            state: CycleState::new(),
-            out: CycleOutcome::default(),
-            subset: None,
-        }
+    pub(super) fn new(fw: &'a Framework, pod: &'a Arc<PodInfo>, snap: &'a Snapshot, opts: CycleOptions) -> Self {
+        Cycle { fw, pod, snap, opts, state: CycleState::new(), out: CycleOutcome::default(), subset: None }
     }
 
     /// What the Filter steps read (the framework, the state, the pod, the snapshot).
     pub(super) fn view(&self) -> CycleView<'_> {
-        CycleView {
-            fw: self.fw,
-            state: &self.state,
-            pod: self.pod,
-            snap: self.snap,
-        }
+        CycleView { fw: self.fw, state: &self.state, pod: self.pod, snap: self.snap }
     }
 
     /// Is node `i` one PreFilter left to the pod?
     pub(super) fn candidate(&self, i: usize) -> bool {
-        self.subset
-            .as_ref()
-            .is_none_or(|s| s.contains(self.snap.nodes[i].name()))
+        self.subset.as_ref().is_none_or(|s| s.contains(self.snap.nodes[i].name()))
     }
 
     /// Runs the cycle once, its outcome in `self.out`.
@@ -93,8 +73,7 @@ impl<'a> Cycle<'a> {
         let (fw, pod, snap, opts) = (self.fw, self.pod, self.snap, self.opts);
         let n = snap.nodes.len();
         if n == 0 {
-            self.out.message =
-                Some("0/0 nodes are available: no nodes available to schedule pods.".into());
+            self.out.message = Some("0/0 nodes are available: no nodes available to schedule pods.".into());
             return Attempt::Done;
         }
         let narrowing = match fw.run_pre_filter(&mut self.state, pod, snap) {
@@ -116,18 +95,8 @@ impl<'a> Cycle<'a> {
         let window = self.window();
         // Opportunistic batching, over the per-signature results the
         // framework keeps (locked for the rest of the cycle).
-        let mut caches = if self.reuses(window) {
-            Some(
-                fw.batch
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            )
-        } else {
-            None
-        };
-        let mut cache = caches
-            .as_deref_mut()
-            .map(|c| c.for_signature(self.state.signature));
+        let mut caches = if self.reuses(window) { Some(fw.batch.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) } else { None };
+        let mut cache = caches.as_deref_mut().map(|c| c.for_signature(self.state.signature));
         let filtered = match cache.as_deref_mut() {
             Some(c) => self.filter_reusing(c, window),
             None => self.filter_window(window),
@@ -138,19 +107,14 @@ impl<'a> Cycle<'a> {
                 if let Some(c) = cache {
                     c.clear();
                 }
-                self.out.message = Some(format!(
-                    "running Filter plugin {:?}: {}",
-                    s.plugin,
-                    s.message()
-                ));
+                self.out.message = Some(format!("running Filter plugin {:?}: {}", s.plugin, s.message()));
                 self.out.error = Some(s);
                 return Attempt::Done;
             }
         };
         self.out.evaluated = processed;
         if !opts.explain {
-            fw.next_start
-                .store((window.start + processed) % n, Ordering::Relaxed);
+            fw.next_start.store((window.start + processed) % n, Ordering::Relaxed);
         }
         if self.out.feasible.is_empty() {
             match cache.as_deref_mut() {
@@ -196,11 +160,7 @@ impl<'a> Cycle<'a> {
     /// PreFilter rejected the pod (every node, with its status) or failed.
     fn pre_filter_rejected(&mut self, s: Status) {
         if s.code == Code::Error {
-            self.out.message = Some(format!(
-                "running PreFilter plugin {:?}: {}",
-                s.plugin,
-                s.message()
-            ));
+            self.out.message = Some(format!("running PreFilter plugin {:?}: {}", s.plugin, s.message()));
             self.out.error = Some(s);
             return;
         }
@@ -220,20 +180,12 @@ impl<'a> Cycle<'a> {
         let reason = if narrowing.len() == 1 {
             format!("node(s) didn't satisfy plugin {}", narrowing[0])
         } else {
-            format!(
-                "node(s) didn't satisfy plugin(s) [{}]",
-                narrowing.join(", ")
-            )
+            format!("node(s) didn't satisfy plugin(s) [{}]", narrowing.join(", "))
         };
         let n = self.snap.nodes.len();
         for (i, ni) in self.snap.nodes.iter().enumerate() {
             if !sub.contains(ni.name()) {
-                self.out.statuses.set(
-                    i,
-                    n,
-                    Status::unresolvable(reason.clone())
-                        .with_plugin(narrowing.first().copied().unwrap_or("")),
-                );
+                self.out.statuses.set(i, n, Status::unresolvable(reason.clone()).with_plugin(narrowing.first().copied().unwrap_or("")));
             }
         }
     }
@@ -246,11 +198,7 @@ impl<'a> Cycle<'a> {
         r
     }
 
-    fn prioritize_over(
-        &mut self,
-        feasible: &[usize],
-        cache: Option<&mut BatchCache>,
-    ) -> Result<(), Status> {
+    fn prioritize_over(&mut self, feasible: &[usize], cache: Option<&mut BatchCache>) -> Result<(), Status> {
         let fw = self.fw;
         for p in &fw.pre_score {
             let s = p.pre_score(&mut self.state, self.pod, feasible, self.snap);
@@ -262,27 +210,16 @@ impl<'a> Cycle<'a> {
         }
         // A poisoned lock only means a panic elsewhere left a buffer behind:
         // it is cleared before each use.
-        let mut buf: Vec<NodeScore> =
-            std::mem::take(&mut *self.fw.scratch.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut buf: Vec<NodeScore> = std::mem::take(&mut *self.fw.scratch.lock().unwrap_or_else(|e| e.into_inner()));
         let r = self.prioritize_with(&mut buf, feasible, cache);
         buf.clear();
         *self.fw.scratch.lock().unwrap_or_else(|e| e.into_inner()) = buf;
         r
     }
 
-    fn prioritize_with(
-        &mut self,
-        buf: &mut Vec<NodeScore>,
-        feasible: &[usize],
-        cache: Option<&mut BatchCache>,
-    ) -> Result<(), Status> {
+    fn prioritize_with(&mut self, buf: &mut Vec<NodeScore>, feasible: &[usize], cache: Option<&mut BatchCache>) -> Result<(), Status> {
         let (fw, state, pod, snap) = (self.fw, &self.state, &**self.pod, self.snap);
-        let view = CycleView {
-            fw,
-            state,
-            pod,
-            snap,
-        };
+        let view = CycleView { fw, state, pod, snap };
         let record = self.records_scores();
         // Node-local plugins' raw scores come from the last pod of this
         // signature where the node has not changed since.
@@ -307,8 +244,7 @@ impl<'a> Cycle<'a> {
             }
             buf.clear();
             buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
-            p.score_nodes(state, pod, snap, buf)
-                .map_err(|s| s.with_plugin(p.name()))?;
+            p.score_nodes(state, pod, snap, buf).map_err(|s| s.with_plugin(p.name()))?;
             view.normalized_into(&**p, *weight, buf, &mut totals)?;
             if record {
                 self.out.record_scores(buf.iter().map(|s| s.score));
@@ -323,12 +259,7 @@ impl<'a> Cycle<'a> {
     /// they are the pod's own), one sentence after the other.
     fn add_failure_details(&mut self) {
         let active = self.fw.active_or_all(&self.state);
-        let details: Vec<String> = active
-            .iter()
-            .filter_map(|&i| {
-                self.fw.filter[i].failure_detail(&self.state, self.pod, &self.out.statuses)
-            })
-            .collect();
+        let details: Vec<String> = active.iter().filter_map(|&i| self.fw.filter[i].failure_detail(&self.state, self.pod, &self.out.statuses)).collect();
         self.out.failure_detail = (!details.is_empty()).then(|| details.join(" "));
     }
 
@@ -374,8 +305,7 @@ impl<'a> Cycle<'a> {
         let fw = self.fw;
         let mut reasons: Vec<String> = Vec::new();
         for p in &fw.post_filter {
-            let (s, mut r) =
-                p.post_filter(fw, &self.state, self.pod, self.snap, &self.out.statuses);
+            let (s, mut r) = p.post_filter(fw, &self.state, self.pod, self.snap, &self.out.statuses);
             self.out.deallocations.append(&mut r.deallocations);
             match s.code {
                 Code::Success => {
@@ -397,13 +327,7 @@ impl<'a> Cycle<'a> {
 impl CycleView<'_> {
     /// Normalizes `p`'s raw scores in `buf` (when it normalizes), checks
     /// them and adds them, weighted, to `totals`.
-    pub(super) fn normalized_into(
-        &self,
-        p: &dyn ScorePlugin,
-        weight: i64,
-        buf: &mut [NodeScore],
-        totals: &mut [i64],
-    ) -> Result<(), Status> {
+    pub(super) fn normalized_into(&self, p: &dyn ScorePlugin, weight: i64, buf: &mut [NodeScore], totals: &mut [i64]) -> Result<(), Status> {
         if p.has_normalize() {
             let s = p.normalize_score(self.state, self.pod, buf, self.snap);
             if !s.is_success() {

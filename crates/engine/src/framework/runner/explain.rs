@@ -5,8 +5,8 @@
 //!
 //! [`CycleOptions::explain`]: super::CycleOptions::explain
 
-use super::CycleOutcome;
 use super::cycle::Cycle;
+use super::CycleOutcome;
 
 impl Cycle<'_> {
     /// Does this cycle record every Score plugin's scores?

@@ -21,10 +21,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::batch::BatchCaches;
 use super::{
-    BindPlugin, Code, CycleState, FilterPlugin, NodeScore, PermitPlugin, Plugin, Points,
-    PostBindPlugin, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin,
-    PreFilterPlugin, PreScorePlugin, QueueSortPlugin, QueuedPod, Registered, ReservePlugin,
-    ScorePlugin, Status,
+    BindPlugin, Code, CycleState, FilterPlugin, NodeScore, PermitPlugin, Plugin, Points, PostBindPlugin, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
+    PreScorePlugin, QueueSortPlugin, QueuedPod, Registered, ReservePlugin, ScorePlugin, Status,
 };
 use crate::cache::Snapshot;
 use berth_model::{NodeInfo, PodInfo};
@@ -217,21 +215,13 @@ pub fn num_feasible_nodes_to_find(percentage: Option<i32>, num_all: usize) -> us
 impl Framework {
     /// Builds a framework from plugins in configuration order, each listed
     /// with the extension points it is enabled at.
-    pub fn new(
-        profile: String,
-        plugins: Vec<(PluginEntry, Points)>,
-        percentage_of_nodes_to_score: Option<i32>,
-        seed: u64,
-    ) -> Self {
+    pub fn new(profile: String, plugins: Vec<(PluginEntry, Points)>, percentage_of_nodes_to_score: Option<i32>, seed: u64) -> Self {
         let mut entries: Vec<PluginEntry> = Vec::new();
         // Per extension point (in `Points::ALL` order), the entries enabled
         // there, in order of first enabling.
         let mut at: [Vec<usize>; 12] = Default::default();
         for (e, pts) in plugins {
-            let i = match entries
-                .iter()
-                .position(|x| x.plugin.name() == e.plugin.name())
-            {
+            let i = match entries.iter().position(|x| x.plugin.name() == e.plugin.name()) {
                 Some(i) => {
                     if pts.has(Points::SCORE) {
                         entries[i].weight = e.weight;
@@ -251,47 +241,19 @@ impl Framework {
         }
         // A point enabled for a plugin that does not implement it has
         // nothing to run (profiles refuse such configurations).
-        fn handles<T: ?Sized>(
-            entries: &[PluginEntry],
-            list: &[usize],
-            h: impl Fn(&PluginEntry) -> Option<Arc<T>>,
-        ) -> Vec<Arc<T>> {
+        fn handles<T: ?Sized>(entries: &[PluginEntry], list: &[usize], h: impl Fn(&PluginEntry) -> Option<Arc<T>>) -> Vec<Arc<T>> {
             list.iter().filter_map(|&i| h(&entries[i])).collect()
         }
-        let [
-            queue_sort,
-            pre_enqueue,
-            pre_filter,
-            filter,
-            post_filter,
-            pre_score,
-            score,
-            reserve,
-            permit,
-            pre_bind,
-            bind,
-            post_bind,
-        ] = &at;
+        let [queue_sort, pre_enqueue, pre_filter, filter, post_filter, pre_score, score, reserve, permit, pre_bind, bind, post_bind] = &at;
         Framework {
             profile,
-            queue_sort: handles(&entries, queue_sort, |e| e.plugin.queue_sort.clone())
-                .into_iter()
-                .next(),
+            queue_sort: handles(&entries, queue_sort, |e| e.plugin.queue_sort.clone()).into_iter().next(),
             pre_enqueue: handles(&entries, pre_enqueue, |e| e.plugin.pre_enqueue.clone()),
             pre_filter: handles(&entries, pre_filter, |e| e.plugin.pre_filter.clone()),
             filter: handles(&entries, filter, |e| e.plugin.filter.clone()),
             post_filter: handles(&entries, post_filter, |e| e.plugin.post_filter.clone()),
             pre_score: handles(&entries, pre_score, |e| e.plugin.pre_score.clone()),
-            score: score
-                .iter()
-                .filter_map(|&i| {
-                    entries[i]
-                        .plugin
-                        .score
-                        .clone()
-                        .map(|p| (p, entries[i].weight))
-                })
-                .collect(),
+            score: score.iter().filter_map(|&i| entries[i].plugin.score.clone().map(|p| (p, entries[i].weight))).collect(),
             reserve: handles(&entries, reserve, |e| e.plugin.reserve.clone()),
             permit: handles(&entries, permit, |e| e.plugin.permit.clone()),
             pre_bind: handles(&entries, pre_bind, |e| e.plugin.pre_bind.clone()),
@@ -331,10 +293,7 @@ impl Framework {
 
     /// The score weight of a plugin.
     pub fn weight(&self, name: &str) -> Option<i64> {
-        self.score
-            .iter()
-            .find(|(p, _)| p.name() == name)
-            .map(|(_, w)| *w)
+        self.score.iter().find(|(p, _)| p.name() == name).map(|(_, w)| *w)
     }
 
     /// All plugins of the profile.
@@ -377,19 +336,11 @@ impl Framework {
     /// The events that may let a pod that `plugin`'s PreEnqueue refused in
     /// (upstream's GatingPluginEvents); every event for an unknown plugin.
     pub fn gate_events(&self, plugin: &str) -> super::Events {
-        self.entries
-            .iter()
-            .find(|e| e.plugin.name() == plugin)
-            .map_or(super::Events::ALL, |e| e.plugin.plugin.events())
+        self.entries.iter().find(|e| e.plugin.name() == plugin).map_or(super::Events::ALL, |e| e.plugin.plugin.events())
     }
 
     /// PreFilter: runs every plugin; returns the merged node subset or the first rejection.
-    pub fn run_pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> Result<(Option<HashSet<String>>, Vec<&'static str>), Status> {
+    pub fn run_pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Result<(Option<HashSet<String>>, Vec<&'static str>), Status> {
         // Fields of the pod that cannot be evaluated reject it outright, naming them.
         if let Some(e) = pod.errors.first() {
             let plugin = self
@@ -398,10 +349,7 @@ impl Framework {
                 .map(|e| e.plugin.name())
                 .find(|n| *n == e.plugin)
                 .unwrap_or("PodSpec");
-            return Err(
-                Status::unresolvable(format!("invalid pod spec: {}", e.message))
-                    .with_plugin(plugin),
-            );
+            return Err(Status::unresolvable(format!("invalid pod spec: {}", e.message)).with_plugin(plugin));
         }
         let mut nodes: Option<HashSet<String>> = None;
         let mut narrowing = Vec::new();
@@ -426,10 +374,7 @@ impl Framework {
                     let msg = if narrowing.len() == 1 {
                         format!("node(s) didn't satisfy plugin {}", narrowing[0])
                     } else {
-                        format!(
-                            "node(s) didn't satisfy plugin(s) [{}] simultaneously",
-                            narrowing.join(", ")
-                        )
+                        format!("node(s) didn't satisfy plugin(s) [{}] simultaneously", narrowing.join(", "))
                     };
                     return Err(Status::unresolvable(msg).with_plugin(name));
                 }
@@ -439,14 +384,7 @@ impl Framework {
     }
 
     /// PreFilter extensions: `added` now sits on `node`.
-    pub fn run_add_pod(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        added: &Arc<PodInfo>,
-        node: &NodeInfo,
-        snap: &Snapshot,
-    ) -> Status {
+    pub fn run_add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         for p in &self.pre_filter {
             if state.filter_skipped(p.name()) {
                 continue;
@@ -460,14 +398,7 @@ impl Framework {
     }
 
     /// PreFilter extensions: `removed` no longer sits on `node`.
-    pub fn run_remove_pod(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        removed: &Arc<PodInfo>,
-        node: &NodeInfo,
-        snap: &Snapshot,
-    ) -> Status {
+    pub fn run_remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         for p in &self.pre_filter {
             if state.filter_skipped(p.name()) {
                 continue;
@@ -483,9 +414,7 @@ impl Framework {
     /// The Filter plugins PreFilter did not skip for this cycle, as
     /// positions in the Filter list.
     pub(super) fn active_filters(&self, state: &CycleState) -> Vec<usize> {
-        (0..self.filter.len())
-            .filter(|&i| !state.filter_skipped(self.filter[i].name()))
-            .collect()
+        (0..self.filter.len()).filter(|&i| !state.filter_skipped(self.filter[i].name())).collect()
     }
 
     /// The cycle's active Filter plugins, or every one when the cycle did
@@ -508,13 +437,7 @@ impl Framework {
         }
     }
 
-    fn run_filter_list(
-        &self,
-        list: &[usize],
-        state: &CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-    ) -> Status {
+    fn run_filter_list(&self, list: &[usize], state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         for &i in list {
             let p = &self.filter[i];
             let s = p.filter(state, pod, node);
@@ -610,12 +533,7 @@ impl Framework {
     }
 
     /// Runs one scheduling cycle for `pod` (schedulePod plus PostFilter).
-    pub fn schedule(
-        &self,
-        pod: &Arc<PodInfo>,
-        snap: &Snapshot,
-        mut opts: CycleOptions,
-    ) -> (CycleOutcome, CycleState) {
+    pub fn schedule(&self, pod: &Arc<PodInfo>, snap: &Snapshot, mut opts: CycleOptions) -> (CycleOutcome, CycleState) {
         loop {
             let mut cycle = Cycle::new(self, pod, snap, opts);
             match cycle.run() {
@@ -642,21 +560,13 @@ impl Framework {
         }
         let pick = if ties > 1 {
             // One draw per decision; the generator's state is read and written once.
-            let next = self
-                .rng
-                .load(Ordering::Relaxed)
-                .wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let next = self.rng.load(Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
             self.rng.store(next, Ordering::Relaxed);
             (splitmix(next) % ties) as usize
         } else {
             0
         };
-        feasible
-            .iter()
-            .zip(totals)
-            .filter(|&(_, &t)| t == best)
-            .nth(pick)
-            .map(|(&i, _)| i)
+        feasible.iter().zip(totals).filter(|&(_, &t)| t == best).nth(pick).map(|(&i, _)| i)
     }
 }
 

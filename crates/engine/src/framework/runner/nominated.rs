@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use super::Framework;
 use super::cycle::Cycle;
+use super::Framework;
 use crate::cache::Snapshot;
 use crate::framework::{Code, CycleState, Status};
 use berth_model::{NodeInfo, PodInfo};
@@ -14,11 +14,7 @@ use berth_model::{NodeInfo, PodInfo};
 /// priority, which Filter must count there?
 #[inline]
 pub(super) fn nominated_here(snap: &Snapshot, pod: &PodInfo, i: usize) -> bool {
-    !snap.nominated.is_empty()
-        && snap.nominated.get(snap.nodes[i].name()).is_some_and(|v| {
-            v.iter()
-                .any(|p| p.uid != pod.uid && p.priority >= pod.priority)
-        })
+    !snap.nominated.is_empty() && snap.nominated.get(snap.nodes[i].name()).is_some_and(|v| v.iter().any(|p| p.uid != pod.uid && p.priority >= pod.priority))
 }
 
 impl Cycle<'_> {
@@ -29,21 +25,10 @@ impl Cycle<'_> {
         if self.explains() {
             return false;
         }
-        let Some(idx) = self
-            .pod
-            .nominated_node
-            .as_deref()
-            .and_then(|nn| self.snap.node_index(nn))
-            .filter(|&i| self.candidate(i))
-        else {
+        let Some(idx) = self.pod.nominated_node.as_deref().and_then(|nn| self.snap.node_index(nn)).filter(|&i| self.candidate(i)) else {
             return false;
         };
-        let s = self.fw.run_filter_with_nominated(
-            &self.state,
-            self.pod,
-            &self.snap.nodes[idx],
-            self.snap,
-        );
+        let s = self.fw.run_filter_with_nominated(&self.state, self.pod, &self.snap.nodes[idx], self.snap);
         if s.code == Code::Error {
             self.out.message = Some(s.message());
             self.out.error = Some(s);
@@ -63,21 +48,12 @@ impl Cycle<'_> {
 impl Framework {
     /// Filter with the nominated pods of equal or higher priority on the node
     /// counted as if already there (upstream `RunFilterPluginsWithNominatedPods`).
-    pub fn run_filter_with_nominated(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-        snap: &Snapshot,
-    ) -> Status {
+    pub fn run_filter_with_nominated(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo, snap: &Snapshot) -> Status {
         if snap.nominated.is_empty() {
             return self.run_filter(state, pod, node);
         }
         let nominated: Vec<&Arc<PodInfo>> = match snap.nominated.get(node.name()) {
-            Some(v) => v
-                .iter()
-                .filter(|p| p.uid != pod.uid && p.priority >= pod.priority)
-                .collect(),
+            Some(v) => v.iter().filter(|p| p.uid != pod.uid && p.priority >= pod.priority).collect(),
             None => Vec::new(),
         };
         if nominated.is_empty() {

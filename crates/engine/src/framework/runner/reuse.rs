@@ -5,25 +5,18 @@
 
 use std::hash::{Hash, Hasher};
 
-use super::cycle::{Cycle, CycleView, invalid_score};
+use super::cycle::{invalid_score, Cycle, CycleView};
 use super::window::Window;
 use super::{Framework, NodeStatuses};
 use crate::cache::Snapshot;
 use crate::framework::batch::{BatchCache, PASS};
-use crate::framework::{CycleState, MAX_NODE_SCORE, NodeScore, Status};
+use crate::framework::{CycleState, NodeScore, Status, MAX_NODE_SCORE};
 use berth_model::PodInfo;
 
 /// The window of `n` nodes from `start` over the node-local verdicts `rej`: the nodes
 /// that passed into `feasible`, in order, and into `late` those rejected by
 /// a node-local plugin that comes after the first other one (`first_other`).
-fn passed_locally(
-    rej: &[u8],
-    n: usize,
-    start: usize,
-    first_other: usize,
-    feasible: &mut Vec<usize>,
-    late: &mut Vec<usize>,
-) {
+fn passed_locally(rej: &[u8], n: usize, start: usize, first_other: usize, feasible: &mut Vec<usize>, late: &mut Vec<usize>) {
     feasible.clear();
     late.clear();
     // The window in two plain ranges (a chained iterator costs more per node).
@@ -64,10 +57,7 @@ impl Cycle<'_> {
             && self.subset.is_none()
             && self.pod.nominated_node.is_none()
             && self.snap.nominated.is_empty()
-            && state.active_filters.as_ref().is_some_and(|l| {
-                l.len() < usize::from(PASS)
-                    && (w.to_find >= n || l.iter().all(|&i| fw.filter[i].reusable()))
-            })
+            && state.active_filters.as_ref().is_some_and(|l| l.len() < usize::from(PASS) && (w.to_find >= n || l.iter().all(|&i| fw.filter[i].reusable())))
     }
 
     /// Filter over every node, with the node-local plugins' verdicts
@@ -77,11 +67,7 @@ impl Cycle<'_> {
     /// node-local plugin after them rejected). The outcome (feasible nodes in
     /// window order, statuses, rejecting plugins) is what
     /// [`Self::filter_window`] gives over every node.
-    pub(super) fn filter_reusing(
-        &mut self,
-        cache: &mut BatchCache,
-        w: Window,
-    ) -> Result<usize, Status> {
+    pub(super) fn filter_reusing(&mut self, cache: &mut BatchCache, w: Window) -> Result<usize, Status> {
         let Window { start, to_find } = w;
         let opts = self.opts;
         let skip_post_filter = opts.skip_post_filter;
@@ -89,21 +75,12 @@ impl Cycle<'_> {
         let n = snap.nodes.len();
         // The cycle's state is only read here, and the outcome written:
         // borrowed apart, so that Filter steps can fill the outcome.
-        let view = CycleView {
-            fw,
-            state: &self.state,
-            pod: self.pod,
-            snap,
-        };
+        let view = CycleView { fw, state: &self.state, pod: self.pod, snap };
         let out = &mut self.out;
         let state = view.state;
         let active = fw.active_or_all(state);
         let active: &[usize] = &active;
-        let local: Vec<usize> = active
-            .iter()
-            .copied()
-            .filter(|&i| fw.filter[i].reusable())
-            .collect();
+        let local: Vec<usize> = active.iter().copied().filter(|&i| fw.filter[i].reusable()).collect();
         let all_local = local.len() == active.len();
         let mut changed = Vec::new();
         cache.refresh(state.signature, &local, all_local, snap, &mut changed);
@@ -122,10 +99,7 @@ impl Cycle<'_> {
                 cache.set_verdict(i, None);
             }
             for (i, s) in rejected {
-                let at = active
-                    .iter()
-                    .position(|&k| fw.filter[k].name() == s.plugin)
-                    .unwrap_or(0);
+                let at = active.iter().position(|&k| fw.filter[k].name() == s.plugin).unwrap_or(0);
                 cache.set_verdict(i, Some((at as u8, s)));
             }
         }
@@ -151,8 +125,7 @@ impl Cycle<'_> {
                 }
                 if let Some(seen) = seen.get_mut(usize::from(r)).filter(|s| !**s) {
                     *seen = true;
-                    out.unschedulable_plugins
-                        .push(fw.filter[active[usize::from(r)]].name());
+                    out.unschedulable_plugins.push(fw.filter[active[usize::from(r)]].name());
                 }
             }
             return Ok(processed);
@@ -169,36 +142,19 @@ impl Cycle<'_> {
                     out.feasible.push(i);
                 } else if let Some(seen) = seen.get_mut(usize::from(r)).filter(|s| !**s) {
                     *seen = true;
-                    out.unschedulable_plugins
-                        .push(fw.filter[active[usize::from(r)]].name());
+                    out.unschedulable_plugins.push(fw.filter[active[usize::from(r)]].name());
                 }
             }
-            out.statuses = NodeStatuses {
-                statuses: cache.statuses(),
-            };
+            out.statuses = NodeStatuses { statuses: cache.statuses() };
             return Ok(n);
         }
         // The plugins that look beyond the node run on every node the
         // node-local ones passed, and on those rejected by a node-local
         // plugin that comes after one of them (its status may come first).
-        let first_other = active
-            .iter()
-            .position(|&i| !fw.filter[i].reusable())
-            .unwrap_or(active.len());
-        let others: Vec<usize> = active
-            .iter()
-            .copied()
-            .filter(|&i| !fw.filter[i].reusable())
-            .collect();
+        let first_other = active.iter().position(|&i| !fw.filter[i].reusable()).unwrap_or(active.len());
+        let others: Vec<usize> = active.iter().copied().filter(|&i| !fw.filter[i].reusable()).collect();
         let mut late = Vec::new();
-        passed_locally(
-            cache.verdicts(),
-            n,
-            start,
-            first_other,
-            &mut out.feasible,
-            &mut late,
-        );
+        passed_locally(cache.verdicts(), n, start, first_other, &mut out.feasible, &mut late);
         // The rejections of the other plugins go to a buffer kept across
         // cycles: a spreading constraint may reject thousands of nodes per
         // cycle, and a fresh vector that size costs page faults each time.
@@ -206,27 +162,12 @@ impl Cycle<'_> {
         // Statuses are read only when nothing fits: first without them
         // where a plugin can, again with them if nothing fit.
         let lean = !opts.keep_statuses;
-        let beyond = Beyond {
-            others: &others,
-            active,
-            late: &late,
-        };
+        let beyond = Beyond { others: &others, active, late: &late };
         let mut r = view.filter_others(lean, &beyond, cache, &mut out.feasible, &mut rejected);
         if lean && r.is_ok() && out.feasible.is_empty() {
-            passed_locally(
-                cache.verdicts(),
-                n,
-                start,
-                first_other,
-                &mut out.feasible,
-                &mut late,
-            );
+            passed_locally(cache.verdicts(), n, start, first_other, &mut out.feasible, &mut late);
             rejected.clear();
-            let beyond = Beyond {
-                others: &others,
-                active,
-                late: &late,
-            };
+            let beyond = Beyond { others: &others, active, late: &late };
             r = view.filter_others(false, &beyond, cache, &mut out.feasible, &mut rejected);
         }
         if r.is_ok() && (out.feasible.is_empty() || opts.keep_statuses) {
@@ -235,9 +176,7 @@ impl Cycle<'_> {
             // explain never reuses. A cycle that finds a node skips them
             // unless asked.
             if cache.rejected() > 0 {
-                out.statuses = NodeStatuses {
-                    statuses: cache.statuses(),
-                };
+                out.statuses = NodeStatuses { statuses: cache.statuses() };
             }
             let any = cache.rejected() > 0 || !rejected.is_empty();
             out.statuses.set_all(n, rejected.drain(..));
@@ -245,10 +184,9 @@ impl Cycle<'_> {
                 for range in [start..n, 0..start] {
                     for i in range {
                         if let Some(s) = out.statuses.get(i)
-                            && !out.unschedulable_plugins.contains(&s.plugin)
-                        {
-                            out.unschedulable_plugins.push(s.plugin);
-                        }
+                            && !out.unschedulable_plugins.contains(&s.plugin) {
+                                out.unschedulable_plugins.push(s.plugin);
+                            }
                     }
                 }
             }
@@ -264,35 +202,18 @@ impl CycleView<'_> {
     /// Reserve have them in this cycle's state; false when it no longer passes.
     pub(super) fn refilter(&self, i: usize) -> bool {
         let active = self.fw.active_or_all(self.state);
-        let local: Vec<usize> = active
-            .iter()
-            .copied()
-            .filter(|&k| self.fw.filter[k].reusable())
-            .collect();
+        let local: Vec<usize> = active.iter().copied().filter(|&k| self.fw.filter[k].reusable()).collect();
         let (mut alive, mut rejected) = (vec![i], Vec::new());
-        self.filter_list(&local, &mut alive, &mut rejected).is_ok()
-            && rejected.is_empty()
-            && alive == [i]
+        self.filter_list(&local, &mut alive, &mut rejected).is_ok() && rejected.is_empty() && alive == [i]
     }
 
     /// [`Cycle::filter_reusing`]'s plugins that look beyond the node: `others`
     /// over the nodes the node-local ones passed (`feasible`), and over each
     /// `late` node the plugins of `others` that come before its rejecting one.
-    fn filter_others(
-        &self,
-        lean: bool,
-        beyond: &Beyond,
-        cache: &BatchCache,
-        feasible: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) -> Result<(), Status> {
+    fn filter_others(&self, lean: bool, beyond: &Beyond, cache: &BatchCache, feasible: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
         self.filter_list_as(lean, beyond.others, feasible, rejected)?;
         for &i in beyond.late {
-            let before: Vec<usize> = beyond.active[..usize::from(cache.verdict(i))]
-                .iter()
-                .copied()
-                .filter(|&k| !self.fw.filter[k].reusable())
-                .collect();
+            let before: Vec<usize> = beyond.active[..usize::from(cache.verdict(i))].iter().copied().filter(|&k| !self.fw.filter[k].reusable()).collect();
             let mut one = vec![i];
             self.filter_list_as(lean, &before, &mut one, rejected)?;
         }
@@ -303,12 +224,7 @@ impl CycleView<'_> {
     /// raw scores from `c` where the node has not changed since the last pod
     /// of this signature (and computed now where it has), normalized and
     /// weighted. The other Score plugins run as in a full cycle.
-    pub(super) fn reused_totals(
-        &self,
-        c: &mut BatchCache,
-        buf: &mut Vec<NodeScore>,
-        feasible: &[usize],
-    ) -> Result<Vec<i64>, Status> {
+    pub(super) fn reused_totals(&self, c: &mut BatchCache, buf: &mut Vec<NodeScore>, feasible: &[usize]) -> Result<Vec<i64>, Status> {
         let scorers: Vec<(usize, i64, bool)> = self
             .fw
             .score
@@ -325,8 +241,7 @@ impl CycleView<'_> {
                 let p = &self.fw.score[i].0;
                 buf.clear();
                 buf.extend(stale.iter().map(|&ni| NodeScore { node: ni, score: 0 }));
-                p.score_nodes(self.state, self.pod, self.snap, buf)
-                    .map_err(|s| s.with_plugin(p.name()))?;
+                p.score_nodes(self.state, self.pod, self.snap, buf).map_err(|s| s.with_plugin(p.name()))?;
                 for ns in buf.iter() {
                     if !norm && !(0..=MAX_NODE_SCORE).contains(&ns.score) {
                         bad.push((ns.node, p.name(), ns.score));
@@ -339,12 +254,11 @@ impl CycleView<'_> {
         let base = c.base();
         let mut totals: Vec<i64> = feasible.iter().map(|&i| base[i]).collect();
         if !c.bad().is_empty()
-            && let Some(&(_, plugin, score)) = c.bad().iter().find(|(i, _, _)| feasible.contains(i))
-        {
-            // A node-local score out of range fails the cycle that
-            // finds its node feasible, as a full cycle does.
-            return Err(invalid_score(plugin, score));
-        }
+            && let Some(&(_, plugin, score)) = c.bad().iter().find(|(i, _, _)| feasible.contains(i)) {
+                // A node-local score out of range fails the cycle that
+                // finds its node feasible, as a full cycle does.
+                return Err(invalid_score(plugin, score));
+            }
         for (k, &(i, weight, norm)) in scorers.iter().enumerate() {
             if !norm {
                 continue;
@@ -371,10 +285,7 @@ impl CycleView<'_> {
                 continue;
             }
             buf.clear();
-            buf.extend(feasible.iter().map(|&ni| NodeScore {
-                node: ni,
-                score: raw[ni],
-            }));
+            buf.extend(feasible.iter().map(|&ni| NodeScore { node: ni, score: raw[ni] }));
             self.normalized_into(&*self.fw.score[i].0, weight, buf, &mut totals)?;
         }
         Ok(totals)
@@ -384,12 +295,7 @@ impl CycleView<'_> {
 impl Framework {
     /// The cycle's signature (see [`crate::framework::Plugin::sign_pod`]): the pod's, with
     /// what each plugin adds; 0 when the pod or some plugin leaves it unsigned.
-    pub(super) fn cycle_signature(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> u64 {
+    pub(super) fn cycle_signature(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot) -> u64 {
         if pod.signature == 0 {
             return 0;
         }

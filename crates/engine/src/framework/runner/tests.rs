@@ -28,14 +28,8 @@ mod batch_tests {
     use crate::testing::{node, pod};
 
     fn default_framework(pct: i32) -> Framework {
-        let raw = crate::config::KubeSchedulerConfiguration {
-            percentage_of_nodes_to_score: Some(pct),
-            ..Default::default()
-        };
-        crate::profile::frameworks(&Config::from_raw(raw).expect("default config"), 7)
-            .into_iter()
-            .next()
-            .expect("one profile")
+        let raw = crate::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(pct), ..Default::default() };
+        crate::profile::frameworks(&Config::from_raw(raw).expect("default config"), 7).into_iter().next().expect("one profile")
     }
 
     /// Binds `p` to node `i` of the snapshot.
@@ -49,12 +43,7 @@ mod batch_tests {
     fn verdicts(o: &CycleOutcome, snap: &Snapshot) -> Vec<(String, i64)> {
         // A cycle with one feasible node does not score it (explain does).
         let one = o.feasible.len() == 1;
-        let mut v: Vec<(String, i64)> = o
-            .feasible
-            .iter()
-            .zip(&o.totals)
-            .map(|(&i, &t)| (snap.nodes[i].name().to_string(), if one { 0 } else { t }))
-            .collect();
+        let mut v: Vec<(String, i64)> = o.feasible.iter().zip(&o.totals).map(|(&i, &t)| (snap.nodes[i].name().to_string(), if one { 0 } else { t })).collect();
         v.sort();
         v
     }
@@ -68,10 +57,7 @@ mod batch_tests {
     fn reuse_decides_as_full_cycles(template: &dyn Fn(usize) -> Arc<PodInfo>) -> usize {
         let mut nodes = Vec::new();
         for i in 0..40 {
-            let mut b = node(&format!("n{i}"))
-                .alloc(if i % 3 == 0 { "2" } else { "4" }, "8Gi", 110)
-                .label("zone", &format!("z{}", i % 3))
-                .image("app:1", 300 * 1024 * 1024 * (i % 2));
+            let mut b = node(&format!("n{i}")).alloc(if i % 3 == 0 { "2" } else { "4" }, "8Gi", 110).label("zone", &format!("z{}", i % 3)).image("app:1", 300 * 1024 * 1024 * (i % 2));
             b = b.label("kubernetes.io/hostname", &format!("n{i}"));
             if i % 7 == 0 {
                 b = b.taint("dedicated", "x", "PreferNoSchedule");
@@ -85,12 +71,7 @@ mod batch_tests {
         let batched = default_framework(100);
         let full = default_framework(100);
         let statuses = |o: &CycleOutcome| -> Vec<(usize, String, &'static str)> {
-            o.statuses
-                .statuses
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message(), s.plugin)))
-                .collect()
+            o.statuses.statuses.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message(), s.plugin))).collect()
         };
         let mut failed_lean = 0;
         for k in 0..300 {
@@ -98,31 +79,12 @@ mod batch_tests {
             // Every other cycle as the daemon runs it: statuses are built
             // only if nothing fits (and a plugin that can filters without).
             let keep_statuses = k % 2 == 0;
-            let (o, _) = batched.schedule(
-                &p,
-                &snap,
-                CycleOptions {
-                    skip_post_filter: true,
-                    keep_statuses,
-                    ..Default::default()
-                },
-            );
-            let (x, _) = full.schedule(
-                &p,
-                &snap,
-                CycleOptions {
-                    explain: true,
-                    skip_post_filter: true,
-                    ..Default::default()
-                },
-            );
+            let (o, _) = batched.schedule(&p, &snap, CycleOptions { skip_post_filter: true, keep_statuses, ..Default::default() });
+            let (x, _) = full.schedule(&p, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
             assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap), "pod {k}");
             if keep_statuses || o.selected.is_none() {
                 assert_eq!(statuses(&o), statuses(&x), "pod {k}");
-                let mut plugins = (
-                    o.unschedulable_plugins.clone(),
-                    x.unschedulable_plugins.clone(),
-                );
+                let mut plugins = (o.unschedulable_plugins.clone(), x.unschedulable_plugins.clone());
                 plugins.0.sort_unstable();
                 plugins.1.sort_unstable();
                 assert_eq!(plugins.0, plugins.1, "pod {k}");
@@ -135,53 +97,26 @@ mod batch_tests {
             bind(&mut snap, &p, i);
             if k % 17 == 5 {
                 // Someone else's pod leaves a node.
-                assert!(
-                    snap.remove_pod(&format!("uid-p{}", k - 3)).is_some(),
-                    "pod {k}"
-                );
+                assert!(snap.remove_pod(&format!("uid-p{}", k - 3)).is_some(), "pod {k}");
             }
             if k % 50 == 49 {
                 // A node object changes (a taint comes).
                 let name = format!("n{}", k % 40);
-                snap.upsert_node(
-                    node(&name)
-                        .alloc("4", "8Gi", 110)
-                        .label("zone", "z0")
-                        .label("kubernetes.io/hostname", &name)
-                        .taint("hard", "x", "NoSchedule")
-                        .spec(),
-                );
+                snap.upsert_node(node(&name).alloc("4", "8Gi", 110).label("zone", "z0").label("kubernetes.io/hostname", &name).taint("hard", "x", "NoSchedule").spec());
             }
         }
-        assert!(
-            batched.reused_cycles() > 200,
-            "reused {} of 300 cycles",
-            batched.reused_cycles()
-        );
+        assert!(batched.reused_cycles() > 200, "reused {} of 300 cycles", batched.reused_cycles());
         // A different pod shape is not confused with the first.
         let other = pod("other").req("3", "1Gi").info();
         let (o, _) = batched.schedule(&other, &snap, CycleOptions::default());
-        let (x, _) = full.schedule(
-            &other,
-            &snap,
-            CycleOptions {
-                explain: true,
-                skip_post_filter: true,
-                ..Default::default()
-            },
-        );
+        let (x, _) = full.schedule(&other, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
         assert_eq!(verdicts(&o, &snap), verdicts(&x, &snap));
         failed_lean
     }
 
     #[test]
     fn reusing_results_changes_no_decision() {
-        reuse_decides_as_full_cycles(&|k| {
-            pod(&format!("p{k}"))
-                .req("300m", "256Mi")
-                .image("app:1")
-                .info()
-        });
+        reuse_decides_as_full_cycles(&|k| pod(&format!("p{k}")).req("300m", "256Mi").image("app:1").info());
     }
 
     #[test]
@@ -191,12 +126,7 @@ mod batch_tests {
                 .label("app", "web")
                 .req("300m", "256Mi")
                 .spread(1, "zone", "DoNotSchedule", &[("app", "web")])
-                .spread(
-                    2,
-                    "kubernetes.io/hostname",
-                    "ScheduleAnyway",
-                    &[("app", "web")],
-                )
+                .spread(2, "kubernetes.io/hostname", "ScheduleAnyway", &[("app", "web")])
                 .info()
         });
         // Spreading filters without statuses first: some of those cycles
@@ -207,33 +137,15 @@ mod batch_tests {
     #[test]
     fn reusing_node_local_results_beside_inter_pod_affinity_changes_no_decision() {
         use k8s_openapi::api::core::v1 as core;
-        let term = |key: &str| core::PodAffinityTerm {
-            label_selector: Some(crate::testing::selector(&[("app", "db")])),
-            topology_key: key.into(),
-            ..Default::default()
-        };
+        let term = |key: &str| core::PodAffinityTerm { label_selector: Some(crate::testing::selector(&[("app", "db")])), topology_key: key.into(), ..Default::default() };
         let aff = core::Affinity {
             pod_anti_affinity: Some(core::PodAntiAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![term(
-                    "kubernetes.io/hostname",
-                )]),
-                preferred_during_scheduling_ignored_during_execution: Some(vec![
-                    core::WeightedPodAffinityTerm {
-                        weight: 10,
-                        pod_affinity_term: term("zone"),
-                    },
-                ]),
+                required_during_scheduling_ignored_during_execution: Some(vec![term("kubernetes.io/hostname")]),
+                preferred_during_scheduling_ignored_during_execution: Some(vec![core::WeightedPodAffinityTerm { weight: 10, pod_affinity_term: term("zone") }]),
             }),
             ..Default::default()
         };
-        assert!(
-            reuse_decides_as_full_cycles(&|k| pod(&format!("p{k}"))
-                .label("app", "db")
-                .req("100m", "128Mi")
-                .affinity(aff.clone())
-                .info())
-                > 0
-        );
+        assert!(reuse_decides_as_full_cycles(&|k| pod(&format!("p{k}")).label("app", "db").req("100m", "128Mi").affinity(aff.clone()).info()) > 0);
     }
 
     /// With part of the window evaluated (percentageOfNodesToScore), and two
@@ -245,9 +157,7 @@ mod batch_tests {
     fn windowed_reuse_decides_as_node_by_node() {
         let nodes: Vec<_> = (0..150)
             .map(|i| {
-                let mut b = node(&format!("n{i}"))
-                    .alloc(if i % 3 == 0 { "1" } else { "4" }, "8Gi", 110)
-                    .label("zone", &format!("z{}", i % 3));
+                let mut b = node(&format!("n{i}")).alloc(if i % 3 == 0 { "1" } else { "4" }, "8Gi", 110).label("zone", &format!("z{}", i % 3));
                 if i % 11 == 0 {
                     b = b.taint("hard", "x", "NoSchedule");
                 }
@@ -257,44 +167,16 @@ mod batch_tests {
         let mut snap = crate::testing::snapshot(&nodes, &[]);
         let batched = default_framework(30);
         let full = default_framework(30);
-        let shapes = |k: usize| {
-            if k.is_multiple_of(3) {
-                pod(&format!("p{k}")).req("700m", "1Gi").info()
-            } else {
-                pod(&format!("p{k}"))
-                    .req("200m", "256Mi")
-                    .node_selector("zone", "z1")
-                    .info()
-            }
-        };
+        let shapes = |k: usize| if k.is_multiple_of(3) { pod(&format!("p{k}")).req("700m", "1Gi").info() } else { pod(&format!("p{k}")).req("200m", "256Mi").node_selector("zone", "z1").info() };
         let statuses = |o: &CycleOutcome| -> Vec<(usize, String, &'static str)> {
-            o.statuses
-                .statuses
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message(), s.plugin)))
-                .collect()
+            o.statuses.statuses.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message(), s.plugin))).collect()
         };
         for k in 0..400 {
             let p = shapes(k);
-            let opts = CycleOptions {
-                skip_post_filter: true,
-                ..Default::default()
-            };
+            let opts = CycleOptions { skip_post_filter: true, ..Default::default() };
             let (o, _) = batched.schedule(&p, &snap, opts);
-            let (x, _) = full.schedule(
-                &p,
-                &snap,
-                CycleOptions {
-                    no_reuse: true,
-                    ..opts
-                },
-            );
-            assert_eq!(
-                (o.evaluated, &o.feasible, &o.totals, o.selected),
-                (x.evaluated, &x.feasible, &x.totals, x.selected),
-                "pod {k}"
-            );
+            let (x, _) = full.schedule(&p, &snap, CycleOptions { no_reuse: true, ..opts });
+            assert_eq!((o.evaluated, &o.feasible, &o.totals, o.selected), (x.evaluated, &x.feasible, &x.totals, x.selected), "pod {k}");
             assert_eq!(statuses(&o), statuses(&x), "pod {k}");
             assert_eq!(o.unschedulable_plugins, x.unschedulable_plugins, "pod {k}");
             assert_eq!(o.message, x.message, "pod {k}");
@@ -304,11 +186,7 @@ mod batch_tests {
                 snap.remove_pod(&format!("uid-p{}", k - 5));
             }
         }
-        assert!(
-            batched.reused_cycles() > 350,
-            "reused {} of 400 cycles",
-            batched.reused_cycles()
-        );
+        assert!(batched.reused_cycles() > 350, "reused {} of 400 cycles", batched.reused_cycles());
     }
 
     /// Test plugins for reuse beside Filters that are not node-local.
@@ -316,9 +194,7 @@ mod batch_tests {
         use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
         use crate::cache::Snapshot;
-        use crate::framework::{
-            CycleState, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, ScorePlugin, Status,
-        };
+        use crate::framework::{CycleState, FilterPlugin, Plugin, PreFilterNodes, PreFilterPlugin, ScorePlugin, Status};
         use berth_model::{NodeInfo, PodInfo};
 
         /// Not node-local: rejects the nodes whose index has the parity of
@@ -337,12 +213,7 @@ mod batch_tests {
         }
 
         impl PreFilterPlugin for Parity {
-            fn pre_filter(
-                &self,
-                _: &mut CycleState,
-                _: &PodInfo,
-                snap: &Snapshot,
-            ) -> (Status, PreFilterNodes) {
+            fn pre_filter(&self, _: &mut CycleState, _: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
                 if self.off.load(Ordering::Relaxed) {
                     return (Status::skip(), None);
                 }
@@ -389,11 +260,7 @@ mod batch_tests {
 
         impl ScorePlugin for Third {
             fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-                Ok(if node.index == self.bad {
-                    150
-                } else {
-                    100 - node.pods.len().min(100) as i64
-                })
+                Ok(if node.index == self.bad { 150 } else { 100 - node.pods.len().min(100) as i64 })
             }
         }
     }
@@ -415,53 +282,27 @@ mod batch_tests {
             ];
             (Framework::new("p".into(), entries, Some(100), 7), parity)
         };
-        let nodes: Vec<_> = (0..12)
-            .map(|i| node(&format!("n{i}")).alloc("4", "8Gi", 110))
-            .collect();
+        let nodes: Vec<_> = (0..12).map(|i| node(&format!("n{i}")).alloc("4", "8Gi", 110)).collect();
         let mut snap = crate::testing::snapshot(&nodes, &[]);
         let (batched, _) = frameworks(5);
         let (full, _) = frameworks(5);
         let statuses = |o: &CycleOutcome| -> Vec<(usize, String, &'static str)> {
-            o.statuses
-                .statuses
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message(), s.plugin)))
-                .collect()
+            o.statuses.statuses.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s.message(), s.plugin))).collect()
         };
         let (mut errors, mut placed) = (0, 0);
         for k in 0..40 {
             let p = pod(&format!("p{k}")).req("10m", "1Mi").info();
-            let opts = CycleOptions {
-                skip_post_filter: true,
-                keep_statuses: true,
-                ..Default::default()
-            };
+            let opts = CycleOptions { skip_post_filter: true, keep_statuses: true, ..Default::default() };
             let (o, _) = batched.schedule(&p, &snap, opts);
-            let (x, _) = full.schedule(
-                &p,
-                &snap,
-                CycleOptions {
-                    no_reuse: true,
-                    ..opts
-                },
-            );
-            assert_eq!(
-                o.error.as_ref().map(Status::message),
-                x.error.as_ref().map(Status::message),
-                "pod {k}"
-            );
+            let (x, _) = full.schedule(&p, &snap, CycleOptions { no_reuse: true, ..opts });
+            assert_eq!(o.error.as_ref().map(Status::message), x.error.as_ref().map(Status::message), "pod {k}");
             if o.error.is_some() {
                 errors += 1;
                 // Someone else's pod lands on the other parity, so the next cycle differs.
                 snap.add_pod(pod(&format!("x{k}")).node("n1").info());
                 continue;
             }
-            assert_eq!(
-                (&o.feasible, &o.totals, o.selected),
-                (&x.feasible, &x.totals, x.selected),
-                "pod {k}"
-            );
+            assert_eq!((&o.feasible, &o.totals, o.selected), (&x.feasible, &x.totals, x.selected), "pod {k}");
             assert_eq!(statuses(&o), statuses(&x), "pod {k}");
             assert_eq!(o.unschedulable_plugins, x.unschedulable_plugins, "pod {k}");
             let Some(i) = o.selected else { continue };
@@ -470,44 +311,16 @@ mod batch_tests {
         }
         assert!(errors > 0 && placed > 0, "{errors} errors, {placed} placed");
         // Parity's statuses come first on nodes Third also rejects.
-        let (o, _) = batched.schedule(
-            &pod("q").info(),
-            &snap,
-            CycleOptions {
-                skip_post_filter: true,
-                keep_statuses: true,
-                ..Default::default()
-            },
-        );
-        assert!(
-            statuses(&o)
-                .iter()
-                .any(|(i, _, pl)| i % 3 == 0 && *pl == "Parity"),
-            "{:?}",
-            statuses(&o)
-        );
+        let (o, _) = batched.schedule(&pod("q").info(), &snap, CycleOptions { skip_post_filter: true, keep_statuses: true, ..Default::default() });
+        assert!(statuses(&o).iter().any(|(i, _, pl)| i % 3 == 0 && *pl == "Parity"), "{:?}", statuses(&o));
 
         // Every node rejected while Parity runs (one bound pod: it rejects
         // m1, Third rejects m0); then Parity is skipped and m1 fits, though
         // no node changed.
         let (fw, parity) = frameworks(usize::MAX);
-        let nodes: Vec<_> = (0..2)
-            .map(|i| node(&format!("m{i}")).alloc("4", "8Gi", 110))
-            .collect();
+        let nodes: Vec<_> = (0..2).map(|i| node(&format!("m{i}")).alloc("4", "8Gi", 110)).collect();
         let snap = crate::testing::snapshot(&nodes, &[pod("b").node("m0")]);
-        let fails = || {
-            fw.schedule(
-                &pod("r").info(),
-                &snap,
-                CycleOptions {
-                    skip_post_filter: true,
-                    ..Default::default()
-                },
-            )
-            .0
-            .selected
-            .is_none()
-        };
+        let fails = || fw.schedule(&pod("r").info(), &snap, CycleOptions { skip_post_filter: true, ..Default::default() }).0.selected.is_none();
         assert!(fails());
         assert!(fails());
         parity.off.store(true, Ordering::Relaxed);
@@ -520,98 +333,40 @@ mod batch_tests {
     /// pod that can preempt gets PostFilter's answer every time.
     #[test]
     fn identical_unschedulable_pods_replay_the_failure() {
-        let nodes: Vec<_> = (0..30)
-            .map(|i| node(&format!("n{i}")).alloc(if i % 5 == 0 { "1" } else { "2" }, "8Gi", 110))
-            .collect();
-        let existing: Vec<_> = (0..30)
-            .map(|i| {
-                pod(&format!("e{i}"))
-                    .node(&format!("n{i}"))
-                    .req("1500m", "1Gi")
-            })
-            .collect();
+        let nodes: Vec<_> = (0..30).map(|i| node(&format!("n{i}")).alloc(if i % 5 == 0 { "1" } else { "2" }, "8Gi", 110)).collect();
+        let existing: Vec<_> = (0..30).map(|i| pod(&format!("e{i}")).node(&format!("n{i}")).req("1500m", "1Gi")).collect();
         let mut snap = crate::testing::snapshot(&nodes, &existing);
         let batched = default_framework(100);
         let full = default_framework(100);
         let check = |p: &Arc<PodInfo>, snap: &Snapshot| {
             let (o, _) = batched.schedule(p, snap, CycleOptions::default());
-            let (x, _) = full.schedule(
-                p,
-                snap,
-                CycleOptions {
-                    no_reuse: true,
-                    ..Default::default()
-                },
-            );
+            let (x, _) = full.schedule(p, snap, CycleOptions { no_reuse: true, ..Default::default() });
             assert_eq!(o.selected.is_some(), x.selected.is_some(), "pod {}", p.name);
             assert_eq!(o.message, x.message, "pod {}", p.name);
-            assert_eq!(
-                o.unschedulable_plugins, x.unschedulable_plugins,
-                "pod {}",
-                p.name
-            );
-            assert_eq!(
-                o.post_filter.as_ref().map(|r| r.nominated_node.clone()),
-                x.post_filter.as_ref().map(|r| r.nominated_node.clone()),
-                "pod {}",
-                p.name
-            );
+            assert_eq!(o.unschedulable_plugins, x.unschedulable_plugins, "pod {}", p.name);
+            assert_eq!(o.post_filter.as_ref().map(|r| r.nominated_node.clone()), x.post_filter.as_ref().map(|r| r.nominated_node.clone()), "pod {}", p.name);
             for i in 0..snap.nodes.len() {
-                assert_eq!(
-                    o.statuses.get(i),
-                    x.statuses.get(i),
-                    "pod {} node n{i}",
-                    p.name
-                );
+                assert_eq!(o.statuses.get(i), x.statuses.get(i), "pod {} node n{i}", p.name);
             }
             o
         };
         let before = batched.reused_cycles();
         for k in 0..5 {
             let o = check(&pod(&format!("p{k}")).req("1", "1Gi").info(), &snap);
-            assert!(
-                o.selected.is_none() && o.post_filter.is_none(),
-                "pod p{k} fits nowhere and preempts no one"
-            );
-            assert!(
-                o.message.as_deref().is_some_and(
-                    |m| m.starts_with("0/30 nodes are available: 30 Insufficient cpu.")
-                ),
-                "{:?}",
-                o.message
-            );
+            assert!(o.selected.is_none() && o.post_filter.is_none(), "pod p{k} fits nowhere and preempts no one");
+            assert!(o.message.as_deref().is_some_and(|m| m.starts_with("0/30 nodes are available: 30 Insufficient cpu.")), "{:?}", o.message);
         }
-        assert_eq!(
-            batched.reused_cycles() - before,
-            4,
-            "every pod after the first reuses the failure"
-        );
+        assert_eq!(batched.reused_cycles() - before, 4, "every pod after the first reuses the failure");
         // A pod leaves n3: the next identical pod fits there.
         assert!(snap.remove_pod("uid-e3").is_some());
         let p5 = pod("p5").req("1", "1Gi").node("n3").info();
         let o = check(&pod("p5").req("1", "1Gi").info(), &snap);
-        assert_eq!(
-            o.selected
-                .map(|i| snap.nodes[i].name().to_string())
-                .as_deref(),
-            Some("n3")
-        );
+        assert_eq!(o.selected.map(|i| snap.nodes[i].name().to_string()).as_deref(), Some("n3"));
         snap.add_pod(p5);
         // Higher-priority pods preempt each time: PostFilter's answer is never replayed.
         for k in 0..3 {
-            let o = check(
-                &pod(&format!("h{k}"))
-                    .req("1500m", "1Gi")
-                    .priority(10)
-                    .info(),
-                &snap,
-            );
-            assert!(
-                o.post_filter
-                    .as_ref()
-                    .is_some_and(|r| r.nominated_node.is_some()),
-                "pod h{k} preempts"
-            );
+            let o = check(&pod(&format!("h{k}")).req("1500m", "1Gi").priority(10).info(), &snap);
+            assert!(o.post_filter.as_ref().is_some_and(|r| r.nominated_node.is_some()), "pod h{k} preempts");
         }
     }
 }
@@ -622,29 +377,15 @@ mod window_tests {
     use crate::testing::{node, pod};
 
     fn framework(pct: i32) -> Framework {
-        let raw = crate::config::KubeSchedulerConfiguration {
-            percentage_of_nodes_to_score: Some(pct),
-            ..Default::default()
-        };
-        crate::profile::frameworks(&Config::from_raw(raw).expect("default config"), 7)
-            .into_iter()
-            .next()
-            .expect("one profile")
+        let raw = crate::config::KubeSchedulerConfiguration { percentage_of_nodes_to_score: Some(pct), ..Default::default() };
+        crate::profile::frameworks(&Config::from_raw(raw).expect("default config"), 7).into_iter().next().expect("one profile")
     }
 
     /// The window evaluated one node after another, as the runner did before
     /// it took the window in chunks: (feasible, statuses, rejecting plugins, evaluated).
-    fn node_by_node(
-        fw: &Framework,
-        state: &CycleState,
-        p: &PodInfo,
-        snap: &Snapshot,
-        start: usize,
-        to_find: usize,
-    ) -> (Vec<usize>, Vec<Option<Status>>, Vec<&'static str>, usize) {
+    fn node_by_node(fw: &Framework, state: &CycleState, p: &PodInfo, snap: &Snapshot, start: usize, to_find: usize) -> (Vec<usize>, Vec<Option<Status>>, Vec<&'static str>, usize) {
         let n = snap.nodes.len();
-        let (mut feasible, mut statuses, mut plugins, mut processed) =
-            (Vec::new(), vec![None; n], Vec::new(), 0);
+        let (mut feasible, mut statuses, mut plugins, mut processed) = (Vec::new(), vec![None; n], Vec::new(), 0);
         for i in (start..n).chain(0..start) {
             if feasible.len() >= to_find {
                 break;
@@ -672,13 +413,7 @@ mod window_tests {
     fn chunked_window_matches_node_by_node() {
         let mut nodes = Vec::new();
         for i in 0..300 {
-            let mut b = node(&format!("n{i}"))
-                .alloc(
-                    if i % 4 == 0 { "1" } else { "4" },
-                    "8Gi",
-                    if i % 13 == 0 { 1 } else { 110 },
-                )
-                .label("zone", if i % 3 == 0 { "a" } else { "b" });
+            let mut b = node(&format!("n{i}")).alloc(if i % 4 == 0 { "1" } else { "4" }, "8Gi", if i % 13 == 0 { 1 } else { 110 }).label("zone", if i % 3 == 0 { "a" } else { "b" });
             if i % 7 == 0 {
                 b = b.taint("hard", "x", "NoSchedule");
             }
@@ -690,36 +425,16 @@ mod window_tests {
             }
             nodes.push(b);
         }
-        let existing: Vec<_> = (0..300)
-            .filter(|i| i % 13 == 0 || i % 5 == 0)
-            .map(|i| {
-                pod(&format!("e{i}"))
-                    .node(&format!("n{i}"))
-                    .req("500m", "1Gi")
-            })
-            .collect();
+        let existing: Vec<_> = (0..300).filter(|i| i % 13 == 0 || i % 5 == 0).map(|i| pod(&format!("e{i}")).node(&format!("n{i}")).req("500m", "1Gi")).collect();
         let mut snap = crate::testing::snapshot(&nodes, &existing);
         // A higher-priority pod nominated to a node counts there.
-        snap.nominate(
-            pod("nom")
-                .req("3500m", "1Gi")
-                .priority(100)
-                .nominated("n2")
-                .info(),
-            "n2",
-        );
+        snap.nominate(pod("nom").req("3500m", "1Gi").priority(100).nominated("n2").info(), "n2");
         let pods = [
             pod("small").req("300m", "256Mi").info(),
             pod("big").req("2", "1Gi").info(),
-            pod("tolerant")
-                .req("300m", "256Mi")
-                .toleration("hard", Some("x"), "NoSchedule")
-                .info(),
+            pod("tolerant").req("300m", "256Mi").toleration("hard", Some("x"), "NoSchedule").info(),
             pod("huge").req("8", "1Gi").info(),
-            pod("picky")
-                .req("300m", "256Mi")
-                .node_selector("zone", "a")
-                .info(),
+            pod("picky").req("300m", "256Mi").node_selector("zone", "a").info(),
         ];
         for pct in [1, 10, 50, 100] {
             let fw = framework(pct);
@@ -727,17 +442,13 @@ mod window_tests {
             for p in &pods {
                 for start in [0, 1, 150, 299] {
                     let mut state = CycleState::new();
-                    fw.run_pre_filter(&mut state, p, &snap)
-                        .expect("PreFilter passes");
+                    fw.run_pre_filter(&mut state, p, &snap).expect("PreFilter passes");
                     state.active_filters = Some(fw.active_filters(&state));
                     let mut cycle = Cycle::new(&fw, p, &snap, CycleOptions::default());
                     cycle.state = state;
-                    let evaluated = cycle
-                        .filter_window(window::Window { start, to_find })
-                        .expect("no error");
+                    let evaluated = cycle.filter_window(window::Window { start, to_find }).expect("no error");
                     let (out, state) = (cycle.out, cycle.state);
-                    let (feasible, statuses, plugins, processed) =
-                        node_by_node(&fw, &state, p, &snap, start, to_find);
+                    let (feasible, statuses, plugins, processed) = node_by_node(&fw, &state, p, &snap, start, to_find);
                     let what = format!("pod {} at {pct}% from {start}", p.name);
                     assert_eq!(out.feasible, feasible, "{what}");
                     assert_eq!(evaluated, processed, "{what}");
@@ -781,23 +492,8 @@ mod post_filter_message_tests {
     }
 
     impl PostFilterPlugin for Post {
-        fn post_filter(
-            &self,
-            _: &Framework,
-            _: &CycleState,
-            _: &Arc<PodInfo>,
-            _: &Snapshot,
-            _: &NodeStatuses,
-        ) -> (Status, PostFilterResult) {
-            let s = Status {
-                code: self.1,
-                reasons: self
-                    .2
-                    .iter()
-                    .map(|r| std::borrow::Cow::Borrowed(*r))
-                    .collect(),
-                plugin: "",
-            };
+        fn post_filter(&self, _: &Framework, _: &CycleState, _: &Arc<PodInfo>, _: &Snapshot, _: &NodeStatuses) -> (Status, PostFilterResult) {
+            let s = Status { code: self.1, reasons: self.2.iter().map(|r| std::borrow::Cow::Borrowed(*r)).collect(), plugin: "" };
             (s, PostFilterResult::default())
         }
     }
@@ -809,81 +505,28 @@ mod post_filter_message_tests {
     /// alone; one that succeeds, with its own (none).
     #[test]
     fn the_post_filter_message_is_assembled_as_upstream() {
-        const PRE: &str =
-            "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.";
-        type Row = (
-            &'static str,
-            (Code, &'static [&'static str]),
-            (Code, &'static [&'static str]),
-            &'static str,
-        );
+        const PRE: &str = "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.";
+        type Row = (&'static str, (Code, &'static [&'static str]), (Code, &'static [&'static str]), &'static str);
         let rows: [Row; 7] = [
-            (
-                "DRA silent, preemption",
-                (Code::Unschedulable, &[]),
-                (Code::Unschedulable, &[PRE]),
-                "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
-            ),
+            ("DRA silent, preemption", (Code::Unschedulable, &[]), (Code::Unschedulable, &[PRE]), "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."),
             (
                 "both give reasons: a comma",
-                (
-                    Code::Unschedulable,
-                    &["deallocation of ResourceClaim completed"],
-                ),
+                (Code::Unschedulable, &["deallocation of ResourceClaim completed"]),
                 (Code::Unschedulable, &[PRE]),
                 "0/2 nodes are available: 2 Insufficient cpu. deallocation of ResourceClaim completed, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
             ),
-            (
-                "nothing to say",
-                (Code::Unschedulable, &[]),
-                (Code::Unschedulable, &[]),
-                "0/2 nodes are available: 2 Insufficient cpu.",
-            ),
-            (
-                "unresolvable ends the run, alone",
-                (Code::Unschedulable, &["a"]),
-                (Code::UnschedulableAndUnresolvable, &["b"]),
-                "0/2 nodes are available: 2 Insufficient cpu. b",
-            ),
-            (
-                "an error ends the run, alone",
-                (Code::Error, &["not found"]),
-                (Code::Unschedulable, &[PRE]),
-                "0/2 nodes are available: 2 Insufficient cpu. not found",
-            ),
-            (
-                "success: its own reasons only",
-                (Code::Unschedulable, &["a"]),
-                (Code::Success, &[]),
-                "0/2 nodes are available: 2 Insufficient cpu.",
-            ),
-            (
-                "several reasons of one plugin",
-                (Code::Unschedulable, &["a", "b"]),
-                (Code::Unschedulable, &["c"]),
-                "0/2 nodes are available: 2 Insufficient cpu. a, b, c",
-            ),
+            ("nothing to say", (Code::Unschedulable, &[]), (Code::Unschedulable, &[]), "0/2 nodes are available: 2 Insufficient cpu."),
+            ("unresolvable ends the run, alone", (Code::Unschedulable, &["a"]), (Code::UnschedulableAndUnresolvable, &["b"]), "0/2 nodes are available: 2 Insufficient cpu. b"),
+            ("an error ends the run, alone", (Code::Error, &["not found"]), (Code::Unschedulable, &[PRE]), "0/2 nodes are available: 2 Insufficient cpu. not found"),
+            ("success: its own reasons only", (Code::Unschedulable, &["a"]), (Code::Success, &[]), "0/2 nodes are available: 2 Insufficient cpu."),
+            ("several reasons of one plugin", (Code::Unschedulable, &["a", "b"]), (Code::Unschedulable, &["c"]), "0/2 nodes are available: 2 Insufficient cpu. a, b, c"),
         ];
         for (name, first, second, want) in rows {
-            let plugins = vec![
-                crate::register!(Arc::new(Full)),
-                crate::register!(Arc::new(Post("First", first.0, first.1))),
-                crate::register!(Arc::new(Post("Second", second.0, second.1))),
-            ];
-            let entries = plugins
-                .into_iter()
-                .map(|p| PluginEntry::at_every_point(p, 1))
-                .collect();
+            let plugins = vec![crate::register!(Arc::new(Full)), crate::register!(Arc::new(Post("First", first.0, first.1))), crate::register!(Arc::new(Post("Second", second.0, second.1)))];
+            let entries = plugins.into_iter().map(|p| PluginEntry::at_every_point(p, 1)).collect();
             let fw = Framework::new("test".into(), entries, None, 1);
             let snap = snapshot(&[node("n1"), node("n2")], &[]);
-            let (o, _) = fw.schedule(
-                &pod("p").info(),
-                &snap,
-                CycleOptions {
-                    explain: true,
-                    ..Default::default()
-                },
-            );
+            let (o, _) = fw.schedule(&pod("p").info(), &snap, CycleOptions { explain: true, ..Default::default() });
             assert_eq!(o.message.as_deref(), Some(want), "{name}");
         }
     }

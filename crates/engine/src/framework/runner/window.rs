@@ -25,15 +25,9 @@ impl Cycle<'_> {
     pub(super) fn window(&self) -> Window {
         let n = self.snap.nodes.len();
         if self.explains() {
-            return Window {
-                start: 0,
-                to_find: n,
-            };
+            return Window { start: 0, to_find: n };
         }
-        Window {
-            start: self.fw.next_start.load(Ordering::Relaxed) % n,
-            to_find: num_feasible_nodes_to_find(self.fw.percentage_of_nodes_to_score, n),
-        }
+        Window { start: self.fw.next_start.load(Ordering::Relaxed) % n, to_find: num_feasible_nodes_to_find(self.fw.percentage_of_nodes_to_score, n) }
     }
 
     /// Filter over a window of nodes starting at `start`, until `to_find`
@@ -54,8 +48,7 @@ impl Cycle<'_> {
         let mut processed = 0;
         let mut order = (start..n).chain(0..start);
         let mut exhausted = false;
-        let (mut chunk, mut alive, mut rejected): (Vec<usize>, Vec<usize>, Vec<(usize, Status)>) =
-            (Vec::new(), Vec::new(), Vec::new());
+        let (mut chunk, mut alive, mut rejected): (Vec<usize>, Vec<usize>, Vec<(usize, Status)>) = (Vec::new(), Vec::new(), Vec::new());
         while self.out.feasible.len() < to_find && !exhausted {
             let want = to_find - self.out.feasible.len();
             chunk.clear();
@@ -120,11 +113,7 @@ impl CycleView<'_> {
     /// Runs the cycle's active Filter plugins over `alive`, one plugin at a
     /// time: `alive` keeps the nodes every plugin passed (in order),
     /// `rejected` gets the others with the first rejecting plugin's status.
-    pub(super) fn filter_batch(
-        &self,
-        alive: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) -> Result<(), Status> {
+    pub(super) fn filter_batch(&self, alive: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
         let all: Vec<usize>;
         let list = match &self.state.active_filters {
             Some(l) => l,
@@ -138,24 +127,13 @@ impl CycleView<'_> {
 
     /// [`Self::filter_batch`] with the Filter plugins `list` (positions in the
     /// framework's Filter list, in order).
-    pub(super) fn filter_list(
-        &self,
-        list: &[usize],
-        alive: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) -> Result<(), Status> {
+    pub(super) fn filter_list(&self, list: &[usize], alive: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
         self.filter_list_as(false, list, alive, rejected)
     }
 
     /// [`Self::filter_list`]; with `lean`, a plugin that can leaves out the
     /// statuses of the nodes it rejects ([`crate::framework::FilterPlugin::retain_feasible`]).
-    pub(super) fn filter_list_as(
-        &self,
-        lean: bool,
-        list: &[usize],
-        alive: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) -> Result<(), Status> {
+    pub(super) fn filter_list_as(&self, lean: bool, list: &[usize], alive: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) -> Result<(), Status> {
         let (state, pod, snap) = (self.state, self.pod, self.snap);
         for &k in list {
             if alive.is_empty() {

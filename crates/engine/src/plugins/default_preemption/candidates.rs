@@ -8,8 +8,8 @@ use crate::cache::Snapshot;
 use crate::framework::{Code, CycleState, Framework, Points, Status};
 use berth_model::{NodeInfo, NodeSpec, PodInfo};
 
-use super::DefaultPreemption;
 use super::victims::select_victims;
+use super::DefaultPreemption;
 
 /// One node's dry-run outcome: the victims and PDB violations, or the node's status.
 pub(super) type Victims = Result<(Vec<Arc<PodInfo>>, usize), Status>;
@@ -55,11 +55,7 @@ pub(super) struct DryRuns {
 impl DryRuns {
     pub(super) fn get(&self, i: usize, node: &NodeInfo) -> Option<&Victims> {
         match self.nodes.get(i) {
-            Some(Some((spec, generation, v)))
-                if Arc::ptr_eq(spec, &node.node) && *generation == node.generation =>
-            {
-                Some(v)
-            }
+            Some(Some((spec, generation, v))) if Arc::ptr_eq(spec, &node.node) && *generation == node.generation => Some(v),
             _ => None,
         }
     }
@@ -83,25 +79,12 @@ impl<H: Hasher> std::fmt::Write for HashWriter<'_, H> {
 
 /// What a dry run over this cycle depends on beyond the nodes, or None when
 /// a Filter plugin that runs is not node-local (or the pod has no signature).
-pub(super) fn dry_run_key(
-    fw: &Framework,
-    state: &CycleState,
-    _pod: &PodInfo,
-    snap: &Snapshot,
-) -> Option<DryRunKey> {
+pub(super) fn dry_run_key(fw: &Framework, state: &CycleState, _pod: &PodInfo, snap: &Snapshot) -> Option<DryRunKey> {
     if state.signature() == 0 {
         return None;
     }
-    let filters: Vec<&'static str> = fw
-        .plugins_at(Points::FILTER)
-        .into_iter()
-        .filter(|n| !state.filter_skipped(n))
-        .collect();
-    let node_local = |name: &str| {
-        fw.plugins()
-            .find(|p| p.name() == name)
-            .is_some_and(|p| p.reusable())
-    };
+    let filters: Vec<&'static str> = fw.plugins_at(Points::FILTER).into_iter().filter(|n| !state.filter_skipped(n)).collect();
+    let node_local = |name: &str| fw.plugins().find(|p| p.name() == name).is_some_and(|p| p.reusable());
     if !filters.iter().all(|n| node_local(n)) {
         return None;
     }
@@ -161,9 +144,7 @@ impl DefaultPreemption {
             }
             Err(TryLockError::WouldBlock) => None,
         };
-        let key = kept
-            .as_ref()
-            .and_then(|_| dry_run_key(fw, state, pod, snap));
+        let key = kept.as_ref().and_then(|_| dry_run_key(fw, state, pod, snap));
         match (kept.as_deref_mut(), &key) {
             (Some(k), Some(key)) => {
                 if k.key.as_ref() != Some(key) {
@@ -193,21 +174,10 @@ impl DefaultPreemption {
                 _ => select_victims(fw, state, pod, node, snap),
             };
             let status = match found {
-                Ok((victims, _)) if victims.is_empty() => Status::error(format!(
-                    "expected at least one victim pod on node {:?}",
-                    node.name()
-                )),
+                Ok((victims, _)) if victims.is_empty() => Status::error(format!("expected at least one victim pod on node {:?}", node.name())),
                 Ok((victims, pdb_violations)) => {
-                    let c = Candidate {
-                        node: idx,
-                        victims,
-                        pdb_violations,
-                    };
-                    let list = if pdb_violations == 0 {
-                        &mut non_violating
-                    } else {
-                        &mut violating
-                    };
+                    let c = Candidate { node: idx, victims, pdb_violations };
+                    let list = if pdb_violations == 0 { &mut non_violating } else { &mut violating };
                     if list.len() < want {
                         list.push(c);
                     }
@@ -228,42 +198,24 @@ impl DefaultPreemption {
     }
 }
 
+
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::*;
     use super::*;
+    use super::super::test_support::*;
+
 
     #[test]
     fn dry_run_stops_after_enough_candidates() {
         // Every node needs a victim; with absolute 2 and 0 %, two candidates suffice.
         let nodes: Vec<NodeBuilder> = (0..5).map(|i| node(&format!("n{i}"))).collect();
-        let pods: Vec<PodBuilder> = (0..5)
-            .map(|i| low(&format!("a{i}"), &format!("n{i}"), 0, "4"))
-            .collect();
+        let pods: Vec<PodBuilder> = (0..5).map(|i| low(&format!("a{i}"), &format!("n{i}"), 0, "4")).collect();
         let snap = snapshot(&nodes, &pods);
         let fw = framework();
         let p = pod("p").priority(10).req("1", "").info();
-        let (o, state) = fw.schedule(
-            &p,
-            &snap,
-            CycleOptions {
-                explain: true,
-                skip_post_filter: true,
-                ..Default::default()
-            },
-        );
-        let pl = DefaultPreemption {
-            min_percentage: 0,
-            min_absolute: 2,
-            ..Default::default()
-        };
-        let potential: Vec<usize> = (0..5)
-            .filter(|&i| {
-                o.statuses
-                    .get(i)
-                    .is_some_and(|s| s.code == Code::Unschedulable)
-            })
-            .collect();
+        let (o, state) = fw.schedule(&p, &snap, CycleOptions { explain: true, skip_post_filter: true, ..Default::default() });
+        let pl = DefaultPreemption { min_percentage: 0, min_absolute: 2, ..Default::default() };
+        let potential: Vec<usize> = (0..5).filter(|&i| o.statuses.get(i).is_some_and(|s| s.code == Code::Unschedulable)).collect();
         let (cs, failed, _) = pl.dry_run(&fw, &state, &p, &snap, &potential, 3);
         assert_eq!(cs.iter().map(|c| c.node).collect::<Vec<_>>(), vec![3, 4]);
         assert!(failed.is_empty());
@@ -274,45 +226,25 @@ mod tests {
     /// sequence of preemptions, placements, removals, nominations and PDB changes.
     #[test]
     fn kept_dry_runs_match_fresh_ones() {
-        let nodes: Vec<NodeBuilder> = (0..12)
-            .map(|i| node(&format!("n{i}")).alloc(if i % 3 == 0 { "2" } else { "4" }, "32Gi", 110))
-            .collect();
+        let nodes: Vec<NodeBuilder> = (0..12).map(|i| node(&format!("n{i}")).alloc(if i % 3 == 0 { "2" } else { "4" }, "32Gi", 110)).collect();
         let mut snap = snapshot(&nodes, &[]);
         let mut rng = crate::testing::Rng(0x2545_F491_4F6C_DD1D);
         let mut below = |n: u64| rng.below(n as usize) as u64;
         let mut k = 0;
         let mut low_pod = |n: usize, prio: i32, cpu: u64, app: &str| {
             k += 1;
-            pod(&format!("l{k}"))
-                .node(&format!("n{n}"))
-                .priority(prio)
-                .req(&format!("{}m", cpu * 500), "")
-                .label("app", app)
-                .created(k)
-                .info()
+            pod(&format!("l{k}")).node(&format!("n{n}")).priority(prio).req(&format!("{}m", cpu * 500), "").label("app", app).created(k).info()
         };
         for i in 0..40 {
-            let p = low_pod(
-                i % 12,
-                (i % 4) as i32,
-                1 + (i as u64 % 3),
-                if i % 5 == 0 { "db" } else { "web" },
-            );
+            let p = low_pod(i % 12, (i % 4) as i32, 1 + (i as u64 % 3), if i % 5 == 0 { "db" } else { "web" });
             let n = &snap.nodes[i % 12];
             if n.requested.milli_cpu + p.requests.milli_cpu <= n.allocatable.milli_cpu {
                 snap.add_pod(p);
             }
         }
-        let shapes = [
-            pod("hi").priority(10).req("1", ""),
-            pod("mid").priority(3).req("1500m", ""),
-            pod("big").priority(10).req("3", ""),
-        ];
+        let shapes = [pod("hi").priority(10).req("1", ""), pod("mid").priority(3).req("1500m", ""), pod("big").priority(10).req("3", "")];
         let kept = framework();
-        let explain = CycleOptions {
-            explain: true,
-            ..Default::default()
-        };
+        let explain = CycleOptions { explain: true, ..Default::default() };
         let mut preempted = 0;
         for step in 0..300 {
             let shape = &shapes[below(3) as usize];
@@ -320,21 +252,10 @@ mod tests {
             let (a, _) = kept.schedule(&p, &snap, explain);
             let (b, _) = framework().schedule(&p, &snap, explain);
             assert_eq!(a.selected.is_some(), b.selected.is_some(), "step {step}");
-            let pf = |o: &CycleOutcome| {
-                o.post_filter.as_ref().map(|r| {
-                    (
-                        r.nominated_node.clone(),
-                        r.victims.iter().map(|v| v.uid.clone()).collect::<Vec<_>>(),
-                    )
-                })
-            };
+            let pf = |o: &CycleOutcome| o.post_filter.as_ref().map(|r| (r.nominated_node.clone(), r.victims.iter().map(|v| v.uid.clone()).collect::<Vec<_>>()));
             assert_eq!(pf(&a), pf(&b), "step {step}");
             assert_eq!(a.message, b.message, "step {step}");
-            let target = match (
-                a.selected,
-                a.post_filter
-                    .and_then(|r| r.nominated_node.map(|n| (n, r.victims))),
-            ) {
+            let target = match (a.selected, a.post_filter.and_then(|r| r.nominated_node.map(|n| (n, r.victims)))) {
                 (Some(i), _) => Some(i),
                 (None, Some((n, victims))) => {
                     preempted += 1;
@@ -358,24 +279,13 @@ mod tests {
                 0 => {
                     // A low pod comes where it fits.
                     let n = below(12) as usize;
-                    let lp = low_pod(
-                        n,
-                        below(4) as i32,
-                        1 + below(2),
-                        if below(3) == 0 { "db" } else { "web" },
-                    );
+                    let lp = low_pod(n, below(4) as i32, 1 + below(2), if below(3) == 0 { "db" } else { "web" });
                     let ni = &snap.nodes[n];
                     if ni.requested.milli_cpu + lp.requests.milli_cpu <= ni.allocatable.milli_cpu {
                         snap.add_pod(lp);
                     }
                 }
-                1 => {
-                    snap.pdbs = if snap.pdbs.is_empty() {
-                        vec![pdb("db", ("app", "db"), below(2) as i64)]
-                    } else {
-                        vec![]
-                    }
-                }
+                1 => snap.pdbs = if snap.pdbs.is_empty() { vec![pdb("db", ("app", "db"), below(2) as i64)] } else { vec![] },
                 2 => {
                     let other = pod("nom").priority(20).req("1", "").info();
                     if snap.nominated.is_empty() {

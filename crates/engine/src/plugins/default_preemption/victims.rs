@@ -13,17 +13,12 @@ use super::REASON_NO_VICTIMS;
 
 /// Upstream `MoreImportantPod`: higher priority first, then the earlier start.
 pub fn more_important(a: &PodInfo, b: &PodInfo) -> Ordering {
-    b.priority
-        .cmp(&a.priority)
-        .then(a.start_ms.cmp(&b.start_ms))
+    b.priority.cmp(&a.priority).then(a.start_ms.cmp(&b.start_ms))
 }
 
 /// Upstream `filterPodsWithPDBViolation`: splits pods (order kept) into those
 /// whose eviction would take some matching budget below zero, and the others.
-pub fn split_by_pdb(
-    pods: Vec<Arc<PodInfo>>,
-    pdbs: &[Pdb],
-) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
+pub fn split_by_pdb(pods: Vec<Arc<PodInfo>>, pdbs: &[Pdb]) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
     let mut allowed: Vec<i64> = pdbs.iter().map(|p| p.disruptions_allowed).collect();
     let mut violating = Vec::new();
     let mut ok = Vec::new();
@@ -31,10 +26,7 @@ pub fn split_by_pdb(
         let mut violated = false;
         if !p.labels.is_empty() {
             for (i, pdb) in pdbs.iter().enumerate() {
-                if pdb.namespace != p.namespace
-                    || pdb.selector.is_everything()
-                    || !pdb.selector.matches(&p.labels)
-                {
+                if pdb.namespace != p.namespace || pdb.selector.is_everything() || !pdb.selector.matches(&p.labels) {
                     continue;
                 }
                 // Already being disrupted: counted by the budget already.
@@ -47,11 +39,7 @@ pub fn split_by_pdb(
                 }
             }
         }
-        if violated {
-            violating.push(p)
-        } else {
-            ok.push(p)
-        }
+        if violated { violating.push(p) } else { ok.push(p) }
     }
     (violating, ok)
 }
@@ -63,19 +51,8 @@ pub(super) fn as_error(s: Status) -> Status {
 /// Upstream `SelectVictimsOnNode`: the pods to evict from `node` so that `pod`
 /// fits, with the number of PDB violations; Err is the node's status when
 /// preemption there cannot help.
-pub fn select_victims(
-    fw: &Framework,
-    state: &CycleState,
-    pod: &PodInfo,
-    node: &NodeInfo,
-    snap: &Snapshot,
-) -> Result<(Vec<Arc<PodInfo>>, usize), Status> {
-    let mut potential: Vec<Arc<PodInfo>> = node
-        .pods
-        .iter()
-        .filter(|p| p.priority < pod.priority)
-        .cloned()
-        .collect();
+pub fn select_victims(fw: &Framework, state: &CycleState, pod: &PodInfo, node: &NodeInfo, snap: &Snapshot) -> Result<(Vec<Arc<PodInfo>>, usize), Status> {
+    let mut potential: Vec<Arc<PodInfo>> = node.pods.iter().filter(|p| p.priority < pod.priority).cloned().collect();
     if potential.is_empty() {
         return Err(Status::unresolvable(REASON_NO_VICTIMS));
     }
@@ -104,10 +81,7 @@ pub fn select_victims(
             if !s.is_success() {
                 return Err(as_error(s));
             }
-            if fw
-                .run_filter_with_nominated(&st, pod, &ni, snap)
-                .is_success()
-            {
+            if fw.run_filter_with_nominated(&st, pod, &ni, snap).is_success() {
                 continue;
             }
             ni.remove_pod(&p.uid);
@@ -127,10 +101,12 @@ pub fn select_victims(
     Ok((victims, violations))
 }
 
+
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::*;
     use super::*;
+    use super::super::test_support::*;
+
 
     #[test]
     fn pdb_split_table() {
@@ -146,38 +122,14 @@ mod tests {
         type PdbRow = (&'static str, Vec<Arc<PodInfo>>, Vec<Pdb>, Vec<&'static str>);
         let rows: Vec<PdbRow> = vec![
             ("no pdb", vec![p("a", "db")], vec![], vec![]),
-            (
-                "budget 1: second pod violates",
-                vec![p("a", "db"), p("b", "db")],
-                vec![pdb("db", ("app", "db"), 1)],
-                vec!["b"],
-            ),
-            (
-                "no labels never matches",
-                vec![p("a", "")],
-                vec![pdb("db", ("app", "db"), 0)],
-                vec![],
-            ),
-            (
-                "other namespace",
-                vec![pod("a").namespace("x").label("app", "db").info()],
-                vec![pdb("db", ("app", "db"), 0)],
-                vec![],
-            ),
-            (
-                "already disrupted pod is not counted",
-                vec![p("w0", "web"), p("w1", "web")],
-                vec![disrupted],
-                vec!["w1"],
-            ),
+            ("budget 1: second pod violates", vec![p("a", "db"), p("b", "db")], vec![pdb("db", ("app", "db"), 1)], vec!["b"]),
+            ("no labels never matches", vec![p("a", "")], vec![pdb("db", ("app", "db"), 0)], vec![]),
+            ("other namespace", vec![pod("a").namespace("x").label("app", "db").info()], vec![pdb("db", ("app", "db"), 0)], vec![]),
+            ("already disrupted pod is not counted", vec![p("w0", "web"), p("w1", "web")], vec![disrupted], vec!["w1"]),
         ];
         for (name, pods, pdbs, want) in rows {
             let (v, _) = split_by_pdb(pods, &pdbs);
-            assert_eq!(
-                v.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
-                want,
-                "{name}"
-            );
+            assert_eq!(v.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), want, "{name}");
         }
     }
 }

@@ -14,9 +14,9 @@ use berth_dra::DeviceResult;
 use k8s_openapi::api::resource::v1 as res;
 
 use super::filtering::allocation;
-use super::{NAME, State};
-use crate::cache::Snapshot;
+use super::{State, NAME};
 use crate::cache::devices::Consumer;
+use crate::cache::Snapshot;
 use crate::framework::{ApiWrite, CycleState, PreBindWork, Reservation, Status};
 use berth_model::PodInfo;
 
@@ -51,39 +51,22 @@ pub struct ClaimDecisions {
     /// The pod's claims, in spec order.
     pub claims: Vec<ClaimDecision>,
     /// The extended-resource claim's allocation and spec, when there is one.
-    pub extended: Option<(
-        Vec<DeviceResult>,
-        res::AllocationResult,
-        res::ResourceClaimSpec,
-    )>,
+    pub extended: Option<(Vec<DeviceResult>, res::AllocationResult, res::ResourceClaimSpec)>,
     /// (container, extended resource, request) of the extended-resource claim.
     pub request_mappings: Vec<(String, String, String)>,
 }
 
 impl ClaimDecisions {
     fn consumer(&self) -> Consumer {
-        Consumer {
-            resource: "pods".into(),
-            name: self.pod_name.clone(),
-            uid: self.pod_uid.clone(),
-        }
+        Consumer { resource: "pods".into(), name: self.pod_name.clone(), uid: self.pod_uid.clone() }
     }
 }
 
 impl Reservation for ClaimDecisions {
     fn assume(&self, snap: &mut Snapshot, pod_uid: &str) {
-        let who = Consumer {
-            uid: pod_uid.to_string(),
-            ..self.consumer()
-        };
+        let who = Consumer { uid: pod_uid.to_string(), ..self.consumer() };
         for c in &self.claims {
-            snap.devices.assume_claim(
-                &c.key,
-                &who,
-                c.allocation
-                    .as_ref()
-                    .map(|(r, a)| (r.as_slice(), a.clone())),
-            );
+            snap.devices.assume_claim(&c.key, &who, c.allocation.as_ref().map(|(r, a)| (r.as_slice(), a.clone())));
         }
         if let Some((r, _, _)) = &self.extended {
             snap.devices.assume_extended(pod_uid, r);
@@ -105,9 +88,7 @@ pub fn reserved(state: &CycleState) -> Option<&ClaimDecisions> {
 
 /// Reserve: the node's allocations from Filter, as a reservation.
 pub fn reserve(state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-    let Some(s) = state.get::<State>() else {
-        return Status::success();
-    };
+    let Some(s) = state.get::<State>() else { return Status::success() };
     if s.claims.is_empty() && s.extended.is_none() {
         return Status::success();
     }
@@ -124,47 +105,22 @@ pub fn reserve(state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         } else {
             match fresh.next() {
                 Some(ca) => Some((ca.results.clone(), ca.to_api())),
-                None => {
-                    return Status::error(format!(
-                        "claim {}: no allocation found for node {node:?}",
-                        c.key
-                    ));
-                }
+                None => return Status::error(format!("claim {}: no allocation found for node {node:?}", c.key)),
             }
         };
-        claims.push(ClaimDecision {
-            key: c.key.clone(),
-            name: c.name.clone(),
-            uid: c.uid.clone(),
-            allocation,
-        });
+        claims.push(ClaimDecision { key: c.key.clone(), name: c.name.clone(), uid: c.uid.clone(), allocation });
     }
     let mut request_mappings = Vec::new();
     let extended = a.extended.map(|(ca, view)| {
         let spec = extended_spec(&view);
         // The node's claim asks only for what the node does not list as
         // allocatable: the mappings of the requests it has.
-        let resources = s
-            .extended
-            .as_ref()
-            .map(|e| e.resources.as_slice())
-            .unwrap_or_default();
+        let resources = s.extended.as_ref().map(|e| e.resources.as_slice()).unwrap_or_default();
         let (_, mappings) = super::claims::extended_layout(pod, resources);
-        request_mappings = mappings
-            .into_iter()
-            .filter(|m| view.requests.iter().any(|r| r.name == m.2))
-            .collect();
+        request_mappings = mappings.into_iter().filter(|m| view.requests.iter().any(|r| r.name == m.2)).collect();
         (ca.results.clone(), ca.to_api(), spec)
     });
-    let d = ClaimDecisions {
-        namespace: pod.namespace.clone(),
-        pod_name: pod.name.clone(),
-        pod_uid: pod.uid.clone(),
-        node: node.to_string(),
-        claims,
-        extended,
-        request_mappings,
-    };
+    let d = ClaimDecisions { namespace: pod.namespace.clone(), pod_name: pod.name.clone(), pod_uid: pod.uid.clone(), node: node.to_string(), claims, extended, request_mappings };
     state.reservations_mut().record(NAME, d);
     Status::success()
 }
@@ -188,19 +144,12 @@ fn extended_spec(view: &berth_dra::ClaimView) -> res::ResourceClaimSpec {
             ..Default::default()
         })
         .collect();
-    res::ResourceClaimSpec {
-        devices: Some(res::DeviceClaim {
-            requests: Some(requests),
-            ..Default::default()
-        }),
-    }
+    res::ResourceClaimSpec { devices: Some(res::DeviceClaim { requests: Some(requests), ..Default::default() }) }
 }
 
 /// PreBind: the claim writes for the reserved node.
 pub fn pre_bind(state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-    let Some(d) = reserved(state).cloned() else {
-        return Status::success();
-    };
+    let Some(d) = reserved(state).cloned() else { return Status::success() };
     if d.node != node {
         return Status::error(format!("no claim allocations found for node {node:?}"));
     }
@@ -213,14 +162,7 @@ pub fn pre_bind(state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
                 Err(e) => return Status::error(format!("claim {}: {e}", c.key)),
             },
         };
-        writes.push(ApiWrite::AllocateClaim {
-            namespace: d.namespace.clone(),
-            name: c.name.clone(),
-            uid: c.uid.clone(),
-            allocation,
-            pod_name: pod.name.clone(),
-            pod_uid: pod.uid.clone(),
-        });
+        writes.push(ApiWrite::AllocateClaim { namespace: d.namespace.clone(), name: c.name.clone(), uid: c.uid.clone(), allocation, pod_name: pod.name.clone(), pod_uid: pod.uid.clone() });
     }
     if let Some((_, alloc, spec)) = &d.extended {
         let claim = serde_json::json!({
@@ -240,19 +182,8 @@ pub fn pre_bind(state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
             },
         });
         let request_mappings = d.request_mappings.clone();
-        writes.push(ApiWrite::CreateExtendedResourceClaim {
-            namespace: d.namespace.clone(),
-            pod_name: pod.name.clone(),
-            pod_uid: pod.uid.clone(),
-            claim,
-            request_mappings,
-        });
+        writes.push(ApiWrite::CreateExtendedResourceClaim { namespace: d.namespace.clone(), pod_name: pod.name.clone(), pod_uid: pod.uid.clone(), claim, request_mappings });
     }
-    state.add_pre_bind_work(PreBindWork {
-        plugin: NAME,
-        writes,
-        wait_for: vec![],
-        timeout: PRE_BIND_TIMEOUT,
-    });
+    state.add_pre_bind_work(PreBindWork { plugin: NAME, writes, wait_for: vec![], timeout: PRE_BIND_TIMEOUT });
     Status::success()
 }

@@ -4,16 +4,16 @@
 
 use std::sync::{Arc, Mutex};
 
-use berth_dra::{AllocError, ClaimView, prepare};
-use berth_model::PodInfo;
+use berth_dra::{prepare, AllocError, ClaimView};
 use berth_model::pod::ClaimSource;
 use berth_model::resources::is_extended;
 use berth_model::selector::NodeSelector;
+use berth_model::PodInfo;
 use k8s_openapi::api::resource::v1 as res;
 
 use super::{ExtendedState, PodClaimState, State};
-use crate::cache::Snapshot;
 use crate::cache::devices::{Claim, Devices};
+use crate::cache::Snapshot;
 use crate::framework::{CycleState, Status};
 
 /// Upstream `resourceapi.ResourceClaimReservedForMaxSize`.
@@ -32,17 +32,9 @@ pub fn pod_claims<'a>(pod: &PodInfo, devices: &'a Devices) -> Result<Vec<&'a Cla
             ClaimSource::FromTemplate(Some(Some(n))) => (n.as_str(), true),
             // No claim is needed for this pod claim.
             ClaimSource::FromTemplate(Some(None)) => continue,
-            ClaimSource::FromTemplate(None) => {
-                return Err(format!(
-                    "pod \"{}/{}\": ResourceClaim not created yet",
-                    pod.namespace, pod.name
-                ));
-            }
+            ClaimSource::FromTemplate(None) => return Err(format!("pod \"{}/{}\": ResourceClaim not created yet", pod.namespace, pod.name)),
             ClaimSource::Unsupported => {
-                return Err(format!(
-                    "pod \"{}/{}\", spec.resourceClaim {:?}: none of the supported fields are set",
-                    pod.namespace, pod.name, pc.name
-                ));
+                return Err(format!("pod \"{}/{}\", spec.resourceClaim {:?}: none of the supported fields are set", pod.namespace, pod.name, pc.name));
             }
         };
         let Some(claim) = devices.claim(&pod.namespace, name) else {
@@ -52,10 +44,7 @@ pub fn pod_claims<'a>(pod: &PodInfo, devices: &'a Devices) -> Result<Vec<&'a Cla
             return Err(format!("resourceclaim {name:?} is being deleted"));
         }
         if must_own && claim.controller_uid.as_deref() != Some(pod.uid.as_str()) {
-            return Err(format!(
-                "ResourceClaim {}/{} was not created for pod {}/{} (pod is not owner)",
-                claim.namespace, claim.name, pod.namespace, pod.name
-            ));
+            return Err(format!("ResourceClaim {}/{} was not created for pod {}/{} (pod is not owner)", claim.namespace, claim.name, pod.namespace, pod.name));
         }
         out.push(claim);
     }
@@ -77,11 +66,7 @@ fn extended_resources(pod: &PodInfo, devices: &Devices) -> Vec<(String, String, 
         .scalar
         .iter()
         .filter(|(n, v)| *v > 0 && is_dra_extended(n))
-        .filter_map(|(n, v)| {
-            devices
-                .class_for_extended_resource(n)
-                .map(|c| (n.clone(), c.name.clone(), *v))
-        })
+        .filter_map(|(n, v)| devices.class_for_extended_resource(n).map(|c| (n.clone(), c.name.clone(), *v)))
         .collect()
 }
 
@@ -111,10 +96,7 @@ pub struct ExtendedRequest {
 /// Requests are sorted by name. A pod compiled without per-container data
 /// gets one request per resource for the pod's total, mapped to every
 /// container asking for it.
-pub fn extended_layout(
-    pod: &PodInfo,
-    resources: &[(String, String, i64)],
-) -> (Vec<ExtendedRequest>, Vec<Mapping>) {
+pub fn extended_layout(pod: &PodInfo, resources: &[(String, String, i64)]) -> (Vec<ExtendedRequest>, Vec<Mapping>) {
     let mut sorted: Vec<&(String, String, i64)> = resources.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     let (mut requests, mut mappings) = (Vec::new(), Vec::new());
@@ -122,11 +104,7 @@ pub fn extended_layout(
         for (j, (resource, class, count)) in sorted.into_iter().enumerate() {
             let name = format!("container-0-request-{j}");
             mappings.push((String::new(), resource.clone(), name.clone()));
-            requests.push(ExtendedRequest {
-                name,
-                class: class.clone(),
-                count: *count,
-            });
+            requests.push(ExtendedRequest { name, class: class.clone(), count: *count });
         }
         return (requests, mappings);
     }
@@ -135,21 +113,12 @@ pub fn extended_layout(
             pod.extended_containers
                 .iter()
                 .filter(move |c| c.short_lived == short)
-                .filter_map(move |c| {
-                    c.resources
-                        .iter()
-                        .find(|r| &r.0 == resource)
-                        .map(|r| (c, format!("container-{}-request-{}", c.index, r.1), r.2))
-                })
+                .filter_map(move |c| c.resources.iter().find(|r| &r.0 == resource).map(|r| (c, format!("container-{}-request-{}", c.index, r.1), r.2)))
         };
         let long: Vec<_> = asks(false).collect();
         for (c, name, count) in &long {
             mappings.push((c.name.clone(), resource.clone(), name.clone()));
-            requests.push(ExtendedRequest {
-                name: name.clone(),
-                class: class.clone(),
-                count: *count,
-            });
+            requests.push(ExtendedRequest { name: name.clone(), class: class.clone(), count: *count });
         }
         let mut short_maps: Vec<Mapping> = Vec::new();
         let mut short_names: Vec<String> = Vec::new();
@@ -169,11 +138,7 @@ pub fn extended_layout(
             short_maps.push((c.name.clone(), resource.clone(), name.clone()));
             short_names.push(name.clone());
             if largest.as_ref().is_none_or(|l| l.count < wanted - have) {
-                largest = Some(ExtendedRequest {
-                    name,
-                    class: class.clone(),
-                    count: wanted - have,
-                });
+                largest = Some(ExtendedRequest { name, class: class.clone(), count: wanted - have });
             }
         }
         if let Some(l) = &largest {
@@ -197,24 +162,14 @@ pub fn extended_claim(pod: &PodInfo, resources: &[(String, String, i64)]) -> Opt
         .into_iter()
         .map(|r| res::DeviceRequest {
             name: r.name,
-            exactly: Some(res::ExactDeviceRequest {
-                device_class_name: r.class,
-                allocation_mode: Some("ExactCount".into()),
-                count: Some(r.count),
-                ..Default::default()
-            }),
+            exactly: Some(res::ExactDeviceRequest { device_class_name: r.class, allocation_mode: Some("ExactCount".into()), count: Some(r.count), ..Default::default() }),
             ..Default::default()
         })
         .collect();
     let mut c = res::ResourceClaim::default();
     c.metadata.namespace = Some(pod.namespace.clone());
     c.metadata.name = Some(format!("{}-extended-resources", pod.name));
-    c.spec = Some(res::ResourceClaimSpec {
-        devices: Some(res::DeviceClaim {
-            requests: Some(requests),
-            ..Default::default()
-        }),
-    });
+    c.spec = Some(res::ResourceClaimSpec { devices: Some(res::DeviceClaim { requests: Some(requests), ..Default::default() }) });
     ClaimView::from_api(&c).ok()
 }
 
@@ -222,15 +177,8 @@ fn class_check(view: &ClaimView, devices: &Devices) -> Result<(), String> {
     for r in &view.requests {
         for a in &r.alternatives {
             if devices.classes().get(&a.class).is_none() {
-                let name = if r.first_available {
-                    format!("{}/{}", r.name, a.name)
-                } else {
-                    r.name.clone()
-                };
-                return Err(format!(
-                    "request {name}: device class {} does not exist",
-                    a.class
-                ));
+                let name = if r.first_available { format!("{}/{}", r.name, a.name) } else { r.name.clone() };
+                return Err(format!("request {name}: device class {} does not exist", a.class));
             }
         }
     }
@@ -241,11 +189,7 @@ fn class_check(view: &ClaimView, devices: &Devices) -> Result<(), String> {
 pub fn pre_filter(state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Status {
     state.insert(super::PreFiltered);
     let devices = &snap.devices;
-    let extended = if pod.requests.scalar.is_empty() {
-        Vec::new()
-    } else {
-        extended_resources(pod, devices)
-    };
+    let extended = if pod.requests.scalar.is_empty() { Vec::new() } else { extended_resources(pod, devices) };
     if pod.resource_claims.is_empty() && extended.is_empty() {
         return Status::skip();
     }
@@ -287,36 +231,12 @@ pub fn pre_filter(state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Sta
             [only] => only.uid == pod.uid,
             _ => false,
         };
-        let allocated_score = c
-            .allocation
-            .as_ref()
-            .map_or(0, |a| super::allocated_score(&view, a));
-        states.push(PodClaimState {
-            key: c.key(),
-            name: c.name.clone(),
-            uid: c.uid.clone(),
-            allocated,
-            view,
-            reserved_only_for_pod,
-            allocated_score,
-            binding_failure: c.binding_failure.clone(),
-        });
+        let allocated_score = c.allocation.as_ref().map_or(0, |a| super::allocated_score(&view, a));
+        states.push(PodClaimState { key: c.key(), name: c.name.clone(), uid: c.uid.clone(), allocated, view, reserved_only_for_pod, allocated_score, binding_failure: c.binding_failure.clone() });
     }
-    let admin_access = snap
-        .namespaces
-        .get(&pod.namespace)
-        .and_then(|l| l.get(ADMIN_ACCESS_LABEL))
-        .is_some_and(|v| v == "true");
-    let extended_view = if extended.is_empty() {
-        None
-    } else {
-        extended_claim(pod, &extended).map(Arc::new)
-    };
-    let mut to_allocate: Vec<&ClaimView> = states
-        .iter()
-        .filter(|c| c.allocated.is_none())
-        .map(|c| &*c.view)
-        .collect();
+    let admin_access = snap.namespaces.get(&pod.namespace).and_then(|l| l.get(ADMIN_ACCESS_LABEL)).is_some_and(|v| v == "true");
+    let extended_view = if extended.is_empty() { None } else { extended_claim(pod, &extended).map(Arc::new) };
+    let mut to_allocate: Vec<&ClaimView> = states.iter().filter(|c| c.allocated.is_none()).map(|c| &*c.view).collect();
     if let Some(v) = &extended_view {
         to_allocate.push(v);
     }
@@ -325,18 +245,14 @@ pub fn pre_filter(state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Sta
     } else {
         match prepare(&to_allocate, devices.classes(), devices.cel(), admin_access) {
             Ok(p) => Some(Arc::new(p)),
-            Err(e @ AllocError::AdminAccessNotAllowed { .. }) => {
-                return Status::unresolvable(e.to_string());
-            }
+            Err(e @ AllocError::AdminAccessNotAllowed { .. }) => return Status::unresolvable(e.to_string()),
             Err(e) => return Status::error(e.to_string()),
         }
     };
     state.insert(State {
         claims: states,
         prepared,
-        extended: (!extended.is_empty()).then_some(ExtendedState {
-            resources: extended,
-        }),
+        extended: (!extended.is_empty()).then_some(ExtendedState { resources: extended }),
         extended_view,
         inventory: devices.inventory().clone(),
         in_use: devices.in_use().clone(),
@@ -354,38 +270,17 @@ mod tests {
     use super::*;
     use berth_model::pod::ContainerExtended;
 
-    fn container(
-        index: usize,
-        name: &str,
-        short_lived: bool,
-        ridx: usize,
-        count: i64,
-    ) -> ContainerExtended {
-        ContainerExtended {
-            index,
-            name: name.into(),
-            short_lived,
-            resources: vec![("example.com/gpu".into(), ridx, count)],
-        }
+    fn container(index: usize, name: &str, short_lived: bool, ridx: usize, count: i64) -> ContainerExtended {
+        ContainerExtended { index, name: name.into(), short_lived, resources: vec![("example.com/gpu".into(), ridx, count)] }
     }
 
     type Pairs<B> = Vec<(String, B)>;
 
     fn layout(containers: Vec<ContainerExtended>) -> (Pairs<i64>, Pairs<String>) {
-        let pod = PodInfo {
-            extended_containers: containers,
-            ..Default::default()
-        };
-        let (requests, mappings) =
-            extended_layout(&pod, &[("example.com/gpu".into(), "gpu".into(), 99)]);
-        assert!(
-            requests.iter().all(|r| r.class == "gpu")
-                && mappings.iter().all(|m| m.1 == "example.com/gpu")
-        );
-        (
-            requests.into_iter().map(|r| (r.name, r.count)).collect(),
-            mappings.into_iter().map(|m| (m.0, m.2)).collect(),
-        )
+        let pod = PodInfo { extended_containers: containers, ..Default::default() };
+        let (requests, mappings) = extended_layout(&pod, &[("example.com/gpu".into(), "gpu".into(), 99)]);
+        assert!(requests.iter().all(|r| r.class == "gpu") && mappings.iter().all(|m| m.1 == "example.com/gpu"));
+        (requests.into_iter().map(|r| (r.name, r.count)).collect(), mappings.into_iter().map(|m| (m.0, m.2)).collect())
     }
 
     fn pairs<B: Copy>(v: &[(&str, B)]) -> Vec<(String, B)> {
@@ -393,9 +288,7 @@ mod tests {
     }
 
     fn names(v: &[(&str, &str)]) -> Vec<(String, String)> {
-        v.iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect()
+        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
     }
 
     /// Upstream `createRequestsAndMappings`: one request per long-lived
@@ -405,78 +298,23 @@ mod tests {
     #[test]
     fn the_special_claim_has_a_request_per_container_as_upstream() {
         // Two containers: a request each, no sharing.
-        let (r, m) = layout(vec![
-            container(0, "a", false, 0, 1),
-            container(1, "b", false, 1, 2),
-        ]);
-        assert_eq!(
-            r,
-            pairs(&[("container-0-request-0", 1), ("container-1-request-1", 2)])
-        );
-        assert_eq!(
-            m,
-            names(&[
-                ("a", "container-0-request-0"),
-                ("b", "container-1-request-1")
-            ])
-        );
+        let (r, m) = layout(vec![container(0, "a", false, 0, 1), container(1, "b", false, 1, 2)]);
+        assert_eq!(r, pairs(&[("container-0-request-0", 1), ("container-1-request-1", 2)]));
+        assert_eq!(m, names(&[("a", "container-0-request-0"), ("b", "container-1-request-1")]));
         // An init container wanting 2 reuses main's 1 and asks for 1 more.
-        let (r, m) = layout(vec![
-            container(0, "init", true, 0, 2),
-            container(1, "main", false, 1, 1),
-        ]);
-        assert_eq!(
-            r,
-            pairs(&[("container-0-request-0", 1), ("container-1-request-1", 1)])
-        );
-        assert_eq!(
-            m,
-            names(&[
-                ("main", "container-1-request-1"),
-                ("init", "container-1-request-1"),
-                ("init", "container-0-request-0")
-            ])
-        );
+        let (r, m) = layout(vec![container(0, "init", true, 0, 2), container(1, "main", false, 1, 1)]);
+        assert_eq!(r, pairs(&[("container-0-request-0", 1), ("container-1-request-1", 1)]));
+        assert_eq!(m, names(&[("main", "container-1-request-1"), ("init", "container-1-request-1"), ("init", "container-0-request-0")]));
         // An init container that the later requests cover asks for nothing.
-        let (r, m) = layout(vec![
-            container(0, "i0", true, 0, 3),
-            container(1, "i1", true, 0, 1),
-            container(2, "main", false, 0, 1),
-        ]);
-        assert_eq!(
-            r,
-            pairs(&[("container-0-request-0", 2), ("container-2-request-0", 1)])
-        );
-        assert_eq!(
-            m,
-            names(&[
-                ("main", "container-2-request-0"),
-                ("i0", "container-2-request-0"),
-                ("i0", "container-0-request-0"),
-                ("i1", "container-2-request-0")
-            ])
-        );
+        let (r, m) = layout(vec![container(0, "i0", true, 0, 3), container(1, "i1", true, 0, 1), container(2, "main", false, 0, 1)]);
+        assert_eq!(r, pairs(&[("container-0-request-0", 2), ("container-2-request-0", 1)]));
+        assert_eq!(m, names(&[("main", "container-2-request-0"), ("i0", "container-2-request-0"), ("i0", "container-0-request-0"), ("i1", "container-2-request-0")]));
         // Two init containers with requests of their own: only the largest stays.
-        let (r, m) = layout(vec![
-            container(0, "i0", true, 0, 2),
-            container(1, "i1", true, 0, 3),
-        ]);
+        let (r, m) = layout(vec![container(0, "i0", true, 0, 2), container(1, "i1", true, 0, 3)]);
         assert_eq!(r, pairs(&[("container-1-request-0", 3)]));
-        assert_eq!(
-            m,
-            names(&[
-                ("i0", "container-1-request-0"),
-                ("i1", "container-1-request-0")
-            ])
-        );
+        assert_eq!(m, names(&[("i0", "container-1-request-0"), ("i1", "container-1-request-0")]));
         // A sidecar before the init container is long-lived but not reusable by it.
-        let (r, _) = layout(vec![
-            container(0, "side", false, 0, 1),
-            container(1, "init", true, 0, 1),
-        ]);
-        assert_eq!(
-            r,
-            pairs(&[("container-0-request-0", 1), ("container-1-request-0", 1)])
-        );
+        let (r, _) = layout(vec![container(0, "side", false, 0, 1), container(1, "init", true, 0, 1)]);
+        assert_eq!(r, pairs(&[("container-0-request-0", 1), ("container-1-request-0", 1)]));
     }
 }

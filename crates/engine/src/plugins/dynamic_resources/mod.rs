@@ -49,19 +49,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use berth_dra::allocator::Solution;
 use berth_dra::cel::CelCache;
+use berth_dra::allocator::Solution;
 use berth_dra::{ClaimAllocation, ClaimView, Classes, InUse, Inventory, Prepared};
 use berth_model::selector::NodeSelector;
 use berth_model::{NodeInfo, PodInfo};
 
-use super::helper::default_normalize;
 use crate::cache::Snapshot;
-use crate::framework::{
-    CycleState, Events, FilterPlugin, Framework, NodeScore, NodeStatuses, Plugin, PostFilterPlugin,
-    PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterNodes, PreFilterPlugin,
-    PreScorePlugin, ReservePlugin, ScorePlugin, Status,
-};
+use super::helper::default_normalize;
+use crate::framework::{CycleState, Events, FilterPlugin, Framework, NodeScore, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, ReservePlugin, ScorePlugin, Status};
 
 /// The plugin's name.
 pub const NAME: &str = "DynamicResources";
@@ -84,20 +80,9 @@ pub(crate) fn subrequest_score(index: usize) -> i64 {
 /// named by its allocation's results (`request/subrequest`), each counted
 /// once per request, worth [`subrequest_score`] of its index in the
 /// request's firstAvailable list.
-pub fn allocated_score(
-    view: &ClaimView,
-    allocation: &k8s_openapi::api::resource::v1::AllocationResult,
-) -> i64 {
-    let results = allocation
-        .devices
-        .as_ref()
-        .and_then(|d| d.results.as_deref())
-        .unwrap_or_default();
-    let used: std::collections::HashSet<&str> = results
-        .iter()
-        .map(|r| r.request.as_str())
-        .filter(|r| r.contains('/'))
-        .collect();
+pub fn allocated_score(view: &ClaimView, allocation: &k8s_openapi::api::resource::v1::AllocationResult) -> i64 {
+    let results = allocation.devices.as_ref().and_then(|d| d.results.as_deref()).unwrap_or_default();
+    let used: std::collections::HashSet<&str> = results.iter().map(|r| r.request.as_str()).filter(|r| r.contains('/')).collect();
     let mut total = 0;
     for r in view.requests.iter().filter(|r| r.first_available) {
         for (i, sub) in r.alternatives.iter().enumerate() {
@@ -200,29 +185,15 @@ pub struct NodeAllocation {
 }
 
 impl Plugin for DynamicResources {
-    fn explain_rejection(
-        &self,
-        state: &CycleState,
-        snap: &Snapshot,
-        node: &NodeInfo,
-        status: &Status,
-    ) -> Vec<String> {
-        if status
-            .reasons
-            .iter()
-            .any(|r| r == filtering::CANNOT_ALLOCATE)
-        {
+    fn explain_rejection(&self, state: &CycleState, snap: &Snapshot, node: &NodeInfo, status: &Status) -> Vec<String> {
+        if status.reasons.iter().any(|r| r == filtering::CANNOT_ALLOCATE) {
             explain::node_reasons(state, snap, node)
         } else {
             Vec::new()
         }
     }
 
-    fn device_choices(
-        &self,
-        state: &CycleState,
-        node: Option<&str>,
-    ) -> Vec<crate::framework::DeviceChoice> {
+    fn device_choices(&self, state: &CycleState, node: Option<&str>) -> Vec<crate::framework::DeviceChoice> {
         match node {
             Some(n) => explain::node_allocations(state, n),
             None => explain::reserved_allocations(state),
@@ -250,9 +221,7 @@ impl Plugin for DynamicResources {
     /// its Filter reads the claim's allocation and remembers, for PostFilter,
     /// the nodes where it is unavailable.
     fn sign_pod(&self, state: &CycleState, _pod: &PodInfo, _snap: &Snapshot) -> Option<u64> {
-        let Some(s) = state.get::<State>() else {
-            return Some(0);
-        };
+        let Some(s) = state.get::<State>() else { return Some(0) };
         if s.claims.iter().any(|c| c.allocated.is_some()) {
             return None;
         }
@@ -277,21 +246,14 @@ impl Plugin for DynamicResources {
             .or(Events::RESOURCE_SLICE)
     }
 
-    fn failure_detail(
-        &self,
-        state: &CycleState,
-        _pod: &PodInfo,
-        statuses: &NodeStatuses,
-    ) -> Option<String> {
+    fn failure_detail(&self, state: &CycleState, _pod: &PodInfo, statuses: &NodeStatuses) -> Option<String> {
         filtering::failure_detail(state, statuses)
     }
 }
 
 impl PreEnqueuePlugin for DynamicResources {
     fn pre_enqueue(&self, pod: &PodInfo, cluster: Option<&Snapshot>) -> Status {
-        let Some(snap) = cluster else {
-            return Status::success();
-        };
+        let Some(snap) = cluster else { return Status::success() };
         if pod.resource_claims.is_empty() {
             return Status::success();
         }
@@ -303,12 +265,7 @@ impl PreEnqueuePlugin for DynamicResources {
 }
 
 impl PreFilterPlugin for DynamicResources {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> (Status, PreFilterNodes) {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         (claims::pre_filter(state, pod, snap), None)
     }
 }
@@ -320,14 +277,7 @@ impl FilterPlugin for DynamicResources {
 }
 
 impl PostFilterPlugin for DynamicResources {
-    fn post_filter(
-        &self,
-        _fw: &Framework,
-        state: &CycleState,
-        pod: &Arc<PodInfo>,
-        _snap: &Snapshot,
-        _statuses: &NodeStatuses,
-    ) -> (Status, PostFilterResult) {
+    fn post_filter(&self, _fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, _snap: &Snapshot, _statuses: &NodeStatuses) -> (Status, PostFilterResult) {
         filtering::post_filter(state, pod)
     }
 }
@@ -336,18 +286,8 @@ impl PreScorePlugin for DynamicResources {
     /// Upstream has no PreScore: its Score gives 0 to every node when
     /// nothing is allocated in the cycle or no claim has a firstAvailable
     /// request, and 0 everywhere normalizes to 0, as a skipped plugin scores.
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        _pod: &PodInfo,
-        _nodes: &[usize],
-        _snap: &Snapshot,
-    ) -> Status {
-        if state.get::<State>().is_some_and(filtering::may_score) {
-            Status::success()
-        } else {
-            Status::skip()
-        }
+    fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[usize], _snap: &Snapshot) -> Status {
+        if state.get::<State>().is_some_and(filtering::may_score) { Status::success() } else { Status::skip() }
     }
 }
 
@@ -365,13 +305,7 @@ impl ScorePlugin for DynamicResources {
     }
 
     /// Upstream `NormalizeScore`: `DefaultNormalizeScore(MaxNodeScore, false, scores)`.
-    fn normalize_score(
-        &self,
-        _: &CycleState,
-        _: &PodInfo,
-        scores: &mut [NodeScore],
-        _: &Snapshot,
-    ) -> Status {
+    fn normalize_score(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore], _: &Snapshot) -> Status {
         default_normalize(scores, false);
         Status::success()
     }

@@ -88,21 +88,12 @@ pub(super) fn spec_addr(ni: &NodeInfo) -> usize {
 
 impl Domains {
     pub(super) fn new(snap: &Snapshot) -> Self {
-        Domains {
-            specs: snap.nodes.iter().map(spec_addr).collect(),
-            keys: Vec::new(),
-            by_key: HashMap::new(),
-        }
+        Domains { specs: snap.nodes.iter().map(spec_addr).collect(), keys: Vec::new(), by_key: HashMap::new() }
     }
 
     /// Were the tables built from these node objects?
     pub(super) fn fits(&self, snap: &Snapshot) -> bool {
-        self.specs.len() == snap.nodes.len()
-            && self
-                .specs
-                .iter()
-                .zip(&snap.nodes)
-                .all(|(&a, n)| a == spec_addr(n))
+        self.specs.len() == snap.nodes.len() && self.specs.iter().zip(&snap.nodes).all(|(&a, n)| a == spec_addr(n))
     }
 
     /// The index of `key`'s table, built on first use.
@@ -126,11 +117,7 @@ impl Domains {
                 },
             })
             .collect();
-        self.keys.push(KeyDomains {
-            key: key.to_string(),
-            of_node,
-            ids,
-        });
+        self.keys.push(KeyDomains { key: key.to_string(), of_node, ids });
         self.by_key.insert(key.to_string(), self.keys.len() - 1);
         self.keys.len() - 1
     }
@@ -138,11 +125,7 @@ impl Domains {
     /// The node's domain for key `k`: `NO_DOMAIN` when it lacks the key.
     pub(super) fn domain(&self, k: usize, ni: &NodeInfo) -> u32 {
         let kd = &self.keys[k];
-        if self
-            .specs
-            .get(ni.index)
-            .is_some_and(|&a| a == spec_addr(ni))
-        {
+        if self.specs.get(ni.index).is_some_and(|&a| a == spec_addr(ni)) {
             return kd.of_node.get(ni.index).copied().unwrap_or(NO_DOMAIN);
         }
         match ni.node.labels.get(&kd.key) {
@@ -241,19 +224,12 @@ pub(super) type Contribution<'a> = (Kind, &'a str, i64);
 impl Tally {
     /// Brings the counts up to date with `snap` for `owner`; `count` lists a
     /// node's contributions (those whose key the node lacks are dropped).
-    pub(super) fn refresh<'a>(
-        &mut self,
-        owner: Option<TallyOwner>,
-        snap: &'a Snapshot,
-        mut count: impl FnMut(&'a NodeInfo, &mut Vec<Contribution<'a>>),
-    ) {
+    pub(super) fn refresh<'a>(&mut self, owner: Option<TallyOwner>, snap: &'a Snapshot, mut count: impl FnMut(&'a NodeInfo, &mut Vec<Contribution<'a>>)) {
         let mut changed = Vec::new();
         let incremental = owner.is_some()
             && self.owner == owner
             && self.shares.len() == snap.nodes.len()
-            && self
-                .mark
-                .is_some_and(|m| snap.changed_since(m, &mut changed).is_some());
+            && self.mark.is_some_and(|m| snap.changed_since(m, &mut changed).is_some());
         if !incremental {
             if !self.domains.fits(snap) {
                 self.domains = Arc::new(Domains::new(snap));
@@ -295,13 +271,7 @@ impl Tally {
                 let s = match slot_of.get(&(kind, k)) {
                     Some(&s) => s,
                     None => {
-                        slots.push(Slot {
-                            kind,
-                            key: k,
-                            counts: vec![0; self.domains.keys[k].ids.len()],
-                            nonzero: 0,
-                            hits: 0,
-                        });
+                        slots.push(Slot { kind, key: k, counts: vec![0; self.domains.keys[k].ids.len()], nonzero: 0, hits: 0 });
                         slot_of.insert((kind, k), slots.len() - 1);
                         share_at.push(NONE);
                         slots.len() - 1
@@ -330,11 +300,7 @@ impl Tally {
 
 /// Each slot's index by (kind, key index).
 pub(super) fn slot_index(slots: &[Slot]) -> HashMap<(Kind, usize), usize, FxBuild> {
-    slots
-        .iter()
-        .enumerate()
-        .map(|(i, s)| ((s.kind, s.key), i))
-        .collect()
+    slots.iter().enumerate().map(|(i, s)| ((s.kind, s.key), i)).collect()
 }
 
 /// How many pod shapes' tallies are kept.
@@ -349,10 +315,7 @@ pub(super) fn take_tally(cache: &Mutex<Vec<Tally>>, owner: Option<&TallyOwner>) 
     {
         return kept.remove(i);
     }
-    Tally {
-        domains: kept.first().map(|t| t.domains.clone()).unwrap_or_default(),
-        ..Default::default()
-    }
+    Tally { domains: kept.first().map(|t| t.domains.clone()).unwrap_or_default(), ..Default::default() }
 }
 
 /// Keeps `tally` for its owner's next cycle (the most recent first).
@@ -371,11 +334,7 @@ pub(super) fn put_tally(cache: &Mutex<Vec<Tally>>, tally: Tally) {
 /// namespace is selected only by an empty (match-all) selector.
 pub(super) fn incoming_term_matches(term: &AffinityTerm, other: &PodInfo, snap: &Snapshot) -> bool {
     let ns = &term.namespace_selector;
-    let labels = if ns.is_nothing() || ns.is_everything() {
-        None
-    } else {
-        snap.namespaces.get(&other.namespace)
-    };
+    let labels = if ns.is_nothing() || ns.is_everything() { None } else { snap.namespaces.get(&other.namespace) };
     term.matches(other, labels)
 }
 
@@ -393,11 +352,7 @@ pub(super) fn matches_all(terms: &[AffinityTerm], other: &PodInfo, snap: &Snapsh
 
 /// Does an existing pod's term select the incoming pod? `ns_labels` are the
 /// labels of the incoming pod's namespace (empty when unknown, as upstream).
-pub(super) fn existing_term_matches(
-    term: &AffinityTerm,
-    incoming: &PodInfo,
-    ns_labels: &Labels,
-) -> bool {
+pub(super) fn existing_term_matches(term: &AffinityTerm, incoming: &PodInfo, ns_labels: &Labels) -> bool {
     term.matches(incoming, Some(ns_labels))
 }
 
@@ -408,30 +363,18 @@ pub(super) fn namespace_labels<'a>(snap: &'a Snapshot, ns: &str) -> &'a Labels {
 }
 
 pub(super) fn owner_of(pod: &PodInfo, ns_labels: &Labels) -> Option<TallyOwner> {
-    (pod.signature != 0).then(|| TallyOwner {
-        signature: pod.signature,
-        namespace: pod.namespace.clone(),
-        labels: pod.labels.clone(),
-        ns_labels: ns_labels.clone(),
-    })
+    (pod.signature != 0).then(|| TallyOwner { signature: pod.signature, namespace: pod.namespace.clone(), labels: pod.labels.clone(), ns_labels: ns_labels.clone() })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::*;
     use super::*;
+    use super::super::test_support::*;
+
 
     #[test]
     fn domains_number_values_per_key() {
-        let snap = snapshot(
-            &[
-                node("n1").label(ZONE, "a"),
-                node("n2").label(ZONE, "b"),
-                node("n3"),
-                node("n4").label(ZONE, "a"),
-            ],
-            &[],
-        );
+        let snap = snapshot(&[node("n1").label(ZONE, "a"), node("n2").label(ZONE, "b"), node("n3"), node("n4").label(ZONE, "a")], &[]);
         let mut d = Domains::new(&snap);
         assert!(d.fits(&snap));
         let k = d.key_index(ZONE, &snap);
@@ -443,25 +386,17 @@ mod tests {
         assert_eq!(d.domain(k, &foreign), 1);
         let unseen = NodeInfo::new(Arc::new(node("y").label(ZONE, "c").spec()));
         assert_eq!(d.domain(k, &unseen), UNSEEN_DOMAIN);
-        let mut slot = Slot {
-            kind: Kind::Anti,
-            key: k,
-            counts: vec![0; 2],
-            nonzero: 0,
-            hits: 0,
-        };
+        let mut slot = Slot { kind: Kind::Anti, key: k, counts: vec![0; 2], nonzero: 0, hits: 0 };
         slot.add(1, 2, 1);
         slot.add(UNSEEN_DOMAIN, 5, 1);
-        assert_eq!(
-            (slot.get(1), slot.get(UNSEEN_DOMAIN), slot.nonzero),
-            (2, 0, 1)
-        );
+        assert_eq!((slot.get(1), slot.get(UNSEEN_DOMAIN), slot.nonzero), (2, 0, 1));
         slot.add(1, -2, -1);
         assert_eq!((slot.nonzero, slot.hits), (0, 1));
         let mut other = snap.clone();
         other.upsert_node(node("n2").label(ZONE, "c").spec());
         assert!(!d.fits(&other));
     }
+
 
     /// The counts kept across cycles (recounting only changed nodes) give the
     /// same Filter verdicts and scores as counting from scratch, over random
@@ -480,11 +415,7 @@ mod tests {
                 b
             })
             .collect();
-        let mut snap = snap_with_ns(
-            &nodes,
-            &[],
-            &[("default", &[]), ("other", &[("team", "x")])],
-        );
+        let mut snap = snap_with_ns(&nodes, &[], &[("default", &[]), ("other", &[("team", "x")])]);
         let mut r = Rng(0x9E37_79B9_7F4A_7C15);
         let shapes: Vec<PodBuilder> = (0..6).map(|k| random_shape(&mut r, k)).collect();
         let kept = InterPodAffinity::default();
@@ -493,16 +424,8 @@ mod tests {
             let shape = &shapes[r.below(shapes.len())];
             let p = shape.clone().info();
             let fresh = InterPodAffinity::default();
-            assert_eq!(
-                filter_both(&kept, &snap, &p),
-                filter_both(&fresh, &snap, &p),
-                "step {step}"
-            );
-            assert_eq!(
-                scores(&kept, &snap, &p),
-                scores(&fresh, &snap, &p),
-                "step {step}"
-            );
+            assert_eq!(filter_both(&kept, &snap, &p), filter_both(&fresh, &snap, &p), "step {step}");
+            assert_eq!(scores(&kept, &snap, &p), scores(&fresh, &snap, &p), "step {step}");
             // Place a random pod, or remove one.
             if r.below(4) == 0 && !placed.is_empty() {
                 let uid = placed.swap_remove(r.below(placed.len()));

@@ -6,25 +6,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cache::{JournalMark, Snapshot};
-use crate::framework::{CycleState, PreFilterNodes, Status, filter_each};
+use crate::framework::{filter_each, CycleState, PreFilterNodes, Status};
 use berth_model::pod::AffinityTerm;
 use berth_model::selector::Labels;
 use berth_model::{NodeInfo, PodInfo};
 
 use super::common::*;
-use super::{
-    InterPodAffinity, REASON_AFFINITY, REASON_ANTI_AFFINITY, REASON_EXISTING_ANTI_AFFINITY,
-};
+use super::{InterPodAffinity, REASON_AFFINITY, REASON_ANTI_AFFINITY, REASON_EXISTING_ANTI_AFFINITY};
 
 /// The PreFilter contributions of `other` (on some node) for the incoming `pod`.
-pub(super) fn filter_contributions<'a>(
-    pod: &'a PodInfo,
-    other: &'a PodInfo,
-    ns_labels: &Labels,
-    snap: &Snapshot,
-    out: &mut Vec<Contribution<'a>>,
-    delta: i64,
-) {
+pub(super) fn filter_contributions<'a>(pod: &'a PodInfo, other: &'a PodInfo, ns_labels: &Labels, snap: &Snapshot, out: &mut Vec<Contribution<'a>>, delta: i64) {
     for t in &other.required_anti_affinity {
         if existing_term_matches(t, pod, ns_labels) {
             out.push((Kind::ExistingAnti, &t.topology_key, delta));
@@ -96,21 +87,11 @@ impl PreFilterState {
     }
 
     pub(super) fn delta_sum(&self, kind: Kind, key: &str, value: &str) -> i64 {
-        self.deltas
-            .iter()
-            .filter(|d| d.kind == kind && d.key == key && d.value == value)
-            .map(|d| d.amount)
-            .sum()
+        self.deltas.iter().filter(|d| d.kind == kind && d.key == key && d.value == value).map(|d| d.amount).sum()
     }
 
     /// The count of (kind, key, the node's value of key); None when the node lacks the key.
-    pub(super) fn count(
-        &self,
-        kind: Kind,
-        k: usize,
-        slot: Option<usize>,
-        ni: &NodeInfo,
-    ) -> Option<i64> {
+    pub(super) fn count(&self, kind: Kind, k: usize, slot: Option<usize>, ni: &NodeInfo) -> Option<i64> {
         let dom = self.domains.domain(k, ni);
         if dom == NO_DOMAIN {
             return None;
@@ -126,21 +107,12 @@ impl PreFilterState {
     }
 
     /// Counts `other` on `ni` with `delta` (±1) on this copy.
-    pub(super) fn update_with_pod(
-        &mut self,
-        pod: &PodInfo,
-        other: &PodInfo,
-        ni: &NodeInfo,
-        delta: i64,
-        snap: &Snapshot,
-    ) {
+    pub(super) fn update_with_pod(&mut self, pod: &PodInfo, other: &PodInfo, ni: &NodeInfo, delta: i64, snap: &Snapshot) {
         let ns_labels = namespace_labels(snap, &pod.namespace);
         let mut found = Vec::new();
         filter_contributions(pod, other, ns_labels, snap, &mut found, delta);
         for (kind, key, amount) in found {
-            let Some(value) = ni.node.labels.get(key) else {
-                continue;
-            };
+            let Some(value) = ni.node.labels.get(key) else { continue };
             let before = self.base_count(kind, key, value) + self.delta_sum(kind, key, value);
             let after = before + amount;
             let len = &mut self.len[kind_index(kind)];
@@ -149,18 +121,9 @@ impl PreFilterState {
             } else if before != 0 && after == 0 {
                 *len = len.saturating_sub(1);
             }
-            match self
-                .deltas
-                .iter_mut()
-                .find(|d| d.kind == kind && d.key == key && d.value == *value)
-            {
+            match self.deltas.iter_mut().find(|d| d.kind == kind && d.key == key && d.value == *value) {
                 Some(d) => d.amount += amount,
-                None => self.deltas.push(Delta {
-                    kind,
-                    key: key.to_string(),
-                    value: value.clone(),
-                    amount,
-                }),
+                None => self.deltas.push(Delta { kind, key: key.to_string(), value: value.clone(), amount }),
             }
         }
     }
@@ -175,22 +138,17 @@ impl PreFilterState {
             });
         }
         // Slow path (preemption's copies): every key with a count, shared or changed here.
-        let mut keys: Vec<&str> = self
-            .existing
-            .iter()
-            .map(|&s| self.domains.keys[self.slots[s].key].key.as_str())
-            .collect();
+        let mut keys: Vec<&str> = self.existing.iter().map(|&s| self.domains.keys[self.slots[s].key].key.as_str()).collect();
         for d in self.deltas.iter().filter(|d| d.kind == Kind::ExistingAnti) {
             if !keys.contains(&d.key.as_str()) {
                 keys.push(&d.key);
             }
         }
         keys.iter().any(|key| {
-            ni.node.labels.get(*key).is_some_and(|v| {
-                self.base_count(Kind::ExistingAnti, key, v)
-                    + self.delta_sum(Kind::ExistingAnti, key, v)
-                    > 0
-            })
+            ni.node
+                .labels
+                .get(*key)
+                .is_some_and(|v| self.base_count(Kind::ExistingAnti, key, v) + self.delta_sum(Kind::ExistingAnti, key, v) > 0)
         })
     }
 
@@ -199,35 +157,11 @@ impl PreFilterState {
     /// `check` with the domains read by node index.
     pub(super) fn filter_known(&self, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         // (domain per node, count per domain) of each check, in Filter's order.
-        let table = |k: usize, s: usize| {
-            (
-                self.domains.keys[k].of_node.as_slice(),
-                self.slots[s].counts.as_slice(),
-            )
-        };
-        let anti: Vec<(&[u32], &[i64])> = if self.len[2] != 0 {
-            self.anti
-                .iter()
-                .filter_map(|&(k, slot)| slot.map(|s| table(k, s)))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let existing: Vec<(&[u32], &[i64])> = if self.len[0] != 0 {
-            self.existing
-                .iter()
-                .map(|&s| table(self.slots[s].key, s))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let table = |k: usize, s: usize| (self.domains.keys[k].of_node.as_slice(), self.slots[s].counts.as_slice());
+        let anti: Vec<(&[u32], &[i64])> = if self.len[2] != 0 { self.anti.iter().filter_map(|&(k, slot)| slot.map(|s| table(k, s))).collect() } else { Vec::new() };
+        let existing: Vec<(&[u32], &[i64])> = if self.len[0] != 0 { self.existing.iter().map(|&s| table(self.slots[s].key, s)).collect() } else { Vec::new() };
         let hit = |list: &[(&[u32], &[i64])], i: usize| {
-            list.iter().any(|(of_node, counts)| {
-                of_node
-                    .get(i)
-                    .and_then(|&d| counts.get(d as usize))
-                    .is_some_and(|&c| c > 0)
-            })
+            list.iter().any(|(of_node, counts)| of_node.get(i).and_then(|&d| counts.get(d as usize)).is_some_and(|&c| c > 0))
         };
         nodes.retain(|&i| {
             if hit(&anti, i) {
@@ -280,23 +214,14 @@ impl PreFilterState {
     }
 }
 
-pub(super) fn pre_filter(
-    pl: &InterPodAffinity,
-    state: &mut CycleState,
-    pod: &PodInfo,
-    snap: &Snapshot,
-) -> (Status, PreFilterNodes) {
+pub(super) fn pre_filter(pl: &InterPodAffinity, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
     let has_terms = !pod.required_affinity.is_empty() || !pod.required_anti_affinity.is_empty();
     if !has_terms && snap.pods_with_required_anti_affinity() == 0 {
         // No existing pod's anti-affinity to count and no term of its own.
         return (Status::skip(), None);
     }
     let ns_labels = namespace_labels(snap, &pod.namespace);
-    let keep = !pod
-        .required_affinity
-        .iter()
-        .chain(&pod.required_anti_affinity)
-        .any(reads_namespaces);
+    let keep = !pod.required_affinity.iter().chain(&pod.required_anti_affinity).any(reads_namespaces);
     let owner = if keep { owner_of(pod, ns_labels) } else { None };
     let mut t = take_tally(&pl.filter_cache, owner.as_ref());
     t.refresh(owner, snap, |ni, out| {
@@ -350,49 +275,24 @@ pub(super) fn pre_filter(
     (Status::success(), None)
 }
 
-pub(super) fn add_pod(
-    state: &mut CycleState,
-    pod: &PodInfo,
-    added: &Arc<PodInfo>,
-    node: &NodeInfo,
-    snap: &Snapshot,
-) -> Status {
-    let Some(s) = state.get_mut::<PreFilterState>() else {
-        return Status::error("InterPodAffinity: no PreFilter state");
-    };
+pub(super) fn add_pod(state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
+    let Some(s) = state.get_mut::<PreFilterState>() else { return Status::error("InterPodAffinity: no PreFilter state") };
     s.update_with_pod(pod, added, node, 1, snap);
     Status::success()
 }
 
-pub(super) fn remove_pod(
-    state: &mut CycleState,
-    pod: &PodInfo,
-    removed: &Arc<PodInfo>,
-    node: &NodeInfo,
-    snap: &Snapshot,
-) -> Status {
-    let Some(s) = state.get_mut::<PreFilterState>() else {
-        return Status::error("InterPodAffinity: no PreFilter state");
-    };
+pub(super) fn remove_pod(state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
+    let Some(s) = state.get_mut::<PreFilterState>() else { return Status::error("InterPodAffinity: no PreFilter state") };
     s.update_with_pod(pod, removed, node, -1, snap);
     Status::success()
 }
 
 pub(super) fn filter(state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
-    let Some(s) = state.get::<PreFilterState>() else {
-        return Status::error("InterPodAffinity: no PreFilter state");
-    };
+    let Some(s) = state.get::<PreFilterState>() else { return Status::error("InterPodAffinity: no PreFilter state") };
     s.check(node).unwrap_or_else(Status::success)
 }
 
-pub(super) fn filter_nodes(
-    pl: &InterPodAffinity,
-    state: &CycleState,
-    pod: &PodInfo,
-    snap: &Snapshot,
-    nodes: &mut Vec<usize>,
-    rejected: &mut Vec<(usize, Status)>,
-) {
+pub(super) fn filter_nodes(pl: &InterPodAffinity, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
     let Some(s) = state.get::<PreFilterState>() else {
         filter_each(pl, state, pod, snap, nodes, rejected, |_, _| true);
         return;
@@ -411,78 +311,32 @@ pub(super) fn filter_nodes(
     });
 }
 
+
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::*;
     use super::*;
+    use super::super::test_support::*;
+
 
     #[test]
     fn filter_table() {
         use Code::{Success as S, Unschedulable as U, UnschedulableAndUnresolvable as R};
-        let zones = || {
-            vec![
-                node("n1").label(ZONE, "a"),
-                node("n2").label(ZONE, "b"),
-                node("n3"),
-            ]
-        };
+        let zones = || vec![node("n1").label(ZONE, "a"), node("n2").label(ZONE, "b"), node("n3")];
         let web = |name: &str, n: &str| pod(name).label("app", "web").node(n);
         let no_ns: Namespaces = &[];
         let team_ns: Namespaces = &[("team", &[("tier", "x")]), ("default", &[("tier", "y")])];
         let cases: Vec<FilterCase> = vec![
-            (
-                "no terms anywhere",
-                zones(),
-                vec![web("e", "n1")],
-                no_ns,
-                pod("p"),
-                vec![S, S, S],
-            ),
-            (
-                "affinity matches existing pod's zone",
-                zones(),
-                vec![web("e", "n1")],
-                no_ns,
-                pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).build()),
-                vec![S, R, R],
-            ),
-            (
-                "affinity: node without the key",
-                zones(),
-                vec![web("e", "n1")],
-                no_ns,
-                pod("p").affinity(aff().req(term(&[("app", "web")], HOST)).build()),
-                vec![S, R, R],
-            ),
-            (
-                "first pod of a collection",
-                zones(),
-                vec![],
-                no_ns,
-                pod("p")
-                    .label("app", "web")
-                    .affinity(aff().req(term(&[("app", "web")], ZONE)).build()),
-                vec![S, S, R],
-            ),
-            (
-                "no match and not matching itself",
-                zones(),
-                vec![],
-                no_ns,
-                pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).build()),
-                vec![R, R, R],
-            ),
+            ("no terms anywhere", zones(), vec![web("e", "n1")], no_ns, pod("p"), vec![S, S, S]),
+            ("affinity matches existing pod's zone", zones(), vec![web("e", "n1")], no_ns, pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).build()), vec![S, R, R]),
+            ("affinity: node without the key", zones(), vec![web("e", "n1")], no_ns, pod("p").affinity(aff().req(term(&[("app", "web")], HOST)).build()), vec![S, R, R]),
+            ("first pod of a collection", zones(), vec![], no_ns, pod("p").label("app", "web").affinity(aff().req(term(&[("app", "web")], ZONE)).build()), vec![S, S, R]),
+            ("no match and not matching itself", zones(), vec![], no_ns, pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).build()), vec![R, R, R]),
             (
                 "one pod must match all affinity terms",
                 zones(),
                 vec![web("e1", "n1"), pod("e2").label("tier", "db").node("n1")],
                 no_ns,
-                pod("p").affinity(
-                    aff()
-                        .req(term(&[("app", "web")], ZONE))
-                        .req(term(&[("tier", "db")], ZONE))
-                        .build(),
-                ),
+                pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).req(term(&[("tier", "db")], ZONE)).build()),
                 vec![R, R, R],
             ),
             (
@@ -493,14 +347,7 @@ mod tests {
                 pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).build()),
                 vec![R, R, R],
             ),
-            (
-                "anti-affinity",
-                zones(),
-                vec![web("e", "n1")],
-                no_ns,
-                pod("p").affinity(aff().anti(term(&[("app", "web")], ZONE)).build()),
-                vec![U, S, S],
-            ),
+            ("anti-affinity", zones(), vec![web("e", "n1")], no_ns, pod("p").affinity(aff().anti(term(&[("app", "web")], ZONE)).build()), vec![U, S, S]),
             (
                 "anti-affinity ignores other namespaces",
                 zones(),
@@ -512,16 +359,9 @@ mod tests {
             (
                 "anti-affinity with namespaceSelector",
                 zones(),
-                vec![
-                    web("e", "n1").namespace("team"),
-                    web("f", "n2").namespace("unknown"),
-                ],
+                vec![web("e", "n1").namespace("team"), web("f", "n2").namespace("unknown")],
                 team_ns,
-                pod("p").affinity(
-                    aff()
-                        .anti(term_ns_sel(&[("app", "web")], ZONE, &[("tier", "x")]))
-                        .build(),
-                ),
+                pod("p").affinity(aff().anti(term_ns_sel(&[("app", "web")], ZONE, &[("tier", "x")])).build()),
                 vec![U, S, S],
             ),
             (
@@ -529,21 +369,13 @@ mod tests {
                 zones(),
                 vec![web("f", "n2").namespace("unknown")],
                 team_ns,
-                pod("p").affinity(
-                    aff()
-                        .anti(term_ns_sel(&[("app", "web")], ZONE, &[]))
-                        .build(),
-                ),
+                pod("p").affinity(aff().anti(term_ns_sel(&[("app", "web")], ZONE, &[])).build()),
                 vec![S, U, S],
             ),
             (
                 "existing pod's anti-affinity (symmetry)",
                 zones(),
-                vec![
-                    pod("e")
-                        .node("n1")
-                        .affinity(aff().anti(term(&[("app", "web")], ZONE)).build()),
-                ],
+                vec![pod("e").node("n1").affinity(aff().anti(term(&[("app", "web")], ZONE)).build())],
                 no_ns,
                 pod("p").label("app", "web"),
                 vec![U, S, S],
@@ -551,12 +383,7 @@ mod tests {
             (
                 "existing pod's anti-affinity in another namespace selects only its own",
                 zones(),
-                vec![
-                    pod("e")
-                        .namespace("other")
-                        .node("n1")
-                        .affinity(aff().anti(term(&[("app", "web")], ZONE)).build()),
-                ],
+                vec![pod("e").namespace("other").node("n1").affinity(aff().anti(term(&[("app", "web")], ZONE)).build())],
                 no_ns,
                 pod("p").label("app", "web"),
                 vec![S, S, S],
@@ -564,13 +391,7 @@ mod tests {
             (
                 "existing pod's anti-affinity with namespaceSelector on the incoming pod's namespace",
                 zones(),
-                vec![
-                    pod("e").namespace("team").node("n2").affinity(
-                        aff()
-                            .anti(term_ns_sel(&[("app", "web")], ZONE, &[("tier", "y")]))
-                            .build(),
-                    ),
-                ],
+                vec![pod("e").namespace("team").node("n2").affinity(aff().anti(term_ns_sel(&[("app", "web")], ZONE, &[("tier", "y")])).build())],
                 team_ns,
                 pod("p").label("app", "web"),
                 vec![S, U, S],
@@ -580,12 +401,7 @@ mod tests {
                 zones(),
                 vec![web("e", "n1")],
                 no_ns,
-                pod("p").affinity(
-                    aff()
-                        .req(term(&[("app", "web")], ZONE))
-                        .anti(term(&[("app", "web")], ZONE))
-                        .build(),
-                ),
+                pod("p").affinity(aff().req(term(&[("app", "web")], ZONE)).anti(term(&[("app", "web")], ZONE)).build()),
                 vec![U, R, R],
             ),
         ];
@@ -599,133 +415,65 @@ mod tests {
     #[test]
     fn filter_reasons() {
         let pl = InterPodAffinity::default();
-        let snap = snapshot(
-            &[node("n1").label(ZONE, "a"), node("n2")],
-            &[pod("e").label("app", "web").node("n1")],
-        );
-        let p = pod("p")
-            .affinity(aff().anti(term(&[("app", "web")], ZONE)).build())
-            .info();
+        let snap = snapshot(&[node("n1").label(ZONE, "a"), node("n2")], &[pod("e").label("app", "web").node("n1")]);
+        let p = pod("p").affinity(aff().anti(term(&[("app", "web")], ZONE)).build()).info();
         let mut st = CycleState::new();
         assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
-        assert_eq!(
-            pl.filter(&st, &p, &snap.nodes[0]).message(),
-            REASON_ANTI_AFFINITY
-        );
-        let p = pod("p")
-            .affinity(aff().req(term(&[("app", "db")], ZONE)).build())
-            .info();
+        assert_eq!(pl.filter(&st, &p, &snap.nodes[0]).message(), REASON_ANTI_AFFINITY);
+        let p = pod("p").affinity(aff().req(term(&[("app", "db")], ZONE)).build()).info();
         let mut st = CycleState::new();
         assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
-        assert_eq!(
-            pl.filter(&st, &p, &snap.nodes[1]).message(),
-            REASON_AFFINITY
-        );
-        let snap = snapshot(
-            &[node("n1")],
-            &[pod("e")
-                .node("n1")
-                .affinity(aff().anti(term(&[], HOST)).build())],
-        );
+        assert_eq!(pl.filter(&st, &p, &snap.nodes[1]).message(), REASON_AFFINITY);
+        let snap = snapshot(&[node("n1")], &[pod("e").node("n1").affinity(aff().anti(term(&[], HOST)).build())]);
         let p = pod("p").info();
         let mut st = CycleState::new();
         assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
-        assert_eq!(
-            pl.filter(&st, &p, &snap.nodes[0]).message(),
-            REASON_EXISTING_ANTI_AFFINITY
-        );
+        assert_eq!(pl.filter(&st, &p, &snap.nodes[0]).message(), REASON_EXISTING_ANTI_AFFINITY);
     }
 
     #[test]
     fn add_and_remove_pod() {
         let pl = InterPodAffinity::default();
-        let blocker = pod("e")
-            .node("n1")
-            .affinity(aff().anti(term(&[("app", "web")], HOST)).build());
-        let snap = snapshot(
-            &[node("n1"), node("n2").label(ZONE, "a")],
-            std::slice::from_ref(&blocker),
-        );
-        let p = pod("p")
-            .label("app", "web")
-            .affinity(aff().req(term(&[("app", "db")], ZONE)).build())
-            .info();
+        let blocker = pod("e").node("n1").affinity(aff().anti(term(&[("app", "web")], HOST)).build());
+        let snap = snapshot(&[node("n1"), node("n2").label(ZONE, "a")], std::slice::from_ref(&blocker));
+        let p = pod("p").label("app", "web").affinity(aff().req(term(&[("app", "db")], ZONE)).build()).info();
         let mut st = CycleState::new();
         assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
-        let codes = |st: &CycleState| {
-            snap.nodes
-                .iter()
-                .map(|n| pl.filter(st, &p, n).code)
-                .collect::<Vec<_>>()
-        };
+        let codes = |st: &CycleState| snap.nodes.iter().map(|n| pl.filter(st, &p, n).code).collect::<Vec<_>>();
         assert_eq!(codes(&st), vec![Code::UnschedulableAndUnresolvable; 2]);
         // A pod matching the affinity is nominated to n2; the original state is untouched.
         let mut st2 = st.clone();
         let db = pod("db").label("app", "db").node("n2").info();
-        assert!(
-            pl.add_pod(&mut st2, &p, &db, &snap.nodes[1], &snap)
-                .is_success()
-        );
-        assert_eq!(
-            codes(&st2),
-            vec![Code::UnschedulableAndUnresolvable, Code::Success]
-        );
+        assert!(pl.add_pod(&mut st2, &p, &db, &snap.nodes[1], &snap).is_success());
+        assert_eq!(codes(&st2), vec![Code::UnschedulableAndUnresolvable, Code::Success]);
         assert_eq!(codes(&st), vec![Code::UnschedulableAndUnresolvable; 2]);
         // Removing the blocker (preemption) lifts the existing anti-affinity on n1.
         let p2 = pod("p2").label("app", "web").info();
         let mut st = CycleState::new();
         assert!(pl.pre_filter(&mut st, &p2, &snap).0.is_success());
-        assert_eq!(
-            pl.filter(&st, &p2, &snap.nodes[0]).code,
-            Code::Unschedulable
-        );
+        assert_eq!(pl.filter(&st, &p2, &snap.nodes[0]).code, Code::Unschedulable);
         let mut st3 = st.clone();
-        assert!(
-            pl.remove_pod(&mut st3, &p2, &blocker.info(), &snap.nodes[0], &snap)
-                .is_success()
-        );
+        assert!(pl.remove_pod(&mut st3, &p2, &blocker.info(), &snap.nodes[0], &snap).is_success());
         assert!(pl.filter(&st3, &p2, &snap.nodes[0]).is_success());
-        assert!(
-            pl.add_pod(&mut st3, &p2, &blocker.info(), &snap.nodes[0], &snap)
-                .is_success()
-        );
-        assert_eq!(
-            pl.filter(&st3, &p2, &snap.nodes[0]).code,
-            Code::Unschedulable
-        );
+        assert!(pl.add_pod(&mut st3, &p2, &blocker.info(), &snap.nodes[0], &snap).is_success());
+        assert_eq!(pl.filter(&st3, &p2, &snap.nodes[0]).code, Code::Unschedulable);
         // The incoming pod's own anti-affinity against an added pod.
-        let p3 = pod("p3")
-            .affinity(aff().anti(term(&[("app", "db")], ZONE)).build())
-            .info();
+        let p3 = pod("p3").affinity(aff().anti(term(&[("app", "db")], ZONE)).build()).info();
         let mut st = CycleState::new();
         assert!(pl.pre_filter(&mut st, &p3, &snap).0.is_success());
         assert!(pl.filter(&st, &p3, &snap.nodes[1]).is_success());
-        assert!(
-            pl.add_pod(&mut st, &p3, &db, &snap.nodes[1], &snap)
-                .is_success()
-        );
-        assert_eq!(
-            pl.filter(&st, &p3, &snap.nodes[1]).code,
-            Code::Unschedulable
-        );
-        assert!(
-            pl.remove_pod(&mut st, &p3, &db, &snap.nodes[1], &snap)
-                .is_success()
-        );
+        assert!(pl.add_pod(&mut st, &p3, &db, &snap.nodes[1], &snap).is_success());
+        assert_eq!(pl.filter(&st, &p3, &snap.nodes[1]).code, Code::Unschedulable);
+        assert!(pl.remove_pod(&mut st, &p3, &db, &snap.nodes[1], &snap).is_success());
         assert!(pl.filter(&st, &p3, &snap.nodes[1]).is_success());
     }
+
 
     /// AddPod/RemovePod on a copy of the state give the verdicts of a
     /// PreFilter over the snapshot with the pod added or removed.
     #[test]
     fn add_and_remove_match_a_recount() {
-        let nodes: Vec<NodeBuilder> = (0..8)
-            .map(|i| {
-                node(&format!("n{i}"))
-                    .label(HOST, &format!("n{i}"))
-                    .label(ZONE, &format!("z{}", i % 3))
-            })
-            .collect();
+        let nodes: Vec<NodeBuilder> = (0..8).map(|i| node(&format!("n{i}")).label(HOST, &format!("n{i}")).label(ZONE, &format!("z{}", i % 3))).collect();
         let mut r = Rng(12345);
         let shapes: Vec<PodBuilder> = (0..8).map(|k| random_shape(&mut r, k)).collect();
         for round in 0..60 {
@@ -749,56 +497,23 @@ mod tests {
             let moved = Arc::new(moved);
             // Added.
             let mut added = st.clone();
-            assert!(
-                pl.add_pod(&mut added, &p, &moved, &snap.nodes[n], &snap)
-                    .is_success()
-            );
+            assert!(pl.add_pod(&mut added, &p, &moved, &snap.nodes[n], &snap).is_success());
             let mut with = snap.clone();
             with.add_pod(moved.clone());
-            let codes = |st: &CycleState, s: &Snapshot| {
-                s.nodes
-                    .iter()
-                    .map(|ni| pl.filter(st, &p, ni).code)
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(
-                codes(&added, &snap),
-                filter_codes(&InterPodAffinity::default(), &with, &p),
-                "round {round}: add"
-            );
+            let codes = |st: &CycleState, s: &Snapshot| s.nodes.iter().map(|ni| pl.filter(st, &p, ni).code).collect::<Vec<_>>();
+            assert_eq!(codes(&added, &snap), filter_codes(&InterPodAffinity::default(), &with, &p), "round {round}: add");
             // And removed again.
-            assert!(
-                pl.remove_pod(&mut added, &p, &moved, &snap.nodes[n], &snap)
-                    .is_success()
-            );
-            assert_eq!(
-                codes(&added, &snap),
-                codes(&st, &snap),
-                "round {round}: add then remove"
-            );
+            assert!(pl.remove_pod(&mut added, &p, &moved, &snap.nodes[n], &snap).is_success());
+            assert_eq!(codes(&added, &snap), codes(&st, &snap), "round {round}: add then remove");
             // Removing an existing pod.
-            let victim = snap
-                .nodes
-                .iter()
-                .flat_map(|ni| ni.pods.iter())
-                .next()
-                .cloned();
+            let victim = snap.nodes.iter().flat_map(|ni| ni.pods.iter()).next().cloned();
             if let Some(v) = victim {
-                let vn = snap
-                    .node_index(v.node_name.as_deref().unwrap_or(""))
-                    .unwrap_or(0);
+                let vn = snap.node_index(v.node_name.as_deref().unwrap_or("")).unwrap_or(0);
                 let mut removed = st.clone();
-                assert!(
-                    pl.remove_pod(&mut removed, &p, &v, &snap.nodes[vn], &snap)
-                        .is_success()
-                );
+                assert!(pl.remove_pod(&mut removed, &p, &v, &snap.nodes[vn], &snap).is_success());
                 let mut without = snap.clone();
                 without.remove_pod(&v.uid);
-                assert_eq!(
-                    codes(&removed, &snap),
-                    filter_codes(&InterPodAffinity::default(), &without, &p),
-                    "round {round}: remove"
-                );
+                assert_eq!(codes(&removed, &snap), filter_codes(&InterPodAffinity::default(), &without, &p), "round {round}: remove");
             }
         }
     }

@@ -31,10 +31,7 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{
-    CycleState, Events, FilterPlugin, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin,
-    PreScorePlugin, ScorePlugin, Status,
-};
+use crate::framework::{CycleState, Events, FilterPlugin, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::{NodeInfo, PodInfo};
 
 use common::Tally;
@@ -46,8 +43,7 @@ pub const REASON_AFFINITY: &str = "node(s) didn't match pod affinity rules";
 /// Reason for a node where the incoming pod's required anti-affinity is violated.
 pub const REASON_ANTI_AFFINITY: &str = "node(s) didn't match pod anti-affinity rules";
 /// Reason for a node where an existing pod's required anti-affinity would be violated.
-pub const REASON_EXISTING_ANTI_AFFINITY: &str =
-    "node(s) didn't satisfy existing pods anti-affinity rules";
+pub const REASON_EXISTING_ANTI_AFFINITY: &str = "node(s) didn't satisfy existing pods anti-affinity rules";
 
 /// Default `hardPodAffinityWeight`.
 pub const DEFAULT_HARD_POD_AFFINITY_WEIGHT: i32 = 1;
@@ -98,19 +94,13 @@ impl Default for InterPodAffinity {
 impl InterPodAffinity {
     /// Builds the plugin, validating its args (the error names the field).
     pub fn new(args: Args) -> Result<Self, String> {
-        let w = args
-            .hard_pod_affinity_weight
-            .unwrap_or(DEFAULT_HARD_POD_AFFINITY_WEIGHT);
+        let w = args.hard_pod_affinity_weight.unwrap_or(DEFAULT_HARD_POD_AFFINITY_WEIGHT);
         if !(0..=MAX_HARD_POD_AFFINITY_WEIGHT).contains(&w) {
-            return Err(format!(
-                "hardPodAffinityWeight: Invalid value: {w}: not in valid range [0-{MAX_HARD_POD_AFFINITY_WEIGHT}]"
-            ));
+            return Err(format!("hardPodAffinityWeight: Invalid value: {w}: not in valid range [0-{MAX_HARD_POD_AFFINITY_WEIGHT}]"));
         }
         Ok(InterPodAffinity {
             hard_pod_affinity_weight: i64::from(w),
-            ignore_preferred_terms_of_existing_pods: args
-                .ignore_preferred_terms_of_existing_pods
-                .unwrap_or(false),
+            ignore_preferred_terms_of_existing_pods: args.ignore_preferred_terms_of_existing_pods.unwrap_or(false),
             ..Default::default()
         })
     }
@@ -135,34 +125,15 @@ impl Plugin for InterPodAffinity {
 }
 
 impl PreFilterPlugin for InterPodAffinity {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> (Status, PreFilterNodes) {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         filtering::pre_filter(self, state, pod, snap)
     }
 
-    fn add_pod(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        added: &Arc<PodInfo>,
-        node: &NodeInfo,
-        snap: &Snapshot,
-    ) -> Status {
+    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         filtering::add_pod(state, pod, added, node, snap)
     }
 
-    fn remove_pod(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        removed: &Arc<PodInfo>,
-        node: &NodeInfo,
-        snap: &Snapshot,
-    ) -> Status {
+    fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         filtering::remove_pod(state, pod, removed, node, snap)
     }
 }
@@ -172,26 +143,13 @@ impl FilterPlugin for InterPodAffinity {
         filtering::filter(state, pod, node)
     }
 
-    fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) {
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         filtering::filter_nodes(self, state, pod, snap, nodes, rejected)
     }
 }
 
 impl PreScorePlugin for InterPodAffinity {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        nodes: &[usize],
-        snap: &Snapshot,
-    ) -> Status {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[usize], snap: &Snapshot) -> Status {
         scoring::pre_score(self, state, pod, nodes, snap)
     }
 }
@@ -201,23 +159,11 @@ impl ScorePlugin for InterPodAffinity {
         scoring::score(state, pod, node)
     }
 
-    fn score_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        scores: &mut [NodeScore],
-    ) -> Result<(), Status> {
+    fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         scoring::score_nodes(state, pod, snap, scores)
     }
 
-    fn normalize_score(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        scores: &mut [NodeScore],
-        snap: &Snapshot,
-    ) -> Status {
+    fn normalize_score(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore], snap: &Snapshot) -> Status {
         scoring::normalize_score(state, pod, scores, snap)
     }
 
@@ -232,7 +178,7 @@ mod test_support {
     pub(super) use super::*;
     pub(super) use crate::cache::Snapshot;
     pub(super) use crate::framework::Code;
-    pub(super) use crate::testing::{NodeBuilder, PodBuilder, Rng, node, pod, selector, snapshot};
+    pub(super) use crate::testing::{node, pod, selector, snapshot, NodeBuilder, PodBuilder, Rng};
     pub(super) use k8s_openapi::api::core::v1 as core;
 
     pub(super) const ZONE: &str = "zone";
@@ -240,23 +186,12 @@ mod test_support {
 
     /// A term selecting `sel` over `key`, in the pod's own namespace.
     pub(super) fn term(sel: &[(&str, &str)], key: &str) -> core::PodAffinityTerm {
-        core::PodAffinityTerm {
-            label_selector: Some(selector(sel)),
-            topology_key: key.into(),
-            ..Default::default()
-        }
+        core::PodAffinityTerm { label_selector: Some(selector(sel)), topology_key: key.into(), ..Default::default() }
     }
 
     /// A term selecting `sel` over `key` in the namespaces whose labels match `ns_sel`.
-    pub(super) fn term_ns_sel(
-        sel: &[(&str, &str)],
-        key: &str,
-        ns_sel: &[(&str, &str)],
-    ) -> core::PodAffinityTerm {
-        core::PodAffinityTerm {
-            namespace_selector: Some(selector(ns_sel)),
-            ..term(sel, key)
-        }
+    pub(super) fn term_ns_sel(sel: &[(&str, &str)], key: &str, ns_sel: &[(&str, &str)]) -> core::PodAffinityTerm {
+        core::PodAffinityTerm { namespace_selector: Some(selector(ns_sel)), ..term(sel, key) }
     }
 
     /// Pod (anti-)affinity: required affinity, required anti-affinity, preferred affinity, preferred anti-affinity.
@@ -287,30 +222,18 @@ mod test_support {
         }
         pub(super) fn build(self) -> core::Affinity {
             let weighted = |v: Vec<(i32, core::PodAffinityTerm)>| {
-                v.into_iter()
-                    .map(
-                        |(weight, pod_affinity_term)| core::WeightedPodAffinityTerm {
-                            weight,
-                            pod_affinity_term,
-                        },
-                    )
-                    .collect::<Vec<_>>()
+                v.into_iter().map(|(weight, pod_affinity_term)| core::WeightedPodAffinityTerm { weight, pod_affinity_term }).collect::<Vec<_>>()
             };
             let some = |v: Vec<core::PodAffinityTerm>| if v.is_empty() { None } else { Some(v) };
-            let some_w =
-                |v: Vec<core::WeightedPodAffinityTerm>| if v.is_empty() { None } else { Some(v) };
+            let some_w = |v: Vec<core::WeightedPodAffinityTerm>| if v.is_empty() { None } else { Some(v) };
             core::Affinity {
                 pod_affinity: Some(core::PodAffinity {
                     required_during_scheduling_ignored_during_execution: some(self.req),
-                    preferred_during_scheduling_ignored_during_execution: some_w(weighted(
-                        self.pref,
-                    )),
+                    preferred_during_scheduling_ignored_during_execution: some_w(weighted(self.pref)),
                 }),
                 pod_anti_affinity: Some(core::PodAntiAffinity {
                     required_during_scheduling_ignored_during_execution: some(self.anti),
-                    preferred_during_scheduling_ignored_during_execution: some_w(weighted(
-                        self.pref_anti,
-                    )),
+                    preferred_during_scheduling_ignored_during_execution: some_w(weighted(self.pref_anti)),
                 }),
                 node_affinity: None,
             }
@@ -318,34 +241,17 @@ mod test_support {
     }
 
     pub(super) type Namespaces<'a> = &'a [(&'a str, &'a [(&'a str, &'a str)])];
-    pub(super) type FilterCase<'a> = (
-        &'a str,
-        Vec<NodeBuilder>,
-        Vec<PodBuilder>,
-        Namespaces<'a>,
-        PodBuilder,
-        Vec<Code>,
-    );
+    pub(super) type FilterCase<'a> = (&'a str, Vec<NodeBuilder>, Vec<PodBuilder>, Namespaces<'a>, PodBuilder, Vec<Code>);
     pub(super) type ScoreCase<'a> = (&'a str, Args, Vec<PodBuilder>, PodBuilder, Vec<i64>);
 
     pub(super) fn aff() -> Aff {
         Aff::default()
     }
 
-    pub(super) fn snap_with_ns(
-        nodes: &[NodeBuilder],
-        pods: &[PodBuilder],
-        ns: Namespaces,
-    ) -> Snapshot {
+    pub(super) fn snap_with_ns(nodes: &[NodeBuilder], pods: &[PodBuilder], ns: Namespaces) -> Snapshot {
         let mut s = snapshot(nodes, pods);
         for (name, labels) in ns {
-            s.namespaces.insert(
-                (*name).into(),
-                labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-                    .collect(),
-            );
+            s.namespaces.insert((*name).into(), labels.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect());
         }
         s
     }
@@ -359,10 +265,7 @@ mod test_support {
             return vec![Code::Success; snap.nodes.len()];
         }
         assert!(s.is_success(), "{s}");
-        snap.nodes
-            .iter()
-            .map(|n| pl.filter(&st, p, n).code)
-            .collect()
+        snap.nodes.iter().map(|n| pl.filter(&st, p, n).code).collect()
     }
 
     /// Normalized scores per node (all 0 when PreScore skips).
@@ -374,13 +277,7 @@ mod test_support {
             return vec![0; idx.len()];
         }
         assert!(s.is_success(), "{s}");
-        let mut out: Vec<NodeScore> = idx
-            .iter()
-            .map(|&i| NodeScore {
-                node: i,
-                score: pl.score(&st, p, &snap.nodes[i]).unwrap_or(-1),
-            })
-            .collect();
+        let mut out: Vec<NodeScore> = idx.iter().map(|&i| NodeScore { node: i, score: pl.score(&st, p, &snap.nodes[i]).unwrap_or(-1) }).collect();
         assert!(pl.normalize_score(&st, p, &mut out, snap).is_success());
         out.iter().map(|s| s.score).collect()
     }
@@ -399,14 +296,8 @@ mod test_support {
         for _ in 0..r.below(3) {
             let t = term(&[("app", APPS[r.below(3)])], KEYS[r.below(3)]);
             let t = match r.below(6) {
-                0 => core::PodAffinityTerm {
-                    namespace_selector: Some(selector(&[])),
-                    ..t
-                },
-                1 => core::PodAffinityTerm {
-                    namespace_selector: Some(selector(&[("team", "x")])),
-                    ..t
-                },
+                0 => core::PodAffinityTerm { namespace_selector: Some(selector(&[])), ..t },
+                1 => core::PodAffinityTerm { namespace_selector: Some(selector(&[("team", "x")])), ..t },
                 _ => t,
             };
             any = true;
@@ -431,11 +322,7 @@ mod test_support {
             return vec![Code::Success; snap.nodes.len()];
         }
         assert!(s.is_success(), "{s}");
-        let one: Vec<Code> = snap
-            .nodes
-            .iter()
-            .map(|n| pl.filter(&st, p, n).code)
-            .collect();
+        let one: Vec<Code> = snap.nodes.iter().map(|n| pl.filter(&st, p, n).code).collect();
         let mut alive: Vec<usize> = (0..snap.nodes.len()).collect();
         let mut rejected = Vec::new();
         pl.filter_nodes(&st, p, snap, &mut alive, &mut rejected);
@@ -476,50 +363,18 @@ mod tests {
             nodes.push(n);
         }
         let apps = ["a", "b", "c"];
-        let mut pods: Vec<PodBuilder> = (0..20)
-            .map(|j| {
-                pod(&format!("e{j}"))
-                    .label("app", apps[r.below(3)])
-                    .node(&format!("n{}", r.below(8)))
-            })
-            .collect();
+        let mut pods: Vec<PodBuilder> = (0..20).map(|j| pod(&format!("e{j}")).label("app", apps[r.below(3)]).node(&format!("n{}", r.below(8)))).collect();
         pods.push(pod("d").label("app", "d").node("n0"));
         let snap = snap_with_ns(&nodes, &pods, &[("default", &[])]);
         // Preferred terms (weight, app, key, sign) and required anti-affinity terms (app, key).
-        let preferred: Vec<(i64, &str, String, i64)> = (0..KEYS)
-            .map(|k| {
-                (
-                    1 + r.below(50) as i64,
-                    apps[r.below(3)],
-                    key(k),
-                    if r.below(2) == 0 { 1 } else { -1 },
-                )
-            })
-            .collect();
+        let preferred: Vec<(i64, &str, String, i64)> = (0..KEYS).map(|k| (1 + r.below(50) as i64, apps[r.below(3)], key(k), if r.below(2) == 0 { 1 } else { -1 })).collect();
         let anti: Vec<(&str, String)> = (0..KEYS).map(|k| ("d", format!("anti-{k}"))).collect();
-        let a = preferred.iter().fold(aff(), |a, (w, app, k, sign)| {
-            if *sign > 0 {
-                a.pref(*w as i32, term(&[("app", app)], k))
-            } else {
-                a.pref_anti(*w as i32, term(&[("app", app)], k))
-            }
-        });
+        let a = preferred.iter().fold(aff(), |a, (w, app, k, sign)| if *sign > 0 { a.pref(*w as i32, term(&[("app", app)], k)) } else { a.pref_anti(*w as i32, term(&[("app", app)], k)) });
         let scored = pod("p").affinity(a.build()).info();
-        let filtered = pod("q")
-            .affinity(
-                anti.iter()
-                    .fold(aff(), |a, (app, k)| a.anti(term(&[("app", app)], k)))
-                    .build(),
-            )
-            .info();
+        let filtered = pod("q").affinity(anti.iter().fold(aff(), |a, (app, k)| a.anti(term(&[("app", app)], k))).build()).info();
         // From scratch: a node's raw score sums, over every term and every
         // existing pod it selects, the weight when both nodes share the key's value.
-        let value = |n: &str, k: &str| {
-            snap.nodes
-                .iter()
-                .find(|x| x.name() == n)
-                .and_then(|x| x.node.labels.get(k).cloned())
-        };
+        let value = |n: &str, k: &str| snap.nodes.iter().find(|x| x.name() == n).and_then(|x| x.node.labels.get(k).cloned());
         let same = |a: &str, b: &str, k: &str| value(a, k).is_some_and(|v| Some(v) == value(b, k));
         let on = |e: &PodInfo| e.node_name.clone().unwrap_or_default();
         let raw: Vec<i64> = snap
@@ -537,20 +392,8 @@ mod tests {
                 sum
             })
             .collect();
-        let (min, max) = (
-            raw.iter().copied().min().unwrap_or(0),
-            raw.iter().copied().max().unwrap_or(0),
-        );
-        let want: Vec<i64> = raw
-            .iter()
-            .map(|&s| {
-                if max > min {
-                    (100.0 * ((s - min) as f64 / (max - min) as f64)) as i64
-                } else {
-                    0
-                }
-            })
-            .collect();
+        let (min, max) = (raw.iter().copied().min().unwrap_or(0), raw.iter().copied().max().unwrap_or(0));
+        let want: Vec<i64> = raw.iter().map(|&s| if max > min { (100.0 * ((s - min) as f64 / (max - min) as f64)) as i64 } else { 0 }).collect();
         let pl = InterPodAffinity::default();
         assert_ne!(min, max, "the nodes score differently");
         assert_eq!(scores(&pl, &snap, &scored), want);
@@ -558,29 +401,14 @@ mod tests {
             .nodes
             .iter()
             .map(|n| {
-                let hit = anti.iter().any(|(app, k)| {
-                    snap.nodes
-                        .iter()
-                        .flat_map(|m| m.pods.iter())
-                        .any(|e| e.labels.get("app") == Some(*app) && same(n.name(), &on(e), k))
-                });
-                if hit {
-                    Code::Unschedulable
-                } else {
-                    Code::Success
-                }
+                let hit = anti.iter().any(|(app, k)| snap.nodes.iter().flat_map(|m| m.pods.iter()).any(|e| e.labels.get("app") == Some(*app) && same(n.name(), &on(e), k)));
+                if hit { Code::Unschedulable } else { Code::Success }
             })
             .collect();
-        assert_eq!(
-            rejected
-                .iter()
-                .filter(|c| **c == Code::Unschedulable)
-                .count(),
-            2,
-            "{rejected:?}"
-        );
+        assert_eq!(rejected.iter().filter(|c| **c == Code::Unschedulable).count(), 2, "{rejected:?}");
         assert_eq!(filter_both(&pl, &snap, &filtered), rejected);
     }
+
 
     #[test]
     fn args() {
@@ -596,9 +424,7 @@ mod tests {
         assert_eq!(pl.hard_pod_affinity_weight, 100);
         assert!(pl.ignore_preferred_terms_of_existing_pods);
         for bad in [101, -1] {
-            let e = parse(serde_json::json!({"hardPodAffinityWeight": bad}))
-                .err()
-                .unwrap_or_default();
+            let e = parse(serde_json::json!({"hardPodAffinityWeight": bad})).err().unwrap_or_default();
             assert!(e.contains("hardPodAffinityWeight"), "{e}");
         }
         assert!(parse(serde_json::json!({"hardPodAffinityWeigh": 1})).is_err());
@@ -613,21 +439,11 @@ mod bench {
     use k8s_openapi::api::core::v1 as core;
 
     fn anti_pod(name: &str) -> crate::testing::PodBuilder {
-        let t = core::PodAffinityTerm {
-            label_selector: Some(selector(&[("color", "green")])),
-            topology_key: "kubernetes.io/hostname".into(),
+        let t = core::PodAffinityTerm { label_selector: Some(selector(&[("color", "green")])), topology_key: "kubernetes.io/hostname".into(), ..Default::default() };
+        pod(name).namespace("sched-0").label("color", "green").affinity(core::Affinity {
+            pod_anti_affinity: Some(core::PodAntiAffinity { required_during_scheduling_ignored_during_execution: Some(vec![t]), ..Default::default() }),
             ..Default::default()
-        };
-        pod(name)
-            .namespace("sched-0")
-            .label("color", "green")
-            .affinity(core::Affinity {
-                pod_anti_affinity: Some(core::PodAntiAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(vec![t]),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
+        })
     }
 
     /// SchedulingPodAntiAffinity-like: 5,000 nodes, 1,000 bound pods with
@@ -638,50 +454,23 @@ mod bench {
     fn bench_pod_anti_affinity() {
         let mut snap = Snapshot::new();
         for i in 0..5000 {
-            snap.upsert_node(
-                node(&format!("node-{i}"))
-                    .label("topology.kubernetes.io/zone", &format!("zone-{}", i % 3))
-                    .spec(),
-            );
+            snap.upsert_node(node(&format!("node-{i}")).label("topology.kubernetes.io/zone", &format!("zone-{}", i % 3)).spec());
         }
         for i in 0..1000 {
-            snap.add_pod(
-                anti_pod(&format!("init-{i}"))
-                    .node(&format!("node-{i}"))
-                    .info(),
-            );
+            snap.add_pod(anti_pod(&format!("init-{i}")).node(&format!("node-{i}")).info());
         }
-        let names = [
-            "PrioritySort",
-            "NodeUnschedulable",
-            "TaintToleration",
-            "NodeAffinity",
-            "NodeResourcesFit",
-            NAME,
-            "NodeResourcesBalancedAllocation",
-            "ImageLocality",
-            "DefaultBinder",
-        ];
+        let names = ["PrioritySort", "NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodeResourcesFit", NAME, "NodeResourcesBalancedAllocation", "ImageLocality", "DefaultBinder"];
         let plugins = names
             .iter()
             .filter_map(|n| crate::plugins::build(n, None).ok())
             .map(|p| PluginEntry::at_every_point(p, 1))
             .collect();
         let fw = Framework::new("default-scheduler".into(), plugins, None, 1);
-        let pods: Vec<_> = (0..1000)
-            .map(|i| anti_pod(&format!("p-{i}")).info())
-            .collect();
+        let pods: Vec<_> = (0..1000).map(|i| anti_pod(&format!("p-{i}")).info()).collect();
         let start = std::time::Instant::now();
         let mut placed = 0;
         for p in &pods {
-            let (out, _) = fw.schedule(
-                p,
-                &snap,
-                CycleOptions {
-                    skip_post_filter: true,
-                    ..Default::default()
-                },
-            );
+            let (out, _) = fw.schedule(p, &snap, CycleOptions { skip_post_filter: true, ..Default::default() });
             if let Some(i) = out.selected {
                 let mut b = (**p).clone();
                 b.node_name = Some(snap.nodes[i].name().to_string());
@@ -690,18 +479,10 @@ mod bench {
             }
         }
         let el = start.elapsed();
-        println!(
-            "placed {placed} pods in {el:?}: {:.0} pods/s",
-            placed as f64 / el.as_secs_f64()
-        );
+        println!("placed {placed} pods in {el:?}: {:.0} pods/s", placed as f64 / el.as_secs_f64());
         assert_eq!(placed, 1000);
         for ni in &snap.nodes {
-            assert!(
-                ni.pods.len() <= 1,
-                "{} has {} pods",
-                ni.name(),
-                ni.pods.len()
-            );
+            assert!(ni.pods.len() <= 1, "{} has {} pods", ni.name(), ni.pods.len());
         }
     }
 }

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use crate::cache::Snapshot;
-use crate::framework::{CycleState, MAX_NODE_SCORE, NodeScore, Status};
+use crate::framework::{CycleState, NodeScore, Status, MAX_NODE_SCORE};
 use berth_model::pod::WeightedAffinityTerm;
 use berth_model::selector::Labels;
 use berth_model::{NodeInfo, PodInfo};
 
-use super::InterPodAffinity;
 use super::common::*;
+use super::InterPodAffinity;
 
 /// PreScore state: scores per topology domain.
 #[derive(Clone, Debug)]
@@ -40,14 +40,7 @@ impl PreScoreState {
 
 impl InterPodAffinity {
     /// Adds an existing pod's contribution to the topology scores.
-    pub(super) fn process_existing_pod<'a>(
-        &self,
-        out: &mut Vec<Contribution<'a>>,
-        pod: &'a PodInfo,
-        existing: &'a PodInfo,
-        ns_labels: &Labels,
-        snap: &Snapshot,
-    ) {
+    pub(super) fn process_existing_pod<'a>(&self, out: &mut Vec<Contribution<'a>>, pod: &'a PodInfo, existing: &'a PodInfo, ns_labels: &Labels, snap: &Snapshot) {
         let mut weighted = |terms: &'a [WeightedAffinityTerm], sign: i64| {
             for t in terms {
                 if incoming_term_matches(&t.term, existing, snap) {
@@ -64,10 +57,7 @@ impl InterPodAffinity {
                 }
             }
         }
-        for (terms, sign) in [
-            (&existing.preferred_affinity, 1),
-            (&existing.preferred_anti_affinity, -1),
-        ] {
+        for (terms, sign) in [(&existing.preferred_affinity, 1), (&existing.preferred_anti_affinity, -1)] {
             for t in terms {
                 if existing_term_matches(&t.term, pod, ns_labels) {
                     out.push((Kind::Score, &t.term.topology_key, sign * t.weight));
@@ -77,18 +67,11 @@ impl InterPodAffinity {
     }
 }
 
-pub(super) fn pre_score(
-    pl: &InterPodAffinity,
-    state: &mut CycleState,
-    pod: &PodInfo,
-    nodes: &[usize],
-    snap: &Snapshot,
-) -> Status {
+pub(super) fn pre_score(pl: &InterPodAffinity, state: &mut CycleState, pod: &PodInfo, nodes: &[usize], snap: &Snapshot) -> Status {
     if nodes.is_empty() {
         return Status::skip();
     }
-    let has_constraints =
-        !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
+    let has_constraints = !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
     if pl.ignore_preferred_terms_of_existing_pods && !has_constraints {
         return Status::skip();
     }
@@ -96,11 +79,7 @@ pub(super) fn pre_score(
         return Status::skip();
     }
     let ns_labels = namespace_labels(snap, &pod.namespace);
-    let keep = !pod
-        .preferred_affinity
-        .iter()
-        .chain(&pod.preferred_anti_affinity)
-        .any(|t| reads_namespaces(&t.term));
+    let keep = !pod.preferred_affinity.iter().chain(&pod.preferred_anti_affinity).any(|t| reads_namespaces(&t.term));
     let owner = if keep { owner_of(pod, ns_labels) } else { None };
     let mut t = take_tally(&pl.score_cache, owner.as_ref());
     t.refresh(owner, snap, |ni, out| {
@@ -115,10 +94,7 @@ pub(super) fn pre_score(
             pl.process_existing_pod(out, pod, p, ns_labels, snap);
         }
     });
-    let s = PreScoreState {
-        domains: t.domains.clone(),
-        slots: t.slots.clone(),
-    };
+    let s = PreScoreState { domains: t.domains.clone(), slots: t.slots.clone() };
     put_tally(&pl.score_cache, t);
     if s.is_empty() {
         return Status::skip();
@@ -128,81 +104,45 @@ pub(super) fn pre_score(
 }
 
 pub(super) fn score(state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-    let Some(s) = state.get::<PreScoreState>() else {
-        return Err(Status::error("InterPodAffinity: no PreScore state"));
-    };
+    let Some(s) = state.get::<PreScoreState>() else { return Err(Status::error("InterPodAffinity: no PreScore state")) };
     Ok(s.score(node))
 }
 
-pub(super) fn score_nodes(
-    state: &CycleState,
-    _: &PodInfo,
-    snap: &Snapshot,
-    scores: &mut [NodeScore],
-) -> Result<(), Status> {
-    let Some(s) = state.get::<PreScoreState>() else {
-        return Err(Status::error("InterPodAffinity: no PreScore state"));
-    };
+pub(super) fn score_nodes(state: &CycleState, _: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
+    let Some(s) = state.get::<PreScoreState>() else { return Err(Status::error("InterPodAffinity: no PreScore state")) };
     for ns in scores.iter_mut() {
         ns.score = s.score(&snap.nodes[ns.node]);
     }
     Ok(())
 }
 
-pub(super) fn normalize_score(
-    state: &CycleState,
-    _: &PodInfo,
-    scores: &mut [NodeScore],
-    _: &Snapshot,
-) -> Status {
-    if state
-        .get::<PreScoreState>()
-        .is_none_or(PreScoreState::is_empty)
-    {
+pub(super) fn normalize_score(state: &CycleState, _: &PodInfo, scores: &mut [NodeScore], _: &Snapshot) -> Status {
+    if state.get::<PreScoreState>().is_none_or(PreScoreState::is_empty) {
         return Status::success();
     }
-    let (Some(min), Some(max)) = (
-        scores.iter().map(|s| s.score).min(),
-        scores.iter().map(|s| s.score).max(),
-    ) else {
+    let (Some(min), Some(max)) = (scores.iter().map(|s| s.score).min(), scores.iter().map(|s| s.score).max()) else {
         return Status::success();
     };
     let diff = max - min;
     for s in scores.iter_mut() {
-        s.score = if diff > 0 {
-            (MAX_NODE_SCORE as f64 * ((s.score - min) as f64 / diff as f64)) as i64
-        } else {
-            0
-        };
+        s.score = if diff > 0 { (MAX_NODE_SCORE as f64 * ((s.score - min) as f64 / diff as f64)) as i64 } else { 0 };
     }
     Status::success()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::*;
     use super::*;
+    use super::super::test_support::*;
+
 
     #[test]
     fn score_table() {
-        let nodes = || {
-            vec![
-                node("n1").label("region", "r1"),
-                node("n2").label("region", "r2"),
-                node("n3").label("region", "r1"),
-                node("n4"),
-            ]
-        };
+        let nodes = || vec![node("n1").label("region", "r1"), node("n2").label("region", "r2"), node("n3").label("region", "r1"), node("n4")];
         let sec = |name: &str, v: &str, n: &str| pod(name).label("security", v).node(n);
         let req_sym = aff().req(term(&[("security", "S1")], "region")).build();
         let cases: Vec<ScoreCase> = vec![
-            (
-                "no terms",
-                Args::default(),
-                vec![sec("e", "S1", "n1")],
-                pod("p"),
-                vec![0, 0, 0, 0],
-            ),
+            ("no terms", Args::default(), vec![sec("e", "S1", "n1")], pod("p"), vec![0, 0, 0, 0]),
             (
                 "preferred affinity by topology",
                 Args::default(),
@@ -214,46 +154,27 @@ mod tests {
                 "preferred anti-affinity by topology",
                 Args::default(),
                 vec![sec("e", "S1", "n1")],
-                pod("p").affinity(
-                    aff()
-                        .pref_anti(5, term(&[("security", "S1")], "region"))
-                        .build(),
-                ),
+                pod("p").affinity(aff().pref_anti(5, term(&[("security", "S1")], "region")).build()),
                 vec![0, 100, 0, 100],
             ),
             (
                 "affinity and anti-affinity weights add up",
                 Args::default(),
                 vec![sec("e1", "S1", "n1"), sec("e2", "S2", "n2")],
-                pod("p").affinity(
-                    aff()
-                        .pref(8, term(&[("security", "S1")], "region"))
-                        .pref_anti(2, term(&[("security", "S2")], "region"))
-                        .build(),
-                ),
+                pod("p").affinity(aff().pref(8, term(&[("security", "S1")], "region")).pref_anti(2, term(&[("security", "S2")], "region")).build()),
                 vec![100, 0, 100, 20],
             ),
             (
                 "symmetry of existing preferred affinity",
                 Args::default(),
-                vec![
-                    pod("e")
-                        .node("n2")
-                        .affinity(aff().pref(3, term(&[("security", "S1")], "region")).build()),
-                ],
+                vec![pod("e").node("n2").affinity(aff().pref(3, term(&[("security", "S1")], "region")).build())],
                 pod("p").label("security", "S1"),
                 vec![0, 100, 0, 0],
             ),
             (
                 "symmetry of existing preferred anti-affinity",
                 Args::default(),
-                vec![
-                    pod("e").node("n2").affinity(
-                        aff()
-                            .pref_anti(3, term(&[("security", "S1")], "region"))
-                            .build(),
-                    ),
-                ],
+                vec![pod("e").node("n2").affinity(aff().pref_anti(3, term(&[("security", "S1")], "region")).build())],
                 pod("p").label("security", "S1"),
                 vec![100, 0, 100, 100],
             ),
@@ -266,20 +187,14 @@ mod tests {
             ),
             (
                 "hardPodAffinityWeight 0 ignores required affinity",
-                Args {
-                    hard_pod_affinity_weight: Some(0),
-                    ..Default::default()
-                },
+                Args { hard_pod_affinity_weight: Some(0), ..Default::default() },
                 vec![pod("e").node("n2").affinity(req_sym.clone())],
                 pod("p").label("security", "S1"),
                 vec![0, 0, 0, 0],
             ),
             (
                 "existing pods' preferred terms ignored when configured",
-                Args {
-                    ignore_preferred_terms_of_existing_pods: Some(true),
-                    ..Default::default()
-                },
+                Args { ignore_preferred_terms_of_existing_pods: Some(true), ..Default::default() },
                 vec![pod("e").node("n2").affinity(req_sym.clone())],
                 pod("p").label("security", "S1"),
                 vec![0, 0, 0, 0],
@@ -299,33 +214,15 @@ mod tests {
         }
     }
 
+
     #[test]
     fn normalize_uses_min_and_max() {
         let pl = InterPodAffinity::default();
         let mut st = CycleState::new();
-        let slot = Slot {
-            kind: Kind::Score,
-            key: 0,
-            counts: vec![],
-            nonzero: 0,
-            hits: 1,
-        };
-        st.insert(PreScoreState {
-            domains: Arc::new(Domains::default()),
-            slots: Arc::new(vec![slot]),
-        });
-        let mut s: Vec<NodeScore> = [-3, 0, 7, 4]
-            .iter()
-            .enumerate()
-            .map(|(i, &score)| NodeScore { node: i, score })
-            .collect();
-        assert!(
-            pl.normalize_score(&st, &pod("p").info(), &mut s, &Snapshot::new())
-                .is_success()
-        );
-        assert_eq!(
-            s.iter().map(|x| x.score).collect::<Vec<_>>(),
-            vec![0, 30, 100, 70]
-        );
+        let slot = Slot { kind: Kind::Score, key: 0, counts: vec![], nonzero: 0, hits: 1 };
+        st.insert(PreScoreState { domains: Arc::new(Domains::default()), slots: Arc::new(vec![slot]) });
+        let mut s: Vec<NodeScore> = [-3, 0, 7, 4].iter().enumerate().map(|(i, &score)| NodeScore { node: i, score }).collect();
+        assert!(pl.normalize_score(&st, &pod("p").info(), &mut s, &Snapshot::new()).is_success());
+        assert_eq!(s.iter().map(|x| x.score).collect::<Vec<_>>(), vec![0, 30, 100, 70]);
     }
 }

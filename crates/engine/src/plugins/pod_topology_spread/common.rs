@@ -18,25 +18,11 @@ use crate::plugins::node_affinity::pod_matches_node;
 impl PodTopologySpread {
     /// The pod's constraints of one kind, or the default ones when the pod has
     /// none (upstream `buildDefaultConstraints`).
-    pub(super) fn constraints(
-        &self,
-        pod: &PodInfo,
-        when: WhenUnsatisfiable,
-        snap: &Snapshot,
-    ) -> Vec<SpreadConstraint> {
+    pub(super) fn constraints(&self, pod: &PodInfo, when: WhenUnsatisfiable, snap: &Snapshot) -> Vec<SpreadConstraint> {
         if !pod.spread_constraints.is_empty() {
-            return pod
-                .spread_constraints
-                .iter()
-                .filter(|c| c.when_unsatisfiable == when)
-                .cloned()
-                .collect();
+            return pod.spread_constraints.iter().filter(|c| c.when_unsatisfiable == when).cloned().collect();
         }
-        let defaults: Vec<&SpreadConstraint> = self
-            .defaults
-            .iter()
-            .filter(|c| c.when_unsatisfiable == when)
-            .collect();
+        let defaults: Vec<&SpreadConstraint> = self.defaults.iter().filter(|c| c.when_unsatisfiable == when).collect();
         if defaults.is_empty() {
             return Vec::new();
         }
@@ -46,10 +32,7 @@ impl PodTopologySpread {
         }
         defaults
             .into_iter()
-            .map(|c| SpreadConstraint {
-                selector: sel.clone(),
-                ..c.clone()
-            })
+            .map(|c| SpreadConstraint { selector: sel.clone(), ..c.clone() })
             .collect()
     }
 }
@@ -104,9 +87,7 @@ impl PodTopologySpread {
             }
             cache.insert(key.to_string(), KeyDomains::default());
         }
-        let Some(kd) = cache.get_mut(key) else {
-            return (Arc::default(), vec![MISSING; snap.nodes.len()]);
-        };
+        let Some(kd) = cache.get_mut(key) else { return (Arc::default(), vec![MISSING; snap.nodes.len()]) };
         kd.nodes.resize(snap.nodes.len(), (None, MISSING));
         let mut out = Vec::with_capacity(snap.nodes.len());
         for (node, slot) in snap.nodes.iter().zip(kd.nodes.iter_mut()) {
@@ -135,10 +116,7 @@ impl PodTopologySpread {
 
 /// Matching pods on a node: same namespace, not terminating, selected.
 pub(super) fn count_matching(node: &NodeInfo, sel: &Selector, ns: &str) -> i64 {
-    node.pods
-        .iter()
-        .filter(|p| !p.terminating && p.namespace == ns && sel.matches(&p.labels))
-        .count() as i64
+    node.pods.iter().filter(|p| !p.terminating && p.namespace == ns && sel.matches(&p.labels)).count() as i64
 }
 
 /// The snapshot's nodes as one topology key sees them, for one set of keys a
@@ -178,9 +156,7 @@ impl Layout {
 
     /// Is `node` the very node object this layout read at its index?
     pub(super) fn knows(&self, node: &NodeInfo) -> bool {
-        self.specs
-            .get(node.index)
-            .is_some_and(|s| Arc::ptr_eq(s, &node.node))
+        self.specs.get(node.index).is_some_and(|s| Arc::ptr_eq(s, &node.node))
     }
 
     /// The node's domain: from the layout when it knows the node, else from
@@ -242,10 +218,7 @@ impl PodTopologySpread {
         } else {
             // Label keys hold no NUL.
             let text = keys.join("\u{0}");
-            let mut r = self
-                .required_ids
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut r = self.required_ids.lock().unwrap_or_else(PoisonError::into_inner);
             match r.ids.get(&text) {
                 Some(&id) => id,
                 None => {
@@ -260,11 +233,7 @@ impl PodTopologySpread {
                 }
             }
         };
-        Required {
-            keys,
-            id,
-            mask: OnceCell::new(),
-        }
+        Required { keys, id, mask: OnceCell::new() }
     }
 }
 
@@ -295,10 +264,7 @@ pub(super) struct TallyKey<'a> {
 
 impl TallyKey<'_> {
     pub(super) fn text(&self) -> String {
-        format!(
-            "{}\u{0}{:?}\u{0}{}\u{0}{}\u{0}{}",
-            self.ns, self.sel, self.key, self.required.id, self.missing_as_empty
-        )
+        format!("{}\u{0}{:?}\u{0}{}\u{0}{}\u{0}{}", self.ns, self.sel, self.key, self.required.id, self.missing_as_empty)
     }
 }
 
@@ -306,10 +272,7 @@ impl Tally {
     /// Brings the counts up to `snap`.
     pub(super) fn sync(&mut self, pl: &PodTopologySpread, k: &TallyKey, snap: &Snapshot) {
         let mut changed = Vec::new();
-        let incremental = self.layout.specs.len() == snap.nodes.len()
-            && self
-                .mark
-                .is_some_and(|m| snap.changed_since(m, &mut changed).is_some());
+        let incremental = self.layout.specs.len() == snap.nodes.len() && self.mark.is_some_and(|m| snap.changed_since(m, &mut changed).is_some());
         if incremental {
             for &i in &changed {
                 self.recount(i, &snap.nodes[i], k);
@@ -322,14 +285,8 @@ impl Tally {
 
     /// Counts node `i` again after its pods changed (same node object).
     pub(super) fn recount(&mut self, i: usize, node: &NodeInfo, k: &TallyKey) {
-        let n = if node.pods.is_empty() {
-            0
-        } else {
-            count_matching(node, k.sel, k.ns)
-        };
-        let Some(g) = self.gens.get_mut(i) else {
-            return;
-        };
+        let n = if node.pods.is_empty() { 0 } else { count_matching(node, k.sel, k.ns) };
+        let Some(g) = self.gens.get_mut(i) else { return };
         *g = node.generation;
         let per_node = Arc::make_mut(&mut self.per_node);
         let old = std::mem::replace(&mut per_node[i], n);
@@ -342,16 +299,8 @@ impl Tally {
     /// Builds the layout anew and recounts the nodes whose state is not the one counted.
     pub(super) fn rebuild(&mut self, pl: &PodTopologySpread, k: &TallyKey, snap: &Snapshot) {
         let (ids, dom) = pl.node_domains(k.key, snap);
-        let mask = if k.required.keys.is_empty() {
-            None
-        } else {
-            Some(k.required.mask(pl, snap))
-        };
-        let empty_slot = if k.missing_as_empty {
-            ids.get("").copied().unwrap_or(ids.len() as u32)
-        } else {
-            MISSING
-        };
+        let mask = if k.required.keys.is_empty() { None } else { Some(k.required.mask(pl, snap)) };
+        let empty_slot = if k.missing_as_empty { ids.get("").copied().unwrap_or(ids.len() as u32) } else { MISSING };
         let slot: Vec<u32> = (0..snap.nodes.len())
             .map(|i| {
                 let counts = mask.is_none_or(|m| m.get(i).copied().unwrap_or(false));
@@ -376,8 +325,7 @@ impl Tally {
         let mut per_node = Vec::with_capacity(snap.nodes.len());
         let mut sums = vec![0; slots];
         for (i, node) in snap.nodes.iter().enumerate() {
-            let same = self.gens.get(i) == Some(&node.generation)
-                && old.specs.get(i).is_some_and(|s| Arc::ptr_eq(s, &node.node));
+            let same = self.gens.get(i) == Some(&node.generation) && old.specs.get(i).is_some_and(|s| Arc::ptr_eq(s, &node.node));
             let n = match self.per_node.get(i) {
                 Some(&n) if same => n,
                 _ if node.pods.is_empty() => 0,
@@ -395,28 +343,16 @@ impl Tally {
                 }
             }
         }
-        *self = Tally {
-            mark: None,
-            layout: Arc::new(layout),
-            gens,
-            per_node: Arc::new(per_node),
-            sums,
-        };
+        *self = Tally { mark: None, layout: Arc::new(layout), gens, per_node: Arc::new(per_node), sums };
     }
 }
 
 impl PodTopologySpread {
     /// The tally of `k`, brought up to `snap`, handed to `f`.
-    pub(super) fn with_tally<R>(
-        &self,
-        k: &TallyKey,
-        snap: &Snapshot,
-        f: impl FnOnce(&Tally) -> R,
-    ) -> R {
+    pub(super) fn with_tally<R>(&self, k: &TallyKey, snap: &Snapshot, f: impl FnOnce(&Tally) -> R) -> R {
         let text = k.text();
         let mut tallies = self.tallies.lock().unwrap_or_else(PoisonError::into_inner);
-        if cache_full(tallies.len(), snap.nodes.len(), MIN_TALLIES) && !tallies.contains_key(&text)
-        {
+        if cache_full(tallies.len(), snap.nodes.len(), MIN_TALLIES) && !tallies.contains_key(&text) {
             tallies.clear();
         }
         let t = tallies.entry(text).or_default();
@@ -428,8 +364,7 @@ impl PodTopologySpread {
 /// Does the constraint count every node whatever the pod's node affinity and
 /// tolerations (so PreFilter/PreScore need not look at each node)?
 pub(super) fn admits_every_node(pod: &PodInfo, c: &SpreadConstraint) -> bool {
-    let affinity = c.node_affinity_policy == InclusionPolicy::Ignore
-        || (pod.node_selector.is_none() && pod.required_node_affinity.is_none());
+    let affinity = c.node_affinity_policy == InclusionPolicy::Ignore || (pod.node_selector.is_none() && pod.required_node_affinity.is_none());
     affinity && c.node_taints_policy == InclusionPolicy::Ignore
 }
 
@@ -443,27 +378,16 @@ pub(super) struct Inclusion<'a> {
 
 impl<'a> Inclusion<'a> {
     pub(super) fn new(pod: &'a PodInfo, node: &'a NodeInfo) -> Self {
-        Inclusion {
-            pod,
-            node,
-            affinity: None,
-            taints: None,
-        }
+        Inclusion { pod, node, affinity: None, taints: None }
     }
 
     /// Does the node count for this constraint under its inclusion policies?
     pub(super) fn admits(&mut self, c: &SpreadConstraint) -> bool {
-        if c.node_affinity_policy == InclusionPolicy::Honor
-            && !*self
-                .affinity
-                .get_or_insert_with(|| pod_matches_node(self.pod, self.node))
-        {
+        if c.node_affinity_policy == InclusionPolicy::Honor && !*self.affinity.get_or_insert_with(|| pod_matches_node(self.pod, self.node)) {
             return false;
         }
         if c.node_taints_policy == InclusionPolicy::Honor
-            && !*self.taints.get_or_insert_with(|| {
-                first_untolerated_hard(&self.node.node.taints, &self.pod.tolerations).is_none()
-            })
+            && !*self.taints.get_or_insert_with(|| first_untolerated_hard(&self.node.node.taints, &self.pod.tolerations).is_none())
         {
             return false;
         }
@@ -480,29 +404,19 @@ pub(super) fn same_nodes(snap: &Snapshot, mark: JournalMark, unchanged: bool) ->
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::*;
     use super::*;
+    use super::super::test_support::*;
+
 
     #[test]
     fn domain_cache_follows_node_changes() {
         let pl = plugin();
-        let mut snap = snapshot(
-            &[
-                zn("node-a", "zone1"),
-                zn("node-b", "zone2"),
-                zn("node-c", "zone3"),
-            ],
-            &[on("a1", "node-a"), on("b1", "node-b")],
-        );
+        let mut snap = snapshot(&[zn("node-a", "zone1"), zn("node-b", "zone2"), zn("node-c", "zone3")], &[on("a1", "node-a"), on("b1", "node-b")]);
         let p = incoming().spread(1, "zone", DNS, &[("foo", "")]).info();
         let fits = |snap: &Snapshot| -> Vec<String> {
             let mut st = CycleState::new();
             pl.pre_filter(&mut st, &p, snap);
-            snap.nodes
-                .iter()
-                .filter(|n| pl.filter(&st, &p, n).is_success())
-                .map(|n| n.name().to_string())
-                .collect()
+            snap.nodes.iter().filter(|n| pl.filter(&st, &p, n).is_success()).map(|n| n.name().to_string()).collect()
         };
         assert_eq!(fits(&snap), vec!["node-c"]);
         // node-c moves into zone1: zone1 has 1, zone2 has 1, every node fits.
@@ -519,11 +433,7 @@ mod tests {
     /// A random node: in one of a few zones (or none), with or without the
     /// hostname label, sometimes tainted or off the pod's node selector.
     fn random_node(r: &mut Rng, name: &str) -> NodeBuilder {
-        let mut n = if r.below(8) == 0 {
-            bare(name)
-        } else {
-            node(name)
-        };
+        let mut n = if r.below(8) == 0 { bare(name) } else { node(name) };
         if r.below(8) != 0 {
             n = n.label("zone", ["z1", "z2", "z3", ""][r.below(4)]);
         }
@@ -538,13 +448,7 @@ mod tests {
 
     /// Per (value of `key`), the matching pods of `ns`/`sel` over the nodes
     /// having every key of `required`, counted from scratch.
-    fn recount(
-        snap: &Snapshot,
-        ns: &str,
-        sel: &Selector,
-        key: &str,
-        required: &[&str],
-    ) -> std::collections::BTreeMap<String, i64> {
+    fn recount(snap: &Snapshot, ns: &str, sel: &Selector, key: &str, required: &[&str]) -> std::collections::BTreeMap<String, i64> {
         let mut out = std::collections::BTreeMap::new();
         for n in &snap.nodes {
             let labels = &n.node.labels;
@@ -558,13 +462,7 @@ mod tests {
     }
 
     /// The plugin's verdicts (by node name) and normalized scores for `p`.
-    fn decisions(
-        pl: &PodTopologySpread,
-        p: &PodInfo,
-        snap: &Snapshot,
-        batch: bool,
-        every: usize,
-    ) -> (Vec<(String, Code)>, Vec<i64>) {
+    fn decisions(pl: &PodTopologySpread, p: &PodInfo, snap: &Snapshot, batch: bool, every: usize) -> (Vec<(String, Code)>, Vec<i64>) {
         let mut st = CycleState::new();
         let (s, _) = pl.pre_filter(&mut st, p, snap);
         let mut verdicts = Vec::new();
@@ -573,22 +471,10 @@ mod tests {
                 let mut alive: Vec<usize> = (0..snap.nodes.len()).collect();
                 let mut rejected = Vec::new();
                 pl.filter_nodes(&st, p, snap, &mut alive, &mut rejected);
-                verdicts.extend(
-                    alive
-                        .iter()
-                        .map(|&i| (snap.nodes[i].name().to_string(), Code::Success)),
-                );
-                verdicts.extend(
-                    rejected
-                        .iter()
-                        .map(|(i, s)| (snap.nodes[*i].name().to_string(), s.code)),
-                );
+                verdicts.extend(alive.iter().map(|&i| (snap.nodes[i].name().to_string(), Code::Success)));
+                verdicts.extend(rejected.iter().map(|(i, s)| (snap.nodes[*i].name().to_string(), s.code)));
             } else {
-                verdicts.extend(
-                    snap.nodes
-                        .iter()
-                        .map(|n| (n.name().to_string(), pl.filter(&st, p, n).code)),
-                );
+                verdicts.extend(snap.nodes.iter().map(|n| (n.name().to_string(), pl.filter(&st, p, n).code)));
             }
         }
         verdicts.sort_by(|a, b| a.0.cmp(&b.0));
@@ -598,10 +484,7 @@ mod tests {
         if pl.pre_score(&mut st, p, &feasible, snap).is_skip() {
             return (verdicts, Vec::new());
         }
-        let mut out: Vec<NodeScore> = feasible
-            .iter()
-            .map(|&i| NodeScore { node: i, score: 0 })
-            .collect();
+        let mut out: Vec<NodeScore> = feasible.iter().map(|&i| NodeScore { node: i, score: 0 }).collect();
         if batch {
             assert!(pl.score_nodes(&st, p, snap, &mut out).is_ok());
         } else {
@@ -610,10 +493,7 @@ mod tests {
             }
         }
         assert!(pl.normalize_score(&st, p, &mut out, snap).is_success());
-        let mut named: Vec<(String, i64)> = out
-            .iter()
-            .map(|s| (snap.nodes[s.node].name().to_string(), s.score))
-            .collect();
+        let mut named: Vec<(String, i64)> = out.iter().map(|s| (snap.nodes[s.node].name().to_string(), s.score)).collect();
         named.sort();
         (verdicts, named.into_iter().map(|(_, s)| s).collect())
     }
@@ -621,37 +501,19 @@ mod tests {
     /// Normalized scores (by node name) of every `every`th node, computed from
     /// upstream's definitions node by node, sharing nothing with the plugin's
     /// state but its constraints, inclusion policies and pod matching.
-    fn reference_scores(
-        pl: &PodTopologySpread,
-        p: &PodInfo,
-        snap: &Snapshot,
-        every: usize,
-    ) -> Vec<i64> {
+    fn reference_scores(pl: &PodTopologySpread, p: &PodInfo, snap: &Snapshot, every: usize) -> Vec<i64> {
         let cs = pl.constraints(p, WhenUnsatisfiable::ScheduleAnyway, snap);
         if cs.is_empty() {
             return Vec::new();
         }
         let feasible: Vec<usize> = (0..snap.nodes.len()).filter(|i| i % every == 0).collect();
         let require_all = !p.spread_constraints.is_empty() || !pl.system_defaulted;
-        let has_all = |n: &NodeInfo| {
-            cs.iter()
-                .all(|c| n.node.labels.contains_key(&c.topology_key))
-        };
-        let value = |n: &NodeInfo, c: &SpreadConstraint| {
-            n.node
-                .labels
-                .get(&c.topology_key)
-                .cloned()
-                .unwrap_or_default()
-        };
+        let has_all = |n: &NodeInfo| cs.iter().all(|c| n.node.labels.contains_key(&c.topology_key));
+        let value = |n: &NodeInfo, c: &SpreadConstraint| n.node.labels.get(&c.topology_key).cloned().unwrap_or_default();
         let ignored = |i: usize| require_all && !has_all(&snap.nodes[i]);
         let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
         for &i in feasible.iter().filter(|&&i| !ignored(i)) {
-            for (k, c) in cs
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.topology_key != LABEL_HOSTNAME)
-            {
+            for (k, c) in cs.iter().enumerate().filter(|(_, c)| c.topology_key != LABEL_HOSTNAME) {
                 counts[k].entry(value(&snap.nodes[i], c)).or_insert(0);
             }
         }
@@ -659,13 +521,7 @@ mod tests {
         let weights: Vec<f64> = cs
             .iter()
             .zip(&counts)
-            .map(|(c, m)| {
-                (if c.topology_key == LABEL_HOSTNAME {
-                    feasible.len() - n_ignored
-                } else {
-                    m.len()
-                } + 2) as f64
-            })
+            .map(|(c, m)| (if c.topology_key == LABEL_HOSTNAME { feasible.len() - n_ignored } else { m.len() } + 2) as f64)
             .map(f64::ln)
             .collect();
         for (i, n) in snap.nodes.iter().enumerate() {
@@ -688,43 +544,20 @@ mod tests {
                 if ignored(i) {
                     return 0;
                 }
-                for (k, c) in cs
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| n.node.labels.contains_key(&c.topology_key))
-                {
-                    let cnt = if c.topology_key == LABEL_HOSTNAME {
-                        count_matching(n, &c.selector, &p.namespace)
-                    } else {
-                        counts[k][&value(n, c)]
-                    };
+                for (k, c) in cs.iter().enumerate().filter(|(_, c)| n.node.labels.contains_key(&c.topology_key)) {
+                    let cnt = if c.topology_key == LABEL_HOSTNAME { count_matching(n, &c.selector, &p.namespace) } else { counts[k][&value(n, c)] };
                     score += cnt as f64 * weights[k] + (c.max_skew - 1) as f64;
                 }
                 score.round() as i64
             })
             .collect();
-        let kept = || {
-            feasible
-                .iter()
-                .zip(&raw)
-                .filter(|(i, _)| !ignored(**i))
-                .map(|(_, s)| *s)
-        };
-        let (min, max) = (
-            kept().min().unwrap_or(i64::MAX),
-            kept().max().unwrap_or(0).max(0),
-        );
+        let kept = || feasible.iter().zip(&raw).filter(|(i, _)| !ignored(**i)).map(|(_, s)| *s);
+        let (min, max) = (kept().min().unwrap_or(i64::MAX), kept().max().unwrap_or(0).max(0));
         let mut named: Vec<(String, i64)> = feasible
             .iter()
             .zip(&raw)
             .map(|(&i, &s)| {
-                let v = if ignored(i) {
-                    0
-                } else if max == 0 {
-                    MAX_NODE_SCORE
-                } else {
-                    MAX_NODE_SCORE * (max + min - s) / max
-                };
+                let v = if ignored(i) { 0 } else if max == 0 { MAX_NODE_SCORE } else { MAX_NODE_SCORE * (max + min - s) / max };
                 (snap.nodes[i].name().to_string(), v)
             })
             .collect();
@@ -738,17 +571,10 @@ mod tests {
         let foo = &[("foo", "")];
         let pods = [
             incoming().spread(1, "zone", DNS, foo),
-            incoming()
-                .spread(1, "zone", DNS, foo)
-                .spread(2, HOST, DNS, foo),
-            incoming()
-                .node_selector("pool", "p")
-                .spread(1, "zone", DNS, foo)
-                .spread(1, "zone", SA, foo),
+            incoming().spread(1, "zone", DNS, foo).spread(2, HOST, DNS, foo),
+            incoming().node_selector("pool", "p").spread(1, "zone", DNS, foo).spread(1, "zone", SA, foo),
             incoming().spread_constraint(tsc(1, "zone", DNS, Some(3), None, Some("Honor"))),
-            incoming()
-                .spread(2, "zone", SA, foo)
-                .spread(1, HOST, SA, &[("bar", "")]),
+            incoming().spread(2, "zone", SA, foo).spread(1, HOST, SA, &[("bar", "")]),
             incoming().namespace("other").spread(1, "zone", SA, foo),
             // No constraints: the system defaults (hostname and zone), where
             // nodes without a key count under the empty value.
@@ -756,22 +582,10 @@ mod tests {
         ]
         .map(|p| p.info());
         let pl = plugin();
-        let mut snap = snapshot(
-            &(0..12)
-                .map(|i| random_node(&mut r, &format!("node-{i}")))
-                .collect::<Vec<_>>(),
-            &[],
-        );
+        let mut snap = snapshot(&(0..12).map(|i| random_node(&mut r, &format!("node-{i}"))).collect::<Vec<_>>(), &[]);
         let svc = core::Service {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some("svc".into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-            spec: Some(core::ServiceSpec {
-                selector: Some([("foo".to_string(), String::new())].into()),
-                ..Default::default()
-            }),
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta { name: Some("svc".into()), namespace: Some("default".into()), ..Default::default() },
+            spec: Some(core::ServiceSpec { selector: Some([("foo".to_string(), String::new())].into()), ..Default::default() }),
             ..Default::default()
         };
         snap.workloads.upsert_service(&svc);
@@ -820,32 +634,13 @@ mod tests {
             }
             // The kept tallies equal a count from scratch.
             let sel = pods[0].spread_constraints[0].selector.clone();
-            for (key, required) in [
-                ("zone", vec!["zone"]),
-                ("zone", vec!["zone", HOST]),
-                (HOST, vec!["zone", HOST]),
-            ] {
+            for (key, required) in [("zone", vec!["zone"]), ("zone", vec!["zone", HOST]), (HOST, vec!["zone", HOST])] {
                 let req = pl.required(&required);
-                let k = TallyKey {
-                    ns: "default",
-                    sel: &sel,
-                    key,
-                    required: &req,
-                    missing_as_empty: false,
-                };
+                let k = TallyKey { ns: "default", sel: &sel, key, required: &req, missing_as_empty: false };
                 let got: std::collections::BTreeMap<String, i64> = pl.with_tally(&k, &snap, |t| {
-                    t.layout
-                        .ids
-                        .iter()
-                        .filter(|(_, d)| t.layout.present[**d as usize])
-                        .map(|(v, d)| (v.clone(), t.sums[*d as usize]))
-                        .collect()
+                    t.layout.ids.iter().filter(|(_, d)| t.layout.present[**d as usize]).map(|(v, d)| (v.clone(), t.sums[*d as usize])).collect()
                 });
-                assert_eq!(
-                    got,
-                    recount(&snap, "default", &sel, key, &required),
-                    "step {step}: {key} {required:?}"
-                );
+                assert_eq!(got, recount(&snap, "default", &sel, key, &required), "step {step}: {key} {required:?}");
             }
             // Decisions equal those of a plugin that counts from scratch, by
             // the batch and the per-node paths alike.
@@ -853,24 +648,9 @@ mod tests {
                 // Every node scored, and every other one.
                 for (p, every) in pods.iter().flat_map(|p| [(p, 1), (p, 2)]) {
                     let want = decisions(&plugin(), p, &snap, false, every);
-                    assert_eq!(
-                        want.1,
-                        reference_scores(&pl, p, &snap, every),
-                        "step {step}/{every}: {:?}",
-                        p.spread_constraints
-                    );
-                    assert_eq!(
-                        decisions(&pl, p, &snap, true, every),
-                        want,
-                        "step {step}/{every}: {:?}",
-                        p.spread_constraints
-                    );
-                    assert_eq!(
-                        decisions(&pl, p, &snap, false, every),
-                        want,
-                        "step {step}/{every}: {:?}",
-                        p.spread_constraints
-                    );
+                    assert_eq!(want.1, reference_scores(&pl, p, &snap, every), "step {step}/{every}: {:?}", p.spread_constraints);
+                    assert_eq!(decisions(&pl, p, &snap, true, every), want, "step {step}/{every}: {:?}", p.spread_constraints);
+                    assert_eq!(decisions(&pl, p, &snap, false, every), want, "step {step}/{every}: {:?}", p.spread_constraints);
                 }
             }
         }
@@ -888,44 +668,22 @@ mod tests {
         // Most nodes carry every key (a few values each); some lack one and are ignored.
         let random_node = |r: &mut Rng, name: &str| {
             let mut n = node(name);
-            let lacking = if r.below(5) == 0 {
-                Some(r.below(KEYS))
-            } else {
-                None
-            };
+            let lacking = if r.below(5) == 0 { Some(r.below(KEYS)) } else { None };
             for k in (0..KEYS).filter(|k| Some(*k) != lacking) {
                 n = n.label(&key(k), ["a", "b", "c"][r.below(3)]);
             }
             n
         };
         let foo = &[("foo", "")];
-        let soft = (0..KEYS)
-            .fold(incoming(), |p, k| {
-                p.spread(1 + (k % 3) as i32, &key(k), SA, foo)
-            })
-            .info();
-        let hard = (0..KEYS)
-            .fold(incoming(), |p, k| p.spread(KEYS as i32, &key(k), DNS, foo))
-            .info();
+        let soft = (0..KEYS).fold(incoming(), |p, k| p.spread(1 + (k % 3) as i32, &key(k), SA, foo)).info();
+        let hard = (0..KEYS).fold(incoming(), |p, k| p.spread(KEYS as i32, &key(k), DNS, foo)).info();
         let pl = plugin();
-        let mut snap = snapshot(
-            &(0..10)
-                .map(|i| random_node(&mut r, &format!("node-{i}")))
-                .collect::<Vec<_>>(),
-            &[],
-        );
+        let mut snap = snapshot(&(0..10).map(|i| random_node(&mut r, &format!("node-{i}"))).collect::<Vec<_>>(), &[]);
         for step in 0..12 {
             for _ in 0..6 {
                 let i = r.below(snap.nodes.len());
                 let b = pod(&format!("q{step}-{}", r.below(1 << 20))).node(snap.nodes[i].name());
-                snap.add_pod(
-                    if r.below(4) == 0 {
-                        b
-                    } else {
-                        b.label("foo", "")
-                    }
-                    .info(),
-                );
+                snap.add_pod(if r.below(4) == 0 { b } else { b.label("foo", "") }.info());
             }
             if step % 4 == 3 {
                 let i = r.below(snap.nodes.len());
@@ -935,49 +693,22 @@ mod tests {
             for every in [1, 2] {
                 let want = decisions(&plugin(), &soft, &snap, false, every);
                 assert!(!want.1.is_empty(), "step {step}: scored");
-                assert_eq!(
-                    want.1,
-                    reference_scores(&pl, &soft, &snap, every),
-                    "step {step}/{every}"
-                );
-                assert_eq!(
-                    decisions(&pl, &soft, &snap, true, every),
-                    want,
-                    "step {step}/{every}"
-                );
+                assert_eq!(want.1, reference_scores(&pl, &soft, &snap, every), "step {step}/{every}");
+                assert_eq!(decisions(&pl, &soft, &snap, true, every), want, "step {step}/{every}");
                 let hard_want = decisions(&plugin(), &hard, &snap, false, every);
-                assert_eq!(
-                    decisions(&pl, &hard, &snap, true, every),
-                    hard_want,
-                    "step {step}/{every}: hard"
-                );
+                assert_eq!(decisions(&pl, &hard, &snap, true, every), hard_want, "step {step}/{every}: hard");
             }
         }
     }
 
     #[test]
     fn default_constraints_skip_pods_no_workload_selects() {
-        for args in [
-            Args::default(),
-            Args {
-                defaulting_type: Some("List".into()),
-                default_constraints: Some(vec![DefaultConstraint {
-                    max_skew: 1,
-                    topology_key: "zone".into(),
-                    when_unsatisfiable: DNS.into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            },
-        ] {
+        for args in [Args::default(), Args { defaulting_type: Some("List".into()), default_constraints: Some(vec![DefaultConstraint { max_skew: 1, topology_key: "zone".into(), when_unsatisfiable: DNS.into(), ..Default::default() }]), ..Default::default() }] {
             let pl = PodTopologySpread::new(args).unwrap_or_default();
             let snap = snapshot(&[zn("node-a", "zone1")], &[on("a1", "node-a")]);
             let p = incoming().info();
             assert!(pl.pre_filter(&mut CycleState::new(), &p, &snap).0.is_skip());
-            assert!(
-                pl.pre_score(&mut CycleState::new(), &p, &[0], &snap)
-                    .is_skip()
-            );
+            assert!(pl.pre_score(&mut CycleState::new(), &p, &[0], &snap).is_skip());
         }
         assert!(plugin().system_defaulted);
         assert_eq!(plugin().defaults.len(), 2);
@@ -987,67 +718,29 @@ mod tests {
     fn default_constraints_use_the_workload_selector() {
         let list = Args {
             defaulting_type: Some("List".into()),
-            default_constraints: Some(vec![DefaultConstraint {
-                max_skew: 1,
-                topology_key: HOST.into(),
-                when_unsatisfiable: DNS.into(),
-                ..Default::default()
-            }]),
+            default_constraints: Some(vec![DefaultConstraint { max_skew: 1, topology_key: HOST.into(), when_unsatisfiable: DNS.into(), ..Default::default() }]),
             ..Default::default()
         };
         let pl = PodTopologySpread::new(list).unwrap_or_default();
         let nodes = [node("node-a"), node("node-b")];
-        let mut snap = snapshot(
-            &nodes,
-            &[
-                on("a1", "node-a"),
-                pod("a2").node("node-a").label("other", ""),
-            ],
-        );
+        let mut snap = snapshot(&nodes, &[on("a1", "node-a"), pod("a2").node("node-a").label("other", "")]);
         let svc = core::Service {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some("svc".into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-            spec: Some(core::ServiceSpec {
-                selector: Some([("foo".to_string(), String::new())].into()),
-                ..Default::default()
-            }),
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta { name: Some("svc".into()), namespace: Some("default".into()), ..Default::default() },
+            spec: Some(core::ServiceSpec { selector: Some([("foo".to_string(), String::new())].into()), ..Default::default() }),
             ..Default::default()
         };
         snap.workloads.upsert_service(&svc);
         let p = incoming().info();
         let mut st = CycleState::new();
         assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
-        let ok: Vec<&str> = snap
-            .nodes
-            .iter()
-            .filter(|n| pl.filter(&st, &p, n).is_success())
-            .map(|n| n.name())
-            .collect();
+        let ok: Vec<&str> = snap.nodes.iter().filter(|n| pl.filter(&st, &p, n).is_success()).map(|n| n.name()).collect();
         // Only a1 matches the Service's selector: node-a has 1, node-b 0.
         assert_eq!(ok, vec!["node-b"]);
         // A pod the Service does not select gets no default constraint.
-        assert!(
-            pl.pre_filter(
-                &mut CycleState::new(),
-                &pod("q").label("other", "").info(),
-                &snap
-            )
-            .0
-            .is_skip()
-        );
+        assert!(pl.pre_filter(&mut CycleState::new(), &pod("q").label("other", "").info(), &snap).0.is_skip());
         // System defaults are ScheduleAnyway: Filter skips, Score runs.
         let sys = plugin();
-        assert!(
-            sys.pre_filter(&mut CycleState::new(), &p, &snap)
-                .0
-                .is_skip()
-        );
-        assert!(
-            sys.pre_score(&mut CycleState::new(), &p, &[0, 1], &snap)
-                .is_success()
-        );
+        assert!(sys.pre_filter(&mut CycleState::new(), &p, &snap).0.is_skip());
+        assert!(sys.pre_score(&mut CycleState::new(), &p, &[0, 1], &snap).is_success());
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::cache::{JournalMark, Snapshot};
-use crate::framework::{CycleState, PreFilterNodes, Status, filter_each};
+use crate::framework::{filter_each, CycleState, PreFilterNodes, Status};
 use berth_model::pod::{SpreadConstraint, WhenUnsatisfiable};
 use berth_model::{NodeInfo, PodInfo};
 
@@ -36,24 +36,13 @@ pub(super) struct Counts {
 
 impl Counts {
     pub(super) fn recompute_min(&mut self) {
-        self.min = self
-            .counts
-            .iter()
-            .zip(&self.present)
-            .filter(|(_, p)| **p)
-            .map(|(c, _)| *c)
-            .min()
-            .unwrap_or(i64::MAX);
+        self.min = self.counts.iter().zip(&self.present).filter(|(_, p)| **p).map(|(c, _)| *c).min().unwrap_or(i64::MAX);
     }
 
     /// Matching pods of domain `d` (0 for a domain not present or unknown).
     pub(super) fn count(&self, d: u32) -> i64 {
         let d = d as usize;
-        if self.present.get(d).copied().unwrap_or(false) {
-            self.counts[d]
-        } else {
-            0
-        }
+        if self.present.get(d).copied().unwrap_or(false) { self.counts[d] } else { 0 }
     }
 }
 
@@ -98,16 +87,8 @@ impl PreFilterState {
     /// Per constraint: each node's domain, and whether each domain (then an
     /// unknown one) is within maxSkew; None unless the layouts still hold
     /// for `snap` (nothing changed since PreFilter).
-    pub(super) fn domain_verdicts<'a>(
-        &'a self,
-        snap: &Snapshot,
-    ) -> Option<Vec<DomainVerdicts<'a>>> {
-        if !same_nodes(snap, self.mark, false)
-            || self
-                .fixed
-                .iter()
-                .any(|f| f.layout.dom.len() != snap.nodes.len())
-        {
+    pub(super) fn domain_verdicts<'a>(&'a self, snap: &Snapshot) -> Option<Vec<DomainVerdicts<'a>>> {
+        if !same_nodes(snap, self.mark, false) || self.fixed.iter().any(|f| f.layout.dom.len() != snap.nodes.len()) {
             return None;
         }
         let tables = self
@@ -117,9 +98,7 @@ impl PreFilterState {
             .map(|(i, f)| {
                 let limit = f.c.max_skew - i64::from(f.self_match) + self.min_match(i);
                 let k = &self.counts[i];
-                let ok = (0..k.counts.len())
-                    .map(|d| k.count(d as u32) <= limit)
-                    .collect();
+                let ok = (0..k.counts.len()).map(|d| k.count(d as u32) <= limit).collect();
                 (f.layout.dom.as_slice(), ok, 0 <= limit)
             })
             .collect();
@@ -129,11 +108,7 @@ impl PreFilterState {
     /// The global minimum of constraint `i`, with minDomains applied.
     pub(super) fn min_match(&self, i: usize) -> i64 {
         let c = &self.counts[i];
-        if c.domains < self.fixed[i].c.min_domains {
-            0
-        } else {
-            c.min
-        }
+        if c.domains < self.fixed[i].c.min_domains { 0 } else { c.min }
     }
 
     /// Filter of one node given each constraint's domain for it.
@@ -143,8 +118,7 @@ impl PreFilterState {
             if d == MISSING {
                 return Status::unresolvable(REASON_MISSING_LABEL);
             }
-            if self.counts[i].count(d) + i64::from(f.self_match) - self.min_match(i) > f.c.max_skew
-            {
+            if self.counts[i].count(d) + i64::from(f.self_match) - self.min_match(i) > f.c.max_skew {
                 return Status::unschedulable(REASON_CONSTRAINTS);
             }
         }
@@ -158,11 +132,7 @@ impl PreFilterState {
             return;
         }
         let labels = &node.node.labels;
-        if !self
-            .fixed
-            .iter()
-            .all(|f| labels.contains_key(&f.c.topology_key))
-        {
+        if !self.fixed.iter().all(|f| labels.contains_key(&f.c.topology_key)) {
             return;
         }
         let mut inc = Inclusion::new(pod, node);
@@ -172,12 +142,7 @@ impl PreFilterState {
                 continue;
             }
             // Every value of a snapshot node has an id.
-            let Some(&d) = labels
-                .get(&f.c.topology_key)
-                .and_then(|v| f.layout.ids.get(v))
-            else {
-                continue;
-            };
+            let Some(&d) = labels.get(&f.c.topology_key).and_then(|v| f.layout.ids.get(v)) else { continue };
             let c = &mut self.counts[i];
             let d = d as usize;
             if d >= c.counts.len() {
@@ -201,12 +166,8 @@ impl PreFilterState {
     }
 }
 
-pub(super) fn pre_filter(
-    pl: &PodTopologySpread,
-    state: &mut CycleState,
-    pod: &PodInfo,
-    snap: &Snapshot,
-) -> (Status, PreFilterNodes) {
+
+pub(super) fn pre_filter(pl: &PodTopologySpread, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
     let cs = pl.constraints(pod, WhenUnsatisfiable::DoNotSchedule, snap);
     if cs.is_empty() {
         return (Status::skip(), None);
@@ -219,30 +180,14 @@ pub(super) fn pre_filter(
     let mut counts = Vec::with_capacity(cs.len());
     let mut per_node = Vec::new();
     for c in &cs {
-        let k = TallyKey {
-            ns: &pod.namespace,
-            sel: &c.selector,
-            key: &c.topology_key,
-            required: &required,
-            missing_as_empty: false,
-        };
+        let k = TallyKey { ns: &pod.namespace, sel: &c.selector, key: &c.topology_key, required: &required, missing_as_empty: false };
         pl.with_tally(&k, snap, |t| {
             let l = &t.layout;
             if every_node {
                 // Every node with all the keys counts: the tally's sums are the counts.
-                counts.push(Counts {
-                    counts: t.sums.clone(),
-                    present: l.present.clone(),
-                    domains: l.domains,
-                    min: i64::MAX,
-                });
+                counts.push(Counts { counts: t.sums.clone(), present: l.present.clone(), domains: l.domains, min: i64::MAX });
             } else {
-                counts.push(Counts {
-                    counts: vec![0; l.slots()],
-                    present: vec![false; l.slots()],
-                    domains: 0,
-                    min: i64::MAX,
-                });
+                counts.push(Counts { counts: vec![0; l.slots()], present: vec![false; l.slots()], domains: 0, min: i64::MAX });
                 per_node.push(Arc::clone(&t.per_node));
             }
             layouts.push(Arc::clone(l));
@@ -275,27 +220,13 @@ pub(super) fn pre_filter(
     let fixed = cs
         .into_iter()
         .zip(layouts)
-        .map(|(c, layout)| HardConstraint {
-            self_match: c.selector.matches(&pod.labels),
-            c,
-            layout,
-        })
+        .map(|(c, layout)| HardConstraint { self_match: c.selector.matches(&pod.labels), c, layout })
         .collect();
-    state.insert(PreFilterState {
-        fixed: Arc::new(fixed),
-        counts,
-        mark: snap.journal_mark(),
-    });
+    state.insert(PreFilterState { fixed: Arc::new(fixed), counts, mark: snap.journal_mark() });
     (Status::success(), None)
 }
 
-pub(super) fn add_pod(
-    state: &mut CycleState,
-    pod: &PodInfo,
-    added: &Arc<PodInfo>,
-    node: &NodeInfo,
-    _: &Snapshot,
-) -> Status {
+pub(super) fn add_pod(state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, _: &Snapshot) -> Status {
     match state.get_mut::<PreFilterState>() {
         Some(s) => {
             s.update(pod, added, node, 1);
@@ -305,13 +236,7 @@ pub(super) fn add_pod(
     }
 }
 
-pub(super) fn remove_pod(
-    state: &mut CycleState,
-    pod: &PodInfo,
-    removed: &Arc<PodInfo>,
-    node: &NodeInfo,
-    _: &Snapshot,
-) -> Status {
+pub(super) fn remove_pod(state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, _: &Snapshot) -> Status {
     match state.get_mut::<PreFilterState>() {
         Some(s) => {
             s.update(pod, removed, node, -1);
@@ -328,280 +253,60 @@ pub(super) fn filter(state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status
     s.verdict(|_, f| f.layout.domain_of(node, &f.c.topology_key))
 }
 
-pub(super) fn filter_nodes(
-    pl: &PodTopologySpread,
-    state: &CycleState,
-    pod: &PodInfo,
-    snap: &Snapshot,
-    nodes: &mut Vec<usize>,
-    rejected: &mut Vec<(usize, Status)>,
-) {
-    let Some(tables) = state
-        .get::<PreFilterState>()
-        .and_then(|s| s.domain_verdicts(snap))
-    else {
+pub(super) fn filter_nodes(pl: &PodTopologySpread, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
+    let Some(tables) = state.get::<PreFilterState>().and_then(|s| s.domain_verdicts(snap)) else {
         return filter_each(pl, state, pod, snap, nodes, rejected, |_, _| true);
     };
     nodes.retain(|&i| match rejection(&tables, i) {
         None => true,
         Some(missing) => {
-            rejected.push((
-                i,
-                if missing {
-                    Status::unresolvable(REASON_MISSING_LABEL)
-                } else {
-                    Status::unschedulable(REASON_CONSTRAINTS)
-                },
-            ));
+            rejected.push((i, if missing { Status::unresolvable(REASON_MISSING_LABEL) } else { Status::unschedulable(REASON_CONSTRAINTS) }));
             false
         }
     });
 }
 
-pub(super) fn retain_feasible(
-    state: &CycleState,
-    _: &PodInfo,
-    snap: &Snapshot,
-    nodes: &mut Vec<usize>,
-) -> bool {
-    let Some(tables) = state
-        .get::<PreFilterState>()
-        .and_then(|s| s.domain_verdicts(snap))
-    else {
-        return false;
-    };
+pub(super) fn retain_feasible(state: &CycleState, _: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>) -> bool {
+    let Some(tables) = state.get::<PreFilterState>().and_then(|s| s.domain_verdicts(snap)) else { return false };
     // As filter_nodes, without the statuses.
     nodes.retain(|&i| rejection(&tables, i).is_none());
     true
 }
 
+
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::*;
     use super::*;
+    use super::super::test_support::*;
 
     #[test]
     fn filter_table() {
-        let zones = || {
-            vec![
-                zn("node-a", "zone1"),
-                zn("node-b", "zone1"),
-                zn("node-x", "zone2"),
-                zn("node-y", "zone2"),
-            ]
-        };
-        let spread_2103 = || {
-            vec![
-                on("a1", "node-a"),
-                on("a2", "node-a"),
-                on("b1", "node-b"),
-                on("y1", "node-y"),
-                on("y2", "node-y"),
-                on("y3", "node-y"),
-            ]
-        };
+        let zones = || vec![zn("node-a", "zone1"), zn("node-b", "zone1"), zn("node-x", "zone2"), zn("node-y", "zone2")];
+        let spread_2103 = || vec![on("a1", "node-a"), on("a2", "node-a"), on("b1", "node-b"), on("y1", "node-y"), on("y2", "node-y"), on("y3", "node-y")];
         let cases: Vec<FilterCase> = vec![
-            (
-                "no constraints: skip",
-                pod("p"),
-                zones(),
-                vec![on("a1", "node-a")],
-                vec!["node-a", "node-b", "node-x", "node-y"],
-            ),
-            (
-                "soft only: skip",
-                incoming().spread(1, "zone", SA, &[("foo", "")]),
-                zones(),
-                spread_2103(),
-                vec!["node-a", "node-b", "node-x", "node-y"],
-            ),
-            (
-                "no existing pods",
-                incoming().spread(1, "zone", DNS, &[("foo", "")]),
-                zones(),
-                vec![],
-                vec!["node-a", "node-b", "node-x", "node-y"],
-            ),
-            (
-                "zones 3/3 all fit",
-                incoming().spread(1, "zone", DNS, &[("foo", "")]),
-                zones(),
-                vec![
-                    on("a1", "node-a"),
-                    on("b1", "node-b"),
-                    on("b2", "node-b"),
-                    on("x1", "node-x"),
-                    on("y1", "node-y"),
-                    on("y2", "node-y"),
-                ],
-                vec!["node-a", "node-b", "node-x", "node-y"],
-            ),
-            (
-                "zones 3/1: only zone2",
-                incoming().spread(1, "zone", DNS, &[("foo", "")]),
-                zones(),
-                vec![
-                    on("a1", "node-a"),
-                    on("a2", "node-a"),
-                    on("b1", "node-b"),
-                    on("x1", "node-x"),
-                ],
-                vec!["node-x", "node-y"],
-            ),
-            (
-                "hosts 2/1/0/3: only node-x",
-                incoming().spread(1, HOST, DNS, &[("foo", "")]),
-                zones(),
-                spread_2103(),
-                vec!["node-x"],
-            ),
-            (
-                "hosts 2/1/0/3, maxSkew 2",
-                incoming().spread(2, HOST, DNS, &[("foo", "")]),
-                zones(),
-                spread_2103(),
-                vec!["node-b", "node-x"],
-            ),
-            (
-                "hosts 2/1/0/3, no self match",
-                pod("p").spread(1, HOST, DNS, &[("foo", "")]),
-                zones(),
-                spread_2103(),
-                vec!["node-b", "node-x"],
-            ),
-            (
-                "other namespace not counted",
-                incoming().spread(1, HOST, DNS, &[("foo", "")]),
-                zones(),
-                vec![
-                    on("a1", "node-a").namespace("ns1"),
-                    on("b1", "node-b"),
-                    on("x1", "node-x"),
-                    on("y1", "node-y"),
-                ],
-                vec!["node-a"],
-            ),
-            (
-                "terminating not counted",
-                incoming().spread(1, HOST, DNS, &[("foo", "")]),
-                zones(),
-                vec![
-                    on("a1", "node-a").terminating(),
-                    on("b1", "node-b"),
-                    on("x1", "node-x"),
-                    on("y1", "node-y"),
-                ],
-                vec!["node-a"],
-            ),
-            (
-                "missing zone label rejects node",
-                incoming().spread(1, "zone", DNS, &[("foo", "")]),
-                vec![zn("node-a", "zone1"), node("node-b")],
-                vec![],
-                vec!["node-a"],
-            ),
-            (
-                "node without all keys is not a domain",
-                incoming().spread(1, "zone", DNS, &[("foo", "")]).spread(
-                    1,
-                    HOST,
-                    DNS,
-                    &[("foo", "")],
-                ),
-                vec![zn("node-a", "zone1"), zn("node-x", "zone2").label(HOST, "")],
-                vec![on("a1", "node-a")],
-                vec!["node-x"],
-            ),
-            (
-                "two constraints both must hold",
-                incoming().spread(1, "zone", DNS, &[("foo", "")]).spread(
-                    1,
-                    HOST,
-                    DNS,
-                    &[("foo", "")],
-                ),
-                zones(),
-                vec![on("a1", "node-a"), on("b1", "node-b"), on("x1", "node-x")],
-                vec!["node-y"],
-            ),
+            ("no constraints: skip", pod("p"), zones(), vec![on("a1", "node-a")], vec!["node-a", "node-b", "node-x", "node-y"]),
+            ("soft only: skip", incoming().spread(1, "zone", SA, &[("foo", "")]), zones(), spread_2103(), vec!["node-a", "node-b", "node-x", "node-y"]),
+            ("no existing pods", incoming().spread(1, "zone", DNS, &[("foo", "")]), zones(), vec![], vec!["node-a", "node-b", "node-x", "node-y"]),
+            ("zones 3/3 all fit", incoming().spread(1, "zone", DNS, &[("foo", "")]), zones(), vec![on("a1", "node-a"), on("b1", "node-b"), on("b2", "node-b"), on("x1", "node-x"), on("y1", "node-y"), on("y2", "node-y")], vec!["node-a", "node-b", "node-x", "node-y"]),
+            ("zones 3/1: only zone2", incoming().spread(1, "zone", DNS, &[("foo", "")]), zones(), vec![on("a1", "node-a"), on("a2", "node-a"), on("b1", "node-b"), on("x1", "node-x")], vec!["node-x", "node-y"]),
+            ("hosts 2/1/0/3: only node-x", incoming().spread(1, HOST, DNS, &[("foo", "")]), zones(), spread_2103(), vec!["node-x"]),
+            ("hosts 2/1/0/3, maxSkew 2", incoming().spread(2, HOST, DNS, &[("foo", "")]), zones(), spread_2103(), vec!["node-b", "node-x"]),
+            ("hosts 2/1/0/3, no self match", pod("p").spread(1, HOST, DNS, &[("foo", "")]), zones(), spread_2103(), vec!["node-b", "node-x"]),
+            ("other namespace not counted", incoming().spread(1, HOST, DNS, &[("foo", "")]), zones(), vec![on("a1", "node-a").namespace("ns1"), on("b1", "node-b"), on("x1", "node-x"), on("y1", "node-y")], vec!["node-a"]),
+            ("terminating not counted", incoming().spread(1, HOST, DNS, &[("foo", "")]), zones(), vec![on("a1", "node-a").terminating(), on("b1", "node-b"), on("x1", "node-x"), on("y1", "node-y")], vec!["node-a"]),
+            ("missing zone label rejects node", incoming().spread(1, "zone", DNS, &[("foo", "")]), vec![zn("node-a", "zone1"), node("node-b")], vec![], vec!["node-a"]),
+            ("node without all keys is not a domain", incoming().spread(1, "zone", DNS, &[("foo", "")]).spread(1, HOST, DNS, &[("foo", "")]), vec![zn("node-a", "zone1"), zn("node-x", "zone2").label(HOST, "")], vec![on("a1", "node-a")], vec!["node-x"]),
+            ("two constraints both must hold", incoming().spread(1, "zone", DNS, &[("foo", "")]).spread(1, HOST, DNS, &[("foo", "")]), zones(), vec![on("a1", "node-a"), on("b1", "node-b"), on("x1", "node-x")], vec!["node-y"]),
             // minDomains 3 > 2 zones: the global minimum counts as 0.
-            (
-                "minDomains above domains",
-                incoming().spread_constraint(tsc(1, "zone", DNS, Some(3), None, None)),
-                zones(),
-                vec![on("a1", "node-a"), on("x1", "node-x")],
-                vec![],
-            ),
-            (
-                "minDomains met",
-                incoming().spread_constraint(tsc(1, "zone", DNS, Some(2), None, None)),
-                zones(),
-                vec![on("a1", "node-a"), on("x1", "node-x")],
-                vec!["node-a", "node-b", "node-x", "node-y"],
-            ),
+            ("minDomains above domains", incoming().spread_constraint(tsc(1, "zone", DNS, Some(3), None, None)), zones(), vec![on("a1", "node-a"), on("x1", "node-x")], vec![]),
+            ("minDomains met", incoming().spread_constraint(tsc(1, "zone", DNS, Some(2), None, None)), zones(), vec![on("a1", "node-a"), on("x1", "node-x")], vec!["node-a", "node-b", "node-x", "node-y"]),
             // nodeAffinityPolicy Honor: zone2 is not a domain (only zone1 nodes match), so the minimum
             // is zone1's count and node-a fits; node-x (count 0) too, NodeAffinity rejects it.
-            (
-                "affinity policy honor",
-                incoming()
-                    .node_selector("pool", "p")
-                    .spread(1, "zone", DNS, &[("foo", "")]),
-                vec![
-                    zn("node-a", "zone1").label("pool", "p"),
-                    zn("node-x", "zone2"),
-                ],
-                vec![on("a1", "node-a"), on("a2", "node-a")],
-                vec!["node-a", "node-x"],
-            ),
-            (
-                "affinity policy ignore",
-                incoming().node_selector("pool", "p").spread_constraint(tsc(
-                    1,
-                    "zone",
-                    DNS,
-                    None,
-                    Some("Ignore"),
-                    None,
-                )),
-                vec![
-                    zn("node-a", "zone1").label("pool", "p"),
-                    zn("node-x", "zone2"),
-                ],
-                vec![on("a1", "node-a"), on("a2", "node-a")],
-                vec!["node-x"],
-            ),
-            (
-                "taints policy ignore (default)",
-                incoming().spread(1, "zone", DNS, &[("foo", "")]),
-                vec![
-                    zn("node-a", "zone1"),
-                    zn("node-x", "zone2").taint("k", "v", "NoSchedule"),
-                ],
-                vec![on("a1", "node-a")],
-                vec!["node-x"],
-            ),
-            (
-                "taints policy honor",
-                incoming().spread_constraint(tsc(1, "zone", DNS, None, None, Some("Honor"))),
-                vec![
-                    zn("node-a", "zone1"),
-                    zn("node-x", "zone2").taint("k", "v", "NoSchedule"),
-                ],
-                vec![on("a1", "node-a"), on("a2", "node-a")],
-                vec!["node-a", "node-x"],
-            ),
-            (
-                "taints policy honor, tolerated",
-                incoming()
-                    .toleration("k", Some("v"), "NoSchedule")
-                    .spread_constraint(tsc(1, "zone", DNS, None, None, Some("Honor"))),
-                vec![
-                    zn("node-a", "zone1"),
-                    zn("node-x", "zone2").taint("k", "v", "NoSchedule"),
-                ],
-                vec![on("a1", "node-a"), on("a2", "node-a")],
-                vec!["node-x"],
-            ),
+            ("affinity policy honor", incoming().node_selector("pool", "p").spread(1, "zone", DNS, &[("foo", "")]), vec![zn("node-a", "zone1").label("pool", "p"), zn("node-x", "zone2")], vec![on("a1", "node-a"), on("a2", "node-a")], vec!["node-a", "node-x"]),
+            ("affinity policy ignore", incoming().node_selector("pool", "p").spread_constraint(tsc(1, "zone", DNS, None, Some("Ignore"), None)), vec![zn("node-a", "zone1").label("pool", "p"), zn("node-x", "zone2")], vec![on("a1", "node-a"), on("a2", "node-a")], vec!["node-x"]),
+            ("taints policy ignore (default)", incoming().spread(1, "zone", DNS, &[("foo", "")]), vec![zn("node-a", "zone1"), zn("node-x", "zone2").taint("k", "v", "NoSchedule")], vec![on("a1", "node-a")], vec!["node-x"]),
+            ("taints policy honor", incoming().spread_constraint(tsc(1, "zone", DNS, None, None, Some("Honor"))), vec![zn("node-a", "zone1"), zn("node-x", "zone2").taint("k", "v", "NoSchedule")], vec![on("a1", "node-a"), on("a2", "node-a")], vec!["node-a", "node-x"]),
+            ("taints policy honor, tolerated", incoming().toleration("k", Some("v"), "NoSchedule").spread_constraint(tsc(1, "zone", DNS, None, None, Some("Honor"))), vec![zn("node-a", "zone1"), zn("node-x", "zone2").taint("k", "v", "NoSchedule")], vec![on("a1", "node-a"), on("a2", "node-a")], vec!["node-x"]),
         ];
         for (name, p, nodes, pods, want) in cases {
             assert_eq!(feasible(&p, &nodes, &pods), want, "{name}");
@@ -611,31 +316,16 @@ mod tests {
     #[test]
     fn filter_statuses() {
         let pl = plugin();
-        let snap = snapshot(
-            &[zn("node-a", "zone1"), node("node-b"), zn("node-x", "zone2")],
-            &[on("a1", "node-a"), on("a2", "node-a")],
-        );
+        let snap = snapshot(&[zn("node-a", "zone1"), node("node-b"), zn("node-x", "zone2")], &[on("a1", "node-a"), on("a2", "node-a")]);
         let p = incoming().spread(1, "zone", DNS, &[("foo", "")]).info();
         let mut st = CycleState::new();
         assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
         let s = pl.filter(&st, &p, &snap.nodes[0]);
-        assert_eq!(
-            (s.code, s.message()),
-            (Code::Unschedulable, REASON_CONSTRAINTS.to_string())
-        );
+        assert_eq!((s.code, s.message()), (Code::Unschedulable, REASON_CONSTRAINTS.to_string()));
         let s = pl.filter(&st, &p, &snap.nodes[1]);
-        assert_eq!(
-            (s.code, s.message()),
-            (
-                Code::UnschedulableAndUnresolvable,
-                REASON_MISSING_LABEL.to_string()
-            )
-        );
+        assert_eq!((s.code, s.message()), (Code::UnschedulableAndUnresolvable, REASON_MISSING_LABEL.to_string()));
         assert!(pl.filter(&st, &p, &snap.nodes[2]).is_success());
-        assert_eq!(
-            pl.filter(&CycleState::new(), &p, &snap.nodes[2]).code,
-            Code::Error
-        );
+        assert_eq!(pl.filter(&CycleState::new(), &p, &snap.nodes[2]).code, Code::Error);
     }
 
     #[test]
@@ -646,21 +336,13 @@ mod tests {
         let p = incoming().spread(1, HOST, DNS, &[("foo", "")]).info();
         let mut st = CycleState::new();
         assert!(pl.pre_filter(&mut st, &p, &snap).0.is_success());
-        let fits = |st: &CycleState| -> Vec<bool> {
-            snap.nodes
-                .iter()
-                .map(|n| pl.filter(st, &p, n).is_success())
-                .collect()
-        };
+        let fits = |st: &CycleState| -> Vec<bool> { snap.nodes.iter().map(|n| pl.filter(st, &p, n).is_success()).collect() };
         assert_eq!(fits(&st), vec![true, true, true]);
         // Adding on a and b leaves c at the minimum 0.
         let mut st2 = st.clone();
         for (i, name) in [(0, "x1"), (1, "x2")] {
             let added = on(name, snap.nodes[i].name()).info();
-            assert!(
-                pl.add_pod(&mut st2, &p, &added, &snap.nodes[i], &snap)
-                    .is_success()
-            );
+            assert!(pl.add_pod(&mut st2, &p, &added, &snap.nodes[i], &snap).is_success());
         }
         assert_eq!(fits(&st2), vec![false, false, true]);
         // The original state is untouched.
@@ -674,10 +356,7 @@ mod tests {
         pl.remove_pod(&mut st2, &p, &removed, &snap.nodes[0], &snap);
         assert_eq!(fits(&st2), vec![true, false, false]);
         // Pods of another namespace or not selected change nothing.
-        for other in [
-            on("o1", "node-a").namespace("other"),
-            pod("o2").node("node-a").label("bar", ""),
-        ] {
+        for other in [on("o1", "node-a").namespace("other"), pod("o2").node("node-a").label("bar", "")] {
             pl.add_pod(&mut st2, &p, &other.info(), &snap.nodes[0], &snap);
             pl.add_pod(&mut st2, &p, &other.info(), &snap.nodes[0], &snap);
         }
@@ -687,34 +366,15 @@ mod tests {
     #[test]
     fn add_pod_honors_inclusion_policies() {
         let pl = plugin();
-        let nodes = [
-            zn("node-a", "zone1").label("pool", "p"),
-            zn("node-x", "zone2").label("pool", "p"),
-            zn("node-z", "zone3"),
-        ];
+        let nodes = [zn("node-a", "zone1").label("pool", "p"), zn("node-x", "zone2").label("pool", "p"), zn("node-z", "zone3")];
         let snap = snapshot(&nodes, &[]);
-        let p = incoming()
-            .node_selector("pool", "p")
-            .spread(1, "zone", DNS, &[("foo", "")])
-            .info();
+        let p = incoming().node_selector("pool", "p").spread(1, "zone", DNS, &[("foo", "")]).info();
         let mut st = CycleState::new();
         pl.pre_filter(&mut st, &p, &snap);
         // node-z does not match the pod's nodeSelector: a pod added there is not counted.
-        pl.add_pod(
-            &mut st,
-            &p,
-            &on("z1", "node-z").info(),
-            &snap.nodes[2],
-            &snap,
-        );
+        pl.add_pod(&mut st, &p, &on("z1", "node-z").info(), &snap.nodes[2], &snap);
         assert!(pl.filter(&st, &p, &snap.nodes[0]).is_success());
-        pl.add_pod(
-            &mut st,
-            &p,
-            &on("a1", "node-a").info(),
-            &snap.nodes[0],
-            &snap,
-        );
+        pl.add_pod(&mut st, &p, &on("a1", "node-a").info(), &snap.nodes[0], &snap);
         assert!(!pl.filter(&st, &p, &snap.nodes[0]).is_success());
         assert!(pl.filter(&st, &p, &snap.nodes[1]).is_success());
     }

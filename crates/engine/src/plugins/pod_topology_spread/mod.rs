@@ -25,12 +25,9 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 
 use crate::cache::Snapshot;
-use crate::framework::{
-    CycleState, Events, FilterPlugin, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin,
-    PreScorePlugin, ScorePlugin, Status,
-};
+use crate::framework::{CycleState, Events, FilterPlugin, NodeScore, Plugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, ScorePlugin, Status};
 use berth_model::pod::{InclusionPolicy, SpreadConstraint, WhenUnsatisfiable};
-use berth_model::selector::{Selector, validate_key};
+use berth_model::selector::{validate_key, Selector};
 use berth_model::{NodeInfo, PodInfo};
 
 use common::{KeyDomains, RequiredIds, Tally};
@@ -40,8 +37,7 @@ pub const NAME: &str = "PodTopologySpread";
 /// Filter reason when placing the pod on the node would exceed a maxSkew.
 pub const REASON_CONSTRAINTS: &str = "node(s) didn't match pod topology spread constraints";
 /// Filter reason when the node lacks a constraint's topology key.
-pub const REASON_MISSING_LABEL: &str =
-    "node(s) didn't match pod topology spread constraints (missing required label)";
+pub const REASON_MISSING_LABEL: &str = "node(s) didn't match pod topology spread constraints (missing required label)";
 /// The hostname label: per-node domains, counted at Score time.
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 /// The zone label.
@@ -113,11 +109,7 @@ pub struct PodTopologySpread {
     required_ids: Mutex<RequiredIds>,
 }
 
-fn policy(
-    v: Option<&str>,
-    default: InclusionPolicy,
-    path: &str,
-) -> Result<InclusionPolicy, String> {
+fn policy(v: Option<&str>, default: InclusionPolicy, path: &str) -> Result<InclusionPolicy, String> {
     match v {
         None => Ok(default),
         Some("Honor") => Ok(InclusionPolicy::Honor),
@@ -148,25 +140,16 @@ impl PodTopologySpread {
         let system = match args.defaulting_type.as_deref() {
             None | Some("System") => true,
             Some("List") => false,
-            Some(o) => {
-                return Err(format!(
-                    "defaultingType: unsupported value {o:?} (System or List)"
-                ));
-            }
+            Some(o) => return Err(format!("defaultingType: unsupported value {o:?} (System or List)")),
         };
         if system && !list.is_empty() {
-            return Err(
-                "defaultingType: \"System\": invalid when .defaultConstraints are not empty".into(),
-            );
+            return Err("defaultingType: \"System\": invalid when .defaultConstraints are not empty".into());
         }
         let mut defaults = Vec::with_capacity(list.len());
         for (i, c) in list.iter().enumerate() {
             let p = format!("defaultConstraints[{i}]");
             if c.max_skew <= 0 {
-                return Err(format!(
-                    "{p}.maxSkew: must be greater than zero, got {}",
-                    c.max_skew
-                ));
+                return Err(format!("{p}.maxSkew: must be greater than zero, got {}", c.max_skew));
             }
             if c.topology_key.is_empty() {
                 return Err(format!("{p}.topologyKey: required value"));
@@ -175,32 +158,17 @@ impl PodTopologySpread {
             let when = match c.when_unsatisfiable.as_str() {
                 "DoNotSchedule" => WhenUnsatisfiable::DoNotSchedule,
                 "ScheduleAnyway" => WhenUnsatisfiable::ScheduleAnyway,
-                o => {
-                    return Err(format!(
-                        "{p}.whenUnsatisfiable: unsupported value {o:?} (DoNotSchedule or ScheduleAnyway)"
-                    ));
-                }
+                o => return Err(format!("{p}.whenUnsatisfiable: unsupported value {o:?} (DoNotSchedule or ScheduleAnyway)")),
             };
             if c.label_selector.is_some() {
-                return Err(format!(
-                    "{p}.labelSelector: forbidden: constraint must not define a selector, as they deduced for each pod"
-                ));
+                return Err(format!("{p}.labelSelector: forbidden: constraint must not define a selector, as they deduced for each pod"));
             }
-            if list[..i].iter().any(|o| {
-                o.topology_key == c.topology_key && o.when_unsatisfiable == c.when_unsatisfiable
-            }) {
-                return Err(format!(
-                    "{p}: duplicate value {{{}, {}}}",
-                    c.topology_key, c.when_unsatisfiable
-                ));
+            if list[..i].iter().any(|o| o.topology_key == c.topology_key && o.when_unsatisfiable == c.when_unsatisfiable) {
+                return Err(format!("{p}: duplicate value {{{}, {}}}", c.topology_key, c.when_unsatisfiable));
             }
             let min_domains = match c.min_domains {
                 None => 1,
-                Some(m) if m <= 0 => {
-                    return Err(format!(
-                        "{p}.minDomains: must be greater than zero, got {m}"
-                    ));
-                }
+                Some(m) if m <= 0 => return Err(format!("{p}.minDomains: must be greater than zero, got {m}")),
                 Some(m) => i64::from(m),
             };
             defaults.push(SpreadConstraint {
@@ -209,28 +177,14 @@ impl PodTopologySpread {
                 when_unsatisfiable: when,
                 selector: Selector::nothing(),
                 min_domains,
-                node_affinity_policy: policy(
-                    c.node_affinity_policy.as_deref(),
-                    InclusionPolicy::Honor,
-                    &format!("{p}.nodeAffinityPolicy"),
-                )?,
-                node_taints_policy: policy(
-                    c.node_taints_policy.as_deref(),
-                    InclusionPolicy::Ignore,
-                    &format!("{p}.nodeTaintsPolicy"),
-                )?,
+                node_affinity_policy: policy(c.node_affinity_policy.as_deref(), InclusionPolicy::Honor, &format!("{p}.nodeAffinityPolicy"))?,
+                node_taints_policy: policy(c.node_taints_policy.as_deref(), InclusionPolicy::Ignore, &format!("{p}.nodeTaintsPolicy"))?,
             });
         }
         if system {
             defaults = system_defaults();
         }
-        Ok(PodTopologySpread {
-            defaults,
-            system_defaulted: system,
-            cache: Mutex::default(),
-            tallies: Mutex::default(),
-            required_ids: Mutex::default(),
-        })
+        Ok(PodTopologySpread { defaults, system_defaulted: system, cache: Mutex::default(), tallies: Mutex::default(), required_ids: Mutex::default() })
     }
 }
 
@@ -252,34 +206,15 @@ impl Plugin for PodTopologySpread {
 }
 
 impl PreFilterPlugin for PodTopologySpread {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> (Status, PreFilterNodes) {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         filtering::pre_filter(self, state, pod, snap)
     }
 
-    fn add_pod(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        added: &Arc<PodInfo>,
-        node: &NodeInfo,
-        snap: &Snapshot,
-    ) -> Status {
+    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         filtering::add_pod(state, pod, added, node, snap)
     }
 
-    fn remove_pod(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        removed: &Arc<PodInfo>,
-        node: &NodeInfo,
-        snap: &Snapshot,
-    ) -> Status {
+    fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &Arc<PodInfo>, node: &NodeInfo, snap: &Snapshot) -> Status {
         filtering::remove_pod(state, pod, removed, node, snap)
     }
 }
@@ -289,36 +224,17 @@ impl FilterPlugin for PodTopologySpread {
         filtering::filter(state, pod, node)
     }
 
-    fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-        rejected: &mut Vec<(usize, Status)>,
-    ) {
+    fn filter_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>, rejected: &mut Vec<(usize, Status)>) {
         filtering::filter_nodes(self, state, pod, snap, nodes, rejected)
     }
 
-    fn retain_feasible(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        nodes: &mut Vec<usize>,
-    ) -> bool {
+    fn retain_feasible(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, nodes: &mut Vec<usize>) -> bool {
         filtering::retain_feasible(state, pod, snap, nodes)
     }
 }
 
 impl PreScorePlugin for PodTopologySpread {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        nodes: &[usize],
-        snap: &Snapshot,
-    ) -> Status {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[usize], snap: &Snapshot) -> Status {
         scoring::pre_score(self, state, pod, nodes, snap)
     }
 }
@@ -328,23 +244,11 @@ impl ScorePlugin for PodTopologySpread {
         scoring::score(state, pod, node)
     }
 
-    fn score_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-        scores: &mut [NodeScore],
-    ) -> Result<(), Status> {
+    fn score_nodes(&self, state: &CycleState, pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         scoring::score_nodes(self, state, pod, snap, scores)
     }
 
-    fn normalize_score(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        scores: &mut [NodeScore],
-        snap: &Snapshot,
-    ) -> Status {
+    fn normalize_score(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore], snap: &Snapshot) -> Status {
         scoring::normalize_score(state, pod, scores, snap)
     }
 
@@ -358,30 +262,18 @@ impl ScorePlugin for PodTopologySpread {
 mod test_support {
     pub(super) use super::*;
     pub(super) use crate::framework::{Code, MAX_NODE_SCORE};
-    pub(super) use crate::testing::{NodeBuilder, PodBuilder, Rng, node, pod, selector, snapshot};
+    pub(super) use crate::testing::{node, pod, selector, snapshot, NodeBuilder, PodBuilder, Rng};
     pub(super) use k8s_openapi::api::core::v1 as core;
+
 
     pub(super) const DNS: &str = "DoNotSchedule";
     pub(super) const SA: &str = "ScheduleAnyway";
     pub(super) const HOST: &str = LABEL_HOSTNAME;
 
     /// name, incoming pod, nodes, bound pods, feasible nodes.
-    pub(super) type FilterCase = (
-        &'static str,
-        PodBuilder,
-        Vec<NodeBuilder>,
-        Vec<PodBuilder>,
-        Vec<&'static str>,
-    );
+    pub(super) type FilterCase = (&'static str, PodBuilder, Vec<NodeBuilder>, Vec<PodBuilder>, Vec<&'static str>);
     /// name, incoming pod, feasible nodes, other nodes, bound pods, scores of the feasible nodes.
-    pub(super) type ScoreCase = (
-        &'static str,
-        PodBuilder,
-        Vec<NodeBuilder>,
-        Vec<NodeBuilder>,
-        Vec<PodBuilder>,
-        Vec<i64>,
-    );
+    pub(super) type ScoreCase = (&'static str, PodBuilder, Vec<NodeBuilder>, Vec<NodeBuilder>, Vec<PodBuilder>, Vec<i64>);
 
     /// A node without the hostname label.
     pub(super) fn bare(name: &str) -> NodeBuilder {
@@ -411,14 +303,7 @@ mod test_support {
         pod("p").label("foo", "")
     }
 
-    pub(super) fn tsc(
-        skew: i32,
-        key: &str,
-        when: &str,
-        min_domains: Option<i32>,
-        aff: Option<&str>,
-        taints: Option<&str>,
-    ) -> core::TopologySpreadConstraint {
+    pub(super) fn tsc(skew: i32, key: &str, when: &str, min_domains: Option<i32>, aff: Option<&str>, taints: Option<&str>) -> core::TopologySpreadConstraint {
         core::TopologySpreadConstraint {
             max_skew: skew,
             topology_key: key.into(),
@@ -432,11 +317,7 @@ mod test_support {
     }
 
     /// Feasible node names after PreFilter and Filter.
-    pub(super) fn feasible(
-        p: &PodBuilder,
-        nodes: &[NodeBuilder],
-        pods: &[PodBuilder],
-    ) -> Vec<String> {
+    pub(super) fn feasible(p: &PodBuilder, nodes: &[NodeBuilder], pods: &[PodBuilder]) -> Vec<String> {
         let pl = plugin();
         let snap = snapshot(nodes, pods);
         let p = p.info();
@@ -445,20 +326,12 @@ mod test_support {
         if s.is_skip() {
             return snap.nodes.iter().map(|n| n.name().to_string()).collect();
         }
-        snap.nodes
-            .iter()
-            .filter(|n| pl.filter(&st, &p, n).is_success())
-            .map(|n| n.name().to_string())
-            .collect()
+        snap.nodes.iter().filter(|n| pl.filter(&st, &p, n).is_success()).map(|n| n.name().to_string()).collect()
     }
 
+
     /// Normalized scores of the feasible `nodes` (the snapshot also holds `failed`).
-    pub(super) fn scores(
-        p: &PodBuilder,
-        nodes: &[NodeBuilder],
-        failed: &[NodeBuilder],
-        pods: &[PodBuilder],
-    ) -> Vec<i64> {
+    pub(super) fn scores(p: &PodBuilder, nodes: &[NodeBuilder], failed: &[NodeBuilder], pods: &[PodBuilder]) -> Vec<i64> {
         let pl = plugin();
         let all: Vec<NodeBuilder> = nodes.iter().chain(failed).cloned().collect();
         let snap = snapshot(&all, pods);
@@ -469,13 +342,7 @@ mod test_support {
         if s.is_skip() {
             return vec![-1; nodes.len()];
         }
-        let mut out: Vec<NodeScore> = feasible
-            .iter()
-            .map(|&i| NodeScore {
-                node: i,
-                score: pl.score(&st, &p, &snap.nodes[i]).unwrap_or(-100),
-            })
-            .collect();
+        let mut out: Vec<NodeScore> = feasible.iter().map(|&i| NodeScore { node: i, score: pl.score(&st, &p, &snap.nodes[i]).unwrap_or(-100) }).collect();
         assert!(pl.normalize_score(&st, &p, &mut out, &snap).is_success());
         out.iter().map(|s| s.score).collect()
     }
@@ -485,82 +352,26 @@ mod test_support {
 mod tests {
     use super::test_support::*;
 
+
     #[test]
     fn args_validation() {
-        let build = |v: serde_json::Value| {
-            crate::plugins::build(NAME, Some(&v))
-                .map(|_| ())
-                .err()
-                .unwrap_or_default()
-        };
+        let build = |v: serde_json::Value| crate::plugins::build(NAME, Some(&v)).map(|_| ()).err().unwrap_or_default();
         let dc = |skew: i32, key: &str, when: &str| serde_json::json!({"maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": when});
         let cases = [
             ("defaults", serde_json::json!({}), ""),
-            (
-                "apiVersion and kind",
-                serde_json::json!({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "PodTopologySpreadArgs"}),
-                "",
-            ),
-            (
-                "List, no constraints",
-                serde_json::json!({"defaultingType": "List"}),
-                "",
-            ),
-            (
-                "List, empty constraints",
-                serde_json::json!({"defaultingType": "List", "defaultConstraints": []}),
-                "",
-            ),
-            (
-                "List, constraints",
-                serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "zone", SA), dc(2, "zone", DNS)]}),
-                "",
-            ),
-            (
-                "System with constraints",
-                serde_json::json!({"defaultConstraints": [dc(1, "zone", SA)]}),
-                "defaultingType",
-            ),
-            (
-                "bad defaultingType",
-                serde_json::json!({"defaultingType": "Auto"}),
-                "defaultingType",
-            ),
-            (
-                "maxSkew 0",
-                serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(0, "zone", SA)]}),
-                "defaultConstraints[0].maxSkew: must be greater than zero",
-            ),
-            (
-                "empty key",
-                serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "", SA)]}),
-                "defaultConstraints[0].topologyKey",
-            ),
-            (
-                "bad key",
-                serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "a b", SA)]}),
-                "defaultConstraints[0].topologyKey",
-            ),
-            (
-                "bad when",
-                serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "zone", "Never")]}),
-                "defaultConstraints[0].whenUnsatisfiable",
-            ),
-            (
-                "selector forbidden",
-                serde_json::json!({"defaultingType": "List", "defaultConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": SA, "labelSelector": {}}]}),
-                "defaultConstraints[0].labelSelector",
-            ),
-            (
-                "duplicate",
-                serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "zone", SA), dc(2, "zone", SA)]}),
-                "defaultConstraints[1]",
-            ),
-            (
-                "unknown field",
-                serde_json::json!({"defaultingType": "List", "bogus": 1}),
-                "bogus",
-            ),
+            ("apiVersion and kind", serde_json::json!({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "PodTopologySpreadArgs"}), ""),
+            ("List, no constraints", serde_json::json!({"defaultingType": "List"}), ""),
+            ("List, empty constraints", serde_json::json!({"defaultingType": "List", "defaultConstraints": []}), ""),
+            ("List, constraints", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "zone", SA), dc(2, "zone", DNS)]}), ""),
+            ("System with constraints", serde_json::json!({"defaultConstraints": [dc(1, "zone", SA)]}), "defaultingType"),
+            ("bad defaultingType", serde_json::json!({"defaultingType": "Auto"}), "defaultingType"),
+            ("maxSkew 0", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(0, "zone", SA)]}), "defaultConstraints[0].maxSkew: must be greater than zero"),
+            ("empty key", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "", SA)]}), "defaultConstraints[0].topologyKey"),
+            ("bad key", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "a b", SA)]}), "defaultConstraints[0].topologyKey"),
+            ("bad when", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "zone", "Never")]}), "defaultConstraints[0].whenUnsatisfiable"),
+            ("selector forbidden", serde_json::json!({"defaultingType": "List", "defaultConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": SA, "labelSelector": {}}]}), "defaultConstraints[0].labelSelector"),
+            ("duplicate", serde_json::json!({"defaultingType": "List", "defaultConstraints": [dc(1, "zone", SA), dc(2, "zone", SA)]}), "defaultConstraints[1]"),
+            ("unknown field", serde_json::json!({"defaultingType": "List", "bogus": 1}), "bogus"),
         ];
         for (name, v, want) in cases {
             let got = build(v);

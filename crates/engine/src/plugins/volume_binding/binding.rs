@@ -12,9 +12,9 @@
 //!   bound every claim. The engine makes no API call.
 
 use super::common::State;
-use super::{NAME, VolumeBinding};
-use crate::cache::Snapshot;
+use super::{VolumeBinding, NAME};
 use crate::cache::storage::{ClaimRef, StaticBinding, VolumeDecisions};
+use crate::cache::Snapshot;
 use crate::framework::{ApiWrite, CycleState, PreBindWork, Reservation, Status, WaitFor};
 use berth_model::PodInfo;
 
@@ -48,20 +48,9 @@ pub(super) fn reserve(state: &mut CycleState, pod: &PodInfo, node: &str) -> Stat
                 bindings: v
                     .bindings
                     .iter()
-                    .map(|(c, pv)| StaticBinding {
-                        pv: pv.name.clone(),
-                        claim: ClaimRef {
-                            namespace: c.namespace.clone(),
-                            name: c.name.clone(),
-                            uid: c.uid.clone(),
-                        },
-                    })
+                    .map(|(c, pv)| StaticBinding { pv: pv.name.clone(), claim: ClaimRef { namespace: c.namespace.clone(), name: c.name.clone(), uid: c.uid.clone() } })
                     .collect(),
-                provisions: v
-                    .provisions
-                    .iter()
-                    .map(|(c, _)| (c.namespace.clone(), c.name.clone()))
-                    .collect(),
+                provisions: v.provisions.iter().map(|(c, _)| (c.namespace.clone(), c.name.clone())).collect(),
             })
         }
     };
@@ -77,9 +66,7 @@ pub(super) fn unreserve(state: &mut CycleState) {
 }
 
 pub(super) fn pre_bind(pl: &VolumeBinding, state: &mut CycleState, node: &str) -> Status {
-    let Some(s) = state.get::<State>() else {
-        return Status::success();
-    };
+    let Some(s) = state.get::<State>() else { return Status::success() };
     if s.all_bound_at_prefilter {
         return Status::success();
     }
@@ -90,31 +77,16 @@ pub(super) fn pre_bind(pl: &VolumeBinding, state: &mut CycleState, node: &str) -
         .bindings
         .iter()
         .map(|b| ApiWrite::BindVolume(b.clone()))
-        .chain(
-            d.provisions
-                .iter()
-                .map(|(namespace, name)| ApiWrite::SelectNode {
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                }),
-        )
+        .chain(d.provisions.iter().map(|(namespace, name)| ApiWrite::SelectNode { namespace: namespace.clone(), name: name.clone() }))
         .collect();
     let wait_for = d
         .bindings
         .iter()
         .map(|b| (&b.claim.namespace, &b.claim.name))
         .chain(d.provisions.iter().map(|(ns, n)| (ns, n)))
-        .map(|(namespace, name)| WaitFor::ClaimBound {
-            namespace: namespace.clone(),
-            name: name.clone(),
-        })
+        .map(|(namespace, name)| WaitFor::ClaimBound { namespace: namespace.clone(), name: name.clone() })
         .collect();
-    let work = PreBindWork {
-        plugin: NAME,
-        writes,
-        wait_for,
-        timeout: pl.bind_timeout,
-    };
+    let work = PreBindWork { plugin: NAME, writes, wait_for, timeout: pl.bind_timeout };
     state.add_pre_bind_work(work);
     Status::success()
 }
@@ -125,24 +97,15 @@ mod tests {
 
     use super::super::tests_support::*;
     use super::*;
-    use crate::framework::{AssumeView, PreBindPlugin, ReservePlugin, assume};
+    use crate::framework::{assume, AssumeView, PreBindPlugin, ReservePlugin};
 
     #[test]
     fn reserve_records_pre_bind_describes_and_assume_takes_the_pv() {
         let mut snap = snapshot_with(
             &[("n1", vec![("zone", "a")]), ("n2", vec![("zone", "b")])],
-            &[
-                claim("small", "2Gi", Some("wait")),
-                claim("dyn", "1Gi", Some("dyn")),
-            ],
-            &[
-                pv("pv-a-5", "5Gi", Some("wait")).affinity("zone", "a"),
-                pv("pv-a-3", "3Gi", Some("wait")).affinity("zone", "a"),
-            ],
-            &[
-                ("wait", true, crate::cache::storage::NO_PROVISIONER),
-                ("dyn", true, "csi.example.com"),
-            ],
+            &[claim("small", "2Gi", Some("wait")), claim("dyn", "1Gi", Some("dyn"))],
+            &[pv("pv-a-5", "5Gi", Some("wait")).affinity("zone", "a"), pv("pv-a-3", "3Gi", Some("wait")).affinity("zone", "a")],
+            &[("wait", true, crate::cache::storage::NO_PROVISIONER), ("dyn", true, "csi.example.com")],
         );
         // The smallest PV that fits is chosen, and Reserve records it.
         let p = pod_with_claims("p", &["small"]);
@@ -150,25 +113,13 @@ mod tests {
         let pl = plugin();
         assert!(pl.reserve(&mut st, &p, "n1").is_success());
         let d = reserved(&st).cloned().expect("decisions");
-        assert_eq!(
-            d.bindings.iter().map(|b| b.pv.as_str()).collect::<Vec<_>>(),
-            vec!["pv-a-3"]
-        );
+        assert_eq!(d.bindings.iter().map(|b| b.pv.as_str()).collect::<Vec<_>>(), vec!["pv-a-3"]);
         // PreBind describes the API work, naming the plugin.
         assert!(pl.pre_bind(&mut st, &p, "n1").is_success());
         let w = st.pre_bind_work().first().cloned().expect("work");
         assert_eq!(w.plugin, NAME);
         assert_eq!(w.writes, vec![ApiWrite::BindVolume(d.bindings[0].clone())]);
-        assert_eq!(
-            (w.wait_for, w.timeout),
-            (
-                vec![WaitFor::ClaimBound {
-                    namespace: "default".into(),
-                    name: "small".into()
-                }],
-                Duration::from_secs(600)
-            )
-        );
+        assert_eq!((w.wait_for, w.timeout), (vec![WaitFor::ClaimBound { namespace: "default".into(), name: "small".into() }], Duration::from_secs(600)));
         // The framework's assume step takes the PV: the next pod's claim of
         // the same size gets the 5Gi one.
         assume(&mut snap, &st, &p, "n1");
@@ -179,27 +130,18 @@ mod tests {
         let (_, mut st2, res) = run(&snap, &p2);
         assert_eq!(feasible(&res), vec!["n1"]);
         pl.reserve(&mut st2, &p2, "n1");
-        assert_eq!(
-            reserved(&st2).map(|d| d.bindings[0].pv.clone()),
-            Some("pv-a-5".to_string())
-        );
+        assert_eq!(reserved(&st2).map(|d| d.bindings[0].pv.clone()), Some("pv-a-5".to_string()));
         // Forgetting the first pod frees its PV again.
         snap.forget_pod(&p);
         assert_eq!((snap.storage.assumed_count(), snap.reserved_pods()), (0, 0));
         let (_, mut st3, _) = run(&snap, &p2);
         pl.reserve(&mut st3, &p2, "n1");
-        assert_eq!(
-            reserved(&st3).map(|d| d.bindings[0].pv.clone()),
-            Some("pv-a-3".to_string())
-        );
+        assert_eq!(reserved(&st3).map(|d| d.bindings[0].pv.clone()), Some("pv-a-3".to_string()));
         // Dynamic provisioning is recorded as a selected node, and written as its annotation.
         let p4 = pod_with_claims("p4", &["dyn"]);
         let (_, mut st4, _) = run(&snap, &p4);
         pl.reserve(&mut st4, &p4, "n2");
-        assert_eq!(
-            reserved(&st4).map(|d| d.provisions.clone()),
-            Some(vec![("default".to_string(), "dyn".to_string())])
-        );
+        assert_eq!(reserved(&st4).map(|d| d.provisions.clone()), Some(vec![("default".to_string(), "dyn".to_string())]));
         assert!(pl.pre_bind(&mut st4, &p4, "n2").is_success());
         let w = &st4.pre_bind_work()[0];
         assert!(w.provisions("default", "dyn") && w.volume_bindings().next().is_none());
@@ -209,9 +151,6 @@ mod tests {
         let (_, mut st5, _) = run(&snap, &p);
         pl.reserve(&mut st5, &p, "elsewhere");
         assert!(reserved(&st5).is_none());
-        assert_eq!(
-            pl.pre_bind(&mut st5, &p, "elsewhere").message(),
-            "no pod volumes found for node \"elsewhere\""
-        );
+        assert_eq!(pl.pre_bind(&mut st5, &p, "elsewhere").message(), "no pod volumes found for node \"elsewhere\"");
     }
 }

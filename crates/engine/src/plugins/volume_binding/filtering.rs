@@ -16,20 +16,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::common::{Delayed, NodeVolumes, State};
-use super::{
-    REASON_BIND_CONFLICT, REASON_NODE_CONFLICT, REASON_NOT_ENOUGH_SPACE, REASON_PV_NOT_EXIST,
-    REASON_UNBOUND_IMMEDIATE,
-};
-use crate::cache::Snapshot;
+use super::{REASON_BIND_CONFLICT, REASON_NODE_CONFLICT, REASON_NOT_ENOUGH_SPACE, REASON_PV_NOT_EXIST, REASON_UNBOUND_IMMEDIATE};
 use crate::cache::storage::{Claim, Volume};
+use crate::cache::Snapshot;
 use crate::framework::{Code, CycleState, PreFilterNodes, Status};
 use berth_model::{NodeInfo, PodInfo};
 
-pub(super) fn pre_filter(
-    state: &mut CycleState,
-    pod: &PodInfo,
-    snap: &Snapshot,
-) -> (Status, PreFilterNodes) {
+pub(super) fn pre_filter(state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
     if !pod.volumes.iter().any(|v| v.claim().is_some()) {
         return (Status::skip(), None);
     }
@@ -49,31 +42,15 @@ pub(super) fn pre_filter(
             s.bound.push((c, pv));
             continue;
         }
-        let class = if c.class.is_empty() {
-            None
-        } else {
-            st.class(&c.class)
-        };
+        let class = if c.class.is_empty() { None } else { st.class(&c.class) };
         if let Some(e) = class.and_then(|k| k.error.as_ref()) {
             return (Status::unresolvable(e.to_string()), None);
         }
         match class {
             Some(k) if k.wait_for_first_consumer && c.volume_name.is_empty() => {
-                let capacities =
-                    (k.provisions() && c.has_request && st.driver_tracks_capacity(&k.provisioner))
-                        .then(|| {
-                            st.capacities()
-                                .iter()
-                                .filter(|x| x.class == k.name)
-                                .cloned()
-                                .collect()
-                        });
-                s.delayed.push(Delayed {
-                    selected: st.selected_node(&c).map(String::from),
-                    class: k.clone(),
-                    capacities,
-                    claim: c,
-                });
+                let capacities = (k.provisions() && c.has_request && st.driver_tracks_capacity(&k.provisioner))
+                    .then(|| st.capacities().iter().filter(|x| x.class == k.name).cloned().collect());
+                s.delayed.push(Delayed { selected: st.selected_node(&c).map(String::from), class: k.clone(), capacities, claim: c });
             }
             _ => immediate = true,
         }
@@ -85,11 +62,7 @@ pub(super) fn pre_filter(
         if s.candidates.contains_key(&d.claim.class) {
             continue;
         }
-        let list = st
-            .volumes_of_class(&d.claim.class)
-            .filter(|v| v.error.is_none())
-            .map(|v| (v.clone(), st.claim_ref(v).cloned()))
-            .collect();
+        let list = st.volumes_of_class(&d.claim.class).filter(|v| v.error.is_none()).map(|v| (v.clone(), st.claim_ref(v).cloned())).collect();
         s.candidates.insert(d.claim.class.clone(), list);
     }
     // Local PVs of bound claims narrow the nodes (upstream GetEligibleNodes).
@@ -112,20 +85,14 @@ pub(super) fn pre_filter(
 }
 
 pub(super) fn filter(state: &CycleState, node: &NodeInfo) -> Status {
-    let Some(s) = state.get::<State>() else {
-        return Status::error("VolumeBinding: no PreFilter state");
-    };
+    let Some(s) = state.get::<State>() else { return Status::error("VolumeBinding: no PreFilter state") };
     match s.find(node) {
         Ok(v) => {
             let mut m = s.by_node.lock().unwrap_or_else(|e| e.into_inner());
             m.insert(node.name().to_string(), v);
             Status::success()
         }
-        Err(reasons) => Status {
-            code: Code::UnschedulableAndUnresolvable,
-            reasons: reasons.into(),
-            plugin: "",
-        },
+        Err(reasons) => Status { code: Code::UnschedulableAndUnresolvable, reasons: reasons.into(), plugin: "" },
     }
 }
 
@@ -135,9 +102,7 @@ fn claim_status(pod: &PodInfo, snap: &Snapshot) -> Result<Vec<(Arc<Claim>, bool)
         let Some(name) = v.claim() else { continue };
         let Some(c) = snap.storage.claim(&pod.namespace, name) else {
             return Err(Status::unresolvable(if v.is_ephemeral() {
-                format!(
-                    "waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}"
-                )
+                format!("waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}")
             } else {
                 format!("persistentvolumeclaim {name:?} not found")
             }));
@@ -146,22 +111,13 @@ fn claim_status(pod: &PodInfo, snap: &Snapshot) -> Result<Vec<(Arc<Claim>, bool)
             return Err(Status::unresolvable(e.to_string()));
         }
         if c.lost {
-            return Err(Status::unresolvable(format!(
-                "persistentvolumeclaim {:?} bound to non-existent persistentvolume {:?}",
-                c.name, c.volume_name
-            )));
+            return Err(Status::unresolvable(format!("persistentvolumeclaim {:?} bound to non-existent persistentvolume {:?}", c.name, c.volume_name)));
         }
         if c.deleting {
-            return Err(Status::unresolvable(format!(
-                "persistentvolumeclaim {:?} is being deleted",
-                c.name
-            )));
+            return Err(Status::unresolvable(format!("persistentvolumeclaim {:?} is being deleted", c.name)));
         }
         if v.is_ephemeral() && c.controller_uid.as_deref() != Some(pod.uid.as_str()) {
-            return Err(Status::unresolvable(format!(
-                "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
-                c.namespace, c.name, pod.namespace, pod.name
-            )));
+            return Err(Status::unresolvable(format!("PVC {}/{} was not created for pod {}/{} (pod is not owner)", c.namespace, c.name, pod.namespace, pod.name)));
         }
         out.push((c.clone(), v.is_ephemeral()));
     }
@@ -238,8 +194,7 @@ impl State {
                         None => None,
                         Some(caps) => {
                             let found = caps.iter().find(|c| {
-                                c.volume_limit().is_some_and(|l| l >= d.claim.request)
-                                    && c.node_topology.as_ref().is_some_and(|s| s.matches(labels))
+                                c.volume_limit().is_some_and(|l| l >= d.claim.request) && c.node_topology.as_ref().is_some_and(|s| s.matches(labels))
                             });
                             match found {
                                 Some(c) => Some(c.clone()),
@@ -268,24 +223,14 @@ impl State {
         if !pvs_found {
             reasons.push(Cow::Borrowed(REASON_PV_NOT_EXIST));
         }
-        if reasons.is_empty() {
-            Ok(out)
-        } else {
-            Err(reasons)
-        }
+        if reasons.is_empty() { Ok(out) } else { Err(reasons) }
     }
 
     /// Upstream `FindMatchingVolume` on the scheduler path: a PV pre-bound to
     /// the claim, else the smallest available PV of the class that fits the
     /// request, volume mode, selector, attributes class, node affinity and
     /// access modes.
-    fn find_matching<'a>(
-        &'a self,
-        claim: &Claim,
-        node: &str,
-        labels: &berth_model::Labels,
-        chosen: &HashSet<&str>,
-    ) -> Option<&'a Arc<Volume>> {
+    fn find_matching<'a>(&'a self, claim: &Claim, node: &str, labels: &berth_model::Labels, chosen: &HashSet<&str>) -> Option<&'a Arc<Volume>> {
         let mut best: Option<&Arc<Volume>> = None;
         for (pv, claim_ref) in self.candidates.get(&claim.class).into_iter().flatten() {
             if chosen.contains(pv.name.as_str()) {
@@ -302,19 +247,10 @@ impl State {
             if bound_here {
                 return if affinity_ok { Some(pv) } else { None };
             }
-            if !pv.available
-                || claim
-                    .selector
-                    .as_ref()
-                    .is_some_and(|s| !s.matches(&pv.labels))
-            {
+            if !pv.available || claim.selector.as_ref().is_some_and(|s| !s.matches(&pv.labels)) {
                 continue;
             }
-            if pv.class != claim.class
-                || pv.attributes_class != claim.attributes_class
-                || !affinity_ok
-                || !pv.access_modes.contains(claim.access_modes)
-            {
+            if pv.class != claim.class || pv.attributes_class != claim.attributes_class || !affinity_ok || !pv.access_modes.contains(claim.access_modes) {
                 continue;
             }
             if best.is_none_or(|b| b.capacity > pv.capacity) {
@@ -350,36 +286,14 @@ mod tests {
         let mut snap = snap;
         snap.storage.upsert_claim(&lost);
         let mut deleting = claim("del", "1Gi", Some("wait")).0;
-        deleting.metadata.deletion_timestamp = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
-        );
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()));
         snap.storage.upsert_claim(&deleting);
         let rows: &[(&[&str], Code, &str)] = &[
-            (
-                &["missing"],
-                Code::UnschedulableAndUnresolvable,
-                "persistentvolumeclaim \"missing\" not found",
-            ),
-            (
-                &["imm"],
-                Code::UnschedulableAndUnresolvable,
-                REASON_UNBOUND_IMMEDIATE,
-            ),
-            (
-                &["lost2"],
-                Code::UnschedulableAndUnresolvable,
-                "persistentvolumeclaim \"lost2\" bound to non-existent persistentvolume \"\"",
-            ),
-            (
-                &["del"],
-                Code::UnschedulableAndUnresolvable,
-                "persistentvolumeclaim \"del\" is being deleted",
-            ),
-            (
-                &["bad"],
-                Code::UnschedulableAndUnresolvable,
-                "spec.resources.requests.storage",
-            ),
+            (&["missing"], Code::UnschedulableAndUnresolvable, "persistentvolumeclaim \"missing\" not found"),
+            (&["imm"], Code::UnschedulableAndUnresolvable, REASON_UNBOUND_IMMEDIATE),
+            (&["lost2"], Code::UnschedulableAndUnresolvable, "persistentvolumeclaim \"lost2\" bound to non-existent persistentvolume \"\""),
+            (&["del"], Code::UnschedulableAndUnresolvable, "persistentvolumeclaim \"del\" is being deleted"),
+            (&["bad"], Code::UnschedulableAndUnresolvable, "spec.resources.requests.storage"),
             (&["wffc", "bound"], Code::Success, ""),
         ];
         for (claims, code, msg) in rows {
@@ -387,23 +301,11 @@ mod tests {
             assert_eq!(s.code, *code, "{claims:?}: {s}");
             assert!(s.message().contains(msg), "{claims:?}: {s}");
         }
-        assert!(
-            plugin()
-                .pre_filter(
-                    &mut CycleState::new(),
-                    &crate::testing::pod("plain").info(),
-                    &snap
-                )
-                .0
-                .is_skip()
-        );
+        assert!(plugin().pre_filter(&mut CycleState::new(), &crate::testing::pod("plain").info(), &snap).0.is_skip());
     }
 
     fn core_status(phase: &str) -> k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
-        k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
-            phase: Some(phase.into()),
-            ..Default::default()
-        }
+        k8s_openapi::api::core::v1::PersistentVolumeClaimStatus { phase: Some(phase.into()), ..Default::default() }
     }
 
     #[test]
@@ -421,27 +323,17 @@ mod tests {
                 claim("rwx", "1Gi", Some("wait")).modes(&["ReadWriteMany"]),
             ],
             &[
-                pv("pv-n1", "1Gi", Some("wait"))
-                    .affinity("kubernetes.io/hostname", "n1")
-                    .bound("bound-n1"),
+                pv("pv-n1", "1Gi", Some("wait")).affinity("kubernetes.io/hostname", "n1").bound("bound-n1"),
                 pv("pv-a-5", "5Gi", Some("wait")).affinity("zone", "a"),
                 pv("pv-a-3", "3Gi", Some("wait")).affinity("zone", "a"),
                 pv("pv-b-1", "1Gi", Some("wait")).affinity("zone", "b"),
             ],
-            &[
-                ("wait", true, crate::cache::storage::NO_PROVISIONER),
-                ("dyn", true, "csi.example.com"),
-            ],
+            &[("wait", true, crate::cache::storage::NO_PROVISIONER), ("dyn", true, "csi.example.com")],
         );
         let mut snap = snap;
         let mut zoned = class("dyn-zone", true, "csi.example.com");
         zoned.allowed_topologies = Some(vec![k8s_openapi::api::core::v1::TopologySelectorTerm {
-            match_label_expressions: Some(vec![
-                k8s_openapi::api::core::v1::TopologySelectorLabelRequirement {
-                    key: "zone".into(),
-                    values: vec!["b".into()],
-                },
-            ]),
+            match_label_expressions: Some(vec![k8s_openapi::api::core::v1::TopologySelectorLabelRequirement { key: "zone".into(), values: vec!["b".into()] }]),
         }]);
         snap.storage.upsert_class(&zoned);
         // (claims, feasible nodes, reason on the others)

@@ -25,10 +25,7 @@ use serde::Deserialize;
 
 use super::node_resources_fit::ShapePoint;
 use crate::cache::Snapshot;
-use crate::framework::{
-    CycleState, Events, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreBindPlugin,
-    PreFilterNodes, PreFilterPlugin, PreScorePlugin, ReservePlugin, ScorePlugin, Status,
-};
+use crate::framework::{CycleState, Events, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreBindPlugin, PreFilterNodes, PreFilterPlugin, PreScorePlugin, ReservePlugin, ScorePlugin, Status};
 use berth_model::{NodeInfo, PodInfo};
 
 pub use binding::reserved;
@@ -42,8 +39,7 @@ pub const REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflic
 /// CSIStorageCapacity shows too little space for a volume to provision.
 pub const REASON_NOT_ENOUGH_SPACE: &str = "node(s) did not have enough free storage";
 /// A bound claim's PV does not exist.
-pub const REASON_PV_NOT_EXIST: &str =
-    "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
+pub const REASON_PV_NOT_EXIST: &str = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
 /// Immediate claims must be bound before the pod is scheduled.
 pub const REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
 /// Upstream's default bind timeout.
@@ -78,55 +74,26 @@ pub struct VolumeBinding {
 impl VolumeBinding {
     /// Validates the args (upstream `ValidateVolumeBindingArgs`).
     pub fn new(args: Args) -> Result<Self, String> {
-        let t = args
-            .bind_timeout_seconds
-            .unwrap_or(DEFAULT_BIND_TIMEOUT_SECONDS);
+        let t = args.bind_timeout_seconds.unwrap_or(DEFAULT_BIND_TIMEOUT_SECONDS);
         if t < 0 {
-            return Err(format!(
-                "bindTimeoutSeconds: invalid BindTimeoutSeconds, should not be a negative value, got {t}"
-            ));
+            return Err(format!("bindTimeoutSeconds: invalid BindTimeoutSeconds, should not be a negative value, got {t}"));
         }
-        let pts = args.shape.unwrap_or_else(|| {
-            vec![
-                ShapePoint {
-                    utilization: 0,
-                    score: 10,
-                },
-                ShapePoint {
-                    utilization: 100,
-                    score: 0,
-                },
-            ]
-        });
+        let pts = args.shape.unwrap_or_else(|| vec![ShapePoint { utilization: 0, score: 10 }, ShapePoint { utilization: 100, score: 0 }]);
         if pts.is_empty() {
             return Err("shape: at least one point must be specified".into());
         }
         for (i, p) in pts.iter().enumerate() {
             if !(0..=100).contains(&p.utilization) {
-                return Err(format!(
-                    "shape[{i}].utilization: must be in the range 0-100, got {}",
-                    p.utilization
-                ));
+                return Err(format!("shape[{i}].utilization: must be in the range 0-100, got {}", p.utilization));
             }
             if i > 0 && p.utilization <= pts[i - 1].utilization {
-                return Err(format!(
-                    "shape[{i}].utilization: values must be sorted in increasing order"
-                ));
+                return Err(format!("shape[{i}].utilization: values must be sorted in increasing order"));
             }
             if !(0..=10).contains(&p.score) {
-                return Err(format!(
-                    "shape[{i}].score: must be in the range 0-10, got {}",
-                    p.score
-                ));
+                return Err(format!("shape[{i}].score: must be in the range 0-10, got {}", p.score));
             }
         }
-        Ok(VolumeBinding {
-            shape: pts
-                .iter()
-                .map(|p| (p.utilization, p.score * (MAX_NODE_SCORE / 10)))
-                .collect(),
-            bind_timeout: Duration::from_secs(t.unsigned_abs()),
-        })
+        Ok(VolumeBinding { shape: pts.iter().map(|p| (p.utilization, p.score * (MAX_NODE_SCORE / 10))).collect(), bind_timeout: Duration::from_secs(t.unsigned_abs()) })
     }
 }
 
@@ -149,12 +116,7 @@ impl Plugin for VolumeBinding {
 }
 
 impl PreFilterPlugin for VolumeBinding {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snap: &Snapshot,
-    ) -> (Status, PreFilterNodes) {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> (Status, PreFilterNodes) {
         filtering::pre_filter(state, pod, snap)
     }
 }
@@ -166,13 +128,7 @@ impl FilterPlugin for VolumeBinding {
 }
 
 impl PreScorePlugin for VolumeBinding {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        _pod: &PodInfo,
-        _nodes: &[usize],
-        _snap: &Snapshot,
-    ) -> Status {
+    fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[usize], _snap: &Snapshot) -> Status {
         scoring::pre_score(state)
     }
 }
@@ -182,13 +138,7 @@ impl ScorePlugin for VolumeBinding {
         Ok(scoring::score(self, state, node.name()))
     }
 
-    fn score_nodes(
-        &self,
-        state: &CycleState,
-        _pod: &PodInfo,
-        snap: &Snapshot,
-        scores: &mut [NodeScore],
-    ) -> Result<(), Status> {
+    fn score_nodes(&self, state: &CycleState, _pod: &PodInfo, snap: &Snapshot, scores: &mut [NodeScore]) -> Result<(), Status> {
         scoring::score_nodes(self, state, snap, scores)
     }
 }
@@ -216,50 +166,14 @@ mod tests {
     #[test]
     fn args_are_validated() {
         let bad = [
-            (
-                Args {
-                    bind_timeout_seconds: Some(-1),
-                    ..Default::default()
-                },
-                "bindTimeoutSeconds",
-            ),
-            (
-                Args {
-                    shape: Some(vec![
-                        ShapePoint {
-                            utilization: 50,
-                            score: 1,
-                        },
-                        ShapePoint {
-                            utilization: 10,
-                            score: 2,
-                        },
-                    ]),
-                    ..Default::default()
-                },
-                "shape[1].utilization",
-            ),
-            (
-                Args {
-                    shape: Some(vec![ShapePoint {
-                        utilization: 0,
-                        score: 11,
-                    }]),
-                    ..Default::default()
-                },
-                "shape[0].score",
-            ),
+            (Args { bind_timeout_seconds: Some(-1), ..Default::default() }, "bindTimeoutSeconds"),
+            (Args { shape: Some(vec![ShapePoint { utilization: 50, score: 1 }, ShapePoint { utilization: 10, score: 2 }]), ..Default::default() }, "shape[1].utilization"),
+            (Args { shape: Some(vec![ShapePoint { utilization: 0, score: 11 }]), ..Default::default() }, "shape[0].score"),
         ];
         for (a, field) in bad {
             let e = VolumeBinding::new(a).expect_err("invalid");
             assert!(e.contains(field), "{e}");
         }
-        assert!(
-            VolumeBinding::new(Args {
-                shape: Some(vec![]),
-                ..Default::default()
-            })
-            .is_err()
-        );
+        assert!(VolumeBinding::new(Args { shape: Some(vec![]), ..Default::default() }).is_err());
     }
 }

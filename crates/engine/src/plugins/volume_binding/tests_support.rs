@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::cache::storage::{ANN_BIND_COMPLETED, ANN_SELECTED_NODE};
 use super::{Args, VolumeBinding};
 use crate::cache::Snapshot;
-use crate::cache::storage::{ANN_BIND_COMPLETED, ANN_SELECTED_NODE};
 use crate::framework::{CycleState, FilterPlugin, PreFilterPlugin, Status};
 use berth_model::PodInfo;
 
@@ -25,10 +25,7 @@ pub fn claim(name: &str, size: &str, class: Option<&str>) -> ClaimB {
     c.metadata.namespace = Some("default".into());
     c.spec = Some(core::PersistentVolumeClaimSpec {
         access_modes: Some(vec!["ReadWriteOnce".into()]),
-        resources: Some(core::VolumeResourceRequirements {
-            requests: Some([("storage".to_string(), Quantity(size.into()))].into()),
-            limits: None,
-        }),
+        resources: Some(core::VolumeResourceRequirements { requests: Some([("storage".to_string(), Quantity(size.into()))].into()), limits: None }),
         storage_class_name: class.map(String::from),
         ..Default::default()
     });
@@ -42,11 +39,7 @@ impl ClaimB {
     /// Fully bound to a PV.
     pub fn volume(mut self, pv: &str) -> Self {
         self.spec().volume_name = Some(pv.into());
-        self.0
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(ANN_BIND_COMPLETED.into(), "yes".into());
+        self.0.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(ANN_BIND_COMPLETED.into(), "yes".into());
         self
     }
     /// Access modes.
@@ -56,11 +49,7 @@ impl ClaimB {
     }
     /// The selected-node annotation.
     pub fn selected(mut self, node: &str) -> Self {
-        self.0
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(ANN_SELECTED_NODE.into(), node.into());
+        self.0.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(ANN_SELECTED_NODE.into(), node.into());
         self
     }
 }
@@ -79,10 +68,7 @@ pub fn pv(name: &str, size: &str, class: Option<&str>) -> PvB {
         storage_class_name: class.map(String::from),
         ..Default::default()
     });
-    v.status = Some(core::PersistentVolumeStatus {
-        phase: Some("Available".into()),
-        ..Default::default()
-    });
+    v.status = Some(core::PersistentVolumeStatus { phase: Some("Available".into()), ..Default::default() });
     PvB(v)
 }
 
@@ -92,33 +78,18 @@ impl PvB {
     }
     /// Adds a label.
     pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.0
-            .metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        self.0.metadata.labels.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
         self
     }
     /// Bound to a claim of "default".
     pub fn bound(mut self, claim: &str) -> Self {
-        self.spec().claim_ref = Some(core::ObjectReference {
-            name: Some(claim.into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        });
-        self.0.status = Some(core::PersistentVolumeStatus {
-            phase: Some("Bound".into()),
-            ..Default::default()
-        });
+        self.spec().claim_ref = Some(core::ObjectReference { name: Some(claim.into()), namespace: Some("default".into()), ..Default::default() });
+        self.0.status = Some(core::PersistentVolumeStatus { phase: Some("Bound".into()), ..Default::default() });
         self
     }
     /// A CSI source.
     pub fn csi(mut self, driver: &str, handle: &str) -> Self {
-        self.spec().csi = Some(core::CSIPersistentVolumeSource {
-            driver: driver.into(),
-            volume_handle: handle.into(),
-            ..Default::default()
-        });
+        self.spec().csi = Some(core::CSIPersistentVolumeSource { driver: driver.into(), volume_handle: handle.into(), ..Default::default() });
         self
     }
     /// Node affinity: `key` In [`value`].
@@ -126,11 +97,7 @@ impl PvB {
         self.spec().node_affinity = Some(core::VolumeNodeAffinity {
             required: Some(core::NodeSelector {
                 node_selector_terms: vec![core::NodeSelectorTerm {
-                    match_expressions: Some(vec![core::NodeSelectorRequirement {
-                        key: key.into(),
-                        operator: "In".into(),
-                        values: Some(vec![value.into()]),
-                    }]),
+                    match_expressions: Some(vec![core::NodeSelectorRequirement { key: key.into(), operator: "In".into(), values: Some(vec![value.into()]) }]),
                     match_fields: None,
                 }],
             }),
@@ -145,41 +112,21 @@ pub fn csi_node(name: &str, limits: &[(&str, i32)]) -> storage::CSINode {
     n.metadata.name = Some(name.into());
     n.spec.drivers = limits
         .iter()
-        .map(|(d, c)| storage::CSINodeDriver {
-            name: d.to_string(),
-            node_id: name.into(),
-            allocatable: Some(storage::VolumeNodeResources { count: Some(*c) }),
-            topology_keys: None,
-        })
+        .map(|(d, c)| storage::CSINodeDriver { name: d.to_string(), node_id: name.into(), allocatable: Some(storage::VolumeNodeResources { count: Some(*c) }), topology_keys: None })
         .collect();
     n
 }
 
 /// A StorageClass.
 pub fn class(name: &str, wffc: bool, provisioner: &str) -> storage::StorageClass {
-    let mut c = storage::StorageClass {
-        provisioner: provisioner.into(),
-        ..Default::default()
-    };
+    let mut c = storage::StorageClass { provisioner: provisioner.into(), ..Default::default() };
     c.metadata.name = Some(name.into());
-    c.volume_binding_mode = Some(
-        if wffc {
-            "WaitForFirstConsumer"
-        } else {
-            "Immediate"
-        }
-        .into(),
-    );
+    c.volume_binding_mode = Some(if wffc { "WaitForFirstConsumer" } else { "Immediate" }.into());
     c
 }
 
 /// A snapshot with labelled nodes, claims, PVs and classes (name, WaitForFirstConsumer, provisioner).
-pub fn snapshot_with(
-    nodes: &[(&str, Vec<(&str, &str)>)],
-    claims: &[ClaimB],
-    pvs: &[PvB],
-    classes: &[(&str, bool, &str)],
-) -> Snapshot {
+pub fn snapshot_with(nodes: &[(&str, Vec<(&str, &str)>)], claims: &[ClaimB], pvs: &[PvB], classes: &[(&str, bool, &str)]) -> Snapshot {
     let mut s = Snapshot::new();
     for (n, labels) in nodes {
         let mut b = crate::testing::node(n);
@@ -210,10 +157,7 @@ pub fn pod_with_claims(name: &str, claims: &[&str]) -> Arc<PodInfo> {
                 .enumerate()
                 .map(|(i, c)| core::Volume {
                     name: format!("v{i}"),
-                    persistent_volume_claim: Some(core::PersistentVolumeClaimVolumeSource {
-                        claim_name: c.to_string(),
-                        read_only: None,
-                    }),
+                    persistent_volume_claim: Some(core::PersistentVolumeClaimVolumeSource { claim_name: c.to_string(), read_only: None }),
                     ..Default::default()
                 })
                 .collect(),
@@ -240,11 +184,7 @@ pub fn run(snap: &Snapshot, p: &PodInfo) -> (Status, CycleState, Vec<(String, St
         .nodes
         .iter()
         .map(|n| {
-            let f = if narrowed.as_ref().is_some_and(|set| !set.contains(n.name())) {
-                Status::unresolvable("narrowed")
-            } else {
-                pl.filter(&st, p, n)
-            };
+            let f = if narrowed.as_ref().is_some_and(|set| !set.contains(n.name())) { Status::unresolvable("narrowed") } else { pl.filter(&st, p, n) };
             (n.name().to_string(), f)
         })
         .collect();
@@ -253,16 +193,10 @@ pub fn run(snap: &Snapshot, p: &PodInfo) -> (Status, CycleState, Vec<(String, St
 
 /// The names of the nodes that passed.
 pub fn feasible(rows: &[(String, Status)]) -> Vec<&str> {
-    rows.iter()
-        .filter(|(_, s)| s.is_success())
-        .map(|(n, _)| n.as_str())
-        .collect()
+    rows.iter().filter(|(_, s)| s.is_success()).map(|(n, _)| n.as_str()).collect()
 }
 
 /// Unlabelled nodes of these names, for [`snapshot_with`].
 pub fn nodes(names: &[&str]) -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
-    names
-        .iter()
-        .map(|n| (Box::leak(n.to_string().into_boxed_str()) as &str, vec![]))
-        .collect()
+    names.iter().map(|n| (Box::leak(n.to_string().into_boxed_str()) as &str, vec![])).collect()
 }
