@@ -100,14 +100,7 @@ pub fn run(a: &DifferentialArgs) -> anyhow::Result<String> {
                 )?;
             }
             for p in r.pending.iter().filter(|p| !p.same_message) {
-                write!(
-                    out,
-                    "\n  pending {}: {} says {:?}; berth says {:?}",
-                    p.pod,
-                    a.scheduler_name,
-                    p.message,
-                    p.berth_message.as_deref().unwrap_or("it would place it")
-                )?;
+                write!(out, "\n  pending {}: {} says {:?}; berth says {:?}", p.pod, a.scheduler_name, p.message, p.berth_message.as_deref().unwrap_or("it would place it"))?;
             }
         }
     }

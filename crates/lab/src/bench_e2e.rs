@@ -51,13 +51,7 @@ use thiserror::Error;
 use tokio::process::{Child, Command};
 
 /// The end-to-end workloads.
-pub const WORKLOADS: &[&str] = &[
-    "SchedulingBasic",
-    "TopologySpreading",
-    "Unschedulable",
-    PREEMPTION_WORKLOAD,
-    DRA_WORKLOAD,
-];
+pub const WORKLOADS: &[&str] = &["SchedulingBasic", "TopologySpreading", "Unschedulable", PREEMPTION_WORKLOAD, DRA_WORKLOAD];
 
 /// The preemption workload: every node full of low-priority pods, then
 /// high-priority pods that fit only by preempting (scheduler_perf's
@@ -101,9 +95,7 @@ pub enum Error {
     #[error("API client: {0}")]
     Client(String),
     /// Unknown workload.
-    #[error(
-        "--workload: unknown end-to-end workload {0:?} (one of SchedulingBasic, TopologySpreading, Unschedulable, PreemptionBasic, SchedulingWithResourceClaimTemplate)"
-    )]
+    #[error("--workload: unknown end-to-end workload {0:?} (one of SchedulingBasic, TopologySpreading, Unschedulable, PreemptionBasic, SchedulingWithResourceClaimTemplate)")]
     Workload(String),
     /// The claims read back after the DRA workload break an invariant.
     #[error("claims after the run: {0}")]
@@ -189,15 +181,11 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
 /// CPU seconds (user + system) a process has used, 0 when unknown.
 fn cpu_seconds(pid: Option<u32>) -> f64 {
     let Some(pid) = pid else { return 0.0 };
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
     // Fields after the command (which may hold spaces) start at state (3);
     // utime and stime are fields 14 and 15, in clock ticks of USER_HZ,
     // which Linux fixes at 100 on every architecture it runs on.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0.0;
-    };
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     (ticks(11) + ticks(12)) / 100.0
@@ -208,12 +196,7 @@ fn peak_rss_mb(pid: Option<u32>) -> f64 {
     let Some(pid) = pid else { return 0.0 };
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok()))
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
 }
@@ -269,8 +252,7 @@ fn pod_value(t: &Target, cpu: &str, spread: bool, claim: bool) -> serde_json::Va
                         "resources": {"requests": {"cpu": cpu, "memory": "500Mi"}}}],
     });
     if claim {
-        spec["resourceClaims"] =
-            json!([{"name": "resource", "resourceClaimTemplateName": DRA_TEMPLATE}]);
+        spec["resourceClaims"] = json!([{"name": "resource", "resourceClaimTemplateName": DRA_TEMPLATE}]);
         spec["containers"][0]["resources"]["claims"] = json!([{"name": "resource"}]);
     }
     if spread {
@@ -305,14 +287,8 @@ impl PodBody {
         let text = v.to_string();
         let mark = serde_json::to_string(NAME_MARK).unwrap_or_default();
         match text.split_once(&mark) {
-            Some((head, tail)) => PodBody {
-                head: head.as_bytes().to_vec(),
-                tail: tail.as_bytes().to_vec(),
-            },
-            None => PodBody {
-                head: Vec::new(),
-                tail: Vec::new(),
-            },
+            Some((head, tail)) => PodBody { head: head.as_bytes().to_vec(), tail: tail.as_bytes().to_vec() },
+            None => PodBody { head: Vec::new(), tail: Vec::new() },
         }
     }
 
@@ -329,13 +305,8 @@ impl PodBody {
 /// Creates a pod from its JSON. The reply is checked for being JSON and not
 /// decoded: this process is the load, and should cost the machine little.
 async fn create(client: &kube::Client, t: &Target, body: Vec<u8>) -> Result<(), kube::Error> {
-    let req = kube::core::Request::new(t.pods_path())
-        .create(&PostParams::default(), body)
-        .map_err(kube::Error::BuildRequest)?;
-    client
-        .request::<serde::de::IgnoredAny>(req)
-        .await
-        .map(|_| ())
+    let req = kube::core::Request::new(t.pods_path()).create(&PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
+    client.request::<serde::de::IgnoredAny>(req).await.map(|_| ())
 }
 
 /// What the watch reads of a pod: its name and node.
@@ -409,11 +380,7 @@ async fn watch_bound(client: kube::Client, t: Target, bound: Arc<Bound>) {
     let labels = "bench=e2e";
     let fields = "spec.nodeName!=";
     loop {
-        let Ok(req) = kube::core::Request::new(&path)
-            .list(&ListParams::default().labels(labels).fields(fields))
-        else {
-            return;
-        };
+        let Ok(req) = kube::core::Request::new(&path).list(&ListParams::default().labels(labels).fields(fields)) else { return };
         let list: BoundList = match client.request(req).await {
             Ok(l) => l,
             Err(_) => {
@@ -427,18 +394,8 @@ async fn watch_bound(client: kube::Client, t: Target, bound: Arc<Bound>) {
         }
         let mut rv = list.metadata.resource_version.unwrap_or_default();
         loop {
-            let Ok(req) = kube::core::Request::new(&path).watch(
-                &WatchParams::default()
-                    .labels(labels)
-                    .fields(fields)
-                    .timeout(290),
-                &rv,
-            ) else {
-                return;
-            };
-            let Ok(stream) = client.request_events::<BoundPod>(req).await else {
-                break;
-            };
+            let Ok(req) = kube::core::Request::new(&path).watch(&WatchParams::default().labels(labels).fields(fields).timeout(290), &rv) else { return };
+            let Ok(stream) = client.request_events::<BoundPod>(req).await else { break };
             let mut stream = std::pin::pin!(stream);
             let mut ended_cleanly = true;
             while let Some(ev) = stream.next().await {
@@ -471,10 +428,7 @@ struct Children {
 
 impl Children {
     async fn stop(&mut self) {
-        for c in [self.daemon.as_mut(), self.cluster.as_mut()]
-            .into_iter()
-            .flatten()
-        {
+        for c in [self.daemon.as_mut(), self.cluster.as_mut()].into_iter().flatten() {
             let _ = c.start_kill();
             let _ = c.wait().await;
         }
@@ -497,26 +451,15 @@ pub async fn run(o: &E2eOptions) -> Result<E2eFigures, Error> {
     if !WORKLOADS.contains(&o.workload.as_str()) {
         return Err(Error::Workload(o.workload.clone()));
     }
-    if o.bind_directly
-        && (o.workload == DRA_WORKLOAD
-            || o.workload == PREEMPTION_WORKLOAD
-            || o.scheduler_name.is_some())
-    {
-        return Err(Error::Stuck(format!(
-            "--bind-directly measures the API server with no scheduler: not with --scheduler-name, nor with {DRA_WORKLOAD} or {PREEMPTION_WORKLOAD} (their pods need a scheduler's work)"
-        )));
+    if o.bind_directly && (o.workload == DRA_WORKLOAD || o.workload == PREEMPTION_WORKLOAD || o.scheduler_name.is_some()) {
+        return Err(Error::Stuck(format!("--bind-directly measures the API server with no scheduler: not with --scheduler-name, nor with {DRA_WORKLOAD} or {PREEMPTION_WORKLOAD} (their pods need a scheduler's work)")));
     }
     if o.kubeconfig.is_some() && o.workload == DRA_WORKLOAD && !o.kwok_nodes && !o.static_nodes {
-        return Err(Error::Stuck(format!(
-            "--workload {DRA_WORKLOAD} with --kubeconfig needs --kwok-nodes or --static-nodes: the run publishes the devices of the nodes it creates"
-        )));
+        return Err(Error::Stuck(format!("--workload {DRA_WORKLOAD} with --kubeconfig needs --kwok-nodes or --static-nodes: the run publishes the devices of the nodes it creates")));
     }
     let dir = std::env::temp_dir().join(format!("berth-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-    let mut children = Children {
-        cluster: None,
-        daemon: None,
-    };
+    let mut children = Children { cluster: None, daemon: None };
     let mut made = Made::default();
     let r = run_in(o, &dir, &mut children, &mut made).await;
     children.stop().await;
@@ -542,66 +485,30 @@ impl Made {
     async fn clean(&mut self) {
         let Some(client) = &self.client else { return };
         if let Some(ns) = &self.namespace {
-            let now = kube::api::DeleteParams {
-                grace_period_seconds: Some(0),
-                ..Default::default()
-            };
-            let _ = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
-                .delete_collection(&now, &ListParams::default())
-                .await;
-            let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-                .delete(ns, &Default::default())
-                .await;
+            let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+            let _ = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns).delete_collection(&now, &ListParams::default()).await;
+            let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()).delete(ns, &Default::default()).await;
         }
         crate::kwok::delete_nodes(client, &self.nodes).await;
     }
 }
 
 async fn client_of(kc: &Path) -> Result<kube::Client, Error> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(kc)
-        .map_err(|e| Error::Client(format!("{}: {e}", kc.display())))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .map_err(|e| Error::Client(format!("{}: {e}", kc.display())))?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(kc).map_err(|e| Error::Client(format!("{}: {e}", kc.display())))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.map_err(|e| Error::Client(format!("{}: {e}", kc.display())))?;
     kube::Client::try_from(config).map_err(|e| Error::Client(format!("{}: {e}", kc.display())))
 }
 
-async fn run_in(
-    o: &E2eOptions,
-    dir: &Path,
-    children: &mut Children,
-    made: &mut Made,
-) -> Result<E2eFigures, Error> {
+async fn run_in(o: &E2eOptions, dir: &Path, children: &mut Children, made: &mut Made) -> Result<E2eFigures, Error> {
     let dra = o.workload == DRA_WORKLOAD;
     let (kc, backend, cluster_pid) = match &o.kubeconfig {
         Some(kc) => (kc.clone(), String::new(), None),
         None => {
             let kc = dir.join("kubeconfig");
             let port = free_port()?;
-            let devices = if dra {
-                vec![
-                    "--devices-per-node".to_string(),
-                    DRA_DEVICES_PER_NODE.to_string(),
-                ]
-            } else {
-                Vec::new()
-            };
+            let devices = if dra { vec!["--devices-per-node".to_string(), DRA_DEVICES_PER_NODE.to_string()] } else { Vec::new() };
             let cluster = Command::new(&o.exe)
-                .args([
-                    "cluster",
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                    "--nodes",
-                    &o.nodes.to_string(),
-                    "--zones",
-                    "3",
-                    "--no-kubelet",
-                    "--history",
-                    "500000",
-                ])
+                .args(["cluster", "--listen", &format!("127.0.0.1:{port}"), "--nodes", &o.nodes.to_string(), "--zones", "3", "--no-kubelet", "--history", "500000"])
                 .args(&devices)
                 .arg("--write-kubeconfig")
                 .arg(&kc)
@@ -618,11 +525,7 @@ async fn run_in(
         }
     };
     let client = client_of(&kc).await?;
-    let backend = if backend.is_empty() {
-        server_of(&kc)
-    } else {
-        backend
-    };
+    let backend = if backend.is_empty() { server_of(&kc) } else { backend };
     let scheduler = match &o.scheduler_name {
         _ if o.bind_directly => NO_SCHEDULER.to_string(),
         Some(name) => name.clone(),
@@ -633,9 +536,7 @@ async fn run_in(
         // A namespace of its own on a server that is not the benchmark's.
         let ns = format!("berth-bench-{}", std::process::id());
         made.client = Some(client.clone());
-        let obj: k8s_openapi::api::core::v1::Namespace =
-            serde_json::from_value(json!({"metadata": {"name": ns}}))
-                .map_err(|e| Error::Client(e.to_string()))?;
+        let obj: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).map_err(|e| Error::Client(e.to_string()))?;
         kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
             .create(&PostParams::default(), &obj)
             .await
@@ -643,42 +544,20 @@ async fn run_in(
         made.namespace = Some(ns.clone());
         wait_default_service_account(&client, &ns).await?;
         if o.kwok_nodes || o.static_nodes {
-            let mut specs = crate::kwok::spread_nodes(
-                &format!("bench-{}", std::process::id()),
-                o.nodes,
-                "4",
-                "32Gi",
-                110,
-            );
+            let mut specs = crate::kwok::spread_nodes(&format!("bench-{}", std::process::id()), o.nodes, "4", "32Gi", 110);
             for s in &mut specs {
                 s.ready_at_create = o.static_nodes;
             }
             made.nodes = specs.iter().map(|s| s.name.clone()).collect();
-            let nodes = crate::kwok::create_nodes(&client, &specs, 32)
-                .await
-                .map_err(|e| Error::Stuck(e.to_string()))?;
-            crate::kwok::wait_schedulable(&client, &made.nodes, true, 300)
-                .await
-                .map_err(|e| Error::Stuck(e.to_string()))?;
+            let nodes = crate::kwok::create_nodes(&client, &specs, 32).await.map_err(|e| Error::Stuck(e.to_string()))?;
+            crate::kwok::wait_schedulable(&client, &made.nodes, true, 300).await.map_err(|e| Error::Stuck(e.to_string()))?;
             if dra {
-                crate::kwok::publish_devices(
-                    &client,
-                    &nodes,
-                    &berth_cluster::dra_driver::DevicesConfig::per_node(DRA_DEVICES_PER_NODE),
-                )
-                .await
-                .map_err(|e| Error::Stuck(e.to_string()))?;
+                crate::kwok::publish_devices(&client, &nodes, &berth_cluster::dra_driver::DevicesConfig::per_node(DRA_DEVICES_PER_NODE)).await.map_err(|e| Error::Stuck(e.to_string()))?;
             }
         }
-        Target {
-            ns,
-            scheduler: scheduler.clone(),
-        }
+        Target { ns, scheduler: scheduler.clone() }
     } else {
-        Target {
-            ns: "default".into(),
-            scheduler: scheduler.clone(),
-        }
+        Target { ns: "default".into(), scheduler: scheduler.clone() }
     };
 
     let daemon_pid = if ours {
@@ -688,8 +567,7 @@ async fn run_in(
             o.qps, o.burst
         );
         std::fs::write(&cfg, yaml).map_err(io(format!("writing {}", cfg.display())))?;
-        let log =
-            std::fs::File::create(dir.join("daemon.log")).map_err(io("creating the daemon log"))?;
+        let log = std::fs::File::create(dir.join("daemon.log")).map_err(io("creating the daemon log"))?;
         let daemon = Command::new(&o.exe)
             .arg("run")
             .arg("--config")
@@ -711,16 +589,8 @@ async fn run_in(
         o.scheduler_pid
     };
 
-    let bind_to = if o.bind_directly {
-        Some(Arc::new(node_names(&client).await?))
-    } else {
-        None
-    };
-    let load = Load {
-        client: client.clone(),
-        target: target.clone(),
-        bind_to,
-    };
+    let bind_to = if o.bind_directly { Some(Arc::new(node_names(&client).await?)) } else { None };
+    let load = Load { client: client.clone(), target: target.clone(), bind_to };
 
     // Bound times, from the watch.
     let bound: Arc<Bound> = Arc::default();
@@ -734,11 +604,7 @@ async fn run_in(
         create_priority_class(&client).await?;
     }
     let spread = o.workload == "TopologySpreading";
-    let template = Arc::new(if preempt {
-        preemption_body(&target, true)
-    } else {
-        PodBody::new(&target, "100m", spread, dra)
-    });
+    let template = Arc::new(if preempt { preemption_body(&target, true) } else { PodBody::new(&target, "100m", spread, dra) });
     let creators = o.creators.max(1);
 
     // Warm-up: the scheduler is ready (caches synced, leading) once it binds
@@ -747,22 +613,10 @@ async fn run_in(
     let devices = o.nodes * DRA_DEVICES_PER_NODE;
     let (warm, warm_template, warm_secs) = match () {
         () if dra => ((devices / 2).max(1), template.clone(), 300),
-        () if preempt => (
-            o.nodes * PREEMPTION_VICTIMS_PER_NODE,
-            Arc::new(preemption_body(&target, false)),
-            300,
-        ),
+        () if preempt => (o.nodes * PREEMPTION_VICTIMS_PER_NODE, Arc::new(preemption_body(&target, false)), 300),
         () => (50, template.clone(), 120),
     };
-    create_many(
-        &load,
-        &warm_template,
-        "warm",
-        warm,
-        if dra || preempt { creators } else { 1 },
-        None,
-    )
-    .await?;
+    create_many(&load, &warm_template, "warm", warm, if dra || preempt { creators } else { 1 }, None).await?;
     let deadline = Instant::now() + Duration::from_secs(warm_secs);
     loop {
         let n = bound.len();
@@ -770,28 +624,15 @@ async fn run_in(
             break;
         }
         if Instant::now() > deadline {
-            return Err(Error::Stuck(format!(
-                "the scheduler bound {n} of {warm} warm-up pods within {warm_secs} s (see its log in {})",
-                dir.display()
-            )));
+            return Err(Error::Stuck(format!("the scheduler bound {n} of {warm} warm-up pods within {warm_secs} s (see its log in {})", dir.display())));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
     // Unschedulable pods first, so that they sit in the queue while the others are measured.
-    let unschedulable = if o.workload == "Unschedulable" {
-        o.pods / 10
-    } else {
-        0
-    };
+    let unschedulable = if o.workload == "Unschedulable" { o.pods / 10 } else { 0 };
     for i in 0..unschedulable {
-        create(
-            &client,
-            &target,
-            pod(&target, &format!("big-{i}"), "100", false),
-        )
-        .await
-        .map_err(|e| Error::Client(format!("creating unschedulable pods: {e}")))?;
+        create(&client, &target, pod(&target, &format!("big-{i}"), "100", false)).await.map_err(|e| Error::Client(format!("creating unschedulable pods: {e}")))?;
     }
 
     // The measured pods, from `creators` concurrent clients (for DRA, at
@@ -804,15 +645,7 @@ async fn run_in(
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let cpu_before = cpu_seconds(daemon_pid);
     let first = Instant::now();
-    create_many(
-        &load,
-        &template,
-        "p",
-        measured,
-        creators,
-        Some(created.clone()),
-    )
-    .await?;
+    create_many(&load, &template, "p", measured, creators, Some(created.clone())).await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let done = bound.measured.load(Ordering::Relaxed);
@@ -820,9 +653,7 @@ async fn run_in(
             break;
         }
         if Instant::now() > deadline {
-            return Err(Error::Stuck(format!(
-                "{done} of {measured} pods bound within 300 s"
-            )));
+            return Err(Error::Stuck(format!("{done} of {measured} pods bound within 300 s")));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -835,11 +666,7 @@ async fn run_in(
         (Ok(b), Ok(c)) => (b.clone(), c.clone()),
         _ => return Err(Error::Stuck("a recording thread panicked".into())),
     };
-    let claims_allocated = if dra {
-        check_claims(&client, &target, warm + measured).await?
-    } else {
-        0
-    };
+    let claims_allocated = if dra { check_claims(&client, &target, warm + measured).await? } else { 0 };
     let mut lat: Vec<f64> = Vec::with_capacity(measured);
     let mut last = first;
     for (name, t0) in &created {
@@ -859,19 +686,11 @@ async fn run_in(
         unschedulable_pods: unschedulable,
         init_pods: if dra { warm } else { 0 },
         claims_allocated,
-        pods_per_second: lat.len() as f64
-            / last
-                .saturating_duration_since(first)
-                .as_secs_f64()
-                .max(1e-9),
+        pods_per_second: lat.len() as f64 / last.saturating_duration_since(first).as_secs_f64().max(1e-9),
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
         scheduler_peak_rss_mb,
-        scheduler_cpu_s_per_1000_pods: if daemon_pid.is_some() && measured > 0 {
-            cpu / measured as f64 * 1000.0
-        } else {
-            0.0
-        },
+        scheduler_cpu_s_per_1000_pods: if daemon_pid.is_some() && measured > 0 { cpu / measured as f64 * 1000.0 } else { 0.0 },
         cluster_peak_rss_mb,
         qps: o.qps,
         burst: o.burst,
@@ -884,21 +703,8 @@ fn server_of(kc: &Path) -> String {
         .ok()
         .and_then(|k| {
             let ctx = k.current_context.clone()?;
-            let cluster = k
-                .contexts
-                .iter()
-                .find(|c| c.name == ctx)?
-                .context
-                .as_ref()?
-                .cluster
-                .clone();
-            k.clusters
-                .iter()
-                .find(|c| c.name == cluster)?
-                .cluster
-                .as_ref()?
-                .server
-                .clone()
+            let cluster = k.contexts.iter().find(|c| c.name == ctx)?.context.as_ref()?.cluster.clone();
+            k.clusters.iter().find(|c| c.name == cluster)?.cluster.as_ref()?.server.clone()
         })
         .unwrap_or_else(|| kc.display().to_string())
 }
@@ -915,82 +721,40 @@ struct Load {
 /// ServiceAccount: until then the ServiceAccount admission plugin refuses
 /// every pod (the first creates of a run on a busy machine met it).
 async fn wait_default_service_account(client: &kube::Client, ns: &str) -> Result<(), Error> {
-    let api =
-        kube::Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns);
+    let api = kube::Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match api.get_opt("default").await {
             Ok(Some(_)) => return Ok(()),
-            Ok(None) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Ok(None) => {
-                return Err(Error::Stuck(format!(
-                    "namespace {ns} got no default ServiceAccount within 60 s (is kube-controller-manager's serviceaccount-controller running?)"
-                )));
-            }
-            Err(e) => {
-                return Err(Error::Client(format!(
-                    "reading ServiceAccount {ns}/default: {e}"
-                )));
-            }
+            Ok(None) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(None) => return Err(Error::Stuck(format!("namespace {ns} got no default ServiceAccount within 60 s (is kube-controller-manager's serviceaccount-controller running?)"))),
+            Err(e) => return Err(Error::Client(format!("reading ServiceAccount {ns}/default: {e}"))),
         }
     }
 }
 
 /// The names of the cluster's nodes, for `--bind-directly`.
 async fn node_names(client: &kube::Client) -> Result<Vec<String>, Error> {
-    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .list_metadata(&ListParams::default())
-        .await
-        .map_err(|e| Error::Client(format!("listing nodes: {e}")))?;
-    let names: Vec<String> = nodes
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()).list_metadata(&ListParams::default()).await.map_err(|e| Error::Client(format!("listing nodes: {e}")))?;
+    let names: Vec<String> = nodes.items.into_iter().filter_map(|n| n.metadata.name).collect();
     if names.is_empty() {
-        return Err(Error::Stuck(
-            "--bind-directly: the cluster has no nodes to bind to".into(),
-        ));
+        return Err(Error::Stuck("--bind-directly: the cluster has no nodes to bind to".into()));
     }
     Ok(names)
 }
 
 /// Binds a pod to a node through `pods/binding`, as a scheduler does.
-async fn bind(
-    client: &kube::Client,
-    t: &Target,
-    name: &str,
-    node: &str,
-) -> Result<(), kube::Error> {
+async fn bind(client: &kube::Client, t: &Target, name: &str, node: &str) -> Result<(), kube::Error> {
     let body = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": t.ns}, "target": {"kind": "Node", "name": node}});
-    let req = kube::core::Request::new(t.pods_path())
-        .create_subresource(
-            "binding",
-            name,
-            &PostParams::default(),
-            body.to_string().into_bytes(),
-        )
-        .map_err(kube::Error::BuildRequest)?;
-    client
-        .request::<serde::de::IgnoredAny>(req)
-        .await
-        .map(|_| ())
+    let req = kube::core::Request::new(t.pods_path()).create_subresource("binding", name, &PostParams::default(), body.to_string().into_bytes()).map_err(kube::Error::BuildRequest)?;
+    client.request::<serde::de::IgnoredAny>(req).await.map(|_| ())
 }
 
 /// Creates `total` pods named `<prefix>-<i>` from `template`, from
 /// `creators` concurrent clients, recording each create's start in
 /// `created`; with `bind_to`, each client binds its pod right after
 /// creating it (round-robin over those nodes).
-async fn create_many(
-    load: &Load,
-    template: &Arc<PodBody>,
-    prefix: &'static str,
-    total: usize,
-    creators: usize,
-    created: Option<Arc<Mutex<HashMap<String, Instant>>>>,
-) -> Result<(), Error> {
+async fn create_many(load: &Load, template: &Arc<PodBody>, prefix: &'static str, total: usize, creators: usize, created: Option<Arc<Mutex<HashMap<String, Instant>>>>) -> Result<(), Error> {
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..creators.max(1) {
         let client = load.client.clone();
@@ -1004,17 +768,13 @@ async fn create_many(
                 let name = format!("{prefix}-{i}");
                 let body = template.with_name(&name);
                 let t = Instant::now();
-                create(&client, &target, body)
-                    .await
-                    .map_err(|e| Error::Client(format!("creating {name}: {e}")))?;
+                create(&client, &target, body).await.map_err(|e| Error::Client(format!("creating {name}: {e}")))?;
                 if let Some(Ok(mut m)) = created.as_ref().map(|c| c.lock()) {
                     m.insert(name.clone(), t);
                 }
                 if let Some(nodes) = bind_to.as_deref().filter(|n| !n.is_empty()) {
                     let node = &nodes[i % nodes.len()];
-                    bind(&client, &target, &name, node)
-                        .await
-                        .map_err(|e| Error::Client(format!("binding {name} to {node}: {e}")))?;
+                    bind(&client, &target, &name, node).await.map_err(|e| Error::Client(format!("binding {name} to {node}: {e}")))?;
                 }
                 i += creators.max(1);
             }
@@ -1040,11 +800,7 @@ async fn create_template(client: &kube::Client, t: &Target) -> Result<(), Error>
     kube::Api::<ResourceClaimTemplate>::namespaced(client.clone(), &t.ns)
         .create(&PostParams::default(), &template)
         .await
-        .map_err(|e| {
-            Error::Client(format!(
-                "creating ResourceClaimTemplate {DRA_TEMPLATE}: {e}"
-            ))
-        })?;
+        .map_err(|e| Error::Client(format!("creating ResourceClaimTemplate {DRA_TEMPLATE}: {e}")))?;
     Ok(())
 }
 
@@ -1055,15 +811,10 @@ async fn create_priority_class(client: &kube::Client) -> Result<(), Error> {
     use k8s_openapi::api::scheduling::v1::PriorityClass;
     let pc: PriorityClass = serde_json::from_value(json!({"metadata": {"name": HIGH_PRIORITY_CLASS}, "value": 10, "description": "berth bench --e2e PreemptionBasic's preemptors"}))
         .map_err(|e| Error::Client(format!("the PriorityClass: {e}")))?;
-    match kube::Api::<PriorityClass>::all(client.clone())
-        .create(&PostParams::default(), &pc)
-        .await
-    {
+    match kube::Api::<PriorityClass>::all(client.clone()).create(&PostParams::default(), &pc).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(Error::Client(format!(
-            "creating PriorityClass {HIGH_PRIORITY_CLASS}: {e}"
-        ))),
+        Err(e) => Err(Error::Client(format!("creating PriorityClass {HIGH_PRIORITY_CLASS}: {e}"))),
     }
 }
 
@@ -1072,40 +823,22 @@ async fn create_priority_class(client: &kube::Client) -> Result<(), Error> {
 /// many are allocated.
 async fn check_claims(client: &kube::Client, t: &Target, want: usize) -> Result<usize, Error> {
     use k8s_openapi::api::resource::v1::ResourceClaim;
-    let claims = kube::Api::<ResourceClaim>::namespaced(client.clone(), &t.ns)
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::Client(format!("listing claims: {e}")))?;
+    let claims = kube::Api::<ResourceClaim>::namespaced(client.clone(), &t.ns).list(&ListParams::default()).await.map_err(|e| Error::Client(format!("listing claims: {e}")))?;
     let mut given: HashMap<(String, String, String), String> = HashMap::new();
     let mut allocated = 0;
     for c in &claims.items {
         let name = c.metadata.name.clone().unwrap_or_default();
-        let results = c
-            .status
-            .as_ref()
-            .and_then(|s| s.allocation.as_ref())
-            .and_then(|a| a.devices.as_ref())
-            .and_then(|d| d.results.as_ref());
-        let Some(results) = results.filter(|r| !r.is_empty()) else {
-            continue;
-        };
+        let results = c.status.as_ref().and_then(|s| s.allocation.as_ref()).and_then(|a| a.devices.as_ref()).and_then(|d| d.results.as_ref());
+        let Some(results) = results.filter(|r| !r.is_empty()) else { continue };
         allocated += 1;
         for r in results {
-            if let Some(other) = given.insert(
-                (r.driver.clone(), r.pool.clone(), r.device.clone()),
-                name.clone(),
-            ) {
-                return Err(Error::Claims(format!(
-                    "device {}/{}/{} is allocated to both {other} and {name}",
-                    r.driver, r.pool, r.device
-                )));
+            if let Some(other) = given.insert((r.driver.clone(), r.pool.clone(), r.device.clone()), name.clone()) {
+                return Err(Error::Claims(format!("device {}/{}/{} is allocated to both {other} and {name}", r.driver, r.pool, r.device)));
             }
         }
     }
     if allocated < want {
-        return Err(Error::Claims(format!(
-            "{allocated} of {want} claims allocated, with every pod bound"
-        )));
+        return Err(Error::Claims(format!("{allocated} of {want} claims allocated, with every pod bound")));
     }
     Ok(allocated)
 }
@@ -1115,10 +848,7 @@ mod tests {
     use super::*;
 
     fn target() -> Target {
-        Target {
-            ns: "default".into(),
-            scheduler: PROFILE.into(),
-        }
+        Target { ns: "default".into(), scheduler: PROFILE.into() }
     }
 
     #[test]
@@ -1126,13 +856,9 @@ mod tests {
         for spread in [false, true] {
             let t = PodBody::new(&target(), "100m", spread, false);
             for name in ["p-0", "warm-17", "odd \"name\""] {
-                let v: serde_json::Value =
-                    serde_json::from_slice(&t.with_name(name)).unwrap_or_else(|e| panic!("{e}"));
+                let v: serde_json::Value = serde_json::from_slice(&t.with_name(name)).unwrap_or_else(|e| panic!("{e}"));
                 assert_eq!(v["metadata"]["name"], name);
-                assert_eq!(
-                    v["spec"]["containers"][0]["resources"]["requests"]["cpu"],
-                    "100m"
-                );
+                assert_eq!(v["spec"]["containers"][0]["resources"]["requests"]["cpu"], "100m");
                 assert_eq!(v["spec"]["topologySpreadConstraints"].is_array(), spread);
                 assert!(v["spec"]["resourceClaims"].is_null());
             }
@@ -1141,50 +867,20 @@ mod tests {
 
     #[test]
     fn the_preemption_bodies_are_scheduler_perfs_victims_and_preemptors() {
-        let low: serde_json::Value =
-            serde_json::from_slice(&preemption_body(&target(), false).with_name("warm-0"))
-                .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            (
-                low["spec"]["terminationGracePeriodSeconds"].as_i64(),
-                low["spec"]["priorityClassName"].as_str()
-            ),
-            (Some(0), None)
-        );
-        assert_eq!(
-            low["spec"]["containers"][0]["resources"]["requests"]["cpu"],
-            "900m"
-        );
-        let high: serde_json::Value =
-            serde_json::from_slice(&preemption_body(&target(), true).with_name("p-0"))
-                .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            (
-                high["metadata"]["name"].as_str(),
-                high["spec"]["priorityClassName"].as_str()
-            ),
-            (Some("p-0"), Some(HIGH_PRIORITY_CLASS))
-        );
-        assert_eq!(
-            high["spec"]["containers"][0]["resources"]["requests"]["cpu"],
-            "3"
-        );
+        let low: serde_json::Value = serde_json::from_slice(&preemption_body(&target(), false).with_name("warm-0")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((low["spec"]["terminationGracePeriodSeconds"].as_i64(), low["spec"]["priorityClassName"].as_str()), (Some(0), None));
+        assert_eq!(low["spec"]["containers"][0]["resources"]["requests"]["cpu"], "900m");
+        let high: serde_json::Value = serde_json::from_slice(&preemption_body(&target(), true).with_name("p-0")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((high["metadata"]["name"].as_str(), high["spec"]["priorityClassName"].as_str()), (Some("p-0"), Some(HIGH_PRIORITY_CLASS)));
+        assert_eq!(high["spec"]["containers"][0]["resources"]["requests"]["cpu"], "3");
     }
 
     #[test]
     fn a_dra_pod_body_names_the_template_and_uses_its_claim() {
-        let v: serde_json::Value =
-            serde_json::from_slice(&PodBody::new(&target(), "100m", false, true).with_name("p-3"))
-                .unwrap_or_else(|e| panic!("{e}"));
+        let v: serde_json::Value = serde_json::from_slice(&PodBody::new(&target(), "100m", false, true).with_name("p-3")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(v["metadata"]["name"], "p-3");
-        assert_eq!(
-            v["spec"]["resourceClaims"][0]["resourceClaimTemplateName"],
-            DRA_TEMPLATE
-        );
-        assert_eq!(
-            v["spec"]["containers"][0]["resources"]["claims"][0]["name"],
-            "resource"
-        );
+        assert_eq!(v["spec"]["resourceClaims"][0]["resourceClaimTemplateName"], DRA_TEMPLATE);
+        assert_eq!(v["spec"]["containers"][0]["resources"]["claims"][0]["name"], "resource");
         assert!(serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(v).is_ok());
     }
 }

@@ -34,9 +34,7 @@ pub enum Error {
         source: kube::Error,
     },
     /// The nodes did not become schedulable in time.
-    #[error(
-        "{ready} of {want} nodes schedulable after {secs} s: is KWOK running (tools/kube/up starts it)?"
-    )]
+    #[error("{ready} of {want} nodes schedulable after {secs} s: is KWOK running (tools/kube/up starts it)?")]
     NotReady {
         /// Nodes ready.
         ready: usize,
@@ -81,17 +79,7 @@ pub struct NodeSpec {
 impl NodeSpec {
     /// `name` in `zone` with `cpu` cores, 64 GiB and 110 pod slots.
     pub fn new(name: &str, zone: &str, cpu: &str) -> NodeSpec {
-        NodeSpec {
-            name: name.into(),
-            zone: zone.into(),
-            cpu: cpu.into(),
-            memory: "64Gi".into(),
-            pods: 110,
-            labels: BTreeMap::new(),
-            taints: Vec::new(),
-            extended: BTreeMap::new(),
-            ready_at_create: false,
-        }
+        NodeSpec { name: name.into(), zone: zone.into(), cpu: cpu.into(), memory: "64Gi".into(), pods: 110, labels: BTreeMap::new(), taints: Vec::new(), extended: BTreeMap::new(), ready_at_create: false }
     }
 
     /// With a label.
@@ -115,13 +103,8 @@ impl NodeSpec {
         labels.insert("kubernetes.io/os".into(), "linux".into());
         labels.insert("kubernetes.io/arch".into(), "amd64".into());
         labels.insert("type".into(), "kwok".into());
-        let taints: Vec<Value> = self
-            .taints
-            .iter()
-            .map(|(k, v, e)| json!({"key": k, "value": v, "effect": e}))
-            .collect();
-        let mut resources =
-            json!({"cpu": self.cpu, "memory": self.memory, "pods": self.pods.to_string()});
+        let taints: Vec<Value> = self.taints.iter().map(|(k, v, e)| json!({"key": k, "value": v, "effect": e})).collect();
+        let mut resources = json!({"cpu": self.cpu, "memory": self.memory, "pods": self.pods.to_string()});
         for (k, v) in &self.extended {
             resources[k] = json!(v);
         }
@@ -142,45 +125,24 @@ impl NodeSpec {
 /// `zone-b`, `zone-c`, each with `cpu` cores, `memory` and `pods` slots.
 pub fn spread_nodes(prefix: &str, n: usize, cpu: &str, memory: &str, pods: u32) -> Vec<NodeSpec> {
     (0..n)
-        .map(|i| NodeSpec {
-            memory: memory.into(),
-            pods,
-            ..NodeSpec::new(
-                &format!("{prefix}-{i}"),
-                ["zone-a", "zone-b", "zone-c"][i % 3],
-                cpu,
-            )
-        })
+        .map(|i| NodeSpec { memory: memory.into(), pods, ..NodeSpec::new(&format!("{prefix}-{i}"), ["zone-a", "zone-b", "zone-c"][i % 3], cpu) })
         .collect()
 }
 
 /// Creates the nodes (replacing any of the same name an interrupted run
 /// left), `conc` at a time; returns each node's name and uid.
-pub async fn create_nodes(
-    client: &kube::Client,
-    specs: &[NodeSpec],
-    conc: usize,
-) -> Result<Vec<(String, String)>, Error> {
+pub async fn create_nodes(client: &kube::Client, specs: &[NodeSpec], conc: usize) -> Result<Vec<(String, String)>, Error> {
     use futures::StreamExt;
     let nodes: Api<Node> = Api::all(client.clone());
     let results: Vec<Result<(String, String), Error>> = futures::stream::iter(specs)
         .map(|s| {
             let nodes = nodes.clone();
             async move {
-                if nodes
-                    .get_opt(&s.name)
-                    .await
-                    .map_err(api(format!("reading node {}", s.name)))?
-                    .is_some()
-                {
+                if nodes.get_opt(&s.name).await.map_err(api(format!("reading node {}", s.name)))?.is_some() {
                     delete_and_wait(&nodes, &s.name).await?;
                 }
-                let obj: Node = serde_json::from_value(s.object())
-                    .map_err(|e| api(format!("node {}", s.name))(kube::Error::SerdeError(e)))?;
-                let made = nodes
-                    .create(&PostParams::default(), &obj)
-                    .await
-                    .map_err(api(format!("creating node {}", s.name)))?;
+                let obj: Node = serde_json::from_value(s.object()).map_err(|e| api(format!("node {}", s.name))(kube::Error::SerdeError(e)))?;
+                let made = nodes.create(&PostParams::default(), &obj).await.map_err(api(format!("creating node {}", s.name)))?;
                 Ok((s.name.clone(), made.metadata.uid.unwrap_or_default()))
             }
         })
@@ -197,13 +159,7 @@ async fn delete_and_wait(nodes: &Api<Node>, name: &str) -> Result<(), Error> {
         Err(e) => return Err(api(format!("deleting node {name}"))(e)),
     }
     let deadline = Instant::now() + Duration::from_secs(30);
-    while nodes
-        .get_opt(name)
-        .await
-        .map_err(api(format!("reading node {name}")))?
-        .is_some()
-        && Instant::now() < deadline
-    {
+    while nodes.get_opt(name).await.map_err(api(format!("reading node {name}")))?.is_some() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
@@ -213,62 +169,30 @@ async fn delete_and_wait(nodes: &Api<Node>, name: &str) -> Result<(), Error> {
 /// node lifecycle controller puts on a node that is not (`not-ready`,
 /// `unreachable`). On the local cluster, whose nodes report no conditions,
 /// pass `need_ready` false: the taints alone are checked.
-pub async fn wait_schedulable(
-    client: &kube::Client,
-    names: &[String],
-    need_ready: bool,
-    secs: u64,
-) -> Result<(), Error> {
+pub async fn wait_schedulable(client: &kube::Client, names: &[String], need_ready: bool, secs: u64) -> Result<(), Error> {
     let nodes: Api<Node> = Api::all(client.clone());
     let want: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        let all = nodes
-            .list(&ListParams::default())
-            .await
-            .map_err(api("listing nodes"))?
-            .items;
-        let ready = all
-            .iter()
-            .filter(|n| {
-                n.metadata.name.as_deref().is_some_and(|x| want.contains(x))
-                    && schedulable(n, need_ready)
-            })
-            .count();
+        let all = nodes.list(&ListParams::default()).await.map_err(api("listing nodes"))?.items;
+        let ready = all.iter().filter(|n| n.metadata.name.as_deref().is_some_and(|x| want.contains(x)) && schedulable(n, need_ready)).count();
         if ready == want.len() {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(Error::NotReady {
-                ready,
-                want: want.len(),
-                secs,
-            });
+            return Err(Error::NotReady { ready, want: want.len(), secs });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
 fn schedulable(n: &Node, need_ready: bool) -> bool {
-    let ready = n
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     let tainted = n
         .spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| {
-            ts.iter().any(|t| {
-                matches!(
-                    t.key.as_str(),
-                    "node.kubernetes.io/not-ready"
-                        | "node.kubernetes.io/unreachable"
-                        | "node.kubernetes.io/network-unavailable"
-                )
-            })
-        });
+        .is_some_and(|ts| ts.iter().any(|t| matches!(t.key.as_str(), "node.kubernetes.io/not-ready" | "node.kubernetes.io/unreachable" | "node.kubernetes.io/network-unavailable")));
     (ready || !need_ready) && !tainted
 }
 
@@ -286,17 +210,12 @@ pub async fn delete_nodes(client: &kube::Client, names: &[String]) {
 /// (`DevicesConfig::per_node(n)`: its `--devices-per-node n`): the driver's
 /// DeviceClass (kept when it exists) and one ResourceSlice per node, owned
 /// by the node so that deleting the node deletes its slice.
-pub async fn publish_devices(
-    client: &kube::Client,
-    nodes: &[(String, String)],
-    cfg: &DevicesConfig,
-) -> Result<(), Error> {
+pub async fn publish_devices(client: &kube::Client, nodes: &[(String, String)], cfg: &DevicesConfig) -> Result<(), Error> {
     use futures::StreamExt;
     use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
     let driver = dra_driver::DEFAULT_DRIVER;
     let classes: Api<DeviceClass> = Api::all(client.clone());
-    let class: DeviceClass = serde_json::from_value(dra_driver::device_class_json(driver))
-        .map_err(|e| api("the DeviceClass")(kube::Error::SerdeError(e)))?;
+    let class: DeviceClass = serde_json::from_value(dra_driver::device_class_json(driver)).map_err(|e| api("the DeviceClass")(kube::Error::SerdeError(e)))?;
     match classes.create(&PostParams::default(), &class).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -308,22 +227,16 @@ pub async fn publish_devices(
         .iter()
         .filter_map(|(name, uid)| {
             let devices = cfg.devices_of(name);
-            let of_driver: Vec<&dra_driver::Device> =
-                devices.get(driver).map(|d| d.to_vec()).unwrap_or_default();
-            (!of_driver.is_empty())
-                .then(|| (name, dra_driver::slice_json(name, uid, driver, &of_driver)))
+            let of_driver: Vec<&dra_driver::Device> = devices.get(driver).map(|d| d.to_vec()).unwrap_or_default();
+            (!of_driver.is_empty()).then(|| (name, dra_driver::slice_json(name, uid, driver, &of_driver)))
         })
         .collect();
     let results: Vec<Result<(), Error>> = futures::stream::iter(bodies)
         .map(|(name, body)| {
             let slices = slices.clone();
             async move {
-                let slice: ResourceSlice = serde_json::from_value(body)
-                    .map_err(|e| api(format!("the slice of {name}"))(kube::Error::SerdeError(e)))?;
-                slices
-                    .create(&PostParams::default(), &slice)
-                    .await
-                    .map_err(api(format!("creating the ResourceSlice of {name}")))?;
+                let slice: ResourceSlice = serde_json::from_value(body).map_err(|e| api(format!("the slice of {name}"))(kube::Error::SerdeError(e)))?;
+                slices.create(&PostParams::default(), &slice).await.map_err(api(format!("creating the ResourceSlice of {name}")))?;
                 Ok(())
             }
         })
@@ -339,15 +252,10 @@ mod tests {
 
     #[test]
     fn a_node_is_kwoks_with_its_zone_taints_and_allocatable() {
-        let n = NodeSpec::new("n-1", "zone-b", "4")
-            .label("pool", "batch")
-            .taint("dedicated", "batch", "NoSchedule");
+        let n = NodeSpec::new("n-1", "zone-b", "4").label("pool", "batch").taint("dedicated", "batch", "NoSchedule");
         let v = n.object();
         assert_eq!(v["metadata"]["annotations"][ANNOTATION.0], ANNOTATION.1);
-        assert_eq!(
-            v["metadata"]["labels"]["topology.kubernetes.io/zone"],
-            "zone-b"
-        );
+        assert_eq!(v["metadata"]["labels"]["topology.kubernetes.io/zone"], "zone-b");
         assert_eq!(v["metadata"]["labels"]["kubernetes.io/hostname"], "n-1");
         assert_eq!(v["metadata"]["labels"]["pool"], "batch");
         assert_eq!(v["spec"]["taints"][0]["effect"], "NoSchedule");
@@ -363,27 +271,14 @@ mod tests {
     fn only_a_static_node_is_created_ready() {
         let kwok = NodeSpec::new("n-1", "zone-a", "4");
         assert!(kwok.object()["status"]["conditions"].is_null());
-        let v = NodeSpec {
-            ready_at_create: true,
-            ..kwok
-        }
-        .object();
-        assert_eq!(
-            (
-                v["status"]["conditions"][0]["type"].as_str(),
-                v["status"]["conditions"][0]["status"].as_str()
-            ),
-            (Some("Ready"), Some("True"))
-        );
+        let v = NodeSpec { ready_at_create: true, ..kwok }.object();
+        assert_eq!((v["status"]["conditions"][0]["type"].as_str(), v["status"]["conditions"][0]["status"].as_str()), (Some("Ready"), Some("True")));
         assert!(serde_json::from_value::<Node>(v).is_ok());
     }
 
     #[test]
     fn spread_nodes_go_round_robin_over_three_zones() {
-        let zones: Vec<String> = spread_nodes("b", 4, "32", "256Gi", 110)
-            .into_iter()
-            .map(|n| n.zone)
-            .collect();
+        let zones: Vec<String> = spread_nodes("b", 4, "32", "256Gi", 110).into_iter().map(|n| n.zone).collect();
         assert_eq!(zones, ["zone-a", "zone-b", "zone-c", "zone-a"]);
     }
 }

@@ -13,14 +13,12 @@ use berth_engine::queue;
 use berth_model::{NodeSpec, PodInfo};
 
 use super::Loop;
-use super::kinds::key;
 use crate::shadow;
+use super::kinds::key;
 use crate::watch::{Change, WatchEvent};
 
 fn node_events(old: Option<&NodeSpec>, new: &NodeSpec) -> Events {
-    let Some(old) = old else {
-        return Events::NODE_ADD;
-    };
+    let Some(old) = old else { return Events::NODE_ADD };
     let mut e = Events::default();
     if old.allocatable != new.allocatable {
         e = e.or(Events::NODE_ALLOCATABLE);
@@ -156,12 +154,7 @@ impl Loop {
                 && !info.terminating
                 && !info.terminated
             {
-                self.cache.snapshot_mut().groups.note_foreign(
-                    &info.namespace,
-                    r,
-                    &uid,
-                    &info.scheduler_name,
-                );
+                self.cache.snapshot_mut().groups.note_foreign(&info.namespace, r, &uid, &info.scheduler_name);
             }
             return;
         }
@@ -181,10 +174,7 @@ impl Loop {
         let gated = gate.is_some();
         let q = if gated { "gated" } else { "active" };
         if change == queue::Change::New {
-            self.metrics
-                .incoming_pods
-                .with_label_values(&[q, "PodAdd"])
-                .inc();
+            self.metrics.incoming_pods.with_label_values(&[q, "PodAdd"]).inc();
             // A new member may complete its group (GangScheduling's pod-add event).
             let member = info.group.is_some();
             self.queue.add(info, gated, Self::now());
@@ -192,10 +182,7 @@ impl Loop {
                 self.event(Events::POD_GROUP);
             }
         } else {
-            self.metrics
-                .incoming_pods
-                .with_label_values(&[q, "PodUpdate"])
-                .inc();
+            self.metrics.incoming_pods.with_label_values(&[q, "PodUpdate"]).inc();
             self.queue.update(info, gated, Self::now());
         }
         if let Some(events) = gate {
@@ -209,43 +196,25 @@ impl Loop {
     /// as it stands, before the binding is applied (earlier bindings in,
     /// the pod itself not yet bound), and records the verdict.
     fn judge_binding(&mut self, bound: &Arc<PodInfo>) {
-        let Some(node) = bound.node_name.as_deref() else {
-            return;
-        };
+        let Some(node) = bound.node_name.as_deref() else { return };
         // Only a binding seen happen: the pod waits in the queue (pending,
         // of a judged profile) and is not bound in the cache yet.
-        let Some(qp) = self.queue.get(&bound.uid) else {
-            return;
-        };
+        let Some(qp) = self.queue.get(&bound.uid) else { return };
         if self.cache.pod_state(&bound.uid).is_some() {
             return;
         }
-        let Some(fw) = self
-            .frameworks
-            .iter()
-            .find(|f| f.profile == bound.scheduler_name)
-        else {
-            return;
-        };
+        let Some(fw) = self.frameworks.iter().find(|f| f.profile == bound.scheduler_name) else { return };
         // The pod as it waited (no nodeName: NodeName would reject every other node).
         let mut pending = (*qp.pod).clone();
         pending.node_name = None;
         let pending = Arc::new(pending);
         let now = Self::now();
         let detail = self.shadow.as_mut().map(|sh| &mut sh.detail);
-        let j = shadow::judge_with(fw, self.cache.snapshot(), &pending, node, || {
-            detail.is_some_and(|d| d.take(now))
-        });
+        let j = shadow::judge_with(fw, self.cache.snapshot(), &pending, node, || detail.is_some_and(|d| d.take(now)));
         let profile = fw.profile.as_str();
-        self.metrics
-            .shadow_decisions
-            .with_label_values(&[profile, j.verdict.as_str()])
-            .inc();
+        self.metrics.shadow_decisions.with_label_values(&[profile, j.verdict.as_str()]).inc();
         if let Some(g) = j.score_gap {
-            self.metrics
-                .shadow_score_gap
-                .with_label_values(&[profile])
-                .observe(g as f64);
+            self.metrics.shadow_score_gap.with_label_values(&[profile]).observe(g as f64);
         }
         if let Some(sh) = &mut self.shadow {
             sh.record(&j, Self::now());
@@ -275,10 +244,7 @@ impl Loop {
         for e in &spec.errors {
             tracing::warn!(node = %spec.name, error = %e, "node field ignored");
         }
-        let ev = node_events(
-            self.cache.snapshot().node(&spec.name).map(|ni| &*ni.node),
-            &spec,
-        );
+        let ev = node_events(self.cache.snapshot().node(&spec.name).map(|ni| &*ni.node), &spec);
         self.cache.upsert_node(spec);
         self.event(ev);
     }
@@ -299,41 +265,17 @@ impl Loop {
     /// A PodGroup change (either API). Members waiting in the pool move only
     /// when what the scheduler reads changed (minCount, topology, ...), not
     /// on the status writes that follow each attempt.
-    pub(super) fn apply_groups(
-        &mut self,
-        api: berth_model::pod::GroupApi,
-        c: Change<kube::api::DynamicObject>,
-    ) {
+    pub(super) fn apply_groups(&mut self, api: berth_model::pod::GroupApi, c: Change<kube::api::DynamicObject>) {
         use berth_engine::cache::groups::GroupPolicy;
-        fn compile(
-            api: berth_model::pod::GroupApi,
-            o: &kube::api::DynamicObject,
-        ) -> (
-            String,
-            String,
-            Result<GroupPolicy, berth_engine::cache::groups::Error>,
-        ) {
-            let ns = o
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into());
+        fn compile(api: berth_model::pod::GroupApi, o: &kube::api::DynamicObject) -> (String, String, Result<GroupPolicy, berth_engine::cache::groups::Error>) {
+            let ns = o.metadata.namespace.clone().unwrap_or_else(|| "default".into());
             let name = o.metadata.name.clone().unwrap_or_default();
             let value = serde_json::to_value(o).unwrap_or_default();
             let g = match api {
-                berth_model::pod::GroupApi::V1alpha1 => {
-                    GroupPolicy::from_v1alpha1(&ns, &name, &value)
-                }
-                berth_model::pod::GroupApi::V1beta1 => match serde_json::from_value::<
-                    k8s_openapi::api::scheduling::v1beta1::PodGroup,
-                >(value)
-                {
+                berth_model::pod::GroupApi::V1alpha1 => GroupPolicy::from_v1alpha1(&ns, &name, &value),
+                berth_model::pod::GroupApi::V1beta1 => match serde_json::from_value::<k8s_openapi::api::scheduling::v1beta1::PodGroup>(value) {
                     Ok(pg) => GroupPolicy::from_v1beta1(&pg),
-                    Err(e) => Err(berth_engine::cache::groups::Error::Field {
-                        key: format!("{ns}/{name}"),
-                        field: "spec",
-                        message: e.to_string(),
-                    }),
+                    Err(e) => Err(berth_engine::cache::groups::Error::Field { key: format!("{ns}/{name}"), field: "spec", message: e.to_string() }),
                 },
             };
             (ns, name, g)
@@ -343,24 +285,15 @@ impl Loop {
         match c {
             Change::Apply(o) => {
                 let (ns, name, g) = compile(api, &o);
-                let r = berth_model::pod::GroupRef {
-                    api,
-                    name: name.clone(),
-                };
-                changed = groups
-                    .get(&ns, &r)
-                    .is_none_or(|old| old.as_ref().map(|a| &**a) != g.as_ref());
+                let r = berth_model::pod::GroupRef { api, name: name.clone() };
+                changed = groups.get(&ns, &r).is_none_or(|old| old.as_ref().map(|a| &**a) != g.as_ref());
                 if let Err(e) = &g {
                     tracing::warn!(error = %e, "PodGroup cannot be used; its pods stay pending with the reason");
                 }
                 groups.upsert(api, &ns, &name, g);
             }
             Change::Delete(o) => {
-                let ns = o
-                    .metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into());
+                let ns = o.metadata.namespace.clone().unwrap_or_else(|| "default".into());
                 groups.remove(api, &ns, o.metadata.name.as_deref().unwrap_or_default());
             }
             Change::Relist(all) => {

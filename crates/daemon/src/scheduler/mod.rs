@@ -100,11 +100,7 @@ impl Loop {
             profiles: frameworks.iter().map(|f| f.profile.clone()).collect(),
             frameworks,
             cache: Cache::new(),
-            queue: SchedulingQueue::new(
-                config.pod_initial_backoff,
-                config.pod_max_backoff,
-                Self::now(),
-            ),
+            queue: SchedulingQueue::new(config.pod_initial_backoff, config.pod_max_backoff, Self::now()),
             pdbs: HashMap::new(),
             health: w.health,
             ready: w.ready,
@@ -120,9 +116,7 @@ impl Loop {
     }
 
     fn framework(&self, pod: &PodInfo) -> Option<&Framework> {
-        self.frameworks
-            .iter()
-            .find(|f| f.profile == pod.scheduler_name)
+        self.frameworks.iter().find(|f| f.profile == pod.scheduler_name)
     }
 
     fn now() -> std::time::Instant {
@@ -142,23 +136,11 @@ impl Loop {
     /// server's 429s at start).
     fn caches_synced(&mut self) {
         if !*self.ready.borrow() {
-            tracing::info!(
-                nodes = self.cache.snapshot().nodes.len(),
-                pods = self.cache.pod_count(),
-                pending = self.queue.len(),
-                "caches synced"
-            );
+            tracing::info!(nodes = self.cache.snapshot().nodes.len(), pods = self.cache.pod_count(), pending = self.queue.len(), "caches synced");
             let _ = self.ready.send(true);
             if self.shadow.is_some() {
-                let judged = self.queue.len()
-                    + self
-                        .cache
-                        .snapshot()
-                        .bound_pods()
-                        .filter(|p| self.profiles.contains(&p.scheduler_name))
-                        .count();
-                let profiles: Vec<String> =
-                    self.frameworks.iter().map(|f| f.profile.clone()).collect();
+                let judged = self.queue.len() + self.cache.snapshot().bound_pods().filter(|p| self.profiles.contains(&p.scheduler_name)).count();
+                let profiles: Vec<String> = self.frameworks.iter().map(|f| f.profile.clone()).collect();
                 if let Some(sh) = &mut self.shadow {
                     sh.synced(judged, &profiles, Self::now());
                 }
@@ -168,16 +150,8 @@ impl Loop {
 
     fn gauges(&mut self) {
         let s = self.queue.sizes();
-        for (q, v) in [
-            ("active", s.active),
-            ("backoff", s.backoff),
-            ("unschedulable", s.unschedulable),
-            ("gated", s.gated),
-        ] {
-            self.metrics
-                .pending_pods
-                .with_label_values(&[q])
-                .set(v as i64);
+        for (q, v) in [("active", s.active), ("backoff", s.backoff), ("unschedulable", s.unschedulable), ("gated", s.gated)] {
+            self.metrics.pending_pods.with_label_values(&[q]).set(v as i64);
         }
         // scheduler_unschedulable_pods{plugin, profile}: pods in the pool, per rejecting plugin.
         let mut counts: HashMap<(&str, &str), i64> = HashMap::new();
@@ -188,10 +162,7 @@ impl Loop {
         }
         self.metrics.unschedulable_pods.reset();
         for ((plugin, profile), n) in counts {
-            self.metrics
-                .unschedulable_pods
-                .with_label_values(&[plugin, profile])
-                .set(n);
+            self.metrics.unschedulable_pods.with_label_values(&[plugin, profile]).set(n);
         }
     }
 
@@ -217,32 +188,19 @@ impl Loop {
             }
             // Explain runs off the loop, on a copy published when asked (at most once a second).
             if explain.wanted() {
-                explain.publish(
-                    self.cache.snapshot().clone(),
-                    self.queue.pods().cloned().collect(),
-                );
+                explain.publish(self.cache.snapshot().clone(), self.queue.pods().cloned().collect());
             }
             if last_tick.elapsed() >= Duration::from_millis(500) {
                 self.queue.tick(Self::now());
                 self.release_preemptors();
                 self.gauges();
                 if let Some(sh) = &mut self.shadow {
-                    let profiles: Vec<String> =
-                        self.frameworks.iter().map(|f| f.profile.clone()).collect();
+                    let profiles: Vec<String> = self.frameworks.iter().map(|f| f.profile.clone()).collect();
                     sh.tick(&profiles, Self::now());
                     let q = &self.queue;
-                    let pending = sh.review_pending(
-                        &self.frameworks,
-                        self.cache.snapshot(),
-                        q.pods()
-                            .filter_map(|p| q.first_seen(&p.uid).map(|t| (p, t))),
-                        Self::now(),
-                    );
+                    let pending = sh.review_pending(&self.frameworks, self.cache.snapshot(), q.pods().filter_map(|p| q.first_seen(&p.uid).map(|t| (p, t))), Self::now());
                     for ((profile, view), n) in pending {
-                        self.metrics
-                            .shadow_pending
-                            .with_label_values(&[profile.as_str(), view.as_str()])
-                            .set(n);
+                        self.metrics.shadow_pending.with_label_values(&[profile.as_str(), view.as_str()]).set(n);
                     }
                 }
                 last_tick = Instant::now();
@@ -254,21 +212,10 @@ impl Loop {
             // renewDeadline), not merely while the election task says so.
             // A shadow never pops a pod for binding.
             let ready = *self.ready.borrow();
-            if self.shadow.is_none()
-                && ready
-                && self.health.fresh()
-                && *self.leading.borrow()
-                && self.lease.may_write()
-                && self.schedule_one().await
-            {
+            if self.shadow.is_none() && ready && self.health.fresh() && *self.leading.borrow() && self.lease.may_write() && self.schedule_one().await {
                 continue;
             }
-            let wait = self
-                .queue
-                .next_deadline()
-                .map(|d| d.saturating_duration_since(Self::now()))
-                .unwrap_or(Duration::from_secs(1))
-                .min(Duration::from_secs(1));
+            let wait = self.queue.next_deadline().map(|d| d.saturating_duration_since(Self::now())).unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));
             tokio::select! {
                 Some(ev) = watch_rx.recv() => self.apply(ev),
                 Some(r) = bind_rx.recv() => self.bind_result(r),

@@ -8,16 +8,13 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use berth_engine::framework::group::{GroupHost, GroupOutcome, preempt_for_group, schedule_group};
-use berth_engine::framework::{
-    ApiWrite, AssumeView, Assumed, CycleOptions, CycleState, Events, Framework, QueuedPod,
-    ScheduledOne,
-};
+use berth_engine::framework::group::{preempt_for_group, schedule_group, GroupHost, GroupOutcome};
+use berth_engine::framework::{ApiWrite, AssumeView, Assumed, CycleOptions, CycleState, Events, Framework, QueuedPod, ScheduledOne};
 use berth_engine::queue::Rejection;
 use berth_model::PodInfo;
 
 use super::Loop;
-use crate::writer::{BindOutcome, BindResult, seen_claim};
+use crate::writer::{seen_claim, BindOutcome, BindResult};
 
 /// The daemon's side of the group cycle: its cache and one profile.
 struct LoopHost<'a> {
@@ -44,19 +41,13 @@ impl GroupHost for LoopHost<'_> {
 impl Loop {
     pub(super) async fn schedule_one(&mut self) -> bool {
         let now = Self::now();
-        let Some(qp) = self.queue.pop(now) else {
-            return false;
-        };
+        let Some(qp) = self.queue.pop(now) else { return false };
         let pod = qp.pod.clone();
         if self.cache.pod_state(&pod.uid).is_some() {
             self.queue.done(&pod.uid);
             return true;
         }
-        let Some(fi) = self
-            .frameworks
-            .iter()
-            .position(|f| f.profile == pod.scheduler_name)
-        else {
+        let Some(fi) = self.frameworks.iter().position(|f| f.profile == pod.scheduler_name) else {
             self.queue.done(&pod.uid);
             return true;
         };
@@ -70,30 +61,17 @@ impl Loop {
         // The cycle, then Reserve and Permit and the framework's assume step
         // into the cache: the pod and whatever its Reserve plugins decided
         // (volume and device decisions), which `Cache::forget` reverts with it.
-        let ScheduledOne {
-            outcome: o,
-            state,
-            assumed,
-        } = fw.schedule_one(&mut self.cache, &pod, CycleOptions::default());
+        let ScheduledOne { outcome: o, state, assumed } = fw.schedule_one(&mut self.cache, &pod, CycleOptions::default());
         let elapsed = start.elapsed().as_secs_f64();
         match assumed {
             Assumed::On(node) => {
-                self.metrics
-                    .schedule_attempts
-                    .with_label_values(&["scheduled", &profile])
-                    .inc();
-                self.metrics
-                    .attempt_duration
-                    .with_label_values(&["scheduled", &profile])
-                    .observe(elapsed);
+                self.metrics.schedule_attempts.with_label_values(&["scheduled", &profile]).inc();
+                self.metrics.attempt_duration.with_label_values(&["scheduled", &profile]).observe(elapsed);
                 self.bind_assumed(fi, state, pod, node, start).await;
                 return true;
             }
             Assumed::Refused { .. } => {
-                self.metrics
-                    .schedule_attempts
-                    .with_label_values(&["error", &profile])
-                    .inc();
+                self.metrics.schedule_attempts.with_label_values(&["error", &profile]).inc();
                 self.queue.error(&pod.uid, now);
                 return true;
             }
@@ -101,43 +79,22 @@ impl Loop {
         }
         if let Some(err) = &o.error {
             tracing::warn!(pod = %pod.key(), error = %err, "scheduling error");
-            self.metrics
-                .schedule_attempts
-                .with_label_values(&["error", &profile])
-                .inc();
-            self.metrics
-                .attempt_duration
-                .with_label_values(&["error", &profile])
-                .observe(elapsed);
+            self.metrics.schedule_attempts.with_label_values(&["error", &profile]).inc();
+            self.metrics.attempt_duration.with_label_values(&["error", &profile]).observe(elapsed);
             let since = self.queue.unschedulable_since(&pod.uid);
             if let Some(w) = &self.writer {
-                w.report_failure(
-                    pod.clone(),
-                    "SchedulerError",
-                    o.message.clone().unwrap_or_else(|| err.message()),
-                    None,
-                    since,
-                )
-                .await;
-            }
+            w.report_failure(pod.clone(), "SchedulerError", o.message.clone().unwrap_or_else(|| err.message()), None, since).await;
+        }
             self.queue.error(&pod.uid, now);
             return true;
         }
-        self.metrics
-            .schedule_attempts
-            .with_label_values(&["unschedulable", &profile])
-            .inc();
-        self.metrics
-            .attempt_duration
-            .with_label_values(&["unschedulable", &profile])
-            .observe(elapsed);
+        self.metrics.schedule_attempts.with_label_values(&["unschedulable", &profile]).inc();
+        self.metrics.attempt_duration.with_label_values(&["unschedulable", &profile]).observe(elapsed);
         let mut nominated = None;
         if let Some(pf) = &o.post_filter {
             self.metrics.preemption_attempts.inc();
             if let Some(n) = &pf.nominated_node {
-                self.metrics
-                    .preemption_victims
-                    .observe(pf.victims.len() as f64);
+                self.metrics.preemption_victims.observe(pf.victims.len() as f64);
                 nominated = Some(n.clone());
                 // A victim whose graceful deletion has begun needs no second
                 // call (as upstream skips it).
@@ -159,23 +116,12 @@ impl Loop {
                     }
                 }
                 // Lower-priority pods nominated to the same node lose their nomination.
-                let lower: Vec<Arc<PodInfo>> = self
-                    .cache
-                    .snapshot()
-                    .nominated
-                    .get(n)
-                    .map(|v| {
-                        v.iter()
-                            .filter(|p| p.priority < pod.priority && p.uid != pod.uid)
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let lower: Vec<Arc<PodInfo>> = self.cache.snapshot().nominated.get(n).map(|v| v.iter().filter(|p| p.priority < pod.priority && p.uid != pod.uid).cloned().collect()).unwrap_or_default();
                 for p in lower {
                     self.cache.snapshot_mut().clear_nomination(&p.uid);
                     if let Some(w) = &self.writer {
-                        w.clear_nomination(p).await;
-                    }
+            w.clear_nomination(p).await;
+        }
                 }
                 let mut np = (*pod).clone();
                 np.nominated_node = Some(n.clone());
@@ -198,8 +144,7 @@ impl Loop {
         let was_nominated = nominated.is_some();
         let since = self.queue.unschedulable_since(&pod.uid);
         if let Some(w) = &self.writer {
-            w.report_failure(pod.clone(), "Unschedulable", message, nominated, since)
-                .await;
+            w.report_failure(pod.clone(), "Unschedulable", message, nominated, since).await;
         }
         let mut mask = Events::default();
         for name in &o.unschedulable_plugins {
@@ -215,13 +160,7 @@ impl Loop {
         if was_nominated {
             mask = mask.or(Events::POD_DELETE);
         }
-        self.queue.set_rejected(
-            &pod.uid,
-            Some(Rejection {
-                profile,
-                plugins: o.unschedulable_plugins.clone(),
-            }),
-        );
+        self.queue.set_rejected(&pod.uid, Some(Rejection { profile, plugins: o.unschedulable_plugins.clone() }));
         self.queue.unschedulable(&pod.uid, mask, now);
         // A preemptor whose victims' deletions are in flight waits gated
         // until they show (see `Preempting`).
@@ -244,11 +183,7 @@ impl Loop {
                 None => mask = Events::ALL,
             }
         }
-        if mask == Events::default() {
-            Events::ALL
-        } else {
-            mask
-        }
+        if mask == Events::default() { Events::ALL } else { mask }
     }
 
     /// The group cycle for the group of `qp` (just popped): its other waiting
@@ -269,32 +204,16 @@ impl Loop {
         let out = schedule_group(&mut LoopHost { lp: self, fi }, &members);
         let elapsed = start.elapsed().as_secs_f64();
         let profile = self.frameworks[fi].profile.clone();
-        let result = if out.fits {
-            "scheduled"
-        } else {
-            "unschedulable"
-        };
-        self.metrics
-            .schedule_attempts
-            .with_label_values(&[result, &profile])
-            .inc_by(members.len() as u64);
-        self.metrics
-            .attempt_duration
-            .with_label_values(&[result, &profile])
-            .observe(elapsed);
+        let result = if out.fits { "scheduled" } else { "unschedulable" };
+        self.metrics.schedule_attempts.with_label_values(&[result, &profile]).inc_by(members.len() as u64);
+        self.metrics.attempt_duration.with_label_values(&[result, &profile]).observe(elapsed);
         tracing::info!(group = %out.group, members = members.len(), placed = out.placed.len(), fits = out.fits, message = %out.message, "group cycle");
         if out.waiting {
             // Fewer members than minCount exist: they wait for the rest (a
             // member added moves them), unreported, as upstream's PreEnqueue
             // keeps them out of the queue.
             for u in &out.unplaced {
-                self.queue.set_rejected(
-                    &u.pod.uid,
-                    Some(Rejection {
-                        profile: profile.clone(),
-                        plugins: u.plugins.clone(),
-                    }),
-                );
+                self.queue.set_rejected(&u.pod.uid, Some(Rejection { profile: profile.clone(), plugins: u.plugins.clone() }));
                 self.queue.unschedulable(&u.pod.uid, Events::POD_GROUP, now);
             }
             return;
@@ -302,27 +221,17 @@ impl Loop {
         self.report_group(&first, &out).await;
         // Preemption for the whole group, or for nobody.
         let mut nominated: HashMap<String, String> = HashMap::new();
-        if let Some(gp) =
-            preempt_for_group(&self.frameworks[fi], self.cache.snapshot(), &members, &out)
-        {
+        if let Some(gp) = preempt_for_group(&self.frameworks[fi], self.cache.snapshot(), &members, &out) {
             self.metrics.preemption_attempts.inc();
-            self.metrics
-                .preemption_victims
-                .observe(gp.victims.len() as f64);
+            self.metrics.preemption_victims.observe(gp.victims.len() as f64);
             tracing::info!(group = %out.group, victims = gp.victims.len(), "preempting for a pod group");
             let by = gp.nominations.first().map(|(p, n)| (p.clone(), n.clone()));
             for v in &gp.victims {
-                let (preemptor, node) =
-                    by.clone().unwrap_or_else(|| (first.clone(), String::new()));
-                let node = self
-                    .cache
-                    .snapshot()
-                    .pod_node(&v.uid)
-                    .map(str::to_string)
-                    .unwrap_or(node);
+                let (preemptor, node) = by.clone().unwrap_or_else(|| (first.clone(), String::new()));
+                let node = self.cache.snapshot().pod_node(&v.uid).map(str::to_string).unwrap_or(node);
                 if let Some(w) = &self.writer {
-                    w.preempt(v.clone(), preemptor, node, profile.clone()).await;
-                }
+            w.preempt(v.clone(), preemptor, node, profile.clone()).await;
+        }
             }
             for (m, n) in gp.nominations {
                 let mut np = (*m).clone();
@@ -342,36 +251,15 @@ impl Loop {
         }
         for u in &out.unplaced {
             let since = self.queue.unschedulable_since(&u.pod.uid);
-            let (reason, message) = if u.error {
-                ("SchedulerError", u.message.clone())
-            } else {
-                ("Unschedulable", out.pod_message(u))
-            };
+            let (reason, message) = if u.error { ("SchedulerError", u.message.clone()) } else { ("Unschedulable", out.pod_message(u)) };
             if let Some(w) = &self.writer {
-                w.report_failure(
-                    u.pod.clone(),
-                    reason,
-                    message,
-                    nominated.get(&u.pod.uid).cloned(),
-                    since,
-                )
-                .await;
-            }
-            self.queue.set_rejected(
-                &u.pod.uid,
-                Some(Rejection {
-                    profile: profile.clone(),
-                    plugins: u.plugins.clone(),
-                }),
-            );
+            w.report_failure(u.pod.clone(), reason, message, nominated.get(&u.pod.uid).cloned(), since).await;
+        }
+            self.queue.set_rejected(&u.pod.uid, Some(Rejection { profile: profile.clone(), plugins: u.plugins.clone() }));
             if u.error {
                 self.queue.error(&u.pod.uid, now);
             } else {
-                let mask = if out.fits {
-                    self.mask_for(fi, &u.plugins)
-                } else {
-                    group_mask
-                };
+                let mask = if out.fits { self.mask_for(fi, &u.plugins) } else { group_mask };
                 self.queue.unschedulable(&u.pod.uid, mask, now);
             }
         }
@@ -379,6 +267,7 @@ impl Loop {
             self.bind_assumed(fi, p.state, p.pod, p.node, start).await;
         }
     }
+
 
     /// Writes the group's status when it changed: upstream's
     /// PodGroupInitiallyScheduled condition (v1beta1; never back to False once
@@ -391,35 +280,20 @@ impl Loop {
         }
         let key = format!("{:?}/{}/{}", r.api, first.namespace, r.name);
         let last = self.group_status.get(&key);
-        let message = if out.fits {
-            String::new()
-        } else {
-            out.message.clone()
-        };
+        let message = if out.fits { String::new() } else { out.message.clone() };
         if last == Some(&message) || (last.is_some_and(String::is_empty) && !out.fits) {
             return;
         }
         self.group_status.insert(key, message.clone());
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::now(),
-        );
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
         let status = match (r.api, out.fits) {
-            (GroupApi::V1beta1, true) => {
-                serde_json::json!({"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled", "message": "", "lastTransitionTime": now}]})
-            }
-            (GroupApi::V1beta1, false) => {
-                serde_json::json!({"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now}]})
-            }
-            (GroupApi::V1alpha1, true) => {
-                serde_json::json!({"phase": "Scheduled", "scheduled": out.bound as usize + out.placed.len(), "scheduleStartTime": now})
-            }
-            (GroupApi::V1alpha1, false) => {
-                serde_json::json!({"phase": "Pending", "scheduled": out.bound, "scheduleStartTime": now})
-            }
+            (GroupApi::V1beta1, true) => serde_json::json!({"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled", "message": "", "lastTransitionTime": now}]}),
+            (GroupApi::V1beta1, false) => serde_json::json!({"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now}]}),
+            (GroupApi::V1alpha1, true) => serde_json::json!({"phase": "Scheduled", "scheduled": out.bound as usize + out.placed.len(), "scheduleStartTime": now}),
+            (GroupApi::V1alpha1, false) => serde_json::json!({"phase": "Pending", "scheduled": out.bound, "scheduleStartTime": now}),
         };
         if let Some(w) = &self.writer {
-            w.group_status(r.api, first.namespace.clone(), r.name.clone(), status)
-                .await;
+            w.group_status(r.api, first.namespace.clone(), r.name.clone(), status).await;
         }
     }
 
@@ -429,14 +303,7 @@ impl Loop {
     /// bind, off the loop; the outcome comes back as a `BindResult`. A
     /// PreBind plugin that fails here forgets the pod and its reservations
     /// and retries it with backoff.
-    async fn bind_assumed(
-        &mut self,
-        fi: usize,
-        mut state: CycleState,
-        pod: Arc<PodInfo>,
-        node: String,
-        start: Instant,
-    ) {
+    async fn bind_assumed(&mut self, fi: usize, mut state: CycleState, pod: Arc<PodInfo>, node: String, start: Instant) {
         let s = self.frameworks[fi].run_pre_bind(&mut state, &pod, &node);
         if !s.is_success() {
             let message = format!("running PreBind plugin {:?}: {}", s.plugin, s.message());
@@ -444,9 +311,8 @@ impl Loop {
             self.frameworks[fi].unassume(&mut self.cache, &mut state, &pod, &node);
             let since = self.queue.unschedulable_since(&pod.uid);
             if let Some(w) = &self.writer {
-                w.report_failure(pod.clone(), "SchedulerError", message, None, since)
-                    .await;
-            }
+            w.report_failure(pod.clone(), "SchedulerError", message, None, since).await;
+        }
             self.queue.error(&pod.uid, Self::now());
             return;
         }
@@ -457,47 +323,25 @@ impl Loop {
                 .iter()
                 .flat_map(|w| &w.writes)
                 .filter_map(|w| match w {
-                    ApiWrite::AllocateClaim {
-                        namespace, name, ..
-                    } => devices.api_claim(namespace, name).and_then(seen_claim),
+                    ApiWrite::AllocateClaim { namespace, name, .. } => devices.api_claim(namespace, name).and_then(seen_claim),
                     _ => None,
                 })
                 .collect();
-            w.bind_with_work(pod, node, start.into_std(), work, seen)
-                .await;
+            w.bind_with_work(pod, node, start.into_std(), work, seen).await;
         }
     }
 
     pub(super) fn bind_result(&mut self, r: BindResult) {
         let uid = r.pod.uid.clone();
         if r.outcome != BindOutcome::NotLeader {
-            let status = if matches!(
-                r.outcome,
-                BindOutcome::Bound | BindOutcome::AlreadyBound { .. }
-            ) {
-                "Success"
-            } else {
-                "Error"
-            };
-            self.metrics
-                .extension_point_duration
-                .with_label_values(&["Bind", status, &r.pod.scheduler_name])
-                .observe(r.took.as_secs_f64());
+            let status = if matches!(r.outcome, BindOutcome::Bound | BindOutcome::AlreadyBound { .. }) { "Success" } else { "Error" };
+            self.metrics.extension_point_duration.with_label_values(&["Bind", status, &r.pod.scheduler_name]).observe(r.took.as_secs_f64());
         }
         match r.outcome {
             BindOutcome::Bound => {
-                let attempts = self
-                    .queue
-                    .get(&uid)
-                    .map(|q| q.attempts)
-                    .unwrap_or(1)
-                    .max(1)
-                    .to_string();
+                let attempts = self.queue.get(&uid).map(|q| q.attempts).unwrap_or(1).max(1).to_string();
                 if let Some(t) = self.queue.first_seen(&uid) {
-                    self.metrics
-                        .sli_duration
-                        .with_label_values(&[&attempts])
-                        .observe(t.elapsed().as_secs_f64());
+                    self.metrics.sli_duration.with_label_values(&[&attempts]).observe(t.elapsed().as_secs_f64());
                 }
                 self.queue.done(&uid);
                 tracing::debug!(pod = %r.pod.key(), node = %r.node, "bound");
@@ -506,9 +350,7 @@ impl Loop {
                 // The API has it bound (409, or read back after an unknown
                 // outcome): it holds a slot there, whatever the watch says yet.
                 tracing::info!(pod = %r.pod.key(), chosen = %r.node, bound = %node, "pod already bound");
-                if node != r.node
-                    && self.cache.pod_state(&uid) == Some(berth_engine::cache::PodState::Assumed)
-                {
+                if node != r.node && self.cache.pod_state(&uid) == Some(berth_engine::cache::PodState::Assumed) {
                     self.cache.forget(&uid);
                     let mut p = (*r.pod).clone();
                     p.node_name = Some(node);

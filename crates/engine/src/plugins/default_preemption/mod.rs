@@ -35,10 +35,7 @@ use serde::Deserialize;
 
 use crate::cache::Snapshot;
 use crate::framework::status::ReasonCounts;
-use crate::framework::{
-    Code, CycleState, Events, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult,
-    Status,
-};
+use crate::framework::{Code, CycleState, Events, Framework, NodeStatuses, Plugin, PostFilterPlugin, PostFilterResult, Status};
 use berth_model::PodInfo;
 
 pub use candidates::Candidate;
@@ -86,11 +83,7 @@ pub struct DefaultPreemption {
 
 impl Default for DefaultPreemption {
     fn default() -> Self {
-        DefaultPreemption {
-            min_percentage: 10,
-            min_absolute: 100,
-            kept: Mutex::default(),
-        }
+        DefaultPreemption { min_percentage: 10, min_absolute: 100, kept: Mutex::default() }
     }
 }
 
@@ -101,25 +94,17 @@ impl DefaultPreemption {
         let abs = args.min_candidate_nodes_absolute.unwrap_or(100);
         let mut errs = Vec::new();
         if !(0..=100).contains(&pct) {
-            errs.push(format!(
-                "minCandidateNodesPercentage: Invalid value: {pct}: not in valid range [0, 100]"
-            ));
+            errs.push(format!("minCandidateNodesPercentage: Invalid value: {pct}: not in valid range [0, 100]"));
         }
         if abs < 0 {
-            errs.push(format!(
-                "minCandidateNodesAbsolute: Invalid value: {abs}: not in valid range [0, inf)"
-            ));
+            errs.push(format!("minCandidateNodesAbsolute: Invalid value: {abs}: not in valid range [0, inf)"));
         }
         if pct == 0 && abs == 0 {
             errs.push("minCandidateNodesPercentage: Invalid value: 0: cannot be zero at the same time as minCandidateNodesAbsolute".into());
             errs.push("minCandidateNodesAbsolute: Invalid value: 0: cannot be zero at the same time as minCandidateNodesPercentage".into());
         }
         match errs.len() {
-            0 => Ok(DefaultPreemption {
-                min_percentage: i64::from(pct),
-                min_absolute: i64::from(abs),
-                ..Default::default()
-            }),
+            0 => Ok(DefaultPreemption { min_percentage: i64::from(pct), min_absolute: i64::from(abs), ..Default::default() }),
             1 => Err(errs.remove(0)),
             _ => Err(format!("[{}]", errs.join(", "))),
         }
@@ -128,40 +113,24 @@ impl DefaultPreemption {
     /// How many candidates to find among `n` potential nodes (upstream `calculateNumCandidates`).
     pub fn num_candidates(&self, n: usize) -> usize {
         let n64 = n as i64;
-        let k = (n64 * self.min_percentage / 100)
-            .max(self.min_absolute)
-            .min(n64);
+        let k = (n64 * self.min_percentage / 100).max(self.min_absolute).min(n64);
         k.max(0) as usize
     }
 }
 
 /// Upstream `PodEligibleToPreemptOthers`: Err carries the reason.
-pub fn eligible(
-    pod: &PodInfo,
-    snap: &Snapshot,
-    statuses: &NodeStatuses,
-) -> Result<(), &'static str> {
+pub fn eligible(pod: &PodInfo, snap: &Snapshot, statuses: &NodeStatuses) -> Result<(), &'static str> {
     if pod.preemption_never {
         return Err(MSG_NEVER);
     }
-    let Some(nn) = pod.nominated_node.as_deref() else {
-        return Ok(());
-    };
-    let Some(idx) = snap.node_index(nn) else {
-        return Ok(());
-    };
+    let Some(nn) = pod.nominated_node.as_deref() else { return Ok(()) };
+    let Some(idx) = snap.node_index(nn) else { return Ok(()) };
     // A node absent from the statuses counts as UnschedulableAndUnresolvable.
-    let code = statuses
-        .get(idx)
-        .map_or(Code::UnschedulableAndUnresolvable, |s| s.code);
+    let code = statuses.get(idx).map_or(Code::UnschedulableAndUnresolvable, |s| s.code);
     if code == Code::UnschedulableAndUnresolvable {
         return Ok(());
     }
-    if snap.nodes[idx]
-        .pods
-        .iter()
-        .any(|p| p.priority < pod.priority && p.preempted_by_scheduler)
-    {
+    if snap.nodes[idx].pods.iter().any(|p| p.priority < pod.priority && p.preempted_by_scheduler) {
         return Err(MSG_TERMINATING);
     }
     Ok(())
@@ -198,20 +167,8 @@ impl Plugin for DefaultPreemption {
 }
 
 impl PostFilterPlugin for DefaultPreemption {
-    fn post_filter(
-        &self,
-        fw: &Framework,
-        state: &CycleState,
-        pod: &Arc<PodInfo>,
-        snap: &Snapshot,
-        statuses: &NodeStatuses,
-    ) -> (Status, PostFilterResult) {
-        let fail = |code: Code, msg: String| {
-            (
-                Status::new(code, format!("preemption: {msg}")),
-                PostFilterResult::default(),
-            )
-        };
+    fn post_filter(&self, fw: &Framework, state: &CycleState, pod: &Arc<PodInfo>, snap: &Snapshot, statuses: &NodeStatuses) -> (Status, PostFilterResult) {
+        let fail = |code: Code, msg: String| (Status::new(code, format!("preemption: {msg}")), PostFilterResult::default());
         if let Err(m) = eligible(pod, snap, statuses) {
             return fail(Code::Unschedulable, m.to_string());
         }
@@ -219,13 +176,7 @@ impl PostFilterPlugin for DefaultPreemption {
             return fail(Code::Error, "no nodes available".into());
         }
         // Nodes where removing pods may help: those Filter found Unschedulable.
-        let potential: Vec<usize> = (0..snap.nodes.len())
-            .filter(|&i| {
-                statuses
-                    .get(i)
-                    .is_some_and(|s| s.code == Code::Unschedulable)
-            })
-            .collect();
+        let potential: Vec<usize> = (0..snap.nodes.len()).filter(|&i| statuses.get(i).is_some_and(|s| s.code == Code::Unschedulable)).collect();
         let (candidates, failed, errors) = if potential.is_empty() {
             (Vec::new(), Vec::new(), Vec::new())
         } else {
@@ -241,26 +192,15 @@ impl PostFilterPlugin for DefaultPreemption {
                 };
                 return fail(Code::Error, msg);
             }
-            return fail(
-                Code::Unschedulable,
-                no_candidate_message(snap.nodes.len(), &failed),
-            );
+            return fail(Code::Unschedulable, no_candidate_message(snap.nodes.len(), &failed));
         }
         let Some(best) = pick_one(&candidates) else {
-            return fail(
-                Code::Unschedulable,
-                "no candidate node for preemption".into(),
-            );
+            return fail(Code::Unschedulable, "no candidate node for preemption".into());
         };
         let c = &candidates[best];
         (
             Status::success(),
-            PostFilterResult {
-                nominated_node: Some(snap.nodes[c.node].name().to_string()),
-                victims: c.victims.clone(),
-                message: None,
-                deallocations: vec![],
-            },
+            PostFilterResult { nominated_node: Some(snap.nodes[c.node].name().to_string()), victims: c.victims.clone(), message: None, deallocations: vec![] },
         )
     }
 }
@@ -275,7 +215,7 @@ mod test_support {
     pub(super) use crate::plugins::node_resources_fit::NodeResourcesFit;
     pub(super) use crate::plugins::node_unschedulable::NodeUnschedulable;
     pub(super) use crate::plugins::priority_sort::PrioritySort;
-    pub(super) use crate::testing::{NodeBuilder, PodBuilder, node, pod, snapshot};
+    pub(super) use crate::testing::{node, pod, snapshot, NodeBuilder, PodBuilder};
     pub(super) use berth_model::selector::Selector;
     pub(super) use std::collections::BTreeMap;
 
@@ -288,24 +228,16 @@ mod test_support {
             register!(Arc::new(NodeResourcesFit::default())),
             register!(Arc::new(DefaultPreemption::default())),
         ];
-        let entries = plugins
-            .into_iter()
-            .map(|p| PluginEntry::at_every_point(p, 1))
-            .collect();
+        let entries = plugins.into_iter().map(|p| PluginEntry::at_every_point(p, 1)).collect();
         Framework::new("test".into(), entries, None, 1)
     }
 
     pub(super) fn pdb(name: &str, label: (&str, &str), allowed: i64) -> Pdb {
         let mut m = BTreeMap::new();
         m.insert(label.0.to_string(), label.1.to_string());
-        Pdb {
-            namespace: "default".into(),
-            name: name.into(),
-            selector: Selector::from_map(&m),
-            disruptions_allowed: allowed,
-            disrupted_pods: vec![],
-        }
+        Pdb { namespace: "default".into(), name: name.into(), selector: Selector::from_map(&m), disruptions_allowed: allowed, disrupted_pods: vec![] }
     }
+
 
     pub(super) fn low(name: &str, n: &str, prio: i32, cpu: &str) -> PodBuilder {
         pod(name).node(n).priority(prio).req(cpu, "")
@@ -316,28 +248,14 @@ mod test_support {
 mod tests {
     use super::test_support::*;
 
-    fn run(
-        nodes: &[NodeBuilder],
-        pods: &[PodBuilder],
-        pdbs: Vec<Pdb>,
-        p: &PodBuilder,
-    ) -> CycleOutcome {
+    fn run(nodes: &[NodeBuilder], pods: &[PodBuilder], pdbs: Vec<Pdb>, p: &PodBuilder) -> CycleOutcome {
         let mut snap = snapshot(nodes, pods);
         snap.pdbs = pdbs;
         let pi = p.info();
         if let Some(n) = pi.nominated_node.clone() {
             snap.nominate(pi.clone(), &n);
         }
-        framework()
-            .schedule(
-                &pi,
-                &snap,
-                CycleOptions {
-                    explain: true,
-                    ..Default::default()
-                },
-            )
-            .0
+        framework().schedule(&pi, &snap, CycleOptions { explain: true, ..Default::default() }).0
     }
 
     fn sorted(mut v: Vec<String>) -> Vec<String> {
@@ -357,6 +275,7 @@ mod tests {
         victims: Vec<&'static str>,
         message_ends: &'static str,
     }
+
 
     #[test]
     fn post_filter_table() {
@@ -403,11 +322,7 @@ mod tests {
             },
             Row {
                 name: "only strictly lower priority pods are victims",
-                nodes: vec![
-                    node("n1"),
-                    node("n2").unschedulable(),
-                    node("n3").unschedulable(),
-                ],
+                nodes: vec![node("n1"), node("n2").unschedulable(), node("n3").unschedulable()],
                 pods: vec![low("a", "n1", 100, "4")],
                 pdbs: vec![],
                 pod: pod("p").priority(100).req("1", ""),
@@ -428,12 +343,7 @@ mod tests {
             Row {
                 name: "fewest victims: higher priority and older pods are reprieved first",
                 nodes: vec![node("n1")],
-                pods: vec![
-                    low("a", "n1", 5, "1"),
-                    low("b", "n1", 1, "1").started(2000),
-                    low("c", "n1", 1, "1").started(1000),
-                    low("d", "n1", 1, "1").started(3000),
-                ],
+                pods: vec![low("a", "n1", 5, "1"), low("b", "n1", 1, "1").started(2000), low("c", "n1", 1, "1").started(1000), low("d", "n1", 1, "1").started(3000)],
                 pdbs: vec![],
                 pod: pod("p").priority(100).req("2", ""),
                 nominated: Some("n1"),
@@ -443,10 +353,7 @@ mod tests {
             Row {
                 name: "PDB-protected pods are reprieved before others",
                 nodes: vec![node("n1")],
-                pods: vec![
-                    low("a", "n1", 1, "2").label("app", "db"),
-                    low("b", "n1", 5, "2"),
-                ],
+                pods: vec![low("a", "n1", 1, "2").label("app", "db"), low("b", "n1", 5, "2")],
                 pdbs: vec![pdb("db", ("app", "db"), 0)],
                 pod: pod("p").priority(100).req("2", ""),
                 nominated: Some("n1"),
@@ -456,10 +363,7 @@ mod tests {
             Row {
                 name: "a PDB with room does not protect",
                 nodes: vec![node("n1")],
-                pods: vec![
-                    low("a", "n1", 1, "2").label("app", "db"),
-                    low("b", "n1", 5, "2"),
-                ],
+                pods: vec![low("a", "n1", 1, "2").label("app", "db"), low("b", "n1", 5, "2")],
                 pdbs: vec![pdb("db", ("app", "db"), 1)],
                 pod: pod("p").priority(100).req("2", ""),
                 nominated: Some("n1"),
@@ -469,10 +373,7 @@ mod tests {
             Row {
                 name: "node with fewer PDB violations wins over lower priorities",
                 nodes: vec![node("n1"), node("n2")],
-                pods: vec![
-                    low("a", "n1", 1, "4").label("app", "db"),
-                    low("b", "n2", 50, "4"),
-                ],
+                pods: vec![low("a", "n1", 1, "4").label("app", "db"), low("b", "n2", 50, "4")],
                 pdbs: vec![pdb("db", ("app", "db"), 0)],
                 pod: pod("p").priority(100).req("2", ""),
                 nominated: Some("n2"),
@@ -482,11 +383,7 @@ mod tests {
             Row {
                 name: "lowest highest-priority victim",
                 nodes: vec![node("n1"), node("n2")],
-                pods: vec![
-                    low("a", "n1", 10, "4"),
-                    low("b1", "n2", 5, "2"),
-                    low("b2", "n2", 5, "2"),
-                ],
+                pods: vec![low("a", "n1", 10, "4"), low("b1", "n2", 5, "2"), low("b2", "n2", 5, "2")],
                 pdbs: vec![],
                 pod: pod("p").priority(100).req("3", ""),
                 nominated: Some("n2"),
@@ -498,30 +395,16 @@ mod tests {
             let o = run(&r.nodes, &r.pods, r.pdbs, &r.pod);
             assert!(o.selected.is_none(), "{}: the pod fits", r.name);
             let pf = o.post_filter.clone().unwrap_or_default();
-            assert_eq!(
-                pf.nominated_node.as_deref(),
-                r.nominated,
-                "{}: {:?}",
-                r.name,
-                o.message
-            );
+            assert_eq!(pf.nominated_node.as_deref(), r.nominated, "{}: {:?}", r.name, o.message);
             let got = sorted(pf.victims.iter().map(|v| v.name.clone()).collect());
-            assert_eq!(
-                got,
-                sorted(r.victims.iter().map(|s| s.to_string()).collect()),
-                "{}",
-                r.name
-            );
+            assert_eq!(got, sorted(r.victims.iter().map(|s| s.to_string()).collect()), "{}", r.name);
             let msg = o.message.unwrap_or_default();
             // Upstream's FitError appends the PostFilter message with no
             // period of its own: one final period.
-            assert!(
-                msg.ends_with(r.message_ends) && !msg.ends_with(".."),
-                "{}: {msg}",
-                r.name
-            );
+            assert!(msg.ends_with(r.message_ends) && !msg.ends_with(".."), "{}: {msg}", r.name);
         }
     }
+
 
     // Found by the reverse differential (seed 6): two candidate victims
     // tied in MoreImportantPod (same priority, the same start time to the
@@ -559,62 +442,22 @@ mod tests {
 
     #[test]
     fn args_table() {
-        type ArgsRow = (
-            &'static str,
-            serde_json::Value,
-            Result<(i64, i64), &'static str>,
-        );
+        type ArgsRow = (&'static str, serde_json::Value, Result<(i64, i64), &'static str>);
         let rows: Vec<ArgsRow> = vec![
             ("defaults", serde_json::json!({}), Ok((10, 100))),
-            (
-                "apiVersion and kind",
-                serde_json::json!({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "DefaultPreemptionArgs"}),
-                Ok((10, 100)),
-            ),
-            (
-                "zero percentage alone",
-                serde_json::json!({"minCandidateNodesPercentage": 0}),
-                Ok((0, 100)),
-            ),
-            (
-                "zero absolute alone",
-                serde_json::json!({"minCandidateNodesAbsolute": 0}),
-                Ok((10, 0)),
-            ),
-            (
-                "percentage above 100",
-                serde_json::json!({"minCandidateNodesPercentage": 101}),
-                Err("minCandidateNodesPercentage"),
-            ),
-            (
-                "negative percentage",
-                serde_json::json!({"minCandidateNodesPercentage": -1}),
-                Err("minCandidateNodesPercentage"),
-            ),
-            (
-                "negative absolute",
-                serde_json::json!({"minCandidateNodesAbsolute": -1}),
-                Err("minCandidateNodesAbsolute"),
-            ),
-            (
-                "both zero",
-                serde_json::json!({"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 0}),
-                Err("cannot be zero at the same time"),
-            ),
-            (
-                "unknown field",
-                serde_json::json!({"minCandidateNodes": 1}),
-                Err("unknown field"),
-            ),
+            ("apiVersion and kind", serde_json::json!({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "DefaultPreemptionArgs"}), Ok((10, 100))),
+            ("zero percentage alone", serde_json::json!({"minCandidateNodesPercentage": 0}), Ok((0, 100))),
+            ("zero absolute alone", serde_json::json!({"minCandidateNodesAbsolute": 0}), Ok((10, 0))),
+            ("percentage above 100", serde_json::json!({"minCandidateNodesPercentage": 101}), Err("minCandidateNodesPercentage")),
+            ("negative percentage", serde_json::json!({"minCandidateNodesPercentage": -1}), Err("minCandidateNodesPercentage")),
+            ("negative absolute", serde_json::json!({"minCandidateNodesAbsolute": -1}), Err("minCandidateNodesAbsolute")),
+            ("both zero", serde_json::json!({"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 0}), Err("cannot be zero at the same time")),
+            ("unknown field", serde_json::json!({"minCandidateNodes": 1}), Err("unknown field")),
         ];
         for (name, v, want) in rows {
-            let got = serde_json::from_value::<Args>(v)
-                .map_err(|e| e.to_string())
-                .and_then(DefaultPreemption::new);
+            let got = serde_json::from_value::<Args>(v).map_err(|e| e.to_string()).and_then(DefaultPreemption::new);
             match (got, want) {
-                (Ok(p), Ok((pct, abs))) => {
-                    assert_eq!((p.min_percentage, p.min_absolute), (pct, abs), "{name}")
-                }
+                (Ok(p), Ok((pct, abs))) => assert_eq!((p.min_percentage, p.min_absolute), (pct, abs), "{name}"),
                 (Err(e), Err(part)) => assert!(e.contains(part), "{name}: {e}"),
                 (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
             }
@@ -623,23 +466,13 @@ mod tests {
 
     #[test]
     fn num_candidates_table() {
-        let rows = [
-            (10, 100, 5, 5),
-            (10, 100, 5000, 500),
-            (10, 100, 200, 100),
-            (0, 3, 50, 3),
-            (50, 0, 7, 3),
-            (100, 0, 9, 9),
-        ];
+        let rows = [(10, 100, 5, 5), (10, 100, 5000, 500), (10, 100, 200, 100), (0, 3, 50, 3), (50, 0, 7, 3), (100, 0, 9, 9)];
         for (pct, abs, n, want) in rows {
-            let p = DefaultPreemption {
-                min_percentage: pct,
-                min_absolute: abs,
-                ..Default::default()
-            };
+            let p = DefaultPreemption { min_percentage: pct, min_absolute: abs, ..Default::default() };
             assert_eq!(p.num_candidates(n), want, "{pct}% {abs} of {n}");
         }
     }
+
 
     mod property {
         use super::*;
